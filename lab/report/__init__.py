@@ -1,0 +1,1 @@
+"""Reports: raw table, summary statistics, decision note."""

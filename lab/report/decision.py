@@ -1,0 +1,245 @@
+"""Decision note (Markdown) for the evidence archive.
+
+Brings together, for each configuration, its quality verdicts, raw durations,
+campaign window, committed package and accepted deliverables (seed: "Il bilancio
+finale riunisce ..."), states which configurations are excluded and why, and names
+the chosen one, the load it covers and the motivation. Prices come only from
+:mod:`lab.cost.forfaits` (seed: "Calcolare il costo impegnato"); nothing here
+re-implements the pricing rule.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from datetime import datetime
+
+from lab.cost.forfaits import (PACKAGE_HOURS, Catalog, Coverage, PricingError, Quote, Window,
+                               cost_per_validated_corpus, coverage, load_catalog, money,
+                               parse_instant, parse_window, quote)
+
+UNDEFINED = "undefined: no accepted corpus"
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """One configuration judged against quality, memory, failures, calendar and price."""
+    variant: dict
+    quote: Quote | None
+    price_missing: str  # "" when quoted, else why no price ("... not in catalog")
+    window: Window | None
+    coverage: Coverage | None
+    accepted_deliverables: int
+    cost_per_validated_corpus: Decimal | None
+    exclusions: tuple[str, ...]
+
+    @property
+    def eligible(self) -> bool:
+        return not self.exclusions
+
+    def sort_key(self) -> tuple:
+        median = self.variant.get("median_s")
+        return (self.quote.committed_budget, self.variant.get("failures", 0),
+                float("inf") if median is None else median)
+
+
+def decision_note(summary: list[dict], campaign: dict, pricing: dict) -> str:
+    """Markdown decision note.
+
+    ``summary``: one dict per variant (``variant_id``, ``label``, ``series``,
+    ``durations_s`` [s], ``median_s``/``min_s``/``max_s`` [s or None], ``successes``,
+    ``failures``, ``accepted_passes``, ``quality_verdict``, ``feasible``,
+    ``infeasible_reason``, ``does_not_distinguish``; optional ``pricing`` dict that
+    overrides campaign pricing keys for that variant, e.g. another ``gpu``).
+    ``campaign``: ``name``, ``question``, ``deadline`` (ISO or None), ``deliverables``
+    (int >= 1, default 1). ``pricing``: ``catalog_path`` (None = shipped catalog),
+    ``gpu``, ``days``, ``lots``, ``window_start``/``window_end`` (ISO or None), ``tz``.
+
+    Each distinct useful corpus counts once (seed: "Contare deliverable utili"): a
+    variant with >= 1 accepted pass validated the corpus once, never once per
+    repetition. Chosen among the eligible: lowest committed budget, then fewer
+    failures, then lower median. Raises PricingError (one line) for bad pricing input
+    (days not offered, lots < 1, malformed window or deadline, mixed currencies).
+    """
+    deliverables = campaign.get("deliverables", 1)
+    if isinstance(deliverables, bool) or not isinstance(deliverables, int) or deliverables < 1:
+        raise PricingError(f"campaign deliverables must be an integer >= 1, got {deliverables!r}")
+    deadline = campaign.get("deadline")
+    deadline_at = parse_instant(deadline, pricing.get("tz"), "deadline") if deadline else None
+    catalogs: dict[str | None, Catalog] = {}
+    rows = [_assess(v, {**pricing, **v.get("pricing", {})}, deadline_at, deliverables, catalogs)
+            for v in summary]
+    eligible = sorted((a for a in rows if a.eligible), key=Assessment.sort_key)
+    if len({a.quote.currency for a in eligible}) > 1:
+        raise PricingError("eligible configurations are priced in mixed currencies: "
+                           "use one catalog currency to compare committed budgets")
+    checked = " (checked against the end of each campaign window)"
+    out = [f"# Decision note: {campaign.get('name', 'campaign')}", "",
+           f"- **Question.** {campaign.get('question') or 'not stated'}",
+           f"- **Deadline.** {deadline_at.isoformat() + checked if deadline_at else 'none given'}",
+           f"- **Deliverables announced.** {deliverables} distinct useful corpus(es); each accepted "
+           "corpus is counted once, never once per repetition.",
+           "- **Pricing rule.** Committed budget = package price per lot x lots (seed: \"Calcolare "
+           "il costo impegnato\"); a short run does not turn a package into an hourly bill. "
+           f"Catalog: {', '.join(sorted({c.path for c in catalogs.values()})) or 'not loaded'}.",
+           "", "## Configurations", ""]
+    for a in rows:
+        out += _config_section(a, deliverables)
+    out += ["## Excluded configurations", ""]
+    excluded = [a for a in rows if not a.eligible]
+    out += [f"- **{a.variant['label']}** (`{a.variant['variant_id']}`): " + "; ".join(a.exclusions)
+            for a in excluded] or ["- none"]
+    out += ["", "## Decision", ""] + _decision(eligible, deliverables, deadline_at)
+    return "\n".join(out) + "\n"
+
+
+def _assess(v: dict, p: dict, deadline_at: datetime | None, deliverables: int,
+            catalogs: dict) -> Assessment:
+    path = p.get("catalog_path")
+    if path not in catalogs:
+        catalogs[path] = load_catalog(path)
+    catalog = catalogs[path]
+    gpu, days, lots = p.get("gpu"), p.get("days"), p.get("lots", 1)
+    q, missing = None, ""
+    if gpu is None or days is None:
+        missing = "no package given (gpu and days): not in catalog"
+    else:
+        days = str(days).strip()
+        if not days.isdigit() or int(days) not in PACKAGE_HOURS:
+            raise PricingError(f"days {days!r} not offered: packages are 3, 7 or 30 days")
+        days = int(days)
+        if catalog.row(str(gpu).strip().lower(), days) is None:
+            missing = f"{gpu} {days}-day package: not in catalog"
+        else:
+            q = quote(catalog, gpu, days, lots)
+    window = None
+    if p.get("window_start") or p.get("window_end"):
+        if not (p.get("window_start") and p.get("window_end")):
+            raise PricingError("give both window_start and window_end for the campaign window")
+        window = parse_window(p["window_start"], p["window_end"], p.get("tz"))
+    cov = coverage(window, days, q.price_per_lot if q else None, q.lots if q else 1) \
+        if window is not None and days is not None else None
+    accepted = min(deliverables, 1) if v.get("accepted_passes", 0) >= 1 else 0
+    per_corpus = cost_per_validated_corpus(q.committed_budget, accepted) if q else None
+    why = []
+    if accepted == 0:
+        why.append(f"quality: {v.get('quality_verdict') or 'no accepted pass'}")
+    if not v.get("feasible", True):
+        why.append(f"memory: {v.get('infeasible_reason') or 'not feasible'}")
+    if v.get("successes", 0) == 0:
+        why.append(f"failures: no successful pass ({v.get('failures', 0)} failed)")
+    if deadline_at is not None and window is not None and window.end > deadline_at:
+        why.append(f"deadline: the campaign window ends {window.end.isoformat()}, after the "
+                   f"deadline {deadline_at.isoformat()}")
+    if cov is not None and not cov.covers:
+        extra = money(cov.extra_cost, q.currency) if q else "not in catalog"
+        why.append(f"calendar: the {cov.days}-day package ({cov.package_hours} h) does not cover "
+                   f"the {_h(window)} h campaign window; {cov.extra_periods} extra period(s) "
+                   f"would be needed ({extra}), not assumed")
+    if q is None:
+        why.append(f"price: {missing}; committed budget unknown")
+    return Assessment(v, q, missing, window, cov, accepted, per_corpus, tuple(why))
+
+
+def _h(window: Window) -> str:
+    hours = window.window_hours
+    return str(int(hours)) if hours == int(hours) else f"{hours:.2f}"
+
+
+def _s(value) -> str:
+    return "not measured" if value is None else f"{value:.3f} s"
+
+
+def _config_section(a: Assessment, deliverables: int) -> list[str]:
+    v, q = a.variant, a.quote
+    durations = ", ".join(f"{d:.3f}" for d in v.get("durations_s", [])) or "none"
+    lines = [f"### {v['label']} (`{v['variant_id']}`, series {v.get('series', '-')})", "",
+             f"- Quality verdict: {v.get('quality_verdict') or 'none'} "
+             f"({v.get('accepted_passes', 0)} accepted pass(es))",
+             f"- Raw durations, measured window, passes ok (s): {durations}",
+             f"- Median / min / max: {_s(v.get('median_s'))} / {_s(v.get('min_s'))} / "
+             f"{_s(v.get('max_s'))}; successes {v.get('successes', 0)}, failures "
+             f"{v.get('failures', 0)}"]
+    if v.get("does_not_distinguish"):
+        lines.append("- Spread within variants is comparable to the gap between medians: "
+                     "the series does not distinguish them")
+    lines.append("- Memory: feasible" if v.get("feasible", True)
+                 else f"- Memory: infeasible ({v.get('infeasible_reason') or 'no reason given'})")
+    if a.window is None:
+        lines.append("- Campaign window: not given")
+    else:
+        lines.append(f"- Campaign window: {a.window.start.isoformat()} to "
+                     f"{a.window.end.isoformat()} = {_h(a.window)} h (real elapsed time)")
+    if q is None:
+        lines.append(f"- Package committed: {a.price_missing}")
+    else:
+        gpus = f"{q.total_cards} GPU" + ("s" if q.total_cards != 1 else "")
+        lines.append(f"- Package committed: {q.gpu_name} ({q.gpu}), {q.days} days "
+                     f"({q.package_hours} h) x {q.lots} lot(s) of {q.cards_per_lot} card(s) = "
+                     f"{gpus}; {money(q.price_per_lot, q.currency)} per lot, committed budget "
+                     f"{money(q.committed_budget, q.currency)} (catalog version "
+                     f"{q.catalog_version})")
+    if a.coverage is not None:
+        c = a.coverage
+        lines.append(f"- Window vs package: covered by one {c.days}-day package" if c.covers else
+                     f"- Window vs package: needs {c.periods_needed} periods, "
+                     f"{c.extra_periods} extra (not included in the committed budget)")
+    lines.append(f"- Accepted deliverables: {a.accepted_deliverables} of {deliverables} "
+                 f"(repetitions are not corpora)")
+    per = (a.price_missing if q is None else
+           money(a.cost_per_validated_corpus, q.currency) if a.cost_per_validated_corpus
+           is not None else UNDEFINED)
+    lines += [f"- Cost per validated corpus: {per}", ""]
+    return lines
+
+
+def _decision(eligible: list[Assessment], deliverables: int,
+              deadline_at: datetime | None) -> list[str]:
+    if not eligible:
+        return ["No configuration is eligible (see the exclusions above): no package should be "
+                "committed on this evidence."]
+    best = eligible[0]
+    v, q = best.variant, best.quote
+    lines = [f"**Chosen: {v['label']}** (`{v['variant_id']}`), {q.days}-day package x {q.lots} "
+             f"lot(s) of {q.gpu_name}, committed budget {money(q.committed_budget, q.currency)}.",
+             ""]
+    rest = deliverables - best.accepted_deliverables
+    load = (f"**Load covered.** {best.accepted_deliverables} of {deliverables} announced "
+            "corpus(es) validated by every check (ids, format, coverage, metric)")
+    lines.append(load + (f"; the other {rest} are not validated yet and no cost per corpus "
+                         "is claimed for them." if rest else "."))
+    why = [f"{len(eligible)} eligible configuration(s)"]
+    if len(eligible) == 1:
+        why.append("it is the only configuration that passes quality, memory, failure, "
+                   "calendar and price checks")
+    else:
+        nxt = eligible[1]
+        (b0, f0, m0), (b1, f1, m1) = best.sort_key(), nxt.sort_key()
+        name = f"{nxt.variant['label']}"
+        if b0 < b1:
+            why.append(f"lowest committed budget ({money(b0, q.currency)}; next: {name} at "
+                       f"{money(b1, q.currency)})")
+        elif f0 < f1:
+            why.append(f"same committed budget as {name}; fewer failures ({f0} vs {f1})")
+        elif m0 < m1:
+            why.append(f"same committed budget and failures as {name}; lower median "
+                       f"({m0:.3f} s vs {m1:.3f} s)")
+            if v.get("does_not_distinguish") or nxt.variant.get("does_not_distinguish"):
+                why.append("but the series does not distinguish these durations, so the "
+                           "median tie-break is not evidence of a faster configuration")
+        else:
+            why.append(f"tied with {name} on budget, failures and median; listed first")
+    fastest = min(eligible, key=lambda a: a.sort_key()[2])
+    if fastest is not best and fastest.sort_key()[2] < best.sort_key()[2]:
+        why.append(f"the fastest eligible one, {fastest.variant['label']} (median "
+                   f"{_s(fastest.variant.get('median_s'))}), ranks lower on committed budget "
+                   f"({money(fastest.quote.committed_budget, fastest.quote.currency)}) or "
+                   f"failures ({fastest.variant.get('failures', 0)})")
+    if deadline_at is None:
+        why.append("no deadline was given")
+    elif best.window is None:
+        why.append("deadline not checked: no campaign window given")
+    else:
+        why.append(f"its campaign window ends {best.window.end.isoformat()}, before the "
+                   f"deadline {deadline_at.isoformat()}")
+    text = "; ".join(why)
+    return lines + ["", f"**Motivation.** {text[0].upper()}{text[1:]}."]

@@ -1,0 +1,147 @@
+"""Decision note: per-configuration costs, exclusions, choice and motivation."""
+from __future__ import annotations
+
+import pytest
+
+from lab.cost.forfaits import PricingError
+from lab.report.decision import decision_note
+
+CAMPAIGN = {"name": "20ng demo", "question": "Which configuration classifies all 1000 items "
+            "with macro-F1 >= 0.55 before Friday, for the lowest committed budget?",
+            "deadline": "2026-10-02T18:00+02:00", "deliverables": 1}
+PRICING = {"catalog_path": None, "gpu": "rtx-4090", "days": 7, "lots": 2,
+           "window_start": "2026-09-28T09:00", "window_end": "2026-10-02T09:00",
+           "tz": "Europe/Rome"}
+
+
+def variant(vid, label, **kw):
+    base = dict(variant_id=vid, label=label, series=1,
+                durations_s=[12.1, 12.3, 12.0, 12.4, 12.2], median_s=12.2, min_s=12.0,
+                max_s=12.4, successes=5, failures=0, accepted_passes=5,
+                quality_verdict="accepted", feasible=True, infeasible_reason="",
+                does_not_distinguish=False)
+    return {**base, **kw}
+
+
+def section(note: str, label: str) -> str:
+    start = note.index(f"### {label} (")
+    end = note.find("\n### ", start + 1)
+    return note[start:end if end != -1 else note.index("## Excluded")]
+
+
+def test_five_accepted_repetitions_are_one_corpus_costing_the_whole_budget():
+    note = decision_note([variant("v1", "batch 8, fp32")], CAMPAIGN, PRICING)
+    s = section(note, "batch 8, fp32")
+    assert "- Accepted deliverables: 1 of 1" in s
+    assert "- Cost per validated corpus: 220.00 USD" in s  # 220 / 1, never 220 / 5
+    assert "44.00" not in note
+    assert "committed budget 220.00 USD (catalog version 2026-09-24)" in s
+    assert "x 2 lot(s) of 1 card(s) = 2 GPUs; 110.00 USD per lot" in s
+    assert "= 96 h (real elapsed time)" in s
+    assert "Raw durations, measured window, passes ok (s): 12.100, 12.300, 12.000, 12.400, " \
+           "12.200" in s
+    assert "**Chosen: batch 8, fp32** (`v1`)" in note
+
+
+def test_rejected_quality_gives_undefined_cost_and_an_exclusion():
+    note = decision_note([
+        variant("ok", "batch 8, fp32"),
+        variant("bad", "batch 8, int8", accepted_passes=0,
+                quality_verdict="rejected: metric 0.41 < threshold 0.55")], CAMPAIGN, PRICING)
+    s = section(note, "batch 8, int8")
+    assert "- Cost per validated corpus: undefined: no accepted corpus" in s
+    assert "- Accepted deliverables: 0 of 1" in s
+    assert "- **batch 8, int8** (`bad`): quality: rejected: metric 0.41 < threshold 0.55" in note
+
+
+def test_memory_failures_deadline_and_price_exclusions():
+    summary = [
+        variant("oom", "batch 64, fp32", feasible=False, infeasible_reason="OOM at 23.5 GiB "
+                "reserved", successes=0, failures=5, durations_s=[], median_s=None, min_s=None,
+                max_s=None, accepted_passes=0, quality_verdict="no pass completed"),
+        variant("late", "batch 1, fp32", pricing={"window_end": "2026-10-03T09:00"}),
+        variant("h100", "batch 8, fp32 on H100", pricing={"gpu": "h100"}),
+        variant("ok", "batch 8, fp32")]
+    note = decision_note(summary, CAMPAIGN, PRICING)
+    excluded = note[note.index("## Excluded"):note.index("## Decision")]
+    assert ("memory: OOM at 23.5 GiB reserved; failures: no successful pass (5 failed)"
+            in excluded)
+    assert ("deadline: the campaign window ends 2026-10-03T09:00:00+02:00, after the deadline "
+            "2026-10-02T18:00:00+02:00") in excluded
+    assert "price: h100 7-day package: not in catalog; committed budget unknown" in excluded
+    assert "Median / min / max: not measured / not measured / not measured" in note
+    h100 = section(note, "batch 8, fp32 on H100")
+    assert "- Package committed: h100 7-day package: not in catalog" in h100
+    assert "USD" not in h100  # a missing price is never a number
+    assert "**Chosen: batch 8, fp32** (`ok`)" in note
+
+
+def test_lowest_committed_budget_wins_over_a_faster_configuration():
+    summary = [variant("b200", "batch 8 on B200", median_s=5.0,
+                       pricing={"gpu": "b200", "lots": 1}),
+               variant("rtx", "batch 8 on RTX 4090", median_s=12.2)]
+    note = decision_note(summary, CAMPAIGN, PRICING)
+    assert "committed budget 2071.00 USD" in section(note, "batch 8 on B200")
+    assert "x 1 lot(s) of 2 card(s) = 2 GPUs; 2071.00 USD per lot" in note  # cards once
+    decision = note[note.index("## Decision"):]
+    assert "**Chosen: batch 8 on RTX 4090** (`rtx`)" in decision
+    assert "lowest committed budget (220.00 USD; next: batch 8 on B200 at 2071.00 USD)" in decision
+    assert "the fastest eligible one, batch 8 on B200 (median 5.000 s)" in decision
+    assert "before the deadline 2026-10-02T18:00:00+02:00" in decision
+
+
+def test_same_budget_then_fewer_failures_then_lower_median():
+    summary = [variant("b8", "batch 8", median_s=10.0, failures=1, successes=4),
+               variant("b4", "batch 4", median_s=14.0),
+               variant("b1", "batch 1", median_s=30.0)]
+    note = decision_note(summary, CAMPAIGN, PRICING)
+    assert "**Chosen: batch 4** (`b4`)" in note
+    assert "same committed budget and failures as batch 1; lower median " \
+           "(14.000 s vs 30.000 s)" in note
+    note2 = decision_note([variant("b8", "batch 8", failures=1, successes=4, median_s=10.0),
+                           variant("b4", "batch 4", failures=0, median_s=14.0)],
+                          CAMPAIGN, PRICING)
+    assert "**Chosen: batch 4** (`b4`)" in note2
+
+
+def test_does_not_distinguish_is_stated_when_the_median_decides():
+    summary = [variant("b4", "batch 4", median_s=12.1, does_not_distinguish=True),
+               variant("b8", "batch 8", median_s=12.2, does_not_distinguish=True)]
+    note = decision_note(summary, CAMPAIGN, PRICING)
+    assert "the series does not distinguish them" in section(note, "batch 4")
+    assert "the median tie-break is not evidence of a faster configuration" in note
+
+
+def test_dst_week_exceeds_7_days_and_is_excluded_on_calendar():
+    pricing = {**PRICING, "window_start": "2026-10-23T09:00", "window_end": "2026-10-30T09:00"}
+    note = decision_note([variant("v1", "batch 8")], {**CAMPAIGN, "deadline": None}, pricing)
+    assert "= 169 h (real elapsed time)" in note
+    assert ("calendar: the 7-day package (168 h) does not cover the 169 h campaign window; "
+            "1 extra period(s) would be needed (220.00 USD), not assumed") in note
+    assert "No configuration is eligible" in note
+
+
+def test_no_window_means_deadline_not_checked():
+    pricing = {**PRICING, "window_start": None, "window_end": None}
+    note = decision_note([variant("v1", "batch 8")], CAMPAIGN, pricing)
+    assert "- Campaign window: not given" in note
+    assert "deadline not checked: no campaign window given" in note
+
+
+def test_several_deliverables_count_the_validated_one_only():
+    note = decision_note([variant("v1", "batch 8")], {**CAMPAIGN, "deliverables": 3}, PRICING)
+    assert "- Accepted deliverables: 1 of 3" in note
+    assert "- Cost per validated corpus: 220.00 USD" in note
+    assert "the other 2 are not validated yet" in note
+
+
+@pytest.mark.parametrize("campaign,pricing,pattern", [
+    ({**CAMPAIGN, "deliverables": 0}, PRICING, "deliverables must be an integer >= 1"),
+    (CAMPAIGN, {**PRICING, "days": 5}, "days '5' not offered"),
+    (CAMPAIGN, {**PRICING, "lots": 0}, "--lots must be an integer >= 1"),
+    (CAMPAIGN, {**PRICING, "window_end": "2026-09-27T09:00"}, "is not after window start"),
+    ({**CAMPAIGN, "deadline": "friday"}, PRICING, "deadline 'friday' is not an ISO date-time"),
+])
+def test_bad_pricing_input_raises(campaign, pricing, pattern):
+    with pytest.raises(PricingError, match=pattern):
+        decision_note([variant("v1", "batch 8")], campaign, pricing)
