@@ -160,6 +160,15 @@ def test_catalog_without_a_required_column(tmp_path):
         f.load_catalog(write(tmp_path, HEADER.replace(",currency", "") + "x,X,1,7,1.00,2026-09-24\n"))
 
 
+def test_catalog_saved_by_a_spreadsheet_with_bom_or_latin1(tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + (HEADER + RTX).encode())
+    assert f.load_catalog(str(path)).rows[0].price_per_lot == Decimal("110.00")
+    path.write_bytes((HEADER + "rtx-4090,GeForce \u00e9,1,7,110.00,USD,2026-09-24\n").encode("latin-1"))
+    with pytest.raises(f.PricingError, match="not a UTF-8 CSV catalog"):
+        f.load_catalog(str(path))
+
+
 def test_a_fuller_catalog_is_used_as_given(tmp_path):
     path = write(tmp_path, HEADER + RTX + "rtx-4090,NVIDIA GeForce RTX 4090,1,3,55.50,USD,2026-09-24\n")
     q = f.quote(f.load_catalog(path), "rtx-4090", 3, 3)

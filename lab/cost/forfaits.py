@@ -124,7 +124,7 @@ def money(amount: Decimal | None, currency: str) -> str:
 
 def _positive_int(value, what: str, fix: str) -> int:
     text = str(value).strip()
-    if isinstance(value, bool) or not text.isdigit() or int(text) < 1:
+    if isinstance(value, bool) or not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise PricingError(f"{what} must be an integer >= 1, got {value!r}: {fix}")
     return int(text)
 
@@ -138,7 +138,7 @@ def load_catalog(path: str | None = None) -> Catalog:
     """
     path = path or DEFAULT_CATALOG
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
+        with open(path, newline="", encoding="utf-8-sig") as fh:  # -sig: spreadsheet BOM
             reader = csv.DictReader(fh)
             missing = [c for c in CATALOG_COLUMNS if c not in (reader.fieldnames or [])]
             if missing:
@@ -148,6 +148,9 @@ def load_catalog(path: str | None = None) -> Catalog:
     except OSError as exc:
         raise PricingError(f"cannot read catalog {path}: {exc.strerror}; "
                            "pass --catalog FILE") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise PricingError(f"{path}: not a UTF-8 CSV catalog ({exc}); save it as UTF-8 CSV") \
+            from None
     if not rows:
         raise PricingError(f"{path}: no package rows: add at least one row under the header")
     seen: dict[tuple[str, int], int] = {}
@@ -312,12 +315,12 @@ def coverage(window: Window, days: int, price_per_lot: Decimal | None = None,
     lots when ``price_per_lot`` is known)."""
     hours = PACKAGE_HOURS[days]
     periods = max(1, -(-window.window_seconds // (hours * 3600)))  # exact ceiling
-    price = price_per_lot
-    extra = None if price is None else price * lots * (periods - 1)
-    return Coverage(days, hours, periods == 1, periods, periods - 1, price, extra)
+    extra = None if price_per_lot is None else price_per_lot * lots * (periods - 1)
+    return Coverage(days, hours, periods == 1, periods, periods - 1, price_per_lot, extra)
 
 
-def _hours(window: Window) -> str:
+def format_hours(window: Window) -> str:
+    """Window length in hours: "96", or "1.50" when not a whole number of hours."""
     h = window.window_hours
     return f"{h.normalize():f}" if h == h.to_integral_value() else f"{h.quantize(CENT)}"
 
@@ -349,8 +352,9 @@ def render_quote(q: Quote, window: Window | None = None) -> str:
                   f"Cost per validated corpus: {money(q.cost_per_validated_corpus, q.currency)}"]
     if window is not None:
         c = coverage(window, q.days, q.price_per_lot, q.lots)
-        lines += [f"Campaign window:    {window.start.isoformat()} to {window.end.isoformat()}"
-                  f" = {_hours(window)} h", f"Window vs package:  {_coverage_line(c, q.currency, q.lots)}"]
+        lines += [f"Campaign window:    {window.start.isoformat()} to "
+                  f"{window.end.isoformat()} = {format_hours(window)} h",
+                  f"Window vs package:  {_coverage_line(c, q.currency, q.lots)}"]
     return "\n".join(lines)
 
 
@@ -360,7 +364,7 @@ def render_listing(catalog: Catalog, gpu: str, window: Window | None = None, lot
     lines = [f"Packages for {gpu} (catalog {catalog.path}):"]
     if window is not None:
         lines.append(f"Campaign window: {window.start.isoformat()} to {window.end.isoformat()}"
-                     f" = {_hours(window)} h")
+                     f" = {format_hours(window)} h")
     for days in PACKAGE_HOURS:
         row = catalog.row(gpu, days)
         text = "not in catalog" if row is None else (
@@ -426,11 +430,12 @@ def main(argv: list[str] | None = None) -> int:
         lots = _positive_int(a.lots, "--lots", "a lot is the unit sold (1, 2, ...)")
         out: dict = {"catalog": catalog.path}
         if window is not None:
-            out["window"] = {**asdict(window), "window_hours": _hours(window)}
+            out["window"] = {**asdict(window), "window_hours": format_hours(window)}
         if a.gpu is not None and a.days is not None:
             q = quote(catalog, a.gpu, a.days, lots, a.accepted_results)
-            out["quote"] = {k: v for k, v in asdict(q).items() if a.accepted_results
-                            is not None or k not in ("accepted_results", "cost_per_validated_corpus")}
+            per_result = ("accepted_results", "cost_per_validated_corpus")
+            out["quote"] = {k: v for k, v in asdict(q).items()
+                            if a.accepted_results is not None or k not in per_result}
             text = render_quote(q, window)
         else:
             gpus = [known_gpu(catalog, a.gpu)] if a.gpu is not None else catalog.gpus()

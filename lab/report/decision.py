@@ -10,12 +10,12 @@ re-implements the pricing rule.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
 from datetime import datetime
+from decimal import Decimal
 
 from lab.cost.forfaits import (PACKAGE_HOURS, Catalog, Coverage, PricingError, Quote, Window,
-                               cost_per_validated_corpus, coverage, load_catalog, money,
-                               parse_instant, parse_window, quote)
+                               cost_per_validated_corpus, coverage, format_hours, load_catalog,
+                               money, parse_instant, parse_window, quote)
 
 UNDEFINED = "undefined: no accepted corpus"
 
@@ -133,16 +133,11 @@ def _assess(v: dict, p: dict, deadline_at: datetime | None, deliverables: int,
     if cov is not None and not cov.covers:
         extra = money(cov.extra_cost, q.currency) if q else "not in catalog"
         why.append(f"calendar: the {cov.days}-day package ({cov.package_hours} h) does not cover "
-                   f"the {_h(window)} h campaign window; {cov.extra_periods} extra period(s) "
-                   f"would be needed ({extra}), not assumed")
+                   f"the {format_hours(window)} h campaign window; {cov.extra_periods} extra "
+                   f"period(s) would be needed ({extra}), not assumed")
     if q is None:
         why.append(f"price: {missing}; committed budget unknown")
     return Assessment(v, q, missing, window, cov, accepted, per_corpus, tuple(why))
-
-
-def _h(window: Window) -> str:
-    hours = window.window_hours
-    return str(int(hours)) if hours == int(hours) else f"{hours:.2f}"
 
 
 def _s(value) -> str:
@@ -168,7 +163,7 @@ def _config_section(a: Assessment, deliverables: int) -> list[str]:
         lines.append("- Campaign window: not given")
     else:
         lines.append(f"- Campaign window: {a.window.start.isoformat()} to "
-                     f"{a.window.end.isoformat()} = {_h(a.window)} h (real elapsed time)")
+                     f"{a.window.end.isoformat()} = {format_hours(a.window)} h (real elapsed time)")
     if q is None:
         lines.append(f"- Package committed: {a.price_missing}")
     else:
