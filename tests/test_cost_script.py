@@ -39,6 +39,15 @@ def test_scripts_are_symlinks_to_the_one_implementation():
     assert os.readlink(SCRIPTS / "tarifs-forfaits.csv") == "../lab/cost/tarifs-forfaits.csv"
 
 
+def test_symlinked_script_in_the_checkout_finds_the_catalog_beside_it(tmp_path):
+    # The default catalog is found next to __file__ without resolving the symlink.
+    r = subprocess.run([sys.executable, "-I", str(SCRIPTS / "calcul_forfaits.py"), "--gpu",
+                        "b200", "--json"], cwd=tmp_path,  # an empty working folder capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["catalog"] == str(SCRIPTS / "tarifs-forfaits.csv")
+
+
 def test_seed_command_prints_220_usd_for_two_gpus(folder):
     r = run(folder, "--gpu", "rtx-4090", "--days", "7", "--lots", "2")
     assert r.returncode == 0, r.stderr

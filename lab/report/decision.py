@@ -76,8 +76,8 @@ def decision_note(summary: list[dict], campaign: dict, pricing: dict) -> str:
     out = [f"# Decision note: {campaign.get('name', 'campaign')}", "",
            f"- **Question.** {campaign.get('question') or 'not stated'}",
            f"- **Deadline.** {deadline_at.isoformat() + checked if deadline_at else 'none given'}",
-           f"- **Deliverables announced.** {deliverables} distinct useful corpus(es); each accepted "
-           "corpus is counted once, never once per repetition.",
+           f"- **Deliverables announced.** {deliverables} distinct useful corpus(es); each "
+           "accepted corpus is counted once, never once per repetition.",
            "- **Pricing rule.** Committed budget = package price per lot x lots (seed: \"Calcolare "
            "il costo impegnato\"); a short run does not turn a package into an hourly bill. "
            f"Catalog: {', '.join(sorted({c.path for c in catalogs.values()})) or 'not loaded'}.",
