@@ -40,9 +40,10 @@ def test_scripts_are_symlinks_to_the_one_implementation():
 
 
 def test_symlinked_script_in_the_checkout_finds_the_catalog_beside_it(tmp_path):
-    # The default catalog is found next to __file__ without resolving the symlink.
+    # The default catalog is found next to __file__ without resolving the symlink;
+    # the working folder (tmp_path) is empty.
     r = subprocess.run([sys.executable, "-I", str(SCRIPTS / "calcul_forfaits.py"), "--gpu",
-                        "b200", "--json"], cwd=tmp_path,  # an empty working folder capture_output=True, text=True,
+                        "b200", "--json"], cwd=tmp_path, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["catalog"] == str(SCRIPTS / "tarifs-forfaits.csv")
