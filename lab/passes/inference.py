@@ -1,0 +1,168 @@
+"""Model loading, precision, padding, bucketing and the measured window's inference loop.
+
+Rules (seed: "Separare avvio, riscaldamento ed esecuzione misurata"): eval mode and
+``torch.inference_mode``; the attention mask is always passed; explicit ``max_length``
+with truncation, truncated items counted; probabilities computed in fp32; any
+non-finite logit fails the pass; the effective batch size always equals the declared
+one (the last batch may be shorter only because the corpus ends); with bucketing the
+items are sorted by token count within the pass and predictions come back in corpus
+order.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+class NonFiniteLogits(RuntimeError):
+    """Raised when a batch produced NaN or inf logits; carries the items completed before it."""
+
+    def __init__(self, ids: list[str], items_done: int):
+        super().__init__(f"non-finite logits for {len(ids)} item(s), first {ids[0]!r}")
+        self.ids = ids
+        self.items_done = items_done
+
+
+class DeviceUnavailable(RuntimeError):
+    """The variant asks for a GPU that this process cannot use (never a silent CPU fallback)."""
+
+
+def resolve_device(requested: str) -> tuple[str, str]:
+    """(device, backend) for a variant's ``device`` field.
+
+    "auto" takes cuda:0 when torch sees a GPU (CUDA or ROCm/HIP), else cpu. "cuda"/"rocm"
+    without a usable GPU raises DeviceUnavailable. backend is "cuda", "rocm" or "cpu".
+    """
+    import torch
+
+    gpu = torch.cuda.is_available()
+    backend = ("rocm" if torch.version.hip else "cuda") if gpu else "cpu"
+    if requested in ("auto", ""):
+        return ("cuda:0" if gpu else "cpu"), backend
+    if requested == "cpu":
+        return "cpu", "cpu"
+    if requested in ("cuda", "rocm", "gpu") or requested.startswith("cuda:"):
+        if not gpu:
+            raise DeviceUnavailable(
+                f"device {requested!r} requested but torch sees no GPU "
+                f"(torch {torch.__version__}, CUDA build {torch.version.cuda}, HIP {torch.version.hip});"
+                " check the driver and the container's GPU access (`iteralab doctor`)")
+        return (requested if requested.startswith("cuda:") else "cuda:0"), backend
+    raise DeviceUnavailable(f"device {requested!r} unknown; use auto, cpu, cuda or rocm")
+
+
+def synchronize(device: str) -> None:
+    """Wait for queued device work (no-op on CPU): host timers start and stop on it."""
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
+def load_model(model_ref: str, precision: str, device: str):
+    """(tokenizer, model) in eval mode at ``precision`` on ``device``."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_ref)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        model_ref, dtype=getattr(torch, DTYPES[precision]))
+    model.eval().to(device)
+    return tok, model
+
+
+@dataclass
+class WindowResult:
+    """Output of the measured window, in corpus order where it has one entry per item."""
+
+    ids: list[str]
+    labels: list[str | None]
+    pred_index: list[int | None]
+    prob: list[float | None]
+    items_done: int
+    n_truncated: int
+    real_tokens: int
+    padded_tokens: int
+    batches: int
+
+
+def tokenize(texts: list[str], tokenizer, max_length: int):
+    """Tokenize without padding, truncating at ``max_length`` (specials included).
+
+    Returns (input_ids lists, n_truncated). n_truncated counts items that lost tokens.
+    """
+    enc = tokenizer(texts, truncation=True, max_length=max_length, padding=False,
+                    return_attention_mask=False, return_token_type_ids=False)
+    truncated = sum(1 for e in enc.encodings if e.overflowing) if enc.encodings else 0
+    return enc["input_ids"], truncated
+
+
+def batch_order(lengths: list[int], bucketing: bool) -> list[int]:
+    """Processing order: corpus order, or ascending token count (stable) with bucketing."""
+    idx = list(range(len(lengths)))
+    return sorted(idx, key=lambda i: lengths[i]) if bucketing else idx
+
+
+def run_batches(rows: list[dict], tokenizer, model, device: str, variant: dict,
+                on_batch: Callable[[int], None] | None = None,
+                sink: dict | None = None) -> WindowResult:
+    """Tokenize, batch, transfer, infer and materialize predictions on the host.
+
+    ``rows``: corpus items (id, text, optional label). Raises NonFiniteLogits, and lets
+    OOM errors propagate. ``sink["win"]`` holds the WindowResult as it fills, so a caller
+    keeps the predictions of the items completed before a failure.
+    """
+    import torch
+
+    n = len(rows)
+    bs, max_len = variant["batch_size"], variant["max_length"]
+    input_ids, n_trunc = tokenize([r["text"] for r in rows], tokenizer, max_len)
+    lengths = [len(x) for x in input_ids]
+    order = batch_order(lengths, variant.get("bucketing", False))
+    pad_to = "max_length" if variant["padding"] == "max_length" else "longest"
+    pred: list[int | None] = [None] * n
+    prob: list[float | None] = [None] * n
+    win = WindowResult([r["id"] for r in rows], [r.get("label") for r in rows], pred, prob,
+                       0, n_trunc, 0, 0, 0)
+    if sink is not None:
+        sink["win"] = win
+    with torch.inference_mode():
+        for start in range(0, n, bs):
+            idx = order[start:start + bs]
+            feats = tokenizer.pad({"input_ids": [input_ids[i] for i in idx]}, padding=pad_to,
+                                  max_length=max_len, return_attention_mask=True, return_tensors="pt")
+            ids_t = feats["input_ids"].to(device, non_blocking=True)
+            mask_t = feats["attention_mask"].to(device, non_blocking=True)
+            logits = model(input_ids=ids_t, attention_mask=mask_t).logits
+            p = logits.float().softmax(dim=-1)
+            conf, top = p.max(dim=-1)
+            finite = torch.isfinite(logits).all(dim=-1)
+            out = torch.stack([top.float(), conf, finite.float()], dim=1).cpu().tolist()
+            bad = [rows[idx[j]]["id"] for j, o in enumerate(out) if o[2] < 1.0]
+            if bad:
+                raise NonFiniteLogits(bad, win.items_done)
+            for j, (t, c, _) in enumerate(out):
+                pred[idx[j]] = int(t)
+                prob[idx[j]] = float(c)
+            win.items_done += len(idx)
+            win.batches += 1
+            win.real_tokens += sum(lengths[i] for i in idx)
+            win.padded_tokens += int(ids_t.numel())
+            if on_batch:
+                on_batch(win.items_done)
+    return win
+
+
+def warm_up(rows: list[dict], tokenizer, model, device: str, variant: dict,
+            items: int, passes: int) -> float:
+    """The protocol's warm-up: ``passes`` runs over the first ``items`` corpus items. Returns seconds."""
+    t0 = time.perf_counter()
+    for _ in range(passes):
+        if items > 0:
+            run_batches(rows[:items], tokenizer, model, device, variant)
+    synchronize(device)
+    return time.perf_counter() - t0

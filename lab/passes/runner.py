@@ -1,0 +1,182 @@
+"""The pass runner: what one process (or container) runs for one pass.
+
+    python -m lab.passes.runner PASS_DIR/pass.json
+
+Phases, each timed separately with a host clock (``time.perf_counter``): ``startup``
+(imports), ``model_load``, ``warmup``, ``measured`` (read corpus, tokenize, transfer,
+infer, materialize predictions on the host; device synchronized at both ends),
+``evaluation`` and ``writing``. Memory peaks are reset right before the measured window.
+Writes ``predictions.jsonl`` (id, pred, prob; corpus order; the items completed, also on
+failure) and ``result.json``; streams events on stdout. Exit codes: 0 ok, 3 OOM, 4 error,
+2 bad spec. Nothing is retried with a smaller batch (seed: "Non sostituire
+silenziosamente questo passaggio con un batch più piccolo").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+
+from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventWriter
+from lab.passes.spec import PassSpec
+
+_T_PROCESS = time.perf_counter()
+OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for CUDA/HIP OOM, Python MemoryError and torch's host allocator failures."""
+    if isinstance(exc, MemoryError):
+        return True
+    name = type(exc).__name__
+    return name == "OutOfMemoryError" or any(m in str(exc).lower() for m in OOM_MARKERS)
+
+
+def _utc() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def write_predictions(path: Path, win, id2label: dict) -> tuple[int, str]:
+    """Write completed predictions in corpus order; returns (lines, sha256 of the file)."""
+    h = hashlib.sha256()
+    n = 0
+    with open(path, "w", encoding="utf-8", newline="\n") as fh:
+        for item_id, p, c in zip(win.ids, win.pred_index, win.prob):
+            if p is None:
+                continue
+            line = json.dumps({"id": item_id, "pred": id2label[p], "prob": round(c, 6)},
+                              ensure_ascii=False) + "\n"
+            fh.write(line)
+            h.update(line.encode("utf-8"))
+            n += 1
+    return n, h.hexdigest()
+
+
+def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
+    """Run one pass; returns (exit code, result dict). Never raises for pass failures."""
+    out = Path(spec.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    res: dict = {"pass_id": spec.pass_id, "campaign": spec.campaign, "variant": spec.variant,
+                 "start_time": _utc(), "status": "error", "error": "", "phases_s": {},
+                 "items_total": None, "items_completed": 0, "pid": os.getpid()}
+    phases = res["phases_s"]
+    win = None
+    sink: dict = {}
+    state = {"done": 0, "t0": None, "total": 0}
+    id2label: dict = {}
+    device = "cpu"
+
+    def phase(name: str, t0: float) -> None:
+        phases[name] = round(time.perf_counter() - t0, 6)
+        ev.emit("phase", phase=name, state="end", duration_s=phases[name])
+
+    def on_batch(done: int) -> None:
+        state["done"] = done
+        el = time.perf_counter() - state["t0"]
+        ev.progress(done, state["total"], done / el if el > 0 else 0.0)
+
+    try:
+        import torch
+
+        from lab.corpus import read_corpus
+        from lab.memory.peaks import PeakTracker
+        from lab.passes import inference as inf
+
+        phases["startup"] = round(time.perf_counter() - _T_PROCESS, 6)
+        torch.manual_seed(spec.seed)
+        if spec.threads:
+            torch.set_num_threads(spec.threads)
+        torch.backends.cudnn.benchmark = False
+        device, backend = inf.resolve_device(spec.variant.get("device", "auto"))
+        res.update(device=device, backend=backend, torch_version=torch.__version__,
+                   threads=torch.get_num_threads(),
+                   deterministic={"torch.manual_seed": spec.seed, "cudnn.benchmark": False,
+                                  "use_deterministic_algorithms": False})
+        ev.emit("phase", phase="model_load", state="start", device=device)
+        t = time.perf_counter()
+        tok, model = inf.load_model(spec.model_ref, spec.variant["precision"], device)
+        id2label = {int(k): v for k, v in model.config.id2label.items()}
+        inf.synchronize(device)
+        phase("model_load", t)
+
+        ev.emit("phase", phase="warmup", state="start")
+        warm_rows = read_corpus(spec.corpus_path)[: spec.warmup_items]
+        t = time.perf_counter()
+        inf.warm_up(warm_rows, tok, model, device, spec.variant, spec.warmup_items, spec.warmup_passes)
+        phase("warmup", t)
+
+        tracker = PeakTracker(device)
+        tracker.reset()
+        ev.emit("phase", phase="measured", state="start")
+        inf.synchronize(device)
+        t = state["t0"] = time.perf_counter()
+        rows = read_corpus(spec.corpus_path)
+        state["total"] = res["items_total"] = len(rows)
+        try:
+            win = inf.run_batches(rows, tok, model, device, spec.variant, on_batch, sink)
+            inf.synchronize(device)
+            phase("measured", t)
+        finally:
+            res["peaks"] = tracker.read().to_json()
+        res["items_completed"] = win.items_done
+        res["items_per_s"] = round(win.items_done / phases["measured"], 4)
+        res.update(n_truncated=win.n_truncated, real_tokens=win.real_tokens,
+                   padded_tokens=win.padded_tokens, batches=win.batches)
+
+        t = time.perf_counter()
+        gold = [(l, id2label[p]) for l, p in zip(win.labels, win.pred_index) if l is not None]
+        res["self_accuracy"] = round(sum(a == b for a, b in gold) / len(gold), 6) if gold else None
+        phase("evaluation", t)
+        res["status"] = "ok"
+        code = EXIT_OK
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a row
+        if isinstance(exc, KeyboardInterrupt):
+            res["status"], code = "interrupted", EXIT_ERROR
+        elif is_oom(exc):
+            res["status"], code = "oom", EXIT_OOM
+            ev.emit("oom", items_done=state["done"], message=str(exc).splitlines()[0][:300])
+        else:
+            res["status"], code = "error", EXIT_ERROR
+            ev.emit("error", items_done=getattr(exc, "items_done", state["done"]),
+                    message=f"{type(exc).__name__}: {exc}"[:300])
+        res["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]
+        res["items_completed"] = getattr(exc, "items_done", state["done"])
+        traceback.print_exc(file=sys.stderr)
+    t = time.perf_counter()
+    pred_path = out / "predictions.jsonl"
+    win = win or sink.get("win")
+    if win is not None:
+        res["predictions_lines"], res["predictions_sha256"] = write_predictions(pred_path, win, id2label)
+    res["predictions_path"] = pred_path.name if win is not None else ""
+    phases["writing"] = round(time.perf_counter() - t, 6)
+    res["end_time"] = _utc()
+    res["exit_code"] = code
+    (out / "result.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
+    ev.emit("result", status=res["status"], items_completed=res["items_completed"],
+            measured_s=phases.get("measured"))
+    return code, res
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ev = EventWriter()
+    if len(argv) != 1:
+        print("usage: python -m lab.passes.runner PASS_DIR/pass.json", file=sys.stderr)
+        return EXIT_BAD_SPEC
+    try:
+        spec = PassSpec.read(argv[0])
+    except (OSError, ValueError, TypeError) as exc:
+        ev.emit("error", items_done=0, message=f"bad pass spec {argv[0]}: {exc}")
+        return EXIT_BAD_SPEC
+    code, _ = run_pass(spec, ev)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""The campaign file (TOML): decision question, corpus, model, quality, timing, series.
+
+Locking records the protocol's hash before any measured pass (seed: "Inscrivi la soglia
+e la tolleranza ... prima di guardare i tempi"); an edit after lock makes a new version,
+and each version has its own results folder, so versions never mix (SPEC 3.1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from lab.variants import Variant, VariantError, expand_series
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEMO_CAMPAIGN = Path(__file__).resolve().parent / "defaults" / "demo.toml"
+METRICS = ("accuracy", "macro_f1")
+
+
+class ProtocolError(ValueError):
+    """A campaign file that cannot be used as written; one line naming the field and the fix."""
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A parsed campaign file. ``raw`` is the TOML as a dict; paths are resolved."""
+
+    path: Path
+    raw: dict
+    variants: tuple[Variant, ...]
+
+    @property
+    def name(self) -> str:
+        return self.raw["campaign"]["name"]
+
+    @property
+    def quality(self) -> dict:
+        return self.raw["quality"]
+
+    @property
+    def timing(self) -> dict:
+        return self.raw["timing"]
+
+    @property
+    def corpus_path(self) -> Path:
+        return _resolve(self.raw["corpus"]["path"], self.path)
+
+    @property
+    def card_path(self) -> Path | None:
+        c = self.raw["corpus"].get("card")
+        return _resolve(c, self.path) if c else None
+
+    @property
+    def model_ref(self) -> str:
+        m = self.raw["model"]
+        return str(_resolve(m["path"], self.path)) if "path" in m else m["id"]
+
+    @property
+    def reference(self) -> Variant:
+        ref = self.quality["reference_variant"]
+        return next(v for v in self.variants if ref in (v.name, v.variant_id))
+
+    def digest(self) -> str:
+        """sha256 of the canonical protocol (parsed TOML, sorted keys): comments do not count."""
+        blob = json.dumps(self.raw, sort_keys=True, ensure_ascii=False, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+
+def _resolve(p: str, campaign_file: Path) -> Path:
+    if p.startswith("@repo/"):
+        return REPO_ROOT / p[len("@repo/"):]
+    q = Path(p).expanduser()
+    return q if q.is_absolute() else (campaign_file.parent / q)
+
+
+def _need(d: dict, section: str, key: str, typ, file: Path):
+    if section not in d or key not in d[section]:
+        raise ProtocolError(f"{file}: missing [{section}] {key}; add it to the campaign file")
+    v = d[section][key]
+    if not isinstance(v, typ) or isinstance(v, bool) and typ is not bool:
+        raise ProtocolError(f"{file}: [{section}] {key} = {v!r} has the wrong type; expected {typ}")
+    return v
+
+
+def load_protocol(path: str | Path) -> Protocol:
+    """Parse and check a campaign file. Raises ProtocolError with one line on any problem."""
+    path = Path(path).resolve()
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ProtocolError(f"{path}: no such campaign file; `iteralab campaign new` writes one") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ProtocolError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
+    _need(raw, "campaign", "name", str, path)
+    _need(raw, "campaign", "question", str, path)
+    _need(raw, "corpus", "path", str, path)
+    if "model" not in raw or not ({"path", "id"} & set(raw["model"])):
+        raise ProtocolError(f"{path}: [model] needs path (local checkpoint) or id (hub model)")
+    metric = _need(raw, "quality", "metric", str, path)
+    if metric not in METRICS:
+        raise ProtocolError(f"{path}: [quality] metric {metric!r} unknown; use {' or '.join(METRICS)}")
+    thr = _need(raw, "quality", "threshold", (int, float), path)
+    tol = _need(raw, "quality", "tolerance", (int, float), path)
+    if not 0 <= thr <= 1 or not 0 <= tol <= 1:
+        raise ProtocolError(f"{path}: [quality] threshold and tolerance are fractions in [0, 1]")
+    _need(raw, "quality", "reference_variant", str, path)
+    reps = _need(raw, "timing", "repetitions", int, path)
+    if reps < 1:
+        raise ProtocolError(f"{path}: [timing] repetitions must be >= 1 (default 5)")
+    for key in ("warmup_items", "warmup_passes"):
+        if _need(raw, "timing", key, int, path) < 0:
+            raise ProtocolError(f"{path}: [timing] {key} must be >= 0")
+    if raw["timing"].get("process", "fresh") != "fresh":
+        raise ProtocolError(f"{path}: [timing] process must be 'fresh' (one process per pass)")
+    if not raw.get("series"):
+        raise ProtocolError(f"{path}: no [[series]] declared; add at least one")
+    try:
+        variants = tuple(expand_series(raw.get("defaults", {}), raw["series"]))
+    except (VariantError, TypeError) as exc:
+        raise ProtocolError(f"{path}: {exc}") from None
+    proto = Protocol(path, raw, variants)
+    ref = raw["quality"]["reference_variant"]
+    if not any(ref in (v.name, v.variant_id) for v in variants):
+        names = ", ".join(v.name for v in variants)
+        raise ProtocolError(f"{path}: reference_variant {ref!r} is not a declared variant ({names})")
+    return proto
+
+
+# ---- lock and versions -------------------------------------------------------------
+
+def lock_path(campaign_file: Path) -> Path:
+    return Path(campaign_file).with_suffix(".lock.json")
+
+
+def read_lock(campaign_file: Path) -> list[dict]:
+    """The lock's versions, oldest first ([] when never locked)."""
+    p = lock_path(campaign_file)
+    return json.loads(p.read_text())["versions"] if p.exists() else []
+
+
+def lock(proto: Protocol) -> dict:
+    """Record the protocol's hash as a new version (or return the current one if unchanged).
+
+    Returns {"version": n, "sha256": ..., "locked_at": ISO UTC, "corpus_sha256": ...}.
+    """
+    from lab.corpus import sha256_file
+
+    versions = read_lock(proto.path)
+    digest = proto.digest()
+    for v in versions:
+        if v["sha256"] == digest:
+            return v
+    if not proto.corpus_path.is_file():
+        raise ProtocolError(f"{proto.path}: corpus {proto.corpus_path} not found; build it before locking")
+    entry = {"version": len(versions) + 1, "sha256": digest,
+             "locked_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+             "corpus_sha256": sha256_file(proto.corpus_path),
+             "protocol": proto.raw}
+    versions.append(entry)
+    lock_path(proto.path).write_text(json.dumps({"campaign_file": proto.path.name,
+                                                 "versions": versions}, indent=1, default=str) + "\n")
+    return entry
+
+
+def locked_version(proto: Protocol) -> dict:
+    """The lock entry matching the file as it is now.
+
+    Raises ProtocolError when never locked, or when the file changed since its last lock
+    (lock again: that makes a new version whose results are kept apart).
+    """
+    versions = read_lock(proto.path)
+    if not versions:
+        raise ProtocolError(
+            f"{proto.path.name}: protocol not locked; run `iteralab protocol lock {proto.path}` before any pass")
+    digest = proto.digest()
+    for v in versions:
+        if v["sha256"] == digest:
+            return v
+    raise ProtocolError(
+        f"{proto.path.name}: edited after lock (version {versions[-1]['version']}); run "
+        f"`iteralab protocol lock {proto.path}` to make version {len(versions) + 1} (results of versions never mix)")
