@@ -1,0 +1,125 @@
+"""Memory estimate of an encoder forward pass in inference mode: weights + activations.
+
+Formula (all figures in bytes; ``e`` = bytes per element of the precision: fp32 4,
+bf16/fp16 2; ``b`` batch size in items, ``s`` sequence length in tokens, ``h`` hidden
+size, ``a`` attention heads, ``i`` intermediate (MLP) size, ``N`` parameter count):
+
+    weights_bytes    = N * e
+    activation_bytes = e * (s*b*(5h + 2i + 2h) + attn_scores) + mask_bytes
+        attn_scores  = 2 * a * s^2 * b   with eager attention (scores and softmax
+                       probabilities materialized), 0 with fused SDPA / flash kernels
+        mask_bytes   = b * s^2 * (e for eager, 1 for SDPA: a boolean mask)
+    total_bytes      = weights_bytes + activation_bytes
+
+Source: the per-layer activation count of Korthikanti et al. 2022, "Reducing
+Activation Recomputation in Large Transformer Models" (arXiv:2205.05198, section 4.1):
+per layer ``s*b*h*(34 + 5*a*s/h)`` bytes in training with 16-bit activations, i.e.
+attention 11sbh + 5as^2b, MLP 19sbh, layer norms 4sbh. Adapted to inference:
+
+1. ``torch.inference_mode``: nothing is kept for backward, so only one layer's
+   tensors are alive at a time (the previous layer's are freed). We count the tensors
+   of one layer, once, not times the number of layers.
+2. eval mode: dropout is the identity, so the dropout masks (1 byte each) and the
+   dropout output copies are gone.
+3. What remains, in elements: attention 5sbh (layer input, Q, K, V, context), MLP
+   sbh + 2*i*sb (input, GeLU input, GeLU output; ``i = 4h`` gives the paper's 9sbh),
+   layer norms 2sbh, plus the 2as^2b scores and probabilities under eager attention
+   (the paper keeps only the probabilities; in inference both exist at once).
+4. The count sums every tensor of a layer as if all were alive together: an upper
+   bound of the live set, which in practice is smaller (Q/K/V are freed before the
+   MLP runs).
+
+Left out (stated, not hidden): the CUDA/HIP context and kernels (visible only in the
+device-level counter), allocator rounding and caching (visible in peak reserved),
+the embedding lookup output, logits (b x labels), input ids, framework workspaces
+(oneDNN / cuBLAS scratch), the Python interpreter and libraries (in process RSS).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
+FUSED_ATTENTION = ("sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+
+
+@dataclass(frozen=True)
+class EncoderShape:
+    """What the estimate needs from a model config: sizes in elements, parameter count."""
+
+    hidden_size: int
+    num_attention_heads: int
+    intermediate_size: int
+    num_hidden_layers: int
+    n_params: int
+    attention: str = "sdpa"  # config._attn_implementation: "eager", "sdpa", ...
+
+    @classmethod
+    def from_model(cls, model) -> "EncoderShape":
+        """From a loaded transformers model: config sizes and the counted parameters."""
+        cfg = model.config
+        return cls(cfg.hidden_size, cfg.num_attention_heads, cfg.intermediate_size,
+                   cfg.num_hidden_layers, count_parameters(model),
+                   getattr(cfg, "_attn_implementation", None) or "eager")
+
+    @classmethod
+    def from_pretrained(cls, model_ref: str) -> "EncoderShape":
+        """From a checkpoint without loading weights: the model is built on the meta device."""
+        import torch
+        from transformers import AutoConfig, AutoModelForSequenceClassification
+
+        cfg = AutoConfig.from_pretrained(model_ref)
+        with torch.device("meta"):
+            model = AutoModelForSequenceClassification.from_config(cfg)
+        return cls.from_model(model)
+
+
+def count_parameters(model) -> int:
+    """Number of parameter elements (buffers such as position ids are not counted)."""
+    return int(sum(p.numel() for p in model.parameters()))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Estimated peak of one forward pass, in bytes. ``total_bytes`` = weights + activations."""
+
+    precision: str
+    batch_size: int
+    seq_len_tokens: int
+    attention: str
+    weights_bytes: int
+    activation_bytes: int
+    total_bytes: int
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def bytes_per_element(precision: str) -> int:
+    """4 for fp32, 2 for bf16/fp16. Raises ValueError for an unknown precision."""
+    try:
+        return BYTES_PER_ELEMENT[precision]
+    except KeyError:
+        raise ValueError(f"precision {precision!r} unknown; use one of {', '.join(BYTES_PER_ELEMENT)}") from None
+
+
+def activation_bytes_per_item(shape: EncoderShape, precision: str, seq_len_tokens: int) -> int:
+    """Activation bytes for one item (b = 1); the activation term is linear in b."""
+    e = bytes_per_element(precision)
+    s, h, a, i = seq_len_tokens, shape.hidden_size, shape.num_attention_heads, shape.intermediate_size
+    eager = shape.attention not in FUSED_ATTENTION
+    elements = s * (5 * h + 2 * i + 2 * h) + (2 * a * s * s if eager else 0)
+    mask = s * s * (e if eager else 1)
+    return e * elements + mask
+
+
+def estimate(shape: EncoderShape, precision: str, batch_size: int, seq_len_tokens: int) -> Estimate:
+    """Estimate for (model shape, precision, batch size in items, length in tokens).
+
+    Raises ValueError for an unknown precision or a non-positive batch size / length.
+    """
+    if batch_size < 1 or seq_len_tokens < 1:
+        raise ValueError(f"batch_size {batch_size} and seq_len_tokens {seq_len_tokens} must be >= 1")
+    weights = shape.n_params * bytes_per_element(precision)
+    act = batch_size * activation_bytes_per_item(shape, precision, seq_len_tokens)
+    return Estimate(precision, batch_size, seq_len_tokens, shape.attention, weights, act, weights + act)
