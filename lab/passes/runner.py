@@ -83,6 +83,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
 
     try:
         import torch
+        import transformers  # noqa: F401 - imported here so its start-up cost is not model load
 
         from lab.corpus import read_corpus
         from lab.memory.peaks import PeakTracker

@@ -1,0 +1,316 @@
+"""`iteralab`: one verb per step of a campaign.
+
+    iteralab corpus build --source FILE --out DIR     build the comparison corpus + tuning split
+    iteralab model build-demo --out DIR               fit the demo model's head
+    iteralab protocol lock CAMPAIGN.toml              record the protocol's hash (a new version if edited)
+    iteralab campaign run CAMPAIGN.toml [--detach]    run (or resume) the rotated schedule
+    iteralab campaign status CAMPAIGN.toml|DIR        one line per pass
+    iteralab campaign pause|stop CAMPAIGN.toml|DIR    pause after the current pass / stop now
+    iteralab report CAMPAIGN.toml|DIR                 raw table, summary, manifest, decision note
+    iteralab archive CAMPAIGN.toml|DIR                pack the evidence archive (prints its path)
+    iteralab archive verify FILE.tar.gz               re-check checksums and predictions
+    iteralab demo                                     the offline demo campaign, headless
+    iteralab up                                       the terminal UI (headless demo without a terminal)
+    iteralab doctor                                   environment checks
+
+Errors print one line (what is wrong and how to fix it) and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from lab.protocol import DEMO_CAMPAIGN, REPO_ROOT, ProtocolError
+
+RUNS_ROOT = Path(os.environ.get("ITERALAB_RUNS", REPO_ROOT / "runs"))
+DEMO_COPY = RUNS_ROOT / "demo" / "demo.toml"
+
+
+class CliError(Exception):
+    pass
+
+
+def make_launcher(kind: str, memory_limit: int | None = None):
+    """'local', 'docker' or 'auto' (docker when an engine and the image answer, else local)."""
+    from lab.launchers.local import LocalLauncher
+
+    if kind in ("docker", "auto"):
+        try:
+            from lab.launchers.docker import DockerLauncher
+        except ImportError as exc:
+            if kind == "docker":
+                raise CliError(f"docker launcher unavailable ({exc}); use --launcher local") from None
+        else:
+            try:
+                return DockerLauncher.from_environment(mem_limit_bytes=memory_limit)
+            except Exception as exc:  # engine unreachable or image missing
+                if kind == "docker":
+                    raise CliError(f"docker launcher unavailable: {exc}") from None
+    return LocalLauncher(address_space_limit_bytes=memory_limit)
+
+
+def resolve_campaign_dir(target: str) -> Path:
+    """A campaign folder, or the folder of a campaign file's current locked version."""
+    from lab.orchestrator import campaign_dir_for
+    from lab.protocol import load_protocol, locked_version
+
+    p = Path(target)
+    if p.is_dir() and (p / "journal.sqlite").exists():
+        return p
+    if p.is_file():
+        proto = load_protocol(p)
+        d = campaign_dir_for(proto, locked_version(proto), RUNS_ROOT)
+        if not (d / "journal.sqlite").exists():
+            raise CliError(f"{p}: no campaign run yet for this protocol version; `iteralab campaign run {p}`")
+        return d
+    raise CliError(f"{target}: neither a campaign file nor a campaign folder (one holding journal.sqlite)")
+
+
+def demo_campaign_file() -> Path:
+    """The demo campaign copied into runs/demo/ (so its lock lives beside it)."""
+    DEMO_COPY.parent.mkdir(parents=True, exist_ok=True)
+    if not DEMO_COPY.exists():
+        shutil.copyfile(DEMO_CAMPAIGN, DEMO_COPY)
+    return DEMO_COPY
+
+
+def default_campaign_file() -> Path:
+    """./campaign.toml when the user wrote one, else the embedded demo campaign."""
+    user = Path(os.environ.get("ITERALAB_CAMPAIGN", REPO_ROOT / "campaign.toml"))
+    return user if user.is_file() else demo_campaign_file()
+
+
+# ---- verbs ----------------------------------------------------------------------------
+
+def cmd_corpus_build(a) -> int:
+    from lab.corpus import BucketLimits, BuildSpec, build_corpus
+    from lab.models import encoder_tokenizer
+
+    tok, info = encoder_tokenizer()
+    spec = BuildSpec(sizes={"short": a.short, "medium": a.medium, "long": a.long},
+                     tuning_size=a.tuning, seed=a.seed,
+                     limits=BucketLimits(a.short_below, a.long_above))
+    card = build_corpus(a.source, a.out, tok, info, spec, a.id_field, a.text_field, a.label_field)
+    print(f"corpus: {card['comparison']['items']} items, tuning {card['tuning']['items']} -> {a.out}")
+    return 0
+
+
+def cmd_model_build_demo(a) -> int:
+    from lab.demo.model import build_demo_model
+
+    info = build_demo_model(a.tuning, a.out)
+    print(f"demo model -> {a.out} ({len(info['labels'])} labels, tuning accuracy {info['tuning_accuracy']})")
+    return 0
+
+
+def cmd_protocol_lock(a) -> int:
+    from lab.protocol import load_protocol, lock
+
+    v = lock(load_protocol(a.campaign))
+    print(f"locked {a.campaign}: version {v['version']}, sha256 {v['sha256']}")
+    return 0
+
+
+def cmd_campaign_run(a) -> int:
+    from lab.orchestrator import Orchestrator
+
+    if a.detach:
+        return spawn_detached(Path(a.campaign), a.launcher, a.memory_limit)
+    orch = Orchestrator.prepare(a.campaign, RUNS_ROOT, make_launcher(a.launcher, a.memory_limit))
+    print(f"campaign folder: {orch.dir}", flush=True)
+    state = orch.run()
+    print(f"campaign {state}: {orch.dir}")
+    return 0
+
+
+def spawn_detached(campaign: Path, launcher: str, memory_limit: int | None) -> int:
+    """Start the orchestrator in its own session: closing the UI or SSH does not stop it."""
+    from lab.orchestrator import Orchestrator
+
+    orch = Orchestrator.prepare(campaign, RUNS_ROOT, make_launcher("local"))
+    cmd = [sys.executable, "-m", "lab.cli", "campaign", "run", str(campaign), "--launcher", launcher]
+    if memory_limit:
+        cmd += ["--memory-limit", str(memory_limit)]
+    log = open(orch.dir / "orchestrator.log", "ab")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                            start_new_session=True, cwd=str(REPO_ROOT))
+    print(f"campaign started in the background (pid {proc.pid}): {orch.dir}")
+    return 0
+
+
+def cmd_campaign_status(a) -> int:
+    from lab.status import campaign_status
+
+    st = campaign_status(resolve_campaign_dir(a.target))
+    print(f"{st['dir']}  state: {st['state']}  passes: {st['finished']}/{st['planned']} finished")
+    for r in st["attempts"]:
+        print(f"  {r['pass_id']:<32} {r['status']:<11} {r['items_completed']}/{r['items_total']}"
+              f"  {r['verdict']}")
+    return 0
+
+
+def cmd_campaign_control(a) -> int:
+    from lab.journal import Journal
+
+    d = resolve_campaign_dir(a.target)
+    j = Journal(d / "journal.sqlite")
+    j.set_control("pause" if a.verb == "pause" else "stop", True)
+    print(f"{a.verb} requested: {d}")
+    return 0
+
+
+def cmd_report(a) -> int:
+    from lab.report.build import build_report
+
+    r = build_report(resolve_campaign_dir(a.target))
+    print(f"report: {r['rows']} rows -> {r['report_dir']}")
+    return 0
+
+
+def make_archive(campaign_dir: Path) -> Path:
+    from lab.archive import pack
+    from lab.report.build import build_report
+
+    build_report(campaign_dir)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    name = f"{campaign_dir.parent.name}-{campaign_dir.name}-{stamp}.tar.gz"
+    out = campaign_dir.parent / name
+    return pack(campaign_dir, out, ["campaign.toml", "campaign.lock.json", "corpus_card.json",
+                                    "protocol_version.json", "journal.sqlite", "orchestrator.log",
+                                    "passes/", "report/"])
+
+
+def cmd_archive(a) -> int:
+    if a.target == "verify":
+        if not a.archive:
+            raise CliError("usage: iteralab archive verify FILE.tar.gz")
+        from lab.archive import verify
+
+        v = verify(Path(a.archive))
+        for p in v.problems:
+            print(f"FAIL {p}")
+        print(f"{'OK' if v.ok else 'FAILED'}: {v.files_checked} files, {v.rows_checked} rows checked")
+        return 0 if v.ok else 1
+    print(make_archive(resolve_campaign_dir(a.target)))
+    return 0
+
+
+def run_demo(launcher: str = "local") -> Path:
+    """Lock (if needed) and run the demo campaign headless; returns the archive path."""
+    from lab.orchestrator import Orchestrator
+    from lab.protocol import load_protocol, lock
+
+    f = demo_campaign_file()
+    lock(load_protocol(f))
+    orch = Orchestrator.prepare(f, RUNS_ROOT, make_launcher(launcher))
+    print(f"demo campaign: {orch.dir}", flush=True)
+    orch.run()
+    return make_archive(orch.dir)
+
+
+def cmd_demo(a) -> int:
+    print(run_demo(a.launcher))
+    return 0
+
+
+def cmd_up(a) -> int:
+    if sys.stdin.isatty() and sys.stdout.isatty() and not a.headless:
+        try:
+            from tui.app import run_app
+        except ImportError:
+            run_app = None
+        if run_app is not None:
+            return run_app(default_campaign_file())
+    return cmd_demo(a)
+
+
+def cmd_doctor(a) -> int:
+    try:
+        from lab.doctor import doctor, render
+    except ImportError:
+        raise CliError("doctor checks are not available in this build") from None
+    checks = doctor()
+    print(render(checks))
+    return 0 if all(c.ok for c in checks) else 1
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="iteralab", description="IteraGPU Lab campaigns")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("corpus").add_subparsers(dest="verb", required=True)
+    b = c.add_parser("build", help="build the comparison corpus and tuning split")
+    b.add_argument("--source", required=True)
+    b.add_argument("--out", required=True)
+    b.add_argument("--id-field", default="id")
+    b.add_argument("--text-field", default="text")
+    b.add_argument("--label-field", default="label")
+    b.add_argument("--short", type=int, default=600)
+    b.add_argument("--medium", type=int, default=300)
+    b.add_argument("--long", type=int, default=100)
+    b.add_argument("--tuning", type=int, default=1600)
+    b.add_argument("--short-below", type=int, default=64)
+    b.add_argument("--long-above", type=int, default=256)
+    b.add_argument("--seed", type=int, default=20260924)
+    b.set_defaults(fn=cmd_corpus_build)
+    m = sub.add_parser("model").add_subparsers(dest="verb", required=True)
+    mb = m.add_parser("build-demo")
+    mb.add_argument("--out", required=True)
+    mb.add_argument("--tuning", default=str(REPO_ROOT / "demo" / "corpus" / "tuning.jsonl"))
+    mb.set_defaults(fn=cmd_model_build_demo)
+    pr = sub.add_parser("protocol").add_subparsers(dest="verb", required=True)
+    pl = pr.add_parser("lock")
+    pl.add_argument("campaign")
+    pl.set_defaults(fn=cmd_protocol_lock)
+    ca = sub.add_parser("campaign").add_subparsers(dest="verb", required=True)
+    cr = ca.add_parser("run")
+    cr.add_argument("campaign")
+    cr.add_argument("--launcher", choices=("auto", "local", "docker"), default="auto")
+    cr.add_argument("--memory-limit", type=int, default=None, help="bytes per pass (host memory)")
+    cr.add_argument("--detach", action="store_true", help="run in the background")
+    cr.set_defaults(fn=cmd_campaign_run)
+    for verb, fn in (("status", cmd_campaign_status), ("pause", cmd_campaign_control),
+                     ("stop", cmd_campaign_control)):
+        s = ca.add_parser(verb)
+        s.add_argument("target")
+        s.set_defaults(fn=fn)
+    rp = sub.add_parser("report")
+    rp.add_argument("target")
+    rp.set_defaults(fn=cmd_report)
+    ar = sub.add_parser("archive")
+    ar.add_argument("target", help="campaign file or folder, or 'verify'")
+    ar.add_argument("archive", nargs="?")
+    ar.set_defaults(fn=cmd_archive)
+    for name, fn in (("demo", cmd_demo), ("up", cmd_up)):
+        d = sub.add_parser(name)
+        d.add_argument("--launcher", choices=("auto", "local", "docker"), default="local")
+        d.add_argument("--headless", action="store_true")
+        d.set_defaults(fn=fn)
+    sub.add_parser("doctor").set_defaults(fn=cmd_doctor)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from lab.archive import ArchiveError
+    from lab.corpus import CorpusError
+    from lab.cost.forfaits import PricingError
+
+    args = parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (CliError, ProtocolError, CorpusError, ArchiveError, PricingError) as exc:
+        print(f"iteralab: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("iteralab: interrupted; `iteralab campaign run` resumes where it stopped", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""The campaign's state: a SQLite journal in the campaign folder.
+
+One row per attempted pass (``attempts``), the events each pass streamed (``events``),
+and control flags (``control``: pause/stop requests, the orchestrator's pid and
+heartbeat). The orchestrator writes; UIs read it and write only control flags, so a UI
+can quit and re-attach while the campaign goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS attempts (
+  pass_id TEXT PRIMARY KEY, seq INTEGER, attempt INTEGER, repetition INTEGER, position INTEGER,
+  variant_id TEXT, variant_json TEXT, status TEXT, start_time TEXT, end_time TEXT,
+  exit_code INTEGER, items_completed INTEGER, items_total INTEGER, items_per_s REAL,
+  result_json TEXT, validation_json TEXT, launcher TEXT, notes TEXT, updated REAL
+);
+CREATE TABLE IF NOT EXISTS events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, pass_id TEXT, t REAL, kind TEXT, payload TEXT
+);
+CREATE TABLE IF NOT EXISTS control (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS plan (seq INTEGER PRIMARY KEY, repetition INTEGER, position INTEGER,
+  variant_id TEXT, variant_json TEXT);
+"""
+
+FINAL = ("ok", "oom", "error", "killed", "interrupted")
+
+
+class Journal:
+    """SQLite journal at ``path``. Safe for one writer process and many readers (WAL)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.db = sqlite3.connect(str(self.path), timeout=30, check_same_thread=False,
+                                  isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA busy_timeout=30000")
+        self.db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextmanager
+    def tx(self):
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+
+    # ---- plan ------------------------------------------------------------------------
+    def set_plan(self, planned) -> None:
+        """Record the schedule once (a list of PlannedPass); later calls keep the first."""
+        with self.tx() as db:
+            if db.execute("SELECT COUNT(*) FROM plan").fetchone()[0]:
+                return
+            db.executemany("INSERT INTO plan VALUES (?,?,?,?,?)",
+                           [(p.seq, p.repetition, p.position, p.variant.variant_id,
+                             json.dumps(p.variant.to_json())) for p in planned])
+
+    def plan(self) -> list[dict]:
+        return [dict(r) for r in self.db.execute("SELECT * FROM plan ORDER BY seq")]
+
+    # ---- attempts --------------------------------------------------------------------
+    def start_attempt(self, pass_id: str, seq: int, attempt: int, repetition: int, position: int,
+                      variant_json: dict, start_time: str, launcher: str, items_total: int) -> None:
+        with self.tx() as db:
+            db.execute("INSERT INTO attempts (pass_id, seq, attempt, repetition, position, variant_id,"
+                       " variant_json, status, start_time, items_completed, items_total, launcher,"
+                       " notes, updated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                       (pass_id, seq, attempt, repetition, position, variant_json["variant_id"],
+                        json.dumps(variant_json), "running", start_time, 0, items_total,
+                        launcher, "", time.time()))
+
+    def update_progress(self, pass_id: str, done: int, items_per_s: float | None) -> None:
+        self.db.execute("UPDATE attempts SET items_completed=?, items_per_s=?, updated=? WHERE pass_id=?",
+                        (done, items_per_s, time.time(), pass_id))
+
+    def finish_attempt(self, pass_id: str, status: str, end_time: str, exit_code: int | None,
+                       items_completed: int, result: dict | None, notes: str) -> None:
+        self.db.execute("UPDATE attempts SET status=?, end_time=?, exit_code=?, items_completed=?,"
+                        " result_json=?, notes=?, updated=? WHERE pass_id=?",
+                        (status, end_time, exit_code, items_completed,
+                         json.dumps(result) if result is not None else None, notes, time.time(), pass_id))
+
+    def set_validation(self, pass_id: str, validation: dict | None) -> None:
+        self.db.execute("UPDATE attempts SET validation_json=? WHERE pass_id=?",
+                        (json.dumps(validation) if validation is not None else None, pass_id))
+
+    def attempts(self) -> list[dict]:
+        """All attempts in schedule order, JSON columns decoded."""
+        out = []
+        for r in self.db.execute("SELECT * FROM attempts ORDER BY seq, attempt"):
+            d = dict(r)
+            for k in ("variant_json", "result_json", "validation_json"):
+                d[k[:-5]] = json.loads(d.pop(k)) if d.get(k) else None
+            out.append(d)
+        return out
+
+    def mark_running_interrupted(self, note: str) -> list[str]:
+        """Attempts left 'running' by a dead orchestrator become 'interrupted' rows (kept)."""
+        with self.tx() as db:
+            ids = [r[0] for r in db.execute("SELECT pass_id FROM attempts WHERE status='running'")]
+            db.execute("UPDATE attempts SET status='interrupted', notes=? WHERE status='running'", (note,))
+        return ids
+
+    # ---- events ----------------------------------------------------------------------
+    def add_event(self, pass_id: str, kind: str, payload: dict) -> None:
+        self.db.execute("INSERT INTO events (pass_id, t, kind, payload) VALUES (?,?,?,?)",
+                        (pass_id, time.time(), kind, json.dumps(payload, default=str)))
+
+    def events_since(self, last_id: int = 0, limit: int = 10000) -> list[dict]:
+        rows = self.db.execute("SELECT * FROM events WHERE id > ? ORDER BY id LIMIT ?", (last_id, limit))
+        return [{**dict(r), "payload": json.loads(r["payload"])} for r in rows]
+
+    # ---- control ---------------------------------------------------------------------
+    def set_control(self, key: str, value) -> None:
+        self.db.execute("INSERT INTO control VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                        (key, json.dumps(value)))
+
+    def get_control(self, key: str, default=None):
+        r = self.db.execute("SELECT value FROM control WHERE key=?", (key,)).fetchone()
+        return json.loads(r[0]) if r else default

@@ -1,0 +1,86 @@
+"""Local launcher: one fresh Python process per pass, for hosts without a Docker engine.
+
+Used on rentals that are themselves containers. The manifest then says "no container
+isolation". An optional address-space limit (RLIMIT_AS) lets a host-memory OOM happen
+for real, as a failure row with the items completed.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Callable
+
+from lab.launchers.base import LaunchOutcome, LineSink
+from lab.passes.spec import PassSpec
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class LocalLauncher:
+    """Runs ``python -m lab.passes.runner`` in a new process session.
+
+    ``address_space_limit_bytes``: RLIMIT_AS for the pass process (None = unlimited).
+    """
+
+    name = "local"
+
+    def __init__(self, python: str = sys.executable, address_space_limit_bytes: int | None = None,
+                 env: dict | None = None):
+        self.python = python
+        self.address_space_limit_bytes = address_space_limit_bytes
+        self.env = env
+
+    def describe(self) -> dict:
+        return {"launcher": "local", "isolation": "no container isolation (local process)",
+                "python": self.python, "address_space_limit_bytes": self.address_space_limit_bytes}
+
+    def _preexec(self) -> None:
+        if self.address_space_limit_bytes:
+            lim = int(self.address_space_limit_bytes)
+            resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+
+    def launch(self, spec: PassSpec, pass_dir: Path, on_line: LineSink,
+               should_stop: Callable[[], bool] = lambda: False) -> LaunchOutcome:
+        env = dict(os.environ if self.env is None else self.env)
+        env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        env.setdefault("MALLOC_ARENA_MAX", "2")
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        log = open(pass_dir / "log.txt", "ab")
+        proc = subprocess.Popen(
+            [self.python, "-u", "-m", "lab.passes.runner", str(pass_dir / "pass.json")],
+            stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env,
+            cwd=str(REPO_ROOT), start_new_session=True, preexec_fn=self._preexec)
+        stopped = threading.Event()
+
+        def watch() -> None:
+            while proc.poll() is None:
+                if should_stop():
+                    stopped.set()
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    try:
+                        proc.wait(10)
+                    except subprocess.TimeoutExpired:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    return
+                stopped.wait(0.5)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        assert proc.stdout is not None
+        for raw in proc.stdout:  # whole lines
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            log.write(raw)
+            on_line(line)
+        code = proc.wait()
+        log.close()
+        killed = code == -signal.SIGKILL and self.address_space_limit_bytes is not None
+        note = "stopped by the user" if stopped.is_set() else ""
+        return LaunchOutcome(code, killed_host_memory=killed, isolation="no container isolation (local process)",
+                             note=note, extra={"pid": proc.pid})

@@ -1,0 +1,104 @@
+"""The manifest: what is needed to reproduce a campaign (SPEC 2: manifest; seed: "Preparare gli
+input, il riferimento e il manifesto").
+
+Only named facts are recorded. Environment variables are read from a short allow-list of
+device-selection settings; tokens and secrets are never read into the manifest.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "pandas", "textual",
+            "docker", "psutil", "nvidia-ml-py")
+ENV_ALLOWED = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+               "OMP_NUM_THREADS", "MALLOC_ARENA_MAX", "TOKENIZERS_PARALLELISM", "HF_HUB_OFFLINE",
+               "CUBLAS_WORKSPACE_CONFIG", "PYTORCH_CUDA_ALLOC_CONF")
+
+
+def _pkg(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "absent"
+
+
+def git_commit() -> dict:
+    """The lab's git commit and whether the working tree had uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return {"commit": head or "absent (not a git checkout)", "uncommitted_changes": bool(dirty)}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": "absent (git not available)", "uncommitted_changes": None}
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def gpu_facts() -> dict:
+    """GPU name/count/memory, driver and runtime from NVML and torch; 'absent' otherwise."""
+    out: dict = {"count": 0, "devices": [], "driver": "absent", "cuda_runtime": "absent",
+                 "hip_runtime": "absent"}
+    try:
+        import torch
+
+        out["cuda_runtime"] = torch.version.cuda or "absent"
+        out["hip_runtime"] = torch.version.hip or "absent"
+        if torch.cuda.is_available():
+            out["count"] = torch.cuda.device_count()
+            for i in range(out["count"]):
+                p = torch.cuda.get_device_properties(i)
+                out["devices"].append({"index": i, "name": p.name, "memory_bytes": int(p.total_memory)})
+    except Exception as exc:  # torch missing or broken: say so
+        out["torch_error"] = f"{type(exc).__name__}: {exc}"[:200]
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        out["driver"] = pynvml.nvmlSystemGetDriverVersion()
+    except Exception:
+        out["driver_note"] = "NVML not available (no NVIDIA driver, or an AMD GPU)"
+    return out
+
+
+def build_manifest(campaign: dict, launcher: dict, model: dict, corpus: dict, extra: dict | None = None) -> dict:
+    """Assemble the manifest dict. ``campaign``: name, protocol version/hash, order, seeds."""
+    import psutil
+
+    return {
+        "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "lab": {"version": _pkg("iteragpu-lab"), **git_commit()},
+        "python": sys.version.split()[0],
+        "packages": {p: _pkg(p) for p in PACKAGES},
+        "os": {"system": platform.system(), "release": platform.release(),
+               "platform": platform.platform()},
+        "cpu": {"name": cpu_name(), "logical_cores": os.cpu_count()},
+        "ram_bytes": psutil.virtual_memory().total,
+        "gpu": gpu_facts(),
+        "launcher": launcher,
+        "model": model,
+        "corpus": corpus,
+        "campaign": campaign,
+        "environment": {k: os.environ[k] for k in ENV_ALLOWED if k in os.environ},
+        "reproduce": ("bounded numeric gap and acceptable quality: predictions are compared "
+                      "per id with the reference variant; bit-identical outputs are not expected "
+                      "across batch sizes, precisions, devices or library versions"),
+        **(extra or {}),
+    }

@@ -1,0 +1,223 @@
+"""Runs a locked campaign's rotated schedule through a launcher, one pass at a time; resumes.
+
+The orchestrator is independent of any UI: state lives in the campaign folder's SQLite
+journal. A pass left 'running' by a killed orchestrator becomes an 'interrupted' row that
+stays, and its slot is run again as a new attempt; every attempt is a row (SPEC 2: pass).
+Nothing is retried with a smaller batch (seed: "Non sostituire silenziosamente").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from lab.corpus import read_corpus
+from lab.journal import Journal
+from lab.passes.events import parse_event
+from lab.passes.spec import PassSpec
+from lab.protocol import Protocol, load_protocol, lock_path, locked_version
+from lab.schedule import rotated_schedule
+from lab.validate import validate_pass
+from lab.variants import Variant
+
+DONE = ("ok", "oom", "error", "killed")
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def campaign_dir_for(proto: Protocol, version: dict, runs_root: Path) -> Path:
+    """runs/<campaign name>/v<version>-<first 8 hex of the protocol hash>/."""
+    return Path(runs_root) / proto.name / f"v{version['version']}-{version['sha256'][:8]}"
+
+
+def model_labels(model_ref: str) -> set[str] | None:
+    """Label names of a local checkpoint (config.json id2label), None for hub ids."""
+    cfg = Path(model_ref) / "config.json"
+    if cfg.is_file():
+        return set(json.loads(cfg.read_text()).get("id2label", {}).values()) or None
+    return None
+
+
+class Orchestrator:
+    """Runs the schedule of one protocol version in ``campaign_dir`` through ``launcher``."""
+
+    def __init__(self, campaign_dir: Path, proto: Protocol, launcher, version: dict):
+        self.dir = Path(campaign_dir)
+        self.proto = proto
+        self.launcher = launcher
+        self.version = version
+        self.journal = Journal(self.dir / "journal.sqlite")
+        self._corpus: list[dict] | None = None
+
+    @classmethod
+    def prepare(cls, campaign_file: str | Path, runs_root: str | Path, launcher) -> "Orchestrator":
+        """Load and check the locked protocol, create its campaign folder and journal plan.
+
+        Raises ProtocolError when the protocol is not locked or was edited after lock.
+        """
+        proto = load_protocol(campaign_file)
+        version = locked_version(proto)
+        d = campaign_dir_for(proto, version, Path(runs_root))
+        (d / "passes").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(proto.path, d / "campaign.toml")
+        shutil.copyfile(lock_path(proto.path), d / "campaign.lock.json")
+        if proto.card_path and proto.card_path.is_file():
+            shutil.copyfile(proto.card_path, d / "corpus_card.json")
+        (d / "protocol_version.json").write_text(json.dumps(
+            {k: v for k, v in version.items() if k != "protocol"}, indent=1) + "\n")
+        orch = cls(d, proto, launcher, version)
+        orch.journal.set_plan(rotated_schedule(list(proto.variants), proto.timing["repetitions"]))
+        orch.journal.set_control("campaign_file", str(proto.path))
+        return orch
+
+    @property
+    def corpus(self) -> list[dict]:
+        if self._corpus is None:
+            self._corpus = read_corpus(self.proto.corpus_path)
+        return self._corpus
+
+    # ---- running ---------------------------------------------------------------------
+    def pending(self) -> list[dict]:
+        """Planned slots without a finished attempt (interrupted ones are run again)."""
+        done = {a["seq"] for a in self.journal.attempts() if a["status"] in DONE}
+        return [p for p in self.journal.plan() if p["seq"] not in done]
+
+    def run(self) -> str:
+        """Run every pending pass. Returns the final state: finished, paused or stopped."""
+        j = self.journal
+        j.set_control("orchestrator", {"pid": os.getpid(), "started": utc_now(),
+                                       "launcher": self.launcher.name})
+        j.set_control("state", "running")
+        j.set_control("stop", False)
+        for pid in j.mark_running_interrupted(
+                "interrupted: the orchestrator stopped while this pass ran; row kept, slot run again"):
+            j.add_event(pid, "interrupted", {"pass_id": pid})
+        if hasattr(self.launcher, "find_leftovers"):
+            for c in self.launcher.find_leftovers(self.proto.name):
+                j.add_event("", "leftover", {"container": c, "note": "left from an interrupted run; not reused"})
+        state = "finished"
+        for slot in self.pending():
+            if j.get_control("pause", False):
+                j.set_control("pause", False)
+                state = "paused"
+                break
+            if j.get_control("stop", False):
+                state = "stopped"
+                break
+            self.run_slot(slot)
+            if j.get_control("stop", False):
+                state = "stopped"
+                break
+        if state == "finished":
+            self.revalidate_all()
+        j.set_control("state", state)
+        j.set_control("orchestrator", {"pid": None, "ended": utc_now()})
+        return state
+
+    def run_slot(self, slot: dict) -> dict:
+        """Run one attempt of a planned slot and record its row, events and validation."""
+        j = self.journal
+        attempt = 1 + sum(1 for a in j.attempts() if a["seq"] == slot["seq"])
+        variant = Variant.from_json(json.loads(slot["variant_json"]))
+        pass_id = f"p{slot['seq']:03d}-r{slot['repetition']}-{variant.variant_id}"
+        if attempt > 1:
+            pass_id += f"-a{attempt}"
+        pass_dir = self.dir / "passes" / pass_id
+        pass_dir.mkdir(parents=True, exist_ok=True)
+        t = self.proto.timing
+        spec = PassSpec(campaign=self.proto.name, pass_id=pass_id, variant=variant.to_json(),
+                        corpus_path=str(self.proto.corpus_path), model_ref=self.proto.model_ref,
+                        out_dir=str(pass_dir), warmup_items=t["warmup_items"],
+                        warmup_passes=t["warmup_passes"], seed=t.get("seed", 0),
+                        threads=t.get("threads", 0))
+        spec.write(pass_dir / "pass.json")
+        j.start_attempt(pass_id, slot["seq"], attempt, slot["repetition"], slot["position"],
+                        variant.to_json(), utc_now(), self.launcher.name, len(self.corpus))
+        j.add_event(pass_id, "start", {"variant": variant.label, "attempt": attempt})
+        last = {"done": 0}
+
+        def on_line(line: str) -> None:
+            ev = parse_event(line)
+            if ev is None:
+                return
+            kind = ev.get("event", "")
+            if kind == "progress":
+                last["done"] = ev.get("done", last["done"])
+                j.update_progress(pass_id, last["done"], ev.get("items_per_s"))
+            elif kind in ("oom", "error"):
+                last["done"] = ev.get("items_done", last["done"])
+                j.update_progress(pass_id, last["done"], None)
+            j.add_event(pass_id, kind, ev)
+
+        outcome = self.launcher.launch(spec, pass_dir, on_line,
+                                       should_stop=lambda: bool(j.get_control("stop", False)))
+        result = None
+        if (pass_dir / "result.json").is_file():
+            result = json.loads((pass_dir / "result.json").read_text())
+        notes = []
+        if outcome.note == "stopped by the user":
+            status = "interrupted"
+            notes.append("interrupted: stopped by the user; slot run again on resume")
+        elif outcome.killed_host_memory:
+            status = "killed"
+            notes.append("killed, host memory" + (f" ({outcome.note})" if outcome.note else ""))
+        elif result is not None:
+            status = result["status"]
+            if result.get("error"):
+                notes.append(result["error"])
+        else:
+            status = "error"
+            code = outcome.exit_code
+            notes.append(f"crashed: killed by signal {-code}" if code is not None and code < 0
+                         else f"crashed: exit code {code}, no result written")
+        items = result["items_completed"] if result and status != "killed" else last["done"]
+        if outcome.container_id:
+            notes.append(f"container {outcome.container_id[:12]}")
+        j.finish_attempt(pass_id, status, utc_now(), outcome.exit_code, items,
+                         {**(result or {}), "launch": outcome.__dict__}, "; ".join(notes))
+        j.add_event(pass_id, "end", {"status": status, "items_completed": items, "notes": notes})
+        self.validate_attempt(pass_id)
+        return {"pass_id": pass_id, "status": status}
+
+    # ---- validation ------------------------------------------------------------------
+    def reference(self) -> tuple[dict[str, str] | None, float | None, str]:
+        """(predictions by id, metric, pass_id) of the reference variant's first valid pass."""
+        ref_id = self.proto.reference.variant_id
+        labels = model_labels(self.proto.model_ref)
+        for a in self.journal.attempts():
+            if a["variant_id"] != ref_id or a["status"] != "ok":
+                continue
+            path = self.dir / "passes" / a["pass_id"] / "predictions.jsonl"
+            v = validate_pass(self.corpus, path, self.proto.quality, labels)
+            if v.ids_match and v.format_ok and v.metric is not None:
+                preds = {}
+                for line in path.read_text(encoding="utf-8").splitlines():
+                    rec = json.loads(line)
+                    preds[rec["id"]] = rec["pred"]
+                return preds, v.metric, a["pass_id"]
+        return None, None, ""
+
+    def validate_attempt(self, pass_id: str, ref=None) -> dict | None:
+        ref = ref or self.reference()
+        path = self.dir / "passes" / pass_id / "predictions.jsonl"
+        a = next(x for x in self.journal.attempts() if x["pass_id"] == pass_id)
+        v = validate_pass(self.corpus, path, self.proto.quality, model_labels(self.proto.model_ref),
+                          ref[0], ref[1]).to_json()
+        v["reference_pass"] = ref[2]
+        if a["status"] != "ok":
+            v["corpus_accepted"] = False
+            v["reasons"] = [f"pass status {a['status']}"] + v["reasons"]
+        self.journal.set_validation(pass_id, v)
+        return v
+
+    def revalidate_all(self) -> None:
+        """Validate every attempt against the same reference pass (run at campaign end)."""
+        ref = self.reference()
+        for a in self.journal.attempts():
+            self.validate_attempt(a["pass_id"], ref)

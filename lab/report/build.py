@@ -1,0 +1,86 @@
+"""Write a campaign's report folder: raw table, summary, manifest, decision note.
+
+Everything is derived from the journal and the pass folders, so a report can be rebuilt at
+any time (after a resume too) and always agrees with the predictions on disk.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lab.corpus import fingerprint
+from lab.journal import Journal
+from lab.manifest import build_manifest
+from lab.models import model_revision
+from lab.protocol import load_protocol
+from lab.report.raw_table import raw_rows, write_raw_table
+from lab.report.summary import summarize, write_summary
+
+
+def _feasibility(rows: list[dict], attempts: list[dict]) -> dict:
+    """Per-variant feasibility from lab.memory.feasibility (memory before cost, SPEC 3.9)."""
+    from lab.memory.feasibility import campaign_feasibility
+
+    cov = {a["pass_id"]: (a["validation"] or {}).get("coverage") for a in attempts}
+    return campaign_feasibility([{**r, "coverage": cov.get(r["pass_id"])} for r in rows])
+
+
+def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
+    """Write report/{raw_table.csv, summary.csv, summary.json, manifest.json, decision_note.md}.
+
+    Returns {"rows": n, "summary": [...], "report_dir": Path}.
+    """
+    from lab.report.decision import decision_note
+
+    campaign_dir = Path(campaign_dir)
+    proto = load_protocol(campaign_dir / "campaign.toml")
+    version = json.loads((campaign_dir / "protocol_version.json").read_text())
+    journal = Journal(campaign_dir / "journal.sqlite")
+    attempts = journal.attempts()
+    orch_info = journal.get_control("orchestrator", {}) or {}
+    journal.close()
+    out = campaign_dir / "report"
+    out.mkdir(exist_ok=True)
+    rows = raw_rows(attempts, proto.name, version["version"], campaign_dir)
+    write_raw_table(rows, out / "raw_table.csv")
+    summary = summarize(rows, _feasibility(rows, attempts))
+    write_summary(summary, out / "summary.csv")
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+
+    launcher = launcher_info or {"launcher": sorted({a["launcher"] for a in attempts}) or ["none"]}
+    if any(a["launcher"] == "local" for a in attempts):
+        launcher.setdefault("isolation", "no container isolation (local process)")
+    manifest = build_manifest(
+        campaign={"name": proto.name, "protocol_version": version["version"],
+                  "protocol_sha256": version["sha256"], "locked_at": version["locked_at"],
+                  "order": [f"{a['seq']}:{a['variant_id']}" for a in attempts],
+                  "repetitions": proto.timing["repetitions"], "seed": proto.timing.get("seed", 0),
+                  "deterministic": {"torch.manual_seed": proto.timing.get("seed", 0),
+                                    "cudnn.benchmark": False, "use_deterministic_algorithms": False},
+                  "variants": [v.to_json() for v in proto.variants]},
+        launcher=launcher,
+        model=model_revision(proto.model_ref, proto.raw["model"].get("revision")),
+        corpus=fingerprint(proto.corpus_path),
+        extra={"pass_backends": sorted({(a["result"] or {}).get("backend", "") for a in attempts} - {""}),
+               "pass_torch": sorted({(a["result"] or {}).get("torch_version", "") for a in attempts} - {""})})
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str) + "\n")
+
+    cost = proto.raw.get("cost", {})
+    starts = [a["start_time"] for a in attempts if a["start_time"]]
+    ends = [a["end_time"] for a in attempts if a["end_time"]]
+    observed = bool(starts and ends) and "window_start" not in cost
+    pricing = {"catalog_path": cost.get("catalog"), "gpu": cost.get("gpu", "rtx-4090"),
+               "days": cost.get("days", 7), "lots": cost.get("lots", 1),
+               "window_start": cost.get("window_start") or (min(starts) if observed else None),
+               "window_end": cost.get("window_end") or (max(ends) if observed else None),
+               "tz": cost.get("tz")}
+    camp = {"name": proto.name, "question": proto.raw["campaign"]["question"],
+            "deadline": proto.raw["campaign"].get("deadline"),
+            "deliverables": proto.raw["campaign"].get("deliverables", 1)}
+    note = decision_note(summary, camp, pricing)
+    if observed:
+        note += ("\n\n_Campaign window: no window was declared in the campaign file; the window "
+                 "above is the span of the passes actually run (first start to last end)._\n")
+    (out / "decision_note.md").write_text(note)
+    return {"rows": len(rows), "summary": summary, "report_dir": out, "orchestrator": orch_info}

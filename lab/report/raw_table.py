@@ -1,0 +1,94 @@
+"""The raw table: one row per attempted pass, failures included (seed: "Una riga della tabella
+grezza rappresenta un passaggio tentato, incluso un arresto").
+
+A figure that was not measured is an empty cell, and ``notes`` says why (SPEC 3.10).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pandas as pd
+
+PHASES = ("startup", "model_load", "warmup", "measured", "evaluation", "writing")
+PEAKS = ("peak_allocated_bytes", "peak_reserved_bytes", "process_peak_rss_bytes", "device_used_bytes")
+COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_name", "series",
+            "batch_size", "precision", "padding", "max_length", "bucketing", "device", "attention",
+            "quantization", "compile", "repetition", "order_position", "seq", "attempt", "launcher",
+            "start_time", "end_time", "status", "exit_code"]
+           + [f"{p}_s" for p in PHASES]
+           + ["items_total", "items_completed", "items_per_s", "n_truncated", "real_tokens",
+              "padded_tokens", "expected_ids", "observed_ids", "duplicate_ids", "missing_ids",
+              "extra_ids", "ids_match", "format_ok", "coverage_ok", "metric_name", "metric",
+              "metric_short", "metric_medium", "metric_long", "reference_metric",
+              "gap_to_reference", "agreement_with_reference", "threshold", "tolerance",
+              "corpus_accepted"]
+           + list(PEAKS)
+           + ["predictions_path", "predictions_sha256", "notes"])
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+
+
+def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaign_dir: Path) -> list[dict]:
+    """Rows in schedule order from journal attempts (see lab.journal). Units: seconds, bytes."""
+    rows = []
+    for a in attempts:
+        v, r, val = a["variant"] or {}, a["result"] or {}, a["validation"] or {}
+        phases = r.get("phases_s", {})
+        peaks = r.get("peaks") or {}
+        notes = [a["notes"]] if a.get("notes") else []
+        pred = campaign_dir / "passes" / a["pass_id"] / "predictions.jsonl"
+        row = {
+            "campaign": campaign, "protocol_version": protocol_version, "pass_id": a["pass_id"],
+            "variant_id": a["variant_id"], "variant_name": v.get("name"), "series": v.get("series"),
+            **{k: v.get(k) for k in ("batch_size", "precision", "padding", "max_length", "bucketing",
+                                     "device", "attention", "quantization", "compile")},
+            "repetition": a["repetition"], "order_position": a["position"], "seq": a["seq"],
+            "attempt": a["attempt"], "launcher": a["launcher"], "start_time": a["start_time"],
+            "end_time": a["end_time"], "status": a["status"], "exit_code": a["exit_code"],
+            "items_total": a["items_total"], "items_completed": a["items_completed"],
+            "items_per_s": r.get("items_per_s") if a["status"] == "ok" else None,
+            "n_truncated": r.get("n_truncated"), "real_tokens": r.get("real_tokens"),
+            "padded_tokens": r.get("padded_tokens"),
+            "predictions_path": str(pred.relative_to(campaign_dir)) if pred.is_file() else "",
+            "predictions_sha256": _sha256(pred),
+        }
+        for p in PHASES:
+            row[f"{p}_s"] = phases.get(p)
+        missing_phases = [p for p in PHASES if phases.get(p) is None]
+        if missing_phases and a["status"] != "running":
+            notes.append(f"no duration for {', '.join(missing_phases)}: pass ended before that phase")
+        for k in ("expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids",
+                  "ids_match", "format_ok", "coverage_ok", "metric_name", "metric",
+                  "reference_metric", "gap_to_reference", "agreement_with_reference",
+                  "threshold", "tolerance", "corpus_accepted"):
+            row[k] = val.get(k)
+        for b in ("short", "medium", "long"):
+            row[f"metric_{b}"] = (val.get("metric_by_bucket") or {}).get(b)
+        if val.get("reasons"):
+            notes.append("validation: " + "; ".join(val["reasons"]))
+        for k in PEAKS:
+            row[k] = peaks.get(k)
+        reasons = peaks.get("reasons") or {}
+        why = {reasons[k] for k in PEAKS if k in reasons and peaks.get(k) is None}
+        if not peaks and a["status"] != "running":
+            why = {"memory not measured: pass ended before the measured window"}
+        notes.extend(f"empty memory cells: {w}" for w in sorted(why))
+        if not pred.is_file():
+            notes.append("no predictions file")
+        row["notes"] = " | ".join(notes)
+        rows.append(row)
+    return rows
+
+
+def raw_table(rows: list[dict]) -> pd.DataFrame:
+    """DataFrame with the fixed column order (empty cells stay empty in CSV)."""
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def write_raw_table(rows: list[dict], path: Path) -> Path:
+    raw_table(rows).to_csv(path, index=False)
+    return path

@@ -1,0 +1,57 @@
+"""A campaign's current state, read from its journal (for the CLI and the UI)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lab.journal import Journal
+
+
+def orchestrator_alive(info: dict | None) -> bool:
+    """True when the journal names an orchestrator pid that is still a live process."""
+    import psutil
+
+    pid = (info or {}).get("pid")
+    if not pid:
+        return False
+    try:
+        p = psutil.Process(pid)
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def verdict(a: dict) -> str:
+    v = a.get("validation")
+    if not v:
+        return ""
+    if v.get("corpus_accepted"):
+        return f"accepted ({v['metric_name']} {v['metric']:.4f})"
+    return "rejected: " + "; ".join(v.get("reasons", [])[:2])
+
+
+def campaign_status(campaign_dir: Path, journal: Journal | None = None) -> dict:
+    """{dir, state, planned, finished, attempts: [...], orchestrator} for a campaign folder.
+
+    ``state``: running (live orchestrator), paused, stopped, finished, interrupted (the
+    journal says running but its orchestrator is gone) or not started.
+    """
+    own = journal is None
+    j = journal or Journal(Path(campaign_dir) / "journal.sqlite")
+    try:
+        plan = j.plan()
+        attempts = j.attempts()
+        info = j.get_control("orchestrator", {}) or {}
+        state = j.get_control("state", "not started")
+    finally:
+        if own:
+            j.close()
+    alive = orchestrator_alive(info)
+    if state == "running" and not alive:
+        state = "interrupted"
+    finished_slots = {a["seq"] for a in attempts if a["status"] in ("ok", "oom", "error", "killed")}
+    for a in attempts:
+        a["verdict"] = verdict(a)
+    return {"dir": str(campaign_dir), "state": state, "planned": len(plan),
+            "finished": len(finished_slots), "attempts": attempts, "orchestrator": info,
+            "alive": alive}
