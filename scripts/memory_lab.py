@@ -128,7 +128,8 @@ def plot(rows: list[dict], path: str, title: str) -> None:
         ax.plot(bs, [r["comparison"]["estimate_bytes"] / MB for r in cell], "x--", color=col, label=f"estimate, {s} tok")
     c = next((r["comparison"] for r in rows if r["comparison"]), None)
     if c:
-        ax.set_ylabel(f"MiB: estimate {c['estimate_term']} vs observed {c['observed_counter']}")
+        title += f"\nestimate {c['estimate_term']} (dashed) vs observed {c['observed_counter']} (solid)"
+    ax.set_ylabel("MiB")
     ax.set_xlabel("batch size (items)")
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
