@@ -5,7 +5,7 @@ bf16/fp16 2; ``b`` batch size in items, ``s`` sequence length in tokens, ``h`` h
 size, ``a`` attention heads, ``i`` intermediate (MLP) size, ``N`` parameter count):
 
     weights_bytes    = N * e
-    activation_bytes = e * (s*b*(5h + 2i + 2h) + attn_scores) + mask_bytes
+    activation_bytes = e * (s*b*(5h + (h + 2i) + 2h) + attn_scores) + mask_bytes
         attn_scores  = 2 * a * s^2 * b   with eager attention (scores and softmax
                        probabilities materialized), 0 with fused SDPA / flash kernels
         mask_bytes   = b * s^2 * (e for eager, 1 for SDPA: a boolean mask)
@@ -108,7 +108,7 @@ def activation_bytes_per_item(shape: EncoderShape, precision: str, seq_len_token
     e = bytes_per_element(precision)
     s, h, a, i = seq_len_tokens, shape.hidden_size, shape.num_attention_heads, shape.intermediate_size
     eager = shape.attention not in FUSED_ATTENTION
-    elements = s * (5 * h + 2 * i + 2 * h) + (2 * a * s * s if eager else 0)
+    elements = s * (5 * h + (h + 2 * i) + 2 * h) + (2 * a * s * s if eager else 0)
     mask = s * s * (e if eager else 1)
     return e * elements + mask
 
