@@ -25,9 +25,11 @@ attention 11sbh + 5as^2b, MLP 19sbh, layer norms 4sbh. Adapted to inference:
    sbh + 2*i*sb (input, GeLU input, GeLU output; ``i = 4h`` gives the paper's 9sbh),
    layer norms 2sbh, plus the 2as^2b scores and probabilities under eager attention
    (the paper keeps only the probabilities; in inference both exist at once).
-4. The count sums every tensor of a layer as if all were alive together: an upper
-   bound of the live set, which in practice is smaller (Q/K/V are freed before the
-   MLP runs).
+4. The count sums those tensors as if all were alive together (Q/K/V are in fact
+   freed before the MLP runs), but it is NOT an upper bound of the real peak: eager
+   inference also creates temporaries the paper does not count (bias adds, residual
+   sums, layer-norm outputs, GeLU intermediates). Measured on CPU with the demo model
+   (docs/memory.md) it falls 0 to 47 % below the observed RSS rise.
 
 Left out (stated, not hidden): the CUDA/HIP context and kernels (visible only in the
 device-level counter), allocator rounding and caching (visible in peak reserved),
