@@ -29,7 +29,7 @@ attention 11sbh + 5as^2b, MLP 19sbh, layer norms 4sbh. Adapted to inference:
    freed before the MLP runs), but it is NOT an upper bound of the real peak: eager
    inference also creates temporaries the paper does not count (bias adds, residual
    sums, layer-norm outputs, GeLU intermediates). Measured on CPU with the demo model
-   (docs/memory.md) it falls 0 to 47 % below the observed RSS rise.
+   (docs/memory.md) its error against the RSS rise ran from +0.3 % to -47 %.
 
 Left out (stated, not hidden): the CUDA/HIP context and kernels (visible only in the
 device-level counter), allocator rounding and caching (visible in peak reserved),
