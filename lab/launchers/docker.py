@@ -1,0 +1,321 @@
+"""Docker launcher: one container per pass, through the docker SDK (imported lazily).
+
+The container runs ``python -u -m lab.passes.runner /work/pass/pass.container.json``, a copy
+of the host's ``pass.json`` with container paths: the pass folder is mounted writable at
+/work/pass, the corpus read-only under /data, a local model folder read-only at
+/models/model. The network is off during the pass (``network_mode="none"``; a model is
+fetched beforehand, as a separate setup step). GPU access comes from
+``lab.launchers.gpu_access`` (compose.yaml mirrors it). The stdout stream is split into
+whole decoded lines (chunks are not lines) and fed to ``on_line`` exactly as the local
+launcher does; stderr goes to the pass log. After exit: wait, reload, read ExitCode and
+State.OOMKilled, then remove the container (never auto-remove, which would lose the state).
+A container killed for host memory is ``killed_host_memory=True`` ("killed, host memory"),
+distinct from a CUDA/HIP OOM the pass reports itself (exit code 3). Files the pass wrote
+(predictions of the items completed) stay in the pass folder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import threading
+import uuid
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from lab.launchers.base import LaunchOutcome, LineSink
+from lab.launchers.gpu_access import gpu_run_kwargs
+from lab.passes.spec import PassSpec
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PINS_FILE = REPO_ROOT / "images" / "pins.env"
+C_PASS, C_DATA, C_MODEL, C_OUT = "/work/pass", "/data", "/models/model", "/work/out"
+C_SPEC_NAME = "pass.container.json"
+LABEL_PREFIX = "iteralab"
+IMAGE_KEYS = {"cpu": "CPU_IMAGE", "nvidia": "CUDA_IMAGE", "rocm": "ROCM_IMAGE"}
+
+
+def read_pins(path: Path = PINS_FILE) -> dict[str, str]:
+    """KEY=value pairs of images/pins.env (comments and blank lines skipped)."""
+    out = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def iter_lines(chunks: Iterable[bytes]) -> Iterator[str]:
+    """Whole lines from a byte stream cut anywhere (even inside a UTF-8 character).
+
+    Yields each line decoded as UTF-8 (invalid bytes replaced), without its newline; a
+    last line without a newline is yielded when the stream ends.
+    """
+    buf = b""
+    for chunk in chunks:
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for raw in lines:
+            yield raw.rstrip(b"\r").decode("utf-8", "replace")
+    if buf:
+        yield buf.rstrip(b"\r").decode("utf-8", "replace")
+
+
+def unreadable_for(path: Path, uid: int, gid: int, limit: int = 3) -> list[str]:
+    """Files (and folders) under ``path`` that uid:gid cannot read, by their mode bits.
+
+    A folder also needs the execute bit. Supplementary groups are not considered.
+    Returns at most ``limit`` paths.
+    """
+    bad: list[str] = []
+    paths = [path] + (sorted(path.rglob("*")) if path.is_dir() else [])
+    for p in paths:
+        st = p.stat()
+        if st.st_uid == uid:
+            r, x = stat.S_IRUSR, stat.S_IXUSR
+        elif st.st_gid == gid:
+            r, x = stat.S_IRGRP, stat.S_IXGRP
+        else:
+            r, x = stat.S_IROTH, stat.S_IXOTH
+        need = r | (x if p.is_dir() else 0)
+        if st.st_mode & need != need:
+            bad.append(f"{p} (mode {stat.S_IMODE(st.st_mode):04o}, owner {st.st_uid}:{st.st_gid})")
+            if len(bad) >= limit:
+                break
+    return bad
+
+
+def _chown_tree(path: Path, uid: int, gid: int) -> None:
+    for p in [path, *path.rglob("*")]:
+        os.chown(p, uid, gid, follow_symlinks=False)
+
+
+class DockerLauncher:
+    """Runs each pass in a fresh container of ``image``.
+
+    ``vendor``: "cpu", "nvidia" or "rocm" (GPU access, gpu_access.gpu_run_kwargs).
+    ``mem_limit_bytes``: container memory limit (swap included), None = unlimited.
+    ``shm_size_bytes``: /dev/shm size. ``hf_home``: a host Hugging Face cache mounted
+    read-only for hub model ids. ``labels``: extra labels on every container.
+    ``client``: a docker.DockerClient (default: ``docker.from_env()``).
+    """
+
+    name = "docker"
+
+    def __init__(self, image: str, vendor: str = "cpu", mem_limit_bytes: int | None = None,
+                 shm_size_bytes: int = 1 << 30, hf_home: str | None = None,
+                 labels: dict | None = None, client=None, stop_timeout_s: int = 10):
+        import docker
+
+        gpu_run_kwargs(vendor)  # ValueError for an unknown vendor
+        self.client = client or docker.from_env()
+        self.image_ref, self.vendor = image, vendor
+        self.mem_limit_bytes, self.shm_size_bytes = mem_limit_bytes, shm_size_bytes
+        self.hf_home, self.labels, self.stop_timeout_s = hf_home, dict(labels or {}), stop_timeout_s
+        self.image = self.client.images.get(image)  # docker.errors.ImageNotFound when not built
+
+    @classmethod
+    def from_environment(cls, mem_limit_bytes: int | None = None, image: str | None = None,
+                         vendor: str | None = None, **kw) -> "DockerLauncher":
+        """Launcher for this host: engine from DOCKER_HOST (or the default socket), vendor
+        from ITERALAB_GPU_VENDOR or the GPUs found (lab.doctor.detect_vendor), image from
+        ITERALAB_IMAGE or images/pins.env. Raises RuntimeError with the fix when the
+        engine does not answer or the image is not built.
+        """
+        import docker
+
+        from lab.doctor import detect_vendor
+
+        vendor = vendor or os.environ.get("ITERALAB_GPU_VENDOR") or detect_vendor()
+        image = image or os.environ.get("ITERALAB_IMAGE") or read_pins()[IMAGE_KEYS[vendor]]
+        try:
+            client = docker.from_env()
+            client.ping()
+        except Exception as exc:
+            raise RuntimeError(f"no Docker engine answers ({exc}); start dockerd, or use the local "
+                               "launcher (no container isolation)") from None
+        try:
+            return cls(image, vendor, mem_limit_bytes, client=client, **kw)
+        except docker.errors.ImageNotFound:
+            raise RuntimeError(f"image {image} is not built on this host; run `make images` "
+                               "(or scripts/ci_docker.sh where no registry is reachable)") from None
+
+    # ---- facts -----------------------------------------------------------------------
+    def describe(self) -> dict:
+        """Manifest facts: image tag, id and RepoDigests, base image, engine, runtime, limits."""
+        info, ver = self.client.info(), self.client.version()
+        a = self.image.attrs
+        return {"launcher": "docker", "isolation": self._isolation(),
+                "image": self.image_ref, "image_id": self.image.id,
+                "image_repo_digests": a.get("RepoDigests") or [],
+                "image_digest_note": "" if a.get("RepoDigests") else
+                "built on this host, never pushed or pulled: the image id is its content digest",
+                "image_base": (a.get("Config", {}).get("Labels") or {}).get("iteralab.base-image", ""),
+                "image_created": a.get("Created", ""),
+                "engine_version": ver.get("Version", ""), "engine_api_version": ver.get("ApiVersion", ""),
+                "runtime": info.get("DefaultRuntime", ""), "runtimes": sorted(info.get("Runtimes") or {}),
+                "cgroup_version": info.get("CgroupVersion", ""), "storage_driver": info.get("Driver", ""),
+                "vendor": self.vendor, "gpu_access": gpu_run_kwargs(self.vendor),
+                "mem_limit_bytes": self.mem_limit_bytes, "shm_size_bytes": self.shm_size_bytes,
+                "network": "none during passes"}
+
+    def _isolation(self) -> str:
+        return f"container {self.image_ref} ({self.image.id})"
+
+    def find_leftovers(self, campaign: str) -> list[dict]:
+        """Containers of ``campaign`` still present (an interrupted run), by label.
+
+        Reported for the journal, never reused. Each: id, name, status, pass, variant.
+        """
+        out = []
+        for c in self.client.containers.list(all=True, filters={"label": f"{LABEL_PREFIX}.campaign={campaign}"}):
+            lb = c.labels or {}
+            out.append({"id": c.id, "name": c.name, "status": c.status,
+                        "pass": lb.get(f"{LABEL_PREFIX}.pass", ""), "variant": lb.get(f"{LABEL_PREFIX}.variant", "")})
+        return out
+
+    # ---- one pass --------------------------------------------------------------------
+    def _user(self) -> tuple[int, int] | None:
+        """uid:gid the pass runs as: the host's when not root, else the image's numeric USER."""
+        if os.geteuid() != 0:
+            return os.getuid(), os.getgid()
+        user = (self.image.attrs.get("Config", {}).get("User") or "").split(":")
+        if len(user) == 2 and all(u.isdigit() for u in user):
+            return int(user[0]), int(user[1])
+        return None
+
+    def _mounts(self, spec: PassSpec, pass_dir: Path) -> tuple[dict, dict]:
+        """(docker volumes, container-side spec fields)."""
+        vols = {str(pass_dir): {"bind": C_PASS, "mode": "rw"}}
+        corpus = Path(spec.corpus_path).resolve()
+        c_corpus = f"{C_DATA}/{corpus.name}"
+        vols[str(corpus)] = {"bind": c_corpus, "mode": "ro"}
+        fields = {"corpus_path": c_corpus, "model_ref": spec.model_ref}
+        if Path(spec.model_ref).is_dir():
+            vols[str(Path(spec.model_ref).resolve())] = {"bind": C_MODEL, "mode": "ro"}
+            fields["model_ref"] = C_MODEL
+        elif self.hf_home:
+            vols[str(Path(self.hf_home).resolve())] = {"bind": "/models/hf-home", "mode": "ro"}
+        out = Path(spec.out_dir).resolve()
+        if out == pass_dir or pass_dir in out.parents:
+            fields["out_dir"] = f"{C_PASS}/{out.relative_to(pass_dir)}".rstrip("/.")
+        else:
+            out.mkdir(parents=True, exist_ok=True)
+            vols[str(out)] = {"bind": C_OUT, "mode": "rw"}
+            fields["out_dir"] = C_OUT
+        return vols, fields
+
+    def launch(self, spec: PassSpec, pass_dir: Path, on_line: LineSink,
+               should_stop: Callable[[], bool] = lambda: False) -> LaunchOutcome:
+        """Run one pass in a new container; block until it ends. Never raises for a failed pass."""
+        pass_dir = Path(pass_dir).resolve()
+        vols, fields = self._mounts(spec, pass_dir)
+        cspec = PassSpec(**{**spec.to_json(), **fields})
+        cspec.write(pass_dir / C_SPEC_NAME)
+        user = self._user()
+        host_owner = (pass_dir.stat().st_uid, pass_dir.stat().st_gid)
+        if user is not None:
+            bad = [b for src, m in vols.items() if m["mode"] == "ro" for b in unreadable_for(Path(src), *user)]
+            if bad:
+                note = (f"the container user {user[0]}:{user[1]} cannot read {bad[0]}; make the corpus "
+                        f"and model readable (e.g. chmod -R a+rX on them) and run again")
+                return LaunchOutcome(None, isolation=self._isolation(), note=note, extra={"unreadable": bad})
+            if os.geteuid() == 0:
+                _chown_tree(pass_dir, *user)
+        else:
+            os.chmod(pass_dir, 0o777)
+        return self._run(spec, pass_dir, vols, user, host_owner, on_line, should_stop)
+
+    def _create(self, spec: PassSpec, vols: dict, user):
+        lb = {f"{LABEL_PREFIX}.campaign": spec.campaign, f"{LABEL_PREFIX}.pass": spec.pass_id,
+              f"{LABEL_PREFIX}.variant": str(spec.variant.get("variant_id", spec.variant.get("label", ""))),
+              **self.labels}
+        cmd0 = (self.image.attrs.get("Config", {}).get("Cmd") or ["python"])[0]
+        env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+               "MALLOC_ARENA_MAX": "2"}
+        if self.hf_home and not Path(spec.model_ref).is_dir():
+            env["HF_HOME"] = "/models/hf-home"
+        if os.geteuid() != 0:
+            env["HOME"] = "/tmp"
+        kw = dict(command=[cmd0, "-u", "-m", "lab.passes.runner", f"{C_PASS}/{C_SPEC_NAME}"],
+                  name=re.sub(r"[^a-zA-Z0-9_.-]", "-", f"iteralab-{spec.pass_id}-{uuid.uuid4().hex[:6]}"),
+                  labels=lb, volumes=vols, working_dir="/work", environment=env, detach=True,
+                  network_mode="none", shm_size=self.shm_size_bytes, init=True,
+                  **gpu_run_kwargs(self.vendor))
+        if user is not None:
+            kw["user"] = f"{user[0]}:{user[1]}"
+        if self.mem_limit_bytes:
+            kw.update(mem_limit=int(self.mem_limit_bytes), memswap_limit=int(self.mem_limit_bytes))
+        return self.client.containers.create(self.image.id, **kw)
+
+    def _run(self, spec, pass_dir, vols, user, host_owner, on_line, should_stop) -> LaunchOutcome:
+        container = None
+        stopped = threading.Event()
+        finished = threading.Event()
+        log_lock = threading.Lock()
+        log = open(pass_dir / "log.txt", "a", encoding="utf-8")
+
+        def write_log(line: str) -> None:
+            with log_lock:
+                log.write(line + "\n")
+                log.flush()
+
+        try:
+            container = self._create(spec, vols, user)
+            container.start()
+
+            def pump_stderr() -> None:
+                for line in iter_lines(container.logs(stream=True, follow=True, stdout=False, stderr=True)):
+                    write_log(line)
+
+            def watch() -> None:
+                while not finished.wait(0.5):
+                    if should_stop():
+                        stopped.set()
+                        container.stop(timeout=self.stop_timeout_s)
+                        return
+
+            threads = [threading.Thread(target=pump_stderr, daemon=True),
+                       threading.Thread(target=watch, daemon=True)]
+            for t in threads:
+                t.start()
+            for line in iter_lines(container.logs(stream=True, follow=True, stdout=True, stderr=False)):
+                write_log(line)
+                on_line(line)
+            status = container.wait()
+            finished.set()
+            threads[0].join(timeout=10)
+            container.reload()
+            state = container.attrs.get("State", {})
+            return self._outcome(container, state, status, stopped.is_set())
+        except Exception as exc:  # engine error: a failure row, never an exception
+            return LaunchOutcome(None, container_id=container.id if container else "",
+                                 isolation=self._isolation(), note=f"docker error: {type(exc).__name__}: {exc}"[:300])
+        finally:
+            finished.set()
+            log.close()
+            if container is not None:
+                try:
+                    container.remove(force=True)
+                except Exception:  # already gone; find_leftovers reports any that stays
+                    pass
+            if user is not None and os.geteuid() == 0:
+                _chown_tree(pass_dir, *host_owner)
+
+    def _outcome(self, container, state: dict, status: dict, stopped: bool) -> LaunchOutcome:
+        raw = state.get("ExitCode", status.get("StatusCode"))
+        oom = bool(state.get("OOMKilled"))
+        # 128+N is "killed by signal N" (init forwards it): the local launcher's -N.
+        code = -(raw - 128) if isinstance(raw, int) and 128 < raw <= 128 + 64 else raw
+        sigkill_at_limit = code == -9 and bool(self.mem_limit_bytes) and not stopped
+        killed = oom or sigkill_at_limit
+        note = "stopped by the user" if stopped else ("killed, host memory" if killed else "")
+        extra = {"container_exit_code": raw, "oom_killed": oom, "mem_limit_bytes": self.mem_limit_bytes,
+                 "container_name": container.name, "image_id": self.image.id,
+                 "started_at": state.get("StartedAt", ""), "finished_at": state.get("FinishedAt", "")}
+        if killed:
+            extra["evidence"] = "State.OOMKilled" if oom else "SIGKILL under a memory limit"
+        return LaunchOutcome(code, killed_host_memory=killed and not stopped, container_id=container.id,
+                             isolation=self._isolation(), note=note, extra=extra)

@@ -1,0 +1,225 @@
+"""Passes in real containers (DockerLauncher) on the CPU image, real model, real corpus subset.
+
+The engine-dependent tests carry the ``docker`` marker and are skipped, with the reason,
+only when no engine answers. With an engine but without the image they fail: CI builds it
+first (scripts/ci_docker.sh). Everything created here is labelled ``iteralab.test`` and
+removed at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+
+from lab.launchers.docker import DockerLauncher, iter_lines, read_pins, unreadable_for
+from lab.passes.events import EXIT_OK, parse_event
+from lab.passes.spec import PassSpec
+from lab.variants import Variant
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "demo" / "corpus" / "comparison.jsonl"
+MODEL = ROOT / ".cache" / "models" / "demo-minilm-20ng"
+TEST_LABEL = "iteralab.test"
+# Calibrated on the CPU image (2 cores, cgroup v1, threads=2, short-then-long subset below):
+# 250 MiB dies while loading the model; 320, 360 and 400 MiB load it, warm up, complete 16
+# short items and die on the first batch of 8 long items at max_length 512; 440 MiB
+# completes all 30. 360 MiB sits in the middle of that window.
+OOM_LIMIT_BYTES = int(os.environ.get("ITERALAB_TEST_OOM_LIMIT", 360 * 2**20))
+
+
+# ---- pure parts (no engine) -------------------------------------------------------------
+def test_iter_lines_rebuilds_lines_cut_anywhere():
+    text = '{"iteralab": 1, "event": "progress", "done": 8}\nstrané ligne — ok\r\nlast'
+    data = text.encode("utf-8")
+    for size in (1, 2, 3, 5, 7, len(data)):
+        chunks = [data[i:i + size] for i in range(0, len(data), size)]
+        assert list(iter_lines(chunks)) == ['{"iteralab": 1, "event": "progress", "done": 8}',
+                                            "strané ligne — ok", "last"]
+    assert list(iter_lines([b"a\n", b"", b"\n"])) == ["a", ""]
+
+
+def test_unreadable_for_reads_mode_bits(tmp_path):
+    d = tmp_path / "model"
+    d.mkdir(mode=0o755)
+    f = d / "model.safetensors"
+    f.write_bytes(b"x")
+    f.chmod(0o600)
+    st = f.stat()
+    assert unreadable_for(f, st.st_uid, st.st_gid) == []
+    bad = unreadable_for(f, st.st_uid + 12345, st.st_gid + 12345)
+    assert len(bad) == 1 and "mode 0600" in bad[0]
+    f.chmod(0o644)
+    assert unreadable_for(d, st.st_uid + 12345, st.st_gid + 12345) == []
+    d.chmod(0o750)
+    assert "mode 0750" in unreadable_for(d, st.st_uid + 12345, st.st_gid + 12345)[0]
+
+
+# ---- engine fixtures --------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def client():
+    docker = pytest.importorskip("docker")
+    try:
+        c = docker.from_env(timeout=60)
+        c.ping()
+    except Exception as exc:
+        pytest.skip(f"no Docker engine reachable ({type(exc).__name__}: {exc}); run scripts/ci_docker.sh")
+    yield c
+    for ctr in c.containers.list(all=True, filters={"label": TEST_LABEL}):
+        ctr.remove(force=True)
+
+
+@pytest.fixture(scope="module")
+def image(client):
+    tag = read_pins()["CPU_IMAGE"]
+    try:
+        client.images.get(tag)
+    except Exception:
+        pytest.fail(f"image {tag} is not built; run `bash scripts/ci_docker.sh` first")
+    return tag
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """The demo model, copied world-readable (the container runs as a non-root user)."""
+    if not (MODEL / "config.json").is_file():
+        pytest.fail(f"demo model missing at {MODEL}; run `make model`")
+    d = tmp_path_factory.mktemp("model") / "demo-minilm-20ng"
+    shutil.copytree(MODEL, d)
+    for p in [d, *d.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return d
+
+
+def subset(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines()]
+
+
+def stratified_30(rows):
+    """18 short, 9 medium, 3 long, in corpus order (every length bucket covered)."""
+    want = {"short": 18, "medium": 9, "long": 3}
+    out = []
+    for r in rows:
+        if want.get(r["bucket"], 0) > 0:
+            want[r["bucket"]] -= 1
+            out.append(r)
+    return out
+
+
+def make_spec(tmp_path, corpus: Path, model: Path, campaign: str, variant: Variant, pass_id: str):
+    pass_dir = tmp_path / "passes" / pass_id
+    pass_dir.mkdir(parents=True)
+    spec = PassSpec(campaign=campaign, pass_id=pass_id, variant=variant.to_json(), corpus_path=str(corpus),
+                    model_ref=str(model), out_dir=str(pass_dir), warmup_items=8, warmup_passes=1, threads=2)
+    spec.write(pass_dir / "pass.json")
+    return spec, pass_dir
+
+
+def run_pass(launcher, spec, pass_dir, **kw):
+    lines: list[str] = []
+    outcome = launcher.launch(spec, pass_dir, lines.append, **kw)
+    return outcome, lines, [e for e in map(parse_event, lines) if e is not None]
+
+
+# ---- passes in containers ---------------------------------------------------------------
+@pytest.mark.docker
+def test_ok_pass_in_a_container(client, image, model_dir, rows, tmp_path):
+    campaign = f"iteralab-test-{uuid.uuid4().hex[:8]}"
+    corpus = subset(tmp_path / "corpus30.jsonl", stratified_30(rows))
+    spec, pass_dir = make_spec(tmp_path, corpus, model_dir, campaign, Variant(batch_size=4, device="cpu"), "p001-ok")
+    launcher = DockerLauncher(image, "cpu", labels={TEST_LABEL: "launcher"}, client=client)
+    outcome, lines, events = run_pass(launcher, spec, pass_dir)
+
+    assert outcome.exit_code == EXIT_OK and not outcome.killed_host_memory, (outcome, lines[-5:])
+    assert outcome.container_id and outcome.isolation.startswith(f"container {image}")
+    kinds = [e["event"] for e in events]
+    assert "progress" in kinds and kinds[-1] == "result"
+    assert all("\n" not in line for line in lines)
+    result = json.loads((pass_dir / "result.json").read_text())
+    assert result["status"] == "ok" and result["items_completed"] == 30 and result["device"] == "cpu"
+    preds = [json.loads(x) for x in (pass_dir / "predictions.jsonl").read_text().splitlines()]
+    assert [p["id"] for p in preds] == [r["id"] for r in stratified_30(rows)]
+    # host-side spec untouched; the container read its own copy with container paths
+    assert PassSpec.read(pass_dir / "pass.json").corpus_path == str(corpus)
+    cspec = PassSpec.read(pass_dir / "pass.container.json")
+    assert (cspec.corpus_path, cspec.model_ref, cspec.out_dir) == ("/data/corpus30.jsonl", "/models/model", "/work/pass")
+    assert (pass_dir / "result.json").stat().st_uid == pass_dir.parent.stat().st_uid  # ownership given back
+    assert "model_load" in (pass_dir / "log.txt").read_text()
+    assert not client.containers.list(all=True, filters={"id": outcome.container_id})  # removed
+    d = launcher.describe()
+    assert d["image_id"].startswith("sha256:") and d["engine_version"] and d["runtime"]
+    assert d["network"] == "none during passes"
+
+
+@pytest.mark.docker
+def test_container_killed_for_host_memory_keeps_items_completed(client, image, model_dir, rows, tmp_path):
+    short = [r for r in rows if r["bucket"] == "short"][:16]
+    long_ = sorted((r for r in rows if r["bucket"] == "long"), key=lambda r: -r["n_tokens"])[:14]
+    corpus = subset(tmp_path / "short-then-long.jsonl", short + long_)
+    campaign = f"iteralab-test-{uuid.uuid4().hex[:8]}"
+    variant = Variant(batch_size=8, max_length=512, device="cpu")
+    spec, pass_dir = make_spec(tmp_path, corpus, model_dir, campaign, variant, "p002-oom")
+    launcher = DockerLauncher(image, "cpu", mem_limit_bytes=OOM_LIMIT_BYTES, labels={TEST_LABEL: "launcher"},
+                              client=client)
+    outcome, lines, events = run_pass(launcher, spec, pass_dir)
+
+    assert outcome.killed_host_memory, (outcome, lines[-5:])
+    assert outcome.note == "killed, host memory" and outcome.extra["oom_killed"] is True
+    assert outcome.exit_code == -9 and outcome.extra["container_exit_code"] == 137
+    done = [e["done"] for e in events if e["event"] == "progress"]
+    assert done and 0 < done[-1] < 30, done  # items completed so far, from the streamed progress
+    assert any(e["event"] == "phase" and e.get("phase") == "measured" for e in events)
+    assert not (pass_dir / "result.json").exists()  # the kernel killed it: the pass could not write
+    assert not client.containers.list(all=True, filters={"id": outcome.container_id})
+
+
+@pytest.mark.docker
+def test_stop_request_stops_the_container(client, image, model_dir, rows, tmp_path):
+    corpus = subset(tmp_path / "corpus30.jsonl", stratified_30(rows))
+    spec, pass_dir = make_spec(tmp_path, corpus, model_dir, f"iteralab-test-{uuid.uuid4().hex[:8]}",
+                               Variant(batch_size=1, device="cpu"), "p003-stop")
+    launcher = DockerLauncher(image, "cpu", labels={TEST_LABEL: "launcher"}, client=client, stop_timeout_s=5)
+    seen: list[str] = []
+    outcome = launcher.launch(spec, pass_dir, seen.append,
+                              should_stop=lambda: any('"progress"' in s for s in seen))
+    assert outcome.note == "stopped by the user" and not outcome.killed_host_memory
+    assert not client.containers.list(all=True, filters={"id": outcome.container_id})
+
+
+@pytest.mark.docker
+def test_unreadable_model_is_refused_with_the_fix(client, image, model_dir, rows, tmp_path):
+    model = tmp_path / "private-model"
+    shutil.copytree(model_dir, model)
+    (model / "model.safetensors").chmod(0o600)
+    corpus = subset(tmp_path / "c.jsonl", stratified_30(rows))
+    spec, pass_dir = make_spec(tmp_path, corpus, model, "iteralab-test-perm", Variant(device="cpu"), "p004")
+    launcher = DockerLauncher(image, "cpu", labels={TEST_LABEL: "launcher"}, client=client)
+    outcome = launcher.launch(spec, pass_dir, lambda line: None)
+    if os.geteuid() != 0:
+        pytest.skip("runs as the host user, who owns the file")
+    assert outcome.exit_code is None and "cannot read" in outcome.note and "chmod" in outcome.note
+    assert not launcher.find_leftovers("iteralab-test-perm")
+
+
+@pytest.mark.docker
+def test_leftovers_found_by_campaign_label(client, image):
+    campaign = f"iteralab-test-{uuid.uuid4().hex[:8]}"
+    c = client.containers.create(image, ["true"], labels={"iteralab.campaign": campaign, "iteralab.pass": "p009",
+                                                          "iteralab.variant": "v-x", TEST_LABEL: "leftover"})
+    try:
+        launcher = DockerLauncher(image, "cpu", client=client)
+        (left,) = launcher.find_leftovers(campaign)
+        assert left["id"] == c.id and left["pass"] == "p009" and left["status"] == "created"
+        assert launcher.find_leftovers(campaign + "-other") == []
+    finally:
+        c.remove(force=True)
