@@ -176,6 +176,8 @@ class Orchestrator:
             code = outcome.exit_code
             notes.append(f"crashed: killed by signal {-code}" if code is not None and code < 0
                          else f"crashed: exit code {code}, no result written")
+            if outcome.note:
+                notes.append(outcome.note)
         items = result["items_completed"] if result and status != "killed" else last["done"]
         if outcome.container_id:
             notes.append(f"container {outcome.container_id[:12]}")

@@ -215,18 +215,21 @@ class DockerLauncher:
         cspec = PassSpec(**{**spec.to_json(), **fields})
         cspec.write(pass_dir / C_SPEC_NAME)
         user = self._user()
-        host_owner = (pass_dir.stat().st_uid, pass_dir.stat().st_gid)
+        rw = [Path(src) for src, m in vols.items() if m["mode"] == "rw"]
+        owners = {d: (d.stat().st_uid, d.stat().st_gid) for d in rw}
         if user is not None:
             bad = [b for src, m in vols.items() if m["mode"] == "ro" for b in unreadable_for(Path(src), *user)]
             if bad:
                 note = (f"the container user {user[0]}:{user[1]} cannot read {bad[0]}; make the corpus "
                         f"and model readable (e.g. chmod -R a+rX on them) and run again")
                 return LaunchOutcome(None, isolation=self._isolation(), note=note, extra={"unreadable": bad})
-            if os.geteuid() == 0:
-                _chown_tree(pass_dir, *user)
+            if os.geteuid() == 0:  # the writable folders belong to the pass user during the pass
+                for d in rw:
+                    _chown_tree(d, *user)
         else:
-            os.chmod(pass_dir, 0o777)
-        return self._run(spec, pass_dir, vols, user, host_owner, on_line, should_stop)
+            for d in rw:
+                os.chmod(d, 0o777)
+        return self._run(spec, pass_dir, vols, user, owners, on_line, should_stop)
 
     def _create(self, spec: PassSpec, vols: dict, user):
         lb = {f"{LABEL_PREFIX}.campaign": spec.campaign, f"{LABEL_PREFIX}.pass": spec.pass_id,
@@ -250,7 +253,7 @@ class DockerLauncher:
             kw.update(mem_limit=int(self.mem_limit_bytes), memswap_limit=int(self.mem_limit_bytes))
         return self.client.containers.create(self.image.id, **kw)
 
-    def _run(self, spec, pass_dir, vols, user, host_owner, on_line, should_stop) -> LaunchOutcome:
+    def _run(self, spec, pass_dir, vols, user, owners, on_line, should_stop) -> LaunchOutcome:
         container = None
         stopped = threading.Event()
         finished = threading.Event()
@@ -301,8 +304,9 @@ class DockerLauncher:
                     container.remove(force=True)
                 except Exception:  # already gone; find_leftovers reports any that stays
                     pass
-            if user is not None and os.geteuid() == 0:
-                _chown_tree(pass_dir, *host_owner)
+            if user is not None and os.geteuid() == 0:  # ownership given back
+                for d, owner in owners.items():
+                    _chown_tree(d, *owner)
 
     def _outcome(self, container, state: dict, status: dict, stopped: bool) -> LaunchOutcome:
         raw = state.get("ExitCode", status.get("StatusCode"))

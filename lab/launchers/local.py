@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -26,12 +27,14 @@ class LocalLauncher:
     """Runs ``python -m lab.passes.runner`` in a new process session.
 
     ``address_space_limit_bytes``: RLIMIT_AS for the pass process (None = unlimited).
+    ``timeout_s``: a pass still running after this many seconds is killed (None = no limit).
     """
 
     name = "local"
 
     def __init__(self, python: str = sys.executable, address_space_limit_bytes: int | None = None,
-                 env: dict | None = None):
+                 env: dict | None = None, timeout_s: float | None = None):
+        self.timeout_s = timeout_s
         self.python = python
         self.address_space_limit_bytes = address_space_limit_bytes
         self.env = env
@@ -58,11 +61,14 @@ class LocalLauncher:
             stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env,
             cwd=str(REPO_ROOT), start_new_session=True, preexec_fn=self._preexec)
         stopped = threading.Event()
+        timed_out = threading.Event()
+        started = time.monotonic()
 
         def watch() -> None:
             while proc.poll() is None:
-                if should_stop():
-                    stopped.set()
+                late = self.timeout_s is not None and time.monotonic() - started > self.timeout_s
+                if late or should_stop():
+                    (timed_out if late else stopped).set()
                     os.killpg(proc.pid, signal.SIGTERM)
                     try:
                         proc.wait(10)
@@ -80,7 +86,9 @@ class LocalLauncher:
             on_line(line)
         code = proc.wait()
         log.close()
-        killed = code == -signal.SIGKILL and self.address_space_limit_bytes is not None
-        note = "stopped by the user" if stopped.is_set() else ""
+        killed = (code == -signal.SIGKILL and self.address_space_limit_bytes is not None
+                  and not timed_out.is_set() and not stopped.is_set())
+        note = ("stopped by the user" if stopped.is_set()
+                else f"killed after the {self.timeout_s:.0f} s pass timeout" if timed_out.is_set() else "")
         return LaunchOutcome(code, killed_host_memory=killed, isolation="no container isolation (local process)",
                              note=note, extra={"pid": proc.pid})

@@ -42,6 +42,17 @@ def _utc() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+def _vm_peak() -> int | None:
+    """VmPeak (bytes): the largest address space this process had; what RLIMIT_AS limits."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmPeak:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 def write_predictions(path: Path, win, id2label: dict) -> tuple[int, str]:
     """Write completed predictions in corpus order; returns (lines, sha256 of the file)."""
     h = hashlib.sha256()
@@ -156,6 +167,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         res["predictions_lines"], res["predictions_sha256"] = write_predictions(pred_path, win, id2label)
     res["predictions_path"] = pred_path.name if win is not None else ""
     phases["writing"] = round(time.perf_counter() - t, 6)
+    res["process_peak_vm_bytes"] = _vm_peak()  # address space since process start (VmPeak)
     res["end_time"] = _utc()
     res["exit_code"] = code
     (out / "result.json").write_text(json.dumps(res, indent=1, default=str) + "\n")

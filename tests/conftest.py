@@ -1,0 +1,112 @@
+"""Shared fixtures: the real demo model, small real corpora cut from the demo corpus, campaigns."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = REPO / ".cache" / "models" / "demo-minilm-20ng"
+COMPARISON = REPO / "demo" / "corpus" / "comparison.jsonl"
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> Path:
+    """The demo model (MiniLM-L6 + fitted head); built once if `make model` has not run."""
+    if not (MODEL / "config.json").is_file():
+        subprocess.run([sys.executable, "-m", "lab.cli", "model", "build-demo", "--out", str(MODEL)],
+                       check=True, cwd=REPO)
+    return MODEL
+
+
+def demo_rows() -> list[dict]:
+    return [json.loads(line) for line in COMPARISON.read_text(encoding="utf-8").splitlines()]
+
+
+def cut_corpus(path: Path, short: int, medium: int, long: int) -> Path:
+    """Write N items of each bucket of the demo corpus, spread over its classes, to ``path``.
+
+    Buckets come in the order short, medium, long (so small batches meet long items last).
+    """
+    rows = demo_rows()
+    out = []
+    for bucket, n in (("short", short), ("medium", medium), ("long", long)):
+        in_bucket = [r for r in rows if r["bucket"] == bucket]
+        out += in_bucket[:: max(1, len(in_bucket) // n)][:n] if n else []
+    path.write_text("".join(json.dumps(r) + "\n" for r in out), encoding="utf-8")
+    return path
+
+
+CAMPAIGN = """
+[campaign]
+name = "{name}"
+question = "Which configuration processes all my documents at the lowest committed budget?"
+
+[corpus]
+path = "{corpus}"
+
+[model]
+path = "{model}"
+
+[quality]
+metric = "accuracy"
+threshold = {threshold}
+reference_variant = "batch/batch_size=1"
+tolerance = 0.05
+
+[timing]
+warmup_items = 2
+warmup_passes = 1
+repetitions = {repetitions}
+seed = 0
+threads = 1
+
+[defaults]
+max_length = {max_length}
+padding = "{padding}"
+
+[[series]]
+name = "batch"
+factor = "batch_size"
+values = {values}
+"""
+
+
+def write_campaign(folder: Path, model: Path, corpus: Path, name: str = "t", repetitions: int = 1,
+                   values=(1, 8), threshold: float = 0.2, max_length: int = 128,
+                   padding: str = "longest") -> Path:
+    f = folder / f"{name}.toml"
+    f.write_text(CAMPAIGN.format(name=name, corpus=corpus, model=model, threshold=threshold,
+                                 repetitions=repetitions, values=list(values),
+                                 max_length=max_length, padding=padding))
+    return f
+
+
+@pytest.fixture()
+def runs_root(tmp_path, monkeypatch) -> Path:
+    root = tmp_path / "runs"
+    monkeypatch.setenv("ITERALAB_RUNS", str(root))
+    return root
+
+
+@pytest.fixture(scope="session")
+def small_campaign(tmp_path_factory, model_dir):
+    """A real finished campaign: 10 items, batch 1 and 4, 2 repetitions (4 passes), reported."""
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestrator import Orchestrator
+    from lab.protocol import load_protocol, lock
+    from lab.report.build import build_report
+
+    d = tmp_path_factory.mktemp("small")
+    corpus = cut_corpus(d / "corpus.jsonl", 5, 3, 2)
+    f = write_campaign(d, model_dir, corpus, name="small", repetitions=2, values=(1, 4))
+    lock(load_protocol(f))
+    orch = Orchestrator.prepare(f, d / "runs", LocalLauncher())
+    assert orch.run() == "finished"
+    build_report(orch.dir)
+    return orch

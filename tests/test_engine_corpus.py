@@ -1,0 +1,86 @@
+"""Corpus builder on the real 20 Newsgroups text and the real tokenizer; bad input is one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lab.corpus import BucketLimits, BuildSpec, CorpusError, build_corpus, load_items, sha256_file
+from conftest import REPO, demo_rows
+
+SOURCE = REPO.parent / "shared" / "data" / "20newsgroups" / "20news-bydate-test.jsonl"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from lab.models import encoder_tokenizer
+
+    return encoder_tokenizer()
+
+
+def _source(tmp_path, rows, name="src.jsonl"):
+    p = tmp_path / name
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return p
+
+
+def test_stratified_build_and_card(tmp_path, tokenizer):
+    rows = [{"id": r["id"], "text": r["text"], "label": r["label"]} for r in demo_rows()]
+    src = _source(tmp_path, rows)
+    spec = BuildSpec(sizes={"short": 60, "medium": 30, "long": 10}, tuning_size=40, seed=7)
+    card = build_corpus(src, tmp_path / "out", *tokenizer, spec=spec)
+    comp = [json.loads(x) for x in (tmp_path / "out" / "comparison.jsonl").read_text().splitlines()]
+    assert {b: sum(v.values()) for b, v in card["comparison"]["counts"].items()} == \
+        {"short": 60, "medium": 30, "long": 10}
+    assert card["disjoint"] and card["tuning"]["items"] == 40
+    assert len(card["comparison"]["counts"]["short"]) == 20  # every class represented
+    lim = BucketLimits()
+    assert all(lim.bucket(r["n_tokens"]) == r["bucket"] for r in comp)
+    assert card["comparison"]["sha256"] == sha256_file(tmp_path / "out" / "comparison.jsonl")
+    assert set(card["item_sha256"]) == {r["id"] for r in comp}
+    assert card["tokenizer"]["revision_sha256"]
+    again = build_corpus(src, tmp_path / "again", *tokenizer, spec=spec)
+    assert again["comparison"]["sha256"] == card["comparison"]["sha256"]  # seeded, deterministic
+
+
+def test_committed_demo_corpus_matches_its_card():
+    card = json.loads((REPO / "demo" / "corpus" / "corpus_card.json").read_text())
+    assert card["source"]["sha256"] == "81534d58ec20e6b140bd61478bef80ea72450608b8ff4a5e79ca973ff62f2b5c"
+    assert card["comparison"]["sha256"] == sha256_file(REPO / "demo" / "corpus" / "comparison.jsonl")
+    assert {b: sum(v.values()) for b, v in card["comparison"]["counts"].items()} == \
+        {"short": 600, "medium": 300, "long": 100}
+    if SOURCE.is_file():
+        assert sha256_file(SOURCE) == card["source"]["sha256"]
+
+
+@pytest.mark.parametrize("rows, message", [
+    ([{"id": "a", "text": "x y", "label": "l"}, {"id": "a", "text": "z", "label": "l"}],
+     "src.jsonl:2: duplicate id 'a' (first on line 1)"),
+    ([{"id": "a", "text": "  ", "label": "l"}], "src.jsonl:1: empty text for id 'a'"),
+    ([{"id": "a", "label": "l"}], "src.jsonl:1: missing field 'text'"),
+])
+def test_bad_source_one_line_with_line_number(tmp_path, rows, message):
+    with pytest.raises(CorpusError) as e:
+        load_items(_source(tmp_path, rows))
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_non_utf8_and_bad_json_name_the_line(tmp_path):
+    p = tmp_path / "bad.jsonl"
+    p.write_bytes(b'{"id": "a", "text": "ok", "label": "l"}\n{"id": "b", "text": "caf\xe9", "label": "l"}\n')
+    with pytest.raises(CorpusError, match=r"bad.jsonl:2: not valid UTF-8"):
+        load_items(p)
+    p.write_bytes(b'{"id": "a", "text": "ok", "label": "l"}\n{"id": \n')
+    with pytest.raises(CorpusError, match=r"bad.jsonl:2: not valid JSON"):
+        load_items(p)
+
+
+def test_csv_with_other_field_names(tmp_path):
+    p = tmp_path / "src.csv"
+    p.write_text('doc,body,cat\n1,"first, text",a\n2,second,b\n', encoding="utf-8")
+    items = load_items(p, id_field="doc", text_field="body", label_field="cat")
+    assert [(i.id, i.text, i.label) for i in items] == [("1", "first, text", "a"), ("2", "second", "b")]
+    p.write_text('doc,body,cat\n1,first,a\n1,again,b\n', encoding="utf-8")
+    with pytest.raises(CorpusError, match="src.csv:3: duplicate id '1'"):
+        load_items(p, id_field="doc", text_field="body", label_field="cat")

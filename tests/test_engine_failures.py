@@ -1,0 +1,132 @@
+"""Failures are rows: a real host-memory OOM, a non-finite logit, a killed-and-resumed campaign."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from conftest import REPO, cut_corpus, write_campaign
+from lab.journal import Journal
+from lab.launchers.local import LocalLauncher
+from lab.orchestrator import Orchestrator
+from lab.protocol import load_protocol, lock
+from lab.report.build import build_report
+from lab.report.raw_table import raw_rows
+
+pytestmark = pytest.mark.slow
+
+
+def test_non_finite_logit_fails_the_pass(tmp_path, model_dir):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    broken = tmp_path / "model-nan"
+    shutil.copytree(model_dir, broken)
+    weights = load_file(broken / "model.safetensors")
+    weights["classifier.bias"][3] = float("nan")
+    save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
+    f = write_campaign(tmp_path, broken, cut_corpus(tmp_path / "c.jsonl", 3, 1, 1), values=(1,))
+    lock(load_protocol(f))
+    orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
+    orch.run()
+    [a] = orch.journal.attempts()
+    assert a["status"] == "error" and a["exit_code"] == 4
+    assert "NonFiniteLogits" in a["notes"] and a["items_completed"] == 0
+    assert a["validation"]["corpus_accepted"] is False
+    del torch
+
+
+def test_real_host_oom_leaves_a_row_with_items_completed(tmp_path, model_dir):
+    """Batch 8 on long items exceeds an address-space limit that batch 1 fits in.
+
+    The limit is calibrated in the test from the address space (VmPeak) each pass needed
+    without a limit, so it holds on any machine of this kind.
+    """
+    corpus = cut_corpus(tmp_path / "c.jsonl", 8, 0, 16)  # 8 short first, then 16 long
+    f = write_campaign(tmp_path, model_dir, corpus, values=(1, 8), max_length=512, padding="max_length")
+    lock(load_protocol(f))
+    free = Orchestrator.prepare(f, tmp_path / "free", LocalLauncher())
+    assert free.run() == "finished"
+    peaks = {a["variant"]["batch_size"]: a["result"]["process_peak_vm_bytes"] for a in free.journal.attempts()}
+    assert peaks[8] > peaks[1]
+    limit = (peaks[1] + peaks[8]) // 2
+    orch = Orchestrator.prepare(f, tmp_path / "limited", LocalLauncher(address_space_limit_bytes=limit,
+                                                                        timeout_s=300))
+    orch.run()
+    rows = {r["batch_size"]: r for r in raw_rows(orch.journal.attempts(), "t", 1, orch.dir)}
+    assert rows[1]["status"] == "ok" and rows[1]["items_completed"] == 24
+    b8 = rows[8]
+    assert b8["status"] == "oom" and b8["exit_code"] == 3
+    assert b8["items_completed"] == 8  # the first batch (short items) completed, the long batch did not
+    assert "can't allocate memory" in b8["notes"] or "out of memory" in b8["notes"].lower()
+    assert b8["corpus_accepted"] is False and b8["measured_s"] is None
+    lines = (orch.dir / b8["predictions_path"]).read_text().splitlines()
+    assert len(lines) == 8  # predictions already made are kept
+    events = [e["kind"] for e in orch.journal.events_since(0) if e["pass_id"] == b8["pass_id"]]
+    assert "oom" in events
+    # nothing retried with a smaller batch: exactly one attempt per planned slot
+    assert len(orch.journal.attempts()) == 2
+
+
+def _wait(cond, timeout=240):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if cond():
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def test_killed_campaign_resumes_and_keeps_the_interrupted_row(tmp_path, model_dir):
+    corpus = cut_corpus(tmp_path / "c.jsonl", 10, 6, 2)
+    f = write_campaign(tmp_path, model_dir, corpus, values=(1, 4), repetitions=1)
+    lock(load_protocol(f))
+    runs = tmp_path / "runs"
+    env = {**os.environ, "ITERALAB_RUNS": str(runs)}
+    orch_proc = subprocess.Popen([sys.executable, "-m", "lab.cli", "campaign", "run", str(f), "--launcher",
+                                  "local"], cwd=REPO, env=env, start_new_session=True,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    journal_path = next_journal = None
+
+    def running():
+        nonlocal journal_path
+        found = list(runs.glob("t/v1-*/journal.sqlite"))
+        if not found:
+            return False
+        journal_path = found[0]
+        return any(a["status"] == "running" and a["items_completed"] > 0
+                   for a in Journal(journal_path).attempts())
+    assert _wait(running), "the first pass never reported progress"
+    # kill the orchestrator and its pass, as a host reboot or a lost session would
+    children = psutil.Process(orch_proc.pid).children(recursive=True)
+    os.killpg(orch_proc.pid, signal.SIGKILL)
+    for c in children:
+        try:
+            os.killpg(c.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    orch_proc.wait()
+    assert [a["status"] for a in Journal(journal_path).attempts()] == ["running"]
+
+    orch = Orchestrator.prepare(f, runs, LocalLauncher())
+    assert orch.run() == "finished"
+    attempts = orch.journal.attempts()
+    assert [(a["seq"], a["attempt"], a["status"]) for a in attempts] == \
+        [(1, 1, "interrupted"), (1, 2, "ok"), (2, 1, "ok")]
+    assert attempts[1]["pass_id"].endswith("-a2")
+    report = build_report(orch.dir)
+    assert report["rows"] == 3
+    next_journal = [e["kind"] for e in orch.journal.events_since(0)]
+    assert "interrupted" in next_journal
+    summary = {s["variant_id"]: s for s in report["summary"]}
+    first = summary[attempts[0]["variant_id"]]
+    assert first["failures"] == 1 and first["successes"] == 1
+    del json

@@ -1,0 +1,31 @@
+from lab.schedule import rotated_schedule
+from lab.variants import Variant, VariantError, expand_series
+
+import pytest
+
+
+def test_rotation_148_481_814():
+    vs = expand_series({"precision": "fp32"}, [{"name": "batch", "factor": "batch_size", "values": [1, 4, 8]}])
+    sched = rotated_schedule(vs, 5)
+    orders = [[p.variant.batch_size for p in sched if p.repetition == r] for r in range(1, 6)]
+    assert orders == [[1, 4, 8], [4, 8, 1], [8, 1, 4], [1, 4, 8], [4, 8, 1]]
+    assert len({p.pass_id for p in sched}) == 15
+    firsts = {o[0] for o in orders}
+    assert firsts == {1, 4, 8}
+
+
+def test_variant_id_is_content_derived():
+    a = Variant(batch_size=4)
+    b = Variant(batch_size=4, series="other", name="x")
+    assert a.variant_id == b.variant_id
+    assert a.variant_id != Variant(batch_size=4, bucketing=True).variant_id
+
+
+def test_series_vary_one_factor_and_dedupe():
+    vs = expand_series({}, [{"name": "batch", "factor": "batch_size", "values": [1, 8]},
+                            {"name": "bucket", "factor": "bucketing", "values": [False, True], "batch_size": 8}])
+    assert [v.name for v in vs] == ["batch/batch_size=1", "batch/batch_size=8", "bucket/bucketing=True"]
+    with pytest.raises(VariantError, match="factor 'batch_size' is also fixed"):
+        expand_series({}, [{"name": "s", "factor": "batch_size", "values": [1], "batch_size": 2}])
+    with pytest.raises(VariantError, match="precision 'int4' unknown"):
+        Variant(precision="int4")
