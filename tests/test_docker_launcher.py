@@ -197,6 +197,19 @@ def test_stop_request_stops_the_container(client, image, model_dir, rows, tmp_pa
 
 
 @pytest.mark.docker
+def test_pass_timeout_stops_the_container(client, image, model_dir, rows, tmp_path):
+    corpus = subset(tmp_path / "corpus30.jsonl", stratified_30(rows))
+    spec, pass_dir = make_spec(tmp_path, corpus, model_dir, f"iteralab-test-{uuid.uuid4().hex[:8]}",
+                               Variant(batch_size=1, device="cpu"), "p005-timeout")
+    launcher = DockerLauncher(image, "cpu", labels={TEST_LABEL: "launcher"}, client=client,
+                              stop_timeout_s=2, timeout_s=2)
+    outcome = launcher.launch(spec, pass_dir, lambda line: None)
+    assert outcome.note == "killed after the 2 s pass timeout" and not outcome.killed_host_memory
+    assert outcome.exit_code is not None and outcome.exit_code != 0
+    assert not client.containers.list(all=True, filters={"id": outcome.container_id})
+
+
+@pytest.mark.docker
 def test_unreadable_model_is_refused_with_the_fix(client, image, model_dir, rows, tmp_path):
     model = tmp_path / "private-model"
     shutil.copytree(model_dir, model)

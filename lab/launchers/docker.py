@@ -20,6 +20,7 @@ import os
 import re
 import stat
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -100,13 +101,15 @@ class DockerLauncher:
     ``shm_size_bytes``: /dev/shm size. ``hf_home``: a host Hugging Face cache mounted
     read-only for hub model ids. ``labels``: extra labels on every container.
     ``client``: a docker.DockerClient (default: ``docker.from_env()``).
+    ``timeout_s``: a pass still running after this many seconds is stopped (None = no limit).
     """
 
     name = "docker"
 
     def __init__(self, image: str, vendor: str = "cpu", mem_limit_bytes: int | None = None,
                  shm_size_bytes: int = 1 << 30, hf_home: str | None = None,
-                 labels: dict | None = None, client=None, stop_timeout_s: int = 10):
+                 labels: dict | None = None, client=None, stop_timeout_s: int = 10,
+                 timeout_s: float | None = None):
         import docker
 
         gpu_run_kwargs(vendor)  # ValueError for an unknown vendor
@@ -114,6 +117,7 @@ class DockerLauncher:
         self.image_ref, self.vendor = image, vendor
         self.mem_limit_bytes, self.shm_size_bytes = mem_limit_bytes, shm_size_bytes
         self.hf_home, self.labels, self.stop_timeout_s = hf_home, dict(labels or {}), stop_timeout_s
+        self.timeout_s = timeout_s
         self.image = self.client.images.get(image)  # docker.errors.ImageNotFound when not built
 
     @classmethod
@@ -255,8 +259,7 @@ class DockerLauncher:
 
     def _run(self, spec, pass_dir, vols, user, owners, on_line, should_stop) -> LaunchOutcome:
         container = None
-        stopped = threading.Event()
-        finished = threading.Event()
+        stopped, timed_out, finished = threading.Event(), threading.Event(), threading.Event()
         log_lock = threading.Lock()
         log = open(pass_dir / "log.txt", "a", encoding="utf-8")
 
@@ -274,9 +277,11 @@ class DockerLauncher:
                     write_log(line)
 
             def watch() -> None:
+                started = time.monotonic()
                 while not finished.wait(0.5):
-                    if should_stop():
-                        stopped.set()
+                    late = self.timeout_s is not None and time.monotonic() - started > self.timeout_s
+                    if late or should_stop():
+                        (timed_out if late else stopped).set()
                         container.stop(timeout=self.stop_timeout_s)
                         return
 
@@ -292,7 +297,7 @@ class DockerLauncher:
             threads[0].join(timeout=10)
             container.reload()
             state = container.attrs.get("State", {})
-            return self._outcome(container, state, status, stopped.is_set())
+            return self._outcome(container, state, status, stopped.is_set(), timed_out.is_set())
         except Exception as exc:  # engine error: a failure row, never an exception
             return LaunchOutcome(None, container_id=container.id if container else "",
                                  isolation=self._isolation(), note=f"docker error: {type(exc).__name__}: {exc}"[:300])
@@ -308,18 +313,19 @@ class DockerLauncher:
                 for d, owner in owners.items():
                     _chown_tree(d, *owner)
 
-    def _outcome(self, container, state: dict, status: dict, stopped: bool) -> LaunchOutcome:
+    def _outcome(self, container, state: dict, status: dict, stopped: bool, timed_out: bool) -> LaunchOutcome:
         raw = state.get("ExitCode", status.get("StatusCode"))
         oom = bool(state.get("OOMKilled"))
         # 128+N is "killed by signal N" (init forwards it): the local launcher's -N.
         code = -(raw - 128) if isinstance(raw, int) and 128 < raw <= 128 + 64 else raw
-        sigkill_at_limit = code == -9 and bool(self.mem_limit_bytes) and not stopped
-        killed = oom or sigkill_at_limit
-        note = "stopped by the user" if stopped else ("killed, host memory" if killed else "")
+        asked = stopped or timed_out  # our own stop: SIGTERM, then SIGKILL after stop_timeout_s
+        killed = not asked and (oom or (code == -9 and bool(self.mem_limit_bytes)))
+        note = ("stopped by the user" if stopped else f"killed after the {self.timeout_s:.0f} s pass timeout"
+                if timed_out else "killed, host memory" if killed else "")
         extra = {"container_exit_code": raw, "oom_killed": oom, "mem_limit_bytes": self.mem_limit_bytes,
                  "container_name": container.name, "image_id": self.image.id,
                  "started_at": state.get("StartedAt", ""), "finished_at": state.get("FinishedAt", "")}
         if killed:
             extra["evidence"] = "State.OOMKilled" if oom else "SIGKILL under a memory limit"
-        return LaunchOutcome(code, killed_host_memory=killed and not stopped, container_id=container.id,
+        return LaunchOutcome(code, killed_host_memory=killed, container_id=container.id,
                              isolation=self._isolation(), note=note, extra=extra)
