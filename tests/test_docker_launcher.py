@@ -236,3 +236,17 @@ def test_leftovers_found_by_campaign_label(client, image):
         assert launcher.find_leftovers(campaign + "-other") == []
     finally:
         c.remove(force=True)
+
+
+@pytest.mark.docker
+def test_gpu_pass_without_the_toolkit_is_a_failure_row_with_the_fix(client, image, model_dir, rows, tmp_path):
+    if "nvidia" in (client.info().get("Runtimes") or {}):
+        pytest.skip("this engine has the NVIDIA runtime registered")
+    corpus = subset(tmp_path / "c.jsonl", stratified_30(rows))
+    campaign = f"iteralab-test-{uuid.uuid4().hex[:8]}"
+    spec, pass_dir = make_spec(tmp_path, corpus, model_dir, campaign, Variant(device="cuda"), "p006-gpu")
+    launcher = DockerLauncher(image, "nvidia", labels={TEST_LABEL: "launcher"}, client=client)
+    outcome = launcher.launch(spec, pass_dir, lambda line: None)
+    assert outcome.exit_code is None and not outcome.killed_host_memory
+    assert "could not select device driver" in outcome.note and "nvidia-ctk" in outcome.note
+    assert launcher.find_leftovers(campaign) == []

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
+
 from lab.doctor import (ROCM_MATRIX_VERSION, Probes, blocking_failures, detect_vendor, evaluate,
                         format_checks, gfx_name, min_driver_for_cuda)
 
 SMI_2xH100_570 = ("0, NVIDIA H100 80GB HBM3, 570.124.06\n"
                   "1, NVIDIA H100 80GB HBM3, 570.124.06\n")
 SMI_4090_580 = "0, NVIDIA GeForce RTX 4090, 580.82.07\n"
-NO_DRIVER_ERROR = ('500 Server Error for http+docker://localhost/v1.41/containers/x/start: Internal Server '
-                   'Error ("could not select device driver "" with capabilities: [[gpu]]")')
+# As Docker 20.10 answered here, on a host without the NVIDIA Container Toolkit:
+NO_DRIVER_ERROR = ('APIError: 500 Server Error for http+docker://localhost/v1.41/containers/d222366f87b6/start: '
+                   'Internal Server Error ("could not select device driver "nvidia" with capabilities: [[gpu]]")')
 ENGINE = dict(engine_version="27.5.1", engine_runtimes=("io.containerd.runc.v2", "runc"))
 
 
@@ -117,3 +120,28 @@ def test_tables():
     assert detect_vendor(Probes(nvidia_smi=SMI_4090_580)) == "nvidia"
     assert detect_vendor(Probes(kfd_exists=True)) == "rocm"
     assert detect_vendor(Probes()) == "cpu"
+
+
+@pytest.mark.docker
+def test_toolkit_probe_on_a_real_engine_without_the_toolkit():
+    """The engine here has no NVIDIA runtime: the probe's test container must fail as on a
+    rental whose toolkit is missing, and the doctor must give the exact fix."""
+    docker = pytest.importorskip("docker")
+    from lab.doctor import _engine_probes
+    from lab.launchers.docker import read_pins
+
+    try:
+        client = docker.from_env(timeout=30)
+        info = client.info()
+    except Exception as exc:
+        pytest.skip(f"no Docker engine reachable ({type(exc).__name__}: {exc}); run scripts/ci_docker.sh")
+    if "nvidia" in (info.get("Runtimes") or {}):
+        pytest.skip("this engine has the NVIDIA runtime registered")
+    image = read_pins()["CPU_IMAGE"]
+    found = _engine_probes(image, "nvidia", container_test=True)
+    assert found["image_present"], f"image {image} is not built; run `bash scripts/ci_docker.sh` first"
+    ok, text = found["toolkit_test"]
+    assert not ok and "could not select device driver" in text
+    tk = by_name(evaluate(Probes(**found, nvidia_smi=SMI_4090_580)))["nvidia container toolkit"]
+    assert not tk.ok and tk.blocking and "nvidia-ctk runtime configure --runtime=docker" in tk.fix
+    assert not client.containers.list(all=True, filters={"label": "iteralab.doctor"})

@@ -88,6 +88,12 @@ def unreadable_for(path: Path, uid: int, gid: int, limit: int = 3) -> list[str]:
     return bad
 
 
+def rocm_device_gids() -> list[int]:
+    """Host group ids owning /dev/kfd and /dev/dri/renderD* (the image's may differ)."""
+    devs = [Path("/dev/kfd"), *sorted(Path("/dev/dri").glob("renderD*"))]
+    return sorted({d.stat().st_gid for d in devs if d.exists()})
+
+
 def _chown_tree(path: Path, uid: int, gid: int) -> None:
     for p in [path, *path.rglob("*")]:
         os.chown(p, uid, gid, follow_symlinks=False)
@@ -161,9 +167,12 @@ class DockerLauncher:
                 "engine_version": ver.get("Version", ""), "engine_api_version": ver.get("ApiVersion", ""),
                 "runtime": info.get("DefaultRuntime", ""), "runtimes": sorted(info.get("Runtimes") or {}),
                 "cgroup_version": info.get("CgroupVersion", ""), "storage_driver": info.get("Driver", ""),
-                "vendor": self.vendor, "gpu_access": gpu_run_kwargs(self.vendor),
+                "vendor": self.vendor, "gpu_access": self._gpu(),
                 "mem_limit_bytes": self.mem_limit_bytes, "shm_size_bytes": self.shm_size_bytes,
                 "network": "none during passes"}
+
+    def _gpu(self) -> dict:
+        return gpu_run_kwargs(self.vendor, extra_group_ids=rocm_device_gids() if self.vendor == "rocm" else None)
 
     def _isolation(self) -> str:
         return f"container {self.image_ref} ({self.image.id})"
@@ -249,8 +258,7 @@ class DockerLauncher:
         kw = dict(command=[cmd0, "-u", "-m", "lab.passes.runner", f"{C_PASS}/{C_SPEC_NAME}"],
                   name=re.sub(r"[^a-zA-Z0-9_.-]", "-", f"iteralab-{spec.pass_id}-{uuid.uuid4().hex[:6]}"),
                   labels=lb, volumes=vols, working_dir="/work", environment=env, detach=True,
-                  network_mode="none", shm_size=self.shm_size_bytes, init=True,
-                  **gpu_run_kwargs(self.vendor))
+                  network_mode="none", shm_size=self.shm_size_bytes, init=True, **self._gpu())
         if user is not None:
             kw["user"] = f"{user[0]}:{user[1]}"
         if self.mem_limit_bytes:
@@ -299,8 +307,13 @@ class DockerLauncher:
             state = container.attrs.get("State", {})
             return self._outcome(container, state, status, stopped.is_set(), timed_out.is_set())
         except Exception as exc:  # engine error: a failure row, never an exception
+            from lab.doctor import NO_DRIVER_MARK, TOOLKIT_FIX
+
+            note = f"docker error: {type(exc).__name__}: {exc}"[:300]
+            if NO_DRIVER_MARK in str(exc):
+                note += "; " + TOOLKIT_FIX
             return LaunchOutcome(None, container_id=container.id if container else "",
-                                 isolation=self._isolation(), note=f"docker error: {type(exc).__name__}: {exc}"[:300])
+                                 isolation=self._isolation(), note=note)
         finally:
             finished.set()
             log.close()
