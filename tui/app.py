@@ -1,0 +1,262 @@
+"""IteraGPU Lab's terminal UI: launch, watch, decide, download (keyboard only, 80x24, SSH/tmux).
+
+The campaign runs in a detached orchestrator (``lab.cli.spawn_detached``), never in the
+UI: the app reads the campaign folder's journal from a thread worker and writes only
+control flags (pause, stop). Quitting the UI or losing SSH leaves the campaign running;
+starting the UI again re-attaches to the journal of the current protocol version.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding
+from textual.worker import get_current_worker
+
+from tui.messages import (CampaignSnapshot, CampaignStarted, ControlSent, PassFailed,
+                          TelemetrySample)
+from tui.screens.archive_screen import ArchiveScreen
+from tui.screens.cost_screen import CostScreen
+from tui.screens.environment_screen import EnvironmentScreen
+from tui.screens.plan_screen import PlanScreen
+from tui.screens.protocol_screen import ProtocolScreen
+from tui.screens.results_screen import ResultsScreen
+from tui.screens.runs_screen import RunsScreen
+from tui.widgets.journal_feed import JournalFeed
+from tui.widgets.screen_tabs import SCREENS
+from tui.widgets.telemetry import HostTelemetry, TelemetrySource
+
+SCREEN_CLASSES = {"environment": EnvironmentScreen, "protocol": ProtocolScreen, "plan": PlanScreen,
+                  "runs": RunsScreen, "results": ResultsScreen, "cost": CostScreen,
+                  "archive": ArchiveScreen}
+
+
+def runs_root() -> Path:
+    """Where campaign folders live (lab.cli.RUNS_ROOT, read at call time)."""
+    import lab.cli
+
+    return Path(lab.cli.RUNS_ROOT)
+
+
+def campaign_dir_of(campaign_file: Path) -> Path | None:
+    """The folder of the file's current locked version when it holds a journal, else None."""
+    from lab.orchestrator import campaign_dir_for
+    from lab.protocol import ProtocolError, load_protocol, locked_version
+
+    try:
+        proto = load_protocol(campaign_file)
+        d = campaign_dir_for(proto, locked_version(proto), runs_root())
+    except ProtocolError:
+        return None
+    return d if (d / "journal.sqlite").exists() else None
+
+
+class IteraLabApp(App):
+    """The app. ``clock``, ``telemetry`` and ``environment_probe`` are injectable (tests)."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "IteraGPU Lab"
+    BINDINGS = [Binding(str(i), f"go('{name}')", title, show=False)
+                for i, (name, title) in enumerate(SCREENS, 1)] + [
+        Binding("escape", "leave_field", "Leave field", show=False),
+        Binding("q", "quit", "Quit (campaign goes on)")]
+
+    def __init__(self, campaign_file: Path, *, launcher: str = "auto", memory_limit: int | None = None,
+                 clock: Callable[[], float] = time.time, telemetry: TelemetrySource | None = None,
+                 environment_probe: Callable[[], dict] | None = None, poll_interval_s: float = 0.3,
+                 telemetry_interval_s: float = 1.0, start_screen: str = "runs") -> None:
+        super().__init__()
+        self.campaign_file = Path(campaign_file).resolve()
+        self.launcher = launcher
+        self.memory_limit = memory_limit
+        self.clock = clock
+        self.telemetry_source = telemetry
+        self.environment_probe = environment_probe
+        self.poll_interval_s = poll_interval_s
+        self.telemetry_interval_s = telemetry_interval_s
+        self.start_screen = start_screen
+        self.campaign_dir: Path | None = campaign_dir_of(self.campaign_file)
+        self.selected_pass: str | None = None
+        self.snapshot: CampaignSnapshot | None = None
+        self.telemetry: dict | None = None
+        self.failures_seen: list[PassFailed] = []
+        self._facts: dict | None = None
+        self._facts_lock = threading.Lock()
+
+    def on_mount(self) -> None:
+        for name, cls in SCREEN_CLASSES.items():
+            self.install_screen(cls(), name)
+        self.push_screen(self.start_screen)
+        self.poll_journal()
+        self.poll_telemetry()
+
+    def environment_facts(self, refresh: bool = False) -> dict:
+        """Environment facts (cached; call from a thread worker: probing takes seconds)."""
+        from tui.screens.environment_screen import collect_environment
+
+        with self._facts_lock:
+            if self._facts is None or refresh:
+                self._facts = (self.environment_probe or collect_environment)()
+            return self._facts
+
+    # ---- navigation ------------------------------------------------------------------
+    def action_go(self, name: str) -> None:
+        if self.screen is not self.get_screen(name):
+            self.switch_screen(name)
+
+    def action_leave_field(self) -> None:
+        self.screen.set_focus(None)
+
+    def attach(self, campaign_dir: Path | None) -> None:
+        """Follow another campaign folder (after a start or a new protocol version)."""
+        self.campaign_dir = campaign_dir
+
+    # ---- journal poller --------------------------------------------------------------
+    @work(thread=True, exclusive=True, exit_on_error=False, group="journal")
+    def poll_journal(self) -> None:
+        """Read the journal every ``poll_interval_s``; post a snapshot when it changed."""
+        worker = get_current_worker()
+        feed: JournalFeed | None = None
+        last_sig, last_post, last_resolve = None, 0.0, 0.0
+        while not worker.is_cancelled:
+            d = self.campaign_dir
+            if d is None and time.monotonic() - last_resolve > 2.0:
+                last_resolve = time.monotonic()
+                d = campaign_dir_of(self.campaign_file)
+                if d is not None:
+                    self.call_from_thread(self.attach, d)
+            if feed is not None and (d is None or feed.dir != d):
+                feed.close()
+                feed = None
+            if d is not None and feed is None and (d / "journal.sqlite").exists():
+                feed = JournalFeed(d)
+            if feed is None:
+                snap = CampaignSnapshot(None, None, [], {}, [], ("", ""))
+                sig = None
+            else:
+                r = feed.read(self.selected_pass)
+                for f in r["new_failures"]:
+                    self.post_message(PassFailed(*f))
+                snap = CampaignSnapshot(d, r["status"], r["plan"], r["live_failures"], r["events"],
+                                        r["log_tail"])
+                st = r["status"]
+                sig = (st["state"], st["alive"], feed.last_event_id, r["log_tail"],
+                       tuple((a["pass_id"], a["status"], a["items_completed"], a["validation"] is None)
+                             for a in st["attempts"]))
+            running = bool(snap.status and snap.status["state"] == "running")
+            if sig != last_sig or self.snapshot is None or (running and time.monotonic() - last_post > 1):
+                last_sig, last_post = sig, time.monotonic()
+                self.post_message(snap)
+            time.sleep(self.poll_interval_s)
+        if feed is not None:
+            feed.close()
+
+    def on_campaign_snapshot(self, msg: CampaignSnapshot) -> None:
+        self.snapshot = msg
+        for screen in (self.screen, self.get_screen("runs")):
+            if hasattr(screen, "apply_snapshot") and screen.is_mounted:
+                screen.apply_snapshot(msg)
+
+    def on_pass_failed(self, msg: PassFailed) -> None:
+        self.failures_seen.append(msg)
+        what = {"oom": "out of memory", "killed": "killed (host memory)"}.get(msg.kind, msg.kind)
+        self.notify(f"pass {msg.pass_id}: {what} after {msg.items_done} items",
+                    title="pass failed", severity="error", timeout=8)
+
+    # ---- telemetry -------------------------------------------------------------------
+    @work(thread=True, exclusive=True, exit_on_error=False, group="telemetry")
+    def poll_telemetry(self) -> None:
+        worker = get_current_worker()
+        source = self.telemetry_source or HostTelemetry()
+        while not worker.is_cancelled:
+            try:
+                self.post_message(TelemetrySample(source()))
+            except Exception as exc:  # a broken counter is shown, never fatal
+                self.post_message(TelemetrySample({"error": f"{type(exc).__name__}: {exc}"}))
+            time.sleep(self.telemetry_interval_s)
+
+    def on_telemetry_sample(self, msg: TelemetrySample) -> None:
+        self.telemetry = msg.sample
+        if hasattr(self.screen, "apply_telemetry"):
+            self.screen.apply_telemetry(msg.sample)
+
+    # ---- campaign control ------------------------------------------------------------
+    @work(thread=True, exclusive=True, exit_on_error=False, group="control")
+    def start_campaign(self) -> None:
+        """Lock when never locked, then spawn the detached orchestrator (resumes when paused)."""
+        from lab.cli import CliError, spawn_detached
+        from lab.orchestrator import campaign_dir_for
+        from lab.protocol import ProtocolError, load_protocol, lock, locked_version, read_lock
+        from lab.status import campaign_status
+
+        try:
+            proto = load_protocol(self.campaign_file)
+            note = ""
+            if not read_lock(self.campaign_file):
+                v = lock(proto)
+                note = f"protocol locked as version {v['version']} (sha256 {v['sha256'][:12]}); "
+            v = locked_version(proto)
+            d = campaign_dir_for(proto, v, runs_root())
+            if (d / "journal.sqlite").exists():
+                st = campaign_status(d)
+                if st["alive"]:
+                    raise CliError(f"already running (orchestrator pid {st['orchestrator'].get('pid')})")
+                if st["state"] == "finished":
+                    raise CliError("this protocol version is finished; see 5 Results")
+            buf = io.StringIO()
+            with contextlib.redirect_stdout(buf):
+                spawn_detached(self.campaign_file, self.launcher, self.memory_limit)
+            self.post_message(CampaignStarted(d, note + buf.getvalue().strip()))
+        except (ProtocolError, CliError, OSError) as exc:
+            self.post_message(CampaignStarted(None, "", f"cannot start: {exc}"))
+
+    def on_campaign_started(self, msg: CampaignStarted) -> None:
+        if msg.error:
+            self.notify(msg.error, severity="error", timeout=10)
+            return
+        self.attach(msg.campaign_dir)
+        self.notify(msg.detail, title="campaign started", timeout=6)
+
+    @work(thread=True, exit_on_error=False, group="control-flag")
+    def send_control(self, flag: str) -> None:
+        """Write the pause or stop flag to the journal (the orchestrator reads it)."""
+        from lab.journal import Journal
+
+        d = self.campaign_dir
+        if d is None:
+            self.post_message(ControlSent(flag, "no campaign running for this protocol version"))
+            return
+        j = Journal(d / "journal.sqlite")
+        try:
+            j.set_control(flag, True)
+        finally:
+            j.close()
+        self.post_message(ControlSent(flag))
+
+    def on_control_sent(self, msg: ControlSent) -> None:
+        if msg.error:
+            self.notify(f"{msg.flag}: {msg.error}", severity="warning")
+        else:
+            self.notify("pause requested: the current pass finishes, then the campaign pauses"
+                        if msg.flag == "pause" else "stop requested: the current pass is stopped now")
+
+
+def run_app(campaign_file: Path) -> int:
+    """Run the UI on ``campaign_file`` (called by `iteralab up`); returns the exit status.
+
+    ITERALAB_LAUNCHER (auto/local/docker) and ITERALAB_MEMORY_LIMIT (bytes per pass) set
+    how passes are launched.
+    """
+    limit = os.environ.get("ITERALAB_MEMORY_LIMIT")
+    app = IteraLabApp(Path(campaign_file), launcher=os.environ.get("ITERALAB_LAUNCHER", "auto"),
+                      memory_limit=int(limit) if limit else None)
+    app.run()
+    return app.return_code or 0

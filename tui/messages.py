@@ -1,0 +1,141 @@
+"""Every message the UI's thread workers post (typed; nothing in a thread touches a widget).
+
+High-rate messages (journal snapshots, telemetry, log tails) carry a whole state, not a
+delta, so a newer one can replace an older one still in the queue (``can_replace``): the
+UI stays responsive with hundreds of progress events per second.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.message import Message
+
+
+class CampaignSnapshot(Message):
+    """The campaign as the journal says now (posted by the journal poller).
+
+    ``status``: ``lab.status.campaign_status`` dict (state, planned, finished, attempts,
+    orchestrator, alive), or None when no campaign folder exists yet for this protocol
+    version. ``plan``: planned slots. ``live_failures``: {pass_id: {"kind", "items_done",
+    "message"}} from oom/error events, known before the pass row is finished.
+    ``events``: the last event lines (text). ``log_tail``: (pass_id, text) of the selected
+    pass's log.txt.
+    """
+
+    def __init__(self, campaign_dir: Path | None, status: dict | None, plan: list[dict],
+                 live_failures: dict, events: list[str], log_tail: tuple[str, str]) -> None:
+        super().__init__()
+        self.campaign_dir = campaign_dir
+        self.status = status
+        self.plan = plan
+        self.live_failures = live_failures
+        self.events = events
+        self.log_tail = log_tail
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, CampaignSnapshot)
+
+
+class PassFailed(Message):
+    """An oom/error event or a failed pass row, seen for the first time (never coalesced)."""
+
+    def __init__(self, pass_id: str, kind: str, items_done: int | None, detail: str) -> None:
+        super().__init__()
+        self.pass_id = pass_id
+        self.kind = kind
+        self.items_done = items_done
+        self.detail = detail
+
+
+class TelemetrySample(Message):
+    """One host reading: ``sample`` from a telemetry source (see tui.widgets.telemetry)."""
+
+    def __init__(self, sample: dict) -> None:
+        super().__init__()
+        self.sample = sample
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, TelemetrySample)
+
+
+class EnvironmentReady(Message):
+    """Environment facts and checks (screen 1)."""
+
+    def __init__(self, facts: dict) -> None:
+        super().__init__()
+        self.facts = facts
+
+
+class ProtocolLoaded(Message):
+    """The campaign file parsed, with its lock state; ``error`` is one line when it failed."""
+
+    def __init__(self, info: dict | None, error: str = "") -> None:
+        super().__init__()
+        self.info = info
+        self.error = error
+
+
+class ProtocolLocked(Message):
+    """A lock was recorded (or found unchanged): ``version`` is the lock entry."""
+
+    def __init__(self, version: dict | None, new: bool, error: str = "") -> None:
+        super().__init__()
+        self.version = version
+        self.new = new
+        self.error = error
+
+
+class PlanReady(Message):
+    """Variants, rotated schedule and memory feasibility per variant (screen 3)."""
+
+    def __init__(self, plan: dict | None, error: str = "") -> None:
+        super().__init__()
+        self.plan = plan
+        self.error = error
+
+
+class CampaignStarted(Message):
+    """The detached orchestrator was spawned (or refused, with ``error``)."""
+
+    def __init__(self, campaign_dir: Path | None, detail: str, error: str = "") -> None:
+        super().__init__()
+        self.campaign_dir = campaign_dir
+        self.detail = detail
+        self.error = error
+
+
+class ControlSent(Message):
+    """A pause or stop flag was written to the journal."""
+
+    def __init__(self, flag: str, error: str = "") -> None:
+        super().__init__()
+        self.flag = flag
+        self.error = error
+
+
+class ResultsReady(Message):
+    """``build_report`` output: ``summary`` (one dict per variant) and the report folder."""
+
+    def __init__(self, report: dict | None, error: str = "") -> None:
+        super().__init__()
+        self.report = report
+        self.error = error
+
+
+class CostReady(Message):
+    """Quote text, cost per validated corpus and decision note (screen 6)."""
+
+    def __init__(self, cost: dict | None, error: str = "") -> None:
+        super().__init__()
+        self.cost = cost
+        self.error = error
+
+
+class ArchiveReady(Message):
+    """An assembled and verified archive: path, size_bytes, sha256, verification."""
+
+    def __init__(self, archive: dict | None, error: str = "") -> None:
+        super().__init__()
+        self.archive = archive
+        self.error = error

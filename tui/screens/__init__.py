@@ -1,0 +1,1 @@
+"""The seven screens of the UI, one per file (number keys 1-7)."""

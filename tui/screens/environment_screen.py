@@ -1,0 +1,111 @@
+"""Screen 1, Environment: backend, GPUs with memory, driver and runtime, Docker engine and
+image, disk and RAM; problems in plain words with the fix (``lab.doctor``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from rich.markup import escape
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from tui.messages import EnvironmentReady
+from tui.screens.lab_screen import LabScreen
+
+
+def _gib(n) -> str:
+    return "not measured" if n is None else f"{n / 2**30:.1f} GiB"
+
+
+def collect_environment() -> dict:
+    """Facts for the screen: gpu (lab.manifest.gpu_facts), host RAM/disk/cores, doctor checks.
+
+    Returns {"backend", "gpu", "ram_total_bytes", "ram_available_bytes", "disk_free_bytes",
+    "disk_path", "cpu_cores", "checks": [{"name", "ok", "detail", "fix"}]}.
+    """
+    import psutil
+
+    from lab.manifest import gpu_facts
+
+    gpu = gpu_facts()
+    if gpu["count"] and gpu.get("hip_runtime", "absent") != "absent":
+        backend = "rocm"
+    elif gpu["count"]:
+        backend = "cuda"
+    else:
+        backend = "cpu"
+    from tui.app import runs_root
+
+    root = runs_root()
+    probe = root if root.exists() else root.parent if root.parent.exists() else os.getcwd()
+    vm = psutil.virtual_memory()
+    try:
+        from lab.doctor import doctor
+
+        checks = [c.to_json() for c in doctor(container_test=False)]
+    except ImportError:
+        checks = [{"name": "doctor", "ok": False, "detail": "lab.doctor not available", "fix": ""}]
+    return {"backend": backend, "gpu": gpu, "ram_total_bytes": vm.total,
+            "ram_available_bytes": vm.available, "disk_free_bytes": shutil.disk_usage(probe).free,
+            "disk_path": str(probe), "cpu_cores": os.cpu_count(), "checks": checks}
+
+
+def render_environment(f: dict) -> str:
+    """Plain text, one fact per line, checks with their fix (Rich markup)."""
+    g = f["gpu"]
+    lines = [f"[b]Backend[/b]   {f['backend']}" + ("  (no GPU visible: passes run on CPU)"
+                                                    if f["backend"] == "cpu" else "")]
+    if g["devices"]:
+        for d in g["devices"]:
+            lines.append(f"[b]GPU {d['index']}[/b]     {escape(d['name'])}, {_gib(d['memory_bytes'])}")
+    else:
+        lines.append("[b]GPUs[/b]      none detected")
+    lines.append(f"[b]Driver[/b]    {g.get('driver', 'absent')}"
+                 + (f"  ({escape(g['driver_note'])})" if g.get("driver_note") else ""))
+    lines.append(f"[b]Runtime[/b]   CUDA {g.get('cuda_runtime', 'absent')}, HIP {g.get('hip_runtime', 'absent')}")
+    lines.append(f"[b]Host[/b]      {f['cpu_cores']} CPU cores, RAM {_gib(f['ram_total_bytes'])} "
+                 f"({_gib(f['ram_available_bytes'])} available)")
+    lines.append(f"[b]Disk[/b]      {_gib(f['disk_free_bytes'])} free at {escape(f['disk_path'])}")
+    lines.append("")
+    lines.append("[b]Checks[/b] (lab.doctor)")
+    for c in f["checks"]:
+        mark = "[green]ok  [/green]" if c["ok"] else "[red]FAIL[/red]"
+        lines.append(f" {mark} {escape(c['name'])}: {escape(str(c['detail']))}")
+        if c.get("fix") and not c["ok"]:
+            lines.append(f"      fix: {escape(c['fix'])}")
+    return "\n".join(lines)
+
+
+class EnvironmentScreen(LabScreen):
+    """Probes once on mount (thread worker); r probes again."""
+
+    NAME = "environment"
+    BINDINGS = [Binding("r", "probe", "Re-probe")]
+
+    def body(self) -> ComposeResult:
+        with VerticalScroll(id="env-scroll"):
+            yield Static("probing the environment ...", id="env-facts", markup=True)
+
+    def on_mount(self) -> None:
+        self.action_probe()
+
+    def action_probe(self) -> None:
+        self.query_one("#env-facts", Static).update("probing the environment ...")
+        self.probe()
+
+    @work(thread=True, exclusive=True, exit_on_error=False)
+    def probe(self) -> None:
+        try:
+            facts = self.app.environment_facts(refresh=True)
+            self.post_message(EnvironmentReady(facts))
+        except Exception as exc:
+            self.post_message(EnvironmentReady({"error": f"{type(exc).__name__}: {exc}"}))
+
+    def on_environment_ready(self, msg: EnvironmentReady) -> None:
+        text = (f"[red]probing failed: {escape(msg.facts['error'])}[/red]" if "error" in msg.facts
+                else render_environment(msg.facts))
+        self.query_one("#env-facts", Static).update(text)

@@ -1,0 +1,158 @@
+"""Screen 2, Protocol: the decision question, corpus card (counts per bucket and class),
+quality rules, and the lock (``lab.protocol.lock``): locking shows the hash; after a lock,
+an edited file is a new protocol version, and the screen says so (SPEC 3.1)."""
+
+from __future__ import annotations
+
+import json
+
+from rich.markup import escape
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widgets import DataTable, Static
+
+from tui.messages import ProtocolLoaded, ProtocolLocked
+from tui.screens.lab_screen import LabScreen
+
+BUCKETS = ("short", "medium", "long")
+
+
+def protocol_info(campaign_file) -> dict:
+    """{name, question, file, quality, timing, card_counts, lock_state, versions, current, digest}.
+
+    ``lock_state``: "not locked", "locked" (the file matches version ``current``) or
+    "edited" (changed since the last lock: locking makes version len(versions)+1).
+    Raises ProtocolError on an unusable file.
+    """
+    from lab.protocol import load_protocol, read_lock
+
+    proto = load_protocol(campaign_file)
+    versions = read_lock(proto.path)
+    digest = proto.digest()
+    current = next((v for v in versions if v["sha256"] == digest), None)
+    state = "locked" if current else ("edited" if versions else "not locked")
+    counts = None
+    if proto.card_path and proto.card_path.is_file():
+        counts = json.loads(proto.card_path.read_text())["comparison"]["counts"]
+    else:
+        from lab.corpus import counts_by_bucket_class, read_corpus
+
+        if proto.corpus_path.is_file():
+            counts = counts_by_bucket_class(read_corpus(proto.corpus_path))
+    return {"name": proto.name, "question": proto.raw["campaign"]["question"], "file": str(proto.path),
+            "quality": proto.quality, "timing": proto.timing, "card_counts": counts,
+            "lock_state": state, "versions": [{k: v[k] for k in ("version", "sha256", "locked_at")}
+                                              for v in versions],
+            "current": current and {k: current[k] for k in ("version", "sha256", "locked_at")},
+            "digest": digest}
+
+
+def render_rules(i: dict) -> str:
+    """Question, quality rules, timing rules and lock state (Rich markup)."""
+    q, t = i["quality"], i["timing"]
+    lines = [f"[b]{escape(i['name'])}[/b]  ({escape(i['file'])})",
+             f"[b]Question[/b] {escape(i['question'])}",
+             f"[b]Quality[/b]  {q['metric']} >= {q['threshold']}, at most {q['tolerance']} below the "
+             f"reference {escape(q['reference_variant'])}",
+             f"[b]Timing[/b]   {t['repetitions']} repetitions, rotated; warm-up {t['warmup_passes']} pass(es) "
+             f"over the first {t['warmup_items']} items; process {t.get('process', 'fresh')}; "
+             f"seed {t.get('seed', 0)}"]
+    if i["lock_state"] == "locked":
+        c = i["current"]
+        lines.append(f"[green b]Locked[/green b] version {c['version']} at {c['locked_at']}\n"
+                     f"  sha256 {c['sha256']}")
+    elif i["lock_state"] == "edited":
+        last = i["versions"][-1]
+        lines.append(f"[yellow b]Edited after lock[/yellow b] (last: version {last['version']}, "
+                     f"sha256 {last['sha256'][:16]}...): press l to lock it as version "
+                     f"{len(i['versions']) + 1}; results of versions never mix")
+    else:
+        lines.append("[yellow b]Not locked[/yellow b]: press l to record the protocol's hash before "
+                     "any measured pass")
+    return "\n".join(lines)
+
+
+class ProtocolScreen(LabScreen):
+    """l locks (a new version when edited), r reloads the file."""
+
+    NAME = "protocol"
+    BINDINGS = [Binding("l", "lock", "Lock protocol"), Binding("r", "reload", "Reload file")]
+
+    def body(self) -> ComposeResult:
+        with VerticalScroll(id="protocol-scroll"):
+            yield Static("reading the campaign file ...", id="protocol-rules", markup=True)
+            yield Static("", id="lock-result", markup=True)
+            yield DataTable(id="corpus-card", cursor_type="row")
+
+    def on_mount(self) -> None:
+        table = self.query_one("#corpus-card", DataTable)
+        for c in ("class", *BUCKETS, "total"):
+            table.add_column(c, key=c)
+
+    def on_screen_resume(self) -> None:
+        self.action_reload()
+
+    def action_reload(self) -> None:
+        self.load()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="protocol")
+    def load(self) -> None:
+        from lab.protocol import ProtocolError
+
+        try:
+            self.post_message(ProtocolLoaded(protocol_info(self.app.campaign_file)))
+        except ProtocolError as exc:
+            self.post_message(ProtocolLoaded(None, str(exc)))
+
+    def on_protocol_loaded(self, msg: ProtocolLoaded) -> None:
+        rules = self.query_one("#protocol-rules", Static)
+        if msg.info is None:
+            rules.update(f"[red]{escape(msg.error)}[/red]")
+            return
+        self.info = msg.info
+        rules.update(render_rules(msg.info))
+        table = self.query_one("#corpus-card", DataTable)
+        table.clear()
+        counts = msg.info["card_counts"] or {}
+        classes = sorted({c for b in counts.values() for c in b})
+        totals = {b: sum(counts.get(b, {}).values()) for b in BUCKETS}
+        for c in classes:
+            row = [counts.get(b, {}).get(c, 0) for b in BUCKETS]
+            table.add_row(c, *map(str, row), str(sum(row)))
+        table.add_row("all classes", *(str(totals[b]) for b in BUCKETS), str(sum(totals.values())))
+
+    def action_lock(self) -> None:
+        self.do_lock()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="protocol-lock")
+    def do_lock(self) -> None:
+        from lab.protocol import ProtocolError, load_protocol, lock, read_lock
+
+        try:
+            before = len(read_lock(self.app.campaign_file))
+            v = lock(load_protocol(self.app.campaign_file))
+            self.post_message(ProtocolLocked({k: v[k] for k in ("version", "sha256", "locked_at")},
+                                             new=v["version"] > before))
+        except ProtocolError as exc:
+            self.post_message(ProtocolLocked(None, False, str(exc)))
+
+    def on_protocol_locked(self, msg: ProtocolLocked) -> None:
+        out = self.query_one("#lock-result", Static)
+        out.display = True
+        if msg.version is None:
+            out.update(f"[red]lock failed: {escape(msg.error)}[/red]")
+            return
+        v = msg.version
+        if not msg.new:
+            out.update(f"unchanged since version {v['version']}: sha256 {v['sha256']}")
+        elif v["version"] > 1:
+            out.update(f"[b]new protocol version {v['version']}[/b] (the file changed after version "
+                       f"{v['version'] - 1}); its results go to their own folder\nsha256 {v['sha256']}")
+        else:
+            out.update(f"[b]locked as version 1[/b]\nsha256 {v['sha256']}")
+        from tui.app import campaign_dir_of
+
+        self.app.attach(campaign_dir_of(self.app.campaign_file))
+        self.load()

@@ -1,0 +1,110 @@
+"""Screen 4, Runs (live): one line per pass, failures highlighted as they happen, the log of
+the selected pass (or the campaign's events), host telemetry; start, pause, stop.
+
+The screen only displays what the app's journal poller posts (``CampaignSnapshot``) and
+asks the app to start the detached orchestrator or write a control flag.
+"""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.widgets import DataTable, RichLog, Static
+
+from tui.messages import CampaignSnapshot
+from tui.screens.lab_screen import LabScreen
+from tui.widgets.pass_table import PassTable, pass_rows
+from tui.widgets.telemetry import Telemetry
+
+
+def status_line(snap: CampaignSnapshot | None, campaign_name: str) -> str:
+    """One line: campaign folder, state, passes finished/planned, orchestrator."""
+    if snap is None or snap.status is None:
+        return (f"[b]{escape(campaign_name)}[/b]: not started. Press [b]s[/b] to start "
+                "(locks the protocol if it never was).")
+    st = snap.status
+    d = snap.campaign_dir
+    orch = st["orchestrator"] or {}
+    alive = f"orchestrator pid {orch.get('pid')}" if st["alive"] else "no orchestrator running"
+    hint = {"running": "p pause after this pass, x stop", "paused": "s resumes",
+            "stopped": "s resumes", "interrupted": "s resumes", "not started": "s starts",
+            "finished": "see 5 Results"}.get(st["state"], "")
+    return (f"[b]{escape(d.parent.name)}/{escape(d.name)}[/b] [b]{st['state']}[/b] "
+            f"{st['finished']}/{st['planned']} passes; {alive}; {hint}")
+
+
+class RunsScreen(LabScreen):
+    """s start/resume, p pause after the current pass, x stop now, v log/events."""
+
+    NAME = "runs"
+    BINDINGS = [Binding("s", "start", "Start"), Binding("p", "pause", "Pause"),
+                Binding("x", "stop", "Stop"), Binding("v", "toggle_view", "Log/events")]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.view = "log"
+        self._shown_log: tuple = ()
+
+    def body(self) -> ComposeResult:
+        yield Static("", id="runs-status", markup=True)
+        yield PassTable(id="pass-table")
+        log = RichLog(id="pass-log", wrap=False, max_lines=200, markup=False)
+        log.border_title = "log"
+        yield log
+        yield Telemetry(id="telemetry")
+
+    def on_mount(self) -> None:
+        self.apply_snapshot(self.app.snapshot)
+        self.apply_telemetry(self.app.telemetry)
+        self.query_one(PassTable).focus()
+
+    def on_screen_resume(self) -> None:
+        self.apply_snapshot(self.app.snapshot)
+        self.apply_telemetry(self.app.telemetry)
+
+    def apply_telemetry(self, sample: dict | None) -> None:
+        self.query_one(Telemetry).show(sample)
+
+    def apply_snapshot(self, snap: CampaignSnapshot | None) -> None:
+        """Render the latest journal snapshot (called by the app on each new snapshot)."""
+        name = self.app.campaign_file.stem
+        self.query_one("#runs-status", Static).update(status_line(snap, name))
+        if snap is None or snap.status is None:
+            return
+        rows = pass_rows(snap.status["attempts"], snap.plan, snap.live_failures, self.app.clock())
+        self.query_one(PassTable).show(rows)
+        log = self.query_one("#pass-log", RichLog)
+        if self.view == "log":
+            pid, text = snap.log_tail
+            shown = ("log", pid, text)
+            log.border_title = f"log.txt of {pid}" if pid else "log (no pass yet)"
+            lines = text.splitlines()
+        else:
+            shown = ("events", tuple(snap.events))
+            log.border_title = "campaign events (UTC)"
+            lines = snap.events
+        if shown != self._shown_log:
+            self._shown_log = shown
+            log.clear()
+            for line in lines:
+                log.write(line)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        table = self.query_one(PassTable)
+        key = table.selected_key()
+        if key and table.user_moved:
+            self.app.selected_pass = key
+
+    def action_toggle_view(self) -> None:
+        self.view = "events" if self.view == "log" else "log"
+        self.apply_snapshot(self.app.snapshot)
+
+    def action_start(self) -> None:
+        self.app.start_campaign()
+
+    def action_pause(self) -> None:
+        self.app.send_control("pause")
+
+    def action_stop(self) -> None:
+        self.app.send_control("stop")

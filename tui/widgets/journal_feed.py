@@ -1,0 +1,103 @@
+"""JournalFeed: reads a campaign's journal from a thread worker and builds UI snapshots.
+
+No Textual import: the app's poller calls ``JournalFeed.read()`` every few hundred ms
+and posts the result as a ``CampaignSnapshot``. The feed keeps the last event id
+(``Journal.events_since``), the failures seen in oom/error events (known before the pass
+row is finished) and the last event lines. It only reads the journal.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from lab.journal import Journal
+from lab.status import campaign_status
+
+FAILED = ("oom", "error", "killed")
+SHOWN_EVENTS = ("start", "end", "oom", "error", "interrupted", "leftover", "phase")
+
+
+def log_tail(path: Path, max_lines: int = 40, max_bytes: int = 16384) -> str:
+    """The last ``max_lines`` lines of a text file ('' when absent); reads at most ``max_bytes``."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-max_lines:])
+
+
+def event_line(ev: dict) -> str:
+    """One readable line for a journal event (UTC time, pass, kind, the useful fields)."""
+    p = ev["payload"]
+    when = time.strftime("%H:%M:%S", time.gmtime(ev["t"]))
+    kind = ev["kind"]
+    if kind == "phase":
+        extra = f"{p.get('name', '')} {p.get('state', '')}"
+        if p.get("duration_s") is not None:
+            extra += f" {p['duration_s']:.2f} s"
+    elif kind == "oom":
+        extra = f"OUT OF MEMORY after {p.get('items_done', '?')} items: {str(p.get('message', ''))[:80]}"
+    elif kind == "error":
+        extra = f"ERROR after {p.get('items_done', '?')} items: {str(p.get('message', ''))[:80]}"
+    elif kind == "end":
+        extra = f"{p.get('status')} ({p.get('items_completed')} items)"
+        if p.get("notes"):
+            extra += " " + "; ".join(p["notes"])[:80]
+    elif kind == "start":
+        extra = f"{p.get('variant', '')} attempt {p.get('attempt', 1)}"
+    else:
+        extra = ", ".join(f"{k}={v}" for k, v in p.items())[:80]
+    return f"{when} {ev['pass_id'] or '-'} {kind}: {extra}"
+
+
+class JournalFeed:
+    """State of one campaign folder's journal as seen by the UI (one instance per folder)."""
+
+    def __init__(self, campaign_dir: Path, max_events: int = 200):
+        self.dir = Path(campaign_dir)
+        self.journal = Journal(self.dir / "journal.sqlite")
+        self.last_event_id = 0
+        self.live_failures: dict[str, dict] = {}
+        self.events: list[str] = []
+        self.max_events = max_events
+        self.reported: set[str] = set()
+
+    def close(self) -> None:
+        self.journal.close()
+
+    def read(self, selected_pass: str | None) -> dict:
+        """{status, plan, live_failures, events, log_tail, new_failures}.
+
+        ``new_failures``: [(pass_id, kind, items_done, detail)] not reported before, from
+        oom/error events and from finished rows with status oom/error/killed.
+        """
+        new: list[tuple] = []
+        for ev in self.journal.events_since(self.last_event_id):
+            self.last_event_id = ev["id"]
+            if ev["kind"] in SHOWN_EVENTS:
+                self.events.append(event_line(ev))
+            if ev["kind"] in ("oom", "error"):
+                p = ev["payload"]
+                info = {"kind": ev["kind"], "items_done": p.get("items_done"),
+                        "message": str(p.get("message", ""))}
+                self.live_failures[ev["pass_id"]] = info
+                if ev["pass_id"] not in self.reported:
+                    self.reported.add(ev["pass_id"])
+                    new.append((ev["pass_id"], ev["kind"], info["items_done"], info["message"]))
+        self.events = self.events[-self.max_events:]
+        status = campaign_status(self.dir, self.journal)
+        for a in status["attempts"]:
+            if a["status"] in FAILED and a["pass_id"] not in self.reported:
+                self.reported.add(a["pass_id"])
+                new.append((a["pass_id"], a["status"], a["items_completed"], a.get("notes") or ""))
+        attempts = status["attempts"]
+        sel = selected_pass or next((a["pass_id"] for a in attempts if a["status"] == "running"),
+                                    attempts[-1]["pass_id"] if attempts else "")
+        tail = log_tail(self.dir / "passes" / sel / "log.txt") if sel else ""
+        return {"status": status, "plan": self.journal.plan(), "live_failures": dict(self.live_failures),
+                "events": list(self.events[-50:]), "log_tail": (sel, tail), "new_failures": new}

@@ -1,0 +1,139 @@
+"""PassTable: one line per pass (attempts, then planned slots not yet attempted).
+
+Columns: slot (seq, attempt), repetition, variant, status, progress bar with items,
+items/s, elapsed. OOMs and failures are shown in red the moment the journal's oom/error
+event arrives (before the pass row is finished), with the items completed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+COLUMNS = ("slot", "rep", "variant", "status", "progress", "it/s", "elapsed")
+FAIL_STYLE = "bold white on red"
+STYLES = {"ok": "green", "running": "bold yellow", "interrupted": "magenta", "pending": "dim"}
+
+
+def _ts(iso: str | None) -> float | None:
+    try:
+        return datetime.fromisoformat(iso).timestamp() if iso else None
+    except ValueError:
+        return None
+
+
+def elapsed_s(row: dict, now: float) -> float | None:
+    """Seconds since start (running) or start to end (finished); None when never started."""
+    t0 = _ts(row.get("start_time"))
+    if t0 is None:
+        return None
+    t1 = _ts(row.get("end_time")) if row.get("status") != "running" else now
+    return max(0.0, (t1 if t1 is not None else now) - t0)
+
+
+def fmt_elapsed(s: float | None) -> str:
+    if s is None:
+        return ""
+    m, sec = divmod(int(s), 60)
+    return f"{m // 60}:{m % 60:02d}:{sec:02d}" if m >= 60 else f"{m}:{sec:02d}"
+
+
+def progress_bar(done: int, total: int, width: int = 8) -> str:
+    """'█████░░░ 12/20' (done/total items)."""
+    frac = 0.0 if not total else min(1.0, done / total)
+    full = int(round(frac * width))
+    return "█" * full + "░" * (width - full) + f" {done}/{total}"
+
+
+def variant_short(variant: dict | None) -> str:
+    """'batch_size=8' from 'batch/batch_size=8', else the label."""
+    if not variant:
+        return "?"
+    name = variant.get("name") or ""
+    return name.split("/", 1)[-1] if name else variant.get("label", variant.get("variant_id", "?"))
+
+
+def pass_rows(attempts: list[dict], plan: list[dict], live_failures: dict, now: float) -> list[dict]:
+    """Rows to display: {key, cells: tuple[str|Text], failed: bool}, in schedule order."""
+    import json
+
+    rows = []
+    attempted = {a["seq"] for a in attempts}
+    for a in attempts:
+        live = live_failures.get(a["pass_id"])
+        status = a["status"]
+        done, total = a["items_completed"] or 0, a["items_total"] or 0
+        failed = status in ("oom", "error", "killed") or (status == "running" and live is not None)
+        if failed:
+            kind = status if status != "running" else live["kind"]
+            if live and live.get("items_done") is not None and status == "running":
+                done = live["items_done"]
+            label = {"oom": "OOM", "error": "ERROR", "killed": "KILLED"}.get(kind, kind.upper())
+            st = Text(f"{label} @{done}", style=FAIL_STYLE)
+        else:
+            st = Text(status, style=STYLES.get(status, ""))
+        rate = a.get("items_per_s")
+        slot = f"{a['seq']}" + (f"a{a['attempt']}" if a["attempt"] > 1 else "")
+        rows.append({"key": a["pass_id"], "failed": failed, "cells": (
+            slot, str(a["repetition"]), variant_short(a.get("variant")), st,
+            progress_bar(done, total), f"{rate:.1f}" if rate else "", fmt_elapsed(elapsed_s(a, now)))})
+    for p in plan:
+        if p["seq"] in attempted:
+            continue
+        v = json.loads(p["variant_json"]) if isinstance(p.get("variant_json"), str) else p.get("variant")
+        rows.append({"key": f"slot-{p['seq']}", "failed": False, "cells": (
+            str(p["seq"]), str(p["repetition"]), variant_short(v), Text("pending", style="dim"),
+            "", "", "")})
+    rows.sort(key=lambda r: int("".join(ch for ch in r["cells"][0].split("a")[0]) or 0))
+    return rows
+
+
+class PassTable(DataTable):
+    """DataTable of passes; ``show`` updates cells in place so the cursor stays put.
+
+    ``user_moved`` turns true once the user moves the cursor: until then the log pane
+    follows the running pass.
+    """
+
+    user_moved = False
+
+    def action_cursor_up(self) -> None:
+        self.user_moved = True
+        super().action_cursor_up()
+
+    def action_cursor_down(self) -> None:
+        self.user_moved = True
+        super().action_cursor_down()
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        self.zebra_stripes = False
+        for c in COLUMNS:
+            self.add_column(c, key=c)
+
+    def show(self, rows: list[dict]) -> None:
+        keys = [r["key"] for r in rows]
+        current = [k.value for k in self.rows]
+        cursor = self.cursor_row
+        if current != keys[:len(current)]:
+            self.clear()
+            current = []
+        for r in rows:
+            if r["key"] in current:
+                for col, cell in zip(COLUMNS, r["cells"]):
+                    self.update_cell(r["key"], col, cell)
+            else:
+                self.add_row(*r["cells"], key=r["key"])
+        if self.row_count and self.cursor_row != cursor:
+            self.move_cursor(row=min(cursor, self.row_count - 1))
+
+    def selected_key(self) -> str | None:
+        if not self.row_count:
+            return None
+        try:
+            key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        except Exception:
+            return None
+        return None if key is None or key.startswith("slot-") else key
