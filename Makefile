@@ -6,7 +6,7 @@ LAB    := $(VENV)/bin/iteralab
 MODEL  := .cache/models/demo-minilm-20ng
 STAMP  := $(VENV)/.installed
 
-.PHONY: up demo test bench model corpus env doctor clean
+.PHONY: up demo test bench model corpus env doctor memory images clean
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,14 @@ test: model
 
 bench: model
 	$(PY) scripts/bench_instrumentation.py
+
+# Memory lab: estimate vs observation on a batch x length grid, with a plot.
+memory: model
+	mkdir -p runs && $(PY) scripts/memory_lab.py --plot runs/memory_lab.png --json runs/memory_lab.json --csv runs/memory_lab.csv
+
+# The CPU image without any registry (debootstrap base + local wheelhouse); see images/README.md.
+images:
+	bash scripts/ci_docker.sh
 
 clean:
 	rm -rf runs .pytest_cache
