@@ -95,6 +95,10 @@ class Orchestrator:
                                        "launcher": self.launcher.name})
         j.set_control("state", "running")
         j.set_control("stop", False)
+        try:
+            j.set_control("launcher", self.launcher.describe())
+        except Exception as exc:  # the manifest says why the launcher could not be described
+            j.set_control("launcher", {"launcher": self.launcher.name, "describe_error": str(exc)[:200]})
         for pid in j.mark_running_interrupted(
                 "interrupted: the orchestrator stopped while this pass ran; row kept, slot run again"):
             j.add_event(pid, "interrupted", {"pass_id": pid})

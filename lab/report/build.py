@@ -39,6 +39,7 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
     journal = Journal(campaign_dir / "journal.sqlite")
     attempts = journal.attempts()
     orch_info = journal.get_control("orchestrator", {}) or {}
+    described = journal.get_control("launcher", None)
     journal.close()
     out = campaign_dir / "report"
     out.mkdir(exist_ok=True)
@@ -48,7 +49,7 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
     write_summary(summary, out / "summary.csv")
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
 
-    launcher = launcher_info or {"launcher": sorted({a["launcher"] for a in attempts}) or ["none"]}
+    launcher = launcher_info or described or {"launcher": sorted({a["launcher"] for a in attempts}) or ["none"]}
     if any(a["launcher"] == "local" for a in attempts):
         launcher.setdefault("isolation", "no container isolation (local process)")
     manifest = build_manifest(
