@@ -23,7 +23,7 @@ question = "Which batch size processes every item within the memory limit at the
 deliverables = 1
 
 [corpus]
-path = "corpus.jsonl"
+path = "{corpus}"  # absolute: the campaign folder keeps a copy of this file elsewhere
 
 [model]
 path = "{model}"
@@ -67,7 +67,7 @@ def tiny_campaign(folder: Path, name: str = "tui-e2e", values=(1, 8), repetition
     (folder / "corpus.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in pick),
                                          encoding="utf-8")
     f = folder / f"{name}.toml"
-    f.write_text(TOML.format(name=name, model=MODEL, repetitions=repetitions, values=list(values)),
+    f.write_text(TOML.format(name=name, model=MODEL, corpus=folder / "corpus.jsonl", repetitions=repetitions, values=list(values)),
                  encoding="utf-8")
     return f
 

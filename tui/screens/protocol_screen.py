@@ -5,6 +5,7 @@ an edited file is a new protocol version, and the screen says so (SPEC 3.1)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from rich.markup import escape
 from textual import work
@@ -52,7 +53,7 @@ def protocol_info(campaign_file) -> dict:
 def render_rules(i: dict) -> str:
     """Question, quality rules, timing rules and lock state (Rich markup)."""
     q, t = i["quality"], i["timing"]
-    lines = [f"[b]{escape(i['name'])}[/b]  ({escape(i['file'])})",
+    lines = [f"[b]{escape(i['name'])}[/b]  (file {escape(Path(i['file']).name)})",
              f"[b]Question[/b] {escape(i['question'])}",
              f"[b]Quality[/b]  {q['metric']} >= {q['threshold']}, at most {q['tolerance']} below the "
              f"reference {escape(q['reference_variant'])}",
