@@ -93,3 +93,83 @@ def calibrated_limit(folder: Path) -> int:
     assert a["status"] == "ok", a["notes"]
     peak = (a["result"] or {}).get("process_peak_vm_bytes")
     return int(peak + 48 * 2**20) if peak else int(1.22e9)
+
+
+# ---- deterministic UI fixtures --------------------------------------------------------
+
+SAMPLE = {"cpu_percent": 37.5, "ram_used_bytes": 3 * 2**30, "ram_total_bytes": 16 * 2**30,
+          "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "util_percent": 87,
+                    "mem_used_bytes": 12 * 2**30, "mem_total_bytes": 80 * 2**30}], "gpu_note": ""}
+FACTS = {"backend": "cpu", "gpu": {"count": 0, "devices": [], "driver": "absent",
+                                    "cuda_runtime": "absent", "hip_runtime": "absent",
+                                    "driver_note": "NVML not available (no NVIDIA driver, or an AMD GPU)"},
+         "ram_total_bytes": 16 * 2**30, "ram_available_bytes": 12 * 2**30,
+         "disk_free_bytes": 40 * 2**30, "disk_path": "/srv/runs", "cpu_cores": 2,
+         "checks": [{"name": "docker engine", "ok": False,
+                     "detail": "no engine reachable (FileNotFoundError)",
+                     "fix": "start dockerd, or run passes with the local launcher"},
+                    {"name": "gpu", "ok": True, "detail": "none expected: CPU campaign", "fix": ""}]}
+T0 = "2026-09-24T09:00:00+00:00"
+CLOCK = 1790240490.0  # 2026-09-24T09:01:30Z
+
+
+def demo_copy(folder: Path) -> Path:
+    """The embedded demo campaign copied into ``folder`` (its @repo/ paths still resolve)."""
+    from lab.protocol import DEMO_CAMPAIGN
+
+    folder.mkdir(parents=True, exist_ok=True)
+    f = folder / "demo.toml"
+    f.write_text(DEMO_CAMPAIGN.read_text(encoding="utf-8"), encoding="utf-8")
+    return f
+
+
+def synthetic_running_journal(campaign_file: Path, runs_root: Path) -> Path:
+    """Lock ``campaign_file`` and write a journal as an orchestrator would mid-campaign.
+
+    Pass 1 ok (1000/1000 items, 40 it/s, 25 s), pass 2 ok (1000, 80 it/s, 13 s), pass 3
+    running and already reported out of memory at 600 items (oom event, row not finished).
+    The orchestrator pid is 1 (always alive): the state reads "running". Returns the folder.
+    """
+    from lab.journal import Journal
+    from lab.orchestrator import campaign_dir_for
+    from lab.protocol import load_protocol, lock
+    from lab.schedule import rotated_schedule
+
+    proto = load_protocol(campaign_file)
+    d = campaign_dir_for(proto, lock(proto), runs_root)
+    (d / "passes").mkdir(parents=True, exist_ok=True)
+    j = Journal(d / "journal.sqlite")
+    plan = rotated_schedule(list(proto.variants), proto.timing["repetitions"])
+    j.set_plan(plan)
+    ends = ["2026-09-24T09:00:25+00:00", "2026-09-24T09:00:40+00:00"]
+    starts = [T0, "2026-09-24T09:00:27+00:00", "2026-09-24T09:00:42+00:00"]
+    for i, (p, rate) in enumerate(zip(plan[:3], (40.0, 80.0, 95.0))):
+        pid = p.pass_id
+        (d / "passes" / pid).mkdir()
+        j.start_attempt(pid, p.seq, 1, p.repetition, p.position, p.variant.to_json(), starts[i], "local", 1000)
+        if i < 2:
+            j.update_progress(pid, 1000, rate)
+            j.finish_attempt(pid, "ok", ends[i], 0, 1000, {"status": "ok"}, "")
+        else:
+            j.update_progress(pid, 600, rate)
+            j.add_event(pid, "oom", {"items_done": 600, "message": "DefaultCPUAllocator: can't allocate memory"})
+            (d / "passes" / pid / "log.txt").write_text(
+                "phase model_load end 2.41 s\nphase warmup end 0.88 s\nprogress 600/1000\n"
+                "RuntimeError: DefaultCPUAllocator: can't allocate memory\n")
+    j.set_control("state", "running")
+    j.set_control("orchestrator", {"pid": 1, "started": T0, "launcher": "local"})
+    j.close()
+    return d
+
+
+def finished_campaign(folder: Path) -> Path:
+    """A real finished campaign (batch 1 and 8, one repetition, 16 items, no limit); reported."""
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestrator import Orchestrator
+    from lab.protocol import load_protocol, lock
+
+    f = tiny_campaign(folder, name="tui-finished")
+    lock(load_protocol(f))
+    orch = Orchestrator.prepare(f, folder / "runs", LocalLauncher())
+    assert orch.run() == "finished"
+    return f

@@ -1,0 +1,235 @@
+"""Pilot tests of every screen at 80x24 and 120x40 (keyboard only), with real values.
+
+Screens 1-4 run on the embedded demo campaign (copied to a temporary folder); Runs also on
+a journal written as an orchestrator writes it mid-campaign; 5-7 on a real finished
+campaign (batch 1 and 8, 16 items). Telemetry and environment facts are injected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from test_tui_campaigns import (CLOCK, FACTS, SAMPLE, demo_copy, finished_campaign,
+                                synthetic_running_journal)
+
+from lab.journal import Journal
+from lab.protocol import load_protocol, read_lock
+from tui.app import IteraLabApp
+from tui.widgets.pass_table import PassTable
+from tui.widgets.telemetry import fixed_telemetry
+
+SIZES = [(80, 24), (120, 40)]
+
+
+def make_app(f: Path, **kw) -> IteraLabApp:
+    return IteraLabApp(f, telemetry=fixed_telemetry(SAMPLE), environment_probe=lambda: FACTS,
+                       clock=lambda: CLOCK, poll_interval_s=0.1, **kw)
+
+
+async def wait_for(pilot, cond, timeout_s: float = 60, what: str = "the screen"):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if cond():
+            return
+        await pilot.pause(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def text_of(app, selector: str) -> str:
+    return str(app.screen.query_one(selector).render())
+
+
+@pytest.fixture()
+def runs(tmp_path, monkeypatch):
+    import lab.cli
+
+    root = tmp_path / "runs"
+    monkeypatch.setenv("ITERALAB_RUNS", str(root))
+    monkeypatch.setattr(lab.cli, "RUNS_ROOT", root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A real finished campaign file; its runs folder is copied per test."""
+    return finished_campaign(tmp_path_factory.mktemp("finished"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_environment_screen_shows_facts_and_fixes(tmp_path, runs, size):
+    async def go():
+        app = make_app(demo_copy(tmp_path), start_screen="environment")
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: "Backend" in text_of(app, "#env-facts"))
+            t = text_of(app, "#env-facts")
+            assert "Backend   cpu" in t and "16.0 GiB" in t and "40.0 GiB free at /srv/runs" in t
+            assert "FAIL docker engine" in t and "fix: start dockerd" in t
+            await pilot.press("4")
+            assert app.screen.NAME == "runs"
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_protocol_screen_locks_and_says_when_edited(tmp_path, runs, size):
+    f = demo_copy(tmp_path)
+
+    async def go():
+        app = make_app(f, start_screen="protocol")
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: "Not locked" in text_of(app, "#protocol-rules"))
+            t = text_of(app, "#protocol-rules")
+            assert "accuracy >= 0.55" in t and "5 repetitions" in t
+            card = app.screen.query_one("#corpus-card")
+            assert card.row_count == 21  # 20 classes + the total row
+            assert [str(c) for c in card.get_row_at(20)] == ["all classes", "600", "300", "100", "1000"]
+            await pilot.press("l")
+            await wait_for(pilot, lambda: "sha256" in text_of(app, "#lock-result"))
+            digest = load_protocol(f).digest()
+            assert f"locked as version 1\nsha256 {digest}" in text_of(app, "#lock-result")
+            assert read_lock(f)[0]["sha256"] == digest
+            f.write_text(f.read_text().replace("threshold = 0.55", "threshold = 0.60"))
+            await pilot.press("r")
+            await wait_for(pilot, lambda: "Edited after lock" in text_of(app, "#protocol-rules"))
+            assert "lock it as version 2" in text_of(app, "#protocol-rules")
+            await pilot.press("l")
+            await wait_for(pilot, lambda: "new protocol version 2" in text_of(app, "#lock-result"))
+            assert len(read_lock(f)) == 2
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_plan_screen_schedule_and_feasibility(tmp_path, runs, size):
+    from lab.memory.estimate import EncoderShape
+    from lab.memory.feasibility import batch_fits
+
+    async def go():
+        app = make_app(demo_copy(tmp_path), start_screen="plan")
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: getattr(app.screen, "plan", None), 120, "the plan")
+            plan = app.screen.plan
+            assert plan["passes"] == 15 and len(plan["schedule"]) == 5
+            assert plan["schedule"][1] == ["batch_size=4", "batch_size=8", "batch_size=1"]
+            assert "15 passes" in text_of(app, "#plan-head")
+            assert "r3: batch_size=8 -> batch_size=1 -> batch_size=4" in text_of(app, "#plan-schedule")
+            return plan
+    plan = asyncio.run(go())
+    proto = load_protocol(demo_copy(tmp_path))
+    shape = EncoderShape.from_pretrained(proto.model_ref)
+    fits = batch_fits(shape, "fp32", {"short": 63, "medium": 256, "long": 8000}, 16 * 2**30, 256, 8)
+    v8 = next(v for v in plan["variants"] if v["batch_size"] == 8)
+    assert v8["fits"]["long"] == fits["long"].max_batch_size and v8["fits_all"] is True
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_runs_screen_not_started_then_live_rows_pause_stop(tmp_path, runs, size):
+    f = demo_copy(tmp_path)
+
+    async def go():
+        app = make_app(f)
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: "not started" in text_of(app, "#runs-status"))
+            assert "CPU  37.5 %" in text_of(app, "#telemetry") and "GPU0  87 %" in text_of(app, "#telemetry")
+            d = synthetic_running_journal(f, runs)
+            await wait_for(pilot, lambda: app.screen.query_one(PassTable).row_count == 15, 10, "the rows")
+            st = text_of(app, "#runs-status")
+            assert "running" in st and "2/15 passes" in st and "orchestrator pid 1" in st
+            table = app.screen.query_one(PassTable)
+            keys = [k.value for k in table.rows]
+            assert str(table.get_cell(keys[0], "status")) == "ok"
+            assert str(table.get_cell(keys[0], "elapsed")) == "0:25"
+            assert str(table.get_cell(keys[0], "it/s")) == "40.0"
+            assert str(table.get_cell(keys[2], "status")) == "OOM @600"  # live, row still running
+            assert str(table.get_cell(keys[2], "progress")).endswith("600/1000")
+            assert str(table.get_cell(keys[2], "elapsed")) == "0:48"  # clock 09:01:30 - 09:00:42
+            assert str(table.get_cell(keys[3], "status")) == "pending"
+            assert app.failures_seen[0].items_done == 600
+            assert "can't allocate memory" in "\n".join(
+                str(x) for x in app.screen.query_one("#pass-log").lines)
+            await pilot.press("p")
+            await wait_for(pilot, lambda: Journal(d / "journal.sqlite").get_control("pause") is True)
+            await pilot.press("x")
+            await wait_for(pilot, lambda: Journal(d / "journal.sqlite").get_control("stop") is True)
+            await pilot.press("s")  # pid 1 is alive: refused, nothing spawned
+            await pilot.pause(1.0)
+            assert not (d / "orchestrator.log").exists()
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_results_screen_per_variant(finished, tmp_path, monkeypatch, size):
+    import lab.cli
+
+    shutil.copytree(finished.parent / "runs", tmp_path / "runs")
+    monkeypatch.setattr(lab.cli, "RUNS_ROOT", tmp_path / "runs")
+
+    async def go():
+        app = make_app(finished, start_screen="results")
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: getattr(app.screen, "summary", None), 120, "the results")
+            by = {v["batch_size"]: v for v in app.screen.summary}
+            t = text_of(app, "#results-text")
+            d1 = by[1]["durations_s"][0]
+            assert f"durations s: {d1:.3f}" in t and f"median {d1:.3f}" in t
+            assert by[1]["successes"] == 1 and by[8]["successes"] == 1
+            assert "accepted (1 of 1 passes)" in t
+            assert "peaks: process RSS" in t and "allocated not measured (no GPU)" in t
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_cost_screen_quote_and_downward_only_deliverables(finished, tmp_path, monkeypatch, size):
+    import lab.cli
+
+    shutil.copytree(finished.parent / "runs", tmp_path / "runs")
+    monkeypatch.setattr(lab.cli, "RUNS_ROOT", tmp_path / "runs")
+
+    async def go():
+        app = make_app(finished, start_screen="cost")
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: getattr(app.screen, "cost", None), 120, "the quote")
+            c = app.screen.cost
+            assert c["validated"] == 1 and c["accepted"] == 1
+            assert "110.00 USD" in c["quote_text"] and "Cost per validated corpus: 110.00 USD" in c["quote_text"]
+            assert "# Decision note: tui-finished" in c["note_md"]
+            app.screen.query_one("#f-accepted").value = "3"
+            app.screen.query_one("#f-lots").value = "2"
+            app.screen.cost = None
+            await pilot.press("c")
+            await wait_for(pilot, lambda: getattr(app.screen, "cost", None))
+            c = app.screen.cost
+            assert c["accepted"] == 1 and "cannot exceed the 1 validated" in c["warning"]
+            assert "Total (committed budget): 220.00 USD" in c["quote_text"]
+            app.screen.query_one("#f-accepted").value = "0"
+            app.screen.cost = None
+            await pilot.press("c")
+            await wait_for(pilot, lambda: getattr(app.screen, "cost", None))
+            assert "undefined (no accepted corpus)" in app.screen.cost["quote_text"]
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_archive_screen_assembles_verifies_and_scp_line(finished, tmp_path, monkeypatch, size):
+    import lab.cli
+
+    shutil.copytree(finished.parent / "runs", tmp_path / "runs")
+    monkeypatch.setattr(lab.cli, "RUNS_ROOT", tmp_path / "runs")
+    monkeypatch.setenv("SSH_CONNECTION", "203.0.113.9 51000 198.51.100.7 2222")
+    monkeypatch.setenv("USER", "alice")
+
+    async def go():
+        app = make_app(finished, start_screen="archive")
+        async with app.run_test(size=size) as pilot:
+            await pilot.press("a")
+            await wait_for(pilot, lambda: getattr(app.screen, "archive", None), 120, "the archive")
+            a = app.screen.archive
+            assert a["ok"] and a["rows_checked"] == 2
+            assert a["sha256"] in text_of(app, "#archive-info")
+            assert text_of(app, "#scp-line") == f"scp -P 2222 alice@198.51.100.7:{a['path']} ."
+            app.screen.query_one("#scp-host").value = "gpu.example.org"
+            await pilot.pause(0.2)
+            assert text_of(app, "#scp-line") == f"scp -P 2222 alice@gpu.example.org:{a['path']} ."
+    asyncio.run(go())
