@@ -53,7 +53,28 @@ def make_launcher(kind: str, memory_limit: int | None = None):
             except Exception as exc:  # engine unreachable or image missing
                 if kind == "docker":
                     raise CliError(f"docker launcher unavailable: {exc}") from None
+                _refuse_silent_cpu(exc)
     return LocalLauncher(address_space_limit_bytes=memory_limit)
+
+
+def _refuse_silent_cpu(docker_problem: Exception) -> None:
+    """A GPU host whose containers cannot run and whose own torch sees no GPU must not
+    quietly measure CPU passes: stop with the reason (never a silent CPU fallback)."""
+    from lab.doctor import detect_vendor
+
+    vendor = detect_vendor()
+    if vendor == "cpu":
+        return
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return
+    except ImportError:
+        pass
+    raise CliError(f"{vendor} GPU found but containers cannot run ({docker_problem}) and this host's "
+                   "torch sees no GPU; fix the engine or the image (`make doctor`), or pass "
+                   "--launcher local to run on CPU on purpose")
 
 
 def resolve_campaign_dir(target: str) -> Path:
@@ -232,13 +253,11 @@ def cmd_up(a) -> int:
 
 
 def cmd_doctor(a) -> int:
-    try:
-        from lab.doctor import doctor, render
-    except ImportError:
-        raise CliError("doctor checks are not available in this build") from None
-    checks = doctor()
+    from lab.doctor import blocking_failures, doctor, render
+
+    checks = doctor(expect_gpu=a.expect_gpu)
     print(render(checks))
-    return 0 if all(c.ok for c in checks) else 1
+    return 1 if blocking_failures(checks) else 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -292,7 +311,9 @@ def parser() -> argparse.ArgumentParser:
         d.add_argument("--launcher", choices=("auto", "local", "docker"), default="local")
         d.add_argument("--headless", action="store_true")
         d.set_defaults(fn=fn)
-    sub.add_parser("doctor").set_defaults(fn=cmd_doctor)
+    dr = sub.add_parser("doctor")
+    dr.add_argument("--expect-gpu", choices=("nvidia", "rocm"), default=None)
+    dr.set_defaults(fn=cmd_doctor)
     return p
 
 

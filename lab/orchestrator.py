@@ -170,7 +170,7 @@ class Orchestrator:
             notes.append("interrupted: stopped by the user; slot run again on resume")
         elif outcome.killed_host_memory:
             status = "killed"
-            notes.append("killed, host memory" + (f" ({outcome.note})" if outcome.note else ""))
+            notes.append(outcome.note or "killed, host memory")
         elif result is not None:
             status = result["status"]
             if result.get("error"):

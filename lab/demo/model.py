@@ -84,4 +84,6 @@ def build_demo_model(tuning_path: str | Path, out_dir: str | Path) -> dict:
             "head": f"multinomial logistic regression, C={HEAD_C}, lbfgs",
             "labels": labels, "tuning_accuracy": round(tuning_acc, 4)}
     (out / "demo_model.json").write_text(json.dumps(info, indent=1) + "\n")
+    for f in [out, *out.rglob("*")]:  # readable by a container's non-root user
+        f.chmod(0o755 if f.is_dir() else 0o644)
     return info
