@@ -83,26 +83,6 @@ def release_memory(device: str) -> str:
     return ", ".join(done)
 
 
-def amdsmi_used_bytes(device: str) -> tuple[int | None, str]:
-    """Device-level used VRAM via amdsmi (ROCm), or (None, reason)."""
-    try:
-        import amdsmi
-    except ImportError:
-        return None, "amdsmi not installed (ROCm device-level counter)"
-    try:
-        import torch
-
-        amdsmi.amdsmi_init()
-        try:
-            handle = amdsmi.amdsmi_get_processor_handles()[torch.device(device).index or 0]
-            used = amdsmi.amdsmi_get_gpu_memory_usage(handle, amdsmi.AmdSmiMemoryType.VRAM)
-            return int(used), ""
-        finally:
-            amdsmi.amdsmi_shut_down()
-    except Exception as exc:  # driver / library mismatch
-        return None, f"amdsmi unavailable: {type(exc).__name__}"
-
-
 def make_inputs(tokenizer, texts: list[str], batch_size: int, seq_len_tokens: int) -> dict:
     """Host tensors (batch_size, seq_len_tokens): texts cycled, truncated and padded to length."""
     if not texts:
@@ -148,12 +128,6 @@ def observe(model, tokenizer, texts: list[str], batch_size: int, seq_len_tokens:
     peaks = tracker.read()
     reasons = dict(peaks.reasons, release=release)
     used = peaks.device_used_bytes
-    if device.startswith("cuda") and used is None:
-        import torch
-
-        if torch.version.hip:
-            used, why = amdsmi_used_bytes(device)
-            reasons["device_used_bytes"] = why if used is None else ""
     if weights is None:
         reasons["weights_allocated_bytes"] = reasons.get("peak_allocated_bytes", "not a GPU pass")
     if before is None:

@@ -97,6 +97,15 @@ class PeakTracker:
 
 
 def device_used_bytes(device: str) -> tuple[int | None, str]:
+    """Device-level used memory (all processes): amdsmi on ROCm, NVML on CUDA; or (None, reason)."""
+    import torch
+
+    if torch.version.hip:
+        return amdsmi_used_bytes(device)
+    return nvml_used_bytes(device)
+
+
+def nvml_used_bytes(device: str) -> tuple[int | None, str]:
     """Device-level used memory (all processes) via NVML, or (None, reason)."""
     try:
         import pynvml
@@ -111,3 +120,23 @@ def device_used_bytes(device: str) -> tuple[int | None, str]:
         return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used), ""
     except Exception as exc:  # NVML absent on ROCm, or driver mismatch
         return None, f"NVML unavailable: {type(exc).__name__}"
+
+
+def amdsmi_used_bytes(device: str) -> tuple[int | None, str]:
+    """Device-level used VRAM via amdsmi (ROCm), or (None, reason)."""
+    try:
+        import amdsmi
+    except ImportError:
+        return None, "amdsmi not installed (ROCm device-level counter)"
+    try:
+        import torch
+
+        amdsmi.amdsmi_init()
+        try:
+            handle = amdsmi.amdsmi_get_processor_handles()[torch.device(device).index or 0]
+            used = amdsmi.amdsmi_get_gpu_memory_usage(handle, amdsmi.AmdSmiMemoryType.VRAM)
+            return int(used), ""
+        finally:
+            amdsmi.amdsmi_shut_down()
+    except Exception as exc:  # driver / library mismatch
+        return None, f"amdsmi unavailable: {type(exc).__name__}"

@@ -97,6 +97,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         import transformers  # noqa: F401 - imported here so its start-up cost is not model load
 
         from lab.corpus import read_corpus
+        from lab.memory.observe import release_memory
         from lab.memory.peaks import PeakTracker
         from lab.passes import inference as inf
 
@@ -124,6 +125,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         phase("warmup", t)
 
         tracker = PeakTracker(device)
+        release_memory(device)  # freed warm-up memory goes back before the peaks are reset
         tracker.reset()
         ev.emit("phase", phase="measured", state="start")
         inf.synchronize(device)
