@@ -69,3 +69,19 @@ def test_demo_model_accuracy_on_the_comparison_corpus(loaded):
     acc = sum(labels[p] == r["label"] for p, r in zip(res.pred_index, rows)) / len(rows)
     assert len(rows) == 1000
     assert acc >= 0.55, acc
+
+
+def test_bf16_runs_with_fp32_probabilities_and_close_predictions(model_dir):
+    """A precision change is a declared variant judged on the same inputs (SPEC 3.8)."""
+    from lab.passes.inference import load_model, run_batches
+
+    tok, model = load_model(str(model_dir), "bf16", "cpu")
+    assert next(model.parameters()).dtype.is_floating_point and str(next(model.parameters()).dtype) == "torch.bfloat16"
+    rows = [r for r in demo_rows() if r["bucket"] == "short"][::60][:10]
+    v = {"batch_size": 4, "precision": "bf16", "padding": "longest", "max_length": 128, "bucketing": False}
+    bf16 = run_batches(rows, tok, model, "cpu", v)
+    tok32, model32 = load_model(str(model_dir), "fp32", "cpu")
+    fp32 = run_batches(rows, tok32, model32, "cpu", {**v, "precision": "fp32"})
+    assert all(isinstance(p, float) and 0.0 <= p <= 1.0 for p in bf16.prob)
+    agree = sum(a == b for a, b in zip(bf16.pred_index, fp32.pred_index)) / len(rows)
+    assert agree >= 0.8, agree
