@@ -39,6 +39,13 @@ SCREEN_CLASSES = {"environment": EnvironmentScreen, "protocol": ProtocolScreen, 
                   "archive": ArchiveScreen}
 
 
+def nap(worker, seconds: float) -> None:
+    """Sleep up to ``seconds`` in short slices, returning early once ``worker`` is cancelled."""
+    end = time.monotonic() + seconds
+    while not worker.is_cancelled and time.monotonic() < end:
+        time.sleep(min(0.1, max(0.0, end - time.monotonic())))
+
+
 def runs_root() -> Path:
     """Where campaign folders live (lab.cli.RUNS_ROOT, read at call time)."""
     import lab.cli
@@ -155,7 +162,7 @@ class IteraLabApp(App):
             if sig != last_sig or self.snapshot is None or (running and time.monotonic() - last_post > 1):
                 last_sig, last_post = sig, time.monotonic()
                 self.post_message(snap)
-            time.sleep(self.poll_interval_s)
+            nap(worker, self.poll_interval_s)
         if feed is not None:
             feed.close()
 
@@ -181,7 +188,7 @@ class IteraLabApp(App):
                 self.post_message(TelemetrySample(source()))
             except Exception as exc:  # a broken counter is shown, never fatal
                 self.post_message(TelemetrySample({"error": f"{type(exc).__name__}: {exc}"}))
-            time.sleep(self.telemetry_interval_s)
+            nap(worker, self.telemetry_interval_s)
 
     def on_telemetry_sample(self, msg: TelemetrySample) -> None:
         self.telemetry = msg.sample
