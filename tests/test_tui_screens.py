@@ -136,7 +136,7 @@ def test_runs_screen_not_started_then_live_rows_pause_stop(tmp_path, runs, size)
             d = synthetic_running_journal(f, runs)
             await wait_for(pilot, lambda: app.screen.query_one(PassTable).row_count == 15, 10, "the rows")
             st = text_of(app, "#runs-status")
-            assert "running" in st and "2/15 passes" in st and "orchestrator pid 1" in st
+            assert "running" in st and "2/15 passes" in st and "pid 1;" in st
             table = app.screen.query_one(PassTable)
             keys = [k.value for k in table.rows]
             assert str(table.get_cell(keys[0], "status")) == "ok"

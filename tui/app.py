@@ -66,6 +66,16 @@ def campaign_dir_of(campaign_file: Path) -> Path | None:
     return d if (d / "journal.sqlite").exists() else None
 
 
+def campaign_name_of(campaign_file: Path) -> str:
+    """[campaign] name of the file, or the file name when it cannot be read."""
+    from lab.protocol import ProtocolError, load_protocol
+
+    try:
+        return load_protocol(campaign_file).name
+    except ProtocolError:
+        return Path(campaign_file).name
+
+
 class IteraLabApp(App):
     """The app. ``clock``, ``telemetry`` and ``environment_probe`` are injectable (tests)."""
 
@@ -91,6 +101,7 @@ class IteraLabApp(App):
         self.telemetry_interval_s = telemetry_interval_s
         self.start_screen = start_screen
         self.campaign_dir: Path | None = campaign_dir_of(self.campaign_file)
+        self.campaign_name = campaign_name_of(self.campaign_file)
         self.selected_pass: str | None = None
         self.snapshot: CampaignSnapshot | None = None
         self.telemetry: dict | None = None

@@ -26,8 +26,8 @@ def status_line(snap: CampaignSnapshot | None, campaign_name: str) -> str:
     st = snap.status
     d = snap.campaign_dir
     orch = st["orchestrator"] or {}
-    alive = f"orchestrator pid {orch.get('pid')}" if st["alive"] else "no orchestrator running"
-    hint = {"running": "p pause after this pass, x stop", "paused": "s resumes",
+    alive = f"pid {orch.get('pid')}" if st["alive"] else "no orchestrator"
+    hint = {"running": "p pause, x stop", "paused": "s resumes",
             "stopped": "s resumes", "interrupted": "s resumes", "not started": "s starts",
             "finished": "see 5 Results"}.get(st["state"], "")
     return (f"[b]{escape(d.parent.name)}/{escape(d.name)}[/b] [b]{st['state']}[/b] "
@@ -68,7 +68,7 @@ class RunsScreen(LabScreen):
 
     def apply_snapshot(self, snap: CampaignSnapshot | None) -> None:
         """Render the latest journal snapshot (called by the app on each new snapshot)."""
-        name = self.app.campaign_file.stem
+        name = self.app.campaign_name
         self.query_one("#runs-status", Static).update(status_line(snap, name))
         if snap is None or snap.status is None:
             return

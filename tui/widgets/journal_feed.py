@@ -12,14 +12,33 @@ import time
 from pathlib import Path
 
 from lab.journal import Journal
+from lab.passes.events import parse_event
 from lab.status import campaign_status
 
 FAILED = ("oom", "error", "killed")
 SHOWN_EVENTS = ("start", "end", "oom", "error", "interrupted", "leftover", "phase")
 
 
-def log_tail(path: Path, max_lines: int = 40, max_bytes: int = 16384) -> str:
-    """The last ``max_lines`` lines of a text file ('' when absent); reads at most ``max_bytes``."""
+def readable(line: str) -> str | None:
+    """A log line for people: event lines shortened (progress dropped), others as they are."""
+    ev = parse_event(line)
+    if ev is None:
+        return line
+    kind = ev.get("event")
+    if kind == "progress":
+        return None
+    if kind == "phase":
+        d = ev.get("duration_s")
+        return f"phase {ev.get('phase', '')} {ev.get('state', '')}" + (f" {d:.2f} s" if d is not None else "")
+    if kind == "result":
+        return f"result: {ev.get('status', '')}, {ev.get('items_completed', '')} items"
+    rest = {k: v for k, v in ev.items() if k not in ("iteralab", "event", "t")}
+    return f"{kind}: " + ", ".join(f"{k}={v}" for k, v in rest.items())[:200]
+
+
+def log_tail(path: Path, max_lines: int = 40, max_bytes: int = 65536) -> str:
+    """The last ``max_lines`` readable lines of a pass log ('' when absent; see ``readable``);
+    reads at most the last ``max_bytes``."""
     try:
         with open(path, "rb") as f:
             f.seek(0, 2)
@@ -28,7 +47,8 @@ def log_tail(path: Path, max_lines: int = 40, max_bytes: int = 16384) -> str:
             data = f.read().decode("utf-8", "replace")
     except OSError:
         return ""
-    return "\n".join(data.splitlines()[-max_lines:])
+    lines = [r for r in (readable(x) for x in data.splitlines()) if r is not None]
+    return "\n".join(lines[-max_lines:])
 
 
 def event_line(ev: dict) -> str:
@@ -37,7 +57,7 @@ def event_line(ev: dict) -> str:
     when = time.strftime("%H:%M:%S", time.gmtime(ev["t"]))
     kind = ev["kind"]
     if kind == "phase":
-        extra = f"{p.get('name', '')} {p.get('state', '')}"
+        extra = f"{p.get('phase', '')} {p.get('state', '')}"
         if p.get("duration_s") is not None:
             extra += f" {p['duration_s']:.2f} s"
     elif kind == "oom":

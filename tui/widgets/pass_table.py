@@ -123,7 +123,7 @@ class PassTable(DataTable):
         for r in rows:
             if r["key"] in current:
                 for col, cell in zip(COLUMNS, r["cells"]):
-                    self.update_cell(r["key"], col, cell)
+                    self.update_cell(r["key"], col, cell, update_width=True)
             else:
                 self.add_row(*r["cells"], key=r["key"])
         if self.row_count and self.cursor_row != cursor:
