@@ -248,6 +248,7 @@ def cmd_up(a) -> int:
         except ImportError:
             run_app = None
         if run_app is not None:
+            os.environ.setdefault("ITERALAB_LAUNCHER", a.launcher)
             return run_app(default_campaign_file())
     return cmd_demo(a)
 
@@ -308,7 +309,7 @@ def parser() -> argparse.ArgumentParser:
     ar.set_defaults(fn=cmd_archive)
     for name, fn in (("demo", cmd_demo), ("up", cmd_up)):
         d = sub.add_parser(name)
-        d.add_argument("--launcher", choices=("auto", "local", "docker"), default="local")
+        d.add_argument("--launcher", choices=("auto", "local", "docker"), default="auto" if name == "up" else "local")
         d.add_argument("--headless", action="store_true")
         d.set_defaults(fn=fn)
     dr = sub.add_parser("doctor")

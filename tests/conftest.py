@@ -81,7 +81,8 @@ def write_campaign(folder: Path, model: Path, corpus: Path, name: str = "t", rep
                    values=(1, 8), threshold: float = 0.2, max_length: int = 128,
                    padding: str = "longest") -> Path:
     f = folder / f"{name}.toml"
-    f.write_text(CAMPAIGN.format(name=name, corpus=corpus, model=model, threshold=threshold,
+    rel = corpus.name if corpus.parent == folder else str(corpus)  # relative paths are the common case
+    f.write_text(CAMPAIGN.format(name=name, corpus=rel, model=model, threshold=threshold,
                                  repetitions=repetitions, values=list(values),
                                  max_length=max_length, padding=padding))
     return f

@@ -7,6 +7,7 @@ any time (after a resume too) and always agrees with the predictions on disk.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from lab.corpus import fingerprint
@@ -34,9 +35,13 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
     from lab.report.decision import decision_note
 
     campaign_dir = Path(campaign_dir)
-    proto = load_protocol(campaign_dir / "campaign.toml")
     version = json.loads((campaign_dir / "protocol_version.json").read_text())
     journal = Journal(campaign_dir / "journal.sqlite")
+    proto = load_protocol(campaign_dir / "campaign.toml")
+    original = journal.get_control("campaign_file")
+    if original and Path(original).is_file():
+        # relative corpus/model paths belong to the original file's folder (same content, same hash)
+        proto = replace(proto, path=Path(original))
     attempts = journal.attempts()
     orch_info = journal.get_control("orchestrator", {}) or {}
     described = journal.get_control("launcher", None)
