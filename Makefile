@@ -48,9 +48,10 @@ bench: model
 memory: model
 	mkdir -p runs && $(PY) scripts/memory_lab.py --plot runs/memory_lab.png --json runs/memory_lab.json --csv runs/memory_lab.csv
 
-# The CPU image without any registry (debootstrap base + local wheelhouse); see images/README.md.
+# The pass image of this host's GPU vendor (pinned base from its registry; without a
+# registry, the CPU image from a debootstrap base and a local wheelhouse). images/README.md.
 images:
-	bash scripts/ci_docker.sh
+	bash scripts/build_image.sh
 
 clean:
 	rm -rf runs .pytest_cache

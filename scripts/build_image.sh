@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Build the pass image for this host's GPU vendor (or the one named: cpu, nvidia, rocm).
+# NVIDIA and AMD rentals pull the pinned base image from its registry; where no registry is
+# reachable (CI, development) the CPU image is built by scripts/ci_docker.sh instead.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+vendor=${1:-}
+if [ -z "$vendor" ]; then
+  if command -v nvidia-smi >/dev/null 2>&1 || [ -e /dev/nvidiactl ]; then vendor=nvidia
+  elif [ -e /dev/kfd ]; then vendor=rocm
+  else vendor=cpu; fi
+fi
+set -a; . images/pins.env; set +a
+case "$vendor" in
+  nvidia) base=$CUDA_BASE_IMAGE; tag=$CUDA_IMAGE; file=images/cuda/Dockerfile ;;
+  rocm)   base=$ROCM_BASE_IMAGE; tag=$ROCM_IMAGE; file=images/rocm/Dockerfile ;;
+  cpu)
+    if docker pull -q "$CPU_BASE_IMAGE" >/dev/null 2>&1; then
+      base=$CPU_BASE_IMAGE; tag=$CPU_IMAGE; file=images/cpu/Dockerfile
+    else
+      echo "no registry reachable: building the CPU image from a local debootstrap base"
+      exec bash scripts/ci_docker.sh
+    fi ;;
+  *) echo "build_image.sh: unknown vendor '$vendor'; use cpu, nvidia or rocm" >&2; exit 2 ;;
+esac
+echo "building $tag from $base ($file)"
+docker build --build-arg BASE_IMAGE="$base" -f "$file" -t "$tag" .
