@@ -61,9 +61,12 @@ def _safe_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
 
 def extract(archive: Path, target: Path) -> Path:
     """Extract safely into ``target``; returns the top folder. Raises ArchiveError."""
-    with tarfile.open(archive, "r:gz") as tar:
-        members = _safe_members(tar)
-        tar.extractall(target, members=members, filter="data")
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            members = _safe_members(tar)
+            tar.extractall(target, members=members, filter="data")
+    except (tarfile.TarError, EOFError) as exc:
+        raise ArchiveError(f"{archive}: not a readable tar.gz ({type(exc).__name__}); download it again") from None
     tops = {Path(m.name).parts[0] for m in members}
     return Path(target) / sorted(tops)[0]
 
@@ -79,16 +82,26 @@ class Verification:
         return not self.problems
 
 
+def _read_all(archive: Path) -> dict[str, bytes]:
+    """{path below the top folder: bytes}. Raises ArchiveError on a missing, truncated or
+    non-gzip file, or an unsafe member."""
+    if not Path(archive).is_file():
+        raise ArchiveError(f"{archive}: no such file; give the path of an evidence archive (.tar.gz)")
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            members = _safe_members(tar)
+            return {"/".join(Path(m.name).parts[1:]): tar.extractfile(m).read()
+                    for m in members if m.isfile()}
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise ArchiveError(f"{archive}: not a readable tar.gz ({type(exc).__name__}: {exc}); "
+                           "download it again (scp) and compare its sha256") from None
+
+
 def verify(archive: Path) -> Verification:
-    """Re-check SHA256SUMS and every raw-table row's predictions sha256, reading the archive in memory."""
+    """Re-check SHA256SUMS, every raw-table row's predictions sha256, and that every pass
+    folder in the archive has its row. Raises ArchiveError when the file cannot be read."""
     problems: list[str] = []
-    with tarfile.open(archive, "r:gz") as tar:
-        members = _safe_members(tar)
-        data = {}
-        for m in members:
-            if m.isfile():
-                parts = Path(m.name).parts
-                data["/".join(parts[1:])] = tar.extractfile(m).read()
+    data = _read_all(archive)
     if "SHA256SUMS" not in data:
         return Verification(0, 0, ["no SHA256SUMS in the archive"])
     listed = {}
@@ -104,14 +117,19 @@ def verify(archive: Path) -> Verification:
             problems.append(f"{rel}: not listed in SHA256SUMS")
     rows = 0
     if "report/raw_table.csv" in data:
+        row_ids = set()
         for row in csv.DictReader(io.StringIO(data["report/raw_table.csv"].decode())):
             rows += 1
+            row_ids.add(row["pass_id"])
             p, digest = row.get("predictions_path"), row.get("predictions_sha256")
             if p:
                 if p not in data:
                     problems.append(f"row {row['pass_id']}: predictions {p} missing from the archive")
                 elif _sha(data[p]) != digest:
                     problems.append(f"row {row['pass_id']}: predictions sha256 differs from the raw table")
+        folders = {rel.split("/")[1] for rel in data if rel.startswith("passes/") and rel.count("/") >= 2}
+        for pid in sorted(folders - row_ids):
+            problems.append(f"pass {pid}: its folder is in the archive but the raw table has no row for it")
     else:
         problems.append("report/raw_table.csv missing")
     return Verification(len(listed), rows, problems)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from lab.protocol import DEMO_CAMPAIGN, REPO_ROOT, ProtocolError
 
+TARGET_HELP = "campaign file (its current locked version) or campaign folder (holding journal.sqlite)"
 RUNS_ROOT = Path(os.environ.get("ITERALAB_RUNS", REPO_ROOT / "runs"))
 DEMO_COPY = RUNS_ROOT / "demo" / "demo.toml"
 
@@ -142,11 +143,19 @@ def cmd_protocol_lock(a) -> int:
 def cmd_campaign_run(a) -> int:
     from lab.orchestrator import Orchestrator
 
+    from lab.orchestrator import CampaignBusy
+
     if a.detach:
-        return spawn_detached(Path(a.campaign), a.launcher, a.memory_limit)
+        return spawn_detached(Path(a.campaign).resolve(), a.launcher, a.memory_limit)
     orch = Orchestrator.prepare(a.campaign, RUNS_ROOT, make_launcher(a.launcher, a.memory_limit))
+    orch.echo = lambda line: print(line, flush=True)
     print(f"campaign folder: {orch.dir}", flush=True)
-    state = orch.run()
+    try:
+        state = orch.run()
+    except CampaignBusy as exc:
+        raise CliError(str(exc)) from None
+    if state == "blocked":
+        raise CliError(f"campaign stopped: {orch.journal.get_control('blocked', '')[:300]}")
     print(f"campaign {state}: {orch.dir}")
     return 0
 
@@ -154,8 +163,13 @@ def cmd_campaign_run(a) -> int:
 def spawn_detached(campaign: Path, launcher: str, memory_limit: int | None) -> int:
     """Start the orchestrator in its own session: closing the UI or SSH does not stop it."""
     from lab.orchestrator import Orchestrator
+    from lab.status import campaign_status
 
+    campaign = Path(campaign).resolve()
     orch = Orchestrator.prepare(campaign, RUNS_ROOT, make_launcher("local"))
+    if campaign_status(orch.dir)["alive"]:
+        raise CliError(f"{orch.dir}: an orchestrator is already running this campaign; "
+                       "`iteralab campaign status` shows it")
     cmd = [sys.executable, "-m", "lab.cli", "campaign", "run", str(campaign), "--launcher", launcher]
     if memory_limit:
         cmd += ["--memory-limit", str(memory_limit)]
@@ -172,7 +186,8 @@ def cmd_campaign_status(a) -> int:
     st = campaign_status(resolve_campaign_dir(a.target))
     print(f"{st['dir']}  state: {st['state']}  passes: {st['finished']}/{st['planned']} finished")
     for r in st["attempts"]:
-        print(f"  {r['pass_id']:<32} {r['status']:<11} {r['items_completed']}/{r['items_total']}"
+        name = (r["variant"] or {}).get("name") or r["variant_id"]
+        print(f"  {r['pass_id']:<32} {name:<22} {r['status']:<11} {r['items_completed']}/{r['items_total']}"
               f"  {r['verdict']}")
     return 0
 
@@ -231,6 +246,7 @@ def run_demo(launcher: str = "local") -> Path:
     f = demo_campaign_file()
     lock(load_protocol(f))
     orch = Orchestrator.prepare(f, RUNS_ROOT, make_launcher(launcher))
+    orch.echo = lambda line: print(line, flush=True)
     print(f"demo campaign: {orch.dir}", flush=True)
     orch.run()
     return make_archive(orch.dir)
@@ -262,57 +278,65 @@ def cmd_doctor(a) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="iteralab", description="IteraGPU Lab campaigns")
+    p = argparse.ArgumentParser(prog="iteralab", description=__doc__.split("\n\n")[0],
+                                epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("corpus").add_subparsers(dest="verb", required=True)
-    b = c.add_parser("build", help="build the comparison corpus and tuning split")
-    b.add_argument("--source", required=True)
-    b.add_argument("--out", required=True)
-    b.add_argument("--id-field", default="id")
-    b.add_argument("--text-field", default="text")
-    b.add_argument("--label-field", default="label")
-    b.add_argument("--short", type=int, default=600)
-    b.add_argument("--medium", type=int, default=300)
-    b.add_argument("--long", type=int, default=100)
-    b.add_argument("--tuning", type=int, default=1600)
-    b.add_argument("--short-below", type=int, default=64)
-    b.add_argument("--long-above", type=int, default=256)
-    b.add_argument("--seed", type=int, default=20260924)
+    c = sub.add_parser("corpus", help="build a comparison corpus").add_subparsers(dest="verb", required=True)
+    b = c.add_parser("build", help="build the comparison corpus and tuning split",
+                     description="Count tokens with the demo encoder's tokenizer, bucket by length "
+                                 "(short < --short-below <= medium <= --long-above < long, in tokens), "
+                                 "draw a seeded class-stratified comparison corpus and a disjoint tuning split.",
+                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    b.add_argument("--source", required=True, help="JSONL (one object per line) or CSV (header row)")
+    b.add_argument("--out", required=True, help="output folder (comparison.jsonl, tuning.jsonl, corpus_card.json)")
+    b.add_argument("--id-field", default="id", help="field holding the stable item id")
+    b.add_argument("--text-field", default="text", help="field holding the text")
+    b.add_argument("--label-field", default="label", help="field holding the gold label")
+    b.add_argument("--short", type=int, default=600, help="items drawn from the short bucket")
+    b.add_argument("--medium", type=int, default=300, help="items drawn from the medium bucket")
+    b.add_argument("--long", type=int, default=100, help="items drawn from the long bucket")
+    b.add_argument("--tuning", type=int, default=1600, help="items in the tuning split (disjoint)")
+    b.add_argument("--short-below", type=int, default=64, help="tokens: short is below this")
+    b.add_argument("--long-above", type=int, default=256, help="tokens: long is above this")
+    b.add_argument("--seed", type=int, default=20260924, help="sampling seed")
     b.set_defaults(fn=cmd_corpus_build)
-    m = sub.add_parser("model").add_subparsers(dest="verb", required=True)
-    mb = m.add_parser("build-demo")
+    m = sub.add_parser("model", help="build the demo model").add_subparsers(dest="verb", required=True)
+    mb = m.add_parser("build-demo", help="fit the demo head on the tuning split; save a transformers checkpoint")
     mb.add_argument("--out", required=True)
     mb.add_argument("--tuning", default=str(REPO_ROOT / "demo" / "corpus" / "tuning.jsonl"))
     mb.set_defaults(fn=cmd_model_build_demo)
-    pr = sub.add_parser("protocol").add_subparsers(dest="verb", required=True)
-    pl = pr.add_parser("lock")
-    pl.add_argument("campaign")
+    pr = sub.add_parser("protocol", help="lock the protocol").add_subparsers(dest="verb", required=True)
+    pl = pr.add_parser("lock", help="record the protocol's and corpus's hash (a new version after an edit)")
+    pl.add_argument("campaign", help="campaign file (TOML)")
     pl.set_defaults(fn=cmd_protocol_lock)
-    ca = sub.add_parser("campaign").add_subparsers(dest="verb", required=True)
-    cr = ca.add_parser("run")
-    cr.add_argument("campaign")
+    ca = sub.add_parser("campaign", help="run and watch campaigns").add_subparsers(dest="verb", required=True)
+    cr = ca.add_parser("run", help="run or resume the rotated schedule of a locked campaign")
+    cr.add_argument("campaign", help="campaign file (TOML)")
     cr.add_argument("--launcher", choices=("auto", "local", "docker"), default="auto")
     cr.add_argument("--memory-limit", type=int, default=None, help="bytes per pass (host memory)")
     cr.add_argument("--detach", action="store_true", help="run in the background")
     cr.set_defaults(fn=cmd_campaign_run)
-    for verb, fn in (("status", cmd_campaign_status), ("pause", cmd_campaign_control),
-                     ("stop", cmd_campaign_control)):
-        s = ca.add_parser(verb)
-        s.add_argument("target")
+    for verb, fn, what in (("status", cmd_campaign_status, "one line per pass"),
+                           ("pause", cmd_campaign_control, "pause after the current pass"),
+                           ("stop", cmd_campaign_control, "stop now (the running pass becomes an interrupted row)")):
+        s = ca.add_parser(verb, help=what)
+        s.add_argument("target", help=TARGET_HELP)
         s.set_defaults(fn=fn)
-    rp = sub.add_parser("report")
-    rp.add_argument("target")
+    rp = sub.add_parser("report", help="write raw table, summary, manifest and decision note")
+    rp.add_argument("target", help=TARGET_HELP)
     rp.set_defaults(fn=cmd_report)
-    ar = sub.add_parser("archive")
+    ar = sub.add_parser("archive", help="pack the evidence archive, or `archive verify FILE`")
     ar.add_argument("target", help="campaign file or folder, or 'verify'")
     ar.add_argument("archive", nargs="?")
     ar.set_defaults(fn=cmd_archive)
-    for name, fn in (("demo", cmd_demo), ("up", cmd_up)):
-        d = sub.add_parser(name)
+    for name, fn, what in (("demo", cmd_demo, "run the offline demo campaign headless; prints the archive path"),
+                           ("up", cmd_up, "open the terminal UI (headless demo without a terminal)")):
+        d = sub.add_parser(name, help=what)
         d.add_argument("--launcher", choices=("auto", "local", "docker"), default="auto" if name == "up" else "local")
         d.add_argument("--headless", action="store_true")
         d.set_defaults(fn=fn)
-    dr = sub.add_parser("doctor")
+    dr = sub.add_parser("doctor", help="check the engine, GPU, driver, toolkit and image")
     dr.add_argument("--expect-gpu", choices=("nvidia", "rocm"), default=None)
     dr.set_defaults(fn=cmd_doctor)
     return p

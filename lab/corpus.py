@@ -203,7 +203,11 @@ def stratified_split(items: list[Item], n_tokens: list[int], spec: BuildSpec
         for r in rows:
             if r["bucket"] == bucket:
                 pool[r["label"]].append(r)
-        quota = _quotas(want, weights, {c: len(v) for c, v in pool.items()})
+        try:
+            quota = _quotas(want, weights, {c: len(v) for c, v in pool.items()})
+        except CorpusError as exc:
+            raise CorpusError(f"{bucket} bucket ({spec.limits.short_below} / {spec.limits.long_above} token "
+                              f"limits): {exc}; ask for fewer {bucket} items") from None
         for c in sorted(pool):
             comparison.extend(rng.sample(pool[c], quota[c]))
     chosen = {r["id"] for r in comparison}
@@ -211,7 +215,10 @@ def stratified_split(items: list[Item], n_tokens: list[int], spec: BuildSpec
     for r in rows:
         if r["id"] not in chosen:
             rest[r["label"]].append(r)
-    tq = _quotas(spec.tuning_size, weights, {c: len(v) for c, v in rest.items()})
+    try:
+        tq = _quotas(spec.tuning_size, weights, {c: len(v) for c, v in rest.items()})
+    except CorpusError as exc:
+        raise CorpusError(f"tuning split: {exc} left after the comparison corpus; ask for fewer") from None
     tuning: list[dict] = []
     for c in sorted(rest):
         tuning.extend(rng.sample(rest[c], tq[c]))
@@ -263,6 +270,16 @@ def build_corpus(source: str | Path, out_dir: str | Path, tokenizer, tokenizer_i
     """
     source = Path(source)
     out = Path(out_dir)
+    for name, n in [*spec.sizes.items(), ("tuning", spec.tuning_size)]:
+        if not isinstance(n, int) or n < 0:
+            raise CorpusError(f"--{name} {n!r}: item counts must be integers >= 0")
+    if sum(spec.sizes.values()) < 1:
+        raise CorpusError("the comparison corpus would be empty; ask for at least one item")
+    if not 0 < spec.limits.short_below <= spec.limits.long_above + 1:
+        raise CorpusError(f"limits short_below={spec.limits.short_below} long_above={spec.limits.long_above}: "
+                          "need 0 < short_below <= long_above + 1 tokens")
+    if out.exists() and not out.is_dir():
+        raise CorpusError(f"--out {out}: exists and is not a folder; choose a folder path")
     items = load_items(source, id_field, text_field, label_field)
     n_tokens = count_tokens([it.text for it in items], tokenizer)
     comparison, tuning = stratified_split(items, n_tokens, spec)

@@ -8,10 +8,10 @@ Nothing is retried with a smaller batch (seed: "Non sostituire silenziosamente")
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -25,6 +25,10 @@ from lab.validate import validate_pass
 from lab.variants import Variant
 
 DONE = ("ok", "oom", "error", "killed")
+
+
+class CampaignBusy(RuntimeError):
+    """Another orchestrator already runs this campaign version (one writer per journal)."""
 
 
 def utc_now() -> str:
@@ -54,6 +58,7 @@ class Orchestrator:
         self.version = version
         self.journal = Journal(self.dir / "journal.sqlite")
         self._corpus: list[dict] | None = None
+        self.echo = None  # optional callable(str): one line per pass start/end (CLI)
 
     @classmethod
     def prepare(cls, campaign_file: str | Path, runs_root: str | Path, launcher) -> "Orchestrator":
@@ -89,7 +94,26 @@ class Orchestrator:
         return [p for p in self.journal.plan() if p["seq"] not in done]
 
     def run(self) -> str:
-        """Run every pending pass. Returns the final state: finished, paused or stopped."""
+        """Run every pending pass. Returns the final state: finished, paused, stopped or blocked
+        (a pass found no usable GPU for its declared device: never a silent CPU fallback).
+
+        Raises CampaignBusy when another orchestrator holds this campaign folder.
+        """
+        lock_file = open(self.dir / "orchestrator.lock", "w")
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            info = self.journal.get_control("orchestrator", {}) or {}
+            lock_file.close()
+            raise CampaignBusy(f"{self.dir}: another orchestrator (pid {info.get('pid')}) is running this "
+                               "campaign; watch it with `iteralab campaign status` or stop it first") from None
+        try:
+            return self._run()
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
+            lock_file.close()
+
+    def _run(self) -> str:
         j = self.journal
         j.set_control("orchestrator", {"pid": os.getpid(), "started": utc_now(),
                                        "launcher": self.launcher.name})
@@ -114,9 +138,13 @@ class Orchestrator:
             if j.get_control("stop", False):
                 state = "stopped"
                 break
-            self.run_slot(slot)
+            row = self.run_slot(slot)
             if j.get_control("stop", False):
                 state = "stopped"
+                break
+            if row["status"] == "error" and "DeviceUnavailable" in row["notes"]:
+                j.set_control("blocked", row["notes"])
+                state = "blocked"
                 break
         if state == "finished":
             self.revalidate_all()
@@ -144,6 +172,8 @@ class Orchestrator:
         j.start_attempt(pass_id, slot["seq"], attempt, slot["repetition"], slot["position"],
                         variant.to_json(), utc_now(), self.launcher.name, len(self.corpus))
         j.add_event(pass_id, "start", {"variant": variant.label, "attempt": attempt})
+        if self.echo:
+            self.echo(f"pass {slot['seq']}/{len(j.plan())} {pass_id} ({variant.label}) started")
         last = {"done": 0}
 
         def on_line(line: str) -> None:
@@ -188,8 +218,14 @@ class Orchestrator:
         j.finish_attempt(pass_id, status, utc_now(), outcome.exit_code, items,
                          {**(result or {}), "launch": outcome.__dict__}, "; ".join(notes))
         j.add_event(pass_id, "end", {"status": status, "items_completed": items, "notes": notes})
-        self.validate_attempt(pass_id)
-        return {"pass_id": pass_id, "status": status}
+        v = self.validate_attempt(pass_id)
+        if self.echo:
+            m = f", {v['metric_name']} {v['metric']:.4f}" if v and v.get("metric") is not None else ""
+            measured = (result or {}).get("phases_s", {}).get("measured")
+            took = f", measured window {measured:.2f} s" if measured else ""
+            self.echo(f"pass {slot['seq']}/{len(j.plan())} {pass_id}: {status}, {items} items{took}{m}"
+                      + (f" ({'; '.join(notes)[:160]})" if status != "ok" and notes else ""))
+        return {"pass_id": pass_id, "status": status, "notes": "; ".join(notes)}
 
     # ---- validation ------------------------------------------------------------------
     def reference(self) -> tuple[dict[str, str] | None, float | None, str]:

@@ -92,7 +92,8 @@ def load_protocol(path: str | Path) -> Protocol:
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ProtocolError(f"{path}: no such campaign file; `iteralab campaign new` writes one") from None
+        raise ProtocolError(f"{path}: no such campaign file; check the path, or start from "
+                            f"{DEMO_CAMPAIGN.relative_to(REPO_ROOT)}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ProtocolError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
     _need(raw, "campaign", "name", str, path)
@@ -151,14 +152,15 @@ def lock(proto: Protocol) -> dict:
 
     versions = read_lock(proto.path)
     digest = proto.digest()
-    for v in versions:
-        if v["sha256"] == digest:
-            return v
     if not proto.corpus_path.is_file():
         raise ProtocolError(f"{proto.path}: corpus {proto.corpus_path} not found; build it before locking")
+    corpus_sha = sha256_file(proto.corpus_path)
+    for v in versions:
+        if v["sha256"] == digest and v.get("corpus_sha256") == corpus_sha:
+            return v
     entry = {"version": len(versions) + 1, "sha256": digest,
              "locked_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-             "corpus_sha256": sha256_file(proto.corpus_path),
+             "corpus_sha256": corpus_sha,
              "protocol": proto.raw}
     versions.append(entry)
     lock_path(proto.path).write_text(json.dumps({"campaign_file": proto.path.name,
@@ -167,19 +169,30 @@ def lock(proto: Protocol) -> dict:
 
 
 def locked_version(proto: Protocol) -> dict:
-    """The lock entry matching the file as it is now.
+    """The lock entry matching the file and its corpus as they are now.
 
-    Raises ProtocolError when never locked, or when the file changed since its last lock
-    (lock again: that makes a new version whose results are kept apart).
+    Raises ProtocolError when never locked, when the file changed since its last lock, or
+    when the corpus file changed since (lock again: a new version whose results are kept apart).
     """
+    from lab.corpus import sha256_file
+
     versions = read_lock(proto.path)
     if not versions:
         raise ProtocolError(
             f"{proto.path.name}: protocol not locked; run `iteralab protocol lock {proto.path}` before any pass")
     digest = proto.digest()
-    for v in versions:
-        if v["sha256"] == digest:
+    if not proto.corpus_path.is_file():
+        raise ProtocolError(f"{proto.path.name}: corpus {proto.corpus_path} not found; restore it or fix [corpus] path")
+    corpus_sha = sha256_file(proto.corpus_path)
+    same = [v for v in versions if v["sha256"] == digest]
+    for v in same:
+        if v.get("corpus_sha256") == corpus_sha:
             return v
+    if same:
+        raise ProtocolError(
+            f"{proto.path.name}: corpus {proto.corpus_path.name} changed since lock (sha256 {corpus_sha[:12]}, locked "
+            f"{same[-1].get('corpus_sha256', '')[:12]}); restore it, or run `iteralab protocol lock {proto.path}` "
+            f"to make version {len(versions) + 1}")
     raise ProtocolError(
         f"{proto.path.name}: edited after lock (version {versions[-1]['version']}); run "
         f"`iteralab protocol lock {proto.path}` to make version {len(versions) + 1} (results of versions never mix)")

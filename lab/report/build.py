@@ -85,6 +85,12 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
             "deadline": proto.raw["campaign"].get("deadline"),
             "deliverables": proto.raw["campaign"].get("deliverables", 1)}
     note = decision_note(summary, camp, pricing)
+    backends = sorted({(a["result"] or {}).get("backend", "") for a in attempts} - {""})
+    if backends and "cpu" in backends or not backends:
+        note += (f"\n\n**Measured hardware differs from the priced package.** The passes ran on "
+                 f"{', '.join(backends) or 'no device (no pass got that far)'} (see the manifest), while the "
+                 f"quote prices `{pricing['gpu']}`: the durations above say nothing about how that GPU "
+                 "would perform. Run the same campaign file on the rental to compare like with like.\n")
     if observed:
         note += ("\n\n_Campaign window: no window was declared in the campaign file; the window "
                  "above is the span of the passes actually run (first start to last end)._\n")

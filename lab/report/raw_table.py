@@ -14,7 +14,7 @@ import pandas as pd
 PHASES = ("startup", "model_load", "warmup", "measured", "evaluation", "writing")
 PEAKS = ("peak_allocated_bytes", "peak_reserved_bytes", "process_peak_rss_bytes", "device_used_bytes")
 COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_name", "series",
-            "batch_size", "precision", "padding", "max_length", "bucketing", "device", "attention",
+            "batch_size", "precision", "padding", "max_length", "bucketing", "device", "backend", "attention",
             "quantization", "compile", "repetition", "order_position", "seq", "attempt", "launcher",
             "start_time", "end_time", "status", "exit_code"]
            + [f"{p}_s" for p in PHASES]
@@ -45,7 +45,9 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
             "campaign": campaign, "protocol_version": protocol_version, "pass_id": a["pass_id"],
             "variant_id": a["variant_id"], "variant_name": v.get("name"), "series": v.get("series"),
             **{k: v.get(k) for k in ("batch_size", "precision", "padding", "max_length", "bucketing",
-                                     "device", "attention", "quantization", "compile")},
+                                     "attention", "quantization", "compile")},
+            "device": r.get("device") or f"{v.get('device')} (not resolved: pass ended first)",
+            "backend": r.get("backend"),
             "repetition": a["repetition"], "order_position": a["position"], "seq": a["seq"],
             "attempt": a["attempt"], "launcher": a["launcher"], "start_time": a["start_time"],
             "end_time": a["end_time"], "status": a["status"], "exit_code": a["exit_code"],
@@ -84,9 +86,16 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
     return rows
 
 
+INT_COLUMNS = ("exit_code", "items_total", "items_completed", "n_truncated", "real_tokens", "padded_tokens",
+               "expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids") + PEAKS
+
+
 def raw_table(rows: list[dict]) -> pd.DataFrame:
-    """DataFrame with the fixed column order (empty cells stay empty in CSV)."""
-    return pd.DataFrame(rows, columns=list(COLUMNS))
+    """DataFrame with the fixed column order; integer columns stay integers, empty cells empty."""
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    for c in INT_COLUMNS:
+        df[c] = df[c].astype("Int64")
+    return df
 
 
 def write_raw_table(rows: list[dict], path: Path) -> Path:
