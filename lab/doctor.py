@@ -340,10 +340,28 @@ def doctor(expect_gpu: str | None = None, image: str | None = None, container_te
     hosts, run a short test container (`nvidia-smi -L`) to prove the toolkit works.
     """
     try:
-        return evaluate(probe(expect_gpu=expect_gpu, image=image, container_test=container_test))
+        checks = evaluate(probe(expect_gpu=expect_gpu, image=image, container_test=container_test))
+        return checks + [host_torch_check(detect_vendor(), expect_gpu)]
     except Exception as exc:  # a probe that broke is a finding, not a crash
         return [Check("doctor", False, f"probing failed: {type(exc).__name__}: {exc}"[:300],
                       "report this output", blocking=bool(expect_gpu))]
+
+
+def host_torch_check(vendor: str, expect_gpu: str | None = None) -> Check:
+    """The host's own torch (what the local launcher runs): version, build, GPUs it sees."""
+    try:
+        import torch
+    except ImportError:
+        return Check("host torch", False, "torch is not installed on the host", "run `make env`")
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else (
+        f"ROCm/HIP {torch.version.hip}" if torch.version.hip else "CPU-only build")
+    seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    detail = f"torch {torch.__version__} ({build}) sees {seen} GPU(s)"
+    if vendor != "cpu" and not seen:
+        return Check("host torch", False, detail + f" on a {vendor} host: local passes would run on CPU",
+                     "use the container launcher, or install the torch build for this GPU (README)",
+                     blocking=bool(expect_gpu))
+    return Check("host torch", True, detail)
 
 
 render = format_checks  # the name `iteralab doctor` (lab/cli.py) imports

@@ -145,3 +145,12 @@ def test_toolkit_probe_on_a_real_engine_without_the_toolkit():
     tk = by_name(evaluate(Probes(**found, nvidia_smi=SMI_4090_580)))["nvidia container toolkit"]
     assert not tk.ok and tk.blocking and "nvidia-ctk runtime configure --runtime=docker" in tk.fix
     assert not client.containers.list(all=True, filters={"label": "iteralab.doctor"})
+
+
+def test_host_torch_check_flags_a_gpu_host_whose_torch_sees_none():
+    from lab.doctor import host_torch_check
+
+    ok = host_torch_check("cpu")
+    assert ok.ok and "torch 2.13.0" in ok.detail and "sees 0 GPU(s)" in ok.detail
+    bad = host_torch_check("nvidia", expect_gpu="nvidia")  # this machine's torch sees no GPU
+    assert not bad.ok and bad.blocking and "would run on CPU" in bad.detail
