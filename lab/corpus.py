@@ -113,6 +113,11 @@ def load_items(path: str | Path, id_field: str = "id", text_field: str = "text",
         for i, raw in enumerate(lines, start=1):
             _decode(raw, path, i)
         reader = csv.DictReader(io.StringIO(data.decode("utf-8"), newline=""))
+        missing = [f for f in fields if f not in (reader.fieldnames or [])]
+        if missing:
+            raise CorpusError(
+                f"{path}:1: header has no column '{missing[0]}' (columns: {', '.join(reader.fieldnames or [])});"
+                " set --id-field/--text-field/--label-field")
         for rec in reader:
             items.append(_check(rec, fields, path, reader.line_num, seen))
     else:
@@ -140,6 +145,9 @@ def read_corpus(path: str | Path) -> list[dict]:
 
 def count_tokens(texts: Sequence[str], tokenizer) -> list[int]:
     """Token count per text with ``tokenizer``, special tokens excluded, no truncation."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # counting long texts is the point: no "longer than max" warning
     out: list[int] = []
     for start in range(0, len(texts), 256):
         enc = tokenizer(list(texts[start:start + 256]), add_special_tokens=False,

@@ -129,6 +129,8 @@ class Orchestrator:
         if hasattr(self.launcher, "find_leftovers"):
             for c in self.launcher.find_leftovers(self.proto.name):
                 j.add_event("", "leftover", {"container": c, "note": "left from an interrupted run; not reused"})
+                if self.echo:
+                    self.echo(f"leftover container from an interrupted run (not reused): {c}")
         state = "finished"
         for slot in self.pending():
             if j.get_control("pause", False):

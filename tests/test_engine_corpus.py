@@ -84,3 +84,10 @@ def test_csv_with_other_field_names(tmp_path):
     p.write_text('doc,body,cat\n1,first,a\n1,again,b\n', encoding="utf-8")
     with pytest.raises(CorpusError, match="src.csv:3: duplicate id '1'"):
         load_items(p, id_field="doc", text_field="body", label_field="cat")
+
+
+def test_csv_header_without_the_id_column_names_line_1(tmp_path):
+    p = tmp_path / "src.csv"
+    p.write_text('doc,body,cat\n1,"multi\nline",a\n', encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"src.csv:1: header has no column 'id' \(columns: doc, body, cat\)"):
+        load_items(p)

@@ -71,6 +71,13 @@ def test_real_host_oom_leaves_a_row_with_items_completed(tmp_path, model_dir):
     assert "oom" in events
     # nothing retried with a smaller batch: exactly one attempt per planned slot
     assert len(orch.journal.attempts()) == 2
+    # memory decides feasibility before cost: batch 8 is excluded from the comparison, with the reason
+    summary = {s["batch_size"]: s for s in build_report(orch.dir)["summary"]}
+    assert summary[1]["feasible"] is True
+    assert summary[8]["feasible"] is False and "OOM in 1 of 1" in summary[8]["infeasible_reason"]
+    note = (orch.dir / "report" / "decision_note.md").read_text()
+    excluded = note.split("## Excluded configurations", 1)[1].split("## Decision", 1)[0]
+    assert "batch 8" in excluded and "batch 1" not in excluded
 
 
 def _wait(cond, timeout=240):
