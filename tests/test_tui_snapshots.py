@@ -37,7 +37,15 @@ def until(cond, timeout_s: float = 120):
         while not cond(pilot.app) and time.monotonic() - t0 < timeout_s:
             await pilot.pause(0.1)
         assert cond(pilot.app), "screen never filled"
-        await pilot.pause(0.3)
+        # then wait until the rendering is stable (column widths settle after the rows arrive,
+        # later on a loaded machine): two exports 0.3 s apart must be equal
+        last = None
+        for _ in range(40):
+            await pilot.pause(0.3)
+            now = pilot.app.export_screenshot()
+            if now == last:
+                break
+            last = now
     return run_before
 
 
