@@ -54,7 +54,7 @@ def test_real_host_oom_leaves_a_row_with_items_completed(tmp_path, model_dir):
     assert free.run() == "finished"
     peaks = {a["variant"]["batch_size"]: a["result"]["process_peak_vm_bytes"] for a in free.journal.attempts()}
     assert peaks[8] > peaks[1]
-    limit = (peaks[1] + peaks[8]) // 2
+    limit = peaks[1] + (peaks[8] - peaks[1]) // 3  # closer to what batch 1 needs
     orch = Orchestrator.prepare(f, tmp_path / "limited", LocalLauncher(address_space_limit_bytes=limit,
                                                                         timeout_s=300))
     orch.run()
@@ -62,11 +62,12 @@ def test_real_host_oom_leaves_a_row_with_items_completed(tmp_path, model_dir):
     assert rows[1]["status"] == "ok" and rows[1]["items_completed"] == 24
     b8 = rows[8]
     assert b8["status"] == "oom" and b8["exit_code"] == 3
-    assert b8["items_completed"] == 8  # the first batch (short items) completed, the long batch did not
+    # the first batch (8 short items) completes; the OOM comes on a batch of long items
+    assert b8["items_completed"] in (8, 16)
     assert "can't allocate memory" in b8["notes"] or "out of memory" in b8["notes"].lower()
     assert b8["corpus_accepted"] is False and b8["measured_s"] is None
     lines = (orch.dir / b8["predictions_path"]).read_text().splitlines()
-    assert len(lines) == 8  # predictions already made are kept
+    assert len(lines) == b8["items_completed"]  # predictions already made are kept
     events = [e["kind"] for e in orch.journal.events_since(0) if e["pass_id"] == b8["pass_id"]]
     assert "oom" in events
     # nothing retried with a smaller batch: exactly one attempt per planned slot

@@ -96,9 +96,11 @@ class PlanScreen(LabScreen):
             yield DataTable(id="plan-variants", cursor_type="row")
             yield Static("", id="plan-schedule", markup=True)
 
+    COLUMNS = ("variant", "id", "batch", "largest batch s/m/l", "fits")
+
     def on_mount(self) -> None:
         t = self.query_one("#plan-variants", DataTable)
-        for c in ("variant", "id", "batch", "largest batch s/m/l", "fits"):
+        for c in self.COLUMNS:
             t.add_column(c, key=c)
 
     def on_screen_resume(self) -> None:
@@ -129,12 +131,18 @@ class PlanScreen(LabScreen):
                        if p["margin"] is not None else "")
                     + (f"\n[yellow]{escape(p['note'])}[/yellow]" if p["note"] else ""))
         t = self.query_one("#plan-variants", DataTable)
-        t.clear()
+        rows = []
         for v in p["variants"]:
             fb = v["fits"]
             sml = "/".join(str(fb[b]) if b in fb else "-" for b in ("short", "medium", "long")) or "-"
             fits = {True: "yes", False: "NO", None: "not estimated"}[v["fits_all"]]
-            t.add_row(v["name"], v["variant_id"], str(v["batch_size"]), sml, fits)
+            rows.append((v["name"], v["variant_id"], str(v["batch_size"]), sml, fits))
+        # columns made again with explicit widths from their cells: the header always matches
+        t.clear(columns=True)
+        for i, c in enumerate(self.COLUMNS):
+            t.add_column(c, key=c, width=max([len(c)] + [len(r[i]) for r in rows]))
+        for r in rows:
+            t.add_row(*r)
         lines = ["[b]Rotated schedule[/b] (no variant always first)"]
         lines += [f"  r{i}: " + " -> ".join(r) for i, r in enumerate(p["schedule"], 1)]
         self.query_one("#plan-schedule", Static).update("\n".join(lines))
