@@ -179,6 +179,8 @@ class IteraLabApp(App):
 
     def on_campaign_snapshot(self, msg: CampaignSnapshot) -> None:
         self.snapshot = msg
+        if not self.screen_stack:  # a message that arrives while the app shuts down
+            return
         for screen in (self.screen, self.get_screen("runs")):
             if hasattr(screen, "apply_snapshot") and screen.is_mounted:
                 screen.apply_snapshot(msg)
@@ -203,7 +205,7 @@ class IteraLabApp(App):
 
     def on_telemetry_sample(self, msg: TelemetrySample) -> None:
         self.telemetry = msg.sample
-        if hasattr(self.screen, "apply_telemetry"):
+        if self.screen_stack and hasattr(self.screen, "apply_telemetry"):
             self.screen.apply_telemetry(msg.sample)
 
     # ---- campaign control ------------------------------------------------------------
