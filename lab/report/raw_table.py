@@ -13,7 +13,7 @@ import pandas as pd
 
 PHASES = ("startup", "model_load", "warmup", "measured", "evaluation", "writing")
 PEAKS = ("peak_allocated_bytes", "peak_reserved_bytes", "process_peak_rss_bytes", "device_used_bytes")
-COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_name", "series",
+COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_name", "variant_label", "series",
             "batch_size", "precision", "padding", "max_length", "bucketing", "device", "backend", "attention",
             "quantization", "compile", "repetition", "order_position", "seq", "attempt", "launcher",
             "start_time", "end_time", "status", "exit_code"]
@@ -43,7 +43,7 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
         pred = campaign_dir / "passes" / a["pass_id"] / "predictions.jsonl"
         row = {
             "campaign": campaign, "protocol_version": protocol_version, "pass_id": a["pass_id"],
-            "variant_id": a["variant_id"], "variant_name": v.get("name"), "series": v.get("series"),
+            "variant_id": a["variant_id"], "variant_name": v.get("name"), "variant_label": v.get("label"), "series": v.get("series"),
             **{k: v.get(k) for k in ("batch_size", "precision", "padding", "max_length", "bucketing",
                                      "attention", "quantization", "compile")},
             "device": r.get("device") or f"{v.get('device')} (not resolved: pass ended first)",

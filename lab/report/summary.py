@@ -45,7 +45,7 @@ def summarize(rows: list[dict], feasibility: dict | None = None) -> list[dict]:
             verdict = "rejected: " + (reasons[0] if reasons else "no validated pass")
         feas = (feasibility or {}).get(vid, {"feasible": True, "reason": ""})
         out.append({
-            "variant_id": vid, "label": _label(first), "variant_name": first.get("variant_name"),
+            "variant_id": vid, "label": first["variant_label"], "variant_name": first.get("variant_name"),
             "series": first.get("series"), "batch_size": first.get("batch_size"),
             "precision": first.get("precision"), "bucketing": first.get("bucketing"),
             "durations_s": d, "median_s": statistics.median(d) if d else None,
@@ -66,11 +66,6 @@ def summarize(rows: list[dict], feasibility: dict | None = None) -> list[dict]:
         })
     _flag_indistinct(out)
     return out
-
-
-def _label(row: dict) -> str:
-    s = f"batch {row.get('batch_size')}, {row.get('precision')}, {row.get('padding')}, max {row.get('max_length')}"
-    return s + (", bucketed" if row.get("bucketing") else "")
 
 
 def _flag_indistinct(summary: list[dict]) -> None:
