@@ -10,10 +10,14 @@ they are part of the metric.
 
 from __future__ import annotations
 
+import itertools
 import json
+import operator
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from lab.corpus import BUCKETS
 
@@ -52,47 +56,157 @@ class Validation:
         return asdict(self)
 
 
-def read_predictions(path: Path, labels: set[str] | None) -> tuple[list[dict], list[str]]:
-    """Parse a predictions JSONL. Returns (records, format errors as 'line N: problem')."""
-    recs, errors = [], []
+_GET_ID, _GET_PRED, _GET_PROB = (operator.itemgetter(k) for k in ("id", "pred", "prob"))
+CHUNK_LINES = 65_536  # lines parsed per block: memory stays bounded whatever the corpus size
+
+
+@dataclass
+class PredictionColumns:
+    """A predictions file as columns (row i = line i of the records kept).
+
+    ``ids``: the id strings (the only per-item Python objects kept); ``pred``: int32 codes
+    into ``classes`` (the label strings); ``n_lines``: lines read. Records without a string
+    id are not kept (they are format errors); records with a bad pred or prob are kept
+    (their id counts) and reported as format errors.
+    """
+
+    ids: list
+    pred: np.ndarray
+    classes: list
+    errors: list
+    n_lines: int
+
+
+def _line_errors(n: int, obj, labels: set | None) -> tuple[bool, list[str]]:
+    """(keep the record, format errors) for one parsed line; ``n`` is its 1-based number."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("id"), str):
+        return False, [f"line {n}: missing string 'id'"]
+    errs = []
+    if not isinstance(obj.get("pred"), str) or (labels and obj["pred"] not in labels):
+        errs.append(f"line {n}: 'pred' {obj.get('pred')!r} is not a known label")
+    p = obj.get("prob")
+    if not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+        errs.append(f"line {n}: 'prob' {p!r} not a probability in [0, 1]")
+    return True, errs
+
+
+def _parse_block(block: list[bytes]) -> list | None:
+    """All lines of ``block`` parsed by one C-level json call, or None when any line is not
+    one well-formed UTF-8 JSON object (the caller then parses line by line for diagnostics)."""
+    try:
+        objs = json.loads(b"[" + b",".join(block) + b"]")
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None
+    if len(objs) != len(block) or set(map(type, objs)) != {dict}:
+        return None  # e.g. a line holding two objects, or a bare value
+    return objs
+
+
+def read_prediction_columns(path: Path, labels: set[str] | None) -> PredictionColumns:
+    """Parse a predictions JSONL into columns, in blocks of CHUNK_LINES lines.
+
+    Each line must be a UTF-8 JSON object with a string ``id``, a ``pred`` among ``labels``
+    (any string when labels is None) and a ``prob`` in [0, 1]. Errors read 'line N: problem'.
+    Fast path: one ``json.loads`` per block; a block with any bad line is re-read line by
+    line, so the messages are exact. Memory: ids + 4 bytes per item + one block of objects.
+    """
+    code: dict[str, int] = {c: i for i, c in enumerate(sorted(labels))} if labels else {}
+    ids: list = []
+    codes: list[np.ndarray] = []
+    errors: list[str] = []
+    n_lines = 0
     if not path.is_file():
-        return [], ["no predictions file"]
+        return PredictionColumns([], np.zeros(0, np.int32), list(code), ["no predictions file"], 0)
+
     with open(path, "rb") as fh:
-        for n, raw in enumerate(fh, start=1):
-            try:
-                obj = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                errors.append(f"line {n}: not a UTF-8 JSON object")
-                continue
-            if not isinstance(obj, dict) or not isinstance(obj.get("id"), str):
-                errors.append(f"line {n}: missing string 'id'")
-                continue
-            if not isinstance(obj.get("pred"), str) or (labels and obj["pred"] not in labels):
-                errors.append(f"line {n}: 'pred' {obj.get('pred')!r} is not a known label")
-            p = obj.get("prob")
-            if not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
-                errors.append(f"line {n}: 'prob' {p!r} not a probability in [0, 1]")
-            recs.append(obj)
-    return recs, errors
+        while True:
+            block = [line.rstrip(b"\r\n") for line in itertools.islice(fh, CHUNK_LINES)]
+            if not block:
+                break
+            objs = _parse_block(block)
+            if objs is not None:
+                try:
+                    b_ids = list(map(_GET_ID, objs))
+                    b_pred = list(map(_GET_PRED, objs))
+                    b_prob = list(map(_GET_PROB, objs))
+                except KeyError:
+                    b_ids = b_pred = b_prob = []
+                ok = (len(b_ids) == len(block) and set(map(type, b_ids)) == {str}
+                      and set(map(type, b_pred)) == {str}
+                      and (not labels or set(b_pred) <= labels)
+                      and set(map(type, b_prob)) <= {float, int})
+                if ok:
+                    prob = np.asarray(b_prob, dtype=np.float64)
+                    ok = bool(((prob >= 0.0) & (prob <= 1.0)).all())
+                if ok:
+                    ids.extend(b_ids)
+                    codes.append(_codes(b_pred, code))
+                    n_lines += len(block)
+                    continue
+            b_ids, b_pred = [], []
+            for k, raw in enumerate(block):
+                n = n_lines + k + 1
+                try:
+                    obj = json.loads(raw.decode("utf-8"))
+                except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+                    errors.append(f"line {n}: not a UTF-8 JSON object")
+                    continue
+                keep, errs = _line_errors(n, obj, labels)
+                errors.extend(errs)
+                if keep:
+                    b_ids.append(obj["id"])
+                    b_pred.append(obj["pred"] if isinstance(obj.get("pred"), str) else None)
+            ids.extend(b_ids)
+            codes.append(_codes(b_pred, code))  # None (a non-string pred) gets a code too
+            n_lines += len(block)
+    pred = np.concatenate(codes) if codes else np.zeros(0, np.int32)
+    return PredictionColumns(ids, pred, list(code), errors, n_lines)
+
+
+def _codes(values: list, code: dict) -> np.ndarray:
+    """int32 codes of labels (shape (len(values),)), extending ``code`` with labels not seen
+    yet (in sorted order, so codes are deterministic)."""
+    for v in sorted(set(values) - code.keys(), key=str):
+        code[v] = len(code)
+    return np.array(list(map(code.__getitem__, values)), dtype=np.int32)
+
+
+def accuracy_codes(gold: np.ndarray, pred: np.ndarray) -> float:
+    """Fraction of items whose predicted class code equals the gold one (shape (n,), n >= 1)."""
+    return float(np.count_nonzero(gold == pred)) / len(gold)
+
+
+def macro_f1_codes(gold: np.ndarray, pred: np.ndarray) -> float:
+    """Unweighted mean over the classes present in gold or predictions of per-class F1.
+
+    F1_c = 2 TP_c / (2 TP_c + FP_c + FN_c) = 2 TP_c / (gold_c + pred_c), 0 when TP_c = 0;
+    the same definition as scikit-learn's ``f1_score(average="macro", zero_division=0)``
+    with its default labels (the union of both). Inputs: int codes of shape (n,), n >= 1.
+    """
+    k = int(max(gold.max(), pred.max())) + 1
+    tp = np.bincount(gold[gold == pred], minlength=k)
+    support = np.bincount(gold, minlength=k) + np.bincount(pred, minlength=k)
+    present = support > 0
+    return float(np.mean(2.0 * tp[present] / support[present]))
 
 
 def accuracy(gold: list[str], pred: list[str]) -> float:
-    return sum(g == p for g, p in zip(gold, pred)) / len(gold)
+    """Accuracy of two equal-length label lists (see accuracy_codes)."""
+    code: dict[str, int] = {}
+    return accuracy_codes(_codes(gold, code), _codes(pred, code))
 
 
 def macro_f1(gold: list[str], pred: list[str]) -> float:
-    """Unweighted mean of per-class F1 over the classes present in gold or predictions."""
-    classes = sorted(set(gold) | set(pred))
-    f1s = []
-    for c in classes:
-        tp = sum(g == c and p == c for g, p in zip(gold, pred))
-        fp = sum(g != c and p == c for g, p in zip(gold, pred))
-        fn = sum(g == c and p != c for g, p in zip(gold, pred))
-        f1s.append(0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn))
-    return sum(f1s) / len(f1s)
+    """Macro-F1 of two equal-length label lists (see macro_f1_codes)."""
+    code: dict[str, int] = {}
+    return macro_f1_codes(_codes(gold, code), _codes(pred, code))
 
 
-METRICS = {"accuracy": accuracy, "macro_f1": macro_f1}
+METRICS = {"accuracy": accuracy_codes, "macro_f1": macro_f1_codes}
+
+
+def _first(values, limit: int = 5) -> list[str]:
+    return sorted(values)[:limit]
 
 
 def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
@@ -101,23 +215,36 @@ def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
                   reference_metric: float | None = None) -> Validation:
     """Validate a pass's predictions against the corpus and the locked quality rules.
 
-    ``corpus``: items with id, label, bucket. ``quality``: metric, threshold, tolerance.
-    ``reference``: {id: pred} of the reference pass (None while it has not run);
+    ``corpus``: items with id, label, bucket (ids unique). ``quality``: metric, threshold,
+    tolerance. ``reference``: {id: pred} of the reference pass (None while it has not run);
     ``reference_metric``: its metric. Never raises for bad predictions: they fail checks.
+    Vectorised: ids are matched through one dict of corpus positions, metrics come from class-code counts
+    (numpy), so 1,000,000 predictions validate in about a second and memory holds the ids,
+    the labels and a few integer arrays (measured by scripts/bench_validation.py).
     """
-    recs, fmt_errors = read_predictions(Path(predictions_path), labels)
+    cols = read_prediction_columns(Path(predictions_path), labels)
+    fmt_errors = cols.errors
     expected = [r["id"] for r in corpus]
-    exp_set = set(expected)
-    counts = Counter(r["id"] for r in recs)
-    dups = sorted(i for i, c in counts.items() if c > 1)
-    missing = sorted(exp_set - set(counts))
-    extras = sorted(set(counts) - exp_set)
-    ids_match = not dups and not missing and not extras and len(recs) == len(expected)
-    pred = {r["id"]: r.get("pred") for r in recs}
+    n = len(expected)
+    position = {item_id: k for k, item_id in enumerate(expected)}
+    if len(position) != n:
+        raise ValueError("corpus ids are not unique; read the corpus with lab.corpus.read_corpus")
+    pos = np.array(list(map(position.get, cols.ids, itertools.repeat(-1))), dtype=np.int64)
+    del position
+    known = pos >= 0
+    counts = np.bincount(pos[known], minlength=n)
+    extra_counts = Counter(i for i, k in zip(cols.ids, known) if not k) if not known.all() else Counter()
+    dups = sorted({expected[k] for k in np.flatnonzero(counts > 1)}
+                  | {i for i, c in extra_counts.items() if c > 1})
+    missing_mask = counts == 0
+    missing = [expected[k] for k in np.flatnonzero(missing_mask)]
+    extras = list(extra_counts)
+    ids_match = not dups and not missing and not extras and len(cols.ids) == n
+    buckets = np.array([r.get("bucket") for r in corpus], dtype=object)
     coverage = {}
     for b in BUCKETS:
-        ids_b = [r["id"] for r in corpus if r.get("bucket") == b]
-        coverage[b] = {"expected": len(ids_b), "observed": sum(1 for i in ids_b if i in pred)}
+        in_b = buckets == b
+        coverage[b] = {"expected": int(in_b.sum()), "observed": int((in_b & ~missing_mask).sum())}
     coverage_ok = all(c["observed"] == c["expected"] for c in coverage.values())
     reasons: list[str] = []
     if dups:
@@ -138,19 +265,23 @@ def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
     thr, tol = float(quality["threshold"]), float(quality["tolerance"])
     threshold_ok = tolerance_ok = None
     gap = agreement = None
-    if ids_match and not fmt_errors:
-        gold = [r["label"] for r in corpus]
-        metric = round(fn(gold, [pred[i] for i in expected]), 6)
+    if ids_match and not fmt_errors and n:
+        code = {c: i for i, c in enumerate(cols.classes)}
+        pred = np.empty(n, dtype=np.int32)
+        pred[pos] = cols.pred  # corpus order (ids match: pos is a permutation)
+        gold = _codes([r["label"] for r in corpus], code)
+        metric = round(fn(gold, pred), 6)
         for b in BUCKETS:
-            sub = [r for r in corpus if r.get("bucket") == b]
-            if sub:
-                by_bucket[b] = round(fn([r["label"] for r in sub], [pred[r["id"]] for r in sub]), 6)
+            in_b = buckets == b
+            if in_b.any():
+                by_bucket[b] = round(fn(gold[in_b], pred[in_b]), 6)
         threshold_ok = metric >= thr
         if not threshold_ok:
             reasons.append(f"{name} {metric:.4f} < threshold {thr}")
         if reference is not None and reference_metric is not None:
             gap = round(metric - reference_metric, 6)
-            agreement = round(sum(pred[i] == reference.get(i) for i in expected) / len(expected), 6)
+            ref = _codes([reference.get(i) for i in expected], code)  # None: no reference
+            agreement = round(float(np.count_nonzero(ref == pred)) / n, 6)
             tolerance_ok = gap >= -tol - 1e-12
             if not tolerance_ok:
                 reasons.append(f"{name} {-gap:.4f} below the reference, tolerance {tol}")
@@ -160,12 +291,12 @@ def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
         reasons.append("metric not computed: ids or format do not match the corpus")
     accepted = bool(ids_match and not fmt_errors and coverage_ok and threshold_ok and tolerance_ok)
     return Validation(
-        expected_ids=len(expected), observed_ids=len(recs), duplicate_ids=len(dups),
+        expected_ids=n, observed_ids=len(cols.ids), duplicate_ids=len(dups),
         missing_ids=len(missing), extra_ids=len(extras), ids_match=ids_match,
         format_ok=not fmt_errors, coverage=coverage, coverage_ok=coverage_ok, metric_name=name,
         metric=metric, metric_by_bucket=by_bucket, threshold=thr, threshold_ok=threshold_ok,
         reference_metric=reference_metric, gap_to_reference=gap,
         agreement_with_reference=agreement, tolerance=tol, tolerance_ok=tolerance_ok,
         corpus_accepted=accepted, reasons=reasons,
-        examples={"duplicates": dups[:5], "missing": missing[:5], "extras": extras[:5],
+        examples={"duplicates": dups[:5], "missing": _first(missing), "extras": _first(extras),
                   "format": fmt_errors[:5]})
