@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, fields, replace
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 PADDINGS = ("longest", "max_length")
+SERIES_SEP = "+"  # joins the names of the series a shared variant belongs to
 
 
 class VariantError(ValueError):
@@ -80,8 +81,11 @@ def expand_series(defaults: dict, series: list[dict]) -> list[Variant]:
     """Expand ``[[series]]`` tables into variants, deduplicated by content id, in declared order.
 
     Each series is {"name": str, "factor": field name, "values": [...], optional fixed fields}.
-    A variant's name is "<series>/<factor>=<value>". Raises VariantError on an unknown factor,
-    an empty series, or a fixed field that is also the factor.
+    A variant's name is "<series>/<factor>=<value>". A variant that two series share (e.g.
+    batch 8 unbucketed, in the batch series and as the baseline of a bucketing series) runs
+    once, keeps its first name, and lists every series it belongs to in ``series``, joined
+    by SERIES_SEP ("batch+bucketing"; see ``series_names``). Raises VariantError on an
+    unknown factor, an empty series, or a fixed field that is also the factor.
     """
     known = {f.name for f in fields(Variant)} - {"series", "name"}
     out: list[Variant] = []
@@ -91,6 +95,8 @@ def expand_series(defaults: dict, series: list[dict]) -> list[Variant]:
         if not name or factor not in known or not values:
             raise VariantError(
                 f"series {name!r}: needs name, factor (one of {', '.join(sorted(known))}) and values")
+        if SERIES_SEP in name:
+            raise VariantError(f"series {name!r}: a series name cannot hold {SERIES_SEP!r}; rename it")
         fixed = {k: v for k, v in s.items() if k not in ("name", "factor", "values")}
         if factor in fixed:
             raise VariantError(f"series {name!r}: factor {factor!r} is also fixed; a series varies one factor")
@@ -103,4 +109,13 @@ def expand_series(defaults: dict, series: list[dict]) -> list[Variant]:
             if v.variant_id not in seen:
                 seen.add(v.variant_id)
                 out.append(v)
+                continue
+            k = next(i for i, o in enumerate(out) if o.variant_id == v.variant_id)
+            if name not in series_names(out[k].series):
+                out[k] = replace(out[k], series=out[k].series + SERIES_SEP + name)
     return out
+
+
+def series_names(series: str | None) -> set[str]:
+    """The series a variant belongs to, from its ``series`` field ("batch+bucketing")."""
+    return set(filter(None, (series or "").split(SERIES_SEP)))

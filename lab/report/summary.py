@@ -4,7 +4,7 @@ e di fallimenti"). No p95 from five passes.
 
 "Does not distinguish" rule (seed: "Se la dispersione osservata è paragonabile allo scarto
 tra le mediane, la serie non distingue ancora le opzioni"): within a series, a variant is
-flagged when, for some other variant of the series, the gap between their medians is not
+flagged when, for some other variant of a series it belongs to, the gap between their medians is not
 larger than the larger of their two spreads (spread = max - min of successful durations).
 """
 
@@ -14,6 +14,8 @@ import statistics
 from pathlib import Path
 
 import pandas as pd
+
+from lab.variants import series_names
 
 
 def summarize(rows: list[dict], feasibility: dict | None = None) -> list[dict]:
@@ -71,7 +73,8 @@ def summarize(rows: list[dict], feasibility: dict | None = None) -> list[dict]:
 def _flag_indistinct(summary: list[dict]) -> None:
     for a in summary:
         for b in summary:
-            if a is b or a["series"] != b["series"] or a["median_s"] is None or b["median_s"] is None:
+            if (a is b or not series_names(a["series"]) & series_names(b["series"])
+                    or a["median_s"] is None or b["median_s"] is None):
                 continue
             spread = max(a["max_s"] - a["min_s"], b["max_s"] - b["min_s"])
             if abs(a["median_s"] - b["median_s"]) <= spread:
