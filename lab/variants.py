@@ -46,8 +46,8 @@ class Variant:
             raise VariantError(f"max_length {self.max_length!r} must be an integer >= 8 tokens")
         if self.quantization != "none":
             raise VariantError(f"quantization {self.quantization!r} is not supported yet; use 'none'")
-        if self.compile:
-            raise VariantError("compile = true is not supported yet; declare compile = false")
+        if not isinstance(self.compile, bool):
+            raise VariantError(f"compile {self.compile!r} must be true or false")
 
     def config(self) -> dict:
         """The parameters that define the work (series and name excluded)."""
@@ -66,7 +66,7 @@ class Variant:
     def label(self) -> str:
         """Short human label, e.g. 'batch 8, fp32, longest, max 256'."""
         s = f"batch {self.batch_size}, {self.precision}, {self.padding}, max {self.max_length}"
-        return s + (", bucketed" if self.bucketing else "")
+        return s + (", bucketed" if self.bucketing else "") + (", compiled" if self.compile else "")
 
     def to_json(self) -> dict:
         return {**asdict(self), "variant_id": self.variant_id, "label": self.label}

@@ -88,6 +88,7 @@ class WindowResult:
     real_tokens: int
     padded_tokens: int
     batches: int
+    attention_pairs: int = 0  # sum over batches of B * T**2 (query-key pairs per layer)
 
 
 def tokenize(texts: list[str], tokenizer, max_length: int):
@@ -152,6 +153,7 @@ def run_batches(rows: list[dict], tokenizer, model, device: str, variant: dict,
             win.batches += 1
             win.real_tokens += sum(lengths[i] for i in idx)
             win.padded_tokens += int(ids_t.numel())
+            win.attention_pairs += int(ids_t.shape[0]) * int(ids_t.shape[1]) ** 2
             if on_batch:
                 on_batch(win.items_done)
     return win

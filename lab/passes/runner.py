@@ -3,9 +3,10 @@
     python -m lab.passes.runner PASS_DIR/pass.json
 
 Phases, each timed separately with a host clock (``time.perf_counter``): ``startup``
-(imports), ``model_load``, ``warmup``, ``measured`` (read corpus, tokenize, transfer,
-infer, materialize predictions on the host; device synchronized at both ends),
-``evaluation`` and ``writing``. Memory peaks are reset right before the measured window.
+(imports), ``model_load``, ``compile`` (compile = true variants only, lab.passes.compile),
+``warmup``, ``measured`` (read corpus, tokenize, transfer, infer, materialize predictions
+on the host; device synchronized at both ends), ``probe`` (matmul ceiling and the pass's
+model FLOP/s, lab.passes.probe), ``evaluation`` and ``writing``. Memory peaks are reset right before the measured window.
 Writes ``predictions.jsonl`` (id, pred, prob; corpus order; the items completed, also on
 failure) and ``result.json``; streams events on stdout. Exit codes: 0 ok, 3 OOM, 4 error,
 2 bad spec. Nothing is retried with a smaller batch (seed: "Non sostituire
@@ -117,6 +118,15 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         id2label = {int(k): v for k, v in model.config.id2label.items()}
         inf.synchronize(device)
         phase("model_load", t)
+        dynamo = None
+        if spec.variant.get("compile"):
+            from lab.passes.compile import DynamoCounters, compile_model
+
+            ev.emit("phase", phase="compile", state="start")
+            t = time.perf_counter()
+            compile_model(model, read_corpus(spec.corpus_path)[: spec.warmup_items], tok, device, spec.variant)
+            phase("compile", t)
+            dynamo = DynamoCounters()
 
         ev.emit("phase", phase="warmup", state="start")
         warm_rows = read_corpus(spec.corpus_path)[: spec.warmup_items]
@@ -128,6 +138,8 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         release_memory(device)  # freed warm-up memory goes back before the peaks are reset
         tracker.reset()
         ev.emit("phase", phase="measured", state="start")
+        if dynamo:
+            dynamo.start()
         inf.synchronize(device)
         t = state["t0"] = time.perf_counter()
         rows = read_corpus(spec.corpus_path)
@@ -138,10 +150,19 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
             phase("measured", t)
         finally:
             res["peaks"] = tracker.read().to_json()
+            if dynamo:
+                res.update(dynamo.read())
         res["items_completed"] = win.items_done
         res["items_per_s"] = round(win.items_done / phases["measured"], 4)
         res.update(n_truncated=win.n_truncated, real_tokens=win.real_tokens,
                    padded_tokens=win.padded_tokens, batches=win.batches)
+
+        from lab.passes.probe import probe_phase
+
+        ev.emit("phase", phase="probe", state="start")
+        t = time.perf_counter()
+        res.update(probe_phase(model, device, spec.variant["precision"], win, phases["measured"]))
+        phase("probe", t)
 
         t = time.perf_counter()
         gold = [(l, id2label[p]) for l, p in zip(win.labels, win.pred_index) if l is not None]

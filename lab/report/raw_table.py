@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 
-PHASES = ("startup", "model_load", "warmup", "measured", "evaluation", "writing")
+PHASES = ("startup", "model_load", "compile", "warmup", "measured", "probe", "evaluation", "writing")
+# utilization (lab.passes.probe) and recompilations (lab.passes.compile), from result.json
+PERF = ("model_flop", "achieved_flop_per_s", "ceiling_flop_per_s", "utilization",
+        "recompiles_measured", "graph_breaks_measured")
 PEAKS = ("peak_allocated_bytes", "peak_reserved_bytes", "process_peak_rss_bytes", "device_used_bytes")
 COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_name", "variant_label", "series",
             "batch_size", "precision", "padding", "max_length", "bucketing", "device", "backend", "attention",
@@ -19,7 +22,7 @@ COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_na
             "start_time", "end_time", "status", "exit_code"]
            + [f"{p}_s" for p in PHASES]
            + ["items_total", "items_completed", "items_per_s", "n_truncated", "real_tokens",
-              "padded_tokens", "expected_ids", "observed_ids", "duplicate_ids", "missing_ids",
+              "padded_tokens"] + list(PERF) + ["expected_ids", "observed_ids", "duplicate_ids", "missing_ids",
               "extra_ids", "ids_match", "format_ok", "coverage_ok", "metric_name", "metric",
               "metric_short", "metric_medium", "metric_long", "reference_metric",
               "gap_to_reference", "agreement_with_reference", "threshold", "tolerance",
@@ -60,9 +63,15 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
         }
         for p in PHASES:
             row[f"{p}_s"] = phases.get(p)
-        missing_phases = [p for p in PHASES if phases.get(p) is None]
+        missing_phases = [p for p in PHASES if phases.get(p) is None and (p != "compile" or v.get("compile"))]
         if missing_phases and a["status"] != "running":
             notes.append(f"no duration for {', '.join(missing_phases)}: pass ended before that phase")
+        for k in PERF:
+            row[k] = r.get(k)
+        if r.get("probe_error"):
+            notes.append(r["probe_error"])
+        if v.get("compile") and a["status"] == "ok" and r.get("recompiles_measured") is None:
+            notes.append("recompilations not counted: torch._dynamo counters not read")
         for k in ("expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids",
                   "ids_match", "format_ok", "coverage_ok", "metric_name", "metric",
                   "reference_metric", "gap_to_reference", "agreement_with_reference",
@@ -87,6 +96,7 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
 
 
 INT_COLUMNS = ("exit_code", "items_total", "items_completed", "n_truncated", "real_tokens", "padded_tokens",
+               "recompiles_measured", "graph_breaks_measured",
                "expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids") + PEAKS
 
 

@@ -64,9 +64,23 @@ def summarize(rows: list[dict], feasibility: dict | None = None) -> list[dict]:
                                              if r.get("peak_allocated_bytes")), default=None),
             "peak_reserved_bytes_max": max((r["peak_reserved_bytes"] for r in rs
                                             if r.get("peak_reserved_bytes")), default=None),
+            **_perf_medians(ok),
             "does_not_distinguish": False, "does_not_distinguish_from": [],
         })
     _flag_indistinct(out)
+    return out
+
+
+def _perf_medians(ok: list[dict]) -> dict:
+    """Medians over passes ok of the utilization figures (FLOP/s, fraction; None if none),
+    and the most recompilations seen in one measured window (compile = true variants)."""
+    out = {}
+    for k in ("achieved_flop_per_s", "ceiling_flop_per_s", "utilization"):
+        xs = [float(r[k]) for r in ok if r.get(k) is not None and not pd.isna(r.get(k))]
+        out[f"{k}_median"] = statistics.median(xs) if xs else None
+    rc = [int(r["recompiles_measured"]) for r in ok if r.get("recompiles_measured") is not None
+          and not pd.isna(r.get("recompiles_measured"))]
+    out["recompiles_measured_max"] = max(rc) if rc else None
     return out
 
 
