@@ -42,7 +42,7 @@ test: model
 	$(VENV)/bin/pytest -q
 
 bench: model
-	$(PY) scripts/bench_instrumentation.py
+	mkdir -p runs && $(PY) scripts/bench.py
 
 # Memory lab: estimate vs observation on a batch x length grid, with a plot.
 memory: model
