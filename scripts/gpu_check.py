@@ -1,0 +1,140 @@
+"""The Python half of scripts/gpu_check.sh: runs the CUDA checks and prints one verdict line.
+
+Steps (outputs under runs/gpu_check/): a campaign = the demo campaign with device "cuda"
+and a precision series (batch 8, fp32 and bf16), GPU_CHECK_REPETITIONS passes per variant
+(default 2); the memory lab on cuda; an OOM campaign (the demo corpus repeated with new ids,
+bucketing on, max_length 512, one batch per half of the corpus sized so that a batch of
+long items needs about twice the card's memory: the short half fits, the long half does
+not). Verdict: every ok row accepted, an OOM row with its items completed, peak allocated
+<= peak reserved <= device used on every row that has the three figures, the median
+measured window per variant. Exit 0 when every check holds, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+OUT = REPO / "runs" / "gpu_check"
+
+
+def _sub(text: str, old: str, new: str) -> str:
+    if old not in text:
+        raise SystemExit(f"gpu_check: {old!r} not found in the demo campaign; update scripts/gpu_check.py")
+    return text.replace(old, new, 1)
+
+
+def campaign_text(name: str, reps: int) -> str:
+    """The demo campaign file with device cuda and a precision series appended."""
+    text = (REPO / "lab/defaults/demo.toml").read_text()
+    text = _sub(text, 'name = "demo-20newsgroups"', f'name = "{name}"')
+    text = _sub(text, 'device = "auto"', 'device = "cuda"')
+    text = _sub(text, "repetitions = 5", f"repetitions = {reps}")
+    return text + '\n[[series]]\nname = "precision"\nfactor = "precision"\nvalues = ["fp32", "bf16"]\nbatch_size = 8\n'
+
+
+def oom_campaign(folder: Path, total: int) -> Path:
+    """Corpus and campaign of the pass that must run out of GPU memory (``total``: the card's
+    memory in bytes); returns the campaign file."""
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(REPO / ".cache/models/demo-minilm-20ng")
+    per_item = 512 * cfg.intermediate_size * 4  # fp32 feed-forward activations of one long item
+    batch = math.ceil(2 * total / per_item)
+    rows = [json.loads(x) for x in (REPO / "demo/corpus/comparison.jsonl").read_text().splitlines()]
+    copies = math.ceil(2 * batch / len(rows))
+    with open(folder / "oom_corpus.jsonl", "w", encoding="utf-8") as fh:
+        for k in range(copies):
+            for r in rows:
+                fh.write(json.dumps({**r, "id": f"{r['id']}#{k}"}) + "\n")
+    text = campaign_text("gpu-check-oom", 1)
+    text = text[: text.index("[[series]]")]
+    text = _sub(text, 'path = "@repo/demo/corpus/comparison.jsonl"', f'path = "{folder / "oom_corpus.jsonl"}"')
+    text = _sub(text, 'card = "@repo/demo/corpus/corpus_card.json"\n', "")
+    text = _sub(text, 'reference_variant = "batch/batch_size=1"', f'reference_variant = "oom/batch_size={batch}"')
+    text = _sub(_sub(text, "max_length = 256", "max_length = 512"), "bucketing = false", "bucketing = true")
+    text += f'[[series]]\nname = "oom"\nfactor = "batch_size"\nvalues = [{batch}]\n'
+    f = folder / "oom.toml"
+    f.write_text(text)
+    return f
+
+
+def run_campaign(f: Path) -> list[dict]:
+    from lab.journal import Journal
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestrator import Orchestrator
+    from lab.protocol import load_protocol, lock
+    from lab.report.build import build_report
+    from lab.report.raw_table import raw_rows
+
+    proto = load_protocol(f)
+    lock(proto)
+    orch = Orchestrator.prepare(f, OUT / "runs", LocalLauncher())
+    orch.run()
+    build_report(orch.dir)
+    version = json.loads((orch.dir / "protocol_version.json").read_text())["version"]
+    return raw_rows(Journal(orch.dir / "journal.sqlite").attempts(), proto.name, version, orch.dir)
+
+
+def main() -> int:
+    import torch
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    reps = int(os.environ.get("GPU_CHECK_REPETITIONS", "2"))
+    gpu = torch.cuda.get_device_name(0)
+    problems: list[str] = []
+    t0 = time.monotonic()
+    f = OUT / "demo_cuda.toml"
+    f.write_text(campaign_text("gpu-check-demo-cuda", reps))
+    rows = run_campaign(f)
+    ok = [r for r in rows if r["status"] == "ok"]
+    accepted = sum(1 for r in rows if r.get("corpus_accepted") is True)
+    if not rows or accepted != len(rows):
+        problems.append(f"{len(rows) - accepted} demo row(s) not accepted")
+    if any(not str(r.get("device", "")).startswith("cuda") for r in rows):
+        problems.append("a demo row did not run on cuda")
+    mem = subprocess.run([sys.executable, "scripts/memory_lab.py", "--device", "cuda",
+                          "--plot", str(OUT / "memory_lab.png"), "--json", str(OUT / "memory_lab.json"),
+                          "--csv", str(OUT / "memory_lab.csv")], cwd=REPO, capture_output=True, text=True)
+    (OUT / "memory_lab.log").write_text(mem.stdout + mem.stderr)
+    if mem.returncode != 0:
+        problems.append(f"memory lab exit {mem.returncode}")
+    oom_rows = run_campaign(oom_campaign(OUT, torch.cuda.get_device_properties(0).total_memory))
+    oom = [r for r in oom_rows if r["status"] == "oom"]
+    if not oom or oom[0].get("items_completed") is None:
+        problems.append("no OOM row with items completed")
+    order_bad = 0
+    checked = 0
+    for r in rows + oom_rows:
+        a, rv, d = r.get("peak_allocated_bytes"), r.get("peak_reserved_bytes"), r.get("device_used_bytes")
+        if None in (a, rv, d):
+            continue
+        checked += 1
+        order_bad += not (a <= rv <= d)
+    if order_bad or not checked:
+        problems.append(f"allocated <= reserved <= device used fails on {order_bad} of {checked} row(s)")
+    medians = {}
+    for r in ok:
+        medians.setdefault(r["variant_label"], []).append(float(r["measured_s"]))
+    timing = "; ".join(f"{k}: {statistics.median(v):.2f} s" for k, v in medians.items())
+    util = [r["utilization"] for r in ok if r.get("utilization") is not None]
+    verdict = "PASS" if not problems else "FAIL (" + "; ".join(problems) + ")"
+    oom_text = (f"OOM row items completed {oom[0]['items_completed']} of {oom[0]['items_total']}"
+                if oom else "no OOM row")
+    print(f"gpu_check: {verdict}: {gpu}; demo rows accepted {accepted}/{len(rows)}; {oom_text}; "
+          f"allocated<=reserved<=device used on {checked - order_bad}/{checked} rows; "
+          f"median measured window: {timing}; utilization {min(util, default=0):.3f}-{max(util, default=0):.3f}; "
+          f"memory lab exit {mem.returncode}; {time.monotonic() - t0:.0f} s; outputs {OUT}")
+    return 0 if not problems else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""scripts/gpu_check.sh: one line and exit 2 without a GPU; the campaigns it runs on a GPU load."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this host has nvidia-smi: the check would run")
+def test_without_a_gpu_it_says_so_in_one_line_and_exits_2():
+    t0 = time.monotonic()
+    p = subprocess.run(["bash", str(REPO / "scripts/gpu_check.sh")], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert p.stdout.count("\n") == 1 and p.stdout.startswith("gpu_check: no CUDA GPU")
+    assert time.monotonic() - t0 < 10
+
+
+def test_prepared_campaigns_load_and_size_the_oom_batch(tmp_path, model_dir):
+    sys.path.insert(0, str(REPO / "scripts"))
+    import gpu_check
+
+    from lab.protocol import load_protocol
+
+    f = tmp_path / "demo_cuda.toml"
+    f.write_text(gpu_check.campaign_text("gpu-check-demo-cuda", 2))
+    proto = load_protocol(f)
+    assert {v.device for v in proto.variants} == {"cuda"}
+    assert {v.precision for v in proto.variants} == {"fp32", "bf16"}
+    assert proto.timing["repetitions"] == 2
+    total = 2 * 2**30  # a 2 GiB card keeps the test corpus small
+    proto = load_protocol(gpu_check.oom_campaign(tmp_path, total))
+    [v] = proto.variants
+    assert v.max_length == 512 and v.bucketing and v.device == "cuda"
+    assert v.batch_size * 512 * 1536 * 4 >= 2 * total  # a batch of long items needs twice the card
+    n = sum(1 for _ in open(tmp_path / "oom_corpus.jsonl"))
+    assert n >= 2 * v.batch_size  # the short half completes before the long half fails
