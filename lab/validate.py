@@ -226,11 +226,14 @@ def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
     fmt_errors = cols.errors
     expected = [r["id"] for r in corpus]
     n = len(expected)
-    position = {item_id: k for k, item_id in enumerate(expected)}
-    if len(position) != n:
-        raise ValueError("corpus ids are not unique; read the corpus with lab.corpus.read_corpus")
-    pos = np.array(list(map(position.get, cols.ids, itertools.repeat(-1))), dtype=np.int64)
-    del position
+    if cols.ids == expected:  # the runner writes corpus order: one C-level list comparison
+        pos = np.arange(n, dtype=np.int64)
+    else:
+        position = {item_id: k for k, item_id in enumerate(expected)}
+        if len(position) != n:
+            raise ValueError("corpus ids are not unique; read the corpus with lab.corpus.read_corpus")
+        pos = np.array(list(map(position.get, cols.ids, itertools.repeat(-1))), dtype=np.int64)
+        del position
     known = pos >= 0
     counts = np.bincount(pos[known], minlength=n)
     extra_counts = Counter(i for i, k in zip(cols.ids, known) if not k) if not known.all() else Counter()
@@ -280,7 +283,7 @@ def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
             reasons.append(f"{name} {metric:.4f} < threshold {thr}")
         if reference is not None and reference_metric is not None:
             gap = round(metric - reference_metric, 6)
-            ref = _codes([reference.get(i) for i in expected], code)  # None: no reference
+            ref = _codes(list(map(reference.get, expected)), code)  # None: no reference
             agreement = round(float(np.count_nonzero(ref == pred)) / n, 6)
             tolerance_ok = gap >= -tol - 1e-12
             if not tolerance_ok:

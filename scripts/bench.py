@@ -26,7 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,7 +38,7 @@ GOALS = {"lab_over_bare": 0.97, "bucketed_over_pipeline": 1.2}
 def bare(ctx):
     import torch
 
-    rows = [json.loads(line) for line in open(ctx["path"], encoding="utf-8")]
+    rows = [json.loads(line) for line in Path(ctx["path"]).read_text(encoding="utf-8").splitlines()]
     preds = []
     with torch.inference_mode():
         for s in range(0, len(rows), ctx["batch"]):
@@ -80,7 +80,7 @@ def bucketed(ctx):
 
 
 def pipeline(ctx):
-    rows = [json.loads(line) for line in open(ctx["path"], encoding="utf-8")]
+    rows = [json.loads(line) for line in Path(ctx["path"]).read_text(encoding="utf-8").splitlines()]
     out = ctx["pipe"]([r["text"] for r in rows], batch_size=ctx["batch"], truncation=True,
                       max_length=ctx["max_length"])
     label2id = ctx["model"].config.label2id
@@ -115,7 +115,7 @@ def main() -> int:
     from lab.passes.inference import load_model
 
     torch.set_num_threads(a.threads)
-    rows = [json.loads(x) for x in open(REPO / "demo/corpus/comparison.jsonl", encoding="utf-8")]
+    rows = [json.loads(x) for x in (REPO / "demo/corpus/comparison.jsonl").read_text(encoding="utf-8").splitlines()]
     step = max(1, len(rows) // a.items)
     subset = rows[::step][: a.items]
     path = Path(tempfile.mkdtemp()) / "bench.jsonl"
@@ -148,7 +148,7 @@ def main() -> int:
     print("median " + " ".join(f"{med[n]:>11.3f}" for n in CONTENDERS))
     waste = {k: 1 - windows[k].real_tokens / windows[k].padded_tokens for k in ("lab", "bucketed")}
     res = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {**info, "load_average_1m_end": os.getloadavg()[0], "threads": a.threads},
         "model": a.model, "items": len(subset), "batch_size": a.batch, "padding": "longest",
         "max_length": a.max_length, "rounds": a.rounds, "orders": orders,
@@ -171,7 +171,7 @@ def main() -> int:
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1) + "\n")
-    print(f"items/s: " + ", ".join(f"{n} {res['items_per_s'][n]:.2f}" for n in CONTENDERS))
+    print("items/s: " + ", ".join(f"{n} {res['items_per_s'][n]:.2f}" for n in CONTENDERS))
     print(f"lab_over_bare {res['lab_over_bare']:.3f} (goal >= 0.97: {res['goals_met']['lab_over_bare']}); "
           f"bucketed_over_pipeline {res['bucketed_over_pipeline']:.3f} "
           f"(goal >= 1.2: {res['goals_met']['bucketed_over_pipeline']})")

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 import time
 
 import pytest
-
 from conftest import REPO
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this host has nvidia-smi: the check would run")
 def test_without_a_gpu_it_says_so_in_one_line_and_exits_2():
     t0 = time.monotonic()
-    p = subprocess.run(["bash", str(REPO / "scripts/gpu_check.sh")], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(["bash", str(REPO / "scripts/gpu_check.sh")], capture_output=True, text=True, check=False, timeout=60)
     assert p.returncode == 2
     assert p.stdout.count("\n") == 1 and p.stdout.startswith("gpu_check: no CUDA GPU")
     assert time.monotonic() - t0 < 10
@@ -39,5 +37,5 @@ def test_prepared_campaigns_load_and_size_the_oom_batch(tmp_path, model_dir):
     [v] = proto.variants
     assert v.max_length == 512 and v.bucketing and v.device == "cuda"
     assert v.batch_size * 512 * 1536 * 4 >= 2 * total  # a batch of long items needs twice the card
-    n = sum(1 for _ in open(tmp_path / "oom_corpus.jsonl"))
+    n = len((tmp_path / "oom_corpus.jsonl").read_text().splitlines())
     assert n >= 2 * v.batch_size  # the short half completes before the long half fails

@@ -4,8 +4,8 @@ and the probe's figures in every row of a real two-series campaign (batch, then 
 from __future__ import annotations
 
 import pytest
-
 from conftest import cut_corpus, write_campaign
+
 from lab.passes.probe import forward_flop, matmul_ceiling, model_shape
 
 pytestmark = pytest.mark.slow
@@ -14,7 +14,6 @@ pytestmark = pytest.mark.slow
 def test_flop_formula_matches_torch_flop_counter_on_the_demo_model(model_dir):
     import torch
     from torch.utils.flop_counter import FlopCounterMode
-
     from transformers import AutoModelForSequenceClassification
 
     # eager attention: torch's counter sees its matmuls (it does not count the CPU SDPA kernel)

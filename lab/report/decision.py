@@ -16,6 +16,7 @@ from decimal import Decimal
 from lab.cost.forfaits import (PACKAGE_HOURS, Catalog, Coverage, PricingError, Quote, Window,
                                cost_per_validated_corpus, coverage, format_hours, load_catalog,
                                money, parse_instant, parse_window, quote)
+from lab.report.summary import utilization_text
 
 UNDEFINED = "undefined: no accepted corpus"
 
@@ -153,7 +154,8 @@ def _config_section(a: Assessment, deliverables: int) -> list[str]:
              f"- Raw durations, measured window, passes ok (s): {durations}",
              f"- Median / min / max: {_s(v.get('median_s'))} / {_s(v.get('min_s'))} / "
              f"{_s(v.get('max_s'))}; successes {v.get('successes', 0)}, failures "
-             f"{v.get('failures', 0)}"]
+             f"{v.get('failures', 0)}",
+             f"- {utilization_text(v)} (medians of passes ok)"]
     if v.get("does_not_distinguish"):
         lines.append("- Spread within variants is comparable to the gap between medians: "
                      "the series does not distinguish them")

@@ -64,6 +64,9 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
         for p in PHASES:
             row[f"{p}_s"] = phases.get(p)
         missing_phases = [p for p in PHASES if phases.get(p) is None and (p != "compile" or v.get("compile"))]
+        if a["status"] == "ok" and "probe" in missing_phases:
+            missing_phases.remove("probe")
+            notes.append("utilization not measured: this pass's runner has no probe phase (an image older than it)")
         if missing_phases and a["status"] != "running":
             notes.append(f"no duration for {', '.join(missing_phases)}: pass ended before that phase")
         for k in PERF:

@@ -84,6 +84,21 @@ def _perf_medians(ok: list[dict]) -> dict:
     return out
 
 
+def utilization_text(v: dict) -> str:
+    """One line from a summary entry: 'utilization: achieved X GFLOP/s of a Y GFLOP/s matmul
+    ceiling = Z %' (medians over passes ok; see lab.passes.probe for the formula)."""
+    a, c, u = (v.get(k) for k in ("achieved_flop_per_s_median", "ceiling_flop_per_s_median",
+                                   "utilization_median"))
+    if a is None:
+        return "utilization: not measured (no pass reached the probe phase)"
+    text = f"utilization: achieved {a / 1e9:.2f} GFLOP/s"
+    text += (f" of a {c / 1e9:.1f} GFLOP/s matmul ceiling = {100 * u:.1f} %" if u is not None
+             else " (ceiling not measured: see the raw table's notes)")
+    if v.get("recompiles_measured_max") is not None:
+        text += f"; recompilations in the measured window: up to {v['recompiles_measured_max']}"
+    return text
+
+
 def _flag_indistinct(summary: list[dict]) -> None:
     for a in summary:
         for b in summary:

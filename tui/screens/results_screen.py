@@ -11,6 +11,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from lab.report.summary import utilization_text
 from tui.messages import ResultsReady
 from tui.screens.lab_screen import LabScreen
 from tui.widgets.durations_plot import DurationsPlot
@@ -22,20 +23,6 @@ def _s(x) -> str:
 
 def _mib(n, why: str) -> str:
     return f"not measured ({why})" if n is None else f"{n / 2**20:.1f} MiB"
-
-
-def render_utilization(v: dict) -> str:
-    """'utilization: achieved X GFLOP/s of a Y GFLOP/s matmul ceiling = Z %' (medians)."""
-    a, c, u = (v.get(k) for k in ("achieved_flop_per_s_median", "ceiling_flop_per_s_median",
-                                   "utilization_median"))
-    if a is None:
-        return "utilization: not measured (no pass reached the probe)"
-    text = f"utilization: achieved {a / 1e9:.2f} GFLOP/s"
-    text += f" of a {c / 1e9:.1f} GFLOP/s matmul ceiling = {100 * u:.1f} %" if u is not None else \
-        " (ceiling not measured: see the raw table's notes)"
-    if v.get("recompiles_measured_max") is not None:
-        text += f"; recompilations in the window: up to {v['recompiles_measured_max']}"
-    return text
 
 
 def render_summary(summary: list[dict]) -> str:
@@ -54,7 +41,7 @@ def render_summary(summary: list[dict]) -> str:
         out.append(f"  peaks: process RSS {_mib(v['peak_rss_bytes_max'], 'no pass reached it')}; "
                    f"allocated {_mib(v['peak_allocated_bytes_max'], 'no GPU')}; "
                    f"reserved {_mib(v['peak_reserved_bytes_max'], 'no GPU')}")
-        out.append("  " + render_utilization(v))
+        out.append("  " + escape(utilization_text(v)))
         mem = "feasible" if v["feasible"] else "[red]NOT feasible[/red]"
         out.append(f"  memory: {mem}: {escape(v['infeasible_reason'])}")
         if v["does_not_distinguish"]:
