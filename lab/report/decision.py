@@ -157,6 +157,10 @@ def _config_section(a: Assessment, deliverables: int) -> list[str]:
     if v.get("does_not_distinguish"):
         lines.append("- Spread within variants is comparable to the gap between medians: "
                      "the series does not distinguish them")
+    for pair in v.get("pairs", []):
+        lines.append(f"  - against `{pair['other']}`: "
+                     f"{'distinguished' if pair['distinguished'] else 'not distinguished'} "
+                     f"({pair['reason']})")
     lines.append("- Memory: feasible" if v.get("feasible", True)
                  else f"- Memory: infeasible ({v.get('infeasible_reason') or 'no reason given'})")
     if a.window is None:
