@@ -45,6 +45,11 @@ class Comparison:
     path: tuple[str, ...]  # the decision path, one line per step
 
 
+def host_letter(i: int) -> str:
+    """A, B, ... Z, AA, AB, ...: the archive's position on the command line."""
+    return chr(65 + i) if i < 26 else host_letter(i // 26 - 1) + chr(65 + i % 26)
+
+
 def _rank(p: Projection, sizing) -> tuple:
     return (sizing.quote.committed_budget, p.failures, -(p.items_per_s_median or 0.0))
 
@@ -132,10 +137,12 @@ def compare_archives(archives: list[str | Path], load_items: int, *, deadline: s
                                f"{start.isoformat()}; give a later --deadline or --window-start")
     catalog = load_catalog(catalog_path)
     projections = []
-    for ev in evidence:
+    tags = [f"{host_letter(i)} {str(ev.cost.get('gpu', 'rtx-4090')).lower()}" for i, ev in enumerate(evidence)]
+    for ev, tag in zip(evidence, tags):
         by_id = {v["variant_id"]: v for v in ev.summary}
         for vid in identity["common_variants"]:
-            projections.append(project(ev, by_id[vid], catalog, load_items, hours_available, max_lots))
+            projections.append(project(ev, by_id[vid], catalog, load_items, hours_available, max_lots,
+                                       host=tag))
     cands = [p for p in projections if p.eligible]
     cands.sort(key=lambda p: _rank(p, p.sizing))
     path.append(f"projected {len(projections)} configuration(s) to {load_items} items: "
@@ -146,7 +153,7 @@ def compare_archives(archives: list[str | Path], load_items: int, *, deadline: s
         for i, a in enumerate(ps):
             for b in ps[i + 1:]:
                 v = compare_durations(list(a.durations_s), list(b.durations_s))
-                cross.append({"variant": a.label, "a": a.archive, "b": b.archive, **v.to_json()})
+                cross.append({"variant": a.label, "a": a.host, "b": b.host, **v.to_json()})
     chosen = cands[0] if cands else None
     motivation: list[str] = []
     change: list[str] = []
@@ -176,16 +183,16 @@ def compare_archives(archives: list[str | Path], load_items: int, *, deadline: s
             if v.distinguished and q.committed_budget >= nq.committed_budget:
                 motivation.append(f"durations of {chosen.key} and {nxt.key}: {v.reason}")
         change = what_would_change(cands, chosen, catalog, load_items, hours_available, max_lots)
-        path.append(f"decision: {chosen.key} ({chosen.hardware}), {q.days}-day package x {q.lots} "
+        path.append(f"decision: {chosen.key} ({chosen.archive}, {chosen.hardware}), {q.days}-day package x {q.lots} "
                     f"lot(s) of {q.gpu_name}, committed budget {q.committed_budget:.2f} {q.currency}, "
                     f"covers {load_items} items")
     if chosen is None:
         path.append("decision: none (see the exclusions in decision.md)")
-    archives_info = tuple({"name": e.name, "path": str(e.path), "hardware": e.hardware,
+    archives_info = tuple({"name": e.name, "host": tag, "path": str(e.path), "hardware": e.hardware,
                            "threads": e.threads, "gpu": e.cost.get("gpu", "rtx-4090"),
                            "files_checked": e.files_checked, "cost": e.cost,
                            "driver": (e.manifest.get("gpu") or {}).get("driver")}
-                          for e in evidence)
+                          for e, tag in zip(evidence, tags))
     return Comparison(archives_info, identity, tuple(projections), load_items, start, dl,
                       hours_available, max_lots, catalog.path, chosen, tuple(motivation),
                       tuple(cross), tuple(change), tuple(path))

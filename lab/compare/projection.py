@@ -36,6 +36,7 @@ class Projection:
     """One archive x variant. Durations in s, throughputs in items/s, hours in h, money in
     the catalog currency. ``exclusions`` lists why the row cannot be chosen ([] = eligible)."""
     archive: str
+    host: str  # short tag: letter of the archive in the command line + GPU priced ("A rtx-4090")
     hardware: str
     threads: object
     gpu: str
@@ -71,7 +72,7 @@ class Projection:
 
     @property
     def key(self) -> str:
-        return f"{self.archive} / {self.label}"
+        return f"{self.host} / {self.label}"
 
 
 def lot_hours(setup_s: float, items_per_s: float, load_items: int, lots: int) -> float:
@@ -86,7 +87,7 @@ def measured_cards(rows: list[dict]) -> int:
 
 
 def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
-            hours_available: float | None, max_lots: int) -> Projection:
+            hours_available: float | None, max_lots: int, host: str = "") -> Projection:
     """Projection of ``variant`` (a summary.json entry of ``ev``) to ``load_items`` items.
 
     ``hours_available``: hours from the window start to the deadline (None: no deadline).
@@ -141,7 +142,7 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
     per_million = (sizing.quote.committed_budget * Decimal(1_000_000) / Decimal(load_items)
                    if sizing else None)
     return Projection(
-        archive=ev.name, hardware=ev.hardware, threads=ev.threads, gpu=gpu, variant_id=vid,
+        archive=ev.name, host=host or ev.name, hardware=ev.hardware, threads=ev.threads, gpu=gpu, variant_id=vid,
         label=variant.get("label") or vid, accepted=accepted,
         verdict=variant.get("quality_verdict") or "", successes=variant.get("successes", 0),
         failures=variant.get("failures", 0), failure_kinds=tuple(variant.get("failure_kinds") or ()),

@@ -13,7 +13,7 @@ import pandas as pd
 from lab.compare.decision import Comparison
 from lab.compare.projection import Projection
 
-CSV_COLUMNS = ("archive", "hardware", "threads", "gpu_priced", "variant_id", "variant_label",
+CSV_COLUMNS = ("host", "archive", "hardware", "threads", "gpu_priced", "variant_id", "variant_label",
                "accepted", "verdict", "successes", "failures", "failure_kinds", "durations_s",
                "median_s", "min_s", "max_s", "items_per_s_median", "items_per_s_worst",
                "setup_s", "cards_measured", "cards_note", "archive_package",
@@ -30,7 +30,7 @@ def _money(x) -> float | None:
 def projection_row(p: Projection) -> dict:
     q, s = p.archive_quote, p.sizing
     return {
-        "archive": p.archive, "hardware": p.hardware, "threads": p.threads, "gpu_priced": p.gpu,
+        "host": p.host, "archive": p.archive, "hardware": p.hardware, "threads": p.threads, "gpu_priced": p.gpu,
         "variant_id": p.variant_id, "variant_label": p.label, "accepted": p.accepted,
         "verdict": p.verdict, "successes": p.successes, "failures": p.failures,
         "failure_kinds": " ".join(p.failure_kinds),
@@ -68,7 +68,8 @@ def decision_markdown(c: Comparison) -> str:
         out += ["**Decision: none.** " + c.motivation[0] + ".", ""]
     else:
         p, q = c.chosen, c.chosen.sizing.quote
-        out += [f"**Decision: {p.hardware} ({p.archive}), {p.label}: {q.days}-day package x "
+        out += [f"**Decision: host {p.host} ({p.hardware}, archive {p.archive}), {p.label}: "
+                f"{q.days}-day package x "
                 f"{q.lots} lot(s) of {q.gpu_name} ({q.total_cards} card(s)), committed budget "
                 f"{q.committed_budget:.2f} {q.currency}, covering the declared load of "
                 f"{c.load_items} items.**", "",
@@ -91,7 +92,7 @@ def decision_markdown(c: Comparison) -> str:
             "throughput, after the largest measured setup (start-up, model load, warm-up).", "",
             "## Archives", ""]
     for a in c.archives:
-        out.append(f"- `{a['name']}`: {a['hardware']}, driver {a['driver']}, threads {a['threads']}, "
+        out.append(f"- {a['host']}: `{a['name']}`: {a['hardware']}, driver {a['driver']}, threads {a['threads']}, "
                    f"package in its [cost]: {a['cost'].get('gpu')} {a['cost'].get('days')} days x "
                    f"{a['cost'].get('lots', 1)} lot(s); verified ({a['files_checked']} files)")
     ident = c.identity

@@ -156,7 +156,7 @@ def comparison_report(c: "Comparison") -> str:
     from lab.compare.tables import comparison_table, decision_markdown
 
     ps = list(c.projections)
-    labels = [f"{p.archive[:28]}\n{p.label}" for p in ps]
+    labels = [f"{p.host}\n{p.label}" for p in ps]
     md = decision_markdown(c)
     head, _, rest = md.partition("## What would change the decision")
     cls = "decision" if c.chosen else "decision none"
