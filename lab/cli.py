@@ -240,14 +240,13 @@ def cmd_archive(a) -> int:
 
 
 def cmd_compare(a) -> int:
-    from lab.compare import compare_archives
-    from lab.compare.tables import write_comparison
+    from lab.compare import compare_to_folder
 
-    c = compare_archives(a.archives, a.load, deadline=a.deadline, window_start=a.window_start,
-                         tz=a.tz, catalog_path=a.catalog, max_lots=a.max_lots)
+    c, paths = compare_to_folder(a.archives, a.load, a.out, deadline=a.deadline,
+                                 window_start=a.window_start, tz=a.tz, catalog_path=a.catalog,
+                                 max_lots=a.max_lots)
     for i, line in enumerate(c.path, 1):
         print(f"{i}. {line}")
-    paths = write_comparison(c, a.out)
     for key in ("decision", "csv", "html"):
         print(f"wrote {paths[key]}")
     return 0

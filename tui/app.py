@@ -26,6 +26,7 @@ from textual.worker import get_current_worker
 from tui.messages import (CampaignSnapshot, CampaignStarted, ControlSent, PassFailed,
                           TelemetrySample)
 from tui.screens.archive_screen import ArchiveScreen
+from tui.screens.compare_screen import CompareScreen
 from tui.screens.cost_screen import CostScreen
 from tui.screens.environment_screen import EnvironmentScreen
 from tui.screens.plan_screen import PlanScreen
@@ -61,7 +62,7 @@ def escaped_key(event: events.Key) -> str | None:
 
 SCREEN_CLASSES = {"environment": EnvironmentScreen, "protocol": ProtocolScreen, "plan": PlanScreen,
                   "runs": RunsScreen, "results": ResultsScreen, "cost": CostScreen,
-                  "archive": ArchiveScreen}
+                  "archive": ArchiveScreen, "compare": CompareScreen}
 
 
 def nap(worker, seconds: float) -> None:
