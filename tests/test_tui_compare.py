@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - the runs fixture is imported from test_tui_screens
 """Screen 8 (Compare) at 80x24 on real archives, and the UI cases of the issue: Esc then a key
 arriving as one sequence never types into a field (Pilot, and the real app in tmux with
 TERM=screen), no stray glyphs at the right edge, Plan on a CPU host."""
@@ -13,37 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
-from test_tui_campaigns import CLOCK, FACTS, SAMPLE, demo_copy
+from test_tui_campaigns import demo_copy
+from test_tui_screens import make_app, runs, wait_for  # noqa: F401 - runs is a fixture
 
 from lab.compare import compare_archives
-from tui.app import IteraLabApp
-from tui.widgets.telemetry import fixed_telemetry
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def make_app(f: Path, **kw) -> IteraLabApp:
-    return IteraLabApp(f, telemetry=fixed_telemetry(SAMPLE), environment_probe=lambda: FACTS,
-                       clock=lambda: CLOCK, poll_interval_s=0.1, telemetry_interval_s=3600, **kw)
-
-
-async def wait_for(pilot, cond, timeout_s: float = 60, what: str = "the screen"):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout_s:
-        if cond():
-            return
-        await pilot.pause(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-@pytest.fixture()
-def runs(tmp_path, monkeypatch):
-    import lab.cli
-
-    root = tmp_path / "runs"
-    monkeypatch.setenv("ITERALAB_RUNS", str(root))
-    monkeypatch.setattr(lab.cli, "RUNS_ROOT", root)
-    return root
 
 
 def test_compare_screen_lists_archives_and_builds_the_cli_decision(tmp_path, runs, rental_archives):
