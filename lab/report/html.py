@@ -89,7 +89,7 @@ def durations_figure(groups: list[tuple[str, list[float], int, list[str]]], titl
     ax.set_ylim(bottom=0)
     ax.set_title(title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # never over a point
     caption = title + (": red X = failed passes (OOM, crash), which have no duration"
                        if have_fail else "")
     return figure_tag(fig, caption)
@@ -117,7 +117,7 @@ def bars_figure(labels: list[str], values: list[float | None], ylabel: str, titl
                 ax.hlines(h, x - 0.4, x + 0.4, color=FAILED, linewidth=2,
                           label=hline_label if x == next(i for i, y in enumerate(hline) if y is not None)
                           else None)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.set_xticks(xs, labels, rotation=20, ha="right", fontsize=8)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
@@ -160,6 +160,7 @@ def comparison_report(c: "Comparison") -> str:
     md = decision_markdown(c)
     head, _, rest = md.partition("## What would change the decision")
     cls = "decision" if c.chosen else "decision none"
+    currency = next((p.sizing.quote.currency for p in ps if p.sizing), "")
     sections = ["<h1>Comparison of rentals</h1>",
                 f'<div class="{cls}">' + markdown_html(head.replace("# Comparison of rentals", "", 1))
                 + markdown_html("## What would change the decision" + rest.split("## Declared")[0])
@@ -174,7 +175,7 @@ def comparison_report(c: "Comparison") -> str:
                             [p.items_per_s_worst for p in ps], [p.items_per_s_best for p in ps]),
                 "<h2>Cost per million items</h2>",
                 bars_figure(labels, [float(p.cost_per_million_items) if p.cost_per_million_items is not None
-                                     else None for p in ps], "currency per million items",
+                                     else None for p in ps], f"{currency} per million items",
                             f"Committed budget of the smallest covering package / {c.load_items} items "
                             "x 1,000,000"),
                 "<h2>Projected hours against package hours</h2>",
