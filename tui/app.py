@@ -171,6 +171,10 @@ class IteraLabApp(App):
     def action_leave_field(self) -> None:
         self.screen.set_focus(None)
 
+    def runs_root(self) -> Path:
+        """Where campaign folders and archives live (for screens: no import of this module)."""
+        return runs_root()
+
     def attach(self, campaign_dir: Path | None) -> None:
         """Follow another campaign folder (after a start or a new protocol version)."""
         self.campaign_dir = campaign_dir

@@ -149,7 +149,8 @@ def write_comparison(c: Comparison, out_dir: str | Path) -> dict:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"decision": out / "decision.md", "csv": out / "compare.csv", "html": out / "report.html"}
-    paths["decision"].write_text(decision_markdown(c), encoding="utf-8")
-    comparison_table(c).to_csv(paths["csv"], index=False)
-    paths["html"].write_text(comparison_report(c), encoding="utf-8")
+    md, table = decision_markdown(c), comparison_table(c)
+    paths["decision"].write_text(md, encoding="utf-8")
+    table.to_csv(paths["csv"], index=False)
+    paths["html"].write_text(comparison_report(c, md, table), encoding="utf-8")
     return paths

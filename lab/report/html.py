@@ -150,14 +150,12 @@ def campaign_report(name: str, summary: list[dict], rows: list[dict], note_md: s
     return page(f"Campaign {name}", sections)
 
 
-def comparison_report(c: "Comparison") -> str:
-    """report.html of a comparison: decision first, durations per host x variant, throughput
-    per host, cost per million items per host and package, projected vs package hours, raw rows."""
-    from lab.compare.tables import comparison_table, decision_markdown
-
+def comparison_report(c: "Comparison", md: str, table: pd.DataFrame) -> str:
+    """report.html of a comparison: decision first (``md``: its decision.md), durations per
+    host x variant, throughput per host, cost per million items per host and package,
+    projected vs package hours, the raw rows (``table``: its compare.csv)."""
     ps = list(c.projections)
     labels = [f"{p.host}\n{p.label}" for p in ps]
-    md = decision_markdown(c)
     head, _, rest = md.partition("## What would change the decision")
     cls = "decision" if c.chosen else "decision none"
     currency = next((p.sizing.quote.currency for p in ps if p.sizing), "")
@@ -185,5 +183,5 @@ def comparison_report(c: "Comparison") -> str:
                             hline=[p.sizing.hours_allowed if p.sizing else None for p in ps],
                             hline_label="package hours allowed"),
                 "<h2>Details</h2>", markdown_html("## Declared load" + md.split("## Declared", 1)[1]),
-                "<h2>Raw table (one row per archive x variant)</h2>", table_html(comparison_table(c))]
+                "<h2>Raw table (one row per archive x variant)</h2>", table_html(table)]
     return page("Comparison of rentals", sections)

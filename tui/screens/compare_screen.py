@@ -64,12 +64,11 @@ class CompareScreen(LabScreen):
 
     def action_refresh(self) -> None:
         from lab.compare import list_archives
-        from tui.app import runs_root
 
         sl = self.query_one("#compare-archives", SelectionList)
         chosen = set(sl.selected)
         known = {str(o.value) for o in (sl.get_option_at_index(i) for i in range(sl.option_count))}
-        for p in list_archives(runs_root()):
+        for p in list_archives(self.app.runs_root()):
             if str(p) not in known:
                 sl.add_option((self._label(p), str(p), str(p) in chosen))
         if sl.highlighted is None and sl.option_count:
@@ -98,11 +97,9 @@ class CompareScreen(LabScreen):
         return {key: self.query_one(f"#c-{key}", Input).value.strip() for key, _, _ in FIELDS}
 
     def action_compare(self) -> None:
-        from tui.app import runs_root
-
         archives = list(self.query_one("#compare-archives", SelectionList).selected)
         self.query_one("#compare-result", Static).update(f"comparing {len(archives)} archive(s) ...")
-        self.compare(archives, self.fields(), runs_root())
+        self.compare(archives, self.fields(), self.app.runs_root())
 
     @work(thread=True, exclusive=True, exit_on_error=False)
     def compare(self, archives: list[str], fields: dict, root: Path) -> None:
