@@ -136,6 +136,11 @@ def compare_archives(archives: list[str | Path], load_items: int, *, deadline: s
             raise CompareError(f"deadline {dl.isoformat()} is not after the window start "
                                f"{start.isoformat()}; give a later --deadline or --window-start")
     catalog = load_catalog(catalog_path)
+    for ev in evidence:
+        named = ev.cost.get("catalog")
+        if named and str(named) != str(catalog_path):
+            path.append(f"{ev.name} names catalog {named} in its [cost]; priced with {catalog.path} "
+                        "(pass --catalog FILE to use another)")
     projections = []
     tags = [f"{host_letter(i)} {str(ev.cost.get('gpu', 'rtx-4090')).lower()}" for i, ev in enumerate(evidence)]
     for ev, tag in zip(evidence, tags):
