@@ -126,7 +126,8 @@ def bars_figure(labels: list[str], values: list[float | None], ylabel: str, titl
 
 
 def campaign_report(name: str, summary: list[dict], rows: list[dict], note_md: str) -> str:
-    """report.html of one campaign: decision note, durations per variant, throughput, raw table."""
+    """report.html of one campaign: the decision note's decision and motivation first, durations
+    per variant, throughput, the rest of the note (configurations, exclusions), raw table."""
     from lab.report.raw_table import raw_table
 
     groups = [(s["label"], list(s["durations_s"]), s["failures"], list(s["failure_kinds"]))
@@ -139,13 +140,16 @@ def campaign_report(name: str, summary: list[dict], rows: list[dict], note_md: s
     med = [s.get("items_per_s_median") for s in summary]
     lows = [min(rates[s["variant_id"]]) if s["variant_id"] in rates else None for s in summary]
     highs = [max(rates[s["variant_id"]]) if s["variant_id"] in rates else None for s in summary]
+    details, sep, decision = note_md.partition("\n## Decision\n")
     sections = [f"<h1>Campaign {html.escape(name)}</h1>",
-                '<div class="decision">' + markdown_html(note_md) + "</div>",
+                '<div class="decision">' + markdown_html("## Decision\n" + decision if sep else
+                                                         "## Decision\n\nnot reached") + "</div>",
                 "<h2>Durations per variant</h2>",
                 durations_figure(groups, "Measured window per pass, median marked"),
                 "<h2>Throughput</h2>",
                 bars_figure(labels, med, "items/s", "Median items/s per variant (bar: min to max pass)",
                             lows, highs),
+                "<h2>Configurations</h2>", markdown_html(details),
                 "<h2>Raw table (one row per attempted pass)</h2>", table_html(raw_table(rows))]
     return page(f"Campaign {name}", sections)
 
