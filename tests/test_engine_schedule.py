@@ -25,6 +25,10 @@ def test_series_vary_one_factor_and_dedupe():
     vs = expand_series({}, [{"name": "batch", "factor": "batch_size", "values": [1, 8]},
                             {"name": "bucket", "factor": "bucketing", "values": [False, True], "batch_size": 8}])
     assert [v.name for v in vs] == ["batch/batch_size=1", "batch/batch_size=8", "bucket/bucketing=True"]
+    # batch 8 unbucketed is the bucketing series' baseline too: it runs once, in both series
+    assert [v.series for v in vs] == ["batch", "batch+bucket", "bucket"]
+    with pytest.raises(VariantError, match="cannot hold '\\+'"):
+        expand_series({}, [{"name": "a+b", "factor": "batch_size", "values": [1]}])
     with pytest.raises(VariantError, match="factor 'batch_size' is also fixed"):
         expand_series({}, [{"name": "s", "factor": "batch_size", "values": [1], "batch_size": 2}])
     with pytest.raises(VariantError, match="precision 'int4' unknown"):

@@ -111,10 +111,10 @@ def test_plan_screen_schedule_and_feasibility(tmp_path, runs, size):
         async with app.run_test(size=size) as pilot:
             await wait_for(pilot, lambda: getattr(app.screen, "plan", None), 120, "the plan")
             plan = app.screen.plan
-            assert plan["passes"] == 15 and len(plan["schedule"]) == 5
-            assert plan["schedule"][1] == ["batch_size=4", "batch_size=8", "batch_size=1"]
-            assert "15 passes" in text_of(app, "#plan-head")
-            assert "r3: batch_size=8 -> batch_size=1 -> batch_size=4" in text_of(app, "#plan-schedule")
+            assert plan["passes"] == 20 and len(plan["schedule"]) == 5  # batch 1/4/8 + bucketed batch 8
+            assert plan["schedule"][1] == ["batch_size=4", "batch_size=8", "bucketing=True", "batch_size=1"]
+            assert "20 passes" in text_of(app, "#plan-head")
+            assert "r3: batch_size=8 -> bucketing=True -> batch_size=1 -> batch_size=4" in text_of(app, "#plan-schedule")
             return plan
     plan = asyncio.run(go())
     proto = load_protocol(demo_copy(tmp_path))
@@ -134,9 +134,9 @@ def test_runs_screen_not_started_then_live_rows_pause_stop(tmp_path, runs, size)
             await wait_for(pilot, lambda: "not started" in text_of(app, "#runs-status"))
             assert "CPU  37.5 %" in text_of(app, "#telemetry") and "GPU0  87 %" in text_of(app, "#telemetry")
             d = synthetic_running_journal(f, runs)
-            await wait_for(pilot, lambda: app.screen.query_one(PassTable).row_count == 15, 10, "the rows")
+            await wait_for(pilot, lambda: app.screen.query_one(PassTable).row_count == 20, 10, "the rows")
             st = text_of(app, "#runs-status")
-            assert "running" in st and "2/15 passes" in st and "pid 1;" in st
+            assert "running" in st and "2/20 passes" in st and "pid 1;" in st
             table = app.screen.query_one(PassTable)
             keys = [k.value for k in table.rows]
             assert str(table.get_cell(keys[0], "status")) == "ok"

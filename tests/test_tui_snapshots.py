@@ -73,5 +73,5 @@ def test_snapshot_runs_live_oom(snap_compare, demo):
     f, root = demo
     synthetic_running_journal(f, root)
     assert snap_compare(app_on(f, "runs"), terminal_size=(80, 24), run_before=until(
-        lambda app: app.screen.query_one(PassTable).row_count == 15 and app.failures_seen
+        lambda app: app.screen.query_one(PassTable).row_count == 20 and app.failures_seen
         and app.telemetry is not None))

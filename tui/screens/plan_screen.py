@@ -14,10 +14,10 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
+from lab.variants import series_names
 from tui.messages import PlanReady
 from tui.screens.lab_screen import LabScreen
 from tui.widgets.pass_table import variant_short
-
 
 _SHAPES: dict = {}
 _SHAPE_LOCK = threading.Lock()  # transformers' lazy imports are not thread-safe
@@ -56,7 +56,7 @@ def build_plan(campaign_file, facts: dict) -> dict:
     for p in sched:
         reps.setdefault(p.repetition, []).append(variant_short(p.variant.to_json()))
     out = {"variants": [], "schedule": [reps[r] for r in sorted(reps)], "passes": len(sched),
-           "series": sorted({v.series for v in proto.variants}), "note": ""}
+           "series": sorted(set().union(*(series_names(v.series) for v in proto.variants))), "note": ""}
     budget, what = budget_of(facts)
     out.update(budget_bytes=budget, budget_what=what, margin=None)
     fits: dict = {}
