@@ -7,8 +7,8 @@
     iteralab campaign status CAMPAIGN.toml|DIR        one line per pass
     iteralab campaign pause|stop CAMPAIGN.toml|DIR    pause after the current pass / stop now
     iteralab report CAMPAIGN.toml|DIR                 raw table, summary, manifest, decision note
-    iteralab archive CAMPAIGN.toml|DIR                pack the evidence archive (prints its path)
-    iteralab archive verify FILE.tar.gz               re-check checksums and predictions
+    iteralab archive CAMPAIGN.toml|DIR [--partial]    pack the evidence archive (prints its sha256 and path)
+    iteralab archive verify FILE.tar.gz               re-derive and check what the archive claims
     iteralab demo                                     the offline demo campaign, headless
     iteralab up                                       the terminal UI (headless demo without a terminal)
     iteralab doctor                                   environment checks
@@ -24,7 +24,6 @@ import os
 import shutil
 import subprocess
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 from lab.protocol import DEMO_CAMPAIGN, REPO_ROOT, ProtocolError
@@ -210,17 +209,10 @@ def cmd_report(a) -> int:
     return 0
 
 
-def make_archive(campaign_dir: Path) -> Path:
-    from lab.archive import pack
-    from lab.report.build import build_report
+def make_archive(campaign_dir: Path, partial: bool = False) -> Path:
+    from lab.evidence import archive_campaign
 
-    build_report(campaign_dir)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    name = f"{campaign_dir.parent.name}-{campaign_dir.name}-{stamp}.tar.gz"
-    out = campaign_dir.parent / name
-    return pack(campaign_dir, out, ["campaign.toml", "campaign.lock.json", "corpus_card.json",
-                                    "protocol_version.json", "journal.sqlite", "orchestrator.log",
-                                    "passes/", "report/"])
+    return archive_campaign(campaign_dir, partial)
 
 
 def cmd_archive(a) -> int:
@@ -229,12 +221,22 @@ def cmd_archive(a) -> int:
             raise CliError("usage: iteralab archive verify FILE.tar.gz")
         from lab.archive import verify
 
-        v = verify(Path(a.archive))
+        from lab.archive import ArchiveError
+
+        try:
+            v = verify(Path(a.archive))
+        except ArchiveError as exc:
+            print(f"FAILED: {exc}")
+            return 2
         for p in v.problems:
             print(f"FAIL {p}")
         print(f"{'OK' if v.ok else 'FAILED'}: {v.files_checked} files, {v.rows_checked} rows checked")
         return 0 if v.ok else 1
-    print(make_archive(resolve_campaign_dir(a.target)))
+    from lab.corpus import sha256_file
+
+    path = make_archive(resolve_campaign_dir(a.target), a.partial)
+    print(f"sha256 {sha256_file(path)} (record it elsewhere: it is what proves the archive unchanged)")
+    print(path)
     return 0
 
 
@@ -248,8 +250,8 @@ def run_demo(launcher: str = "local") -> Path:
     orch = Orchestrator.prepare(f, RUNS_ROOT, make_launcher(launcher))
     orch.echo = lambda line: print(line, flush=True)
     print(f"demo campaign: {orch.dir}", flush=True)
-    orch.run()
-    return make_archive(orch.dir)
+    state = orch.run()
+    return make_archive(orch.dir, partial=state != "finished")
 
 
 def cmd_demo(a) -> int:
@@ -329,6 +331,8 @@ def parser() -> argparse.ArgumentParser:
     ar = sub.add_parser("archive", help="pack the evidence archive, or `archive verify FILE`")
     ar.add_argument("target", help="campaign file or folder, or 'verify'")
     ar.add_argument("archive", nargs="?")
+    ar.add_argument("--partial", action="store_true",
+                    help="archive a campaign that has not finished, labelled partial")
     ar.set_defaults(fn=cmd_archive)
     for name, fn, what in (("demo", cmd_demo, "run the offline demo campaign headless; prints the archive path"),
                            ("up", cmd_up, "open the terminal UI (headless demo without a terminal)")):

@@ -27,8 +27,22 @@ def _feasibility(rows: list[dict], attempts: list[dict]) -> dict:
     return campaign_feasibility([{**r, "coverage": cov.get(r["pass_id"])} for r in rows])
 
 
-def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
-    """Write report/{raw_table.csv, summary.csv, summary.json, manifest.json, decision_note.md}.
+def write_gold_labels(corpus_path: Path, out: Path) -> Path:
+    """report/gold_labels.jsonl: {id, label, bucket} per corpus item (no text), so that
+    ``archive verify`` can recompute every row's metric from the predictions."""
+    from lab.corpus import read_corpus
+
+    with open(out, "w", encoding="utf-8", newline="\n") as fh:
+        for r in read_corpus(corpus_path):
+            fh.write(json.dumps({"id": r["id"], "label": r.get("label"), "bucket": r.get("bucket")},
+                                ensure_ascii=False) + "\n")
+    return out
+
+
+def build_report(campaign_dir: Path, launcher_info: dict | None = None, partial_reason: str = "") -> dict:
+    """Write report/{raw_table.csv, summary.csv, summary.json, manifest.json, decision_note.md,
+    gold_labels.jsonl}. ``partial_reason``: non-empty when the campaign is not finished; the
+    decision note then opens with it.
 
     Returns {"rows": n, "summary": [...], "report_dir": Path}.
     """
@@ -50,6 +64,7 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
     out.mkdir(exist_ok=True)
     rows = raw_rows(attempts, proto.name, version["version"], campaign_dir)
     write_raw_table(rows, out / "raw_table.csv")
+    write_gold_labels(proto.corpus_path, out / "gold_labels.jsonl")
     summary = summarize(rows, _feasibility(rows, attempts))
     write_summary(summary, out / "summary.csv")
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
@@ -94,5 +109,11 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
     if observed:
         note += ("\n\n_Campaign window: no window was declared in the campaign file; the window "
                  "above is the span of the passes actually run (first start to last end)._\n")
+    if not any(r["status"] in ("ok", "oom", "error", "killed") for r in rows):
+        note = ("> **No evidence yet.** no pass has finished in this campaign: the tables are empty "
+                "and no configuration can be judged.\n\n" + note)
+    if partial_reason:
+        note = (f"> **Partial evidence.** {partial_reason}. This archive is labelled partial: the "
+                "figures below cover only the passes that ran.\n\n" + note)
     (out / "decision_note.md").write_text(note)
     return {"rows": len(rows), "summary": summary, "report_dir": out, "orchestrator": orch_info}

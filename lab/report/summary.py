@@ -79,8 +79,17 @@ def _flag_indistinct(summary: list[dict]) -> None:
                 a["does_not_distinguish_from"].append(b["variant_id"])
 
 
+SUMMARY_COLUMNS = ("variant_id", "label", "variant_name", "series", "batch_size", "precision", "bucketing",
+                   "durations_s", "median_s", "min_s", "max_s", "successes", "failures", "failure_kinds",
+                   "items_per_s_median", "metric_median", "accepted_passes", "quality_verdict", "feasible",
+                   "infeasible_reason", "peak_rss_bytes_max", "peak_allocated_bytes_max",
+                   "peak_reserved_bytes_max", "does_not_distinguish", "does_not_distinguish_from")
+
+
 def summary_table(summary: list[dict]) -> pd.DataFrame:
-    df = pd.DataFrame(summary)
+    """One row per variant; no variant (no pass yet) gives the header only."""
+    df = pd.DataFrame(summary, columns=list(SUMMARY_COLUMNS) + [k for k in (summary[:1] or [{}])[0]
+                                                                 if k not in SUMMARY_COLUMNS])
     df["durations_s"] = df["durations_s"].map(lambda d: " ".join(f"{x:.3f}" for x in d))
     df["does_not_distinguish_from"] = df["does_not_distinguish_from"].map(" ".join)
     df["failure_kinds"] = df["failure_kinds"].map(" ".join)
