@@ -88,7 +88,9 @@ def test_protocol_screen_locks_and_says_when_edited(tmp_path, runs, size):
             assert [str(c) for c in card.get_row_at(20)] == ["all classes", "600", "300", "100", "1000"]
             await pilot.press("l")
             await wait_for(pilot, lambda: "sha256" in text_of(app, "#lock-result"))
-            digest = load_protocol(f).digest()
+            from lab.identity import protocol_identity
+
+            digest = protocol_identity(load_protocol(f))["sha256"]  # text + corpus + model files
             assert f"locked as version 1\nsha256 {digest}" in text_of(app, "#lock-result")
             assert read_lock(f)[0]["sha256"] == digest
             f.write_text(f.read_text().replace("threshold = 0.55", "threshold = 0.60"))

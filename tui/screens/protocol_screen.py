@@ -32,7 +32,11 @@ def protocol_info(campaign_file) -> dict:
     proto = load_protocol(campaign_file)
     versions = read_lock(proto.path)
     digest = proto.digest()
-    current = next((v for v in versions if v["sha256"] == digest), None)
+    current = None
+    if proto.corpus_path.is_file():
+        from lab.protocol import current_version
+
+        current = current_version(proto, versions)[0]
     state = "locked" if current else ("edited" if versions else "not locked")
     counts = None
     if proto.card_path and proto.card_path.is_file():
