@@ -142,7 +142,7 @@ def cmd_protocol_lock(a) -> int:
 def cmd_campaign_run(a) -> int:
     from lab.orchestrator import Orchestrator
 
-    from lab.orchestrator import CampaignBusy
+    from lab.orchestrator import CampaignBusy, CampaignFolderLost
 
     if a.detach:
         return spawn_detached(Path(a.campaign).resolve(), a.launcher, a.memory_limit)
@@ -151,7 +151,7 @@ def cmd_campaign_run(a) -> int:
     print(f"campaign folder: {orch.dir}", flush=True)
     try:
         state = orch.run()
-    except CampaignBusy as exc:
+    except (CampaignBusy, CampaignFolderLost) as exc:
         raise CliError(str(exc)) from None
     if state == "blocked":
         raise CliError(f"campaign stopped: {orch.journal.get_control('blocked', '')[:300]}")

@@ -31,6 +31,10 @@ class CampaignBusy(RuntimeError):
     """Another orchestrator already runs this campaign version (one writer per journal)."""
 
 
+class CampaignFolderLost(RuntimeError):
+    """The campaign folder or its journal was deleted or replaced while the campaign ran."""
+
+
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
@@ -57,6 +61,8 @@ class Orchestrator:
         self.launcher = launcher
         self.version = version
         self.journal = Journal(self.dir / "journal.sqlite")
+        st = os.stat(self.dir / "journal.sqlite")
+        self._journal_inode = (st.st_dev, st.st_ino)
         self._corpus: list[dict] | None = None
         self.echo = None  # optional callable(str): one line per pass start/end (CLI)
 
@@ -133,6 +139,7 @@ class Orchestrator:
                     self.echo(f"leftover container from an interrupted run (not reused): {c}")
         state = "finished"
         for slot in self.pending():
+            self.check_folder()
             if j.get_control("pause", False):
                 j.set_control("pause", False)
                 state = "paused"
@@ -141,6 +148,7 @@ class Orchestrator:
                 state = "stopped"
                 break
             row = self.run_slot(slot)
+            self.check_folder()
             if j.get_control("stop", False):
                 state = "stopped"
                 break
@@ -153,6 +161,20 @@ class Orchestrator:
         j.set_control("state", state)
         j.set_control("orchestrator", {"pid": None, "ended": utc_now()})
         return state
+
+    def check_folder(self) -> None:
+        """Raise CampaignFolderLost when the journal this orchestrator writes is no longer the
+        file at ``<campaign folder>/journal.sqlite`` (folder deleted, moved or replaced):
+        writing on would record passes nowhere and report a campaign as finished."""
+        try:
+            st = os.stat(self.dir / "journal.sqlite")
+            same = (st.st_dev, st.st_ino) == self._journal_inode
+        except OSError:
+            same = False
+        if not same:
+            raise CampaignFolderLost(
+                f"{self.dir}: campaign folder or its journal was deleted or replaced while the campaign ran; "
+                "stopped (nothing more is written). Run `iteralab campaign run` again to start afresh")
 
     def run_slot(self, slot: dict) -> dict:
         """Run one attempt of a planned slot and record its row, events and validation."""
