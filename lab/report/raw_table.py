@@ -99,5 +99,6 @@ def raw_table(rows: list[dict]) -> pd.DataFrame:
 
 
 def write_raw_table(rows: list[dict], path: Path) -> Path:
-    raw_table(rows).to_csv(path, index=False)
-    return path
+    from lab.report.csv_safe import write_csv
+
+    return write_csv(raw_table(rows), path)

@@ -97,5 +97,6 @@ def summary_table(summary: list[dict]) -> pd.DataFrame:
 
 
 def write_summary(summary: list[dict], path: Path) -> Path:
-    summary_table(summary).to_csv(path, index=False)
-    return path
+    from lab.report.csv_safe import write_csv
+
+    return write_csv(summary_table(summary), path)
