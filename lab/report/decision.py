@@ -157,6 +157,7 @@ def _config_section(a: Assessment, deliverables: int) -> list[str]:
     if v.get("does_not_distinguish"):
         lines.append("- Spread within variants is comparable to the gap between medians: "
                      "the series does not distinguish them")
+    lines += _truncation_lines(v)
     lines.append("- Memory: feasible" if v.get("feasible", True)
                  else f"- Memory: infeasible ({v.get('infeasible_reason') or 'no reason given'})")
     if a.window is None:
@@ -185,6 +186,19 @@ def _config_section(a: Assessment, deliverables: int) -> list[str]:
            is not None else UNDEFINED)
     lines += [f"- Cost per validated corpus: {per}", ""]
     return lines
+
+
+def _truncation_lines(v: dict) -> list[str]:
+    """Share of items truncated at max_length per length bucket (from the pass predictions)."""
+    shares = {b: v.get(f"truncated_{b}") for b in ("short", "medium", "long")}
+    if all(x is None for x in shares.values()):
+        return []
+    text = ", ".join(f"{b} {x:.0%}" for b, x in shares.items() if x is not None)
+    out = [f"- Items truncated at max_length {v.get('max_length', '?')}: {text}"]
+    if shares.get("long"):
+        out.append(f"- The long bucket was judged on truncated text ({shares['long']:.0%} of its items lost "
+                   "tokens): its metric says nothing about the full documents")
+    return out
 
 
 def _decision(eligible: list[Assessment], deliverables: int,

@@ -11,14 +11,19 @@ from pathlib import Path
 
 import pandas as pd
 
+OBSERVED = ("dtype", "device", "attention", "threads_declared", "threads", "compile", "quantization",
+            "padding", "max_tokens", "bucketing")
+TRUNCATED = ("truncated_short", "truncated_medium", "truncated_long")
 PHASES = ("startup", "model_load", "warmup", "measured", "evaluation", "writing")
 PEAKS = ("peak_allocated_bytes", "peak_reserved_bytes", "process_peak_rss_bytes", "device_used_bytes")
 COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_name", "variant_label", "series",
             "batch_size", "precision", "padding", "max_length", "bucketing", "device", "backend", "attention",
-            "quantization", "compile", "repetition", "order_position", "seq", "attempt", "launcher",
+            "quantization", "compile"]
+           + [f"observed_{k}" for k in OBSERVED]
+           + ["repetition", "order_position", "seq", "attempt", "launcher",
             "start_time", "end_time", "status", "exit_code"]
            + [f"{p}_s" for p in PHASES]
-           + ["items_total", "items_completed", "items_per_s", "n_truncated", "real_tokens",
+           + ["items_total", "items_completed", "items_per_s", "n_truncated", *TRUNCATED, "real_tokens",
               "padded_tokens", "expected_ids", "observed_ids", "duplicate_ids", "missing_ids",
               "extra_ids", "ids_match", "format_ok", "coverage_ok", "metric_name", "metric",
               "metric_short", "metric_medium", "metric_long", "reference_metric",
@@ -58,6 +63,14 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
             "predictions_path": str(pred.relative_to(campaign_dir)) if pred.is_file() else "",
             "predictions_sha256": _sha256(pred),
         }
+        obs = r.get("observed") or {}
+        for k in OBSERVED:
+            row[f"observed_{k}"] = obs.get(k)
+        if not obs.get("padding") and a["status"] != "running":
+            notes.append("observed values " + ("partly " if obs else "") + "not captured: pass ended before "
+                         + ("the end of the measured window" if obs else "the measured window"))
+        for b in TRUNCATED:
+            row[b] = ((r.get("truncated_by_bucket") or {}).get(b.removeprefix("truncated_")) or {}).get("fraction")
         for p in PHASES:
             row[f"{p}_s"] = phases.get(p)
         missing_phases = [p for p in PHASES if phases.get(p) is None]
@@ -87,7 +100,8 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
 
 
 INT_COLUMNS = ("exit_code", "items_total", "items_completed", "n_truncated", "real_tokens", "padded_tokens",
-               "expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids") + PEAKS
+               "expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids", "observed_threads_declared", "observed_threads",
+               "observed_max_tokens") + PEAKS
 
 
 def raw_table(rows: list[dict]) -> pd.DataFrame:

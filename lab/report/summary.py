@@ -63,6 +63,9 @@ def summarize(rows: list[dict], feasibility: dict | None = None) -> list[dict]:
             "peak_reserved_bytes_max": max((r["peak_reserved_bytes"] for r in rs
                                             if r.get("peak_reserved_bytes")), default=None),
             "does_not_distinguish": False, "does_not_distinguish_from": [],
+            **{k: max((float(r[k]) for r in rs if r.get(k) is not None), default=None)
+               for k in ("truncated_short", "truncated_medium", "truncated_long")},
+            "max_length": first.get("max_length"),
         })
     _flag_indistinct(out)
     return out
@@ -83,7 +86,8 @@ SUMMARY_COLUMNS = ("variant_id", "label", "variant_name", "series", "batch_size"
                    "durations_s", "median_s", "min_s", "max_s", "successes", "failures", "failure_kinds",
                    "items_per_s_median", "metric_median", "accepted_passes", "quality_verdict", "feasible",
                    "infeasible_reason", "peak_rss_bytes_max", "peak_allocated_bytes_max",
-                   "peak_reserved_bytes_max", "does_not_distinguish", "does_not_distinguish_from")
+                   "peak_reserved_bytes_max", "does_not_distinguish", "does_not_distinguish_from",
+                   "truncated_short", "truncated_medium", "truncated_long", "max_length")
 
 
 def summary_table(summary: list[dict]) -> pd.DataFrame:
