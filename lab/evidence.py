@@ -46,6 +46,10 @@ def archive_campaign(campaign_dir: Path, partial: bool = False) -> Path:
                            "or pass --partial for an archive labelled partial")
     build_report(campaign_dir, partial_reason=reason)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = campaign_dir.parent / f"{campaign_dir.parent.name}-{campaign_dir.name}-{stamp}.tar.gz"
+    stem = f"{campaign_dir.parent.name}-{campaign_dir.name}-{stamp}"
+    out, n = campaign_dir.parent / f"{stem}.tar.gz", 1
+    while out.exists():  # two archives in one second: never overwrite the first
+        n += 1
+        out = campaign_dir.parent / f"{stem}-{n}.tar.gz"
     return pack(campaign_dir, out, INCLUDE, partial=reason)
 

@@ -280,3 +280,21 @@ class _Zeros:
         n = self.left if n < 0 else min(n, self.left)
         self.left -= n
         return bytes(n)
+
+
+def test_an_archive_never_overwrites_one_made_in_the_same_second(small_campaign):
+    from datetime import datetime, timedelta, timezone
+
+    d = small_campaign.dir
+    now = datetime.now(timezone.utc)
+    taken = [d.parent / f"{d.parent.name}-{d.name}-{(now + timedelta(seconds=s)).strftime('%Y%m%dT%H%M%SZ')}.tar.gz"
+             for s in range(3)]
+    for t in taken:
+        t.write_bytes(b"an earlier archive")
+    try:
+        path = make_archive(d)
+        assert all(t.read_bytes() == b"an earlier archive" for t in taken)
+        assert path not in taken and verify(path).ok
+    finally:
+        for t in taken:
+            t.unlink()
