@@ -21,31 +21,17 @@ import sqlite3
 import stat
 import tarfile
 import tempfile
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-JOURNAL = "journal.sqlite"
-ARCHIVE_INFO = "ARCHIVE.json"
-SUMS = "SHA256SUMS"
-
-
-class ArchiveError(ValueError):
-    """A corrupt, unsafe or malformed archive, or a campaign that cannot be archived as asked;
-    one line naming the member (or campaign) and the problem."""
-
-
-@dataclass(frozen=True)
-class Verification:
-    """What ``verify`` checked: files hashed, raw-table rows re-derived, problems (one line each)."""
-
-    files_checked: int
-    rows_checked: int
-    problems: list
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
+from lab.archive_format import (
+    ARCHIVE_INFO,
+    JOURNAL,
+    SUMS,
+    ArchiveError,
+    Verification,
+    check_member,
+)
 
 
 class _HashingReader:
@@ -121,7 +107,7 @@ def pack(campaign_dir: Path, out_path: Path, include: list[str], partial: str = 
     top = out_path.name.removesuffix(".tar.gz")
     sums: list[str] = []
     tmp = out_path.with_suffix(".partial")
-    info_doc = {"made_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    info_doc = {"made_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "campaign_dir": campaign_dir.name, "partial": bool(partial), "partial_reason": partial,
                 "journal": "snapshot taken with SQLite's backup API (write-ahead log included)",
                 "skipped": skipped}
@@ -159,24 +145,6 @@ def _add_bytes(tar: tarfile.TarFile, name: str, blob: bytes) -> None:
     tar.addfile(info, io.BytesIO(blob))
 
 
-def check_member(m: tarfile.TarInfo, tops: set[str]) -> str:
-    """Refuse unsafe members; returns the member's path below its top folder ('' for the top
-    folder itself). Raises ArchiveError for absolute paths, '..', links, devices, or a second
-    top folder (``tar x`` and verify must see the same files)."""
-    parts = Path(m.name).parts
-    if m.name.startswith("/") or ".." in parts or not parts:
-        raise ArchiveError(f"unsafe member {m.name!r}: path outside the target folder; refusing to extract")
-    if not (m.isfile() or m.isdir()):
-        raise ArchiveError(f"unsafe member {m.name!r}: links and devices are refused")
-    tops.add(parts[0])
-    if len(tops) > 1:
-        raise ArchiveError(f"more than one top folder ({', '.join(sorted(tops))}): an evidence archive "
-                           "holds exactly one; refusing it (unpacking would not give what is verified)")
-    if m.isfile() and len(parts) == 1:
-        raise ArchiveError(f"member {m.name!r} lies outside the archive's top folder; refusing it")
-    return "/".join(parts[1:])
-
-
 def extract(archive: Path, target: Path) -> Path:
     """Extract safely into ``target``; returns the top folder. Raises ArchiveError."""
     tops: set[str] = set()
@@ -188,7 +156,7 @@ def extract(archive: Path, target: Path) -> Path:
             tar.extractall(target, members=members, filter="data")
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise ArchiveError(f"{archive}: not a readable tar.gz ({type(exc).__name__}); download it again") from None
-    return Path(target) / sorted(tops)[0]
+    return Path(target) / min(tops)
 
 
 def verify(archive: Path) -> Verification:

@@ -7,7 +7,7 @@ planned slot has a finished attempt (ok, oom, error or killed); anything else is
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from lab.archive import ArchiveError, pack
@@ -45,7 +45,7 @@ def archive_campaign(campaign_dir: Path, partial: bool = False) -> Path:
         raise ArchiveError(f"{campaign_dir}: {reason}; wait for it to finish (`iteralab campaign status`), "
                            "or pass --partial for an archive labelled partial")
     build_report(campaign_dir, partial_reason=reason)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     stem = f"{campaign_dir.parent.name}-{campaign_dir.name}-{stamp}"
     out, n = campaign_dir.parent / f"{stem}.tar.gz", 1
     while out.exists():  # two archives in one second: never overwrite the first

@@ -69,7 +69,7 @@ SECRET_VALUES = (
     re.compile(r"\bAKIA[0-9A-Z]{16}\b"),                    # AWS access key id
     re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"),          # Slack token
     re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
-    re.compile(r"\bBearer\s+[A-Za-z0-9._~+/=-]{10,}", re.I),
+    re.compile(r"\bBearer\s+[A-Za-z0-9._~+/=-]{10,}", re.IGNORECASE),
     re.compile(r"://[^/\s:@]+:[^/\s@]+@"),                  # credentials inside a URL
 )
 
@@ -89,9 +89,8 @@ def secret_looking(raw: dict, where: str = "") -> list[str]:
             out += secret_looking(value, place)
             continue
         values = value if isinstance(value, list) else [value]
-        if _secret_key(str(key)) and value not in ("", None, False):
-            out.append(place)
-        elif any(isinstance(v, str) and any(p.search(v) for p in SECRET_VALUES) for v in values):
+        if (_secret_key(str(key)) and value not in ("", None, False)
+                or any(isinstance(v, str) and any(p.search(v) for p in SECRET_VALUES) for v in values)):
             out.append(place)
         else:
             out += [p for v in values if isinstance(v, dict) for p in secret_looking(v, place)]

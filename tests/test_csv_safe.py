@@ -39,7 +39,8 @@ def test_formula_like_names_are_neutralised_in_raw_table_and_summary(model_dir, 
     assert orch.run() == "finished"
     build_report(orch.dir)
     for name in ("raw_table.csv", "summary.csv"):
-        rows = list(csv.reader(open(orch.dir / "report" / name, newline="")))
+        with open(orch.dir / "report" / name, newline="") as fh:
+            rows = list(csv.reader(fh))
         cells = [c for r in rows for c in r]
         assert any(series in c for c in cells), name  # the name is there, as text
         bad = [c for c in cells if runs_as_formula(c)]

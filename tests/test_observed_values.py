@@ -28,7 +28,8 @@ def attention_campaign(model_dir, tmp_path_factory):
     orch = Orchestrator.prepare(f, d / "runs", LocalLauncher())
     assert orch.run() == "finished"
     build_report(orch.dir)
-    rows = list(csv.DictReader(open(orch.dir / "report" / "raw_table.csv")))
+    with open(orch.dir / "report" / "raw_table.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
     return orch, {r["attention"]: r for r in rows}
 
 
@@ -51,7 +52,7 @@ def test_truncation_is_visible_per_item_per_bucket_and_in_the_decision_note(atte
     orch, rows = attention_campaign
     r = rows["eager"]
     preds = [json.loads(x) for x in (orch.dir / r["predictions_path"]).read_text().splitlines()]
-    corpus = {x["id"]: x for x in map(json.loads, open(orch.proto.corpus_path))}
+    corpus = {x["id"]: x for x in map(json.loads, orch.proto.corpus_path.read_text().splitlines())}
     assert all({"truncated", "tokens_kept", "tokens_total"} <= set(p) for p in preds)
     for p in preds:
         assert p["tokens_kept"] <= 32 and p["truncated"] == (p["tokens_total"] > p["tokens_kept"])

@@ -51,7 +51,7 @@ def test_secret_looking_value_is_refused_at_lock(model_dir, tmp_path, line, plac
     assert text != f.read_text()
     f.write_text(text)
     r = subprocess.run([sys.executable, "-m", "lab.cli", "protocol", "lock", str(f)], capture_output=True,
-                       text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+                       text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120, check=False)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert place in r.stderr and "looks like a secret" in r.stderr
     value = line.split('"')[1]

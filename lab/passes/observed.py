@@ -54,8 +54,7 @@ def observe_window(win, max_length: int) -> dict:
 
 
 def _padding_ok(declared: str, observed: str) -> bool:
-    return observed.startswith(declared) or observed.startswith("max_length or longest") \
-        or observed == "none observed"
+    return observed.startswith((declared, "max_length or longest")) or observed == "none observed"
 
 
 def require_honoured(variant: dict, observed: dict, device: str) -> None:

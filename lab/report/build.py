@@ -75,6 +75,7 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None, partial_
     manifest = build_manifest(
         campaign={"name": proto.name, "protocol_version": version["version"],
                   "protocol_sha256": version["sha256"], "locked_at": version["locked_at"],
+                  "identity": {k: version.get(k) for k in ("protocol_sha256", "corpus_sha256", "model_sha256")},
                   "order": [f"{a['seq']}:{a['variant_id']}" for a in attempts],
                   "repetitions": proto.timing["repetitions"], "seed": proto.timing.get("seed", 0),
                   "deterministic": {"torch.manual_seed": proto.timing.get("seed", 0),

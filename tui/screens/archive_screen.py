@@ -1,4 +1,4 @@
-"""Screen 7, Archive: assemble (``lab.cli.make_archive``) and verify (``lab.archive.verify``)
+"""Screen 7, Archive: assemble (``lab.evidence.archive_campaign``) and verify (``lab.archive.verify``)
 the evidence archive; its path, size, sha256, and the exact `scp` line to run on one's own
 machine, with user, host and port detected (SSH_CONNECTION, $USER, hostname) and editable."""
 
@@ -51,9 +51,9 @@ def assemble(campaign_dir, partial: bool = False) -> dict:
     """Pack (``partial``: a campaign not finished, labelled partial) and verify:
     {path, size_bytes, sha256, ok, problems, files_checked, rows_checked, partial}."""
     from lab.archive import verify
-    from lab.cli import make_archive
+    from lab.evidence import archive_campaign
 
-    path = make_archive(campaign_dir, partial)
+    path = archive_campaign(campaign_dir, partial)
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
