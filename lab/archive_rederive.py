@@ -59,6 +59,9 @@ def compare_journal(attempts: list[dict], plan: list[dict], rows: list[dict], pa
             problems.append(f"pass {pid}: {r['items_completed']} items completed in the raw table, "
                             f"{a['items_completed']} in the journal")
         val = json.loads(a["validation_json"]) if a["validation_json"] else {}
+        if str(bool(val.get("corpus_accepted"))) != (r.get("corpus_accepted") or "False"):
+            problems.append(f"pass {pid}: corpus_accepted {r.get('corpus_accepted') or 'empty'} in the raw table, "
+                            f"{bool(val.get('corpus_accepted'))} in the journal")
         if not _same_metric(val.get("metric"), r.get("metric")):
             problems.append(f"pass {pid}: metric {r.get('metric') or 'empty'} in the raw table, "
                             f"{val.get('metric')} in the journal")
@@ -120,7 +123,8 @@ def read_gold(scan, problems: list[str]) -> dict[str, tuple[str, str]] | None:
     return gold
 
 
-def _check_metric(pid: str, row: dict, preds: dict[str, str], gold: dict, problems: list[str]) -> None:
+def _check_metric(pid: str, row: dict, preds: dict[str, str], gold: dict, problems: list[str]) -> float | None:
+    """Compare the row's metric columns with the ones recomputed; returns the recomputed metric."""
     from lab.validate import METRICS
 
     claimed = row.get("metric")
@@ -128,25 +132,47 @@ def _check_metric(pid: str, row: dict, preds: dict[str, str], gold: dict, proble
         if claimed not in (None, ""):
             problems.append(f"pass {pid}: metric {claimed} given, but its predictions do not cover exactly the "
                             "corpus's ids")
-        return
+        return None
     if claimed in (None, "") and not (row.get("ids_match") == "True" and row.get("format_ok") == "True"):
-        return  # no metric claimed for predictions the validation refused
+        return None  # no metric claimed for predictions the validation refused
     fn = METRICS.get(row.get("metric_name", ""))
     if fn is None:
         if claimed not in (None, ""):
             problems.append(f"pass {pid}: unknown metric name {row.get('metric_name')!r}")
-        return
+        return None
     ids = sorted(gold)
+    recomputed = None
     checks = [("metric", ids)] + [(f"metric_{b}", [i for i in ids if gold[i][1] == b]) for b in BUCKETS]
     for col, sub in checks:
         value = round(fn([gold[i][0] for i in sub], [preds[i] for i in sub]), 6) if sub else None
+        recomputed = value if col == "metric" else recomputed
         if col in row and not _same_metric(value, row[col]):
             problems.append(f"pass {pid}: {col} {row[col] or 'empty'} in the raw table, {value} recomputed "
                             "from its predictions and the gold labels")
+    return recomputed
 
 
-def check_row(row: dict, scan, gold: dict | None, problems: list[str]) -> None:
-    pid, p, digest = row["pass_id"], row.get("predictions_path"), row.get("predictions_sha256")
+def check_acceptance(row: dict, recomputed: float | None, threshold: float | None, problems: list[str]) -> None:
+    """A row marked accepted must be an ok pass whose recomputed metric meets the locked threshold."""
+    if row.get("corpus_accepted") != "True":
+        return
+    pid = row["pass_id"]
+    if row.get("status") != "ok":
+        problems.append(f"pass {pid}: marked accepted with status {row.get('status')!r}")
+    if threshold is not None and not _same_metric(row.get("threshold"), threshold):
+        problems.append(f"pass {pid}: threshold {row.get('threshold')} in the raw table, {threshold} in the "
+                        "locked campaign file")
+    if recomputed is None:
+        problems.append(f"pass {pid}: marked accepted, but no metric can be recomputed from its predictions")
+    elif threshold is not None and recomputed < threshold:
+        problems.append(f"pass {pid}: marked accepted, but its recomputed metric {recomputed} is below the locked "
+                        f"threshold {threshold}")
+
+
+def check_row(row: dict, scan, gold: dict | None, threshold: float | None, problems: list[str]) -> None:
+    """Check one raw-table row against its files (see the module docstring). ``threshold``: the
+    locked campaign file's quality threshold (None when it cannot be read)."""
+    pid = row["pass_id"]
     result_rel = f"passes/{pid}/result.json"
     if result_rel in scan.kept:
         try:
@@ -157,20 +183,27 @@ def check_row(row: dict, scan, gold: dict | None, problems: list[str]) -> None:
         pred_rel = f"passes/{pid}/{result.get('predictions_path') or 'predictions.jsonl'}"
         if result.get("predictions_sha256") and scan.sha.get(pred_rel) != result["predictions_sha256"]:
             problems.append(f"pass {pid}: predictions sha256 differs from the one its result.json recorded")
+    recomputed = _row_metric(row, scan, gold, problems)
+    if gold is not None:
+        check_acceptance(row, recomputed, threshold, problems)
+
+
+def _row_metric(row: dict, scan, gold: dict | None, problems: list[str]) -> float | None:
+    pid, p, digest = row["pass_id"], row.get("predictions_path"), row.get("predictions_sha256")
     if not p:
         if row.get("metric") not in (None, ""):
             problems.append(f"pass {pid}: a metric without a predictions file")
-        return
+        return None
     if p not in scan.sha:
         problems.append(f"row {pid}: predictions {p} missing from the archive")
-        return
+        return None
     if scan.sha[p] != digest:
         problems.append(f"row {pid}: predictions sha256 differs from the raw table")
     if gold is None or p not in scan.kept:
-        return
+        return None
     preds = _predictions(scan, p)
     if preds is None:
         if row.get("metric") not in (None, ""):
             problems.append(f"pass {pid}: metric {row['metric']} given, but its predictions file is malformed")
-        return
-    _check_metric(pid, row, preds, gold, problems)
+        return None
+    return _check_metric(pid, row, preds, gold, problems)

@@ -49,6 +49,7 @@ from lab.archive_rederive import (
 )
 
 RAW_TABLE = "report/raw_table.csv"
+CAMPAIGN = "campaign.toml"
 PARSED_MAX_BYTES = 64 * 2**20
 CHUNK_BYTES = 1 << 20
 SUMS_LINE = re.compile(r"([0-9a-f]{64})  ([^\s*][^\t\r]*)")
@@ -57,7 +58,7 @@ RAW_REQUIRED = ("pass_id", "status", "items_completed", "predictions_path", "pre
 
 
 def _parsed(rel: str) -> bool:
-    return (rel in (SUMS, RAW_TABLE, GOLD_LABELS, ARCHIVE_INFO)
+    return (rel in (SUMS, RAW_TABLE, GOLD_LABELS, ARCHIVE_INFO, CAMPAIGN)
             or rel.startswith("passes/") and rel.endswith(("/result.json", "/predictions.jsonl")))
 
 
@@ -146,6 +147,18 @@ def _raw_rows(scan: _Scan) -> list[dict]:
     return list(reader)
 
 
+def _locked_threshold(scan: _Scan, problems: list[str]) -> float | None:
+    """[quality] threshold of the archived campaign file (None, with a problem, when unreadable)."""
+    import tomllib
+
+    try:
+        value = tomllib.loads(member_text(scan, CAMPAIGN))["quality"]["threshold"]
+        return float(value)
+    except (KeyError, TypeError, ValueError, tomllib.TOMLDecodeError):
+        problems.append(f"{CAMPAIGN}: missing or without a [quality] threshold; acceptance not re-derived")
+        return None
+
+
 def verify_archive(archive: Path) -> Verification:
     """Verify ``archive`` (see the module docstring). Returns a Verification whose
     ``problems`` are one line each (a content problem: the archive is not evidence as it stands).
@@ -184,8 +197,9 @@ def verify_archive(archive: Path) -> Verification:
         if journal is not None:
             compare_journal(*journal, rows, bool(info.get("partial")), problems)
         gold = read_gold(scan, problems)
+        threshold = _locked_threshold(scan, problems)
         for row in rows:
-            check_row(row, scan, gold, problems)
+            check_row(row, scan, gold, threshold, problems)
         row_ids = {r["pass_id"] for r in rows}
         folders = {rel.split("/")[1] for rel in scan.sha if rel.startswith("passes/") and rel.count("/") >= 2}
         for pid in sorted(folders - row_ids):

@@ -299,3 +299,33 @@ def test_an_archive_never_overwrites_one_made_in_the_same_second(small_campaign)
     finally:
         for t in taken:
             t.unlink()
+
+
+def test_acceptance_is_re_derived_from_the_predictions_and_the_locked_threshold(archive, tmp_path):
+    from lab.validate import accuracy
+
+    files = read_members(archive)
+    gold = {x["id"]: x for x in map(json.loads, files[member(files, "/report/gold_labels.jsonl")].splitlines())}
+    pred = member(files, "/predictions.jsonl")
+    pid = pred.split("/")[-2]
+    lines = [json.loads(x) for x in files[pred].decode().splitlines()]
+    files[pred] = "".join(json.dumps({**x, "pred": "not-a-class"}) + "\n" for x in lines).encode()
+    digest = hashlib.sha256(files[pred]).hexdigest()
+    res = member(files, f"/passes/{pid}/result.json")
+    files[res] = json.dumps({**json.loads(files[res]), "predictions_sha256": digest}).encode()
+
+    def consistent(rows):  # every figure agrees with the new predictions; only acceptance lies
+        for r in rows:
+            if r["pass_id"] == pid:
+                r.update(predictions_sha256=digest, metric="0.0", metric_short="0.0", metric_medium="0.0",
+                         metric_long="0.0")
+    edit_raw_table(files, consistent)
+    assert accuracy([g["label"] for g in gold.values()], ["not-a-class"] * len(gold)) == 0.0
+    v = verify(write_members(tmp_path / "accepted.tar.gz", files))
+    assert f"pass {pid}: marked accepted, but its recomputed metric 0.0 is below the locked threshold 0.2" \
+        in v.problems, v.problems
+    assert not any("recomputed from its predictions" in p for p in v.problems)  # the figures agree
+
+    edit_raw_table(files, lambda rows: [r.update(corpus_accepted="False") for r in rows if r["pass_id"] != pid])
+    v = verify(write_members(tmp_path / "flipped.tar.gz", files))
+    assert sum("corpus_accepted False in the raw table, True in the journal" in p for p in v.problems) == 3
