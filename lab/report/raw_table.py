@@ -67,8 +67,9 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
         for k in OBSERVED:
             row[f"observed_{k}"] = obs.get(k)
         if not obs.get("padding") and a["status"] != "running":
-            notes.append("observed values " + ("partly " if obs else "") + "not captured: pass ended before "
-                         + ("the end of the measured window" if obs else "the measured window"))
+            notes.append("observed values " + ("partly " if obs else "") + "not recorded: the pass ended before "
+                         + ("the end of the measured window" if obs else "the measured window")
+                         + " (or its runner predates observation)")
         for b in TRUNCATED:
             row[b] = ((r.get("truncated_by_bucket") or {}).get(b.removeprefix("truncated_")) or {}).get("fraction")
         for p in PHASES:
