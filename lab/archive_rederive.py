@@ -55,7 +55,7 @@ def compare_journal(attempts: list[dict], plan: list[dict], rows: list[dict], pa
         a, r = by_att[pid], by_row[pid]
         if a["status"] != r["status"]:
             problems.append(f"pass {pid}: status {r['status']!r} in the raw table, {a['status']!r} in the journal")
-        if str(a["items_completed"]) != r["items_completed"]:
+        if ("" if a["items_completed"] is None else str(a["items_completed"])) != r["items_completed"]:
             problems.append(f"pass {pid}: {r['items_completed']} items completed in the raw table, "
                             f"{a['items_completed']} in the journal")
         val = json.loads(a["validation_json"]) if a["validation_json"] else {}
