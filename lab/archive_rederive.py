@@ -47,18 +47,24 @@ def compare_journal(attempts: list[dict], plan: list[dict], rows: list[dict], pa
                      problems: list[str]) -> None:
     by_row = {r["pass_id"]: r for r in rows}
     by_att = {a["pass_id"]: a for a in attempts}
-    for pid in sorted(set(by_att) - set(by_row)):
+    for pid in sorted(set(by_att) - set(by_row), key=str):
         problems.append(f"pass {pid}: in the journal but not in the raw table")
-    for pid in sorted(set(by_row) - set(by_att)):
+    for pid in sorted(set(by_row) - set(by_att), key=str):
         problems.append(f"pass {pid}: in the raw table but not in the journal")
-    for pid in sorted(set(by_row) & set(by_att)):
+    for pid in sorted(set(by_row) & set(by_att), key=str):
         a, r = by_att[pid], by_row[pid]
         if a["status"] != r["status"]:
             problems.append(f"pass {pid}: status {r['status']!r} in the raw table, {a['status']!r} in the journal")
         if ("" if a["items_completed"] is None else str(a["items_completed"])) != r["items_completed"]:
             problems.append(f"pass {pid}: {r['items_completed']} items completed in the raw table, "
                             f"{a['items_completed']} in the journal")
-        val = json.loads(a["validation_json"]) if a["validation_json"] else {}
+        try:
+            val = json.loads(a["validation_json"]) if a["validation_json"] else {}
+        except (json.JSONDecodeError, TypeError):
+            val = None
+        if not isinstance(val, dict):
+            problems.append(f"pass {pid}: its validation in the journal is not a JSON object")
+            continue
         if str(bool(val.get("corpus_accepted"))) != (r.get("corpus_accepted") or "False"):
             problems.append(f"pass {pid}: corpus_accepted {r.get('corpus_accepted') or 'empty'} in the raw table, "
                             f"{bool(val.get('corpus_accepted'))} in the journal")
@@ -100,7 +106,7 @@ def _predictions(scan, rel: str) -> dict[str, str] | None:
     for line in member_text(scan, rel).splitlines():
         try:
             rec = json.loads(line)
-            if rec["id"] in out:
+            if not (isinstance(rec["id"], str) and isinstance(rec["pred"], str)) or rec["id"] in out:
                 return None
             out[rec["id"]] = rec["pred"]
         except (json.JSONDecodeError, KeyError, TypeError):
@@ -116,9 +122,11 @@ def read_gold(scan, problems: list[str]) -> dict[str, tuple[str, str]] | None:
     for n, line in enumerate(member_text(scan, GOLD_LABELS).splitlines(), start=1):
         try:
             rec = json.loads(line)
-            gold[rec["id"]] = (rec["label"], rec.get("bucket", ""))
+            if not (isinstance(rec["id"], str) and isinstance(rec["label"], str)):
+                raise TypeError
+            gold[rec["id"]] = (rec["label"], rec.get("bucket") or "")
         except (json.JSONDecodeError, KeyError, TypeError):
-            problems.append(f"{GOLD_LABELS} line {n}: not a JSON object with id and label")
+            problems.append(f"{GOLD_LABELS} line {n}: not a JSON object with string id and label")
             return None
     return gold
 
@@ -178,7 +186,9 @@ def check_row(row: dict, scan, gold: dict | None, threshold: float | None, probl
         try:
             result = json.loads(member_text(scan, result_rel))
         except json.JSONDecodeError:
-            problems.append(f"pass {pid}: result.json is not JSON")
+            result = None
+        if not isinstance(result, dict):
+            problems.append(f"pass {pid}: result.json is not a JSON object")
             result = {}
         pred_rel = f"passes/{pid}/{result.get('predictions_path') or 'predictions.jsonl'}"
         if result.get("predictions_sha256") and scan.sha.get(pred_rel) != result["predictions_sha256"]:

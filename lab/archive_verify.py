@@ -187,6 +187,9 @@ def verify_archive(archive: Path) -> Verification:
                 info = json.loads(member_text(scan, ARCHIVE_INFO))
             except json.JSONDecodeError:
                 problems.append(f"{ARCHIVE_INFO}: not JSON")
+            if not isinstance(info, dict):
+                problems.append(f"{ARCHIVE_INFO}: not a JSON object")
+                info = {}
         else:
             problems.append(f"{ARCHIVE_INFO} missing: cannot tell whether the archive is final or partial")
         if RAW_TABLE not in scan.kept:

@@ -329,3 +329,16 @@ def test_acceptance_is_re_derived_from_the_predictions_and_the_locked_threshold(
     edit_raw_table(files, lambda rows: [r.update(corpus_accepted="False") for r in rows if r["pass_id"] != pid])
     v = verify(write_members(tmp_path / "flipped.tar.gz", files))
     assert sum("corpus_accepted False in the raw table, True in the journal" in p for p in v.problems) == 3
+
+
+def test_odd_json_members_give_problem_lines_never_a_traceback(archive, tmp_path):
+    files = read_members(archive)
+    files[member(files, "/ARCHIVE.json")] = b"[]"
+    files[member(files, "/result.json")] = b"[1]"
+    gold = member(files, "/report/gold_labels.jsonl")
+    files[gold] = b'{"id": 1, "label": 2}\n' + files[gold]
+    r = cli("archive", "verify", write_members(tmp_path / "odd.tar.gz", files))
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "FAIL ARCHIVE.json: not a JSON object" in r.stdout
+    assert "result.json is not a JSON object" in r.stdout
+    assert "gold_labels.jsonl line 1: not a JSON object with string id and label" in r.stdout
