@@ -216,9 +216,12 @@ class Orchestrator:
         outcome = self.launcher.launch(spec, pass_dir, on_line,
                                        should_stop=lambda: bool(j.get_control("stop", False)))
         result = None
-        if (pass_dir / "result.json").is_file():
-            result = json.loads((pass_dir / "result.json").read_text())
         notes = []
+        links = sorted(p.name for p in pass_dir.iterdir() if p.is_symlink())
+        if links:  # a pass (or container) wrote links: never followed, never read
+            notes.append(f"symbolic link(s) in the pass folder not followed: {', '.join(links)}")
+        if (pass_dir / "result.json").is_file() and not (pass_dir / "result.json").is_symlink():
+            result = json.loads((pass_dir / "result.json").read_text())
         if outcome.note == "stopped by the user":
             status = "interrupted"
             notes.append("interrupted: stopped by the user; slot run again on resume")

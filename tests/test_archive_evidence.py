@@ -342,3 +342,33 @@ def test_odd_json_members_give_problem_lines_never_a_traceback(archive, tmp_path
     assert "FAIL ARCHIVE.json: not a JSON object" in r.stdout
     assert "result.json is not a JSON object" in r.stdout
     assert "gold_labels.jsonl line 1: not a JSON object with string id and label" in r.stdout
+
+
+def test_links_written_into_a_pass_folder_are_never_read(model_dir, tmp_path):
+    """A pass (or its container) swaps its predictions for a link to a perfect forgery outside
+    the campaign folder: validation, raw table and archive never follow it."""
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestrator import Orchestrator
+    from lab.protocol import load_protocol, lock
+    from lab.report.build import build_report
+
+    corpus = cut_corpus(tmp_path / "corpus.jsonl", 2, 1, 1)
+    f = write_campaign(tmp_path, model_dir, corpus, name="linked", values=(1,))
+    lock(load_protocol(f))
+    orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
+    assert orch.run() == "finished"
+    [a] = orch.journal.attempts()
+    pdir = orch.dir / "passes" / a["pass_id"]
+    forged = tmp_path / "perfect.jsonl"
+    forged.write_text("".join(json.dumps({"id": r["id"], "pred": r["label"], "prob": 1.0}) + "\n"
+                              for r in map(json.loads, corpus.read_text().splitlines())))
+    (pdir / "predictions.jsonl").unlink()
+    (pdir / "predictions.jsonl").symlink_to(forged)
+    orch.revalidate_all()
+    build_report(orch.dir)
+    with open(orch.dir / "report" / "raw_table.csv", newline="") as fh:
+        [row] = list(csv.DictReader(fh))
+    assert row["corpus_accepted"] == "False" and row["metric"] == "" and row["predictions_path"] == ""
+    assert "predictions file is a symbolic link: not followed" in row["notes"]
+    files = read_members(make_archive(orch.dir))
+    assert not any(n.endswith("predictions.jsonl") for n in files)

@@ -34,7 +34,12 @@ COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_na
 
 
 def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+    return hashlib.sha256(path.read_bytes()).hexdigest() if _regular(path) else ""
+
+
+def _regular(path: Path) -> bool:
+    """A regular file, not a symbolic link (links in a pass folder are never followed)."""
+    return path.is_file() and not path.is_symlink()
 
 
 def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaign_dir: Path) -> list[dict]:
@@ -60,7 +65,7 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
             "items_per_s": r.get("items_per_s") if a["status"] == "ok" else None,
             "n_truncated": r.get("n_truncated"), "real_tokens": r.get("real_tokens"),
             "padded_tokens": r.get("padded_tokens"),
-            "predictions_path": str(pred.relative_to(campaign_dir)) if pred.is_file() else "",
+            "predictions_path": str(pred.relative_to(campaign_dir)) if _regular(pred) else "",
             "predictions_sha256": _sha256(pred),
         }
         obs = r.get("observed") or {}
@@ -93,7 +98,9 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
         if not peaks and a["status"] != "running":
             why = {"memory not measured: pass ended before the measured window"}
         notes.extend(f"empty memory cells: {w}" for w in sorted(why))
-        if not pred.is_file():
+        if pred.is_symlink():
+            notes.append("predictions file is a symbolic link: not followed")
+        elif not pred.is_file():
             notes.append("no predictions file")
         row["notes"] = " | ".join(notes)
         rows.append(row)
