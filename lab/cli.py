@@ -205,7 +205,8 @@ def cmd_report(a) -> int:
     from lab.report.build import build_report
 
     r = build_report(resolve_campaign_dir(a.target))
-    print(f"report: {r['rows']} rows -> {r['report_dir']}")
+    empty = " (no pass has run yet: the tables are empty, the decision note says why)" if not r["rows"] else ""
+    print(f"report: {r['rows']} rows -> {r['report_dir']}{empty}")
     return 0
 
 

@@ -121,7 +121,7 @@ def test_unfinished_campaign_is_refused_or_packed_labelled_partial(model_dir, tm
     # report on a campaign with no finished pass: no KeyError, an empty table with the reason
     r = cli("report", orch.dir)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
-    assert "0 rows" in r.stdout
+    assert "0 rows" in r.stdout and "no pass has run yet" in r.stdout and len(r.stdout.splitlines()) == 1
     assert "no pass has finished" in (orch.dir / "report" / "decision_note.md").read_text()
     r = cli("archive", orch.dir)
     assert r.returncode == 2 and "not finished" in r.stderr and "--partial" in r.stderr
