@@ -41,8 +41,8 @@ def write_gold_labels(corpus_path: Path, out: Path) -> Path:
 
 def build_report(campaign_dir: Path, launcher_info: dict | None = None, partial_reason: str = "") -> dict:
     """Write report/{raw_table.csv, summary.csv, summary.json, manifest.json, decision_note.md,
-    gold_labels.jsonl}. ``partial_reason``: non-empty when the campaign is not finished; the
-    decision note then opens with it.
+    gold_labels.jsonl, report.html}. ``partial_reason``: non-empty when the campaign is not
+    finished; the decision note then opens with it.
 
     Returns {"rows": n, "summary": [...], "report_dir": Path}.
     """
@@ -78,6 +78,7 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None, partial_
                   "identity": {k: version.get(k) for k in ("protocol_sha256", "corpus_sha256", "model_sha256")},
                   "order": [f"{a['seq']}:{a['variant_id']}" for a in attempts],
                   "repetitions": proto.timing["repetitions"], "seed": proto.timing.get("seed", 0),
+                  "threads_requested": proto.timing.get("threads", 0),
                   "deterministic": {"torch.manual_seed": proto.timing.get("seed", 0),
                                     "cudnn.benchmark": False, "use_deterministic_algorithms": False},
                   "variants": [v.to_json() for v in proto.variants]},
@@ -85,7 +86,8 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None, partial_
         model=model_revision(proto.model_ref, proto.raw["model"].get("revision")),
         corpus=fingerprint(proto.corpus_path),
         extra={"pass_backends": sorted({(a["result"] or {}).get("backend", "") for a in attempts} - {""}),
-               "pass_torch": sorted({(a["result"] or {}).get("torch_version", "") for a in attempts} - {""})})
+               "pass_torch": sorted({(a["result"] or {}).get("torch_version", "") for a in attempts} - {""}),
+               "pass_threads": sorted({(a["result"] or {}).get("threads") for a in attempts} - {None})})
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str) + "\n")
 
     cost = proto.raw.get("cost", {})
@@ -117,4 +119,7 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None, partial_
         note = (f"> **Partial evidence.** {partial_reason}. This archive is labelled partial: the "
                 "figures below cover only the passes that ran.\n\n" + note)
     (out / "decision_note.md").write_text(note)
+    from lab.report.html import campaign_report
+
+    (out / "report.html").write_text(campaign_report(proto.name, summary, rows, note), encoding="utf-8")
     return {"rows": len(rows), "summary": summary, "report_dir": out, "orchestrator": orch_info}
