@@ -215,6 +215,7 @@ class Orchestrator:
 
         outcome = self.launcher.launch(spec, pass_dir, on_line,
                                        should_stop=lambda: bool(j.get_control("stop", False)))
+        self.check_folder()  # the folder may have gone while the pass ran: read nothing from it
         result = None
         notes = []
         links = sorted(p.name for p in pass_dir.iterdir() if p.is_symlink())
