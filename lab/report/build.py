@@ -7,7 +7,7 @@ any time (after a resume too) and always agrees with the predictions on disk.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from lab.corpus import fingerprint
@@ -72,21 +72,21 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
                "pass_torch": sorted({(a["result"] or {}).get("torch_version", "") for a in attempts} - {""})})
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str) + "\n")
 
-    cost = proto.raw.get("cost", {})
+    cost = asdict(proto.cost) if proto.cost is not None else {}  # no [cost]: no package declared
     starts = [a["start_time"] for a in attempts if a["start_time"]]
     ends = [a["end_time"] for a in attempts if a["end_time"]]
-    observed = bool(starts and ends) and "window_start" not in cost
-    pricing = {"catalog_path": cost.get("catalog"), "gpu": cost.get("gpu", "rtx-4090"),
-               "days": cost.get("days", 7), "lots": cost.get("lots", 1),
+    observed = bool(starts and ends) and not cost.get("window_start")
+    pricing = {"catalog_path": cost.get("catalog"), "gpu": cost.get("gpu"),
+               "days": cost.get("days"), "lots": cost.get("lots", 1),
                "window_start": cost.get("window_start") or (min(starts) if observed else None),
                "window_end": cost.get("window_end") or (max(ends) if observed else None),
                "tz": cost.get("tz")}
-    camp = {"name": proto.name, "question": proto.raw["campaign"]["question"],
-            "deadline": proto.raw["campaign"].get("deadline"),
-            "deliverables": proto.raw["campaign"].get("deliverables", 1)}
+    c = proto.config.campaign
+    camp = {"name": proto.name, "question": c.question, "deadline": c.deadline,
+            "deliverables": c.deliverables}
     note = decision_note(summary, camp, pricing)
     backends = sorted({(a["result"] or {}).get("backend", "") for a in attempts} - {""})
-    if backends and "cpu" in backends or not backends:
+    if pricing["gpu"] and (backends and "cpu" in backends or not backends):
         note += (f"\n\n**Measured hardware differs from the priced package.** The passes ran on "
                  f"{', '.join(backends) or 'no device (no pass got that far)'} (see the manifest), while the "
                  f"quote prices `{pricing['gpu']}`: the durations above say nothing about how that GPU "

@@ -101,7 +101,7 @@ def _assess(v: dict, p: dict, deadline_at: datetime | None, deliverables: int,
     gpu, days, lots = p.get("gpu"), p.get("days"), p.get("lots", 1)
     q, missing = None, ""
     if gpu is None or days is None:
-        missing = "no package given (gpu and days): not in catalog"
+        missing = "no package declared (the campaign file has no [cost] section): nothing priced"
     else:
         days = str(days).strip()
         if not days.isdigit() or int(days) not in PACKAGE_HOURS:
