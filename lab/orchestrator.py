@@ -169,7 +169,9 @@ class Orchestrator:
                         corpus_path=str(self.proto.corpus_path), model_ref=self.proto.model_ref,
                         out_dir=str(pass_dir), warmup_items=t["warmup_items"],
                         warmup_passes=t["warmup_passes"], seed=t.get("seed", 0),
-                        threads=t.get("threads", 0))
+                        threads=t.get("threads", 0),
+                        extra={"pad_token": self.proto.config.model.pad_token}
+                        if self.proto.config.model.pad_token else {})
         spec.write(pass_dir / "pass.json")
         j.start_attempt(pass_id, slot["seq"], attempt, slot["repetition"], slot["position"],
                         variant.to_json(), utc_now(), self.launcher.name, len(self.corpus))

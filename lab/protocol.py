@@ -123,10 +123,14 @@ def read_lock(campaign_file: Path) -> list[dict]:
     return json.loads(p.read_text())["versions"] if p.exists() else []
 
 
-def lock(proto: Protocol) -> dict:
+def lock(proto: Protocol, check: bool = True) -> dict:
     """Record the protocol's hash as a new version (or return the current one if unchanged).
 
-    Returns {"version": n, "sha256": ..., "locked_at": ISO UTC, "corpus_sha256": ...}.
+    With ``check`` (always, except to simulate a file locked on another host) the lock-time
+    checks of :mod:`lab.preflight` run first: corpus, model config and tokenizer, labels,
+    limits, padding token, devices and GPU count. Returns {"version": n, "sha256": ...,
+    "locked_at": ISO UTC, "corpus_sha256": ...}. Raises ProtocolError (one line) on the
+    first refusal.
     """
     from lab.corpus import sha256_file
 
@@ -134,6 +138,12 @@ def lock(proto: Protocol) -> dict:
     digest = proto.digest()
     if not proto.corpus_path.is_file():
         raise ProtocolError(f"{proto.path}: corpus {proto.corpus_path} not found; build it before locking")
+    if check:
+        from lab.preflight import first_refusal, lock_checks
+
+        refused = first_refusal(lock_checks(proto))
+        if refused is not None:
+            raise ProtocolError(f"{proto.path.name}: {refused.detail}")
     corpus_sha = sha256_file(proto.corpus_path)
     for v in versions:
         if v["sha256"] == digest and v.get("corpus_sha256") == corpus_sha:

@@ -113,7 +113,8 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
                                   "use_deterministic_algorithms": False})
         ev.emit("phase", phase="model_load", state="start", device=device)
         t = time.perf_counter()
-        tok, model = inf.load_model(spec.model_ref, spec.variant["precision"], device)
+        tok, model = inf.load_model(spec.model_ref, spec.variant["precision"], device,
+                                    spec.extra.get("pad_token"))
         id2label = {int(k): v for k, v in model.config.id2label.items()}
         inf.synchronize(device)
         phase("model_load", t)
