@@ -12,15 +12,14 @@ primo passaggio misurato"); SPEC 3.1 (protocol locked before the first measured 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from lab.corpus import BUCKETS, CorpusError, load_items
+from lab.models import tokenizer_fingerprint
 
-PROBE = "Héllo, wörld! 12345 naïve café — ünïcode\ttabs and  spaces; ok? 東京"
 DEVICE_RE = re.compile(r"^(auto|cpu|cuda|rocm|gpu|cuda:\d+)$")
 
 
@@ -31,18 +30,6 @@ class Check:
     name: str
     ok: bool | None
     detail: str
-
-
-def tokenizer_fingerprint(tok) -> str:
-    """sha256 of what decides token counts: the vocabulary and the ids of a fixed probe text.
-
-    Two tokenizers with the same fingerprint count tokens the same way (the file bytes may
-    differ: save_pretrained rewrites tokenizer.json). Shape: 64 hex characters.
-    """
-    ids = tok(PROBE, add_special_tokens=False)["input_ids"]
-    blob = json.dumps({"vocab": sorted(tok.get_vocab().items()), "probe_ids": ids,
-                       "lower_probe": tok.tokenize("ABC Def")}, ensure_ascii=False)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 def gpu_count() -> tuple[int, str]:

@@ -17,7 +17,8 @@ import pytest
 from conftest import REPO, cut_corpus, write_campaign
 from lab.launchers.local import LocalLauncher
 from lab.orchestrator import Orchestrator
-from lab.preflight import lock_checks, tokenizer_fingerprint
+from lab.models import tokenizer_fingerprint
+from lab.preflight import lock_checks
 from lab.protocol import ProtocolError, load_protocol, lock
 
 
