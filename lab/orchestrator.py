@@ -21,6 +21,7 @@ from lab.passes.events import parse_event
 from lab.passes.spec import PassSpec
 from lab.protocol import Protocol, load_protocol, lock_path, locked_version
 from lab.schedule import rotated_schedule
+from lab.status import process_create_time
 from lab.validate import validate_pass
 from lab.variants import Variant
 
@@ -115,8 +116,9 @@ class Orchestrator:
 
     def _run(self) -> str:
         j = self.journal
-        j.set_control("orchestrator", {"pid": os.getpid(), "started": utc_now(),
-                                       "launcher": self.launcher.name})
+        j.set_control("orchestrator", {"pid": os.getpid(), "process_create_time": process_create_time(),
+                                       "started": utc_now(), "launcher": self.launcher.name})
+        self.apply_limits()
         j.set_control("state", "running")
         j.set_control("stop", False)
         try:
@@ -153,6 +155,18 @@ class Orchestrator:
         j.set_control("state", state)
         j.set_control("orchestrator", {"pid": None, "ended": utc_now()})
         return state
+
+    def apply_limits(self) -> None:
+        """Give the launcher the campaign's pass timeout and stall rule ([timing]); a stricter
+        limit the launcher already has stays. Recorded in the journal."""
+        t = self.proto.config.timing
+        limits = {}
+        for attr, value in (("timeout_s", t.pass_timeout_s), ("stall_s", t.stall_s)):
+            if hasattr(self.launcher, attr):
+                current = getattr(self.launcher, attr)
+                setattr(self.launcher, attr, value if current is None else min(current, value))
+                limits[attr] = getattr(self.launcher, attr)
+        self.journal.set_control("pass_limits", limits)
 
     def run_slot(self, slot: dict) -> dict:
         """Run one attempt of a planned slot and record its row, events and validation."""

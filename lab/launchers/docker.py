@@ -25,7 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from lab.launchers.base import LaunchOutcome, LineSink
+from lab.launchers.base import LaunchOutcome, LineSink, limit_reason
 from lab.launchers.gpu_access import gpu_run_kwargs
 from lab.passes.spec import PassSpec
 
@@ -108,6 +108,7 @@ class DockerLauncher:
     read-only for hub model ids. ``labels``: extra labels on every container.
     ``client``: a docker.DockerClient (default: ``docker.from_env()``).
     ``timeout_s``: a pass still running after this many seconds is stopped (None = no limit).
+    ``stall_s``: a pass that writes no event line for this many seconds is stopped.
     """
 
     name = "docker"
@@ -115,7 +116,7 @@ class DockerLauncher:
     def __init__(self, image: str, vendor: str = "cpu", mem_limit_bytes: int | None = None,
                  shm_size_bytes: int = 1 << 30, hf_home: str | None = None,
                  labels: dict | None = None, client=None, stop_timeout_s: int = 10,
-                 timeout_s: float | None = None):
+                 timeout_s: float | None = None, stall_s: float | None = None):
         import docker
 
         gpu_run_kwargs(vendor)  # ValueError for an unknown vendor
@@ -123,7 +124,7 @@ class DockerLauncher:
         self.image_ref, self.vendor = image, vendor
         self.mem_limit_bytes, self.shm_size_bytes = mem_limit_bytes, shm_size_bytes
         self.hf_home, self.labels, self.stop_timeout_s = hf_home, dict(labels or {}), stop_timeout_s
-        self.timeout_s = timeout_s
+        self.timeout_s, self.stall_s = timeout_s, stall_s
         self.image = self.client.images.get(image)  # docker.errors.ImageNotFound when not built
 
     @classmethod
@@ -276,6 +277,8 @@ class DockerLauncher:
                 log.write(line + "\n")
                 log.flush()
 
+        started = time.monotonic()
+        last_line, why = [started], [""]
         try:
             container = self._create(spec, vols, user)
             container.start()
@@ -285,11 +288,10 @@ class DockerLauncher:
                     write_log(line)
 
             def watch() -> None:
-                started = time.monotonic()
                 while not finished.wait(0.5):
-                    late = self.timeout_s is not None and time.monotonic() - started > self.timeout_s
-                    if late or should_stop():
-                        (timed_out if late else stopped).set()
+                    why[0] = limit_reason(started, last_line[0], self.timeout_s, self.stall_s)
+                    if why[0] or should_stop():
+                        (timed_out if why[0] else stopped).set()
                         container.stop(timeout=self.stop_timeout_s)
                         return
 
@@ -299,13 +301,14 @@ class DockerLauncher:
                 t.start()
             for line in iter_lines(container.logs(stream=True, follow=True, stdout=True, stderr=False)):
                 write_log(line)
+                last_line[0] = time.monotonic()
                 on_line(line)
             status = container.wait()
             finished.set()
             threads[0].join(timeout=10)
             container.reload()
             state = container.attrs.get("State", {})
-            return self._outcome(container, state, status, stopped.is_set(), timed_out.is_set())
+            return self._outcome(container, state, status, stopped.is_set(), why[0] if timed_out.is_set() else "")
         except Exception as exc:  # engine error: a failure row, never an exception
             from lab.doctor import NO_DRIVER_MARK, TOOLKIT_FIX
 
@@ -326,15 +329,15 @@ class DockerLauncher:
                 for d, owner in owners.items():
                     _chown_tree(d, *owner)
 
-    def _outcome(self, container, state: dict, status: dict, stopped: bool, timed_out: bool) -> LaunchOutcome:
+    def _outcome(self, container, state: dict, status: dict, stopped: bool, timed_out: str) -> LaunchOutcome:
         raw = state.get("ExitCode", status.get("StatusCode"))
         oom = bool(state.get("OOMKilled"))
         # 128+N is "killed by signal N" (init forwards it): the local launcher's -N.
         code = -(raw - 128) if isinstance(raw, int) and 128 < raw <= 128 + 64 else raw
         asked = stopped or timed_out  # our own stop: SIGTERM, then SIGKILL after stop_timeout_s
         killed = not asked and (oom or (code == -9 and bool(self.mem_limit_bytes)))
-        note = ("stopped by the user" if stopped else f"killed after the {self.timeout_s:.0f} s pass timeout"
-                if timed_out else "killed, host memory" if killed else "")
+        note = ("stopped by the user" if stopped else timed_out if timed_out
+                else "killed, host memory" if killed else "")
         extra = {"container_exit_code": raw, "oom_killed": oom, "mem_limit_bytes": self.mem_limit_bytes,
                  "container_name": container.name, "image_id": self.image.id,
                  "started_at": state.get("StartedAt", ""), "finished_at": state.get("FinishedAt", "")}
