@@ -128,11 +128,14 @@ class Orchestrator:
         for pid in j.mark_running_interrupted(
                 "interrupted: the orchestrator stopped while this pass ran; row kept, slot run again"):
             j.add_event(pid, "interrupted", {"pass_id": pid})
-        if hasattr(self.launcher, "find_leftovers"):
-            for c in self.launcher.find_leftovers(self.proto.name):
-                j.add_event("", "leftover", {"container": c, "note": "left from an interrupted run; not reused"})
+        if hasattr(self.launcher, "stop_leftovers"):
+            for c in self.launcher.stop_leftovers(self.proto.name):
+                j.add_event(c.get("pass", ""), "leftover", {
+                    "container": c, "note": "left from an interrupted run; stopped and removed before "
+                                            "the next pass, never reused"})
                 if self.echo:
-                    self.echo(f"leftover container from an interrupted run (not reused): {c}")
+                    self.echo(f"leftover container {c['name']} of pass {c['pass']} ({c['status_before']}) "
+                              "stopped and removed before the next pass")
         state = "finished"
         for slot in self.pending():
             if j.get_control("pause", False):

@@ -35,6 +35,9 @@ C_PASS, C_DATA, C_MODEL, C_OUT = "/work/pass", "/data", "/models/model", "/work/
 C_SPEC_NAME = "pass.container.json"
 LABEL_PREFIX = "iteralab"
 IMAGE_KEYS = {"cpu": "CPU_IMAGE", "nvidia": "CUDA_IMAGE", "rocm": "ROCM_IMAGE"}
+DEFAULT_MEMORY_FRACTION = 0.9     # of host RAM: a runaway pass cannot take the host down
+DEFAULT_PIDS_LIMIT = 4096         # threads count as pids: tokenizers and torch start many
+DEFAULT_TMPFS_BYTES = 2 << 30     # /tmp inside the read-only container
 
 
 def read_pins(path: Path = PINS_FILE) -> dict[str, str]:
@@ -109,6 +112,11 @@ class DockerLauncher:
     ``client``: a docker.DockerClient (default: ``docker.from_env()``).
     ``timeout_s``: a pass still running after this many seconds is stopped (None = no limit).
     ``stall_s``: a pass that writes no event line for this many seconds is stopped.
+
+    Containers are confined (all recorded by ``describe``): read-only root filesystem with a
+    writable pass folder and a ``/tmp`` tmpfs of ``tmpfs_bytes``; all capabilities dropped;
+    ``no-new-privileges``; at most ``pids_limit`` processes; a memory limit, by default
+    ``DEFAULT_MEMORY_FRACTION`` of the host's RAM (``mem_limit_bytes`` overrides it).
     """
 
     name = "docker"
@@ -116,13 +124,20 @@ class DockerLauncher:
     def __init__(self, image: str, vendor: str = "cpu", mem_limit_bytes: int | None = None,
                  shm_size_bytes: int = 1 << 30, hf_home: str | None = None,
                  labels: dict | None = None, client=None, stop_timeout_s: int = 10,
-                 timeout_s: float | None = None, stall_s: float | None = None):
+                 timeout_s: float | None = None, stall_s: float | None = None,
+                 pids_limit: int = DEFAULT_PIDS_LIMIT, tmpfs_bytes: int = DEFAULT_TMPFS_BYTES):
         import docker
+        import psutil
 
         gpu_run_kwargs(vendor)  # ValueError for an unknown vendor
         self.client = client or docker.from_env()
         self.image_ref, self.vendor = image, vendor
+        self.mem_limit_rule = "given by the caller (--memory-limit)"
+        if mem_limit_bytes is None:
+            mem_limit_bytes = int(psutil.virtual_memory().total * DEFAULT_MEMORY_FRACTION)
+            self.mem_limit_rule = f"default: {DEFAULT_MEMORY_FRACTION:.0%} of host RAM (psutil.virtual_memory().total)"
         self.mem_limit_bytes, self.shm_size_bytes = mem_limit_bytes, shm_size_bytes
+        self.pids_limit, self.tmpfs_bytes = pids_limit, tmpfs_bytes
         self.hf_home, self.labels, self.stop_timeout_s = hf_home, dict(labels or {}), stop_timeout_s
         self.timeout_s, self.stall_s = timeout_s, stall_s
         self.image = self.client.images.get(image)  # docker.errors.ImageNotFound when not built
@@ -169,8 +184,15 @@ class DockerLauncher:
                 "runtime": info.get("DefaultRuntime", ""), "runtimes": sorted(info.get("Runtimes") or {}),
                 "cgroup_version": info.get("CgroupVersion", ""), "storage_driver": info.get("Driver", ""),
                 "vendor": self.vendor, "gpu_access": self._gpu(),
-                "mem_limit_bytes": self.mem_limit_bytes, "shm_size_bytes": self.shm_size_bytes,
-                "network": "none during passes"}
+                "mem_limit_bytes": self.mem_limit_bytes, "mem_limit_rule": self.mem_limit_rule,
+                "shm_size_bytes": self.shm_size_bytes, "network": "none during passes",
+                "confinement": self.confinement()}
+
+    def confinement(self) -> dict:
+        """The container's limits and privileges, as given to the engine (recorded in the manifest)."""
+        return {"read_only_rootfs": True, "writable": [C_PASS, f"/tmp (tmpfs, {self.tmpfs_bytes} bytes)"],
+                "cap_drop": ["ALL"], "security_opt": ["no-new-privileges"], "pids_limit": self.pids_limit,
+                "mem_limit_bytes": self.mem_limit_bytes, "memswap_limit_bytes": self.mem_limit_bytes}
 
     def _gpu(self) -> dict:
         return gpu_run_kwargs(self.vendor, extra_group_ids=rocm_device_gids() if self.vendor == "rocm" else None)
@@ -188,6 +210,32 @@ class DockerLauncher:
             lb = c.labels or {}
             out.append({"id": c.id, "name": c.name, "status": c.status,
                         "pass": lb.get(f"{LABEL_PREFIX}.pass", ""), "variant": lb.get(f"{LABEL_PREFIX}.variant", "")})
+        return out
+
+    def stop_leftovers(self, campaign: str) -> list[dict]:
+        """Stop and remove the containers of ``campaign`` left by a killed orchestrator (by label),
+        so a resumed campaign never shares the GPU with its previous pass. Returns one record
+        per container: id, name, pass, variant, status before, exit code, OOMKilled, stopped."""
+        out = []
+        for c in self.client.containers.list(all=True, filters={"label": f"{LABEL_PREFIX}.campaign={campaign}"}):
+            lb = c.labels or {}
+            rec = {"id": c.id, "name": c.name, "status_before": c.status,
+                   "pass": lb.get(f"{LABEL_PREFIX}.pass", ""), "variant": lb.get(f"{LABEL_PREFIX}.variant", "")}
+            try:
+                if c.status in ("running", "paused", "restarting"):
+                    if c.status == "paused":
+                        c.unpause()
+                    c.stop(timeout=self.stop_timeout_s)
+                    rec["stopped"] = True
+                c.reload()
+                state = c.attrs.get("State", {})
+                rec.update(exit_code=state.get("ExitCode"), oom_killed=bool(state.get("OOMKilled")),
+                           finished_at=state.get("FinishedAt", ""))
+                c.remove(force=True)
+                rec["removed"] = True
+            except Exception as exc:  # recorded; the next pass still runs in its own container
+                rec["error"] = f"{type(exc).__name__}: {exc}"[:200]
+            out.append(rec)
         return out
 
     # ---- one pass --------------------------------------------------------------------
@@ -254,12 +302,15 @@ class DockerLauncher:
                "MALLOC_ARENA_MAX": "2"}
         if self.hf_home and not Path(spec.model_ref).is_dir():
             env["HF_HOME"] = "/models/hf-home"
-        if os.geteuid() != 0:
-            env["HOME"] = "/tmp"
+        env["HOME"] = "/tmp"  # the root filesystem is read-only; caches go to the tmpfs
+        gpu = self._gpu()
         kw = dict(command=[cmd0, "-u", "-m", "lab.passes.runner", f"{C_PASS}/{C_SPEC_NAME}"],
                   name=re.sub(r"[^a-zA-Z0-9_.-]", "-", f"iteralab-{spec.pass_id}-{uuid.uuid4().hex[:6]}"),
                   labels=lb, volumes=vols, working_dir="/work", environment=env, detach=True,
-                  network_mode="none", shm_size=self.shm_size_bytes, init=True, **self._gpu())
+                  network_mode="none", shm_size=self.shm_size_bytes, init=True,
+                  read_only=True, tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.tmpfs_bytes},mode=1777"},
+                  cap_drop=["ALL"], pids_limit=self.pids_limit,
+                  security_opt=["no-new-privileges"] + gpu.pop("security_opt", []), **gpu)
         if user is not None:
             kw["user"] = f"{user[0]}:{user[1]}"
         if self.mem_limit_bytes:
