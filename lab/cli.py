@@ -352,12 +352,20 @@ def main(argv: list[str] | None = None) -> int:
     from lab.archive import ArchiveError
     from lab.corpus import CorpusError
     from lab.cost.forfaits import PricingError
+    from lab.diskfull import DiskFull, is_disk_full
 
     args = parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (CliError, ProtocolError, CorpusError, ArchiveError, PricingError) as exc:
+    except (CliError, ProtocolError, CorpusError, ArchiveError, PricingError, DiskFull) as exc:
         print(f"iteralab: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a full disk anywhere else (a file, the SQLite journal): the folder, one line
+        if not is_disk_full(exc):
+            raise
+        where = getattr(exc, "filename", None)
+        folder = Path(where).parent if where else Path(getattr(args, "target", None) or getattr(args, "campaign", "."))
+        print(f"iteralab: error: {DiskFull(folder)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("iteralab: interrupted; `iteralab campaign run` resumes where it stopped", file=sys.stderr)

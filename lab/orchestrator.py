@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab.corpus import read_corpus
+from lab.diskfull import DiskFull, is_disk_full
 from lab.journal import Journal
 from lab.passes.events import parse_event
 from lab.passes.spec import PassSpec
@@ -110,6 +111,10 @@ class Orchestrator:
                                "campaign; watch it with `iteralab campaign status` or stop it first") from None
         try:
             return self._run()
+        except Exception as exc:  # a full disk under the journal or a pass folder: one line, resumable
+            if is_disk_full(exc):
+                raise (exc if isinstance(exc, DiskFull) else DiskFull(self.dir, "running the campaign")) from None
+            raise
         finally:
             fcntl.flock(lock_file, fcntl.LOCK_UN)
             lock_file.close()
@@ -149,6 +154,10 @@ class Orchestrator:
             if j.get_control("stop", False):
                 state = "stopped"
                 break
+            if row.get("disk_full"):
+                j.set_control("state", "stopped")
+                j.set_control("orchestrator", {"pid": None, "ended": utc_now()})
+                raise DiskFull(self.dir / "passes" / row["pass_id"], "writing the pass's predictions")
             if row["status"] == "error" and "DeviceUnavailable" in row["notes"]:
                 j.set_control("blocked", row["notes"])
                 state = "blocked"
@@ -207,6 +216,7 @@ class Orchestrator:
                 j.update_progress(pass_id, last["done"], ev.get("items_per_s"))
             elif kind in ("oom", "error"):
                 last["done"] = ev.get("items_done", last["done"])
+                last["disk_full"] = str(ev.get("message", "")).startswith("DiskFull")
                 j.update_progress(pass_id, last["done"], None)
             j.add_event(pass_id, kind, ev)
 
@@ -219,6 +229,9 @@ class Orchestrator:
         if outcome.note == "stopped by the user":
             status = "interrupted"
             notes.append("interrupted: stopped by the user; slot run again on resume")
+        elif last.get("disk_full"):  # not the variant's failure: the slot runs again once space is free
+            status = "interrupted"
+            notes.append(f"interrupted: no space left on device in {pass_dir}; slot run again on resume")
         elif outcome.killed_host_memory:
             status = "killed"
             notes.append(outcome.note or "killed, host memory")
@@ -246,7 +259,8 @@ class Orchestrator:
             took = f", measured window {measured:.2f} s" if measured else ""
             self.echo(f"pass {slot['seq']}/{len(j.plan())} {pass_id}: {status}, {items} items{took}{m}"
                       + (f" ({'; '.join(notes)[:160]})" if status != "ok" and notes else ""))
-        return {"pass_id": pass_id, "status": status, "notes": "; ".join(notes)}
+        return {"pass_id": pass_id, "status": status, "notes": "; ".join(notes),
+                "disk_full": bool(last.get("disk_full"))}
 
     # ---- validation ------------------------------------------------------------------
     def reference(self) -> tuple[dict[str, str] | None, float | None, str]:

@@ -87,13 +87,27 @@ class LocalLauncher:
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
         assert proc.stdout is not None
-        for raw in proc.stdout:  # whole lines
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            log.write(raw)
-            last_line[0] = time.monotonic()
-            on_line(line)
+        try:
+            for raw in proc.stdout:  # whole lines
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                log.write(raw)
+                last_line[0] = time.monotonic()
+                on_line(line)
+        except BaseException:  # e.g. disk full writing the log or the journal: never leave the pass running
+            stopped.set()
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            try:
+                log.close()
+            except OSError:
+                pass
+            raise
         code = proc.wait()
-        log.close()
+        try:
+            log.close()
+        except OSError:  # a full disk while flushing the log: the outcome still counts
+            pass
         killed = (code == -signal.SIGKILL and self.address_space_limit_bytes is not None
                   and not timed_out.is_set() and not stopped.is_set())
         note = "stopped by the user" if stopped.is_set() else why[0] if timed_out.is_set() else ""

@@ -7,10 +7,12 @@ any time (after a resume too) and always agrees with the predictions on disk.
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import asdict, replace
 from pathlib import Path
 
 from lab.corpus import fingerprint
+from lab.diskfull import DiskFull, is_disk_full, swap_folder
 from lab.journal import Journal
 from lab.manifest import build_manifest
 from lab.models import model_revision
@@ -31,9 +33,9 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
     """Write report/{raw_table.csv, summary.csv, summary.json, manifest.json, decision_note.md}.
 
     Returns {"rows": n, "summary": [...], "report_dir": Path}.
+    Builds in report.partial/ and swaps it in whole. Raises DiskFull (one line, the partial
+    folder removed, the previous report kept) when the disk is full.
     """
-    from lab.report.decision import decision_note
-
     campaign_dir = Path(campaign_dir)
     version = json.loads((campaign_dir / "protocol_version.json").read_text())
     journal = Journal(campaign_dir / "journal.sqlite")
@@ -46,8 +48,25 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
     orch_info = journal.get_control("orchestrator", {}) or {}
     described = journal.get_control("launcher", None)
     journal.close()
-    out = campaign_dir / "report"
-    out.mkdir(exist_ok=True)
+    final = campaign_dir / "report"
+    out = campaign_dir / "report.partial"  # built aside, swapped in whole: the last report stays until then
+    try:
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        result = _write_report(out, proto, version, attempts, described, launcher_info, campaign_dir)
+        swap_folder(out, final)
+    except BaseException as exc:
+        shutil.rmtree(out, ignore_errors=True)
+        if is_disk_full(exc):
+            raise DiskFull(campaign_dir, "writing the report") from None
+        raise
+    return {**result, "report_dir": final, "orchestrator": orch_info}
+
+
+def _write_report(out: Path, proto, version: dict, attempts: list[dict], described, launcher_info,
+                  campaign_dir: Path) -> dict:
+    from lab.report.decision import decision_note
+
     rows = raw_rows(attempts, proto.name, version["version"], campaign_dir)
     write_raw_table(rows, out / "raw_table.csv")
     summary = summarize(rows, _feasibility(rows, attempts))
@@ -95,4 +114,4 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
         note += ("\n\n_Campaign window: no window was declared in the campaign file; the window "
                  "above is the span of the passes actually run (first start to last end)._\n")
     (out / "decision_note.md").write_text(note)
-    return {"rows": len(rows), "summary": summary, "report_dir": out, "orchestrator": orch_info}
+    return {"rows": len(rows), "summary": summary}
