@@ -15,6 +15,7 @@ Errors: :class:`ConfigError`, one line naming the section, the key and the fix.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import types
 import typing
@@ -78,7 +79,8 @@ def check_keys(table: dict, valid: typing.Iterable[str], where: str) -> None:
 
 def check_value(value: Any, hint: Any, where: str) -> None:
     if not _type_ok(value, hint):
-        raise ConfigError(f"{where} = {value!r} has the wrong type; expected {_type_name(hint)}")
+        shown = json.dumps(value, default=str, ensure_ascii=False)[:60]  # as written in TOML: true, "yes"
+        raise ConfigError(f"{where} = {shown} has the wrong type; expected {_type_name(hint)}")
 
 
 def parse_section(cls, table: Any, section: str):
@@ -213,6 +215,11 @@ class CostSection:
     window_start: str | None = None
     window_end: str | None = None
     tz: str | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("days", "lots"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"[cost] {key} = {getattr(self, key)}; must be an integer >= 1")
 
     def check(self, catalog_path: str | None) -> None:
         """Check against the catalog through lab.cost.forfaits; ConfigError on any problem."""

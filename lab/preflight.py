@@ -32,6 +32,12 @@ class Check:
     detail: str
 
 
+def pad_suggestion(tok) -> str | None:
+    """A token that can pad: a vocabulary entry named like a padding token, else end-of-sequence."""
+    vocab = tok.get_vocab()
+    return next((t for t in ("[PAD]", "<pad>", "<|pad|>") if t in vocab), None) or tok.eos_token or tok.unk_token
+
+
 def gpu_count() -> tuple[int, str]:
     """(GPUs this host's torch sees, source); NVML's count when torch sees none (a host whose
     own torch is a CPU build may still hand its GPUs to containers)."""
@@ -125,12 +131,12 @@ def check_model(proto, labels: set[str]) -> list[Check]:
         if declared not in vocab:
             out.append(Check("pad_token", False, f"[model] pad_token {declared!r} is not in the tokenizer's vocabulary "
                                                  f"({len(vocab)} tokens); name an existing token, e.g. "
-                                                 f"{tok.eos_token or tok.unk_token!r}"))
+                                                 f"{pad_suggestion(tok)!r}"))
         else:
             out.append(Check("pad_token", True, f"{declared!r} declared in [model] (recorded in the lock)"))
     elif tok.pad_token is None:
         out.append(Check("pad_token", False, f"the tokenizer of {Path(ref).name} has no padding token (pad_token None); "
-                                             f"declare [model] pad_token, e.g. pad_token = {tok.eos_token or tok.unk_token!r}"))
+                                             f"declare [model] pad_token, e.g. pad_token = {pad_suggestion(tok)!r}"))
     else:
         out.append(Check("pad_token", True, f"{tok.pad_token!r} from the tokenizer"))
     card = proto.card_path
