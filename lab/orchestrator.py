@@ -194,8 +194,8 @@ class Orchestrator:
         spec = PassSpec(campaign=self.proto.name, pass_id=pass_id, variant=variant.to_json(),
                         corpus_path=str(self.proto.corpus_path), model_ref=self.proto.model_ref,
                         out_dir=str(pass_dir), warmup_items=t["warmup_items"],
-                        warmup_passes=t["warmup_passes"], seed=t.get("seed", 0),
-                        threads=t.get("threads", 0),
+                        warmup_passes=t["warmup_passes"], seed=t["seed"],
+                        threads=t["threads"],
                         extra={"pad_token": self.proto.config.model.pad_token}
                         if self.proto.config.model.pad_token else {})
         spec.write(pass_dir / "pass.json")

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.corpus import BUCKETS, CorpusError, load_items
+from lab.corpus import BUCKETS, CorpusError, count_tokens, load_items, read_corpus
 from lab.models import tokenizer_fingerprint
 
 DEVICE_RE = re.compile(r"^(auto|cpu|cuda|rocm|gpu|cuda:\d+)$")
@@ -69,25 +69,25 @@ def _load_model_facts(model_ref: str):
     return cfg, tok
 
 
-def check_corpus(proto) -> tuple[list[Check], set[str]]:
+def check_corpus(proto) -> tuple[list[Check], dict[str, str]]:
     path = proto.corpus_path
     if not path.is_file():
         return [Check("corpus", False, f"corpus {path} not found; build it (`iteralab corpus build`) "
-                                       "or fix [corpus] path")], set()
+                                       "or fix [corpus] path")], {}
     try:
         items = load_items(path)
     except CorpusError as exc:
-        return [Check("corpus", False, str(exc))], set()
+        return [Check("corpus", False, str(exc))], {}
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     for r in rows:
         if r.get("bucket") not in BUCKETS:
             return [Check("corpus", False, f"{path.name}: item {r.get('id')!r} has bucket {r.get('bucket')!r}, not "
-                                           f"one of {', '.join(BUCKETS)}; build the corpus with `iteralab corpus build`")], set()
+                                           f"one of {', '.join(BUCKETS)}; build the corpus with `iteralab corpus build`")], {}
     labels = {it.label for it in items}
-    return [Check("corpus", True, f"{len(items)} items, {len(labels)} labels")], labels
+    return [Check("corpus", True, f"{len(items)} items, {len(labels)} labels")], {it.id: it.text for it in items}
 
 
-def check_model(proto, labels: set[str]) -> list[Check]:
+def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
     ref = proto.model_ref
     m = proto.config.model
     if m.path is not None and not Path(ref).is_dir():
@@ -114,6 +114,13 @@ def check_model(proto, labels: set[str]) -> list[Check]:
                                           "relabel the corpus with the model's label names or use a matching model"))
     else:
         out.append(Check("labels", True, f"{len(labels)} corpus labels among the model's {len(names)}"))
+    counts = count_tokens(list(texts.values()), tok)
+    empty = [i for i, n in zip(texts, counts) if n == 0]
+    if empty:
+        out.append(Check("tokens", False, f"text of id {empty[0]!r} gives 0 tokens with the model's tokenizer (only "
+                                          "control or zero-width characters?); remove the item or give it text"))
+    else:
+        out.append(Check("tokens", True, f"every text has >= 1 token (longest {max(counts)})"))
     limit = getattr(cfg, "max_position_embeddings", None)
     tok_limit = getattr(tok, "model_max_length", None)
     limits = [(n, v) for n, v in (("max_position_embeddings", limit), ("tokenizer model_max_length", tok_limit))
@@ -178,9 +185,10 @@ def check_devices(proto) -> list[Check]:
 def lock_checks(proto) -> list[Check]:
     """Every lock-time check of ``proto`` (a lab.protocol.Protocol), in order; stops at the
     corpus or model when later checks need them."""
-    checks, labels = check_corpus(proto)
+    checks, texts = check_corpus(proto)
     if checks[-1].ok:
-        checks += check_model(proto, labels)
+        labels = {r["label"] for r in read_corpus(proto.corpus_path)}
+        checks += check_model(proto, texts, labels)
     checks += check_devices(proto)
     return checks
 

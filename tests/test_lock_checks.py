@@ -54,7 +54,7 @@ def refused(f: Path, message: str) -> str:
 def test_demo_campaign_passes_every_check(tmp_path, model_dir):
     f = write_campaign(tmp_path, model_dir, cut_corpus(tmp_path / "c.jsonl", 2, 1, 1))
     checks = lock_checks(load_protocol(f))
-    assert [c.name for c in checks] == ["corpus", "architecture", "labels", "max_length", "pad_token", "device"]
+    assert [c.name for c in checks] == ["corpus", "architecture", "labels", "tokens", "max_length", "pad_token", "device"]
     assert all(c.ok for c in checks)
     assert lock(load_protocol(f))["version"] == 1
 
@@ -131,3 +131,12 @@ def test_card_counted_with_another_tokenizer(tmp_path, model_dir):
     refused(f, r"corpus card corpus_card.json counted tokens with 'gpt2 BPE', not the model's tokenizer")
     card.write_text(json.dumps({"tokenizer": {"name": "demo", "fingerprint": tokenizer_fingerprint(tok)}}))
     assert lock(load_protocol(f))["version"] == 1
+
+
+def test_zero_token_text_in_a_hand_made_corpus(tmp_path, model_dir):
+    corpus = cut_corpus(tmp_path / "c.jsonl", 2, 1, 1)
+    rows = [json.loads(x) for x in corpus.read_text().splitlines()]
+    rows[2]["text"] = "\u200b\u200c\x01"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    f = write_campaign(tmp_path, model_dir, corpus)
+    refused(f, rf"text of id '{rows[2]['id']}' gives 0 tokens with the model's tokenizer")
