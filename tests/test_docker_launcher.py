@@ -308,3 +308,25 @@ def test_resumed_campaign_stops_the_previous_pass_container_first(client, image,
     assert rec["pass"] == "p001-r1-v-old"
     assert not client.containers.list(all=True, filters={"id": old.id})
     assert [a["status"] for a in orch.journal.attempts()] == ["ok"]
+
+
+@pytest.mark.docker
+def test_frozen_pass_container_is_stopped_by_the_stall_rule(client, image, model_dir, rows, tmp_path):
+    corpus = subset(tmp_path / "corpus30.jsonl", stratified_30(rows))
+    spec, pass_dir = make_spec(tmp_path, corpus, model_dir, f"iteralab-test-{uuid.uuid4().hex[:8]}",
+                               Variant(batch_size=1, device="cpu"), "p011-stall")
+    launcher = DockerLauncher(image, "cpu", labels={TEST_LABEL: "launcher"}, client=client, stop_timeout_s=2,
+                              stall_s=15)
+    frozen: list[str] = []
+
+    def on_line(line: str) -> None:  # the pass freezes (cgroup freezer, like SIGSTOP) at its first event
+        if not frozen:
+            (c,) = client.containers.list(filters={"label": f"iteralab.pass={spec.pass_id}"})
+            c.pause()
+            frozen.append(c.id)
+
+    outcome = launcher.launch(spec, pass_dir, on_line)
+    assert frozen, outcome
+    assert outcome.note.startswith("stalled: no event for 15 s ([timing] stall_s)")
+    assert not outcome.killed_host_memory and outcome.exit_code != 0
+    assert not client.containers.list(all=True, filters={"id": frozen[0]})

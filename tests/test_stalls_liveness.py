@@ -23,6 +23,8 @@ from lab.status import campaign_status, orchestrator_alive
 class StoppingLauncher(LocalLauncher):
     """Sends SIGSTOP to the pass process at its first event line, as a user or a bug might."""
 
+    stopped_pids: list[int] = []
+
     def launch(self, spec, pass_dir, on_line, should_stop=lambda: False):
         me = psutil.Process()
         done = []
@@ -33,6 +35,7 @@ class StoppingLauncher(LocalLauncher):
                 for child in me.children(recursive=True):
                     if "lab.passes.runner" in " ".join(child.cmdline()):
                         os.kill(child.pid, signal.SIGSTOP)
+                        self.stopped_pids.append(child.pid)
             on_line(line)
 
         return super().launch(spec, pass_dir, first, should_stop)
@@ -40,7 +43,7 @@ class StoppingLauncher(LocalLauncher):
 
 def test_stopped_runner_is_killed_by_the_stall_rule(tmp_path, model_dir):
     f = write_campaign(tmp_path, model_dir, cut_corpus(tmp_path / "c.jsonl", 2, 1, 1), values=(1,))
-    f.write_text(f.read_text().replace("threads = 1", "threads = 1\nstall_s = 6"))
+    f.write_text(f.read_text().replace("threads = 1", "threads = 1\nstall_s = 15"))
     lock(load_protocol(f))
     orch = Orchestrator.prepare(f, tmp_path / "runs", StoppingLauncher())
     out: list = []
@@ -50,12 +53,13 @@ def test_stopped_runner_is_killed_by_the_stall_rule(tmp_path, model_dir):
     t.join(120)
     assert not t.is_alive(), "the stopped pass kept the campaign running"
     assert out == ["finished"] and time.monotonic() - t0 < 100
+    assert StoppingLauncher.stopped_pids, "the pass was never stopped"
     [a] = Journal(orch.dir / "journal.sqlite").attempts()
     assert a["status"] == "error"
-    assert "stalled: no event for 6 s ([timing] stall_s)" in a["notes"]
+    assert "stalled: no event for 15 s ([timing] stall_s)" in a["notes"]
     st = campaign_status(orch.dir)
     assert st["state"] == "finished" and not st["alive"]
-    assert Journal(orch.dir / "journal.sqlite").get_control("pass_limits") == {"timeout_s": 21600.0, "stall_s": 6.0}
+    assert Journal(orch.dir / "journal.sqlite").get_control("pass_limits") == {"timeout_s": 21600.0, "stall_s": 15.0}
 
 
 def test_limit_reason():

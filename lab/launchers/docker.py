@@ -343,6 +343,9 @@ class DockerLauncher:
                     why[0] = limit_reason(started, last_line[0], self.timeout_s, self.stall_s)
                     if why[0] or should_stop():
                         (timed_out if why[0] else stopped).set()
+                        container.reload()
+                        if container.status == "paused":  # a frozen pass: thaw it so it can be stopped
+                            container.unpause()
                         container.stop(timeout=self.stop_timeout_s)
                         return
 
