@@ -34,7 +34,7 @@ def test_corpus_changed_after_lock_is_refused(tmp_path, model_dir):
     corpus = cut_corpus(tmp_path / "c.jsonl", 2, 1, 1)
     f = write_campaign(tmp_path, model_dir, corpus)
     v1 = lock(load_protocol(f))
-    corpus.write_text(corpus.read_text().replace('"label": "', '"label": "x', 1))
+    corpus.write_text(corpus.read_text().replace('"text": "', '"text": "edited ', 1))
     with pytest.raises(ProtocolError, match="changed since lock"):
         locked_version(load_protocol(f))
     v2 = lock(load_protocol(f))
