@@ -30,7 +30,8 @@ def _feasibility(rows: list[dict], attempts: list[dict]) -> dict:
 
 
 def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
-    """Write report/{raw_table.csv, summary.csv, summary.json, manifest.json, decision_note.md}.
+    """Write report/{raw_table.csv, summary.csv, summary.json, manifest.json, decision_note.md,
+    report.html}.
 
     Returns {"rows": n, "summary": [...], "report_dir": Path}.
     Builds in report.partial/ and swaps it in whole. Raises DiskFull (one line, the partial
@@ -81,6 +82,7 @@ def _write_report(out: Path, proto, version: dict, attempts: list[dict], describ
                   "protocol_sha256": version["sha256"], "locked_at": version["locked_at"],
                   "order": [f"{a['seq']}:{a['variant_id']}" for a in attempts],
                   "repetitions": proto.timing["repetitions"], "seed": proto.config.timing.seed,
+                  "threads_requested": proto.config.timing.threads,
                   "deterministic": {"torch.manual_seed": proto.config.timing.seed,
                                     "cudnn.benchmark": False, "use_deterministic_algorithms": False},
                   "variants": [v.to_json() for v in proto.variants]},
@@ -88,7 +90,8 @@ def _write_report(out: Path, proto, version: dict, attempts: list[dict], describ
         model=model_revision(proto.model_ref, proto.config.model.revision),
         corpus=fingerprint(proto.corpus_path),
         extra={"pass_backends": sorted({(a["result"] or {}).get("backend", "") for a in attempts} - {""}),
-               "pass_torch": sorted({(a["result"] or {}).get("torch_version", "") for a in attempts} - {""})})
+               "pass_torch": sorted({(a["result"] or {}).get("torch_version", "") for a in attempts} - {""}),
+               "pass_threads": sorted({(a["result"] or {}).get("threads") for a in attempts} - {None})})
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str) + "\n")
 
     cost = asdict(proto.cost) if proto.cost is not None else {}  # no [cost]: no package declared
@@ -114,4 +117,7 @@ def _write_report(out: Path, proto, version: dict, attempts: list[dict], describ
         note += ("\n\n_Campaign window: no window was declared in the campaign file; the window "
                  "above is the span of the passes actually run (first start to last end)._\n")
     (out / "decision_note.md").write_text(note)
+    from lab.report.html import campaign_report
+
+    (out / "report.html").write_text(campaign_report(proto.name, summary, rows, note), encoding="utf-8")
     return {"rows": len(rows), "summary": summary}
