@@ -32,6 +32,7 @@ from lab.archive_format import (
     Verification,
     check_member,
 )
+from lab.diskfull import DiskFull, is_disk_full
 
 
 class _HashingReader:
@@ -105,12 +106,25 @@ def pack(campaign_dir: Path, out_path: Path, include: list[str], partial: str = 
     campaign_dir = Path(campaign_dir)
     files, skipped = _walk(campaign_dir, include)
     top = out_path.name.removesuffix(".tar.gz")
-    sums: list[str] = []
     tmp = out_path.with_suffix(".partial")
     info_doc = {"made_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "campaign_dir": campaign_dir.name, "partial": bool(partial), "partial_reason": partial,
                 "journal": "snapshot taken with SQLite's backup API (write-ahead log included)",
                 "skipped": skipped}
+    try:
+        _write_tar(campaign_dir, files, skipped, tmp, top, info_doc)
+        tmp.replace(out_path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)  # never a half-written archive
+        if is_disk_full(exc):
+            raise DiskFull(out_path.parent, f"packing {out_path.name}") from None
+        raise
+    return out_path
+
+
+def _write_tar(campaign_dir: Path, files: list[str], skipped: list[dict], tmp: Path, top: str,
+               info_doc: dict) -> None:
+    sums: list[str] = []
     with tempfile.TemporaryDirectory() as work, tarfile.open(tmp, "w:gz") as tar:
         for rel in files:
             src = campaign_dir / rel
@@ -135,8 +149,6 @@ def pack(campaign_dir: Path, out_path: Path, include: list[str], partial: str = 
             sums.append(f"{hashlib.sha256(blob).hexdigest()}  {name}")
             _add_bytes(tar, f"{top}/{name}", blob)
         _add_bytes(tar, f"{top}/{SUMS}", ("\n".join(sums) + "\n").encode())
-    tmp.replace(out_path)
-    return out_path
 
 
 def _add_bytes(tar: tarfile.TarFile, name: str, blob: bytes) -> None:

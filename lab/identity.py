@@ -62,6 +62,7 @@ def protocol_identity(proto) -> dict:
 SECRET_KEY_WORDS = {"token", "secret", "password", "passwd", "apikey", "credential", "credentials",
                     "auth", "bearer"}
 SECRET_KEY_PAIRS = ("api_key", "api-key", "access_key", "private_key", "secret_key")
+SPECIAL_TOKEN_KEYS = {"pad_token", "bos_token", "eos_token", "unk_token", "sep_token", "cls_token", "mask_token"}
 SECRET_VALUES = (
     re.compile(r"\bhf_[A-Za-z0-9]{20,}"),                   # Hugging Face token
     re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"),            # GitHub token
@@ -76,6 +77,8 @@ SECRET_VALUES = (
 
 def _secret_key(key: str) -> bool:
     k = key.lower()
+    if k in SPECIAL_TOKEN_KEYS:  # a tokenizer's special token, e.g. [model] pad_token = "[PAD]"
+        return False
     return bool(set(re.split(r"[_\-.\s]+", k)) & SECRET_KEY_WORDS) or any(p in k for p in SECRET_KEY_PAIRS)
 
 

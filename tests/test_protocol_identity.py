@@ -66,4 +66,4 @@ def test_ordinary_campaign_has_no_secret_looking_value():
     from lab.protocol import DEMO_CAMPAIGN
 
     assert secret_looking(tomllib.loads(DEMO_CAMPAIGN.read_text())) == []
-    assert secret_looking({"model": {"tokenizer": "x", "max_tokens": 3}}) == []
+    assert secret_looking({"model": {"tokenizer": "x", "max_tokens": 3, "pad_token": "[PAD]"}}) == []

@@ -63,18 +63,27 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def load_model(model_ref: str, precision: str, device: str, attention: str | None = None):
-    """(tokenizer, model) in eval mode at ``precision`` on ``device``, with the attention
-    implementation ``attention`` (transformers' ``attn_implementation``: "sdpa", "eager",
+def load_model(model_ref: str, precision: str, device: str, pad_token: str | None = None,
+               attention: str | None = None):
+    """(tokenizer, model) in eval mode at ``precision`` on ``device``.
+
+    ``pad_token``: the campaign's declared padding token ([model] pad_token, checked at lock),
+    set on the tokenizer and the model config when given. ``attention``: the attention
+    implementation (transformers' ``attn_implementation``: "sdpa", "eager",
     "flash_attention_2", ...; None = the library's default). Raises (ImportError, ValueError)
-    when the implementation cannot be used here: the pass becomes a failure row with the reason."""
+    when the implementation cannot be used here: the pass becomes a failure row with the reason.
+    """
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_ref)
+    if pad_token:
+        tok.pad_token = pad_token
     extra = {"attn_implementation": attention} if attention else {}
     model = AutoModelForSequenceClassification.from_pretrained(
         model_ref, dtype=getattr(torch, DTYPES[precision]), **extra)
+    if pad_token:
+        model.config.pad_token_id = tok.pad_token_id
     model.eval().to(device)
     return tok, model
 
