@@ -67,7 +67,8 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None, partial_
     try:
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir()
-        result = _write_report(out, proto, version, attempts, described, launcher_info, campaign_dir)
+        result = _write_report(out, proto, version, attempts, described, launcher_info, campaign_dir,
+                               partial_reason)
         swap_folder(out, final)
     except BaseException as exc:
         shutil.rmtree(out, ignore_errors=True)
@@ -78,7 +79,7 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None, partial_
 
 
 def _write_report(out: Path, proto, version: dict, attempts: list[dict], described, launcher_info,
-                  campaign_dir: Path) -> dict:
+                  campaign_dir: Path, partial_reason: str = "") -> dict:
     from lab.report.decision import decision_note
 
     rows = raw_rows(attempts, proto.name, version["version"], campaign_dir)
