@@ -8,19 +8,19 @@ folder (absolute paths, ``..``, links).
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from lab.files import sha256_bytes
 
 
 class ArchiveError(ValueError):
     """A corrupt or unsafe archive; one line naming the member and the problem."""
 
 
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+_sha = sha256_bytes
 
 
 def pack(campaign_dir: Path, out_path: Path, include: list[str]) -> Path:

@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from lab.files import sha256_file
+
 BUCKETS = ("short", "medium", "long")
 
 
@@ -46,15 +48,6 @@ class Item:
     id: str
     text: str
     label: str
-
-
-def sha256_file(path: str | Path) -> str:
-    """Hex sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def item_hash(item: dict) -> str:

@@ -15,7 +15,9 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from lab.files import REPO_ROOT
+from lab.host import nvml
+
 PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "pandas", "textual",
             "docker", "psutil", "nvidia-ml-py")
 ENV_ALLOWED = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
@@ -69,10 +71,7 @@ def gpu_facts() -> dict:
     except Exception as exc:  # torch missing or broken: say so
         out["torch_error"] = f"{type(exc).__name__}: {exc}"[:200]
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        out["driver"] = pynvml.nvmlSystemGetDriverVersion()
+        out["driver"] = nvml().nvmlSystemGetDriverVersion()
     except Exception:
         out["driver_note"] = "NVML not available (no NVIDIA driver, or an AMD GPU)"
     return out

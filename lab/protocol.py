@@ -7,16 +7,15 @@ and each version has its own results folder, so versions never mix (SPEC 3.1).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import tomllib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from lab.files import REPO_ROOT, sha256_bytes, sha256_file
 from lab.variants import Variant, VariantError, expand_series
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DEMO_CAMPAIGN = Path(__file__).resolve().parent / "defaults" / "demo.toml"
 METRICS = ("accuracy", "macro_f1")
 
@@ -67,7 +66,7 @@ class Protocol:
     def digest(self) -> str:
         """sha256 of the canonical protocol (parsed TOML, sorted keys): comments do not count."""
         blob = json.dumps(self.raw, sort_keys=True, ensure_ascii=False, default=str).encode()
-        return hashlib.sha256(blob).hexdigest()
+        return sha256_bytes(blob)
 
 
 def _resolve(p: str, campaign_file: Path) -> Path:
@@ -148,8 +147,6 @@ def lock(proto: Protocol) -> dict:
 
     Returns {"version": n, "sha256": ..., "locked_at": ISO UTC, "corpus_sha256": ...}.
     """
-    from lab.corpus import sha256_file
-
     versions = read_lock(proto.path)
     digest = proto.digest()
     if not proto.corpus_path.is_file():
@@ -174,8 +171,6 @@ def locked_version(proto: Protocol) -> dict:
     Raises ProtocolError when never locked, when the file changed since its last lock, or
     when the corpus file changed since (lock again: a new version whose results are kept apart).
     """
-    from lab.corpus import sha256_file
-
     versions = read_lock(proto.path)
     if not versions:
         raise ProtocolError(

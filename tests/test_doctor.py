@@ -128,7 +128,7 @@ def test_toolkit_probe_on_a_real_engine_without_the_toolkit():
     rental whose toolkit is missing, and the doctor must give the exact fix."""
     docker = pytest.importorskip("docker")
     from lab.doctor import _engine_probes
-    from lab.launchers.docker import read_pins
+    from lab.host import read_pins
 
     try:
         client = docker.from_env(timeout=30)

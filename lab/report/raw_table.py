@@ -6,10 +6,11 @@ A figure that was not measured is an empty cell, and ``notes`` says why (SPEC 3.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import pandas as pd
+
+from lab.files import sha256_file
 
 PHASES = ("startup", "model_load", "warmup", "measured", "evaluation", "writing")
 PEAKS = ("peak_allocated_bytes", "peak_reserved_bytes", "process_peak_rss_bytes", "device_used_bytes")
@@ -29,7 +30,7 @@ COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_na
 
 
 def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+    return sha256_file(path) if path.is_file() else ""
 
 
 def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaign_dir: Path) -> list[dict]:
