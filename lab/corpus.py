@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from lab.constants import CORPUS_SEED
 from lab.files import sha256_file
 
 BUCKETS = ("short", "medium", "long")
@@ -178,7 +179,7 @@ class BuildSpec:
 
     sizes: dict = field(default_factory=lambda: {"short": 600, "medium": 300, "long": 100})
     tuning_size: int = 1600
-    seed: int = 20260924
+    seed: int = CORPUS_SEED
     limits: BucketLimits = BucketLimits()
 
 

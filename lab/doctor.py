@@ -355,5 +355,3 @@ def host_torch_check(vendor: str, expect_gpu: str | None = None) -> Check:
                      blocking=bool(expect_gpu))
     return Check("host torch", True, detail)
 
-
-render = format_checks  # the name `iteralab doctor` (lab/cli.py) imports

@@ -15,17 +15,15 @@ import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
+from lab.constants import DEFAULT_SEED
 from lab.corpus import read_corpus
 from lab.journal import Journal
-from lab.passes.events import parse_event
+from lab.passes.events import FINISHED, PassStatus, parse_event
 from lab.passes.spec import PassSpec
 from lab.protocol import Protocol, load_protocol, lock_path, locked_version
 from lab.schedule import rotated_schedule
 from lab.validate import validate_pass
 from lab.variants import Variant
-
-DONE = ("ok", "oom", "error", "killed")
-
 
 class CampaignBusy(RuntimeError):
     """Another orchestrator already runs this campaign version (one writer per journal)."""
@@ -90,7 +88,7 @@ class Orchestrator:
     # ---- running ---------------------------------------------------------------------
     def pending(self) -> list[dict]:
         """Planned slots without a finished attempt (interrupted ones are run again)."""
-        done = {a["seq"] for a in self.journal.attempts() if a["status"] in DONE}
+        done = {a["seq"] for a in self.journal.attempts() if a["status"] in FINISHED}
         return [p for p in self.journal.plan() if p["seq"] not in done]
 
     def run(self) -> str:
@@ -144,7 +142,7 @@ class Orchestrator:
             if j.get_control("stop", False):
                 state = "stopped"
                 break
-            if row["status"] == "error" and "DeviceUnavailable" in row["notes"]:
+            if row["status"] == PassStatus.ERROR and "DeviceUnavailable" in row["notes"]:
                 j.set_control("blocked", row["notes"])
                 state = "blocked"
                 break
@@ -168,7 +166,7 @@ class Orchestrator:
         spec = PassSpec(campaign=self.proto.name, pass_id=pass_id, variant=variant.to_json(),
                         corpus_path=str(self.proto.corpus_path), model_ref=self.proto.model_ref,
                         out_dir=str(pass_dir), warmup_items=t["warmup_items"],
-                        warmup_passes=t["warmup_passes"], seed=t.get("seed", 0),
+                        warmup_passes=t["warmup_passes"], seed=t.get("seed", DEFAULT_SEED),
                         threads=t.get("threads", 0))
         spec.write(pass_dir / "pass.json")
         j.start_attempt(pass_id, slot["seq"], attempt, slot["repetition"], slot["position"],
@@ -198,23 +196,23 @@ class Orchestrator:
             result = json.loads((pass_dir / "result.json").read_text())
         notes = []
         if outcome.note == "stopped by the user":
-            status = "interrupted"
+            status = PassStatus.INTERRUPTED
             notes.append("interrupted: stopped by the user; slot run again on resume")
         elif outcome.killed_host_memory:
-            status = "killed"
+            status = PassStatus.KILLED
             notes.append(outcome.note or "killed, host memory")
         elif result is not None:
             status = result["status"]
             if result.get("error"):
                 notes.append(result["error"])
         else:
-            status = "error"
+            status = PassStatus.ERROR
             code = outcome.exit_code
             notes.append(f"crashed: killed by signal {-code}" if code is not None and code < 0
                          else f"crashed: exit code {code}, no result written")
             if outcome.note:
                 notes.append(outcome.note)
-        items = result["items_completed"] if result and status != "killed" else last["done"]
+        items = result["items_completed"] if result and status != PassStatus.KILLED else last["done"]
         if outcome.container_id:
             notes.append(f"container {outcome.container_id[:12]}")
         j.finish_attempt(pass_id, status, utc_now(), outcome.exit_code, items,
@@ -226,7 +224,7 @@ class Orchestrator:
             measured = (result or {}).get("phases_s", {}).get("measured")
             took = f", measured window {measured:.2f} s" if measured else ""
             self.echo(f"pass {slot['seq']}/{len(j.plan())} {pass_id}: {status}, {items} items{took}{m}"
-                      + (f" ({'; '.join(notes)[:160]})" if status != "ok" and notes else ""))
+                      + (f" ({'; '.join(notes)[:160]})" if status != PassStatus.OK and notes else ""))
         return {"pass_id": pass_id, "status": status, "notes": "; ".join(notes)}
 
     # ---- validation ------------------------------------------------------------------
@@ -235,7 +233,7 @@ class Orchestrator:
         ref_id = self.proto.reference.variant_id
         labels = model_labels(self.proto.model_ref)
         for a in self.journal.attempts():
-            if a["variant_id"] != ref_id or a["status"] != "ok":
+            if a["variant_id"] != ref_id or a["status"] != PassStatus.OK:
                 continue
             path = self.dir / "passes" / a["pass_id"] / "predictions.jsonl"
             v = validate_pass(self.corpus, path, self.proto.quality, labels)
@@ -254,7 +252,7 @@ class Orchestrator:
         v = validate_pass(self.corpus, path, self.proto.quality, model_labels(self.proto.model_ref),
                           ref[0], ref[1]).to_json()
         v["reference_pass"] = ref[2]
-        if a["status"] != "ok":
+        if a["status"] != PassStatus.OK:
             v["corpus_accepted"] = False
             v["reasons"] = [f"pass status {a['status']}"] + v["reasons"]
         self.journal.set_validation(pass_id, v)

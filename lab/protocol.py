@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from lab.constants import DEFAULT_REPETITIONS
 from lab.files import REPO_ROOT, sha256_bytes, sha256_file
 from lab.variants import Variant, VariantError, expand_series
 
@@ -110,7 +111,7 @@ def load_protocol(path: str | Path) -> Protocol:
     _need(raw, "quality", "reference_variant", str, path)
     reps = _need(raw, "timing", "repetitions", int, path)
     if reps < 1:
-        raise ProtocolError(f"{path}: [timing] repetitions must be >= 1 (default 5)")
+        raise ProtocolError(f"{path}: [timing] repetitions must be >= 1 (default {DEFAULT_REPETITIONS})")
     for key in ("warmup_items", "warmup_passes"):
         if _need(raw, "timing", key, int, path) < 0:
             raise ProtocolError(f"{path}: [timing] {key} must be >= 0")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lab.journal import Journal
+from lab.passes.events import FINISHED
 
 
 def orchestrator_alive(info: dict | None) -> bool:
@@ -49,7 +50,7 @@ def campaign_status(campaign_dir: Path, journal: Journal | None = None) -> dict:
     alive = orchestrator_alive(info)
     if state == "running" and not alive:
         state = "interrupted"
-    finished_slots = {a["seq"] for a in attempts if a["status"] in ("ok", "oom", "error", "killed")}
+    finished_slots = {a["seq"] for a in attempts if a["status"] in FINISHED}
     for a in attempts:
         a["verdict"] = verdict(a)
     return {"dir": str(campaign_dir), "state": state, "planned": len(plan),

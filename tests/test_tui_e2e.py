@@ -53,11 +53,8 @@ def statuses(app) -> dict:
 
 @pytest.fixture()
 def runs(tmp_path, monkeypatch):
-    import lab.cli
-
     root = tmp_path / "runs"
     monkeypatch.setenv("ITERALAB_RUNS", str(root))
-    monkeypatch.setattr(lab.cli, "RUNS_ROOT", root)
     return root
 
 
@@ -104,11 +101,11 @@ def test_start_quit_reattach_live_failure_results_and_archive(tmp_path, runs):
             await pilot.press("5")
             results = app.screen
             await wait_for(pilot, lambda: getattr(results, "summary", None), 120, "the results")
-            by_batch = {v["batch_size"]: v for v in results.summary}
-            assert len(by_batch[1]["durations_s"]) == 1 and by_batch[1]["durations_s"][0] > 0
-            assert by_batch[1]["successes"] == 1 and by_batch[1]["accepted_passes"] == 1
-            assert by_batch[8]["failures"] == 1 and by_batch[8]["failure_kinds"] == ["oom"]
-            assert by_batch[8]["feasible"] is False
+            by_batch = {v.batch_size: v for v in results.summary}
+            assert len(by_batch[1].durations_s) == 1 and by_batch[1].durations_s[0] > 0
+            assert by_batch[1].successes == 1 and by_batch[1].accepted_passes == 1
+            assert by_batch[8].failures == 1 and by_batch[8].failure_kinds == ("oom",)
+            assert by_batch[8].feasible is False
 
             await pilot.press("7")
             archive = app.screen

@@ -17,11 +17,8 @@ from tui.widgets.telemetry import fixed_telemetry
 
 @pytest.fixture()
 def demo(tmp_path, monkeypatch):
-    import lab.cli
-
     root = tmp_path / "runs"
     monkeypatch.setenv("ITERALAB_RUNS", str(root))
-    monkeypatch.setattr(lab.cli, "RUNS_ROOT", root)
     return demo_copy(tmp_path / "campaign"), root
 
 

@@ -10,6 +10,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from lab.constants import DEFAULT_SEED
 from lab.corpus import fingerprint
 from lab.journal import Journal
 from lab.manifest import build_manifest
@@ -30,9 +31,9 @@ def _feasibility(rows: list[dict], attempts: list[dict]) -> dict:
 def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
     """Write report/{raw_table.csv, summary.csv, summary.json, manifest.json, decision_note.md}.
 
-    Returns {"rows": n, "summary": [...], "report_dir": Path}.
+    Returns {"rows": n, "summary": [VariantSummary, ...], "report_dir": Path, "orchestrator": dict}.
     """
-    from lab.report.decision import decision_note
+    from lab.report.decision import decision_campaign, decision_note, decision_pricing
 
     campaign_dir = Path(campaign_dir)
     version = json.loads((campaign_dir / "protocol_version.json").read_text())
@@ -52,7 +53,6 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
     write_raw_table(rows, out / "raw_table.csv")
     summary = summarize(rows, _feasibility(rows, attempts))
     write_summary(summary, out / "summary.csv")
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
 
     launcher = launcher_info or described or {"launcher": sorted({a["launcher"] for a in attempts}) or ["none"]}
     if any(a["launcher"] == "local" for a in attempts):
@@ -61,8 +61,8 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
         campaign={"name": proto.name, "protocol_version": version["version"],
                   "protocol_sha256": version["sha256"], "locked_at": version["locked_at"],
                   "order": [f"{a['seq']}:{a['variant_id']}" for a in attempts],
-                  "repetitions": proto.timing["repetitions"], "seed": proto.timing.get("seed", 0),
-                  "deterministic": {"torch.manual_seed": proto.timing.get("seed", 0),
+                  "repetitions": proto.timing["repetitions"], "seed": proto.timing.get("seed", DEFAULT_SEED),
+                  "deterministic": {"torch.manual_seed": proto.timing.get("seed", DEFAULT_SEED),
                                     "cudnn.benchmark": False, "use_deterministic_algorithms": False},
                   "variants": [v.to_json() for v in proto.variants]},
         launcher=launcher,
@@ -76,15 +76,8 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
     starts = [a["start_time"] for a in attempts if a["start_time"]]
     ends = [a["end_time"] for a in attempts if a["end_time"]]
     observed = bool(starts and ends) and "window_start" not in cost
-    pricing = {"catalog_path": cost.get("catalog"), "gpu": cost.get("gpu", "rtx-4090"),
-               "days": cost.get("days", 7), "lots": cost.get("lots", 1),
-               "window_start": cost.get("window_start") or (min(starts) if observed else None),
-               "window_end": cost.get("window_end") or (max(ends) if observed else None),
-               "tz": cost.get("tz")}
-    camp = {"name": proto.name, "question": proto.raw["campaign"]["question"],
-            "deadline": proto.raw["campaign"].get("deadline"),
-            "deliverables": proto.raw["campaign"].get("deliverables", 1)}
-    note = decision_note(summary, camp, pricing)
+    pricing = decision_pricing(cost, (min(starts), max(ends)) if observed else None)
+    note = decision_note(summary, decision_campaign(proto), pricing)
     backends = sorted({(a["result"] or {}).get("backend", "") for a in attempts} - {""})
     if backends and "cpu" in backends or not backends:
         note += (f"\n\n**Measured hardware differs from the priced package.** The passes ran on "

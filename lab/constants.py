@@ -1,0 +1,20 @@
+"""Defaults used when a campaign file or a command line leaves a value out: one place each.
+
+Stdlib only, imports nothing (the pass runner may read it inside a container).
+"""
+
+from __future__ import annotations
+
+DEFAULT_SEED = 0
+"""[timing] seed: torch.manual_seed of every pass (recorded in the manifest)."""
+
+CORPUS_SEED = 20260924
+"""Sampling seed of `iteralab corpus build` (the demo corpus was drawn with it)."""
+
+DEFAULT_REPETITIONS = 5
+"""Passes per variant (SPEC 3.5: default 5, rotated order)."""
+
+DEFAULT_GPU = "rtx-4090"
+DEFAULT_PACKAGE_DAYS = 7
+DEFAULT_LOTS = 1
+"""[cost] gpu / days / lots priced when the campaign file gives none (the seed's example quote)."""
