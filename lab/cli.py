@@ -35,6 +35,9 @@ class CliError(Exception):
     """A command line that cannot be used as written (usage)."""
 
 
+ONE_LINE_ERRORS: tuple[type[Exception], ...] = (*USER_ERRORS, CliError)
+
+
 # ---- verbs ----------------------------------------------------------------------------
 
 def cmd_corpus_build(a) -> int:
@@ -220,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (CliError, *USER_ERRORS) as exc:
+    except ONE_LINE_ERRORS as exc:
         print(f"iteralab: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

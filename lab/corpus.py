@@ -17,7 +17,7 @@ import json
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from lab.constants import CORPUS_SEED
 from lab.files import sha256_file
@@ -192,8 +192,9 @@ def stratified_split(items: list[Item], n_tokens: list[int], spec: BuildSpec
     Returns (comparison, tuning), each a list of dicts with bucket and n_tokens.
     """
     rng = random.Random(spec.seed)
-    rows = [dict(id=it.id, text=it.text, label=it.label, bucket=spec.limits.bucket(n), n_tokens=n)
-            for it, n in zip(items, n_tokens)]
+    rows: list[dict[str, Any]] = [
+        dict(id=it.id, text=it.text, label=it.label, bucket=spec.limits.bucket(n), n_tokens=n)
+            for it, n in zip(items, n_tokens, strict=True)]
     weights: dict[str, int] = {}
     for r in rows:
         weights[r["label"]] = weights.get(r["label"], 0) + 1

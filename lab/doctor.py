@@ -79,7 +79,7 @@ def _ver(v: str) -> tuple[int, ...]:
 def min_driver_for_cuda(cuda: str) -> str | None:
     """Minimum Linux NVIDIA driver for a CUDA version "13.0" (None when not in the table)."""
     major = _ver(cuda)[0] if _ver(cuda) else None
-    return CUDA_MIN_DRIVER.get(major)
+    return CUDA_MIN_DRIVER.get(major) if major is not None else None
 
 
 def gfx_name(target_version: int) -> str:
@@ -124,7 +124,8 @@ def _engine_checks(p: Probes) -> list[Check]:
     if p.image:
         out.append(Check("image", bool(p.image_present),
                          f"image {p.image} {'is built' if p.image_present else 'is not built on this host'}",
-                         "" if p.image_present else "run `make images` (scripts/ci_docker.sh where no registry is reachable)"))
+                         "" if p.image_present
+                         else "run `make images` (scripts/ci_docker.sh where no registry is reachable)"))
     return out
 
 
@@ -134,7 +135,8 @@ def _gpu_check(p: Probes, vendor: str) -> Check:
         return Check("gpu", True, f"NVIDIA, {len(gpus)} GPU(s): {', '.join(sorted({g[0] for g in gpus}))}")
     if vendor == "rocm":
         n = len(p.rocm_archs)
-        return Check("gpu", True, f"AMD ROCm, {n} GPU(s): {', '.join(sorted(set(p.rocm_archs))) or 'architecture unknown'}")
+        archs = ", ".join(sorted(set(p.rocm_archs))) or "architecture unknown"
+        return Check("gpu", True, f"AMD ROCm, {n} GPU(s): {archs}")
     detail = "no GPU found (nvidia-smi " + ("failed: " + p.nvidia_smi_error if p.nvidia_smi_error else "absent") + \
              ", no /dev/kfd)"
     if p.expect_gpu:
@@ -241,7 +243,7 @@ def format_checks(checks: list[Check]) -> str:
 
 def _run(cmd: list[str], timeout: float = 20) -> tuple[int, str]:
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
         return r.returncode, (r.stdout + r.stderr).strip()
     except (OSError, subprocess.SubprocessError) as exc:
         return -1, f"{type(exc).__name__}: {exc}"

@@ -31,8 +31,8 @@ def read_pins(path: Path = PINS_FILE) -> dict[str, str]:
     Raises OSError when the file cannot be read.
     """
     out = {}
-    for line in path.read_text().splitlines():
-        line = line.strip()
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
         if line and not line.startswith("#") and "=" in line:
             k, v = line.split("=", 1)
             out[k.strip()] = v.strip()

@@ -36,9 +36,9 @@ def git_commit() -> dict:
     """The lab's git commit and whether the working tree had uncommitted changes."""
     try:
         head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, timeout=10).stdout.strip()
+                              text=True, timeout=10, check=False).stdout.strip()
         dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+                               capture_output=True, text=True, timeout=10, check=False).stdout.strip()
         return {"commit": head or "absent (not a git checkout)", "uncommitted_changes": bool(dirty)}
     except (OSError, subprocess.SubprocessError):
         return {"commit": "absent (git not available)", "uncommitted_changes": None}

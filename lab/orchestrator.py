@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import shutil
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -56,7 +57,7 @@ class Orchestrator:
         self.version = version
         self.journal = Journal(self.dir / "journal.sqlite")
         self._corpus: list[dict] | None = None
-        self.echo = None  # optional callable(str): one line per pass start/end (CLI)
+        self.echo: Callable[[str], None] | None = None  # one line per pass start/end (CLI)
 
     @classmethod
     def prepare(cls, campaign_file: str | Path, runs_root: str | Path, launcher) -> "Orchestrator":

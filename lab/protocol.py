@@ -81,7 +81,7 @@ def _need(d: dict, section: str, key: str, typ, file: Path):
     if section not in d or key not in d[section]:
         raise ProtocolError(f"{file}: missing [{section}] {key}; add it to the campaign file")
     v = d[section][key]
-    if not isinstance(v, typ) or isinstance(v, bool) and typ is not bool:
+    if not isinstance(v, typ) or (isinstance(v, bool) and typ is not bool):
         raise ProtocolError(f"{file}: [{section}] {key} = {v!r} has the wrong type; expected {typ}")
     return v
 

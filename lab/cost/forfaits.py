@@ -129,6 +129,12 @@ def _positive_int(value, what: str, fix: str) -> int:
     return int(text)
 
 
+def _decimals(amount: Decimal) -> int:
+    """Digits after the decimal point of a finite Decimal as written ("110.00" -> 2)."""
+    exponent = amount.as_tuple().exponent
+    return -exponent if isinstance(exponent, int) and exponent < 0 else 0
+
+
 def load_catalog(path: str | None = None) -> Catalog:
     """Read and validate a catalog CSV (columns CATALOG_COLUMNS).
 
@@ -185,7 +191,7 @@ def _parse_row(raw: dict, line: int, path: str) -> CatalogRow:
         price = Decimal(cell["price_per_lot"])
     except InvalidOperation:
         price = None
-    if price is None or not price.is_finite() or price <= 0 or price.as_tuple().exponent < -2:
+    if price is None or not price.is_finite() or price <= 0 or _decimals(price) > 2:
         raise PricingError(f"{where}: price_per_lot {cell['price_per_lot']!r} must be a "
                            "positive amount with at most 2 decimals, e.g. 110.00")
     cur = cell["currency"]
@@ -389,14 +395,15 @@ def _jsonable(obj):
 def _package_json(catalog: Catalog, gpu: str, days: int, window: Window | None,
                   lots: int) -> dict:
     row = catalog.row(gpu, days)
+    price = row.price_per_lot if row else None
     item = {"gpu": gpu, "days": days, "package_hours": PACKAGE_HOURS[days],
             "in_catalog": row is not None,
-            "price_per_lot": row.price_per_lot if row else None,
+            "price_per_lot": price,
             "cards_per_lot": row.cards_per_lot if row else None,
             "currency": catalog.currency,
             "catalog_version": row.catalog_version if row else None}
     if window is not None:
-        item["coverage"] = asdict(coverage(window, days, item["price_per_lot"], lots))
+        item["coverage"] = asdict(coverage(window, days, price, lots))
     return item
 
 

@@ -130,7 +130,8 @@ def campaign_feasibility(passes: list[dict], long_bucket: str = LONG) -> dict[st
             parts.append(f"{long_bucket} items not shown complete (no coverage recorded)")
         if feasible:
             if judged:
-                parts.append(f"{len(judged)} pass(es) judged, none ran out of memory or stopped before the {long_bucket} items")
+                parts.append(f"{len(judged)} pass(es) judged, none ran out of memory or stopped before "
+                             f"the {long_bucket} items")
             else:
                 parts.append("no pass judged yet (feasibility not shown, not refuted)")
             if crash_after_long:

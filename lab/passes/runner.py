@@ -58,7 +58,7 @@ def write_predictions(path: Path, win, id2label: dict) -> tuple[int, str]:
     h = hashlib.sha256()
     n = 0
     with open(path, "w", encoding="utf-8", newline="\n") as fh:
-        for item_id, p, c in zip(win.ids, win.pred_index, win.prob):
+        for item_id, p, c in zip(win.ids, win.pred_index, win.prob, strict=True):
             if p is None:
                 continue
             line = json.dumps({"id": item_id, "pred": id2label[p], "prob": round(c, 6)},
@@ -79,7 +79,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
     phases = res["phases_s"]
     win = None
     sink: dict = {}
-    state = {"done": 0, "t0": None, "total": 0}
+    state: dict = {"done": 0, "t0": None, "total": 0}
     id2label: dict = {}
     device = "cpu"
 
@@ -144,7 +144,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
                    padded_tokens=win.padded_tokens, batches=win.batches)
 
         t = time.perf_counter()
-        gold = [(l, id2label[p]) for l, p in zip(win.labels, win.pred_index) if l is not None]
+        gold = [(g, id2label[p]) for g, p in zip(win.labels, win.pred_index, strict=True) if g is not None]
         res["self_accuracy"] = round(sum(a == b for a, b in gold) / len(gold), 6) if gold else None
         phase("evaluation", t)
         res["status"] = PassStatus.OK

@@ -79,7 +79,7 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
     pricing = decision_pricing(cost, (min(starts), max(ends)) if observed else None)
     note = decision_note(summary, decision_campaign(proto), pricing)
     backends = sorted({(a["result"] or {}).get("backend", "") for a in attempts} - {""})
-    if backends and "cpu" in backends or not backends:
+    if (backends and "cpu" in backends) or not backends:
         note += (f"\n\n**Measured hardware differs from the priced package.** The passes ran on "
                  f"{', '.join(backends) or 'no device (no pass got that far)'} (see the manifest), while the "
                  f"quote prices `{pricing['gpu']}`: the durations above say nothing about how that GPU "

@@ -40,7 +40,7 @@ def decision_pricing(cost: dict, observed_window: tuple[str, str] | None = None)
     """
     def given(key: str):
         v = cost.get(key)
-        return None if v is None or isinstance(v, str) and not v.strip() else v
+        return None if v is None or (isinstance(v, str) and not v.strip()) else v
 
     start, end = given("window_start"), given("window_end")
     if start is None and observed_window:
@@ -163,7 +163,7 @@ def _assess(v: VariantSummary, p: dict, deadline_at: datetime | None, deliverabl
     if deadline_at is not None and window is not None and window.end > deadline_at:
         why.append(f"deadline: the campaign window ends {window.end.isoformat()}, after the "
                    f"deadline {deadline_at.isoformat()}")
-    if cov is not None and not cov.covers:
+    if cov is not None and window is not None and not cov.covers:
         extra = money(cov.extra_cost, q.currency) if q else "not in catalog"
         why.append(f"calendar: the {cov.days}-day package ({cov.package_hours} h) does not cover "
                    f"the {format_hours(window)} h campaign window; {cov.extra_periods} extra "

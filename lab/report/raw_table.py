@@ -45,7 +45,8 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
         pred = campaign_dir / "passes" / a["pass_id"] / "predictions.jsonl"
         row = {
             "campaign": campaign, "protocol_version": protocol_version, "pass_id": a["pass_id"],
-            "variant_id": a["variant_id"], "variant_name": v.get("name"), "variant_label": v.get("label"), "series": v.get("series"),
+            "variant_id": a["variant_id"], "variant_name": v.get("name"), "variant_label": v.get("label"),
+            "series": v.get("series"),
             **{k: v.get(k) for k in ("batch_size", "precision", "padding", "max_length", "bucketing",
                                      "attention", "quantization", "compile")},
             "device": r.get("device") or f"{v.get('device')} (not resolved: pass ended first)",

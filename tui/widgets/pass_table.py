@@ -47,7 +47,7 @@ def fmt_elapsed(s: float | None) -> str:
 def progress_bar(done: int, total: int, width: int = 8) -> str:
     """'█████░░░ 12/20' (done/total items)."""
     frac = 0.0 if not total else min(1.0, done / total)
-    full = int(round(frac * width))
+    full = round(frac * width)
     return "█" * full + "░" * (width - full) + f" {done}/{total}"
 
 
@@ -118,7 +118,7 @@ class PassTable(DataTable):
             current = []
         for r in rows:
             if r["key"] in current:
-                for col, cell in zip(COLUMNS, r["cells"]):
+                for col, cell in zip(COLUMNS, r["cells"], strict=True):
                     self.update_cell(r["key"], col, cell, update_width=True)
             else:
                 self.add_row(*r["cells"], key=r["key"])
