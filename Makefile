@@ -48,7 +48,7 @@ test-fast: $(STAMP)
 # Checked boundaries: import contracts (pyproject [tool.importlinter]), ruff, mypy on lab/.
 lint: $(STAMP)
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/ruff check lab tui tests/unit
+	$(VENV)/bin/ruff check lab tui
 	$(VENV)/bin/mypy
 
 bench: model
