@@ -46,7 +46,12 @@ def nap(worker, seconds: float) -> None:
 
 
 class IteraLabApp(App):
-    """The app. ``clock``, ``telemetry`` and ``environment_probe`` are injectable (tests)."""
+    """The app. ``clock``, ``telemetry`` and ``environment_probe`` are injectable (tests).
+
+    ``poll_interval_s`` / ``telemetry_interval_s``: seconds between journal reads / telemetry
+    samples; None reads once and ends the worker (a still view: snapshot tests wait for the
+    app's workers to complete instead of polling).
+    """
 
     CSS_PATH = "app.tcss"
     TITLE = "IteraGPU Lab"
@@ -57,8 +62,8 @@ class IteraLabApp(App):
 
     def __init__(self, campaign_file: Path, *, launcher: str = "auto", memory_limit: int | None = None,
                  clock: Callable[[], float] = time.time, telemetry: TelemetrySource | None = None,
-                 environment_probe: Callable[[], dict] | None = None, poll_interval_s: float = 0.3,
-                 telemetry_interval_s: float = 1.0, start_screen: str = "runs") -> None:
+                 environment_probe: Callable[[], dict] | None = None,
+                 poll_interval_s: float | None = 0.3, telemetry_interval_s: float | None = 1.0, start_screen: str = "runs") -> None:
         super().__init__()
         self.campaign_file = Path(campaign_file).resolve()
         self.launcher = launcher
@@ -142,6 +147,8 @@ class IteraLabApp(App):
             if sig != last_sig or self.snapshot is None or (running and time.monotonic() - last_post > 1):
                 last_sig, last_post = sig, time.monotonic()
                 self.post_message(snap)
+            if self.poll_interval_s is None:
+                break
             nap(worker, self.poll_interval_s)
         if feed is not None:
             feed.close()
@@ -170,6 +177,8 @@ class IteraLabApp(App):
                 self.post_message(TelemetrySample(source()))
             except Exception as exc:  # a broken counter is shown, never fatal
                 self.post_message(TelemetrySample({"error": f"{type(exc).__name__}: {exc}"}))
+            if self.telemetry_interval_s is None:
+                break
             nap(worker, self.telemetry_interval_s)
 
     def on_telemetry_sample(self, msg: TelemetrySample) -> None:
