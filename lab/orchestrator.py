@@ -57,6 +57,7 @@ class Orchestrator:
         self.version = version
         self.journal = Journal(self.dir / "journal.sqlite")
         self._corpus: list[dict] | None = None
+        self.variants: dict[str, Variant] = {v.variant_id: v for v in proto.variants}
         self.echo: Callable[[str], None] | None = None  # one line per pass start/end (CLI)
 
     @classmethod
@@ -157,7 +158,9 @@ class Orchestrator:
         """Run one attempt of a planned slot and record its row, events and validation."""
         j = self.journal
         attempt = 1 + sum(1 for a in j.attempts() if a["seq"] == slot["seq"])
-        variant = Variant.from_json(json.loads(slot["variant_json"]))
+        # the locked protocol's own Variant (ids are content-derived, so the plan row's id names
+        # exactly this configuration): no JSON -> dict -> Variant round trip per pass
+        variant = self.variants[slot["variant_id"]]
         pass_id = f"p{slot['seq']:03d}-r{slot['repetition']}-{variant.variant_id}"
         if attempt > 1:
             pass_id += f"-a{attempt}"
