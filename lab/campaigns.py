@@ -170,7 +170,7 @@ def start_campaign(campaign_file: str | Path, launcher: str = "auto",
     finished, ProtocolError for an unusable or edited campaign file.
     """
     from lab.orchestrator import campaign_dir_for
-    from lab.status import campaign_status
+    from lab.status import CampaignState, campaign_status
 
     proto = load_protocol(campaign_file)
     note = ""
@@ -182,7 +182,7 @@ def start_campaign(campaign_file: str | Path, launcher: str = "auto",
         st = campaign_status(d)
         if st["alive"]:
             raise CampaignError(f"already running (orchestrator pid {st['orchestrator'].get('pid')})")
-        if st["state"] == "finished":
+        if st["state"] == CampaignState.FINISHED:
             raise CampaignError("this protocol version is finished; see 5 Results")
     d, pid = spawn_detached(proto.path, launcher, memory_limit)
     return d, note + f"campaign started in the background (pid {pid}): {d}"

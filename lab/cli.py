@@ -71,6 +71,7 @@ def cmd_protocol_lock(a) -> int:
 
 def cmd_campaign_run(a) -> int:
     from lab.orchestrator import CampaignBusy, Orchestrator
+    from lab.status import CampaignState
 
     if a.detach:
         d, pid = spawn_detached(Path(a.campaign).resolve(), a.launcher, a.memory_limit)
@@ -83,7 +84,7 @@ def cmd_campaign_run(a) -> int:
         state = orch.run()
     except CampaignBusy as exc:
         raise CliError(str(exc)) from None
-    if state == "blocked":
+    if state == CampaignState.BLOCKED:
         raise CliError(f"campaign stopped: {orch.journal.get_control('blocked', '')[:300]}")
     print(f"campaign {state}: {orch.dir}")
     return 0

@@ -23,6 +23,7 @@ from lab.passes.events import FINISHED, PassStatus, parse_event
 from lab.passes.spec import PassSpec
 from lab.protocol import Protocol, load_protocol, lock_path, locked_version
 from lab.schedule import rotated_schedule
+from lab.status import CampaignState
 from lab.validate import validate_pass
 from lab.variants import Variant
 
@@ -117,7 +118,7 @@ class Orchestrator:
         j = self.journal
         j.set_control("orchestrator", {"pid": os.getpid(), "started": utc_now(),
                                        "launcher": self.launcher.name})
-        j.set_control("state", "running")
+        j.set_control("state", CampaignState.RUNNING)
         j.set_control("stop", False)
         try:
             j.set_control("launcher", self.launcher.describe())
@@ -131,24 +132,24 @@ class Orchestrator:
                 j.add_event("", "leftover", {"container": c, "note": "left from an interrupted run; not reused"})
                 if self.echo:
                     self.echo(f"leftover container from an interrupted run (not reused): {c}")
-        state = "finished"
+        state = CampaignState.FINISHED
         for slot in self.pending():
             if j.get_control("pause", False):
                 j.set_control("pause", False)
-                state = "paused"
+                state = CampaignState.PAUSED
                 break
             if j.get_control("stop", False):
-                state = "stopped"
+                state = CampaignState.STOPPED
                 break
             row = self.run_slot(slot)
             if j.get_control("stop", False):
-                state = "stopped"
+                state = CampaignState.STOPPED
                 break
             if row["status"] == PassStatus.ERROR and "DeviceUnavailable" in row["notes"]:
                 j.set_control("blocked", row["notes"])
-                state = "blocked"
+                state = CampaignState.BLOCKED
                 break
-        if state == "finished":
+        if state == CampaignState.FINISHED:
             self.revalidate_all()
         j.set_control("state", state)
         j.set_control("orchestrator", {"pid": None, "ended": utc_now()})

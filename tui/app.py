@@ -20,6 +20,7 @@ from textual.worker import get_current_worker
 
 from lab.campaigns import (USER_ERRORS, campaign_dir_of, campaign_name_of, request_control,
                            start_campaign)
+from lab.status import CampaignState
 from tui.messages import (CampaignSnapshot, CampaignStarted, ControlSent, PassFailed,
                           TelemetrySample)
 from tui.screens.archive_screen import ArchiveScreen
@@ -63,7 +64,8 @@ class IteraLabApp(App):
     def __init__(self, campaign_file: Path, *, launcher: str = "auto", memory_limit: int | None = None,
                  clock: Callable[[], float] = time.time, telemetry: TelemetrySource | None = None,
                  environment_probe: Callable[[], dict] | None = None,
-                 poll_interval_s: float | None = 0.3, telemetry_interval_s: float | None = 1.0, start_screen: str = "runs") -> None:
+                 poll_interval_s: float | None = 0.3, telemetry_interval_s: float | None = 1.0,
+                 start_screen: str = "runs") -> None:
         super().__init__()
         self.campaign_file = Path(campaign_file).resolve()
         self.launcher = launcher
@@ -143,7 +145,7 @@ class IteraLabApp(App):
                 sig = (st["state"], st["alive"], feed.last_event_id, r["log_tail"],
                        tuple((a["pass_id"], a["status"], a["items_completed"], a["validation"] is None)
                              for a in st["attempts"]))
-            running = bool(snap.status and snap.status["state"] == "running")
+            running = bool(snap.status and snap.status["state"] == CampaignState.RUNNING)
             if sig != last_sig or self.snapshot is None or (running and time.monotonic() - last_post > 1):
                 last_sig, last_post = sig, time.monotonic()
                 self.post_message(snap)
