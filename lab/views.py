@@ -14,11 +14,14 @@ import os
 import shutil
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lab.campaigns import runs_root
 from lab.protocol import load_protocol, read_lock
-from lab.report.summary import VariantSummary, read_summary
 from lab.variants import variant_short
+
+if TYPE_CHECKING:  # the report modules import pandas: loaded when a view needs them
+    from lab.report.summary import VariantSummary
 
 _SHAPES: dict = {}
 _SHAPE_LOCK = threading.Lock()  # transformers' lazy imports are not thread-safe
@@ -135,6 +138,8 @@ def build_plan(campaign_file, facts: dict) -> dict:
 
 def load_summary(campaign_dir: Path | None) -> list[VariantSummary]:
     """The report's per-variant summary (report/summary.json, built when missing); [] without a campaign."""
+    from lab.report.summary import read_summary
+
     if campaign_dir is None:
         return []
     p = Path(campaign_dir) / "report" / "summary.json"

@@ -4,6 +4,8 @@ quality verdicts, peaks, the "does not distinguish" flag and memory feasibility,
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
@@ -11,10 +13,12 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from lab.report.summary import VariantSummary
 from tui.messages import ResultsReady
 from tui.screens.lab_screen import LabScreen
 from tui.widgets.durations_plot import DurationsPlot
+
+if TYPE_CHECKING:  # lab.report imports pandas; the records arrive built
+    from lab.report.summary import VariantSummary
 
 
 def _s(x) -> str:

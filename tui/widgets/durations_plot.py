@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual_plotext import PlotextPlot
 
-from lab.report.summary import VariantSummary
+if TYPE_CHECKING:  # lab.report imports pandas; the records arrive built
+    from lab.report.summary import VariantSummary
 
 
 class DurationsPlot(PlotextPlot):
