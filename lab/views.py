@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import threading
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -89,7 +90,8 @@ def budget_of(facts: dict) -> tuple[int | None, str]:
 
 
 def build_plan(campaign_file, facts: dict) -> dict:
-    """{variants: [{name, variant_id, label, series, batch_size, fits: {bucket: max batch}, fits_all}],
+    """{variants: [{name, variant_id, label, series, batch_size, fits: {bucket: max batch},
+    peak_estimate_bytes: {bucket: weights + own batch's activations}, fits_all}],
     schedule: [[short names per repetition]], passes, series, budget_bytes, budget_what, margin, note}.
 
     ``facts``: ``collect_environment()``'s dict (the memory budget). Raises ProtocolError on
@@ -130,6 +132,8 @@ def build_plan(campaign_file, facts: dict) -> dict:
             "name": variant_short(v.to_json()), "variant_id": v.variant_id, "label": v.label,
             "series": v.series, "batch_size": v.batch_size,
             "fits": {b: x.max_batch_size for b, x in f.items()},
+            "peak_estimate_bytes": {b: x.weights_bytes + v.batch_size * x.activation_bytes_per_item
+                                    for b, x in f.items()},
             "fits_all": all(x.variant_fits for x in f.values()) if f else None})
     return out
 
@@ -195,6 +199,28 @@ def cost_view(campaign_file: Path, campaign_dir: Path | None, fields: dict) -> d
         "_No results yet: the decision note needs at least one finished pass._"
     return {"quote_text": text, "validated": validated, "accepted": accepted, "warning": warning,
             "note_md": note}
+
+
+# ---- comparison across archives --------------------------------------------------------
+
+def run_comparison(archives: list[str], fields: dict, runs_root: Path, now: datetime | None = None) -> dict:
+    """The Compare screen's comparison of ``archives`` (paths of evidence archives) for the
+    ``fields`` typed (load in items, deadline, window_start; ISO), written to
+    <runs_root>/compare/<UTC time>/: {"path", "decision", "files"}. Raises CompareError for a
+    bad load (and what lab.compare.compare_to_folder raises)."""
+    from lab.compare import CompareError, compare_to_folder
+    from lab.compare.tables import decision_markdown
+
+    load = fields.get("load", "").strip().replace(",", "").replace("_", "")
+    if not load.isdigit():
+        raise CompareError(f"load {fields.get('load', '')!r} must be an integer >= 1 (items of the "
+                           "production load)")
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    c, files = compare_to_folder(archives, int(load), Path(runs_root) / "compare" / stamp,
+                                 deadline=fields.get("deadline") or None,
+                                 window_start=fields.get("window_start") or None)
+    return {"path": list(c.path), "decision": decision_markdown(c),
+            "files": {k: str(v) for k, v in files.items()}}
 
 
 # ---- environment -----------------------------------------------------------------------
