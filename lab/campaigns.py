@@ -19,6 +19,7 @@ from pathlib import Path
 from lab.archive import ArchiveError
 from lab.corpus import CorpusError
 from lab.cost.forfaits import PricingError
+from lab.diskfull import DiskFull
 from lab.files import REPO_ROOT, sha256_file
 from lab.protocol import DEMO_CAMPAIGN, ProtocolError, load_protocol, lock, locked_version, read_lock
 
@@ -31,7 +32,8 @@ class CampaignError(ValueError):
     """A campaign action that cannot be done now; one line with what to do."""
 
 
-USER_ERRORS: tuple[type[Exception], ...] = (CampaignError, ProtocolError, CorpusError, ArchiveError, PricingError)
+USER_ERRORS: tuple[type[Exception], ...] = (CampaignError, ProtocolError, CorpusError, ArchiveError, PricingError,
+                                            DiskFull)
 """Errors caused by the user's input or files: shown as one line (exit status 2), never a traceback."""
 
 

@@ -14,7 +14,6 @@ CORPUS_SEED = 20260924
 DEFAULT_REPETITIONS = 5
 """Passes per variant (SPEC 3.5: default 5, rotated order)."""
 
-DEFAULT_GPU = "rtx-4090"
-DEFAULT_PACKAGE_DAYS = 7
 DEFAULT_LOTS = 1
-"""[cost] gpu / days / lots priced when the campaign file gives none (the seed's example quote)."""
+"""[cost] lots when the section names a package but not its lot count. There is no default
+GPU or package: without [cost] nothing is priced (no price is invented)."""

@@ -92,7 +92,8 @@ def budget_of(facts: dict) -> tuple[int | None, str]:
 def build_plan(campaign_file, facts: dict) -> dict:
     """{variants: [{name, variant_id, label, series, batch_size, fits: {bucket: max batch},
     peak_estimate_bytes: {bucket: weights + own batch's activations}, fits_all}],
-    schedule: [[short names per repetition]], passes, series, budget_bytes, budget_what, margin, note}.
+    schedule: [[short names per repetition]], passes, series, budget_bytes, budget_what, margin, note,
+    checks: [(name, ok, detail)] of ``lab.preflight.lock_checks``}.
 
     ``facts``: ``collect_environment()``'s dict (the memory budget). Raises ProtocolError on
     an unusable campaign file; a missing model or corpus only fills ``note``.
@@ -126,6 +127,12 @@ def build_plan(campaign_file, facts: dict) -> dict:
                                                 v.batch_size)
     except Exception as exc:  # no model/corpus yet: say why, keep the plan
         out["note"] = f"memory estimate not available: {type(exc).__name__}: {exc}"[:200]
+    try:
+        from lab.preflight import lock_checks
+
+        out["checks"] = [(c.name, c.ok, c.detail) for c in lock_checks(proto)]
+    except Exception as exc:  # say why, keep the plan
+        out["checks"] = [("lock checks", False, f"{type(exc).__name__}: {exc}"[:200])]
     for v in proto.variants:
         f = fits.get(v.variant_id) or {}
         out["variants"].append({
@@ -164,10 +171,14 @@ def cost_view(campaign_file: Path, campaign_dir: Path | None, fields: dict) -> d
     """The Cost screen: quote, cost per validated corpus and decision note.
 
     ``fields``: strings typed by the user (catalog, gpu, days, lots, window_start,
-    window_end, tz, accepted); empty means the default (lab.constants). ``accepted`` may
-    only lower the count of validated corpora. Returns {quote_text, validated, accepted,
-    warning, note_md}. Raises PricingError or ProtocolError (one line).
+    window_end, tz, accepted); an empty package field (catalog, gpu, days, lots) takes the
+    campaign file's [cost] value; without
+    a gpu and days no package is priced (none is invented). ``accepted`` may only lower the
+    count of validated corpora. Returns {quote_text, validated, accepted, warning, note_md}.
+    Raises PricingError or ProtocolError (one line).
     """
+    from dataclasses import asdict
+
     from lab.cost.forfaits import load_catalog, parse_window, quote, render_quote
     from lab.report.decision import decision_campaign, decision_note, decision_pricing
 
@@ -185,16 +196,23 @@ def cost_view(campaign_file: Path, campaign_dir: Path | None, fields: dict) -> d
                        f"using {validated}")
         else:
             accepted = int(wanted)
-    pricing = decision_pricing(fields)
+    declared = asdict(proto.cost) if proto.cost is not None else {}  # no [cost]: no package declared
+    package = {k: declared.get(k) for k in ("catalog", "gpu", "days", "lots")}  # the window: as typed
+    typed = {k: v for k, v in fields.items() if k != "accepted" and str(v).strip()}
+    pricing = decision_pricing({**package, **typed})
     catalog = load_catalog(pricing["catalog_path"])
     window = None
     if pricing["window_start"] or pricing["window_end"]:
         window = parse_window(pricing["window_start"] or "", pricing["window_end"] or "", pricing["tz"])
-    q = quote(catalog, pricing["gpu"], str(pricing["days"]), str(pricing["lots"]),
-              accepted if accepted >= 1 else None)
-    text = render_quote(q, window)
-    if accepted == 0:
-        text += "\nCost per validated corpus: undefined (no accepted corpus)"
+    if pricing["gpu"] and pricing["days"]:
+        q = quote(catalog, pricing["gpu"], str(pricing["days"]), str(pricing["lots"]),
+                  accepted if accepted >= 1 else None)
+        text = render_quote(q, window)
+        if accepted == 0:
+            text += "\nCost per validated corpus: undefined (no accepted corpus)"
+    else:
+        text = ("No package declared: the campaign file has no [cost] section; enter a GPU and days "
+                "above to price one")
     note = decision_note(summary, decision_campaign(proto), pricing) if summary else \
         "_No results yet: the decision note needs at least one finished pass._"
     return {"quote_text": text, "validated": validated, "accepted": accepted, "warning": warning,

@@ -38,3 +38,10 @@ def test_edit_after_lock_makes_a_new_version_in_its_own_folder(tmp_path, model_d
     d2 = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher()).dir
     assert d1 != d2 and d1.name.startswith("v1-") and d2.name.startswith("v2-")
     assert [v["version"] for v in read_lock(f)] == [1, 2]
+
+
+def test_comments_do_not_change_the_protocol(tmp_path, model_dir):
+    f = write_campaign(tmp_path, model_dir, cut_corpus(tmp_path / "c.jsonl", 2, 1, 1))
+    lock(load_protocol(f))
+    f.write_text("# a note\n" + f.read_text())
+    assert locked_version(load_protocol(f))["version"] == 1

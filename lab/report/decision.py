@@ -14,29 +14,31 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from lab.constants import DEFAULT_GPU, DEFAULT_LOTS, DEFAULT_PACKAGE_DAYS
+from lab.constants import DEFAULT_LOTS
 from lab.cost.forfaits import (PACKAGE_HOURS, Catalog, Coverage, PricingError, Quote, Window,
                                cost_per_validated_corpus, coverage, format_hours, load_catalog,
                                money, parse_instant, parse_window, quote)
 from lab.report.summary import VariantSummary
 
 UNDEFINED = "undefined: no accepted corpus"
+NO_PACKAGE = "no package declared"
 
 
 def decision_campaign(proto) -> dict:
     """The ``campaign`` argument of ``decision_note`` from a ``lab.protocol.Protocol``."""
-    c = proto.raw["campaign"]
-    return {"name": proto.name, "question": c["question"], "deadline": c.get("deadline"),
-            "deliverables": c.get("deliverables", 1)}
+    c = proto.config.campaign
+    return {"name": proto.name, "question": c.question, "deadline": c.deadline,
+            "deliverables": c.deliverables}
 
 
 def decision_pricing(cost: dict, observed_window: tuple[str, str] | None = None) -> dict:
-    """The ``pricing`` argument of ``decision_note`` from a campaign file's [cost] table or the
-    Cost screen's fields (same keys: catalog, gpu, days, lots, window_start, window_end, tz).
+    """The ``pricing`` argument of ``decision_note`` from a campaign file's [cost] section (as
+    a dict) or the Cost screen's fields (same keys: catalog, gpu, days, lots, window_start,
+    window_end, tz).
 
-    A key that is absent or blank takes its default (lab.constants: the shipped catalog,
-    DEFAULT_GPU, DEFAULT_PACKAGE_DAYS, DEFAULT_LOTS); with no window_start given,
-    ``observed_window`` (first pass start, last pass end; ISO) stands in for the window.
+    A key that is absent or blank is None: no gpu or days means no package declared (nothing
+    priced, none invented); lots defaults to lab.constants.DEFAULT_LOTS. With no window_start
+    given, ``observed_window`` (first pass start, last pass end; ISO) stands in for the window.
     """
     def given(key: str):
         v = cost.get(key)
@@ -45,9 +47,7 @@ def decision_pricing(cost: dict, observed_window: tuple[str, str] | None = None)
     start, end = given("window_start"), given("window_end")
     if start is None and observed_window:
         start, end = observed_window[0], end or observed_window[1]
-    return {"catalog_path": given("catalog"),
-            "gpu": DEFAULT_GPU if given("gpu") is None else given("gpu"),
-            "days": DEFAULT_PACKAGE_DAYS if given("days") is None else given("days"),
+    return {"catalog_path": given("catalog"), "gpu": given("gpu"), "days": given("days"),
             "lots": DEFAULT_LOTS if given("lots") is None else given("lots"),
             "window_start": start, "window_end": end, "tz": given("tz")}
 
@@ -66,7 +66,12 @@ class Assessment:
 
     @property
     def eligible(self) -> bool:
-        return not self.exclusions
+        return not self.exclusions and self.quote is not None
+
+    @property
+    def unpriced(self) -> bool:
+        """Passes every check but no package was declared: nothing to price, nothing excluded."""
+        return not self.exclusions and self.quote is None
 
     def sort_key(self) -> tuple:
         median = self.variant.median_s
@@ -118,10 +123,18 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
     for a in rows:
         out += _config_section(a, deliverables)
     out += ["## Excluded configurations", ""]
-    excluded = [a for a in rows if not a.eligible]
+    excluded = [a for a in rows if a.exclusions]
     out += [f"- **{a.variant.label}** (`{a.variant.variant_id}`): " + "; ".join(a.exclusions)
             for a in excluded] or ["- none"]
-    out += ["", "## Decision", ""] + _decision(eligible, deliverables, deadline_at)
+    unpriced = [a for a in rows if a.unpriced]
+    if unpriced and not eligible:
+        names = ", ".join(a.variant.label for a in unpriced)
+        decision = [f"No package declared (the campaign file has no [cost] section), so no committed budget "
+                    f"can be compared and none is claimed. {len(unpriced)} configuration(s) pass the quality, "
+                    f"memory and failure checks: {names}. Add [cost] (gpu, days, lots) to price them."]
+    else:
+        decision = _decision(eligible, deliverables, deadline_at)
+    out += ["", "## Decision", ""] + decision
     return "\n".join(out) + "\n"
 
 
@@ -134,7 +147,7 @@ def _assess(v: VariantSummary, p: dict, deadline_at: datetime | None, deliverabl
     gpu, days, lots = p.get("gpu"), p.get("days"), p.get("lots", 1)
     q, missing = None, ""
     if gpu is None or days is None:
-        missing = "no package given (gpu and days): not in catalog"
+        missing = f"{NO_PACKAGE} (the campaign file has no [cost] section): nothing priced"
     else:
         days = str(days).strip()
         if not days.isdigit() or int(days) not in PACKAGE_HOURS:
@@ -168,7 +181,7 @@ def _assess(v: VariantSummary, p: dict, deadline_at: datetime | None, deliverabl
         why.append(f"calendar: the {cov.days}-day package ({cov.package_hours} h) does not cover "
                    f"the {format_hours(window)} h campaign window; {cov.extra_periods} extra "
                    f"period(s) would be needed ({extra}), not assumed")
-    if q is None:
+    if q is None and not missing.startswith(NO_PACKAGE):
         why.append(f"price: {missing}; committed budget unknown")
     return Assessment(v, q, missing, window, cov, accepted, per_corpus, tuple(why))
 

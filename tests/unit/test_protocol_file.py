@@ -1,5 +1,5 @@
-"""The campaign file alone: parsing, one-line errors, the lock's hash. No model is built or
-loaded (the [model] path is never opened by these steps)."""
+"""The campaign file alone: parsing and its one-line errors. No model is built or loaded (the
+[model] path is never opened by parsing; locking checks the model, see tests/test_engine_protocol.py)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,9 @@ from pathlib import Path
 import pytest
 
 from conftest import cut_corpus, write_campaign
-from lab.protocol import ProtocolError, load_protocol, lock, locked_version
+from lab.protocol import ProtocolError, load_protocol
 
 UNBUILT_MODEL = Path("/nonexistent/model-not-needed-to-parse")
-
-
-def test_comments_do_not_change_the_protocol(tmp_path):
-    f = write_campaign(tmp_path, UNBUILT_MODEL, cut_corpus(tmp_path / "c.jsonl", 2, 1, 1))
-    lock(load_protocol(f))
-    f.write_text("# a note\n" + f.read_text())
-    assert locked_version(load_protocol(f))["version"] == 1
 
 
 @pytest.mark.parametrize("edit, message", [

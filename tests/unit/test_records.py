@@ -10,7 +10,7 @@ import sqlite3
 import pytest
 
 from lab.campaigns import runs_root
-from lab.constants import DEFAULT_GPU, DEFAULT_LOTS, DEFAULT_PACKAGE_DAYS
+from lab.constants import DEFAULT_LOTS
 from lab.files import REPO_ROOT, sha256_bytes, sha256_file
 from lab.host import IMAGE_KEYS, read_pins
 from lab.passes.events import EXIT_NAMES, FAILED, FINISHED, PassStatus
@@ -61,9 +61,9 @@ def test_summary_record_refuses_unknown_keys():
         VariantSummary.from_json({"variant_id": "v", "label": "l", "medain_s": 1.0})
 
 
-def test_pricing_defaults_live_once_and_observed_window_fills_only_a_missing_one():
+def test_pricing_invents_no_package_and_observed_window_fills_only_a_missing_one():
     p = decision_pricing({"gpu": "", "days": None, "lots": " "})
-    assert (p["gpu"], p["days"], p["lots"]) == (DEFAULT_GPU, DEFAULT_PACKAGE_DAYS, DEFAULT_LOTS)
+    assert (p["gpu"], p["days"], p["lots"]) == (None, None, DEFAULT_LOTS)  # no [cost]: nothing priced
     assert p["catalog_path"] is None and p["window_start"] is None
     seen = ("2026-11-30T09:00:00+00:00", "2026-11-30T10:00:00+00:00")
     assert decision_pricing({}, seen)["window_start"] == seen[0]

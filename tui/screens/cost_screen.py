@@ -12,15 +12,15 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Label, Markdown, Static
 
-from lab.constants import DEFAULT_GPU, DEFAULT_LOTS, DEFAULT_PACKAGE_DAYS
+from lab.constants import DEFAULT_LOTS
 from lab.cost.forfaits import PricingError
 from lab.protocol import ProtocolError, load_protocol
 from lab.views import cost_view
 from tui.messages import CostReady
 from tui.screens.lab_screen import LabScreen
 
-FIELDS = (("catalog", "catalog CSV", "shipped catalog"), ("gpu", "GPU", DEFAULT_GPU),
-          ("days", "days (3/7/30)", str(DEFAULT_PACKAGE_DAYS)), ("lots", "lots", str(DEFAULT_LOTS)),
+FIELDS = (("catalog", "catalog CSV", "shipped catalog"), ("gpu", "GPU", "from [cost], e.g. rtx-4090"),
+          ("days", "days (3/7/30)", "from [cost], e.g. 7"), ("lots", "lots", str(DEFAULT_LOTS)),
           ("window_start", "window start", "ISO, e.g. 2026-11-30T09:00+01:00"),
           ("window_end", "window end", "ISO, e.g. 2026-12-04T09:00+01:00"),
           ("tz", "time zone", "IANA, for naive times"),

@@ -1,8 +1,9 @@
-"""Screen 3, Plan: series and variants, the rotated schedule, the number of passes, and
+"""Screen 3, Plan: series and variants, the rotated schedule, the number of passes,
 memory feasibility per variant from the memory lab (``lab.views.build_plan`` over
 ``lab.memory.feasibility.batch_fits``: largest batch per length bucket under the GPU's memory,
 estimate with its margin; without a GPU the estimated peak of the variant's own batch against
-host RAM, since a largest batch of thousands informs no choice)."""
+host RAM, since a largest batch of thousands informs no choice), and the checks `protocol lock`
+runs (``lab.preflight.lock_checks``)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class PlanScreen(LabScreen):
             yield DataTable(id="plan-variants", cursor_type="row")
             yield Static("", id="plan-budget-note", markup=True)
             yield Static("", id="plan-schedule", markup=True)
+            yield Static("", id="plan-checks", markup=True)
 
     COLUMNS = ("variant", "id", "batch", "largest batch s/m/l", "fits")
     # no GPU: the budget is host RAM, where the largest batch (thousands) informs no choice;
@@ -91,3 +93,9 @@ class PlanScreen(LabScreen):
         lines = ["[b]Rotated schedule[/b] (no variant always first)"]
         lines += [f"  r{i}: " + " -> ".join(r) for i, r in enumerate(p["schedule"], 1)]
         self.query_one("#plan-schedule", Static).update("\n".join(lines))
+        mark = {True: "[green]ok[/green]  ", False: "[red]NO[/red]  ", None: "[yellow]--[/yellow]  "}
+        checks = ["[b]Checks at lock[/b] (`protocol lock` refuses on NO)"]
+        # every "[" escaped: rich's escape() leaves upper-case tags such as [PAD] as markup
+        checks += ["  " + mark[ok] + f"{name}: {detail}".replace("[", "\\[")
+                   for name, ok, detail in p.get("checks", [])]
+        self.query_one("#plan-checks", Static).update("\n".join(checks))
