@@ -171,6 +171,13 @@ def extract(archive: Path, target: Path) -> Path:
     return Path(target) / min(tops)
 
 
+def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    f = tar.extractfile(member)
+    if f is None:  # not a regular file: callers pass regular files only
+        raise ArchiveError(f"{member.name}: not a regular file")
+    return f.read()
+
+
 def verify(archive: Path) -> Verification:
     """Re-derive and check everything the archive claims; see lab.archive_verify.verify_archive."""
     from lab.archive_verify import verify_archive

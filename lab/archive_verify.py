@@ -59,7 +59,7 @@ RAW_REQUIRED = ("pass_id", "status", "items_completed", "predictions_path", "pre
 
 def _parsed(rel: str) -> bool:
     return (rel in (SUMS, RAW_TABLE, GOLD_LABELS, ARCHIVE_INFO, CAMPAIGN)
-            or rel.startswith("passes/") and rel.endswith(("/result.json", "/predictions.jsonl")))
+            or (rel.startswith("passes/") and rel.endswith(("/result.json", "/predictions.jsonl"))))
 
 
 class _Scan:

@@ -92,7 +92,7 @@ def secret_looking(raw: dict, where: str = "") -> list[str]:
             out += secret_looking(value, place)
             continue
         values = value if isinstance(value, list) else [value]
-        if (_secret_key(str(key)) and value not in ("", None, False)
+        if ((_secret_key(str(key)) and value not in ("", None, False))
                 or any(isinstance(v, str) and any(p.search(v) for p in SECRET_VALUES) for v in values)):
             out.append(place)
         else:

@@ -145,7 +145,7 @@ def run_batches(rows: list[dict], tokenizer, model, device: str, variant: dict,
     bs, max_len = variant["batch_size"], variant["max_length"]
     input_ids, totals = tokenize([r["text"] for r in rows], tokenizer, max_len)
     lengths = [len(x) for x in input_ids]
-    n_trunc = sum(1 for k, t in zip(lengths, totals) if t is not None and t > k)
+    n_trunc = sum(1 for k, t in zip(lengths, totals, strict=True) if t is not None and t > k)
     order = batch_order(lengths, variant.get("bucketing", False))
     pad_to = "max_length" if variant["padding"] == "max_length" else "longest"
     pred: list[int | None] = [None] * n

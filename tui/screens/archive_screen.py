@@ -1,11 +1,10 @@
-"""Screen 7, Archive: assemble (``lab.evidence.archive_campaign``) and verify (``lab.archive.verify``)
+"""Screen 7, Archive: assemble and verify (``lab.campaigns.assemble_archive``)
 the evidence archive; its path, size, sha256, and the exact `scp` line to run on one's own
 machine, with user, host and port detected (SSH_CONNECTION, $USER, hostname) and editable."""
 
 from __future__ import annotations
 
 import getpass
-import hashlib
 import os
 import shlex
 import socket
@@ -17,6 +16,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Label, Static
 
+from lab.campaigns import assemble_archive
 from tui.messages import ArchiveReady
 from tui.screens.lab_screen import LabScreen
 
@@ -45,23 +45,6 @@ def scp_command(user: str, host: str, port: str, path: str) -> str:
     h = f"[{host}]" if ":" in host else host
     p = f"-P {port} " if port and port != "22" else ""
     return f"scp {p}{user}@{h}:{shlex.quote(path)} ."
-
-
-def assemble(campaign_dir, partial: bool = False) -> dict:
-    """Pack (``partial``: a campaign not finished, labelled partial) and verify:
-    {path, size_bytes, sha256, ok, problems, files_checked, rows_checked, partial}."""
-    from lab.archive import verify
-    from lab.evidence import archive_campaign
-
-    path = archive_campaign(campaign_dir, partial)
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    v = verify(path)
-    return {"path": str(path), "size_bytes": path.stat().st_size, "sha256": h.hexdigest(),
-            "ok": v.ok, "problems": list(v.problems), "files_checked": v.files_checked,
-            "rows_checked": v.rows_checked, "partial": partial}
 
 
 class ArchiveScreen(LabScreen):
@@ -99,7 +82,7 @@ class ArchiveScreen(LabScreen):
     @work(thread=True, exclusive=True, exit_on_error=False)
     def assemble(self, campaign_dir, partial: bool = False) -> None:
         try:
-            self.post_message(ArchiveReady(assemble(campaign_dir, partial)))
+            self.post_message(ArchiveReady(assemble_archive(campaign_dir, partial)))
         except Exception as exc:  # one line; the campaign folder is untouched
             self.post_message(ArchiveReady(None, f"{type(exc).__name__}: {exc}"))
 
