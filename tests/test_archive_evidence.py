@@ -130,7 +130,10 @@ def test_unfinished_campaign_is_refused_or_packed_labelled_partial(model_dir, tm
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         j = Journal(orch.dir / "journal.sqlite")
-        j.set_control("orchestrator", {"pid": sleeper.pid})
+        import psutil
+
+        j.set_control("orchestrator", {"pid": sleeper.pid,  # as the orchestrator records itself
+                                       "process_create_time": psutil.Process(sleeper.pid).create_time()})
         j.set_control("state", "running")
         j.close()
         r = cli("archive", orch.dir)

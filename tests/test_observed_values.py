@@ -70,7 +70,7 @@ def test_a_declared_value_the_model_contradicts_is_refused(model_dir):
     from lab.passes.observed import NotHonoured, observe_model, require_honoured
     from lab.variants import Variant
 
-    _, model = load_model(str(model_dir), "fp32", "cpu", "eager")
+    _, model = load_model(str(model_dir), "fp32", "cpu", attention="eager")
     seen = observe_model(model, 0)
     declared = Variant(attention="eager").to_json()
     require_honoured(declared, seen, "cpu")  # what was declared is what loaded
