@@ -7,8 +7,8 @@
     iteralab campaign status CAMPAIGN.toml|DIR        one line per pass
     iteralab campaign pause|stop CAMPAIGN.toml|DIR    pause after the current pass / stop now
     iteralab report CAMPAIGN.toml|DIR                 raw table, summary, manifest, decision note
-    iteralab archive CAMPAIGN.toml|DIR                pack the evidence archive (prints its path)
-    iteralab archive verify FILE.tar.gz               re-check checksums and predictions
+    iteralab archive CAMPAIGN.toml|DIR [--partial]    pack the evidence archive (prints its sha256 and path)
+    iteralab archive verify FILE.tar.gz               re-derive and check what the archive claims
     iteralab compare A.tar.gz B.tar.gz --load ITEMS   one decision from several rentals' archives
     iteralab demo                                     the offline demo campaign, headless
     iteralab up                                       the terminal UI (headless demo without a terminal)
@@ -20,103 +20,35 @@ Errors print one line (what is wrong and how to fix it) and exit with status 2.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
-import subprocess
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
-from lab.protocol import DEMO_CAMPAIGN, REPO_ROOT, ProtocolError
+from lab.campaigns import (LAUNCHERS, USER_ERRORS, make_archive, make_launcher, request_control,
+                           resolve_campaign_dir, run_demo, runs_root, spawn_detached)
+from lab.constants import CORPUS_SEED
+from lab.files import REPO_ROOT
 
 TARGET_HELP = "campaign file (its current locked version) or campaign folder (holding journal.sqlite)"
-RUNS_ROOT = Path(os.environ.get("ITERALAB_RUNS", REPO_ROOT / "runs"))
-DEMO_COPY = RUNS_ROOT / "demo" / "demo.toml"
 
 
 class CliError(Exception):
-    pass
+    """A command line that cannot be used as written (usage)."""
 
 
-def make_launcher(kind: str, memory_limit: int | None = None):
-    """'local', 'docker' or 'auto' (docker when an engine and the image answer, else local)."""
-    from lab.launchers.local import LocalLauncher
-
-    if kind in ("docker", "auto"):
-        try:
-            from lab.launchers.docker import DockerLauncher
-        except ImportError as exc:
-            if kind == "docker":
-                raise CliError(f"docker launcher unavailable ({exc}); use --launcher local") from None
-        else:
-            try:
-                return DockerLauncher.from_environment(mem_limit_bytes=memory_limit)
-            except Exception as exc:  # engine unreachable or image missing
-                if kind == "docker":
-                    raise CliError(f"docker launcher unavailable: {exc}") from None
-                _refuse_silent_cpu(exc)
-    return LocalLauncher(address_space_limit_bytes=memory_limit)
-
-
-def _refuse_silent_cpu(docker_problem: Exception) -> None:
-    """A GPU host whose containers cannot run and whose own torch sees no GPU must not
-    quietly measure CPU passes: stop with the reason (never a silent CPU fallback)."""
-    from lab.doctor import detect_vendor
-
-    vendor = detect_vendor()
-    if vendor == "cpu":
-        return
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return
-    except ImportError:
-        pass
-    raise CliError(f"{vendor} GPU found but containers cannot run ({docker_problem}) and this host's "
-                   "torch sees no GPU; fix the engine or the image (`make doctor`), or pass "
-                   "--launcher local to run on CPU on purpose")
-
-
-def resolve_campaign_dir(target: str) -> Path:
-    """A campaign folder, or the folder of a campaign file's current locked version."""
-    from lab.orchestrator import campaign_dir_for
-    from lab.protocol import load_protocol, locked_version
-
-    p = Path(target)
-    if p.is_dir() and (p / "journal.sqlite").exists():
-        return p
-    if p.is_file():
-        proto = load_protocol(p)
-        d = campaign_dir_for(proto, locked_version(proto), RUNS_ROOT)
-        if not (d / "journal.sqlite").exists():
-            raise CliError(f"{p}: no campaign run yet for this protocol version; `iteralab campaign run {p}`")
-        return d
-    raise CliError(f"{target}: neither a campaign file nor a campaign folder (one holding journal.sqlite)")
-
-
-def demo_campaign_file() -> Path:
-    """The demo campaign copied into runs/demo/ (so its lock lives beside it)."""
-    DEMO_COPY.parent.mkdir(parents=True, exist_ok=True)
-    if not DEMO_COPY.exists():
-        shutil.copyfile(DEMO_CAMPAIGN, DEMO_COPY)
-    return DEMO_COPY
-
-
-def default_campaign_file() -> Path:
-    """./campaign.toml when the user wrote one, else the embedded demo campaign."""
-    user = Path(os.environ.get("ITERALAB_CAMPAIGN", REPO_ROOT / "campaign.toml"))
-    return user if user.is_file() else demo_campaign_file()
+ONE_LINE_ERRORS: tuple[type[Exception], ...] = (*USER_ERRORS, CliError)
 
 
 # ---- verbs ----------------------------------------------------------------------------
 
 def cmd_corpus_build(a) -> int:
     from lab.corpus import BucketLimits, BuildSpec, build_corpus
-    from lab.models import encoder_tokenizer
+    from lab.models import checkpoint_tokenizer, encoder_tokenizer
 
-    tok, info = encoder_tokenizer()
+    try:
+        tok, info = checkpoint_tokenizer(a.tokenizer) if a.tokenizer else encoder_tokenizer()
+    except RuntimeError as exc:
+        raise CliError(str(exc)) from None
     spec = BuildSpec(sizes={"short": a.short, "medium": a.medium, "long": a.long},
                      tuning_size=a.tuning, seed=a.seed,
                      limits=BucketLimits(a.short_below, a.long_above))
@@ -142,42 +74,23 @@ def cmd_protocol_lock(a) -> int:
 
 
 def cmd_campaign_run(a) -> int:
-    from lab.orchestrator import Orchestrator
-
-    from lab.orchestrator import CampaignBusy
+    from lab.orchestrator import CampaignBusy, CampaignFolderLost, Orchestrator
+    from lab.status import CampaignState
 
     if a.detach:
-        return spawn_detached(Path(a.campaign).resolve(), a.launcher, a.memory_limit)
-    orch = Orchestrator.prepare(a.campaign, RUNS_ROOT, make_launcher(a.launcher, a.memory_limit))
+        d, pid = spawn_detached(Path(a.campaign).resolve(), a.launcher, a.memory_limit)
+        print(f"campaign started in the background (pid {pid}): {d}")
+        return 0
+    orch = Orchestrator.prepare(a.campaign, runs_root(), make_launcher(a.launcher, a.memory_limit))
     orch.echo = lambda line: print(line, flush=True)
     print(f"campaign folder: {orch.dir}", flush=True)
     try:
         state = orch.run()
-    except CampaignBusy as exc:
+    except (CampaignBusy, CampaignFolderLost) as exc:
         raise CliError(str(exc)) from None
-    if state == "blocked":
+    if state == CampaignState.BLOCKED:
         raise CliError(f"campaign stopped: {orch.journal.get_control('blocked', '')[:300]}")
     print(f"campaign {state}: {orch.dir}")
-    return 0
-
-
-def spawn_detached(campaign: Path, launcher: str, memory_limit: int | None) -> int:
-    """Start the orchestrator in its own session: closing the UI or SSH does not stop it."""
-    from lab.orchestrator import Orchestrator
-    from lab.status import campaign_status
-
-    campaign = Path(campaign).resolve()
-    orch = Orchestrator.prepare(campaign, RUNS_ROOT, make_launcher("local"))
-    if campaign_status(orch.dir)["alive"]:
-        raise CliError(f"{orch.dir}: an orchestrator is already running this campaign; "
-                       "`iteralab campaign status` shows it")
-    cmd = [sys.executable, "-m", "lab.cli", "campaign", "run", str(campaign), "--launcher", launcher]
-    if memory_limit:
-        cmd += ["--memory-limit", str(memory_limit)]
-    log = open(orch.dir / "orchestrator.log", "ab")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                            start_new_session=True, cwd=str(REPO_ROOT))
-    print(f"campaign started in the background (pid {proc.pid}): {orch.dir}")
     return 0
 
 
@@ -194,11 +107,8 @@ def cmd_campaign_status(a) -> int:
 
 
 def cmd_campaign_control(a) -> int:
-    from lab.journal import Journal
-
     d = resolve_campaign_dir(a.target)
-    j = Journal(d / "journal.sqlite")
-    j.set_control("pause" if a.verb == "pause" else "stop", True)
+    request_control(d, a.verb)
     print(f"{a.verb} requested: {d}")
     return 0
 
@@ -207,21 +117,9 @@ def cmd_report(a) -> int:
     from lab.report.build import build_report
 
     r = build_report(resolve_campaign_dir(a.target))
-    print(f"report: {r['rows']} rows -> {r['report_dir']}")
+    empty = " (no pass has run yet: the tables are empty, the decision note says why)" if not r["rows"] else ""
+    print(f"report: {r['rows']} rows -> {r['report_dir']}{empty}")
     return 0
-
-
-def make_archive(campaign_dir: Path) -> Path:
-    from lab.archive import pack
-    from lab.report.build import build_report
-
-    build_report(campaign_dir)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    name = f"{campaign_dir.parent.name}-{campaign_dir.name}-{stamp}.tar.gz"
-    out = campaign_dir.parent / name
-    return pack(campaign_dir, out, ["campaign.toml", "campaign.lock.json", "corpus_card.json",
-                                    "protocol_version.json", "journal.sqlite", "orchestrator.log",
-                                    "passes/", "report/"])
 
 
 def cmd_archive(a) -> int:
@@ -230,12 +128,22 @@ def cmd_archive(a) -> int:
             raise CliError("usage: iteralab archive verify FILE.tar.gz")
         from lab.archive import verify
 
-        v = verify(Path(a.archive))
+        from lab.archive import ArchiveError
+
+        try:
+            v = verify(Path(a.archive))
+        except ArchiveError as exc:
+            print(f"FAILED: {exc}")
+            return 2
         for p in v.problems:
             print(f"FAIL {p}")
         print(f"{'OK' if v.ok else 'FAILED'}: {v.files_checked} files, {v.rows_checked} rows checked")
         return 0 if v.ok else 1
-    print(make_archive(resolve_campaign_dir(a.target)))
+    from lab.corpus import sha256_file
+
+    path = make_archive(resolve_campaign_dir(a.target), a.partial)
+    print(f"sha256 {sha256_file(path)} (record it elsewhere: it is what proves the archive unchanged)")
+    print(path)
     return 0
 
 
@@ -252,42 +160,25 @@ def cmd_compare(a) -> int:
     return 0
 
 
-def run_demo(launcher: str = "local") -> Path:
-    """Lock (if needed) and run the demo campaign headless; returns the archive path."""
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
-
-    f = demo_campaign_file()
-    lock(load_protocol(f))
-    orch = Orchestrator.prepare(f, RUNS_ROOT, make_launcher(launcher))
-    orch.echo = lambda line: print(line, flush=True)
-    print(f"demo campaign: {orch.dir}", flush=True)
-    orch.run()
-    return make_archive(orch.dir)
-
-
 def cmd_demo(a) -> int:
-    print(run_demo(a.launcher))
+    print(run_demo(a.launcher, echo=lambda line: print(line, flush=True)))
     return 0
 
 
 def cmd_up(a) -> int:
-    if sys.stdin.isatty() and sys.stdout.isatty() and not a.headless:
-        try:
-            from tui.app import run_app
-        except ImportError:
-            run_app = None
-        if run_app is not None:
-            os.environ.setdefault("ITERALAB_LAUNCHER", a.launcher)
-            return run_app(default_campaign_file())
-    return cmd_demo(a)
+    """`python -m tui` in this process's place: the UI belongs to tui/, never imported here."""
+    argv = [sys.executable, "-m", "tui"] + (["--launcher", a.launcher] if a.launcher else []) \
+        + (["--headless"] if a.headless else [])
+    sys.stdout.flush()
+    os.execv(sys.executable, argv)
+    return 0  # not reached
 
 
 def cmd_doctor(a) -> int:
-    from lab.doctor import blocking_failures, doctor, render
+    from lab.doctor import blocking_failures, doctor, format_checks
 
     checks = doctor(expect_gpu=a.expect_gpu)
-    print(render(checks))
+    print(format_checks(checks))
     return 1 if blocking_failures(checks) else 0
 
 
@@ -298,7 +189,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("corpus", help="build a comparison corpus").add_subparsers(dest="verb", required=True)
     b = c.add_parser("build", help="build the comparison corpus and tuning split",
-                     description="Count tokens with the demo encoder's tokenizer, bucket by length "
+                     description="Count tokens with --tokenizer (default: the demo encoder's), bucket by length "
                                  "(short < --short-below <= medium <= --long-above < long, in tokens), "
                                  "draw a seeded class-stratified comparison corpus and a disjoint tuning split.",
                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -313,7 +204,10 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--tuning", type=int, default=1600, help="items in the tuning split (disjoint)")
     b.add_argument("--short-below", type=int, default=64, help="tokens: short is below this")
     b.add_argument("--long-above", type=int, default=256, help="tokens: long is above this")
-    b.add_argument("--seed", type=int, default=20260924, help="sampling seed")
+    b.add_argument("--seed", type=int, default=CORPUS_SEED, help="sampling seed")
+    b.add_argument("--tokenizer", default=None,
+                   help="local checkpoint folder whose tokenizer counts tokens (the model the campaign "
+                        "runs; recorded in the card, checked at lock); default: the demo encoder's")
     b.set_defaults(fn=cmd_corpus_build)
     m = sub.add_parser("model", help="build the demo model").add_subparsers(dest="verb", required=True)
     mb = m.add_parser("build-demo", help="fit the demo head on the tuning split; save a transformers checkpoint")
@@ -327,7 +221,7 @@ def parser() -> argparse.ArgumentParser:
     ca = sub.add_parser("campaign", help="run and watch campaigns").add_subparsers(dest="verb", required=True)
     cr = ca.add_parser("run", help="run or resume the rotated schedule of a locked campaign")
     cr.add_argument("campaign", help="campaign file (TOML)")
-    cr.add_argument("--launcher", choices=("auto", "local", "docker"), default="auto")
+    cr.add_argument("--launcher", choices=LAUNCHERS, default="auto")
     cr.add_argument("--memory-limit", type=int, default=None, help="bytes per pass (host memory)")
     cr.add_argument("--detach", action="store_true", help="run in the background")
     cr.set_defaults(fn=cmd_campaign_run)
@@ -343,6 +237,8 @@ def parser() -> argparse.ArgumentParser:
     ar = sub.add_parser("archive", help="pack the evidence archive, or `archive verify FILE`")
     ar.add_argument("target", help="campaign file or folder, or 'verify'")
     ar.add_argument("archive", nargs="?")
+    ar.add_argument("--partial", action="store_true",
+                    help="archive a campaign that has not finished, labelled partial")
     ar.set_defaults(fn=cmd_archive)
     co = sub.add_parser("compare", help="one decision from several rentals' evidence archives",
                         description="Verify each archive, refuse archives of different corpora, "
@@ -362,7 +258,8 @@ def parser() -> argparse.ArgumentParser:
     for name, fn, what in (("demo", cmd_demo, "run the offline demo campaign headless; prints the archive path"),
                            ("up", cmd_up, "open the terminal UI (headless demo without a terminal)")):
         d = sub.add_parser(name, help=what)
-        d.add_argument("--launcher", choices=("auto", "local", "docker"), default="auto" if name == "up" else "local")
+        d.add_argument("--launcher", choices=LAUNCHERS, default=None if name == "up" else "local",
+                       help="default: local for demo; for up, $ITERALAB_LAUNCHER else auto")
         d.add_argument("--headless", action="store_true")
         d.set_defaults(fn=fn)
     dr = sub.add_parser("doctor", help="check the engine, GPU, driver, toolkit and image")
@@ -372,16 +269,23 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lab.archive import ArchiveError
-    from lab.compare.evidence import CompareError
-    from lab.corpus import CorpusError
-    from lab.cost.forfaits import PricingError
+    from lab.compare.evidence import CompareError  # lab.compare is loaded by `compare` only
+    from lab.diskfull import DiskFull, is_disk_full
 
+    one_line: tuple[type[Exception], ...] = (*ONE_LINE_ERRORS, CompareError)
     args = parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (CliError, ProtocolError, CorpusError, ArchiveError, PricingError, CompareError) as exc:
+    except one_line as exc:
         print(f"iteralab: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a full disk anywhere else (a file, the SQLite journal): the folder, one line
+        if not is_disk_full(exc):
+            raise
+        where = getattr(exc, "filename", None)
+        folder = Path(where).parent if where else Path(str(getattr(args, "target", None)
+                                                             or getattr(args, "campaign", ".")))
+        print(f"iteralab: error: {DiskFull(folder)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("iteralab: interrupted; `iteralab campaign run` resumes where it stopped", file=sys.stderr)

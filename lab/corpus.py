@@ -17,9 +17,13 @@ import json
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
+
+from lab.constants import CORPUS_SEED
+from lab.files import sha256_file
 
 BUCKETS = ("short", "medium", "long")
+BOM = b"\xef\xbb\xbf"  # UTF-8 byte-order mark
 
 
 class CorpusError(ValueError):
@@ -48,15 +52,6 @@ class Item:
     label: str
 
 
-def sha256_file(path: str | Path) -> str:
-    """Hex sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def item_hash(item: dict) -> str:
     """sha256 of an item's canonical JSON (id, text, label) — the per-item fingerprint."""
     canon = json.dumps({"id": item["id"], "text": item["text"], "label": item["label"]},
@@ -82,7 +77,10 @@ def _check(rec: dict, fields: tuple[str, str, str], path: Path, lineno: int,
                 f"{path}:{lineno}: missing field '{f}'; every item needs {', '.join(fields)}"
                 " (set other names with --id-field/--text-field/--label-field)")
     item_id, text, label = str(rec[id_f]), rec[text_f], str(rec[label_f])
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str):
+        raise CorpusError(f"{path}:{lineno}: text of id '{item_id}' is {type(text).__name__} {str(text)[:40]!r}, "
+                          f"not a string; write it as a JSON string (in quotes)")
+    if not text.strip():
         raise CorpusError(f"{path}:{lineno}: empty text for id '{item_id}'; remove the item or give it text")
     if not item_id.strip():
         raise CorpusError(f"{path}:{lineno}: empty id; every item needs a stable non-empty id")
@@ -108,11 +106,14 @@ def load_items(path: str | Path, id_field: str = "id", text_field: str = "text",
     seen: dict[str, int] = {}
     items: list[Item] = []
     data = path.read_bytes()
+    if data.startswith(BOM):  # spreadsheet exports: the mark is not part of the first column's name
+        data = data[len(BOM):]
     if path.suffix.lower() == ".csv":
         lines = data.split(b"\n")
         for i, raw in enumerate(lines, start=1):
             _decode(raw, path, i)
         reader = csv.DictReader(io.StringIO(data.decode("utf-8"), newline=""))
+        csv.field_size_limit(max(csv.field_size_limit(), len(data)))  # a long text is one field
         missing = [f for f in fields if f not in (reader.fieldnames or [])]
         if missing:
             raise CorpusError(
@@ -185,7 +186,7 @@ class BuildSpec:
 
     sizes: dict = field(default_factory=lambda: {"short": 600, "medium": 300, "long": 100})
     tuning_size: int = 1600
-    seed: int = 20260924
+    seed: int = CORPUS_SEED
     limits: BucketLimits = BucketLimits()
 
 
@@ -198,8 +199,9 @@ def stratified_split(items: list[Item], n_tokens: list[int], spec: BuildSpec
     Returns (comparison, tuning), each a list of dicts with bucket and n_tokens.
     """
     rng = random.Random(spec.seed)
-    rows = [dict(id=it.id, text=it.text, label=it.label, bucket=spec.limits.bucket(n), n_tokens=n)
-            for it, n in zip(items, n_tokens)]
+    rows: list[dict[str, Any]] = [
+        dict(id=it.id, text=it.text, label=it.label, bucket=spec.limits.bucket(n), n_tokens=n)
+            for it, n in zip(items, n_tokens, strict=True)]
     weights: dict[str, int] = {}
     for r in rows:
         weights[r["label"]] = weights.get(r["label"], 0) + 1
@@ -290,6 +292,12 @@ def build_corpus(source: str | Path, out_dir: str | Path, tokenizer, tokenizer_i
         raise CorpusError(f"--out {out}: exists and is not a folder; choose a folder path")
     items = load_items(source, id_field, text_field, label_field)
     n_tokens = count_tokens([it.text for it in items], tokenizer)
+    empty = [it.id for it, n in zip(items, n_tokens, strict=True) if n == 0]
+    if empty:
+        raise CorpusError(f"{source}: text of id '{empty[0]}' gives 0 tokens with "
+                          f"{tokenizer_info.get('name') or 'the tokenizer'} (only control or zero-width "
+                          f"characters?){f' and {len(empty) - 1} more' if len(empty) > 1 else ''}; "
+                          "remove the item or give it text")
     comparison, tuning = stratified_split(items, n_tokens, spec)
     out.mkdir(parents=True, exist_ok=True)
     cpath, tpath = out / "comparison.jsonl", out / "tuning.jsonl"

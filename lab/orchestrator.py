@@ -12,23 +12,27 @@ import fcntl
 import json
 import os
 import shutil
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
 from lab.corpus import read_corpus
+from lab.diskfull import DiskFull, is_disk_full
 from lab.journal import Journal
-from lab.passes.events import parse_event
+from lab.passes.events import FINISHED, PassStatus, parse_event
 from lab.passes.spec import PassSpec
 from lab.protocol import Protocol, load_protocol, lock_path, locked_version
 from lab.schedule import rotated_schedule
+from lab.status import CampaignState, process_create_time
 from lab.validate import validate_pass
 from lab.variants import Variant
 
-DONE = ("ok", "oom", "error", "killed")
-
-
 class CampaignBusy(RuntimeError):
     """Another orchestrator already runs this campaign version (one writer per journal)."""
+
+
+class CampaignFolderLost(RuntimeError):
+    """The campaign folder or its journal was deleted or replaced while the campaign ran."""
 
 
 def utc_now() -> str:
@@ -57,8 +61,11 @@ class Orchestrator:
         self.launcher = launcher
         self.version = version
         self.journal = Journal(self.dir / "journal.sqlite")
+        st = os.stat(self.dir / "journal.sqlite")
+        self._journal_inode = (st.st_dev, st.st_ino)
         self._corpus: list[dict] | None = None
-        self.echo = None  # optional callable(str): one line per pass start/end (CLI)
+        self.variants: dict[str, Variant] = {v.variant_id: v for v in proto.variants}
+        self.echo: Callable[[str], None] | None = None  # one line per pass start/end (CLI)
 
     @classmethod
     def prepare(cls, campaign_file: str | Path, runs_root: str | Path, launcher) -> "Orchestrator":
@@ -90,7 +97,7 @@ class Orchestrator:
     # ---- running ---------------------------------------------------------------------
     def pending(self) -> list[dict]:
         """Planned slots without a finished attempt (interrupted ones are run again)."""
-        done = {a["seq"] for a in self.journal.attempts() if a["status"] in DONE}
+        done = {a["seq"] for a in self.journal.attempts() if a["status"] in FINISHED}
         return [p for p in self.journal.plan() if p["seq"] not in done]
 
     def run(self) -> str:
@@ -109,15 +116,20 @@ class Orchestrator:
                                "campaign; watch it with `iteralab campaign status` or stop it first") from None
         try:
             return self._run()
+        except Exception as exc:  # a full disk under the journal or a pass folder: one line, resumable
+            if is_disk_full(exc):
+                raise (exc if isinstance(exc, DiskFull) else DiskFull(self.dir, "running the campaign")) from None
+            raise
         finally:
             fcntl.flock(lock_file, fcntl.LOCK_UN)
             lock_file.close()
 
     def _run(self) -> str:
         j = self.journal
-        j.set_control("orchestrator", {"pid": os.getpid(), "started": utc_now(),
-                                       "launcher": self.launcher.name})
-        j.set_control("state", "running")
+        j.set_control("orchestrator", {"pid": os.getpid(), "process_create_time": process_create_time(),
+                                       "started": utc_now(), "launcher": self.launcher.name})
+        self.apply_limits()
+        j.set_control("state", CampaignState.RUNNING)
         j.set_control("stop", False)
         try:
             j.set_control("launcher", self.launcher.describe())
@@ -126,39 +138,76 @@ class Orchestrator:
         for pid in j.mark_running_interrupted(
                 "interrupted: the orchestrator stopped while this pass ran; row kept, slot run again"):
             j.add_event(pid, "interrupted", {"pass_id": pid})
-        if hasattr(self.launcher, "find_leftovers"):
-            for c in self.launcher.find_leftovers(self.proto.name):
-                j.add_event("", "leftover", {"container": c, "note": "left from an interrupted run; not reused"})
+        if hasattr(self.launcher, "stop_leftovers"):
+            for c in self.launcher.stop_leftovers(self.proto.name):
+                j.add_event(c.get("pass", ""), "leftover", {
+                    "container": c, "note": "left from an interrupted run; stopped and removed before "
+                                            "the next pass, never reused"})
                 if self.echo:
-                    self.echo(f"leftover container from an interrupted run (not reused): {c}")
-        state = "finished"
+                    self.echo(f"leftover container {c['name']} of pass {c['pass']} ({c['status_before']}) "
+                              "stopped and removed before the next pass")
+        state = CampaignState.FINISHED
         for slot in self.pending():
+            self.check_folder()
             if j.get_control("pause", False):
                 j.set_control("pause", False)
-                state = "paused"
+                state = CampaignState.PAUSED
                 break
             if j.get_control("stop", False):
-                state = "stopped"
+                state = CampaignState.STOPPED
                 break
             row = self.run_slot(slot)
+            self.check_folder()
             if j.get_control("stop", False):
-                state = "stopped"
+                state = CampaignState.STOPPED
                 break
-            if row["status"] == "error" and "DeviceUnavailable" in row["notes"]:
+            if row.get("disk_full"):
+                j.set_control("state", CampaignState.STOPPED)
+                j.set_control("orchestrator", {"pid": None, "ended": utc_now()})
+                raise DiskFull(self.dir / "passes" / row["pass_id"], "writing the pass's predictions")
+            if row["status"] == PassStatus.ERROR and "DeviceUnavailable" in row["notes"]:
                 j.set_control("blocked", row["notes"])
-                state = "blocked"
+                state = CampaignState.BLOCKED
                 break
-        if state == "finished":
+        if state == CampaignState.FINISHED:
             self.revalidate_all()
         j.set_control("state", state)
         j.set_control("orchestrator", {"pid": None, "ended": utc_now()})
         return state
 
+    def check_folder(self) -> None:
+        """Raise CampaignFolderLost when the journal this orchestrator writes is no longer the
+        file at ``<campaign folder>/journal.sqlite`` (folder deleted, moved or replaced):
+        writing on would record passes nowhere and report a campaign as finished."""
+        try:
+            st = os.stat(self.dir / "journal.sqlite")
+            same = (st.st_dev, st.st_ino) == self._journal_inode
+        except OSError:
+            same = False
+        if not same:
+            raise CampaignFolderLost(
+                f"{self.dir}: campaign folder or its journal was deleted or replaced while the campaign ran; "
+                "stopped (nothing more is written). Run `iteralab campaign run` again to start afresh")
+
+    def apply_limits(self) -> None:
+        """Give the launcher the campaign's pass timeout and stall rule ([timing]); a stricter
+        limit the launcher already has stays. Recorded in the journal."""
+        t = self.proto.config.timing
+        limits = {}
+        for attr, value in (("timeout_s", t.pass_timeout_s), ("stall_s", t.stall_s)):
+            if hasattr(self.launcher, attr):
+                current = getattr(self.launcher, attr)
+                setattr(self.launcher, attr, value if current is None else min(current, value))
+                limits[attr] = getattr(self.launcher, attr)
+        self.journal.set_control("pass_limits", limits)
+
     def run_slot(self, slot: dict) -> dict:
         """Run one attempt of a planned slot and record its row, events and validation."""
         j = self.journal
         attempt = 1 + sum(1 for a in j.attempts() if a["seq"] == slot["seq"])
-        variant = Variant.from_json(json.loads(slot["variant_json"]))
+        # the locked protocol's own Variant (ids are content-derived, so the plan row's id names
+        # exactly this configuration): no JSON -> dict -> Variant round trip per pass
+        variant = self.variants[slot["variant_id"]]
         pass_id = f"p{slot['seq']:03d}-r{slot['repetition']}-{variant.variant_id}"
         if attempt > 1:
             pass_id += f"-a{attempt}"
@@ -168,8 +217,10 @@ class Orchestrator:
         spec = PassSpec(campaign=self.proto.name, pass_id=pass_id, variant=variant.to_json(),
                         corpus_path=str(self.proto.corpus_path), model_ref=self.proto.model_ref,
                         out_dir=str(pass_dir), warmup_items=t["warmup_items"],
-                        warmup_passes=t["warmup_passes"], seed=t.get("seed", 0),
-                        threads=t.get("threads", 0))
+                        warmup_passes=t["warmup_passes"], seed=t["seed"],
+                        threads=t["threads"],
+                        extra={"pad_token": self.proto.config.model.pad_token}
+                        if self.proto.config.model.pad_token else {})
         spec.write(pass_dir / "pass.json")
         j.start_attempt(pass_id, slot["seq"], attempt, slot["repetition"], slot["position"],
                         variant.to_json(), utc_now(), self.launcher.name, len(self.corpus))
@@ -188,33 +239,41 @@ class Orchestrator:
                 j.update_progress(pass_id, last["done"], ev.get("items_per_s"))
             elif kind in ("oom", "error"):
                 last["done"] = ev.get("items_done", last["done"])
+                last["disk_full"] = str(ev.get("message", "")).startswith("DiskFull")
                 j.update_progress(pass_id, last["done"], None)
             j.add_event(pass_id, kind, ev)
 
         outcome = self.launcher.launch(spec, pass_dir, on_line,
                                        should_stop=lambda: bool(j.get_control("stop", False)))
+        self.check_folder()  # the folder may have gone while the pass ran: read nothing from it
         result = None
-        if (pass_dir / "result.json").is_file():
-            result = json.loads((pass_dir / "result.json").read_text())
         notes = []
+        links = sorted(p.name for p in pass_dir.iterdir() if p.is_symlink())
+        if links:  # a pass (or container) wrote links: never followed, never read
+            notes.append(f"symbolic link(s) in the pass folder not followed: {', '.join(links)}")
+        if (pass_dir / "result.json").is_file() and not (pass_dir / "result.json").is_symlink():
+            result = json.loads((pass_dir / "result.json").read_text())
         if outcome.note == "stopped by the user":
-            status = "interrupted"
+            status = PassStatus.INTERRUPTED
             notes.append("interrupted: stopped by the user; slot run again on resume")
+        elif last.get("disk_full"):  # not the variant's failure: the slot runs again once space is free
+            status = PassStatus.INTERRUPTED
+            notes.append(f"interrupted: no space left on device in {pass_dir}; slot run again on resume")
         elif outcome.killed_host_memory:
-            status = "killed"
+            status = PassStatus.KILLED
             notes.append(outcome.note or "killed, host memory")
         elif result is not None:
             status = result["status"]
             if result.get("error"):
                 notes.append(result["error"])
         else:
-            status = "error"
+            status = PassStatus.ERROR
             code = outcome.exit_code
             notes.append(f"crashed: killed by signal {-code}" if code is not None and code < 0
                          else f"crashed: exit code {code}, no result written")
             if outcome.note:
                 notes.append(outcome.note)
-        items = result["items_completed"] if result and status != "killed" else last["done"]
+        items = result["items_completed"] if result and status != PassStatus.KILLED else last["done"]
         if outcome.container_id:
             notes.append(f"container {outcome.container_id[:12]}")
         j.finish_attempt(pass_id, status, utc_now(), outcome.exit_code, items,
@@ -226,8 +285,9 @@ class Orchestrator:
             measured = (result or {}).get("phases_s", {}).get("measured")
             took = f", measured window {measured:.2f} s" if measured else ""
             self.echo(f"pass {slot['seq']}/{len(j.plan())} {pass_id}: {status}, {items} items{took}{m}"
-                      + (f" ({'; '.join(notes)[:160]})" if status != "ok" and notes else ""))
-        return {"pass_id": pass_id, "status": status, "notes": "; ".join(notes)}
+                      + (f" ({'; '.join(notes)[:160]})" if status != PassStatus.OK and notes else ""))
+        return {"pass_id": pass_id, "status": status, "notes": "; ".join(notes),
+                "disk_full": bool(last.get("disk_full"))}
 
     # ---- validation ------------------------------------------------------------------
     def reference(self) -> tuple[dict[str, str] | None, float | None, str]:
@@ -235,7 +295,7 @@ class Orchestrator:
         ref_id = self.proto.reference.variant_id
         labels = model_labels(self.proto.model_ref)
         for a in self.journal.attempts():
-            if a["variant_id"] != ref_id or a["status"] != "ok":
+            if a["variant_id"] != ref_id or a["status"] != PassStatus.OK:
                 continue
             path = self.dir / "passes" / a["pass_id"] / "predictions.jsonl"
             v = validate_pass(self.corpus, path, self.proto.quality, labels)
@@ -254,7 +314,7 @@ class Orchestrator:
         v = validate_pass(self.corpus, path, self.proto.quality, model_labels(self.proto.model_ref),
                           ref[0], ref[1]).to_json()
         v["reference_pass"] = ref[2]
-        if a["status"] != "ok":
+        if a["status"] != PassStatus.OK:
             v["corpus_accepted"] = False
             v["reasons"] = [f"pass status {a['status']}"] + v["reasons"]
         self.journal.set_validation(pass_id, v)

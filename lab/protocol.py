@@ -7,18 +7,17 @@ and each version has its own results folder, so versions never mix (SPEC 3.1).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import tomllib
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from lab.config import CampaignConfig, ConfigError, CostSection, parse_config
+from lab.files import REPO_ROOT, sha256_bytes
 from lab.variants import Variant, VariantError, expand_series
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DEMO_CAMPAIGN = Path(__file__).resolve().parent / "defaults" / "demo.toml"
-METRICS = ("accuracy", "macro_f1")
 
 
 class ProtocolError(ValueError):
@@ -32,32 +31,43 @@ class Protocol:
     path: Path
     raw: dict
     variants: tuple[Variant, ...]
+    config: CampaignConfig
 
     @property
     def name(self) -> str:
-        return self.raw["campaign"]["name"]
+        return self.config.campaign.name
 
     @property
     def quality(self) -> dict:
-        return self.raw["quality"]
+        """[quality] with its defaults filled in, as a dict (validate_pass reads it)."""
+        return asdict(self.config.quality)
 
     @property
     def timing(self) -> dict:
-        return self.raw["timing"]
+        """[timing] with its defaults filled in, as a dict."""
+        return asdict(self.config.timing)
 
     @property
     def corpus_path(self) -> Path:
-        return _resolve(self.raw["corpus"]["path"], self.path)
+        return _resolve(self.config.corpus.path, self.path)
 
     @property
     def card_path(self) -> Path | None:
-        c = self.raw["corpus"].get("card")
+        c = self.config.corpus.card
         return _resolve(c, self.path) if c else None
 
     @property
     def model_ref(self) -> str:
-        m = self.raw["model"]
-        return str(_resolve(m["path"], self.path)) if "path" in m else m["id"]
+        m = self.config.model
+        if m.path is not None:
+            return str(_resolve(m.path, self.path))
+        assert m.id is not None  # lab.config refuses a [model] with neither path nor id
+        return m.id
+
+    @property
+    def cost(self) -> CostSection | None:
+        """The declared package, or None: no [cost] means no package declared (never a default GPU)."""
+        return self.config.cost
 
     @property
     def reference(self) -> Variant:
@@ -67,7 +77,7 @@ class Protocol:
     def digest(self) -> str:
         """sha256 of the canonical protocol (parsed TOML, sorted keys): comments do not count."""
         blob = json.dumps(self.raw, sort_keys=True, ensure_ascii=False, default=str).encode()
-        return hashlib.sha256(blob).hexdigest()
+        return sha256_bytes(blob)
 
 
 def _resolve(p: str, campaign_file: Path) -> Path:
@@ -77,54 +87,27 @@ def _resolve(p: str, campaign_file: Path) -> Path:
     return q if q.is_absolute() else (campaign_file.parent / q)
 
 
-def _need(d: dict, section: str, key: str, typ, file: Path):
-    if section not in d or key not in d[section]:
-        raise ProtocolError(f"{file}: missing [{section}] {key}; add it to the campaign file")
-    v = d[section][key]
-    if not isinstance(v, typ) or isinstance(v, bool) and typ is not bool:
-        raise ProtocolError(f"{file}: [{section}] {key} = {v!r} has the wrong type; expected {typ}")
-    return v
-
-
 def load_protocol(path: str | Path) -> Protocol:
-    """Parse and check a campaign file. Raises ProtocolError with one line on any problem."""
+    """Parse and check a campaign file (lab.config: typed sections, unknown keys and wrong
+    types refused). Raises ProtocolError with one line on any problem."""
     path = Path(path).resolve()
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ProtocolError(f"{path}: no such campaign file; check the path, or start from "
                             f"{DEMO_CAMPAIGN.relative_to(REPO_ROOT)}") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
-    _need(raw, "campaign", "name", str, path)
-    _need(raw, "campaign", "question", str, path)
-    _need(raw, "corpus", "path", str, path)
-    if "model" not in raw or not ({"path", "id"} & set(raw["model"])):
-        raise ProtocolError(f"{path}: [model] needs path (local checkpoint) or id (hub model)")
-    metric = _need(raw, "quality", "metric", str, path)
-    if metric not in METRICS:
-        raise ProtocolError(f"{path}: [quality] metric {metric!r} unknown; use {' or '.join(METRICS)}")
-    thr = _need(raw, "quality", "threshold", (int, float), path)
-    tol = _need(raw, "quality", "tolerance", (int, float), path)
-    if not 0 <= thr <= 1 or not 0 <= tol <= 1:
-        raise ProtocolError(f"{path}: [quality] threshold and tolerance are fractions in [0, 1]")
-    _need(raw, "quality", "reference_variant", str, path)
-    reps = _need(raw, "timing", "repetitions", int, path)
-    if reps < 1:
-        raise ProtocolError(f"{path}: [timing] repetitions must be >= 1 (default 5)")
-    for key in ("warmup_items", "warmup_passes"):
-        if _need(raw, "timing", key, int, path) < 0:
-            raise ProtocolError(f"{path}: [timing] {key} must be >= 0")
-    if raw["timing"].get("process", "fresh") != "fresh":
-        raise ProtocolError(f"{path}: [timing] process must be 'fresh' (one process per pass)")
-    if not raw.get("series"):
-        raise ProtocolError(f"{path}: no [[series]] declared; add at least one")
+    refuse_secrets(raw, path)
     try:
-        variants = tuple(expand_series(raw.get("defaults", {}), raw["series"]))
-    except (VariantError, TypeError) as exc:
+        cfg = parse_config(raw)
+        if cfg.cost is not None:
+            cfg.cost.check(str(_resolve(cfg.cost.catalog, path)) if cfg.cost.catalog else None)
+        variants = tuple(expand_series(cfg.defaults, [s.to_table() for s in cfg.series]))
+    except (ConfigError, VariantError) as exc:
         raise ProtocolError(f"{path}: {exc}") from None
-    proto = Protocol(path, raw, variants)
-    ref = raw["quality"]["reference_variant"]
+    proto = Protocol(path, raw, variants, cfg)
+    ref = cfg.quality.reference_variant
     if not any(ref in (v.name, v.variant_id) for v in variants):
         names = ", ".join(v.name for v in variants)
         raise ProtocolError(f"{path}: reference_variant {ref!r} is not a declared variant ({names})")
@@ -143,24 +126,55 @@ def read_lock(campaign_file: Path) -> list[dict]:
     return json.loads(p.read_text())["versions"] if p.exists() else []
 
 
-def lock(proto: Protocol) -> dict:
-    """Record the protocol's hash as a new version (or return the current one if unchanged).
+def refuse_secrets(raw: dict, path: Path) -> None:
+    """Raise ProtocolError when the campaign file holds a secret-looking value (a ``token`` key,
+    an ``hf_...`` token, a password in a URL, ...): it would be copied into the lock, the campaign
+    folder and the archive. Runs on the parsed TOML before the typed sections, so a secret is
+    named as such even under an unknown key. The message names the place, never the value."""
+    from lab.identity import secret_looking
 
-    Returns {"version": n, "sha256": ..., "locked_at": ISO UTC, "corpus_sha256": ...}.
+    places = secret_looking(raw)
+    if places:
+        raise ProtocolError(
+            f"{path}: {', '.join(places)} looks like a secret (token, key or password); remove it "
+            "from the campaign file and give it through the environment (e.g. HF_TOKEN), which is never recorded")
+
+
+def current_version(proto: Protocol, versions: list[dict]) -> tuple[dict | None, dict]:
+    """(the lock entry whose identity equals the protocol's as it is now, or None; that identity)."""
+    from lab.identity import protocol_identity
+
+    ident = protocol_identity(proto)
+    return next((v for v in versions if v["sha256"] == ident["sha256"]), None), ident
+
+
+def lock(proto: Protocol, check: bool = True) -> dict:
+    """Record the protocol's identity as a new version (or return the current one if unchanged).
+
+    The identity (``sha256``, which names the results folder) covers the campaign text, the
+    corpus file's sha256 and the model files' sha256 (lab.identity), so the same text over
+    other content is another version. Returns {"version": n, "sha256", "protocol_sha256",
+    "corpus_sha256", "model_sha256", "locked_at": ISO UTC, "protocol"}. With ``check`` (always,
+    except to simulate a file locked on another host) the lock-time checks of
+    :mod:`lab.preflight` run first: corpus, model config and tokenizer, labels, limits, padding
+    token, devices and GPU count. Raises ProtocolError (one line) when the corpus is missing, the
+    file holds a secret-looking value, or on the first refusal.
     """
-    from lab.corpus import sha256_file
-
+    refuse_secrets(proto.raw, proto.path)  # load_protocol refused them already; a Protocol built otherwise
     versions = read_lock(proto.path)
-    digest = proto.digest()
     if not proto.corpus_path.is_file():
         raise ProtocolError(f"{proto.path}: corpus {proto.corpus_path} not found; build it before locking")
-    corpus_sha = sha256_file(proto.corpus_path)
-    for v in versions:
-        if v["sha256"] == digest and v.get("corpus_sha256") == corpus_sha:
-            return v
-    entry = {"version": len(versions) + 1, "sha256": digest,
+    if check:
+        from lab.preflight import first_refusal, lock_checks
+
+        refused = first_refusal(lock_checks(proto))
+        if refused is not None:
+            raise ProtocolError(f"{proto.path.name}: {refused.detail}")
+    found, ident = current_version(proto, versions)
+    if found:
+        return found
+    entry = {"version": len(versions) + 1, **ident,
              "locked_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-             "corpus_sha256": corpus_sha,
              "protocol": proto.raw}
     versions.append(entry)
     lock_path(proto.path).write_text(json.dumps({"campaign_file": proto.path.name,
@@ -169,30 +183,29 @@ def lock(proto: Protocol) -> dict:
 
 
 def locked_version(proto: Protocol) -> dict:
-    """The lock entry matching the file and its corpus as they are now.
+    """The lock entry matching the file, its corpus and its model files as they are now.
 
     Raises ProtocolError when never locked, when the file changed since its last lock, or
-    when the corpus file changed since (lock again: a new version whose results are kept apart).
+    when the corpus or model files changed since (lock again: a new version whose results
+    are kept apart).
     """
-    from lab.corpus import sha256_file
-
     versions = read_lock(proto.path)
     if not versions:
         raise ProtocolError(
             f"{proto.path.name}: protocol not locked; run `iteralab protocol lock {proto.path}` before any pass")
-    digest = proto.digest()
     if not proto.corpus_path.is_file():
         raise ProtocolError(f"{proto.path.name}: corpus {proto.corpus_path} not found; restore it or fix [corpus] path")
-    corpus_sha = sha256_file(proto.corpus_path)
-    same = [v for v in versions if v["sha256"] == digest]
-    for v in same:
-        if v.get("corpus_sha256") == corpus_sha:
-            return v
+    found, ident = current_version(proto, versions)
+    if found:
+        return found
+    same = [v for v in versions if v.get("protocol_sha256") == ident["protocol_sha256"]]
+    nxt = f"run `iteralab protocol lock {proto.path}` to make version {len(versions) + 1}"
     if same:
-        raise ProtocolError(
-            f"{proto.path.name}: corpus {proto.corpus_path.name} changed since lock (sha256 {corpus_sha[:12]}, locked "
-            f"{same[-1].get('corpus_sha256', '')[:12]}); restore it, or run `iteralab protocol lock {proto.path}` "
-            f"to make version {len(versions) + 1}")
+        last = same[-1]
+        what = (f"corpus {proto.corpus_path.name}" if last.get("corpus_sha256") != ident["corpus_sha256"]
+                else "model files")
+        raise ProtocolError(f"{proto.path.name}: {what} changed since lock (version {last['version']}); restore "
+                            f"it, or {nxt} (results of versions never mix)")
     raise ProtocolError(
-        f"{proto.path.name}: edited after lock (version {versions[-1]['version']}); run "
-        f"`iteralab protocol lock {proto.path}` to make version {len(versions) + 1} (results of versions never mix)")
+        f"{proto.path.name}: edited after lock (version {versions[-1]['version']}), or locked by an older "
+        f"IteraGPU Lab; {nxt} (results of versions never mix)")

@@ -2,21 +2,50 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 
 from lab.journal import Journal
+from lab.passes.events import FINISHED
+
+
+class CampaignState(StrEnum):
+    """A campaign's state (journal control key ``state``); plain strings in SQLite and JSON."""
+
+    NOT_STARTED = "not started"
+    RUNNING = "running"          # an orchestrator runs it now
+    PAUSED = "paused"            # after the current pass, on request; `campaign run` resumes
+    STOPPED = "stopped"          # stopped now, on request; the running pass is an interrupted row
+    FINISHED = "finished"        # every planned slot has a finished attempt
+    BLOCKED = "blocked"          # a pass found no usable GPU for its declared device
+    INTERRUPTED = "interrupted"  # the journal says running but its orchestrator is gone
+
+
+def process_create_time(pid: int | None = None) -> float | None:
+    """Start time of process ``pid`` (default: this one), seconds since the epoch (psutil)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
 
 
 def orchestrator_alive(info: dict | None) -> bool:
-    """True when the journal names an orchestrator pid that is still a live process."""
+    """True when the journal's orchestrator is still that same process: its pid is live AND
+    that process started when the recorded one did (a recycled pid is another process).
+
+    A journal without the start time (written before it was recorded) is not proven alive.
+    """
     import psutil
 
-    pid = (info or {}).get("pid")
-    if not pid:
+    pid, created = (info or {}).get("pid"), (info or {}).get("process_create_time")
+    if not pid or created is None:
         return False
     try:
         p = psutil.Process(pid)
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        same = abs(p.create_time() - float(created)) < 0.05
+        return same and p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 
@@ -42,14 +71,14 @@ def campaign_status(campaign_dir: Path, journal: Journal | None = None) -> dict:
         plan = j.plan()
         attempts = j.attempts()
         info = j.get_control("orchestrator", {}) or {}
-        state = j.get_control("state", "not started")
+        state = j.get_control("state", CampaignState.NOT_STARTED)
     finally:
         if own:
             j.close()
     alive = orchestrator_alive(info)
-    if state == "running" and not alive:
-        state = "interrupted"
-    finished_slots = {a["seq"] for a in attempts if a["status"] in ("ok", "oom", "error", "killed")}
+    if state == CampaignState.RUNNING and not alive:
+        state = CampaignState.INTERRUPTED
+    finished_slots = {a["seq"] for a in attempts if a["status"] in FINISHED}
     for a in attempts:
         a["verdict"] = verdict(a)
     return {"dir": str(campaign_dir), "state": state, "planned": len(plan),

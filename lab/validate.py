@@ -115,6 +115,9 @@ def read_prediction_columns(path: Path, labels: set[str] | None) -> PredictionCo
     codes: list[np.ndarray] = []
     errors: list[str] = []
     n_lines = 0
+    if path.is_symlink():  # a link a pass wrote into its folder is never followed
+        return PredictionColumns([], np.zeros(0, np.int32), list(code),
+                                 ["predictions file is a symbolic link: not followed"], 0)
     if not path.is_file():
         return PredictionColumns([], np.zeros(0, np.int32), list(code), ["no predictions file"], 0)
 
@@ -202,7 +205,10 @@ def macro_f1(gold: list[str], pred: list[str]) -> float:
     return macro_f1_codes(_codes(gold, code), _codes(pred, code))
 
 
-METRICS = {"accuracy": accuracy_codes, "macro_f1": macro_f1_codes}
+# name -> metric of two equal-length label lists (archive verify re-derives with these)
+METRICS = {"accuracy": accuracy, "macro_f1": macro_f1}
+# name -> the same metric on class-code arrays (validate_pass)
+METRICS_CODES = {"accuracy": accuracy_codes, "macro_f1": macro_f1_codes}
 
 
 def _first(values, limit: int = 5) -> list[str]:
@@ -236,7 +242,7 @@ def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
         del position
     known = pos >= 0
     counts = np.bincount(pos[known], minlength=n)
-    extra_counts = Counter(i for i, k in zip(cols.ids, known) if not k) if not known.all() else Counter()
+    extra_counts = Counter(i for i, k in zip(cols.ids, known, strict=True) if not k) if not known.all() else Counter()
     dups = sorted({expected[k] for k in np.flatnonzero(counts > 1)}
                   | {i for i, c in extra_counts.items() if c > 1})
     missing_mask = counts == 0
@@ -262,7 +268,7 @@ def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
         short = [b for b, c in coverage.items() if c["observed"] < c["expected"]]
         reasons.append("bucket(s) not covered: " + ", ".join(short))
     name = quality["metric"]
-    fn = METRICS[name]
+    fn = METRICS_CODES[name]
     metric = None
     by_bucket: dict = {}
     thr, tol = float(quality["threshold"]), float(quality["tolerance"])

@@ -34,17 +34,22 @@ def test_corpus_changed_after_lock_is_refused(tmp_path, model_dir):
     corpus = cut_corpus(tmp_path / "c.jsonl", 2, 1, 1)
     f = write_campaign(tmp_path, model_dir, corpus)
     v1 = lock(load_protocol(f))
-    corpus.write_text(corpus.read_text().replace('"label": "', '"label": "x', 1))
+    corpus.write_text(corpus.read_text().replace('"text": "', '"text": "edited ', 1))
     with pytest.raises(ProtocolError, match="changed since lock"):
         locked_version(load_protocol(f))
     v2 = lock(load_protocol(f))
-    assert v2["version"] == 2 and v2["sha256"] == v1["sha256"] and v2["corpus_sha256"] != v1["corpus_sha256"]
+    assert v2["version"] == 2 and v2["protocol_sha256"] == v1["protocol_sha256"] and v2["sha256"] != v1["sha256"]
+    assert v2["corpus_sha256"] != v1["corpus_sha256"]  # same text, other corpus: another identity
 
 
 def test_gpu_variant_without_gpu_blocks_after_one_pass(tmp_path, model_dir):
+    """Lock refuses it on this host (tests/test_lock_checks.py); a file locked on a GPU host
+    and run here still blocks after one pass (check=False stands for that other host)."""
     f = write_campaign(tmp_path, model_dir, cut_corpus(tmp_path / "c.jsonl", 2, 1, 1), repetitions=2)
     f.write_text(f.read_text().replace('padding = "longest"', 'padding = "longest"\ndevice = "cuda"'))
-    lock(load_protocol(f))
+    with pytest.raises(ProtocolError, match="needs GPU index 0 but this host has 0 GPUs"):
+        lock(load_protocol(f))
+    lock(load_protocol(f), check=False)
     orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
     assert orch.run() == "blocked"
     [a] = orch.journal.attempts()
@@ -61,7 +66,7 @@ def test_unreadable_archives_are_one_line_errors(tmp_path):
 
 
 def test_pass_folder_without_row_fails_verification(small_campaign, tmp_path):
-    from lab.cli import make_archive
+    from lab.campaigns import make_archive
 
     good = make_archive(small_campaign.dir)
     bad = tmp_path / "bad.tar.gz"

@@ -45,11 +45,8 @@ def text_of(app, selector: str) -> str:
 
 @pytest.fixture()
 def runs(tmp_path, monkeypatch):
-    import lab.cli
-
     root = tmp_path / "runs"
     monkeypatch.setenv("ITERALAB_RUNS", str(root))
-    monkeypatch.setattr(lab.cli, "RUNS_ROOT", root)
     return root
 
 
@@ -88,7 +85,9 @@ def test_protocol_screen_locks_and_says_when_edited(tmp_path, runs, size):
             assert [str(c) for c in card.get_row_at(20)] == ["all classes", "600", "300", "100", "1000"]
             await pilot.press("l")
             await wait_for(pilot, lambda: "sha256" in text_of(app, "#lock-result"))
-            digest = load_protocol(f).digest()
+            from lab.identity import protocol_identity
+
+            digest = protocol_identity(load_protocol(f))["sha256"]  # text + corpus + model files
             assert f"locked as version 1\nsha256 {digest}" in text_of(app, "#lock-result")
             assert read_lock(f)[0]["sha256"] == digest
             f.write_text(f.read_text().replace("threshold = 0.55", "threshold = 0.60"))
@@ -115,6 +114,9 @@ def test_plan_screen_schedule_and_feasibility(tmp_path, runs, size):
             assert plan["schedule"][1] == ["batch_size=4", "batch_size=8", "bucketing=True", "batch_size=1"]
             assert "20 passes" in text_of(app, "#plan-head")
             assert "r3: batch_size=8 -> bucketing=True -> batch_size=1 -> batch_size=4" in text_of(app, "#plan-schedule")
+            checks = text_of(app, "#plan-checks")  # the checks `protocol lock` runs, shown before locking
+            assert "Checks at lock" in checks and "labels: 20 corpus labels among the model's 20" in checks
+            assert "max_length: max_position_embeddings 512" in checks and "pad_token: '[PAD]' from the tokenizer" in checks
             return plan
     plan = asyncio.run(go())
     proto = load_protocol(demo_copy(tmp_path))
@@ -161,20 +163,18 @@ def test_runs_screen_not_started_then_live_rows_pause_stop(tmp_path, runs, size)
 
 @pytest.mark.parametrize("size", SIZES)
 def test_results_screen_per_variant(finished, tmp_path, monkeypatch, size):
-    import lab.cli
-
     shutil.copytree(finished.parent / "runs", tmp_path / "runs")
-    monkeypatch.setattr(lab.cli, "RUNS_ROOT", tmp_path / "runs")
+    monkeypatch.setenv("ITERALAB_RUNS", str(tmp_path / "runs"))
 
     async def go():
         app = make_app(finished, start_screen="results")
         async with app.run_test(size=size) as pilot:
             await wait_for(pilot, lambda: getattr(app.screen, "summary", None), 120, "the results")
-            by = {v["batch_size"]: v for v in app.screen.summary}
+            by = {v.batch_size: v for v in app.screen.summary}
             t = text_of(app, "#results-text")
-            d1 = by[1]["durations_s"][0]
+            d1 = by[1].durations_s[0]
             assert f"durations s: {d1:.3f}" in t and f"median {d1:.3f}" in t
-            assert by[1]["successes"] == 1 and by[8]["successes"] == 1
+            assert by[1].successes == 1 and by[8].successes == 1
             assert "accepted (1 of 1 passes)" in t
             assert "peaks: process RSS" in t and "allocated not measured (no GPU)" in t
     asyncio.run(go())
@@ -182,10 +182,8 @@ def test_results_screen_per_variant(finished, tmp_path, monkeypatch, size):
 
 @pytest.mark.parametrize("size", SIZES)
 def test_cost_screen_quote_and_downward_only_deliverables(finished, tmp_path, monkeypatch, size):
-    import lab.cli
-
     shutil.copytree(finished.parent / "runs", tmp_path / "runs")
-    monkeypatch.setattr(lab.cli, "RUNS_ROOT", tmp_path / "runs")
+    monkeypatch.setenv("ITERALAB_RUNS", str(tmp_path / "runs"))
 
     async def go():
         app = make_app(finished, start_screen="cost")
@@ -213,10 +211,8 @@ def test_cost_screen_quote_and_downward_only_deliverables(finished, tmp_path, mo
 
 @pytest.mark.parametrize("size", SIZES)
 def test_archive_screen_assembles_verifies_and_scp_line(finished, tmp_path, monkeypatch, size):
-    import lab.cli
-
     shutil.copytree(finished.parent / "runs", tmp_path / "runs")
-    monkeypatch.setattr(lab.cli, "RUNS_ROOT", tmp_path / "runs")
+    monkeypatch.setenv("ITERALAB_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("SSH_CONNECTION", "203.0.113.9 51000 198.51.100.7 2222")
     monkeypatch.setenv("USER", "alice")
 
@@ -232,4 +228,31 @@ def test_archive_screen_assembles_verifies_and_scp_line(finished, tmp_path, monk
             app.screen.query_one("#scp-host").value = "gpu.example.org"
             await pilot.pause(0.2)
             assert text_of(app, "#scp-line") == f"scp -P 2222 alice@gpu.example.org:{a['path']} ."
+    asyncio.run(go())
+
+
+def test_archive_screen_refuses_an_unfinished_campaign_and_packs_it_labelled_partial(tmp_path, runs, model_dir):
+    from conftest import cut_corpus, write_campaign
+
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestrator import Orchestrator
+    from lab.protocol import lock
+
+    corpus = cut_corpus(tmp_path / "corpus.jsonl", 2, 1, 1)
+    f = write_campaign(tmp_path, model_dir, corpus, name="half")
+    lock(load_protocol(f))
+    Orchestrator.prepare(f, runs, LocalLauncher())  # planned, not run
+
+    async def go():
+        app = make_app(f, start_screen="archive")
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("a")
+            await wait_for(pilot, lambda: "archive failed" in text_of(app, "#archive-info"), 60, "the refusal")
+            t = text_of(app, "#archive-info")
+            assert "not finished" in t and "Press p for an archive labelled partial" in t
+            await pilot.press("p")
+            await wait_for(pilot, lambda: getattr(app.screen, "archive", None), 120, "the partial archive")
+            a = app.screen.archive
+            assert a["ok"] and a["partial"] and text_of(app, "#archive-info").startswith("PARTIAL Archive")
+            assert a["sha256"] in text_of(app, "#archive-info")
     asyncio.run(go())

@@ -6,9 +6,11 @@ Phases, each timed separately with a host clock (``time.perf_counter``): ``start
 (imports), ``model_load``, ``compile`` (compile = true variants only, lab.passes.compile),
 ``warmup``, ``measured`` (read corpus, tokenize, transfer, infer, materialize predictions
 on the host; device synchronized at both ends), ``probe`` (matmul ceiling and the pass's
-model FLOP/s, lab.passes.probe), ``evaluation`` and ``writing``. Memory peaks are reset right before the measured window.
-Writes ``predictions.jsonl`` (id, pred, prob; corpus order; the items completed, also on
-failure) and ``result.json``; streams events on stdout. Exit codes: 0 ok, 3 OOM, 4 error,
+model FLOP/s, lab.passes.probe), ``evaluation`` and ``writing``. Memory peaks are reset
+right before the measured window. Declared values are checked against the observed ones
+after the warm-up and after the window (lab.passes.observed). Writes ``predictions.jsonl``
+(id, pred, prob, truncation; corpus order; the items completed, also on failure) and
+``result.json``; streams events on stdout. Exit codes: 0 ok, 3 OOM, 4 error,
 2 bad spec. Nothing is retried with a smaller batch (seed: "Non sostituire
 silenziosamente questo passaggio con un batch più piccolo").
 """
@@ -24,7 +26,8 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
-from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventWriter
+from lab.diskfull import DiskFull, atomic_write_text
+from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventWriter, PassStatus
 from lab.passes.spec import PassSpec
 
 _T_PROCESS = time.perf_counter()
@@ -55,18 +58,24 @@ def _vm_peak() -> int | None:
 
 
 def write_predictions(path: Path, win, id2label: dict) -> tuple[int, str]:
-    """Write completed predictions in corpus order; returns (lines, sha256 of the file)."""
+    """Write completed predictions in corpus order; returns (lines, sha256 of the file).
+
+    Each line: id, pred, prob, truncated (bool; null when unknown), tokens_kept and tokens_total
+    (tokens, specials included, after and before truncation at max_length)."""
     h = hashlib.sha256()
     n = 0
-    with open(path, "w", encoding="utf-8", newline="\n") as fh:
-        for item_id, p, c in zip(win.ids, win.pred_index, win.prob):
-            if p is None:
-                continue
-            line = json.dumps({"id": item_id, "pred": id2label[p], "prob": round(c, 6)},
-                              ensure_ascii=False) + "\n"
-            fh.write(line)
-            h.update(line.encode("utf-8"))
-            n += 1
+    lines = []
+    for i, (item_id, p, c) in enumerate(zip(win.ids, win.pred_index, win.prob, strict=True)):
+        if p is None:
+            continue
+        kept, total = win.tokens_kept[i], win.tokens_total[i]
+        line = json.dumps({"id": item_id, "pred": id2label[p], "prob": round(c, 6),
+                           "truncated": None if total is None else total > kept,
+                           "tokens_kept": kept, "tokens_total": total}, ensure_ascii=False) + "\n"
+        lines.append(line)
+        h.update(line.encode("utf-8"))
+        n += 1
+    atomic_write_text(path, "".join(lines))  # whole or absent, never half a file
     return n, h.hexdigest()
 
 
@@ -75,12 +84,12 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     res: dict = {"pass_id": spec.pass_id, "campaign": spec.campaign, "variant": spec.variant,
-                 "start_time": _utc(), "status": "error", "error": "", "phases_s": {},
+                 "start_time": _utc(), "status": PassStatus.ERROR, "error": "", "phases_s": {},
                  "items_total": None, "items_completed": 0, "pid": os.getpid()}
     phases = res["phases_s"]
     win = None
     sink: dict = {}
-    state = {"done": 0, "t0": None, "total": 0}
+    state: dict = {"done": 0, "t0": None, "total": 0}
     id2label: dict = {}
     device = "cpu"
 
@@ -101,6 +110,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         from lab.memory.observe import release_memory
         from lab.memory.peaks import PeakTracker
         from lab.passes import inference as inf
+        from lab.passes import observed
 
         phases["startup"] = round(time.perf_counter() - _T_PROCESS, 6)
         torch.manual_seed(spec.seed)
@@ -114,7 +124,9 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
                                   "use_deterministic_algorithms": False})
         ev.emit("phase", phase="model_load", state="start", device=device)
         t = time.perf_counter()
-        tok, model = inf.load_model(spec.model_ref, spec.variant["precision"], device)
+        tok, model = inf.load_model(spec.model_ref, spec.variant["precision"], device,
+                                    pad_token=spec.extra.get("pad_token"),
+                                    attention=spec.variant.get("attention"))
         id2label = {int(k): v for k, v in model.config.id2label.items()}
         inf.synchronize(device)
         phase("model_load", t)
@@ -133,6 +145,8 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         t = time.perf_counter()
         inf.warm_up(warm_rows, tok, model, device, spec.variant, spec.warmup_items, spec.warmup_passes)
         phase("warmup", t)
+        res["observed"] = observed.observe_model(model, spec.threads)
+        observed.require_honoured(spec.variant, res["observed"], device)
 
         tracker = PeakTracker(device)
         release_memory(device)  # freed warm-up memory goes back before the peaks are reset
@@ -155,7 +169,10 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         res["items_completed"] = win.items_done
         res["items_per_s"] = round(win.items_done / phases["measured"], 4)
         res.update(n_truncated=win.n_truncated, real_tokens=win.real_tokens,
-                   padded_tokens=win.padded_tokens, batches=win.batches)
+                   padded_tokens=win.padded_tokens, batches=win.batches,
+                   truncated_by_bucket=observed.truncation_by_bucket(rows, win))
+        res["observed"].update(observed.observe_window(win, spec.variant["max_length"]))
+        observed.require_honoured(spec.variant, res["observed"], device)
 
         from lab.passes.probe import probe_phase
 
@@ -165,19 +182,19 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         phase("probe", t)
 
         t = time.perf_counter()
-        gold = [(l, id2label[p]) for l, p in zip(win.labels, win.pred_index) if l is not None]
+        gold = [(g, id2label[p]) for g, p in zip(win.labels, win.pred_index, strict=True) if g is not None]
         res["self_accuracy"] = round(sum(a == b for a, b in gold) / len(gold), 6) if gold else None
         phase("evaluation", t)
-        res["status"] = "ok"
+        res["status"] = PassStatus.OK
         code = EXIT_OK
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row
         if isinstance(exc, KeyboardInterrupt):
-            res["status"], code = "interrupted", EXIT_ERROR
+            res["status"], code = PassStatus.INTERRUPTED, EXIT_ERROR
         elif is_oom(exc):
-            res["status"], code = "oom", EXIT_OOM
+            res["status"], code = PassStatus.OOM, EXIT_OOM
             ev.emit("oom", items_done=state["done"], message=str(exc).splitlines()[0][:300])
         else:
-            res["status"], code = "error", EXIT_ERROR
+            res["status"], code = PassStatus.ERROR, EXIT_ERROR
             ev.emit("error", items_done=getattr(exc, "items_done", state["done"]),
                     message=f"{type(exc).__name__}: {exc}"[:300])
         res["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]
@@ -186,14 +203,18 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
     t = time.perf_counter()
     pred_path = out / "predictions.jsonl"
     win = win or sink.get("win")
-    if win is not None:
-        res["predictions_lines"], res["predictions_sha256"] = write_predictions(pred_path, win, id2label)
-    res["predictions_path"] = pred_path.name if win is not None else ""
-    phases["writing"] = round(time.perf_counter() - t, 6)
-    res["process_peak_vm_bytes"] = _vm_peak()  # address space since process start (VmPeak)
-    res["end_time"] = _utc()
-    res["exit_code"] = code
-    (out / "result.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
+    try:
+        if win is not None:
+            res["predictions_lines"], res["predictions_sha256"] = write_predictions(pred_path, win, id2label)
+        res["predictions_path"] = pred_path.name if win is not None else ""
+        phases["writing"] = round(time.perf_counter() - t, 6)
+        res["process_peak_vm_bytes"] = _vm_peak()  # address space since process start (VmPeak)
+        res["end_time"] = _utc()
+        res["exit_code"] = code
+        atomic_write_text(out / "result.json", json.dumps(res, indent=1, default=str) + "\n")
+    except DiskFull as exc:  # the orchestrator stops the campaign; the slot runs again on resume
+        ev.emit("error", items_done=res["items_completed"], message=f"DiskFull: {exc}"[:300])
+        return EXIT_ERROR, res
     ev.emit("result", status=res["status"], items_completed=res["items_completed"],
             measured_s=phases.get("measured"))
     return code, res

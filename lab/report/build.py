@@ -7,10 +7,12 @@ any time (after a resume too) and always agrees with the predictions on disk.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+import shutil
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from lab.corpus import fingerprint
+from lab.diskfull import DiskFull, is_disk_full, swap_folder
 from lab.journal import Journal
 from lab.manifest import build_manifest
 from lab.models import model_revision
@@ -27,14 +29,27 @@ def _feasibility(rows: list[dict], attempts: list[dict]) -> dict:
     return campaign_feasibility([{**r, "coverage": cov.get(r["pass_id"])} for r in rows])
 
 
-def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
+def write_gold_labels(corpus_path: Path, out: Path) -> Path:
+    """report/gold_labels.jsonl: {id, label, bucket} per corpus item (no text), so that
+    ``archive verify`` can recompute every row's metric from the predictions."""
+    from lab.corpus import read_corpus
+
+    with open(out, "w", encoding="utf-8", newline="\n") as fh:
+        for r in read_corpus(corpus_path):
+            fh.write(json.dumps({"id": r["id"], "label": r.get("label"), "bucket": r.get("bucket")},
+                                ensure_ascii=False) + "\n")
+    return out
+
+
+def build_report(campaign_dir: Path, launcher_info: dict | None = None, partial_reason: str = "") -> dict:
     """Write report/{raw_table.csv, summary.csv, summary.json, manifest.json, decision_note.md,
-    report.html}.
+    gold_labels.jsonl, report.html}. ``partial_reason``: non-empty when the campaign is not
+    finished; the decision note then opens with it.
 
-    Returns {"rows": n, "summary": [...], "report_dir": Path}.
+    Returns {"rows": n, "summary": [VariantSummary, ...], "report_dir": Path, "orchestrator": dict}.
+    Builds in report.partial/ and swaps it in whole. Raises DiskFull (one line, the partial
+    folder removed, the previous report kept) when the disk is full.
     """
-    from lab.report.decision import decision_note
-
     campaign_dir = Path(campaign_dir)
     version = json.loads((campaign_dir / "protocol_version.json").read_text())
     journal = Journal(campaign_dir / "journal.sqlite")
@@ -47,13 +62,31 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
     orch_info = journal.get_control("orchestrator", {}) or {}
     described = journal.get_control("launcher", None)
     journal.close()
-    out = campaign_dir / "report"
-    out.mkdir(exist_ok=True)
+    final = campaign_dir / "report"
+    out = campaign_dir / "report.partial"  # built aside, swapped in whole: the last report stays until then
+    try:
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        result = _write_report(out, proto, version, attempts, described, launcher_info, campaign_dir,
+                               partial_reason)
+        swap_folder(out, final)
+    except BaseException as exc:
+        shutil.rmtree(out, ignore_errors=True)
+        if is_disk_full(exc):
+            raise DiskFull(campaign_dir, "writing the report") from None
+        raise
+    return {**result, "report_dir": final, "orchestrator": orch_info}
+
+
+def _write_report(out: Path, proto, version: dict, attempts: list[dict], described, launcher_info,
+                  campaign_dir: Path, partial_reason: str = "") -> dict:
+    from lab.report.decision import decision_campaign, decision_note, decision_pricing
+
     rows = raw_rows(attempts, proto.name, version["version"], campaign_dir)
     write_raw_table(rows, out / "raw_table.csv")
+    write_gold_labels(proto.corpus_path, out / "gold_labels.jsonl")
     summary = summarize(rows, _feasibility(rows, attempts))
     write_summary(summary, out / "summary.csv")
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
 
     launcher = launcher_info or described or {"launcher": sorted({a["launcher"] for a in attempts}) or ["none"]}
     if any(a["launcher"] == "local" for a in attempts):
@@ -61,35 +94,29 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
     manifest = build_manifest(
         campaign={"name": proto.name, "protocol_version": version["version"],
                   "protocol_sha256": version["sha256"], "locked_at": version["locked_at"],
+                  "identity": {k: version.get(k) for k in ("protocol_sha256", "corpus_sha256", "model_sha256")},
                   "order": [f"{a['seq']}:{a['variant_id']}" for a in attempts],
-                  "repetitions": proto.timing["repetitions"], "seed": proto.timing.get("seed", 0),
-                  "threads_requested": proto.timing.get("threads", 0),
-                  "deterministic": {"torch.manual_seed": proto.timing.get("seed", 0),
+                  "repetitions": proto.timing["repetitions"], "seed": proto.config.timing.seed,
+                  "threads_requested": proto.config.timing.threads,
+                  "deterministic": {"torch.manual_seed": proto.config.timing.seed,
                                     "cudnn.benchmark": False, "use_deterministic_algorithms": False},
                   "variants": [v.to_json() for v in proto.variants]},
         launcher=launcher,
-        model=model_revision(proto.model_ref, proto.raw["model"].get("revision")),
+        model=model_revision(proto.model_ref, proto.config.model.revision),
         corpus=fingerprint(proto.corpus_path),
         extra={"pass_backends": sorted({(a["result"] or {}).get("backend", "") for a in attempts} - {""}),
                "pass_torch": sorted({(a["result"] or {}).get("torch_version", "") for a in attempts} - {""}),
                "pass_threads": sorted({(a["result"] or {}).get("threads") for a in attempts} - {None})})
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str) + "\n")
 
-    cost = proto.raw.get("cost", {})
+    cost = asdict(proto.cost) if proto.cost is not None else {}  # no [cost]: no package declared
     starts = [a["start_time"] for a in attempts if a["start_time"]]
     ends = [a["end_time"] for a in attempts if a["end_time"]]
-    observed = bool(starts and ends) and "window_start" not in cost
-    pricing = {"catalog_path": cost.get("catalog"), "gpu": cost.get("gpu", "rtx-4090"),
-               "days": cost.get("days", 7), "lots": cost.get("lots", 1),
-               "window_start": cost.get("window_start") or (min(starts) if observed else None),
-               "window_end": cost.get("window_end") or (max(ends) if observed else None),
-               "tz": cost.get("tz")}
-    camp = {"name": proto.name, "question": proto.raw["campaign"]["question"],
-            "deadline": proto.raw["campaign"].get("deadline"),
-            "deliverables": proto.raw["campaign"].get("deliverables", 1)}
-    note = decision_note(summary, camp, pricing)
+    observed = bool(starts and ends) and not cost.get("window_start")
+    pricing = decision_pricing(cost, (min(starts), max(ends)) if observed else None)
+    note = decision_note(summary, decision_campaign(proto), pricing)
     backends = sorted({(a["result"] or {}).get("backend", "") for a in attempts} - {""})
-    if backends and "cpu" in backends or not backends:
+    if pricing["gpu"] and ((backends and "cpu" in backends) or not backends):
         note += (f"\n\n**Measured hardware differs from the priced package.** The passes ran on "
                  f"{', '.join(backends) or 'no device (no pass got that far)'} (see the manifest), while the "
                  f"quote prices `{pricing['gpu']}`: the durations above say nothing about how that GPU "
@@ -97,8 +124,14 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
     if observed:
         note += ("\n\n_Campaign window: no window was declared in the campaign file; the window "
                  "above is the span of the passes actually run (first start to last end)._\n")
+    if not any(r["status"] in ("ok", "oom", "error", "killed") for r in rows):
+        note = ("> **No evidence yet.** no pass has finished in this campaign: the tables are empty "
+                "and no configuration can be judged.\n\n" + note)
+    if partial_reason:
+        note = (f"> **Partial evidence.** {partial_reason}. This archive is labelled partial: the "
+                "figures below cover only the passes that ran.\n\n" + note)
     (out / "decision_note.md").write_text(note)
     from lab.report.html import campaign_report
 
     (out / "report.html").write_text(campaign_report(proto.name, summary, rows, note), encoding="utf-8")
-    return {"rows": len(rows), "summary": summary, "report_dir": out, "orchestrator": orch_info}
+    return {"rows": len(rows), "summary": summary}

@@ -6,11 +6,16 @@ A figure that was not measured is an empty cell, and ``notes`` says why (SPEC 3.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import pandas as pd
 
+from lab.files import sha256_file
+from lab.passes.events import PassStatus
+
+OBSERVED = ("dtype", "device", "attention", "threads_declared", "threads", "compile", "quantization",
+            "padding", "max_tokens", "bucketing")
+TRUNCATED = ("truncated_short", "truncated_medium", "truncated_long")
 PHASES = ("startup", "model_load", "compile", "warmup", "measured", "probe", "evaluation", "writing")
 # utilization (lab.passes.probe) and recompilations (lab.passes.compile), from result.json
 PERF = ("model_flop", "achieved_flop_per_s", "ceiling_flop_per_s", "utilization",
@@ -18,11 +23,13 @@ PERF = ("model_flop", "achieved_flop_per_s", "ceiling_flop_per_s", "utilization"
 PEAKS = ("peak_allocated_bytes", "peak_reserved_bytes", "process_peak_rss_bytes", "device_used_bytes")
 COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_name", "variant_label", "series",
             "batch_size", "precision", "padding", "max_length", "bucketing", "device", "backend", "attention",
-            "quantization", "compile", "repetition", "order_position", "seq", "attempt", "launcher",
+            "quantization", "compile"]
+           + [f"observed_{k}" for k in OBSERVED]
+           + ["repetition", "order_position", "seq", "attempt", "launcher",
             "start_time", "end_time", "status", "exit_code"]
            + [f"{p}_s" for p in PHASES]
-           + ["items_total", "items_completed", "items_per_s", "n_truncated", "real_tokens",
-              "padded_tokens"] + list(PERF) + ["expected_ids", "observed_ids", "duplicate_ids", "missing_ids",
+           + ["items_total", "items_completed", "items_per_s", "n_truncated", *TRUNCATED, "real_tokens",
+              "padded_tokens", *PERF, "expected_ids", "observed_ids", "duplicate_ids", "missing_ids",
               "extra_ids", "ids_match", "format_ok", "coverage_ok", "metric_name", "metric",
               "metric_short", "metric_medium", "metric_long", "reference_metric",
               "gap_to_reference", "agreement_with_reference", "threshold", "tolerance",
@@ -32,7 +39,12 @@ COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_na
 
 
 def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+    return sha256_file(path) if _regular(path) else ""
+
+
+def _regular(path: Path) -> bool:
+    """A regular file, not a symbolic link (links in a pass folder are never followed)."""
+    return path.is_file() and not path.is_symlink()
 
 
 def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaign_dir: Path) -> list[dict]:
@@ -46,7 +58,8 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
         pred = campaign_dir / "passes" / a["pass_id"] / "predictions.jsonl"
         row = {
             "campaign": campaign, "protocol_version": protocol_version, "pass_id": a["pass_id"],
-            "variant_id": a["variant_id"], "variant_name": v.get("name"), "variant_label": v.get("label"), "series": v.get("series"),
+            "variant_id": a["variant_id"], "variant_name": v.get("name"), "variant_label": v.get("label"),
+            "series": v.get("series"),
             **{k: v.get(k) for k in ("batch_size", "precision", "padding", "max_length", "bucketing",
                                      "attention", "quantization", "compile")},
             "device": r.get("device") or f"{v.get('device')} (not resolved: pass ended first)",
@@ -55,25 +68,34 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
             "attempt": a["attempt"], "launcher": a["launcher"], "start_time": a["start_time"],
             "end_time": a["end_time"], "status": a["status"], "exit_code": a["exit_code"],
             "items_total": a["items_total"], "items_completed": a["items_completed"],
-            "items_per_s": r.get("items_per_s") if a["status"] == "ok" else None,
+            "items_per_s": r.get("items_per_s") if a["status"] == PassStatus.OK else None,
             "n_truncated": r.get("n_truncated"), "real_tokens": r.get("real_tokens"),
             "padded_tokens": r.get("padded_tokens"),
-            "predictions_path": str(pred.relative_to(campaign_dir)) if pred.is_file() else "",
+            "predictions_path": str(pred.relative_to(campaign_dir)) if _regular(pred) else "",
             "predictions_sha256": _sha256(pred),
         }
+        obs = r.get("observed") or {}
+        for k in OBSERVED:
+            row[f"observed_{k}"] = obs.get(k)
+        if not obs.get("padding") and a["status"] != "running":
+            notes.append("observed values " + ("partly " if obs else "") + "not recorded: the pass ended before "
+                         + ("the end of the measured window" if obs else "the measured window")
+                         + " (or its runner predates observation)")
+        for b in TRUNCATED:
+            row[b] = ((r.get("truncated_by_bucket") or {}).get(b.removeprefix("truncated_")) or {}).get("fraction")
         for p in PHASES:
             row[f"{p}_s"] = phases.get(p)
         missing_phases = [p for p in PHASES if phases.get(p) is None and (p != "compile" or v.get("compile"))]
-        if a["status"] == "ok" and "probe" in missing_phases:
+        if a["status"] == PassStatus.OK and "probe" in missing_phases:
             missing_phases.remove("probe")
             notes.append("utilization not measured: this pass's runner has no probe phase (an image older than it)")
-        if missing_phases and a["status"] != "running":
+        if missing_phases and a["status"] != PassStatus.RUNNING:
             notes.append(f"no duration for {', '.join(missing_phases)}: pass ended before that phase")
         for k in PERF:
             row[k] = r.get(k)
         if r.get("probe_error"):
             notes.append(r["probe_error"])
-        if v.get("compile") and a["status"] == "ok" and r.get("recompiles_measured") is None:
+        if v.get("compile") and a["status"] == PassStatus.OK and r.get("recompiles_measured") is None:
             notes.append("recompilations not counted: torch._dynamo counters not read")
         for k in ("expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids",
                   "ids_match", "format_ok", "coverage_ok", "metric_name", "metric",
@@ -88,10 +110,12 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
             row[k] = peaks.get(k)
         reasons = peaks.get("reasons") or {}
         why = {reasons[k] for k in PEAKS if k in reasons and peaks.get(k) is None}
-        if not peaks and a["status"] != "running":
+        if not peaks and a["status"] != PassStatus.RUNNING:
             why = {"memory not measured: pass ended before the measured window"}
         notes.extend(f"empty memory cells: {w}" for w in sorted(why))
-        if not pred.is_file():
+        if pred.is_symlink():
+            notes.append("predictions file is a symbolic link: not followed")
+        elif not pred.is_file():
             notes.append("no predictions file")
         row["notes"] = " | ".join(notes)
         rows.append(row)
@@ -100,7 +124,8 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
 
 INT_COLUMNS = ("exit_code", "items_total", "items_completed", "n_truncated", "real_tokens", "padded_tokens",
                "recompiles_measured", "graph_breaks_measured",
-               "expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids") + PEAKS
+               "expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids",
+               "observed_threads_declared", "observed_threads", "observed_max_tokens") + PEAKS
 
 
 def raw_table(rows: list[dict]) -> pd.DataFrame:
@@ -112,5 +137,6 @@ def raw_table(rows: list[dict]) -> pd.DataFrame:
 
 
 def write_raw_table(rows: list[dict], path: Path) -> Path:
-    raw_table(rows).to_csv(path, index=False)
-    return path
+    from lab.report.csv_safe import write_csv
+
+    return write_csv(raw_table(rows), path)

@@ -1,11 +1,10 @@
-"""Screen 7, Archive: assemble (``lab.cli.make_archive``) and verify (``lab.archive.verify``)
+"""Screen 7, Archive: assemble and verify (``lab.campaigns.assemble_archive``)
 the evidence archive; its path, size, sha256, and the exact `scp` line to run on one's own
 machine, with user, host and port detected (SSH_CONNECTION, $USER, hostname) and editable."""
 
 from __future__ import annotations
 
 import getpass
-import hashlib
 import os
 import shlex
 import socket
@@ -17,6 +16,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Label, Static
 
+from lab.campaigns import assemble_archive
 from tui.messages import ArchiveReady
 from tui.screens.lab_screen import LabScreen
 
@@ -47,28 +47,13 @@ def scp_command(user: str, host: str, port: str, path: str) -> str:
     return f"scp {p}{user}@{h}:{shlex.quote(path)} ."
 
 
-def assemble(campaign_dir) -> dict:
-    """Pack and verify: {path, size_bytes, sha256, ok, problems, files_checked, rows_checked}."""
-    from lab.archive import verify
-    from lab.cli import make_archive
-
-    path = make_archive(campaign_dir)
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    v = verify(path)
-    return {"path": str(path), "size_bytes": path.stat().st_size, "sha256": h.hexdigest(),
-            "ok": v.ok, "problems": list(v.problems), "files_checked": v.files_checked,
-            "rows_checked": v.rows_checked}
-
-
 class ArchiveScreen(LabScreen):
     """a assembles and verifies; the user/host/port fields rewrite the scp line as typed."""
 
     NAME = "archive"
     AUTO_FOCUS = "#archive-scroll"
-    BINDINGS = [Binding("a", "assemble", "Assemble + verify")]
+    BINDINGS = [Binding("a", "assemble", "Assemble + verify"),
+                Binding("p", "assemble_partial", "Partial archive")]
 
     def body(self) -> ComposeResult:
         remote = detect_remote()
@@ -82,31 +67,36 @@ class ArchiveScreen(LabScreen):
             yield Static("", id="scp-line", markup=False)
         self.archive: dict | None = None
 
-    def action_assemble(self) -> None:
+    def action_assemble_partial(self) -> None:
+        self.action_assemble(partial=True)
+
+    def action_assemble(self, partial: bool = False) -> None:
         d = self.app.campaign_dir
         info = self.query_one("#archive-info", Static)
         if d is None:
             info.update(self.no_campaign_text())
             return
         info.update(f"assembling the archive of {escape(str(d))} ...")
-        self.assemble(d)
+        self.assemble(d, partial)
 
     @work(thread=True, exclusive=True, exit_on_error=False)
-    def assemble(self, campaign_dir) -> None:
+    def assemble(self, campaign_dir, partial: bool = False) -> None:
         try:
-            self.post_message(ArchiveReady(assemble(campaign_dir)))
+            self.post_message(ArchiveReady(assemble_archive(campaign_dir, partial)))
         except Exception as exc:  # one line; the campaign folder is untouched
             self.post_message(ArchiveReady(None, f"{type(exc).__name__}: {exc}"))
 
     def on_archive_ready(self, msg: ArchiveReady) -> None:
         info = self.query_one("#archive-info", Static)
         if msg.archive is None:
-            info.update(f"[red]archive failed: {escape(msg.error)}[/red]")
+            hint = " Press [b]p[/b] for an archive labelled partial." if "--partial" in msg.error else ""
+            info.update(f"[red]archive failed: {escape(msg.error)}[/red]{hint}")
             return
         a = self.archive = msg.archive
         verdict = (f"[green]verified[/green]: {a['files_checked']} files, {a['rows_checked']} rows"
                    if a["ok"] else "[red]verification FAILED[/red]: " + escape("; ".join(a["problems"][:3])))
-        info.update(f"[b]Archive[/b] {escape(a['path'])}\n[b]Size[/b]    {a['size_bytes']:,} bytes "
+        label = "[b]PARTIAL[/b] " if a.get("partial") else ""
+        info.update(f"{label}[b]Archive[/b] {escape(a['path'])}\n[b]Size[/b]    {a['size_bytes']:,} bytes "
                     f"({a['size_bytes'] / 2**20:.2f} MiB)\n[b]sha256[/b]  {a['sha256']}\n{verdict}\n"
                     "Run on your own machine (edit user/host/port below if needed):")
         self.update_scp()
