@@ -82,7 +82,12 @@ def test_bucketing_series_rows_carry_utilization(tmp_path, model_dir):
     assert bucketed["model_flop"] < plain["model_flop"]  # fewer padded positions, less work
     csv = (orch.dir / "report" / "raw_table.csv").read_text().splitlines()[0].split(",")
     assert {"achieved_flop_per_s", "ceiling_flop_per_s", "utilization", "probe_s"} <= set(csv)
-    summary = {v["variant_name"]: v for v in r["summary"]}
-    assert summary["bucketing/bucketing=True"]["utilization_median"] is not None
+    summary = {v.variant_name: v for v in r["summary"]}
+    for v in summary.values():
+        assert v.utilization_median is not None and v.achieved_flop_per_s_median is not None
+        assert v.ceiling_flop_per_s_median is not None and v.recompiles_measured_max is None  # not compiled
     note = (orch.dir / "report" / "decision_note.md").read_text()
     assert "series bucketing" in note and "series batch+bucketing" in note
+    assert note.count("- utilization: achieved ") == 3 and "GFLOP/s matmul ceiling = " in note
+    html = (orch.dir / "report" / "report.html").read_text()
+    assert "utilization: achieved " in html and "ceiling_flop_per_s" in html  # note and raw table

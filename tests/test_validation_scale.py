@@ -101,3 +101,40 @@ def test_reader_keeps_ids_and_integer_codes_only(tmp_path):
     assert cols.ids == [r["id"] for r in corpus] and cols.pred.dtype.itemsize == 4
     assert [cols.classes[c] for c in cols.pred] == [r["label"] for r in corpus]
     assert cols.errors == [] and cols.n_lines == 9
+
+
+def test_linked_predictions_file_is_refused_not_followed(tmp_path):
+    corpus = _corpus(6)
+    target = _write(tmp_path, corpus, [_line(r["id"], r["label"]) for r in corpus])
+    link = tmp_path / "linked.jsonl"
+    link.symlink_to(target)
+    v = validate_pass(corpus, link, QUALITY, LABELS)
+    assert v.examples["format"] == ["predictions file is a symbolic link: not followed"]
+    assert v.observed_ids == 0 and v.metric is None and not v.corpus_accepted
+    direct = validate_pass(corpus, target, QUALITY, LABELS)  # the same file, read directly
+    assert direct.ids_match and direct.format_ok and direct.metric == 1.0
+
+
+@pytest.mark.parametrize("metric", ["accuracy", "macro_f1"])
+def test_archive_rederivation_agrees_with_validation_per_bucket(tmp_path, metric):
+    """archive verify recomputes each row's metric and per-bucket metrics from the predictions
+    and the gold labels (lab.archive_rederive, label lists); validation computed them from
+    class codes: both must give the same figures, including a class only predicted."""
+    from lab.archive_rederive import _check_metric
+
+    corpus = _corpus(90)
+    rnd = random.Random(7)
+    preds = {r["id"]: rnd.choice("abcde") for r in corpus}  # "e" is predicted, never gold
+    labels = LABELS | {"e"}
+    v = validate_pass(corpus, _write(tmp_path, corpus, [_line(i, p) for i, p in reversed(preds.items())]),
+                      {**QUALITY, "metric": metric}, labels)
+    assert v.ids_match and v.metric is not None and len(v.metric_by_bucket) == 3
+    row = {"pass_id": "p1", "metric_name": metric, "metric": str(v.metric), "ids_match": "True",
+           "format_ok": "True", **{f"metric_{b}": str(x) for b, x in v.metric_by_bucket.items()}}
+    gold = {r["id"]: (r["label"], r["bucket"]) for r in corpus}
+    problems: list[str] = []
+    assert _check_metric("p1", row, preds, gold, problems) == v.metric
+    assert problems == []
+    row["metric_long"] = str(round(v.metric_by_bucket["long"] + 0.01, 6))  # a figure that lies is caught
+    _check_metric("p1", row, preds, gold, problems)
+    assert len(problems) == 1 and "metric_long" in problems[0]
