@@ -214,6 +214,9 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
             dist.destroy_process_group()
         except WorkerStopped:
             pass  # this card's files are already written
+        except Exception as exc:  # another card failed meanwhile: its record says why
+            print(f"card {rank}: gathering to rank 0 failed after this card's files were written: "
+                  f"{type(exc).__name__}: {str(exc)[:200]}", file=sys.stderr)
     return code
 
 
@@ -247,8 +250,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     spec = PassSpec.read(argv[0])
-    return run_card(spec, ev, rank, int(os.environ.get("LOCAL_RANK", 0)), world,
+    code = run_card(spec, ev, rank, int(os.environ.get("LOCAL_RANK", 0)), world,
                     int(os.environ.get("LOCAL_WORLD_SIZE", 1)), stop)
+    if code != EXIT_OK:  # files written: leave at once so torchrun stops the other cards sooner
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":
