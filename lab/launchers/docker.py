@@ -11,7 +11,8 @@ launcher does; stderr goes to the pass log. A pass over N cards is the same comm
 one container holding the N devices: the runner starts its workers under torchrun inside
 (``lab.passes.multicard``). After exit: wait, reload, read ExitCode and State.OOMKilled,
 then remove the container (never auto-remove, which would lose the state). A container
-killed for host memory is ``killed_host_memory=True`` ("killed, host memory"), distinct from a CUDA/HIP OOM the pass reports itself (exit code 3). Files the pass wrote
+killed for host memory is ``killed_host_memory=True`` ("killed, host memory"), distinct
+from a CUDA/HIP OOM the pass reports itself (exit code 3). Files the pass wrote
 (predictions of the items completed) stay in the pass folder.
 """
 
