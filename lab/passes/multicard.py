@@ -9,9 +9,12 @@ The runner hands a pass whose variant has ``cards > 1`` (or any multi-host optio
 ``cards // nnodes`` workers on this host and ``OMP_NUM_THREADS`` = each worker's share of
 the declared threads, passes the workers' event lines through to stdout unchanged (whole
 lines; each carries its ``rank``), forwards SIGTERM/SIGINT to torchrun (which stops the
-workers), and after torchrun exits, on node 0, merges the card files into the pass's
+workers), and after torchrun exits merges the card files into the pass's
 ``predictions.jsonl`` (corpus order) and ``result.json`` (:func:`merge_cards`), so the
-pass is validated as one. Other nodes keep their own card files and write no result.
+pass is validated as one. Over several hosts the c10d rendezvous assigns the ranks (not
+``--node-rank``, which only says which host serves the rendezvous store): the host where
+global rank 0 ran holds every card's files (rank 0 gathers them on success) and merges;
+the others keep their own card files and write no result.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ def parse_node_args(argv: list[str]) -> argparse.Namespace:
     """Multi-host options after the spec path. Raises SystemExit(2) on bad options (argparse)."""
     p = argparse.ArgumentParser(prog="python -m lab.passes.runner PASS_DIR/pass.json")
     p.add_argument("--nnodes", type=int, default=1, help="hosts taking part in the pass")
-    p.add_argument("--node-rank", type=int, default=0, help="this host's index, 0 on the host that merges")
+    p.add_argument("--node-rank", type=int, default=0,
+                   help="0 on the host serving the rendezvous store (the endpoint's host), 1.. elsewhere")
     p.add_argument("--rdzv-endpoint", default="", help="HOST:PORT of the c10d rendezvous (a port on node 0)")
     p.add_argument("--rdzv-id", default="", help="one id shared by the hosts of this pass (default: pass id)")
     p.add_argument("--local-addr", default="", help="address the other hosts reach this one at")
@@ -93,8 +97,9 @@ def run_multicard(spec: PassSpec, spec_path: str, ev: EventWriter, argv: list[st
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-    if args.node_rank != 0:
-        ev.emit("result", status=f"node {args.node_rank} done (torchrun exit {torchrun_code})",
+    if args.nnodes > 1 and not (out / "cards" / "card0.json").is_file():
+        # ranks are given by the c10d rendezvous, not by --node-rank: the host of rank 0 merges
+        ev.emit("result", status=f"host done, rank 0 ran elsewhere (torchrun exit {torchrun_code})",
                 items_completed=None, measured_s=None)
         return EXIT_OK if torchrun_code == 0 else EXIT_ERROR
     res = merge_cards(spec, cards, torchrun_code, start)
