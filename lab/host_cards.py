@@ -52,14 +52,17 @@ def gpu_count() -> tuple[int, str]:
         return 0, "no driver library and no torch"
 
 
-def host_card_count(device: str = "auto") -> tuple[int, str]:
+def host_card_count(device: str = "auto", gpus: tuple[int, str] | None = None,
+                    cpu_cores: int | None = None) -> tuple[int, str]:
     """(cards a pass on ``device`` can use here, what was counted), e.g. (2, "2 GPU(s) (NVML)").
 
-    ``device``: a variant's device ("auto", "cpu", "cuda", "rocm", "cuda:N").
+    ``device``: a variant's device ("auto", "cpu", "cuda", "rocm", "cuda:N"). ``gpus``
+    ((count, how counted)) and ``cpu_cores`` replace the probes when the caller already
+    has those facts (the UI's environment facts).
     """
-    gpus, how = gpu_count()
+    gpus, how = gpus if gpus is not None else gpu_count()
     if device == "cpu" or (device in ("auto", "") and gpus == 0):
-        n = os.cpu_count() or 1
+        n = cpu_cores or os.cpu_count() or 1
         return n, f"{n} logical CPU core(s) (CPU workers, at least one thread each)"
     return gpus, f"{gpus} GPU(s) (counted by {how})"
 

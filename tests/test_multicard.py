@@ -274,3 +274,28 @@ def test_two_hosts_over_loopback_give_the_same_predictions(cards_campaign, tmp_p
     other = next(pd for pd in dirs if pd not in merged)
     assert [p.name for p in (other / "cards").glob("*.json")] != []
     assert _preds(merged[0] / "predictions.jsonl") == _preds(d / rows["1"]["predictions_path"])
+
+
+def test_plan_screen_shows_cards_and_refuses_more_than_the_host_has(tmp_path, model_dir):
+    import asyncio
+    import time
+
+    from test_tui_campaigns import CLOCK, FACTS, SAMPLE
+
+    from tui.app import IteraLabApp
+    from tui.widgets.telemetry import fixed_telemetry
+
+    f = _campaign(tmp_path, model_dir, "plan", (1, 3))  # the facts say 2 CPU cores, no GPU
+
+    async def go():
+        app = IteraLabApp(f, telemetry=fixed_telemetry(SAMPLE), environment_probe=lambda: FACTS,
+                          clock=lambda: CLOCK, poll_interval_s=0.1, start_screen="plan")
+        async with app.run_test(size=(80, 24)) as pilot:
+            t0 = time.monotonic()
+            while getattr(app.screen, "plan", None) is None and time.monotonic() - t0 < 120:
+                await pilot.pause(0.1)
+            head = str(app.screen.query_one("#plan-head").render())
+            return app.screen.plan, head
+    plan, head = asyncio.run(go())
+    assert plan["cards"] == [1, 3] and "Cards per pass 1, 3" in head
+    assert "refused: variant cards/cards=3 asks for 3 cards but this host has 2 logical CPU core" in head

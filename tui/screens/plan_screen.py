@@ -1,6 +1,8 @@
-"""Screen 3, Plan: series and variants, the rotated schedule, the number of passes, and
-memory feasibility per variant from the memory lab (``lab.memory.feasibility.batch_fits``:
-largest batch per length bucket under the device budget, estimate with its margin)."""
+"""Screen 3, Plan: series and variants, the rotated schedule, the number of passes, the
+cards per pass (a campaign asking for more cards than the host has is refused, one line
+from ``lab.host_cards``), and memory feasibility per variant from the memory lab
+(``lab.memory.feasibility.batch_fits``: largest batch per length bucket under the device
+budget, estimate with its margin)."""
 
 from __future__ import annotations
 
@@ -43,7 +45,8 @@ def budget_of(facts: dict) -> tuple[int | None, str]:
 
 def build_plan(campaign_file, facts: dict) -> dict:
     """{variants: [{name, variant_id, label, batch_size, fits: {bucket: max batch}, fits_long}],
-    schedule: [[short names per repetition]], passes, budget_bytes, budget_what, margin, note}.
+    schedule: [[short names per repetition]], passes, budget_bytes, budget_what, margin, note,
+    cards: [cards per pass], cards_refused: "" or the one-line refusal}.
     Raises ProtocolError on an unusable campaign file."""
     from lab.protocol import load_protocol
     from lab.schedule import rotated_schedule
@@ -55,6 +58,16 @@ def build_plan(campaign_file, facts: dict) -> dict:
         reps.setdefault(p.repetition, []).append(variant_short(p.variant.to_json()))
     out = {"variants": [], "schedule": [reps[r] for r in sorted(reps)], "passes": len(sched),
            "series": sorted({v.series for v in proto.variants}), "note": ""}
+    out.update(cards=sorted({v.cards for v in proto.variants}), cards_refused="")
+    try:
+        from lab.host_cards import CardsBeyondHost, check_cards_fit_host, host_card_count
+
+        gpu = facts.get("gpu") or {}
+        gpus = (int(gpu["count"]), "torch, environment facts") if "count" in gpu else None
+        check_cards_fit_host(proto.variants, proto.timing.get("threads", 0),
+                             counter=lambda d: host_card_count(d, gpus, facts.get("cpu_cores")))
+    except CardsBeyondHost as exc:
+        out["cards_refused"] = str(exc)
     budget, what = budget_of(facts)
     out.update(budget_bytes=budget, budget_what=what, margin=None)
     fits: dict = {}
@@ -129,6 +142,9 @@ class PlanScreen(LabScreen):
                     f"[b]Memory budget[/b] {escape(budget)}"
                     + (f", margin {p['margin']:.0%} kept for what the estimate leaves out"
                        if p["margin"] is not None else "")
+                    + (f"\n[b]Cards per pass[/b] {', '.join(map(str, p['cards']))} (more than 1: workers under torchrun)"
+                       if p["cards"] != [1] else "")
+                    + (f"\n[red]refused: {escape(p['cards_refused'])}[/red]" if p["cards_refused"] else "")
                     + (f"\n[yellow]{escape(p['note'])}[/yellow]" if p["note"] else ""))
         t = self.query_one("#plan-variants", DataTable)
         rows = []
