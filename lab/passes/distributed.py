@@ -71,7 +71,8 @@ def torchrun_command(spec_path: str | Path, nproc_per_node: int, nnodes: int = 1
     port). Several hosts: ``--nnodes N --node_rank K --rdzv_backend c10d --rdzv_endpoint
     HOST:PORT --rdzv_id ID`` on every host, the same endpoint everywhere (a port on the
     node-0 host; ``is_host`` is set on node 0 so it serves the rendezvous store).
-    ``local_addr``: the address this node is reached at (torchrun ``--local_addr``).
+    ``local_addr``: the address this node is reached at (torchrun ``--local_addr``); on one
+    host 127.0.0.1, so workers never depend on resolving the host name.
     ``--max_restarts 0``: a failed worker ends the pass (never a silent retry, SPEC 3.6).
     Raises ValueError when several hosts are asked without an endpoint.
     """
@@ -79,6 +80,7 @@ def torchrun_command(spec_path: str | Path, nproc_per_node: int, nnodes: int = 1
            "--max_restarts", "0", "--monitor_interval", "0.2"]
     if nnodes == 1 and not rdzv_endpoint:
         cmd += ["--standalone", "--nnodes", "1"]
+        local_addr = local_addr or "127.0.0.1"  # a container without network may not resolve its own name
     else:
         if not rdzv_endpoint:
             raise ValueError("a pass over several hosts needs --rdzv-endpoint HOST:PORT (a port on node 0)")
