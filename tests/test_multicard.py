@@ -299,3 +299,33 @@ def test_plan_screen_shows_cards_and_refuses_more_than_the_host_has(tmp_path, mo
     plan, head = asyncio.run(go())
     assert plan["cards"] == [1, 3] and "Cards per pass 1, 3" in head
     assert "refused: variant cards/cards=3 asks for 3 cards but this host has 2 logical CPU core" in head
+
+
+def test_stopping_a_multi_card_pass_leaves_no_worker_running(tmp_path, model_dir):
+    import time
+
+    import psutil
+
+    from lab.launchers.local import LocalLauncher
+    from lab.passes.spec import PassSpec
+
+    corpus = cut_corpus(tmp_path / "corpus.jsonl", 8, 6, 6)
+    d = tmp_path / "pass"
+    d.mkdir()
+    spec = PassSpec("t", "stop", Variant(batch_size=1, max_length=128, cards=2).to_json(), str(corpus),
+                    str(model_dir), str(d), warmup_items=2, threads=2)
+    spec.write(d / "pass.json")
+    seen = {"measured": False}
+
+    def on_line(line: str) -> None:
+        seen["measured"] |= '"phase": "measured", "state": "start"' in line
+
+    t0 = time.monotonic()
+    outcome = LocalLauncher().launch(spec, d, on_line, should_stop=lambda: seen["measured"])
+    assert outcome.note == "stopped by the user" and time.monotonic() - t0 < 120
+    time.sleep(1)
+    workers = [p for p in psutil.process_iter(["cmdline"])
+               if "lab.passes.worker" in " ".join(p.info["cmdline"] or []) and str(d) in " ".join(p.info["cmdline"])]
+    assert workers == []
+    records = [json.loads(p.read_text()) for p in sorted((d / "cards").glob("card*.json"))]
+    assert len(records) == 2 and {r["status"] for r in records} <= {"stopped", "ok"}

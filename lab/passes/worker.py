@@ -237,6 +237,17 @@ def _gather_to_rank0(dist, spec: PassSpec, rank: int, world: int, card: dict, li
                                            default=str) + "\n")
 
 
+def _term_when_parent_dies() -> None:
+    """SIGTERM this worker if torchrun dies (it runs workers in their own sessions, so a
+    killed torchrun would otherwise leave them running). Linux prctl(PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: torchrun's own shutdown is all there is
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     rank, world = int(os.environ.get("RANK", -1)), int(os.environ.get("WORLD_SIZE", 0))
@@ -249,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = _StopSignal()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    _term_when_parent_dies()
     spec = PassSpec.read(argv[0])
     code = run_card(spec, ev, rank, int(os.environ.get("LOCAL_RANK", 0)), world,
                     int(os.environ.get("LOCAL_WORLD_SIZE", 1)), stop)
