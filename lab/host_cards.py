@@ -29,7 +29,7 @@ def gpu_count() -> tuple[int, str]:
         n = int(pynvml.nvmlDeviceGetCount())
         if n:
             return n, "NVML"
-    except Exception:  # no NVIDIA driver or library
+    except Exception:  # noqa: BLE001, S110 - no NVIDIA driver or library: try the next source
         pass
     try:
         import amdsmi
@@ -41,7 +41,7 @@ def gpu_count() -> tuple[int, str]:
             amdsmi.amdsmi_shut_down()
         if n:
             return n, "amdsmi"
-    except Exception:  # no AMD driver or library
+    except Exception:  # noqa: BLE001, S110 - no AMD driver or library: try the next source
         pass
     try:
         import torch

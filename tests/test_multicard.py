@@ -18,10 +18,15 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, cut_corpus
+
 from lab.host_cards import CardsBeyondHost, check_cards_fit_host, host_card_count
-from lab.passes.distributed import ProgressTally, shard_positions, threads_per_worker, torchrun_command
+from lab.passes.distributed import (
+    ProgressTally,
+    shard_positions,
+    threads_per_worker,
+    torchrun_command,
+)
 from lab.protocol import ProtocolError, load_protocol
 from lab.variants import Variant, VariantError, expand_series
 
@@ -78,7 +83,7 @@ def _preds(path: Path) -> dict[str, str]:
 
 def _cli(*args, env=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True,
-                          cwd=REPO, env=env, timeout=600)
+                          cwd=REPO, env=env, timeout=600, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +187,7 @@ def test_series_over_cards_runs_to_a_verified_archive(cards_campaign):
     assert cards_campaign["verify"].returncode == 0, cards_campaign["verify"].stdout
     assert "OK: " in cards_campaign["verify"].stdout and "2 rows checked" in cards_campaign["verify"].stdout
     d = cards_campaign["dir"]
-    rows = list(csv.DictReader(open(d / "report" / "raw_table.csv")))
+    rows = list(csv.DictReader((d / "report" / "raw_table.csv").read_text().splitlines()))
     assert len(rows) == 2  # one row per pass
     by = {r["cards"]: r for r in rows}
     assert set(by) == {"1", "2"}
@@ -207,7 +212,7 @@ def test_series_over_cards_runs_to_a_verified_archive(cards_campaign):
 
 def test_two_cards_predict_what_one_card_predicts_per_id(cards_campaign):
     d = cards_campaign["dir"]
-    rows = {r["cards"]: r for r in csv.DictReader(open(d / "report" / "raw_table.csv"))}
+    rows = {r["cards"]: r for r in csv.DictReader((d / "report" / "raw_table.csv").read_text().splitlines())}
     one, two = (_preds(d / rows[c]["predictions_path"]) for c in ("1", "2"))
     corpus_ids = [json.loads(x)["id"] for x in cards_campaign["corpus"].read_text().splitlines()]
     assert list(two) == corpus_ids  # merged back in corpus order
@@ -233,7 +238,7 @@ def test_memory_failure_on_one_card_is_an_oom_row_with_items_completed(tmp_path,
     orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher(env=env))
     orch.run()
     build_report(orch.dir)
-    rows = list(csv.DictReader(open(orch.dir / "report" / "raw_table.csv")))
+    rows = list(csv.DictReader((orch.dir / "report" / "raw_table.csv").read_text().splitlines()))
     assert len(rows) == 1
     r = rows[0]
     assert r["status"] == "oom" and r["exit_code"] == "3" and r["corpus_accepted"] == "False"
@@ -250,7 +255,7 @@ def test_memory_failure_on_one_card_is_an_oom_row_with_items_completed(tmp_path,
 
 def test_two_hosts_over_loopback_give_the_same_predictions(cards_campaign, tmp_path):
     d = cards_campaign["dir"]
-    rows = {r["cards"]: r for r in csv.DictReader(open(d / "report" / "raw_table.csv"))}
+    rows = {r["cards"]: r for r in csv.DictReader((d / "report" / "raw_table.csv").read_text().splitlines())}
     spec = json.loads((d / rows["2"]["predictions_path"]).parent.joinpath("pass.json").read_text())
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -98,11 +98,16 @@ def _injected_oom() -> tuple[int, int] | None:
 def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world: int,
              local_world: int, stop: _StopSignal) -> int:
     """Run this worker's shard; write its card files; returns the exit code. Never raises."""
-    from lab.passes.distributed import BACKENDS, card_identity, shard_positions, threads_per_worker
+    from lab.passes.distributed import (
+        BACKENDS,
+        card_identity,
+        shard_positions,
+        threads_per_worker,
+    )
     from lab.passes.runner import is_oom, write_predictions
 
     card: dict = {"rank": rank, "local_rank": local_rank, "world_size": world,
-                  "node_rank": int(os.environ.get("GROUP_RANK", 0)), "status": "error", "error": "",
+                  "node_rank": int(os.environ.get("GROUP_RANK", "0")), "status": "error", "error": "",
                   "phases_s": {}, "items_total": None, "items_completed": 0, "positions": []}
     phases, sink, id2label = card["phases_s"], {}, {}
     state = {"done": 0, "batches": 0, "t0": None}
@@ -214,7 +219,7 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
             dist.destroy_process_group()
         except WorkerStopped:
             pass  # this card's files are already written
-        except Exception as exc:  # another card failed meanwhile: its record says why
+        except Exception as exc:  # noqa: BLE001 - another card failed meanwhile: its record says why
             print(f"card {rank}: gathering to rank 0 failed after this card's files were written: "
                   f"{type(exc).__name__}: {str(exc)[:200]}", file=sys.stderr)
     return code
@@ -250,7 +255,7 @@ def _term_when_parent_dies() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    rank, world = int(os.environ.get("RANK", -1)), int(os.environ.get("WORLD_SIZE", 0))
+    rank, world = int(os.environ.get("RANK", "-1")), int(os.environ.get("WORLD_SIZE", "0"))
     if rank < 0 or world < 1 or len(argv) != 1:
         print("lab.passes.worker runs under torchrun: python -m torch.distributed.run --nproc_per_node N "
               "-m lab.passes.worker PASS_DIR/pass.json (see lab.passes.distributed.torchrun_command)",
@@ -262,8 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, stop)
     _term_when_parent_dies()
     spec = PassSpec.read(argv[0])
-    code = run_card(spec, ev, rank, int(os.environ.get("LOCAL_RANK", 0)), world,
-                    int(os.environ.get("LOCAL_WORLD_SIZE", 1)), stop)
+    code = run_card(spec, ev, rank, int(os.environ.get("LOCAL_RANK", "0")), world,
+                    int(os.environ.get("LOCAL_WORLD_SIZE", "1")), stop)
     if code != EXIT_OK:  # files written: leave at once so torchrun stops the other cards sooner
         sys.stdout.flush()
         sys.stderr.flush()
