@@ -334,3 +334,27 @@ def test_stopping_a_multi_card_pass_leaves_no_worker_running(tmp_path, model_dir
     assert workers == []
     records = [json.loads(p.read_text()) for p in sorted((d / "cards").glob("card*.json"))]
     assert len(records) == 2 and {r["status"] for r in records} <= {"stopped", "ok"}
+
+
+def test_bucketed_two_card_pass_balances_tokens_and_predicts_as_one_card(tmp_path, model_dir):
+    from lab.launchers.local import LocalLauncher
+    from lab.passes.spec import PassSpec
+
+    corpus = cut_corpus(tmp_path / "corpus.jsonl", 6, 4, 4)
+    out = {}
+    for cards in (1, 2):
+        d = tmp_path / f"c{cards}"
+        d.mkdir()
+        spec = PassSpec("t", f"c{cards}", Variant(batch_size=4, max_length=128, bucketing=True, cards=cards).to_json(),
+                        str(corpus), str(model_dir), str(d), warmup_items=2, threads=2)
+        spec.write(d / "pass.json")
+        assert LocalLauncher().launch(spec, d, lambda line: None).exit_code == 0
+        out[cards] = json.loads((d / "result.json").read_text()), _preds(d / "predictions.jsonl")
+    res, preds = out[2]
+    assert preds == out[1][1] and res["status"] == "ok" and res["torchrun_wall_s"] > res["phases_s"]["measured"]
+    tokens = [json.loads((tmp_path / "c2" / "cards" / f"card{r}.json").read_text())["real_tokens"] for r in (0, 1)]
+    assert sum(tokens) == out[1][0]["real_tokens"] and sum(c["items_total"] for c in res["per_card"]) == 14
+    assert abs(tokens[0] - tokens[1]) <= 128  # balanced within one item (max_length 128 tokens)
+    capped = [min(json.loads(x)["n_tokens"], 128) for x in corpus.read_text().splitlines()]
+    blocks = [sum(capped[i] for i in s) for s in shard_positions(capped, 2, bucketing=False)]
+    assert abs(tokens[0] - tokens[1]) < abs(blocks[0] - blocks[1])  # contiguous blocks would not be

@@ -26,6 +26,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -81,6 +82,7 @@ def run_multicard(spec: PassSpec, spec_path: str, ev: EventWriter, argv: list[st
     ev.emit("phase", phase="launch", state="start", cards=cards, nproc_per_node=nproc, nnodes=args.nnodes,
             node_rank=args.node_rank, command=" ".join(cmd))
     sys.stdout.flush()
+    t_launch = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, cwd=str(REPO_ROOT))
 
     def forward(signum, frame) -> None:
@@ -94,6 +96,7 @@ def run_multicard(spec: PassSpec, spec_path: str, ev: EventWriter, argv: list[st
             sys.stdout.buffer.write(raw)
             sys.stdout.buffer.flush()
         torchrun_code = proc.wait()
+        torchrun_wall_s = round(time.perf_counter() - t_launch, 6)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -102,7 +105,7 @@ def run_multicard(spec: PassSpec, spec_path: str, ev: EventWriter, argv: list[st
         ev.emit("result", status=f"host done, rank 0 ran elsewhere (torchrun exit {torchrun_code})",
                 items_completed=None, measured_s=None)
         return EXIT_OK if torchrun_code == 0 else EXIT_ERROR
-    res = merge_cards(spec, cards, torchrun_code, start)
+    res = merge_cards(spec, cards, torchrun_code, start, torchrun_wall_s)
     ev.emit("result", status=res["status"], items_completed=res["items_completed"],
             measured_s=res["phases_s"].get("measured"))
     return res["exit_code"]
@@ -113,7 +116,8 @@ def _max(values) -> float | int | None:
     return max(vals) if vals else None
 
 
-def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_time: str) -> dict:
+def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_time: str,
+                torchrun_wall_s: float | None = None) -> dict:
     """Merge ``cards/card<r>.*`` into ``predictions.jsonl`` and ``result.json``; returns the result.
 
     Predictions: every card's lines, ordered by corpus position (ids the corpus lacks last,
@@ -121,7 +125,8 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
     every card wrote an ok record; else oom when any card ran out of memory; else error
     (a card error, or a card with no record: killed before writing, or on another host);
     interrupted when the only failures are cards stopped from outside. Durations: the
-    slowest card's (``measured`` = max over cards of barrier-to-materialised seconds).
+    slowest card's (``measured`` = max over cards of barrier-to-materialised seconds);
+    ``torchrun_wall_s`` is the whole launcher, start to exit (rendezvous, start-up, shutdown).
     Memory: per-card records in ``per_card`` (scope kept); the pass-level peaks are the
     largest single card's, never a sum. Items completed: sum over cards (each item once).
     """
@@ -205,6 +210,7 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
                              "use_deterministic_algorithms": False},
            "predictions_path": pred_path.name, "predictions_lines": len(merged),
            "predictions_sha256": h.hexdigest(), "torchrun_exit_code": torchrun_code,
+           "torchrun_wall_s": torchrun_wall_s,  # launcher start to exit: rendezvous, workers, shutdown
            "exit_code": STATUS_CODES.get(status, EXIT_ERROR)}
     (out / "result.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
     return res
