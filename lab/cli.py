@@ -9,6 +9,7 @@
     iteralab report CAMPAIGN.toml|DIR                 raw table, summary, manifest, decision note
     iteralab archive CAMPAIGN.toml|DIR                pack the evidence archive (prints its path)
     iteralab archive verify FILE.tar.gz               re-check checksums and predictions
+    iteralab compare A.tar.gz B.tar.gz --load ITEMS   one decision from several rentals' archives
     iteralab demo                                     the offline demo campaign, headless
     iteralab up                                       the terminal UI (headless demo without a terminal)
     iteralab doctor                                   environment checks
@@ -238,6 +239,19 @@ def cmd_archive(a) -> int:
     return 0
 
 
+def cmd_compare(a) -> int:
+    from lab.compare import compare_to_folder
+
+    c, paths = compare_to_folder(a.archives, a.load, a.out, deadline=a.deadline,
+                                 window_start=a.window_start, tz=a.tz, catalog_path=a.catalog,
+                                 max_lots=a.max_lots)
+    for i, line in enumerate(c.path, 1):
+        print(f"{i}. {line}")
+    for key in ("decision", "csv", "html"):
+        print(f"wrote {paths[key]}")
+    return 0
+
+
 def run_demo(launcher: str = "local") -> Path:
     """Lock (if needed) and run the demo campaign headless; returns the archive path."""
     from lab.orchestrator import Orchestrator
@@ -330,6 +344,21 @@ def parser() -> argparse.ArgumentParser:
     ar.add_argument("target", help="campaign file or folder, or 'verify'")
     ar.add_argument("archive", nargs="?")
     ar.set_defaults(fn=cmd_archive)
+    co = sub.add_parser("compare", help="one decision from several rentals' evidence archives",
+                        description="Verify each archive, refuse archives of different corpora, "
+                                    "models or rules, project each configuration to the declared "
+                                    "load and choose the lowest committed budget that covers it "
+                                    "before the deadline. Writes decision.md, compare.csv, report.html.")
+    co.add_argument("archives", nargs="+", help="evidence archives (.tar.gz), one per rental")
+    co.add_argument("--load", type=int, required=True,
+                    help="production load, in corpus items of the same mix")
+    co.add_argument("--deadline", help="ISO date-time the load must be processed by")
+    co.add_argument("--window-start", help="ISO date-time the rental starts (default: now)")
+    co.add_argument("--tz", help="IANA time zone for naive date-times")
+    co.add_argument("--catalog", help="catalog CSV (default: the shipped catalog)")
+    co.add_argument("--max-lots", type=int, default=8, help="most lots considered per package")
+    co.add_argument("--out", default="compare", help="output folder")
+    co.set_defaults(fn=cmd_compare)
     for name, fn, what in (("demo", cmd_demo, "run the offline demo campaign headless; prints the archive path"),
                            ("up", cmd_up, "open the terminal UI (headless demo without a terminal)")):
         d = sub.add_parser(name, help=what)
@@ -344,13 +373,14 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from lab.archive import ArchiveError
+    from lab.compare.evidence import CompareError
     from lab.corpus import CorpusError
     from lab.cost.forfaits import PricingError
 
     args = parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (CliError, ProtocolError, CorpusError, ArchiveError, PricingError) as exc:
+    except (CliError, ProtocolError, CorpusError, ArchiveError, PricingError, CompareError) as exc:
         print(f"iteralab: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -111,3 +111,45 @@ def small_campaign(tmp_path_factory, model_dir):
     assert orch.run() == "finished"
     build_report(orch.dir)
     return orch
+
+
+def run_rental(folder: Path, model: Path, corpus: Path, *, threads: int, gpu: str,
+               repetitions: int = 2, values=(1, 4)) -> Path:
+    """One rental's campaign run by the real product (lock, local passes, archive): the
+    same campaign file except ``[timing] threads`` (recorded in the manifest) and ``[cost]``."""
+    from lab.cli import make_archive
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestrator import Orchestrator
+    from lab.protocol import load_protocol, lock
+
+    folder.mkdir(parents=True, exist_ok=True)
+    f = write_campaign(folder, model, corpus, name="rental", repetitions=repetitions, values=values)
+    f.write_text(f.read_text().replace("threads = 1", f"threads = {threads}")
+                 + f'\n[cost]\ngpu = "{gpu}"\ndays = 7\nlots = 1\n')
+    lock(load_protocol(f))
+    orch = Orchestrator.prepare(f, folder / "runs", LocalLauncher())
+    assert orch.run() == "finished"
+    return make_archive(orch.dir)
+
+
+@pytest.fixture(scope="session")
+def rental_archives(tmp_path_factory, model_dir) -> dict:
+    """Three real evidence archives: the same tiny campaign (7 items, batch 1 and 4, 2
+    repetitions) run with threads 1 priced as rtx-4090 and threads 2 priced as b200, and one
+    on another corpus (8 items, batch 1, 1 repetition) for the mismatch."""
+    d = tmp_path_factory.mktemp("rentals")
+    corpus = cut_corpus(d / "corpus.jsonl", 4, 2, 1)
+    other = cut_corpus(d / "other.jsonl", 5, 2, 1)
+    out = {}
+    for key, threads, gpu in (("rtx", 1, "rtx-4090"), ("b200", 2, "b200")):
+        sub = d / key
+        sub.mkdir()
+        c = sub / "corpus.jsonl"
+        c.write_bytes(corpus.read_bytes())
+        out[key] = run_rental(sub, model_dir, c, threads=threads, gpu=gpu)
+    sub = d / "other"
+    sub.mkdir()
+    (sub / "corpus.jsonl").write_bytes(other.read_bytes())
+    out["other"] = run_rental(sub, model_dir, sub / "corpus.jsonl", threads=1, gpu="rtx-4090",
+                              repetitions=1, values=(1,))
+    return out

@@ -16,14 +16,17 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from textual import work
+from textual import events, work
 from textual.app import App
 from textual.binding import Binding
+from textual.keys import _character_to_key
+from textual.widgets import Input
 from textual.worker import get_current_worker
 
 from tui.messages import (CampaignSnapshot, CampaignStarted, ControlSent, PassFailed,
                           TelemetrySample)
 from tui.screens.archive_screen import ArchiveScreen
+from tui.screens.compare_screen import CompareScreen
 from tui.screens.cost_screen import CostScreen
 from tui.screens.environment_screen import EnvironmentScreen
 from tui.screens.plan_screen import PlanScreen
@@ -33,10 +36,33 @@ from tui.screens.runs_screen import RunsScreen
 from tui.widgets.journal_feed import JournalFeed
 from tui.widgets.screen_tabs import SCREENS
 from tui.widgets.telemetry import HostTelemetry, TelemetrySource
+from tui.widgets.whole_cell_scrollbar import install as whole_cell_scrollbars
+
+def _esc_characters() -> dict[str, str]:
+    """{character: key} for the Esc+key sequences Textual turns into a character (macOS Option
+    row, e.g. ESC 7 -> '¶'): under tmux, Esc then a digit typed quickly arrives as ESC 7."""
+    try:
+        from textual._ansi_sequences import ANSI_SEQUENCES_KEYS
+    except ImportError:  # pragma: no cover - another Textual layout: alt+ keys still handled
+        return {}
+    return {v: k[1] for k, v in ANSI_SEQUENCES_KEYS.items()
+            if isinstance(v, str) and len(k) == 2 and k[0] == "\x1b" and k[1].isprintable()}
+
+
+ESC_CHARACTERS = _esc_characters()
+
+
+def escaped_key(event: events.Key) -> str | None:
+    """The key pressed after Esc when ``event`` is an Esc+key sequence ('alt+7' or the
+    character a terminal table maps ESC 7 to), else None."""
+    if event.key.startswith("alt+") and event.character and len(event.character) == 1:
+        return event.character
+    return ESC_CHARACTERS.get(event.character or "")
+
 
 SCREEN_CLASSES = {"environment": EnvironmentScreen, "protocol": ProtocolScreen, "plan": PlanScreen,
                   "runs": RunsScreen, "results": ResultsScreen, "cost": CostScreen,
-                  "archive": ArchiveScreen}
+                  "archive": ArchiveScreen, "compare": CompareScreen}
 
 
 def nap(worker, seconds: float) -> None:
@@ -109,7 +135,19 @@ class IteraLabApp(App):
         self._facts: dict | None = None
         self._facts_lock = threading.Lock()
 
+    async def on_event(self, event: events.Event) -> None:
+        """Esc then a key, arriving as one Esc+key sequence while a field has focus, leaves
+        the field and then acts as that key: leaving a field never types a character."""
+        if (isinstance(event, events.Key) and not event.is_forwarded
+                and isinstance(self.focused, Input) and (key := escaped_key(event)) is not None):
+            self.screen.set_focus(None)
+            name = key if key.isalnum() else _character_to_key(key)
+            await super().on_event(events.Key(name, key))
+            return
+        await super().on_event(event)
+
     def on_mount(self) -> None:
+        whole_cell_scrollbars()
         for name, cls in SCREEN_CLASSES.items():
             self.install_screen(cls(), name)
         self.push_screen(self.start_screen)
@@ -132,6 +170,10 @@ class IteraLabApp(App):
 
     def action_leave_field(self) -> None:
         self.screen.set_focus(None)
+
+    def runs_root(self) -> Path:
+        """Where campaign folders and archives live (for screens: no import of this module)."""
+        return runs_root()
 
     def attach(self, campaign_dir: Path | None) -> None:
         """Follow another campaign folder (after a start or a new protocol version)."""

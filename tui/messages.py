@@ -139,3 +139,13 @@ class ArchiveReady(Message):
         super().__init__()
         self.archive = archive
         self.error = error
+
+
+class CompareReady(Message):
+    """A comparison of rentals (screen 8): ``result`` = {"path": [decision path lines],
+    "decision": decision.md text, "files": {name: path}} or None with ``error`` (one line)."""
+
+    def __init__(self, result: dict | None, error: str = "") -> None:
+        super().__init__()
+        self.result = result
+        self.error = error

@@ -28,7 +28,8 @@ def _feasibility(rows: list[dict], attempts: list[dict]) -> dict:
 
 
 def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
-    """Write report/{raw_table.csv, summary.csv, summary.json, manifest.json, decision_note.md}.
+    """Write report/{raw_table.csv, summary.csv, summary.json, manifest.json, decision_note.md,
+    report.html}.
 
     Returns {"rows": n, "summary": [...], "report_dir": Path}.
     """
@@ -62,6 +63,7 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
                   "protocol_sha256": version["sha256"], "locked_at": version["locked_at"],
                   "order": [f"{a['seq']}:{a['variant_id']}" for a in attempts],
                   "repetitions": proto.timing["repetitions"], "seed": proto.timing.get("seed", 0),
+                  "threads_requested": proto.timing.get("threads", 0),
                   "deterministic": {"torch.manual_seed": proto.timing.get("seed", 0),
                                     "cudnn.benchmark": False, "use_deterministic_algorithms": False},
                   "variants": [v.to_json() for v in proto.variants]},
@@ -69,7 +71,8 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
         model=model_revision(proto.model_ref, proto.raw["model"].get("revision")),
         corpus=fingerprint(proto.corpus_path),
         extra={"pass_backends": sorted({(a["result"] or {}).get("backend", "") for a in attempts} - {""}),
-               "pass_torch": sorted({(a["result"] or {}).get("torch_version", "") for a in attempts} - {""})})
+               "pass_torch": sorted({(a["result"] or {}).get("torch_version", "") for a in attempts} - {""}),
+               "pass_threads": sorted({(a["result"] or {}).get("threads") for a in attempts} - {None})})
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str) + "\n")
 
     cost = proto.raw.get("cost", {})
@@ -95,4 +98,7 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
         note += ("\n\n_Campaign window: no window was declared in the campaign file; the window "
                  "above is the span of the passes actually run (first start to last end)._\n")
     (out / "decision_note.md").write_text(note)
+    from lab.report.html import campaign_report
+
+    (out / "report.html").write_text(campaign_report(proto.name, summary, rows, note), encoding="utf-8")
     return {"rows": len(rows), "summary": summary, "report_dir": out, "orchestrator": orch_info}

@@ -157,6 +157,10 @@ def _config_section(a: Assessment, deliverables: int) -> list[str]:
     if v.get("does_not_distinguish"):
         lines.append("- Spread within variants is comparable to the gap between medians: "
                      "the series does not distinguish them")
+    for pair in v.get("pairs", []):
+        lines.append(f"  - against `{pair['other']}`: "
+                     f"{'distinguished' if pair['distinguished'] else 'not distinguished'} "
+                     f"({pair['reason']})")
     lines.append("- Memory: feasible" if v.get("feasible", True)
                  else f"- Memory: infeasible ({v.get('infeasible_reason') or 'no reason given'})")
     if a.window is None:
@@ -242,7 +246,9 @@ def _decision(eligible: list[Assessment], deliverables: int,
         elif m0 < m1:
             why.append(f"same committed budget and failures as {name}; lower median "
                        f"({m0:.3f} s vs {m1:.3f} s)")
-            if v.get("does_not_distinguish") or nxt.variant.get("does_not_distinguish"):
+            pair = next((p for p in v.get("pairs", []) if p["other"] == nxt.variant["variant_id"]), None)
+            if (not pair["distinguished"]) if pair else (
+                    v.get("does_not_distinguish") or nxt.variant.get("does_not_distinguish")):
                 why.append("but the series does not distinguish these durations, so the "
                            "median tie-break is not evidence of a faster configuration")
         else:

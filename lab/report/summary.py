@@ -2,10 +2,12 @@
 le cinque durate grezze, la loro mediana, il minimo e il massimo, con il numero di successi
 e di fallimenti"). No p95 from five passes.
 
-"Does not distinguish" rule (seed: "Se la dispersione osservata è paragonabile allo scarto
-tra le mediane, la serie non distingue ancora le opzioni"): within a series, a variant is
-flagged when, for some other variant of the series, the gap between their medians is not
-larger than the larger of their two spreads (spread = max - min of successful durations).
+"Does not distinguish" (seed: "Se la dispersione osservata è paragonabile allo scarto tra le
+mediane, la serie non distingue ancora le opzioni"): judged per pair of variants of one series
+by :func:`lab.report.distinguish.compare_durations` (non-overlapping ranges, or an exact
+Mann-Whitney rank test with its p-value), so one slow pass cannot flag a variant against
+everything. Each variant lists the verdict against every other variant of its series in
+``pairs``; ``does_not_distinguish_from`` names those the measurements do not tell apart.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import statistics
 from pathlib import Path
 
 import pandas as pd
+
+from lab.report.distinguish import compare_durations
 
 
 def summarize(rows: list[dict], feasibility: dict | None = None) -> list[dict]:
@@ -64,7 +68,7 @@ def summarize(rows: list[dict], feasibility: dict | None = None) -> list[dict]:
                                              if r.get("peak_allocated_bytes")), default=None),
             "peak_reserved_bytes_max": max((r["peak_reserved_bytes"] for r in rs
                                             if r.get("peak_reserved_bytes")), default=None),
-            "does_not_distinguish": False, "does_not_distinguish_from": [],
+            "does_not_distinguish": False, "does_not_distinguish_from": [], "pairs": [],
         })
     _flag_indistinct(out)
     return out
@@ -75,8 +79,9 @@ def _flag_indistinct(summary: list[dict]) -> None:
         for b in summary:
             if a is b or a["series"] != b["series"] or a["median_s"] is None or b["median_s"] is None:
                 continue
-            spread = max(a["max_s"] - a["min_s"], b["max_s"] - b["min_s"])
-            if abs(a["median_s"] - b["median_s"]) <= spread:
+            verdict = compare_durations(a["durations_s"], b["durations_s"])
+            a["pairs"].append({"other": b["variant_id"], **verdict.to_json()})
+            if not verdict.distinguished:
                 a["does_not_distinguish"] = True
                 a["does_not_distinguish_from"].append(b["variant_id"])
 
@@ -86,6 +91,7 @@ def summary_table(summary: list[dict]) -> pd.DataFrame:
     df["durations_s"] = df["durations_s"].map(lambda d: " ".join(f"{x:.3f}" for x in d))
     df["does_not_distinguish_from"] = df["does_not_distinguish_from"].map(" ".join)
     df["failure_kinds"] = df["failure_kinds"].map(" ".join)
+    df["pairs"] = df["pairs"].map(lambda ps: "; ".join(f"{p['other']}: {p['reason']}" for p in ps))
     return df
 
 

@@ -1,8 +1,9 @@
 """Screen 3, Plan: series and variants, the rotated schedule, the number of passes, the
 cards per pass (a campaign asking for more cards than the host has is refused, one line
 from ``lab.host_cards``), and memory feasibility per variant from the memory lab
-(``lab.memory.feasibility.batch_fits``: largest batch per length bucket under the device
-budget, estimate with its margin)."""
+(``lab.memory.feasibility.batch_fits``: largest batch per length bucket under the GPU's
+memory, estimate with its margin; without a GPU the estimated peak of the variant's own
+batch against host RAM, since a largest batch of thousands informs no choice)."""
 
 from __future__ import annotations
 
@@ -94,6 +95,8 @@ def build_plan(campaign_file, facts: dict) -> dict:
             "name": variant_short(v.to_json()), "variant_id": v.variant_id, "label": v.label,
             "series": v.series, "batch_size": v.batch_size,
             "fits": {b: x.max_batch_size for b, x in f.items()},
+            "peak_estimate_bytes": {b: x.weights_bytes + v.batch_size * x.activation_bytes_per_item
+                                    for b, x in f.items()},
             "fits_all": all(x.variant_fits for x in f.values()) if f else None})
     return out
 
@@ -107,9 +110,13 @@ class PlanScreen(LabScreen):
         with VerticalScroll(id="plan-scroll"):
             yield Static("planning ...", id="plan-head", markup=True)
             yield DataTable(id="plan-variants", cursor_type="row")
+            yield Static("", id="plan-budget-note", markup=True)
             yield Static("", id="plan-schedule", markup=True)
 
     COLUMNS = ("variant", "id", "batch", "largest batch s/m/l", "fits")
+    # no GPU: the budget is host RAM, where the largest batch (thousands) informs no choice;
+    # the estimated peak of the variant's own batch on the long bucket does
+    CPU_COLUMNS = ("variant", "id", "batch", "est. peak, long", "fits")
 
     def on_mount(self) -> None:
         t = self.query_one("#plan-variants", DataTable)
@@ -147,15 +154,25 @@ class PlanScreen(LabScreen):
                     + (f"\n[red]refused: {escape(p['cards_refused'])}[/red]" if p["cards_refused"] else "")
                     + (f"\n[yellow]{escape(p['note'])}[/yellow]" if p["note"] else ""))
         t = self.query_one("#plan-variants", DataTable)
+        on_gpu = p["budget_what"].startswith("GPU")
         rows = []
         for v in p["variants"]:
             fb = v["fits"]
-            sml = "/".join(str(fb[b]) if b in fb else "-" for b in ("short", "medium", "long")) or "-"
+            if on_gpu:
+                cell = "/".join(str(fb[b]) if b in fb else "-" for b in ("short", "medium", "long")) or "-"
+            else:
+                peak = (v.get("peak_estimate_bytes") or {}).get("long")
+                cell = "-" if peak is None else f"{peak / 2**20:,.0f} MiB"
             fits = {True: "yes", False: "NO", None: "not estimated"}[v["fits_all"]]
-            rows.append((v["name"], v["variant_id"], str(v["batch_size"]), sml, fits))
+            rows.append((v["name"], v["variant_id"], str(v["batch_size"]), cell, fits))
+        note = self.query_one("#plan-budget-note", Static)
+        note.update("" if p["budget_bytes"] is None else
+                    f"largest batch s/m/l: per length bucket, within {escape(budget)}" if on_gpu else
+                    f"fits: estimated peak of the variant's own batch within {escape(budget)}; "
+                    "a largest batch against host RAM would inform no choice")
         # columns made again with explicit widths from their cells: the header always matches
         t.clear(columns=True)
-        for i, c in enumerate(self.COLUMNS):
+        for i, c in enumerate(self.COLUMNS if on_gpu else self.CPU_COLUMNS):
             t.add_column(c, key=c, width=max([len(c)] + [len(r[i]) for r in rows]))
         for r in rows:
             t.add_row(*r)

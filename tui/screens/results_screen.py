@@ -45,7 +45,7 @@ def render_summary(summary: list[dict]) -> str:
         if v["does_not_distinguish"]:
             others = ", ".join(names.get(o, o) for o in v["does_not_distinguish_from"])
             out.append(f"  [yellow]does not distinguish[/yellow] from {escape(others)} "
-                       "(spread >= gap between medians)")
+                       "(ranges overlap, exact rank test p > 0.05)")
     return "\n".join(out)
 
 

@@ -1,4 +1,4 @@
-"""ScreenTabs: the one-line list of screens (number keys 1-7) with the current one marked."""
+"""ScreenTabs: the one-line list of screens (number keys 1-8) with the current one marked."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 SCREENS = (("environment", "Env"), ("protocol", "Protocol"), ("plan", "Plan"), ("runs", "Runs"),
-           ("results", "Results"), ("cost", "Cost"), ("archive", "Archive"))
+           ("results", "Results"), ("cost", "Cost"), ("archive", "Archive"), ("compare", "Compare"))
 
 
 def tabs_text(current: str) -> Text:

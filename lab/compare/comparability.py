@@ -1,0 +1,100 @@
+"""Are several archives one protocol? Checked before anything is compared.
+
+Must be equal (SPEC 3.1: results of different protocols are never mixed): the corpus
+(sha256 of the corpus file, from the manifest, cross-checked with the lock), the model
+files (sha256 of each weight/tokenizer/config file, or the hub id and revision), the
+quality rule ([quality]: metric, threshold, tolerance, reference variant, subgroups) and
+the timing rule ([timing] without ``threads``: warm-up items and passes, repetitions,
+rotation, process policy, seed). The protocol hash cannot be the key: it covers the whole
+campaign file, including the ``[cost]`` that names each rental's package.
+
+May differ: hardware, driver, image, package (``[cost]``) and CPU threads, which are
+conditions of the measurement recorded in the manifest. Variants are matched by their
+content id (lab.variants.Variant.variant_id); a variant missing from an archive is
+listed, not compared.
+"""
+
+from __future__ import annotations
+
+import json
+
+from lab.compare.evidence import CompareError, Evidence
+
+TIMING_CONDITIONS = ("threads",)  # may differ between rentals: recorded, not part of the rule
+
+
+def corpus_sha256(ev: Evidence) -> str:
+    """The corpus file's sha256 from the manifest; CompareError when the lock disagrees."""
+    sha = (ev.manifest.get("corpus") or {}).get("sha256") or ""
+    locked = {v.get("corpus_sha256") for v in ev.lock.get("versions", []) if v.get("corpus_sha256")}
+    if not sha:
+        raise CompareError(f"{ev.name}: its manifest has no corpus sha256; re-pack the archive "
+                           "with this version of the lab")
+    if locked and sha not in locked:
+        raise CompareError(f"{ev.name}: manifest corpus sha256 {sha} is not the locked one "
+                           f"({', '.join(sorted(locked))}); the archive is inconsistent")
+    return sha
+
+
+def model_identity(ev: Evidence) -> str:
+    """Canonical model identity: JSON of {file: sha256} for a local checkpoint, or id@revision."""
+    m = ev.manifest.get("model") or {}
+    if m.get("kind") == "local":
+        files = m.get("files_sha256") or {}
+        if not files:
+            raise CompareError(f"{ev.name}: its manifest has no model file sha256; re-pack it")
+        return json.dumps(files, sort_keys=True)
+    return f"{m.get('id')}@{m.get('revision')}"
+
+
+def quality_rule(ev: Evidence) -> str:
+    return json.dumps(ev.campaign.get("quality") or {}, sort_keys=True)
+
+
+def timing_rule(ev: Evidence) -> str:
+    t = {k: v for k, v in (ev.campaign.get("timing") or {}).items() if k not in TIMING_CONDITIONS}
+    return json.dumps(t, sort_keys=True)
+
+
+KEYS = (("corpus sha256", corpus_sha256), ("model files sha256", model_identity),
+        ("quality rule", quality_rule), ("timing rule", timing_rule))
+
+
+def _differ(field: str, a: Evidence, va: str, b: Evidence, vb: str) -> str:
+    if field == "model files sha256" and va.startswith("{") and vb.startswith("{"):
+        fa, fb = json.loads(va), json.loads(vb)
+        name = next((f for f in sorted(set(fa) | set(fb)) if fa.get(f) != fb.get(f)), "?")
+        va, vb = f"{name} {fa.get(name, 'absent')}", f"{name} {fb.get(name, 'absent')}"
+        field = "model file sha256"
+    return (f"not comparable: {field} differs: {a.name} has {va}, {b.name} has {vb}; "
+            "compare only archives of the same corpus, model and rules")
+
+
+def check_comparable(evidence: list[Evidence]) -> dict:
+    """Raise CompareError (one line: the field and both values) at the first difference in
+    corpus, model files, quality rule or timing rule; else return the shared identity
+    {corpus_sha256, model, quality, timing, common_variants, missing}: ``common_variants``
+    are the variant ids every archive has (declared order of the first), ``missing`` maps
+    an archive name to the variant ids it lacks. Raises CompareError when no variant is
+    common or fewer than two archives are given."""
+    if len(evidence) < 2:
+        raise CompareError("give at least two archives to compare (one per rental)")
+    names = [e.name for e in evidence]
+    if len(set(names)) != len(names):
+        raise CompareError("the same archive name is given twice; give each rental's archive once")
+    first = evidence[0]
+    for field, get in KEYS:
+        ref = get(first)
+        for other in evidence[1:]:
+            val = get(other)
+            if val != ref:
+                raise CompareError(_differ(field, first, ref, other, val))
+    ids = [[v["variant_id"] for v in e.summary] for e in evidence]
+    common = [v for v in ids[0] if all(v in other for other in ids[1:])]
+    if not common:
+        raise CompareError("not comparable: no variant (content id) is in every archive; run the "
+                           "same campaign file's series on each rental")
+    missing = {e.name: [v for v in i if v not in common] for e, i in zip(evidence, ids)}
+    return {"corpus_sha256": corpus_sha256(first), "model": (first.manifest.get("model") or {}),
+            "quality": first.campaign.get("quality"), "timing": json.loads(timing_rule(first)),
+            "common_variants": common, "missing": {k: v for k, v in missing.items() if v}}

@@ -1,0 +1,156 @@
+"""Files of a comparison: compare.csv (one row per archive x variant), decision.md, report.html.
+
+Empty cell = not measured or not priced; the row's ``exclusions``/``cards_note`` say why
+(SPEC 3.10).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from lab.compare.decision import Comparison
+from lab.compare.projection import Projection
+
+CSV_COLUMNS = ("host", "archive", "hardware", "threads", "gpu_priced", "variant_id", "variant_label",
+               "accepted", "verdict", "successes", "failures", "failure_kinds", "durations_s",
+               "median_s", "min_s", "max_s", "items_per_s_median", "items_per_s_worst",
+               "setup_s", "cards_measured", "cards_note", "archive_package",
+               "archive_committed_budget", "cost_per_validated_corpus", "currency",
+               "load_items", "hours_median", "hours_worst", "package_days", "package_lots",
+               "package_cards", "hours_per_lot_worst", "hours_allowed", "committed_budget",
+               "cost_per_million_items", "eligible", "exclusions")
+
+
+def _money(x) -> float | None:
+    return None if x is None else float(x)
+
+
+def projection_row(p: Projection) -> dict:
+    q, s = p.archive_quote, p.sizing
+    return {
+        "host": p.host, "archive": p.archive, "hardware": p.hardware, "threads": p.threads, "gpu_priced": p.gpu,
+        "variant_id": p.variant_id, "variant_label": p.label, "accepted": p.accepted,
+        "verdict": p.verdict, "successes": p.successes, "failures": p.failures,
+        "failure_kinds": " ".join(p.failure_kinds),
+        "durations_s": " ".join(f"{d:.3f}" for d in p.durations_s),
+        "median_s": p.median_s, "min_s": p.min_s, "max_s": p.max_s,
+        "items_per_s_median": p.items_per_s_median, "items_per_s_worst": p.items_per_s_worst,
+        "setup_s": p.setup_s, "cards_measured": p.cards_measured, "cards_note": p.cards_note,
+        "archive_package": f"{q.days} days x {q.lots} lot(s) of {q.cards_per_lot} card(s)" if q else None,
+        "archive_committed_budget": _money(q.committed_budget) if q else None,
+        "cost_per_validated_corpus": _money(p.cost_per_validated_corpus),
+        "currency": (s.quote.currency if s else q.currency if q else None),
+        "load_items": p.load_items, "hours_median": p.hours_median, "hours_worst": p.hours_worst,
+        "package_days": s.quote.days if s else None, "package_lots": s.quote.lots if s else None,
+        "package_cards": s.quote.total_cards if s else None,
+        "hours_per_lot_worst": s.hours_needed if s else None,
+        "hours_allowed": s.hours_allowed if s else None,
+        "committed_budget": _money(s.quote.committed_budget) if s else None,
+        "cost_per_million_items": _money(p.cost_per_million_items),
+        "eligible": p.eligible, "exclusions": "; ".join(p.exclusions),
+    }
+
+
+def comparison_table(c: Comparison) -> pd.DataFrame:
+    return pd.DataFrame([projection_row(p) for p in c.projections], columns=list(CSV_COLUMNS))
+
+
+def _h(x) -> str:
+    return "not measured" if x is None else f"{x:.2f} h"
+
+
+def decision_markdown(c: Comparison) -> str:
+    """decision.md: the decision and its motivation first, then the rows, then the rules."""
+    out = ["# Comparison of rentals", ""]
+    if c.chosen is None:
+        out += ["**Decision: none.** " + c.motivation[0] + ".", ""]
+    else:
+        p, q = c.chosen, c.chosen.sizing.quote
+        out += [f"**Decision: host {p.host} ({p.hardware}, archive {p.archive}), {p.label}: "
+                f"{q.days}-day package x "
+                f"{q.lots} lot(s) of {q.gpu_name} ({q.total_cards} card(s)), committed budget "
+                f"{q.committed_budget:.2f} {q.currency}, covering the declared load of "
+                f"{c.load_items} items.**", "",
+                "**Motivation.** " + "; ".join(c.motivation) + ".", "",
+                f"- Worst-case hours per lot: {_h(p.sizing.hours_needed)} of "
+                f"{_h(p.sizing.hours_allowed)} allowed; at the median pass: {_h(p.hours_median)} "
+                f"for the whole load on one lot.",
+                f"- Cost per million items: {p.cost_per_million_items:.2f} {q.currency}.",
+                f"- {p.cards_note}.", ""]
+    out += ["## What would change the decision", ""]
+    out += [f"- {line}" for line in c.what_would_change] or ["- nothing computed (no choice)"]
+    out += ["", "## Declared load and calendar", "",
+            f"- Load: {c.load_items} items of the corpus's mix.",
+            f"- Window start: {c.window_start.isoformat()}; deadline: "
+            f"{c.deadline.isoformat() if c.deadline else 'none given'}"
+            + (f" ({c.hours_available:.2f} h available)" if c.hours_available is not None else ""),
+            f"- Packages considered: every package of the catalog for the archive's GPU, 1 to "
+            f"{c.max_lots} lots; catalog {c.catalog_path}.",
+            "- k lots are k rentals each processing 1/k of the load at the worst measured pass's "
+            "throughput, after the largest measured setup (start-up, model load, warm-up).", "",
+            "## Archives", ""]
+    for a in c.archives:
+        out.append(f"- {a['host']}: `{a['name']}`: {a['hardware']}, driver {a['driver']}, threads {a['threads']}, "
+                   f"package in its [cost]: {a['cost'].get('gpu')} {a['cost'].get('days')} days x "
+                   f"{a['cost'].get('lots', 1)} lot(s); verified ({a['files_checked']} files)")
+    ident = c.identity
+    out += ["", f"Same corpus (sha256 `{ident['corpus_sha256']}`), same model files, same quality "
+            "and timing rules: checked before comparing.", ""]
+    if ident.get("missing"):
+        out += [f"- Not in every archive, not compared: {k}: {', '.join(v)}"
+                for k, v in ident["missing"].items()] + [""]
+    out += ["## Configurations", ""]
+    for p in c.projections:
+        q = p.archive_quote
+        out += [f"### {p.key}", "",
+                f"- Hardware: {p.hardware}; {p.cards_note}",
+                f"- Quality: {p.verdict}; successes {p.successes}, failures {p.failures}"
+                + (f" ({', '.join(p.failure_kinds)})" if p.failure_kinds else ""),
+                "- Measured window (s): " + (", ".join(f"{d:.3f}" for d in p.durations_s) or "none")
+                + (f"; median {p.median_s:.3f}, min {p.min_s:.3f}, max {p.max_s:.3f}"
+                   if p.median_s is not None else ""),
+                f"- Throughput: median pass {p.items_per_s_median or 0:.2f} items/s, worst pass "
+                f"{p.items_per_s_worst or 0:.2f} items/s" if p.items_per_s_median else
+                "- Throughput: not measured (no successful pass)",
+                (f"- Archive's package: {q.gpu_name} {q.days} days x {q.lots} lot(s), committed "
+                 f"{q.committed_budget:.2f} {q.currency}; cost per validated corpus "
+                 + (f"{p.cost_per_validated_corpus:.2f} {q.currency}"
+                    if p.cost_per_validated_corpus is not None else "undefined (no accepted corpus)"))
+                if q else "- Archive's package: not priced",
+                f"- Projection: {_h(p.hours_median)} at the median pass, {_h(p.hours_worst)} at the "
+                "worst pass (one lot, without setup)"]
+        if p.sizing:
+            s = p.sizing.quote
+            out.append(f"- Smallest covering package: {s.days} days x {s.lots} lot(s) = "
+                       f"{s.committed_budget:.2f} {s.currency} ({p.sizing.hours_needed:.2f} h per lot of "
+                       f"{p.sizing.hours_allowed:.2f} h allowed); {p.cost_per_million_items:.2f} "
+                       f"{s.currency} per million items")
+        if p.exclusions:
+            out.append("- Excluded: " + "; ".join(p.exclusions))
+        out.append("")
+    out += ["## Does the evidence distinguish the hosts?", "",
+            "Per pair, same variant on two archives: distinguished when the ranges of their "
+            "measured-window durations do not overlap, or when an exact Mann-Whitney rank test "
+            "gives p <= 0.05 (seed: when the spread is comparable to the gap between the medians, "
+            "the series does not distinguish the options).", ""]
+    for x in c.cross_pairs:
+        out.append(f"- {x['variant']}: {x['a']} vs {x['b']}: "
+                   f"{'distinguished' if x['distinguished'] else 'NOT distinguished'} ({x['reason']})")
+    out += ["", "## Decision path", ""] + [f"{i}. {line}" for i, line in enumerate(c.path, 1)]
+    return "\n".join(out) + "\n"
+
+
+def write_comparison(c: Comparison, out_dir: str | Path) -> dict:
+    """Write decision.md, compare.csv and report.html under ``out_dir``; returns their paths."""
+    from lab.report.html import comparison_report
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"decision": out / "decision.md", "csv": out / "compare.csv", "html": out / "report.html"}
+    md, table = decision_markdown(c), comparison_table(c)
+    paths["decision"].write_text(md, encoding="utf-8")
+    table.to_csv(paths["csv"], index=False)
+    paths["html"].write_text(comparison_report(c, md, table), encoding="utf-8")
+    return paths

@@ -1,0 +1,60 @@
+"""Smallest package of the catalog that covers a projected job (days x lots).
+
+Prices come only from :func:`lab.cost.forfaits.quote` (committed budget = price per lot x
+lots, seed: "Calcolare il costo impegnato"). A package covers the job when the hours one
+lot needs fit in the package's hours and in the hours left before the deadline; nothing
+is extended automatically (seed: "non dare per scontata una proroga automatica").
+Standard library only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from lab.cost.forfaits import Catalog, Quote, known_gpu, quote
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """The chosen package: its quote, hours one lot needs, and the hours it may use
+    (min of the package's hours and the hours before the deadline)."""
+    quote: Quote
+    hours_needed: float
+    hours_allowed: float
+
+
+def package_limits(catalog: Catalog, gpu: str, hours_available: float | None) -> list[tuple[int, float]]:
+    """[(days, hours a lot may work)] for each package of ``gpu`` in the catalog, shortest first.
+    ``hours_available``: hours from the window start to the deadline (None: no deadline)."""
+    gpu = known_gpu(catalog, gpu)
+    out = []
+    for row in sorted((r for r in catalog.rows if r.gpu == gpu), key=lambda r: r.days):
+        limit = float(row.package_hours)
+        if hours_available is not None:
+            limit = min(limit, hours_available)
+        out.append((row.days, limit))
+    return out
+
+
+def cheapest_covering(catalog: Catalog, gpu: str, hours_needed: Callable[[int], float],
+                      hours_available: float | None, max_lots: int) -> Sizing | None:
+    """Lowest committed budget among the catalog's packages of ``gpu`` (each of its days,
+    1..``max_lots`` lots) whose lots each finish within the allowed hours.
+
+    ``hours_needed(lots)`` gives the hours one lot works when the job is split over ``lots``
+    lots. Ties: fewer lots, then fewer days. Returns None when no package covers the job.
+    Raises PricingError for an unknown GPU.
+    """
+    best: Sizing | None = None
+    for days, limit in package_limits(catalog, gpu, hours_available):
+        for lots in range(1, max_lots + 1):
+            need = hours_needed(lots)
+            if need > limit:
+                continue
+            q = quote(catalog, gpu, days, lots)
+            cand = Sizing(q, need, limit)
+            if best is None or (q.committed_budget, q.lots, q.days) < \
+                    (best.quote.committed_budget, best.quote.lots, best.quote.days):
+                best = cand
+            break  # more lots of the same package only cost more
+    return best

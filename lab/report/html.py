@@ -1,0 +1,191 @@
+"""report.html: one self-contained file per campaign (in its archive) and per comparison.
+
+No network and no CDN: plots are drawn by matplotlib (Agg backend) and embedded as base64
+PNG; the style sheet is inline; the decision note's Markdown is rendered by markdown-it-py.
+The decision and its motivation come first, then the plots, then the raw table.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from typing import TYPE_CHECKING
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from markdown_it import MarkdownIt  # noqa: E402
+
+if TYPE_CHECKING:
+    from lab.compare.decision import Comparison
+
+FAILED = "#c0392b"
+CSS = """
+body{font-family:DejaVu Sans,Helvetica,Arial,sans-serif;margin:1.5em auto;max-width:1100px;
+color:#222;padding:0 1em}
+h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc;margin-top:1.6em}
+.decision{background:#eef6ee;border-left:5px solid #2e7d32;padding:.6em 1em}
+.none{background:#fbeeee;border-left-color:#c0392b}
+figure{margin:1em 0}figcaption{color:#555;font-size:.9em}
+img{max-width:100%}
+table{border-collapse:collapse;font-size:.78em}td,th{border:1px solid #ccc;padding:2px 4px}
+.scroll{overflow-x:auto}
+"""
+
+
+def figure_tag(fig, caption: str) -> str:
+    """<figure> with ``fig`` as an embedded base64 PNG (the figure is closed)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    data = base64.b64encode(buf.getvalue()).decode("ascii")
+    return (f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+
+
+def page(title: str, sections: list[str]) -> str:
+    """A whole HTML document; ``sections`` are HTML fragments, already escaped."""
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+            "img-src data:; style-src 'unsafe-inline'\">"
+            f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>"
+            + "\n".join(sections) + "</body></html>\n")
+
+
+def markdown_html(text: str) -> str:
+    return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+
+
+def table_html(df: pd.DataFrame) -> str:
+    return '<div class="scroll">' + df.to_html(index=False, na_rep="", escape=True) + "</div>"
+
+
+def durations_figure(groups: list[tuple[str, list[float], int, list[str]]], title: str) -> str:
+    """Strip plot: ``groups`` = [(label, durations_s of successful passes, failed passes,
+    failure kinds)]. Every pass is a point, the median a bar, failures a red X at the top."""
+    fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(groups) + 2), 3.6))
+    have_fail = False
+    for i, (label, durations, failed, kinds) in enumerate(groups):
+        if durations:
+            ax.scatter([i] * len(durations), durations, s=28, color="#1f77b4", zorder=3,
+                       label="pass (measured window)" if i == 0 else None)
+            med = sorted(durations)[len(durations) // 2] if len(durations) % 2 else \
+                sum(sorted(durations)[len(durations) // 2 - 1: len(durations) // 2 + 1]) / 2
+            ax.hlines(med, i - 0.3, i + 0.3, color="black", linewidth=2, zorder=4,
+                      label="median" if i == 0 else None)
+        if failed:
+            ax.scatter([i], [0.97], marker="X", s=80, color=FAILED, zorder=5,
+                       transform=ax.get_xaxis_transform(), clip_on=False,
+                       label=None if have_fail else "failed pass (no duration)")
+            have_fail = True
+            ax.annotate(f"{failed} {'/'.join(kinds) or 'failed'}", (i, 0.9), xycoords=("data", "axes fraction"),
+                        ha="center", color=FAILED, fontsize=8)
+    ax.set_xticks(range(len(groups)), [g[0] for g in groups], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("measured window (s)")
+    ax.set_xlim(-0.6, len(groups) - 0.4)
+    ax.set_ylim(bottom=0)
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # never over a point
+    caption = title + (": red X = failed passes (OOM, crash), which have no duration"
+                       if have_fail else "")
+    return figure_tag(fig, caption)
+
+
+def bars_figure(labels: list[str], values: list[float | None], ylabel: str, title: str,
+                lows: list[float | None] | None = None, highs: list[float | None] | None = None,
+                hline: list[float | None] | None = None, hline_label: str = "") -> str:
+    """Bar chart; None values are left empty and labelled "not measured"/"not priced"."""
+    fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(labels) + 2), 3.6))
+    xs = list(range(len(labels)))
+    vals = [v if v is not None else 0 for v in values]
+    ax.bar(xs, vals, color=["#4c72b0" if v is not None else "#ffffff" for v in values],
+           edgecolor="#333")
+    if lows is not None and highs is not None:
+        for x, v, lo, hi in zip(xs, values, lows, highs):
+            if v is not None and lo is not None and hi is not None:
+                ax.errorbar([x], [v], yerr=[[v - lo], [hi - v]], color="black", capsize=4)
+    for x, v in zip(xs, values):
+        if v is None:
+            ax.annotate("none", (x, 0), ha="center", va="bottom", color=FAILED, fontsize=8)
+    if hline:
+        for x, h in zip(xs, hline):
+            if h is not None:
+                ax.hlines(h, x - 0.4, x + 0.4, color=FAILED, linewidth=2,
+                          label=hline_label if x == next(i for i, y in enumerate(hline) if y is not None)
+                          else None)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.set_xticks(xs, labels, rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    return figure_tag(fig, title)
+
+
+def campaign_report(name: str, summary: list[dict], rows: list[dict], note_md: str) -> str:
+    """report.html of one campaign: the decision note's decision and motivation first, durations
+    per variant, throughput, the rest of the note (configurations, exclusions), raw table."""
+    from lab.report.raw_table import raw_table
+
+    groups = [(s["label"], list(s["durations_s"]), s["failures"], list(s["failure_kinds"]))
+              for s in summary]
+    rates = {}
+    for r in rows:
+        if r.get("status") == "ok" and r.get("items_per_s"):
+            rates.setdefault(r["variant_id"], []).append(float(r["items_per_s"]))
+    labels = [s["label"] for s in summary]
+    med = [s.get("items_per_s_median") for s in summary]
+    lows = [min(rates[s["variant_id"]]) if s["variant_id"] in rates else None for s in summary]
+    highs = [max(rates[s["variant_id"]]) if s["variant_id"] in rates else None for s in summary]
+    details, sep, decision = note_md.partition("\n## Decision\n")
+    sections = [f"<h1>Campaign {html.escape(name)}</h1>",
+                '<div class="decision">' + markdown_html("## Decision\n" + decision if sep else
+                                                         "## Decision\n\nnot reached") + "</div>",
+                "<h2>Durations per variant</h2>",
+                durations_figure(groups, "Measured window per pass, median marked"),
+                "<h2>Throughput</h2>",
+                bars_figure(labels, med, "items/s", "Median items/s per variant (bar: min to max pass)",
+                            lows, highs),
+                "<h2>Configurations</h2>", markdown_html(details),
+                "<h2>Raw table (one row per attempted pass)</h2>", table_html(raw_table(rows))]
+    return page(f"Campaign {name}", sections)
+
+
+def comparison_report(c: "Comparison", md: str, table: pd.DataFrame) -> str:
+    """report.html of a comparison: decision first (``md``: its decision.md), durations per
+    host x variant, throughput per host, cost per million items per host and package,
+    projected vs package hours, the raw rows (``table``: its compare.csv)."""
+    ps = list(c.projections)
+    labels = [f"{p.host}\n{p.label}" for p in ps]
+    head, _, rest = md.partition("## What would change the decision")
+    cls = "decision" if c.chosen else "decision none"
+    currency = next((p.sizing.quote.currency for p in ps if p.sizing), "")
+    sections = ["<h1>Comparison of rentals</h1>",
+                f'<div class="{cls}">' + markdown_html(head.replace("# Comparison of rentals", "", 1))
+                + markdown_html("## What would change the decision" + rest.split("## Declared")[0])
+                + "</div>",
+                "<h2>Durations per host and variant</h2>",
+                durations_figure([(lbl, list(p.durations_s), p.failures, list(p.failure_kinds))
+                                  for lbl, p in zip(labels, ps)],
+                                 "Measured window per pass on the comparison corpus, median marked"),
+                "<h2>Throughput per host</h2>",
+                bars_figure(labels, [p.items_per_s_median for p in ps], "items/s",
+                            "Median pass items/s (bar: worst to best pass)",
+                            [p.items_per_s_worst for p in ps], [p.items_per_s_best for p in ps]),
+                "<h2>Cost per million items</h2>",
+                bars_figure(labels, [float(p.cost_per_million_items) if p.cost_per_million_items is not None
+                                     else None for p in ps], f"{currency} per million items",
+                            f"Committed budget of the smallest covering package / {c.load_items} items "
+                            "x 1,000,000"),
+                "<h2>Projected hours against package hours</h2>",
+                bars_figure(labels, [p.sizing.hours_needed if p.sizing else p.hours_worst for p in ps],
+                            "hours per lot", "Worst-pass hours per lot (bars) and hours the package "
+                            "allows before the deadline (red)",
+                            hline=[p.sizing.hours_allowed if p.sizing else None for p in ps],
+                            hline_label="package hours allowed"),
+                "<h2>Details</h2>", markdown_html("## Declared load" + md.split("## Declared", 1)[1]),
+                "<h2>Raw table (one row per archive x variant)</h2>", table_html(table)]
+    return page("Comparison of rentals", sections)

@@ -1,0 +1,152 @@
+"""Compare rentals on real archives made by the real product in this test session: the same
+tiny campaign run with threads 1 (priced rtx-4090) and threads 2 (priced b200), and one on
+another corpus. CLI end to end, projection figures re-derived from the raw tables, break-even
+checked by re-deciding at the load it names, corpus mismatch refused."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from lab.archive import extract
+from lab.compare import CompareError, compare_archives
+from lab.cost.forfaits import load_catalog, quote
+
+REPO = Path(__file__).resolve().parents[1]
+WINDOW = ["--window-start", "2026-12-01T09:00+01:00", "--deadline", "2026-12-05T09:00+01:00"]
+
+
+def cli(*args, cwd=REPO):
+    return subprocess.run([sys.executable, "-m", "lab.cli", *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+
+
+def manifest_of(archive: Path, tmp: Path) -> dict:
+    top = extract(archive, tmp)
+    return json.loads((top / "report" / "manifest.json").read_text())
+
+
+def test_manifest_records_the_threads_of_each_rental(rental_archives, tmp_path):
+    m1 = manifest_of(rental_archives["rtx"], tmp_path / "a")
+    m2 = manifest_of(rental_archives["b200"], tmp_path / "b")
+    assert m1["campaign"]["threads_requested"] == 1 and m1["pass_threads"] == [1]
+    assert m2["campaign"]["threads_requested"] == 2 and m2["pass_threads"] == [2]
+    assert m1["corpus"]["sha256"] == m2["corpus"]["sha256"]
+    assert m1["model"]["files_sha256"] == m2["model"]["files_sha256"]
+    assert m1["campaign"]["protocol_sha256"] != m2["campaign"]["protocol_sha256"]  # [cost] differs
+
+
+def test_compare_cli_prints_the_path_and_writes_the_three_files(rental_archives, tmp_path):
+    out = tmp_path / "cmp"
+    r = cli("compare", rental_archives["rtx"], rental_archives["b200"], "--load", 50000,
+            *WINDOW, "--out", out)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("1. verified ") and "threads 1" in lines[0] and "rtx-4090" in lines[0]
+    assert "threads 2" in lines[1] and "b200" in lines[1]
+    assert lines[2].startswith("3. comparable: corpus sha256")
+    decision = next(line for line in lines if ". decision: " in line)
+    for part in ("batch ", "7-day package x 1 lot(s)", "committed budget 110.00 USD",
+                 "covers 50000 items", "A rtx-4090"):
+        assert part in decision, (part, decision)
+    md = (out / "decision.md").read_text()
+    assert md.startswith("# Comparison of rentals\n\n**Decision: host A rtx-4090")
+    assert "measured on CPU" in md and "lot has 2" in md  # b200 lot: 2 cards, 1 measured
+    rows = list(csv.DictReader(open(out / "compare.csv")))
+    assert len(rows) == 4 and {r["host"] for r in rows} == {"A rtx-4090", "B b200"}
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") >= 4 and "http://" not in html
+    assert "https://" not in html
+
+
+def test_projection_figures_come_from_the_raw_tables_and_the_catalog(rental_archives, tmp_path):
+    load = 50000
+    c = compare_archives([rental_archives["rtx"], rental_archives["b200"]], load,
+                         window_start="2026-12-01T09:00+01:00", deadline="2026-12-05T09:00+01:00")
+    catalog = load_catalog()
+    assert c.hours_available == 96.0
+    for i, key in enumerate(("rtx", "b200")):
+        top = extract(rental_archives[key], tmp_path / key)
+        raw = list(csv.DictReader(open(top / "report" / "raw_table.csv")))
+        for p in (p for p in c.projections if p.host.startswith("AB"[i])):
+            rates = [float(r["items_per_s"]) for r in raw if r["variant_id"] == p.variant_id
+                     and r["status"] == "ok"]
+            assert len(rates) == 2
+            assert p.items_per_s_worst == min(rates)
+            assert p.hours_worst == pytest.approx(load / min(rates) / 3600)
+            s = p.sizing
+            assert s is not None and s.hours_needed <= s.hours_allowed <= 96.0
+            q = quote(catalog, p.gpu, s.quote.days, s.quote.lots)
+            assert s.quote.committed_budget == q.committed_budget
+            if s.quote.lots > 1:  # one lot fewer would not finish in time
+                one_less = (p.setup_s + load / (s.quote.lots - 1) / min(rates)) / 3600
+                assert one_less > s.hours_allowed
+            assert p.cost_per_million_items == q.committed_budget * Decimal(1_000_000) / load
+    best = min((p for p in c.projections if p.eligible),
+               key=lambda p: (p.sizing.quote.committed_budget, p.failures, -p.items_per_s_median))
+    assert c.chosen == best
+
+
+def test_break_even_load_changes_the_decision(rental_archives):
+    """The load named by 'what would change' really changes the choice when decided again."""
+    args = dict(window_start="2026-12-01T09:00+01:00", deadline="2026-12-01T21:00+01:00")
+    a = [rental_archives["rtx"], rental_archives["b200"]]
+    c = compare_archives(a, 1000, **args)
+    assert c.chosen is not None
+    above = c.what_would_change[0]
+    assert "above" in above
+    if above.startswith("break-even"):
+        x = int(above.split("at a load of ")[1].split()[0])
+        c2 = compare_archives(a, x, **args)
+        assert c2.chosen is not None and c2.chosen.key != c.chosen.key
+        assert compare_archives(a, x - 1, **args).chosen.key == c.chosen.key
+    else:  # "above N items no configuration covers the load before the deadline"
+        n = int(above.split()[1])
+        assert compare_archives(a, n, **args).chosen is not None
+        assert compare_archives(a, n + 1, **args).chosen is None
+
+
+def test_corpus_mismatch_is_refused_with_both_sha256(rental_archives, tmp_path):
+    m1 = manifest_of(rental_archives["rtx"], tmp_path / "a")
+    m2 = manifest_of(rental_archives["other"], tmp_path / "b")
+    r = cli("compare", rental_archives["rtx"], rental_archives["other"], "--load", 1000,
+            "--out", tmp_path / "cmp")
+    assert r.returncode == 2 and r.stdout == ""
+    err = r.stderr.strip()
+    assert "\n" not in err and "Traceback" not in err
+    assert "corpus sha256 differs" in err
+    assert m1["corpus"]["sha256"] in err and m2["corpus"]["sha256"] in err
+    assert not (tmp_path / "cmp").exists()
+
+
+def test_an_archive_that_does_not_verify_is_never_compared(rental_archives, tmp_path):
+    bad = tmp_path / "tampered.tar.gz"
+    with tarfile.open(rental_archives["b200"]) as src, tarfile.open(bad, "w:gz") as dst:
+        for m in src.getmembers():
+            data = src.extractfile(m).read() if m.isfile() else None
+            if m.name.endswith("report/summary.json"):
+                data = data.replace(b'"successes": 2', b'"successes": 3', 1)
+                m.size = len(data)
+            dst.addfile(m, io.BytesIO(data) if data is not None else None)
+    r = cli("compare", rental_archives["rtx"], bad, "--load", 1000, "--out", tmp_path / "cmp")
+    assert r.returncode == 2 and "tampered.tar.gz: does not verify" in r.stderr
+    with pytest.raises(CompareError):
+        compare_archives([rental_archives["rtx"]], 10)  # one archive is not a comparison
+
+
+def test_bad_load_and_window_are_one_line_errors(rental_archives, tmp_path):
+    a, b = rental_archives["rtx"], rental_archives["b200"]
+    r = cli("compare", a, b, "--load", 0, "--out", tmp_path / "x")
+    assert r.returncode == 2 and "--load must be an integer >= 1" in r.stderr
+    r = cli("compare", a, b, "--load", 10, "--window-start", "2026-12-05T09:00+01:00",
+            "--deadline", "2026-12-01T09:00+01:00", "--out", tmp_path / "x")
+    assert r.returncode == 2 and "is not after the window start" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

@@ -1,0 +1,162 @@
+# ruff: noqa: F811 - the runs fixture is imported from test_tui_screens
+"""Screen 8 (Compare) at 80x24 on real archives, and the UI cases of the issue: Esc then a key
+arriving as one sequence never types into a field (Pilot, and the real app in tmux with
+TERM=screen), no stray glyphs at the right edge, Plan on a CPU host."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_tui_campaigns import demo_copy
+from test_tui_screens import make_app, runs, wait_for  # noqa: F401 - runs is a fixture
+
+from lab.compare import compare_archives
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_compare_screen_lists_archives_and_builds_the_cli_decision(tmp_path, runs, rental_archives):
+    from textual.widgets import Input, SelectionList
+
+    for key in ("rtx", "b200"):
+        (runs / "rentals").mkdir(parents=True, exist_ok=True)
+        shutil.copy(rental_archives[key], runs / "rentals" / rental_archives[key].name)
+    (runs / "rentals" / "not-an-archive.txt").write_text("x")
+
+    async def go():
+        app = make_app(demo_copy(tmp_path), start_screen="compare")
+        async with app.run_test(size=(80, 24)) as pilot:
+            sl = app.screen.query_one("#compare-archives", SelectionList)
+            await wait_for(pilot, lambda: sl.option_count == 2, what="the archives under runs/")
+            await pilot.press("space", "down", "space")
+            assert len(sl.selected) == 2
+            app.screen.query_one("#c-load", Input).value = "50000"
+            app.screen.query_one("#c-deadline", Input).value = "2026-12-05T09:00+01:00"
+            app.screen.query_one("#c-window_start", Input).value = "2026-12-01T09:00+01:00"
+            await pilot.press("c")
+            await wait_for(pilot, lambda: getattr(app.screen, "result", None), 120, "the comparison")
+            text = str(app.screen.query_one("#compare-result").render())
+            return app.screen.result, text, list(sl.selected)
+    result, text, selected = asyncio.run(go())
+    same = compare_archives(selected, 50000, window_start="2026-12-01T09:00+01:00",
+                            deadline="2026-12-05T09:00+01:00")
+    assert result["path"] == list(same.path)  # the same engine function as the CLI
+    assert "Decision path" in text and "committed budget" in text
+    for p in result["files"].values():
+        assert Path(p).is_file() and Path(p).parent.parent == runs / "compare"
+
+
+def test_compare_screen_shows_a_refusal_in_one_line(tmp_path, runs, rental_archives):
+    from textual.widgets import Input
+
+    async def go():
+        app = make_app(demo_copy(tmp_path), start_screen="compare")
+        async with app.run_test(size=(80, 24)) as pilot:
+            for key in ("rtx", "other"):
+                field = app.screen.query_one("#c-add", Input)
+                field.focus()
+                field.value = str(rental_archives[key])
+                await pilot.press("enter")
+            load = app.screen.query_one("#c-load", Input)
+            load.focus()
+            load.value = "1000"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: "corpus sha256 differs" in
+                           str(app.screen.query_one("#compare-result").render()), 120, "the refusal")
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("sequence", [("pilcrow", "¶", "7", "archive"),  # ESC 7 (Textual's table)
+                                      ("alt+8", "8", "8", "compare"),
+                                      ("section_sign", "§", "6", "cost")])
+def test_esc_then_a_digit_leaves_the_field_without_typing(tmp_path, runs, sequence):
+    from textual import events
+    from textual.widgets import Input
+
+    key, char, _digit, target = sequence
+
+    async def go():
+        app = make_app(demo_copy(tmp_path), start_screen="compare" if target == "cost" else "cost")
+        async with app.run_test(size=(80, 24)) as pilot:
+            field = app.screen.query_one(Input)
+            field.focus()
+            field.value = "7"
+            await pilot.pause()
+            before = app.screen
+            app.post_message(events.Key(key, char))
+            await wait_for(pilot, lambda: app.screen is not before, 10, f"screen {target}")
+            assert app.screen is app.get_screen(target)
+            assert field.value == "7" and char not in field.value
+    asyncio.run(go())
+
+
+def test_esc_then_a_letter_in_a_field_is_the_key_not_text(tmp_path, runs):
+    from textual import events
+    from textual.widgets import Input
+
+    async def go():
+        app = make_app(demo_copy(tmp_path), start_screen="cost")
+        async with app.run_test(size=(80, 24)) as pilot:
+            field = app.screen.query_one("#f-gpu", Input)
+            field.focus()
+            await pilot.pause()
+            app.post_message(events.Key("alt+c", "c"))  # Esc then c: leave the field, recompute
+            await pilot.pause(0.5)
+            assert "c" not in field.value and app.focused is not field
+    asyncio.run(go())
+
+
+def tmux_app(session: str, runs: Path, cols: int = 80, rows: int = 24) -> None:
+    env = (f"cd {REPO} && PYTHONPATH={REPO} ITERALAB_RUNS={runs} TERM=screen "
+           f"exec {sys.executable} -m lab.cli up --launcher local")
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(cols), "-y", str(rows),
+                    env], check=True)
+
+
+def capture(session: str) -> str:
+    return subprocess.run(["tmux", "capture-pane", "-t", session, "-p"], capture_output=True,
+                          text=True, check=True).stdout
+
+
+def wait_text(session: str, text: str, timeout_s: float = 60) -> str:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        out = capture(session)
+        if text in out:
+            return out
+        time.sleep(0.3)
+    raise AssertionError(f"{text!r} never appeared:\n{capture(session)}")
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed (apt-get install tmux)")
+def test_real_app_in_tmux_esc_digit_and_right_edge(tmp_path):
+    """The real UI in tmux 80x24 with TERM=screen: Esc then 7 typed quickly in a Cost field
+    reaches Archive and types nothing; no screen ends a line with a one-cell glyph."""
+    session = f"iteralab-test-{os.getpid()}"
+    tmux_app(session, tmp_path / "runs")
+    try:
+        wait_text(session, "1 Env")
+        subprocess.run(["tmux", "send-keys", "-t", session, "6"], check=True)
+        wait_text(session, "catalog CSV")
+        subprocess.run(["tmux", "send-keys", "-t", session, "Tab"], check=True)
+        time.sleep(0.5)
+        subprocess.run(["tmux", "send-keys", "-t", session, "Escape", "7"], check=True)
+        wait_text(session, "Press a to assemble")
+        subprocess.run(["tmux", "send-keys", "-t", session, "6"], check=True)
+        out = wait_text(session, "catalog CSV")
+        assert "¶" not in out and "catalog CSV        shipped catalog" in out  # placeholder: empty
+        glyphs = set("▁▂▃▄▅▆▇█▏▎▍▌▋▊▉")
+        for key in "12345678":
+            subprocess.run(["tmux", "send-keys", "-t", session, key], check=True)
+            time.sleep(2.5)
+            for n, line in enumerate(capture(session).splitlines()):
+                assert not (len(line) >= 79 and line.rstrip()[-1:] in glyphs), (key, n, line)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)

@@ -1,0 +1,126 @@
+"""Screen 8, Compare: the evidence archives under runs/ (and any the user adds by path),
+the declared load, deadline and window start; builds the same comparison as
+`iteralab compare` (``lab.compare.compare_to_folder``) in a thread worker and shows the
+decision path and the decision; the files land in runs/compare/<UTC time>/."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.markup import escape
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import Input, Label, SelectionList, Static
+
+from tui.messages import CompareReady
+from tui.screens.lab_screen import LabScreen
+
+FIELDS = (("add", "add archive", "path of another .tar.gz, Enter"),
+          ("load", "load (items)", "production load, e.g. 2000000"),
+          ("deadline", "deadline", "ISO, e.g. 2026-12-04T09:00+01:00"),
+          ("window_start", "window start", "ISO (default: now)"))
+
+
+def run_comparison(archives: list[str], fields: dict, runs_root: Path, now: datetime | None = None) -> dict:
+    """The screen's comparison: {"path", "decision", "files"}. Raises CompareError for a bad
+    load (and what lab.compare.compare_to_folder raises)."""
+    from lab.compare import CompareError, compare_to_folder
+    from lab.compare.tables import decision_markdown
+
+    load = fields.get("load", "").strip().replace(",", "").replace("_", "")
+    if not load.isdigit():
+        raise CompareError(f"load {fields.get('load', '')!r} must be an integer >= 1 (items of the "
+                           "production load)")
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    c, files = compare_to_folder(archives, int(load), Path(runs_root) / "compare" / stamp,
+                                 deadline=fields.get("deadline") or None,
+                                 window_start=fields.get("window_start") or None)
+    return {"path": list(c.path), "decision": decision_markdown(c),
+            "files": {k: str(v) for k, v in files.items()}}
+
+
+class CompareScreen(LabScreen):
+    """Space selects archives; Enter in a field (or c outside the fields) compares."""
+
+    NAME = "compare"
+    AUTO_FOCUS = "#compare-archives"
+    BINDINGS = [Binding("c", "compare", "Compare"), Binding("f", "refresh", "Find archives")]
+
+    def body(self) -> ComposeResult:
+        with VerticalScroll(id="compare-scroll"):
+            yield Static("Archives under runs/ (space selects):", id="compare-head")
+            yield SelectionList(id="compare-archives")
+            for key, label, hint in FIELDS:
+                with Horizontal(classes="field"):
+                    yield Label(label, classes="field-label")
+                    yield Input(placeholder=hint, id=f"c-{key}", classes="field-input")
+            yield Static("", id="compare-result", markup=True)
+
+    def on_screen_resume(self) -> None:
+        self.action_refresh()
+
+    def action_refresh(self) -> None:
+        from lab.compare import list_archives
+
+        sl = self.query_one("#compare-archives", SelectionList)
+        chosen = set(sl.selected)
+        known = {str(o.value) for o in (sl.get_option_at_index(i) for i in range(sl.option_count))}
+        for p in list_archives(self.app.runs_root()):
+            if str(p) not in known:
+                sl.add_option((self._label(p), str(p), str(p) in chosen))
+        if sl.highlighted is None and sl.option_count:
+            sl.highlighted = 0
+        self.query_one("#compare-head", Static).update(
+            f"Archives under runs/ and added ({sl.option_count}); space selects, c compares:")
+
+    @staticmethod
+    def _label(p: Path) -> str:
+        return f"{p.parent.name}/{p.name}"[:70]
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "c-add":
+            p = Path(event.value.strip()).expanduser()
+            out = self.query_one("#compare-result", Static)
+            if not p.is_file():
+                out.update(f"[red]{escape(str(p))}: no such archive; give the path of a .tar.gz[/red]")
+                return
+            self.query_one("#compare-archives", SelectionList).add_option(
+                (self._label(p), str(p.resolve()), True))
+            event.input.value = ""
+            return
+        self.action_compare()
+
+    def fields(self) -> dict:
+        return {key: self.query_one(f"#c-{key}", Input).value.strip() for key, _, _ in FIELDS}
+
+    def action_compare(self) -> None:
+        archives = list(self.query_one("#compare-archives", SelectionList).selected)
+        self.query_one("#compare-result", Static).update(f"comparing {len(archives)} archive(s) ...")
+        self.compare(archives, self.fields(), self.app.runs_root())
+
+    @work(thread=True, exclusive=True, exit_on_error=False)
+    def compare(self, archives: list[str], fields: dict, root: Path) -> None:
+        from lab.archive import ArchiveError
+        from lab.compare import CompareError
+        from lab.cost.forfaits import PricingError
+
+        try:
+            self.post_message(CompareReady(run_comparison(archives, fields, root)))
+        except (CompareError, ArchiveError, PricingError) as exc:
+            self.post_message(CompareReady(None, str(exc)))
+
+    def on_compare_ready(self, msg: CompareReady) -> None:
+        out = self.query_one("#compare-result", Static)
+        if msg.result is None:
+            out.update(f"[red]{escape(msg.error)}[/red]")
+            return
+        self.result = msg.result
+        decision = msg.result["decision"].split("\n\n")[1] if "\n\n" in msg.result["decision"] else ""
+        lines = ["[b]Decision path[/b]"] + [f"{i}. {escape(x)}" for i, x in enumerate(msg.result["path"], 1)]
+        lines += ["", escape(decision.replace("**", "")), "",
+                  "[b]Written[/b] (open report.html in a browser)"]
+        lines += [f"  {escape(p)}" for p in msg.result["files"].values()]
+        out.update("\n".join(lines))
