@@ -274,7 +274,8 @@ def test_two_card_pass_in_one_container_matches_one_card(client, image, model_di
     assert outcome.exit_code == EXIT_OK, (two_dir / "log.txt").read_text()[-3000:]
     assert outcome.container_id and "container" in outcome.isolation
     res = json.loads((two_dir / "result.json").read_text())
-    assert res["status"] == "ok" and res["cards_observed"] == 2 and res["threads"] == [1, 1]
+    assert res["status"] == "ok" and res["cards_observed"] == 2
+    assert res["threads"] == 1 and res["threads_per_card"] == [1, 1]
     assert [c["items_total"] for c in res["per_card"]] == [6, 6] and len(res["devices"]) == 2
     assert "torch.distributed.run" in next(e["command"] for e in events if e.get("phase") == "launch")
 

@@ -205,7 +205,7 @@ def test_series_over_cards_runs_to_a_verified_archive(cards_campaign):
     mem = json.loads(two["per_card_memory"])
     assert int(two["process_peak_rss_bytes"]) == max(m["process_peak_rss_bytes"] for m in mem)  # not a sum
     result = json.loads((d / two["predictions_path"]).parent.joinpath("result.json").read_text())
-    assert result["threads"] == [1, 1] and result["cards_declared"] == 2
+    assert result["threads"] == 1 and result["threads_per_card"] == [1, 1] and result["cards_declared"] == 2
     assert [c["items_total"] for c in result["per_card"]] == [6, 6]
     assert float(two["measured_s"]) == max(c["measured_s"] for c in result["per_card"])  # slowest card
 
@@ -361,3 +361,15 @@ def test_bucketed_two_card_pass_balances_tokens_and_predicts_as_one_card(tmp_pat
     capped = [min(json.loads(x)["n_tokens"], 128) for x in corpus.read_text().splitlines()]
     blocks = [sum(capped[i] for i in s) for s in shard_positions(capped, 2, bucketing=False)]
     assert abs(tokens[0] - tokens[1]) < abs(blocks[0] - blocks[1])  # contiguous blocks would not be
+
+
+def test_compare_reads_the_cards_each_pass_measured(cards_campaign, tmp_path):
+    import shutil
+
+    from lab.compare.decision import compare_archives
+
+    again = shutil.copyfile(cards_campaign["archive"], tmp_path / "same-rental-again.tar.gz")
+    c = compare_archives([cards_campaign["archive"], again], 1000)
+    by_cards = {p.cards_measured: p for p in c.projections}
+    assert set(by_cards) == {1, 2}
+    assert "lot has 2" in by_cards[1].cards_note and "lot has 2" not in by_cards[2].cards_note

@@ -116,6 +116,11 @@ def _max(values) -> float | int | None:
     return max(vals) if vals else None
 
 
+def _one_or_joined(values: list):
+    """The common value of every card (an int, as a one-card pass records it), else "a+b"."""
+    return values[0] if len(set(values)) == 1 else "+".join(map(str, values))
+
+
 def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_time: str,
                 torchrun_wall_s: float | None = None) -> dict:
     """Merge ``cards/card<r>.*`` into ``predictions.jsonl`` and ``result.json``; returns the result.
@@ -196,7 +201,8 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
            "device": (f"{devs[0]} x{len(devs)}" if len(set(devs)) == 1 else "+".join(devs)) if devs else None,
            "backend": next((c.get("backend") for c in recs if c.get("backend")), None),
            "torch_version": next((c.get("torch_version") for c in recs if c.get("torch_version")), None),
-           "threads": [c.get("threads") for c in recs],
+           "threads": _one_or_joined([c.get("threads") for c in recs]),  # CPU threads of one worker
+           "threads_per_card": [c.get("threads") for c in recs],
            "cards_declared": cards, "cards_observed": len(recs), "cards_missing": missing,
            "devices": [c.get("identity") for c in recs if c.get("identity")], "per_card": per_card,
            "peaks": peaks, "shard_rule": "lab.passes.distributed.shard_positions",
