@@ -14,6 +14,8 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab.diskfull import DiskFull, is_disk_full
+
 
 class ArchiveError(ValueError):
     """A corrupt or unsafe archive; one line naming the member and the problem."""
@@ -35,16 +37,22 @@ def pack(campaign_dir: Path, out_path: Path, include: list[str]) -> Path:
     top = out_path.name.removesuffix(".tar.gz")
     sums = []
     tmp = out_path.with_suffix(".partial")
-    with tarfile.open(tmp, "w:gz") as tar:
-        for p in files:
-            rel = str(p.relative_to(campaign_dir))
-            sums.append(f"{_sha(p.read_bytes())}  {rel}")
-            tar.add(p, arcname=f"{top}/{rel}", recursive=False)
-        blob = ("\n".join(sums) + "\n").encode()
-        info = tarfile.TarInfo(f"{top}/SHA256SUMS")
-        info.size = len(blob)
-        tar.addfile(info, io.BytesIO(blob))
-    tmp.replace(out_path)
+    try:
+        with tarfile.open(tmp, "w:gz") as tar:
+            for p in files:
+                rel = str(p.relative_to(campaign_dir))
+                sums.append(f"{_sha(p.read_bytes())}  {rel}")
+                tar.add(p, arcname=f"{top}/{rel}", recursive=False)
+            blob = ("\n".join(sums) + "\n").encode()
+            info = tarfile.TarInfo(f"{top}/SHA256SUMS")
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+        tmp.replace(out_path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)  # never a half-written archive
+        if is_disk_full(exc):
+            raise DiskFull(out_path.parent, f"packing {out_path.name}") from None
+        raise
     return out_path
 
 

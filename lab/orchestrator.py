@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab.corpus import read_corpus
+from lab.diskfull import DiskFull, is_disk_full
 from lab.host_cards import check_cards_fit_host
 from lab.journal import Journal
 from lab.passes.distributed import ProgressTally
@@ -23,6 +24,7 @@ from lab.passes.events import parse_event
 from lab.passes.spec import PassSpec
 from lab.protocol import Protocol, load_protocol, lock_path, locked_version
 from lab.schedule import rotated_schedule
+from lab.status import process_create_time
 from lab.validate import validate_pass
 from lab.variants import Variant
 
@@ -113,14 +115,19 @@ class Orchestrator:
                                "campaign; watch it with `iteralab campaign status` or stop it first") from None
         try:
             return self._run()
+        except Exception as exc:  # a full disk under the journal or a pass folder: one line, resumable
+            if is_disk_full(exc):
+                raise (exc if isinstance(exc, DiskFull) else DiskFull(self.dir, "running the campaign")) from None
+            raise
         finally:
             fcntl.flock(lock_file, fcntl.LOCK_UN)
             lock_file.close()
 
     def _run(self) -> str:
         j = self.journal
-        j.set_control("orchestrator", {"pid": os.getpid(), "started": utc_now(),
-                                       "launcher": self.launcher.name})
+        j.set_control("orchestrator", {"pid": os.getpid(), "process_create_time": process_create_time(),
+                                       "started": utc_now(), "launcher": self.launcher.name})
+        self.apply_limits()
         j.set_control("state", "running")
         j.set_control("stop", False)
         try:
@@ -130,11 +137,14 @@ class Orchestrator:
         for pid in j.mark_running_interrupted(
                 "interrupted: the orchestrator stopped while this pass ran; row kept, slot run again"):
             j.add_event(pid, "interrupted", {"pass_id": pid})
-        if hasattr(self.launcher, "find_leftovers"):
-            for c in self.launcher.find_leftovers(self.proto.name):
-                j.add_event("", "leftover", {"container": c, "note": "left from an interrupted run; not reused"})
+        if hasattr(self.launcher, "stop_leftovers"):
+            for c in self.launcher.stop_leftovers(self.proto.name):
+                j.add_event(c.get("pass", ""), "leftover", {
+                    "container": c, "note": "left from an interrupted run; stopped and removed before "
+                                            "the next pass, never reused"})
                 if self.echo:
-                    self.echo(f"leftover container from an interrupted run (not reused): {c}")
+                    self.echo(f"leftover container {c['name']} of pass {c['pass']} ({c['status_before']}) "
+                              "stopped and removed before the next pass")
         state = "finished"
         for slot in self.pending():
             if j.get_control("pause", False):
@@ -148,6 +158,10 @@ class Orchestrator:
             if j.get_control("stop", False):
                 state = "stopped"
                 break
+            if row.get("disk_full"):
+                j.set_control("state", "stopped")
+                j.set_control("orchestrator", {"pid": None, "ended": utc_now()})
+                raise DiskFull(self.dir / "passes" / row["pass_id"], "writing the pass's predictions")
             if row["status"] == "error" and "DeviceUnavailable" in row["notes"]:
                 j.set_control("blocked", row["notes"])
                 state = "blocked"
@@ -157,6 +171,18 @@ class Orchestrator:
         j.set_control("state", state)
         j.set_control("orchestrator", {"pid": None, "ended": utc_now()})
         return state
+
+    def apply_limits(self) -> None:
+        """Give the launcher the campaign's pass timeout and stall rule ([timing]); a stricter
+        limit the launcher already has stays. Recorded in the journal."""
+        t = self.proto.config.timing
+        limits = {}
+        for attr, value in (("timeout_s", t.pass_timeout_s), ("stall_s", t.stall_s)):
+            if hasattr(self.launcher, attr):
+                current = getattr(self.launcher, attr)
+                setattr(self.launcher, attr, value if current is None else min(current, value))
+                limits[attr] = getattr(self.launcher, attr)
+        self.journal.set_control("pass_limits", limits)
 
     def run_slot(self, slot: dict) -> dict:
         """Run one attempt of a planned slot and record its row, events and validation."""
@@ -172,8 +198,10 @@ class Orchestrator:
         spec = PassSpec(campaign=self.proto.name, pass_id=pass_id, variant=variant.to_json(),
                         corpus_path=str(self.proto.corpus_path), model_ref=self.proto.model_ref,
                         out_dir=str(pass_dir), warmup_items=t["warmup_items"],
-                        warmup_passes=t["warmup_passes"], seed=t.get("seed", 0),
-                        threads=t.get("threads", 0))
+                        warmup_passes=t["warmup_passes"], seed=t["seed"],
+                        threads=t["threads"],
+                        extra={"pad_token": self.proto.config.model.pad_token}
+                        if self.proto.config.model.pad_token else {})
         spec.write(pass_dir / "pass.json")
         j.start_attempt(pass_id, slot["seq"], attempt, slot["repetition"], slot["position"],
                         variant.to_json(), utc_now(), self.launcher.name, len(self.corpus))
@@ -193,6 +221,8 @@ class Orchestrator:
                 last["done"] = done
                 j.update_progress(pass_id, done, ev.get("items_per_s")
                                   if kind == "progress" and "rank" not in ev else None)
+            if kind in ("oom", "error"):
+                last["disk_full"] = str(ev.get("message", "")).startswith("DiskFull")
             j.add_event(pass_id, kind, ev)
 
         outcome = self.launcher.launch(spec, pass_dir, on_line,
@@ -204,6 +234,9 @@ class Orchestrator:
         if outcome.note == "stopped by the user":
             status = "interrupted"
             notes.append("interrupted: stopped by the user; slot run again on resume")
+        elif last.get("disk_full"):  # not the variant's failure: the slot runs again once space is free
+            status = "interrupted"
+            notes.append(f"interrupted: no space left on device in {pass_dir}; slot run again on resume")
         elif outcome.killed_host_memory:
             status = "killed"
             notes.append(outcome.note or "killed, host memory")
@@ -231,7 +264,8 @@ class Orchestrator:
             took = f", measured window {measured:.2f} s" if measured else ""
             self.echo(f"pass {slot['seq']}/{len(j.plan())} {pass_id}: {status}, {items} items{took}{m}"
                       + (f" ({'; '.join(notes)[:160]})" if status != "ok" and notes else ""))
-        return {"pass_id": pass_id, "status": status, "notes": "; ".join(notes)}
+        return {"pass_id": pass_id, "status": status, "notes": "; ".join(notes),
+                "disk_full": bool(last.get("disk_full"))}
 
     # ---- validation ------------------------------------------------------------------
     def reference(self) -> tuple[dict[str, str] | None, float | None, str]:

@@ -10,15 +10,15 @@ from __future__ import annotations
 import hashlib
 import json
 import tomllib
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from lab.config import CampaignConfig, ConfigError, CostSection, parse_config
 from lab.variants import Variant, VariantError, expand_series
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEMO_CAMPAIGN = Path(__file__).resolve().parent / "defaults" / "demo.toml"
-METRICS = ("accuracy", "macro_f1")
 
 
 class ProtocolError(ValueError):
@@ -32,32 +32,40 @@ class Protocol:
     path: Path
     raw: dict
     variants: tuple[Variant, ...]
+    config: CampaignConfig
 
     @property
     def name(self) -> str:
-        return self.raw["campaign"]["name"]
+        return self.config.campaign.name
 
     @property
     def quality(self) -> dict:
-        return self.raw["quality"]
+        """[quality] with its defaults filled in, as a dict (validate_pass reads it)."""
+        return asdict(self.config.quality)
 
     @property
     def timing(self) -> dict:
-        return self.raw["timing"]
+        """[timing] with its defaults filled in, as a dict."""
+        return asdict(self.config.timing)
 
     @property
     def corpus_path(self) -> Path:
-        return _resolve(self.raw["corpus"]["path"], self.path)
+        return _resolve(self.config.corpus.path, self.path)
 
     @property
     def card_path(self) -> Path | None:
-        c = self.raw["corpus"].get("card")
+        c = self.config.corpus.card
         return _resolve(c, self.path) if c else None
 
     @property
     def model_ref(self) -> str:
-        m = self.raw["model"]
-        return str(_resolve(m["path"], self.path)) if "path" in m else m["id"]
+        m = self.config.model
+        return str(_resolve(m.path, self.path)) if m.path is not None else m.id
+
+    @property
+    def cost(self) -> CostSection | None:
+        """The declared package, or None: no [cost] means no package declared (never a default GPU)."""
+        return self.config.cost
 
     @property
     def reference(self) -> Variant:
@@ -77,54 +85,26 @@ def _resolve(p: str, campaign_file: Path) -> Path:
     return q if q.is_absolute() else (campaign_file.parent / q)
 
 
-def _need(d: dict, section: str, key: str, typ, file: Path):
-    if section not in d or key not in d[section]:
-        raise ProtocolError(f"{file}: missing [{section}] {key}; add it to the campaign file")
-    v = d[section][key]
-    if not isinstance(v, typ) or isinstance(v, bool) and typ is not bool:
-        raise ProtocolError(f"{file}: [{section}] {key} = {v!r} has the wrong type; expected {typ}")
-    return v
-
-
 def load_protocol(path: str | Path) -> Protocol:
-    """Parse and check a campaign file. Raises ProtocolError with one line on any problem."""
+    """Parse and check a campaign file (lab.config: typed sections, unknown keys and wrong
+    types refused). Raises ProtocolError with one line on any problem."""
     path = Path(path).resolve()
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ProtocolError(f"{path}: no such campaign file; check the path, or start from "
                             f"{DEMO_CAMPAIGN.relative_to(REPO_ROOT)}") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
-    _need(raw, "campaign", "name", str, path)
-    _need(raw, "campaign", "question", str, path)
-    _need(raw, "corpus", "path", str, path)
-    if "model" not in raw or not ({"path", "id"} & set(raw["model"])):
-        raise ProtocolError(f"{path}: [model] needs path (local checkpoint) or id (hub model)")
-    metric = _need(raw, "quality", "metric", str, path)
-    if metric not in METRICS:
-        raise ProtocolError(f"{path}: [quality] metric {metric!r} unknown; use {' or '.join(METRICS)}")
-    thr = _need(raw, "quality", "threshold", (int, float), path)
-    tol = _need(raw, "quality", "tolerance", (int, float), path)
-    if not 0 <= thr <= 1 or not 0 <= tol <= 1:
-        raise ProtocolError(f"{path}: [quality] threshold and tolerance are fractions in [0, 1]")
-    _need(raw, "quality", "reference_variant", str, path)
-    reps = _need(raw, "timing", "repetitions", int, path)
-    if reps < 1:
-        raise ProtocolError(f"{path}: [timing] repetitions must be >= 1 (default 5)")
-    for key in ("warmup_items", "warmup_passes"):
-        if _need(raw, "timing", key, int, path) < 0:
-            raise ProtocolError(f"{path}: [timing] {key} must be >= 0")
-    if raw["timing"].get("process", "fresh") != "fresh":
-        raise ProtocolError(f"{path}: [timing] process must be 'fresh' (one process per pass)")
-    if not raw.get("series"):
-        raise ProtocolError(f"{path}: no [[series]] declared; add at least one")
     try:
-        variants = tuple(expand_series(raw.get("defaults", {}), raw["series"]))
-    except (VariantError, TypeError) as exc:
+        cfg = parse_config(raw)
+        if cfg.cost is not None:
+            cfg.cost.check(str(_resolve(cfg.cost.catalog, path)) if cfg.cost.catalog else None)
+        variants = tuple(expand_series(cfg.defaults, [s.to_table() for s in cfg.series]))
+    except (ConfigError, VariantError) as exc:
         raise ProtocolError(f"{path}: {exc}") from None
-    proto = Protocol(path, raw, variants)
-    ref = raw["quality"]["reference_variant"]
+    proto = Protocol(path, raw, variants, cfg)
+    ref = cfg.quality.reference_variant
     if not any(ref in (v.name, v.variant_id) for v in variants):
         names = ", ".join(v.name for v in variants)
         raise ProtocolError(f"{path}: reference_variant {ref!r} is not a declared variant ({names})")
@@ -143,10 +123,14 @@ def read_lock(campaign_file: Path) -> list[dict]:
     return json.loads(p.read_text())["versions"] if p.exists() else []
 
 
-def lock(proto: Protocol) -> dict:
+def lock(proto: Protocol, check: bool = True) -> dict:
     """Record the protocol's hash as a new version (or return the current one if unchanged).
 
-    Returns {"version": n, "sha256": ..., "locked_at": ISO UTC, "corpus_sha256": ...}.
+    With ``check`` (always, except to simulate a file locked on another host) the lock-time
+    checks of :mod:`lab.preflight` run first: corpus, model config and tokenizer, labels,
+    limits, padding token, devices and GPU count. Returns {"version": n, "sha256": ...,
+    "locked_at": ISO UTC, "corpus_sha256": ...}. Raises ProtocolError (one line) on the
+    first refusal.
     """
     from lab.corpus import sha256_file
 
@@ -154,6 +138,12 @@ def lock(proto: Protocol) -> dict:
     digest = proto.digest()
     if not proto.corpus_path.is_file():
         raise ProtocolError(f"{proto.path}: corpus {proto.corpus_path} not found; build it before locking")
+    if check:
+        from lab.preflight import first_refusal, lock_checks
+
+        refused = first_refusal(lock_checks(proto))
+        if refused is not None:
+            raise ProtocolError(f"{proto.path.name}: {refused.detail}")
     corpus_sha = sha256_file(proto.corpus_path)
     for v in versions:
         if v["sha256"] == digest and v.get("corpus_sha256") == corpus_sha:

@@ -7,16 +7,31 @@ from pathlib import Path
 from lab.journal import Journal
 
 
-def orchestrator_alive(info: dict | None) -> bool:
-    """True when the journal names an orchestrator pid that is still a live process."""
+def process_create_time(pid: int | None = None) -> float | None:
+    """Start time of process ``pid`` (default: this one), seconds since the epoch (psutil)."""
     import psutil
 
-    pid = (info or {}).get("pid")
-    if not pid:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def orchestrator_alive(info: dict | None) -> bool:
+    """True when the journal's orchestrator is still that same process: its pid is live AND
+    that process started when the recorded one did (a recycled pid is another process).
+
+    A journal without the start time (written before it was recorded) is not proven alive.
+    """
+    import psutil
+
+    pid, created = (info or {}).get("pid"), (info or {}).get("process_create_time")
+    if not pid or created is None:
         return False
     try:
         p = psutil.Process(pid)
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        same = abs(p.create_time() - float(created)) < 0.05
+        return same and p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 

@@ -159,3 +159,30 @@ def test_catalog_option_takes_a_fuller_catalog(folder):
                       + "rtx-4090,NVIDIA GeForce RTX 4090,1,30,400.00,USD,2026-09-24\n")
     r = run(folder, "--catalog", "fuller.csv", "--gpu", "rtx-4090", "--days", "30", "--lots", "2")
     assert r.returncode == 0 and "Total (committed budget): 800.00 USD" in r.stdout
+
+
+@pytest.mark.parametrize("lots", ["1" + "0" * 24, "9" * 5000, "1000001", "1e3", "1_000", "-2"])
+def test_absurd_lots_are_one_line_exit_2(folder, lots):
+    r = run(folder, "--gpu", "rtx-4090", "--days", "7", "--lots", lots)
+    assert r.returncode == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1 and "--lots" in r.stderr and len(r.stderr) < 300, r.stderr
+
+
+def test_huge_accepted_results_is_one_line_exit_2(folder):
+    r = run(folder, "--gpu", "rtx-4090", "--days", "7", "--accepted-results", "7" * 5000)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and len(r.stderr) < 300
+
+
+@pytest.mark.parametrize("price", ["1E+30", "1_000.00", "1E+3", "+110.00", "110.001", "Infinity", " 1e2"])
+def test_catalog_prices_in_plain_digits_only(folder, price):
+    cat = folder / "tarifs-forfaits.csv"
+    lines = cat.read_text(encoding="utf-8").splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("rtx-4090") and ",7," in line)
+    cells = lines[row].split(",")
+    cells[4] = price
+    lines[row] = ",".join(cells)
+    cat.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    r = run(folder, "--gpu", "rtx-4090", "--days", "7")
+    assert r.returncode == 2 and r.stdout == "", r.stdout
+    assert len(r.stderr.strip().splitlines()) == 1 and f"line {row + 1}: malformed row" in r.stderr
+    assert "plain digits" in r.stderr

@@ -145,3 +145,14 @@ def test_several_deliverables_count_the_validated_one_only():
 def test_bad_pricing_input_raises(campaign, pricing, pattern):
     with pytest.raises(PricingError, match=pattern):
         decision_note([variant("v1", "batch 8")], campaign, pricing)
+
+
+def test_no_cost_section_says_no_package_declared_never_a_default_gpu():
+    pricing = {**PRICING, "gpu": None, "days": None}
+    note = decision_note([variant("v1", "batch 8, fp32")], CAMPAIGN, pricing)
+    assert "no package declared (the campaign file has no [cost] section)" in note
+    assert "rtx-4090" not in note and "RTX 4090" not in note and "USD" not in note
+    excluded = note.split("## Excluded configurations", 1)[1].split("## Decision", 1)[0]
+    assert "batch 8" not in excluded  # a missing package is not the configuration's failure
+    decision = note.split("## Decision", 1)[1]
+    assert "No package declared" in decision and "batch 8, fp32" in decision and "Chosen" not in decision

@@ -204,7 +204,7 @@ def test_pass_timeout_stops_the_container(client, image, model_dir, rows, tmp_pa
     launcher = DockerLauncher(image, "cpu", labels={TEST_LABEL: "launcher"}, client=client,
                               stop_timeout_s=2, timeout_s=2)
     outcome = launcher.launch(spec, pass_dir, lambda line: None)
-    assert outcome.note == "killed after the 2 s pass timeout" and not outcome.killed_host_memory
+    assert outcome.note.startswith("killed after the 2 s pass timeout") and not outcome.killed_host_memory
     assert outcome.exit_code is not None and outcome.exit_code != 0
     assert not client.containers.list(all=True, filters={"id": outcome.container_id})
 
@@ -283,3 +283,83 @@ def test_two_card_pass_in_one_container_matches_one_card(client, image, model_di
         return {r["id"]: r["pred"] for r in map(json.loads, (d / "predictions.jsonl").read_text().splitlines())}
     assert preds(two_dir) == preds(one_dir) and len(preds(two_dir)) == 12
     assert not client.containers.list(all=True, filters={"label": f"{TEST_LABEL}=multicard"})
+
+
+# ---- issue 11: confinement and leftovers ---------------------------------------------------
+@pytest.mark.docker
+def test_pass_container_is_confined(client, image, model_dir, rows, tmp_path):
+    corpus = subset(tmp_path / "c.jsonl", stratified_30(rows))
+    spec, pass_dir = make_spec(tmp_path, corpus, model_dir, f"iteralab-test-{uuid.uuid4().hex[:8]}",
+                               Variant(device="cpu"), "p010-confined")
+    launcher = DockerLauncher(image, "cpu", labels={TEST_LABEL: "launcher"}, client=client)
+    vols, _ = launcher._mounts(spec, pass_dir.resolve())
+    c = launcher._create(spec, vols, launcher._user())
+    try:
+        hc = c.attrs["HostConfig"]
+        assert hc["ReadonlyRootfs"] is True and hc["CapDrop"] == ["ALL"]
+        assert "no-new-privileges" in hc["SecurityOpt"] and hc["PidsLimit"] == 4096
+        assert "/tmp" in hc["Tmpfs"] and hc["Binds"] and any(b.endswith(":/work/pass:rw") for b in hc["Binds"])
+        import psutil
+
+        assert hc["Memory"] == int(psutil.virtual_memory().total * 0.9) == launcher.mem_limit_bytes
+    finally:
+        c.remove(force=True)
+    d = launcher.describe()  # stated and recorded in the manifest
+    assert d["mem_limit_rule"].startswith("default: 90% of host RAM")
+    assert d["confinement"]["read_only_rootfs"] and d["confinement"]["cap_drop"] == ["ALL"]
+    # and a real pass runs under it
+    outcome, lines, _ = run_pass(launcher, spec, pass_dir)
+    assert outcome.exit_code == EXIT_OK, (outcome, lines[-5:])
+    assert json.loads((pass_dir / "result.json").read_text())["items_completed"] == 30
+
+
+@pytest.mark.docker
+def test_resumed_campaign_stops_the_previous_pass_container_first(client, image, model_dir, tmp_path):
+    from conftest import cut_corpus, write_campaign
+    from lab.orchestrator import Orchestrator
+    from lab.protocol import load_protocol, lock
+
+    name = f"iteralab-test-{uuid.uuid4().hex[:8]}"
+    corpus = cut_corpus(tmp_path / "c.jsonl", 2, 1, 1)
+    corpus.chmod(0o644)
+    f = write_campaign(tmp_path, model_dir, corpus, name=name, values=(1,))
+    lock(load_protocol(f))
+    # the previous orchestrator was killed while its pass container ran (still holding the GPU)
+    old = client.containers.run(image, ["python", "-c", "import time; time.sleep(600)"], detach=True,
+                                labels={"iteralab.campaign": name, "iteralab.pass": "p001-r1-v-old",
+                                        "iteralab.variant": "v-old", TEST_LABEL: "leftover"})
+    assert old.status in ("created", "running")
+    launcher = DockerLauncher(image, "cpu", labels={TEST_LABEL: "launcher"}, client=client, stop_timeout_s=2)
+    orch = Orchestrator.prepare(f, tmp_path / "runs", launcher)
+    assert orch.run() == "finished"
+    events = orch.journal.events_since(0)
+    kinds = [e["kind"] for e in events]
+    payload = next(e["payload"] for e in events if e["kind"] == "leftover")
+    assert kinds.index("leftover") < kinds.index("start")  # stopped before the next pass started
+    rec = payload["container"]
+    assert rec["id"] == old.id and rec["status_before"] == "running" and rec["stopped"] and rec["removed"]
+    assert rec["pass"] == "p001-r1-v-old"
+    assert not client.containers.list(all=True, filters={"id": old.id})
+    assert [a["status"] for a in orch.journal.attempts()] == ["ok"]
+
+
+@pytest.mark.docker
+def test_frozen_pass_container_is_stopped_by_the_stall_rule(client, image, model_dir, rows, tmp_path):
+    corpus = subset(tmp_path / "corpus30.jsonl", stratified_30(rows))
+    spec, pass_dir = make_spec(tmp_path, corpus, model_dir, f"iteralab-test-{uuid.uuid4().hex[:8]}",
+                               Variant(batch_size=1, device="cpu"), "p011-stall")
+    launcher = DockerLauncher(image, "cpu", labels={TEST_LABEL: "launcher"}, client=client, stop_timeout_s=2,
+                              stall_s=15)
+    frozen: list[str] = []
+
+    def on_line(line: str) -> None:  # the pass freezes (cgroup freezer, like SIGSTOP) at its first event
+        if not frozen:
+            (c,) = client.containers.list(filters={"label": f"iteralab.pass={spec.pass_id}"})
+            c.pause()
+            frozen.append(c.id)
+
+    outcome = launcher.launch(spec, pass_dir, on_line)
+    assert frozen, outcome
+    assert outcome.note.startswith("stalled: no event for 15 s ([timing] stall_s)")
+    assert not outcome.killed_host_memory and outcome.exit_code != 0
+    assert not client.containers.list(all=True, filters={"id": frozen[0]})

@@ -34,7 +34,7 @@ def test_corpus_changed_after_lock_is_refused(tmp_path, model_dir):
     corpus = cut_corpus(tmp_path / "c.jsonl", 2, 1, 1)
     f = write_campaign(tmp_path, model_dir, corpus)
     v1 = lock(load_protocol(f))
-    corpus.write_text(corpus.read_text().replace('"label": "', '"label": "x', 1))
+    corpus.write_text(corpus.read_text().replace('"text": "', '"text": "edited ', 1))
     with pytest.raises(ProtocolError, match="changed since lock"):
         locked_version(load_protocol(f))
     v2 = lock(load_protocol(f))
@@ -42,9 +42,13 @@ def test_corpus_changed_after_lock_is_refused(tmp_path, model_dir):
 
 
 def test_gpu_variant_without_gpu_blocks_after_one_pass(tmp_path, model_dir):
+    """Lock refuses it on this host (tests/test_lock_checks.py); a file locked on a GPU host
+    and run here still blocks after one pass (check=False stands for that other host)."""
     f = write_campaign(tmp_path, model_dir, cut_corpus(tmp_path / "c.jsonl", 2, 1, 1), repetitions=2)
     f.write_text(f.read_text().replace('padding = "longest"', 'padding = "longest"\ndevice = "cuda"'))
-    lock(load_protocol(f))
+    with pytest.raises(ProtocolError, match="needs GPU index 0 but this host has 0 GPUs"):
+        lock(load_protocol(f))
+    lock(load_protocol(f), check=False)
     orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
     assert orch.run() == "blocked"
     [a] = orch.journal.attempts()

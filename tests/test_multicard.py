@@ -171,14 +171,27 @@ def test_more_cards_than_the_host_has_is_refused_in_one_line(tmp_path, model_dir
     with pytest.raises(CardsBeyondHost, match="has 1 GPU"):
         check_cards_fit_host([Variant(cards=2, device="cuda")], counter=lambda d: (1, "1 GPU(s) (counted by x)"))
     assert issubclass(CardsBeyondHost, ProtocolError)
-    # the real CLI: exit 2, one line with the count found, nothing run
+    # the real CLI: `protocol lock` refuses, exit 2, one line with the count found, nothing locked
     f = _campaign(tmp_path, model_dir, "big", (1, n + 1))
     env = {**os.environ, "ITERALAB_RUNS": str(tmp_path / "runs")}
-    assert _cli("protocol", "lock", str(f), env=env).returncode == 0
-    r = _cli("campaign", "run", str(f), "--launcher", "local", env=env)
+    r = _cli("protocol", "lock", str(f), env=env)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and f"asks for {n + 1} cards" in r.stderr
-    assert f"{n} logical CPU core" in r.stderr and not (tmp_path / "runs").exists()
+    assert f"{n} logical CPU core" in r.stderr and not (tmp_path / "big.lock.json").exists()
+
+
+def test_a_run_on_a_host_with_fewer_cards_than_at_lock_is_refused(tmp_path, model_dir, monkeypatch):
+    import lab.host_cards
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestrator import Orchestrator
+    from lab.protocol import lock
+
+    f = _campaign(tmp_path, model_dir, "moved", (1, 2))
+    lock(load_protocol(f))  # this host has the 2 CPU cores
+    monkeypatch.setattr(lab.host_cards, "host_card_count", lambda device: (1, "1 GPU(s) (counted by NVML)"))
+    with pytest.raises(CardsBeyondHost, match="asks for 2 cards but this host has 1 GPU"):
+        Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
+    assert not (tmp_path / "runs").exists()
 
 
 # ---- real passes -----------------------------------------------------------------------
@@ -293,7 +306,7 @@ def test_plan_screen_shows_cards_and_refuses_more_than_the_host_has(tmp_path, mo
     from tui.app import IteraLabApp
     from tui.widgets.telemetry import fixed_telemetry
 
-    f = _campaign(tmp_path, model_dir, "plan", (1, 3))  # the facts say 2 CPU cores, no GPU
+    f = _campaign(tmp_path, model_dir, "plan", (1, os.cpu_count() + 1))  # one more than the host has
 
     async def go():
         app = IteraLabApp(f, telemetry=fixed_telemetry(SAMPLE), environment_probe=lambda: FACTS,
@@ -303,10 +316,15 @@ def test_plan_screen_shows_cards_and_refuses_more_than_the_host_has(tmp_path, mo
             while getattr(app.screen, "plan", None) is None and time.monotonic() - t0 < 120:
                 await pilot.pause(0.1)
             head = str(app.screen.query_one("#plan-head").render())
-            return app.screen.plan, head
-    plan, head = asyncio.run(go())
-    assert plan["cards"] == [1, 3] and "Cards per pass 1, 3" in head
-    assert "refused: variant cards/cards=3 asks for 3 cards but this host has 2 logical CPU core" in head
+            checks = str(app.screen.query_one("#plan-checks").render())
+            return app.screen.plan, head, checks
+    plan, head, checks = asyncio.run(go())
+    n = os.cpu_count()
+    assert plan["cards"] == [1, n + 1] and f"Cards per pass 1, {n + 1}" in head
+    refused = [c for c in plan["checks"] if c[0] == "cards"]
+    assert refused and refused[0][1] is False
+    assert f"asks for {n + 1} cards but this host has {n} logical CPU core" in refused[0][2]
+    assert "cards: variant cards/cards=" in checks.replace("\n", " ")
 
 
 def test_stopping_a_multi_card_pass_leaves_no_worker_running(tmp_path, model_dir):

@@ -157,7 +157,10 @@ def synthetic_running_journal(campaign_file: Path, runs_root: Path) -> Path:
                 "phase model_load end 2.41 s\nphase warmup end 0.88 s\nprogress 600/1000\n"
                 "RuntimeError: DefaultCPUAllocator: can't allocate memory\n")
     j.set_control("state", "running")
-    j.set_control("orchestrator", {"pid": 1, "started": T0, "launcher": "local"})
+    import psutil  # a live orchestrator: pid 1 with its own start time (liveness is pid + start time)
+
+    j.set_control("orchestrator", {"pid": 1, "process_create_time": psutil.Process(1).create_time(),
+                                   "started": T0, "launcher": "local"})
     j.close()
     return d
 

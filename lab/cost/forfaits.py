@@ -14,10 +14,11 @@ import argparse
 import csv
 import json
 import os
+import re
 import sys
 from dataclasses import asdict, dataclass
 from datetime import date, datetime, timezone
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Decimal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 PACKAGE_HOURS = {3: 72, 7: 168, 30: 720}  # days -> hours (seed: 3, 7 or 30 days)
@@ -28,6 +29,8 @@ CATALOG_COLUMNS = ("gpu", "gpu_name", "cards_per_lot", "days", "price_per_lot",
 DEFAULT_CATALOG = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                "tarifs-forfaits.csv")
 CENT = Decimal("0.01")
+MAX_COUNT = 1_000_000  # lots, days, cards, accepted corpora: beyond it a value is a typo
+PRICE_RE = re.compile(r"^[0-9]{1,12}(\.[0-9]{1,2})?$")  # up to 999,999,999,999.99
 
 
 class PricingError(ValueError):
@@ -123,9 +126,13 @@ def money(amount: Decimal | None, currency: str) -> str:
 
 
 def _positive_int(value, what: str, fix: str) -> int:
+    """An integer 1..MAX_COUNT written with ASCII digits only (no sign, '_', exponent)."""
     text = str(value).strip()
-    if isinstance(value, bool) or not (text.isascii() and text.isdigit()) or int(text) < 1:
-        raise PricingError(f"{what} must be an integer >= 1, got {value!r}: {fix}")
+    shown = text if len(text) <= 24 else f"{text[:12]}... ({len(text)} characters)"
+    if isinstance(value, bool) or not (text.isascii() and text.isdigit()) or int(text[:24]) < 1:
+        raise PricingError(f"{what} must be an integer >= 1, got {shown!r}: {fix}")
+    if len(text.lstrip("0")) > len(str(MAX_COUNT)) or int(text) > MAX_COUNT:
+        raise PricingError(f"{what} {shown} is beyond {MAX_COUNT:,}: {fix}")
     return int(text)
 
 
@@ -181,13 +188,13 @@ def _parse_row(raw: dict, line: int, path: str) -> CatalogRow:
         raise PricingError(f"{where}: {exc}") from None
     if days not in PACKAGE_HOURS:
         raise PricingError(f"{where}: days {days} is not a package (3, 7 or 30)")
-    try:
+    price = None
+    if PRICE_RE.match(cell["price_per_lot"]):  # plain digits: no exponent, '_' or sign
         price = Decimal(cell["price_per_lot"])
-    except InvalidOperation:
-        price = None
-    if price is None or not price.is_finite() or price <= 0 or price.as_tuple().exponent < -2:
-        raise PricingError(f"{where}: price_per_lot {cell['price_per_lot']!r} must be a "
-                           "positive amount with at most 2 decimals, e.g. 110.00")
+    if price is None or price <= 0:
+        raise PricingError(f"{where}: price_per_lot {cell['price_per_lot'][:24]!r} must be a "
+                           "positive amount written in plain digits with at most 2 decimals "
+                           "(no exponent, '_' or sign), e.g. 110.00")
     cur = cell["currency"]
     if not (len(cur) == 3 and cur.isalpha() and cur.isupper()):
         raise PricingError(f"{where}: currency {cur!r} must be a 3-letter code, e.g. USD")

@@ -52,3 +52,21 @@ class Launcher(Protocol):
     def describe(self) -> dict:
         """Facts for the manifest (engine version, image digest, runtime, or 'local')."""
         ...
+
+
+def limit_reason(started: float, last_line: float, timeout_s: float | None, stall_s: float | None,
+                 now: float | None = None) -> str:
+    """Why a running pass must be killed now ("" = it may go on). Times are time.monotonic().
+
+    ``timeout_s``: whole pass; ``stall_s``: since the last event line ([timing] pass_timeout_s
+    and stall_s of the campaign file).
+    """
+    import time
+
+    now = time.monotonic() if now is None else now
+    if timeout_s is not None and now - started > timeout_s:
+        return f"killed after the {timeout_s:.0f} s pass timeout ([timing] pass_timeout_s)"
+    if stall_s is not None and now - last_line > stall_s:
+        return (f"stalled: no event for {stall_s:.0f} s ([timing] stall_s); the pass process was stopped "
+                "or hung, killed")
+    return ""

@@ -27,7 +27,7 @@ import uuid
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from lab.launchers.base import LaunchOutcome, LineSink
+from lab.launchers.base import LaunchOutcome, LineSink, limit_reason
 from lab.launchers.gpu_access import gpu_run_kwargs
 from lab.passes.spec import PassSpec
 
@@ -37,6 +37,9 @@ C_PASS, C_DATA, C_MODEL, C_OUT = "/work/pass", "/data", "/models/model", "/work/
 C_SPEC_NAME = "pass.container.json"
 LABEL_PREFIX = "iteralab"
 IMAGE_KEYS = {"cpu": "CPU_IMAGE", "nvidia": "CUDA_IMAGE", "rocm": "ROCM_IMAGE"}
+DEFAULT_MEMORY_FRACTION = 0.9     # of host RAM: a runaway pass cannot take the host down
+DEFAULT_PIDS_LIMIT = 4096         # threads count as pids: tokenizers and torch start many
+DEFAULT_TMPFS_BYTES = 2 << 30     # /tmp inside the read-only container
 
 
 def read_pins(path: Path = PINS_FILE) -> dict[str, str]:
@@ -110,6 +113,12 @@ class DockerLauncher:
     read-only for hub model ids. ``labels``: extra labels on every container.
     ``client``: a docker.DockerClient (default: ``docker.from_env()``).
     ``timeout_s``: a pass still running after this many seconds is stopped (None = no limit).
+    ``stall_s``: a pass that writes no event line for this many seconds is stopped.
+
+    Containers are confined (all recorded by ``describe``): read-only root filesystem with a
+    writable pass folder and a ``/tmp`` tmpfs of ``tmpfs_bytes``; all capabilities dropped;
+    ``no-new-privileges``; at most ``pids_limit`` processes; a memory limit, by default
+    ``DEFAULT_MEMORY_FRACTION`` of the host's RAM (``mem_limit_bytes`` overrides it).
     """
 
     name = "docker"
@@ -117,15 +126,22 @@ class DockerLauncher:
     def __init__(self, image: str, vendor: str = "cpu", mem_limit_bytes: int | None = None,
                  shm_size_bytes: int = 1 << 30, hf_home: str | None = None,
                  labels: dict | None = None, client=None, stop_timeout_s: int = 10,
-                 timeout_s: float | None = None):
+                 timeout_s: float | None = None, stall_s: float | None = None,
+                 pids_limit: int = DEFAULT_PIDS_LIMIT, tmpfs_bytes: int = DEFAULT_TMPFS_BYTES):
         import docker
+        import psutil
 
         gpu_run_kwargs(vendor)  # ValueError for an unknown vendor
         self.client = client or docker.from_env()
         self.image_ref, self.vendor = image, vendor
+        self.mem_limit_rule = "given by the caller (--memory-limit)"
+        if mem_limit_bytes is None:
+            mem_limit_bytes = int(psutil.virtual_memory().total * DEFAULT_MEMORY_FRACTION)
+            self.mem_limit_rule = f"default: {DEFAULT_MEMORY_FRACTION:.0%} of host RAM (psutil.virtual_memory().total)"
         self.mem_limit_bytes, self.shm_size_bytes = mem_limit_bytes, shm_size_bytes
+        self.pids_limit, self.tmpfs_bytes = pids_limit, tmpfs_bytes
         self.hf_home, self.labels, self.stop_timeout_s = hf_home, dict(labels or {}), stop_timeout_s
-        self.timeout_s = timeout_s
+        self.timeout_s, self.stall_s = timeout_s, stall_s
         self.image = self.client.images.get(image)  # docker.errors.ImageNotFound when not built
 
     @classmethod
@@ -170,8 +186,15 @@ class DockerLauncher:
                 "runtime": info.get("DefaultRuntime", ""), "runtimes": sorted(info.get("Runtimes") or {}),
                 "cgroup_version": info.get("CgroupVersion", ""), "storage_driver": info.get("Driver", ""),
                 "vendor": self.vendor, "gpu_access": self._gpu(),
-                "mem_limit_bytes": self.mem_limit_bytes, "shm_size_bytes": self.shm_size_bytes,
-                "network": "none during passes"}
+                "mem_limit_bytes": self.mem_limit_bytes, "mem_limit_rule": self.mem_limit_rule,
+                "shm_size_bytes": self.shm_size_bytes, "network": "none during passes",
+                "confinement": self.confinement()}
+
+    def confinement(self) -> dict:
+        """The container's limits and privileges, as given to the engine (recorded in the manifest)."""
+        return {"read_only_rootfs": True, "writable": [C_PASS, f"/tmp (tmpfs, {self.tmpfs_bytes} bytes)"],
+                "cap_drop": ["ALL"], "security_opt": ["no-new-privileges"], "pids_limit": self.pids_limit,
+                "mem_limit_bytes": self.mem_limit_bytes, "memswap_limit_bytes": self.mem_limit_bytes}
 
     def _gpu(self, cards: int = 1) -> dict:
         """GPU access; a multi-card pass on NVIDIA gets exactly GPUs 0..cards-1 (torchrun's local ranks)."""
@@ -192,6 +215,32 @@ class DockerLauncher:
             lb = c.labels or {}
             out.append({"id": c.id, "name": c.name, "status": c.status,
                         "pass": lb.get(f"{LABEL_PREFIX}.pass", ""), "variant": lb.get(f"{LABEL_PREFIX}.variant", "")})
+        return out
+
+    def stop_leftovers(self, campaign: str) -> list[dict]:
+        """Stop and remove the containers of ``campaign`` left by a killed orchestrator (by label),
+        so a resumed campaign never shares the GPU with its previous pass. Returns one record
+        per container: id, name, pass, variant, status before, exit code, OOMKilled, stopped."""
+        out = []
+        for c in self.client.containers.list(all=True, filters={"label": f"{LABEL_PREFIX}.campaign={campaign}"}):
+            lb = c.labels or {}
+            rec = {"id": c.id, "name": c.name, "status_before": c.status,
+                   "pass": lb.get(f"{LABEL_PREFIX}.pass", ""), "variant": lb.get(f"{LABEL_PREFIX}.variant", "")}
+            try:
+                if c.status in ("running", "paused", "restarting"):
+                    if c.status == "paused":
+                        c.unpause()
+                    c.stop(timeout=self.stop_timeout_s)
+                    rec["stopped"] = True
+                c.reload()
+                state = c.attrs.get("State", {})
+                rec.update(exit_code=state.get("ExitCode"), oom_killed=bool(state.get("OOMKilled")),
+                           finished_at=state.get("FinishedAt", ""))
+                c.remove(force=True)
+                rec["removed"] = True
+            except Exception as exc:  # recorded; the next pass still runs in its own container
+                rec["error"] = f"{type(exc).__name__}: {exc}"[:200]
+            out.append(rec)
         return out
 
     # ---- one pass --------------------------------------------------------------------
@@ -258,13 +307,15 @@ class DockerLauncher:
                "MALLOC_ARENA_MAX": "2"}
         if self.hf_home and not Path(spec.model_ref).is_dir():
             env["HF_HOME"] = "/models/hf-home"
-        if os.geteuid() != 0:
-            env["HOME"] = "/tmp"
+        env["HOME"] = "/tmp"  # the root filesystem is read-only; caches go to the tmpfs
+        gpu = self._gpu(int(spec.variant.get("cards", 1)))
         kw = dict(command=[cmd0, "-u", "-m", "lab.passes.runner", f"{C_PASS}/{C_SPEC_NAME}"],
                   name=re.sub(r"[^a-zA-Z0-9_.-]", "-", f"iteralab-{spec.pass_id}-{uuid.uuid4().hex[:6]}"),
                   labels=lb, volumes=vols, working_dir="/work", environment=env, detach=True,
                   network_mode="none", shm_size=self.shm_size_bytes, init=True,
-                  **self._gpu(int(spec.variant.get("cards", 1))))
+                  read_only=True, tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.tmpfs_bytes},mode=1777"},
+                  cap_drop=["ALL"], pids_limit=self.pids_limit,
+                  security_opt=["no-new-privileges"] + gpu.pop("security_opt", []), **gpu)
         if user is not None:
             kw["user"] = f"{user[0]}:{user[1]}"
         if self.mem_limit_bytes:
@@ -282,6 +333,8 @@ class DockerLauncher:
                 log.write(line + "\n")
                 log.flush()
 
+        started = time.monotonic()
+        last_line, why = [started], [""]
         try:
             container = self._create(spec, vols, user)
             container.start()
@@ -291,11 +344,13 @@ class DockerLauncher:
                     write_log(line)
 
             def watch() -> None:
-                started = time.monotonic()
                 while not finished.wait(0.5):
-                    late = self.timeout_s is not None and time.monotonic() - started > self.timeout_s
-                    if late or should_stop():
-                        (timed_out if late else stopped).set()
+                    why[0] = limit_reason(started, last_line[0], self.timeout_s, self.stall_s)
+                    if why[0] or should_stop():
+                        (timed_out if why[0] else stopped).set()
+                        container.reload()
+                        if container.status == "paused":  # a frozen pass: thaw it so it can be stopped
+                            container.unpause()
                         container.stop(timeout=self.stop_timeout_s)
                         return
 
@@ -305,13 +360,14 @@ class DockerLauncher:
                 t.start()
             for line in iter_lines(container.logs(stream=True, follow=True, stdout=True, stderr=False)):
                 write_log(line)
+                last_line[0] = time.monotonic()
                 on_line(line)
             status = container.wait()
             finished.set()
             threads[0].join(timeout=10)
             container.reload()
             state = container.attrs.get("State", {})
-            return self._outcome(container, state, status, stopped.is_set(), timed_out.is_set())
+            return self._outcome(container, state, status, stopped.is_set(), why[0] if timed_out.is_set() else "")
         except Exception as exc:  # engine error: a failure row, never an exception
             from lab.doctor import NO_DRIVER_MARK, TOOLKIT_FIX
 
@@ -332,15 +388,15 @@ class DockerLauncher:
                 for d, owner in owners.items():
                     _chown_tree(d, *owner)
 
-    def _outcome(self, container, state: dict, status: dict, stopped: bool, timed_out: bool) -> LaunchOutcome:
+    def _outcome(self, container, state: dict, status: dict, stopped: bool, timed_out: str) -> LaunchOutcome:
         raw = state.get("ExitCode", status.get("StatusCode"))
         oom = bool(state.get("OOMKilled"))
         # 128+N is "killed by signal N" (init forwards it): the local launcher's -N.
         code = -(raw - 128) if isinstance(raw, int) and 128 < raw <= 128 + 64 else raw
         asked = stopped or timed_out  # our own stop: SIGTERM, then SIGKILL after stop_timeout_s
         killed = not asked and (oom or (code == -9 and bool(self.mem_limit_bytes)))
-        note = ("stopped by the user" if stopped else f"killed after the {self.timeout_s:.0f} s pass timeout"
-                if timed_out else "killed, host memory" if killed else "")
+        note = ("stopped by the user" if stopped else timed_out if timed_out
+                else "killed, host memory" if killed else "")
         extra = {"container_exit_code": raw, "oom_killed": oom, "mem_limit_bytes": self.mem_limit_bytes,
                  "container_name": container.name, "image_id": self.image.id,
                  "started_at": state.get("StartedAt", ""), "finished_at": state.get("FinishedAt", "")}

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from lab.launchers.base import LaunchOutcome, LineSink
+from lab.launchers.base import LaunchOutcome, LineSink, limit_reason
 from lab.passes.spec import PassSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -28,13 +28,17 @@ class LocalLauncher:
 
     ``address_space_limit_bytes``: RLIMIT_AS for the pass process (None = unlimited).
     ``timeout_s``: a pass still running after this many seconds is killed (None = no limit).
+    ``stall_s``: a pass that writes no event line for this many seconds is killed (None = no
+    rule): a stopped (SIGSTOP) or hung runner fails once, with the reason, instead of running
+    forever. The orchestrator sets both from the campaign's [timing].
     """
 
     name = "local"
 
     def __init__(self, python: str = sys.executable, address_space_limit_bytes: int | None = None,
-                 env: dict | None = None, timeout_s: float | None = None):
+                 env: dict | None = None, timeout_s: float | None = None, stall_s: float | None = None):
         self.timeout_s = timeout_s
+        self.stall_s = stall_s
         self.python = python
         self.address_space_limit_bytes = address_space_limit_bytes
         self.env = env
@@ -63,13 +67,16 @@ class LocalLauncher:
         stopped = threading.Event()
         timed_out = threading.Event()
         started = time.monotonic()
+        last_line = [started]
+        why = [""]
 
         def watch() -> None:
             while proc.poll() is None:
-                late = self.timeout_s is not None and time.monotonic() - started > self.timeout_s
-                if late or should_stop():
-                    (timed_out if late else stopped).set()
+                why[0] = limit_reason(started, last_line[0], self.timeout_s, self.stall_s)
+                if why[0] or should_stop():
+                    (timed_out if why[0] else stopped).set()
                     os.killpg(proc.pid, signal.SIGTERM)
+                    os.killpg(proc.pid, signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
                     try:
                         proc.wait(10)
                     except subprocess.TimeoutExpired:
@@ -80,15 +87,29 @@ class LocalLauncher:
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
         assert proc.stdout is not None
-        for raw in proc.stdout:  # whole lines
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            log.write(raw)
-            on_line(line)
+        try:
+            for raw in proc.stdout:  # whole lines
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                log.write(raw)
+                last_line[0] = time.monotonic()
+                on_line(line)
+        except BaseException:  # e.g. disk full writing the log or the journal: never leave the pass running
+            stopped.set()
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            try:
+                log.close()
+            except OSError:
+                pass
+            raise
         code = proc.wait()
-        log.close()
+        try:
+            log.close()
+        except OSError:  # a full disk while flushing the log: the outcome still counts
+            pass
         killed = (code == -signal.SIGKILL and self.address_space_limit_bytes is not None
                   and not timed_out.is_set() and not stopped.is_set())
-        note = ("stopped by the user" if stopped.is_set()
-                else f"killed after the {self.timeout_s:.0f} s pass timeout" if timed_out.is_set() else "")
+        note = "stopped by the user" if stopped.is_set() else why[0] if timed_out.is_set() else ""
         return LaunchOutcome(code, killed_host_memory=killed, isolation="no container isolation (local process)",
                              note=note, extra={"pid": proc.pid})

@@ -111,13 +111,14 @@ def nvml_used_bytes(device: str) -> tuple[int | None, str]:
         import pynvml
     except ImportError:
         return None, "nvidia-ml-py not installed"
-    try:
-        import torch
+    from lab.memory.gpu_map import GpuNotMatched, nvml_handle, torch_identity
 
+    try:
         pynvml.nvmlInit()
-        idx = torch.device(device).index or 0
-        handle = pynvml.nvmlDeviceGetHandleByIndex(idx)
+        handle = nvml_handle(pynvml, torch_identity(device))  # by UUID / PCI id, never by index
         return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used), ""
+    except GpuNotMatched as exc:
+        return None, str(exc)
     except Exception as exc:  # NVML absent on ROCm, or driver mismatch
         return None, f"NVML unavailable: {type(exc).__name__}"
 
@@ -128,15 +129,17 @@ def amdsmi_used_bytes(device: str) -> tuple[int | None, str]:
         import amdsmi
     except ImportError:
         return None, "amdsmi not installed (ROCm device-level counter)"
-    try:
-        import torch
+    from lab.memory.gpu_map import GpuNotMatched, amdsmi_handle, torch_identity
 
+    try:
         amdsmi.amdsmi_init()
         try:
-            handle = amdsmi.amdsmi_get_processor_handles()[torch.device(device).index or 0]
+            handle = amdsmi_handle(amdsmi, torch_identity(device))  # by PCI id / UUID, never by index
             used = amdsmi.amdsmi_get_gpu_memory_usage(handle, amdsmi.AmdSmiMemoryType.VRAM)
             return int(used), ""
         finally:
             amdsmi.amdsmi_shut_down()
+    except GpuNotMatched as exc:
+        return None, str(exc)
     except Exception as exc:  # driver / library mismatch
         return None, f"amdsmi unavailable: {type(exc).__name__}"

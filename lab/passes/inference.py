@@ -63,14 +63,22 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def load_model(model_ref: str, precision: str, device: str):
-    """(tokenizer, model) in eval mode at ``precision`` on ``device``."""
+def load_model(model_ref: str, precision: str, device: str, pad_token: str | None = None):
+    """(tokenizer, model) in eval mode at ``precision`` on ``device``.
+
+    ``pad_token``: the campaign's declared padding token ([model] pad_token, checked at lock),
+    set on the tokenizer and the model config when given.
+    """
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_ref)
+    if pad_token:
+        tok.pad_token = pad_token
     model = AutoModelForSequenceClassification.from_pretrained(
         model_ref, dtype=getattr(torch, DTYPES[precision]))
+    if pad_token:
+        model.config.pad_token_id = tok.pad_token_id
     model.eval().to(device)
     return tok, model
 

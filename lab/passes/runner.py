@@ -25,6 +25,7 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
+from lab.diskfull import DiskFull, atomic_write_text
 from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventWriter
 from lab.passes.spec import PassSpec
 
@@ -59,15 +60,16 @@ def write_predictions(path: Path, win, id2label: dict) -> tuple[int, str]:
     """Write completed predictions in corpus order; returns (lines, sha256 of the file)."""
     h = hashlib.sha256()
     n = 0
-    with open(path, "w", encoding="utf-8", newline="\n") as fh:
-        for item_id, p, c in zip(win.ids, win.pred_index, win.prob):
-            if p is None:
-                continue
-            line = json.dumps({"id": item_id, "pred": id2label[p], "prob": round(c, 6)},
-                              ensure_ascii=False) + "\n"
-            fh.write(line)
-            h.update(line.encode("utf-8"))
-            n += 1
+    lines = []
+    for item_id, p, c in zip(win.ids, win.pred_index, win.prob):
+        if p is None:
+            continue
+        line = json.dumps({"id": item_id, "pred": id2label[p], "prob": round(c, 6)},
+                          ensure_ascii=False) + "\n"
+        lines.append(line)
+        h.update(line.encode("utf-8"))
+        n += 1
+    atomic_write_text(path, "".join(lines))  # whole or absent, never half a file
     return n, h.hexdigest()
 
 
@@ -118,7 +120,8 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
                                   "use_deterministic_algorithms": False})
         ev.emit("phase", phase="model_load", state="start", device=device)
         t = time.perf_counter()
-        tok, model = inf.load_model(spec.model_ref, spec.variant["precision"], device)
+        tok, model = inf.load_model(spec.model_ref, spec.variant["precision"], device,
+                                    spec.extra.get("pad_token"))
         id2label = {int(k): v for k, v in model.config.id2label.items()}
         inf.synchronize(device)
         phase("model_load", t)
@@ -170,14 +173,18 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
     t = time.perf_counter()
     pred_path = out / "predictions.jsonl"
     win = win or sink.get("win")
-    if win is not None:
-        res["predictions_lines"], res["predictions_sha256"] = write_predictions(pred_path, win, id2label)
-    res["predictions_path"] = pred_path.name if win is not None else ""
-    phases["writing"] = round(time.perf_counter() - t, 6)
-    res["process_peak_vm_bytes"] = _vm_peak()  # address space since process start (VmPeak)
-    res["end_time"] = _utc()
-    res["exit_code"] = code
-    (out / "result.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
+    try:
+        if win is not None:
+            res["predictions_lines"], res["predictions_sha256"] = write_predictions(pred_path, win, id2label)
+        res["predictions_path"] = pred_path.name if win is not None else ""
+        phases["writing"] = round(time.perf_counter() - t, 6)
+        res["process_peak_vm_bytes"] = _vm_peak()  # address space since process start (VmPeak)
+        res["end_time"] = _utc()
+        res["exit_code"] = code
+        atomic_write_text(out / "result.json", json.dumps(res, indent=1, default=str) + "\n")
+    except DiskFull as exc:  # the orchestrator stops the campaign; the slot runs again on resume
+        ev.emit("error", items_done=res["items_completed"], message=f"DiskFull: {exc}"[:300])
+        return EXIT_ERROR, res
     ev.emit("result", status=res["status"], items_completed=res["items_completed"],
             measured_s=phases.get("measured"))
     return code, res

@@ -7,10 +7,12 @@ any time (after a resume too) and always agrees with the predictions on disk.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+import shutil
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from lab.corpus import fingerprint
+from lab.diskfull import DiskFull, is_disk_full, swap_folder
 from lab.journal import Journal
 from lab.manifest import build_manifest
 from lab.models import model_revision
@@ -32,9 +34,9 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
     report.html}.
 
     Returns {"rows": n, "summary": [...], "report_dir": Path}.
+    Builds in report.partial/ and swaps it in whole. Raises DiskFull (one line, the partial
+    folder removed, the previous report kept) when the disk is full.
     """
-    from lab.report.decision import decision_note
-
     campaign_dir = Path(campaign_dir)
     version = json.loads((campaign_dir / "protocol_version.json").read_text())
     journal = Journal(campaign_dir / "journal.sqlite")
@@ -47,8 +49,25 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
     orch_info = journal.get_control("orchestrator", {}) or {}
     described = journal.get_control("launcher", None)
     journal.close()
-    out = campaign_dir / "report"
-    out.mkdir(exist_ok=True)
+    final = campaign_dir / "report"
+    out = campaign_dir / "report.partial"  # built aside, swapped in whole: the last report stays until then
+    try:
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        result = _write_report(out, proto, version, attempts, described, launcher_info, campaign_dir)
+        swap_folder(out, final)
+    except BaseException as exc:
+        shutil.rmtree(out, ignore_errors=True)
+        if is_disk_full(exc):
+            raise DiskFull(campaign_dir, "writing the report") from None
+        raise
+    return {**result, "report_dir": final, "orchestrator": orch_info}
+
+
+def _write_report(out: Path, proto, version: dict, attempts: list[dict], described, launcher_info,
+                  campaign_dir: Path) -> dict:
+    from lab.report.decision import decision_note
+
     rows = raw_rows(attempts, proto.name, version["version"], campaign_dir)
     write_raw_table(rows, out / "raw_table.csv")
     summary = summarize(rows, _feasibility(rows, attempts))
@@ -62,34 +81,34 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
         campaign={"name": proto.name, "protocol_version": version["version"],
                   "protocol_sha256": version["sha256"], "locked_at": version["locked_at"],
                   "order": [f"{a['seq']}:{a['variant_id']}" for a in attempts],
-                  "repetitions": proto.timing["repetitions"], "seed": proto.timing.get("seed", 0),
-                  "threads_requested": proto.timing.get("threads", 0),
-                  "deterministic": {"torch.manual_seed": proto.timing.get("seed", 0),
+                  "repetitions": proto.timing["repetitions"], "seed": proto.config.timing.seed,
+                  "threads_requested": proto.config.timing.threads,
+                  "deterministic": {"torch.manual_seed": proto.config.timing.seed,
                                     "cudnn.benchmark": False, "use_deterministic_algorithms": False},
                   "variants": [v.to_json() for v in proto.variants]},
         launcher=launcher,
-        model=model_revision(proto.model_ref, proto.raw["model"].get("revision")),
+        model=model_revision(proto.model_ref, proto.config.model.revision),
         corpus=fingerprint(proto.corpus_path),
         extra={"pass_backends": sorted({(a["result"] or {}).get("backend", "") for a in attempts} - {""}),
                "pass_torch": sorted({(a["result"] or {}).get("torch_version", "") for a in attempts} - {""}),
                "pass_threads": sorted({(a["result"] or {}).get("threads") for a in attempts} - {None})})
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str) + "\n")
 
-    cost = proto.raw.get("cost", {})
+    cost = asdict(proto.cost) if proto.cost is not None else {}  # no [cost]: no package declared
     starts = [a["start_time"] for a in attempts if a["start_time"]]
     ends = [a["end_time"] for a in attempts if a["end_time"]]
-    observed = bool(starts and ends) and "window_start" not in cost
-    pricing = {"catalog_path": cost.get("catalog"), "gpu": cost.get("gpu", "rtx-4090"),
-               "days": cost.get("days", 7), "lots": cost.get("lots", 1),
+    observed = bool(starts and ends) and not cost.get("window_start")
+    pricing = {"catalog_path": cost.get("catalog"), "gpu": cost.get("gpu"),
+               "days": cost.get("days"), "lots": cost.get("lots", 1),
                "window_start": cost.get("window_start") or (min(starts) if observed else None),
                "window_end": cost.get("window_end") or (max(ends) if observed else None),
                "tz": cost.get("tz")}
-    camp = {"name": proto.name, "question": proto.raw["campaign"]["question"],
-            "deadline": proto.raw["campaign"].get("deadline"),
-            "deliverables": proto.raw["campaign"].get("deliverables", 1)}
+    c = proto.config.campaign
+    camp = {"name": proto.name, "question": c.question, "deadline": c.deadline,
+            "deliverables": c.deliverables}
     note = decision_note(summary, camp, pricing)
     backends = sorted({(a["result"] or {}).get("backend", "") for a in attempts} - {""})
-    if backends and "cpu" in backends or not backends:
+    if pricing["gpu"] and (backends and "cpu" in backends or not backends):
         note += (f"\n\n**Measured hardware differs from the priced package.** The passes ran on "
                  f"{', '.join(backends) or 'no device (no pass got that far)'} (see the manifest), while the "
                  f"quote prices `{pricing['gpu']}`: the durations above say nothing about how that GPU "
@@ -101,4 +120,4 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
     from lab.report.html import campaign_report
 
     (out / "report.html").write_text(campaign_report(proto.name, summary, rows, note), encoding="utf-8")
-    return {"rows": len(rows), "summary": summary, "report_dir": out, "orchestrator": orch_info}
+    return {"rows": len(rows), "summary": summary}

@@ -18,6 +18,7 @@ from lab.cost.forfaits import (PACKAGE_HOURS, Catalog, Coverage, PricingError, Q
                                money, parse_instant, parse_window, quote)
 
 UNDEFINED = "undefined: no accepted corpus"
+NO_PACKAGE = "no package declared"
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,12 @@ class Assessment:
 
     @property
     def eligible(self) -> bool:
-        return not self.exclusions
+        return not self.exclusions and self.quote is not None
+
+    @property
+    def unpriced(self) -> bool:
+        """Passes every check but no package was declared: nothing to price, nothing excluded."""
+        return not self.exclusions and self.quote is None
 
     def sort_key(self) -> tuple:
         median = self.variant.get("median_s")
@@ -85,10 +91,18 @@ def decision_note(summary: list[dict], campaign: dict, pricing: dict) -> str:
     for a in rows:
         out += _config_section(a, deliverables)
     out += ["## Excluded configurations", ""]
-    excluded = [a for a in rows if not a.eligible]
+    excluded = [a for a in rows if a.exclusions]
     out += [f"- **{a.variant['label']}** (`{a.variant['variant_id']}`): " + "; ".join(a.exclusions)
             for a in excluded] or ["- none"]
-    out += ["", "## Decision", ""] + _decision(eligible, deliverables, deadline_at)
+    unpriced = [a for a in rows if a.unpriced]
+    if unpriced and not eligible:
+        names = ", ".join(f"{a.variant['label']}" for a in unpriced)
+        decision = [f"No package declared (the campaign file has no [cost] section), so no committed budget "
+                    f"can be compared and none is claimed. {len(unpriced)} configuration(s) pass the quality, "
+                    f"memory and failure checks: {names}. Add [cost] (gpu, days, lots) to price them."]
+    else:
+        decision = _decision(eligible, deliverables, deadline_at)
+    out += ["", "## Decision", ""] + decision
     return "\n".join(out) + "\n"
 
 
@@ -101,7 +115,7 @@ def _assess(v: dict, p: dict, deadline_at: datetime | None, deliverables: int,
     gpu, days, lots = p.get("gpu"), p.get("days"), p.get("lots", 1)
     q, missing = None, ""
     if gpu is None or days is None:
-        missing = "no package given (gpu and days): not in catalog"
+        missing = f"{NO_PACKAGE} (the campaign file has no [cost] section): nothing priced"
     else:
         days = str(days).strip()
         if not days.isdigit() or int(days) not in PACKAGE_HOURS:
@@ -135,7 +149,7 @@ def _assess(v: dict, p: dict, deadline_at: datetime | None, deliverables: int,
         why.append(f"calendar: the {cov.days}-day package ({cov.package_hours} h) does not cover "
                    f"the {format_hours(window)} h campaign window; {cov.extra_periods} extra "
                    f"period(s) would be needed ({extra}), not assumed")
-    if q is None:
+    if q is None and not missing.startswith(NO_PACKAGE):
         why.append(f"price: {missing}; committed budget unknown")
     return Assessment(v, q, missing, window, cov, accepted, per_corpus, tuple(why))
 

@@ -5,6 +5,7 @@ validated corpus (``lab.cost.forfaits``) and the decision note (``lab.report.dec
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from rich.markup import escape
@@ -17,7 +18,7 @@ from textual.widgets import Input, Label, Markdown, Static
 from tui.messages import CostReady
 from tui.screens.lab_screen import LabScreen
 
-FIELDS = (("catalog", "catalog CSV", "shipped catalog"), ("gpu", "GPU", "rtx-4090"),
+FIELDS = (("catalog", "catalog CSV", "shipped catalog"), ("gpu", "GPU", "from [cost], e.g. rtx-4090"),
           ("days", "days (3/7/30)", "7"), ("lots", "lots", "1"),
           ("window_start", "window start", "ISO, e.g. 2026-11-30T09:00+01:00"),
           ("window_end", "window end", "ISO, e.g. 2026-12-04T09:00+01:00"),
@@ -68,16 +69,24 @@ def compute_cost(campaign_file: Path, campaign_dir: Path | None, fields: dict) -
     if fields.get("window_start") or fields.get("window_end"):
         window = parse_window(fields.get("window_start", ""), fields.get("window_end", ""),
                               fields.get("tz") or None)
-    q = quote(catalog, fields.get("gpu") or "rtx-4090", fields.get("days") or "7",
-              fields.get("lots") or "1", accepted if accepted >= 1 else None)
-    text = render_quote(q, window)
-    if accepted == 0:
-        text += "\nCost per validated corpus: undefined (no accepted corpus)"
-    camp = {"name": proto.name, "question": proto.raw["campaign"]["question"],
-            "deadline": proto.raw["campaign"].get("deadline"),
-            "deliverables": proto.raw["campaign"].get("deliverables", 1)}
-    pricing = {"catalog_path": fields.get("catalog") or None, "gpu": fields.get("gpu") or "rtx-4090",
-               "days": fields.get("days") or 7, "lots": fields.get("lots") or 1,
+    declared = asdict(proto.cost) if proto.cost is not None else {}  # no [cost]: no package declared
+
+    def pick(key: str):
+        return fields.get(key) or declared.get(key)
+
+    if pick("gpu") and pick("days"):
+        q = quote(catalog, pick("gpu"), pick("days"), pick("lots") or "1", accepted if accepted >= 1 else None)
+        text = render_quote(q, window)
+        if accepted == 0:
+            text += "\nCost per validated corpus: undefined (no accepted corpus)"
+    else:
+        text = ("No package declared: the campaign file has no [cost] section; enter a GPU and days "
+                "above to price one")
+    c = proto.config.campaign
+    camp = {"name": proto.name, "question": c.question, "deadline": c.deadline,
+            "deliverables": c.deliverables}
+    pricing = {"catalog_path": fields.get("catalog") or declared.get("catalog"), "gpu": pick("gpu"),
+               "days": pick("days"), "lots": pick("lots") or 1,
                "window_start": fields.get("window_start") or None,
                "window_end": fields.get("window_end") or None, "tz": fields.get("tz") or None}
     note = decision_note(summary, camp, pricing) if summary else \

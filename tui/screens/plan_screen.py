@@ -1,9 +1,10 @@
 """Screen 3, Plan: series and variants, the rotated schedule, the number of passes, the
-cards per pass (a campaign asking for more cards than the host has is refused, one line
-from ``lab.host_cards``), and memory feasibility per variant from the memory lab
+cards per pass, memory feasibility per variant from the memory lab
 (``lab.memory.feasibility.batch_fits``: largest batch per length bucket under the GPU's
 memory, estimate with its margin; without a GPU the estimated peak of the variant's own
-batch against host RAM, since a largest batch of thousands informs no choice)."""
+batch against host RAM, since a largest batch of thousands informs no choice), and the
+checks `protocol lock` runs (``lab.preflight.lock_checks``; "cards" refuses a campaign
+that asks for more cards than the host has, in one line)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def budget_of(facts: dict) -> tuple[int | None, str]:
 def build_plan(campaign_file, facts: dict) -> dict:
     """{variants: [{name, variant_id, label, batch_size, fits: {bucket: max batch}, fits_long}],
     schedule: [[short names per repetition]], passes, budget_bytes, budget_what, margin, note,
-    cards: [cards per pass], cards_refused: "" or the one-line refusal}.
+    cards: [cards per pass], checks: [(name, ok, detail)] of lab.preflight.lock_checks}.
     Raises ProtocolError on an unusable campaign file."""
     from lab.protocol import load_protocol
     from lab.schedule import rotated_schedule
@@ -59,16 +60,7 @@ def build_plan(campaign_file, facts: dict) -> dict:
         reps.setdefault(p.repetition, []).append(variant_short(p.variant.to_json()))
     out = {"variants": [], "schedule": [reps[r] for r in sorted(reps)], "passes": len(sched),
            "series": sorted({v.series for v in proto.variants}), "note": ""}
-    out.update(cards=sorted({v.cards for v in proto.variants}), cards_refused="")
-    try:
-        from lab.host_cards import CardsBeyondHost, check_cards_fit_host, host_card_count
-
-        gpu = facts.get("gpu") or {}
-        gpus = (int(gpu["count"]), "torch, environment facts") if "count" in gpu else None
-        check_cards_fit_host(proto.variants, proto.timing.get("threads", 0),
-                             counter=lambda d: host_card_count(d, gpus, facts.get("cpu_cores")))
-    except CardsBeyondHost as exc:
-        out["cards_refused"] = str(exc)
+    out["cards"] = sorted({v.cards for v in proto.variants})  # refusal: lock check "cards"
     budget, what = budget_of(facts)
     out.update(budget_bytes=budget, budget_what=what, margin=None)
     fits: dict = {}
@@ -89,6 +81,12 @@ def build_plan(campaign_file, facts: dict) -> dict:
                                                 v.batch_size)
     except Exception as exc:  # no model/corpus yet: say why, keep the plan
         out["note"] = f"memory estimate not available: {type(exc).__name__}: {exc}"[:200]
+    try:
+        from lab.preflight import lock_checks
+
+        out["checks"] = [(c.name, c.ok, c.detail) for c in lock_checks(proto)]
+    except Exception as exc:  # say why, keep the plan
+        out["checks"] = [("lock checks", False, f"{type(exc).__name__}: {exc}"[:200])]
     for v in proto.variants:
         f = fits.get(v.variant_id) or {}
         out["variants"].append({
@@ -112,6 +110,7 @@ class PlanScreen(LabScreen):
             yield DataTable(id="plan-variants", cursor_type="row")
             yield Static("", id="plan-budget-note", markup=True)
             yield Static("", id="plan-schedule", markup=True)
+            yield Static("", id="plan-checks", markup=True)
 
     COLUMNS = ("variant", "id", "batch", "largest batch s/m/l", "fits")
     # no GPU: the budget is host RAM, where the largest batch (thousands) informs no choice;
@@ -151,7 +150,6 @@ class PlanScreen(LabScreen):
                        if p["margin"] is not None else "")
                     + (f"\n[b]Cards per pass[/b] {', '.join(map(str, p['cards']))} (more than 1: workers under torchrun)"
                        if p["cards"] != [1] else "")
-                    + (f"\n[red]refused: {escape(p['cards_refused'])}[/red]" if p["cards_refused"] else "")
                     + (f"\n[yellow]{escape(p['note'])}[/yellow]" if p["note"] else ""))
         t = self.query_one("#plan-variants", DataTable)
         on_gpu = p["budget_what"].startswith("GPU")
@@ -179,3 +177,8 @@ class PlanScreen(LabScreen):
         lines = ["[b]Rotated schedule[/b] (no variant always first)"]
         lines += [f"  r{i}: " + " -> ".join(r) for i, r in enumerate(p["schedule"], 1)]
         self.query_one("#plan-schedule", Static).update("\n".join(lines))
+        mark = {True: "[green]ok[/green]  ", False: "[red]NO[/red]  ", None: "[yellow]--[/yellow]  "}
+        checks = ["[b]Checks at lock[/b] (`protocol lock` refuses on NO)"]
+        # every "[" escaped: rich's escape() leaves upper-case tags such as [PAD] as markup
+        checks += ["  " + mark[ok] + f"{name}: {detail}".replace("[", "\\[") for name, ok, detail in p.get("checks", [])]
+        self.query_one("#plan-checks", Static).update("\n".join(checks))

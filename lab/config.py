@@ -1,0 +1,335 @@
+"""Typed sections of the campaign file: one frozen dataclass per TOML table.
+
+Each section is built by :func:`parse_section`, which refuses an unknown key (naming the
+nearest valid one, difflib), a missing required key and a value of the wrong type (a TOML
+boolean is never an integer), then the dataclass's ``__post_init__`` checks the values.
+Defaults are the dataclass field defaults, defined here once. The keys accepted in
+``[defaults]`` and in a ``[[series]]`` table are the fields of :class:`lab.variants.Variant`,
+so a new variant field is accepted there without touching this file.
+
+Pricing facts ([cost], deadline, window) are checked through :mod:`lab.cost.forfaits`, the
+single pricing source (seed: "Calcolare il costo impegnato con i nostri forfait").
+Errors: :class:`ConfigError`, one line naming the section, the key and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import types
+import typing
+from dataclasses import MISSING, dataclass, fields
+from typing import Any
+
+from lab.variants import Variant, VariantError
+
+METRICS = ("accuracy", "macro_f1")
+ROTATIONS = ("cyclic",)          # lab.schedule.rotated_schedule: repetition r rotated by r-1
+SUBGROUPS = ("buckets",)         # lab.validate: metric and coverage per length bucket
+PROCESS_POLICIES = ("fresh",)    # one new process (or container) per pass
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
+VARIANT_KEYS = tuple(f.name for f in fields(Variant) if f.name not in ("series", "name"))
+
+
+class ConfigError(ValueError):
+    """A campaign-file value that cannot be used; one line naming the key and the fix."""
+
+
+def _type_ok(value: Any, hint: Any) -> bool:
+    """isinstance against a resolved type hint (X, X | None, tuple[...]); bool is not int/float."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is Any:
+        return True
+    if origin in (tuple, list):
+        return isinstance(value, (list, tuple))
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _type_name(hint: Any) -> str:
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if args and typing.get_origin(hint) not in (tuple, list):
+        return " or ".join(_type_name(a) for a in args)
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
+        hint, "a list" if typing.get_origin(hint) in (tuple, list) else getattr(hint, "__name__", str(hint)))
+
+
+def nearest(key: str, valid: typing.Iterable[str]) -> str:
+    """'; did you mean 'x'?' for the closest valid key (difflib), else the list of valid keys."""
+    valid = sorted(valid)
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(valid)}"
+
+
+def check_keys(table: dict, valid: typing.Iterable[str], where: str) -> None:
+    """Raise ConfigError on the first key of ``table`` not in ``valid``."""
+    valid = set(valid)
+    for key in table:
+        if key not in valid:
+            raise ConfigError(f"{where} unknown key {key!r}; {nearest(key, valid)}")
+
+
+def check_value(value: Any, hint: Any, where: str) -> None:
+    if not _type_ok(value, hint):
+        shown = json.dumps(value, default=str, ensure_ascii=False)[:60]  # as written in TOML: true, "yes"
+        raise ConfigError(f"{where} = {shown} has the wrong type; expected {_type_name(hint)}")
+
+
+def parse_section(cls, table: Any, section: str):
+    """Build section dataclass ``cls`` from the TOML table ``table`` (unknown keys, types, values)."""
+    if table is None:
+        table = {}
+    if not isinstance(table, dict):
+        raise ConfigError(f"[{section}] must be a table, got {table!r}")
+    hints = typing.get_type_hints(cls)
+    check_keys(table, hints, f"[{section}]")
+    for f in fields(cls):
+        if f.name not in table:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise ConfigError(f"missing [{section}] {f.name}; add it to the campaign file")
+            continue
+        check_value(table[f.name], hints[f.name], f"[{section}] {f.name}")
+    return cls(**table)
+
+
+# ---- sections ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CampaignSection:
+    """[campaign]: ``name`` becomes a folder name under runs/; ``deadline`` ISO with offset."""
+
+    name: str
+    question: str
+    deliverables: int = 1  # distinct useful corpora the job must produce (seed: count once)
+    deadline: str | None = None
+
+    def __post_init__(self) -> None:
+        if not NAME_RE.match(self.name) or ".." in self.name:
+            raise ConfigError(f"[campaign] name {self.name!r} is used as a folder name; use letters, digits, "
+                              "'.', '_' or '-' (no '/', no '..', at most 80 characters)")
+        if not self.question.strip():
+            raise ConfigError("[campaign] question is empty; write the decision question")
+        if self.deliverables < 1:
+            raise ConfigError(f"[campaign] deliverables = {self.deliverables}; must be >= 1 distinct corpora")
+        if self.deadline is not None:
+            from lab.cost.forfaits import PricingError, parse_instant
+
+            try:
+                parse_instant(self.deadline, None, "[campaign] deadline")
+            except PricingError as exc:
+                raise ConfigError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class CorpusSection:
+    """[corpus]: the built comparison corpus (JSONL) and optionally its card."""
+
+    path: str
+    card: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    """[model]: ``path`` (local checkpoint) or ``id`` (hub, from the local cache); ``pad_token``
+    names the padding token when the tokenizer has none (recorded in the lock)."""
+
+    path: str | None = None
+    id: str | None = None
+    revision: str | None = None
+    pad_token: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.path is None) == (self.id is None):
+            raise ConfigError("[model] needs exactly one of path (local checkpoint) or id (hub model)")
+
+
+@dataclass(frozen=True)
+class QualitySection:
+    """[quality]: metric, absolute threshold and tolerance (fractions), reference variant."""
+
+    metric: str
+    threshold: float
+    tolerance: float
+    reference_variant: str
+    subgroups: str = "buckets"
+
+    def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise ConfigError(f"[quality] metric {self.metric!r} unknown; use {' or '.join(METRICS)}")
+        if not 0 <= self.threshold <= 1 or not 0 <= self.tolerance <= 1:
+            raise ConfigError("[quality] threshold and tolerance are fractions in [0, 1]")
+        if self.subgroups not in SUBGROUPS:
+            raise ConfigError(f"[quality] subgroups {self.subgroups!r} is not implemented; use "
+                              f"{' or '.join(map(repr, SUBGROUPS))} (metric per length bucket)")
+
+
+@dataclass(frozen=True)
+class TimingSection:
+    """[timing]: warm-up rule, repetitions, rotation, process policy, seed, CPU threads,
+    ``pass_timeout_s`` (a pass still running after it is killed) and ``stall_s`` (a pass
+    that sends no event for that long is killed: a stopped or hung runner)."""
+
+    warmup_items: int
+    warmup_passes: int
+    repetitions: int = 5  # seed: 5 repetitions per variant
+    rotation: str = "cyclic"
+    process: str = "fresh"
+    seed: int = 0
+    threads: int = 0
+    pass_timeout_s: float = 6 * 3600.0
+    stall_s: float = 900.0
+
+    def __post_init__(self) -> None:
+        if self.repetitions < 1:
+            raise ConfigError("[timing] repetitions must be >= 1 (default 5)")
+        for key in ("warmup_items", "warmup_passes", "threads", "seed"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"[timing] {key} must be >= 0")
+        if self.rotation not in ROTATIONS:
+            raise ConfigError(f"[timing] rotation {self.rotation!r} is not implemented; use "
+                              f"{' or '.join(map(repr, ROTATIONS))} (1-4-8, 4-8-1, 8-1-4, ...)")
+        if self.process not in PROCESS_POLICIES:
+            raise ConfigError(f"[timing] process must be 'fresh' (one process per pass)")
+        for key in ("pass_timeout_s", "stall_s"):
+            if not 0 < getattr(self, key) <= 7 * 86400:
+                raise ConfigError(f"[timing] {key} = {getattr(self, key)!r}; must be seconds in (0, 604800]")
+
+
+@dataclass(frozen=True)
+class CostSection:
+    """[cost]: the package to price (``gpu``, ``days``, ``lots``), an optional catalog CSV and
+    campaign window (ISO date-times, naive ones placed in IANA zone ``tz``)."""
+
+    gpu: str
+    days: int
+    lots: int = 1
+    catalog: str | None = None
+    window_start: str | None = None
+    window_end: str | None = None
+    tz: str | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("days", "lots"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"[cost] {key} = {getattr(self, key)}; must be an integer >= 1")
+
+    def check(self, catalog_path: str | None) -> None:
+        """Check against the catalog through lab.cost.forfaits; ConfigError on any problem."""
+        from lab.cost.forfaits import PricingError, load_catalog, parse_window, quote
+
+        if (self.window_start is None) != (self.window_end is None):
+            raise ConfigError("[cost] give both window_start and window_end, or neither")
+        try:
+            quote(load_catalog(catalog_path), self.gpu, self.days, self.lots)
+            if self.window_start is not None:
+                parse_window(self.window_start, self.window_end, self.tz)
+        except PricingError as exc:
+            raise ConfigError(f"[cost] {exc}") from None
+
+
+def variant_hints() -> dict:
+    return {k: v for k, v in typing.get_type_hints(Variant).items() if k in VARIANT_KEYS}
+
+
+def check_defaults(table: Any) -> dict:
+    """[defaults]: any Variant field (keys from dataclasses.fields(Variant)), typed."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"[defaults] must be a table, got {table!r}")
+    hints = variant_hints()
+    check_keys(table, hints, "[defaults]")
+    for k, v in table.items():
+        check_value(v, hints[k], f"[defaults] {k}")
+    try:
+        Variant(**table)
+    except VariantError as exc:
+        raise ConfigError(f"[defaults] {exc}") from None
+    return dict(table)
+
+
+@dataclass(frozen=True)
+class SeriesSection:
+    """One [[series]]: ``factor`` (a Variant field) takes each of ``values``; ``fixed`` holds the
+    other Variant fields the series sets."""
+
+    name: str
+    factor: str
+    values: tuple
+    fixed: tuple = ()
+
+    @classmethod
+    def parse(cls, table: Any, index: int) -> "SeriesSection":
+        where = f"[[series]] #{index}"
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where} must be a table")
+        hints = variant_hints()
+        check_keys(table, {"name", "factor", "values", *hints}, where)
+        for key, hint in (("name", str), ("factor", str), ("values", list)):
+            if key not in table:
+                raise ConfigError(f"{where}: missing {key}; a series needs name, factor and values")
+            check_value(table[key], hint, f"{where} {key}")
+        name, factor, values = table["name"], table["factor"], table["values"]
+        where = f"[[series]] {name!r}"
+        if factor not in hints:
+            raise ConfigError(f"{where} factor {factor!r} is not a variant field; {nearest(factor, hints)}")
+        if not values:
+            raise ConfigError(f"{where} values is empty; list at least one value of {factor}")
+        for v in values:
+            check_value(v, hints[factor], f"{where} values item")
+        fixed = {k: v for k, v in table.items() if k not in ("name", "factor", "values")}
+        if factor in fixed:
+            raise ConfigError(f"{where}: factor {factor!r} is also fixed; a series varies one factor")
+        for k, v in fixed.items():
+            check_value(v, hints[k], f"{where} {k}")
+        return cls(name, factor, tuple(values), tuple(sorted(fixed.items())))
+
+    def to_table(self) -> dict:
+        return {"name": self.name, "factor": self.factor, "values": list(self.values), **dict(self.fixed)}
+
+
+SECTIONS = {"campaign": CampaignSection, "corpus": CorpusSection, "model": ModelSection,
+            "quality": QualitySection, "timing": TimingSection, "cost": CostSection}
+TOP_KEYS = (*SECTIONS, "defaults", "series")
+
+
+@dataclass(frozen=True)
+class CampaignConfig:
+    """The whole campaign file, typed. ``cost`` is None when no package is declared."""
+
+    campaign: CampaignSection
+    corpus: CorpusSection
+    model: ModelSection
+    quality: QualitySection
+    timing: TimingSection
+    defaults: dict
+    series: tuple
+    cost: CostSection | None
+
+
+def parse_config(raw: dict) -> CampaignConfig:
+    """Typed configuration from the parsed TOML ``raw``; raises ConfigError (one line)."""
+    check_keys(raw, TOP_KEYS, "top level:")
+    parsed = {}
+    for key, cls in SECTIONS.items():
+        if key == "cost" and "cost" not in raw:
+            parsed[key] = None
+            continue
+        if key in ("campaign", "corpus", "model", "quality", "timing") and key not in raw:
+            raise ConfigError(f"missing [{key}] section; add it to the campaign file")
+        parsed[key] = parse_section(cls, raw.get(key), key)
+    series = raw.get("series")
+    if not series:
+        raise ConfigError("no [[series]] declared; add at least one")
+    if not isinstance(series, list):
+        raise ConfigError("series must be declared as [[series]] tables")
+    cfg = CampaignConfig(defaults=check_defaults(raw.get("defaults", {})),
+                         series=tuple(SeriesSection.parse(s, i) for i, s in enumerate(series, 1)),
+                         **parsed)
+    return cfg

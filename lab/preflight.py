@@ -1,0 +1,213 @@
+"""Checks run at `protocol lock`, before any pass: what can be known now is refused now.
+
+A campaign is hours of rented GPU time; an input that can never give a valid result must
+not lock, run every pass and end "finished" with every row failed. The checks load the
+model's config and tokenizer (never the weights), read the corpus and ask the host how many
+GPUs it has. Each refusal is one line that names the model's (or host's) own figure and the
+fix. The Plan screen shows the same list.
+
+Sources: seed ("definisci i limiti con il tokenizer scelto"; "Verificare ... prima del
+primo passaggio misurato"); SPEC 3.1 (protocol locked before the first measured pass).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.corpus import BUCKETS, CorpusError, count_tokens, load_items, read_corpus
+from lab.models import tokenizer_fingerprint
+
+DEVICE_RE = re.compile(r"^(auto|cpu|cuda|rocm|gpu|cuda:\d+)$")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One lock-time check. ``ok``: True passed, False refused, None not applicable (why in detail)."""
+
+    name: str
+    ok: bool | None
+    detail: str
+
+
+def pad_suggestion(tok) -> str | None:
+    """A token that can pad: a vocabulary entry named like a padding token, else end-of-sequence."""
+    vocab = tok.get_vocab()
+    return next((t for t in ("[PAD]", "<pad>", "<|pad|>") if t in vocab), None) or tok.eos_token or tok.unk_token
+
+
+def gpu_count() -> tuple[int, str]:
+    """(GPUs this host's torch sees, source); NVML's count when torch sees none (a host whose
+    own torch is a CPU build may still hand its GPUs to containers)."""
+    import torch
+
+    n = torch.cuda.device_count()
+    if n:
+        return n, "torch.cuda.device_count()"
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount()), "NVML nvmlDeviceGetCount()"
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML library or no driver: torch's 0 stands
+        return 0, "torch.cuda.device_count()"
+
+
+def _load_model_facts(model_ref: str):
+    """(config, tokenizer) from a local folder or the local hub cache; never the weights."""
+    from transformers import AutoConfig, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    cfg = AutoConfig.from_pretrained(model_ref, local_files_only=True)
+    tok = AutoTokenizer.from_pretrained(model_ref, local_files_only=True)
+    return cfg, tok
+
+
+def check_corpus(proto) -> tuple[list[Check], dict[str, str]]:
+    path = proto.corpus_path
+    if not path.is_file():
+        return [Check("corpus", False, f"corpus {path} not found; build it (`iteralab corpus build`) "
+                                       "or fix [corpus] path")], {}
+    try:
+        items = load_items(path)
+    except CorpusError as exc:
+        return [Check("corpus", False, str(exc))], {}
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    for r in rows:
+        if r.get("bucket") not in BUCKETS:
+            return [Check("corpus", False, f"{path.name}: item {r.get('id')!r} has bucket {r.get('bucket')!r}, not "
+                                           f"one of {', '.join(BUCKETS)}; build the corpus with `iteralab corpus build`")], {}
+    labels = {it.label for it in items}
+    return [Check("corpus", True, f"{len(items)} items, {len(labels)} labels")], {it.id: it.text for it in items}
+
+
+def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
+    ref = proto.model_ref
+    m = proto.config.model
+    if m.path is not None and not Path(ref).is_dir():
+        return [Check("model", False, f"model folder {ref} not found; fix [model] path or build the model")]
+    try:
+        cfg, tok = _load_model_facts(ref)
+    except Exception as exc:  # missing config.json, not in the hub cache, unknown model type
+        where = "a transformers checkpoint folder" if m.path else "in the local Hugging Face cache (download it first)"
+        return [Check("model", False, f"model {ref}: config/tokenizer not loadable ({type(exc).__name__}: "
+                                      f"{str(exc).splitlines()[0][:160]}); it must be {where}")]
+    out = []
+    archs = list(getattr(cfg, "architectures", None) or [])
+    if not any(a.endswith("ForSequenceClassification") for a in archs):
+        out.append(Check("architecture", False, f"model {Path(ref).name} declares architectures {archs or 'none'}; "
+                                                "a sequence-classification checkpoint (…ForSequenceClassification) is needed"))
+    else:
+        out.append(Check("architecture", True, ", ".join(archs)))
+    names = {str(v) for v in (getattr(cfg, "id2label", None) or {}).values()}
+    unknown = sorted(labels - names)
+    if unknown:
+        shown = ", ".join(repr(n) for n in sorted(names)[:4]) + (", ..." if len(names) > 4 else "")
+        out.append(Check("labels", False, f"corpus label(s) {', '.join(map(repr, unknown[:3]))} are not labels the "
+                                          f"model can produce (its config id2label has {len(names)}: {shown}); "
+                                          "relabel the corpus with the model's label names or use a matching model"))
+    else:
+        out.append(Check("labels", True, f"{len(labels)} corpus labels among the model's {len(names)}"))
+    counts = count_tokens(list(texts.values()), tok)
+    empty = [i for i, n in zip(texts, counts) if n == 0]
+    if empty:
+        out.append(Check("tokens", False, f"text of id {empty[0]!r} gives 0 tokens with the model's tokenizer (only "
+                                          "control or zero-width characters?); remove the item or give it text"))
+    else:
+        out.append(Check("tokens", True, f"every text has >= 1 token (longest {max(counts)})"))
+    limit = getattr(cfg, "max_position_embeddings", None)
+    tok_limit = getattr(tok, "model_max_length", None)
+    limits = [(n, v) for n, v in (("max_position_embeddings", limit), ("tokenizer model_max_length", tok_limit))
+              if isinstance(v, int) and 0 < v < 10**6]
+    bad = [(v, n, x) for v in proto.variants for n, x in limits if v.max_length > x]
+    if bad:
+        v, n, x = bad[0]
+        out.append(Check("max_length", False, f"variant {v.name} max_length {v.max_length} exceeds the model's {n} "
+                                              f"{x}; declare max_length <= {x}"))
+    else:
+        out.append(Check("max_length", True, ", ".join(f"{n} {x}" for n, x in limits) or "no limit declared"))
+    declared = m.pad_token
+    if declared is not None:
+        vocab = tok.get_vocab()
+        if declared not in vocab:
+            out.append(Check("pad_token", False, f"[model] pad_token {declared!r} is not in the tokenizer's vocabulary "
+                                                 f"({len(vocab)} tokens); name an existing token, e.g. "
+                                                 f"{pad_suggestion(tok)!r}"))
+        else:
+            out.append(Check("pad_token", True, f"{declared!r} declared in [model] (recorded in the lock)"))
+    elif tok.pad_token is None:
+        out.append(Check("pad_token", False, f"the tokenizer of {Path(ref).name} has no padding token (pad_token None); "
+                                             f"declare [model] pad_token, e.g. pad_token = {pad_suggestion(tok)!r}"))
+    else:
+        out.append(Check("pad_token", True, f"{tok.pad_token!r} from the tokenizer"))
+    card = proto.card_path
+    if card is not None and card.is_file():
+        recorded = (json.loads(card.read_text(encoding="utf-8")).get("tokenizer") or {})
+        fp = recorded.get("fingerprint")
+        if fp is None:
+            out.append(Check("tokenizer", None, f"corpus card {card.name} records no tokenizer fingerprint; "
+                                                "rebuild it with `iteralab corpus build --tokenizer MODEL` to check"))
+        elif fp != tokenizer_fingerprint(tok):
+            out.append(Check("tokenizer", False, f"corpus card {card.name} counted tokens with "
+                                                 f"{recorded.get('name') or recorded.get('path')!r}, not the model's "
+                                                 f"tokenizer ({Path(ref).name}): length buckets would be wrong; rebuild "
+                                                 f"with `iteralab corpus build --tokenizer {ref}`"))
+        else:
+            out.append(Check("tokenizer", True, "corpus buckets counted with the model's tokenizer"))
+    return out
+
+
+def check_devices(proto) -> list[Check]:
+    devices = sorted({v.device for v in proto.variants})
+    bad = [d for d in devices if not DEVICE_RE.match(d)]
+    if bad:
+        return [Check("device", False, f"device {bad[0]!r} unknown; use auto, cpu, cuda, cuda:N or rocm")]
+    gpu_devices = [d for d in devices if d not in ("auto", "cpu")]
+    if not gpu_devices:
+        return [Check("device", True, ", ".join(devices))]
+    n, source = gpu_count()
+    for d in gpu_devices:
+        index = int(d.split(":")[1]) if ":" in d else 0
+        if index >= n:
+            have = f"{n} GPU" + ("s" if n != 1 else "")
+            fix = f"use cuda:0 .. cuda:{n - 1}" if n else "use device = \"cpu\" or \"auto\", or run on a GPU host"
+            return [Check("device", False, f"device {d!r} needs GPU index {index} but this host has {have} "
+                                           f"({source}); {fix}")]
+    return [Check("device", True, f"{', '.join(devices)}; {n} GPU(s) ({source})")]
+
+
+def check_cards(proto) -> list[Check]:
+    """Multi-card variants against this host (``lab.host_cards.check_cards_fit_host``, the
+    same rule `campaign run` applies); no line when every variant uses one card."""
+    from lab.host_cards import CardsBeyondHost, check_cards_fit_host
+
+    cards = sorted({v.cards for v in proto.variants})
+    if cards == [1]:
+        return []
+    try:
+        check_cards_fit_host(proto.variants, proto.timing.get("threads", 0))
+    except CardsBeyondHost as exc:
+        return [Check("cards", False, str(exc))]
+    return [Check("cards", True, f"{', '.join(map(str, cards))} card(s) per pass; this host has enough")]
+
+
+def lock_checks(proto) -> list[Check]:
+    """Every lock-time check of ``proto`` (a lab.protocol.Protocol), in order; stops at the
+    corpus or model when later checks need them."""
+    checks, texts = check_corpus(proto)
+    if checks[-1].ok:
+        labels = {r["label"] for r in read_corpus(proto.corpus_path)}
+        checks += check_model(proto, texts, labels)
+    checks += check_devices(proto)
+    checks += check_cards(proto)
+    return checks
+
+
+def first_refusal(checks: list[Check]) -> Check | None:
+    return next((c for c in checks if c.ok is False), None)

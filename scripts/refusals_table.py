@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Write docs/refusals.md: every refusal at `iteralab protocol lock`, from real runs.
+
+Each case edits a copy of the demo campaign (lab/defaults/demo.toml), or the model or corpus
+it names, runs `python -m lab.cli protocol lock FILE` in a subprocess and records the line
+printed on stderr and the exit code. Nothing in the table is typed by hand: run
+`python scripts/refusals_table.py` again after changing a check. Needs the demo model
+(`make model`); about a minute on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "lab" / "defaults" / "demo.toml"
+MODEL = REPO / ".cache" / "models" / "demo-minilm-20ng"
+CORPUS = REPO / "demo" / "corpus" / "comparison.jsonl"
+OUT = REPO / "docs" / "refusals.md"
+
+# (what the user wrote, old text in demo.toml, new text); "MODEL:<edit>" / "CORPUS:<edit>" edit those.
+CASES = [
+    ("misspelt key in [defaults]", 'precision = "fp32"', 'precison = "bf16"'),
+    ("misspelt key in [defaults]", 'padding = "longest"', "batch_sise = 8"),
+    ("misspelt key in [timing]", "repetitions = 5", "repetitons = 5"),
+    ("misspelt key in [quality]", 'metric = "accuracy"', 'metric = "accuracy"\nthreshhold = 0.5'),
+    ("misspelt key in [cost]", "lots = 1", "lost = 1"),
+    ("unknown key in a [[series]]", 'factor = "batch_size"', 'factor = "batch_size"\nprecison = "fp16"'),
+    ("misspelt section", "[corpus]", "[corpsu]\npath = 'x'\n[corpus]"),
+    ("series factor that is not a variant field", 'factor = "batch_size"', 'factor = "batch"'),
+    ("boolean where an integer is expected", 'padding = "longest"', "batch_size = true"),
+    ("string where a boolean is expected", "bucketing = false", 'bucketing = "yes"'),
+    ("string where an integer is expected", "threads = 2 ", 'threads = "2" '),
+    ("series value of the wrong type", "values = [1, 4, 8]", 'values = [1, "4", 8]'),
+    ("missing required key", 'metric = "accuracy"         # or "macro_f1"', ""),
+    ("unknown metric", 'metric = "accuracy"', 'metric = "bleu"'),
+    ("threshold outside [0, 1]", "threshold = 0.55", "threshold = 55"),
+    ("reference variant not declared", 'reference_variant = "batch/batch_size=1"',
+     'reference_variant = "batch/batch_size=2"'),
+    ("repetitions below 1", "repetitions = 5", "repetitions = 0"),
+    ("rotation not implemented", 'rotation = "cyclic"', 'rotation = "random"'),
+    ("subgroups not implemented", 'subgroups = "buckets"', 'subgroups = "labels"'),
+    ("process policy other than fresh", 'process = "fresh"', 'process = "shared"'),
+    ("stall rule of zero seconds", "[timing]", "[timing]\nstall_s = 0"),
+    ("unsupported precision", 'precision = "fp32"', 'precision = "int4"'),
+    ("package days not offered", "days = 7", "days = 5"),
+    ("GPU not in the catalog", 'gpu = "rtx-4090"', 'gpu = "h100"'),
+    ("lots below 1", "lots = 1", "lots = 0"),
+    ("deadline not a date-time", '# deadline = "2026-12-04T09:00:00+01:00"', 'deadline = "tomorrow"'),
+    ("deadline without a time zone", '# deadline = "2026-12-04T09:00:00+01:00"', 'deadline = "2026-12-04T09:00:00"'),
+    ("deliverables below 1", "deliverables = 1 ", "deliverables = 0 "),
+    ("window with one end", '# window_start = "2026-11-30T09:00:00+01:00"', 'window_start = "2026-11-30T09:00:00+01:00"'),
+    ("window end before start", '# window_start = "2026-11-30T09:00:00+01:00"\n# window_end = "2026-12-04T09:00:00+01:00"',
+     'window_start = "2026-12-30T09:00:00+01:00"\nwindow_end = "2026-12-04T09:00:00+01:00"'),
+    ("campaign name with a path", 'name = "demo-20newsgroups"', 'name = "../../x"'),
+    ("not valid TOML", "[[series]]", "[[series]]\nbroken ="),
+    ("corpus file missing", 'path = "@repo/demo/corpus/comparison.jsonl"', 'path = "missing.jsonl"'),
+    ("model folder missing", 'path = "@repo/.cache/models/demo-minilm-20ng"', 'path = "no-such-model"'),
+    ("model is not a sequence classifier", "MODEL:architectures", ""),
+    ("corpus labels the model cannot produce (integers vs names)", "CORPUS:integer-labels", ""),
+    ("max_length above the model's positions", "max_length = 256", "max_length = 1024"),
+    ("tokenizer without padding token", "MODEL:no-pad", ""),
+    ("declared pad_token not in the vocabulary", "MODEL:no-pad", '[model]\npad_token = "<pad>"'),
+    ("corpus card counted with another tokenizer", "CARD:other-tokenizer", ""),
+    ("device unknown", 'device = "auto"', 'device = "tpu"'),
+    ("GPU device on a host without GPU", 'device = "auto"', 'device = "cuda"'),
+    ("GPU index beyond the host's GPU count", 'device = "auto"', 'device = "cuda:7"'),
+]
+
+
+def model_copy(work: Path, edit: str) -> Path:
+    out = work / f"model-{edit}"
+    out.mkdir()
+    for f in MODEL.iterdir():
+        (shutil.copyfile(f, out / f.name) if f.suffix == ".json" else (out / f.name).symlink_to(f))
+    name, key = ("config.json", "architectures") if edit == "architectures" else ("tokenizer_config.json", "pad_token")
+    d = json.loads((out / name).read_text())
+    d[key] = ["BertModel"] if edit == "architectures" else None
+    (out / name).write_text(json.dumps(d))
+    return out
+
+
+def case_file(work: Path, i: int, old: str, new: str) -> tuple[Path, str]:
+    text = DEMO.read_text()
+    shown = new
+    if old.startswith("MODEL:"):
+        (work / str(i)).mkdir()
+        m = model_copy(work / str(i), old[6:])
+        text = text.replace('path = "@repo/.cache/models/demo-minilm-20ng"', f'path = "{m}"')
+        if new:
+            text = text.replace("[model]", new)
+        whose = 'config.json architectures = ["BertModel"]' if "arch" in old else "tokenizer has pad_token = null"
+        shown = f"[model] path = a checkpoint whose {whose}" + (f"; {new.splitlines()[1]}" if new else "")
+    elif old == "CORPUS:integer-labels":
+        rows = [json.loads(x) for x in CORPUS.read_text(encoding="utf-8").splitlines()]
+        c = work / f"corpus-{i}.jsonl"
+        c.write_text("".join(json.dumps({**r, "label": str(k % 20)}) + "\n" for k, r in enumerate(rows)))
+        text = text.replace('path = "@repo/demo/corpus/comparison.jsonl"', f'path = "{c}"').replace(
+            'card = "@repo/demo/corpus/corpus_card.json"\n', "")
+        shown = '[corpus] path = a corpus whose labels are "0".."19"'
+    elif old == "CARD:other-tokenizer":
+        card = json.loads((REPO / "demo" / "corpus" / "corpus_card.json").read_text())
+        card["tokenizer"] = {"name": "gpt2 (byte-level BPE)", "fingerprint": "0" * 64}
+        c = work / f"card-{i}.json"
+        c.write_text(json.dumps(card))
+        text = text.replace('card = "@repo/demo/corpus/corpus_card.json"', f'card = "{c}"')
+        shown = "[corpus] card = a card whose tokens were counted by another tokenizer (gpt2)"
+    else:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    f = work / f"case{i:02d}" / "campaign.toml"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text(text)
+    return f, shown
+
+
+def main() -> int:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for i, (what, old, new) in enumerate(CASES):
+            f, shown = case_file(work, i, old, new)
+            r = subprocess.run([sys.executable, "-m", "lab.cli", "protocol", "lock", str(f)], capture_output=True,
+                               text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+            lines = r.stderr.strip().splitlines()
+            line = (lines[-1] if lines else r.stdout.strip()).replace(str(f.parent) + "/", "").replace(str(work), "…")
+            line = line.replace(str(REPO) + "/", "")
+            if r.returncode == 0 or len(lines) != 1:
+                print(f"case {what!r}: not a one-line refusal (exit {r.returncode}): {r.stderr[-300:]}", file=sys.stderr)
+                return 1
+            rows.append((what, shown or f"(removed) {old}", line, r.returncode))
+            print(f"{r.returncode}  {line[:110]}")
+    md = ["# Refusals at `iteralab protocol lock`", "",
+          "Generated by `python scripts/refusals_table.py` from real runs of `iteralab protocol lock` on edited",
+          "copies of the demo campaign (`lab/defaults/demo.toml`), its model and its corpus, on a host without GPU.",
+          "Every refusal is one line on stderr and exit code 2; nothing is locked. The checks live in",
+          "`lab/config.py` (the campaign file) and `lab/preflight.py` (corpus, model, host); the Plan screen",
+          "shows the same checks before locking.", "",
+          "| case | input | line printed | exit |", "|---|---|---|---|"]
+    esc = lambda s: s.replace("|", "\\|").replace("\n", " ⏎ ")  # noqa: E731
+    md += [f"| {esc(w)} | `{esc(i)}` | {esc(line)} | {code} |" for w, i, line, code in rows]
+    OUT.write_text("\n".join(md) + "\n", encoding="utf-8")
+    print(f"{len(rows)} refusals -> {OUT.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
