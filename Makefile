@@ -6,7 +6,7 @@ LAB    := $(VENV)/bin/iteralab
 MODEL  := .cache/models/demo-minilm-20ng
 STAMP  := $(VENV)/.installed
 
-.PHONY: up demo test bench model corpus env doctor memory images clean
+.PHONY: up demo test test-fast lint bench model corpus env doctor memory images clean
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,9 +27,9 @@ model: $(MODEL)/config.json
 corpus: $(STAMP)
 	$(LAB) corpus build --source ../shared/data/20newsgroups/20news-bydate-test.jsonl --out demo/corpus --seed 20260924
 
-# Main job: the UI on a terminal, the headless demo campaign otherwise.
+# Main job: the UI on a terminal, the headless demo campaign otherwise (tui/__main__.py).
 up: model
-	$(LAB) up
+	$(PY) -m tui
 
 # Headless demo campaign; the archive path is the last line printed.
 demo: model
@@ -40,6 +40,16 @@ doctor: $(STAMP)
 
 test: model
 	$(VENV)/bin/pytest -q
+
+# Unit tier: no model, no engine, seconds (tests/unit/).
+test-fast: $(STAMP)
+	$(VENV)/bin/pytest -q tests/unit
+
+# Checked boundaries: import contracts (pyproject [tool.importlinter]), ruff, mypy on lab/.
+lint: $(STAMP)
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check lab tui
+	$(VENV)/bin/mypy
 
 bench: model
 	$(PY) scripts/bench_instrumentation.py

@@ -8,21 +8,20 @@ folder (absolute paths, ``..``, links).
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from lab.diskfull import DiskFull, is_disk_full
+from lab.files import sha256_bytes
 
 
 class ArchiveError(ValueError):
     """A corrupt or unsafe archive; one line naming the member and the problem."""
 
 
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+_sha = sha256_bytes
 
 
 def pack(campaign_dir: Path, out_path: Path, include: list[str]) -> Path:
@@ -98,11 +97,18 @@ def _read_all(archive: Path) -> dict[str, bytes]:
     try:
         with tarfile.open(archive, "r:gz") as tar:
             members = _safe_members(tar)
-            return {"/".join(Path(m.name).parts[1:]): tar.extractfile(m).read()
+            return {"/".join(Path(m.name).parts[1:]): _member_bytes(tar, m)
                     for m in members if m.isfile()}
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise ArchiveError(f"{archive}: not a readable tar.gz ({type(exc).__name__}: {exc}); "
                            "download it again (scp) and compare its sha256") from None
+
+
+def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    f = tar.extractfile(member)
+    if f is None:  # not a regular file: callers pass regular files only
+        raise ArchiveError(f"{member.name}: not a regular file")
+    return f.read()
 
 
 def verify(archive: Path) -> Verification:
@@ -129,11 +135,11 @@ def verify(archive: Path) -> Verification:
         for row in csv.DictReader(io.StringIO(data["report/raw_table.csv"].decode())):
             rows += 1
             row_ids.add(row["pass_id"])
-            p, digest = row.get("predictions_path"), row.get("predictions_sha256")
+            p, row_digest = row.get("predictions_path"), row.get("predictions_sha256")
             if p:
                 if p not in data:
                     problems.append(f"row {row['pass_id']}: predictions {p} missing from the archive")
-                elif _sha(data[p]) != digest:
+                elif _sha(data[p]) != row_digest:
                     problems.append(f"row {row['pass_id']}: predictions sha256 differs from the raw table")
         folders = {rel.split("/")[1] for rel in data if rel.startswith("passes/") and rel.count("/") >= 2}
         for pid in sorted(folders - row_ids):

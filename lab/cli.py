@@ -20,94 +20,23 @@ Errors print one line (what is wrong and how to fix it) and exit with status 2.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
-import subprocess
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
-from lab.protocol import DEMO_CAMPAIGN, REPO_ROOT, ProtocolError
+from lab.campaigns import (LAUNCHERS, USER_ERRORS, make_archive, make_launcher, request_control,
+                           resolve_campaign_dir, run_demo, runs_root, spawn_detached)
+from lab.constants import CORPUS_SEED
+from lab.files import REPO_ROOT
 
 TARGET_HELP = "campaign file (its current locked version) or campaign folder (holding journal.sqlite)"
-RUNS_ROOT = Path(os.environ.get("ITERALAB_RUNS", REPO_ROOT / "runs"))
-DEMO_COPY = RUNS_ROOT / "demo" / "demo.toml"
 
 
 class CliError(Exception):
-    pass
+    """A command line that cannot be used as written (usage)."""
 
 
-def make_launcher(kind: str, memory_limit: int | None = None):
-    """'local', 'docker' or 'auto' (docker when an engine and the image answer, else local)."""
-    from lab.launchers.local import LocalLauncher
-
-    if kind in ("docker", "auto"):
-        try:
-            from lab.launchers.docker import DockerLauncher
-        except ImportError as exc:
-            if kind == "docker":
-                raise CliError(f"docker launcher unavailable ({exc}); use --launcher local") from None
-        else:
-            try:
-                return DockerLauncher.from_environment(mem_limit_bytes=memory_limit)
-            except Exception as exc:  # engine unreachable or image missing
-                if kind == "docker":
-                    raise CliError(f"docker launcher unavailable: {exc}") from None
-                _refuse_silent_cpu(exc)
-    return LocalLauncher(address_space_limit_bytes=memory_limit)
-
-
-def _refuse_silent_cpu(docker_problem: Exception) -> None:
-    """A GPU host whose containers cannot run and whose own torch sees no GPU must not
-    quietly measure CPU passes: stop with the reason (never a silent CPU fallback)."""
-    from lab.doctor import detect_vendor
-
-    vendor = detect_vendor()
-    if vendor == "cpu":
-        return
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return
-    except ImportError:
-        pass
-    raise CliError(f"{vendor} GPU found but containers cannot run ({docker_problem}) and this host's "
-                   "torch sees no GPU; fix the engine or the image (`make doctor`), or pass "
-                   "--launcher local to run on CPU on purpose")
-
-
-def resolve_campaign_dir(target: str) -> Path:
-    """A campaign folder, or the folder of a campaign file's current locked version."""
-    from lab.orchestrator import campaign_dir_for
-    from lab.protocol import load_protocol, locked_version
-
-    p = Path(target)
-    if p.is_dir() and (p / "journal.sqlite").exists():
-        return p
-    if p.is_file():
-        proto = load_protocol(p)
-        d = campaign_dir_for(proto, locked_version(proto), RUNS_ROOT)
-        if not (d / "journal.sqlite").exists():
-            raise CliError(f"{p}: no campaign run yet for this protocol version; `iteralab campaign run {p}`")
-        return d
-    raise CliError(f"{target}: neither a campaign file nor a campaign folder (one holding journal.sqlite)")
-
-
-def demo_campaign_file() -> Path:
-    """The demo campaign copied into runs/demo/ (so its lock lives beside it)."""
-    DEMO_COPY.parent.mkdir(parents=True, exist_ok=True)
-    if not DEMO_COPY.exists():
-        shutil.copyfile(DEMO_CAMPAIGN, DEMO_COPY)
-    return DEMO_COPY
-
-
-def default_campaign_file() -> Path:
-    """./campaign.toml when the user wrote one, else the embedded demo campaign."""
-    user = Path(os.environ.get("ITERALAB_CAMPAIGN", REPO_ROOT / "campaign.toml"))
-    return user if user.is_file() else demo_campaign_file()
+ONE_LINE_ERRORS: tuple[type[Exception], ...] = (*USER_ERRORS, CliError)
 
 
 # ---- verbs ----------------------------------------------------------------------------
@@ -145,42 +74,23 @@ def cmd_protocol_lock(a) -> int:
 
 
 def cmd_campaign_run(a) -> int:
-    from lab.orchestrator import Orchestrator
-
-    from lab.orchestrator import CampaignBusy
+    from lab.orchestrator import CampaignBusy, Orchestrator
+    from lab.status import CampaignState
 
     if a.detach:
-        return spawn_detached(Path(a.campaign).resolve(), a.launcher, a.memory_limit)
-    orch = Orchestrator.prepare(a.campaign, RUNS_ROOT, make_launcher(a.launcher, a.memory_limit))
+        d, pid = spawn_detached(Path(a.campaign).resolve(), a.launcher, a.memory_limit)
+        print(f"campaign started in the background (pid {pid}): {d}")
+        return 0
+    orch = Orchestrator.prepare(a.campaign, runs_root(), make_launcher(a.launcher, a.memory_limit))
     orch.echo = lambda line: print(line, flush=True)
     print(f"campaign folder: {orch.dir}", flush=True)
     try:
         state = orch.run()
     except CampaignBusy as exc:
         raise CliError(str(exc)) from None
-    if state == "blocked":
+    if state == CampaignState.BLOCKED:
         raise CliError(f"campaign stopped: {orch.journal.get_control('blocked', '')[:300]}")
     print(f"campaign {state}: {orch.dir}")
-    return 0
-
-
-def spawn_detached(campaign: Path, launcher: str, memory_limit: int | None) -> int:
-    """Start the orchestrator in its own session: closing the UI or SSH does not stop it."""
-    from lab.orchestrator import Orchestrator
-    from lab.status import campaign_status
-
-    campaign = Path(campaign).resolve()
-    orch = Orchestrator.prepare(campaign, RUNS_ROOT, make_launcher("local"))
-    if campaign_status(orch.dir)["alive"]:
-        raise CliError(f"{orch.dir}: an orchestrator is already running this campaign; "
-                       "`iteralab campaign status` shows it")
-    cmd = [sys.executable, "-m", "lab.cli", "campaign", "run", str(campaign), "--launcher", launcher]
-    if memory_limit:
-        cmd += ["--memory-limit", str(memory_limit)]
-    log = open(orch.dir / "orchestrator.log", "ab")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                            start_new_session=True, cwd=str(REPO_ROOT))
-    print(f"campaign started in the background (pid {proc.pid}): {orch.dir}")
     return 0
 
 
@@ -197,11 +107,8 @@ def cmd_campaign_status(a) -> int:
 
 
 def cmd_campaign_control(a) -> int:
-    from lab.journal import Journal
-
     d = resolve_campaign_dir(a.target)
-    j = Journal(d / "journal.sqlite")
-    j.set_control("pause" if a.verb == "pause" else "stop", True)
+    request_control(d, a.verb)
     print(f"{a.verb} requested: {d}")
     return 0
 
@@ -212,19 +119,6 @@ def cmd_report(a) -> int:
     r = build_report(resolve_campaign_dir(a.target))
     print(f"report: {r['rows']} rows -> {r['report_dir']}")
     return 0
-
-
-def make_archive(campaign_dir: Path) -> Path:
-    from lab.archive import pack
-    from lab.report.build import build_report
-
-    build_report(campaign_dir)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    name = f"{campaign_dir.parent.name}-{campaign_dir.name}-{stamp}.tar.gz"
-    out = campaign_dir.parent / name
-    return pack(campaign_dir, out, ["campaign.toml", "campaign.lock.json", "corpus_card.json",
-                                    "protocol_version.json", "journal.sqlite", "orchestrator.log",
-                                    "passes/", "report/"])
 
 
 def cmd_archive(a) -> int:
@@ -255,42 +149,25 @@ def cmd_compare(a) -> int:
     return 0
 
 
-def run_demo(launcher: str = "local") -> Path:
-    """Lock (if needed) and run the demo campaign headless; returns the archive path."""
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
-
-    f = demo_campaign_file()
-    lock(load_protocol(f))
-    orch = Orchestrator.prepare(f, RUNS_ROOT, make_launcher(launcher))
-    orch.echo = lambda line: print(line, flush=True)
-    print(f"demo campaign: {orch.dir}", flush=True)
-    orch.run()
-    return make_archive(orch.dir)
-
-
 def cmd_demo(a) -> int:
-    print(run_demo(a.launcher))
+    print(run_demo(a.launcher, echo=lambda line: print(line, flush=True)))
     return 0
 
 
 def cmd_up(a) -> int:
-    if sys.stdin.isatty() and sys.stdout.isatty() and not a.headless:
-        try:
-            from tui.app import run_app
-        except ImportError:
-            run_app = None
-        if run_app is not None:
-            os.environ.setdefault("ITERALAB_LAUNCHER", a.launcher)
-            return run_app(default_campaign_file())
-    return cmd_demo(a)
+    """`python -m tui` in this process's place: the UI belongs to tui/, never imported here."""
+    argv = [sys.executable, "-m", "tui"] + (["--launcher", a.launcher] if a.launcher else []) \
+        + (["--headless"] if a.headless else [])
+    sys.stdout.flush()
+    os.execv(sys.executable, argv)
+    return 0  # not reached
 
 
 def cmd_doctor(a) -> int:
-    from lab.doctor import blocking_failures, doctor, render
+    from lab.doctor import blocking_failures, doctor, format_checks
 
     checks = doctor(expect_gpu=a.expect_gpu)
-    print(render(checks))
+    print(format_checks(checks))
     return 1 if blocking_failures(checks) else 0
 
 
@@ -316,7 +193,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--tuning", type=int, default=1600, help="items in the tuning split (disjoint)")
     b.add_argument("--short-below", type=int, default=64, help="tokens: short is below this")
     b.add_argument("--long-above", type=int, default=256, help="tokens: long is above this")
-    b.add_argument("--seed", type=int, default=20260924, help="sampling seed")
+    b.add_argument("--seed", type=int, default=CORPUS_SEED, help="sampling seed")
     b.add_argument("--tokenizer", default=None,
                    help="local checkpoint folder whose tokenizer counts tokens (the model the campaign "
                         "runs; recorded in the card, checked at lock); default: the demo encoder's")
@@ -333,7 +210,7 @@ def parser() -> argparse.ArgumentParser:
     ca = sub.add_parser("campaign", help="run and watch campaigns").add_subparsers(dest="verb", required=True)
     cr = ca.add_parser("run", help="run or resume the rotated schedule of a locked campaign")
     cr.add_argument("campaign", help="campaign file (TOML)")
-    cr.add_argument("--launcher", choices=("auto", "local", "docker"), default="auto")
+    cr.add_argument("--launcher", choices=LAUNCHERS, default="auto")
     cr.add_argument("--memory-limit", type=int, default=None, help="bytes per pass (host memory)")
     cr.add_argument("--detach", action="store_true", help="run in the background")
     cr.set_defaults(fn=cmd_campaign_run)
@@ -368,7 +245,8 @@ def parser() -> argparse.ArgumentParser:
     for name, fn, what in (("demo", cmd_demo, "run the offline demo campaign headless; prints the archive path"),
                            ("up", cmd_up, "open the terminal UI (headless demo without a terminal)")):
         d = sub.add_parser(name, help=what)
-        d.add_argument("--launcher", choices=("auto", "local", "docker"), default="auto" if name == "up" else "local")
+        d.add_argument("--launcher", choices=LAUNCHERS, default=None if name == "up" else "local",
+                       help="default: local for demo; for up, $ITERALAB_LAUNCHER else auto")
         d.add_argument("--headless", action="store_true")
         d.set_defaults(fn=fn)
     dr = sub.add_parser("doctor", help="check the engine, GPU, driver, toolkit and image")
@@ -378,23 +256,22 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lab.archive import ArchiveError
-    from lab.compare.evidence import CompareError
-    from lab.corpus import CorpusError
-    from lab.cost.forfaits import PricingError
+    from lab.compare.evidence import CompareError  # lab.compare is loaded by `compare` only
     from lab.diskfull import DiskFull, is_disk_full
 
+    one_line: tuple[type[Exception], ...] = (*ONE_LINE_ERRORS, CompareError)
     args = parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (CliError, ProtocolError, CorpusError, ArchiveError, PricingError, CompareError, DiskFull) as exc:
+    except one_line as exc:
         print(f"iteralab: error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # a full disk anywhere else (a file, the SQLite journal): the folder, one line
         if not is_disk_full(exc):
             raise
         where = getattr(exc, "filename", None)
-        folder = Path(where).parent if where else Path(getattr(args, "target", None) or getattr(args, "campaign", "."))
+        folder = Path(where).parent if where else Path(str(getattr(args, "target", None)
+                                                             or getattr(args, "campaign", ".")))
         print(f"iteralab: error: {DiskFull(folder)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

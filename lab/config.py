@@ -22,6 +22,7 @@ import typing
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
+from lab.constants import DEFAULT_LOTS, DEFAULT_REPETITIONS, DEFAULT_SEED
 from lab.variants import Variant, VariantError
 
 METRICS = ("accuracy", "macro_f1")
@@ -179,17 +180,17 @@ class TimingSection:
 
     warmup_items: int
     warmup_passes: int
-    repetitions: int = 5  # seed: 5 repetitions per variant
+    repetitions: int = DEFAULT_REPETITIONS  # seed: 5 repetitions per variant
     rotation: str = "cyclic"
     process: str = "fresh"
-    seed: int = 0
+    seed: int = DEFAULT_SEED
     threads: int = 0
     pass_timeout_s: float = 6 * 3600.0
     stall_s: float = 900.0
 
     def __post_init__(self) -> None:
         if self.repetitions < 1:
-            raise ConfigError("[timing] repetitions must be >= 1 (default 5)")
+            raise ConfigError(f"[timing] repetitions must be >= 1 (default {DEFAULT_REPETITIONS})")
         for key in ("warmup_items", "warmup_passes", "threads", "seed"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"[timing] {key} must be >= 0")
@@ -197,7 +198,7 @@ class TimingSection:
             raise ConfigError(f"[timing] rotation {self.rotation!r} is not implemented; use "
                               f"{' or '.join(map(repr, ROTATIONS))} (1-4-8, 4-8-1, 8-1-4, ...)")
         if self.process not in PROCESS_POLICIES:
-            raise ConfigError(f"[timing] process must be 'fresh' (one process per pass)")
+            raise ConfigError("[timing] process must be 'fresh' (one process per pass)")
         for key in ("pass_timeout_s", "stall_s"):
             if not 0 < getattr(self, key) <= 7 * 86400:
                 raise ConfigError(f"[timing] {key} = {getattr(self, key)!r}; must be seconds in (0, 604800]")
@@ -210,7 +211,7 @@ class CostSection:
 
     gpu: str
     days: int
-    lots: int = 1
+    lots: int = DEFAULT_LOTS
     catalog: str | None = None
     window_start: str | None = None
     window_end: str | None = None
@@ -229,7 +230,7 @@ class CostSection:
             raise ConfigError("[cost] give both window_start and window_end, or neither")
         try:
             quote(load_catalog(catalog_path), self.gpu, self.days, self.lots)
-            if self.window_start is not None:
+            if self.window_start is not None and self.window_end is not None:
                 parse_window(self.window_start, self.window_end, self.tz)
         except PricingError as exc:
             raise ConfigError(f"[cost] {exc}") from None
@@ -316,7 +317,7 @@ class CampaignConfig:
 def parse_config(raw: dict) -> CampaignConfig:
     """Typed configuration from the parsed TOML ``raw``; raises ConfigError (one line)."""
     check_keys(raw, TOP_KEYS, "top level:")
-    parsed = {}
+    parsed: dict[str, Any] = {}
     for key, cls in SECTIONS.items():
         if key == "cost" and "cost" not in raw:
             parsed[key] = None

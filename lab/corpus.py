@@ -17,7 +17,10 @@ import json
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
+
+from lab.constants import CORPUS_SEED
+from lab.files import sha256_file
 
 BUCKETS = ("short", "medium", "long")
 BOM = b"\xef\xbb\xbf"  # UTF-8 byte-order mark
@@ -47,15 +50,6 @@ class Item:
     id: str
     text: str
     label: str
-
-
-def sha256_file(path: str | Path) -> str:
-    """Hex sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def item_hash(item: dict) -> str:
@@ -192,7 +186,7 @@ class BuildSpec:
 
     sizes: dict = field(default_factory=lambda: {"short": 600, "medium": 300, "long": 100})
     tuning_size: int = 1600
-    seed: int = 20260924
+    seed: int = CORPUS_SEED
     limits: BucketLimits = BucketLimits()
 
 
@@ -205,8 +199,9 @@ def stratified_split(items: list[Item], n_tokens: list[int], spec: BuildSpec
     Returns (comparison, tuning), each a list of dicts with bucket and n_tokens.
     """
     rng = random.Random(spec.seed)
-    rows = [dict(id=it.id, text=it.text, label=it.label, bucket=spec.limits.bucket(n), n_tokens=n)
-            for it, n in zip(items, n_tokens)]
+    rows: list[dict[str, Any]] = [
+        dict(id=it.id, text=it.text, label=it.label, bucket=spec.limits.bucket(n), n_tokens=n)
+            for it, n in zip(items, n_tokens, strict=True)]
     weights: dict[str, int] = {}
     for r in rows:
         weights[r["label"]] = weights.get(r["label"], 0) + 1
@@ -297,7 +292,7 @@ def build_corpus(source: str | Path, out_dir: str | Path, tokenizer, tokenizer_i
         raise CorpusError(f"--out {out}: exists and is not a folder; choose a folder path")
     items = load_items(source, id_field, text_field, label_field)
     n_tokens = count_tokens([it.text for it in items], tokenizer)
-    empty = [it.id for it, n in zip(items, n_tokens) if n == 0]
+    empty = [it.id for it, n in zip(items, n_tokens, strict=True) if n == 0]
     if empty:
         raise CorpusError(f"{source}: text of id '{empty[0]}' gives 0 tokens with "
                           f"{tokenizer_info.get('name') or 'the tokenizer'} (only control or zero-width "

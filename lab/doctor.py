@@ -6,15 +6,13 @@ the fix. A GPU that is expected but not usable is a blocking failure with its re
 campaign never falls back to CPU silently. No engine at all is not a failure: the local
 launcher is used and the manifest says "no container isolation".
 
-Sources of the pinned tables:
+Host facts (pins, vendor, device nodes) come from ``lab.host``. Sources of the pinned tables:
 - NVIDIA CUDA Toolkit Release Notes, "CUDA Toolkit and Corresponding Driver Versions" and
   "Minimum Required Driver Version for CUDA Minor Version Compatibility"
   (https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/): CUDA 13.x needs Linux
   driver >= 580.65.06 (13.0 GA); 12.x >= 525.60.13; 11.x >= 450.80.02.
 - AMD ROCm compatibility matrix, ROCm 7.1.1 column, "GPU / LLVM target"
   (https://rocm.docs.amd.com/en/latest/compatibility/compatibility-matrix.html).
-- NVIDIA Container Toolkit install guide, "Configuring Docker"
-  (https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html).
 """
 
 from __future__ import annotations
@@ -27,14 +25,13 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from lab import host
+from lab.host import IMAGE_KEYS, NO_DRIVER_MARK, TOOLKIT_FIX, read_pins
+
 CUDA_MIN_DRIVER = {13: "580.65.06", 12: "525.60.13", 11: "450.80.02"}
 ROCM_MATRIX_VERSION = "7.1.1"
 ROCM_SUPPORTED_ARCHS = ("gfx950", "gfx1201", "gfx1200", "gfx1101", "gfx1100", "gfx1030",
                         "gfx942", "gfx90a", "gfx908")
-NO_DRIVER_MARK = "could not select device driver"
-TOOLKIT_FIX = ("install and register the NVIDIA Container Toolkit: `sudo apt-get install -y "
-               "nvidia-container-toolkit && sudo nvidia-ctk runtime configure --runtime=docker "
-               "&& sudo systemctl restart docker`, then run `iteralab doctor` again")
 KFD_TOPOLOGY = Path("/sys/class/kfd/kfd/topology/nodes")
 
 
@@ -82,7 +79,7 @@ def _ver(v: str) -> tuple[int, ...]:
 def min_driver_for_cuda(cuda: str) -> str | None:
     """Minimum Linux NVIDIA driver for a CUDA version "13.0" (None when not in the table)."""
     major = _ver(cuda)[0] if _ver(cuda) else None
-    return CUDA_MIN_DRIVER.get(major)
+    return CUDA_MIN_DRIVER.get(major) if major is not None else None
 
 
 def gfx_name(target_version: int) -> str:
@@ -107,11 +104,9 @@ def nvidia_gpus(smi: str | None) -> list[tuple[str, str]]:
 
 
 def detect_vendor(p: Probes | None = None) -> str:
-    """"nvidia", "rocm" or "cpu" from the probes (or from the host when None)."""
+    """"nvidia", "rocm" or "cpu" from the probes (from the host, ``lab.host``, when None)."""
     if p is None:
-        if shutil.which("nvidia-smi") or Path("/dev/nvidiactl").exists():
-            return "nvidia"
-        return "rocm" if Path("/dev/kfd").exists() else "cpu"
+        return host.detect_vendor()
     if nvidia_gpus(p.nvidia_smi):
         return "nvidia"
     return "rocm" if p.kfd_exists else "cpu"
@@ -129,7 +124,8 @@ def _engine_checks(p: Probes) -> list[Check]:
     if p.image:
         out.append(Check("image", bool(p.image_present),
                          f"image {p.image} {'is built' if p.image_present else 'is not built on this host'}",
-                         "" if p.image_present else "run `make images` (scripts/ci_docker.sh where no registry is reachable)"))
+                         "" if p.image_present
+                         else "run `make images` (scripts/ci_docker.sh where no registry is reachable)"))
     return out
 
 
@@ -139,7 +135,8 @@ def _gpu_check(p: Probes, vendor: str) -> Check:
         return Check("gpu", True, f"NVIDIA, {len(gpus)} GPU(s): {', '.join(sorted({g[0] for g in gpus}))}")
     if vendor == "rocm":
         n = len(p.rocm_archs)
-        return Check("gpu", True, f"AMD ROCm, {n} GPU(s): {', '.join(sorted(set(p.rocm_archs))) or 'architecture unknown'}")
+        archs = ", ".join(sorted(set(p.rocm_archs))) or "architecture unknown"
+        return Check("gpu", True, f"AMD ROCm, {n} GPU(s): {archs}")
     detail = "no GPU found (nvidia-smi " + ("failed: " + p.nvidia_smi_error if p.nvidia_smi_error else "absent") + \
              ", no /dev/kfd)"
     if p.expect_gpu:
@@ -246,7 +243,7 @@ def format_checks(checks: list[Check]) -> str:
 
 def _run(cmd: list[str], timeout: float = 20) -> tuple[int, str]:
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
         return r.returncode, (r.stdout + r.stderr).strip()
     except (OSError, subprocess.SubprocessError) as exc:
         return -1, f"{type(exc).__name__}: {exc}"
@@ -261,8 +258,7 @@ def _rocm_probes() -> dict:
         out["kfd_open_error"] = None
     except OSError as exc:
         out["kfd_open_error"] = f"{type(exc).__name__}: {exc.strerror}"
-    devs = [Path("/dev/kfd"), *sorted(Path("/dev/dri").glob("renderD*"))]
-    out["kfd_groups"] = tuple(sorted({grp.getgrgid(d.stat().st_gid).gr_name for d in devs if d.exists()}))
+    out["kfd_groups"] = tuple(sorted({grp.getgrgid(d.stat().st_gid).gr_name for d in host.rocm_device_nodes()}))
     archs = []
     for props in sorted(KFD_TOPOLOGY.glob("*/properties")):
         m = re.search(r"^gfx_target_version\s+(\d+)", props.read_text(), re.M)
@@ -310,8 +306,6 @@ def _engine_probes(image: str, vendor: str, container_test: bool) -> dict:
 
 def probe(expect_gpu: str | None = None, image: str | None = None, container_test: bool = True) -> Probes:
     """Look at this host: nvidia-smi, /dev/kfd and the KFD topology, the engine, the image."""
-    from lab.launchers.docker import IMAGE_KEYS, read_pins
-
     kw: dict = {"expect_gpu": expect_gpu,
                 "in_container": Path("/.dockerenv").exists() or Path("/run/.containerenv").exists()}
     if shutil.which("nvidia-smi"):
@@ -363,5 +357,3 @@ def host_torch_check(vendor: str, expect_gpu: str | None = None) -> Check:
                      blocking=bool(expect_gpu))
     return Check("host torch", True, detail)
 
-
-render = format_checks  # the name `iteralab doctor` (lab/cli.py) imports

@@ -14,6 +14,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from lab.passes.events import PassStatus
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS attempts (
   pass_id TEXT PRIMARY KEY, seq INTEGER, attempt INTEGER, repetition INTEGER, position INTEGER,
@@ -28,9 +30,6 @@ CREATE TABLE IF NOT EXISTS control (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS plan (seq INTEGER PRIMARY KEY, repetition INTEGER, position INTEGER,
   variant_id TEXT, variant_json TEXT);
 """
-
-FINAL = ("ok", "oom", "error", "killed", "interrupted")
-
 
 class Journal:
     """SQLite journal at ``path``. Safe for one writer process and many readers (WAL)."""
@@ -78,7 +77,7 @@ class Journal:
                        " variant_json, status, start_time, items_completed, items_total, launcher,"
                        " notes, updated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                        (pass_id, seq, attempt, repetition, position, variant_json["variant_id"],
-                        json.dumps(variant_json), "running", start_time, 0, items_total,
+                        json.dumps(variant_json), PassStatus.RUNNING.value, start_time, 0, items_total,
                         launcher, "", time.time()))
 
     def update_progress(self, pass_id: str, done: int, items_per_s: float | None) -> None:
@@ -89,7 +88,7 @@ class Journal:
                        items_completed: int, result: dict | None, notes: str) -> None:
         self.db.execute("UPDATE attempts SET status=?, end_time=?, exit_code=?, items_completed=?,"
                         " result_json=?, notes=?, updated=? WHERE pass_id=?",
-                        (status, end_time, exit_code, items_completed,
+                        (str(status), end_time, exit_code, items_completed,
                          json.dumps(result) if result is not None else None, notes, time.time(), pass_id))
 
     def set_validation(self, pass_id: str, validation: dict | None) -> None:
@@ -109,8 +108,10 @@ class Journal:
     def mark_running_interrupted(self, note: str) -> list[str]:
         """Attempts left 'running' by a dead orchestrator become 'interrupted' rows (kept)."""
         with self.tx() as db:
-            ids = [r[0] for r in db.execute("SELECT pass_id FROM attempts WHERE status='running'")]
-            db.execute("UPDATE attempts SET status='interrupted', notes=? WHERE status='running'", (note,))
+            ids = [r[0] for r in db.execute("SELECT pass_id FROM attempts WHERE status=?",
+                                            (PassStatus.RUNNING.value,))]
+            db.execute("UPDATE attempts SET status=?, notes=? WHERE status=?",
+                       (PassStatus.INTERRUPTED.value, note, PassStatus.RUNNING.value))
         return ids
 
     # ---- events ----------------------------------------------------------------------

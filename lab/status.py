@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 
 from lab.journal import Journal
+from lab.passes.events import FINISHED
+
+
+class CampaignState(StrEnum):
+    """A campaign's state (journal control key ``state``); plain strings in SQLite and JSON."""
+
+    NOT_STARTED = "not started"
+    RUNNING = "running"          # an orchestrator runs it now
+    PAUSED = "paused"            # after the current pass, on request; `campaign run` resumes
+    STOPPED = "stopped"          # stopped now, on request; the running pass is an interrupted row
+    FINISHED = "finished"        # every planned slot has a finished attempt
+    BLOCKED = "blocked"          # a pass found no usable GPU for its declared device
+    INTERRUPTED = "interrupted"  # the journal says running but its orchestrator is gone
 
 
 def process_create_time(pid: int | None = None) -> float | None:
@@ -57,14 +71,14 @@ def campaign_status(campaign_dir: Path, journal: Journal | None = None) -> dict:
         plan = j.plan()
         attempts = j.attempts()
         info = j.get_control("orchestrator", {}) or {}
-        state = j.get_control("state", "not started")
+        state = j.get_control("state", CampaignState.NOT_STARTED)
     finally:
         if own:
             j.close()
     alive = orchestrator_alive(info)
-    if state == "running" and not alive:
-        state = "interrupted"
-    finished_slots = {a["seq"] for a in attempts if a["status"] in ("ok", "oom", "error", "killed")}
+    if state == CampaignState.RUNNING and not alive:
+        state = CampaignState.INTERRUPTED
+    finished_slots = {a["seq"] for a in attempts if a["status"] in FINISHED}
     for a in attempts:
         a["verdict"] = verdict(a)
     return {"dir": str(campaign_dir), "state": state, "planned": len(plan),

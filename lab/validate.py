@@ -14,6 +14,7 @@ import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from lab.corpus import BUCKETS
 
@@ -77,7 +78,7 @@ def read_predictions(path: Path, labels: set[str] | None) -> tuple[list[dict], l
 
 
 def accuracy(gold: list[str], pred: list[str]) -> float:
-    return sum(g == p for g, p in zip(gold, pred)) / len(gold)
+    return sum(g == p for g, p in zip(gold, pred, strict=True)) / len(gold)
 
 
 def macro_f1(gold: list[str], pred: list[str]) -> float:
@@ -85,9 +86,9 @@ def macro_f1(gold: list[str], pred: list[str]) -> float:
     classes = sorted(set(gold) | set(pred))
     f1s = []
     for c in classes:
-        tp = sum(g == c and p == c for g, p in zip(gold, pred))
-        fp = sum(g != c and p == c for g, p in zip(gold, pred))
-        fn = sum(g == c and p != c for g, p in zip(gold, pred))
+        tp = sum(g == c and p == c for g, p in zip(gold, pred, strict=True))
+        fp = sum(g != c and p == c for g, p in zip(gold, pred, strict=True))
+        fn = sum(g == c and p != c for g, p in zip(gold, pred, strict=True))
         f1s.append(0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn))
     return sum(f1s) / len(f1s)
 
@@ -113,7 +114,7 @@ def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
     missing = sorted(exp_set - set(counts))
     extras = sorted(set(counts) - exp_set)
     ids_match = not dups and not missing and not extras and len(recs) == len(expected)
-    pred = {r["id"]: r.get("pred") for r in recs}
+    pred: dict[str, Any] = {r["id"]: r.get("pred") for r in recs}
     coverage = {}
     for b in BUCKETS:
         ids_b = [r["id"] for r in corpus if r.get("bucket") == b]

@@ -6,9 +6,10 @@ serie è il batch"); length bucketing or another precision is a new declared var
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass, fields, replace
+
+from lab.files import sha256_bytes
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 PADDINGS = ("longest", "max_length")
@@ -74,7 +75,7 @@ class Variant:
     def variant_id(self) -> str:
         """Stable id from content: 'v-' + first 10 hex of sha256 of the canonical config."""
         blob = json.dumps(self.config(), sort_keys=True).encode()
-        return "v-" + hashlib.sha256(blob).hexdigest()[:10]
+        return "v-" + sha256_bytes(blob)[:10]
 
     @property
     def label(self) -> str:
@@ -90,6 +91,14 @@ class Variant:
     def from_json(cls, d: dict) -> "Variant":
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def variant_short(variant: dict | None) -> str:
+    """'batch_size=8' from a variant's JSON named 'batch/batch_size=8', else its label or id."""
+    if not variant:
+        return "?"
+    name = variant.get("name") or ""
+    return name.split("/", 1)[-1] if name else variant.get("label", variant.get("variant_id", "?"))
 
 
 def expand_series(defaults: dict, series: list[dict]) -> list[Variant]:

@@ -13,6 +13,18 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / ".cache" / "models" / "demo-minilm-20ng"
 COMPARISON = REPO / "demo" / "corpus" / "comparison.jsonl"
+UNIT = Path(__file__).resolve().parent / "unit"
+NOT_IN_UNIT_TIER = {"model_dir", "small_campaign"}  # they build the demo model / run passes
+
+
+def pytest_collection_modifyitems(config, items):
+    """tests/unit needs no model and no engine (`make test-fast`): refuse a unit test that asks
+    for the fixtures building them, before any is built."""
+    for item in items:
+        wanted = NOT_IN_UNIT_TIER & set(getattr(item, "fixturenames", ()))
+        if wanted and UNIT in Path(item.path).parents:
+            raise pytest.UsageError(f"{item.nodeid} uses {', '.join(sorted(wanted))}: the unit tier builds "
+                                    "no model and runs no campaign; move it to tests/")
 
 
 @pytest.fixture(scope="session")
@@ -117,7 +129,7 @@ def run_rental(folder: Path, model: Path, corpus: Path, *, threads: int, gpu: st
                repetitions: int = 2, values=(1, 4)) -> Path:
     """One rental's campaign run by the real product (lock, local passes, archive): the
     same campaign file except ``[timing] threads`` (recorded in the manifest) and ``[cost]``."""
-    from lab.cli import make_archive
+    from lab.campaigns import make_archive
     from lab.launchers.local import LocalLauncher
     from lab.orchestrator import Orchestrator
     from lab.protocol import load_protocol, lock

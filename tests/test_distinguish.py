@@ -45,12 +45,12 @@ def _rows(vid, batch, durations):
 def test_summary_flags_per_pair_not_against_everything():
     s = summarize(_rows("v-1", 1, BATCH1) + _rows("v-4", 4, BATCH4)
                   + _rows("v-8", 8, [23.0, 24.0, 24.9, 26.0, 27.5]))
-    by = {v["variant_id"]: v for v in s}
+    by = {v.variant_id: v for v in s}
     # old rule: batch 4's 64.6 s spread made every pair "not distinguished"
-    assert by["v-1"]["does_not_distinguish_from"] == ["v-8"]
-    assert by["v-4"]["does_not_distinguish"] is False
-    assert {p["other"] for p in by["v-4"]["pairs"]} == {"v-1", "v-8"}
-    assert all(p["distinguished"] for p in by["v-4"]["pairs"])
+    assert by["v-1"].does_not_distinguish_from == ("v-8",)
+    assert by["v-4"].does_not_distinguish is False
+    assert {p["other"] for p in by["v-4"].pairs} == {"v-1", "v-8"}
+    assert all(p["distinguished"] for p in by["v-4"].pairs)
 
 
 def test_decision_note_judges_the_pair_it_tie_breaks():
@@ -59,8 +59,8 @@ def test_decision_note_judges_the_pair_it_tie_breaks():
     s = summarize(_rows("v-1", 1, [10.0, 10.1, 10.2, 10.3, 10.4])
                   + _rows("v-4", 4, [11.0, 11.1, 11.2, 11.3, 11.4])
                   + _rows("v-16", 16, [9.0, 9.5, 12.5, 13.0, 14.0]))
-    by = {v["variant_id"]: v for v in s}
-    assert by["v-1"]["does_not_distinguish_from"] == ["v-16"]  # flagged, but not against v-4
+    by = {v.variant_id: v for v in s}
+    assert by["v-1"].does_not_distinguish_from == ("v-16",)  # flagged, but not against v-4
     note = decision_note(s, {"name": "t", "question": "q"},
                          {"catalog_path": None, "gpu": "rtx-4090", "days": 7, "lots": 1})
     assert "**Chosen: batch 1**" in note and "lower median (10.200 s vs 11.200 s)" in note

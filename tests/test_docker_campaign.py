@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.launchers.docker import DockerLauncher, read_pins
+from lab.host import read_pins
+from lab.launchers.docker import DockerLauncher
 from lab.orchestrator import Orchestrator
 from lab.protocol import load_protocol, lock
 

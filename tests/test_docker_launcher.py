@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.launchers.docker import DockerLauncher, iter_lines, read_pins, unreadable_for
+from lab.host import read_pins
+from lab.launchers.docker import DockerLauncher, iter_lines, unreadable_for
 from lab.passes.events import EXIT_OK, parse_event
 from lab.passes.spec import PassSpec
 from lab.variants import Variant

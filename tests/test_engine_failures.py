@@ -73,9 +73,9 @@ def test_real_host_oom_leaves_a_row_with_items_completed(tmp_path, model_dir):
     # nothing retried with a smaller batch: exactly one attempt per planned slot
     assert len(orch.journal.attempts()) == 2
     # memory decides feasibility before cost: batch 8 is excluded from the comparison, with the reason
-    summary = {s["batch_size"]: s for s in build_report(orch.dir)["summary"]}
-    assert summary[1]["feasible"] is True
-    assert summary[8]["feasible"] is False and "OOM in 1 of 1" in summary[8]["infeasible_reason"]
+    summary = {s.batch_size: s for s in build_report(orch.dir)["summary"]}
+    assert summary[1].feasible is True
+    assert summary[8].feasible is False and "OOM in 1 of 1" in summary[8].infeasible_reason
     note = (orch.dir / "report" / "decision_note.md").read_text()
     excluded = note.split("## Excluded configurations", 1)[1].split("## Decision", 1)[0]
     assert "batch 8" in excluded and "batch 1" not in excluded
@@ -130,6 +130,6 @@ def test_killed_campaign_resumes_and_keeps_the_interrupted_row(tmp_path, model_d
     report = build_report(orch.dir)
     assert report["rows"] == 3
     assert "interrupted" in [e["kind"] for e in orch.journal.events_since(0)]
-    summary = {s["variant_id"]: s for s in report["summary"]}
+    summary = {s.variant_id: s for s in report["summary"]}
     first = summary[attempts[0]["variant_id"]]
-    assert first["failures"] == 1 and first["successes"] == 1
+    assert first.failures == 1 and first.successes == 1

@@ -65,7 +65,7 @@ def test_unreadable_archives_are_one_line_errors(tmp_path):
 
 
 def test_pass_folder_without_row_fails_verification(small_campaign, tmp_path):
-    from lab.cli import make_archive
+    from lab.campaigns import make_archive
 
     good = make_archive(small_campaign.dir)
     bad = tmp_path / "bad.tar.gz"

@@ -10,7 +10,7 @@ import tarfile
 import pytest
 
 from lab.archive import ArchiveError, extract, verify
-from lab.cli import make_archive
+from lab.campaigns import make_archive
 from lab.report.raw_table import COLUMNS
 
 

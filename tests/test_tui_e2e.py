@@ -53,11 +53,8 @@ def statuses(app) -> dict:
 
 @pytest.fixture()
 def runs(tmp_path, monkeypatch):
-    import lab.cli
-
     root = tmp_path / "runs"
     monkeypatch.setenv("ITERALAB_RUNS", str(root))
-    monkeypatch.setattr(lab.cli, "RUNS_ROOT", root)
     return root
 
 
@@ -80,15 +77,15 @@ def test_start_quit_reattach_live_failure_results_and_archive(tmp_path, runs):
     campaign_dir = asyncio.run(first_ui())
     st = campaign_status(campaign_dir)
     assert st["state"] == "running" and st["alive"], st["state"]
-    pid = st["orchestrator"]["pid"]
-    assert orchestrator_alive({"pid": pid})  # quitting the UI did not stop the campaign
+    running = dict(st["orchestrator"])  # pid and process start time, as the journal recorded them
+    assert orchestrator_alive(running)  # quitting the UI did not stop the campaign
 
     async def second_ui():
         app = make_app(campaign_file, limit)
         async with app.run_test(size=(80, 24)) as pilot:
             assert app.campaign_dir == campaign_dir  # re-attached from the journal on start
             await wait_for(pilot, lambda: app.snapshot and app.snapshot.status, 10, "the journal snapshot")
-            assert app.snapshot.status["orchestrator"]["pid"] == pid
+            assert app.snapshot.status["orchestrator"]["pid"] == running["pid"]
             await wait_for(pilot, lambda: "ok" in statuses(app).values(), 120, "a pass to complete")
             await wait_for(pilot, lambda: app.failures_seen, 120, "the batch-8 failure")
             fail = app.failures_seen[0]
@@ -104,11 +101,11 @@ def test_start_quit_reattach_live_failure_results_and_archive(tmp_path, runs):
             await pilot.press("5")
             results = app.screen
             await wait_for(pilot, lambda: getattr(results, "summary", None), 120, "the results")
-            by_batch = {v["batch_size"]: v for v in results.summary}
-            assert len(by_batch[1]["durations_s"]) == 1 and by_batch[1]["durations_s"][0] > 0
-            assert by_batch[1]["successes"] == 1 and by_batch[1]["accepted_passes"] == 1
-            assert by_batch[8]["failures"] == 1 and by_batch[8]["failure_kinds"] == ["oom"]
-            assert by_batch[8]["feasible"] is False
+            by_batch = {v.batch_size: v for v in results.summary}
+            assert len(by_batch[1].durations_s) == 1 and by_batch[1].durations_s[0] > 0
+            assert by_batch[1].successes == 1 and by_batch[1].accepted_passes == 1
+            assert by_batch[8].failures == 1 and by_batch[8].failure_kinds == ("oom",)
+            assert by_batch[8].feasible is False
 
             await pilot.press("7")
             archive = app.screen
@@ -120,4 +117,4 @@ def test_start_quit_reattach_live_failure_results_and_archive(tmp_path, runs):
             line = str(archive.query_one("#scp-line").render())
             assert line.startswith("scp ") and line.endswith(f":{a['path']} .")
     asyncio.run(second_ui())
-    assert not orchestrator_alive({"pid": pid})
+    assert not orchestrator_alive(running)  # that orchestrator finished and exited

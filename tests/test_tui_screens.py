@@ -45,11 +45,8 @@ def text_of(app, selector: str) -> str:
 
 @pytest.fixture()
 def runs(tmp_path, monkeypatch):
-    import lab.cli
-
     root = tmp_path / "runs"
     monkeypatch.setenv("ITERALAB_RUNS", str(root))
-    monkeypatch.setattr(lab.cli, "RUNS_ROOT", root)
     return root
 
 
@@ -164,20 +161,18 @@ def test_runs_screen_not_started_then_live_rows_pause_stop(tmp_path, runs, size)
 
 @pytest.mark.parametrize("size", SIZES)
 def test_results_screen_per_variant(finished, tmp_path, monkeypatch, size):
-    import lab.cli
-
     shutil.copytree(finished.parent / "runs", tmp_path / "runs")
-    monkeypatch.setattr(lab.cli, "RUNS_ROOT", tmp_path / "runs")
+    monkeypatch.setenv("ITERALAB_RUNS", str(tmp_path / "runs"))
 
     async def go():
         app = make_app(finished, start_screen="results")
         async with app.run_test(size=size) as pilot:
             await wait_for(pilot, lambda: getattr(app.screen, "summary", None), 120, "the results")
-            by = {v["batch_size"]: v for v in app.screen.summary}
+            by = {v.batch_size: v for v in app.screen.summary}
             t = text_of(app, "#results-text")
-            d1 = by[1]["durations_s"][0]
+            d1 = by[1].durations_s[0]
             assert f"durations s: {d1:.3f}" in t and f"median {d1:.3f}" in t
-            assert by[1]["successes"] == 1 and by[8]["successes"] == 1
+            assert by[1].successes == 1 and by[8].successes == 1
             assert "accepted (1 of 1 passes)" in t
             assert "peaks: process RSS" in t and "allocated not measured (no GPU)" in t
     asyncio.run(go())
@@ -185,10 +180,8 @@ def test_results_screen_per_variant(finished, tmp_path, monkeypatch, size):
 
 @pytest.mark.parametrize("size", SIZES)
 def test_cost_screen_quote_and_downward_only_deliverables(finished, tmp_path, monkeypatch, size):
-    import lab.cli
-
     shutil.copytree(finished.parent / "runs", tmp_path / "runs")
-    monkeypatch.setattr(lab.cli, "RUNS_ROOT", tmp_path / "runs")
+    monkeypatch.setenv("ITERALAB_RUNS", str(tmp_path / "runs"))
 
     async def go():
         app = make_app(finished, start_screen="cost")
@@ -216,10 +209,8 @@ def test_cost_screen_quote_and_downward_only_deliverables(finished, tmp_path, mo
 
 @pytest.mark.parametrize("size", SIZES)
 def test_archive_screen_assembles_verifies_and_scp_line(finished, tmp_path, monkeypatch, size):
-    import lab.cli
-
     shutil.copytree(finished.parent / "runs", tmp_path / "runs")
-    monkeypatch.setattr(lab.cli, "RUNS_ROOT", tmp_path / "runs")
+    monkeypatch.setenv("ITERALAB_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("SSH_CONNECTION", "203.0.113.9 51000 198.51.100.7 2222")
     monkeypatch.setenv("USER", "alice")
 

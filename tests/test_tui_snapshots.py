@@ -5,8 +5,6 @@ accepts a new rendering after review."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from test_tui_campaigns import CLOCK, FACTS, SAMPLE, demo_copy, synthetic_running_journal
 
@@ -17,35 +15,30 @@ from tui.widgets.telemetry import fixed_telemetry
 
 @pytest.fixture()
 def demo(tmp_path, monkeypatch):
-    import lab.cli
-
     root = tmp_path / "runs"
     monkeypatch.setenv("ITERALAB_RUNS", str(root))
-    monkeypatch.setattr(lab.cli, "RUNS_ROOT", root)
     return demo_copy(tmp_path / "campaign"), root
 
 
 def app_on(f, screen: str) -> IteraLabApp:
+    """The app as a still view: the journal and telemetry are read once (their workers end)."""
     return IteraLabApp(f, telemetry=fixed_telemetry(SAMPLE), environment_probe=lambda: FACTS,
-                       clock=lambda: CLOCK, poll_interval_s=0.1, telemetry_interval_s=3600,
+                       clock=lambda: CLOCK, poll_interval_s=None, telemetry_interval_s=None,
                        start_screen=screen)
 
 
-def until(cond, timeout_s: float = 120):
+def until(cond, rounds: int = 20):
+    """Wait for the app's workers, then for the messages they posted and the refreshes those
+    cause; again while a handler started new workers. No sleeping, no timing assumption."""
     async def run_before(pilot) -> None:
-        t0 = time.monotonic()
-        while not cond(pilot.app) and time.monotonic() - t0 < timeout_s:
-            await pilot.pause(0.1)
-        assert cond(pilot.app), "screen never filled"
-        # then wait until the rendering is stable (column widths settle after the rows arrive,
-        # later on a loaded machine): two exports 0.3 s apart must be equal
-        last = None
-        for _ in range(40):
-            await pilot.pause(0.3)
-            now = pilot.app.export_screenshot()
-            if now == last:
+        app = pilot.app
+        for _ in range(rounds):
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            await pilot.wait_for_scheduled_animations()
+            if cond(app) and all(w.is_finished for w in app.workers):
                 break
-            last = now
+        assert cond(app), "screen never filled"
     return run_before
 
 

@@ -1,6 +1,6 @@
 """IteraGPU Lab's terminal UI: launch, watch, decide, download (keyboard only, 80x24, SSH/tmux).
 
-The campaign runs in a detached orchestrator (``lab.cli.spawn_detached``), never in the
+The campaign runs in a detached orchestrator (``lab.campaigns.start_campaign``), never in the
 UI: the app reads the campaign folder's journal from a thread worker and writes only
 control flags (pause, stop). Quitting the UI or losing SSH leaves the campaign running;
 starting the UI again re-attaches to the journal of the current protocol version.
@@ -8,9 +8,6 @@ starting the UI again re-attaches to the journal of the current protocol version
 
 from __future__ import annotations
 
-import contextlib
-import io
-import os
 import threading
 import time
 from pathlib import Path
@@ -23,6 +20,9 @@ from textual.keys import _character_to_key
 from textual.widgets import Input
 from textual.worker import get_current_worker
 
+from lab.campaigns import (USER_ERRORS, campaign_dir_of, campaign_name_of, request_control, runs_root,
+                           start_campaign)
+from lab.status import CampaignState
 from tui.messages import (CampaignSnapshot, CampaignStarted, ControlSent, PassFailed,
                           TelemetrySample)
 from tui.screens.archive_screen import ArchiveScreen
@@ -72,38 +72,13 @@ def nap(worker, seconds: float) -> None:
         time.sleep(min(0.1, max(0.0, end - time.monotonic())))
 
 
-def runs_root() -> Path:
-    """Where campaign folders live (lab.cli.RUNS_ROOT, read at call time)."""
-    import lab.cli
-
-    return Path(lab.cli.RUNS_ROOT)
-
-
-def campaign_dir_of(campaign_file: Path) -> Path | None:
-    """The folder of the file's current locked version when it holds a journal, else None."""
-    from lab.orchestrator import campaign_dir_for
-    from lab.protocol import ProtocolError, load_protocol, locked_version
-
-    try:
-        proto = load_protocol(campaign_file)
-        d = campaign_dir_for(proto, locked_version(proto), runs_root())
-    except ProtocolError:
-        return None
-    return d if (d / "journal.sqlite").exists() else None
-
-
-def campaign_name_of(campaign_file: Path) -> str:
-    """[campaign] name of the file, or the file name when it cannot be read."""
-    from lab.protocol import ProtocolError, load_protocol
-
-    try:
-        return load_protocol(campaign_file).name
-    except ProtocolError:
-        return Path(campaign_file).name
-
-
 class IteraLabApp(App):
-    """The app. ``clock``, ``telemetry`` and ``environment_probe`` are injectable (tests)."""
+    """The app. ``clock``, ``telemetry`` and ``environment_probe`` are injectable (tests).
+
+    ``poll_interval_s`` / ``telemetry_interval_s``: seconds between journal reads / telemetry
+    samples; None reads once and ends the worker (a still view: snapshot tests wait for the
+    app's workers to complete instead of polling).
+    """
 
     CSS_PATH = "app.tcss"
     TITLE = "IteraGPU Lab"
@@ -114,8 +89,9 @@ class IteraLabApp(App):
 
     def __init__(self, campaign_file: Path, *, launcher: str = "auto", memory_limit: int | None = None,
                  clock: Callable[[], float] = time.time, telemetry: TelemetrySource | None = None,
-                 environment_probe: Callable[[], dict] | None = None, poll_interval_s: float = 0.3,
-                 telemetry_interval_s: float = 1.0, start_screen: str = "runs") -> None:
+                 environment_probe: Callable[[], dict] | None = None,
+                 poll_interval_s: float | None = 0.3, telemetry_interval_s: float | None = 1.0,
+                 start_screen: str = "runs") -> None:
         super().__init__()
         self.campaign_file = Path(campaign_file).resolve()
         self.launcher = launcher
@@ -156,7 +132,7 @@ class IteraLabApp(App):
 
     def environment_facts(self, refresh: bool = False) -> dict:
         """Environment facts (cached; call from a thread worker: probing takes seconds)."""
-        from tui.screens.environment_screen import collect_environment
+        from lab.views import collect_environment
 
         with self._facts_lock:
             if self._facts is None or refresh:
@@ -211,10 +187,12 @@ class IteraLabApp(App):
                 sig = (st["state"], st["alive"], feed.last_event_id, r["log_tail"],
                        tuple((a["pass_id"], a["status"], a["items_completed"], a["validation"] is None)
                              for a in st["attempts"]))
-            running = bool(snap.status and snap.status["state"] == "running")
+            running = bool(snap.status and snap.status["state"] == CampaignState.RUNNING)
             if sig != last_sig or self.snapshot is None or (running and time.monotonic() - last_post > 1):
                 last_sig, last_post = sig, time.monotonic()
                 self.post_message(snap)
+            if self.poll_interval_s is None:
+                break
             nap(worker, self.poll_interval_s)
         if feed is not None:
             feed.close()
@@ -243,6 +221,8 @@ class IteraLabApp(App):
                 self.post_message(TelemetrySample(source()))
             except Exception as exc:  # a broken counter is shown, never fatal
                 self.post_message(TelemetrySample({"error": f"{type(exc).__name__}: {exc}"}))
+            if self.telemetry_interval_s is None:
+                break
             nap(worker, self.telemetry_interval_s)
 
     def on_telemetry_sample(self, msg: TelemetrySample) -> None:
@@ -254,30 +234,10 @@ class IteraLabApp(App):
     @work(thread=True, exclusive=True, exit_on_error=False, group="control")
     def start_campaign(self) -> None:
         """Lock when never locked, then spawn the detached orchestrator (resumes when paused)."""
-        from lab.cli import CliError, spawn_detached
-        from lab.orchestrator import campaign_dir_for
-        from lab.protocol import ProtocolError, load_protocol, lock, locked_version, read_lock
-        from lab.status import campaign_status
-
         try:
-            proto = load_protocol(self.campaign_file)
-            note = ""
-            if not read_lock(self.campaign_file):
-                v = lock(proto)
-                note = f"protocol locked as version {v['version']} (sha256 {v['sha256'][:12]}); "
-            v = locked_version(proto)
-            d = campaign_dir_for(proto, v, runs_root())
-            if (d / "journal.sqlite").exists():
-                st = campaign_status(d)
-                if st["alive"]:
-                    raise CliError(f"already running (orchestrator pid {st['orchestrator'].get('pid')})")
-                if st["state"] == "finished":
-                    raise CliError("this protocol version is finished; see 5 Results")
-            buf = io.StringIO()
-            with contextlib.redirect_stdout(buf):
-                spawn_detached(self.campaign_file, self.launcher, self.memory_limit)
-            self.post_message(CampaignStarted(d, note + buf.getvalue().strip()))
-        except (ProtocolError, CliError, OSError) as exc:
+            d, note = start_campaign(self.campaign_file, self.launcher, self.memory_limit)
+            self.post_message(CampaignStarted(d, note))
+        except (*USER_ERRORS, OSError) as exc:
             self.post_message(CampaignStarted(None, "", f"cannot start: {exc}"))
 
     def on_campaign_started(self, msg: CampaignStarted) -> None:
@@ -290,17 +250,11 @@ class IteraLabApp(App):
     @work(thread=True, exit_on_error=False, group="control-flag")
     def send_control(self, flag: str) -> None:
         """Write the pause or stop flag to the journal (the orchestrator reads it)."""
-        from lab.journal import Journal
-
         d = self.campaign_dir
         if d is None:
             self.post_message(ControlSent(flag, "no campaign running for this protocol version"))
             return
-        j = Journal(d / "journal.sqlite")
-        try:
-            j.set_control(flag, True)
-        finally:
-            j.close()
+        request_control(d, flag)
         self.post_message(ControlSent(flag))
 
     def on_control_sent(self, msg: ControlSent) -> None:
@@ -311,14 +265,11 @@ class IteraLabApp(App):
                         if msg.flag == "pause" else "stop requested: the current pass is stopped now")
 
 
-def run_app(campaign_file: Path) -> int:
-    """Run the UI on ``campaign_file`` (called by `iteralab up`); returns the exit status.
+def run_app(campaign_file: Path, launcher: str = "auto", memory_limit: int | None = None) -> int:
+    """Run the UI on ``campaign_file`` (``python -m tui``); returns the exit status.
 
-    ITERALAB_LAUNCHER (auto/local/docker) and ITERALAB_MEMORY_LIMIT (bytes per pass) set
-    how passes are launched.
+    ``launcher``: auto, local or docker; ``memory_limit``: bytes per pass (None: no limit).
     """
-    limit = os.environ.get("ITERALAB_MEMORY_LIMIT")
-    app = IteraLabApp(Path(campaign_file), launcher=os.environ.get("ITERALAB_LAUNCHER", "auto"),
-                      memory_limit=int(limit) if limit else None)
+    app = IteraLabApp(Path(campaign_file), launcher=launcher, memory_limit=memory_limit)
     app.run()
     return app.return_code or 0

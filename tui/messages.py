@@ -115,7 +115,7 @@ class ControlSent(Message):
 
 
 class ResultsReady(Message):
-    """``build_report`` output: ``summary`` (one dict per variant) and the report folder."""
+    """``build_report`` output: ``summary`` (one ``VariantSummary`` per variant) and the report folder."""
 
     def __init__(self, report: dict | None, error: str = "") -> None:
         super().__init__()

@@ -32,4 +32,4 @@ def list_archives(root: str | Path) -> list[Path]:
     return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
 
 
-__all__ = ["Comparison", "CompareError", "compare_archives", "compare_to_folder", "list_archives"]
+__all__ = ["CompareError", "Comparison", "compare_archives", "compare_to_folder", "list_archives"]

@@ -94,7 +94,7 @@ def check_comparable(evidence: list[Evidence]) -> dict:
     if not common:
         raise CompareError("not comparable: no variant (content id) is in every archive; run the "
                            "same campaign file's series on each rental")
-    missing = {e.name: [v for v in i if v not in common] for e, i in zip(evidence, ids)}
+    missing = {e.name: [v for v in i if v not in common] for e, i in zip(evidence, ids, strict=True)}
     return {"corpus_sha256": corpus_sha256(first), "model": (first.manifest.get("model") or {}),
             "quality": first.campaign.get("quality"), "timing": json.loads(timing_rule(first)),
             "common_variants": common, "missing": {k: v for k, v in missing.items() if v}}

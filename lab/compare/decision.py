@@ -57,9 +57,11 @@ def _rank(p: Projection, sizing) -> tuple:
 def _winner_at(cands: list[Projection], catalog: Catalog, load: int, hours_available, max_lots):
     best = None
     for p in cands:
-        s = cheapest_covering(catalog, p.gpu, lambda k, p=p: lot_hours(p.setup_s, p.items_per_s_worst,
-                                                                        load, k),
-                              hours_available, max_lots)
+        def hours(k: int, p: Projection = p) -> float:
+            assert p.setup_s is not None and p.items_per_s_worst is not None  # eligible: measured
+            return lot_hours(p.setup_s, p.items_per_s_worst, load, k)
+
+        s = cheapest_covering(catalog, p.gpu, hours, hours_available, max_lots)
         if s is not None and (best is None or _rank(p, s) < _rank(*best)):
             best = (p, s)
     return best
@@ -143,7 +145,7 @@ def compare_archives(archives: list[str | Path], load_items: int, *, deadline: s
                         "(pass --catalog FILE to use another)")
     projections = []
     tags = [f"{host_letter(i)} {str(ev.cost.get('gpu', 'rtx-4090')).lower()}" for i, ev in enumerate(evidence)]
-    for ev, tag in zip(evidence, tags):
+    for ev, tag in zip(evidence, tags, strict=True):
         by_id = {v["variant_id"]: v for v in ev.summary}
         for vid in identity["common_variants"]:
             projections.append(project(ev, by_id[vid], catalog, load_items, hours_available, max_lots,
@@ -155,10 +157,10 @@ def compare_archives(archives: list[str | Path], load_items: int, *, deadline: s
     cross = []
     for vid in identity["common_variants"]:
         ps = [p for p in projections if p.variant_id == vid]
-        for i, a in enumerate(ps):
-            for b in ps[i + 1:]:
-                v = compare_durations(list(a.durations_s), list(b.durations_s))
-                cross.append({"variant": a.label, "a": a.host, "b": b.host, **v.to_json()})
+        for i, pa in enumerate(ps):
+            for pb in ps[i + 1:]:
+                v = compare_durations(list(pa.durations_s), list(pb.durations_s))
+                cross.append({"variant": pa.label, "a": pa.host, "b": pb.host, **v.to_json()})
     chosen = cands[0] if cands else None
     motivation: list[str] = []
     change: list[str] = []
@@ -166,12 +168,14 @@ def compare_archives(archives: list[str | Path], load_items: int, *, deadline: s
         motivation.append("no configuration is accepted, feasible and covered by a package before "
                           "the deadline: commit no package on this evidence")
     else:
+        assert chosen.sizing is not None  # eligible configurations are sized
         q = chosen.sizing.quote
         motivation.append(f"{len(cands)} eligible configuration(s); chosen for the lowest committed "
                           f"budget ({q.committed_budget:.2f} {q.currency}), then fewer failures, "
                           "then throughput")
         if len(cands) > 1:
             nxt = cands[1]
+            assert nxt.sizing is not None
             nq = nxt.sizing.quote
             v = compare_durations(list(chosen.durations_s), list(nxt.durations_s))
             if q.committed_budget < nq.committed_budget:
@@ -197,7 +201,7 @@ def compare_archives(archives: list[str | Path], load_items: int, *, deadline: s
                            "threads": e.threads, "gpu": e.cost.get("gpu", "rtx-4090"),
                            "files_checked": e.files_checked, "cost": e.cost,
                            "driver": (e.manifest.get("gpu") or {}).get("driver")}
-                          for e, tag in zip(evidence, tags))
+                          for e, tag in zip(evidence, tags, strict=True))
     return Comparison(archives_info, identity, tuple(projections), load_items, start, dl,
                       hours_available, max_lots, catalog.path, chosen, tuple(motivation),
                       tuple(cross), tuple(change), tuple(path))

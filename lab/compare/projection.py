@@ -96,7 +96,7 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
     vid = variant["variant_id"]
     rows = [r for r in ev.raw_rows if r["variant_id"] == vid]
     ok = [r for r in rows if r["status"] == "ok" and _f(r.get("items_per_s"))]
-    rates = [_f(r["items_per_s"]) for r in ok]
+    rates: list[float] = [x for r in ok if (x := _f(r["items_per_s"]))]
     setups = [sum(_f(r.get(f"{p}_s")) or 0.0 for p in ("startup", "model_load", "warmup")) for r in ok]
     cost = ev.cost
     gpu = str(cost.get("gpu", "rtx-4090")).strip().lower()
@@ -133,6 +133,7 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
     if not rates:
         why.append(f"failures: no successful pass with a throughput ({len(rows)} attempted)")
     elif q is not None:
+        assert worst_rate is not None and setup_s is not None  # rates (so setups) not empty
         sizing = cheapest_covering(catalog, gpu, lambda lots: lot_hours(setup_s, worst_rate, load_items, lots),
                                    hours_available, max_lots)
         if sizing is None:
@@ -148,7 +149,8 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
         failures=variant.get("failures", 0), failure_kinds=tuple(variant.get("failure_kinds") or ()),
         durations_s=tuple(variant.get("durations_s") or ()), median_s=variant.get("median_s"),
         min_s=variant.get("min_s"), max_s=variant.get("max_s"), items_per_s_median=med_rate,
-        items_per_s_worst=worst_rate, items_per_s_best=max(rates) if rates else None, setup_s=setup_s, cards_measured=cards, cards_note=cards_note,
+        items_per_s_worst=worst_rate, items_per_s_best=max(rates) if rates else None, setup_s=setup_s,
+        cards_measured=cards, cards_note=cards_note,
         archive_quote=q, cost_per_validated_corpus=per_corpus, load_items=load_items,
         hours_median=h_med, hours_worst=h_worst, sizing=sizing,
         cost_per_million_items=per_million, exclusions=tuple(why))

@@ -67,15 +67,17 @@ def decision_markdown(c: Comparison) -> str:
     if c.chosen is None:
         out += ["**Decision: none.** " + c.motivation[0] + ".", ""]
     else:
-        p, q = c.chosen, c.chosen.sizing.quote
+        p, sizing = c.chosen, c.chosen.sizing
+        assert sizing is not None  # a chosen configuration is one that was sized
+        q = sizing.quote
         out += [f"**Decision: host {p.host} ({p.hardware}, archive {p.archive}), {p.label}: "
                 f"{q.days}-day package x "
                 f"{q.lots} lot(s) of {q.gpu_name} ({q.total_cards} card(s)), committed budget "
                 f"{q.committed_budget:.2f} {q.currency}, covering the declared load of "
                 f"{c.load_items} items.**", "",
                 "**Motivation.** " + "; ".join(c.motivation) + ".", "",
-                f"- Worst-case hours per lot: {_h(p.sizing.hours_needed)} of "
-                f"{_h(p.sizing.hours_allowed)} allowed; at the median pass: {_h(p.hours_median)} "
+                f"- Worst-case hours per lot: {_h(sizing.hours_needed)} of "
+                f"{_h(sizing.hours_allowed)} allowed; at the median pass: {_h(p.hours_median)} "
                 f"for the whole load on one lot.",
                 f"- Cost per million items: {p.cost_per_million_items:.2f} {q.currency}.",
                 f"- {p.cards_note}.", ""]
@@ -103,7 +105,7 @@ def decision_markdown(c: Comparison) -> str:
                 for k, v in ident["missing"].items()] + [""]
     out += ["## Configurations", ""]
     for p in c.projections:
-        q = p.archive_quote
+        aq = p.archive_quote
         out += [f"### {p.key}", "",
                 f"- Hardware: {p.hardware}; {p.cards_note}",
                 f"- Quality: {p.verdict}; successes {p.successes}, failures {p.failures}"
@@ -114,11 +116,11 @@ def decision_markdown(c: Comparison) -> str:
                 f"- Throughput: median pass {p.items_per_s_median or 0:.2f} items/s, worst pass "
                 f"{p.items_per_s_worst or 0:.2f} items/s" if p.items_per_s_median else
                 "- Throughput: not measured (no successful pass)",
-                (f"- Archive's package: {q.gpu_name} {q.days} days x {q.lots} lot(s), committed "
-                 f"{q.committed_budget:.2f} {q.currency}; cost per validated corpus "
-                 + (f"{p.cost_per_validated_corpus:.2f} {q.currency}"
+                (f"- Archive's package: {aq.gpu_name} {aq.days} days x {aq.lots} lot(s), committed "
+                 f"{aq.committed_budget:.2f} {aq.currency}; cost per validated corpus "
+                 + (f"{p.cost_per_validated_corpus:.2f} {aq.currency}"
                     if p.cost_per_validated_corpus is not None else "undefined (no accepted corpus)"))
-                if q else "- Archive's package: not priced",
+                if aq else "- Archive's package: not priced",
                 f"- Projection: {_h(p.hours_median)} at the median pass, {_h(p.hours_worst)} at the "
                 "worst pass (one lot, without setup)"]
         if p.sizing:

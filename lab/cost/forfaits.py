@@ -396,14 +396,15 @@ def _jsonable(obj):
 def _package_json(catalog: Catalog, gpu: str, days: int, window: Window | None,
                   lots: int) -> dict:
     row = catalog.row(gpu, days)
+    price = row.price_per_lot if row else None
     item = {"gpu": gpu, "days": days, "package_hours": PACKAGE_HOURS[days],
             "in_catalog": row is not None,
-            "price_per_lot": row.price_per_lot if row else None,
+            "price_per_lot": price,
             "cards_per_lot": row.cards_per_lot if row else None,
             "currency": catalog.currency,
             "catalog_version": row.catalog_version if row else None}
     if window is not None:
-        item["coverage"] = asdict(coverage(window, days, item["price_per_lot"], lots))
+        item["coverage"] = asdict(coverage(window, days, price, lots))
     return item
 
 

@@ -26,7 +26,7 @@ def pooled_features(texts: list[str], tokenizer, encoder, batch_size: int = 32,
     import torch
 
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    feats = [None] * len(texts)
+    feats: list = [None] * len(texts)
     with torch.inference_mode():
         for s in range(0, len(order), batch_size):
             idx = order[s:s + batch_size]
@@ -65,7 +65,7 @@ def build_demo_model(tuning_path: str | Path, out_dir: str | Path) -> dict:
 
     cfg = AutoConfig.from_pretrained(str(src), num_labels=len(labels),
                                      id2label=dict(enumerate(labels)),
-                                     label2id={l: i for i, l in enumerate(labels)},
+                                     label2id={name: i for i, name in enumerate(labels)},
                                      architectures=["BertForSequenceClassification"])
     clf = AutoModelForSequenceClassification.from_config(cfg)
     missing = clf.bert.load_state_dict(encoder.state_dict(), strict=True)

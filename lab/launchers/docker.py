@@ -27,30 +27,18 @@ import uuid
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from lab.host import (IMAGE_KEYS, NO_DRIVER_MARK, TOOLKIT_FIX, detect_vendor, read_pins,
+                      rocm_device_gids)
 from lab.launchers.base import LaunchOutcome, LineSink, limit_reason
 from lab.launchers.gpu_access import gpu_run_kwargs
 from lab.passes.spec import PassSpec
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-PINS_FILE = REPO_ROOT / "images" / "pins.env"
 C_PASS, C_DATA, C_MODEL, C_OUT = "/work/pass", "/data", "/models/model", "/work/out"
 C_SPEC_NAME = "pass.container.json"
 LABEL_PREFIX = "iteralab"
-IMAGE_KEYS = {"cpu": "CPU_IMAGE", "nvidia": "CUDA_IMAGE", "rocm": "ROCM_IMAGE"}
 DEFAULT_MEMORY_FRACTION = 0.9     # of host RAM: a runaway pass cannot take the host down
 DEFAULT_PIDS_LIMIT = 4096         # threads count as pids: tokenizers and torch start many
 DEFAULT_TMPFS_BYTES = 2 << 30     # /tmp inside the read-only container
-
-
-def read_pins(path: Path = PINS_FILE) -> dict[str, str]:
-    """KEY=value pairs of images/pins.env (comments and blank lines skipped)."""
-    out = {}
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith("#") and "=" in line:
-            k, v = line.split("=", 1)
-            out[k.strip()] = v.strip()
-    return out
 
 
 def iter_lines(chunks: Iterable[bytes]) -> Iterator[str]:
@@ -91,12 +79,6 @@ def unreadable_for(path: Path, uid: int, gid: int, limit: int = 3) -> list[str]:
             if len(bad) >= limit:
                 break
     return bad
-
-
-def rocm_device_gids() -> list[int]:
-    """Host group ids owning /dev/kfd and /dev/dri/renderD* (the image's may differ)."""
-    devs = [Path("/dev/kfd"), *sorted(Path("/dev/dri").glob("renderD*"))]
-    return sorted({d.stat().st_gid for d in devs if d.exists()})
 
 
 def _chown_tree(path: Path, uid: int, gid: int) -> None:
@@ -148,13 +130,11 @@ class DockerLauncher:
     def from_environment(cls, mem_limit_bytes: int | None = None, image: str | None = None,
                          vendor: str | None = None, **kw) -> "DockerLauncher":
         """Launcher for this host: engine from DOCKER_HOST (or the default socket), vendor
-        from ITERALAB_GPU_VENDOR or the GPUs found (lab.doctor.detect_vendor), image from
+        from ITERALAB_GPU_VENDOR or the GPUs found (lab.host.detect_vendor), image from
         ITERALAB_IMAGE or images/pins.env. Raises RuntimeError with the fix when the
         engine does not answer or the image is not built.
         """
         import docker
-
-        from lab.doctor import detect_vendor
 
         vendor = vendor or os.environ.get("ITERALAB_GPU_VENDOR") or detect_vendor()
         image = image or os.environ.get("ITERALAB_IMAGE") or read_pins()[IMAGE_KEYS[vendor]]
@@ -369,8 +349,6 @@ class DockerLauncher:
             state = container.attrs.get("State", {})
             return self._outcome(container, state, status, stopped.is_set(), why[0] if timed_out.is_set() else "")
         except Exception as exc:  # engine error: a failure row, never an exception
-            from lab.doctor import NO_DRIVER_MARK, TOOLKIT_FIX
-
             note = f"docker error: {type(exc).__name__}: {exc}"[:300]
             if NO_DRIVER_MARK in str(exc):
                 note += "; " + TOOLKIT_FIX

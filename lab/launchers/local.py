@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from lab.files import REPO_ROOT
 from lab.launchers.base import LaunchOutcome, LineSink, limit_reason
 from lab.passes.spec import PassSpec
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class LocalLauncher:

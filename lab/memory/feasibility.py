@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from lab.memory.estimate import EncoderShape, activation_bytes_per_item, bytes_per_element
+from lab.passes.events import PassStatus
 
 DEFAULT_MARGIN_FRACTION = 0.10
 LONG = "long"
@@ -100,9 +101,9 @@ def campaign_feasibility(passes: list[dict], long_bucket: str = LONG) -> dict[st
         by_variant.setdefault(p["variant_id"], []).append(p)
     out = {}
     for vid, rows in by_variant.items():
-        judged = [p for p in rows if p["status"] != "interrupted"]
+        judged = [p for p in rows if p["status"] != PassStatus.INTERRUPTED]
         n_int = len(rows) - len(judged)
-        n_oom = sum(p["status"] == "oom" for p in judged)
+        n_oom = sum(p["status"] == PassStatus.OOM for p in judged)
         incomplete, worst = 0, None
         crash_after_long = 0
         for p in judged:
@@ -112,10 +113,10 @@ def campaign_feasibility(passes: list[dict], long_bucket: str = LONG) -> dict[st
                 if worst is None or lc[0] * worst[1] < worst[0] * lc[1]:
                     worst = lc
             else:
-                short_of_long = p["status"] != "ok" and p.get("items_completed", 0) < p.get("items_total", 0)
-            if short_of_long and p["status"] != "oom":
+                short_of_long = p["status"] != PassStatus.OK and p.get("items_completed", 0) < p.get("items_total", 0)
+            if short_of_long and p["status"] != PassStatus.OOM:
                 incomplete += 1
-            elif not short_of_long and p["status"] in ("error", "killed"):
+            elif not short_of_long and p["status"] in (PassStatus.ERROR, PassStatus.KILLED):
                 crash_after_long += 1
         parts = []
         if n_oom:
@@ -129,7 +130,8 @@ def campaign_feasibility(passes: list[dict], long_bucket: str = LONG) -> dict[st
             parts.append(f"{long_bucket} items not shown complete (no coverage recorded)")
         if feasible:
             if judged:
-                parts.append(f"{len(judged)} pass(es) judged, none ran out of memory or stopped before the {long_bucket} items")
+                parts.append(f"{len(judged)} pass(es) judged, none ran out of memory or stopped before "
+                             f"the {long_bucket} items")
             else:
                 parts.append("no pass judged yet (feasibility not shown, not refuted)")
             if crash_after_long:

@@ -147,6 +147,7 @@ def compare(est, obs: Observation) -> dict:
     Returns {"estimate_term", "observed_counter", "estimate_bytes", "observed_bytes",
     "error_fraction"}; observed_bytes and error_fraction are None when not measured.
     """
+    o: int | None
     if obs.peak_allocated_bytes is not None:
         term, counter, e, o = "total_bytes", "peak_allocated_bytes", est.total_bytes, obs.peak_allocated_bytes
     else:

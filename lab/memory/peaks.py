@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from lab.host import nvml
+
 SCOPES = {
     "peak_allocated_bytes": "torch allocator: tensors on the GPU (max_memory_allocated)",
     "peak_reserved_bytes": "torch caching allocator: memory reserved on the GPU (max_memory_reserved)",
@@ -108,13 +110,14 @@ def device_used_bytes(device: str) -> tuple[int | None, str]:
 def nvml_used_bytes(device: str) -> tuple[int | None, str]:
     """Device-level used memory (all processes) via NVML, or (None, reason)."""
     try:
-        import pynvml
+        pynvml = nvml()
     except ImportError:
         return None, "nvidia-ml-py not installed"
+    except Exception as exc:  # NVML absent on ROCm, or driver mismatch
+        return None, f"NVML unavailable: {type(exc).__name__}"
     from lab.memory.gpu_map import GpuNotMatched, nvml_handle, torch_identity
 
     try:
-        pynvml.nvmlInit()
         handle = nvml_handle(pynvml, torch_identity(device))  # by UUID / PCI id, never by index
         return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used), ""
     except GpuNotMatched as exc:

@@ -4,6 +4,9 @@ Event kinds: ``phase`` (name, state start/end, duration_s), ``progress`` (done, 
 items_per_s), ``oom`` (items_done, message), ``error`` (message), ``result`` (the pass
 result). Launchers (local process or container) turn stdout lines into journal events
 the same way, so a UI cannot tell them apart.
+
+``PassStatus`` is the one definition of a pass's status words (journal rows, raw table,
+result.json, UI); a ``StrEnum``, so JSON and SQLite hold the same plain strings as before.
 """
 
 from __future__ import annotations
@@ -11,12 +14,31 @@ from __future__ import annotations
 import json
 import sys
 import time
+from enum import StrEnum
+
+
+class PassStatus(StrEnum):
+    """Status of one pass attempt (SPEC 2: every attempt is a pass, failures included)."""
+
+    RUNNING = "running"          # started, no end recorded yet
+    OK = "ok"                    # all items predicted (validation is a separate verdict)
+    OOM = "oom"                  # the device ran out of memory (the pass said so, exit 3)
+    ERROR = "error"              # any other failure: crash, bad spec, no result written
+    KILLED = "killed"            # killed for host memory (OOM killer / container limit)
+    INTERRUPTED = "interrupted"  # stopped by the user or by a dead orchestrator; slot run again
+
+
+FAILED = frozenset({PassStatus.OOM, PassStatus.ERROR, PassStatus.KILLED})
+"""Failures the protocol counts against a variant (SPEC 3.6)."""
+FINISHED = FAILED | {PassStatus.OK}
+"""An attempt with one of these fills its schedule slot (an interrupted one does not)."""
 
 EXIT_OK = 0
 EXIT_BAD_SPEC = 2
 EXIT_OOM = 3
 EXIT_ERROR = 4
-EXIT_NAMES = {EXIT_OK: "ok", EXIT_BAD_SPEC: "error", EXIT_OOM: "oom", EXIT_ERROR: "error"}
+EXIT_NAMES = {EXIT_OK: PassStatus.OK, EXIT_BAD_SPEC: PassStatus.ERROR, EXIT_OOM: PassStatus.OOM,
+              EXIT_ERROR: PassStatus.ERROR}
 EVENT_KEY = "iteralab"  # every event line carries {"iteralab": 1, ...}
 
 

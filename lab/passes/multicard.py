@@ -30,12 +30,13 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventWriter
+from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventWriter, PassStatus
 from lab.passes.spec import PassSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PEAK_KEYS = ("peak_allocated_bytes", "peak_reserved_bytes", "process_peak_rss_bytes", "device_used_bytes")
-STATUS_CODES = {"ok": EXIT_OK, "oom": EXIT_OOM}
+STATUS_CODES = {PassStatus.OK: EXIT_OK, PassStatus.OOM: EXIT_OOM}
+CARD_STOPPED = "stopped"  # a card's own status when torchrun or the user stopped it (not a pass status)
 
 
 def _utc() -> str:
@@ -160,20 +161,20 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
             fh.write(line)
             h.update(line.encode("utf-8"))
     statuses = [c["status"] for c in recs]
-    failing = [c for c in recs if c["status"] not in ("ok", "stopped")]
-    if not missing and all(s == "ok" for s in statuses):
-        status = "ok"
-    elif "oom" in statuses:
-        status = "oom"
+    failing = [c for c in recs if c["status"] not in (PassStatus.OK, CARD_STOPPED)]
+    if not missing and all(s == PassStatus.OK for s in statuses):
+        status = PassStatus.OK
+    elif PassStatus.OOM in statuses:
+        status = PassStatus.OOM
     elif failing or missing:
-        status = "error"
+        status = PassStatus.ERROR
     else:
-        status = "interrupted"
-    errors = [f"card {c['rank']}: {c['error']}" for c in failing + [c for c in recs if c["status"] == "stopped"]]
+        status = PassStatus.INTERRUPTED
+    errors = [f"card {c['rank']}: {c['error']}" for c in failing + [c for c in recs if c["status"] == CARD_STOPPED]]
     errors += [f"card {r}: no record written (killed before writing, or on another host)" for r in missing]
     phases = {k: _max(c["phases_s"].get(k) for c in recs)
               for k in ("startup", "model_load", "warmup", "measured", "writing")}
-    if status != "ok":
+    if status != PassStatus.OK:
         phases.pop("measured")
     phases = {k: v for k, v in phases.items() if v is not None}
     items = sum(int(c.get("items_completed") or 0) for c in recs)

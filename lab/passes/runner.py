@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab.diskfull import DiskFull, atomic_write_text
-from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventWriter
+from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventWriter, PassStatus
 from lab.passes.spec import PassSpec
 
 _T_PROCESS = time.perf_counter()
@@ -61,7 +61,7 @@ def write_predictions(path: Path, win, id2label: dict) -> tuple[int, str]:
     h = hashlib.sha256()
     n = 0
     lines = []
-    for item_id, p, c in zip(win.ids, win.pred_index, win.prob):
+    for item_id, p, c in zip(win.ids, win.pred_index, win.prob, strict=True):
         if p is None:
             continue
         line = json.dumps({"id": item_id, "pred": id2label[p], "prob": round(c, 6)},
@@ -78,12 +78,12 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     res: dict = {"pass_id": spec.pass_id, "campaign": spec.campaign, "variant": spec.variant,
-                 "start_time": _utc(), "status": "error", "error": "", "phases_s": {},
+                 "start_time": _utc(), "status": PassStatus.ERROR, "error": "", "phases_s": {},
                  "items_total": None, "items_completed": 0, "pid": os.getpid()}
     phases = res["phases_s"]
     win = None
     sink: dict = {}
-    state = {"done": 0, "t0": None, "total": 0}
+    state: dict = {"done": 0, "t0": None, "total": 0}
     id2label: dict = {}
     device = "cpu"
 
@@ -152,19 +152,19 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
                    padded_tokens=win.padded_tokens, batches=win.batches)
 
         t = time.perf_counter()
-        gold = [(l, id2label[p]) for l, p in zip(win.labels, win.pred_index) if l is not None]
+        gold = [(g, id2label[p]) for g, p in zip(win.labels, win.pred_index, strict=True) if g is not None]
         res["self_accuracy"] = round(sum(a == b for a, b in gold) / len(gold), 6) if gold else None
         phase("evaluation", t)
-        res["status"] = "ok"
+        res["status"] = PassStatus.OK
         code = EXIT_OK
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row
         if isinstance(exc, KeyboardInterrupt):
-            res["status"], code = "interrupted", EXIT_ERROR
+            res["status"], code = PassStatus.INTERRUPTED, EXIT_ERROR
         elif is_oom(exc):
-            res["status"], code = "oom", EXIT_OOM
+            res["status"], code = PassStatus.OOM, EXIT_OOM
             ev.emit("oom", items_done=state["done"], message=str(exc).splitlines()[0][:300])
         else:
-            res["status"], code = "error", EXIT_ERROR
+            res["status"], code = PassStatus.ERROR, EXIT_ERROR
             ev.emit("error", items_done=getattr(exc, "items_done", state["done"]),
                     message=f"{type(exc).__name__}: {exc}"[:300])
         res["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]

@@ -6,6 +6,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from lab.constants import DEFAULT_SEED
+
 
 @dataclass(frozen=True)
 class PassSpec:
@@ -23,7 +25,7 @@ class PassSpec:
     out_dir: str
     warmup_items: int = 16
     warmup_passes: int = 1
-    seed: int = 0
+    seed: int = DEFAULT_SEED
     threads: int = 0
     extra: dict = field(default_factory=dict)
 

@@ -34,7 +34,8 @@ import traceback
 from datetime import timedelta
 from pathlib import Path
 
-from lab.passes.events import EXIT_ERROR, EXIT_OK, EXIT_OOM, EventWriter
+from lab.passes.events import EXIT_ERROR, EXIT_OK, EXIT_OOM, EventWriter, PassStatus
+from lab.passes.multicard import CARD_STOPPED
 from lab.passes.spec import PassSpec
 
 _T_PROCESS = time.perf_counter()
@@ -107,7 +108,7 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
     from lab.passes.runner import is_oom, write_predictions
 
     card: dict = {"rank": rank, "local_rank": local_rank, "world_size": world,
-                  "node_rank": int(os.environ.get("GROUP_RANK", "0")), "status": "error", "error": "",
+                  "node_rank": int(os.environ.get("GROUP_RANK", "0")), "status": PassStatus.ERROR, "error": "",
                   "phases_s": {}, "items_total": None, "items_completed": 0, "positions": []}
     phases, sink, id2label = card["phases_s"], {}, {}
     state = {"done": 0, "batches": 0, "t0": None}
@@ -183,14 +184,14 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
         finally:
             card["peaks"] = tracker.read().to_json()
         card.update(items_completed=win.items_done, n_truncated=win.n_truncated, real_tokens=win.real_tokens,
-                    padded_tokens=win.padded_tokens, batches=win.batches, status="ok")
+                    padded_tokens=win.padded_tokens, batches=win.batches, status=PassStatus.OK)
         code = EXIT_OK
     except BaseException as exc:  # noqa: BLE001 - every failure is recorded on the card
         stop.raise_now = False
         if isinstance(exc, (WorkerStopped, KeyboardInterrupt)):
-            card["status"] = "stopped"
+            card["status"] = CARD_STOPPED
         elif is_oom(exc):
-            card["status"], code = "oom", EXIT_OOM
+            card["status"], code = PassStatus.OOM, EXIT_OOM
             ev.emit("oom", items_done=state["done"], message=str(exc).splitlines()[0][:300])
         else:
             ev.emit("error", items_done=getattr(exc, "items_done", state["done"]),

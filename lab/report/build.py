@@ -33,7 +33,7 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
     """Write report/{raw_table.csv, summary.csv, summary.json, manifest.json, decision_note.md,
     report.html}.
 
-    Returns {"rows": n, "summary": [...], "report_dir": Path}.
+    Returns {"rows": n, "summary": [VariantSummary, ...], "report_dir": Path, "orchestrator": dict}.
     Builds in report.partial/ and swaps it in whole. Raises DiskFull (one line, the partial
     folder removed, the previous report kept) when the disk is full.
     """
@@ -66,13 +66,12 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
 
 def _write_report(out: Path, proto, version: dict, attempts: list[dict], described, launcher_info,
                   campaign_dir: Path) -> dict:
-    from lab.report.decision import decision_note
+    from lab.report.decision import decision_campaign, decision_note, decision_pricing
 
     rows = raw_rows(attempts, proto.name, version["version"], campaign_dir)
     write_raw_table(rows, out / "raw_table.csv")
     summary = summarize(rows, _feasibility(rows, attempts))
     write_summary(summary, out / "summary.csv")
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
 
     launcher = launcher_info or described or {"launcher": sorted({a["launcher"] for a in attempts}) or ["none"]}
     if any(a["launcher"] == "local" for a in attempts):
@@ -98,17 +97,10 @@ def _write_report(out: Path, proto, version: dict, attempts: list[dict], describ
     starts = [a["start_time"] for a in attempts if a["start_time"]]
     ends = [a["end_time"] for a in attempts if a["end_time"]]
     observed = bool(starts and ends) and not cost.get("window_start")
-    pricing = {"catalog_path": cost.get("catalog"), "gpu": cost.get("gpu"),
-               "days": cost.get("days"), "lots": cost.get("lots", 1),
-               "window_start": cost.get("window_start") or (min(starts) if observed else None),
-               "window_end": cost.get("window_end") or (max(ends) if observed else None),
-               "tz": cost.get("tz")}
-    c = proto.config.campaign
-    camp = {"name": proto.name, "question": c.question, "deadline": c.deadline,
-            "deliverables": c.deliverables}
-    note = decision_note(summary, camp, pricing)
+    pricing = decision_pricing(cost, (min(starts), max(ends)) if observed else None)
+    note = decision_note(summary, decision_campaign(proto), pricing)
     backends = sorted({(a["result"] or {}).get("backend", "") for a in attempts} - {""})
-    if pricing["gpu"] and (backends and "cpu" in backends or not backends):
+    if pricing["gpu"] and ((backends and "cpu" in backends) or not backends):
         note += (f"\n\n**Measured hardware differs from the priced package.** The passes ran on "
                  f"{', '.join(backends) or 'no device (no pass got that far)'} (see the manifest), while the "
                  f"quote prices `{pricing['gpu']}`: the durations above say nothing about how that GPU "

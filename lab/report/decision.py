@@ -9,22 +9,53 @@ re-implements the pricing rule.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
+from lab.constants import DEFAULT_LOTS
 from lab.cost.forfaits import (PACKAGE_HOURS, Catalog, Coverage, PricingError, Quote, Window,
                                cost_per_validated_corpus, coverage, format_hours, load_catalog,
                                money, parse_instant, parse_window, quote)
+from lab.report.summary import VariantSummary
 
 UNDEFINED = "undefined: no accepted corpus"
 NO_PACKAGE = "no package declared"
 
 
+def decision_campaign(proto) -> dict:
+    """The ``campaign`` argument of ``decision_note`` from a ``lab.protocol.Protocol``."""
+    c = proto.config.campaign
+    return {"name": proto.name, "question": c.question, "deadline": c.deadline,
+            "deliverables": c.deliverables}
+
+
+def decision_pricing(cost: dict, observed_window: tuple[str, str] | None = None) -> dict:
+    """The ``pricing`` argument of ``decision_note`` from a campaign file's [cost] section (as
+    a dict) or the Cost screen's fields (same keys: catalog, gpu, days, lots, window_start,
+    window_end, tz).
+
+    A key that is absent or blank is None: no gpu or days means no package declared (nothing
+    priced, none invented); lots defaults to lab.constants.DEFAULT_LOTS. With no window_start
+    given, ``observed_window`` (first pass start, last pass end; ISO) stands in for the window.
+    """
+    def given(key: str):
+        v = cost.get(key)
+        return None if v is None or (isinstance(v, str) and not v.strip()) else v
+
+    start, end = given("window_start"), given("window_end")
+    if start is None and observed_window:
+        start, end = observed_window[0], end or observed_window[1]
+    return {"catalog_path": given("catalog"), "gpu": given("gpu"), "days": given("days"),
+            "lots": DEFAULT_LOTS if given("lots") is None else given("lots"),
+            "window_start": start, "window_end": end, "tz": given("tz")}
+
+
 @dataclass(frozen=True)
 class Assessment:
     """One configuration judged against quality, memory, failures, calendar and price."""
-    variant: dict
+    variant: VariantSummary
     quote: Quote | None
     price_missing: str  # "" when quoted, else why no price ("... not in catalog")
     window: Window | None
@@ -43,19 +74,19 @@ class Assessment:
         return not self.exclusions and self.quote is None
 
     def sort_key(self) -> tuple:
-        median = self.variant.get("median_s")
-        return (self.quote.committed_budget, self.variant.get("failures", 0),
+        median = self.variant.median_s
+        assert self.quote is not None, "only eligible (quoted) configurations are ranked"
+        return (self.quote.committed_budget, self.variant.failures,
                 float("inf") if median is None else median)
 
 
-def decision_note(summary: list[dict], campaign: dict, pricing: dict) -> str:
+def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pricing: dict,
+                  variant_pricing: dict[str, dict] | None = None) -> str:
     """Markdown decision note.
 
-    ``summary``: one dict per variant (``variant_id``, ``label``, ``series``,
-    ``durations_s`` [s], ``median_s``/``min_s``/``max_s`` [s or None], ``successes``,
-    ``failures``, ``accepted_passes``, ``quality_verdict``, ``feasible``,
-    ``infeasible_reason``, ``does_not_distinguish``; optional ``pricing`` dict that
-    overrides campaign pricing keys for that variant, e.g. another ``gpu``).
+    ``summary``: one ``VariantSummary`` per variant (a summary.json dict is read with
+    ``VariantSummary.from_json``). ``variant_pricing``: {variant_id: pricing keys} that
+    override ``pricing`` for that variant (e.g. another ``gpu``).
     ``campaign``: ``name``, ``question``, ``deadline`` (ISO or None), ``deliverables``
     (int >= 1, default 1). ``pricing``: ``catalog_path`` (None = shipped catalog),
     ``gpu``, ``days``, ``lots``, ``window_start``/``window_end`` (ISO or None), ``tz``.
@@ -72,10 +103,11 @@ def decision_note(summary: list[dict], campaign: dict, pricing: dict) -> str:
     deadline = campaign.get("deadline")
     deadline_at = parse_instant(deadline, pricing.get("tz"), "deadline") if deadline else None
     catalogs: dict[str | None, Catalog] = {}
-    rows = [_assess(v, {**pricing, **v.get("pricing", {})}, deadline_at, deliverables, catalogs)
-            for v in summary]
+    records = [v if isinstance(v, VariantSummary) else VariantSummary.from_json(v) for v in summary]
+    rows = [_assess(v, {**pricing, **(variant_pricing or {}).get(v.variant_id, {})}, deadline_at,
+                    deliverables, catalogs) for v in records]
     eligible = sorted((a for a in rows if a.eligible), key=Assessment.sort_key)
-    if len({a.quote.currency for a in eligible}) > 1:
+    if len({a.quote.currency for a in eligible if a.quote}) > 1:
         raise PricingError("eligible configurations are priced in mixed currencies: "
                            "use one catalog currency to compare committed budgets")
     checked = " (checked against the end of each campaign window)"
@@ -92,11 +124,11 @@ def decision_note(summary: list[dict], campaign: dict, pricing: dict) -> str:
         out += _config_section(a, deliverables)
     out += ["## Excluded configurations", ""]
     excluded = [a for a in rows if a.exclusions]
-    out += [f"- **{a.variant['label']}** (`{a.variant['variant_id']}`): " + "; ".join(a.exclusions)
+    out += [f"- **{a.variant.label}** (`{a.variant.variant_id}`): " + "; ".join(a.exclusions)
             for a in excluded] or ["- none"]
     unpriced = [a for a in rows if a.unpriced]
     if unpriced and not eligible:
-        names = ", ".join(f"{a.variant['label']}" for a in unpriced)
+        names = ", ".join(a.variant.label for a in unpriced)
         decision = [f"No package declared (the campaign file has no [cost] section), so no committed budget "
                     f"can be compared and none is claimed. {len(unpriced)} configuration(s) pass the quality, "
                     f"memory and failure checks: {names}. Add [cost] (gpu, days, lots) to price them."]
@@ -106,7 +138,7 @@ def decision_note(summary: list[dict], campaign: dict, pricing: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def _assess(v: dict, p: dict, deadline_at: datetime | None, deliverables: int,
+def _assess(v: VariantSummary, p: dict, deadline_at: datetime | None, deliverables: int,
             catalogs: dict) -> Assessment:
     path = p.get("catalog_path")
     if path not in catalogs:
@@ -132,19 +164,19 @@ def _assess(v: dict, p: dict, deadline_at: datetime | None, deliverables: int,
         window = parse_window(p["window_start"], p["window_end"], p.get("tz"))
     cov = coverage(window, days, q.price_per_lot if q else None, q.lots if q else 1) \
         if window is not None and days is not None else None
-    accepted = min(deliverables, 1) if v.get("accepted_passes", 0) >= 1 else 0
+    accepted = min(deliverables, 1) if v.accepted_passes >= 1 else 0
     per_corpus = cost_per_validated_corpus(q.committed_budget, accepted) if q else None
     why = []
     if accepted == 0:
-        why.append(f"quality: {v.get('quality_verdict') or 'no accepted pass'}")
-    if not v.get("feasible", True):
-        why.append(f"memory: {v.get('infeasible_reason') or 'not feasible'}")
-    if v.get("successes", 0) == 0:
-        why.append(f"failures: no successful pass ({v.get('failures', 0)} failed)")
+        why.append(f"quality: {v.quality_verdict or 'no accepted pass'}")
+    if not v.feasible:
+        why.append(f"memory: {v.infeasible_reason or 'not feasible'}")
+    if v.successes == 0:
+        why.append(f"failures: no successful pass ({v.failures} failed)")
     if deadline_at is not None and window is not None and window.end > deadline_at:
         why.append(f"deadline: the campaign window ends {window.end.isoformat()}, after the "
                    f"deadline {deadline_at.isoformat()}")
-    if cov is not None and not cov.covers:
+    if cov is not None and window is not None and not cov.covers:
         extra = money(cov.extra_cost, q.currency) if q else "not in catalog"
         why.append(f"calendar: the {cov.days}-day package ({cov.package_hours} h) does not cover "
                    f"the {format_hours(window)} h campaign window; {cov.extra_periods} extra "
@@ -160,23 +192,23 @@ def _s(value) -> str:
 
 def _config_section(a: Assessment, deliverables: int) -> list[str]:
     v, q = a.variant, a.quote
-    durations = ", ".join(f"{d:.3f}" for d in v.get("durations_s", [])) or "none"
-    lines = [f"### {v['label']} (`{v['variant_id']}`, series {v.get('series', '-')})", "",
-             f"- Quality verdict: {v.get('quality_verdict') or 'none'} "
-             f"({v.get('accepted_passes', 0)} accepted pass(es))",
+    durations = ", ".join(f"{d:.3f}" for d in v.durations_s) or "none"
+    lines = [f"### {v.label} (`{v.variant_id}`, series {v.series or '-'})", "",
+             f"- Quality verdict: {v.quality_verdict or 'none'} "
+             f"({v.accepted_passes} accepted pass(es))",
              f"- Raw durations, measured window, passes ok (s): {durations}",
-             f"- Median / min / max: {_s(v.get('median_s'))} / {_s(v.get('min_s'))} / "
-             f"{_s(v.get('max_s'))}; successes {v.get('successes', 0)}, failures "
-             f"{v.get('failures', 0)}"]
-    if v.get("does_not_distinguish"):
+             f"- Median / min / max: {_s(v.median_s)} / {_s(v.min_s)} / "
+             f"{_s(v.max_s)}; successes {v.successes}, failures "
+             f"{v.failures}"]
+    if v.does_not_distinguish:
         lines.append("- Spread within variants is comparable to the gap between medians: "
                      "the series does not distinguish them")
-    for pair in v.get("pairs", []):
+    for pair in v.pairs:
         lines.append(f"  - against `{pair['other']}`: "
                      f"{'distinguished' if pair['distinguished'] else 'not distinguished'} "
                      f"({pair['reason']})")
-    lines.append("- Memory: feasible" if v.get("feasible", True)
-                 else f"- Memory: infeasible ({v.get('infeasible_reason') or 'no reason given'})")
+    lines.append("- Memory: feasible" if v.feasible
+                 else f"- Memory: infeasible ({v.infeasible_reason or 'no reason given'})")
     if a.window is None:
         lines.append("- Campaign window: not given")
     else:
@@ -236,7 +268,8 @@ def _decision(eligible: list[Assessment], deliverables: int,
                 "committed on this evidence."]
     best = eligible[0]
     v, q = best.variant, best.quote
-    lines = [f"**Chosen: {v['label']}** (`{v['variant_id']}`), {q.days}-day package x {q.lots} "
+    assert q is not None  # eligible configurations are quoted
+    lines = [f"**Chosen: {v.label}** (`{v.variant_id}`), {q.days}-day package x {q.lots} "
              f"lot(s) of {q.gpu_name}, committed budget {money(q.committed_budget, q.currency)}.",
              ""]
     rest = deliverables - best.accepted_deliverables
@@ -251,7 +284,7 @@ def _decision(eligible: list[Assessment], deliverables: int,
     else:
         nxt = eligible[1]
         (b0, f0, m0), (b1, f1, m1) = best.sort_key(), nxt.sort_key()
-        name = f"{nxt.variant['label']}"
+        name = nxt.variant.label
         if b0 < b1:
             why.append(f"lowest committed budget ({money(b0, q.currency)}; next: {name} at "
                        f"{money(b1, q.currency)})")
@@ -260,19 +293,21 @@ def _decision(eligible: list[Assessment], deliverables: int,
         elif m0 < m1:
             why.append(f"same committed budget and failures as {name}; lower median "
                        f"({m0:.3f} s vs {m1:.3f} s)")
-            pair = next((p for p in v.get("pairs", []) if p["other"] == nxt.variant["variant_id"]), None)
+            pair = next((p for p in v.pairs if p["other"] == nxt.variant.variant_id), None)
             if (not pair["distinguished"]) if pair else (
-                    v.get("does_not_distinguish") or nxt.variant.get("does_not_distinguish")):
+                    v.does_not_distinguish or nxt.variant.does_not_distinguish):
                 why.append("but the series does not distinguish these durations, so the "
                            "median tie-break is not evidence of a faster configuration")
         else:
             why.append(f"tied with {name} on budget, failures and median; listed first")
     fastest = min(eligible, key=lambda a: a.sort_key()[2])
     if fastest is not best and fastest.sort_key()[2] < best.sort_key()[2]:
-        why.append(f"the fastest eligible one, {fastest.variant['label']} (median "
-                   f"{_s(fastest.variant.get('median_s'))}), ranks lower on committed budget "
-                   f"({money(fastest.quote.committed_budget, fastest.quote.currency)}) or "
-                   f"failures ({fastest.variant.get('failures', 0)})")
+        fq = fastest.quote
+        assert fq is not None
+        why.append(f"the fastest eligible one, {fastest.variant.label} (median "
+                   f"{_s(fastest.variant.median_s)}), ranks lower on committed budget "
+                   f"({money(fq.committed_budget, fq.currency)}) or "
+                   f"failures ({fastest.variant.failures})")
     if deadline_at is None:
         why.append("no deadline was given")
     elif best.window is None:

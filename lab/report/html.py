@@ -19,8 +19,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from markdown_it import MarkdownIt  # noqa: E402
 
+from lab.passes.events import PassStatus  # noqa: E402
+
 if TYPE_CHECKING:
     from lab.compare.decision import Comparison
+    from lab.report.summary import VariantSummary
 
 FAILED = "#c0392b"
 CSS = """
@@ -68,14 +71,14 @@ def durations_figure(groups: list[tuple[str, list[float], int, list[str]]], titl
     failure kinds)]. Every pass is a point, the median a bar, failures a red X at the top."""
     fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(groups) + 2), 3.6))
     have_fail = False
-    for i, (label, durations, failed, kinds) in enumerate(groups):
+    for i, (_label, durations, failed, kinds) in enumerate(groups):
         if durations:
             ax.scatter([i] * len(durations), durations, s=28, color="#1f77b4", zorder=3,
                        label="pass (measured window)" if i == 0 else None)
             med = sorted(durations)[len(durations) // 2] if len(durations) % 2 else \
                 sum(sorted(durations)[len(durations) // 2 - 1: len(durations) // 2 + 1]) / 2
             ax.hlines(med, i - 0.3, i + 0.3, color="black", linewidth=2, zorder=4,
-                      label="median" if i == 0 else None)
+                      label="median" if i == 0 else "_nolegend_")
         if failed:
             ax.scatter([i], [0.97], marker="X", s=80, color=FAILED, zorder=5,
                        transform=ax.get_xaxis_transform(), clip_on=False,
@@ -105,18 +108,18 @@ def bars_figure(labels: list[str], values: list[float | None], ylabel: str, titl
     ax.bar(xs, vals, color=["#4c72b0" if v is not None else "#ffffff" for v in values],
            edgecolor="#333")
     if lows is not None and highs is not None:
-        for x, v, lo, hi in zip(xs, values, lows, highs):
+        for x, v, lo, hi in zip(xs, values, lows, highs, strict=True):
             if v is not None and lo is not None and hi is not None:
                 ax.errorbar([x], [v], yerr=[[v - lo], [hi - v]], color="black", capsize=4)
-    for x, v in zip(xs, values):
+    for x, v in zip(xs, values, strict=True):
         if v is None:
             ax.annotate("none", (x, 0), ha="center", va="bottom", color=FAILED, fontsize=8)
     if hline:
-        for x, h in zip(xs, hline):
+        for x, h in zip(xs, hline, strict=True):
             if h is not None:
                 ax.hlines(h, x - 0.4, x + 0.4, color=FAILED, linewidth=2,
                           label=hline_label if x == next(i for i, y in enumerate(hline) if y is not None)
-                          else None)
+                          else "_nolegend_")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.set_xticks(xs, labels, rotation=20, ha="right", fontsize=8)
     ax.set_ylabel(ylabel)
@@ -125,21 +128,20 @@ def bars_figure(labels: list[str], values: list[float | None], ylabel: str, titl
     return figure_tag(fig, title)
 
 
-def campaign_report(name: str, summary: list[dict], rows: list[dict], note_md: str) -> str:
+def campaign_report(name: str, summary: list[VariantSummary], rows: list[dict], note_md: str) -> str:
     """report.html of one campaign: the decision note's decision and motivation first, durations
     per variant, throughput, the rest of the note (configurations, exclusions), raw table."""
     from lab.report.raw_table import raw_table
 
-    groups = [(s["label"], list(s["durations_s"]), s["failures"], list(s["failure_kinds"]))
-              for s in summary]
-    rates = {}
+    groups = [(s.label, list(s.durations_s), s.failures, list(s.failure_kinds)) for s in summary]
+    rates: dict[str, list[float]] = {}
     for r in rows:
-        if r.get("status") == "ok" and r.get("items_per_s"):
+        if r.get("status") == PassStatus.OK and r.get("items_per_s"):
             rates.setdefault(r["variant_id"], []).append(float(r["items_per_s"]))
-    labels = [s["label"] for s in summary]
-    med = [s.get("items_per_s_median") for s in summary]
-    lows = [min(rates[s["variant_id"]]) if s["variant_id"] in rates else None for s in summary]
-    highs = [max(rates[s["variant_id"]]) if s["variant_id"] in rates else None for s in summary]
+    labels = [s.label for s in summary]
+    med = [s.items_per_s_median for s in summary]
+    lows = [min(rates[s.variant_id]) if s.variant_id in rates else None for s in summary]
+    highs = [max(rates[s.variant_id]) if s.variant_id in rates else None for s in summary]
     details, sep, decision = note_md.partition("\n## Decision\n")
     sections = [f"<h1>Campaign {html.escape(name)}</h1>",
                 '<div class="decision">' + markdown_html("## Decision\n" + decision if sep else
@@ -169,7 +171,7 @@ def comparison_report(c: "Comparison", md: str, table: pd.DataFrame) -> str:
                 + "</div>",
                 "<h2>Durations per host and variant</h2>",
                 durations_figure([(lbl, list(p.durations_s), p.failures, list(p.failure_kinds))
-                                  for lbl, p in zip(labels, ps)],
+                                  for lbl, p in zip(labels, ps, strict=True)],
                                  "Measured window per pass on the comparison corpus, median marked"),
                 "<h2>Throughput per host</h2>",
                 bars_figure(labels, [p.items_per_s_median for p in ps], "items/s",

@@ -6,11 +6,13 @@ A figure that was not measured is an empty cell, and ``notes`` says why (SPEC 3.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import pandas as pd
+
+from lab.files import sha256_file
+from lab.passes.events import PassStatus
 
 PHASES = ("startup", "model_load", "warmup", "measured", "evaluation", "writing")
 PEAKS = ("peak_allocated_bytes", "peak_reserved_bytes", "process_peak_rss_bytes", "device_used_bytes")
@@ -31,7 +33,7 @@ COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_na
 
 
 def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+    return sha256_file(path) if path.is_file() else ""
 
 
 def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaign_dir: Path) -> list[dict]:
@@ -45,7 +47,8 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
         pred = campaign_dir / "passes" / a["pass_id"] / "predictions.jsonl"
         row = {
             "campaign": campaign, "protocol_version": protocol_version, "pass_id": a["pass_id"],
-            "variant_id": a["variant_id"], "variant_name": v.get("name"), "variant_label": v.get("label"), "series": v.get("series"),
+            "variant_id": a["variant_id"], "variant_name": v.get("name"), "variant_label": v.get("label"),
+            "series": v.get("series"),
             **{k: v.get(k) for k in ("batch_size", "precision", "padding", "max_length", "bucketing",
                                      "attention", "quantization", "compile")},
             "device": r.get("device") or f"{v.get('device')} (not resolved: pass ended first)",
@@ -56,7 +59,7 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
             "attempt": a["attempt"], "launcher": a["launcher"], "start_time": a["start_time"],
             "end_time": a["end_time"], "status": a["status"], "exit_code": a["exit_code"],
             "items_total": a["items_total"], "items_completed": a["items_completed"],
-            "items_per_s": r.get("items_per_s") if a["status"] == "ok" else None,
+            "items_per_s": r.get("items_per_s") if a["status"] == PassStatus.OK else None,
             "n_truncated": r.get("n_truncated"), "real_tokens": r.get("real_tokens"),
             "padded_tokens": r.get("padded_tokens"),
             "predictions_path": str(pred.relative_to(campaign_dir)) if pred.is_file() else "",
@@ -65,7 +68,7 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
         for p in PHASES:
             row[f"{p}_s"] = phases.get(p)
         missing_phases = [p for p in PHASES if phases.get(p) is None]
-        if missing_phases and a["status"] != "running":
+        if missing_phases and a["status"] != PassStatus.RUNNING:
             notes.append(f"no duration for {', '.join(missing_phases)}: pass ended before that phase")
         for k in ("expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids",
                   "ids_match", "format_ok", "coverage_ok", "metric_name", "metric",
@@ -82,7 +85,7 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
             notes.append(f"cards {r['cards_missing']} left no record: their figures are not in this row")
         reasons = peaks.get("reasons") or {}
         why = {reasons[k] for k in PEAKS if k in reasons and peaks.get(k) is None}
-        if not peaks and a["status"] != "running":
+        if not peaks and a["status"] != PassStatus.RUNNING:
             why = {"memory not measured: pass ended before the measured window"}
         notes.extend(f"empty memory cells: {w}" for w in sorted(why))
         if not pred.is_file():

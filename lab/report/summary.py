@@ -12,16 +12,83 @@ everything. Each variant lists the verdict against every other variant of its se
 
 from __future__ import annotations
 
+import json
 import statistics
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import pandas as pd
 
+from lab.passes.events import PassStatus
 from lab.report.distinguish import compare_durations
 
 
-def summarize(rows: list[dict], feasibility: dict | None = None) -> list[dict]:
-    """One dict per variant (in first-seen order). Durations are measured-window seconds of
+@dataclass(frozen=True)
+class VariantSummary:
+    """One variant's results over its passes: the record the decision note, the screens and
+    summary.json/summary.csv share. Durations are measured-window seconds of passes with
+    status ok (raw, in pass order); statistics are None when no pass succeeded; peaks are
+    the largest per-pass figure in bytes, None when never measured (SPEC 3.10).
+    """
+
+    variant_id: str
+    label: str
+    variant_name: str | None = None
+    series: str | None = None
+    batch_size: int | None = None
+    precision: str | None = None
+    bucketing: bool | None = None
+    durations_s: tuple[float, ...] = ()
+    median_s: float | None = None
+    min_s: float | None = None
+    max_s: float | None = None
+    successes: int = 0
+    failures: int = 0
+    failure_kinds: tuple[str, ...] = ()
+    items_per_s_median: float | None = None
+    metric_median: float | None = None
+    accepted_passes: int = 0
+    quality_verdict: str = ""
+    feasible: bool = True
+    infeasible_reason: str = ""
+    peak_rss_bytes_max: int | None = None
+    peak_allocated_bytes_max: int | None = None
+    peak_reserved_bytes_max: int | None = None
+    does_not_distinguish: bool = False
+    does_not_distinguish_from: tuple[str, ...] = ()
+    pairs: tuple[dict, ...] = ()
+    """One verdict per other variant of the series: {"other": variant_id, **PairVerdict.to_json()}
+    (lab.report.distinguish)."""
+
+    def __post_init__(self) -> None:
+        for name in ("durations_s", "failure_kinds", "does_not_distinguish_from", "pairs"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    @property
+    def short_name(self) -> str:
+        """'batch_size=8' from the variant name 'batch/batch_size=8', else the variant id."""
+        return (self.variant_name or self.variant_id).split("/", 1)[-1]
+
+    def to_json(self) -> dict:
+        """Plain dict (tuples as lists): one object of summary.json."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "VariantSummary":
+        """Inverse of ``to_json``. Raises ValueError naming keys that are not fields."""
+        unknown = set(d) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"variant summary: unknown key(s) {', '.join(sorted(unknown))}")
+        return cls(**d)
+
+
+def read_summary(path: Path) -> list[VariantSummary]:
+    """summary.json written by ``write_summary``."""
+    return [VariantSummary.from_json(d) for d in json.loads(Path(path).read_text())]
+
+
+def summarize(rows: list[dict], feasibility: dict | None = None) -> list[VariantSummary]:
+    """One record per variant (in first-seen order). Durations are measured-window seconds of
     passes with status ok; ``failures`` counts every other attempt (oom, error, killed,
     interrupted). ``accepted_passes`` counts rows with corpus_accepted true.
     """
@@ -35,13 +102,13 @@ def summarize(rows: list[dict], feasibility: dict | None = None) -> list[dict]:
     out = []
     for vid in order:
         rs = by[vid]
-        ok = [r for r in rs if r["status"] == "ok" and r.get("measured_s") is not None]
+        ok = [r for r in rs if r["status"] == PassStatus.OK and r.get("measured_s") is not None]
         d = [round(float(r["measured_s"]), 6) for r in ok]
         rates = [float(r["items_per_s"]) for r in ok if r.get("items_per_s")]
         metrics = [r["metric"] for r in rs if r.get("metric") is not None]
         accepted = sum(1 for r in rs if r.get("corpus_accepted") is True)
         first = rs[0]
-        failures = [r for r in rs if r["status"] != "ok"]
+        failures = [r for r in rs if r["status"] != PassStatus.OK]
         if accepted:
             verdict = f"accepted ({accepted} of {len(rs)} passes)"
         else:
@@ -71,7 +138,7 @@ def summarize(rows: list[dict], feasibility: dict | None = None) -> list[dict]:
             "does_not_distinguish": False, "does_not_distinguish_from": [], "pairs": [],
         })
     _flag_indistinct(out)
-    return out
+    return [VariantSummary(**d) for d in out]
 
 
 def _flag_indistinct(summary: list[dict]) -> None:
@@ -86,8 +153,8 @@ def _flag_indistinct(summary: list[dict]) -> None:
                 a["does_not_distinguish_from"].append(b["variant_id"])
 
 
-def summary_table(summary: list[dict]) -> pd.DataFrame:
-    df = pd.DataFrame(summary)
+def summary_table(summary: list[VariantSummary]) -> pd.DataFrame:
+    df = pd.DataFrame([s.to_json() for s in summary], columns=[f.name for f in fields(VariantSummary)])
     df["durations_s"] = df["durations_s"].map(lambda d: " ".join(f"{x:.3f}" for x in d))
     df["does_not_distinguish_from"] = df["does_not_distinguish_from"].map(" ".join)
     df["failure_kinds"] = df["failure_kinds"].map(" ".join)
@@ -95,6 +162,8 @@ def summary_table(summary: list[dict]) -> pd.DataFrame:
     return df
 
 
-def write_summary(summary: list[dict], path: Path) -> Path:
+def write_summary(summary: list[VariantSummary], path: Path) -> Path:
+    """summary.csv at ``path`` and summary.json beside it (same records)."""
     summary_table(summary).to_csv(path, index=False)
+    path.with_suffix(".json").write_text(json.dumps([s.to_json() for s in summary], indent=1, default=str) + "\n")
     return path

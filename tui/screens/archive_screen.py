@@ -1,11 +1,10 @@
-"""Screen 7, Archive: assemble (``lab.cli.make_archive``) and verify (``lab.archive.verify``)
+"""Screen 7, Archive: assemble and verify (``lab.campaigns.assemble_archive``)
 the evidence archive; its path, size, sha256, and the exact `scp` line to run on one's own
 machine, with user, host and port detected (SSH_CONNECTION, $USER, hostname) and editable."""
 
 from __future__ import annotations
 
 import getpass
-import hashlib
 import os
 import shlex
 import socket
@@ -17,6 +16,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Label, Static
 
+from lab.campaigns import assemble_archive
 from tui.messages import ArchiveReady
 from tui.screens.lab_screen import LabScreen
 
@@ -45,22 +45,6 @@ def scp_command(user: str, host: str, port: str, path: str) -> str:
     h = f"[{host}]" if ":" in host else host
     p = f"-P {port} " if port and port != "22" else ""
     return f"scp {p}{user}@{h}:{shlex.quote(path)} ."
-
-
-def assemble(campaign_dir) -> dict:
-    """Pack and verify: {path, size_bytes, sha256, ok, problems, files_checked, rows_checked}."""
-    from lab.archive import verify
-    from lab.cli import make_archive
-
-    path = make_archive(campaign_dir)
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    v = verify(path)
-    return {"path": str(path), "size_bytes": path.stat().st_size, "sha256": h.hexdigest(),
-            "ok": v.ok, "problems": list(v.problems), "files_checked": v.files_checked,
-            "rows_checked": v.rows_checked}
 
 
 class ArchiveScreen(LabScreen):
@@ -94,7 +78,7 @@ class ArchiveScreen(LabScreen):
     @work(thread=True, exclusive=True, exit_on_error=False)
     def assemble(self, campaign_dir) -> None:
         try:
-            self.post_message(ArchiveReady(assemble(campaign_dir)))
+            self.post_message(ArchiveReady(assemble_archive(campaign_dir)))
         except Exception as exc:  # one line; the campaign folder is untouched
             self.post_message(ArchiveReady(None, f"{type(exc).__name__}: {exc}"))
 

@@ -1,11 +1,11 @@
 """Screen 8, Compare: the evidence archives under runs/ (and any the user adds by path),
 the declared load, deadline and window start; builds the same comparison as
-`iteralab compare` (``lab.compare.compare_to_folder``) in a thread worker and shows the
-decision path and the decision; the files land in runs/compare/<UTC time>/."""
+`iteralab compare` (``lab.views.run_comparison`` over ``lab.compare.compare_to_folder``) in a
+thread worker and shows the decision path and the decision; the files land in
+runs/compare/<UTC time>/."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from pathlib import Path
 
 from rich.markup import escape
@@ -15,6 +15,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Label, SelectionList, Static
 
+from lab.views import run_comparison
 from tui.messages import CompareReady
 from tui.screens.lab_screen import LabScreen
 
@@ -22,24 +23,6 @@ FIELDS = (("add", "add archive", "path of another .tar.gz, Enter"),
           ("load", "load (items)", "production load, e.g. 2000000"),
           ("deadline", "deadline", "ISO, e.g. 2026-12-04T09:00+01:00"),
           ("window_start", "window start", "ISO (default: now)"))
-
-
-def run_comparison(archives: list[str], fields: dict, runs_root: Path, now: datetime | None = None) -> dict:
-    """The screen's comparison: {"path", "decision", "files"}. Raises CompareError for a bad
-    load (and what lab.compare.compare_to_folder raises)."""
-    from lab.compare import CompareError, compare_to_folder
-    from lab.compare.tables import decision_markdown
-
-    load = fields.get("load", "").strip().replace(",", "").replace("_", "")
-    if not load.isdigit():
-        raise CompareError(f"load {fields.get('load', '')!r} must be an integer >= 1 (items of the "
-                           "production load)")
-    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
-    c, files = compare_to_folder(archives, int(load), Path(runs_root) / "compare" / stamp,
-                                 deadline=fields.get("deadline") or None,
-                                 window_start=fields.get("window_start") or None)
-    return {"path": list(c.path), "decision": decision_markdown(c),
-            "files": {k: str(v) for k, v in files.items()}}
 
 
 class CompareScreen(LabScreen):

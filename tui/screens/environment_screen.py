@@ -1,10 +1,8 @@
 """Screen 1, Environment: backend, GPUs with memory, driver and runtime, Docker engine and
-image, disk and RAM; problems in plain words with the fix (``lab.doctor``)."""
+image, disk and RAM; problems in plain words with the fix (``lab.views.collect_environment``
+over ``lab.doctor``)."""
 
 from __future__ import annotations
-
-import os
-import shutil
 
 from rich.markup import escape
 from textual import work
@@ -19,39 +17,6 @@ from tui.screens.lab_screen import LabScreen
 
 def _gib(n) -> str:
     return "not measured" if n is None else f"{n / 2**30:.1f} GiB"
-
-
-def collect_environment() -> dict:
-    """Facts for the screen: gpu (lab.manifest.gpu_facts), host RAM/disk/cores, doctor checks.
-
-    Returns {"backend", "gpu", "ram_total_bytes", "ram_available_bytes", "disk_free_bytes",
-    "disk_path", "cpu_cores", "checks": [{"name", "ok", "detail", "fix"}]}.
-    """
-    import psutil
-
-    from lab.manifest import gpu_facts
-
-    gpu = gpu_facts()
-    if gpu["count"] and gpu.get("hip_runtime", "absent") != "absent":
-        backend = "rocm"
-    elif gpu["count"]:
-        backend = "cuda"
-    else:
-        backend = "cpu"
-    from tui.app import runs_root
-
-    root = runs_root()
-    probe = root if root.exists() else root.parent if root.parent.exists() else os.getcwd()
-    vm = psutil.virtual_memory()
-    try:
-        from lab.doctor import doctor
-
-        checks = [c.to_json() for c in doctor(container_test=False)]
-    except ImportError:
-        checks = [{"name": "doctor", "ok": False, "detail": "lab.doctor not available", "fix": ""}]
-    return {"backend": backend, "gpu": gpu, "ram_total_bytes": vm.total,
-            "ram_available_bytes": vm.available, "disk_free_bytes": shutil.disk_usage(probe).free,
-            "disk_path": str(probe), "cpu_cores": os.cpu_count(), "checks": checks}
 
 
 def render_environment(f: dict) -> str:

@@ -1,14 +1,12 @@
 """Screen 3, Plan: series and variants, the rotated schedule, the number of passes, the
-cards per pass, memory feasibility per variant from the memory lab
-(``lab.memory.feasibility.batch_fits``: largest batch per length bucket under the GPU's
-memory, estimate with its margin; without a GPU the estimated peak of the variant's own
-batch against host RAM, since a largest batch of thousands informs no choice), and the
-checks `protocol lock` runs (``lab.preflight.lock_checks``; "cards" refuses a campaign
-that asks for more cards than the host has, in one line)."""
+cards per pass, memory feasibility per variant from the memory lab (``lab.views.build_plan``
+over ``lab.memory.feasibility.batch_fits``: largest batch per length bucket under the GPU's
+memory, estimate with its margin; without a GPU the estimated peak of the variant's own batch
+against host RAM, since a largest batch of thousands informs no choice), and the checks
+`protocol lock` runs (``lab.preflight.lock_checks``; "cards" refuses a campaign that asks for
+more cards than the host has, in one line)."""
 
 from __future__ import annotations
-
-import threading
 
 from rich.markup import escape
 from textual import work
@@ -16,87 +14,10 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
+from lab.protocol import ProtocolError
+from lab.views import build_plan
 from tui.messages import PlanReady
 from tui.screens.lab_screen import LabScreen
-from tui.widgets.pass_table import variant_short
-
-
-_SHAPES: dict = {}
-_SHAPE_LOCK = threading.Lock()  # transformers' lazy imports are not thread-safe
-
-
-def model_shape(model_ref: str):
-    """EncoderShape of a checkpoint (meta device; cached: building it takes seconds)."""
-    from lab.memory.estimate import EncoderShape
-
-    with _SHAPE_LOCK:
-        if model_ref not in _SHAPES:
-            _SHAPES[model_ref] = EncoderShape.from_pretrained(model_ref)
-        return _SHAPES[model_ref]
-
-
-def budget_of(facts: dict) -> tuple[int | None, str]:
-    """(bytes, what): the first GPU's memory, else host RAM (no GPU: host memory is the limit)."""
-    devices = (facts.get("gpu") or {}).get("devices") or []
-    if devices:
-        return int(devices[0]["memory_bytes"]), f"GPU 0 memory ({devices[0]['name']})"
-    if facts.get("ram_total_bytes"):
-        return int(facts["ram_total_bytes"]), "host RAM (no GPU)"
-    return None, "no memory budget known"
-
-
-def build_plan(campaign_file, facts: dict) -> dict:
-    """{variants: [{name, variant_id, label, batch_size, fits: {bucket: max batch}, fits_long}],
-    schedule: [[short names per repetition]], passes, budget_bytes, budget_what, margin, note,
-    cards: [cards per pass], checks: [(name, ok, detail)] of lab.preflight.lock_checks}.
-    Raises ProtocolError on an unusable campaign file."""
-    from lab.protocol import load_protocol
-    from lab.schedule import rotated_schedule
-
-    proto = load_protocol(campaign_file)
-    sched = rotated_schedule(list(proto.variants), proto.timing["repetitions"])
-    reps: dict[int, list[str]] = {}
-    for p in sched:
-        reps.setdefault(p.repetition, []).append(variant_short(p.variant.to_json()))
-    out = {"variants": [], "schedule": [reps[r] for r in sorted(reps)], "passes": len(sched),
-           "series": sorted({v.series for v in proto.variants}), "note": ""}
-    out["cards"] = sorted({v.cards for v in proto.variants})  # refusal: lock check "cards"
-    budget, what = budget_of(facts)
-    out.update(budget_bytes=budget, budget_what=what, margin=None)
-    fits: dict = {}
-    try:
-        from lab.corpus import read_corpus
-        from lab.memory.feasibility import DEFAULT_MARGIN_FRACTION, batch_fits
-
-        longest: dict[str, int] = {}
-        for r in read_corpus(proto.corpus_path):
-            b, n = r.get("bucket"), r.get("n_tokens")
-            if b and n:
-                longest[b] = max(longest.get(b, 0), int(n))
-        shape = model_shape(proto.model_ref)
-        out["margin"] = DEFAULT_MARGIN_FRACTION
-        for v in proto.variants:
-            if budget and longest:
-                fits[v.variant_id] = batch_fits(shape, v.precision, longest, budget, v.max_length,
-                                                v.batch_size)
-    except Exception as exc:  # no model/corpus yet: say why, keep the plan
-        out["note"] = f"memory estimate not available: {type(exc).__name__}: {exc}"[:200]
-    try:
-        from lab.preflight import lock_checks
-
-        out["checks"] = [(c.name, c.ok, c.detail) for c in lock_checks(proto)]
-    except Exception as exc:  # say why, keep the plan
-        out["checks"] = [("lock checks", False, f"{type(exc).__name__}: {exc}"[:200])]
-    for v in proto.variants:
-        f = fits.get(v.variant_id) or {}
-        out["variants"].append({
-            "name": variant_short(v.to_json()), "variant_id": v.variant_id, "label": v.label,
-            "series": v.series, "batch_size": v.batch_size,
-            "fits": {b: x.max_batch_size for b, x in f.items()},
-            "peak_estimate_bytes": {b: x.weights_bytes + v.batch_size * x.activation_bytes_per_item
-                                    for b, x in f.items()},
-            "fits_all": all(x.variant_fits for x in f.values()) if f else None})
-    return out
 
 
 class PlanScreen(LabScreen):
@@ -127,8 +48,6 @@ class PlanScreen(LabScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False)
     def compute(self) -> None:
-        from lab.protocol import ProtocolError
-
         try:
             self.post_message(PlanReady(build_plan(self.app.campaign_file, self.app.environment_facts())))
         except (ProtocolError, ValueError) as exc:
@@ -180,5 +99,6 @@ class PlanScreen(LabScreen):
         mark = {True: "[green]ok[/green]  ", False: "[red]NO[/red]  ", None: "[yellow]--[/yellow]  "}
         checks = ["[b]Checks at lock[/b] (`protocol lock` refuses on NO)"]
         # every "[" escaped: rich's escape() leaves upper-case tags such as [PAD] as markup
-        checks += ["  " + mark[ok] + f"{name}: {detail}".replace("[", "\\[") for name, ok, detail in p.get("checks", [])]
+        checks += ["  " + mark[ok] + f"{name}: {detail}".replace("[", "\\[")
+                   for name, ok, detail in p.get("checks", [])]
         self.query_one("#plan-checks", Static).update("\n".join(checks))

@@ -1,10 +1,9 @@
 """Screen 2, Protocol: the decision question, corpus card (counts per bucket and class),
-quality rules, and the lock (``lab.protocol.lock``): locking shows the hash; after a lock,
+quality rules (``lab.views.protocol_info``), and the lock (``lab.protocol.lock``): locking shows the hash; after a lock,
 an edited file is a new protocol version, and the screen says so (SPEC 3.1)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rich.markup import escape
@@ -14,40 +13,14 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
+from lab.campaigns import campaign_dir_of
+from lab.constants import DEFAULT_SEED
+from lab.protocol import ProtocolError
+from lab.views import lock_protocol, protocol_info
 from tui.messages import ProtocolLoaded, ProtocolLocked
 from tui.screens.lab_screen import LabScreen
 
 BUCKETS = ("short", "medium", "long")
-
-
-def protocol_info(campaign_file) -> dict:
-    """{name, question, file, quality, timing, card_counts, lock_state, versions, current, digest}.
-
-    ``lock_state``: "not locked", "locked" (the file matches version ``current``) or
-    "edited" (changed since the last lock: locking makes version len(versions)+1).
-    Raises ProtocolError on an unusable file.
-    """
-    from lab.protocol import load_protocol, read_lock
-
-    proto = load_protocol(campaign_file)
-    versions = read_lock(proto.path)
-    digest = proto.digest()
-    current = next((v for v in versions if v["sha256"] == digest), None)
-    state = "locked" if current else ("edited" if versions else "not locked")
-    counts = None
-    if proto.card_path and proto.card_path.is_file():
-        counts = json.loads(proto.card_path.read_text())["comparison"]["counts"]
-    else:
-        from lab.corpus import counts_by_bucket_class, read_corpus
-
-        if proto.corpus_path.is_file():
-            counts = counts_by_bucket_class(read_corpus(proto.corpus_path))
-    return {"name": proto.name, "question": proto.raw["campaign"]["question"], "file": str(proto.path),
-            "quality": proto.quality, "timing": proto.timing, "card_counts": counts,
-            "lock_state": state, "versions": [{k: v[k] for k in ("version", "sha256", "locked_at")}
-                                              for v in versions],
-            "current": current and {k: current[k] for k in ("version", "sha256", "locked_at")},
-            "digest": digest}
 
 
 def render_rules(i: dict) -> str:
@@ -59,7 +32,7 @@ def render_rules(i: dict) -> str:
              f"reference {escape(q['reference_variant'])}",
              f"[b]Timing[/b]   {t['repetitions']} repetitions, rotated; warm-up {t['warmup_passes']} pass(es) "
              f"over the first {t['warmup_items']} items; process {t.get('process', 'fresh')}; "
-             f"seed {t.get('seed', 0)}"]
+             f"seed {t.get('seed', DEFAULT_SEED)}"]
     if i["lock_state"] == "locked":
         c = i["current"]
         lines.append(f"[green b]Locked[/green b] version {c['version']} at {c['locked_at']}\n"
@@ -100,8 +73,6 @@ class ProtocolScreen(LabScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="protocol")
     def load(self) -> None:
-        from lab.protocol import ProtocolError
-
         try:
             self.post_message(ProtocolLoaded(protocol_info(self.app.campaign_file)))
         except ProtocolError as exc:
@@ -129,13 +100,9 @@ class ProtocolScreen(LabScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="protocol-lock")
     def do_lock(self) -> None:
-        from lab.protocol import ProtocolError, load_protocol, lock, read_lock
-
         try:
-            before = len(read_lock(self.app.campaign_file))
-            v = lock(load_protocol(self.app.campaign_file))
-            self.post_message(ProtocolLocked({k: v[k] for k in ("version", "sha256", "locked_at")},
-                                             new=v["version"] > before))
+            version, new = lock_protocol(self.app.campaign_file)
+            self.post_message(ProtocolLocked(version, new=new))
         except ProtocolError as exc:
             self.post_message(ProtocolLocked(None, False, str(exc)))
 
@@ -153,7 +120,5 @@ class ProtocolScreen(LabScreen):
                        f"{v['version'] - 1}); its results go to their own folder\nsha256 {v['sha256']}")
         else:
             out.update(f"[b]locked as version 1[/b]\nsha256 {v['sha256']}")
-        from tui.app import campaign_dir_of
-
         self.app.attach(campaign_dir_of(self.app.campaign_file))
         self.load()

@@ -4,6 +4,8 @@ quality verdicts, peaks, the "does not distinguish" flag and memory feasibility,
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
@@ -15,6 +17,9 @@ from tui.messages import ResultsReady
 from tui.screens.lab_screen import LabScreen
 from tui.widgets.durations_plot import DurationsPlot
 
+if TYPE_CHECKING:  # lab.report imports pandas; the records arrive built
+    from lab.report.summary import VariantSummary
+
 
 def _s(x) -> str:
     return "-" if x is None else f"{x:.3f}"
@@ -24,26 +29,26 @@ def _mib(n, why: str) -> str:
     return f"not measured ({why})" if n is None else f"{n / 2**20:.1f} MiB"
 
 
-def render_summary(summary: list[dict]) -> str:
+def render_summary(summary: list[VariantSummary]) -> str:
     """Five lines per variant (Rich markup): durations, stats, verdict, peaks, flags."""
-    names = {v["variant_id"]: (v.get("variant_name") or v["variant_id"]).split("/", 1)[-1] for v in summary}
+    names = {v.variant_id: v.short_name for v in summary}
     out = []
     for v in summary:
-        d = " ".join(f"{x:.3f}" for x in v["durations_s"]) or "none"
-        out.append(f"[b]{escape(names[v['variant_id']])}[/b] ({v['variant_id']}, {escape(v['label'])})")
+        d = " ".join(f"{x:.3f}" for x in v.durations_s) or "none"
+        out.append(f"[b]{escape(v.short_name)}[/b] ({v.variant_id}, {escape(v.label)})")
         out.append(f"  durations s: {d}")
-        out.append(f"  median {_s(v['median_s'])}  min {_s(v['min_s'])}  max {_s(v['max_s'])}  "
-                   f"successes {v['successes']}  failures {v['failures']}"
-                   + (f" ({', '.join(v['failure_kinds'])})" if v["failure_kinds"] else ""))
-        color = "green" if v["accepted_passes"] else "red"
-        out.append(f"  quality: [{color}]{escape(v['quality_verdict'])}[/{color}]")
-        out.append(f"  peaks: process RSS {_mib(v['peak_rss_bytes_max'], 'no pass reached it')}; "
-                   f"allocated {_mib(v['peak_allocated_bytes_max'], 'no GPU')}; "
-                   f"reserved {_mib(v['peak_reserved_bytes_max'], 'no GPU')}")
-        mem = "feasible" if v["feasible"] else "[red]NOT feasible[/red]"
-        out.append(f"  memory: {mem}: {escape(v['infeasible_reason'])}")
-        if v["does_not_distinguish"]:
-            others = ", ".join(names.get(o, o) for o in v["does_not_distinguish_from"])
+        out.append(f"  median {_s(v.median_s)}  min {_s(v.min_s)}  max {_s(v.max_s)}  "
+                   f"successes {v.successes}  failures {v.failures}"
+                   + (f" ({', '.join(v.failure_kinds)})" if v.failure_kinds else ""))
+        color = "green" if v.accepted_passes else "red"
+        out.append(f"  quality: [{color}]{escape(v.quality_verdict)}[/{color}]")
+        out.append(f"  peaks: process RSS {_mib(v.peak_rss_bytes_max, 'no pass reached it')}; "
+                   f"allocated {_mib(v.peak_allocated_bytes_max, 'no GPU')}; "
+                   f"reserved {_mib(v.peak_reserved_bytes_max, 'no GPU')}")
+        mem = "feasible" if v.feasible else "[red]NOT feasible[/red]"
+        out.append(f"  memory: {mem}: {escape(v.infeasible_reason)}")
+        if v.does_not_distinguish:
+            others = ", ".join(names.get(o, o) for o in v.does_not_distinguish_from)
             out.append(f"  [yellow]does not distinguish[/yellow] from {escape(others)} "
                        "(ranges overlap, exact rank test p > 0.05)")
     return "\n".join(out)

@@ -12,6 +12,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, RichLog, Static
 
+from lab.status import CampaignState
 from tui.messages import CampaignSnapshot
 from tui.screens.lab_screen import LabScreen
 from tui.widgets.pass_table import PassTable, pass_rows
@@ -27,9 +28,10 @@ def status_line(snap: CampaignSnapshot | None, campaign_name: str) -> str:
     d = snap.campaign_dir
     orch = st["orchestrator"] or {}
     alive = f"pid {orch.get('pid')}" if st["alive"] else "no orchestrator"
-    hint = {"running": "p pause, x stop", "paused": "s resumes",
-            "stopped": "s resumes", "interrupted": "s resumes", "not started": "s starts",
-            "finished": "see 5 Results"}.get(st["state"], "")
+    hint = {CampaignState.RUNNING: "p pause, x stop", CampaignState.PAUSED: "s resumes",
+            CampaignState.STOPPED: "s resumes", CampaignState.INTERRUPTED: "s resumes",
+            CampaignState.NOT_STARTED: "s starts", CampaignState.FINISHED: "see 5 Results",
+            CampaignState.BLOCKED: "see the log; `make doctor`"}.get(st["state"], "")
     return (f"[b]{escape(d.parent.name)}/{escape(d.name)}[/b] [b]{st['state']}[/b] "
             f"{st['finished']}/{st['planned']} passes; {alive}; {hint}")
 

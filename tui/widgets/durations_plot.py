@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual_plotext import PlotextPlot
+
+if TYPE_CHECKING:  # lab.report imports pandas; the records arrive built
+    from lab.report.summary import VariantSummary
 
 
 class DurationsPlot(PlotextPlot):
     """``show(summary)`` plots each variant's raw durations (s) against the repetition index."""
 
-    def show(self, summary: list[dict]) -> None:
+    def show(self, summary: list[VariantSummary]) -> None:
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
@@ -16,8 +21,7 @@ class DurationsPlot(PlotextPlot):
         plt.xlabel("pass of the variant")
         markers = ("dot", "x", "+", "o", "*")
         for i, v in enumerate(summary):
-            d = v.get("durations_s") or []
+            d = list(v.durations_s)
             if d:
-                name = (v.get("variant_name") or v["variant_id"]).split("/", 1)[-1]
-                plt.scatter(list(range(1, len(d) + 1)), d, label=name, marker=markers[i % len(markers)])
+                plt.scatter(list(range(1, len(d) + 1)), d, label=v.short_name, marker=markers[i % len(markers)])
         self.refresh()

@@ -12,10 +12,9 @@ import time
 from pathlib import Path
 
 from lab.journal import Journal
-from lab.passes.events import parse_event
+from lab.passes.events import FAILED, PassStatus, parse_event
 from lab.status import campaign_status
 
-FAILED = ("oom", "error", "killed")
 SHOWN_EVENTS = ("start", "end", "oom", "error", "interrupted", "leftover", "phase")
 
 
@@ -116,7 +115,7 @@ class JournalFeed:
                 self.reported.add(a["pass_id"])
                 new.append((a["pass_id"], a["status"], a["items_completed"], a.get("notes") or ""))
         attempts = status["attempts"]
-        sel = selected_pass or next((a["pass_id"] for a in attempts if a["status"] == "running"),
+        sel = selected_pass or next((a["pass_id"] for a in attempts if a["status"] == PassStatus.RUNNING),
                                     attempts[-1]["pass_id"] if attempts else "")
         tail = log_tail(self.dir / "passes" / sel / "log.txt") if sel else ""
         return {"status": status, "plan": self.journal.plan(), "live_failures": dict(self.live_failures),

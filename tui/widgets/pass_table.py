@@ -12,9 +12,13 @@ from datetime import datetime
 from rich.text import Text
 from textual.widgets import DataTable
 
+from lab.passes.events import FAILED, PassStatus
+from lab.variants import variant_short
+
 COLUMNS = ("slot", "rep", "variant", "status", "progress", "it/s", "elapsed")
 FAIL_STYLE = "bold white on red"
-STYLES = {"ok": "green", "running": "bold yellow", "interrupted": "magenta", "pending": "dim"}
+STYLES = {PassStatus.OK: "green", PassStatus.RUNNING: "bold yellow", PassStatus.INTERRUPTED: "magenta",
+          "pending": "dim"}
 
 
 def _ts(iso: str | None) -> float | None:
@@ -29,7 +33,7 @@ def elapsed_s(row: dict, now: float) -> float | None:
     t0 = _ts(row.get("start_time"))
     if t0 is None:
         return None
-    t1 = _ts(row.get("end_time")) if row.get("status") != "running" else now
+    t1 = _ts(row.get("end_time")) if row.get("status") != PassStatus.RUNNING else now
     return max(0.0, (t1 if t1 is not None else now) - t0)
 
 
@@ -43,16 +47,8 @@ def fmt_elapsed(s: float | None) -> str:
 def progress_bar(done: int, total: int, width: int = 8) -> str:
     """'█████░░░ 12/20' (done/total items)."""
     frac = 0.0 if not total else min(1.0, done / total)
-    full = int(round(frac * width))
+    full = round(frac * width)
     return "█" * full + "░" * (width - full) + f" {done}/{total}"
-
-
-def variant_short(variant: dict | None) -> str:
-    """'batch_size=8' from 'batch/batch_size=8', else the label."""
-    if not variant:
-        return "?"
-    name = variant.get("name") or ""
-    return name.split("/", 1)[-1] if name else variant.get("label", variant.get("variant_id", "?"))
 
 
 def pass_rows(attempts: list[dict], plan: list[dict], live_failures: dict, now: float) -> list[dict]:
@@ -65,10 +61,10 @@ def pass_rows(attempts: list[dict], plan: list[dict], live_failures: dict, now: 
         live = live_failures.get(a["pass_id"])
         status = a["status"]
         done, total = a["items_completed"] or 0, a["items_total"] or 0
-        failed = status in ("oom", "error", "killed") or (status == "running" and live is not None)
+        failed = status in FAILED or (status == PassStatus.RUNNING and live is not None)
         if failed:
-            kind = status if status != "running" else live["kind"]
-            if live and live.get("items_done") is not None and status == "running":
+            kind = status if status != PassStatus.RUNNING else live["kind"]
+            if live and live.get("items_done") is not None and status == PassStatus.RUNNING:
                 done = live["items_done"]
             label = {"oom": "OOM", "error": "ERROR", "killed": "KILLED"}.get(kind, kind.upper())
             st = Text(f"{label} @{done}", style=FAIL_STYLE)
@@ -122,7 +118,7 @@ class PassTable(DataTable):
             current = []
         for r in rows:
             if r["key"] in current:
-                for col, cell in zip(COLUMNS, r["cells"]):
+                for col, cell in zip(COLUMNS, r["cells"], strict=True):
                     self.update_cell(r["key"], col, cell, update_width=True)
             else:
                 self.add_row(*r["cells"], key=r["key"])

@@ -33,10 +33,9 @@ class HostTelemetry:
         self.nvml = None
         self.note = ""
         try:
-            import pynvml
+            from lab.host import nvml
 
-            pynvml.nvmlInit()
-            self.nvml = pynvml
+            self.nvml = nvml()
         except Exception as exc:  # no NVIDIA driver, or AMD: say so, never 0 %
             self.note = f"no NVML ({type(exc).__name__}): GPU telemetry not measured"
 

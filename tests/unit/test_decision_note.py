@@ -5,6 +5,7 @@ import pytest
 
 from lab.cost.forfaits import PricingError
 from lab.report.decision import decision_note
+from lab.report.summary import VariantSummary
 
 CAMPAIGN = {"name": "20ng demo", "question": "Which configuration classifies all 1000 items "
             "with macro-F1 >= 0.55 before Friday, for the lowest committed budget?",
@@ -20,7 +21,7 @@ def variant(vid, label, **kw):
                 max_s=12.4, successes=5, failures=0, accepted_passes=5,
                 quality_verdict="accepted", feasible=True, infeasible_reason="",
                 does_not_distinguish=False)
-    return {**base, **kw}
+    return VariantSummary(**{**base, **kw})
 
 
 def section(note: str, label: str) -> str:
@@ -59,10 +60,11 @@ def test_memory_failures_deadline_and_price_exclusions():
         variant("oom", "batch 64, fp32", feasible=False, infeasible_reason="OOM at 23.5 GiB "
                 "reserved", successes=0, failures=5, durations_s=[], median_s=None, min_s=None,
                 max_s=None, accepted_passes=0, quality_verdict="no pass completed"),
-        variant("late", "batch 1, fp32", pricing={"window_end": "2026-10-03T09:00"}),
-        variant("h100", "batch 8, fp32 on H100", pricing={"gpu": "h100"}),
+        variant("late", "batch 1, fp32"),
+        variant("h100", "batch 8, fp32 on H100"),
         variant("ok", "batch 8, fp32")]
-    note = decision_note(summary, CAMPAIGN, PRICING)
+    note = decision_note(summary, CAMPAIGN, PRICING, variant_pricing={
+        "late": {"window_end": "2026-10-03T09:00"}, "h100": {"gpu": "h100"}})
     excluded = note[note.index("## Excluded"):note.index("## Decision")]
     assert ("memory: OOM at 23.5 GiB reserved; failures: no successful pass (5 failed)"
             in excluded)
@@ -77,10 +79,9 @@ def test_memory_failures_deadline_and_price_exclusions():
 
 
 def test_lowest_committed_budget_wins_over_a_faster_configuration():
-    summary = [variant("b200", "batch 8 on B200", median_s=5.0,
-                       pricing={"gpu": "b200", "lots": 1}),
+    summary = [variant("b200", "batch 8 on B200", median_s=5.0),
                variant("rtx", "batch 8 on RTX 4090", median_s=12.2)]
-    note = decision_note(summary, CAMPAIGN, PRICING)
+    note = decision_note(summary, CAMPAIGN, PRICING, variant_pricing={"b200": {"gpu": "b200", "lots": 1}})
     assert "committed budget 2071.00 USD" in section(note, "batch 8 on B200")
     assert "x 1 lot(s) of 2 card(s) = 2 GPUs; 2071.00 USD per lot" in note  # cards once
     decision = note[note.index("## Decision"):]

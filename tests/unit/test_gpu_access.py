@@ -9,7 +9,7 @@ import yaml
 
 from lab.launchers.gpu_access import gpu_run_kwargs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

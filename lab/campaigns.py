@@ -1,0 +1,245 @@
+"""The service layer the CLI (``lab/cli.py``) and the UI (``tui/``) both call.
+
+Where campaign folders live, which campaign file is the default, starting a detached
+orchestrator, running the demo headless, writing control flags, assembling and verifying
+the evidence archive. Read-only views that screens show (protocol, plan, cost, environment)
+are in ``lab/views.py``. Nothing here prints: functions return values or raise
+``CampaignError`` (one line: what is wrong and what to do).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from lab.archive import ArchiveError
+from lab.corpus import CorpusError
+from lab.cost.forfaits import PricingError
+from lab.diskfull import DiskFull
+from lab.files import REPO_ROOT, sha256_file
+from lab.protocol import DEMO_CAMPAIGN, ProtocolError, load_protocol, lock, locked_version, read_lock
+
+ARCHIVE_INCLUDE = ["campaign.toml", "campaign.lock.json", "corpus_card.json", "protocol_version.json",
+                   "journal.sqlite", "orchestrator.log", "passes/", "report/"]
+LAUNCHERS = ("auto", "local", "docker")
+
+
+class CampaignError(ValueError):
+    """A campaign action that cannot be done now; one line with what to do."""
+
+
+USER_ERRORS: tuple[type[Exception], ...] = (CampaignError, ProtocolError, CorpusError, ArchiveError, PricingError,
+                                            DiskFull)
+"""Errors caused by the user's input or files: shown as one line (exit status 2), never a traceback."""
+
+
+def runs_root() -> Path:
+    """Where campaign folders live: $ITERALAB_RUNS, else <repository>/runs (read at call time)."""
+    return Path(os.environ.get("ITERALAB_RUNS") or REPO_ROOT / "runs")
+
+
+def campaign_dir_of(campaign_file: str | Path) -> Path | None:
+    """The folder of the file's current locked version when it holds a journal, else None."""
+    from lab.orchestrator import campaign_dir_for
+
+    try:
+        proto = load_protocol(campaign_file)
+        d = campaign_dir_for(proto, locked_version(proto), runs_root())
+    except ProtocolError:
+        return None
+    return d if (d / "journal.sqlite").exists() else None
+
+
+def campaign_name_of(campaign_file: str | Path) -> str:
+    """[campaign] name of the file, or the file name when it cannot be read."""
+    try:
+        return load_protocol(campaign_file).name
+    except ProtocolError:
+        return Path(campaign_file).name
+
+
+def resolve_campaign_dir(target: str | Path) -> Path:
+    """A campaign folder (one holding journal.sqlite), or the folder of a campaign file's
+    current locked version. Raises CampaignError (or ProtocolError for a bad file)."""
+    from lab.orchestrator import campaign_dir_for
+
+    p = Path(target)
+    if p.is_dir() and (p / "journal.sqlite").exists():
+        return p
+    if p.is_file():
+        proto = load_protocol(p)
+        d = campaign_dir_for(proto, locked_version(proto), runs_root())
+        if not (d / "journal.sqlite").exists():
+            raise CampaignError(f"{p}: no campaign run yet for this protocol version; `iteralab campaign run {p}`")
+        return d
+    raise CampaignError(f"{target}: neither a campaign file nor a campaign folder (one holding journal.sqlite)")
+
+
+def demo_campaign_file() -> Path:
+    """The demo campaign copied into <runs>/demo/ (so its lock lives beside it)."""
+    copy = runs_root() / "demo" / "demo.toml"
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    if not copy.exists():
+        shutil.copyfile(DEMO_CAMPAIGN, copy)
+    return copy
+
+
+def default_campaign_file() -> Path:
+    """$ITERALAB_CAMPAIGN or ./campaign.toml when the user wrote one, else the demo campaign."""
+    user = Path(os.environ.get("ITERALAB_CAMPAIGN", REPO_ROOT / "campaign.toml"))
+    return user if user.is_file() else demo_campaign_file()
+
+
+# ---- launchers ---------------------------------------------------------------------
+
+def make_launcher(kind: str, memory_limit: int | None = None):
+    """'local', 'docker' or 'auto' (docker when an engine and the image answer, else local).
+
+    ``memory_limit``: bytes per pass (host memory). Raises CampaignError when 'docker' is
+    asked and unavailable, or when 'auto' would silently measure CPU passes on a GPU host.
+    """
+    from lab.launchers.local import LocalLauncher
+
+    if kind in ("docker", "auto"):
+        try:
+            from lab.launchers.docker import DockerLauncher
+        except ImportError as exc:
+            if kind == "docker":
+                raise CampaignError(f"docker launcher unavailable ({exc}); use --launcher local") from None
+        else:
+            try:
+                return DockerLauncher.from_environment(mem_limit_bytes=memory_limit)
+            except Exception as exc:  # engine unreachable or image missing
+                if kind == "docker":
+                    raise CampaignError(f"docker launcher unavailable: {exc}") from None
+                _refuse_silent_cpu(exc)
+    return LocalLauncher(address_space_limit_bytes=memory_limit)
+
+
+def _refuse_silent_cpu(docker_problem: Exception) -> None:
+    """A GPU host whose containers cannot run and whose own torch sees no GPU must not
+    quietly measure CPU passes: stop with the reason (never a silent CPU fallback)."""
+    from lab.host import detect_vendor
+
+    vendor = detect_vendor()
+    if vendor == "cpu":
+        return
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return
+    except ImportError:
+        pass
+    raise CampaignError(f"{vendor} GPU found but containers cannot run ({docker_problem}) and this host's "
+                        "torch sees no GPU; fix the engine or the image (`make doctor`), or pass "
+                        "--launcher local to run on CPU on purpose")
+
+
+# ---- starting and controlling --------------------------------------------------------
+
+def spawn_detached(campaign: str | Path, launcher: str, memory_limit: int | None) -> tuple[Path, int]:
+    """Start the orchestrator (`iteralab campaign run`) in its own session: closing the UI or
+    SSH does not stop it. Returns (campaign folder, pid). Raises CampaignError when an
+    orchestrator already runs this campaign version, ProtocolError when it is not locked."""
+    from lab.orchestrator import Orchestrator
+    from lab.status import campaign_status
+
+    campaign = Path(campaign).resolve()
+    orch = Orchestrator.prepare(campaign, runs_root(), make_launcher("local"))
+    if campaign_status(orch.dir)["alive"]:
+        raise CampaignError(f"{orch.dir}: an orchestrator is already running this campaign; "
+                            "`iteralab campaign status` shows it")
+    cmd = [sys.executable, "-m", "lab.cli", "campaign", "run", str(campaign), "--launcher", launcher]
+    if memory_limit:
+        cmd += ["--memory-limit", str(memory_limit)]
+    env = {**os.environ, "ITERALAB_RUNS": str(runs_root())}
+    with open(orch.dir / "orchestrator.log", "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=str(REPO_ROOT), env=env)
+    return orch.dir, proc.pid
+
+
+def start_campaign(campaign_file: str | Path, launcher: str = "auto",
+                   memory_limit: int | None = None) -> tuple[Path, str]:
+    """Lock the protocol when it never was, then start (or resume) its detached orchestrator.
+
+    Returns (campaign folder, one-line note). Raises CampaignError when already running or
+    finished, ProtocolError for an unusable or edited campaign file.
+    """
+    from lab.orchestrator import campaign_dir_for
+    from lab.status import CampaignState, campaign_status
+
+    proto = load_protocol(campaign_file)
+    note = ""
+    if not read_lock(proto.path):
+        v = lock(proto)
+        note = f"protocol locked as version {v['version']} (sha256 {v['sha256'][:12]}); "
+    d = campaign_dir_for(proto, locked_version(proto), runs_root())
+    if (d / "journal.sqlite").exists():
+        st = campaign_status(d)
+        if st["alive"]:
+            raise CampaignError(f"already running (orchestrator pid {st['orchestrator'].get('pid')})")
+        if st["state"] == CampaignState.FINISHED:
+            raise CampaignError("this protocol version is finished; see 5 Results")
+    d, pid = spawn_detached(proto.path, launcher, memory_limit)
+    return d, note + f"campaign started in the background (pid {pid}): {d}"
+
+
+def request_control(campaign_dir: str | Path, flag: str) -> None:
+    """Write the 'pause' (after the current pass) or 'stop' (now) flag the orchestrator reads."""
+    from lab.journal import Journal
+
+    if flag not in ("pause", "stop"):
+        raise CampaignError(f"control flag {flag!r} unknown; use pause or stop")
+    j = Journal(Path(campaign_dir) / "journal.sqlite")
+    try:
+        j.set_control(flag, True)
+    finally:
+        j.close()
+
+
+def run_demo(launcher: str = "local", echo=None) -> Path:
+    """Lock (if needed) and run the demo campaign headless; returns the archive path.
+
+    ``echo``: called with each progress line (None: silent)."""
+    from lab.orchestrator import Orchestrator
+
+    f = demo_campaign_file()
+    lock(load_protocol(f))
+    orch = Orchestrator.prepare(f, runs_root(), make_launcher(launcher))
+    if echo is not None:
+        orch.echo = echo
+        echo(f"demo campaign: {orch.dir}")
+    orch.run()
+    return make_archive(orch.dir)
+
+
+# ---- archive -----------------------------------------------------------------------
+
+def make_archive(campaign_dir: str | Path) -> Path:
+    """Rebuild the report, then pack the evidence archive beside the campaign folder:
+    <campaign>-<version folder>-<UTC stamp>.tar.gz. Returns its path."""
+    from lab.archive import pack
+    from lab.report.build import build_report
+
+    campaign_dir = Path(campaign_dir)
+    build_report(campaign_dir)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = campaign_dir.parent / f"{campaign_dir.parent.name}-{campaign_dir.name}-{stamp}.tar.gz"
+    return pack(campaign_dir, out, ARCHIVE_INCLUDE)
+
+
+def assemble_archive(campaign_dir: str | Path) -> dict:
+    """Pack and verify: {path, size_bytes, sha256, ok, problems, files_checked, rows_checked}."""
+    from lab.archive import verify
+
+    path = make_archive(campaign_dir)
+    v = verify(path)
+    return {"path": str(path), "size_bytes": path.stat().st_size, "sha256": sha256_file(path),
+            "ok": v.ok, "problems": list(v.problems), "files_checked": v.files_checked,
+            "rows_checked": v.rows_checked}

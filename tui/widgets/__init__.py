@@ -1,0 +1,1 @@
+"""Widgets of the terminal UI: one per file, named after its class."""
