@@ -238,13 +238,13 @@ def _config_section(a: Assessment, deliverables: int) -> list[str]:
     return lines
 
 
-def _cards_lines(v: dict, q: Quote | None) -> list[str]:
+def _cards_lines(v: VariantSummary, q: Quote | None) -> list[str]:
     """Cards measured per pass vs cards in the priced package (SPEC 5: never assume that a
     lot scales beyond what was measured). No line when the summary does not say."""
-    cards = v.get("cards")
+    cards = v.cards
     if cards is None:
         return []
-    seen = v.get("cards_observed")
+    seen = v.cards_observed
     measured = f"- Cards: measured on {cards} card(s) per pass" + (
         f" ({seen} observed in the raw table)" if seen is not None and seen != cards else "")
     if q is None:

@@ -38,6 +38,10 @@ class VariantSummary:
     batch_size: int | None = None
     precision: str | None = None
     bucketing: bool | None = None
+    cards: int | None = None
+    """Cards per pass as declared (Variant.cards)."""
+    cards_observed: int | None = None
+    """Cards the successful passes really used (raw table ``cards_observed``), None when none."""
     durations_s: tuple[float, ...] = ()
     median_s: float | None = None
     min_s: float | None = None
