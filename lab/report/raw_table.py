@@ -17,7 +17,8 @@ from lab.passes.events import PassStatus
 PHASES = ("startup", "model_load", "warmup", "measured", "evaluation", "writing")
 PEAKS = ("peak_allocated_bytes", "peak_reserved_bytes", "process_peak_rss_bytes", "device_used_bytes")
 COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_name", "variant_label", "series",
-            "batch_size", "precision", "padding", "max_length", "bucketing", "device", "backend", "cards", "cards_observed",
+            "batch_size", "precision", "padding", "max_length", "bucketing", "device", "backend",
+            "cards", "cards_observed",
             "devices_observed", "attention",
             "quantization", "compile", "repetition", "order_position", "seq", "attempt", "launcher",
             "start_time", "end_time", "status", "exit_code"]
@@ -115,7 +116,8 @@ def observed_cards(result: dict) -> dict:
             "per_card_memory": json.dumps(mem) if mem else None}
 
 
-INT_COLUMNS = ("exit_code", "cards", "cards_observed", "items_total", "items_completed", "n_truncated", "real_tokens", "padded_tokens",
+INT_COLUMNS = ("exit_code", "cards", "cards_observed",
+               "items_total", "items_completed", "n_truncated", "real_tokens", "padded_tokens",
                "expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids") + PEAKS
 
 
