@@ -76,7 +76,7 @@ def client():
 
 @pytest.fixture(scope="module")
 def image(client):
-    tag = read_pins()["CPU_IMAGE"]
+    tag = os.environ.get("ITERALAB_TEST_IMAGE") or read_pins()["CPU_IMAGE"]  # e.g. one built from a branch
     try:
         client.images.get(tag)
     except Exception:
@@ -251,6 +251,39 @@ def test_gpu_pass_without_the_toolkit_is_a_failure_row_with_the_fix(client, imag
     assert outcome.exit_code is None and not outcome.killed_host_memory
     assert "could not select device driver" in outcome.note and "nvidia-ctk" in outcome.note
     assert launcher.find_leftovers(campaign) == []
+
+
+@pytest.mark.docker
+def test_two_card_pass_in_one_container_matches_one_card(client, image, model_dir, tmp_path):
+    """Issue 14: the same torchrun entry point inside one container holding the N cards
+    (CPU workers here, 2 threads split to 1 each); predictions equal the 1-card pass's."""
+    from conftest import cut_corpus
+
+    from lab.launchers.local import LocalLauncher
+
+    corpus = cut_corpus(tmp_path / "corpus.jsonl", 6, 4, 2)
+    corpus.chmod(0o644)
+    tmp_path.chmod(0o755)
+    campaign = f"iteralab-test-{uuid.uuid4().hex[:8]}"
+    one, one_dir = make_spec(tmp_path, corpus, model_dir, campaign,
+                             Variant(batch_size=4, max_length=128, device="cpu"), "one")
+    LocalLauncher().launch(one, one_dir, lambda line: None)
+    two, two_dir = make_spec(tmp_path, corpus, model_dir, campaign,
+                             Variant(batch_size=4, max_length=128, device="cpu", cards=2), "two")
+    launcher = DockerLauncher(image, "cpu", labels={TEST_LABEL: "multicard"}, client=client, timeout_s=300)
+    outcome, lines, events = run_pass(launcher, two, two_dir)
+    assert outcome.exit_code == EXIT_OK, (two_dir / "log.txt").read_text()[-3000:]
+    assert outcome.container_id and "container" in outcome.isolation
+    res = json.loads((two_dir / "result.json").read_text())
+    assert res["status"] == "ok" and res["cards_observed"] == 2
+    assert res["threads"] == 1 and res["threads_per_card"] == [1, 1]
+    assert [c["items_total"] for c in res["per_card"]] == [6, 6] and len(res["devices"]) == 2
+    assert "torch.distributed.run" in next(e["command"] for e in events if e.get("phase") == "launch")
+
+    def preds(d: Path) -> dict:
+        return {r["id"]: r["pred"] for r in map(json.loads, (d / "predictions.jsonl").read_text().splitlines())}
+    assert preds(two_dir) == preds(one_dir) and len(preds(two_dir)) == 12
+    assert not client.containers.list(all=True, filters={"label": f"{TEST_LABEL}=multicard"})
 
 
 # ---- issue 11: confinement and leftovers ---------------------------------------------------

@@ -33,3 +33,11 @@ def test_series_vary_one_factor_and_dedupe():
         expand_series({}, [{"name": "s", "factor": "batch_size", "values": [1], "batch_size": 2}])
     with pytest.raises(VariantError, match="precision 'int4' unknown"):
         Variant(precision="int4")
+
+
+def test_compile_variant_runs_on_one_card_only():
+    assert Variant(compile=True).label.endswith(", compiled")
+    with pytest.raises(VariantError, match="compile = true runs on one card only"):
+        Variant(compile=True, cards=2)  # lab.passes.multicard's workers do not compile
+    with pytest.raises(VariantError, match="compile 'yes' must be true or false"):
+        Variant(compile="yes")
