@@ -188,7 +188,7 @@ DOCKER_TEST_LABELS = {DOCKER_TEST_LABEL: DOCKER_TEST_RUN}
 # batch x heads x 512 x 512 scores), so no limit separates them with a margin that holds
 # under load; 450 MiB leaves ~145 MiB above batch 1 and ~180 MiB below batch 32.
 OOM_BATCH = 32
-OOM_LIMIT_BYTES = int(os.environ.get("ITERALAB_TEST_OOM_LIMIT", 450 * 2**20))
+OOM_LIMIT_BYTES = int(os.environ.get("ITERALAB_TEST_OOM_LIMIT") or 450 * 2**20)
 
 
 def oom_corpus_rows() -> list[dict]:
