@@ -53,6 +53,7 @@ lint: $(STAMP)
 
 bench: model
 	$(PY) scripts/bench_instrumentation.py
+	$(PY) scripts/bench_verify.py
 
 # Memory lab: estimate vs observation on a batch x length grid, with a plot.
 memory: model

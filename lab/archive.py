@@ -1,51 +1,118 @@
 """The evidence archive: one tar.gz with everything needed to defend or re-run the decision.
 
-``SHA256SUMS`` lists every file; ``verify`` re-checks it and that each raw-table row's
-predictions file matches its recorded sha256; extraction refuses members outside the target
-folder (absolute paths, ``..``, links).
+Packing takes a consistent, final snapshot: the SQLite journal is copied with SQLite's
+backup API (never the main file without its write-ahead log), symbolic links and special
+files inside the campaign folder are never followed (each one skipped is listed with its
+reason in ``ARCHIVE.json``), and every file is hashed from the same bytes the tar receives.
+A campaign that has not finished is refused unless a partial archive is asked for, and a
+partial archive says so in ``ARCHIVE.json`` and the decision note.
+
+``verify`` (lab.archive_verify) re-derives what the archive claims; ``extract`` refuses
+members outside the target folder, links, devices and more than one top folder.
 """
 
 from __future__ import annotations
 
-import csv
+import hashlib
 import io
+import json
+import os
+import sqlite3
+import stat
 import tarfile
-from dataclasses import dataclass
+import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 
+from lab.archive_format import (
+    ARCHIVE_INFO,
+    JOURNAL,
+    SUMS,
+    ArchiveError,
+    Verification,
+    check_member,
+)
 from lab.diskfull import DiskFull, is_disk_full
-from lab.files import sha256_bytes
 
 
-class ArchiveError(ValueError):
-    """A corrupt or unsafe archive; one line naming the member and the problem."""
+class _HashingReader:
+    """File-like over an open file that hashes exactly the bytes handed to the tar writer."""
+
+    def __init__(self, fh):
+        self.fh = fh
+        self.h = hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.fh.read(n)
+        self.h.update(data)
+        return data
 
 
-_sha = sha256_bytes
+def snapshot_journal(src: Path, dst: Path) -> Path:
+    """Copy the SQLite journal ``src`` into ``dst`` with SQLite's online backup API.
+
+    The copy holds every committed transaction, write-ahead log included, even while the
+    orchestrator or a UI holds a connection (a plain file copy would not). Returns ``dst``.
+    Raises ArchiveError when ``src`` is not a readable SQLite database.
+    """
+    try:
+        source = sqlite3.connect(f"file:{src}?mode=ro", uri=True, timeout=30)
+        target = sqlite3.connect(str(dst))
+        try:
+            source.backup(target)
+            target.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
+        finally:
+            target.close()
+            source.close()
+    except sqlite3.Error as exc:
+        raise ArchiveError(f"{src}: journal cannot be read ({exc}); the campaign folder is damaged") from None
+    return dst
 
 
-def pack(campaign_dir: Path, out_path: Path, include: list[str]) -> Path:
+def _walk(campaign_dir: Path, include: list[str]) -> tuple[list[str], list[dict]]:
+    """(regular files to pack, relative paths sorted; [{path, reason}] skipped), links never followed."""
+    files, skipped = [], []
+
+    def wanted(rel: str) -> bool:
+        return any(rel.startswith(i) or i.startswith(rel + "/") for i in include)
+
+    for root, dirs, names in os.walk(campaign_dir, followlinks=False):
+        for name in sorted(dirs + names):
+            p = Path(root) / name
+            rel = p.relative_to(campaign_dir).as_posix()
+            if not wanted(rel) or name in (JOURNAL + "-wal", JOURNAL + "-shm"):
+                continue
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                skipped.append({"path": rel, "reason": f"symbolic link (to {os.readlink(p)!r}) not followed"})
+            elif stat.S_ISREG(st.st_mode):
+                if any(rel.startswith(i) for i in include):
+                    files.append(rel)
+            elif not stat.S_ISDIR(st.st_mode):
+                skipped.append({"path": rel, "reason": "not a regular file (fifo, socket or device)"})
+        dirs[:] = [d for d in dirs if wanted((Path(root) / d).relative_to(campaign_dir).as_posix())
+                   and not (Path(root) / d).is_symlink()]
+    return sorted(files), skipped
+
+
+def pack(campaign_dir: Path, out_path: Path, include: list[str], partial: str = "") -> Path:
     """Pack the files under ``campaign_dir`` whose relative path starts with one of ``include``.
 
-    Members live under a top folder named after ``out_path``'s stem. Returns ``out_path``.
+    Members live under one top folder named after ``out_path``'s stem; ``SHA256SUMS`` lists
+    every member, ``ARCHIVE.json`` says how the archive was made (journal snapshot, links
+    skipped, ``partial``: "" for a final archive, else why it is partial). Returns ``out_path``.
+    Raises ArchiveError when the journal cannot be read.
     """
     campaign_dir = Path(campaign_dir)
-    files = sorted(p for p in campaign_dir.rglob("*") if p.is_file()
-                   and any(str(p.relative_to(campaign_dir)).startswith(i) for i in include)
-                   and p.name not in ("journal.sqlite-wal", "journal.sqlite-shm"))
+    files, skipped = _walk(campaign_dir, include)
     top = out_path.name.removesuffix(".tar.gz")
-    sums = []
     tmp = out_path.with_suffix(".partial")
+    info_doc = {"made_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "campaign_dir": campaign_dir.name, "partial": bool(partial), "partial_reason": partial,
+                "journal": "snapshot taken with SQLite's backup API (write-ahead log included)",
+                "skipped": skipped}
     try:
-        with tarfile.open(tmp, "w:gz") as tar:
-            for p in files:
-                rel = str(p.relative_to(campaign_dir))
-                sums.append(f"{_sha(p.read_bytes())}  {rel}")
-                tar.add(p, arcname=f"{top}/{rel}", recursive=False)
-            blob = ("\n".join(sums) + "\n").encode()
-            info = tarfile.TarInfo(f"{top}/SHA256SUMS")
-            info.size = len(blob)
-            tar.addfile(info, io.BytesIO(blob))
+        _write_tar(campaign_dir, files, skipped, tmp, top, info_doc)
         tmp.replace(out_path)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)  # never a half-written archive
@@ -55,53 +122,53 @@ def pack(campaign_dir: Path, out_path: Path, include: list[str]) -> Path:
     return out_path
 
 
-def _safe_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
-    members = tar.getmembers()
-    for m in members:
-        parts = Path(m.name).parts
-        if m.name.startswith("/") or ".." in parts:
-            raise ArchiveError(f"unsafe member {m.name!r}: path outside the target folder; refusing to extract")
-        if m.issym() or m.islnk() or m.isdev():
-            raise ArchiveError(f"unsafe member {m.name!r}: links and devices are refused")
-    return members
+def _write_tar(campaign_dir: Path, files: list[str], skipped: list[dict], tmp: Path, top: str,
+               info_doc: dict) -> None:
+    sums: list[str] = []
+    with tempfile.TemporaryDirectory() as work, tarfile.open(tmp, "w:gz") as tar:
+        for rel in files:
+            src = campaign_dir / rel
+            if rel == JOURNAL:
+                src = snapshot_journal(src, Path(work) / JOURNAL)
+            try:
+                fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
+            except OSError as exc:  # swapped for a link, or removed, since the walk
+                skipped.append({"path": rel, "reason": f"not readable as a regular file ({exc.strerror})"})
+                continue
+            with os.fdopen(fd, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    skipped.append({"path": rel, "reason": "not a regular file"})
+                    continue
+                info = tarfile.TarInfo(f"{top}/{rel}")
+                info.size, info.mtime, info.mode = st.st_size, int(st.st_mtime), 0o644
+                reader = _HashingReader(fh)
+                tar.addfile(info, reader)
+            sums.append(f"{reader.h.hexdigest()}  {rel}")
+        for name, blob in ((ARCHIVE_INFO, (json.dumps(info_doc, indent=1) + "\n").encode()),):
+            sums.append(f"{hashlib.sha256(blob).hexdigest()}  {name}")
+            _add_bytes(tar, f"{top}/{name}", blob)
+        _add_bytes(tar, f"{top}/{SUMS}", ("\n".join(sums) + "\n").encode())
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, blob: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = len(blob), int(datetime.now().timestamp()), 0o644
+    tar.addfile(info, io.BytesIO(blob))
 
 
 def extract(archive: Path, target: Path) -> Path:
     """Extract safely into ``target``; returns the top folder. Raises ArchiveError."""
+    tops: set[str] = set()
     try:
         with tarfile.open(archive, "r:gz") as tar:
-            members = _safe_members(tar)
+            members = tar.getmembers()
+            for m in members:
+                check_member(m, tops)
             tar.extractall(target, members=members, filter="data")
-    except (tarfile.TarError, EOFError) as exc:
-        raise ArchiveError(f"{archive}: not a readable tar.gz ({type(exc).__name__}); download it again") from None
-    tops = {Path(m.name).parts[0] for m in members}
-    return Path(target) / sorted(tops)[0]
-
-
-@dataclass(frozen=True)
-class Verification:
-    files_checked: int
-    rows_checked: int
-    problems: list
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-
-def _read_all(archive: Path) -> dict[str, bytes]:
-    """{path below the top folder: bytes}. Raises ArchiveError on a missing, truncated or
-    non-gzip file, or an unsafe member."""
-    if not Path(archive).is_file():
-        raise ArchiveError(f"{archive}: no such file; give the path of an evidence archive (.tar.gz)")
-    try:
-        with tarfile.open(archive, "r:gz") as tar:
-            members = _safe_members(tar)
-            return {"/".join(Path(m.name).parts[1:]): _member_bytes(tar, m)
-                    for m in members if m.isfile()}
     except (tarfile.TarError, EOFError, OSError) as exc:
-        raise ArchiveError(f"{archive}: not a readable tar.gz ({type(exc).__name__}: {exc}); "
-                           "download it again (scp) and compare its sha256") from None
+        raise ArchiveError(f"{archive}: not a readable tar.gz ({type(exc).__name__}); download it again") from None
+    return Path(target) / min(tops)
 
 
 def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
@@ -112,38 +179,7 @@ def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
 
 
 def verify(archive: Path) -> Verification:
-    """Re-check SHA256SUMS, every raw-table row's predictions sha256, and that every pass
-    folder in the archive has its row. Raises ArchiveError when the file cannot be read."""
-    problems: list[str] = []
-    data = _read_all(archive)
-    if "SHA256SUMS" not in data:
-        return Verification(0, 0, ["no SHA256SUMS in the archive"])
-    listed = {}
-    for line in data["SHA256SUMS"].decode().splitlines():
-        digest, rel = line.split("  ", 1)
-        listed[rel] = digest
-        if rel not in data:
-            problems.append(f"{rel}: listed in SHA256SUMS but missing")
-        elif _sha(data[rel]) != digest:
-            problems.append(f"{rel}: sha256 does not match SHA256SUMS")
-    for rel in data:
-        if rel != "SHA256SUMS" and rel not in listed:
-            problems.append(f"{rel}: not listed in SHA256SUMS")
-    rows = 0
-    if "report/raw_table.csv" in data:
-        row_ids = set()
-        for row in csv.DictReader(io.StringIO(data["report/raw_table.csv"].decode())):
-            rows += 1
-            row_ids.add(row["pass_id"])
-            p, row_digest = row.get("predictions_path"), row.get("predictions_sha256")
-            if p:
-                if p not in data:
-                    problems.append(f"row {row['pass_id']}: predictions {p} missing from the archive")
-                elif _sha(data[p]) != row_digest:
-                    problems.append(f"row {row['pass_id']}: predictions sha256 differs from the raw table")
-        folders = {rel.split("/")[1] for rel in data if rel.startswith("passes/") and rel.count("/") >= 2}
-        for pid in sorted(folders - row_ids):
-            problems.append(f"pass {pid}: its folder is in the archive but the raw table has no row for it")
-    else:
-        problems.append("report/raw_table.csv missing")
-    return Verification(len(listed), rows, problems)
+    """Re-derive and check everything the archive claims; see lab.archive_verify.verify_archive."""
+    from lab.archive_verify import verify_archive
+
+    return verify_archive(Path(archive))

@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 from lab.archive import ArchiveError
@@ -23,8 +22,6 @@ from lab.diskfull import DiskFull
 from lab.files import REPO_ROOT, sha256_file
 from lab.protocol import DEMO_CAMPAIGN, ProtocolError, load_protocol, lock, locked_version, read_lock
 
-ARCHIVE_INCLUDE = ["campaign.toml", "campaign.lock.json", "corpus_card.json", "protocol_version.json",
-                   "journal.sqlite", "orchestrator.log", "passes/", "report/"]
 LAUNCHERS = ("auto", "local", "docker")
 
 
@@ -208,6 +205,7 @@ def run_demo(launcher: str = "local", echo=None) -> Path:
 
     ``echo``: called with each progress line (None: silent)."""
     from lab.orchestrator import Orchestrator
+    from lab.status import CampaignState
 
     f = demo_campaign_file()
     lock(load_protocol(f))
@@ -215,31 +213,28 @@ def run_demo(launcher: str = "local", echo=None) -> Path:
     if echo is not None:
         orch.echo = echo
         echo(f"demo campaign: {orch.dir}")
-    orch.run()
-    return make_archive(orch.dir)
+    state = orch.run()
+    return make_archive(orch.dir, partial=state != CampaignState.FINISHED)
 
 
 # ---- archive -----------------------------------------------------------------------
 
-def make_archive(campaign_dir: str | Path) -> Path:
+def make_archive(campaign_dir: str | Path, partial: bool = False) -> Path:
     """Rebuild the report, then pack the evidence archive beside the campaign folder:
-    <campaign>-<version folder>-<UTC stamp>.tar.gz. Returns its path."""
-    from lab.archive import pack
-    from lab.report.build import build_report
+    <campaign>-<version folder>-<UTC stamp>.tar.gz (lab.evidence.archive_campaign: an unfinished
+    campaign is refused unless ``partial``). Returns its path."""
+    from lab.evidence import archive_campaign
 
-    campaign_dir = Path(campaign_dir)
-    build_report(campaign_dir)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = campaign_dir.parent / f"{campaign_dir.parent.name}-{campaign_dir.name}-{stamp}.tar.gz"
-    return pack(campaign_dir, out, ARCHIVE_INCLUDE)
+    return archive_campaign(Path(campaign_dir), partial)
 
 
-def assemble_archive(campaign_dir: str | Path) -> dict:
-    """Pack and verify: {path, size_bytes, sha256, ok, problems, files_checked, rows_checked}."""
+def assemble_archive(campaign_dir: str | Path, partial: bool = False) -> dict:
+    """Pack (``partial``: a campaign not finished, labelled partial) and verify:
+    {path, size_bytes, sha256, ok, problems, files_checked, rows_checked, partial}."""
     from lab.archive import verify
 
-    path = make_archive(campaign_dir)
+    path = make_archive(campaign_dir, partial)
     v = verify(path)
     return {"path": str(path), "size_bytes": path.stat().st_size, "sha256": sha256_file(path),
             "ok": v.ok, "problems": list(v.problems), "files_checked": v.files_checked,
-            "rows_checked": v.rows_checked}
+            "rows_checked": v.rows_checked, "partial": partial}

@@ -7,8 +7,8 @@
     iteralab campaign status CAMPAIGN.toml|DIR        one line per pass
     iteralab campaign pause|stop CAMPAIGN.toml|DIR    pause after the current pass / stop now
     iteralab report CAMPAIGN.toml|DIR                 raw table, summary, manifest, decision note
-    iteralab archive CAMPAIGN.toml|DIR                pack the evidence archive (prints its path)
-    iteralab archive verify FILE.tar.gz               re-check checksums and predictions
+    iteralab archive CAMPAIGN.toml|DIR [--partial]    pack the evidence archive (prints its sha256 and path)
+    iteralab archive verify FILE.tar.gz               re-derive and check what the archive claims
     iteralab compare A.tar.gz B.tar.gz --load ITEMS   one decision from several rentals' archives
     iteralab demo                                     the offline demo campaign, headless
     iteralab up                                       the terminal UI (headless demo without a terminal)
@@ -74,7 +74,7 @@ def cmd_protocol_lock(a) -> int:
 
 
 def cmd_campaign_run(a) -> int:
-    from lab.orchestrator import CampaignBusy, Orchestrator
+    from lab.orchestrator import CampaignBusy, CampaignFolderLost, Orchestrator
     from lab.status import CampaignState
 
     if a.detach:
@@ -86,7 +86,7 @@ def cmd_campaign_run(a) -> int:
     print(f"campaign folder: {orch.dir}", flush=True)
     try:
         state = orch.run()
-    except CampaignBusy as exc:
+    except (CampaignBusy, CampaignFolderLost) as exc:
         raise CliError(str(exc)) from None
     if state == CampaignState.BLOCKED:
         raise CliError(f"campaign stopped: {orch.journal.get_control('blocked', '')[:300]}")
@@ -117,7 +117,8 @@ def cmd_report(a) -> int:
     from lab.report.build import build_report
 
     r = build_report(resolve_campaign_dir(a.target))
-    print(f"report: {r['rows']} rows -> {r['report_dir']}")
+    empty = " (no pass has run yet: the tables are empty, the decision note says why)" if not r["rows"] else ""
+    print(f"report: {r['rows']} rows -> {r['report_dir']}{empty}")
     return 0
 
 
@@ -127,12 +128,22 @@ def cmd_archive(a) -> int:
             raise CliError("usage: iteralab archive verify FILE.tar.gz")
         from lab.archive import verify
 
-        v = verify(Path(a.archive))
+        from lab.archive import ArchiveError
+
+        try:
+            v = verify(Path(a.archive))
+        except ArchiveError as exc:
+            print(f"FAILED: {exc}")
+            return 2
         for p in v.problems:
             print(f"FAIL {p}")
         print(f"{'OK' if v.ok else 'FAILED'}: {v.files_checked} files, {v.rows_checked} rows checked")
         return 0 if v.ok else 1
-    print(make_archive(resolve_campaign_dir(a.target)))
+    from lab.corpus import sha256_file
+
+    path = make_archive(resolve_campaign_dir(a.target), a.partial)
+    print(f"sha256 {sha256_file(path)} (record it elsewhere: it is what proves the archive unchanged)")
+    print(path)
     return 0
 
 
@@ -226,6 +237,8 @@ def parser() -> argparse.ArgumentParser:
     ar = sub.add_parser("archive", help="pack the evidence archive, or `archive verify FILE`")
     ar.add_argument("target", help="campaign file or folder, or 'verify'")
     ar.add_argument("archive", nargs="?")
+    ar.add_argument("--partial", action="store_true",
+                    help="archive a campaign that has not finished, labelled partial")
     ar.set_defaults(fn=cmd_archive)
     co = sub.add_parser("compare", help="one decision from several rentals' evidence archives",
                         description="Verify each archive, refuse archives of different corpora, "

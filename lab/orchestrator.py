@@ -31,6 +31,10 @@ class CampaignBusy(RuntimeError):
     """Another orchestrator already runs this campaign version (one writer per journal)."""
 
 
+class CampaignFolderLost(RuntimeError):
+    """The campaign folder or its journal was deleted or replaced while the campaign ran."""
+
+
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
@@ -57,6 +61,8 @@ class Orchestrator:
         self.launcher = launcher
         self.version = version
         self.journal = Journal(self.dir / "journal.sqlite")
+        st = os.stat(self.dir / "journal.sqlite")
+        self._journal_inode = (st.st_dev, st.st_ino)
         self._corpus: list[dict] | None = None
         self.variants: dict[str, Variant] = {v.variant_id: v for v in proto.variants}
         self.echo: Callable[[str], None] | None = None  # one line per pass start/end (CLI)
@@ -142,6 +148,7 @@ class Orchestrator:
                               "stopped and removed before the next pass")
         state = CampaignState.FINISHED
         for slot in self.pending():
+            self.check_folder()
             if j.get_control("pause", False):
                 j.set_control("pause", False)
                 state = CampaignState.PAUSED
@@ -150,6 +157,7 @@ class Orchestrator:
                 state = CampaignState.STOPPED
                 break
             row = self.run_slot(slot)
+            self.check_folder()
             if j.get_control("stop", False):
                 state = CampaignState.STOPPED
                 break
@@ -166,6 +174,20 @@ class Orchestrator:
         j.set_control("state", state)
         j.set_control("orchestrator", {"pid": None, "ended": utc_now()})
         return state
+
+    def check_folder(self) -> None:
+        """Raise CampaignFolderLost when the journal this orchestrator writes is no longer the
+        file at ``<campaign folder>/journal.sqlite`` (folder deleted, moved or replaced):
+        writing on would record passes nowhere and report a campaign as finished."""
+        try:
+            st = os.stat(self.dir / "journal.sqlite")
+            same = (st.st_dev, st.st_ino) == self._journal_inode
+        except OSError:
+            same = False
+        if not same:
+            raise CampaignFolderLost(
+                f"{self.dir}: campaign folder or its journal was deleted or replaced while the campaign ran; "
+                "stopped (nothing more is written). Run `iteralab campaign run` again to start afresh")
 
     def apply_limits(self) -> None:
         """Give the launcher the campaign's pass timeout and stall rule ([timing]); a stricter
@@ -223,10 +245,14 @@ class Orchestrator:
 
         outcome = self.launcher.launch(spec, pass_dir, on_line,
                                        should_stop=lambda: bool(j.get_control("stop", False)))
+        self.check_folder()  # the folder may have gone while the pass ran: read nothing from it
         result = None
-        if (pass_dir / "result.json").is_file():
-            result = json.loads((pass_dir / "result.json").read_text())
         notes = []
+        links = sorted(p.name for p in pass_dir.iterdir() if p.is_symlink())
+        if links:  # a pass (or container) wrote links: never followed, never read
+            notes.append(f"symbolic link(s) in the pass folder not followed: {', '.join(links)}")
+        if (pass_dir / "result.json").is_file() and not (pass_dir / "result.json").is_symlink():
+            result = json.loads((pass_dir / "result.json").read_text())
         if outcome.note == "stopped by the user":
             status = PassStatus.INTERRUPTED
             notes.append("interrupted: stopped by the user; slot run again on resume")

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab.config import CampaignConfig, ConfigError, CostSection, parse_config
-from lab.files import REPO_ROOT, sha256_bytes, sha256_file
+from lab.files import REPO_ROOT, sha256_bytes
 from lab.variants import Variant, VariantError, expand_series
 
 DEMO_CAMPAIGN = Path(__file__).resolve().parent / "defaults" / "demo.toml"
@@ -98,6 +98,7 @@ def load_protocol(path: str | Path) -> Protocol:
                             f"{DEMO_CAMPAIGN.relative_to(REPO_ROOT)}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
+    refuse_secrets(raw, path)
     try:
         cfg = parse_config(raw)
         if cfg.cost is not None:
@@ -125,17 +126,42 @@ def read_lock(campaign_file: Path) -> list[dict]:
     return json.loads(p.read_text())["versions"] if p.exists() else []
 
 
-def lock(proto: Protocol, check: bool = True) -> dict:
-    """Record the protocol's hash as a new version (or return the current one if unchanged).
+def refuse_secrets(raw: dict, path: Path) -> None:
+    """Raise ProtocolError when the campaign file holds a secret-looking value (a ``token`` key,
+    an ``hf_...`` token, a password in a URL, ...): it would be copied into the lock, the campaign
+    folder and the archive. Runs on the parsed TOML before the typed sections, so a secret is
+    named as such even under an unknown key. The message names the place, never the value."""
+    from lab.identity import secret_looking
 
-    With ``check`` (always, except to simulate a file locked on another host) the lock-time
-    checks of :mod:`lab.preflight` run first: corpus, model config and tokenizer, labels,
-    limits, padding token, devices and GPU count. Returns {"version": n, "sha256": ...,
-    "locked_at": ISO UTC, "corpus_sha256": ...}. Raises ProtocolError (one line) on the
-    first refusal.
+    places = secret_looking(raw)
+    if places:
+        raise ProtocolError(
+            f"{path}: {', '.join(places)} looks like a secret (token, key or password); remove it "
+            "from the campaign file and give it through the environment (e.g. HF_TOKEN), which is never recorded")
+
+
+def current_version(proto: Protocol, versions: list[dict]) -> tuple[dict | None, dict]:
+    """(the lock entry whose identity equals the protocol's as it is now, or None; that identity)."""
+    from lab.identity import protocol_identity
+
+    ident = protocol_identity(proto)
+    return next((v for v in versions if v["sha256"] == ident["sha256"]), None), ident
+
+
+def lock(proto: Protocol, check: bool = True) -> dict:
+    """Record the protocol's identity as a new version (or return the current one if unchanged).
+
+    The identity (``sha256``, which names the results folder) covers the campaign text, the
+    corpus file's sha256 and the model files' sha256 (lab.identity), so the same text over
+    other content is another version. Returns {"version": n, "sha256", "protocol_sha256",
+    "corpus_sha256", "model_sha256", "locked_at": ISO UTC, "protocol"}. With ``check`` (always,
+    except to simulate a file locked on another host) the lock-time checks of
+    :mod:`lab.preflight` run first: corpus, model config and tokenizer, labels, limits, padding
+    token, devices and GPU count. Raises ProtocolError (one line) when the corpus is missing, the
+    file holds a secret-looking value, or on the first refusal.
     """
+    refuse_secrets(proto.raw, proto.path)  # load_protocol refused them already; a Protocol built otherwise
     versions = read_lock(proto.path)
-    digest = proto.digest()
     if not proto.corpus_path.is_file():
         raise ProtocolError(f"{proto.path}: corpus {proto.corpus_path} not found; build it before locking")
     if check:
@@ -144,13 +170,11 @@ def lock(proto: Protocol, check: bool = True) -> dict:
         refused = first_refusal(lock_checks(proto))
         if refused is not None:
             raise ProtocolError(f"{proto.path.name}: {refused.detail}")
-    corpus_sha = sha256_file(proto.corpus_path)
-    for v in versions:
-        if v["sha256"] == digest and v.get("corpus_sha256") == corpus_sha:
-            return v
-    entry = {"version": len(versions) + 1, "sha256": digest,
+    found, ident = current_version(proto, versions)
+    if found:
+        return found
+    entry = {"version": len(versions) + 1, **ident,
              "locked_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-             "corpus_sha256": corpus_sha,
              "protocol": proto.raw}
     versions.append(entry)
     lock_path(proto.path).write_text(json.dumps({"campaign_file": proto.path.name,
@@ -159,28 +183,29 @@ def lock(proto: Protocol, check: bool = True) -> dict:
 
 
 def locked_version(proto: Protocol) -> dict:
-    """The lock entry matching the file and its corpus as they are now.
+    """The lock entry matching the file, its corpus and its model files as they are now.
 
     Raises ProtocolError when never locked, when the file changed since its last lock, or
-    when the corpus file changed since (lock again: a new version whose results are kept apart).
+    when the corpus or model files changed since (lock again: a new version whose results
+    are kept apart).
     """
     versions = read_lock(proto.path)
     if not versions:
         raise ProtocolError(
             f"{proto.path.name}: protocol not locked; run `iteralab protocol lock {proto.path}` before any pass")
-    digest = proto.digest()
     if not proto.corpus_path.is_file():
         raise ProtocolError(f"{proto.path.name}: corpus {proto.corpus_path} not found; restore it or fix [corpus] path")
-    corpus_sha = sha256_file(proto.corpus_path)
-    same = [v for v in versions if v["sha256"] == digest]
-    for v in same:
-        if v.get("corpus_sha256") == corpus_sha:
-            return v
+    found, ident = current_version(proto, versions)
+    if found:
+        return found
+    same = [v for v in versions if v.get("protocol_sha256") == ident["protocol_sha256"]]
+    nxt = f"run `iteralab protocol lock {proto.path}` to make version {len(versions) + 1}"
     if same:
-        raise ProtocolError(
-            f"{proto.path.name}: corpus {proto.corpus_path.name} changed since lock (sha256 {corpus_sha[:12]}, locked "
-            f"{same[-1].get('corpus_sha256', '')[:12]}); restore it, or run `iteralab protocol lock {proto.path}` "
-            f"to make version {len(versions) + 1}")
+        last = same[-1]
+        what = (f"corpus {proto.corpus_path.name}" if last.get("corpus_sha256") != ident["corpus_sha256"]
+                else "model files")
+        raise ProtocolError(f"{proto.path.name}: {what} changed since lock (version {last['version']}); restore "
+                            f"it, or {nxt} (results of versions never mix)")
     raise ProtocolError(
-        f"{proto.path.name}: edited after lock (version {versions[-1]['version']}); run "
-        f"`iteralab protocol lock {proto.path}` to make version {len(versions) + 1} (results of versions never mix)")
+        f"{proto.path.name}: edited after lock (version {versions[-1]['version']}), or locked by an older "
+        f"IteraGPU Lab; {nxt} (results of versions never mix)")

@@ -56,6 +56,8 @@ class Validation:
 def read_predictions(path: Path, labels: set[str] | None) -> tuple[list[dict], list[str]]:
     """Parse a predictions JSONL. Returns (records, format errors as 'line N: problem')."""
     recs, errors = [], []
+    if path.is_symlink():
+        return [], ["predictions file is a symbolic link: not followed"]
     if not path.is_file():
         return [], ["no predictions file"]
     with open(path, "rb") as fh:

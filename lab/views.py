@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lab.campaigns import runs_root
-from lab.protocol import load_protocol, read_lock
+from lab.protocol import current_version, load_protocol, read_lock
 from lab.variants import variant_short
 
 if TYPE_CHECKING:  # the report modules import pandas: loaded when a view needs them
@@ -40,7 +40,7 @@ def protocol_info(campaign_file) -> dict:
     proto = load_protocol(campaign_file)
     versions = read_lock(proto.path)
     digest = proto.digest()
-    current = next((v for v in versions if v["sha256"] == digest), None)
+    current = current_version(proto, versions)[0] if proto.corpus_path.is_file() else None
     state = "locked" if current else ("edited" if versions else "not locked")
     counts = None
     if proto.card_path and proto.card_path.is_file():

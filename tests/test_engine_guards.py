@@ -38,7 +38,8 @@ def test_corpus_changed_after_lock_is_refused(tmp_path, model_dir):
     with pytest.raises(ProtocolError, match="changed since lock"):
         locked_version(load_protocol(f))
     v2 = lock(load_protocol(f))
-    assert v2["version"] == 2 and v2["sha256"] == v1["sha256"] and v2["corpus_sha256"] != v1["corpus_sha256"]
+    assert v2["version"] == 2 and v2["protocol_sha256"] == v1["protocol_sha256"] and v2["sha256"] != v1["sha256"]
+    assert v2["corpus_sha256"] != v1["corpus_sha256"]  # same text, other corpus: another identity
 
 
 def test_gpu_variant_without_gpu_blocks_after_one_pass(tmp_path, model_dir):

@@ -85,7 +85,9 @@ def test_protocol_screen_locks_and_says_when_edited(tmp_path, runs, size):
             assert [str(c) for c in card.get_row_at(20)] == ["all classes", "600", "300", "100", "1000"]
             await pilot.press("l")
             await wait_for(pilot, lambda: "sha256" in text_of(app, "#lock-result"))
-            digest = load_protocol(f).digest()
+            from lab.identity import protocol_identity
+
+            digest = protocol_identity(load_protocol(f))["sha256"]  # text + corpus + model files
             assert f"locked as version 1\nsha256 {digest}" in text_of(app, "#lock-result")
             assert read_lock(f)[0]["sha256"] == digest
             f.write_text(f.read_text().replace("threshold = 0.55", "threshold = 0.60"))
@@ -226,4 +228,31 @@ def test_archive_screen_assembles_verifies_and_scp_line(finished, tmp_path, monk
             app.screen.query_one("#scp-host").value = "gpu.example.org"
             await pilot.pause(0.2)
             assert text_of(app, "#scp-line") == f"scp -P 2222 alice@gpu.example.org:{a['path']} ."
+    asyncio.run(go())
+
+
+def test_archive_screen_refuses_an_unfinished_campaign_and_packs_it_labelled_partial(tmp_path, runs, model_dir):
+    from conftest import cut_corpus, write_campaign
+
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestrator import Orchestrator
+    from lab.protocol import lock
+
+    corpus = cut_corpus(tmp_path / "corpus.jsonl", 2, 1, 1)
+    f = write_campaign(tmp_path, model_dir, corpus, name="half")
+    lock(load_protocol(f))
+    Orchestrator.prepare(f, runs, LocalLauncher())  # planned, not run
+
+    async def go():
+        app = make_app(f, start_screen="archive")
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("a")
+            await wait_for(pilot, lambda: "archive failed" in text_of(app, "#archive-info"), 60, "the refusal")
+            t = text_of(app, "#archive-info")
+            assert "not finished" in t and "Press p for an archive labelled partial" in t
+            await pilot.press("p")
+            await wait_for(pilot, lambda: getattr(app.screen, "archive", None), 120, "the partial archive")
+            a = app.screen.archive
+            assert a["ok"] and a["partial"] and text_of(app, "#archive-info").startswith("PARTIAL Archive")
+            assert a["sha256"] in text_of(app, "#archive-info")
     asyncio.run(go())

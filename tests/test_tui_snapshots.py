@@ -1,6 +1,6 @@
 """Snapshot tests (pytest-textual-snapshot) of screens 1-4 at 80x24, made deterministic:
 fixed clock, fixed telemetry and environment facts, the demo campaign (content-derived
-ids and hashes), and a journal written with fixed times. `pytest --snapshot-update`
+ids and hashes; the model files' fingerprint in the protocol identity fixed), and a journal written with fixed times. `pytest --snapshot-update`
 accepts a new rendering after review."""
 
 from __future__ import annotations
@@ -15,6 +15,11 @@ from tui.widgets.telemetry import fixed_telemetry
 
 @pytest.fixture()
 def demo(tmp_path, monkeypatch):
+    import lab.identity
+
+    # the results folder's name carries the protocol identity, which covers the model files'
+    # sha256: the demo head is rebuilt per machine, so it is fixed here like the clock
+    monkeypatch.setattr(lab.identity, "model_fingerprint", lambda ref, revision=None: "0" * 64)
     root = tmp_path / "runs"
     monkeypatch.setenv("ITERALAB_RUNS", str(root))
     return demo_copy(tmp_path / "campaign"), root

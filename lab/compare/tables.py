@@ -146,6 +146,7 @@ def decision_markdown(c: Comparison) -> str:
 
 def write_comparison(c: Comparison, out_dir: str | Path) -> dict:
     """Write decision.md, compare.csv and report.html under ``out_dir``; returns their paths."""
+    from lab.report.csv_safe import write_csv
     from lab.report.html import comparison_report
 
     out = Path(out_dir)
@@ -153,6 +154,6 @@ def write_comparison(c: Comparison, out_dir: str | Path) -> dict:
     paths = {"decision": out / "decision.md", "csv": out / "compare.csv", "html": out / "report.html"}
     md, table = decision_markdown(c), comparison_table(c)
     paths["decision"].write_text(md, encoding="utf-8")
-    table.to_csv(paths["csv"], index=False)
+    write_csv(table, paths["csv"])  # formula-like cells neutralised, as in every CSV written
     paths["html"].write_text(comparison_report(c, md, table), encoding="utf-8")
     return paths

@@ -12,7 +12,7 @@ order.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -63,11 +63,15 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def load_model(model_ref: str, precision: str, device: str, pad_token: str | None = None):
+def load_model(model_ref: str, precision: str, device: str, pad_token: str | None = None,
+               attention: str | None = None):
     """(tokenizer, model) in eval mode at ``precision`` on ``device``.
 
     ``pad_token``: the campaign's declared padding token ([model] pad_token, checked at lock),
-    set on the tokenizer and the model config when given.
+    set on the tokenizer and the model config when given. ``attention``: the attention
+    implementation (transformers' ``attn_implementation``: "sdpa", "eager",
+    "flash_attention_2", ...; None = the library's default). Raises (ImportError, ValueError)
+    when the implementation cannot be used here: the pass becomes a failure row with the reason.
     """
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -75,8 +79,9 @@ def load_model(model_ref: str, precision: str, device: str, pad_token: str | Non
     tok = AutoTokenizer.from_pretrained(model_ref)
     if pad_token:
         tok.pad_token = pad_token
+    extra = {"attn_implementation": attention} if attention else {}
     model = AutoModelForSequenceClassification.from_pretrained(
-        model_ref, dtype=getattr(torch, DTYPES[precision]))
+        model_ref, dtype=getattr(torch, DTYPES[precision]), **extra)
     if pad_token:
         model.config.pad_token_id = tok.pad_token_id
     model.eval().to(device)
@@ -96,17 +101,27 @@ class WindowResult:
     real_tokens: int
     padded_tokens: int
     batches: int
+    tokens_kept: list[int] = field(default_factory=list)  # per item, specials included
+    tokens_total: list[int | None] = field(default_factory=list)  # before truncation; None: unknown
+    batches_at_max_length: int = 0  # batches padded to exactly max_length
+    batches_at_longest: int = 0  # batches padded to exactly their longest item
+    order_sorted_by_length: bool = False
+    order_is_corpus: bool = True
 
 
 def tokenize(texts: list[str], tokenizer, max_length: int):
     """Tokenize without padding, truncating at ``max_length`` (specials included).
 
-    Returns (input_ids lists, n_truncated). n_truncated counts items that lost tokens.
+    Returns (input_ids lists, total tokens per item before truncation, specials included;
+    None per item when the tokenizer does not report its overflow: slow tokenizers).
     """
     enc = tokenizer(texts, truncation=True, max_length=max_length, padding=False,
                     return_attention_mask=False, return_token_type_ids=False)
-    truncated = sum(1 for e in enc.encodings if e.overflowing) if enc.encodings else 0
-    return enc["input_ids"], truncated
+    if not enc.encodings:
+        return enc["input_ids"], [None] * len(texts)
+    specials = tokenizer.num_special_tokens_to_add(pair=False)
+    totals = [len(e.ids) + sum(len(o.ids) - specials for o in e.overflowing) for e in enc.encodings]
+    return enc["input_ids"], totals
 
 
 def batch_order(lengths: list[int], bucketing: bool) -> list[int]:
@@ -128,14 +143,17 @@ def run_batches(rows: list[dict], tokenizer, model, device: str, variant: dict,
 
     n = len(rows)
     bs, max_len = variant["batch_size"], variant["max_length"]
-    input_ids, n_trunc = tokenize([r["text"] for r in rows], tokenizer, max_len)
+    input_ids, totals = tokenize([r["text"] for r in rows], tokenizer, max_len)
     lengths = [len(x) for x in input_ids]
+    n_trunc = sum(1 for k, t in zip(lengths, totals, strict=True) if t is not None and t > k)
     order = batch_order(lengths, variant.get("bucketing", False))
     pad_to = "max_length" if variant["padding"] == "max_length" else "longest"
     pred: list[int | None] = [None] * n
     prob: list[float | None] = [None] * n
     win = WindowResult([r["id"] for r in rows], [r.get("label") for r in rows], pred, prob,
-                       0, n_trunc, 0, 0, 0)
+                       0, n_trunc, 0, 0, 0, lengths, totals,
+                       order_sorted_by_length=order == sorted(range(n), key=lambda i: lengths[i]),
+                       order_is_corpus=order == list(range(n)))
     if sink is not None:
         sink["win"] = win
     with torch.inference_mode():
@@ -160,6 +178,9 @@ def run_batches(rows: list[dict], tokenizer, model, device: str, variant: dict,
             win.batches += 1
             win.real_tokens += sum(lengths[i] for i in idx)
             win.padded_tokens += int(ids_t.numel())
+            width = int(ids_t.shape[1])
+            win.batches_at_max_length += width == max_len
+            win.batches_at_longest += width == max(lengths[i] for i in idx)
             if on_batch:
                 on_batch(win.items_done)
     return win

@@ -55,15 +55,20 @@ def _vm_peak() -> int | None:
 
 
 def write_predictions(path: Path, win, id2label: dict) -> tuple[int, str]:
-    """Write completed predictions in corpus order; returns (lines, sha256 of the file)."""
+    """Write completed predictions in corpus order; returns (lines, sha256 of the file).
+
+    Each line: id, pred, prob, truncated (bool; null when unknown), tokens_kept and tokens_total
+    (tokens, specials included, after and before truncation at max_length)."""
     h = hashlib.sha256()
     n = 0
     lines = []
-    for item_id, p, c in zip(win.ids, win.pred_index, win.prob, strict=True):
+    for i, (item_id, p, c) in enumerate(zip(win.ids, win.pred_index, win.prob, strict=True)):
         if p is None:
             continue
-        line = json.dumps({"id": item_id, "pred": id2label[p], "prob": round(c, 6)},
-                          ensure_ascii=False) + "\n"
+        kept, total = win.tokens_kept[i], win.tokens_total[i]
+        line = json.dumps({"id": item_id, "pred": id2label[p], "prob": round(c, 6),
+                           "truncated": None if total is None else total > kept,
+                           "tokens_kept": kept, "tokens_total": total}, ensure_ascii=False) + "\n"
         lines.append(line)
         h.update(line.encode("utf-8"))
         n += 1
@@ -102,6 +107,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         from lab.memory.observe import release_memory
         from lab.memory.peaks import PeakTracker
         from lab.passes import inference as inf
+        from lab.passes import observed
 
         phases["startup"] = round(time.perf_counter() - _T_PROCESS, 6)
         torch.manual_seed(spec.seed)
@@ -116,7 +122,8 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         ev.emit("phase", phase="model_load", state="start", device=device)
         t = time.perf_counter()
         tok, model = inf.load_model(spec.model_ref, spec.variant["precision"], device,
-                                    spec.extra.get("pad_token"))
+                                    pad_token=spec.extra.get("pad_token"),
+                                    attention=spec.variant.get("attention"))
         id2label = {int(k): v for k, v in model.config.id2label.items()}
         inf.synchronize(device)
         phase("model_load", t)
@@ -126,6 +133,8 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         t = time.perf_counter()
         inf.warm_up(warm_rows, tok, model, device, spec.variant, spec.warmup_items, spec.warmup_passes)
         phase("warmup", t)
+        res["observed"] = observed.observe_model(model, spec.threads)
+        observed.require_honoured(spec.variant, res["observed"], device)
 
         tracker = PeakTracker(device)
         release_memory(device)  # freed warm-up memory goes back before the peaks are reset
@@ -144,7 +153,10 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         res["items_completed"] = win.items_done
         res["items_per_s"] = round(win.items_done / phases["measured"], 4)
         res.update(n_truncated=win.n_truncated, real_tokens=win.real_tokens,
-                   padded_tokens=win.padded_tokens, batches=win.batches)
+                   padded_tokens=win.padded_tokens, batches=win.batches,
+                   truncated_by_bucket=observed.truncation_by_bucket(rows, win))
+        res["observed"].update(observed.observe_window(win, spec.variant["max_length"]))
+        observed.require_honoured(spec.variant, res["observed"], device)
 
         t = time.perf_counter()
         gold = [(g, id2label[p]) for g, p in zip(win.labels, win.pred_index, strict=True) if g is not None]

@@ -29,9 +29,22 @@ def _feasibility(rows: list[dict], attempts: list[dict]) -> dict:
     return campaign_feasibility([{**r, "coverage": cov.get(r["pass_id"])} for r in rows])
 
 
-def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
+def write_gold_labels(corpus_path: Path, out: Path) -> Path:
+    """report/gold_labels.jsonl: {id, label, bucket} per corpus item (no text), so that
+    ``archive verify`` can recompute every row's metric from the predictions."""
+    from lab.corpus import read_corpus
+
+    with open(out, "w", encoding="utf-8", newline="\n") as fh:
+        for r in read_corpus(corpus_path):
+            fh.write(json.dumps({"id": r["id"], "label": r.get("label"), "bucket": r.get("bucket")},
+                                ensure_ascii=False) + "\n")
+    return out
+
+
+def build_report(campaign_dir: Path, launcher_info: dict | None = None, partial_reason: str = "") -> dict:
     """Write report/{raw_table.csv, summary.csv, summary.json, manifest.json, decision_note.md,
-    report.html}.
+    gold_labels.jsonl, report.html}. ``partial_reason``: non-empty when the campaign is not
+    finished; the decision note then opens with it.
 
     Returns {"rows": n, "summary": [VariantSummary, ...], "report_dir": Path, "orchestrator": dict}.
     Builds in report.partial/ and swaps it in whole. Raises DiskFull (one line, the partial
@@ -54,7 +67,8 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
     try:
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir()
-        result = _write_report(out, proto, version, attempts, described, launcher_info, campaign_dir)
+        result = _write_report(out, proto, version, attempts, described, launcher_info, campaign_dir,
+                               partial_reason)
         swap_folder(out, final)
     except BaseException as exc:
         shutil.rmtree(out, ignore_errors=True)
@@ -65,11 +79,12 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None) -> dict:
 
 
 def _write_report(out: Path, proto, version: dict, attempts: list[dict], described, launcher_info,
-                  campaign_dir: Path) -> dict:
+                  campaign_dir: Path, partial_reason: str = "") -> dict:
     from lab.report.decision import decision_campaign, decision_note, decision_pricing
 
     rows = raw_rows(attempts, proto.name, version["version"], campaign_dir)
     write_raw_table(rows, out / "raw_table.csv")
+    write_gold_labels(proto.corpus_path, out / "gold_labels.jsonl")
     summary = summarize(rows, _feasibility(rows, attempts))
     write_summary(summary, out / "summary.csv")
 
@@ -79,6 +94,7 @@ def _write_report(out: Path, proto, version: dict, attempts: list[dict], describ
     manifest = build_manifest(
         campaign={"name": proto.name, "protocol_version": version["version"],
                   "protocol_sha256": version["sha256"], "locked_at": version["locked_at"],
+                  "identity": {k: version.get(k) for k in ("protocol_sha256", "corpus_sha256", "model_sha256")},
                   "order": [f"{a['seq']}:{a['variant_id']}" for a in attempts],
                   "repetitions": proto.timing["repetitions"], "seed": proto.config.timing.seed,
                   "threads_requested": proto.config.timing.threads,
@@ -108,6 +124,12 @@ def _write_report(out: Path, proto, version: dict, attempts: list[dict], describ
     if observed:
         note += ("\n\n_Campaign window: no window was declared in the campaign file; the window "
                  "above is the span of the passes actually run (first start to last end)._\n")
+    if not any(r["status"] in ("ok", "oom", "error", "killed") for r in rows):
+        note = ("> **No evidence yet.** no pass has finished in this campaign: the tables are empty "
+                "and no configuration can be judged.\n\n" + note)
+    if partial_reason:
+        note = (f"> **Partial evidence.** {partial_reason}. This archive is labelled partial: the "
+                "figures below cover only the passes that ran.\n\n" + note)
     (out / "decision_note.md").write_text(note)
     from lab.report.html import campaign_report
 

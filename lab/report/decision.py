@@ -207,6 +207,7 @@ def _config_section(a: Assessment, deliverables: int) -> list[str]:
         lines.append(f"  - against `{pair['other']}`: "
                      f"{'distinguished' if pair['distinguished'] else 'not distinguished'} "
                      f"({pair['reason']})")
+    lines += _truncation_lines(v)
     lines.append("- Memory: feasible" if v.feasible
                  else f"- Memory: infeasible ({v.infeasible_reason or 'no reason given'})")
     if a.window is None:
@@ -235,6 +236,20 @@ def _config_section(a: Assessment, deliverables: int) -> list[str]:
            is not None else UNDEFINED)
     lines += [f"- Cost per validated corpus: {per}", ""]
     return lines
+
+
+def _truncation_lines(v) -> list[str]:
+    """Share of items truncated at max_length per length bucket (from the pass predictions)."""
+    get = v.get if isinstance(v, dict) else lambda k: getattr(v, k, None)
+    shares = {b: get(f"truncated_{b}") for b in ("short", "medium", "long")}
+    if all(x is None for x in shares.values()):
+        return []
+    text = ", ".join(f"{b} {x:.0%}" for b, x in shares.items() if x is not None)
+    out = [f"- Items truncated at max_length {get('max_length') or '?'}: {text}"]
+    if shares.get("long"):
+        out.append(f"- The long bucket was judged on truncated text ({shares['long']:.0%} of its items lost "
+                   "tokens): its metric says nothing about the full documents")
+    return out
 
 
 def _decision(eligible: list[Assessment], deliverables: int,

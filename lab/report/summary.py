@@ -59,6 +59,12 @@ class VariantSummary:
     pairs: tuple[dict, ...] = ()
     """One verdict per other variant of the series: {"other": variant_id, **PairVerdict.to_json()}
     (lab.report.distinguish)."""
+    truncated_short: float | None = None
+    truncated_medium: float | None = None
+    truncated_long: float | None = None
+    """Largest share (0-1) over the variant's passes of a bucket's items cut at ``max_length``;
+    None when not observed."""
+    max_length: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("durations_s", "failure_kinds", "does_not_distinguish_from", "pairs"):
@@ -134,6 +140,9 @@ def summarize(rows: list[dict], feasibility: dict | None = None) -> list[Variant
             "peak_reserved_bytes_max": max((r["peak_reserved_bytes"] for r in rs
                                             if r.get("peak_reserved_bytes")), default=None),
             "does_not_distinguish": False, "does_not_distinguish_from": [], "pairs": [],
+            **{k: max((float(r[k]) for r in rs if r.get(k) is not None), default=None)
+               for k in ("truncated_short", "truncated_medium", "truncated_long")},
+            "max_length": first.get("max_length"),
         })
     _flag_indistinct(out)
     return [VariantSummary(**d) for d in out]
@@ -162,6 +171,8 @@ def summary_table(summary: list[VariantSummary]) -> pd.DataFrame:
 
 def write_summary(summary: list[VariantSummary], path: Path) -> Path:
     """summary.csv at ``path`` and summary.json beside it (same records)."""
-    summary_table(summary).to_csv(path, index=False)
+    from lab.report.csv_safe import write_csv
+
+    write_csv(summary_table(summary), path)  # formula-like cells neutralised
     path.with_suffix(".json").write_text(json.dumps([s.to_json() for s in summary], indent=1, default=str) + "\n")
     return path

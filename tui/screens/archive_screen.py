@@ -52,7 +52,8 @@ class ArchiveScreen(LabScreen):
 
     NAME = "archive"
     AUTO_FOCUS = "#archive-scroll"
-    BINDINGS = [Binding("a", "assemble", "Assemble + verify")]
+    BINDINGS = [Binding("a", "assemble", "Assemble + verify"),
+                Binding("p", "assemble_partial", "Partial archive")]
 
     def body(self) -> ComposeResult:
         remote = detect_remote()
@@ -66,31 +67,36 @@ class ArchiveScreen(LabScreen):
             yield Static("", id="scp-line", markup=False)
         self.archive: dict | None = None
 
-    def action_assemble(self) -> None:
+    def action_assemble_partial(self) -> None:
+        self.action_assemble(partial=True)
+
+    def action_assemble(self, partial: bool = False) -> None:
         d = self.app.campaign_dir
         info = self.query_one("#archive-info", Static)
         if d is None:
             info.update(self.no_campaign_text())
             return
         info.update(f"assembling the archive of {escape(str(d))} ...")
-        self.assemble(d)
+        self.assemble(d, partial)
 
     @work(thread=True, exclusive=True, exit_on_error=False)
-    def assemble(self, campaign_dir) -> None:
+    def assemble(self, campaign_dir, partial: bool = False) -> None:
         try:
-            self.post_message(ArchiveReady(assemble_archive(campaign_dir)))
+            self.post_message(ArchiveReady(assemble_archive(campaign_dir, partial)))
         except Exception as exc:  # one line; the campaign folder is untouched
             self.post_message(ArchiveReady(None, f"{type(exc).__name__}: {exc}"))
 
     def on_archive_ready(self, msg: ArchiveReady) -> None:
         info = self.query_one("#archive-info", Static)
         if msg.archive is None:
-            info.update(f"[red]archive failed: {escape(msg.error)}[/red]")
+            hint = " Press [b]p[/b] for an archive labelled partial." if "--partial" in msg.error else ""
+            info.update(f"[red]archive failed: {escape(msg.error)}[/red]{hint}")
             return
         a = self.archive = msg.archive
         verdict = (f"[green]verified[/green]: {a['files_checked']} files, {a['rows_checked']} rows"
                    if a["ok"] else "[red]verification FAILED[/red]: " + escape("; ".join(a["problems"][:3])))
-        info.update(f"[b]Archive[/b] {escape(a['path'])}\n[b]Size[/b]    {a['size_bytes']:,} bytes "
+        label = "[b]PARTIAL[/b] " if a.get("partial") else ""
+        info.update(f"{label}[b]Archive[/b] {escape(a['path'])}\n[b]Size[/b]    {a['size_bytes']:,} bytes "
                     f"({a['size_bytes'] / 2**20:.2f} MiB)\n[b]sha256[/b]  {a['sha256']}\n{verdict}\n"
                     "Run on your own machine (edit user/host/port below if needed):")
         self.update_scp()

@@ -1,0 +1,219 @@
+"""Re-derivation for ``archive verify``: the journal against the raw table, each row's
+predictions sha256 against the file and its ``result.json``, each row's metric recomputed from
+its predictions and the archived gold labels. Works on the members one forward pass over the
+archive kept (lab.archive_verify); every problem is one line naming the pass.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from lab.archive_format import JOURNAL, ArchiveError
+
+GOLD_LABELS = "report/gold_labels.jsonl"
+BUCKETS = ("short", "medium", "long")
+DONE = ("ok", "oom", "error", "killed")
+TOLERANCE = 1e-6  # metrics are stored rounded to 6 decimals
+
+
+def member_text(scan, rel: str) -> str:
+    try:
+        return scan.kept[rel].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ArchiveError(f"{rel}: not UTF-8 (byte {exc.start}); the archive was altered or damaged") from None
+
+
+def read_journal(scan, problems: list[str]) -> tuple[list[dict], list[dict]] | None:
+    if scan.journal is None:
+        problems.append(f"{JOURNAL} missing: the journal's attempts cannot be compared with the raw table")
+        return None
+    try:
+        db = sqlite3.connect(f"file:{scan.journal}?mode=ro", uri=True)
+        try:
+            db.row_factory = sqlite3.Row
+            attempts = [dict(r) for r in db.execute(
+                "SELECT pass_id, seq, status, items_completed, validation_json FROM attempts ORDER BY seq, attempt")]
+            plan = [dict(r) for r in db.execute("SELECT seq FROM plan ORDER BY seq")]
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        problems.append(f"{JOURNAL}: not a readable campaign journal ({exc}); empty or damaged")
+        return None
+    return attempts, plan
+
+
+def compare_journal(attempts: list[dict], plan: list[dict], rows: list[dict], partial: bool,
+                     problems: list[str]) -> None:
+    by_row = {r["pass_id"]: r for r in rows}
+    by_att = {a["pass_id"]: a for a in attempts}
+    for pid in sorted(set(by_att) - set(by_row), key=str):
+        problems.append(f"pass {pid}: in the journal but not in the raw table")
+    for pid in sorted(set(by_row) - set(by_att), key=str):
+        problems.append(f"pass {pid}: in the raw table but not in the journal")
+    for pid in sorted(set(by_row) & set(by_att), key=str):
+        a, r = by_att[pid], by_row[pid]
+        if a["status"] != r["status"]:
+            problems.append(f"pass {pid}: status {r['status']!r} in the raw table, {a['status']!r} in the journal")
+        if ("" if a["items_completed"] is None else str(a["items_completed"])) != r["items_completed"]:
+            problems.append(f"pass {pid}: {r['items_completed']} items completed in the raw table, "
+                            f"{a['items_completed']} in the journal")
+        try:
+            val = json.loads(a["validation_json"]) if a["validation_json"] else {}
+        except (json.JSONDecodeError, TypeError):
+            val = None
+        if not isinstance(val, dict):
+            problems.append(f"pass {pid}: its validation in the journal is not a JSON object")
+            continue
+        if str(bool(val.get("corpus_accepted"))) != (r.get("corpus_accepted") or "False"):
+            problems.append(f"pass {pid}: corpus_accepted {r.get('corpus_accepted') or 'empty'} in the raw table, "
+                            f"{bool(val.get('corpus_accepted'))} in the journal")
+        if not _same_metric(val.get("metric"), r.get("metric")):
+            problems.append(f"pass {pid}: metric {r.get('metric') or 'empty'} in the raw table, "
+                            f"{val.get('metric')} in the journal")
+    if partial:
+        return
+    done = {a["seq"] for a in attempts if a["status"] in DONE}
+    for a in attempts:
+        if a["status"] == "running":
+            problems.append(f"pass {a['pass_id']}: still 'running' in the journal of an archive not marked partial")
+    missing = [p["seq"] for p in plan if p["seq"] not in done]
+    if missing:
+        problems.append(f"{len(missing)} planned slot(s) without a finished attempt (first seq {missing[0]}) in an "
+                        "archive not marked partial")
+
+
+def _number(v) -> float | str | None:
+    if v in (None, ""):
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return str(v)  # not a number: never equal to a recomputed metric
+
+
+def _same_metric(a, b) -> bool:
+    a, b = _number(a), _number(b)
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= TOLERANCE
+    return a is None and b is None
+
+
+def _predictions(scan, rel: str) -> dict[str, str] | None:
+    """{id: pred} of a predictions file; None when a line is not a JSON object with id and
+    pred, or an id repeats."""
+    out: dict[str, str] = {}
+    for line in member_text(scan, rel).splitlines():
+        try:
+            rec = json.loads(line)
+            if not (isinstance(rec["id"], str) and isinstance(rec["pred"], str)) or rec["id"] in out:
+                return None
+            out[rec["id"]] = rec["pred"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            return None
+    return out
+
+
+def read_gold(scan, problems: list[str]) -> dict[str, tuple[str, str]] | None:
+    if GOLD_LABELS not in scan.kept:
+        problems.append(f"{GOLD_LABELS} missing: metrics cannot be recomputed from the predictions")
+        return None
+    gold = {}
+    for n, line in enumerate(member_text(scan, GOLD_LABELS).splitlines(), start=1):
+        try:
+            rec = json.loads(line)
+            if not (isinstance(rec["id"], str) and isinstance(rec["label"], str)):
+                raise TypeError
+            gold[rec["id"]] = (rec["label"], rec.get("bucket") or "")
+        except (json.JSONDecodeError, KeyError, TypeError):
+            problems.append(f"{GOLD_LABELS} line {n}: not a JSON object with string id and label")
+            return None
+    return gold
+
+
+def _check_metric(pid: str, row: dict, preds: dict[str, str], gold: dict, problems: list[str]) -> float | None:
+    """Compare the row's metric columns with the ones recomputed; returns the recomputed metric."""
+    from lab.validate import METRICS
+
+    claimed = row.get("metric")
+    if set(preds) != set(gold):
+        if claimed not in (None, ""):
+            problems.append(f"pass {pid}: metric {claimed} given, but its predictions do not cover exactly the "
+                            "corpus's ids")
+        return None
+    if claimed in (None, "") and not (row.get("ids_match") == "True" and row.get("format_ok") == "True"):
+        return None  # no metric claimed for predictions the validation refused
+    fn = METRICS.get(row.get("metric_name", ""))
+    if fn is None:
+        if claimed not in (None, ""):
+            problems.append(f"pass {pid}: unknown metric name {row.get('metric_name')!r}")
+        return None
+    ids = sorted(gold)
+    recomputed = None
+    checks = [("metric", ids)] + [(f"metric_{b}", [i for i in ids if gold[i][1] == b]) for b in BUCKETS]
+    for col, sub in checks:
+        value = round(fn([gold[i][0] for i in sub], [preds[i] for i in sub]), 6) if sub else None
+        recomputed = value if col == "metric" else recomputed
+        if col in row and not _same_metric(value, row[col]):
+            problems.append(f"pass {pid}: {col} {row[col] or 'empty'} in the raw table, {value} recomputed "
+                            "from its predictions and the gold labels")
+    return recomputed
+
+
+def check_acceptance(row: dict, recomputed: float | None, threshold: float | None, problems: list[str]) -> None:
+    """A row marked accepted must be an ok pass whose recomputed metric meets the locked threshold."""
+    if row.get("corpus_accepted") != "True":
+        return
+    pid = row["pass_id"]
+    if row.get("status") != "ok":
+        problems.append(f"pass {pid}: marked accepted with status {row.get('status')!r}")
+    if threshold is not None and not _same_metric(row.get("threshold"), threshold):
+        problems.append(f"pass {pid}: threshold {row.get('threshold')} in the raw table, {threshold} in the "
+                        "locked campaign file")
+    if recomputed is None:
+        problems.append(f"pass {pid}: marked accepted, but no metric can be recomputed from its predictions")
+    elif threshold is not None and recomputed < threshold:
+        problems.append(f"pass {pid}: marked accepted, but its recomputed metric {recomputed} is below the locked "
+                        f"threshold {threshold}")
+
+
+def check_row(row: dict, scan, gold: dict | None, threshold: float | None, problems: list[str]) -> None:
+    """Check one raw-table row against its files (see the module docstring). ``threshold``: the
+    locked campaign file's quality threshold (None when it cannot be read)."""
+    pid = row["pass_id"]
+    result_rel = f"passes/{pid}/result.json"
+    if result_rel in scan.kept:
+        try:
+            result = json.loads(member_text(scan, result_rel))
+        except json.JSONDecodeError:
+            result = None
+        if not isinstance(result, dict):
+            problems.append(f"pass {pid}: result.json is not a JSON object")
+            result = {}
+        pred_rel = f"passes/{pid}/{result.get('predictions_path') or 'predictions.jsonl'}"
+        if result.get("predictions_sha256") and scan.sha.get(pred_rel) != result["predictions_sha256"]:
+            problems.append(f"pass {pid}: predictions sha256 differs from the one its result.json recorded")
+    recomputed = _row_metric(row, scan, gold, problems)
+    if gold is not None:
+        check_acceptance(row, recomputed, threshold, problems)
+
+
+def _row_metric(row: dict, scan, gold: dict | None, problems: list[str]) -> float | None:
+    pid, p, digest = row["pass_id"], row.get("predictions_path"), row.get("predictions_sha256")
+    if not p:
+        if row.get("metric") not in (None, ""):
+            problems.append(f"pass {pid}: a metric without a predictions file")
+        return None
+    if p not in scan.sha:
+        problems.append(f"row {pid}: predictions {p} missing from the archive")
+        return None
+    if scan.sha[p] != digest:
+        problems.append(f"row {pid}: predictions sha256 differs from the raw table")
+    if gold is None or p not in scan.kept:
+        return None
+    preds = _predictions(scan, p)
+    if preds is None:
+        if row.get("metric") not in (None, ""):
+            problems.append(f"pass {pid}: metric {row['metric']} given, but its predictions file is malformed")
+        return None
+    return _check_metric(pid, row, preds, gold, problems)

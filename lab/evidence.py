@@ -1,0 +1,55 @@
+"""Assemble a campaign's evidence archive: refuse an unfinished campaign unless a partial
+archive is asked for, rebuild the report, pack (lab.archive.pack).
+
+A campaign is final when no orchestrator runs it, its journal says "finished" and every
+planned slot has a finished attempt (ok, oom, error or killed); anything else is partial.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from lab.archive import ArchiveError, pack
+
+INCLUDE = ["campaign.toml", "campaign.lock.json", "corpus_card.json", "protocol_version.json",
+           "journal.sqlite", "orchestrator.log", "passes/", "report/"]
+
+
+def unfinished_reason(campaign_dir: Path) -> str:
+    """'' when the campaign is final, else one line saying why it is not."""
+    from lab.status import campaign_status
+
+    st = campaign_status(Path(campaign_dir))
+    running = [a["pass_id"] for a in st["attempts"] if a["status"] == "running"]
+    if st["alive"]:
+        why = f"still running (orchestrator pid {st['orchestrator'].get('pid')})"
+    elif st["state"] != "finished" or st["finished"] < st["planned"] or running:
+        why = f"not finished (state {st['state']})"
+    else:
+        return ""
+    return f"campaign {why}: {st['finished']} of {st['planned']} planned passes finished"
+
+
+def archive_campaign(campaign_dir: Path, partial: bool = False) -> Path:
+    """Rebuild the report and pack ``<runs>/<campaign>/<campaign>-<version>-<UTC time>.tar.gz``.
+
+    An unfinished campaign raises ArchiveError (one line with the reason) unless ``partial``;
+    a partial archive says so in ARCHIVE.json and the decision note. Returns the archive path.
+    """
+    from lab.report.build import build_report
+
+    campaign_dir = Path(campaign_dir)
+    reason = unfinished_reason(campaign_dir)
+    if reason and not partial:
+        raise ArchiveError(f"{campaign_dir}: {reason}; wait for it to finish (`iteralab campaign status`), "
+                           "or pass --partial for an archive labelled partial")
+    build_report(campaign_dir, partial_reason=reason)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    stem = f"{campaign_dir.parent.name}-{campaign_dir.name}-{stamp}"
+    out, n = campaign_dir.parent / f"{stem}.tar.gz", 1
+    while out.exists():  # two archives in one second: never overwrite the first
+        n += 1
+        out = campaign_dir.parent / f"{stem}-{n}.tar.gz"
+    return pack(campaign_dir, out, INCLUDE, partial=reason)
+

@@ -1,0 +1,101 @@
+"""What actually ran, next to what the variant declared, for every variant field.
+
+Observed on the loaded model and in the measured window, never copied from the declaration:
+the dtype and device of the loaded weights, the attention implementation the model reports
+(``config._attn_implementation``), torch's thread count, whether the module is compiled, any
+quantized weights, the padded width of each batch (padding), the longest tokenized item
+(max_length), and the processing order (bucketing). A declared value the pass did not honour
+raises NotHonoured: the pass becomes a failure row with the reason, never a row that claims it
+(seed: "Non sostituire silenziosamente").
+"""
+
+from __future__ import annotations
+
+from lab.passes.inference import DTYPES
+
+BUCKETS = ("short", "medium", "long")
+
+
+class NotHonoured(RuntimeError):
+    """A declared variant value that this pass did not apply; one line naming declared vs observed."""
+
+
+def observe_model(model, threads_declared: int) -> dict:
+    """{dtype, device, attention, threads, compile, quantization} of the loaded ``model``."""
+    import torch
+
+    params = list(model.parameters())
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in params if p.is_floating_point()})
+    quantized = sorted({str(p.dtype).removeprefix("torch.") for p in params if not p.is_floating_point()})
+    qconf = getattr(model.config, "quantization_config", None)
+    compiled = type(model).__name__ == "OptimizedModule" or bool(getattr(model, "_compiled_call_impl", None))
+    return {"dtype": "/".join(dtypes) or "none", "device": str(params[0].device) if params else "none",
+            "attention": getattr(model.config, "_attn_implementation", None) or "unknown",
+            "threads": torch.get_num_threads(), "threads_declared": threads_declared,
+            "compile": compiled,
+            "quantization": "none" if not (quantized or qconf) else (str(qconf) if qconf else "/".join(quantized))}
+
+
+def observe_window(win, max_length: int) -> dict:
+    """{padding, max_tokens, bucketing} observed in the measured window (a WindowResult)."""
+    at_max, at_longest, n = win.batches_at_max_length, win.batches_at_longest, win.batches
+    if n and at_max == n and at_longest == n:
+        padding = "max_length or longest (every batch reached max_length: indistinguishable)"
+    elif n and at_max == n:
+        padding = "max_length"
+    elif n and at_longest == n:
+        padding = "longest"
+    else:
+        padding = "none observed" if not n else f"mixed ({at_max} of {n} batches at max_length)"
+    order = ("sorted by token count" if win.order_sorted_by_length and not win.order_is_corpus
+             else "corpus order" if win.order_is_corpus and not win.order_sorted_by_length
+             else "corpus order (already sorted by token count)")
+    return {"padding": padding, "max_tokens": max(win.tokens_kept, default=0), "bucketing": order}
+
+
+def _padding_ok(declared: str, observed: str) -> bool:
+    return observed.startswith((declared, "max_length or longest")) or observed == "none observed"
+
+
+def require_honoured(variant: dict, observed: dict, device: str) -> None:
+    """Raise NotHonoured naming the first declared field the observation contradicts.
+
+    ``device`` is the resolved device the pass asked for (lab.passes.inference.resolve_device).
+    Window fields (padding, max_tokens, bucketing) are checked once ``observed`` holds them.
+    """
+    bad = []
+    if observed["dtype"] != DTYPES[variant["precision"]]:
+        bad.append(f"precision {variant['precision']} declared, weights loaded as {observed['dtype']}")
+    if observed["device"] != device:
+        bad.append(f"device {device} asked, weights on {observed['device']}")
+    if variant.get("attention") and observed["attention"] != variant["attention"]:
+        bad.append(f"attention {variant['attention']} declared, the model reports {observed['attention']}")
+    if observed["threads_declared"] and observed["threads"] != observed["threads_declared"]:
+        bad.append(f"threads {observed['threads_declared']} declared, torch uses {observed['threads']}")
+    if bool(variant.get("compile", False)) != observed["compile"]:
+        bad.append(f"compile {variant.get('compile', False)} declared, compiled module: {observed['compile']}")
+    if variant.get("quantization", "none") == "none" and observed["quantization"] != "none":
+        bad.append(f"quantization none declared, weights are {observed['quantization']}")
+    if "padding" in observed and not _padding_ok(variant["padding"], observed["padding"]):
+        bad.append(f"padding {variant['padding']} declared, batches padded: {observed['padding']}")
+    if "max_tokens" in observed and observed["max_tokens"] > variant["max_length"]:
+        bad.append(f"max_length {variant['max_length']} declared, an item kept {observed['max_tokens']} tokens")
+    if "bucketing" in observed and not (observed["bucketing"] != "corpus order" if variant.get("bucketing")
+                                        else observed["bucketing"].startswith("corpus order")):
+        bad.append(f"bucketing {variant.get('bucketing')} declared, processing order: {observed['bucketing']}")
+    if bad:
+        raise NotHonoured("declared value not honoured: " + "; ".join(bad))
+
+
+def truncation_by_bucket(rows: list[dict], win) -> dict:
+    """{bucket: {"items", "truncated", "fraction"}} over the items the window tokenized."""
+    out = {}
+    for b in BUCKETS:
+        idx = [i for i, r in enumerate(rows) if r.get("bucket") == b]
+        if not idx:
+            continue
+        known = [i for i in idx if win.tokens_total[i] is not None]
+        cut = sum(1 for i in known if win.tokens_total[i] > win.tokens_kept[i])
+        out[b] = {"items": len(idx), "truncated": cut if known else None,
+                  "fraction": round(cut / len(known), 6) if known else None}
+    return out

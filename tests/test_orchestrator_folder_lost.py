@@ -1,0 +1,38 @@
+"""A campaign folder deleted while the campaign runs is noticed: the orchestrator stops with the
+reason instead of writing passes to a deleted journal and ending 'finished' (real CLI process,
+real demo model, tiny corpus)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+from tests.conftest import REPO, cut_corpus, write_campaign
+
+
+def test_deleted_campaign_folder_stops_the_campaign_with_the_reason(model_dir, tmp_path):
+    from lab.protocol import load_protocol, lock
+
+    corpus = cut_corpus(tmp_path / "corpus.jsonl", 2, 1, 1)
+    f = write_campaign(tmp_path, model_dir, corpus, name="lost", values=(1, 4, 8))
+    lock(load_protocol(f))
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "lab.cli", "campaign", "run", str(f), "--launcher", "local"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO), "ITERALAB_RUNS": str(runs)})
+    try:
+        deadline = time.monotonic() + 180
+        while not list(runs.glob("lost/*/passes/*/result.json")):
+            assert time.monotonic() < deadline and proc.poll() is None, "the first pass never finished"
+            time.sleep(0.2)
+        shutil.rmtree(next(runs.glob("lost/*")))
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 2, (out, err)
+    assert len(err.strip().splitlines()) == 1 and "deleted or replaced while the campaign ran" in err
+    assert "campaign finished" not in out
