@@ -177,6 +177,8 @@ def test_results_screen_per_variant(finished, tmp_path, monkeypatch, size):
             assert by[1].successes == 1 and by[8].successes == 1
             assert "accepted (1 of 1 passes)" in t
             assert "peaks: process RSS" in t and "allocated not measured (no GPU)" in t
+            assert t.count("utilization: achieved ") == len(app.screen.summary)  # a line per variant
+            assert all(v.utilization_median is not None for v in app.screen.summary)
     asyncio.run(go())
 
 
