@@ -198,7 +198,7 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
     res = {"pass_id": spec.pass_id, "campaign": spec.campaign, "variant": spec.variant,
            "start_time": start_time, "end_time": _utc(), "status": status, "error": "; ".join(errors)[:500],
            "phases_s": phases, "items_total": len(rows), "items_completed": items,
-           "items_per_s": round(items / phases["measured"], 4) if phases.get("measured") else None,
+           "items_per_s": round(items / measured_s, 4) if (measured_s := phases.get("measured")) else None,
            "device": (f"{devs[0]} x{len(devs)}" if len(set(devs)) == 1 else "+".join(devs)) if devs else None,
            "backend": next((c.get("backend") for c in recs if c.get("backend")), None),
            "torch_version": next((c.get("torch_version") for c in recs if c.get("torch_version")), None),

@@ -25,6 +25,8 @@ Test-only hook: ``ITERALAB_TEST_ONLY_INJECT_OOM="RANK:BATCHES"`` raises
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import os
 import signal
@@ -110,9 +112,12 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
     card: dict = {"rank": rank, "local_rank": local_rank, "world_size": world,
                   "node_rank": int(os.environ.get("GROUP_RANK", "0")), "status": PassStatus.ERROR, "error": "",
                   "phases_s": {}, "items_total": None, "items_completed": 0, "positions": []}
-    phases, sink, id2label = card["phases_s"], {}, {}
-    state = {"done": 0, "batches": 0, "t0": None}
-    win, dist, code = None, None, EXIT_ERROR
+    phases: dict = card["phases_s"]
+    sink: dict = {}
+    id2label: dict = {}
+    state: dict = {"done": 0, "batches": 0, "t0": None}
+    win, code = None, EXIT_ERROR
+    dist: Any = None  # torch.distributed once imported
     inject = _injected_oom()
 
     def phase(name: str, t0: float) -> None:
@@ -230,9 +235,9 @@ def _gather_to_rank0(dist, spec: PassSpec, rank: int, world: int, card: dict, li
                      stop: _StopSignal) -> None:
     """All cards succeeded: rank 0 writes the records of cards whose files it lacks (other hosts)."""
     wait_barrier(dist, stop)
-    got = [None] * world if rank == 0 else None
+    got: list | None = [None] * world if rank == 0 else None
     dist.gather_object((card, lines), got, dst=0)
-    if rank != 0:
+    if rank != 0 or got is None:
         return
     stop.raise_now = False
     for other, other_lines in got:

@@ -67,8 +67,8 @@ class PlanScreen(LabScreen):
                     f"[b]Memory budget[/b] {escape(budget)}"
                     + (f", margin {p['margin']:.0%} kept for what the estimate leaves out"
                        if p["margin"] is not None else "")
-                    + (f"\n[b]Cards per pass[/b] {', '.join(map(str, p['cards']))} "
-                       "(more than 1: workers under torchrun)"
+                    + (f"\n[b]Cards per pass[/b] {', '.join(map(str, p['cards']))}"
+                       " (more than 1: workers under torchrun)"
                        if p["cards"] != [1] else "")
                     + (f"\n[yellow]{escape(p['note'])}[/yellow]" if p["note"] else ""))
         t = self.query_one("#plan-variants", DataTable)
