@@ -221,6 +221,10 @@ def test_series_over_cards_runs_to_a_verified_archive(cards_campaign):
     assert result["threads"] == 1 and result["threads_per_card"] == [1, 1] and result["cards_declared"] == 2
     assert [c["items_total"] for c in result["per_card"]] == [6, 6]
     assert float(two["measured_s"]) == max(c["measured_s"] for c in result["per_card"])  # slowest card
+    # utilization is a one-card measurement: the 1-card row has it, the 2-card row says why not
+    assert float(by["1"]["utilization"]) > 0 and float(by["1"]["probe_s"]) > 0
+    assert two["utilization"] == two["probe_s"] == ""
+    assert "utilization not measured: multi-card passes (lab.passes.multicard) run no probe phase" in two["notes"]
 
 
 def test_two_cards_predict_what_one_card_predicts_per_id(cards_campaign):
