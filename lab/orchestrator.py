@@ -18,7 +18,9 @@ from pathlib import Path
 
 from lab.corpus import read_corpus
 from lab.diskfull import DiskFull, is_disk_full
+from lab.host_cards import check_cards_fit_host
 from lab.journal import Journal
+from lab.passes.distributed import ProgressTally
 from lab.passes.events import FINISHED, PassStatus, parse_event
 from lab.passes.spec import PassSpec
 from lab.protocol import Protocol, load_protocol, lock_path, locked_version
@@ -71,10 +73,12 @@ class Orchestrator:
     def prepare(cls, campaign_file: str | Path, runs_root: str | Path, launcher) -> "Orchestrator":
         """Load and check the locked protocol, create its campaign folder and journal plan.
 
-        Raises ProtocolError when the protocol is not locked or was edited after lock.
+        Raises ProtocolError when the protocol is not locked or was edited after lock, and
+        CardsBeyondHost (a ProtocolError) when a variant asks for more cards than this host has.
         """
         proto = load_protocol(campaign_file)
         version = locked_version(proto)
+        check_cards_fit_host(proto.variants, proto.timing.get("threads", 0))
         d = campaign_dir_for(proto, version, Path(runs_root))
         (d / "passes").mkdir(parents=True, exist_ok=True)
         shutil.copyfile(proto.path, d / "campaign.toml")
@@ -228,19 +232,20 @@ class Orchestrator:
         if self.echo:
             self.echo(f"pass {slot['seq']}/{len(j.plan())} {pass_id} ({variant.label}) started")
         last = {"done": 0}
+        tally = ProgressTally()  # multi-card passes: each card reports its own count
 
         def on_line(line: str) -> None:
             ev = parse_event(line)
             if ev is None:
                 return
             kind = ev.get("event", "")
-            if kind == "progress":
-                last["done"] = ev.get("done", last["done"])
-                j.update_progress(pass_id, last["done"], ev.get("items_per_s"))
-            elif kind in ("oom", "error"):
-                last["done"] = ev.get("items_done", last["done"])
+            done = tally.update(ev)
+            if done is not None:
+                last["done"] = done
+                j.update_progress(pass_id, done, ev.get("items_per_s")
+                                  if kind == "progress" and "rank" not in ev else None)
+            if kind in ("oom", "error"):
                 last["disk_full"] = str(ev.get("message", "")).startswith("DiskFull")
-                j.update_progress(pass_id, last["done"], None)
             j.add_event(pass_id, kind, ev)
 
         outcome = self.launcher.launch(spec, pass_dir, on_line,

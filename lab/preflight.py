@@ -185,6 +185,21 @@ def check_devices(proto) -> list[Check]:
     return [Check("device", True, f"{', '.join(devices)}; {n} GPU(s) ({source})")]
 
 
+def check_cards(proto) -> list[Check]:
+    """Multi-card variants against this host (``lab.host_cards.check_cards_fit_host``, the
+    same rule `campaign run` applies); no line when every variant uses one card."""
+    from lab.host_cards import CardsBeyondHost, check_cards_fit_host
+
+    cards = sorted({v.cards for v in proto.variants})
+    if cards == [1]:
+        return []
+    try:
+        check_cards_fit_host(proto.variants, proto.timing.get("threads", 0))
+    except CardsBeyondHost as exc:
+        return [Check("cards", False, str(exc))]
+    return [Check("cards", True, f"{', '.join(map(str, cards))} card(s) per pass; this host has enough")]
+
+
 def lock_checks(proto) -> list[Check]:
     """Every lock-time check of ``proto`` (a lab.protocol.Protocol), in order; stops at the
     corpus or model when later checks need them."""
@@ -193,6 +208,7 @@ def lock_checks(proto) -> list[Check]:
         labels = {r["label"] for r in read_corpus(proto.corpus_path)}
         checks += check_model(proto, texts, labels)
     checks += check_devices(proto)
+    checks += check_cards(proto)
     return checks
 
 

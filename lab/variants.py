@@ -21,7 +21,12 @@ class VariantError(ValueError):
 
 @dataclass(frozen=True)
 class Variant:
-    """One configuration of a pass. Units: ``max_length`` in tokens, ``batch_size`` in items."""
+    """One configuration of a pass. Units: ``max_length`` in tokens, ``batch_size`` in items.
+
+    ``cards``: devices one pass runs on (N workers under torchrun, one per card; on CPU, N
+    workers that split the declared threads). ``batch_size`` is per worker. Raises
+    VariantError for a value outside its range.
+    """
 
     batch_size: int = 1
     precision: str = "fp32"
@@ -32,6 +37,7 @@ class Variant:
     compile: bool = False
     attention: str = "sdpa"
     quantization: str = "none"
+    cards: int = 1
     series: str = ""
     name: str = ""
 
@@ -46,14 +52,23 @@ class Variant:
             raise VariantError(f"max_length {self.max_length!r} must be an integer >= 8 tokens")
         if self.quantization != "none":
             raise VariantError(f"quantization {self.quantization!r} is not supported yet; use 'none'")
+        if isinstance(self.cards, bool) or not isinstance(self.cards, int) or self.cards < 1:
+            raise VariantError(f"cards {self.cards!r} must be an integer >= 1 (devices per pass)")
         if self.compile:
             raise VariantError("compile = true is not supported yet; declare compile = false")
 
     def config(self) -> dict:
-        """The parameters that define the work (series and name excluded)."""
+        """The parameters that define the work (series and name excluded).
+
+        ``cards`` is left out when it is 1 (the value every variant had before the field
+        existed), so ids of one-card variants stay what they were; ``cards = 2`` and up
+        are part of the config and make new ids.
+        """
         d = asdict(self)
         d.pop("series")
         d.pop("name")
+        if d["cards"] == 1:
+            d.pop("cards")
         return d
 
     @property
@@ -66,7 +81,8 @@ class Variant:
     def label(self) -> str:
         """Short human label, e.g. 'batch 8, fp32, longest, max 256'."""
         s = f"batch {self.batch_size}, {self.precision}, {self.padding}, max {self.max_length}"
-        return s + (", bucketed" if self.bucketing else "")
+        s += ", bucketed" if self.bucketing else ""
+        return s + (f", {self.cards} cards" if self.cards != 1 else "")
 
     def to_json(self) -> dict:
         return {**asdict(self), "variant_id": self.variant_id, "label": self.label}

@@ -93,7 +93,7 @@ def build_plan(campaign_file, facts: dict) -> dict:
     """{variants: [{name, variant_id, label, series, batch_size, fits: {bucket: max batch},
     peak_estimate_bytes: {bucket: weights + own batch's activations}, fits_all}],
     schedule: [[short names per repetition]], passes, series, budget_bytes, budget_what, margin, note,
-    checks: [(name, ok, detail)] of ``lab.preflight.lock_checks``}.
+    cards: [cards per pass], checks: [(name, ok, detail)] of ``lab.preflight.lock_checks``}.
 
     ``facts``: ``collect_environment()``'s dict (the memory budget). Raises ProtocolError on
     an unusable campaign file; a missing model or corpus only fills ``note``.
@@ -106,7 +106,8 @@ def build_plan(campaign_file, facts: dict) -> dict:
     for p in sched:
         reps.setdefault(p.repetition, []).append(variant_short(p.variant.to_json()))
     out: dict = {"variants": [], "schedule": [reps[r] for r in sorted(reps)], "passes": len(sched),
-                 "series": sorted({v.series for v in proto.variants}), "note": ""}
+                 "series": sorted({v.series for v in proto.variants}), "note": "",
+                 "cards": sorted({v.cards for v in proto.variants})}  # refusal: lock check "cards"
     budget, what = budget_of(facts)
     out.update(budget_bytes=budget, budget_what=what, margin=None)
     fits: dict = {}

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,59 @@ def rental_archives(tmp_path_factory, model_dir) -> dict:
     out["other"] = run_rental(sub, model_dir, sub / "corpus.jsonl", threads=1, gpu="rtx-4090",
                               repetitions=1, values=(1,))
     return out
+
+
+# ---- Docker tests (tests/test_docker_*.py) ------------------------------------------------
+DOCKER_TEST_LABEL = "iteralab.test"
+# This pytest session's value of that label. Teardown removes only this session's containers:
+# several sessions may share one engine, and removing by the bare label killed the passes of
+# another session's tests (a SIGKILL under a memory limit reads as "killed, host memory") and
+# raced its own removals (409 "removal already in progress").
+DOCKER_TEST_RUN = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+DOCKER_TEST_LABELS = {DOCKER_TEST_LABEL: DOCKER_TEST_RUN}
+
+# A container memory limit that the batch-1 pass fits and the batch-OOM_BATCH pass does not,
+# on oom_corpus_rows() at max_length 512 (threads 2, warm-up 8 items). Measured on the CPU
+# image as the container's memory cgroup peak without a limit (memory.max_usage_in_bytes,
+# cgroup v1, 2-core host under load from other test sessions):
+#   batch 1:                                                303-308 MiB
+#   batch 8 on 8 long items (8 x 512 tokens):               385-423 MiB (killed at 360, completes at 390)
+#   batch 32, second batch padded to 512 tokens (32 x 512): 629-734 MiB (killed at 450 after 32 items)
+# Batch 8 x 512 needs only ~80 MiB more than batch 1 (SDPA attention materializes no
+# batch x heads x 512 x 512 scores), so no limit separates them with a margin that holds
+# under load; 450 MiB leaves ~140 MiB above batch 1 and at least ~180 MiB below batch 32.
+OOM_BATCH = 32
+OOM_LIMIT_BYTES = int(os.environ.get("ITERALAB_TEST_OOM_LIMIT") or 450 * 2**20)
+
+
+def oom_corpus_rows() -> list[dict]:
+    """64 demo items: 32 short, then 28 medium and the 4 longest long ones (truncated to 512).
+
+    At batch OOM_BATCH the first batch (32 short items) completes and the second, padded to
+    512 tokens by its long items (padding "longest"), exceeds OOM_LIMIT_BYTES; batch 1 never
+    holds more than one item.
+    """
+    rows = demo_rows()
+    by = {b: [r for r in rows if r["bucket"] == b] for b in ("short", "medium", "long")}
+    return by["short"][:32] + by["medium"][:28] + sorted(by["long"], key=lambda r: -r["n_tokens"])[:4]
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    """A docker client on a live engine (skip with the reason when none answers); removes,
+    at the end of the session, the containers this session labelled (DOCKER_TEST_LABELS)."""
+    docker = pytest.importorskip("docker")
+    try:
+        c = docker.from_env(timeout=60)
+        c.ping()
+    except Exception as exc:
+        pytest.skip(f"no Docker engine reachable ({type(exc).__name__}: {exc}); run scripts/ci_docker.sh")
+    yield c
+    for ctr in c.containers.list(all=True, filters={"label": f"{DOCKER_TEST_LABEL}={DOCKER_TEST_RUN}"}):
+        try:
+            ctr.remove(force=True)
+        except docker.errors.NotFound:
+            pass  # removed meanwhile (by the launcher's own clean-up)
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: its removal is already in progress
+                raise

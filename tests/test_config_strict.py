@@ -88,15 +88,19 @@ def test_no_cost_section_means_no_package(tmp_path):
 def test_variant_fields_extend_the_accepted_keys():
     # the accepted [defaults]/series keys are derived from Variant itself
     assert set(VARIANT_KEYS) == {f.name for f in dataclasses.fields(Variant)} - {"series", "name"}
-    Extended = dataclasses.make_dataclass("Extended", [("cards", int, dataclasses.field(default=1))], bases=(Variant,),
+    # a field added to Variant later (here a hypothetical "nodes") is accepted with no list to edit
+    Extended = dataclasses.make_dataclass("Extended", [("nodes", int, dataclasses.field(default=1))], bases=(Variant,),
                                           frozen=True)
     import lab.config as config
 
     keys = tuple(f.name for f in dataclasses.fields(Extended) if f.name not in ("series", "name"))
-    assert "cards" in keys and "cards" not in VARIANT_KEYS
-    with pytest.raises(Exception, match="unknown key 'cards'"):
-        check_defaults({"cards": 2})
-    assert config.nearest("card", keys) == "did you mean 'cards'?"
+    assert "nodes" in keys and "nodes" not in VARIANT_KEYS
+    with pytest.raises(Exception, match="unknown key 'nodes'"):
+        check_defaults({"nodes": 2})
+    assert config.nearest("node", keys) == "did you mean 'nodes'?"
+    # cards (issue 14) is a real Variant field: accepted in [defaults] with no edit to lab.config
+    assert "cards" in VARIANT_KEYS
+    check_defaults({"cards": 2})
 
 
 def test_cli_lock_prints_one_line_exit_2(tmp_path):

@@ -1,39 +1,35 @@
 """A small campaign end to end through the Docker launcher, by the UI's code path.
 
 ``Orchestrator.prepare(...).run()`` with a DockerLauncher on the CPU image: 2 variants
-(batch 1 and batch 8 at max_length 512) x 2 repetitions on a 30-item corpus, under a
-container memory limit that batch 1 fits and batch 8 on long items does not. Each batch-8
-pass becomes a failure row "killed, host memory" with the items completed so far (from
-the streamed progress); the batch-1 passes are validated corpora. No container stays.
+(batch 1 and batch OOM_BATCH at max_length 512) x 2 repetitions on a 64-item corpus, under
+a container memory limit that batch 1 fits and the large batch padded to 512 tokens does
+not (calibration in conftest.py). Each large-batch pass becomes a failure row "killed, host
+memory" with the items completed so far (its first batch, from the streamed progress); the
+batch-1 passes are validated corpora. No container stays.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import uuid
 from pathlib import Path
 
 import pytest
 
+from conftest import DOCKER_TEST_LABELS, OOM_BATCH, OOM_LIMIT_BYTES, oom_corpus_rows
 from lab.host import read_pins
 from lab.launchers.docker import DockerLauncher
 from lab.orchestrator import Orchestrator
 from lab.protocol import load_protocol, lock
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT / "demo" / "corpus" / "comparison.jsonl"
 MODEL = ROOT / ".cache" / "models" / "demo-minilm-20ng"
-TEST_LABEL = "iteralab.test"
-# Same calibration as tests/test_docker_launcher.py (batch 8 x 512 tokens dies between
-# 320 and 400 MiB, after the 16 short items); batch 1 x 512 tokens fits.
-MEM_LIMIT_BYTES = int(os.environ.get("ITERALAB_TEST_OOM_LIMIT", 360 * 2**20))
 
 CAMPAIGN_TOML = """
 [campaign]
 name = "{name}"
-question = "Which batch size processes the corpus within a 360 MiB container?"
+question = "Which batch size processes the corpus within a {limit_mib} MiB container?"
 deliverables = 1
 
 [corpus]
@@ -68,28 +64,18 @@ device = "cpu"
 [[series]]
 name = "batch"
 factor = "batch_size"
-values = [1, 8]
+values = [1, {oom_batch}]
 """
 
 
 @pytest.fixture(scope="module")
-def client():
-    docker = pytest.importorskip("docker")
-    try:
-        c = docker.from_env(timeout=60)
-        c.ping()
-    except Exception as exc:
-        pytest.skip(f"no Docker engine reachable ({type(exc).__name__}: {exc}); run scripts/ci_docker.sh")
-    yield c
-    for ctr in c.containers.list(all=True, filters={"label": TEST_LABEL}):
-        ctr.remove(force=True)
+def client(docker_client):
+    return docker_client
 
 
 def campaign_folder(tmp_path: Path, name: str) -> Path:
-    """campaign.toml + a 30-item corpus (16 short first, then 9 medium, 5 long) + the model."""
-    rows = [json.loads(x) for x in CORPUS.read_text(encoding="utf-8").splitlines()]
-    pick = ([r for r in rows if r["bucket"] == "short"][:16] + [r for r in rows if r["bucket"] == "medium"][:9]
-            + sorted((r for r in rows if r["bucket"] == "long"), key=lambda r: -r["n_tokens"])[:5])
+    """campaign.toml + the 64-item corpus of conftest.oom_corpus_rows() + the model."""
+    pick = oom_corpus_rows()
     d = tmp_path / "campaign"
     d.mkdir()
     (d / "corpus.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in pick),
@@ -99,7 +85,8 @@ def campaign_folder(tmp_path: Path, name: str) -> Path:
     shutil.copytree(MODEL, d / "model")
     for p in [d / "model", *(d / "model").rglob("*")]:
         p.chmod(0o755 if p.is_dir() else 0o644)  # the container's user is not root
-    (d / "campaign.toml").write_text(CAMPAIGN_TOML.format(name=name), encoding="utf-8")
+    (d / "campaign.toml").write_text(CAMPAIGN_TOML.format(name=name, limit_mib=OOM_LIMIT_BYTES // 2**20,
+                                                                     oom_batch=OOM_BATCH), encoding="utf-8")
     return d / "campaign.toml"
 
 
@@ -113,8 +100,8 @@ def test_campaign_through_docker_with_a_pass_killed_for_host_memory(client, tmp_
     name = f"iteralab-test-campaign-{uuid.uuid4().hex[:8]}"
     campaign_file = campaign_folder(tmp_path, name)
     lock(load_protocol(campaign_file))
-    launcher = DockerLauncher(image, "cpu", mem_limit_bytes=MEM_LIMIT_BYTES,
-                              labels={TEST_LABEL: "campaign"}, client=client)
+    launcher = DockerLauncher(image, "cpu", mem_limit_bytes=OOM_LIMIT_BYTES, labels=DOCKER_TEST_LABELS,
+                              client=client)
 
     orch = Orchestrator.prepare(campaign_file, tmp_path / "runs", launcher)
     assert orch.run() == "finished"
@@ -124,14 +111,16 @@ def test_campaign_through_docker_with_a_pass_killed_for_host_memory(client, tmp_
     by_batch: dict[int, list[dict]] = {}
     for r in rows:
         by_batch.setdefault(r["variant"]["batch_size"], []).append(r)
-    ok, killed = by_batch[1], by_batch[8]
+    ok, killed = by_batch[1], by_batch[OOM_BATCH]
+    assert len(ok) == len(killed) == 2
     for r in ok:
-        assert r["status"] == "ok" and r["items_completed"] == 30, r
+        assert r["status"] == "ok" and r["items_completed"] == 64, r
         assert r["validation"]["corpus_accepted"] is True, r["validation"]
     for r in killed:
         assert r["status"] == "killed", r
         assert "killed, host memory" in r["notes"] and "container " in r["notes"]
-        assert 0 < r["items_completed"] < 30, r  # items completed so far, from the streamed progress
+        # items completed so far (the first batch, short items), from the streamed progress
+        assert r["items_completed"] == OOM_BATCH, r
         v = r["validation"]
         assert v["corpus_accepted"] is False and "pass status killed" in v["reasons"][0]
         launch = r["result"]["launch"]

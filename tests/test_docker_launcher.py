@@ -2,8 +2,8 @@
 
 The engine-dependent tests carry the ``docker`` marker and are skipped, with the reason,
 only when no engine answers. With an engine but without the image they fail: CI builds it
-first (scripts/ci_docker.sh). Everything created here is labelled ``iteralab.test`` and
-removed at the end.
+first (scripts/ci_docker.sh). Everything created here carries this session's
+``iteralab.test`` label (conftest.DOCKER_TEST_LABELS) and is removed at the end.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import DOCKER_TEST_LABELS, OOM_BATCH, OOM_LIMIT_BYTES, oom_corpus_rows
 from lab.host import read_pins
 from lab.launchers.docker import DockerLauncher, iter_lines, unreadable_for
 from lab.passes.events import EXIT_OK, parse_event
@@ -25,12 +26,6 @@ from lab.variants import Variant
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "demo" / "corpus" / "comparison.jsonl"
 MODEL = ROOT / ".cache" / "models" / "demo-minilm-20ng"
-TEST_LABEL = "iteralab.test"
-# Calibrated on the CPU image (2 cores, cgroup v1, threads=2, short-then-long subset below):
-# 250 MiB dies while loading the model; 320, 360 and 400 MiB load it, warm up, complete 16
-# short items and die on the first batch of 8 long items at max_length 512; 440 MiB
-# completes all 30. 360 MiB sits in the middle of that window.
-OOM_LIMIT_BYTES = int(os.environ.get("ITERALAB_TEST_OOM_LIMIT", 360 * 2**20))
 
 
 # ---- pure parts (no engine) -------------------------------------------------------------
@@ -62,21 +57,13 @@ def test_unreadable_for_reads_mode_bits(tmp_path):
 
 # ---- engine fixtures --------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def client():
-    docker = pytest.importorskip("docker")
-    try:
-        c = docker.from_env(timeout=60)
-        c.ping()
-    except Exception as exc:
-        pytest.skip(f"no Docker engine reachable ({type(exc).__name__}: {exc}); run scripts/ci_docker.sh")
-    yield c
-    for ctr in c.containers.list(all=True, filters={"label": TEST_LABEL}):
-        ctr.remove(force=True)
+def client(docker_client):
+    return docker_client
 
 
 @pytest.fixture(scope="module")
 def image(client):
-    tag = read_pins()["CPU_IMAGE"]
+    tag = os.environ.get("ITERALAB_TEST_IMAGE") or read_pins()["CPU_IMAGE"]  # e.g. one built from a branch
     try:
         client.images.get(tag)
     except Exception:
@@ -138,7 +125,7 @@ def test_ok_pass_in_a_container(client, image, model_dir, rows, tmp_path):
     campaign = f"iteralab-test-{uuid.uuid4().hex[:8]}"
     corpus = subset(tmp_path / "corpus30.jsonl", stratified_30(rows))
     spec, pass_dir = make_spec(tmp_path, corpus, model_dir, campaign, Variant(batch_size=4, device="cpu"), "p001-ok")
-    launcher = DockerLauncher(image, "cpu", labels={TEST_LABEL: "launcher"}, client=client)
+    launcher = DockerLauncher(image, "cpu", labels=DOCKER_TEST_LABELS, client=client)
     outcome, lines, events = run_pass(launcher, spec, pass_dir)
 
     assert outcome.exit_code == EXIT_OK and not outcome.killed_host_memory, (outcome, lines[-5:])
@@ -163,14 +150,12 @@ def test_ok_pass_in_a_container(client, image, model_dir, rows, tmp_path):
 
 
 @pytest.mark.docker
-def test_container_killed_for_host_memory_keeps_items_completed(client, image, model_dir, rows, tmp_path):
-    short = [r for r in rows if r["bucket"] == "short"][:16]
-    long_ = sorted((r for r in rows if r["bucket"] == "long"), key=lambda r: -r["n_tokens"])[:14]
-    corpus = subset(tmp_path / "short-then-long.jsonl", short + long_)
+def test_container_killed_for_host_memory_keeps_items_completed(client, image, model_dir, tmp_path):
+    corpus = subset(tmp_path / "short-then-long.jsonl", oom_corpus_rows())
     campaign = f"iteralab-test-{uuid.uuid4().hex[:8]}"
-    variant = Variant(batch_size=8, max_length=512, device="cpu")
+    variant = Variant(batch_size=OOM_BATCH, max_length=512, device="cpu")
     spec, pass_dir = make_spec(tmp_path, corpus, model_dir, campaign, variant, "p002-oom")
-    launcher = DockerLauncher(image, "cpu", mem_limit_bytes=OOM_LIMIT_BYTES, labels={TEST_LABEL: "launcher"},
+    launcher = DockerLauncher(image, "cpu", mem_limit_bytes=OOM_LIMIT_BYTES, labels=DOCKER_TEST_LABELS,
                               client=client)
     outcome, lines, events = run_pass(launcher, spec, pass_dir)
 
@@ -178,7 +163,8 @@ def test_container_killed_for_host_memory_keeps_items_completed(client, image, m
     assert outcome.note == "killed, host memory" and outcome.extra["oom_killed"] is True
     assert outcome.exit_code == -9 and outcome.extra["container_exit_code"] == 137
     done = [e["done"] for e in events if e["event"] == "progress"]
-    assert done and 0 < done[-1] < 30, done  # items completed so far, from the streamed progress
+    # the first batch (short items) completed, streamed before the kill; the padded second batch died
+    assert done == [OOM_BATCH], done
     assert any(e["event"] == "phase" and e.get("phase") == "measured" for e in events)
     assert not (pass_dir / "result.json").exists()  # the kernel killed it: the pass could not write
     assert not client.containers.list(all=True, filters={"id": outcome.container_id})
@@ -189,7 +175,7 @@ def test_stop_request_stops_the_container(client, image, model_dir, rows, tmp_pa
     corpus = subset(tmp_path / "corpus30.jsonl", stratified_30(rows))
     spec, pass_dir = make_spec(tmp_path, corpus, model_dir, f"iteralab-test-{uuid.uuid4().hex[:8]}",
                                Variant(batch_size=1, device="cpu"), "p003-stop")
-    launcher = DockerLauncher(image, "cpu", labels={TEST_LABEL: "launcher"}, client=client, stop_timeout_s=5)
+    launcher = DockerLauncher(image, "cpu", labels=DOCKER_TEST_LABELS, client=client, stop_timeout_s=5)
     seen: list[str] = []
     outcome = launcher.launch(spec, pass_dir, seen.append,
                               should_stop=lambda: any('"progress"' in s for s in seen))
@@ -202,7 +188,7 @@ def test_pass_timeout_stops_the_container(client, image, model_dir, rows, tmp_pa
     corpus = subset(tmp_path / "corpus30.jsonl", stratified_30(rows))
     spec, pass_dir = make_spec(tmp_path, corpus, model_dir, f"iteralab-test-{uuid.uuid4().hex[:8]}",
                                Variant(batch_size=1, device="cpu"), "p005-timeout")
-    launcher = DockerLauncher(image, "cpu", labels={TEST_LABEL: "launcher"}, client=client,
+    launcher = DockerLauncher(image, "cpu", labels=DOCKER_TEST_LABELS, client=client,
                               stop_timeout_s=2, timeout_s=2)
     outcome = launcher.launch(spec, pass_dir, lambda line: None)
     assert outcome.note.startswith("killed after the 2 s pass timeout") and not outcome.killed_host_memory
@@ -216,20 +202,21 @@ def test_unreadable_model_is_refused_with_the_fix(client, image, model_dir, rows
     shutil.copytree(model_dir, model)
     (model / "model.safetensors").chmod(0o600)
     corpus = subset(tmp_path / "c.jsonl", stratified_30(rows))
-    spec, pass_dir = make_spec(tmp_path, corpus, model, "iteralab-test-perm", Variant(device="cpu"), "p004")
-    launcher = DockerLauncher(image, "cpu", labels={TEST_LABEL: "launcher"}, client=client)
+    campaign = f"iteralab-test-{uuid.uuid4().hex[:8]}"
+    spec, pass_dir = make_spec(tmp_path, corpus, model, campaign, Variant(device="cpu"), "p004")
+    launcher = DockerLauncher(image, "cpu", labels=DOCKER_TEST_LABELS, client=client)
     outcome = launcher.launch(spec, pass_dir, lambda line: None)
     if os.geteuid() != 0:
         pytest.skip("runs as the host user, who owns the file")
     assert outcome.exit_code is None and "cannot read" in outcome.note and "chmod" in outcome.note
-    assert not launcher.find_leftovers("iteralab-test-perm")
+    assert not launcher.find_leftovers(campaign)
 
 
 @pytest.mark.docker
 def test_leftovers_found_by_campaign_label(client, image):
     campaign = f"iteralab-test-{uuid.uuid4().hex[:8]}"
     c = client.containers.create(image, ["true"], labels={"iteralab.campaign": campaign, "iteralab.pass": "p009",
-                                                          "iteralab.variant": "v-x", TEST_LABEL: "leftover"})
+                                                          "iteralab.variant": "v-x", **DOCKER_TEST_LABELS})
     try:
         launcher = DockerLauncher(image, "cpu", client=client)
         (left,) = launcher.find_leftovers(campaign)
@@ -246,11 +233,44 @@ def test_gpu_pass_without_the_toolkit_is_a_failure_row_with_the_fix(client, imag
     corpus = subset(tmp_path / "c.jsonl", stratified_30(rows))
     campaign = f"iteralab-test-{uuid.uuid4().hex[:8]}"
     spec, pass_dir = make_spec(tmp_path, corpus, model_dir, campaign, Variant(device="cuda"), "p006-gpu")
-    launcher = DockerLauncher(image, "nvidia", labels={TEST_LABEL: "launcher"}, client=client)
+    launcher = DockerLauncher(image, "nvidia", labels=DOCKER_TEST_LABELS, client=client)
     outcome = launcher.launch(spec, pass_dir, lambda line: None)
     assert outcome.exit_code is None and not outcome.killed_host_memory
     assert "could not select device driver" in outcome.note and "nvidia-ctk" in outcome.note
     assert launcher.find_leftovers(campaign) == []
+
+
+@pytest.mark.docker
+def test_two_card_pass_in_one_container_matches_one_card(client, image, model_dir, tmp_path):
+    """Issue 14: the same torchrun entry point inside one container holding the N cards
+    (CPU workers here, 2 threads split to 1 each); predictions equal the 1-card pass's."""
+    from conftest import cut_corpus
+
+    from lab.launchers.local import LocalLauncher
+
+    corpus = cut_corpus(tmp_path / "corpus.jsonl", 6, 4, 2)
+    corpus.chmod(0o644)
+    tmp_path.chmod(0o755)
+    campaign = f"iteralab-test-{uuid.uuid4().hex[:8]}"
+    one, one_dir = make_spec(tmp_path, corpus, model_dir, campaign,
+                             Variant(batch_size=4, max_length=128, device="cpu"), "one")
+    LocalLauncher().launch(one, one_dir, lambda line: None)
+    two, two_dir = make_spec(tmp_path, corpus, model_dir, campaign,
+                             Variant(batch_size=4, max_length=128, device="cpu", cards=2), "two")
+    launcher = DockerLauncher(image, "cpu", labels={TEST_LABEL: "multicard"}, client=client, timeout_s=300)
+    outcome, lines, events = run_pass(launcher, two, two_dir)
+    assert outcome.exit_code == EXIT_OK, (two_dir / "log.txt").read_text()[-3000:]
+    assert outcome.container_id and "container" in outcome.isolation
+    res = json.loads((two_dir / "result.json").read_text())
+    assert res["status"] == "ok" and res["cards_observed"] == 2
+    assert res["threads"] == 1 and res["threads_per_card"] == [1, 1]
+    assert [c["items_total"] for c in res["per_card"]] == [6, 6] and len(res["devices"]) == 2
+    assert "torch.distributed.run" in next(e["command"] for e in events if e.get("phase") == "launch")
+
+    def preds(d: Path) -> dict:
+        return {r["id"]: r["pred"] for r in map(json.loads, (d / "predictions.jsonl").read_text().splitlines())}
+    assert preds(two_dir) == preds(one_dir) and len(preds(two_dir)) == 12
+    assert not client.containers.list(all=True, filters={"label": f"{TEST_LABEL}=multicard"})
 
 
 # ---- issue 11: confinement and leftovers ---------------------------------------------------
@@ -259,7 +279,7 @@ def test_pass_container_is_confined(client, image, model_dir, rows, tmp_path):
     corpus = subset(tmp_path / "c.jsonl", stratified_30(rows))
     spec, pass_dir = make_spec(tmp_path, corpus, model_dir, f"iteralab-test-{uuid.uuid4().hex[:8]}",
                                Variant(device="cpu"), "p010-confined")
-    launcher = DockerLauncher(image, "cpu", labels={TEST_LABEL: "launcher"}, client=client)
+    launcher = DockerLauncher(image, "cpu", labels=DOCKER_TEST_LABELS, client=client)
     vols, _ = launcher._mounts(spec, pass_dir.resolve())
     c = launcher._create(spec, vols, launcher._user())
     try:
@@ -295,9 +315,9 @@ def test_resumed_campaign_stops_the_previous_pass_container_first(client, image,
     # the previous orchestrator was killed while its pass container ran (still holding the GPU)
     old = client.containers.run(image, ["python", "-c", "import time; time.sleep(600)"], detach=True,
                                 labels={"iteralab.campaign": name, "iteralab.pass": "p001-r1-v-old",
-                                        "iteralab.variant": "v-old", TEST_LABEL: "leftover"})
+                                        "iteralab.variant": "v-old", **DOCKER_TEST_LABELS})
     assert old.status in ("created", "running")
-    launcher = DockerLauncher(image, "cpu", labels={TEST_LABEL: "launcher"}, client=client, stop_timeout_s=2)
+    launcher = DockerLauncher(image, "cpu", labels=DOCKER_TEST_LABELS, client=client, stop_timeout_s=2)
     orch = Orchestrator.prepare(f, tmp_path / "runs", launcher)
     assert orch.run() == "finished"
     events = orch.journal.events_since(0)
@@ -316,13 +336,14 @@ def test_frozen_pass_container_is_stopped_by_the_stall_rule(client, image, model
     corpus = subset(tmp_path / "corpus30.jsonl", stratified_30(rows))
     spec, pass_dir = make_spec(tmp_path, corpus, model_dir, f"iteralab-test-{uuid.uuid4().hex[:8]}",
                                Variant(batch_size=1, device="cpu"), "p011-stall")
-    launcher = DockerLauncher(image, "cpu", labels={TEST_LABEL: "launcher"}, client=client, stop_timeout_s=2,
+    launcher = DockerLauncher(image, "cpu", labels=DOCKER_TEST_LABELS, client=client, stop_timeout_s=2,
                               stall_s=15)
     frozen: list[str] = []
 
     def on_line(line: str) -> None:  # the pass freezes (cgroup freezer, like SIGSTOP) at its first event
         if not frozen:
-            (c,) = client.containers.list(filters={"label": f"iteralab.pass={spec.pass_id}"})
+            (c,) = client.containers.list(filters={"label": [f"iteralab.pass={spec.pass_id}",
+                                                             f"iteralab.campaign={spec.campaign}"]})
             c.pause()
             frozen.append(c.id)
 

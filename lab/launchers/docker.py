@@ -7,10 +7,12 @@ of the host's ``pass.json`` with container paths: the pass folder is mounted wri
 fetched beforehand, as a separate setup step). GPU access comes from
 ``lab.launchers.gpu_access`` (compose.yaml mirrors it). The stdout stream is split into
 whole decoded lines (chunks are not lines) and fed to ``on_line`` exactly as the local
-launcher does; stderr goes to the pass log. After exit: wait, reload, read ExitCode and
-State.OOMKilled, then remove the container (never auto-remove, which would lose the state).
-A container killed for host memory is ``killed_host_memory=True`` ("killed, host memory"),
-distinct from a CUDA/HIP OOM the pass reports itself (exit code 3). Files the pass wrote
+launcher does; stderr goes to the pass log. A pass over N cards is the same command in
+one container holding the N devices: the runner starts its workers under torchrun inside
+(``lab.passes.multicard``). After exit: wait, reload, read ExitCode and State.OOMKilled,
+then remove the container (never auto-remove, which would lose the state). A container
+killed for host memory is ``killed_host_memory=True`` ("killed, host memory"), distinct
+from a CUDA/HIP OOM the pass reports itself (exit code 3). Files the pass wrote
 (predictions of the items completed) stay in the pass folder.
 """
 
@@ -174,8 +176,11 @@ class DockerLauncher:
                 "cap_drop": ["ALL"], "security_opt": ["no-new-privileges"], "pids_limit": self.pids_limit,
                 "mem_limit_bytes": self.mem_limit_bytes, "memswap_limit_bytes": self.mem_limit_bytes}
 
-    def _gpu(self) -> dict:
-        return gpu_run_kwargs(self.vendor, extra_group_ids=rocm_device_gids() if self.vendor == "rocm" else None)
+    def _gpu(self, cards: int = 1) -> dict:
+        """GPU access; a multi-card pass on NVIDIA gets exactly GPUs 0..cards-1 (torchrun's local ranks)."""
+        ids = [str(i) for i in range(cards)] if self.vendor == "nvidia" and cards > 1 else None
+        return gpu_run_kwargs(self.vendor, device_ids=ids,
+                              extra_group_ids=rocm_device_gids() if self.vendor == "rocm" else None)
 
     def _isolation(self) -> str:
         return f"container {self.image_ref} ({self.image.id})"
@@ -283,7 +288,7 @@ class DockerLauncher:
         if self.hf_home and not Path(spec.model_ref).is_dir():
             env["HF_HOME"] = "/models/hf-home"
         env["HOME"] = "/tmp"  # the root filesystem is read-only; caches go to the tmpfs
-        gpu = self._gpu()
+        gpu = self._gpu(int(spec.variant.get("cards", 1)))
         kw = dict(command=[cmd0, "-u", "-m", "lab.passes.runner", f"{C_PASS}/{C_SPEC_NAME}"],
                   name=re.sub(r"[^a-zA-Z0-9_.-]", "-", f"iteralab-{spec.pass_id}-{uuid.uuid4().hex[:6]}"),
                   labels=lb, volumes=vols, working_dir="/work", environment=env, detach=True,

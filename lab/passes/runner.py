@@ -9,7 +9,9 @@ infer, materialize predictions on the host; device synchronized at both ends),
 Writes ``predictions.jsonl`` (id, pred, prob; corpus order; the items completed, also on
 failure) and ``result.json``; streams events on stdout. Exit codes: 0 ok, 3 OOM, 4 error,
 2 bad spec. Nothing is retried with a smaller batch (seed: "Non sostituire
-silenziosamente questo passaggio con un batch più piccolo").
+silenziosamente questo passaggio con un batch più piccolo"). A variant with ``cards > 1``
+is handed to ``lab.passes.multicard`` (N workers under torchrun, merged into one pass);
+a one-card pass keeps this single-process path.
 """
 
 from __future__ import annotations
@@ -115,7 +117,10 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
             torch.set_num_threads(spec.threads)
         torch.backends.cudnn.benchmark = False
         device, backend = inf.resolve_device(spec.variant.get("device", "auto"))
+        from lab.passes.distributed import card_identity
+
         res.update(device=device, backend=backend, torch_version=torch.__version__,
+                   devices=[card_identity(device, 0)],
                    threads=torch.get_num_threads(),
                    deterministic={"torch.manual_seed": spec.seed, "cudnn.benchmark": False,
                                   "use_deterministic_algorithms": False})
@@ -200,14 +205,18 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ev = EventWriter()
-    if len(argv) != 1:
-        print("usage: python -m lab.passes.runner PASS_DIR/pass.json", file=sys.stderr)
+    if not argv:
+        print("usage: python -m lab.passes.runner PASS_DIR/pass.json [multi-host options]", file=sys.stderr)
         return EXIT_BAD_SPEC
     try:
         spec = PassSpec.read(argv[0])
     except (OSError, ValueError, TypeError) as exc:
         ev.emit("error", items_done=0, message=f"bad pass spec {argv[0]}: {exc}")
         return EXIT_BAD_SPEC
+    if int(spec.variant.get("cards", 1)) > 1 or len(argv) > 1:  # N cards: workers under torchrun
+        from lab.passes.multicard import run_multicard
+
+        return run_multicard(spec, argv[0], ev, argv[1:])
     code, _ = run_pass(spec, ev)
     return code
 

@@ -224,6 +224,7 @@ def _config_section(a: Assessment, deliverables: int) -> list[str]:
                      f"{gpus}; {money(q.price_per_lot, q.currency)} per lot, committed budget "
                      f"{money(q.committed_budget, q.currency)} (catalog version "
                      f"{q.catalog_version})")
+    lines += _cards_lines(v, q)
     if a.coverage is not None:
         c = a.coverage
         lines.append(f"- Window vs package: covered by one {c.days}-day package" if c.covers else
@@ -236,6 +237,29 @@ def _config_section(a: Assessment, deliverables: int) -> list[str]:
            is not None else UNDEFINED)
     lines += [f"- Cost per validated corpus: {per}", ""]
     return lines
+
+
+def _cards_lines(v: VariantSummary, q: Quote | None) -> list[str]:
+    """Cards measured per pass vs cards in the priced package (SPEC 5: never assume that a
+    lot scales beyond what was measured). No line when the summary does not say."""
+    cards = v.cards
+    if cards is None:
+        return []
+    seen = v.cards_observed
+    measured = f"- Cards: measured on {cards} card(s) per pass" + (
+        f" ({seen} observed in the raw table)" if seen is not None and seen != cards else "")
+    if q is None:
+        return [measured + "; cards in the priced lot unknown (no catalog row)"]
+    total = q.total_cards
+    line = f"{measured}; the priced package holds {q.cards_per_lot} card(s) per lot x {q.lots} lot(s) = {total}"
+    if cards < total:
+        line += (f". These durations describe {cards} of the {total} cards paid for; how the other "
+                 f"{total - cards} would add is not measured and not assumed")
+    elif cards > total:
+        line += ". More cards were measured than the package holds: these durations do not describe it"
+    else:
+        line += ": the measurement covers every card paid for"
+    return [line]
 
 
 def _truncation_lines(v) -> list[str]:

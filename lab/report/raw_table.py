@@ -6,6 +6,7 @@ A figure that was not measured is an empty cell, and ``notes`` says why (SPEC 3.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -19,8 +20,8 @@ TRUNCATED = ("truncated_short", "truncated_medium", "truncated_long")
 PHASES = ("startup", "model_load", "warmup", "measured", "evaluation", "writing")
 PEAKS = ("peak_allocated_bytes", "peak_reserved_bytes", "process_peak_rss_bytes", "device_used_bytes")
 COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_name", "variant_label", "series",
-            "batch_size", "precision", "padding", "max_length", "bucketing", "device", "backend", "attention",
-            "quantization", "compile"]
+            "batch_size", "precision", "padding", "max_length", "bucketing", "device", "backend",
+            "cards", "cards_observed", "devices_observed", "attention", "quantization", "compile"]
            + [f"observed_{k}" for k in OBSERVED]
            + ["repetition", "order_position", "seq", "attempt", "launcher",
             "start_time", "end_time", "status", "exit_code"]
@@ -32,7 +33,7 @@ COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_na
               "gap_to_reference", "agreement_with_reference", "threshold", "tolerance",
               "corpus_accepted"]
            + list(PEAKS)
-           + ["predictions_path", "predictions_sha256", "notes"])
+           + ["per_card_memory", "predictions_path", "predictions_sha256", "notes"])
 
 
 def _sha256(path: Path) -> str:
@@ -61,6 +62,8 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
                                      "attention", "quantization", "compile")},
             "device": r.get("device") or f"{v.get('device')} (not resolved: pass ended first)",
             "backend": r.get("backend"),
+            "cards": v.get("cards", 1),
+            **observed_cards(r),
             "repetition": a["repetition"], "order_position": a["position"], "seq": a["seq"],
             "attempt": a["attempt"], "launcher": a["launcher"], "start_time": a["start_time"],
             "end_time": a["end_time"], "status": a["status"], "exit_code": a["exit_code"],
@@ -96,6 +99,8 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
             notes.append("validation: " + "; ".join(val["reasons"]))
         for k in PEAKS:
             row[k] = peaks.get(k)
+        if r.get("cards_missing"):
+            notes.append(f"cards {r['cards_missing']} left no record: their figures are not in this row")
         reasons = peaks.get("reasons") or {}
         why = {reasons[k] for k in PEAKS if k in reasons and peaks.get(k) is None}
         if not peaks and a["status"] != PassStatus.RUNNING:
@@ -110,9 +115,29 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
     return rows
 
 
-INT_COLUMNS = ("exit_code", "items_total", "items_completed", "n_truncated", "real_tokens", "padded_tokens",
-               "expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids",
-               "observed_threads_declared", "observed_threads", "observed_max_tokens") + PEAKS
+def observed_cards(result: dict) -> dict:
+    """Cards a pass really used, from its result: ``cards_observed`` (count),
+    ``devices_observed`` ("card R: device name [uuid] @host; ..."), and ``per_card_memory``
+    (JSON list, one record per card with its own peaks in bytes; never added across cards).
+    Empty cells when the pass ended before its devices were resolved.
+    """
+    devices = result.get("devices") or []
+    per_card = result.get("per_card")
+    if per_card is None and result.get("peaks"):  # one card: its peaks are the card's
+        per_card = [{"card": 0, "device": result.get("device"), "peaks": result["peaks"]}]
+    mem = [{"card": c["card"], "device": c.get("device"),
+            "scope": "this card's worker process and device only; never added across cards",
+            **{k: (c.get("peaks") or {}).get(k) for k in PEAKS}} for c in per_card or []]
+    text = "; ".join(f"card {d['rank']}: {d['device']} {d.get('name') or ''}"
+                     + (f" {d['uuid']}" if d.get("uuid") else "") + f" @{d.get('hostname', '')}"
+                     for d in devices)
+    return {"cards_observed": len(devices) if devices else None, "devices_observed": text or None,
+            "per_card_memory": json.dumps(mem) if mem else None}
+
+
+INT_COLUMNS = ("exit_code", "cards", "cards_observed", "items_total", "items_completed", "n_truncated",
+               "real_tokens", "padded_tokens", "expected_ids", "observed_ids", "duplicate_ids", "missing_ids",
+               "extra_ids", "observed_threads_declared", "observed_threads", "observed_max_tokens") + PEAKS
 
 
 def raw_table(rows: list[dict]) -> pd.DataFrame:

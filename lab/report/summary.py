@@ -38,6 +38,10 @@ class VariantSummary:
     batch_size: int | None = None
     precision: str | None = None
     bucketing: bool | None = None
+    cards: int | None = None
+    """Cards per pass as declared (Variant.cards)."""
+    cards_observed: int | None = None
+    """Cards the successful passes really used (raw table ``cards_observed``), None when none."""
     durations_s: tuple[float, ...] = ()
     median_s: float | None = None
     min_s: float | None = None
@@ -125,6 +129,8 @@ def summarize(rows: list[dict], feasibility: dict | None = None) -> list[Variant
             "variant_id": vid, "label": first["variant_label"], "variant_name": first.get("variant_name"),
             "series": first.get("series"), "batch_size": first.get("batch_size"),
             "precision": first.get("precision"), "bucketing": first.get("bucketing"),
+            "cards": first.get("cards"),
+            "cards_observed": max((r["cards_observed"] for r in ok if r.get("cards_observed")), default=None),
             "durations_s": d, "median_s": statistics.median(d) if d else None,
             "min_s": min(d) if d else None, "max_s": max(d) if d else None,
             "successes": len(ok), "failures": len(failures),

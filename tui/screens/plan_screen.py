@@ -1,9 +1,10 @@
-"""Screen 3, Plan: series and variants, the rotated schedule, the number of passes,
-memory feasibility per variant from the memory lab (``lab.views.build_plan`` over
-``lab.memory.feasibility.batch_fits``: largest batch per length bucket under the GPU's memory,
-estimate with its margin; without a GPU the estimated peak of the variant's own batch against
-host RAM, since a largest batch of thousands informs no choice), and the checks `protocol lock`
-runs (``lab.preflight.lock_checks``)."""
+"""Screen 3, Plan: series and variants, the rotated schedule, the number of passes, the
+cards per pass, memory feasibility per variant from the memory lab (``lab.views.build_plan``
+over ``lab.memory.feasibility.batch_fits``: largest batch per length bucket under the GPU's
+memory, estimate with its margin; without a GPU the estimated peak of the variant's own batch
+against host RAM, since a largest batch of thousands informs no choice), and the checks
+`protocol lock` runs (``lab.preflight.lock_checks``; "cards" refuses a campaign that asks for
+more cards than the host has, in one line)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,9 @@ class PlanScreen(LabScreen):
                     f"[b]Memory budget[/b] {escape(budget)}"
                     + (f", margin {p['margin']:.0%} kept for what the estimate leaves out"
                        if p["margin"] is not None else "")
+                    + (f"\n[b]Cards per pass[/b] {', '.join(map(str, p['cards']))}"
+                       " (more than 1: workers under torchrun)"
+                       if p["cards"] != [1] else "")
                     + (f"\n[yellow]{escape(p['note'])}[/yellow]" if p["note"] else ""))
         t = self.query_one("#plan-variants", DataTable)
         on_gpu = p["budget_what"].startswith("GPU")

@@ -1,0 +1,223 @@
+"""A pass over several cards: start its workers under torchrun, then merge them into one pass.
+
+    python -m lab.passes.runner PASS_DIR/pass.json            (variant cards = N, one host)
+    python -m lab.passes.runner PASS_DIR/pass.json --nnodes 2 --node-rank K \\
+        --rdzv-endpoint HOST0:29400 [--rdzv-id ID] [--local-addr ADDR]      (several hosts)
+
+The runner hands a pass whose variant has ``cards > 1`` (or any multi-host option) to
+:func:`run_multicard`. It starts ``lab.passes.distributed.torchrun_command`` with
+``cards // nnodes`` workers on this host and ``OMP_NUM_THREADS`` = each worker's share of
+the declared threads, passes the workers' event lines through to stdout unchanged (whole
+lines; each carries its ``rank``), forwards SIGTERM/SIGINT to torchrun (which stops the
+workers), and after torchrun exits merges the card files into the pass's
+``predictions.jsonl`` (corpus order) and ``result.json`` (:func:`merge_cards`), so the
+pass is validated as one. Over several hosts the c10d rendezvous assigns the ranks (not
+``--node-rank``, which only says which host serves the rendezvous store): the host where
+global rank 0 ran holds every card's files (rank 0 gathers them on success) and merges;
+the others keep their own card files and write no result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventWriter, PassStatus
+from lab.passes.spec import PassSpec
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PEAK_KEYS = ("peak_allocated_bytes", "peak_reserved_bytes", "process_peak_rss_bytes", "device_used_bytes")
+STATUS_CODES = {PassStatus.OK: EXIT_OK, PassStatus.OOM: EXIT_OOM}
+CARD_STOPPED = "stopped"  # a card's own status when torchrun or the user stopped it (not a pass status)
+
+
+def _utc() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def parse_node_args(argv: list[str]) -> argparse.Namespace:
+    """Multi-host options after the spec path. Raises SystemExit(2) on bad options (argparse)."""
+    p = argparse.ArgumentParser(prog="python -m lab.passes.runner PASS_DIR/pass.json")
+    p.add_argument("--nnodes", type=int, default=1, help="hosts taking part in the pass")
+    p.add_argument("--node-rank", type=int, default=0,
+                   help="0 on the host serving the rendezvous store (the endpoint's host), 1.. elsewhere")
+    p.add_argument("--rdzv-endpoint", default="", help="HOST:PORT of the c10d rendezvous (a port on node 0)")
+    p.add_argument("--rdzv-id", default="", help="one id shared by the hosts of this pass (default: pass id)")
+    p.add_argument("--local-addr", default="", help="address the other hosts reach this one at")
+    return p.parse_args(argv)
+
+
+def run_multicard(spec: PassSpec, spec_path: str, ev: EventWriter, argv: list[str]) -> int:
+    """Run one multi-card pass on this host; returns the pass's exit code (0 ok, 3 OOM, 4 error)."""
+    from lab.passes.distributed import threads_per_worker, torchrun_command
+
+    args = parse_node_args(argv)
+    cards = int(spec.variant.get("cards", 1))
+    if args.nnodes < 1 or cards % args.nnodes or not 0 <= args.node_rank < args.nnodes:
+        ev.emit("error", items_done=0, message=f"cards {cards} cannot be split over {args.nnodes} host(s) "
+                f"as node {args.node_rank}: cards must be a multiple of --nnodes and 0 <= --node-rank < --nnodes")
+        return EXIT_BAD_SPEC
+    nproc = cards // args.nnodes
+    out = Path(spec.out_dir)
+    (out / "cards").mkdir(parents=True, exist_ok=True)
+    for stale in (out / "cards").glob("card*"):
+        stale.unlink()  # a folder is one pass; leftovers of an earlier run must not merge in
+    start = _utc()
+    try:
+        cmd = torchrun_command(spec_path, nproc, args.nnodes, args.node_rank, args.rdzv_endpoint,
+                               args.rdzv_id or spec.pass_id, args.local_addr)
+    except ValueError as exc:
+        ev.emit("error", items_done=0, message=str(exc))
+        return EXIT_BAD_SPEC
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = str(threads_per_worker(spec.threads, nproc))
+    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    ev.emit("phase", phase="launch", state="start", cards=cards, nproc_per_node=nproc, nnodes=args.nnodes,
+            node_rank=args.node_rank, command=" ".join(cmd))
+    sys.stdout.flush()
+    t_launch = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, cwd=str(REPO_ROOT))
+
+    def forward(signum, frame) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        assert proc.stdout is not None
+        for raw in proc.stdout:  # whole lines, passed through
+            sys.stdout.buffer.write(raw)
+            sys.stdout.buffer.flush()
+        torchrun_code = proc.wait()
+        torchrun_wall_s = round(time.perf_counter() - t_launch, 6)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    if args.nnodes > 1 and not (out / "cards" / "card0.json").is_file():
+        # ranks are given by the c10d rendezvous, not by --node-rank: the host of rank 0 merges
+        ev.emit("result", status=f"host done, rank 0 ran elsewhere (torchrun exit {torchrun_code})",
+                items_completed=None, measured_s=None)
+        return EXIT_OK if torchrun_code == 0 else EXIT_ERROR
+    res = merge_cards(spec, cards, torchrun_code, start, torchrun_wall_s)
+    ev.emit("result", status=res["status"], items_completed=res["items_completed"],
+            measured_s=res["phases_s"].get("measured"))
+    return res["exit_code"]
+
+
+def _max(values) -> float | int | None:
+    vals = [v for v in values if v is not None]
+    return max(vals) if vals else None
+
+
+def _one_or_joined(values: list):
+    """The common value of every card (an int, as a one-card pass records it), else "a+b"."""
+    return values[0] if len(set(values)) == 1 else "+".join(map(str, values))
+
+
+def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_time: str,
+                torchrun_wall_s: float | None = None) -> dict:
+    """Merge ``cards/card<r>.*`` into ``predictions.jsonl`` and ``result.json``; returns the result.
+
+    Predictions: every card's lines, ordered by corpus position (ids the corpus lacks last,
+    duplicates kept, so validation sees exactly what the cards produced). Status: ok when
+    every card wrote an ok record; else oom when any card ran out of memory; else error
+    (a card error, or a card with no record: killed before writing, or on another host);
+    interrupted when the only failures are cards stopped from outside. Durations: the
+    slowest card's (``measured`` = max over cards of barrier-to-materialised seconds);
+    ``torchrun_wall_s`` is the whole launcher, start to exit (rendezvous, start-up, shutdown).
+    Memory: per-card records in ``per_card`` (scope kept); the pass-level peaks are the
+    largest single card's, never a sum. Items completed: sum over cards (each item once).
+    """
+    from lab.corpus import read_corpus
+
+    out = Path(spec.out_dir)
+    rows = read_corpus(spec.corpus_path)
+    pos = {r["id"]: i for i, r in enumerate(rows)}
+    recs, missing = [], []
+    for r in range(cards):
+        p = out / "cards" / f"card{r}.json"
+        (recs.append(json.loads(p.read_text())) if p.is_file() else missing.append(r))
+    merged: list[tuple[float, str]] = []
+    for c in recs:
+        p = out / "cards" / f"card{c['rank']}.predictions.jsonl"
+        if p.is_file():
+            for line in p.read_text(encoding="utf-8").splitlines(keepends=True):
+                merged.append((pos.get(json.loads(line)["id"], math.inf), line))
+    merged.sort(key=lambda x: x[0])
+    pred_path = out / "predictions.jsonl"
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(pred_path, "w", encoding="utf-8", newline="\n") as fh:
+        for _, line in merged:
+            fh.write(line)
+            h.update(line.encode("utf-8"))
+    statuses = [c["status"] for c in recs]
+    failing = [c for c in recs if c["status"] not in (PassStatus.OK, CARD_STOPPED)]
+    if not missing and all(s == PassStatus.OK for s in statuses):
+        status = PassStatus.OK
+    elif PassStatus.OOM in statuses:
+        status = PassStatus.OOM
+    elif failing or missing:
+        status = PassStatus.ERROR
+    else:
+        status = PassStatus.INTERRUPTED
+    errors = [f"card {c['rank']}: {c['error']}" for c in failing + [c for c in recs if c["status"] == CARD_STOPPED]]
+    errors += [f"card {r}: no record written (killed before writing, or on another host)" for r in missing]
+    phases = {k: _max(c["phases_s"].get(k) for c in recs)
+              for k in ("startup", "model_load", "warmup", "measured", "writing")}
+    if status != PassStatus.OK:
+        phases.pop("measured")
+    phases = {k: v for k, v in phases.items() if v is not None}
+    items = sum(int(c.get("items_completed") or 0) for c in recs)
+    gold = [(rows[int(k)].get("label"), json.loads(line)["pred"]) for k, line in merged
+            if k != math.inf and rows[int(k)].get("label") is not None]
+    per_card = [{"card": c["rank"], "status": c["status"], "device": c.get("device"),
+                 "items_total": c.get("items_total"), "items_completed": c.get("items_completed"),
+                 "measured_s": c["phases_s"].get("measured"), "threads": c.get("threads"),
+                 "peaks": c.get("peaks"), "error": c.get("error", ""),
+                 "test_only_injected_oom": c.get("test_only_injected_oom", False)} for c in recs]
+    peaks = None
+    if any(c.get("peaks") for c in recs):
+        reasons = {}
+        for c in recs:
+            reasons.update({k: v for k, v in ((c.get("peaks") or {}).get("reasons") or {}).items()})
+        reasons["scope_across_cards"] = (f"largest single card of {len(recs)}; per-card figures in per_card; "
+                                         "never added across cards")
+        peaks = {**{k: _max((c.get("peaks") or {}).get(k) for c in recs) for k in PEAK_KEYS},
+                 "reasons": reasons, "scopes": next(c["peaks"]["scopes"] for c in recs if c.get("peaks"))}
+    devs = [c.get("device") for c in recs if c.get("device")]
+    res = {"pass_id": spec.pass_id, "campaign": spec.campaign, "variant": spec.variant,
+           "start_time": start_time, "end_time": _utc(), "status": status, "error": "; ".join(errors)[:500],
+           "phases_s": phases, "items_total": len(rows), "items_completed": items,
+           "items_per_s": round(items / measured_s, 4) if (measured_s := phases.get("measured")) else None,
+           "device": (f"{devs[0]} x{len(devs)}" if len(set(devs)) == 1 else "+".join(devs)) if devs else None,
+           "backend": next((c.get("backend") for c in recs if c.get("backend")), None),
+           "torch_version": next((c.get("torch_version") for c in recs if c.get("torch_version")), None),
+           "threads": _one_or_joined([c.get("threads") for c in recs]),  # CPU threads of one worker
+           "threads_per_card": [c.get("threads") for c in recs],
+           "cards_declared": cards, "cards_observed": len(recs), "cards_missing": missing,
+           "devices": [c.get("identity") for c in recs if c.get("identity")], "per_card": per_card,
+           "peaks": peaks, "shard_rule": "lab.passes.distributed.shard_positions",
+           "window": "per card: barrier exit to shard predictions on the host; pass: the slowest card",
+           "n_truncated": sum(int(c.get("n_truncated") or 0) for c in recs),
+           "real_tokens": sum(int(c.get("real_tokens") or 0) for c in recs),
+           "padded_tokens": sum(int(c.get("padded_tokens") or 0) for c in recs),
+           "batches": sum(int(c.get("batches") or 0) for c in recs),
+           "self_accuracy": round(sum(a == b for a, b in gold) / len(gold), 6) if gold else None,
+           "deterministic": {"torch.manual_seed": spec.seed, "cudnn.benchmark": False,
+                             "use_deterministic_algorithms": False},
+           "predictions_path": pred_path.name, "predictions_lines": len(merged),
+           "predictions_sha256": h.hexdigest(), "torchrun_exit_code": torchrun_code,
+           "torchrun_wall_s": torchrun_wall_s,  # launcher start to exit: rendezvous, workers, shutdown
+           "exit_code": STATUS_CODES.get(status, EXIT_ERROR)}
+    (out / "result.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
+    return res

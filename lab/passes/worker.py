@@ -1,0 +1,286 @@
+"""One worker (one card) of a multi-card pass, started by torchrun (never by hand).
+
+    python -m torch.distributed.run --nproc_per_node N ... -m lab.passes.worker PASS_DIR/pass.json
+
+Reads RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE from torchrun's environment, joins
+the process group (``nccl`` on CUDA/ROCm, ``gloo`` on CPU), loads the model on its card
+(``cuda:LOCAL_RANK``, or CPU with ``threads // LOCAL_WORLD_SIZE`` threads), warms up (the
+same protocol warm-up as a one-card pass), releases freed memory and resets its peaks,
+then meets the other workers at a barrier. Its measured window starts when it leaves the
+barrier and ends when its shard's predictions are materialised on the host (device
+synchronized): read corpus, tokenize, shard (``lab.passes.distributed.shard_positions``),
+transfer, infer. The pass's window is the slowest card's (``lab.passes.multicard``).
+
+Writes ``cards/card<RANK>.json`` and ``cards/card<RANK>.predictions.jsonl`` in the pass
+folder before any later collective, so they survive a failure elsewhere. On success the
+workers meet again and gather their records to rank 0, which writes those of cards on
+other hosts. SIGTERM (torchrun stops the others when one worker fails; or the user
+stops the pass) makes a worker write what it completed, status ``stopped``, and exit.
+Exit codes as the runner: 0 ok, 3 OOM, 4 error or stopped.
+
+Test-only hook: ``ITERALAB_TEST_ONLY_INJECT_OOM="RANK:BATCHES"`` raises
+``torch.OutOfMemoryError`` on worker RANK after BATCHES batches; the card record then says
+``test_only_injected_oom: true`` (tests/test_multicard.py; never set it in a campaign).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+from lab.passes.events import EXIT_ERROR, EXIT_OK, EXIT_OOM, EventWriter, PassStatus
+from lab.passes.multicard import CARD_STOPPED
+from lab.passes.spec import PassSpec
+
+_T_PROCESS = time.perf_counter()
+TEST_OOM_ENV = "ITERALAB_TEST_ONLY_INJECT_OOM"
+
+
+class WorkerStopped(Exception):
+    """SIGTERM/SIGINT reached this worker: another worker failed, or the pass was stopped."""
+
+
+class _StopSignal:
+    """Signal handler: raises WorkerStopped at once, or only records it while files are written."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.raise_now = True
+
+    def __call__(self, signum, frame) -> None:
+        self.requested = True
+        if self.raise_now:
+            self.raise_now = False
+            raise WorkerStopped(f"stopped by signal {signal.Signals(signum).name} (another card failed, "
+                                "or the pass was stopped)")
+
+
+class CardEvents(EventWriter):
+    """Events of one card: every event carries ``rank`` and ``cards`` (world size)."""
+
+    def __init__(self, rank: int, world: int):
+        super().__init__()
+        self.rank, self.world = rank, world
+
+    def emit(self, event: str, **fields) -> None:
+        super().emit(event, rank=self.rank, cards=self.world, **fields)
+
+
+def card_paths(out_dir: str | Path, rank: int) -> tuple[Path, Path]:
+    """(card record, card predictions) of worker ``rank`` under ``out_dir/cards/``."""
+    d = Path(out_dir) / "cards"
+    return d / f"card{rank}.json", d / f"card{rank}.predictions.jsonl"
+
+
+def wait_barrier(dist, stop: _StopSignal, poll_s: float = 0.001) -> None:
+    """A barrier that a stop signal can interrupt (a blocking one would hold the signal)."""
+    work = dist.barrier(async_op=True)
+    while not work.is_completed():
+        if stop.requested:
+            raise WorkerStopped("stopped while waiting for the other cards")
+        time.sleep(poll_s)
+    work.wait()
+
+
+def _injected_oom() -> tuple[int, int] | None:
+    raw = os.environ.get(TEST_OOM_ENV, "")
+    if not raw:
+        return None
+    rank, batches = raw.split(":")
+    return int(rank), int(batches)
+
+
+def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world: int,
+             local_world: int, stop: _StopSignal) -> int:
+    """Run this worker's shard; write its card files; returns the exit code. Never raises."""
+    from lab.passes.distributed import (
+        BACKENDS,
+        card_identity,
+        shard_positions,
+        threads_per_worker,
+    )
+    from lab.passes.runner import is_oom, write_predictions
+
+    card: dict = {"rank": rank, "local_rank": local_rank, "world_size": world,
+                  "node_rank": int(os.environ.get("GROUP_RANK", "0")), "status": PassStatus.ERROR, "error": "",
+                  "phases_s": {}, "items_total": None, "items_completed": 0, "positions": []}
+    phases: dict = card["phases_s"]
+    sink: dict = {}
+    id2label: dict = {}
+    state: dict = {"done": 0, "batches": 0, "t0": None}
+    win, code = None, EXIT_ERROR
+    dist: Any = None  # torch.distributed once imported
+    inject = _injected_oom()
+
+    def phase(name: str, t0: float) -> None:
+        phases[name] = round(time.perf_counter() - t0, 6)
+        if rank == 0:
+            ev.emit("phase", phase=name, state="end", duration_s=phases[name])
+
+    try:
+        import torch
+        import torch.distributed as dist
+        import transformers  # noqa: F401 - start-up cost, not model load
+
+        from lab.corpus import read_corpus
+        from lab.memory.observe import release_memory
+        from lab.memory.peaks import PeakTracker
+        from lab.passes import inference as inf
+
+        phases["startup"] = round(time.perf_counter() - _T_PROCESS, 6)
+        torch.manual_seed(spec.seed)
+        torch.set_num_threads(threads_per_worker(spec.threads, local_world))
+        torch.backends.cudnn.benchmark = False
+        device, backend = inf.resolve_device(spec.variant.get("device", "auto"))
+        if device.startswith("cuda"):
+            device = f"cuda:{local_rank}"
+            torch.cuda.set_device(device)
+        card.update(device=device, backend=backend, torch_version=torch.__version__,
+                    threads=torch.get_num_threads(), identity=card_identity(device, rank),
+                    dist_backend=BACKENDS[backend], test_only_injected_oom=inject is not None and inject[0] == rank)
+        dist.init_process_group(BACKENDS[backend], timeout=timedelta(minutes=30))
+        t = time.perf_counter()
+        tok, model = inf.load_model(spec.model_ref, spec.variant["precision"], device)
+        id2label = {int(k): v for k, v in model.config.id2label.items()}
+        inf.synchronize(device)
+        phase("model_load", t)
+        t = time.perf_counter()
+        inf.warm_up(read_corpus(spec.corpus_path)[: spec.warmup_items], tok, model, device, spec.variant,
+                    spec.warmup_items, spec.warmup_passes)
+        phase("warmup", t)
+        tracker = PeakTracker(device)
+        release_memory(device)
+        tracker.reset()
+        inf.synchronize(device)
+        wait_barrier(dist, stop)  # every card loaded and warm: the common start
+        t = state["t0"] = time.perf_counter()
+        card["window_start_unix_s"] = time.time()
+        if rank == 0:
+            ev.emit("phase", phase="measured", state="start")
+
+        def on_batch(done: int) -> None:
+            state["done"], state["batches"] = done, state["batches"] + 1
+            el = time.perf_counter() - state["t0"]
+            ev.progress(done, card["items_total"], done / el if el > 0 else 0.0)
+            if inject and inject[0] == rank and state["batches"] >= inject[1]:
+                raise torch.OutOfMemoryError(f"test-only injected out of memory on card {rank} after "
+                                             f"{state['batches']} batches ({TEST_OOM_ENV})")
+
+        try:
+            rows = read_corpus(spec.corpus_path)
+            bucketing = bool(spec.variant.get("bucketing", False))
+            lengths = ([len(x) for x in inf.tokenize([r["text"] for r in rows], tok,
+                                                     spec.variant["max_length"])[0]]
+                       if bucketing else [0] * len(rows))
+            mine = shard_positions(lengths, world, bucketing)[rank]
+            card["positions"], card["items_total"] = mine, len(mine)
+            win = inf.run_batches([rows[i] for i in mine], tok, model, device, spec.variant, on_batch, sink)
+            inf.synchronize(device)
+            phase("measured", t)
+            card["window_end_unix_s"] = time.time()
+        finally:
+            card["peaks"] = tracker.read().to_json()
+        card.update(items_completed=win.items_done, n_truncated=win.n_truncated, real_tokens=win.real_tokens,
+                    padded_tokens=win.padded_tokens, batches=win.batches, status=PassStatus.OK)
+        code = EXIT_OK
+    except BaseException as exc:  # noqa: BLE001 - every failure is recorded on the card
+        stop.raise_now = False
+        if isinstance(exc, (WorkerStopped, KeyboardInterrupt)):
+            card["status"] = CARD_STOPPED
+        elif is_oom(exc):
+            card["status"], code = PassStatus.OOM, EXIT_OOM
+            ev.emit("oom", items_done=state["done"], message=str(exc).splitlines()[0][:300])
+        else:
+            ev.emit("error", items_done=getattr(exc, "items_done", state["done"]),
+                    message=f"{type(exc).__name__}: {exc}"[:300])
+        card["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]
+        card["items_completed"] = getattr(exc, "items_done", state["done"])
+        traceback.print_exc(file=sys.stderr)
+    stop.raise_now = False  # the files below are written whole
+    t = time.perf_counter()
+    rec_path, pred_path = card_paths(spec.out_dir, rank)
+    rec_path.parent.mkdir(parents=True, exist_ok=True)
+    win = win or sink.get("win")
+    lines: list[str] = []
+    if win is not None:
+        card["predictions_lines"], card["predictions_sha256"] = write_predictions(pred_path, win, id2label)
+        lines = pred_path.read_text(encoding="utf-8").splitlines(keepends=True)
+    phases["writing"] = round(time.perf_counter() - t, 6)
+    card["exit_code"] = code
+    rec_path.write_text(json.dumps(card, indent=1, default=str) + "\n")
+    ev.emit("card", status=card["status"], items_completed=card["items_completed"],
+            items_total=card["items_total"], measured_s=phases.get("measured"), device=card.get("device"))
+    if code == EXIT_OK and not stop.requested:
+        stop.raise_now = True
+        try:
+            _gather_to_rank0(dist, spec, rank, world, card, lines, stop)
+            dist.destroy_process_group()
+        except WorkerStopped:
+            pass  # this card's files are already written
+        except Exception as exc:  # noqa: BLE001 - another card failed meanwhile: its record says why
+            print(f"card {rank}: gathering to rank 0 failed after this card's files were written: "
+                  f"{type(exc).__name__}: {str(exc)[:200]}", file=sys.stderr)
+    return code
+
+
+def _gather_to_rank0(dist, spec: PassSpec, rank: int, world: int, card: dict, lines: list[str],
+                     stop: _StopSignal) -> None:
+    """All cards succeeded: rank 0 writes the records of cards whose files it lacks (other hosts)."""
+    wait_barrier(dist, stop)
+    got: list | None = [None] * world if rank == 0 else None
+    dist.gather_object((card, lines), got, dst=0)
+    if rank != 0 or got is None:
+        return
+    stop.raise_now = False
+    for other, other_lines in got:
+        rec_path, pred_path = card_paths(spec.out_dir, other["rank"])
+        if not rec_path.is_file():
+            pred_path.write_text("".join(other_lines), encoding="utf-8")
+            rec_path.write_text(json.dumps({**other, "written_by": "rank 0 (gathered)"}, indent=1,
+                                           default=str) + "\n")
+
+
+def _term_when_parent_dies() -> None:
+    """SIGTERM this worker if torchrun dies (it runs workers in their own sessions, so a
+    killed torchrun would otherwise leave them running). Linux prctl(PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: torchrun's own shutdown is all there is
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    rank, world = int(os.environ.get("RANK", "-1")), int(os.environ.get("WORLD_SIZE", "0"))
+    if rank < 0 or world < 1 or len(argv) != 1:
+        print("lab.passes.worker runs under torchrun: python -m torch.distributed.run --nproc_per_node N "
+              "-m lab.passes.worker PASS_DIR/pass.json (see lab.passes.distributed.torchrun_command)",
+              file=sys.stderr)
+        return 2
+    ev = CardEvents(rank, world)
+    stop = _StopSignal()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    _term_when_parent_dies()
+    spec = PassSpec.read(argv[0])
+    code = run_card(spec, ev, rank, int(os.environ.get("LOCAL_RANK", "0")), world,
+                    int(os.environ.get("LOCAL_WORLD_SIZE", "1")), stop)
+    if code != EXIT_OK:  # files written: leave at once so torchrun stops the other cards sooner
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

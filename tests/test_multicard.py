@@ -1,0 +1,393 @@
+"""Passes over several cards (issue 14): torchrun workers on CPU, threads split, real model.
+
+A campaign whose series varies ``cards`` over 1 and 2 runs to a verified archive; the
+2-card pass's predictions equal the 1-card pass's per id; one row per pass with per-card
+devices and memory records; a memory failure on one card makes an ``oom`` row with the
+items completed on every card; two torchrun "hosts" over 127.0.0.1 give the same
+predictions. CPU workers, one thread each, 12-20 items from the demo corpus.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, cut_corpus
+
+from lab.host_cards import CardsBeyondHost, check_cards_fit_host, host_card_count
+from lab.passes.distributed import (
+    ProgressTally,
+    shard_positions,
+    threads_per_worker,
+    torchrun_command,
+)
+from lab.protocol import ProtocolError, load_protocol
+from lab.variants import Variant, VariantError, expand_series
+
+CAMPAIGN = """
+[campaign]
+name = "{name}"
+question = "Does the B200 lot (2 cards) process my corpus for the lowest committed budget?"
+
+[corpus]
+path = "corpus.jsonl"
+
+[model]
+path = "{model}"
+
+[quality]
+metric = "accuracy"
+threshold = 0.2
+reference_variant = "cards/cards={ref}"
+tolerance = 0.05
+
+[timing]
+warmup_items = 2
+warmup_passes = 1
+repetitions = 1
+seed = 0
+threads = 2
+
+[defaults]
+max_length = 128
+batch_size = {batch}
+
+[cost]
+gpu = "b200"
+days = 7
+lots = 1
+
+[[series]]
+name = "cards"
+factor = "cards"
+values = {values}
+"""
+
+
+def _campaign(folder: Path, model: Path, name: str, values, batch: int = 4, items=(6, 4, 2)) -> Path:
+    cut_corpus(folder / "corpus.jsonl", *items)
+    f = folder / f"{name}.toml"
+    f.write_text(CAMPAIGN.format(name=name, model=model, ref=values[0], values=list(values), batch=batch))
+    return f
+
+
+def _preds(path: Path) -> dict[str, str]:
+    return {r["id"]: r["pred"] for r in map(json.loads, path.read_text().splitlines())}
+
+
+def _cli(*args, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=600, check=False)
+
+
+@pytest.fixture(scope="module")
+def cards_campaign(tmp_path_factory, model_dir):
+    """The must-show campaign: series over cards 1 and 2, run, reported, archived, verified."""
+    d = tmp_path_factory.mktemp("cards")
+    f = _campaign(d, model_dir, "lot", (1, 2))
+    env = {**os.environ, "ITERALAB_RUNS": str(d / "runs")}
+    assert _cli("protocol", "lock", str(f), env=env).returncode == 0
+    run = _cli("campaign", "run", str(f), "--launcher", "local", env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    archive = _cli("archive", str(f), env=env)
+    assert archive.returncode == 0, archive.stderr[-2000:]
+    path = Path(archive.stdout.strip().splitlines()[-1])
+    verified = _cli("archive", "verify", str(path), env=env)
+    camp_dir = next(p.parent for p in (d / "runs" / "lot").glob("*/journal.sqlite"))
+    return {"dir": camp_dir, "archive": path, "verify": verified, "run": run, "corpus": d / "corpus.jsonl"}
+
+
+# ---- rules ---------------------------------------------------------------------------
+
+def test_shards_partition_the_corpus_deterministically():
+    lengths = [5, 90, 7, 60, 61, 3, 200, 8, 9, 10, 11]
+    plain = shard_positions(lengths, 3, bucketing=False)
+    assert plain == [[0, 1, 2], [3, 4, 5, 6], [7, 8, 9, 10]]  # contiguous, sizes differ by <= 1
+    bucketed = shard_positions(lengths, 2, bucketing=True)
+    assert sorted(i for s in bucketed for i in s) == list(range(len(lengths)))
+    assert all(s == sorted(s) for s in bucketed) and bucketed == shard_positions(lengths, 2, True)
+    tokens = [sum(lengths[i] for i in s) for s in bucketed]
+    assert abs(tokens[0] - tokens[1]) <= max(lengths)  # balanced by tokens, not by items
+    assert abs(tokens[0] - tokens[1]) < abs(sum(lengths[:6]) - sum(lengths[6:]))
+    assert shard_positions([1], 2, False) == [[], [0]]
+    with pytest.raises(ValueError):
+        shard_positions(lengths, 0, False)
+
+
+def test_cards_field_keeps_one_card_ids_and_works_as_a_series_factor():
+    import hashlib
+    from dataclasses import asdict
+
+    v = Variant(batch_size=8)
+    old = {k: x for k, x in asdict(v).items() if k not in ("series", "name", "cards")}
+    assert v.variant_id == "v-" + hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:10]
+    two = Variant(batch_size=8, cards=2)
+    assert two.variant_id != v.variant_id and two.label.endswith("2 cards") and "cards" not in v.label
+    assert Variant.from_json(two.to_json()) == two
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(VariantError, match="cards"):
+            Variant(cards=bad)
+    vs = expand_series({"cards": 2}, [{"name": "b", "factor": "batch_size", "values": [1, 4]},
+                                      {"name": "c", "factor": "cards", "values": [1, 2]}])
+    assert [x.cards for x in vs] == [2, 2, 1]  # [defaults] cards = 2; c/cards=2 equals b/batch_size=1
+    assert vs[2].name == "c/cards=1"
+
+
+def test_threads_split_and_torchrun_command():
+    assert threads_per_worker(4, 2) == 2 and threads_per_worker(3, 2) == 1 and threads_per_worker(1, 2) == 1
+    one = torchrun_command("p.json", 2)
+    assert one[1:4] == ["-u", "-m", "torch.distributed.run"] and "--standalone" in one
+    assert one[-3:] == ["-m", "lab.passes.worker", "p.json"] and one[one.index("--nproc_per_node") + 1] == "2"
+    many = torchrun_command("p.json", 1, nnodes=2, node_rank=1, rdzv_endpoint="10.0.0.5:29400", rdzv_id="x")
+    assert "--standalone" not in many and "c10d" in many and "10.0.0.5:29400" in many
+    assert "is_host=false" in many
+    with pytest.raises(ValueError, match="rdzv-endpoint"):
+        torchrun_command("p.json", 1, nnodes=2)
+
+
+def test_progress_is_summed_over_cards_not_taken_from_the_last_line():
+    t = ProgressTally()
+    assert t.update({"event": "progress", "rank": 0, "done": 4}) == 4
+    assert t.update({"event": "progress", "rank": 1, "done": 2}) == 6
+    assert t.update({"event": "progress", "rank": 0, "done": 6}) == 8
+    assert t.update({"event": "oom", "rank": 1, "items_done": 3}) == 9
+    assert t.update({"event": "progress", "done": 5}) == 5 and t.update({"event": "phase"}) is None
+
+
+def test_more_cards_than_the_host_has_is_refused_in_one_line(tmp_path, model_dir):
+    n, what = host_card_count("cpu")
+    assert n == os.cpu_count() and "CPU" in what
+    with pytest.raises(CardsBeyondHost, match=f"has {n} logical CPU core"):
+        check_cards_fit_host([Variant(cards=n + 1, device="cpu", name="c/cards=big")])
+    with pytest.raises(CardsBeyondHost, match="threads >= 2"):
+        check_cards_fit_host([Variant(cards=2, device="cpu")], threads=1)
+    check_cards_fit_host([Variant(cards=2, device="cpu")], threads=2)
+    with pytest.raises(CardsBeyondHost, match="has 1 GPU"):
+        check_cards_fit_host([Variant(cards=2, device="cuda")], counter=lambda d: (1, "1 GPU(s) (counted by x)"))
+    assert issubclass(CardsBeyondHost, ProtocolError)
+    # the real CLI: `protocol lock` refuses, exit 2, one line with the count found, nothing locked
+    f = _campaign(tmp_path, model_dir, "big", (1, n + 1))
+    env = {**os.environ, "ITERALAB_RUNS": str(tmp_path / "runs")}
+    r = _cli("protocol", "lock", str(f), env=env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and f"asks for {n + 1} cards" in r.stderr
+    assert f"{n} logical CPU core" in r.stderr and not (tmp_path / "big.lock.json").exists()
+
+
+def test_a_run_on_a_host_with_fewer_cards_than_at_lock_is_refused(tmp_path, model_dir, monkeypatch):
+    import lab.host_cards
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestrator import Orchestrator
+    from lab.protocol import lock
+
+    f = _campaign(tmp_path, model_dir, "moved", (1, 2))
+    lock(load_protocol(f))  # this host has the 2 CPU cores
+    monkeypatch.setattr(lab.host_cards, "host_card_count", lambda device: (1, "1 GPU(s) (counted by NVML)"))
+    with pytest.raises(CardsBeyondHost, match="asks for 2 cards but this host has 1 GPU"):
+        Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
+    assert not (tmp_path / "runs").exists()
+
+
+# ---- real passes -----------------------------------------------------------------------
+
+def test_series_over_cards_runs_to_a_verified_archive(cards_campaign):
+    assert cards_campaign["verify"].returncode == 0, cards_campaign["verify"].stdout
+    assert "OK: " in cards_campaign["verify"].stdout and "2 rows checked" in cards_campaign["verify"].stdout
+    d = cards_campaign["dir"]
+    rows = list(csv.DictReader((d / "report" / "raw_table.csv").read_text().splitlines()))
+    assert len(rows) == 2  # one row per pass
+    by = {r["cards"]: r for r in rows}
+    assert set(by) == {"1", "2"}
+    for cards, r in by.items():
+        assert r["status"] == "ok" and r["ids_match"] == "True" and r["corpus_accepted"] == "True"
+        assert r["expected_ids"] == r["observed_ids"] == "12" and r["duplicate_ids"] == "0"
+        assert r["cards_observed"] == cards
+        mem = json.loads(r["per_card_memory"])
+        assert [m["card"] for m in mem] == list(range(int(cards)))
+        assert all(m["process_peak_rss_bytes"] > 100_000_000 and m["peak_allocated_bytes"] is None for m in mem)
+        assert all("never added across cards" in m["scope"] for m in mem)
+    two = by["2"]
+    assert "card 0: cpu" in two["devices_observed"] and "card 1: cpu" in two["devices_observed"]
+    assert two["device"] == "cpu x2"
+    mem = json.loads(two["per_card_memory"])
+    assert int(two["process_peak_rss_bytes"]) == max(m["process_peak_rss_bytes"] for m in mem)  # not a sum
+    result = json.loads((d / two["predictions_path"]).parent.joinpath("result.json").read_text())
+    assert result["threads"] == 1 and result["threads_per_card"] == [1, 1] and result["cards_declared"] == 2
+    assert [c["items_total"] for c in result["per_card"]] == [6, 6]
+    assert float(two["measured_s"]) == max(c["measured_s"] for c in result["per_card"])  # slowest card
+
+
+def test_two_cards_predict_what_one_card_predicts_per_id(cards_campaign):
+    d = cards_campaign["dir"]
+    rows = {r["cards"]: r for r in csv.DictReader((d / "report" / "raw_table.csv").read_text().splitlines())}
+    one, two = (_preds(d / rows[c]["predictions_path"]) for c in ("1", "2"))
+    corpus_ids = [json.loads(x)["id"] for x in cards_campaign["corpus"].read_text().splitlines()]
+    assert list(two) == corpus_ids  # merged back in corpus order
+    assert one == two
+
+
+def test_decision_note_states_cards_measured_vs_cards_in_the_lot(cards_campaign):
+    note = (cards_campaign["dir"] / "report" / "decision_note.md").read_text()
+    assert "measured on 1 card(s) per pass; the priced package holds 2 card(s) per lot x 1 lot(s) = 2" in note
+    assert "describe 1 of the 2 cards paid for" in note and "not measured and not assumed" in note
+    assert "measured on 2 card(s) per pass" in note and "covers every card paid for" in note
+
+
+def test_memory_failure_on_one_card_is_an_oom_row_with_items_completed(tmp_path, model_dir):
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestrator import Orchestrator
+    from lab.protocol import lock
+    from lab.report.build import build_report
+
+    f = _campaign(tmp_path, model_dir, "oom", (2,), batch=1, items=(8, 6, 6))
+    lock(load_protocol(f))
+    env = {**os.environ, "ITERALAB_TEST_ONLY_INJECT_OOM": "0:2"}  # card 0 fails after 2 batches
+    orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher(env=env))
+    orch.run()
+    build_report(orch.dir)
+    rows = list(csv.DictReader((orch.dir / "report" / "raw_table.csv").read_text().splitlines()))
+    assert len(rows) == 1
+    r = rows[0]
+    assert r["status"] == "oom" and r["exit_code"] == "3" and r["corpus_accepted"] == "False"
+    pass_dir = orch.dir / "passes" / r["pass_id"]
+    result = json.loads((pass_dir / "result.json").read_text())
+    cards = {c["card"]: c for c in result["per_card"]}
+    assert cards[0]["status"] == "oom" and cards[0]["items_completed"] == 2 and cards[0]["test_only_injected_oom"]
+    assert cards[1]["status"] in ("stopped", "ok")  # stopped cleanly (or done first): its record is written
+    for c in (0, 1):  # every card's completed items are kept, with their predictions
+        kept = (pass_dir / "cards" / f"card{c}.predictions.jsonl").read_text().splitlines()
+        assert cards[c]["items_completed"] == len(kept)
+    items = cards[0]["items_completed"] + cards[1]["items_completed"]
+    assert int(r["items_completed"]) == items == len(_preds(pass_dir / "predictions.jsonl"))
+    assert len(json.loads(r["per_card_memory"])) == 2 and "card 0: OutOfMemoryError" in r["notes"]
+    assert r["measured_s"] == ""  # no window for a failed pass
+
+
+def test_two_hosts_over_loopback_give_the_same_predictions(cards_campaign, tmp_path):
+    d = cards_campaign["dir"]
+    rows = {r["cards"]: r for r in csv.DictReader((d / "report" / "raw_table.csv").read_text().splitlines())}
+    spec = json.loads((d / rows["2"]["predictions_path"]).parent.joinpath("pass.json").read_text())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs, dirs = [], []
+    for node in (0, 1):  # two "hosts": separate torchrun processes, separate pass folders
+        pd = tmp_path / f"host{node}"
+        pd.mkdir()
+        (pd / "pass.json").write_text(json.dumps({**spec, "out_dir": str(pd)}))
+        dirs.append(pd)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "lab.passes.runner", str(pd / "pass.json"), "--nnodes", "2", "--node-rank",
+             str(node), "--rdzv-endpoint", f"127.0.0.1:{port}", "--local-addr", "127.0.0.1"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-1500:] for o in outs]
+    merged = [pd for pd in dirs if (pd / "result.json").is_file()]
+    assert len(merged) == 1  # the host where rank 0 ran merges; the other keeps its own card
+    result = json.loads((merged[0] / "result.json").read_text())
+    assert result["status"] == "ok" and result["cards_observed"] == 2
+    other = next(pd for pd in dirs if pd not in merged)
+    assert [p.name for p in (other / "cards").glob("*.json")] != []
+    assert _preds(merged[0] / "predictions.jsonl") == _preds(d / rows["1"]["predictions_path"])
+
+
+def test_plan_screen_shows_cards_and_refuses_more_than_the_host_has(tmp_path, model_dir):
+    import asyncio
+    import time
+
+    from test_tui_campaigns import CLOCK, FACTS, SAMPLE
+
+    from tui.app import IteraLabApp
+    from tui.widgets.telemetry import fixed_telemetry
+
+    f = _campaign(tmp_path, model_dir, "plan", (1, os.cpu_count() + 1))  # one more than the host has
+
+    async def go():
+        app = IteraLabApp(f, telemetry=fixed_telemetry(SAMPLE), environment_probe=lambda: FACTS,
+                          clock=lambda: CLOCK, poll_interval_s=0.1, start_screen="plan")
+        async with app.run_test(size=(80, 24)) as pilot:
+            t0 = time.monotonic()
+            while getattr(app.screen, "plan", None) is None and time.monotonic() - t0 < 120:
+                await pilot.pause(0.1)
+            head = str(app.screen.query_one("#plan-head").render())
+            checks = str(app.screen.query_one("#plan-checks").render())
+            return app.screen.plan, head, checks
+    plan, head, checks = asyncio.run(go())
+    n = os.cpu_count()
+    assert plan["cards"] == [1, n + 1] and f"Cards per pass 1, {n + 1}" in head
+    refused = [c for c in plan["checks"] if c[0] == "cards"]
+    assert refused and refused[0][1] is False
+    assert f"asks for {n + 1} cards but this host has {n} logical CPU core" in refused[0][2]
+    assert "cards: variant cards/cards=" in checks.replace("\n", " ")
+
+
+def test_stopping_a_multi_card_pass_leaves_no_worker_running(tmp_path, model_dir):
+    import time
+
+    import psutil
+
+    from lab.launchers.local import LocalLauncher
+    from lab.passes.spec import PassSpec
+
+    corpus = cut_corpus(tmp_path / "corpus.jsonl", 8, 6, 6)
+    d = tmp_path / "pass"
+    d.mkdir()
+    spec = PassSpec("t", "stop", Variant(batch_size=1, max_length=128, cards=2).to_json(), str(corpus),
+                    str(model_dir), str(d), warmup_items=2, threads=2)
+    spec.write(d / "pass.json")
+    seen = {"measured": False}
+
+    def on_line(line: str) -> None:
+        seen["measured"] |= '"phase": "measured", "state": "start"' in line
+
+    t0 = time.monotonic()
+    outcome = LocalLauncher().launch(spec, d, on_line, should_stop=lambda: seen["measured"])
+    assert outcome.note == "stopped by the user" and time.monotonic() - t0 < 120
+    time.sleep(1)
+    workers = [p for p in psutil.process_iter(["cmdline"])
+               if "lab.passes.worker" in " ".join(p.info["cmdline"] or []) and str(d) in " ".join(p.info["cmdline"])]
+    assert workers == []
+    records = [json.loads(p.read_text()) for p in sorted((d / "cards").glob("card*.json"))]
+    assert len(records) == 2 and {r["status"] for r in records} <= {"stopped", "ok"}
+
+
+def test_bucketed_two_card_pass_balances_tokens_and_predicts_as_one_card(tmp_path, model_dir):
+    from lab.launchers.local import LocalLauncher
+    from lab.passes.spec import PassSpec
+
+    corpus = cut_corpus(tmp_path / "corpus.jsonl", 6, 4, 4)
+    out = {}
+    for cards in (1, 2):
+        d = tmp_path / f"c{cards}"
+        d.mkdir()
+        spec = PassSpec("t", f"c{cards}", Variant(batch_size=4, max_length=128, bucketing=True, cards=cards).to_json(),
+                        str(corpus), str(model_dir), str(d), warmup_items=2, threads=2)
+        spec.write(d / "pass.json")
+        assert LocalLauncher().launch(spec, d, lambda line: None).exit_code == 0
+        out[cards] = json.loads((d / "result.json").read_text()), _preds(d / "predictions.jsonl")
+    res, preds = out[2]
+    assert preds == out[1][1] and res["status"] == "ok" and res["torchrun_wall_s"] > res["phases_s"]["measured"]
+    tokens = [json.loads((tmp_path / "c2" / "cards" / f"card{r}.json").read_text())["real_tokens"] for r in (0, 1)]
+    assert sum(tokens) == out[1][0]["real_tokens"] and sum(c["items_total"] for c in res["per_card"]) == 14
+    assert abs(tokens[0] - tokens[1]) <= 128  # balanced within one item (max_length 128 tokens)
+    capped = [min(json.loads(x)["n_tokens"], 128) for x in corpus.read_text().splitlines()]
+    blocks = [sum(capped[i] for i in s) for s in shard_positions(capped, 2, bucketing=False)]
+    assert abs(tokens[0] - tokens[1]) < abs(blocks[0] - blocks[1])  # contiguous blocks would not be
+
+
+def test_compare_reads_the_cards_each_pass_measured(cards_campaign, tmp_path):
+    import shutil
+
+    from lab.compare.decision import compare_archives
+
+    again = shutil.copyfile(cards_campaign["archive"], tmp_path / "same-rental-again.tar.gz")
+    c = compare_archives([cards_campaign["archive"], again], 1000)
+    by_cards = {p.cards_measured: p for p in c.projections}
+    assert set(by_cards) == {1, 2}
+    assert "lot has 2" in by_cards[1].cards_note and "lot has 2" not in by_cards[2].cards_note
