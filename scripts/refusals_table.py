@@ -75,6 +75,7 @@ CASES = [
     ("device unknown", 'device = "auto"', 'device = "tpu"'),
     ("GPU device on a host without GPU", 'device = "auto"', 'device = "cuda"'),
     ("GPU index beyond the host's GPU count", 'device = "auto"', 'device = "cuda:7"'),
+    ("more cards per pass than the host has", 'padding = "longest"', 'padding = "longest"\ncards = 4'),
 ]
 
 
