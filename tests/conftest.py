@@ -126,10 +126,11 @@ def small_campaign(tmp_path_factory, model_dir):
     return orch
 
 
-def run_rental(folder: Path, model: Path, corpus: Path, *, threads: int, gpu: str,
+def run_rental(folder: Path, model: Path, corpus: Path, *, threads: int, gpu: str | None,
                repetitions: int = 2, values=(1, 4)) -> Path:
     """One rental's campaign run by the real product (lock, local passes, archive): the
-    same campaign file except ``[timing] threads`` (recorded in the manifest) and ``[cost]``."""
+    same campaign file except ``[timing] threads`` (recorded in the manifest) and ``[cost]``
+    (``gpu`` None: no [cost] section, no package declared)."""
     from lab.campaigns import make_archive
     from lab.launchers.local import LocalLauncher
     from lab.orchestrator import Orchestrator
@@ -138,7 +139,7 @@ def run_rental(folder: Path, model: Path, corpus: Path, *, threads: int, gpu: st
     folder.mkdir(parents=True, exist_ok=True)
     f = write_campaign(folder, model, corpus, name="rental", repetitions=repetitions, values=values)
     f.write_text(f.read_text().replace("threads = 1", f"threads = {threads}")
-                 + f'\n[cost]\ngpu = "{gpu}"\ndays = 7\nlots = 1\n')
+                 + (f'\n[cost]\ngpu = "{gpu}"\ndays = 7\nlots = 1\n' if gpu else ""))
     lock(load_protocol(f))
     orch = Orchestrator.prepare(f, folder / "runs", LocalLauncher())
     assert orch.run() == "finished"
@@ -147,14 +148,15 @@ def run_rental(folder: Path, model: Path, corpus: Path, *, threads: int, gpu: st
 
 @pytest.fixture(scope="session")
 def rental_archives(tmp_path_factory, model_dir) -> dict:
-    """Three real evidence archives: the same tiny campaign (7 items, batch 1 and 4, 2
-    repetitions) run with threads 1 priced as rtx-4090 and threads 2 priced as b200, and one
-    on another corpus (8 items, batch 1, 1 repetition) for the mismatch."""
+    """Four real evidence archives: the same tiny campaign (7 items, batch 1 and 4, 2
+    repetitions) run with threads 1 priced as rtx-4090, threads 2 priced as b200 and
+    threads 1 without [cost] (no package declared), and one on another corpus (8 items,
+    batch 1, 1 repetition) for the mismatch."""
     d = tmp_path_factory.mktemp("rentals")
     corpus = cut_corpus(d / "corpus.jsonl", 4, 2, 1)
     other = cut_corpus(d / "other.jsonl", 5, 2, 1)
     out = {}
-    for key, threads, gpu in (("rtx", 1, "rtx-4090"), ("b200", 2, "b200")):
+    for key, threads, gpu in (("rtx", 1, "rtx-4090"), ("b200", 2, "b200"), ("nocost", 1, None)):
         sub = d / key
         sub.mkdir()
         c = sub / "corpus.jsonl"

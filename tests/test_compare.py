@@ -1,7 +1,8 @@
 """Compare rentals on real archives made by the real product in this test session: the same
-tiny campaign run with threads 1 (priced rtx-4090) and threads 2 (priced b200), and one on
-another corpus. CLI end to end, projection figures re-derived from the raw tables, break-even
-checked by re-deciding at the load it names, corpus mismatch refused."""
+tiny campaign run with threads 1 (priced rtx-4090), threads 2 (priced b200) and threads 1
+without [cost], and one on another corpus. CLI end to end, projection figures re-derived
+from the raw tables, break-even checked by re-deciding at the load it names, corpus
+mismatch refused, an archive without [cost] measured but never priced."""
 
 from __future__ import annotations
 
@@ -150,3 +151,34 @@ def test_bad_load_and_window_are_one_line_errors(rental_archives, tmp_path):
             "--deadline", "2026-12-01T09:00+01:00", "--out", tmp_path / "x")
     assert r.returncode == 2 and "is not after the window start" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_an_archive_without_cost_is_measured_but_never_priced_nor_chosen(rental_archives, tmp_path):
+    """Issue 11 in compare: no [cost] means no package was declared, never a default GPU. The
+    archive (measured faster or not) keeps its measured figures, gets empty money cells with
+    the reason, and cannot be the budget decision's pick; the decision path says so."""
+    c = compare_archives([rental_archives["nocost"], rental_archives["b200"]], 50000,
+                         window_start="2026-12-01T09:00+01:00", deadline="2026-12-05T09:00+01:00")
+    unpriced = [p for p in c.projections if p.host.startswith("A ")]
+    assert len(unpriced) == 2 and all(p.gpu is None for p in unpriced)
+    for p in unpriced:
+        assert p.items_per_s_median and p.hours_worst and p.durations_s  # measured, projected
+        assert p.archive_quote is None and p.sizing is None
+        assert p.cost_per_validated_corpus is None and p.cost_per_million_items is None
+        assert "price: no package declared in [cost]" in p.exclusions and not p.eligible
+    assert c.chosen is not None and c.chosen.host.startswith("B b200")
+    assert c.archives[0]["gpu"] is None and c.archives[0]["cost"] is None
+    assert "not priced: no package declared in [cost]" in c.path[0]
+    assert any("no package declared in [cost]" in m and "not considered" in m for m in c.motivation)
+    out = tmp_path / "cmp"
+    r = cli("compare", rental_archives["nocost"], rental_archives["b200"], "--load", 50000,
+            *WINDOW, "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert "rtx-4090" not in r.stdout and "rtx-4090" not in (out / "decision.md").read_text()
+    rows = [r for r in csv.DictReader(open(out / "compare.csv")) if r["host"].startswith("A ")]
+    assert len(rows) == 2
+    for row in rows:
+        assert row["gpu_priced"] == "" and row["committed_budget"] == ""
+        assert row["archive_committed_budget"] == "" and row["cost_per_million_items"] == ""
+        assert row["hours_worst"] != "" and row["items_per_s_median"] != ""
+        assert "no package declared in [cost]" in row["exclusions"]

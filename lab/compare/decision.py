@@ -12,12 +12,13 @@ becomes the choice.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from lab.compare.comparability import check_comparable
-from lab.compare.evidence import CompareError, load_evidence
+from lab.compare.evidence import NO_PACKAGE, CompareError, Evidence, load_evidence
 from lab.compare.projection import Projection, capacity_items, lot_hours, project
 from lab.cost.forfaits import Catalog, load_catalog, parse_instant
 from lab.cost.sizing import cheapest_covering, package_limits
@@ -50,6 +51,16 @@ def host_letter(i: int) -> str:
     return chr(65 + i) if i < 26 else host_letter(i // 26 - 1) + chr(65 + i % 26)
 
 
+def priced_as(ev: Evidence) -> str:
+    """'priced as b200', or the reason nothing is priced (no [cost]: no package, issue 11)."""
+    return f"priced as {ev.gpu}" if ev.gpu else f"not priced: {NO_PACKAGE}"
+
+
+def host_tag(i: int, ev: Evidence) -> str:
+    """'A b200': the archive's letter and the GPU of its package ('B unpriced' without [cost])."""
+    return f"{host_letter(i)} {ev.gpu or 'unpriced'}"
+
+
 def _rank(p: Projection, sizing) -> tuple:
     return (sizing.quote.committed_budget, p.failures, -(p.items_per_s_median or 0.0))
 
@@ -61,6 +72,7 @@ def _winner_at(cands: list[Projection], catalog: Catalog, load: int, hours_avail
             assert p.setup_s is not None and p.items_per_s_worst is not None  # eligible: measured
             return lot_hours(p.setup_s, p.items_per_s_worst, load, k)
 
+        assert p.gpu is not None  # eligible: its archive declared a package
         s = cheapest_covering(catalog, p.gpu, hours, hours_available, max_lots)
         if s is not None and (best is None or _rank(p, s) < _rank(*best)):
             best = (p, s)
@@ -73,6 +85,7 @@ def what_would_change(cands: list[Projection], chosen: Projection, catalog: Cata
     below the declared load, found at the capacity edges of every candidate package."""
     edges = set()
     for p in cands:
+        assert p.gpu is not None  # eligible: its archive declared a package
         for _days, limit in package_limits(catalog, p.gpu, hours_available):
             for lots in range(1, max_lots + 1):
                 cap = capacity_items(p, limit, lots)
@@ -124,7 +137,7 @@ def compare_archives(archives: list[str | Path], load_items: int, *, deadline: s
         ev = load_evidence(a)
         evidence.append(ev)
         path.append(f"verified {ev.name}: {ev.files_checked} files, {len(ev.raw_rows)} raw rows; "
-                    f"{ev.hardware}, threads {ev.threads}, priced as {ev.cost.get('gpu', 'rtx-4090')}")
+                    f"{ev.hardware}, threads {ev.threads}, {priced_as(ev)}")
     identity = check_comparable(evidence)
     path.append(f"comparable: corpus sha256 {identity['corpus_sha256'][:16]}..., same model files, "
                 f"quality and timing rules; {len(identity['common_variants'])} common variant(s)")
@@ -139,12 +152,12 @@ def compare_archives(archives: list[str | Path], load_items: int, *, deadline: s
                                f"{start.isoformat()}; give a later --deadline or --window-start")
     catalog = load_catalog(catalog_path)
     for ev in evidence:
-        named = ev.cost.get("catalog")
+        named = ev.cost.catalog if ev.cost else None
         if named and str(named) != str(catalog_path):
             path.append(f"{ev.name} names catalog {named} in its [cost]; priced with {catalog.path} "
                         "(pass --catalog FILE to use another)")
     projections = []
-    tags = [f"{host_letter(i)} {str(ev.cost.get('gpu', 'rtx-4090')).lower()}" for i, ev in enumerate(evidence)]
+    tags = [host_tag(i, ev) for i, ev in enumerate(evidence)]
     for ev, tag in zip(evidence, tags, strict=True):
         by_id = {v["variant_id"]: v for v in ev.summary}
         for vid in identity["common_variants"]:
@@ -154,6 +167,10 @@ def compare_archives(archives: list[str | Path], load_items: int, *, deadline: s
     cands.sort(key=lambda p: _rank(p, p.sizing))
     path.append(f"projected {len(projections)} configuration(s) to {load_items} items: "
                 f"{len(cands)} eligible, {len(projections) - len(cands)} excluded")
+    unpriced = [tag for ev, tag in zip(evidence, tags, strict=True) if ev.cost is None]
+    if unpriced:
+        path.append(f"{', '.join(unpriced)}: {NO_PACKAGE}; measured figures only, no quote, "
+                    "not a candidate for the budget decision")
     cross = []
     for vid in identity["common_variants"]:
         ps = [p for p in projections if p.variant_id == vid]
@@ -167,12 +184,16 @@ def compare_archives(archives: list[str | Path], load_items: int, *, deadline: s
     if chosen is None:
         motivation.append("no configuration is accepted, feasible and covered by a package before "
                           "the deadline: commit no package on this evidence")
+        if unpriced:
+            motivation.append(f"{', '.join(unpriced)} not considered: {NO_PACKAGE}")
     else:
         assert chosen.sizing is not None  # eligible configurations are sized
         q = chosen.sizing.quote
         motivation.append(f"{len(cands)} eligible configuration(s); chosen for the lowest committed "
                           f"budget ({q.committed_budget:.2f} {q.currency}), then fewer failures, "
                           "then throughput")
+        if unpriced:
+            motivation.append(f"{', '.join(unpriced)} not considered: {NO_PACKAGE}")
         if len(cands) > 1:
             nxt = cands[1]
             assert nxt.sizing is not None
@@ -198,8 +219,9 @@ def compare_archives(archives: list[str | Path], load_items: int, *, deadline: s
     if chosen is None:
         path.append("decision: none (see the exclusions in decision.md)")
     archives_info = tuple({"name": e.name, "host": tag, "path": str(e.path), "hardware": e.hardware,
-                           "threads": e.threads, "gpu": e.cost.get("gpu", "rtx-4090"),
-                           "files_checked": e.files_checked, "cost": e.cost,
+                           "threads": e.threads, "gpu": e.gpu,
+                           "files_checked": e.files_checked,
+                           "cost": dataclasses.asdict(e.cost) if e.cost else None,
                            "driver": (e.manifest.get("gpu") or {}).get("driver")}
                           for e, tag in zip(evidence, tags, strict=True))
     return Comparison(archives_info, identity, tuple(projections), load_items, start, dl,

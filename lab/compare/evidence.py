@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.archive import ArchiveError, extract, verify
+from lab.config import CampaignConfig, ConfigError, CostSection, parse_config
+
+NO_PACKAGE = "no package declared in [cost]"
 
 
 class CompareError(ValueError):
@@ -34,6 +37,7 @@ class Evidence:
     lock: dict
     corpus_card: dict | None
     files_checked: int
+    config: CampaignConfig
 
     @property
     def gpu_devices(self) -> list[dict]:
@@ -49,12 +53,19 @@ class Evidence:
         return f"CPU {(self.manifest.get('cpu') or {}).get('name', 'unknown')} (no GPU)"
 
     @property
-    def cost(self) -> dict:
-        return dict(self.campaign.get("cost") or {})
+    def cost(self) -> CostSection | None:
+        """The archive's declared package (typed, lab.config), None when it has no [cost]:
+        then nothing is priced (issue 11: no [cost] means no package, never a default GPU)."""
+        return self.config.cost
 
     @property
-    def threads(self):
-        return (self.campaign.get("timing") or {}).get("threads")
+    def gpu(self) -> str | None:
+        """GPU id of the declared package, lower case; None without [cost]."""
+        return self.cost.gpu.strip().lower() if self.cost else None
+
+    @property
+    def threads(self) -> int:
+        return self.config.timing.threads
 
 
 def _json(top: Path, rel: str, archive: Path, required: bool = True):
@@ -88,5 +99,11 @@ def load_evidence(archive: str | Path) -> Evidence:
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ArchiveError(f"{archive.name}: campaign.toml unreadable ({exc}); "
                                "re-pack the archive") from None
+    try:
+        config = parse_config(campaign)
+    except ConfigError as exc:
+        raise CompareError(f"{archive.name}: campaign.toml does not parse as a campaign file "
+                           f"({exc}); fix it in the campaign and re-pack the archive") from None
     name = archive.name.removesuffix(".tar.gz")
-    return Evidence(archive, name, manifest, summary, rows, campaign, lock, card, v.files_checked)
+    return Evidence(archive, name, manifest, summary, rows, campaign, lock, card, v.files_checked,
+                    config)

@@ -11,6 +11,9 @@ the user's declared load, from measured figures only.
   projected at the measured throughput, and the row says "measured on 1 card, lot has 2".
 - Prices: only through lab.cost (the archive's own [cost] package; the smallest package
   covering the worst case within the window and before the deadline from lab.cost.sizing).
+  An archive without [cost] declared no package: its measured figures are projected, its
+  money cells stay empty with that reason, and it is excluded from the budget decision
+  (issue 11: no [cost] means no package, never a default GPU).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import statistics
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from lab.compare.evidence import Evidence
+from lab.compare.evidence import NO_PACKAGE, Evidence
 from lab.cost.forfaits import Catalog, PricingError, Quote, cost_per_validated_corpus, quote
 from lab.cost.sizing import Sizing, cheapest_covering
 
@@ -36,10 +39,10 @@ class Projection:
     """One archive x variant. Durations in s, throughputs in items/s, hours in h, money in
     the catalog currency. ``exclusions`` lists why the row cannot be chosen ([] = eligible)."""
     archive: str
-    host: str  # short tag: letter of the archive in the command line + GPU priced ("A rtx-4090")
+    host: str  # short tag: letter of the archive in the command line + GPU priced ("A b200")
     hardware: str
     threads: object
-    gpu: str
+    gpu: str | None  # None: the archive declared no package ([cost] absent)
     variant_id: str
     label: str
     accepted: bool
@@ -98,14 +101,16 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
     ok = [r for r in rows if r["status"] == "ok" and _f(r.get("items_per_s"))]
     rates: list[float] = [x for r in ok if (x := _f(r["items_per_s"]))]
     setups = [sum(_f(r.get(f"{p}_s")) or 0.0 for p in ("startup", "model_load", "warmup")) for r in ok]
-    cost = ev.cost
-    gpu = str(cost.get("gpu", "rtx-4090")).strip().lower()
+    cost, gpu = ev.cost, ev.gpu
     why: list[str] = []
     q = None
-    try:
-        q = quote(catalog, gpu, cost.get("days", 7), cost.get("lots", 1))
-    except PricingError as exc:
-        why.append(f"price: {exc}")
+    if cost is None or gpu is None:
+        why.append(f"price: {NO_PACKAGE}")
+    else:
+        try:
+            q = quote(catalog, gpu, cost.days, cost.lots)
+        except PricingError as exc:
+            why.append(f"price: {exc}")
     accepted = variant.get("accepted_passes", 0) >= 1
     per_corpus = cost_per_validated_corpus(q.committed_budget, 1 if accepted else 0) if q else None
     cards = measured_cards(rows)
@@ -113,7 +118,8 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
     backends = {r.get("backend") for r in rows} - {"", None}
     if not devs or backends <= {"cpu"}:
         cards_note = (f"measured on CPU ({ev.hardware}), priced as {gpu}: the projection says "
-                      "nothing about that GPU")
+                      "nothing about that GPU" if gpu else f"measured on CPU ({ev.hardware}), not "
+                      f"priced ({NO_PACKAGE})")
     else:
         cards_note = f"measured on {cards} card{'s' if cards != 1 else ''}"
     lot_cards = q.cards_per_lot if q else None
@@ -132,7 +138,7 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
         why.append(f"memory: {variant.get('infeasible_reason') or 'not feasible'}")
     if not rates:
         why.append(f"failures: no successful pass with a throughput ({len(rows)} attempted)")
-    elif q is not None:
+    elif q is not None and gpu is not None:
         assert worst_rate is not None and setup_s is not None  # rates (so setups) not empty
         sizing = cheapest_covering(catalog, gpu, lambda lots: lot_hours(setup_s, worst_rate, load_items, lots),
                                    hours_available, max_lots)

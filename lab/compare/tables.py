@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from lab.compare.decision import Comparison
+from lab.compare.evidence import NO_PACKAGE
 from lab.compare.projection import Projection
 
 CSV_COLUMNS = ("host", "archive", "hardware", "threads", "gpu_priced", "variant_id", "variant_label",
@@ -94,9 +95,11 @@ def decision_markdown(c: Comparison) -> str:
             "throughput, after the largest measured setup (start-up, model load, warm-up).", "",
             "## Archives", ""]
     for a in c.archives:
+        k = a["cost"]
+        package = (f"package in its [cost]: {k['gpu']} {k['days']} days x {k['lots']} lot(s)" if k
+                   else f"not priced: {NO_PACKAGE}")
         out.append(f"- {a['host']}: `{a['name']}`: {a['hardware']}, driver {a['driver']}, threads {a['threads']}, "
-                   f"package in its [cost]: {a['cost'].get('gpu')} {a['cost'].get('days')} days x "
-                   f"{a['cost'].get('lots', 1)} lot(s); verified ({a['files_checked']} files)")
+                   f"{package}; verified ({a['files_checked']} files)")
     ident = c.identity
     out += ["", f"Same corpus (sha256 `{ident['corpus_sha256']}`), same model files, same quality "
             "and timing rules: checked before comparing.", ""]
@@ -120,7 +123,9 @@ def decision_markdown(c: Comparison) -> str:
                  f"{aq.committed_budget:.2f} {aq.currency}; cost per validated corpus "
                  + (f"{p.cost_per_validated_corpus:.2f} {aq.currency}"
                     if p.cost_per_validated_corpus is not None else "undefined (no accepted corpus)"))
-                if aq else "- Archive's package: not priced",
+                if aq else "- Archive's package: not priced ("
+                + next((x.removeprefix("price: ") for x in p.exclusions if x.startswith("price: ")),
+                       "no quote") + ")",
                 f"- Projection: {_h(p.hours_median)} at the median pass, {_h(p.hours_worst)} at the "
                 "worst pass (one lot, without setup)"]
         if p.sizing:
