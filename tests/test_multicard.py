@@ -478,3 +478,23 @@ def test_merge_names_the_card_that_did_not_honour_a_declared_value(tmp_path):
     assert "card 1: NotHonoured" in res["error"] and "card 0" not in res["error"]
     assert "precision fp32 declared, weights loaded as bfloat16" in res["error"]
     assert "threads 2 declared for the pass = 1 per worker" in res["error"] and "torch uses 2" in res["error"]
+
+
+def test_verify_rederives_a_two_card_pass_from_its_cards(cards_campaign, tmp_path):
+    """verify accepts the 2-card campaign (must-show fixture) and refuses a consistent edit of one
+    card's predictions (SHA256SUMS re-hashed) that the merged predictions do not reflect."""
+    from lab.archive import verify
+    from tests.test_archive_evidence import read_members, write_members
+
+    assert verify(cards_campaign["archive"]).ok
+    files = read_members(cards_campaign["archive"])
+    card1 = next(n for n in files if n.endswith("/cards/card1.predictions.jsonl"))
+    pid = card1.split("/passes/")[1].split("/")[0]
+    lines = files[card1].decode().splitlines(keepends=True)
+    first = json.loads(lines[0])
+    lines[0] = json.dumps({**first, "pred": "forged" + first["pred"]}) + "\n"
+    files[card1] = "".join(lines).encode()
+    v = verify(write_members(tmp_path / "forged.tar.gz", files))
+    assert not v.ok
+    assert any(f"pass {pid}: its predictions are not the merge of its cards' predictions" in p for p in v.problems)
+    assert any(f"pass {pid}: card 1's predictions sha256 differs" in p for p in v.problems)
