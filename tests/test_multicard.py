@@ -471,13 +471,27 @@ def test_merge_names_the_card_that_did_not_honour_a_declared_value(tmp_path):
 
     res = write({**base, "max_tokens": 128})
     assert res["status"] == "ok" and res["observed"]["threads"] == 1 and res["observed"]["max_tokens"] == 128
-    assert res["truncated_by_bucket"]["medium"]["fraction"] == 1.0 and res["truncated_by_bucket"]["short"]["fraction"] == 0
+    by_bucket = res["truncated_by_bucket"]
+    assert by_bucket["medium"]["fraction"] == 1.0 and by_bucket["short"]["fraction"] == 0
     res = write({**base, "threads": 2, "dtype": "bfloat16"})
     assert res["status"] == "error" and res["exit_code"] == 4
-    assert res["observed"]["dtype"] == "card 0: float32; card 1: bfloat16" and res["observed"]["threads"] == "card 0: 1; card 1: 2"
+    assert res["observed"]["dtype"] == "card 0: float32; card 1: bfloat16"
+    assert res["observed"]["threads"] == "card 0: 1; card 1: 2"
     assert "card 1: NotHonoured" in res["error"] and "card 0" not in res["error"]
     assert "precision fp32 declared, weights loaded as bfloat16" in res["error"]
     assert "threads 2 declared for the pass = 1 per worker" in res["error"] and "torch uses 2" in res["error"]
+    # the raw table: an integer observation that differs between cards is an empty cell, the values in notes
+    import pandas as pd
+
+    from lab.report.raw_table import raw_rows, raw_table
+
+    attempt = {"pass_id": "merge", "variant_id": "v", "variant": spec.variant, "result": res, "validation": {},
+               "notes": "", "repetition": 0, "position": 0, "seq": 0, "attempt": 1, "launcher": "local",
+               "start_time": "", "end_time": "", "status": res["status"], "exit_code": res["exit_code"],
+               "items_total": 2, "items_completed": 2}
+    row = raw_table(raw_rows([attempt], "c", 1, tmp_path)).iloc[0]
+    assert row["observed_threads"] is pd.NA and row["observed_dtype"] == "card 0: float32; card 1: bfloat16"
+    assert "observed threads differs between cards: card 0: 1; card 1: 2" in row["notes"]
 
 
 def test_verify_rederives_a_two_card_pass_from_its_cards(cards_campaign, tmp_path):
