@@ -17,7 +17,7 @@ import pytest
 
 from lab.archive import ArchiveError, extract, verify
 from lab.cli import make_archive
-from tests.conftest import REPO, cut_corpus, write_campaign
+from conftest import REPO, cut_corpus, write_campaign
 
 
 def cli(*args, **kw) -> subprocess.CompletedProcess:

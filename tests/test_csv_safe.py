@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import csv
 
-from tests.conftest import cut_corpus, write_campaign
+from conftest import cut_corpus, write_campaign
 
 FORMULA = '=HYPERLINK("http://evil.example","open me")'
 

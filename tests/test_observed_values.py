@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.conftest import cut_corpus, write_campaign
+from conftest import cut_corpus, write_campaign
 
 
 @pytest.fixture(scope="module")

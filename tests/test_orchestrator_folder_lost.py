@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from tests.conftest import REPO, cut_corpus, write_campaign
+from conftest import REPO, cut_corpus, write_campaign
 
 
 def test_deleted_campaign_folder_stops_the_campaign_with_the_reason(model_dir, tmp_path):

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, cut_corpus, write_campaign
+from conftest import REPO, cut_corpus, write_campaign
 
 
 def test_same_text_over_other_corpora_locks_apart_and_runs_apart(model_dir, tmp_path, runs_root):
