@@ -498,7 +498,7 @@ def test_verify_rederives_a_two_card_pass_from_its_cards(cards_campaign, tmp_pat
     """verify accepts the 2-card campaign (must-show fixture) and refuses a consistent edit of one
     card's predictions (SHA256SUMS re-hashed) that the merged predictions do not reflect."""
     from lab.archive import verify
-    from tests.test_archive_evidence import read_members, write_members
+    from test_archive_evidence import read_members, write_members
 
     assert verify(cards_campaign["archive"]).ok
     files = read_members(cards_campaign["archive"])
