@@ -1,6 +1,7 @@
 """Re-derivation for ``archive verify``: the journal against the raw table, each row's
 predictions sha256 against the file and its ``result.json``, each row's metric recomputed from
-its predictions and the archived gold labels. Works on the members one forward pass over the
+its predictions and the archived gold labels; for a multi-card pass, its cards' records and
+predictions against its merged predictions. Works on the members one forward pass over the
 archive kept (lab.archive_verify); every problem is one line naming the pass.
 """
 
@@ -177,6 +178,33 @@ def check_acceptance(row: dict, recomputed: float | None, threshold: float | Non
                         f"threshold {threshold}")
 
 
+def check_cards(pid: str, scan, per_card: list, pred_rel: str, problems: list[str]) -> None:
+    """A multi-card pass (lab.passes.multicard): each card's record and predictions are in the
+    archive, each card's predictions match the sha256 its record gives, and the pass's
+    predictions file is exactly the merge of its cards' lines (as a multiset of lines)."""
+    merged: list[str] = []
+    for c in per_card:
+        rank = c.get("card") if isinstance(c, dict) else None
+        rec_rel, card_pred = f"passes/{pid}/cards/card{rank}.json", f"passes/{pid}/cards/card{rank}.predictions.jsonl"
+        if rec_rel not in scan.kept:
+            problems.append(f"pass {pid}: card {rank}'s record {rec_rel} missing from the archive")
+            continue
+        try:
+            rec = json.loads(member_text(scan, rec_rel))
+        except json.JSONDecodeError:
+            rec = None
+        if not isinstance(rec, dict):
+            problems.append(f"pass {pid}: {rec_rel} is not a JSON object")
+            continue
+        if rec.get("predictions_sha256") and scan.sha.get(card_pred) != rec["predictions_sha256"]:
+            problems.append(f"pass {pid}: card {rank}'s predictions sha256 differs from the one its record gives")
+        if card_pred in scan.kept:
+            merged += member_text(scan, card_pred).splitlines()
+    if sorted(merged) != sorted(member_text(scan, pred_rel).splitlines()):
+        problems.append(f"pass {pid}: its predictions are not the merge of its cards' predictions "
+                        "(cards/card<r>.predictions.jsonl)")
+
+
 def check_row(row: dict, scan, gold: dict | None, threshold: float | None, problems: list[str]) -> None:
     """Check one raw-table row against its files (see the module docstring). ``threshold``: the
     locked campaign file's quality threshold (None when it cannot be read)."""
@@ -193,6 +221,8 @@ def check_row(row: dict, scan, gold: dict | None, threshold: float | None, probl
         pred_rel = f"passes/{pid}/{result.get('predictions_path') or 'predictions.jsonl'}"
         if result.get("predictions_sha256") and scan.sha.get(pred_rel) != result["predictions_sha256"]:
             problems.append(f"pass {pid}: predictions sha256 differs from the one its result.json recorded")
+        if isinstance(result.get("per_card"), list) and pred_rel in scan.kept:
+            check_cards(pid, scan, result["per_card"], pred_rel, problems)
     recomputed = _row_metric(row, scan, gold, problems)
     if gold is not None:
         check_acceptance(row, recomputed, threshold, problems)

@@ -10,6 +10,7 @@ archive cut short is refused. Checks:
 - the journal's attempts against the raw table: same passes, statuses, items completed and
   metric; a final archive has a finished attempt for every planned slot and none running;
 - each row's predictions sha256 against the file, and each ``result.json``'s too;
+- a multi-card pass's merged predictions against its cards' predictions and records;
 - each row's metric (and per-bucket metrics) recomputed from the predictions and the gold
   labels the archive carries (``report/gold_labels.jsonl``).
 
@@ -59,7 +60,8 @@ RAW_REQUIRED = ("pass_id", "status", "items_completed", "predictions_path", "pre
 
 def _parsed(rel: str) -> bool:
     return (rel in (SUMS, RAW_TABLE, GOLD_LABELS, ARCHIVE_INFO, CAMPAIGN)
-            or (rel.startswith("passes/") and rel.endswith(("/result.json", "/predictions.jsonl"))))
+            or (rel.startswith("passes/") and rel.endswith(("/result.json", "/predictions.jsonl")))
+            or (rel.startswith("passes/") and "/cards/card" in rel and rel.endswith((".json", ".predictions.jsonl"))))
 
 
 class _Scan:

@@ -395,3 +395,124 @@ def test_compare_reads_the_cards_each_pass_measured(cards_campaign, tmp_path):
     by_cards = {p.cards_measured: p for p in c.projections}
     assert set(by_cards) == {1, 2}
     assert "lot has 2" in by_cards[1].cards_note and "lot has 2" not in by_cards[2].cards_note
+
+
+# ---- declared values observed and checked on every card (issue 10 section 3, multi-card) ----
+
+def test_two_card_row_records_observed_values_and_truncation(cards_campaign):
+    d = cards_campaign["dir"]
+    rows = {r["cards"]: r for r in csv.DictReader((d / "report" / "raw_table.csv").read_text().splitlines())}
+    one, two = rows["1"], rows["2"]
+    assert (two["observed_dtype"], two["observed_device"], two["observed_attention"]) == ("float32", "cpu", "sdpa")
+    assert two["observed_threads_declared"] == "2" and two["observed_threads"] == "1"  # 2 for the pass, 1 per worker
+    assert "split as threads // 2 workers = 1 per worker" in two["notes"]
+    # card 1's shard is the long items: every batch reaches max_length, so its padding reads as either;
+    # differing observations are kept per card, never picked for the pass
+    assert two["observed_padding"] == ("card 0: longest; card 1: max_length or longest (every batch reached "
+                                       "max_length: indistinguishable)")
+    assert two["observed_bucketing"] == "corpus order"
+    assert two["observed_compile"] == "False" and two["observed_quantization"] == "none"
+    assert 0 < int(two["observed_max_tokens"]) <= 128
+    for b in ("truncated_short", "truncated_medium", "truncated_long"):  # the same items as one card
+        assert two[b] != "" and float(two[b]) == float(one[b]), b
+    assert float(two["truncated_long"]) > 0  # demo long items exceed 128 tokens
+    preds = [json.loads(x) for x in (d / two["predictions_path"]).read_text().splitlines()]
+    assert all({"truncated", "tokens_kept", "tokens_total"} <= set(p) for p in preds)
+    assert sum(p["truncated"] for p in preds) == int(two["n_truncated"]) > 0
+    result = json.loads((d / two["predictions_path"]).parent.joinpath("result.json").read_text())
+    assert [c["observed"]["threads_per_worker"] for c in result["per_card"]] == [1, 1]
+
+
+def test_attention_the_host_cannot_honour_fails_a_two_card_pass(tmp_path, model_dir):
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestrator import Orchestrator
+    from lab.protocol import lock
+    from lab.report.build import build_report
+
+    f = _campaign(tmp_path, model_dir, "flash", (2,), items=(2, 2, 2))
+    f.write_text(f.read_text().replace("[defaults]\n", '[defaults]\nattention = "flash_attention_2"\n'))
+    lock(load_protocol(f))
+    orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
+    orch.run()
+    build_report(orch.dir)
+    rows = list(csv.DictReader((orch.dir / "report" / "raw_table.csv").read_text().splitlines()))
+    assert len(rows) == 1
+    r = rows[0]
+    assert r["cards"] == "2" and r["attention"] == "flash_attention_2"
+    assert r["status"] == "error" and r["corpus_accepted"] == "False" and r["observed_attention"] == ""
+    assert "FlashAttention2" in r["notes"] and "card 0" in r["notes"]
+
+
+def _card(rank: int, corpus_rows: list[dict], positions: list[int], observed: dict) -> dict:
+    return {"rank": rank, "status": "ok", "error": "", "device": "cpu", "threads": observed["threads"],
+            "phases_s": {"measured": 0.1}, "items_total": len(positions), "items_completed": len(positions),
+            "positions": positions, "observed": observed}
+
+
+def test_merge_names_the_card_that_did_not_honour_a_declared_value(tmp_path):
+    """The merge applies the one-card rule to every card record: a card whose record says ok but
+    whose observation contradicts the declaration (threads beyond its share, another dtype) makes
+    the pass an error naming that card; equal fields combine, differing ones are kept per card."""
+    from lab.passes.multicard import merge_cards
+    from lab.passes.spec import PassSpec
+
+    corpus = cut_corpus(tmp_path / "corpus.jsonl", 1, 1, 0)
+    items = [json.loads(x) for x in corpus.read_text().splitlines()]
+    spec = PassSpec("t", "merge", Variant(batch_size=1, max_length=128, cards=2).to_json(), str(corpus), "m",
+                    str(tmp_path), threads=2)
+    base = {"dtype": "float32", "device": "cpu", "attention": "sdpa", "threads": 1, "threads_declared": 2,
+            "compile": False, "quantization": "none", "threads_per_worker": 1, "padding": "longest",
+            "max_tokens": 40, "bucketing": "corpus order"}
+    (tmp_path / "cards").mkdir()
+
+    def write(obs1: dict) -> dict:
+        for r, obs in ((0, base), (1, obs1)):
+            (tmp_path / "cards" / f"card{r}.json").write_text(json.dumps(_card(r, items, [r], obs)))
+            (tmp_path / "cards" / f"card{r}.predictions.jsonl").write_text(json.dumps(
+                {"id": items[r]["id"], "pred": "x", "prob": 0.5, "truncated": r == 1, "tokens_kept": 128,
+                 "tokens_total": 128 + r}) + "\n")
+        return merge_cards(spec, 2, 0, "2026-01-01T00:00:00Z")
+
+    res = write({**base, "max_tokens": 128})
+    assert res["status"] == "ok" and res["observed"]["threads"] == 1 and res["observed"]["max_tokens"] == 128
+    by_bucket = res["truncated_by_bucket"]
+    assert by_bucket["medium"]["fraction"] == 1.0 and by_bucket["short"]["fraction"] == 0
+    res = write({**base, "threads": 2, "dtype": "bfloat16"})
+    assert res["status"] == "error" and res["exit_code"] == 4
+    assert res["observed"]["dtype"] == "card 0: float32; card 1: bfloat16"
+    assert res["observed"]["threads"] == "card 0: 1; card 1: 2"
+    assert "card 1: NotHonoured" in res["error"] and "card 0" not in res["error"]
+    assert "precision fp32 declared, weights loaded as bfloat16" in res["error"]
+    assert "threads 2 declared for the pass = 1 per worker" in res["error"] and "torch uses 2" in res["error"]
+    # the raw table: an integer observation that differs between cards is an empty cell, the values in notes
+    import pandas as pd
+
+    from lab.report.raw_table import raw_rows, raw_table
+
+    attempt = {"pass_id": "merge", "variant_id": "v", "variant": spec.variant, "result": res, "validation": {},
+               "notes": "", "repetition": 0, "position": 0, "seq": 0, "attempt": 1, "launcher": "local",
+               "start_time": "", "end_time": "", "status": res["status"], "exit_code": res["exit_code"],
+               "items_total": 2, "items_completed": 2}
+    row = raw_table(raw_rows([attempt], "c", 1, tmp_path)).iloc[0]
+    assert row["observed_threads"] is pd.NA and row["observed_dtype"] == "card 0: float32; card 1: bfloat16"
+    assert "observed threads differs between cards: card 0: 1; card 1: 2" in row["notes"]
+
+
+def test_verify_rederives_a_two_card_pass_from_its_cards(cards_campaign, tmp_path):
+    """verify accepts the 2-card campaign (must-show fixture) and refuses a consistent edit of one
+    card's predictions (SHA256SUMS re-hashed) that the merged predictions do not reflect."""
+    from lab.archive import verify
+    from test_archive_evidence import read_members, write_members
+
+    assert verify(cards_campaign["archive"]).ok
+    files = read_members(cards_campaign["archive"])
+    card1 = next(n for n in files if n.endswith("/cards/card1.predictions.jsonl"))
+    pid = card1.split("/passes/")[1].split("/")[0]
+    lines = files[card1].decode().splitlines(keepends=True)
+    first = json.loads(lines[0])
+    lines[0] = json.dumps({**first, "pred": "forged" + first["pred"]}) + "\n"
+    files[card1] = "".join(lines).encode()
+    v = verify(write_members(tmp_path / "forged.tar.gz", files))
+    assert not v.ok
+    assert any(f"pass {pid}: its predictions are not the merge of its cards' predictions" in p for p in v.problems)
+    assert any(f"pass {pid}: card 1's predictions sha256 differs" in p for p in v.problems)

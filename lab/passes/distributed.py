@@ -55,6 +55,11 @@ def shard_positions(lengths: list[int], world_size: int, bucketing: bool) -> lis
 def threads_per_worker(declared_threads: int, workers_on_host: int) -> int:
     """CPU threads of one worker: the declared threads split evenly (``threads // workers``).
 
+    The campaign's declared ``threads`` is for the whole pass, not per worker: a pass over N
+    cards on one host gives each worker ``threads // N`` (over several hosts, threads //
+    the workers on that host). Each worker sets this count, and the declared-value check
+    (lab.passes.observed.require_honoured) compares the worker's torch thread count with it;
+    the raw table's ``observed_threads`` is one worker's count, the split stated in its notes.
     ``declared_threads`` 0 means torch's default, taken here as the host's logical cores.
     At least 1. The remainder, if any, stays unused (the result records each worker's count).
     """

@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventWriter, PassStatus
+from lab.passes.observed import combine_cards
 from lab.passes.spec import PassSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -122,6 +123,39 @@ def _one_or_joined(values: list):
     return values[0] if len(set(values)) == 1 else "+".join(map(str, values))
 
 
+def _check_cards(variant: dict, recs: list[dict]) -> None:
+    """The one-card rule (lab.passes.observed.require_honoured) on every ok card's record.
+
+    A card that says ok but did not honour a declared value, or recorded no observation,
+    becomes an error card whose ``error`` gives the reason (the pass's error names the card).
+    """
+    from lab.passes.observed import NotHonoured, require_honoured
+
+    for c in recs:
+        if c["status"] != PassStatus.OK:
+            continue
+        if not c.get("observed"):
+            c["status"], c["error"] = PassStatus.ERROR, "no observed values recorded: declared values unchecked"
+            continue
+        try:
+            require_honoured(variant, c["observed"], c.get("device") or "")
+        except NotHonoured as exc:
+            c["status"], c["error"] = PassStatus.ERROR, f"NotHonoured: {exc}"
+
+
+def _truncation(rows: list[dict], pos: dict, lines: list[str]) -> dict:
+    """Truncation per bucket from the merged prediction lines (tokens_kept/tokens_total per item)."""
+    from lab.passes.observed import truncation_counts
+
+    kept: list = [None] * len(rows)
+    total: list = [None] * len(rows)
+    for line in lines:
+        rec = json.loads(line)
+        if rec["id"] in pos:
+            kept[pos[rec["id"]]], total[pos[rec["id"]]] = rec.get("tokens_kept"), rec.get("tokens_total")
+    return truncation_counts(rows, kept, total)
+
+
 def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_time: str,
                 torchrun_wall_s: float | None = None) -> dict:
     """Merge ``cards/card<r>.*`` into ``predictions.jsonl`` and ``result.json``; returns the result.
@@ -133,6 +167,10 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
     interrupted when the only failures are cards stopped from outside. Durations: the
     slowest card's (``measured`` = max over cards of barrier-to-materialised seconds);
     ``torchrun_wall_s`` is the whole launcher, start to exit (rendezvous, start-up, shutdown).
+    Observed values (lab.passes.observed): combined over the cards (``combine_cards``), each
+    ok card checked by the one-card rule (``require_honoured``): a card that did not honour a
+    declared value makes the pass an error with the reason naming the card. Truncation per
+    bucket: from the merged lines' ``tokens_kept``/``tokens_total``.
     Memory: per-card records in ``per_card`` (scope kept); the pass-level peaks are the
     largest single card's, never a sum. Items completed: sum over cards (each item once).
     """
@@ -160,6 +198,7 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
         for _, line in merged:
             fh.write(line)
             h.update(line.encode("utf-8"))
+    _check_cards(spec.variant, recs)
     statuses = [c["status"] for c in recs]
     failing = [c for c in recs if c["status"] not in (PassStatus.OK, CARD_STOPPED)]
     if not missing and all(s == PassStatus.OK for s in statuses):
@@ -183,7 +222,7 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
     per_card = [{"card": c["rank"], "status": c["status"], "device": c.get("device"),
                  "items_total": c.get("items_total"), "items_completed": c.get("items_completed"),
                  "measured_s": c["phases_s"].get("measured"), "threads": c.get("threads"),
-                 "peaks": c.get("peaks"), "error": c.get("error", ""),
+                 "peaks": c.get("peaks"), "error": c.get("error", ""), "observed": c.get("observed"),
                  "test_only_injected_oom": c.get("test_only_injected_oom", False)} for c in recs]
     peaks = None
     if any(c.get("peaks") for c in recs):
@@ -212,6 +251,8 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
            "real_tokens": sum(int(c.get("real_tokens") or 0) for c in recs),
            "padded_tokens": sum(int(c.get("padded_tokens") or 0) for c in recs),
            "batches": sum(int(c.get("batches") or 0) for c in recs),
+           "observed": combine_cards([(c["rank"], c["observed"]) for c in recs if c.get("observed")]),
+           "truncated_by_bucket": _truncation(rows, pos, [line for _, line in merged]),
            "self_accuracy": round(sum(a == b for a, b in gold) / len(gold), 6) if gold else None,
            "deterministic": {"torch.manual_seed": spec.seed, "cudnn.benchmark": False,
                              "use_deterministic_algorithms": False},

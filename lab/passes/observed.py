@@ -7,9 +7,20 @@ quantized weights, the padded width of each batch (padding), the longest tokeniz
 (max_length), and the processing order (bucketing). A declared value the pass did not honour
 raises NotHonoured: the pass becomes a failure row with the reason, never a row that claims it
 (seed: "Non sostituire silenziosamente").
+
+Multi-card passes (``lab.passes.worker``, one worker per card) observe each card with these
+same functions and apply the same rule on each card; :func:`combine_cards` merges the cards'
+observations into the pass's, and lab.passes.multicard applies :func:`require_honoured` to
+each card's record again, naming the card that did not honour a declared value. Threads on
+CPU: the declared ``threads`` is for the pass, split as ``threads // cards`` per worker
+(``lab.passes.distributed.threads_per_worker``; over several hosts, threads // workers on
+that host); each worker's torch thread count is checked against its share, and the
+observed ``threads`` is one worker's count (``threads_split`` states the split).
 """
 
 from __future__ import annotations
+
+import json
 
 from lab.passes.inference import DTYPES
 
@@ -20,9 +31,17 @@ class NotHonoured(RuntimeError):
     """A declared variant value that this pass did not apply; one line naming declared vs observed."""
 
 
-def observe_model(model, threads_declared: int) -> dict:
-    """{dtype, device, attention, threads, compile, quantization} of the loaded ``model``."""
+def observe_model(model, threads_declared: int, workers_on_host: int = 1) -> dict:
+    """{dtype, device, attention, threads, compile, quantization} of the loaded ``model``.
+
+    ``threads_declared``: the pass's declared threads (0 = torch's default). With
+    ``workers_on_host`` > 1 (a multi-card worker) the record adds ``threads_per_worker`` (this
+    worker's share, threads // workers, the count :func:`require_honoured` checks) and
+    ``threads_split`` (the rule in words).
+    """
     import torch
+
+    from lab.passes.distributed import threads_per_worker
 
     params = list(model.parameters())
     dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in params if p.is_floating_point()})
@@ -33,7 +52,16 @@ def observe_model(model, threads_declared: int) -> dict:
             "attention": getattr(model.config, "_attn_implementation", None) or "unknown",
             "threads": torch.get_num_threads(), "threads_declared": threads_declared,
             "compile": compiled,
-            "quantization": "none" if not (quantized or qconf) else (str(qconf) if qconf else "/".join(quantized))}
+            "quantization": "none" if not (quantized or qconf) else (str(qconf) if qconf else "/".join(quantized)),
+            **({} if workers_on_host <= 1 else _split(threads_declared, workers_on_host, threads_per_worker))}
+
+
+def _split(declared: int, workers: int, share_of) -> dict:
+    share = share_of(declared, workers)
+    return {"threads_per_worker": share,
+            "threads_split": (f"{declared or 'default (host cores)'} threads declared for the pass, split as "
+                              f"threads // {workers} workers = {share} per worker "
+                              "(lab.passes.distributed.threads_per_worker); observed threads: one worker's count")}
 
 
 def observe_window(win, max_length: int) -> dict:
@@ -70,7 +98,11 @@ def require_honoured(variant: dict, observed: dict, device: str) -> None:
         bad.append(f"device {device} asked, weights on {observed['device']}")
     if variant.get("attention") and observed["attention"] != variant["attention"]:
         bad.append(f"attention {variant['attention']} declared, the model reports {observed['attention']}")
-    if observed["threads_declared"] and observed["threads"] != observed["threads_declared"]:
+    share = observed.get("threads_per_worker")
+    if share and observed["threads"] != share:
+        bad.append(f"threads {observed['threads_declared']} declared for the pass = {share} per worker "
+                   f"(threads // workers), torch uses {observed['threads']} in this worker")
+    elif not share and observed["threads_declared"] and observed["threads"] != observed["threads_declared"]:
         bad.append(f"threads {observed['threads_declared']} declared, torch uses {observed['threads']}")
     if bool(variant.get("compile", False)) != observed["compile"]:
         bad.append(f"compile {variant.get('compile', False)} declared, compiled module: {observed['compile']}")
@@ -89,13 +121,39 @@ def require_honoured(variant: dict, observed: dict, device: str) -> None:
 
 def truncation_by_bucket(rows: list[dict], win) -> dict:
     """{bucket: {"items", "truncated", "fraction"}} over the items the window tokenized."""
+    return truncation_counts(rows, win.tokens_kept, win.tokens_total)
+
+
+def truncation_counts(rows: list[dict], kept: list, total: list) -> dict:
+    """{bucket: {"items", "truncated", "fraction"}}; ``kept``/``total``: tokens per corpus item
+    (``rows`` order) after/before truncation, None where unknown. Fractions over the known items."""
     out = {}
     for b in BUCKETS:
         idx = [i for i, r in enumerate(rows) if r.get("bucket") == b]
         if not idx:
             continue
-        known = [i for i in idx if win.tokens_total[i] is not None]
-        cut = sum(1 for i in known if win.tokens_total[i] > win.tokens_kept[i])
+        known = [i for i in idx if total[i] is not None and kept[i] is not None]
+        cut = sum(1 for i in known if total[i] > kept[i])
         out[b] = {"items": len(idx), "truncated": cut if known else None,
                   "fraction": round(cut / len(known), 6) if known else None}
     return out
+
+
+def combine_cards(observations: list[tuple[int, dict]]) -> dict:
+    """The pass's observation from its cards' (rank, observed) records.
+
+    A field observed identically on every card gives that value; differing values are kept per
+    card as "card 0: x; card 1: y". ``max_tokens`` is the pass's longest item (max over cards).
+    A field some card did not record is kept per card with "not recorded". Empty: no card observed.
+    """
+    out: dict = {}
+    for k in dict.fromkeys(k for _, o in observations for k in o):  # first-seen order
+        vals = [(r, o.get(k, "not recorded")) for r, o in observations]
+        if k == "max_tokens" and all(isinstance(v, int) for _, v in vals):
+            out[k] = max(v for _, v in vals)
+        elif len({json.dumps(v, sort_keys=True, default=str) for _, v in vals}) == 1:
+            out[k] = vals[0][1]
+        else:
+            out[k] = "; ".join(f"card {r}: {v}" for r, v in vals)
+    return out
+

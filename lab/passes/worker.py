@@ -4,12 +4,16 @@
 
 Reads RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE from torchrun's environment, joins
 the process group (``nccl`` on CUDA/ROCm, ``gloo`` on CPU), loads the model on its card
-(``cuda:LOCAL_RANK``, or CPU with ``threads // LOCAL_WORLD_SIZE`` threads), warms up (the
-same protocol warm-up as a one-card pass), releases freed memory and resets its peaks,
-then meets the other workers at a barrier. Its measured window starts when it leaves the
-barrier and ends when its shard's predictions are materialised on the host (device
-synchronized): read corpus, tokenize, shard (``lab.passes.distributed.shard_positions``),
-transfer, infer. The pass's window is the slowest card's (``lab.passes.multicard``).
+(``cuda:LOCAL_RANK``, or CPU with ``threads // LOCAL_WORLD_SIZE`` threads: the declared
+``threads`` is for the pass, split per worker by ``lab.passes.distributed.threads_per_worker``)
+with the variant's attention and the campaign's pad token, warms up (the same protocol
+warm-up as a one-card pass), records what it observed and refuses a declared value it did
+not honour (``lab.passes.observed``, the one-card functions; again on its window after the
+measured window), releases freed memory and resets its peaks, then meets the other workers
+at a barrier. Its measured window starts when it leaves the barrier and ends when its
+shard's predictions are materialised on the host (device synchronized): read corpus,
+tokenize, shard (``lab.passes.distributed.shard_positions``), transfer, infer. The pass's
+window is the slowest card's (``lab.passes.multicard``).
 
 Writes ``cards/card<RANK>.json`` and ``cards/card<RANK>.predictions.jsonl`` in the pass
 folder before any later collective, so they survive a failure elsewhere. On success the
@@ -134,6 +138,7 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
         from lab.memory.observe import release_memory
         from lab.memory.peaks import PeakTracker
         from lab.passes import inference as inf
+        from lab.passes import observed
 
         phases["startup"] = round(time.perf_counter() - _T_PROCESS, 6)
         torch.manual_seed(spec.seed)
@@ -148,7 +153,8 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
                     dist_backend=BACKENDS[backend], test_only_injected_oom=inject is not None and inject[0] == rank)
         dist.init_process_group(BACKENDS[backend], timeout=timedelta(minutes=30))
         t = time.perf_counter()
-        tok, model = inf.load_model(spec.model_ref, spec.variant["precision"], device)
+        tok, model = inf.load_model(spec.model_ref, spec.variant["precision"], device,
+                                    pad_token=spec.extra.get("pad_token"), attention=spec.variant.get("attention"))
         id2label = {int(k): v for k, v in model.config.id2label.items()}
         inf.synchronize(device)
         phase("model_load", t)
@@ -156,6 +162,8 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
         inf.warm_up(read_corpus(spec.corpus_path)[: spec.warmup_items], tok, model, device, spec.variant,
                     spec.warmup_items, spec.warmup_passes)
         phase("warmup", t)
+        card["observed"] = observed.observe_model(model, spec.threads, local_world)  # as a one-card pass
+        observed.require_honoured(spec.variant, card["observed"], device)
         tracker = PeakTracker(device)
         release_memory(device)
         tracker.reset()
@@ -189,7 +197,10 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
         finally:
             card["peaks"] = tracker.read().to_json()
         card.update(items_completed=win.items_done, n_truncated=win.n_truncated, real_tokens=win.real_tokens,
-                    padded_tokens=win.padded_tokens, batches=win.batches, status=PassStatus.OK)
+                    padded_tokens=win.padded_tokens, batches=win.batches)
+        card["observed"].update(observed.observe_window(win, spec.variant["max_length"]))
+        observed.require_honoured(spec.variant, card["observed"], device)
+        card["status"] = PassStatus.OK
         code = EXIT_OK
     except BaseException as exc:  # noqa: BLE001 - every failure is recorded on the card
         stop.raise_now = False

@@ -80,6 +80,11 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
         obs = r.get("observed") or {}
         for k in OBSERVED:
             row[f"observed_{k}"] = obs.get(k)
+            if f"observed_{k}" in INT_COLUMNS and isinstance(obs.get(k), str):  # cards differ: "card 0: x; ..."
+                row[f"observed_{k}"] = None
+                notes.append(f"observed {k} differs between cards: {obs[k]}")
+        if obs.get("threads_split"):
+            notes.append(f"threads: {obs['threads_split']}")
         if not obs.get("padding") and a["status"] != "running":
             notes.append("observed values " + ("partly " if obs else "") + "not recorded: the pass ended before "
                          + ("the end of the measured window" if obs else "the measured window")
