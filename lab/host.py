@@ -65,3 +65,23 @@ def nvml() -> ModuleType:
 
     pynvml.nvmlInit()
     return pynvml
+
+
+def gpu_count() -> tuple[int, str]:
+    """(GPUs this host's torch sees, source); NVML's count when torch sees none (a host whose
+    own torch is a CPU build may still hand its GPUs to containers)."""
+    import torch
+
+    n = torch.cuda.device_count()
+    if n:
+        return n, "torch.cuda.device_count()"
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount()), "NVML nvmlDeviceGetCount()"
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML library or no driver: torch's 0 stands
+        return 0, "torch.cuda.device_count()"

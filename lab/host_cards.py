@@ -2,7 +2,7 @@
 
 A variant's ``cards`` counts GPUs when its device is a GPU (or ``auto`` on a host with
 GPUs) and CPU workers otherwise. GPUs are counted as the lock's device check counts them
-(``lab.preflight.gpu_count``); CPU workers from the logical cores, and on
+(``lab.host.gpu_count``); CPU workers from the logical cores, and on
 CPU the workers split the declared ``[timing] threads``, so ``threads`` (when not 0) must
 be at least ``cards``. Only multi-card variants are judged here; a GPU variant on a host
 without that GPU is the device check's matter (``lab.preflight.check_devices``).
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 
-from lab.protocol import ProtocolError
+from lab.errors import ProtocolError
+from lab.host import gpu_count
 
 
 class CardsBeyondHost(ProtocolError):
@@ -25,10 +26,8 @@ def host_card_count(device: str = "auto") -> tuple[int, str]:
     """(cards a pass on ``device`` can use here, what was counted), e.g. (2, "2 GPU(s) (NVML ...)").
 
     ``device``: a variant's device ("auto", "cpu", "cuda", "rocm", "cuda:N"). GPUs are
-    counted by ``lab.preflight.gpu_count`` (torch, else NVML), CPU workers by logical cores.
+    counted by ``lab.host.gpu_count`` (torch, else NVML), CPU workers by logical cores.
     """
-    from lab.preflight import gpu_count
-
     gpus, how = gpu_count()
     if device == "cpu" or (device in ("auto", "") and gpus == 0):
         n = os.cpu_count() or 1

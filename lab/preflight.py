@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.corpus import BUCKETS, CorpusError, count_tokens, load_items, read_corpus
+from lab.host import gpu_count
 from lab.models import tokenizer_fingerprint
 
 DEVICE_RE = re.compile(r"^(auto|cpu|cuda|rocm|gpu|cuda:\d+)$")
@@ -36,26 +37,6 @@ def pad_suggestion(tok) -> str | None:
     """A token that can pad: a vocabulary entry named like a padding token, else end-of-sequence."""
     vocab = tok.get_vocab()
     return next((t for t in ("[PAD]", "<pad>", "<|pad|>") if t in vocab), None) or tok.eos_token or tok.unk_token
-
-
-def gpu_count() -> tuple[int, str]:
-    """(GPUs this host's torch sees, source); NVML's count when torch sees none (a host whose
-    own torch is a CPU build may still hand its GPUs to containers)."""
-    import torch
-
-    n = torch.cuda.device_count()
-    if n:
-        return n, "torch.cuda.device_count()"
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return int(pynvml.nvmlDeviceGetCount()), "NVML nvmlDeviceGetCount()"
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no NVML library or no driver: torch's 0 stands
-        return 0, "torch.cuda.device_count()"
 
 
 def _load_model_facts(model_ref: str):

@@ -13,15 +13,12 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from lab.errors import ProtocolError
 from lab.config import CampaignConfig, ConfigError, CostSection, parse_config
 from lab.files import REPO_ROOT, sha256_bytes
 from lab.variants import Variant, VariantError, expand_series
 
 DEMO_CAMPAIGN = Path(__file__).resolve().parent / "defaults" / "demo.toml"
-
-
-class ProtocolError(ValueError):
-    """A campaign file that cannot be used as written; one line naming the field and the fix."""
 
 
 @dataclass(frozen=True)
