@@ -257,7 +257,7 @@ def test_two_card_pass_in_one_container_matches_one_card(client, image, model_di
     LocalLauncher().launch(one, one_dir, lambda line: None)
     two, two_dir = make_spec(tmp_path, corpus, model_dir, campaign,
                              Variant(batch_size=4, max_length=128, device="cpu", cards=2), "two")
-    launcher = DockerLauncher(image, "cpu", labels={TEST_LABEL: "multicard"}, client=client, timeout_s=300)
+    launcher = DockerLauncher(image, "cpu", labels=DOCKER_TEST_LABELS, client=client, timeout_s=300)
     outcome, lines, events = run_pass(launcher, two, two_dir)
     assert outcome.exit_code == EXIT_OK, (two_dir / "log.txt").read_text()[-3000:]
     assert outcome.container_id and "container" in outcome.isolation
@@ -270,7 +270,7 @@ def test_two_card_pass_in_one_container_matches_one_card(client, image, model_di
     def preds(d: Path) -> dict:
         return {r["id"]: r["pred"] for r in map(json.loads, (d / "predictions.jsonl").read_text().splitlines())}
     assert preds(two_dir) == preds(one_dir) and len(preds(two_dir)) == 12
-    assert not client.containers.list(all=True, filters={"label": f"{TEST_LABEL}=multicard"})
+    assert not client.containers.list(all=True, filters={"label": f"iteralab.campaign={campaign}"})
 
 
 # ---- issue 11: confinement and leftovers ---------------------------------------------------
