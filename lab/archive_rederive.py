@@ -25,6 +25,15 @@ def member_text(scan, rel: str) -> str:
         raise ArchiveError(f"{rel}: not UTF-8 (byte {exc.start}); the archive was altered or damaged") from None
 
 
+def member_object(scan, rel: str) -> dict | None:
+    """The member ``rel`` parsed as a JSON object, or None when it is not one."""
+    try:
+        value = json.loads(member_text(scan, rel))
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def read_journal(scan, problems: list[str]) -> tuple[list[dict], list[dict]] | None:
     if scan.journal is None:
         problems.append(f"{JOURNAL} missing: the journal's attempts cannot be compared with the raw table")
@@ -189,11 +198,8 @@ def check_cards(pid: str, scan, per_card: list, pred_rel: str, problems: list[st
         if rec_rel not in scan.kept:
             problems.append(f"pass {pid}: card {rank}'s record {rec_rel} missing from the archive")
             continue
-        try:
-            rec = json.loads(member_text(scan, rec_rel))
-        except json.JSONDecodeError:
-            rec = None
-        if not isinstance(rec, dict):
+        rec = member_object(scan, rec_rel)
+        if rec is None:
             problems.append(f"pass {pid}: {rec_rel} is not a JSON object")
             continue
         if rec.get("predictions_sha256") and scan.sha.get(card_pred) != rec["predictions_sha256"]:
@@ -211,11 +217,8 @@ def check_row(row: dict, scan, gold: dict | None, threshold: float | None, probl
     pid = row["pass_id"]
     result_rel = f"passes/{pid}/result.json"
     if result_rel in scan.kept:
-        try:
-            result = json.loads(member_text(scan, result_rel))
-        except json.JSONDecodeError:
-            result = None
-        if not isinstance(result, dict):
+        result = member_object(scan, result_rel)
+        if result is None:
             problems.append(f"pass {pid}: result.json is not a JSON object")
             result = {}
         pred_rel = f"passes/{pid}/{result.get('predictions_path') or 'predictions.jsonl'}"
