@@ -6,7 +6,7 @@ LAB    := $(VENV)/bin/iteralab
 MODEL  := .cache/models/demo-minilm-20ng
 STAMP  := $(VENV)/.installed
 
-.PHONY: up demo test test-fast lint bench model corpus env doctor memory images clean
+.PHONY: up demo test test-fast lint bench bench-peer model corpus env doctor memory images clean
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,20 @@ lint: $(STAMP)
 bench: model
 	mkdir -p runs && $(PY) scripts/bench.py
 	$(PY) scripts/bench_verify.py
+
+# optimum-benchmark's inference scenario against the lab's window, side by side (issue 13).
+# Its own venv (it needs transformers < 5): created here if missing, never the lab's .venv,
+# never part of `make test` or CI. Without PyPI the install fails with one line, exit 2.
+PEER_VENV  := .cache/bench-peer-venv
+PEER_STAMP := $(PEER_VENV)/.installed
+
+$(PEER_STAMP): scripts/bench_peer_requirements.txt
+	@$(PYTHON) -m venv $(PEER_VENV) && $(PEER_VENV)/bin/pip install -q -r scripts/bench_peer_requirements.txt \
+	  >$(PEER_VENV).log 2>&1 || { echo "bench-peer: could not install scripts/bench_peer_requirements.txt into $(PEER_VENV) (needs PyPI and torch 2.13.0; see $(PEER_VENV).log), fix and run make bench-peer again" >&2; exit 2; }
+	@touch $@
+
+bench-peer: model $(PEER_STAMP)
+	mkdir -p runs && $(PY) scripts/bench_peer.py --peer-python $(PEER_VENV)/bin/python
 
 # Memory lab: estimate vs observation on a batch x length grid, with a plot.
 memory: model
