@@ -117,7 +117,7 @@ def check_prerequisites(a: argparse.Namespace) -> None:
         raise UsageError(f"no optimum-benchmark venv ({peer} missing): run `make bench-peer`, which creates "
                          f"it from scripts/bench_peer_requirements.txt (needs PyPI)")
     probe = subprocess.run([str(peer), "-c", "import optimum_benchmark.version, transformers"],
-                           capture_output=True, text=True)
+                           check=False, capture_output=True, text=True)
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
         raise UsageError(f"{peer} cannot import optimum_benchmark ({last}): delete {peer.parents[1]} and "
@@ -146,7 +146,7 @@ def run_peer(a: argparse.Namespace, length: int, out: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+    p = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, cwd=REPO)
     if p.returncode != 0:
         last = (p.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"optimum-benchmark run (length {length}) failed, exit {p.returncode}: {last}")
@@ -172,19 +172,25 @@ def table(res: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    sys.stdout.reconfigure(line_buffering=True)  # each round shows as it ends, also through a pipe
     try:
         a = parse_args(argv)
         check_prerequisites(a)
     except UsageError as e:
         print(f"bench-peer: {e}", file=sys.stderr)
         return 2
+    with tempfile.TemporaryDirectory(prefix="bench_peer_") as d:
+        return measure(a, Path(d))
+
+
+def measure(a: argparse.Namespace, tmp: Path) -> int:
+    """The rounds; writes ``a.out``. Returns the exit status (1: a side failed, 2: too few items)."""
     import torch
 
     from lab.passes.inference import load_model
 
     torch.set_num_threads(a.threads)
     tok, model = load_model(a.model, "fp32", "cpu")
-    tmp = Path(tempfile.mkdtemp(prefix="bench_peer_"))
     ctxs = {}
     try:
         for length in a.lengths:
@@ -208,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     rounds: list[dict] = []
     peer_versions: dict = {}
-    print(f"{'round':>5} {'length':>6} {'order':>9} {'lab_s':>8} {'lab it/s':>9} {'peer sa/s':>10} {'ratio':>6} {'load':>5}")
+    print(f"{'round':>5} {'length':>6} {'order':>9} {'lab_s':>8} {'lab it/s':>9} {'peer sa/s':>10} "
+          f"{'ratio':>6} {'load':>5}")
     for r in range(a.rounds):
         order = ("peer", "lab") if r % 2 == 0 else ("lab", "peer")
         for length in a.lengths:
