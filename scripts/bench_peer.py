@@ -248,6 +248,7 @@ def measure(a: argparse.Namespace, tmp: Path) -> int:
             "peer_forward_latency_mean_s": [round(x["peer"]["forward_latency_mean_s"], 6) for x in rows],
             "peer_forward_count": [x["peer"]["forward_count"] for x in rows],
             "peer_torch_num_threads": [x["peer"]["torch_num_threads"] for x in rows],
+            "peer_process_s": [round(x["peer"]["process_s"], 3) for x in rows],  # start to exit, outside its window
             "orders": [x["order"] for x in rows],
             "load_average_1m": [round(x["load_average_1m"], 2) for x in rows],
             "lab_items_per_s_median": round(lab_med, 4), "peer_samples_per_s_median": round(peer_med, 4),
