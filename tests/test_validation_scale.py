@@ -55,7 +55,7 @@ def _line(item_id, pred, prob=0.5):
 
 
 def test_bad_line_in_a_later_block_is_named_by_its_file_line(tmp_path, monkeypatch):
-    monkeypatch.setattr(validate, "CHUNK_LINES", 4)
+    monkeypatch.setattr(validate, "CHUNK_BYTES", 64)
     corpus = _corpus(10)
     lines = [_line(r["id"], r["label"]) for r in corpus]
     lines[6] = _line("i6", "not-a-label")
@@ -74,7 +74,7 @@ def test_blocks_give_the_same_verdict_as_one_block(tmp_path, monkeypatch):
     lines = lines[25:] + lines[:25] + [lines[3]]  # shuffled order and one duplicate
     path = _write(tmp_path, corpus, lines)
     whole = validate_pass(corpus, path, QUALITY, LABELS)
-    monkeypatch.setattr(validate, "CHUNK_LINES", 7)
+    monkeypatch.setattr(validate, "CHUNK_BYTES", 200)
     blocks = validate_pass(corpus, path, QUALITY, LABELS)
     assert whole == blocks
     assert whole.duplicate_ids == 1 and whole.examples["duplicates"] == ["i3"]
