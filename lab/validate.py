@@ -246,6 +246,9 @@ def _positions_by_dict(expected: list[str], ids: list[str]) -> np.ndarray:
     return np.fromiter(map(position.get, ids, itertools.repeat(-1)), np.int64, len(ids))
 
 
+_id_hash = hash  # 64-bit string hash used to sort ids (a test swaps in a colliding one)
+
+
 def align_ids(expected: list[str], ids: list[str]) -> np.ndarray:
     """Corpus position of each observed id, shape (len(ids),) int64, -1 for an id not in
     ``expected`` (the corpus ids, unique: ValueError otherwise).
@@ -261,13 +264,13 @@ def align_ids(expected: list[str], ids: list[str]) -> np.ndarray:
         return np.arange(n, dtype=np.int64)
     if not n or not ids:
         return np.full(len(ids), -1, np.int64)
-    e_hash = np.fromiter(map(hash, expected), np.int64, n)
+    e_hash = np.fromiter(map(_id_hash, expected), np.int64, n)
     e_order = np.argsort(e_hash)
     e_sorted = e_hash[e_order]
     del e_hash
     if bool((e_sorted[1:] == e_sorted[:-1]).any()):  # duplicate ids or a true collision
         return _positions_by_dict(expected, ids)
-    o_hash = np.fromiter(map(hash, ids), np.int64, len(ids))
+    o_hash = np.fromiter(map(_id_hash, ids), np.int64, len(ids))
     o_order = np.argsort(o_hash)
     slot = np.empty(len(ids), np.int64)
     slot[o_order] = np.searchsorted(e_sorted, o_hash[o_order])  # sorted needles: cache-friendly

@@ -138,3 +138,53 @@ def test_archive_rederivation_agrees_with_validation_per_bucket(tmp_path, metric
     row["metric_long"] = str(round(v.metric_by_bucket["long"] + 0.01, 6))  # a figure that lies is caught
     _check_metric("p1", row, preds, gold, problems)
     assert len(problems) == 1 and "metric_long" in problems[0]
+
+
+def _ids_case(seed):
+    """(corpus ids, observed ids): shuffled, with duplicates, unknown ids and omissions."""
+    rnd = random.Random(seed)
+    expected = [f"test/c{k % 7}/{k}" for k in range(rnd.randint(1, 300))]
+    ids = [i for i in expected if rnd.random() > 0.1]
+    ids += rnd.sample(ids, min(len(ids), 3)) + [f"unknown/{k}" for k in range(rnd.randint(0, 4))]
+    rnd.shuffle(ids)
+    return expected, ids
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_align_ids_matches_a_dict_of_positions(seed):
+    expected, ids = _ids_case(seed)
+    want = [expected.index(i) if i in expected else -1 for i in ids]
+    assert validate.align_ids(expected, ids).tolist() == want
+    assert validate.align_ids(expected, list(expected)).tolist() == list(range(len(expected)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_align_ids_never_pairs_different_ids_whose_hashes_collide(seed, monkeypatch):
+    expected, ids = _ids_case(seed)
+    want = [expected.index(i) if i in expected else -1 for i in ids]
+    # unique on the corpus, but every unknown id collides with a corpus id: only the string
+    # comparison can tell them apart
+    table = {s: k for k, s in enumerate(expected)}
+    monkeypatch.setattr(validate, "_id_hash", lambda s: table.get(s, len(s) % len(expected)))
+    assert validate.align_ids(expected, ids).tolist() == want
+    # colliding corpus ids: the dict of positions decides
+    monkeypatch.setattr(validate, "_id_hash", len)
+    assert validate.align_ids(expected, ids).tolist() == want
+
+
+def test_align_ids_refuses_a_corpus_with_duplicate_ids():
+    with pytest.raises(ValueError, match="corpus ids are not unique"):
+        validate.align_ids(["a", "b", "a"], ["b", "a"])
+
+
+def test_line_longer_than_a_block_and_last_line_without_newline(tmp_path, monkeypatch):
+    monkeypatch.setattr(validate, "CHUNK_BYTES", 16)
+    corpus = _corpus(5)
+    lines = [_line(r["id"], r["label"], 0.25) for r in corpus]
+    path = tmp_path / "predictions.jsonl"
+    path.write_bytes(("\r\n".join(lines)).encode())  # CRLF, no final newline
+    cols = read_prediction_columns(path, LABELS)
+    assert cols.ids == [r["id"] for r in corpus] and cols.errors == [] and cols.n_lines == 5
+    path.write_bytes(("\n".join(lines[:2]) + "\n\n" + "\n".join(lines[2:]) + "\n").encode())
+    cols = read_prediction_columns(path, LABELS)
+    assert cols.errors == ["line 3: not a UTF-8 JSON object"] and len(cols.ids) == 5 and cols.n_lines == 6
