@@ -279,9 +279,20 @@ def align_ids(expected: list[str], ids: list[str]) -> np.ndarray:
     hit = e_sorted[slot] == o_hash
     pos = e_order[slot]
     del slot, o_hash, e_order, e_sorted
-    same = np.fromiter(map(operator.eq, ids, map(expected.__getitem__, pos.tolist())), bool, len(ids))
+    # the strings themselves, compared element-wise by numpy (object arrays: 8 bytes per item)
+    same = np.array(expected, dtype=object)[pos] == np.array(ids, dtype=object)
     pos[~(hit & same)] = -1  # hashes differ, or equal hashes of different strings
     return pos
+
+
+def _reference_codes(reference: dict[str, str], expected: list[str], code: dict) -> np.ndarray:
+    """The reference pass's class codes in corpus order, shape (len(expected),) int32; an item
+    the reference lacks gets the code of None (never equal to a prediction's)."""
+    ref_pos = align_ids(expected, list(reference))  # a reference read from a runner's file: corpus order
+    ref = np.full(len(expected), _codes([None], code)[0], np.int32)
+    known = ref_pos >= 0
+    ref[ref_pos[known]] = _codes(list(reference.values()), code)[known]
+    return ref
 
 
 def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
@@ -355,7 +366,7 @@ def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
             reasons.append(f"{name} {metric:.4f} < threshold {thr}")
         if reference is not None and reference_metric is not None:
             gap = round(metric - reference_metric, 6)
-            ref = _codes(list(map(reference.get, expected)), code)  # None: no reference
+            ref = _reference_codes(reference, expected, code)
             agreement = round(float(np.count_nonzero(ref == pred)) / n, 6)
             tolerance_ok = gap >= -tol - 1e-12
             if not tolerance_ok:

@@ -188,3 +188,17 @@ def test_line_longer_than_a_block_and_last_line_without_newline(tmp_path, monkey
     path.write_bytes(("\n".join(lines[:2]) + "\n\n" + "\n".join(lines[2:]) + "\n").encode())
     cols = read_prediction_columns(path, LABELS)
     assert cols.errors == ["line 3: not a UTF-8 JSON object"] and len(cols.ids) == 5 and cols.n_lines == 6
+
+
+def test_agreement_with_a_reference_in_another_order_lacking_an_item(tmp_path):
+    corpus = _corpus(40)
+    rnd = random.Random(11)
+    preds = {r["id"]: rnd.choice("abcd") for r in corpus}
+    reference = {r["id"]: rnd.choice("abcd") for r in corpus}
+    reference = dict(rnd.sample(sorted(reference.items()), len(reference)))  # another order
+    del reference["i7"]
+    reference["not-in-corpus"] = "a"
+    v = validate_pass(corpus, _write(tmp_path, corpus, [_line(i, p) for i, p in preds.items()]),
+                      QUALITY, LABELS, reference, 0.5)
+    same = sum(reference.get(i) == p for i, p in preds.items())
+    assert v.agreement_with_reference == round(same / 40, 6)
