@@ -16,8 +16,9 @@ import operator
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Annotated, Iterator
 
+import msgspec
 import numpy as np
 
 from lab.corpus import BUCKETS
@@ -57,7 +58,7 @@ class Validation:
         return asdict(self)
 
 
-_GET_ID, _GET_PRED, _GET_PROB, _GET_LABEL = (operator.itemgetter(k) for k in ("id", "pred", "prob", "label"))
+_GET_ID, _GET_LABEL = operator.itemgetter("id"), operator.itemgetter("label")
 CHUNK_BYTES = 4 << 20  # bytes read per block (whole lines): memory stays bounded whatever the corpus size
 
 
@@ -110,31 +111,33 @@ def _blocks(fh) -> Iterator[bytes]:
         rest = data[cut + 1:]
 
 
-def _parse_block(block: bytes, n_lines: int) -> list | None:
-    """The ``n_lines`` lines of ``block`` parsed by one C-level json call, or None when any
-    line is not one well-formed UTF-8 JSON object (the caller then parses line by line)."""
-    try:
-        objs = json.loads("[" + block.decode("utf-8").replace("\n", ",") + "]")
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        return None  # a blank line (",,") or a bad one: re-read line by line
-    if len(objs) != n_lines or set(map(type, objs)) != {dict}:
-        return None  # e.g. a line holding two objects, or a bare value
-    return objs
+class _Record(msgspec.Struct):
+    """One well-formed prediction line (other keys are ignored, as the line-by-line reading does)."""
+
+    id: str
+    pred: str
+    prob: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 
 
-def _fast_columns(objs: list, labels: set | None) -> tuple[list, list] | None:
-    """(ids, preds) of parsed records when every one is well formed, else None."""
+_BLOCK_DECODER = msgspec.json.Decoder(list[_Record])
+_GET_ID_ATTR, _GET_PRED_ATTR = operator.attrgetter("id"), operator.attrgetter("pred")
+
+
+def _fast_columns(block: bytes, n_lines: int, labels: set | None) -> tuple[list, list] | None:
+    """(ids, preds) of the ``n_lines`` lines of ``block`` when every line is one well-formed
+    record (UTF-8 JSON object, string id, pred among ``labels``, prob a number in [0, 1]),
+    parsed by one msgspec call; else None (the caller re-reads the block line by line for
+    exact messages). Only strict JSON passes here, so whatever passes reads the same with
+    ``json.loads``."""
     try:
-        b_ids = list(map(_GET_ID, objs))
-        b_pred = list(map(_GET_PRED, objs))
-        b_prob = list(map(_GET_PROB, objs))
-    except KeyError:
-        return None
-    if (set(map(type, b_ids)) != {str} or set(map(type, b_pred)) != {str}
-            or (labels and not set(b_pred) <= labels) or not set(map(type, b_prob)) <= {float, int}):
-        return None
-    prob = np.fromiter(b_prob, np.float64, len(b_prob))
-    if not bool(((prob >= 0.0) & (prob <= 1.0)).all()):
+        text = block.decode("utf-8")  # msgspec skips unknown keys without checking their UTF-8
+        objs = _BLOCK_DECODER.decode("[" + text.replace("\n", ",") + "]")
+    except (msgspec.DecodeError, ValueError, RecursionError):
+        return None  # a blank line (",,"), a bad one, or a record of the wrong shape
+    if len(objs) != n_lines:
+        return None  # e.g. a line holding two objects
+    b_ids, b_pred = list(map(_GET_ID_ATTR, objs)), list(map(_GET_PRED_ATTR, objs))
+    if labels and not set(b_pred) <= labels:
         return None
     return b_ids, b_pred
 
@@ -144,8 +147,8 @@ def read_prediction_columns(path: Path, labels: set[str] | None) -> PredictionCo
 
     Each line must be a UTF-8 JSON object with a string ``id``, a ``pred`` among ``labels``
     (any string when labels is None) and a ``prob`` in [0, 1]. Errors read 'line N: problem'.
-    Fast path: one ``json.loads`` per block; a block with any bad line is re-read line by
-    line, so the messages are exact. Memory: ids + 4 bytes per item + one block of objects.
+    Fast path: one msgspec decode per block; a block with any bad line is re-read line by
+    line with ``json.loads``, so the messages are exact. Memory: ids + 4 bytes per item + one block of objects.
     """
     code: dict[str, int] = {c: i for i, c in enumerate(sorted(labels))} if labels else {}
     ids: list = []
@@ -161,9 +164,7 @@ def read_prediction_columns(path: Path, labels: set[str] | None) -> PredictionCo
     with open(path, "rb") as fh:
         for block in _blocks(fh):
             k_lines = block.count(b"\n") + 1
-            objs = _parse_block(block, k_lines)
-            fast = _fast_columns(objs, labels) if objs is not None else None
-            del objs
+            fast = _fast_columns(block, k_lines, labels)
             if fast is not None:
                 ids.extend(fast[0])
                 codes.append(_codes(fast[1], code))

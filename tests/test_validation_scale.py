@@ -202,3 +202,41 @@ def test_agreement_with_a_reference_in_another_order_lacking_an_item(tmp_path):
                       QUALITY, LABELS, reference, 0.5)
     same = sum(reference.get(i) == p for i, p in preds.items())
     assert v.agreement_with_reference == round(same / 40, 6)
+
+
+TRICKY_LINES = [
+    b'{"id": "i1", "pred": "b", "prob": 0.5, "extra": "\xff"}',  # bad UTF-8 in a key the reader ignores
+    b'{"id": "i1", "pred": "b", "prob": 0.5, "extra": "\\ud800"}',  # lone surrogate: json reads it
+    b'{"id": "i1", "pred": "b", "prob": true}',
+    b'{"id": "i1", "pred": "b", "prob": 1}',
+    b'{"id": "i1", "pred": "b", "prob": NaN}',
+    b'{"id": "i1", "pred": "b", "prob": 1e400}',
+    b'{"id": "i1", "pred": "c", "prob": 0.5, "pred": "b"}',  # duplicate key: the last one counts
+    b'{"id": "i1", "pred": 3, "prob": 0.5, "pred": "b"}',
+    b'{"id": "i1", "pred": "b", "prob": 0.5, "extra": [1, {"x": NaN}]}',
+    b'\xef\xbb\xbf{"id": "i1", "pred": "b", "prob": 0.5}',
+    b'{"id": "i1", "pred": "b", "prob": 0.5}\r',
+    b'{"id": "i1", "pred": "b", "prob": 0.5}   ',
+    b'{"id": "i\t1", "pred": "b", "prob": 0.5}',
+    b'{"id": "i1", "pred": null, "prob": 0.5}',
+    b'{"id": "i1", "pred": "b", "prob": 0.5}, {"id": "i9", "pred": "b", "prob": 0.5}',
+    b'[{"id": "i1", "pred": "b", "prob": 0.5}]',
+    b'{"id": 1, "pred": "b", "prob": 0.5}',
+    b'{"id": "i1", "pred": "z", "prob": 0.5}',
+    b'',
+]
+
+
+@pytest.mark.parametrize("tricky", TRICKY_LINES)
+def test_block_reading_equals_line_by_line_reading(tmp_path, monkeypatch, tricky):
+    """The one-call block parser accepts a line only when json.loads, line by line, reads the
+    same record without error: columns and messages are those of the line-by-line reading."""
+    corpus = _corpus(4)
+    lines = [_line(r["id"], r["label"]).encode() for r in corpus]
+    path = tmp_path / "predictions.jsonl"
+    path.write_bytes(b"\n".join(lines[:1] + [tricky] + lines[2:]) + b"\n")
+    fast = read_prediction_columns(path, LABELS)
+    monkeypatch.setattr(validate, "_fast_columns", lambda *a: None)
+    slow = read_prediction_columns(path, LABELS)
+    assert (fast.ids, fast.pred.tolist(), fast.classes, fast.errors, fast.n_lines) == \
+        (slow.ids, slow.pred.tolist(), slow.classes, slow.errors, slow.n_lines)
