@@ -84,7 +84,8 @@ def child(folder: Path, metric: str, order: str) -> dict:
                       {"metric": metric, "threshold": 0.5, "tolerance": 0.01},
                       set(CLASSES), reference, 0.6)
     seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
-    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "rss_before_bytes": rss_before, "peak_rss_bytes": _status_bytes("VmHWM"),
+    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "rss_before_bytes": rss_before,
+            "peak_rss_bytes": _status_bytes("VmHWM"),
             "metric": v.metric, "by_bucket": v.metric_by_bucket, "accepted": v.corpus_accepted,
             "agreement": v.agreement_with_reference}
 
@@ -138,13 +139,15 @@ def main() -> int:
                             differ = True
                             print(f"! {code} {metric}: {order} order gives {out['metric']} "
                                   f"{out['by_bucket']}, not {values[(code, metric)]}")
-                        print(f"{code:<9} {order:<9} {metric:<9} {r + 1:>5} {out['seconds']:>8.3f} {out['cpu_seconds']:>6.2f} "
+                        print(f"{code:<9} {order:<9} {metric:<9} {r + 1:>5} {out['seconds']:>8.3f} "
+                              f"{out['cpu_seconds']:>6.2f} "
                               f"{out['rss_before_bytes'] / 2**20:>15.1f} {out['peak_rss_bytes'] / 2**20:>13.1f} "
                               f"{out['metric']:>9.6f}", flush=True)
         print()
         print(f"median of {a.rounds} round(s); goal: under 3 s (wall) for each metric in each order; "
               "cpu_s = the child's CPU seconds (what a busy machine does not inflate)")
-        print(f"{'code':<9} {'metric':<9} {'corpus_s':>9} {'shuffled_s':>11} {'shuf/corp':>10} {'cpu_corp':>9} {'cpu_shuf':>9} "
+        print(f"{'code':<9} {'metric':<9} {'corpus_s':>9} {'shuffled_s':>11} {'shuf/corp':>10} "
+              f"{'cpu_corp':>9} {'cpu_shuf':>9} "
               f"{'rss_before_MiB':>15} {'peak_corpus_MiB':>16} {'peak_shuffled_MiB':>18} {'goal':>8}")
         for code in codes:
             for metric in METRIC_NAMES:
@@ -154,13 +157,15 @@ def main() -> int:
                 before = statistics.median(x["rss_before_bytes"] for x in res[(code, "corpus", metric)]) / 2**20
                 met = "met" if all(v < 3.0 for v in sec.values()) else "NOT met"
                 print(f"{code:<9} {metric:<9} {sec['corpus']:>9.3f} {sec['shuffled']:>11.3f} "
-                      f"{sec['shuffled'] / sec['corpus']:>10.2f} {cpu['corpus']:>9.2f} {cpu['shuffled']:>9.2f} {before:>15.1f} {peak['corpus']:>16.1f} "
+                      f"{sec['shuffled'] / sec['corpus']:>10.2f} {cpu['corpus']:>9.2f} {cpu['shuffled']:>9.2f} "
+                      f"{before:>15.1f} {peak['corpus']:>16.1f} "
                       f"{peak['shuffled']:>18.1f} {met:>8}")
         if "baseline" in codes:
+            def med(code: str, order: str, m: str) -> float:
+                return statistics.median(x["seconds"] for x in res[(code, order, m)])
             for order in ORDERS:
-                print(f"{order} order, this over baseline (seconds): " + ", ".join(
-                    f"{m} {statistics.median(x['seconds'] for x in res[('this', order, m)]) / statistics.median(x['seconds'] for x in res[('baseline', order, m)]):.2f}"
-                    for m in METRIC_NAMES))
+                print(f"{order} order, this over baseline (seconds): "
+                      + ", ".join(f"{m} {med('this', order, m) / med('baseline', order, m):.2f}" for m in METRIC_NAMES))
         same = not differ and all(values[(c, m)] == values[("this", m)] for c in codes for m in METRIC_NAMES)
         print("same metric and per-bucket metrics in both orders" + (" and both codes" if "baseline" in codes else "")
               + (": yes" if same else ": NO"))
