@@ -325,9 +325,9 @@ def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
     missing = [expected[k] for k in np.flatnonzero(missing_mask)]
     extras = list(extra_counts)
     ids_match = not dups and not missing and not extras and len(cols.ids) == n
-    bucket_code = {b: k for k, b in enumerate(BUCKETS)}
-    buckets = np.fromiter(map(bucket_code.get, map(dict.get, corpus, itertools.repeat("bucket")),
-                              itertools.repeat(-1)), np.int8, n)  # -1: no known bucket
+    bucket_code: dict = {b: k for k, b in enumerate(BUCKETS)}
+    item_buckets = map(dict.get, corpus, itertools.repeat("bucket"))
+    buckets = np.fromiter(map(bucket_code.get, item_buckets, itertools.repeat(-1)), np.int8, n)  # -1: none known
     in_bucket = buckets >= 0
     per_bucket = np.bincount(buckets[in_bucket], minlength=len(BUCKETS))
     seen = np.bincount(buckets[in_bucket & ~missing_mask], minlength=len(BUCKETS))
