@@ -87,7 +87,7 @@ def _line_errors(n: int, obj, labels: set | None) -> tuple[bool, list[str]]:
     if not isinstance(obj.get("pred"), str) or (labels and obj["pred"] not in labels):
         errs.append(f"line {n}: 'pred' {obj.get('pred')!r} is not a known label")
     p = obj.get("prob")
-    if not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
         errs.append(f"line {n}: 'prob' {p!r} not a probability in [0, 1]")
     return True, errs
 

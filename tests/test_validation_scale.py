@@ -240,3 +240,15 @@ def test_block_reading_equals_line_by_line_reading(tmp_path, monkeypatch, tricky
     slow = read_prediction_columns(path, LABELS)
     assert (fast.ids, fast.pred.tolist(), fast.classes, fast.errors, fast.n_lines) == \
         (slow.ids, slow.pred.tolist(), slow.classes, slow.errors, slow.n_lines)
+
+
+@pytest.mark.parametrize("prob", [b"true", b"false", b'"0.5"', b"NaN", b"1.5", b"-0.1"])
+def test_a_prob_that_is_not_a_number_in_0_1_is_a_format_error(tmp_path, prob):
+    """JSON true/false are not probabilities (Python counts bools as ints: refused by name)."""
+    corpus = _corpus(4)
+    lines = [_line(r["id"], r["label"]).encode() for r in corpus]
+    lines[1] = b'{"id": "i1", "pred": "b", "prob": ' + prob + b"}"
+    path = tmp_path / "predictions.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    cols = read_prediction_columns(path, LABELS)
+    assert len(cols.errors) == 1 and "'prob'" in cols.errors[0] and "line 2" in cols.errors[0], cols.errors
