@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from test_tui_campaigns import demo_copy
-from test_tui_screens import make_app, runs, wait_for  # noqa: F401 - runs is a fixture
+from conftest import settle, wait_until
+from test_tui_screens import make_app, runs  # noqa: F401 - runs is a fixture
 
 from lab.compare import compare_archives
 
@@ -34,14 +35,14 @@ def test_compare_screen_lists_archives_and_builds_the_cli_decision(tmp_path, run
         app = make_app(demo_copy(tmp_path), start_screen="compare")
         async with app.run_test(size=(80, 24)) as pilot:
             sl = app.screen.query_one("#compare-archives", SelectionList)
-            await wait_for(pilot, lambda: sl.option_count == 2, what="the archives under runs/")
+            await settle(pilot, lambda: sl.option_count == 2, "the archives under runs/")
             await pilot.press("space", "down", "space")
             assert len(sl.selected) == 2
             app.screen.query_one("#c-load", Input).value = "50000"
             app.screen.query_one("#c-deadline", Input).value = "2026-12-05T09:00+01:00"
             app.screen.query_one("#c-window_start", Input).value = "2026-12-01T09:00+01:00"
             await pilot.press("c")
-            await wait_for(pilot, lambda: getattr(app.screen, "result", None), 120, "the comparison")
+            await settle(pilot, lambda: getattr(app.screen, "result", None), "the comparison")
             text = str(app.screen.query_one("#compare-result").render())
             return app.screen.result, text, list(sl.selected)
     result, text, selected = asyncio.run(go())
@@ -68,8 +69,8 @@ def test_compare_screen_shows_a_refusal_in_one_line(tmp_path, runs, rental_archi
             load.focus()
             load.value = "1000"
             await pilot.press("enter")
-            await wait_for(pilot, lambda: "corpus sha256 differs" in
-                           str(app.screen.query_one("#compare-result").render()), 120, "the refusal")
+            await settle(pilot, lambda: "corpus sha256 differs" in
+                         str(app.screen.query_one("#compare-result").render()), "the refusal")
     asyncio.run(go())
 
 
@@ -91,7 +92,7 @@ def test_esc_then_a_digit_leaves_the_field_without_typing(tmp_path, runs, sequen
             await pilot.pause()
             before = app.screen
             app.post_message(events.Key(key, char))
-            await wait_for(pilot, lambda: app.screen is not before, 10, f"screen {target}")
+            await settle(pilot, lambda: app.screen is not before, f"screen {target}")
             assert app.screen is app.get_screen(target)
             assert field.value == "7" and char not in field.value
     asyncio.run(go())
@@ -108,7 +109,7 @@ def test_esc_then_a_letter_in_a_field_is_the_key_not_text(tmp_path, runs):
             field.focus()
             await pilot.pause()
             app.post_message(events.Key("alt+c", "c"))  # Esc then c: leave the field, recompute
-            await pilot.pause(0.5)
+            await settle(pilot)  # the key handled and the recompute it started ended
             assert "c" not in field.value and app.focused is not field
     asyncio.run(go())
 
