@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -121,19 +120,24 @@ def tmux_app(session: str, runs: Path, cols: int = 80, rows: int = 24) -> None:
                     env], check=True)
 
 
-def capture(session: str) -> str:
-    return subprocess.run(["tmux", "capture-pane", "-t", session, "-p"], capture_output=True,
-                          text=True, check=True).stdout
+def capture(session: str, escapes: bool = False) -> str:
+    """The pane's text (with ``escapes``: its colours too, where the focus shows)."""
+    return subprocess.run(["tmux", "capture-pane", "-t", session, "-p", *(["-e"] if escapes else [])],
+                          capture_output=True, text=True, check=True).stdout
 
 
 def wait_text(session: str, text: str, timeout_s: float = 60) -> str:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
+    """The pane's text once it shows ``text`` (the real app runs in another process)."""
+    def shown() -> str | None:
         out = capture(session)
-        if text in out:
-            return out
-        time.sleep(0.3)
-    raise AssertionError(f"{text!r} never appeared:\n{capture(session)}")
+        return out if text in out else None
+    return wait_until(shown, timeout_s, f"{text!r} in the terminal", detail=lambda: capture(session))
+
+
+# a text each screen shows once its worker has filled it (the right edge is checked on that)
+FILLED = {"1": "Backend", "2": "repetitions, rotated", "3": "passes", "4": "not started",
+          "5": "No campaign run yet", "6": "Cost per validated corpus", "7": "Press a to assemble",
+          "8": "Archives under runs/ and added"}
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed (apt-get install tmux)")
@@ -145,9 +149,10 @@ def test_real_app_in_tmux_esc_digit_and_right_edge(tmp_path):
     try:
         wait_text(session, "1 Env")
         subprocess.run(["tmux", "send-keys", "-t", session, "6"], check=True)
-        wait_text(session, "catalog CSV")
+        wait_text(session, FILLED["6"])  # the quote computed: what changes next is the focus
+        before = capture(session, escapes=True)
         subprocess.run(["tmux", "send-keys", "-t", session, "Tab"], check=True)
-        time.sleep(0.5)
+        wait_until(lambda: capture(session, escapes=True) != before, 10, "the focus to enter a field")
         subprocess.run(["tmux", "send-keys", "-t", session, "Escape", "7"], check=True)
         wait_text(session, "Press a to assemble")
         subprocess.run(["tmux", "send-keys", "-t", session, "6"], check=True)
@@ -156,8 +161,7 @@ def test_real_app_in_tmux_esc_digit_and_right_edge(tmp_path):
         glyphs = set("▁▂▃▄▅▆▇█▏▎▍▌▋▊▉")
         for key in "12345678":
             subprocess.run(["tmux", "send-keys", "-t", session, key], check=True)
-            time.sleep(2.5)
-            for n, line in enumerate(capture(session).splitlines()):
+            for n, line in enumerate(wait_text(session, FILLED[key]).splitlines()):
                 assert not (len(line) >= 79 and line.rstrip()[-1:] in glyphs), (key, n, line)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
