@@ -106,7 +106,7 @@ class AppMessages:
                 await self._arrived.wait()
         try:
             return await asyncio.wait_for(first_true(), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}") from None
 
 
