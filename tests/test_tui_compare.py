@@ -152,7 +152,7 @@ def test_real_app_in_tmux_esc_digit_and_right_edge(tmp_path):
         wait_text(session, FILLED["6"])  # the quote computed: what changes next is the focus
         before = capture(session, escapes=True)
         subprocess.run(["tmux", "send-keys", "-t", session, "Tab"], check=True)
-        wait_until(lambda: capture(session, escapes=True) != before, 10, "the focus to enter a field")
+        wait_until(lambda: capture(session, escapes=True) != before, 60, "the focus to enter a field")
         subprocess.run(["tmux", "send-keys", "-t", session, "Escape", "7"], check=True)
         wait_text(session, "Press a to assemble")
         subprocess.run(["tmux", "send-keys", "-t", session, "6"], check=True)
