@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, cut_corpus, settle
 
+from lab.config import SeriesSection
 from lab.host_cards import CardsBeyondHost, check_cards_fit_host, host_card_count
 from lab.passes.distributed import (
     ProgressTally,
@@ -133,8 +134,8 @@ def test_cards_field_keeps_one_card_ids_and_works_as_a_series_factor():
     for bad in (0, -1, 1.5, True):
         with pytest.raises(VariantError, match="cards"):
             Variant(cards=bad)
-    vs = expand_series({"cards": 2}, [{"name": "b", "factor": "batch_size", "values": [1, 4]},
-                                      {"name": "c", "factor": "cards", "values": [1, 2]}])
+    vs = expand_series(Variant(cards=2), [SeriesSection("b", "batch_size", (1, 4)),
+                                          SeriesSection("c", "cards", (1, 2))])
     assert [x.cards for x in vs] == [2, 2, 1]  # [defaults] cards = 2; c/cards=2 equals b/batch_size=1
     assert vs[2].name == "c/cards=1"
 
@@ -340,7 +341,7 @@ def test_stopping_a_multi_card_pass_leaves_no_worker_running(tmp_path, model_dir
     corpus = cut_corpus(tmp_path / "corpus.jsonl", 8, 6, 6)
     d = tmp_path / "pass"
     d.mkdir()
-    spec = PassSpec("t", "stop", Variant(batch_size=1, max_length=128, cards=2).to_json(), str(corpus),
+    spec = PassSpec("t", "stop", Variant(batch_size=1, max_length=128, cards=2), str(corpus),
                     str(model_dir), str(d), warmup_items=2, threads=2)
     spec.write(d / "pass.json")
     seen = {"measured": False}
@@ -368,7 +369,7 @@ def test_bucketed_two_card_pass_balances_tokens_and_predicts_as_one_card(tmp_pat
     for cards in (1, 2):
         d = tmp_path / f"c{cards}"
         d.mkdir()
-        spec = PassSpec("t", f"c{cards}", Variant(batch_size=4, max_length=128, bucketing=True, cards=cards).to_json(),
+        spec = PassSpec("t", f"c{cards}", Variant(batch_size=4, max_length=128, bucketing=True, cards=cards),
                         str(corpus), str(model_dir), str(d), warmup_items=2, threads=2)
         spec.write(d / "pass.json")
         assert LocalLauncher().launch(spec, d, lambda line: None).exit_code == 0
@@ -456,7 +457,7 @@ def test_merge_names_the_card_that_did_not_honour_a_declared_value(tmp_path):
 
     corpus = cut_corpus(tmp_path / "corpus.jsonl", 1, 1, 0)
     items = [json.loads(x) for x in corpus.read_text().splitlines()]
-    spec = PassSpec("t", "merge", Variant(batch_size=1, max_length=128, cards=2).to_json(), str(corpus), "m",
+    spec = PassSpec("t", "merge", Variant(batch_size=1, max_length=128, cards=2), str(corpus), "m",
                     str(tmp_path), threads=2)
     base = {"dtype": "float32", "device": "cpu", "attention": "sdpa", "threads": 1, "threads_declared": 2,
             "compile": False, "quantization": "none", "threads_per_worker": 1, "padding": "longest",
@@ -487,7 +488,7 @@ def test_merge_names_the_card_that_did_not_honour_a_declared_value(tmp_path):
 
     from lab.report.raw_table import raw_rows, raw_table
 
-    attempt = {"pass_id": "merge", "variant_id": "v", "variant": spec.variant, "result": res, "validation": {},
+    attempt = {"pass_id": "merge", "variant_id": "v", "variant": spec.variant.to_json(), "result": res, "validation": {},
                "notes": "", "repetition": 0, "position": 0, "seq": 0, "attempt": 1, "launcher": "local",
                "start_time": "", "end_time": "", "status": res["status"], "exit_code": res["exit_code"],
                "items_total": 2, "items_completed": 2}
