@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, cut_corpus
+from conftest import REPO, cut_corpus, settle
 
 from lab.config import SeriesSection
 from lab.host_cards import CardsBeyondHost, check_cards_fit_host, host_card_count
@@ -304,7 +304,6 @@ def test_two_hosts_over_loopback_give_the_same_predictions(cards_campaign, tmp_p
 
 def test_plan_screen_shows_cards_and_refuses_more_than_the_host_has(tmp_path, model_dir):
     import asyncio
-    import time
 
     from test_tui_campaigns import CLOCK, FACTS, SAMPLE
 
@@ -315,11 +314,10 @@ def test_plan_screen_shows_cards_and_refuses_more_than_the_host_has(tmp_path, mo
 
     async def go():
         app = IteraLabApp(f, telemetry=fixed_telemetry(SAMPLE), environment_probe=lambda: FACTS,
-                          clock=lambda: CLOCK, poll_interval_s=0.1, start_screen="plan")
+                          clock=lambda: CLOCK, poll_interval_s=None, telemetry_interval_s=None,
+                          start_screen="plan")
         async with app.run_test(size=(80, 24)) as pilot:
-            t0 = time.monotonic()
-            while getattr(app.screen, "plan", None) is None and time.monotonic() - t0 < 120:
-                await pilot.pause(0.1)
+            await settle(pilot, lambda: getattr(app.screen, "plan", None), "the plan")
             head = str(app.screen.query_one("#plan-head").render())
             checks = str(app.screen.query_one("#plan-checks").render())
             return app.screen.plan, head, checks
