@@ -240,8 +240,12 @@ def variant_hints() -> dict:
     return {k: v for k, v in typing.get_type_hints(Variant).items() if k in VARIANT_KEYS}
 
 
-def check_defaults(table: Any) -> dict:
-    """[defaults]: any Variant field (keys from dataclasses.fields(Variant)), typed."""
+def check_defaults(table: Any) -> Variant:
+    """[defaults]: any Variant field (keys from dataclasses.fields(Variant)), typed.
+
+    Returns the section as a Variant (unset fields take Variant's defaults), the base that
+    lab.variants.expand_series applies each series to. Raises ConfigError (one line).
+    """
     if not isinstance(table, dict):
         raise ConfigError(f"[defaults] must be a table, got {table!r}")
     hints = variant_hints()
@@ -249,10 +253,9 @@ def check_defaults(table: Any) -> dict:
     for k, v in table.items():
         check_value(v, hints[k], f"[defaults] {k}")
     try:
-        Variant(**table)
+        return Variant(**table)
     except VariantError as exc:
         raise ConfigError(f"[defaults] {exc}") from None
-    return dict(table)
 
 
 @dataclass(frozen=True)
@@ -291,9 +294,6 @@ class SeriesSection:
             check_value(v, hints[k], f"{where} {k}")
         return cls(name, factor, tuple(values), tuple(sorted(fixed.items())))
 
-    def to_table(self) -> dict:
-        return {"name": self.name, "factor": self.factor, "values": list(self.values), **dict(self.fixed)}
-
 
 SECTIONS = {"campaign": CampaignSection, "corpus": CorpusSection, "model": ModelSection,
             "quality": QualitySection, "timing": TimingSection, "cost": CostSection}
@@ -309,8 +309,8 @@ class CampaignConfig:
     model: ModelSection
     quality: QualitySection
     timing: TimingSection
-    defaults: dict
-    series: tuple
+    defaults: Variant
+    series: tuple[SeriesSection, ...]
     cost: CostSection | None
 
 

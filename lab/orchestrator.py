@@ -218,7 +218,7 @@ class Orchestrator:
         pass_dir = self.dir / "passes" / pass_id
         pass_dir.mkdir(parents=True, exist_ok=True)
         t = self.proto.timing
-        spec = PassSpec(campaign=self.proto.name, pass_id=pass_id, variant=variant.to_json(),
+        spec = PassSpec(campaign=self.proto.name, pass_id=pass_id, variant=variant,
                         corpus_path=str(self.proto.corpus_path), model_ref=self.proto.model_ref,
                         out_dir=str(pass_dir), warmup_items=t["warmup_items"],
                         warmup_passes=t["warmup_passes"], seed=t["seed"],

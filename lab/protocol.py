@@ -100,7 +100,7 @@ def load_protocol(path: str | Path) -> Protocol:
         cfg = parse_config(raw)
         if cfg.cost is not None:
             cfg.cost.check(str(_resolve(cfg.cost.catalog, path)) if cfg.cost.catalog else None)
-        variants = tuple(expand_series(cfg.defaults, [s.to_table() for s in cfg.series]))
+        variants = tuple(expand_series(cfg.defaults, cfg.series))
     except (ConfigError, VariantError) as exc:
         raise ProtocolError(f"{path}: {exc}") from None
     proto = Protocol(path, raw, variants, cfg)

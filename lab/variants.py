@@ -6,14 +6,18 @@ serie è il batch"); length bucketing or another precision is a new declared var
 
 from __future__ import annotations
 
+import difflib
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Protocol
 
 from lab.files import sha256_bytes
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 PADDINGS = ("longest", "max_length")
 SERIES_SEP = "+"  # joins the names of the series a shared variant belongs to
+DERIVED_KEYS = ("variant_id", "label")  # written by Variant.to_json, recomputed from the fields
 
 
 class VariantError(ValueError):
@@ -92,9 +96,29 @@ class Variant:
         return {**asdict(self), "variant_id": self.variant_id, "label": self.label}
 
     @classmethod
-    def from_json(cls, d: dict) -> "Variant":
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+    def from_json(cls, d: Mapping[str, Any]) -> "Variant":
+        """The Variant that :meth:`to_json` wrote (``pass.json``, ``result.json``, journal rows).
+
+        Fields missing from ``d`` take their defaults (a record older than a field). Raises
+        VariantError (one line) when ``d`` is not a JSON object, holds a key that is neither a
+        field nor a derived key (``variant_id``, ``label``; the nearest field is named), or
+        holds a ``variant_id`` that its fields do not give (an edited record, or one written
+        by a lab version that derives ids differently).
+        """
+        if not isinstance(d, Mapping):
+            raise VariantError(f"a variant must be a JSON object of its fields, got {type(d).__name__}")
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(d) - set(names) - set(DERIVED_KEYS))
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], names, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"known fields: {', '.join(names)}"
+            raise VariantError(f"unknown variant field {unknown[0]!r} ({hint}); the record was edited or "
+                               "written by another lab version")
+        v = cls(**{k: d[k] for k in names if k in d})
+        if "variant_id" in d and d["variant_id"] != v.variant_id:
+            raise VariantError(f"variant_id {d['variant_id']!r} does not match its fields "
+                               f"({v.variant_id}); the record was edited or written by another lab version")
+        return v
 
 
 def variant_short(variant: dict | None) -> str:
@@ -105,10 +129,29 @@ def variant_short(variant: dict | None) -> str:
     return name.split("/", 1)[-1] if name else variant.get("label", variant.get("variant_id", "?"))
 
 
-def expand_series(defaults: dict, series: list[dict]) -> list[Variant]:
-    """Expand ``[[series]]`` tables into variants, deduplicated by content id, in declared order.
+class SeriesDecl(Protocol):
+    """A declared series, as :class:`lab.config.SeriesSection` holds it.
 
-    Each series is {"name": str, "factor": field name, "values": [...], optional fixed fields}.
+    ``factor`` (a Variant field) takes each of ``values`` in order; ``fixed`` is a tuple of
+    (field, value) pairs the series also sets. Defined here so this module never imports
+    lab.config (lab.config imports this one).
+    """
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def factor(self) -> str: ...
+    @property
+    def values(self) -> tuple: ...
+    @property
+    def fixed(self) -> tuple: ...
+
+
+def expand_series(defaults: Variant, series: Iterable[SeriesDecl]) -> list[Variant]:
+    """Expand declared series into variants, deduplicated by content id, in declared order.
+
+    ``defaults``: the ``[defaults]`` section as a Variant (lab.config.check_defaults);
+    ``series``: the ``[[series]]`` sections (lab.config.SeriesSection, or any SeriesDecl).
     A variant's name is "<series>/<factor>=<value>". A variant that two series share (e.g.
     batch 8 unbucketed, in the batch series and as the baseline of a bucketing series) runs
     once, keeps its first name, and lists every series it belongs to in ``series``, joined
@@ -119,19 +162,19 @@ def expand_series(defaults: dict, series: list[dict]) -> list[Variant]:
     out: list[Variant] = []
     seen: set[str] = set()
     for s in series:
-        name, factor, values = s.get("name"), s.get("factor"), s.get("values")
+        name, factor, values = s.name, s.factor, s.values
         if not name or factor not in known or not values:
             raise VariantError(
                 f"series {name!r}: needs name, factor (one of {', '.join(sorted(known))}) and values")
         if SERIES_SEP in name:
             raise VariantError(f"series {name!r}: a series name cannot hold {SERIES_SEP!r}; rename it")
-        fixed = {k: v for k, v in s.items() if k not in ("name", "factor", "values")}
+        fixed = dict(s.fixed)
         if factor in fixed:
             raise VariantError(f"series {name!r}: factor {factor!r} is also fixed; a series varies one factor")
         bad = set(fixed) - known
         if bad:
             raise VariantError(f"series {name!r}: unknown field(s) {', '.join(sorted(bad))}")
-        base = Variant(**{**{k: v for k, v in defaults.items() if k in known}, **fixed})
+        base = replace(defaults, **fixed)
         for value in values:
             v = replace(base, **{factor: value}, series=name, name=f"{name}/{factor}={value}")
             if v.variant_id not in seen:

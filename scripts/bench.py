@@ -54,6 +54,7 @@ def _lab(ctx, bucketing: bool):
     from lab.memory.peaks import PeakTracker
     from lab.passes.events import EventWriter
     from lab.passes.inference import run_batches, synchronize
+    from lab.variants import Variant
 
     with open(os.devnull, "w") as sink:
         ev = EventWriter(sink)
@@ -63,8 +64,8 @@ def _lab(ctx, bucketing: bool):
         t0 = time.perf_counter()
         rows = read_corpus(ctx["path"])
         win = run_batches(rows, ctx["tok"], ctx["model"], "cpu",
-                          {"batch_size": ctx["batch"], "padding": "longest",
-                           "max_length": ctx["max_length"], "bucketing": bucketing},
+                          Variant(batch_size=ctx["batch"], padding="longest",
+                                  max_length=ctx["max_length"], bucketing=bucketing),
                           lambda d: ev.progress(d, len(rows), d / (time.perf_counter() - t0)))
         synchronize("cpu")
         tracker.read()

@@ -2,16 +2,21 @@
 
 Builds, in a temporary folder, a synthetic corpus of N items (20 classes, the three length
 buckets) and two predictions files in the runner's format (about 60 % correct): one in
-corpus order (what the pass runner writes) and one shuffled (the worst case: every id
-is looked up), then validates each with each metric through ``lab.validate.validate_pass`` (ids, format,
-coverage, metric, per-bucket metrics, agreement with a reference), one fresh child
-process per metric so that each peak RSS is its own. Goal (issue 13): under 3 s per
-metric for 1,000,000 predictions, memory not growing beyond the ids and labels.
+corpus order (what the pass runner writes) and one shuffled (what another tool or a merge
+of several cards may write: every id is matched out of order), then validates each with
+each metric through ``lab.validate.validate_pass`` (ids, format, coverage, metric,
+per-bucket metrics, agreement with a reference), one fresh child process per measurement
+so that each peak RSS is its own. Rounds alternate orders and metrics, so a load on the
+machine weighs on all of them alike. Goal (issue 13): under 3 s per metric in both orders
+for 1,000,000 predictions, memory not growing beyond the ids and labels.
 
-    .venv/bin/python scripts/bench_validation.py [--items 1000000] [--rounds 3]
+    .venv/bin/python scripts/bench_validation.py [--items 1000000] [--rounds 3] [--baseline DIR]
 
-Prints, per metric, the seconds of each round, their median, the child's RSS before
-validation (corpus and reference already in memory) and its peak RSS (VmHWM).
+``--baseline DIR``: also time the ``lab`` package of another checkout (e.g. an export of
+an older commit) in the same rounds, interleaved, so before/after figures share the
+machine's conditions. Prints each measurement (wall and CPU seconds), then per code: median seconds
+of corpus and shuffled order side by side for each metric, their ratio, the child's RSS
+before validation (corpus and reference already in memory) and its peak RSS (VmHWM).
 """
 
 from __future__ import annotations
@@ -61,63 +66,113 @@ def write_inputs(folder: Path, n: int) -> None:
 
 def child(folder: Path, metric: str, order: str) -> dict:
     """Runs in a fresh process: load corpus and reference, then time validate_pass."""
+    from lab import validate
     from lab.validate import read_prediction_columns, validate_pass
+
+    if not Path(validate.__file__).resolve().is_relative_to(Path(sys.path[0]).resolve()):
+        raise SystemExit(f"timed {validate.__file__}, not the code under {sys.path[0]}")
 
     with open(folder / "corpus.jsonl", encoding="utf-8") as fh:
         corpus = [json.loads(line) for line in fh]
     preds = folder / f"predictions_{order}.jsonl"
     ref_cols = read_prediction_columns(folder / "predictions_corpus.jsonl", set(CLASSES))
-    reference = dict(zip(ref_cols.ids, (ref_cols.classes[c] for c in ref_cols.pred)))
+    reference = dict(zip(ref_cols.ids, (ref_cols.classes[c] for c in ref_cols.pred), strict=True))
     del ref_cols
     rss_before = _status_bytes("VmRSS")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     v = validate_pass(corpus, preds,
                       {"metric": metric, "threshold": 0.5, "tolerance": 0.01},
                       set(CLASSES), reference, 0.6)
-    seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "rss_before_bytes": rss_before, "peak_rss_bytes": _status_bytes("VmHWM"),
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "rss_before_bytes": rss_before,
+            "peak_rss_bytes": _status_bytes("VmHWM"),
             "metric": v.metric, "by_bucket": v.metric_by_bucket, "accepted": v.corpus_accepted,
             "agreement": v.agreement_with_reference}
+
+
+METRIC_NAMES = ("accuracy", "macro_f1")
+
+
+def _run_child(code_root: Path, folder: Path, metric: str, order: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", str(folder), metric, order, str(code_root)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--items", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--child", nargs=3, metavar=("FOLDER", "METRIC", "ORDER"), help=argparse.SUPPRESS)
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="root of another checkout whose lab/ is timed in the same rounds")
+    ap.add_argument("--child", nargs=4, metavar=("FOLDER", "METRIC", "ORDER", "ROOT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
+        sys.path.insert(0, a.child[3])
         print(json.dumps(child(Path(a.child[0]), a.child[1], a.child[2])))
         return 0
+    if a.baseline is not None and not (a.baseline / "lab" / "validate.py").is_file():
+        print(f"--baseline {a.baseline}: no lab/validate.py there; give the root of a checkout", file=sys.stderr)
+        return 2
+    codes = {"this": REPO} | ({"baseline": a.baseline.resolve()} if a.baseline else {})
     folder = Path(tempfile.mkdtemp(prefix="bench-validation-"))
-    write_inputs(folder, a.items)
-    size = (folder / "predictions_corpus.jsonl").stat().st_size
-    print(f"{a.items:,} predictions ({size / 2**20:.1f} MiB), 20 classes, {a.rounds} round(s), "
-          "one fresh process per metric and round")
-    print(f"load average (1 min) {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-    print(f"{'order':<9} {'metric':<9} {'round':>5} {'seconds':>8} {'rss_before_MiB':>15} "
-          f"{'peak_rss_MiB':>13} {'value':>9}")
-    med = {}
-    for order in ORDERS:
-        for metric in ("accuracy", "macro_f1"):
-            secs = []
-            for r in range(a.rounds):
-                out = subprocess.run([sys.executable, __file__, "--child", str(folder), metric, order],
-                                     capture_output=True, text=True, check=True)
-                res = json.loads(out.stdout.strip().splitlines()[-1])
-                secs.append(res["seconds"])
-                print(f"{order:<9} {metric:<9} {r + 1:>5} {res['seconds']:>8.3f} "
-                      f"{res['rss_before_bytes'] / 2**20:>15.1f} {res['peak_rss_bytes'] / 2**20:>13.1f} "
-                      f"{res['metric']:>9.6f}")
-            med[(order, metric)] = statistics.median(secs)
-    for order in ORDERS:
-        ok = all(med[(order, m)] < 3.0 for m in ("accuracy", "macro_f1"))
-        print(f"median seconds, {order} order: " + ", ".join(f"{m} {med[(order, m)]:.3f}" for m in
-                                                             ("accuracy", "macro_f1"))
-              + f"; goal < 3 s each: {'met' if ok else 'NOT met'}")
-    for f in folder.iterdir():
-        f.unlink()
-    folder.rmdir()
+    try:
+        write_inputs(folder, a.items)
+        size = (folder / "predictions_corpus.jsonl").stat().st_size
+        print(f"{a.items:,} predictions ({size / 2**20:.1f} MiB), 20 classes, {a.rounds} round(s), "
+              "one fresh process per measurement, orders and metrics alternating in each round")
+        print(f"load average (1 min) {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; code: "
+              + ", ".join(f"{k} = {v}" for k, v in codes.items()))
+        print(f"{'code':<9} {'order':<9} {'metric':<9} {'round':>5} {'seconds':>8} {'cpu_s':>6} {'rss_before_MiB':>15} "
+              f"{'peak_rss_MiB':>13} {'value':>9}")
+        res: dict[tuple, list[dict]] = {}
+        values: dict[tuple, tuple] = {}
+        differ = False
+        for r in range(a.rounds):
+            for code, root in codes.items():
+                for order in ORDERS:
+                    for metric in METRIC_NAMES:
+                        out = _run_child(root, folder, metric, order)
+                        res.setdefault((code, order, metric), []).append(out)
+                        values.setdefault((code, metric), (out["metric"], out["by_bucket"]))
+                        if (out["metric"], out["by_bucket"]) != values[(code, metric)]:
+                            differ = True
+                            print(f"! {code} {metric}: {order} order gives {out['metric']} "
+                                  f"{out['by_bucket']}, not {values[(code, metric)]}")
+                        print(f"{code:<9} {order:<9} {metric:<9} {r + 1:>5} {out['seconds']:>8.3f} "
+                              f"{out['cpu_seconds']:>6.2f} "
+                              f"{out['rss_before_bytes'] / 2**20:>15.1f} {out['peak_rss_bytes'] / 2**20:>13.1f} "
+                              f"{out['metric']:>9.6f}", flush=True)
+        print()
+        print(f"median of {a.rounds} round(s); goal: under 3 s (wall) for each metric in each order; "
+              "cpu_s = the child's CPU seconds (what a busy machine does not inflate)")
+        print(f"{'code':<9} {'metric':<9} {'corpus_s':>9} {'shuffled_s':>11} {'shuf/corp':>10} "
+              f"{'cpu_corp':>9} {'cpu_shuf':>9} "
+              f"{'rss_before_MiB':>15} {'peak_corpus_MiB':>16} {'peak_shuffled_MiB':>18} {'goal':>8}")
+        for code in codes:
+            for metric in METRIC_NAMES:
+                sec = {o: statistics.median(x["seconds"] for x in res[(code, o, metric)]) for o in ORDERS}
+                peak = {o: max(x["peak_rss_bytes"] for x in res[(code, o, metric)]) / 2**20 for o in ORDERS}
+                cpu = {o: statistics.median(x["cpu_seconds"] for x in res[(code, o, metric)]) for o in ORDERS}
+                before = statistics.median(x["rss_before_bytes"] for x in res[(code, "corpus", metric)]) / 2**20
+                met = "met" if all(v < 3.0 for v in sec.values()) else "NOT met"
+                print(f"{code:<9} {metric:<9} {sec['corpus']:>9.3f} {sec['shuffled']:>11.3f} "
+                      f"{sec['shuffled'] / sec['corpus']:>10.2f} {cpu['corpus']:>9.2f} {cpu['shuffled']:>9.2f} "
+                      f"{before:>15.1f} {peak['corpus']:>16.1f} "
+                      f"{peak['shuffled']:>18.1f} {met:>8}")
+        if "baseline" in codes:
+            def med(code: str, order: str, m: str) -> float:
+                return statistics.median(x["seconds"] for x in res[(code, order, m)])
+            for order in ORDERS:
+                print(f"{order} order, this over baseline (seconds): "
+                      + ", ".join(f"{m} {med('this', order, m) / med('baseline', order, m):.2f}" for m in METRIC_NAMES))
+        same = not differ and all(values[(c, m)] == values[("this", m)] for c in codes for m in METRIC_NAMES)
+        print("same metric and per-bucket metrics in both orders" + (" and both codes" if "baseline" in codes else "")
+              + (": yes" if same else ": NO"))
+    finally:
+        for f in folder.iterdir():
+            f.unlink()
+        folder.rmdir()
     return 0
 
 

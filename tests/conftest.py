@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -35,6 +37,90 @@ def model_dir() -> Path:
         subprocess.run([sys.executable, "-m", "lab.cli", "model", "build-demo", "--out", str(MODEL)],
                        check=True, cwd=REPO)
     return MODEL
+
+
+# ---- waiting ------------------------------------------------------------------------------
+# A test waits on what the app or the product does, never for a fixed delay:
+#   settle        the app's own work (its workers and the messages they post): no timeout needed;
+#   AppMessages   a Pilot test whose app watches something outside it (a detached orchestrator
+#                 writing the journal): woken by each message the app handles, with a deadline;
+#   wait_until    a plain test waiting on another process (a file it writes, a terminal's text),
+#                 the one bounded polling loop of the suite.
+
+
+async def settle(pilot, cond=None, what: str = "the screen", rounds: int = 20):
+    """Wait for the app's workers to complete, then for the messages they posted and the
+    refreshes those cause; again while a handler started new workers. No sleeping.
+
+    The app must end its workers (``poll_interval_s=None, telemetry_interval_s=None``: the
+    journal and telemetry are read once; a test that changes the journal calls
+    ``app.poll_journal()`` to read it again). ``cond``: a zero-argument callable; returns its
+    value, AssertionError naming ``what`` when it is false once the app is idle. A worker
+    that raised makes this raise (``WorkerFailed``); one cancelled by its exclusive rerun
+    does not.
+    """
+    from textual.worker import WorkerCancelled
+
+    app = pilot.app
+    for _ in range(rounds):
+        # each worker's handle; one cancelled (replaced by an exclusive rerun) is not an error
+        for outcome in await asyncio.gather(*(w.wait() for w in app.workers), return_exceptions=True):
+            if isinstance(outcome, BaseException) and not isinstance(outcome, WorkerCancelled):
+                raise outcome
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
+        if all(w.is_finished for w in app.workers) and (cond is None or cond()):
+            break
+    assert all(w.is_finished for w in app.workers), f"workers still running after {rounds} rounds: {list(app.workers)}"
+    if cond is None:
+        return None
+    value = cond()
+    assert value, f"{what}: not shown once the app's workers completed"
+    return value
+
+
+class AppMessages:
+    """Wakes a Pilot test each time the app handles one of its own messages (tui.messages: a
+    journal snapshot, a worker's result, a telemetry sample), for a condition that something
+    outside the app makes true (a detached orchestrator running passes).
+
+    Pass ``hook`` as ``app.run_test(message_hook=...)``; then ``await until(...)``.
+    """
+
+    def __init__(self) -> None:
+        self._arrived = asyncio.Event()
+
+    def hook(self, message) -> None:
+        if type(message).__module__ == "tui.messages":
+            self._arrived.set()
+
+    async def until(self, pilot, cond, timeout_s: float, what: str):
+        """``cond()``'s first true value, checked once the app has handled each message;
+        AssertionError naming ``what`` after ``timeout_s`` seconds."""
+        async def first_true():
+            while True:
+                self._arrived.clear()  # before checking: a message handled meanwhile wakes us
+                await pilot.pause()
+                if value := cond():
+                    return value
+                await self._arrived.wait()
+        try:
+            return await asyncio.wait_for(first_true(), timeout_s)
+        except TimeoutError:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}") from None
+
+
+def wait_until(cond, timeout_s: float, what: str, interval_s: float = 0.2, detail=None):
+    """Call ``cond()`` every ``interval_s`` until it returns a true value (returned): for a
+    process outside the test's control. AssertionError naming ``what`` (and ``detail()``,
+    e.g. the terminal's text) after ``timeout_s`` seconds."""
+    end = time.monotonic() + timeout_s
+    while not (value := cond()):
+        if time.monotonic() >= end:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}"
+                                 + (f":\n{detail()}" if detail else ""))
+        time.sleep(interval_s)
+    return value
 
 
 def demo_rows() -> list[dict]:

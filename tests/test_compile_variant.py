@@ -23,7 +23,7 @@ def _run_pass(tmp_path, model_dir, name, compile_, env=None, corpus=None):
     out = tmp_path / name
     out.mkdir()
     v = Variant(batch_size=4, max_length=128, device="cpu", compile=compile_)
-    spec = PassSpec(campaign="t", pass_id=name, variant=v.to_json(), model_ref=str(model_dir),
+    spec = PassSpec(campaign="t", pass_id=name, variant=v, model_ref=str(model_dir),
                     corpus_path=str(corpus), out_dir=str(out), warmup_items=2, threads=2)
     spec.write(out / "pass.json")
     proc = subprocess.run([sys.executable, "-m", "lab.passes.runner", str(out / "pass.json")],

@@ -107,7 +107,7 @@ def stratified_30(rows):
 def make_spec(tmp_path, corpus: Path, model: Path, campaign: str, variant: Variant, pass_id: str):
     pass_dir = tmp_path / "passes" / pass_id
     pass_dir.mkdir(parents=True)
-    spec = PassSpec(campaign=campaign, pass_id=pass_id, variant=variant.to_json(), corpus_path=str(corpus),
+    spec = PassSpec(campaign=campaign, pass_id=pass_id, variant=variant, corpus_path=str(corpus),
                     model_ref=str(model), out_dir=str(pass_dir), warmup_items=8, warmup_passes=1, threads=2)
     spec.write(pass_dir / "pass.json")
     return spec, pass_dir

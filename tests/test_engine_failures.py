@@ -7,12 +7,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
 
-from conftest import REPO, cut_corpus, write_campaign
+from conftest import REPO, cut_corpus, wait_until, write_campaign
 from lab.journal import Journal
 from lab.launchers.local import LocalLauncher
 from lab.orchestrator import Orchestrator
@@ -81,15 +80,6 @@ def test_real_host_oom_leaves_a_row_with_items_completed(tmp_path, model_dir):
     assert "batch 8" in excluded and "batch 1" not in excluded
 
 
-def _wait(cond, timeout=240):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if cond():
-            return True
-        time.sleep(0.5)
-    return False
-
-
 def test_killed_campaign_resumes_and_keeps_the_interrupted_row(tmp_path, model_dir):
     corpus = cut_corpus(tmp_path / "c.jsonl", 10, 6, 2)
     f = write_campaign(tmp_path, model_dir, corpus, values=(1, 4), repetitions=1)
@@ -109,7 +99,7 @@ def test_killed_campaign_resumes_and_keeps_the_interrupted_row(tmp_path, model_d
         journal_path = found[0]
         return any(a["status"] == "running" and a["items_completed"] > 0
                    for a in Journal(journal_path).attempts())
-    assert _wait(running), "the first pass never reported progress"
+    wait_until(running, 240, "the first pass to report progress")
     # kill the orchestrator and its pass, as a host reboot or a lost session would
     children = psutil.Process(orch_proc.pid).children(recursive=True)
     os.killpg(orch_proc.pid, signal.SIGKILL)

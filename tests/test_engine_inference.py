@@ -23,8 +23,10 @@ def run(rows, loaded, **variant):
     from lab.passes.inference import run_batches
 
     tok, model = loaded
-    v = {"batch_size": 1, "precision": "fp32", "padding": "longest", "max_length": 256,
-         "bucketing": False, **variant}
+    from lab.variants import Variant
+
+    v = Variant(**{"batch_size": 1, "precision": "fp32", "padding": "longest", "max_length": 256,
+                   "bucketing": False, **variant})
     return run_batches(rows, tok, model, "cpu", v)
 
 
@@ -78,10 +80,14 @@ def test_bf16_runs_with_fp32_probabilities_and_close_predictions(model_dir):
     tok, model = load_model(str(model_dir), "bf16", "cpu")
     assert next(model.parameters()).dtype.is_floating_point and str(next(model.parameters()).dtype) == "torch.bfloat16"
     rows = [r for r in demo_rows() if r["bucket"] == "short"][::60][:10]
-    v = {"batch_size": 4, "precision": "bf16", "padding": "longest", "max_length": 128, "bucketing": False}
+    from dataclasses import replace
+
+    from lab.variants import Variant
+
+    v = Variant(batch_size=4, precision="bf16", padding="longest", max_length=128, bucketing=False)
     bf16 = run_batches(rows, tok, model, "cpu", v)
     tok32, model32 = load_model(str(model_dir), "fp32", "cpu")
-    fp32 = run_batches(rows, tok32, model32, "cpu", {**v, "precision": "fp32"})
+    fp32 = run_batches(rows, tok32, model32, "cpu", replace(v, precision="fp32"))
     assert all(isinstance(p, float) and 0.0 <= p <= 1.0 for p in bf16.prob)
     agree = sum(a == b for a, b in zip(bf16.pred_index, fp32.pred_index)) / len(rows)
     assert agree >= 0.8, agree

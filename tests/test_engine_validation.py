@@ -74,3 +74,25 @@ def test_macro_f1_by_hand():
     pred = ["a", "b", "b", "b"]
     # a: tp1 fn1 -> 2/3; b: tp1 fp2 -> 0.5; c: fn1 -> 0
     assert abs(macro_f1(gold, pred) - (2 / 3 + 0.5 + 0) / 3) < 1e-12
+
+
+def test_shuffled_predictions_give_the_same_validation_as_corpus_order(small_campaign, tmp_path):
+    """A predictions file written in another order (another tool, a multi-card merge) is the
+    same result: every figure of the validation, per-bucket metrics and agreement included."""
+    import random
+
+    in_order = _case(small_campaign, tmp_path, lambda ls: ls)
+    assert in_order.corpus_accepted and len(in_order.metric_by_bucket) == 3
+
+    def shuffled(ls):
+        out = list(ls)
+        random.Random(5).shuffle(out)
+        assert out != ls
+        return out
+    assert _case(small_campaign, tmp_path, shuffled) == in_order
+    assert _case(small_campaign, tmp_path, lambda ls: ls[::-1]) == in_order
+    # the checks give the same counts out of order too: one duplicate, one missing id
+    broken_in_order = _case(small_campaign, tmp_path, lambda ls: ls[1:] + [ls[2]])
+    broken_shuffled = _case(small_campaign, tmp_path, lambda ls: shuffled(ls[1:] + [ls[2]]))
+    assert broken_in_order == broken_shuffled
+    assert broken_shuffled.duplicate_ids == 1 and broken_shuffled.missing_ids == 1 and not broken_shuffled.ids_match

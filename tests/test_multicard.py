@@ -18,8 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, cut_corpus
+from conftest import REPO, cut_corpus, settle
 
+from lab.config import SeriesSection
 from lab.host_cards import CardsBeyondHost, check_cards_fit_host, host_card_count
 from lab.passes.distributed import (
     ProgressTally,
@@ -133,8 +134,8 @@ def test_cards_field_keeps_one_card_ids_and_works_as_a_series_factor():
     for bad in (0, -1, 1.5, True):
         with pytest.raises(VariantError, match="cards"):
             Variant(cards=bad)
-    vs = expand_series({"cards": 2}, [{"name": "b", "factor": "batch_size", "values": [1, 4]},
-                                      {"name": "c", "factor": "cards", "values": [1, 2]}])
+    vs = expand_series(Variant(cards=2), [SeriesSection("b", "batch_size", (1, 4)),
+                                          SeriesSection("c", "cards", (1, 2))])
     assert [x.cards for x in vs] == [2, 2, 1]  # [defaults] cards = 2; c/cards=2 equals b/batch_size=1
     assert vs[2].name == "c/cards=1"
 
@@ -303,7 +304,6 @@ def test_two_hosts_over_loopback_give_the_same_predictions(cards_campaign, tmp_p
 
 def test_plan_screen_shows_cards_and_refuses_more_than_the_host_has(tmp_path, model_dir):
     import asyncio
-    import time
 
     from test_tui_campaigns import CLOCK, FACTS, SAMPLE
 
@@ -314,11 +314,10 @@ def test_plan_screen_shows_cards_and_refuses_more_than_the_host_has(tmp_path, mo
 
     async def go():
         app = IteraLabApp(f, telemetry=fixed_telemetry(SAMPLE), environment_probe=lambda: FACTS,
-                          clock=lambda: CLOCK, poll_interval_s=0.1, start_screen="plan")
+                          clock=lambda: CLOCK, poll_interval_s=None, telemetry_interval_s=None,
+                          start_screen="plan")
         async with app.run_test(size=(80, 24)) as pilot:
-            t0 = time.monotonic()
-            while getattr(app.screen, "plan", None) is None and time.monotonic() - t0 < 120:
-                await pilot.pause(0.1)
+            await settle(pilot, lambda: getattr(app.screen, "plan", None), "the plan")
             head = str(app.screen.query_one("#plan-head").render())
             checks = str(app.screen.query_one("#plan-checks").render())
             return app.screen.plan, head, checks
@@ -342,7 +341,7 @@ def test_stopping_a_multi_card_pass_leaves_no_worker_running(tmp_path, model_dir
     corpus = cut_corpus(tmp_path / "corpus.jsonl", 8, 6, 6)
     d = tmp_path / "pass"
     d.mkdir()
-    spec = PassSpec("t", "stop", Variant(batch_size=1, max_length=128, cards=2).to_json(), str(corpus),
+    spec = PassSpec("t", "stop", Variant(batch_size=1, max_length=128, cards=2), str(corpus),
                     str(model_dir), str(d), warmup_items=2, threads=2)
     spec.write(d / "pass.json")
     seen = {"measured": False}
@@ -370,7 +369,7 @@ def test_bucketed_two_card_pass_balances_tokens_and_predicts_as_one_card(tmp_pat
     for cards in (1, 2):
         d = tmp_path / f"c{cards}"
         d.mkdir()
-        spec = PassSpec("t", f"c{cards}", Variant(batch_size=4, max_length=128, bucketing=True, cards=cards).to_json(),
+        spec = PassSpec("t", f"c{cards}", Variant(batch_size=4, max_length=128, bucketing=True, cards=cards),
                         str(corpus), str(model_dir), str(d), warmup_items=2, threads=2)
         spec.write(d / "pass.json")
         assert LocalLauncher().launch(spec, d, lambda line: None).exit_code == 0
@@ -458,7 +457,7 @@ def test_merge_names_the_card_that_did_not_honour_a_declared_value(tmp_path):
 
     corpus = cut_corpus(tmp_path / "corpus.jsonl", 1, 1, 0)
     items = [json.loads(x) for x in corpus.read_text().splitlines()]
-    spec = PassSpec("t", "merge", Variant(batch_size=1, max_length=128, cards=2).to_json(), str(corpus), "m",
+    spec = PassSpec("t", "merge", Variant(batch_size=1, max_length=128, cards=2), str(corpus), "m",
                     str(tmp_path), threads=2)
     base = {"dtype": "float32", "device": "cpu", "attention": "sdpa", "threads": 1, "threads_declared": 2,
             "compile": False, "quantization": "none", "threads_per_worker": 1, "padding": "longest",
@@ -489,7 +488,7 @@ def test_merge_names_the_card_that_did_not_honour_a_declared_value(tmp_path):
 
     from lab.report.raw_table import raw_rows, raw_table
 
-    attempt = {"pass_id": "merge", "variant_id": "v", "variant": spec.variant, "result": res, "validation": {},
+    attempt = {"pass_id": "merge", "variant_id": "v", "variant": spec.variant.to_json(), "result": res, "validation": {},
                "notes": "", "repetition": 0, "position": 0, "seq": 0, "attempt": 1, "launcher": "local",
                "start_time": "", "end_time": "", "status": res["status"], "exit_code": res["exit_code"],
                "items_total": 2, "items_completed": 2}

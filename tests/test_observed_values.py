@@ -66,17 +66,19 @@ def test_truncation_is_visible_per_item_per_bucket_and_in_the_decision_note(atte
 
 
 def test_a_declared_value_the_model_contradicts_is_refused(model_dir):
+    from dataclasses import replace
+
     from lab.passes.inference import load_model
     from lab.passes.observed import NotHonoured, observe_model, require_honoured
     from lab.variants import Variant
 
     _, model = load_model(str(model_dir), "fp32", "cpu", attention="eager")
     seen = observe_model(model, 0)
-    declared = Variant(attention="eager").to_json()
+    declared = Variant(attention="eager")
     require_honoured(declared, seen, "cpu")  # what was declared is what loaded
     for field, value, words in (("precision", "bf16", "precision bf16 declared, weights loaded as float32"),
                                 ("attention", "sdpa", "attention sdpa declared, the model reports eager")):
         with pytest.raises(NotHonoured, match=words):
-            require_honoured({**declared, field: value}, seen, "cpu")
+            require_honoured(replace(declared, **{field: value}), seen, "cpu")
     with pytest.raises(NotHonoured, match="padding max_length declared, batches padded: longest"):
-        require_honoured(declared | {"padding": "max_length"}, {**seen, "padding": "longest"}, "cpu")
+        require_honoured(replace(declared, padding="max_length"), {**seen, "padding": "longest"}, "cpu")

@@ -8,9 +8,8 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
-from conftest import REPO, cut_corpus, write_campaign
+from conftest import REPO, cut_corpus, wait_until, write_campaign
 
 
 def test_deleted_campaign_folder_stops_the_campaign_with_the_reason(model_dir, tmp_path):
@@ -24,10 +23,10 @@ def test_deleted_campaign_folder_stops_the_campaign_with_the_reason(model_dir, t
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO), "ITERALAB_RUNS": str(runs)})
     try:
-        deadline = time.monotonic() + 180
-        while not list(runs.glob("lost/*/passes/*/result.json")):
-            assert time.monotonic() < deadline and proc.poll() is None, "the first pass never finished"
-            time.sleep(0.2)
+        first_result = "lost/*/passes/*/result.json"
+        wait_until(lambda: list(runs.glob(first_result)) or proc.poll() is not None, 180,
+                   "the first pass to finish")
+        assert list(runs.glob(first_result)), f"the orchestrator exited (rc {proc.returncode}) before a pass finished"
         shutil.rmtree(next(runs.glob("lost/*")))
         out, err = proc.communicate(timeout=240)
     finally:

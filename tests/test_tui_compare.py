@@ -10,12 +10,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from test_tui_campaigns import demo_copy
-from test_tui_screens import make_app, runs, wait_for  # noqa: F401 - runs is a fixture
+from conftest import settle, wait_until
+from test_tui_screens import make_app, runs  # noqa: F401 - runs is a fixture
 
 from lab.compare import compare_archives
 
@@ -34,14 +34,14 @@ def test_compare_screen_lists_archives_and_builds_the_cli_decision(tmp_path, run
         app = make_app(demo_copy(tmp_path), start_screen="compare")
         async with app.run_test(size=(80, 24)) as pilot:
             sl = app.screen.query_one("#compare-archives", SelectionList)
-            await wait_for(pilot, lambda: sl.option_count == 2, what="the archives under runs/")
+            await settle(pilot, lambda: sl.option_count == 2, "the archives under runs/")
             await pilot.press("space", "down", "space")
             assert len(sl.selected) == 2
             app.screen.query_one("#c-load", Input).value = "50000"
             app.screen.query_one("#c-deadline", Input).value = "2026-12-05T09:00+01:00"
             app.screen.query_one("#c-window_start", Input).value = "2026-12-01T09:00+01:00"
             await pilot.press("c")
-            await wait_for(pilot, lambda: getattr(app.screen, "result", None), 120, "the comparison")
+            await settle(pilot, lambda: getattr(app.screen, "result", None), "the comparison")
             text = str(app.screen.query_one("#compare-result").render())
             return app.screen.result, text, list(sl.selected)
     result, text, selected = asyncio.run(go())
@@ -68,8 +68,8 @@ def test_compare_screen_shows_a_refusal_in_one_line(tmp_path, runs, rental_archi
             load.focus()
             load.value = "1000"
             await pilot.press("enter")
-            await wait_for(pilot, lambda: "corpus sha256 differs" in
-                           str(app.screen.query_one("#compare-result").render()), 120, "the refusal")
+            await settle(pilot, lambda: "corpus sha256 differs" in
+                         str(app.screen.query_one("#compare-result").render()), "the refusal")
     asyncio.run(go())
 
 
@@ -91,7 +91,7 @@ def test_esc_then_a_digit_leaves_the_field_without_typing(tmp_path, runs, sequen
             await pilot.pause()
             before = app.screen
             app.post_message(events.Key(key, char))
-            await wait_for(pilot, lambda: app.screen is not before, 10, f"screen {target}")
+            await settle(pilot, lambda: app.screen is not before, f"screen {target}")
             assert app.screen is app.get_screen(target)
             assert field.value == "7" and char not in field.value
     asyncio.run(go())
@@ -108,7 +108,7 @@ def test_esc_then_a_letter_in_a_field_is_the_key_not_text(tmp_path, runs):
             field.focus()
             await pilot.pause()
             app.post_message(events.Key("alt+c", "c"))  # Esc then c: leave the field, recompute
-            await pilot.pause(0.5)
+            await settle(pilot)  # the key handled and the recompute it started ended
             assert "c" not in field.value and app.focused is not field
     asyncio.run(go())
 
@@ -120,19 +120,24 @@ def tmux_app(session: str, runs: Path, cols: int = 80, rows: int = 24) -> None:
                     env], check=True)
 
 
-def capture(session: str) -> str:
-    return subprocess.run(["tmux", "capture-pane", "-t", session, "-p"], capture_output=True,
-                          text=True, check=True).stdout
+def capture(session: str, escapes: bool = False) -> str:
+    """The pane's text (with ``escapes``: its colours too, where the focus shows)."""
+    return subprocess.run(["tmux", "capture-pane", "-t", session, "-p", *(["-e"] if escapes else [])],
+                          capture_output=True, text=True, check=True).stdout
 
 
 def wait_text(session: str, text: str, timeout_s: float = 60) -> str:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
+    """The pane's text once it shows ``text`` (the real app runs in another process)."""
+    def shown() -> str | None:
         out = capture(session)
-        if text in out:
-            return out
-        time.sleep(0.3)
-    raise AssertionError(f"{text!r} never appeared:\n{capture(session)}")
+        return out if text in out else None
+    return wait_until(shown, timeout_s, f"{text!r} in the terminal", detail=lambda: capture(session))
+
+
+# a text each screen shows once its worker has filled it (the right edge is checked on that)
+FILLED = {"1": "Backend", "2": "repetitions, rotated", "3": "passes", "4": "not started",
+          "5": "No campaign run yet", "6": "Cost per validated corpus", "7": "Press a to assemble",
+          "8": "Archives under runs/ and added"}
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed (apt-get install tmux)")
@@ -144,9 +149,10 @@ def test_real_app_in_tmux_esc_digit_and_right_edge(tmp_path):
     try:
         wait_text(session, "1 Env")
         subprocess.run(["tmux", "send-keys", "-t", session, "6"], check=True)
-        wait_text(session, "catalog CSV")
+        wait_text(session, FILLED["6"])  # the quote computed: what changes next is the focus
+        before = capture(session, escapes=True)
         subprocess.run(["tmux", "send-keys", "-t", session, "Tab"], check=True)
-        time.sleep(0.5)
+        wait_until(lambda: capture(session, escapes=True) != before, 60, "the focus to enter a field")
         subprocess.run(["tmux", "send-keys", "-t", session, "Escape", "7"], check=True)
         wait_text(session, "Press a to assemble")
         subprocess.run(["tmux", "send-keys", "-t", session, "6"], check=True)
@@ -155,8 +161,7 @@ def test_real_app_in_tmux_esc_digit_and_right_edge(tmp_path):
         glyphs = set("▁▂▃▄▅▆▇█▏▎▍▌▋▊▉")
         for key in "12345678":
             subprocess.run(["tmux", "send-keys", "-t", session, key], check=True)
-            time.sleep(2.5)
-            for n, line in enumerate(capture(session).splitlines()):
+            for n, line in enumerate(wait_text(session, FILLED[key]).splitlines()):
                 assert not (len(line) >= 79 and line.rstrip()[-1:] in glyphs), (key, n, line)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)

@@ -4,17 +4,19 @@ Start from the Runs screen (the orchestrator is spawned detached), quit the UI w
 first pass runs: the orchestrator stays alive. A second UI re-attaches to the journal,
 sees the batch-1 pass complete and the batch-8 pass become a real host-memory OOM row
 (RLIMIT_AS, calibrated on this machine) with its items completed, shows the results, and
-assembles and verifies the evidence archive with its scp line.
+assembles and verifies the evidence archive with its scp line. The app polls the journal
+as in use; the test wakes on each message the app handles (conftest.AppMessages), with a
+deadline for the orchestrator's passes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import time
 from pathlib import Path
 
 import pytest
+from conftest import AppMessages
 from test_tui_campaigns import MODEL, calibrated_limit, tiny_campaign
 
 from lab.status import campaign_status, orchestrator_alive
@@ -34,16 +36,6 @@ def make_app(campaign_file: Path, limit: int) -> IteraLabApp:
     return IteraLabApp(campaign_file, launcher="local", memory_limit=limit,
                        telemetry=fixed_telemetry(SAMPLE), environment_probe=lambda: FACTS,
                        poll_interval_s=0.2)
-
-
-async def wait_for(pilot, cond, timeout_s: float, what: str):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout_s:
-        value = cond()
-        if value:
-            return value
-        await pilot.pause(0.25)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def statuses(app) -> dict:
@@ -66,10 +58,10 @@ def test_start_quit_reattach_live_failure_results_and_archive(tmp_path, runs):
     campaign_file = tiny_campaign(tmp_path / "campaign")
 
     async def first_ui():
-        app = make_app(campaign_file, limit)
-        async with app.run_test(size=(80, 24)) as pilot:
+        app, watch = make_app(campaign_file, limit), AppMessages()
+        async with app.run_test(size=(80, 24), message_hook=watch.hook) as pilot:
             await pilot.press("s")
-            await wait_for(pilot, lambda: "running" in statuses(app).values(), 60, "the first pass to run")
+            await watch.until(pilot, lambda: "running" in statuses(app).values(), 60, "the first pass to run")
             d = app.campaign_dir
             await pilot.press("q")
         return d
@@ -81,26 +73,26 @@ def test_start_quit_reattach_live_failure_results_and_archive(tmp_path, runs):
     assert orchestrator_alive(running)  # quitting the UI did not stop the campaign
 
     async def second_ui():
-        app = make_app(campaign_file, limit)
-        async with app.run_test(size=(80, 24)) as pilot:
+        app, watch = make_app(campaign_file, limit), AppMessages()
+        async with app.run_test(size=(80, 24), message_hook=watch.hook) as pilot:
             assert app.campaign_dir == campaign_dir  # re-attached from the journal on start
-            await wait_for(pilot, lambda: app.snapshot and app.snapshot.status, 10, "the journal snapshot")
+            await watch.until(pilot, lambda: app.snapshot and app.snapshot.status, 10, "the journal snapshot")
             assert app.snapshot.status["orchestrator"]["pid"] == running["pid"]
-            await wait_for(pilot, lambda: "ok" in statuses(app).values(), 120, "a pass to complete")
-            await wait_for(pilot, lambda: app.failures_seen, 120, "the batch-8 failure")
+            await watch.until(pilot, lambda: "ok" in statuses(app).values(), 120, "a pass to complete")
+            await watch.until(pilot, lambda: app.failures_seen, 120, "the batch-8 failure")
             fail = app.failures_seen[0]
             assert fail.kind == "oom" and fail.items_done == 8 and "-r1-" in fail.pass_id
             table = app.screen.query_one(PassTable)
-            await wait_for(pilot, lambda: str(table.get_cell(fail.pass_id, "status")).startswith("OOM @8"),
-                           10, "the OOM row highlighted")
+            await watch.until(pilot, lambda: str(table.get_cell(fail.pass_id, "status")).startswith("OOM @8"),
+                              10, "the OOM row highlighted")
             assert "8/16" in str(table.get_cell(fail.pass_id, "progress"))
-            await wait_for(pilot, lambda: app.snapshot.status["state"] == "finished", 60, "the campaign end")
+            await watch.until(pilot, lambda: app.snapshot.status["state"] == "finished", 60, "the campaign end")
             ok_row = next(p for p, s in statuses(app).items() if s == "ok")
             assert str(table.get_cell(ok_row, "progress")).endswith("16/16")
 
             await pilot.press("5")
             results = app.screen
-            await wait_for(pilot, lambda: getattr(results, "summary", None), 120, "the results")
+            await watch.until(pilot, lambda: getattr(results, "summary", None), 120, "the results")
             by_batch = {v.batch_size: v for v in results.summary}
             assert len(by_batch[1].durations_s) == 1 and by_batch[1].durations_s[0] > 0
             assert by_batch[1].successes == 1 and by_batch[1].accepted_passes == 1
@@ -110,7 +102,7 @@ def test_start_quit_reattach_live_failure_results_and_archive(tmp_path, runs):
             await pilot.press("7")
             archive = app.screen
             await pilot.press("a")
-            await wait_for(pilot, lambda: getattr(archive, "archive", None), 120, "the archive")
+            await watch.until(pilot, lambda: getattr(archive, "archive", None), 120, "the archive")
             a = archive.archive
             assert a["ok"] and a["rows_checked"] == 2 and a["files_checked"] > 5
             assert Path(a["path"]).stat().st_size == a["size_bytes"]

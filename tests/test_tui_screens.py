@@ -3,16 +3,18 @@
 Screens 1-4 run on the embedded demo campaign (copied to a temporary folder); Runs also on
 a journal written as an orchestrator writes it mid-campaign; 5-7 on a real finished
 campaign (batch 1 and 8, 16 items). Telemetry and environment facts are injected.
+The app reads the journal and telemetry once per request (its workers end): each test
+waits for the app's workers (``settle``), never for a delay.
 """
 
 from __future__ import annotations
 
 import asyncio
 import shutil
-import time
 from pathlib import Path
 
 import pytest
+from conftest import settle
 from test_tui_campaigns import (CLOCK, FACTS, SAMPLE, demo_copy, finished_campaign,
                                 synthetic_running_journal)
 
@@ -26,17 +28,10 @@ SIZES = [(80, 24), (120, 40)]
 
 
 def make_app(f: Path, **kw) -> IteraLabApp:
+    """The app with fixed clock, telemetry and facts; its journal and telemetry workers read
+    once and end (``settle`` waits for them; ``app.poll_journal()`` reads the journal again)."""
     return IteraLabApp(f, telemetry=fixed_telemetry(SAMPLE), environment_probe=lambda: FACTS,
-                       clock=lambda: CLOCK, poll_interval_s=0.1, **kw)
-
-
-async def wait_for(pilot, cond, timeout_s: float = 60, what: str = "the screen"):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout_s:
-        if cond():
-            return
-        await pilot.pause(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+                       clock=lambda: CLOCK, poll_interval_s=None, telemetry_interval_s=None, **kw)
 
 
 def text_of(app, selector: str) -> str:
@@ -61,7 +56,7 @@ def test_environment_screen_shows_facts_and_fixes(tmp_path, runs, size):
     async def go():
         app = make_app(demo_copy(tmp_path), start_screen="environment")
         async with app.run_test(size=size) as pilot:
-            await wait_for(pilot, lambda: "Backend" in text_of(app, "#env-facts"))
+            await settle(pilot, lambda: "Backend" in text_of(app, "#env-facts"))
             t = text_of(app, "#env-facts")
             assert "Backend   cpu" in t and "16.0 GiB" in t and "40.0 GiB free at /srv/runs" in t
             assert "FAIL docker engine" in t and "fix: start dockerd" in t
@@ -77,14 +72,14 @@ def test_protocol_screen_locks_and_says_when_edited(tmp_path, runs, size):
     async def go():
         app = make_app(f, start_screen="protocol")
         async with app.run_test(size=size) as pilot:
-            await wait_for(pilot, lambda: "Not locked" in text_of(app, "#protocol-rules"))
+            await settle(pilot, lambda: "Not locked" in text_of(app, "#protocol-rules"))
             t = text_of(app, "#protocol-rules")
             assert "accuracy >= 0.55" in t and "5 repetitions" in t
             card = app.screen.query_one("#corpus-card")
             assert card.row_count == 21  # 20 classes + the total row
             assert [str(c) for c in card.get_row_at(20)] == ["all classes", "600", "300", "100", "1000"]
             await pilot.press("l")
-            await wait_for(pilot, lambda: "sha256" in text_of(app, "#lock-result"))
+            await settle(pilot, lambda: "sha256" in text_of(app, "#lock-result"))
             from lab.identity import protocol_identity
 
             digest = protocol_identity(load_protocol(f))["sha256"]  # text + corpus + model files
@@ -92,10 +87,10 @@ def test_protocol_screen_locks_and_says_when_edited(tmp_path, runs, size):
             assert read_lock(f)[0]["sha256"] == digest
             f.write_text(f.read_text().replace("threshold = 0.55", "threshold = 0.60"))
             await pilot.press("r")
-            await wait_for(pilot, lambda: "Edited after lock" in text_of(app, "#protocol-rules"))
+            await settle(pilot, lambda: "Edited after lock" in text_of(app, "#protocol-rules"))
             assert "lock it as version 2" in text_of(app, "#protocol-rules")
             await pilot.press("l")
-            await wait_for(pilot, lambda: "new protocol version 2" in text_of(app, "#lock-result"))
+            await settle(pilot, lambda: "new protocol version 2" in text_of(app, "#lock-result"))
             assert len(read_lock(f)) == 2
     asyncio.run(go())
 
@@ -108,7 +103,7 @@ def test_plan_screen_schedule_and_feasibility(tmp_path, runs, size):
     async def go():
         app = make_app(demo_copy(tmp_path), start_screen="plan")
         async with app.run_test(size=size) as pilot:
-            await wait_for(pilot, lambda: getattr(app.screen, "plan", None), 120, "the plan")
+            await settle(pilot, lambda: getattr(app.screen, "plan", None), "the plan")
             plan = app.screen.plan
             assert plan["passes"] == 20 and len(plan["schedule"]) == 5  # batch 1/4/8 + bucketed batch 8
             assert plan["schedule"][1] == ["batch_size=4", "batch_size=8", "bucketing=True", "batch_size=1"]
@@ -133,10 +128,11 @@ def test_runs_screen_not_started_then_live_rows_pause_stop(tmp_path, runs, size)
     async def go():
         app = make_app(f)
         async with app.run_test(size=size) as pilot:
-            await wait_for(pilot, lambda: "not started" in text_of(app, "#runs-status"))
+            await settle(pilot, lambda: "not started" in text_of(app, "#runs-status"))
             assert "CPU  37.5 %" in text_of(app, "#telemetry") and "GPU0  87 %" in text_of(app, "#telemetry")
             d = synthetic_running_journal(f, runs)
-            await wait_for(pilot, lambda: app.screen.query_one(PassTable).row_count == 20, 10, "the rows")
+            app.poll_journal()  # what the app's timer does every poll_interval_s
+            await settle(pilot, lambda: app.screen.query_one(PassTable).row_count == 20, "the rows")
             st = text_of(app, "#runs-status")
             assert "running" in st and "2/20 passes" in st and "pid 1;" in st
             table = app.screen.query_one(PassTable)
@@ -152,11 +148,11 @@ def test_runs_screen_not_started_then_live_rows_pause_stop(tmp_path, runs, size)
             assert "can't allocate memory" in "\n".join(
                 str(x) for x in app.screen.query_one("#pass-log").lines)
             await pilot.press("p")
-            await wait_for(pilot, lambda: Journal(d / "journal.sqlite").get_control("pause") is True)
+            await settle(pilot, lambda: Journal(d / "journal.sqlite").get_control("pause") is True)
             await pilot.press("x")
-            await wait_for(pilot, lambda: Journal(d / "journal.sqlite").get_control("stop") is True)
+            await settle(pilot, lambda: Journal(d / "journal.sqlite").get_control("stop") is True)
             await pilot.press("s")  # pid 1 is alive: refused, nothing spawned
-            await pilot.pause(1.0)
+            await settle(pilot)  # the start worker has ended
             assert not (d / "orchestrator.log").exists()
     asyncio.run(go())
 
@@ -169,7 +165,7 @@ def test_results_screen_per_variant(finished, tmp_path, monkeypatch, size):
     async def go():
         app = make_app(finished, start_screen="results")
         async with app.run_test(size=size) as pilot:
-            await wait_for(pilot, lambda: getattr(app.screen, "summary", None), 120, "the results")
+            await settle(pilot, lambda: getattr(app.screen, "summary", None), "the results")
             by = {v.batch_size: v for v in app.screen.summary}
             t = text_of(app, "#results-text")
             d1 = by[1].durations_s[0]
@@ -190,7 +186,7 @@ def test_cost_screen_quote_and_downward_only_deliverables(finished, tmp_path, mo
     async def go():
         app = make_app(finished, start_screen="cost")
         async with app.run_test(size=size) as pilot:
-            await wait_for(pilot, lambda: getattr(app.screen, "cost", None), 120, "the quote")
+            await settle(pilot, lambda: getattr(app.screen, "cost", None), "the quote")
             c = app.screen.cost
             assert c["validated"] == 1 and c["accepted"] == 1
             assert "110.00 USD" in c["quote_text"] and "Cost per validated corpus: 110.00 USD" in c["quote_text"]
@@ -199,14 +195,14 @@ def test_cost_screen_quote_and_downward_only_deliverables(finished, tmp_path, mo
             app.screen.query_one("#f-lots").value = "2"
             app.screen.cost = None
             await pilot.press("c")
-            await wait_for(pilot, lambda: getattr(app.screen, "cost", None))
+            await settle(pilot, lambda: getattr(app.screen, "cost", None))
             c = app.screen.cost
             assert c["accepted"] == 1 and "cannot exceed the 1 validated" in c["warning"]
             assert "Total (committed budget): 220.00 USD" in c["quote_text"]
             app.screen.query_one("#f-accepted").value = "0"
             app.screen.cost = None
             await pilot.press("c")
-            await wait_for(pilot, lambda: getattr(app.screen, "cost", None))
+            await settle(pilot, lambda: getattr(app.screen, "cost", None))
             assert "undefined (no accepted corpus)" in app.screen.cost["quote_text"]
     asyncio.run(go())
 
@@ -222,13 +218,13 @@ def test_archive_screen_assembles_verifies_and_scp_line(finished, tmp_path, monk
         app = make_app(finished, start_screen="archive")
         async with app.run_test(size=size) as pilot:
             await pilot.press("a")
-            await wait_for(pilot, lambda: getattr(app.screen, "archive", None), 120, "the archive")
+            await settle(pilot, lambda: getattr(app.screen, "archive", None), "the archive")
             a = app.screen.archive
             assert a["ok"] and a["rows_checked"] == 2
             assert a["sha256"] in text_of(app, "#archive-info")
             assert text_of(app, "#scp-line") == f"scp -P 2222 alice@198.51.100.7:{a['path']} ."
             app.screen.query_one("#scp-host").value = "gpu.example.org"
-            await pilot.pause(0.2)
+            await pilot.pause()  # the Input.Changed message is handled
             assert text_of(app, "#scp-line") == f"scp -P 2222 alice@gpu.example.org:{a['path']} ."
     asyncio.run(go())
 
@@ -249,11 +245,11 @@ def test_archive_screen_refuses_an_unfinished_campaign_and_packs_it_labelled_par
         app = make_app(f, start_screen="archive")
         async with app.run_test(size=(80, 24)) as pilot:
             await pilot.press("a")
-            await wait_for(pilot, lambda: "archive failed" in text_of(app, "#archive-info"), 60, "the refusal")
+            await settle(pilot, lambda: "archive failed" in text_of(app, "#archive-info"), "the refusal")
             t = text_of(app, "#archive-info")
             assert "not finished" in t and "Press p for an archive labelled partial" in t
             await pilot.press("p")
-            await wait_for(pilot, lambda: getattr(app.screen, "archive", None), 120, "the partial archive")
+            await settle(pilot, lambda: getattr(app.screen, "archive", None), "the partial archive")
             a = app.screen.archive
             assert a["ok"] and a["partial"] and text_of(app, "#archive-info").startswith("PARTIAL Archive")
             assert a["sha256"] in text_of(app, "#archive-info")

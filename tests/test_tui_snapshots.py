@@ -6,6 +6,7 @@ accepts a new rendering after review."""
 from __future__ import annotations
 
 import pytest
+from conftest import settle
 from test_tui_campaigns import CLOCK, FACTS, SAMPLE, demo_copy, synthetic_running_journal
 
 from tui.app import IteraLabApp
@@ -32,18 +33,11 @@ def app_on(f, screen: str) -> IteraLabApp:
                        start_screen=screen)
 
 
-def until(cond, rounds: int = 20):
-    """Wait for the app's workers, then for the messages they posted and the refreshes those
-    cause; again while a handler started new workers. No sleeping, no timing assumption."""
+def until(cond):
+    """Before the snapshot: wait for the app's workers and what they posted (conftest.settle)
+    until ``cond(app)`` holds. No sleeping, no timing assumption."""
     async def run_before(pilot) -> None:
-        app = pilot.app
-        for _ in range(rounds):
-            await app.workers.wait_for_complete()
-            await pilot.pause()
-            await pilot.wait_for_scheduled_animations()
-            if cond(app) and all(w.is_finished for w in app.workers):
-                break
-        assert cond(app), "screen never filled"
+        await settle(pilot, lambda: cond(pilot.app), "the screen filled")
     return run_before
 
 

@@ -55,7 +55,7 @@ def _line(item_id, pred, prob=0.5):
 
 
 def test_bad_line_in_a_later_block_is_named_by_its_file_line(tmp_path, monkeypatch):
-    monkeypatch.setattr(validate, "CHUNK_LINES", 4)
+    monkeypatch.setattr(validate, "CHUNK_BYTES", 64)
     corpus = _corpus(10)
     lines = [_line(r["id"], r["label"]) for r in corpus]
     lines[6] = _line("i6", "not-a-label")
@@ -74,7 +74,7 @@ def test_blocks_give_the_same_verdict_as_one_block(tmp_path, monkeypatch):
     lines = lines[25:] + lines[:25] + [lines[3]]  # shuffled order and one duplicate
     path = _write(tmp_path, corpus, lines)
     whole = validate_pass(corpus, path, QUALITY, LABELS)
-    monkeypatch.setattr(validate, "CHUNK_LINES", 7)
+    monkeypatch.setattr(validate, "CHUNK_BYTES", 200)
     blocks = validate_pass(corpus, path, QUALITY, LABELS)
     assert whole == blocks
     assert whole.duplicate_ids == 1 and whole.examples["duplicates"] == ["i3"]
@@ -138,3 +138,117 @@ def test_archive_rederivation_agrees_with_validation_per_bucket(tmp_path, metric
     row["metric_long"] = str(round(v.metric_by_bucket["long"] + 0.01, 6))  # a figure that lies is caught
     _check_metric("p1", row, preds, gold, problems)
     assert len(problems) == 1 and "metric_long" in problems[0]
+
+
+def _ids_case(seed):
+    """(corpus ids, observed ids): shuffled, with duplicates, unknown ids and omissions."""
+    rnd = random.Random(seed)
+    expected = [f"test/c{k % 7}/{k}" for k in range(rnd.randint(1, 300))]
+    ids = [i for i in expected if rnd.random() > 0.1]
+    ids += rnd.sample(ids, min(len(ids), 3)) + [f"unknown/{k}" for k in range(rnd.randint(0, 4))]
+    rnd.shuffle(ids)
+    return expected, ids
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_align_ids_matches_a_dict_of_positions(seed):
+    expected, ids = _ids_case(seed)
+    want = [expected.index(i) if i in expected else -1 for i in ids]
+    assert validate.align_ids(expected, ids).tolist() == want
+    assert validate.align_ids(expected, list(expected)).tolist() == list(range(len(expected)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_align_ids_never_pairs_different_ids_whose_hashes_collide(seed, monkeypatch):
+    expected, ids = _ids_case(seed)
+    want = [expected.index(i) if i in expected else -1 for i in ids]
+    # unique on the corpus, but every unknown id collides with a corpus id: only the string
+    # comparison can tell them apart
+    table = {s: k for k, s in enumerate(expected)}
+    monkeypatch.setattr(validate, "_id_hash", lambda s: table.get(s, len(s) % len(expected)))
+    assert validate.align_ids(expected, ids).tolist() == want
+    # colliding corpus ids: the dict of positions decides
+    monkeypatch.setattr(validate, "_id_hash", len)
+    assert validate.align_ids(expected, ids).tolist() == want
+
+
+def test_align_ids_refuses_a_corpus_with_duplicate_ids():
+    with pytest.raises(ValueError, match="corpus ids are not unique"):
+        validate.align_ids(["a", "b", "a"], ["b", "a"])
+
+
+def test_line_longer_than_a_block_and_last_line_without_newline(tmp_path, monkeypatch):
+    monkeypatch.setattr(validate, "CHUNK_BYTES", 16)
+    corpus = _corpus(5)
+    lines = [_line(r["id"], r["label"], 0.25) for r in corpus]
+    path = tmp_path / "predictions.jsonl"
+    path.write_bytes(("\r\n".join(lines)).encode())  # CRLF, no final newline
+    cols = read_prediction_columns(path, LABELS)
+    assert cols.ids == [r["id"] for r in corpus] and cols.errors == [] and cols.n_lines == 5
+    path.write_bytes(("\n".join(lines[:2]) + "\n\n" + "\n".join(lines[2:]) + "\n").encode())
+    cols = read_prediction_columns(path, LABELS)
+    assert cols.errors == ["line 3: not a UTF-8 JSON object"] and len(cols.ids) == 5 and cols.n_lines == 6
+
+
+def test_agreement_with_a_reference_in_another_order_lacking_an_item(tmp_path):
+    corpus = _corpus(40)
+    rnd = random.Random(11)
+    preds = {r["id"]: rnd.choice("abcd") for r in corpus}
+    reference = {r["id"]: rnd.choice("abcd") for r in corpus}
+    reference = dict(rnd.sample(sorted(reference.items()), len(reference)))  # another order
+    del reference["i7"]
+    reference["not-in-corpus"] = "a"
+    v = validate_pass(corpus, _write(tmp_path, corpus, [_line(i, p) for i, p in preds.items()]),
+                      QUALITY, LABELS, reference, 0.5)
+    same = sum(reference.get(i) == p for i, p in preds.items())
+    assert v.agreement_with_reference == round(same / 40, 6)
+
+
+TRICKY_LINES = [
+    b'{"id": "i1", "pred": "b", "prob": 0.5, "extra": "\xff"}',  # bad UTF-8 in a key the reader ignores
+    b'{"id": "i1", "pred": "b", "prob": 0.5, "extra": "\\ud800"}',  # lone surrogate: json reads it
+    b'{"id": "i1", "pred": "b", "prob": true}',
+    b'{"id": "i1", "pred": "b", "prob": 1}',
+    b'{"id": "i1", "pred": "b", "prob": NaN}',
+    b'{"id": "i1", "pred": "b", "prob": 1e400}',
+    b'{"id": "i1", "pred": "c", "prob": 0.5, "pred": "b"}',  # duplicate key: the last one counts
+    b'{"id": "i1", "pred": 3, "prob": 0.5, "pred": "b"}',
+    b'{"id": "i1", "pred": "b", "prob": 0.5, "extra": [1, {"x": NaN}]}',
+    b'\xef\xbb\xbf{"id": "i1", "pred": "b", "prob": 0.5}',
+    b'{"id": "i1", "pred": "b", "prob": 0.5}\r',
+    b'{"id": "i1", "pred": "b", "prob": 0.5}   ',
+    b'{"id": "i\t1", "pred": "b", "prob": 0.5}',
+    b'{"id": "i1", "pred": null, "prob": 0.5}',
+    b'{"id": "i1", "pred": "b", "prob": 0.5}, {"id": "i9", "pred": "b", "prob": 0.5}',
+    b'[{"id": "i1", "pred": "b", "prob": 0.5}]',
+    b'{"id": 1, "pred": "b", "prob": 0.5}',
+    b'{"id": "i1", "pred": "z", "prob": 0.5}',
+    b'',
+]
+
+
+@pytest.mark.parametrize("tricky", TRICKY_LINES)
+def test_block_reading_equals_line_by_line_reading(tmp_path, monkeypatch, tricky):
+    """The one-call block parser accepts a line only when json.loads, line by line, reads the
+    same record without error: columns and messages are those of the line-by-line reading."""
+    corpus = _corpus(4)
+    lines = [_line(r["id"], r["label"]).encode() for r in corpus]
+    path = tmp_path / "predictions.jsonl"
+    path.write_bytes(b"\n".join(lines[:1] + [tricky] + lines[2:]) + b"\n")
+    fast = read_prediction_columns(path, LABELS)
+    monkeypatch.setattr(validate, "_fast_columns", lambda *a: None)
+    slow = read_prediction_columns(path, LABELS)
+    assert (fast.ids, fast.pred.tolist(), fast.classes, fast.errors, fast.n_lines) == \
+        (slow.ids, slow.pred.tolist(), slow.classes, slow.errors, slow.n_lines)
+
+
+@pytest.mark.parametrize("prob", [b"true", b"false", b'"0.5"', b"NaN", b"1.5", b"-0.1"])
+def test_a_prob_that_is_not_a_number_in_0_1_is_a_format_error(tmp_path, prob):
+    """JSON true/false are not probabilities (Python counts bools as ints: refused by name)."""
+    corpus = _corpus(4)
+    lines = [_line(r["id"], r["label"]).encode() for r in corpus]
+    lines[1] = b'{"id": "i1", "pred": "b", "prob": ' + prob + b"}"
+    path = tmp_path / "predictions.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    cols = read_prediction_columns(path, LABELS)
+    assert len(cols.errors) == 1 and "'prob'" in cols.errors[0] and "line 2" in cols.errors[0], cols.errors

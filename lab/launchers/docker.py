@@ -18,6 +18,7 @@ from a CUDA/HIP OOM the pass reports itself (exit code 3). Files the pass wrote
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import stat
@@ -259,7 +260,7 @@ class DockerLauncher:
         """Run one pass in a new container; block until it ends. Never raises for a failed pass."""
         pass_dir = Path(pass_dir).resolve()
         vols, fields = self._mounts(spec, pass_dir)
-        cspec = PassSpec(**{**spec.to_json(), **fields})
+        cspec = dataclasses.replace(spec, **fields)
         cspec.write(pass_dir / C_SPEC_NAME)
         user = self._user()
         rw = [Path(src) for src, m in vols.items() if m["mode"] == "rw"]
@@ -280,7 +281,7 @@ class DockerLauncher:
 
     def _create(self, spec: PassSpec, vols: dict, user):
         lb = {f"{LABEL_PREFIX}.campaign": spec.campaign, f"{LABEL_PREFIX}.pass": spec.pass_id,
-              f"{LABEL_PREFIX}.variant": str(spec.variant.get("variant_id", spec.variant.get("label", ""))),
+              f"{LABEL_PREFIX}.variant": spec.variant.variant_id,
               **self.labels}
         cmd0 = (self.image.attrs.get("Config", {}).get("Cmd") or ["python"])[0]
         env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
@@ -288,7 +289,7 @@ class DockerLauncher:
         if self.hf_home and not Path(spec.model_ref).is_dir():
             env["HF_HOME"] = "/models/hf-home"
         env["HOME"] = "/tmp"  # the root filesystem is read-only; caches go to the tmpfs
-        gpu = self._gpu(int(spec.variant.get("cards", 1)))
+        gpu = self._gpu(spec.variant.cards)
         kw = dict(command=[cmd0, "-u", "-m", "lab.passes.runner", f"{C_PASS}/{C_SPEC_NAME}"],
                   name=re.sub(r"[^a-zA-Z0-9_.-]", "-", f"iteralab-{spec.pass_id}-{uuid.uuid4().hex[:6]}"),
                   labels=lb, volumes=vols, working_dir="/work", environment=env, detach=True,

@@ -12,8 +12,10 @@ propagates as an exception: the runner turns it into a failure row with the reas
 
 from __future__ import annotations
 
+from lab.variants import Variant
 
-def compile_model(model, rows: list[dict], tokenizer, device: str, variant: dict) -> None:
+
+def compile_model(model, rows: list[dict], tokenizer, device: str, variant: Variant) -> None:
     """Compile ``model`` in place and run one batch of ``rows`` (at least one item) through it.
 
     Raises ValueError with no rows, and whatever dynamo/inductor raise on failure.
@@ -23,7 +25,7 @@ def compile_model(model, rows: list[dict], tokenizer, device: str, variant: dict
     if not rows:
         raise ValueError("compile = true needs warm-up items to compile on; set [timing] warmup_items >= 1")
     model.compile()
-    run_batches(rows[: variant["batch_size"]], tokenizer, model, device, variant)
+    run_batches(rows[: variant.batch_size], tokenizer, model, device, variant)
     synchronize(device)
 
 

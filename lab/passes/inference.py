@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from lab.variants import Variant
+
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
@@ -131,7 +133,7 @@ def batch_order(lengths: list[int], bucketing: bool) -> list[int]:
     return sorted(idx, key=lambda i: lengths[i]) if bucketing else idx
 
 
-def run_batches(rows: list[dict], tokenizer, model, device: str, variant: dict,
+def run_batches(rows: list[dict], tokenizer, model, device: str, variant: Variant,
                 on_batch: Callable[[int], None] | None = None,
                 sink: dict | None = None) -> WindowResult:
     """Tokenize, batch, transfer, infer and materialize predictions on the host.
@@ -143,12 +145,12 @@ def run_batches(rows: list[dict], tokenizer, model, device: str, variant: dict,
     import torch
 
     n = len(rows)
-    bs, max_len = variant["batch_size"], variant["max_length"]
+    bs, max_len = variant.batch_size, variant.max_length
     input_ids, totals = tokenize([r["text"] for r in rows], tokenizer, max_len)
     lengths = [len(x) for x in input_ids]
     n_trunc = sum(1 for k, t in zip(lengths, totals, strict=True) if t is not None and t > k)
-    order = batch_order(lengths, variant.get("bucketing", False))
-    pad_to = "max_length" if variant["padding"] == "max_length" else "longest"
+    order = batch_order(lengths, variant.bucketing)
+    pad_to = "max_length" if variant.padding == "max_length" else "longest"
     pred: list[int | None] = [None] * n
     prob: list[float | None] = [None] * n
     win = WindowResult([r["id"] for r in rows], [r.get("label") for r in rows], pred, prob,
@@ -188,7 +190,7 @@ def run_batches(rows: list[dict], tokenizer, model, device: str, variant: dict,
     return win
 
 
-def warm_up(rows: list[dict], tokenizer, model, device: str, variant: dict,
+def warm_up(rows: list[dict], tokenizer, model, device: str, variant: Variant,
             items: int, passes: int) -> float:
     """The protocol's warm-up: ``passes`` runs over the first ``items`` corpus items. Returns seconds."""
     t0 = time.perf_counter()

@@ -33,6 +33,7 @@ from pathlib import Path
 from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventWriter, PassStatus
 from lab.passes.observed import combine_cards
 from lab.passes.spec import PassSpec
+from lab.variants import Variant
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PEAK_KEYS = ("peak_allocated_bytes", "peak_reserved_bytes", "process_peak_rss_bytes", "device_used_bytes")
@@ -61,7 +62,7 @@ def run_multicard(spec: PassSpec, spec_path: str, ev: EventWriter, argv: list[st
     from lab.passes.distributed import threads_per_worker, torchrun_command
 
     args = parse_node_args(argv)
-    cards = int(spec.variant.get("cards", 1))
+    cards = spec.variant.cards
     if args.nnodes < 1 or cards % args.nnodes or not 0 <= args.node_rank < args.nnodes:
         ev.emit("error", items_done=0, message=f"cards {cards} cannot be split over {args.nnodes} host(s) "
                 f"as node {args.node_rank}: cards must be a multiple of --nnodes and 0 <= --node-rank < --nnodes")
@@ -123,7 +124,7 @@ def _one_or_joined(values: list):
     return values[0] if len(set(values)) == 1 else "+".join(map(str, values))
 
 
-def _check_cards(variant: dict, recs: list[dict]) -> None:
+def _check_cards(variant: Variant, recs: list[dict]) -> None:
     """The one-card rule (lab.passes.observed.require_honoured) on every ok card's record.
 
     A card that says ok but did not honour a declared value, or recorded no observation,
@@ -234,7 +235,7 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
         peaks = {**{k: _max((c.get("peaks") or {}).get(k) for c in recs) for k in PEAK_KEYS},
                  "reasons": reasons, "scopes": next(c["peaks"]["scopes"] for c in recs if c.get("peaks"))}
     devs = [c.get("device") for c in recs if c.get("device")]
-    res = {"pass_id": spec.pass_id, "campaign": spec.campaign, "variant": spec.variant,
+    res = {"pass_id": spec.pass_id, "campaign": spec.campaign, "variant": spec.variant.to_json(),
            "start_time": start_time, "end_time": _utc(), "status": status, "error": "; ".join(errors)[:500],
            "phases_s": phases, "items_total": len(rows), "items_completed": items,
            "items_per_s": round(items / measured_s, 4) if (measured_s := phases.get("measured")) else None,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 
 from lab.passes.inference import DTYPES
+from lab.variants import Variant
 
 BUCKETS = ("short", "medium", "long")
 
@@ -85,36 +86,36 @@ def _padding_ok(declared: str, observed: str) -> bool:
     return observed.startswith((declared, "max_length or longest")) or observed == "none observed"
 
 
-def require_honoured(variant: dict, observed: dict, device: str) -> None:
+def require_honoured(variant: Variant, observed: dict, device: str) -> None:
     """Raise NotHonoured naming the first declared field the observation contradicts.
 
     ``device`` is the resolved device the pass asked for (lab.passes.inference.resolve_device).
     Window fields (padding, max_tokens, bucketing) are checked once ``observed`` holds them.
     """
     bad = []
-    if observed["dtype"] != DTYPES[variant["precision"]]:
-        bad.append(f"precision {variant['precision']} declared, weights loaded as {observed['dtype']}")
+    if observed["dtype"] != DTYPES[variant.precision]:
+        bad.append(f"precision {variant.precision} declared, weights loaded as {observed['dtype']}")
     if observed["device"] != device:
         bad.append(f"device {device} asked, weights on {observed['device']}")
-    if variant.get("attention") and observed["attention"] != variant["attention"]:
-        bad.append(f"attention {variant['attention']} declared, the model reports {observed['attention']}")
+    if variant.attention and observed["attention"] != variant.attention:
+        bad.append(f"attention {variant.attention} declared, the model reports {observed['attention']}")
     share = observed.get("threads_per_worker")
     if share and observed["threads"] != share:
         bad.append(f"threads {observed['threads_declared']} declared for the pass = {share} per worker "
                    f"(threads // workers), torch uses {observed['threads']} in this worker")
     elif not share and observed["threads_declared"] and observed["threads"] != observed["threads_declared"]:
         bad.append(f"threads {observed['threads_declared']} declared, torch uses {observed['threads']}")
-    if bool(variant.get("compile", False)) != observed["compile"]:
-        bad.append(f"compile {variant.get('compile', False)} declared, compiled module: {observed['compile']}")
-    if variant.get("quantization", "none") == "none" and observed["quantization"] != "none":
+    if variant.compile != observed["compile"]:
+        bad.append(f"compile {variant.compile} declared, compiled module: {observed['compile']}")
+    if variant.quantization == "none" and observed["quantization"] != "none":
         bad.append(f"quantization none declared, weights are {observed['quantization']}")
-    if "padding" in observed and not _padding_ok(variant["padding"], observed["padding"]):
-        bad.append(f"padding {variant['padding']} declared, batches padded: {observed['padding']}")
-    if "max_tokens" in observed and observed["max_tokens"] > variant["max_length"]:
-        bad.append(f"max_length {variant['max_length']} declared, an item kept {observed['max_tokens']} tokens")
-    if "bucketing" in observed and not (observed["bucketing"] != "corpus order" if variant.get("bucketing")
+    if "padding" in observed and not _padding_ok(variant.padding, observed["padding"]):
+        bad.append(f"padding {variant.padding} declared, batches padded: {observed['padding']}")
+    if "max_tokens" in observed and observed["max_tokens"] > variant.max_length:
+        bad.append(f"max_length {variant.max_length} declared, an item kept {observed['max_tokens']} tokens")
+    if "bucketing" in observed and not (observed["bucketing"] != "corpus order" if variant.bucketing
                                         else observed["bucketing"].startswith("corpus order")):
-        bad.append(f"bucketing {variant.get('bucketing')} declared, processing order: {observed['bucketing']}")
+        bad.append(f"bucketing {variant.bucketing} declared, processing order: {observed['bucketing']}")
     if bad:
         raise NotHonoured("declared value not honoured: " + "; ".join(bad))
 

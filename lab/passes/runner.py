@@ -85,7 +85,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
     """Run one pass; returns (exit code, result dict). Never raises for pass failures."""
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    res: dict = {"pass_id": spec.pass_id, "campaign": spec.campaign, "variant": spec.variant,
+    res: dict = {"pass_id": spec.pass_id, "campaign": spec.campaign, "variant": spec.variant.to_json(),
                  "start_time": _utc(), "status": PassStatus.ERROR, "error": "", "phases_s": {},
                  "items_total": None, "items_completed": 0, "pid": os.getpid()}
     phases = res["phases_s"]
@@ -119,7 +119,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         if spec.threads:
             torch.set_num_threads(spec.threads)
         torch.backends.cudnn.benchmark = False
-        device, backend = inf.resolve_device(spec.variant.get("device", "auto"))
+        device, backend = inf.resolve_device(spec.variant.device)
         from lab.passes.distributed import card_identity
 
         res.update(device=device, backend=backend, torch_version=torch.__version__,
@@ -129,14 +129,14 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
                                   "use_deterministic_algorithms": False})
         ev.emit("phase", phase="model_load", state="start", device=device)
         t = time.perf_counter()
-        tok, model = inf.load_model(spec.model_ref, spec.variant["precision"], device,
+        tok, model = inf.load_model(spec.model_ref, spec.variant.precision, device,
                                     pad_token=spec.extra.get("pad_token"),
-                                    attention=spec.variant.get("attention"))
+                                    attention=spec.variant.attention)
         id2label = {int(k): v for k, v in model.config.id2label.items()}
         inf.synchronize(device)
         phase("model_load", t)
         dynamo = None
-        if spec.variant.get("compile"):
+        if spec.variant.compile:
             from lab.passes.compile import DynamoCounters, compile_model
 
             ev.emit("phase", phase="compile", state="start")
@@ -176,14 +176,14 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         res.update(n_truncated=win.n_truncated, real_tokens=win.real_tokens,
                    padded_tokens=win.padded_tokens, batches=win.batches,
                    truncated_by_bucket=observed.truncation_by_bucket(rows, win))
-        res["observed"].update(observed.observe_window(win, spec.variant["max_length"]))
+        res["observed"].update(observed.observe_window(win, spec.variant.max_length))
         observed.require_honoured(spec.variant, res["observed"], device)
 
         from lab.passes.probe import probe_phase
 
         ev.emit("phase", phase="probe", state="start")
         t = time.perf_counter()
-        res.update(probe_phase(model, device, spec.variant["precision"], win, phases["measured"]))
+        res.update(probe_phase(model, device, spec.variant.precision, win, phases["measured"]))
         phase("probe", t)
 
         t = time.perf_counter()
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, TypeError) as exc:
         ev.emit("error", items_done=0, message=f"bad pass spec {argv[0]}: {exc}")
         return EXIT_BAD_SPEC
-    if int(spec.variant.get("cards", 1)) > 1 or len(argv) > 1:  # N cards: workers under torchrun
+    if spec.variant.cards > 1 or len(argv) > 1:  # N cards: workers under torchrun
         from lab.passes.multicard import run_multicard
 
         return run_multicard(spec, argv[0], ev, argv[1:])

@@ -144,7 +144,7 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
         torch.manual_seed(spec.seed)
         torch.set_num_threads(threads_per_worker(spec.threads, local_world))
         torch.backends.cudnn.benchmark = False
-        device, backend = inf.resolve_device(spec.variant.get("device", "auto"))
+        device, backend = inf.resolve_device(spec.variant.device)
         if device.startswith("cuda"):
             device = f"cuda:{local_rank}"
             torch.cuda.set_device(device)
@@ -153,8 +153,8 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
                     dist_backend=BACKENDS[backend], test_only_injected_oom=inject is not None and inject[0] == rank)
         dist.init_process_group(BACKENDS[backend], timeout=timedelta(minutes=30))
         t = time.perf_counter()
-        tok, model = inf.load_model(spec.model_ref, spec.variant["precision"], device,
-                                    pad_token=spec.extra.get("pad_token"), attention=spec.variant.get("attention"))
+        tok, model = inf.load_model(spec.model_ref, spec.variant.precision, device,
+                                    pad_token=spec.extra.get("pad_token"), attention=spec.variant.attention)
         id2label = {int(k): v for k, v in model.config.id2label.items()}
         inf.synchronize(device)
         phase("model_load", t)
@@ -184,9 +184,9 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
 
         try:
             rows = read_corpus(spec.corpus_path)
-            bucketing = bool(spec.variant.get("bucketing", False))
+            bucketing = spec.variant.bucketing
             lengths = ([len(x) for x in inf.tokenize([r["text"] for r in rows], tok,
-                                                     spec.variant["max_length"])[0]]
+                                                     spec.variant.max_length)[0]]
                        if bucketing else [0] * len(rows))
             mine = shard_positions(lengths, world, bucketing)[rank]
             card["positions"], card["items_total"] = mine, len(mine)
@@ -198,7 +198,7 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
             card["peaks"] = tracker.read().to_json()
         card.update(items_completed=win.items_done, n_truncated=win.n_truncated, real_tokens=win.real_tokens,
                     padded_tokens=win.padded_tokens, batches=win.batches)
-        card["observed"].update(observed.observe_window(win, spec.variant["max_length"]))
+        card["observed"].update(observed.observe_window(win, spec.variant.max_length))
         observed.require_honoured(spec.variant, card["observed"], device)
         card["status"] = PassStatus.OK
         code = EXIT_OK

@@ -1,3 +1,4 @@
+from lab.config import SeriesSection
 from lab.schedule import rotated_schedule
 from lab.variants import Variant, VariantError, expand_series
 
@@ -5,7 +6,7 @@ import pytest
 
 
 def test_rotation_148_481_814():
-    vs = expand_series({"precision": "fp32"}, [{"name": "batch", "factor": "batch_size", "values": [1, 4, 8]}])
+    vs = expand_series(Variant(precision="fp32"), [SeriesSection("batch", "batch_size", (1, 4, 8))])
     sched = rotated_schedule(vs, 5)
     orders = [[p.variant.batch_size for p in sched if p.repetition == r] for r in range(1, 6)]
     assert orders == [[1, 4, 8], [4, 8, 1], [8, 1, 4], [1, 4, 8], [4, 8, 1]]
@@ -22,15 +23,15 @@ def test_variant_id_is_content_derived():
 
 
 def test_series_vary_one_factor_and_dedupe():
-    vs = expand_series({}, [{"name": "batch", "factor": "batch_size", "values": [1, 8]},
-                            {"name": "bucket", "factor": "bucketing", "values": [False, True], "batch_size": 8}])
+    vs = expand_series(Variant(), [SeriesSection("batch", "batch_size", (1, 8)),
+                                   SeriesSection("bucket", "bucketing", (False, True), (("batch_size", 8),))])
     assert [v.name for v in vs] == ["batch/batch_size=1", "batch/batch_size=8", "bucket/bucketing=True"]
     # batch 8 unbucketed is the bucketing series' baseline too: it runs once, in both series
     assert [v.series for v in vs] == ["batch", "batch+bucket", "bucket"]
     with pytest.raises(VariantError, match="cannot hold '\\+'"):
-        expand_series({}, [{"name": "a+b", "factor": "batch_size", "values": [1]}])
+        expand_series(Variant(), [SeriesSection("a+b", "batch_size", (1,))])
     with pytest.raises(VariantError, match="factor 'batch_size' is also fixed"):
-        expand_series({}, [{"name": "s", "factor": "batch_size", "values": [1], "batch_size": 2}])
+        expand_series(Variant(), [SeriesSection("s", "batch_size", (1,), (("batch_size", 2),))])
     with pytest.raises(VariantError, match="precision 'int4' unknown"):
         Variant(precision="int4")
 
