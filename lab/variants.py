@@ -121,8 +121,11 @@ class Variant:
         return v
 
 
-def variant_short(variant: dict | None) -> str:
-    """'batch_size=8' from a variant's JSON named 'batch/batch_size=8', else its label or id."""
+def variant_short(variant: "Variant | dict | None") -> str:
+    """'batch_size=8' from a variant (or its JSON record) named 'batch/batch_size=8', else its
+    label or id; '?' for none."""
+    if isinstance(variant, Variant):
+        variant = variant.to_json()
     if not variant:
         return "?"
     name = variant.get("name") or ""

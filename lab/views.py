@@ -104,7 +104,7 @@ def build_plan(campaign_file, facts: dict) -> dict:
     sched = rotated_schedule(list(proto.variants), proto.timing["repetitions"])
     reps: dict[int, list[str]] = {}
     for p in sched:
-        reps.setdefault(p.repetition, []).append(variant_short(p.variant.to_json()))
+        reps.setdefault(p.repetition, []).append(variant_short(p.variant))
     out: dict = {"variants": [], "schedule": [reps[r] for r in sorted(reps)], "passes": len(sched),
                  "series": sorted(set().union(*(series_names(v.series) for v in proto.variants))),
                  "note": "", "cards": sorted({v.cards for v in proto.variants})}  # refusal: lock check "cards"
@@ -137,7 +137,7 @@ def build_plan(campaign_file, facts: dict) -> dict:
     for v in proto.variants:
         f = fits.get(v.variant_id) or {}
         out["variants"].append({
-            "name": variant_short(v.to_json()), "variant_id": v.variant_id, "label": v.label,
+            "name": variant_short(v), "variant_id": v.variant_id, "label": v.label,
             "series": v.series, "batch_size": v.batch_size,
             "fits": {b: x.max_batch_size for b, x in f.items()},
             "peak_estimate_bytes": {b: x.weights_bytes + v.batch_size * x.activation_bytes_per_item

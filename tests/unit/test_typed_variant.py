@@ -106,3 +106,13 @@ def test_variant_from_json_accepts_a_record_older_than_a_field():
     old = {k: x for k, x in Variant(batch_size=4).to_json().items() if k != "cards"}
     assert Variant.from_json(old) == Variant(batch_size=4)
     assert {f.name for f in fields(Variant)} >= {"cards", "batch_size"}
+
+
+def test_variant_short_reads_a_variant_and_its_record_alike():
+    from lab.variants import variant_short
+
+    v = Variant(batch_size=8, series="batch", name="batch/batch_size=8")
+    assert variant_short(v) == variant_short(v.to_json()) == "batch_size=8"
+    unnamed = Variant(batch_size=4)
+    assert variant_short(unnamed) == unnamed.label
+    assert variant_short(None) == "?"
