@@ -65,20 +65,18 @@ class Variant:
             if not type_ok(value, hint):
                 raise VariantError(f"variant field {name} = {value!r} has the wrong type; expected "
                                    f"{type_name(hint)}")
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+        if self.batch_size < 1:  # types were checked above: these are the ranges
             raise VariantError(f"batch_size {self.batch_size!r} must be an integer >= 1")
         if self.precision not in PRECISIONS:
             raise VariantError(f"precision {self.precision!r} unknown; use one of {', '.join(PRECISIONS)}")
         if self.padding not in PADDINGS:
             raise VariantError(f"padding {self.padding!r} unknown; use one of {', '.join(PADDINGS)}")
-        if not isinstance(self.max_length, int) or self.max_length < 8:
+        if self.max_length < 8:
             raise VariantError(f"max_length {self.max_length!r} must be an integer >= 8 tokens")
         if self.quantization != "none":
             raise VariantError(f"quantization {self.quantization!r} is not supported yet; use 'none'")
-        if isinstance(self.cards, bool) or not isinstance(self.cards, int) or self.cards < 1:
+        if self.cards < 1:
             raise VariantError(f"cards {self.cards!r} must be an integer >= 1 (devices per pass)")
-        if not isinstance(self.compile, bool):
-            raise VariantError(f"compile {self.compile!r} must be true or false")
         if self.compile and self.cards > 1:  # lab.passes.multicard's workers do not compile
             raise VariantError(f"compile = true runs on one card only (cards = {self.cards}); "
                                "declare cards = 1 or compile = false")
