@@ -1,4 +1,4 @@
-"""compile = true: its own phase, recompilations in the window counted, failures are rows.
+"""compile = true: its own phase covering the window's batch shapes, recompilations counted, failures are rows.
 
 Real passes (python -m lab.passes.runner) on the real demo model; torch.compile on CPU
 builds C++ with the host compiler, so each test takes a minute or more on 2 cores."""
@@ -19,10 +19,10 @@ from lab.variants import Variant
 pytestmark = pytest.mark.slow
 
 
-def _run_pass(tmp_path, model_dir, name, compile_, env=None, corpus=None):
+def _run_pass(tmp_path, model_dir, name, compile_, env=None, corpus=None, padding="longest", bucketing=False):
     out = tmp_path / name
     out.mkdir()
-    v = Variant(batch_size=4, max_length=128, device="cpu", compile=compile_)
+    v = Variant(batch_size=4, max_length=128, device="cpu", compile=compile_, padding=padding, bucketing=bucketing)
     spec = PassSpec(campaign="t", pass_id=name, variant=v, model_ref=str(model_dir),
                     corpus_path=str(corpus), out_dir=str(out), warmup_items=2, threads=2)
     spec.write(out / "pass.json")
@@ -35,15 +35,26 @@ def _run_pass(tmp_path, model_dir, name, compile_, env=None, corpus=None):
     return proc, res, preds
 
 
-def test_compiled_pass_times_compile_apart_and_counts_recompilations(tmp_path, model_dir):
-    corpus = cut_corpus(tmp_path / "c.jsonl", 3, 2, 1)  # 6 items: batches of 4 and 2, lengths differ
-    _, eager, eager_preds = _run_pass(tmp_path, model_dir, "eager", False, corpus=corpus)
-    proc, res, preds = _run_pass(tmp_path, model_dir, "compiled", True, corpus=corpus)
+@pytest.mark.parametrize("padding, bucketing", [("max_length", False), ("longest", True)])
+def test_compile_phase_covers_the_short_final_batch(tmp_path, model_dir, padding, bucketing):
+    """11 items, batch 4, warm-up of 2 items: the window runs batches of 4, 4 and 3 items; before
+    the fix the compile phase saw one 2-item batch and dynamo compiled again inside the window
+    (the last short batch; with "longest" every new length too)."""
+    corpus = cut_corpus(tmp_path / "c.jsonl", 4, 4, 3)
+    _, eager, eager_preds = _run_pass(tmp_path, model_dir, "eager", False, corpus=corpus,
+                                      padding=padding, bucketing=bucketing)
+    proc, res, preds = _run_pass(tmp_path, model_dir, "compiled", True, corpus=corpus,
+                                 padding=padding, bucketing=bucketing)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert res["status"] == "ok" and res["phases_s"]["compile"] > 0
+    print({k: res.get(k) for k in ("phases_s", "compile_shapes", "compile_frames", "recompiles_warmup",
+                                   "recompiles_measured", "graph_breaks_measured", "utilization")},
+          {"eager_phases_s": eager["phases_s"], "eager_utilization": eager.get("utilization")})
+    assert res["status"] == "ok" and res["phases_s"]["compile"] > 0 and res["batches"] == 3
+    assert res["compile_shapes"] == ([[4, 128], [3, 128]] if padding == "max_length"
+                                     else [[4, "dynamic"], [3, "dynamic"]])
+    assert res["compile_frames"] >= 2  # the full and the short batch, each compiled in the compile phase
+    assert res["recompiles_warmup"] == 0 and res["recompiles_measured"] == 0
     assert "compile" not in eager["phases_s"] and "recompiles_measured" not in eager
-    # warm-up compiled one shape (2 items); the window meets new ones: dynamo compiles again
-    assert res["recompiles_measured"] >= 1 and res["graph_breaks_measured"] >= 0
     assert [p["pred"] for p in preds] == [p["pred"] for p in eager_preds]
     assert [p["prob"] for p in preds] == pytest.approx([p["prob"] for p in eager_preds], abs=1e-4)
 

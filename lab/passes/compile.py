@@ -2,12 +2,21 @@
 
 Compilation is its own phase, outside the measured window (seed: compilation belongs to
 set-up, "avvio"): the model is wrapped with ``nn.Module.compile`` (default inductor backend,
-default dynamic-shape policy) and one forward pass on the first warm-up batch triggers the
-compile; its seconds are recorded as the ``compile`` phase. Shapes not seen yet (padding
-"longest", bucketing, the last short batch) can make torch's dynamo compile again inside
-the measured window: ``DynamoCounters`` reads torch._dynamo's counters before and after the
-window and reports the frames compiled and graph breaks in between. A compile failure
-propagates as an exception: the runner turns it into a failure row with the reason.
+default dynamic-shape policy) and the compile phase runs one forward pass for every batch
+shape the measured window's batching will produce that can be known before it
+(``window_batch_sizes``): the full batch and the final short batch (``n_items % batch_size``,
+known from the corpus size). With padding "max_length" that is every shape of the window.
+With padding "longest" (bucketing or not) the sequence length depends on each batch's
+longest item, so the compile inputs' sequence dimension (and their batch dimension, when
+it is 2 or more) are marked dynamic with ``torch._dynamo.maybe_mark_dynamic``: dynamo
+traces them symbolically, so any later length reuses the graph. ``maybe_`` rather than
+``mark_dynamic``: should the model's code specialize a dimension, dynamo compiles a static
+graph instead of failing the pass, and any compilation that still lands in the warm-up or
+the window is counted (``DynamoCounters``: ``recompiles_warmup``, ``recompiles_measured``)
+and reported beside the durations (lab.report). A size-1 dimension is never marked:
+dynamo specializes sizes 0 and 1, which is why a final batch of one item gets its own
+compile. A compile failure propagates as an exception: the runner turns it into a failure
+row with the reason.
 """
 
 from __future__ import annotations
@@ -15,22 +24,54 @@ from __future__ import annotations
 from lab.variants import Variant
 
 
-def compile_model(model, rows: list[dict], tokenizer, device: str, variant: Variant) -> None:
-    """Compile ``model`` in place and run one batch of ``rows`` (at least one item) through it.
+def window_batch_sizes(n_items: int, batch_size: int) -> list[int]:
+    """Batch sizes (items) the measured window will run over ``n_items`` corpus items:
+    ``batch_size`` when there is at least one full batch, then ``n_items % batch_size`` when
+    the last batch is short. [] for an empty corpus. Rule: lab.passes.inference.run_batches
+    cuts the corpus in consecutive batches of the declared size."""
+    sizes = [batch_size] if n_items >= batch_size else []
+    if n_items % batch_size:
+        sizes.append(n_items % batch_size)
+    return sizes
 
-    Raises ValueError with no rows, and whatever dynamo/inductor raise on failure.
+
+def compile_model(model, rows: list[dict], tokenizer, device: str, variant: Variant,
+                  n_items: int) -> list[list]:
+    """Compile ``model`` in place on every batch shape of a ``n_items`` window (see the module).
+
+    ``rows``: the warm-up items (at least one; repeated to fill a batch). Returns the shapes
+    compiled, [[items, tokens], ...] with tokens "dynamic" where the sequence dimension was
+    marked dynamic. Raises ValueError with no rows, and whatever dynamo/inductor raise.
     """
-    from lab.passes.inference import run_batches, synchronize
+    import torch
+
+    from lab.passes.inference import pad_batch, synchronize, tokenize
 
     if not rows:
         raise ValueError("compile = true needs warm-up items to compile on; set [timing] warmup_items >= 1")
+    dynamic_length = variant.padding != "max_length"
     model.compile()
-    run_batches(rows[: variant.batch_size], tokenizer, model, device, variant)
+    shapes: list[list] = []
+    for size in window_batch_sizes(n_items, variant.batch_size) or [variant.batch_size]:
+        texts = [rows[i % len(rows)]["text"] for i in range(size)]
+        ids, _ = tokenize(texts, tokenizer, variant.max_length)
+        feats = pad_batch(tokenizer, ids, variant)
+        ids_t = feats["input_ids"].to(device)
+        mask_t = feats["attention_mask"].to(device)
+        if dynamic_length:
+            for t in (ids_t, mask_t):
+                torch._dynamo.maybe_mark_dynamic(t, 1)
+                if size > 1:
+                    torch._dynamo.maybe_mark_dynamic(t, 0)
+        with torch.inference_mode():
+            model(input_ids=ids_t, attention_mask=mask_t)
+        shapes.append([size, "dynamic" if dynamic_length else int(ids_t.shape[1])])
     synchronize(device)
+    return shapes
 
 
 class DynamoCounters:
-    """Frames compiled and graph breaks between ``start()`` and ``read()`` (torch._dynamo)."""
+    """Frames dynamo compiled and graph breaks between ``start()`` and ``read()`` (torch._dynamo)."""
 
     def __init__(self) -> None:
         self._start = (0, 0)
@@ -45,8 +86,7 @@ class DynamoCounters:
     def start(self) -> None:
         self._start = self._now()
 
-    def read(self) -> dict:
-        """{"recompiles_measured": frames compiled since start, "graph_breaks_measured": ...}."""
+    def read(self) -> tuple[int, int]:
+        """(frames compiled since start, graph breaks since start)."""
         frames, breaks = self._now()
-        return {"recompiles_measured": frames - self._start[0],
-                "graph_breaks_measured": breaks - self._start[1]}
+        return frames - self._start[0], breaks - self._start[1]

@@ -133,6 +133,15 @@ def batch_order(lengths: list[int], bucketing: bool) -> list[int]:
     return sorted(idx, key=lambda i: lengths[i]) if bucketing else idx
 
 
+def pad_batch(tokenizer, input_ids: list[list[int]], variant: Variant):
+    """One batch padded as the variant declares: to ``max_length`` with padding "max_length",
+    else to the batch's longest item. Returns the tokenizer's BatchEncoding of int64 tensors
+    [items, tokens] (input_ids, attention_mask)."""
+    pad_to = "max_length" if variant.padding == "max_length" else "longest"
+    return tokenizer.pad({"input_ids": input_ids}, padding=pad_to, max_length=variant.max_length,
+                         return_attention_mask=True, return_tensors="pt")
+
+
 def run_batches(rows: list[dict], tokenizer, model, device: str, variant: Variant,
                 on_batch: Callable[[int], None] | None = None,
                 sink: dict | None = None) -> WindowResult:
@@ -150,7 +159,6 @@ def run_batches(rows: list[dict], tokenizer, model, device: str, variant: Varian
     lengths = [len(x) for x in input_ids]
     n_trunc = sum(1 for k, t in zip(lengths, totals, strict=True) if t is not None and t > k)
     order = batch_order(lengths, variant.bucketing)
-    pad_to = "max_length" if variant.padding == "max_length" else "longest"
     pred: list[int | None] = [None] * n
     prob: list[float | None] = [None] * n
     win = WindowResult([r["id"] for r in rows], [r.get("label") for r in rows], pred, prob,
@@ -162,8 +170,7 @@ def run_batches(rows: list[dict], tokenizer, model, device: str, variant: Varian
     with torch.inference_mode():
         for start in range(0, n, bs):
             idx = order[start:start + bs]
-            feats = tokenizer.pad({"input_ids": [input_ids[i] for i in idx]}, padding=pad_to,
-                                  max_length=max_len, return_attention_mask=True, return_tensors="pt")
+            feats = pad_batch(tokenizer, [input_ids[i] for i in idx], variant)
             ids_t = feats["input_ids"].to(device, non_blocking=True)
             mask_t = feats["attention_mask"].to(device, non_blocking=True)
             logits = model(input_ids=ids_t, attention_mask=mask_t).logits

@@ -3,7 +3,9 @@
     python -m lab.passes.runner PASS_DIR/pass.json
 
 Phases, each timed separately with a host clock (``time.perf_counter``): ``startup``
-(imports), ``model_load``, ``compile`` (compile = true variants only, lab.passes.compile),
+(imports), ``model_load``, ``compile`` (compile = true variants only, lab.passes.compile:
+every window batch shape known before the window; ``compile_frames``, ``recompiles_warmup``
+and ``recompiles_measured`` count dynamo's frames compiled in each phase),
 ``warmup``, ``measured`` (read corpus, tokenize, transfer, infer, materialize predictions
 on the host; device synchronized at both ends), ``probe`` (matmul ceiling and the pass's
 model FLOP/s, lab.passes.probe), ``evaluation`` and ``writing``. Memory peaks are reset
@@ -136,20 +138,28 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         inf.synchronize(device)
         phase("model_load", t)
         dynamo = None
-        if spec.variant.compile:
+        if spec.variant.compile:  # every window batch shape known now is compiled here, not in the window
             from lab.passes.compile import DynamoCounters, compile_model
 
-            ev.emit("phase", phase="compile", state="start")
-            t = time.perf_counter()
-            compile_model(model, read_corpus(spec.corpus_path)[: spec.warmup_items], tok, device, spec.variant)
-            phase("compile", t)
             dynamo = DynamoCounters()
+            ev.emit("phase", phase="compile", state="start")
+            corpus = read_corpus(spec.corpus_path)
+            dynamo.start()
+            t = time.perf_counter()
+            res["compile_shapes"] = compile_model(model, corpus[: spec.warmup_items], tok, device,
+                                                  spec.variant, len(corpus))
+            phase("compile", t)
+            res["compile_frames"] = dynamo.read()[0]
 
         ev.emit("phase", phase="warmup", state="start")
         warm_rows = read_corpus(spec.corpus_path)[: spec.warmup_items]
+        if dynamo:
+            dynamo.start()
         t = time.perf_counter()
         inf.warm_up(warm_rows, tok, model, device, spec.variant, spec.warmup_items, spec.warmup_passes)
         phase("warmup", t)
+        if dynamo:
+            res["recompiles_warmup"] = dynamo.read()[0]
         res["observed"] = observed.observe_model(model, spec.threads)
         observed.require_honoured(spec.variant, res["observed"], device)
 
@@ -170,7 +180,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         finally:
             res["peaks"] = tracker.read().to_json()
             if dynamo:
-                res.update(dynamo.read())
+                res["recompiles_measured"], res["graph_breaks_measured"] = dynamo.read()
         res["items_completed"] = win.items_done
         res["items_per_s"] = round(win.items_done / phases["measured"], 4)
         res.update(n_truncated=win.n_truncated, real_tokens=win.real_tokens,

@@ -196,7 +196,8 @@ def _config_section(a: Assessment, deliverables: int) -> list[str]:
     lines = [f"### {v.label} (`{v.variant_id}`, series {v.series or '-'})", "",
              f"- Quality verdict: {v.quality_verdict or 'none'} "
              f"({v.accepted_passes} accepted pass(es))",
-             f"- Raw durations, measured window, passes ok (s): {durations}",
+             f"- Raw durations, measured window, passes ok (s): {durations}"
+             + (f". **Not steady-state:** {v.durations_caveat()}" if v.recompiled_passes else ""),
              f"- Median / min / max: {_s(v.median_s)} / {_s(v.min_s)} / "
              f"{_s(v.max_s)}; successes {v.successes}, failures "
              f"{v.failures}",
@@ -324,6 +325,10 @@ def _decision(eligible: list[Assessment], deliverables: int,
                    f"{_s(fastest.variant.median_s)}), ranks lower on committed budget "
                    f"({money(fq.committed_budget, fq.currency)}) or "
                    f"failures ({fastest.variant.failures})")
+    for named in [best.variant] + ([fastest.variant] if fastest is not best else []):
+        if named.recompiled_passes:
+            why.append(f"{named.label}'s durations include recompilation in the measured window, so "
+                       "its median is not a steady-state figure")
     if deadline_at is None:
         why.append("no deadline was given")
     elif best.window is None:

@@ -133,7 +133,8 @@ def campaign_report(name: str, summary: list[VariantSummary], rows: list[dict], 
     per variant, throughput, the rest of the note (configurations, exclusions), raw table."""
     from lab.report.raw_table import raw_table
 
-    groups = [(s.label, list(s.durations_s), s.failures, list(s.failure_kinds)) for s in summary]
+    groups = [(s.label + ("\n(includes recompilation:\nnot steady-state)" if s.recompiled_passes else ""),
+               list(s.durations_s), s.failures, list(s.failure_kinds)) for s in summary]
     rates: dict[str, list[float]] = {}
     for r in rows:
         if r.get("status") == PassStatus.OK and r.get("items_per_s"):

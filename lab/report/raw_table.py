@@ -18,9 +18,13 @@ OBSERVED = ("dtype", "device", "attention", "threads_declared", "threads", "comp
             "padding", "max_tokens", "bucketing")
 TRUNCATED = ("truncated_short", "truncated_medium", "truncated_long")
 PHASES = ("startup", "model_load", "compile", "warmup", "measured", "probe", "evaluation", "writing")
-# utilization (lab.passes.probe) and recompilations (lab.passes.compile), from result.json
-PERF = ("model_flop", "achieved_flop_per_s", "ceiling_flop_per_s", "utilization",
-        "recompiles_measured", "graph_breaks_measured")
+# utilization (lab.passes.probe) and compilation (lab.passes.compile), from result.json: frames dynamo
+# compiled in the compile phase, the warm-up and the measured window; shapes compiled as "4x128; 3x128"
+# (items x tokens, "dynamic" tokens where the sequence dimension was compiled symbolically)
+COMPILE = ("recompiles_measured", "graph_breaks_measured", "compile_shapes", "compile_frames",
+           "recompiles_warmup")
+PERF = ("model_flop", "achieved_flop_per_s", "ceiling_flop_per_s", "utilization", *COMPILE)
+NO_COMPILE = "empty compile cells: compile = false: no compile phase"
 PEAKS = ("peak_allocated_bytes", "peak_reserved_bytes", "process_peak_rss_bytes", "device_used_bytes")
 COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_name", "variant_label", "series",
             "batch_size", "precision", "padding", "max_length", "bucketing", "device", "backend",
@@ -103,10 +107,11 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
             notes.append(f"no duration for {', '.join(missing_phases)}: pass ended before that phase")
         for k in PERF:
             row[k] = r.get(k)
+        row["compile_shapes"] = "; ".join(f"{b}x{t}" for b, t in r["compile_shapes"]) \
+            if r.get("compile_shapes") else None
         if r.get("probe_error"):
             notes.append(r["probe_error"])
-        if v.get("compile") and a["status"] == PassStatus.OK and r.get("recompiles_measured") is None:
-            notes.append("recompilations not counted: torch._dynamo counters not read")
+        notes += compile_notes(v, r, a["status"])
         for k in ("expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids",
                   "ids_match", "format_ok", "coverage_ok", "metric_name", "metric",
                   "reference_metric", "gap_to_reference", "agreement_with_reference",
@@ -134,6 +139,26 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
     return rows
 
 
+def compile_notes(variant: dict, result: dict, status: str) -> list[str]:
+    """Why compile cells are empty, and when a phase's duration includes compile work that
+    the compile phase did not take (lab.passes.compile): frames dynamo compiled in the
+    warm-up or inside the measured window (the durations are then not steady-state)."""
+    if not variant.get("compile"):
+        return [NO_COMPILE]
+    notes = []
+    if status == PassStatus.OK and result.get("recompiles_measured") is None:
+        notes.append("recompilations not counted: torch._dynamo counters not read")
+    if status == PassStatus.OK and result.get("recompiles_warmup") is None:
+        notes.append("compile_frames and recompiles_warmup not counted: this pass's runner predates them")
+    if result.get("recompiles_warmup"):
+        notes.append(f"warm-up compiled {result['recompiles_warmup']} frame(s): warmup_s includes compile "
+                     "time that compile_s does not")
+    if result.get("recompiles_measured"):
+        notes.append(f"measured window includes recompilation ({result['recompiles_measured']} frame(s) "
+                     "compiled): measured_s, items_per_s and utilization are not steady-state")
+    return notes
+
+
 def observed_cards(result: dict) -> dict:
     """Cards a pass really used, from its result: ``cards_observed`` (count),
     ``devices_observed`` ("card R: device name [uuid] @host; ..."), and ``per_card_memory``
@@ -156,6 +181,7 @@ def observed_cards(result: dict) -> dict:
 
 INT_COLUMNS = ("exit_code", "cards", "cards_observed", "items_total", "items_completed", "n_truncated",
                "real_tokens", "padded_tokens", "recompiles_measured", "graph_breaks_measured",
+               "compile_frames", "recompiles_warmup",
                "expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids",
                "observed_threads_declared", "observed_threads", "observed_max_tokens") + PEAKS
 

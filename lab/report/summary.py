@@ -78,6 +78,9 @@ class VariantSummary:
     recompiles_measured_max: int | None = None
     """Most frames dynamo compiled inside one measured window (compile = true variants;
     lab.passes.compile); None when not counted."""
+    recompiled_passes: int = 0
+    """Passes ok whose measured window included recompilation (recompiles_measured > 0): their
+    durations are not steady-state (``durations_caveat``)."""
 
     def __post_init__(self) -> None:
         for name in ("durations_s", "failure_kinds", "does_not_distinguish_from", "pairs"):
@@ -98,9 +101,23 @@ class VariantSummary:
         text = f"utilization: achieved {a / 1e9:.2f} GFLOP/s"
         text += (f" of a {c / 1e9:.1f} GFLOP/s matmul ceiling = {100 * u:.1f} %"
                  if u is not None and c is not None else " (ceiling not measured: see the raw table's notes)")
-        if self.recompiles_measured_max is not None:
-            text += f"; recompilations in the measured window: up to {self.recompiles_measured_max}"
+        if self.recompiles_measured_max:
+            text += (f"; recompilations in the measured window: up to {self.recompiles_measured_max} "
+                     "(not steady-state)")
+        elif self.recompiles_measured_max is not None:
+            text += "; no recompilation in the measured window"
         return text
+
+    def durations_caveat(self) -> str:
+        """'' when no pass ok recompiled inside its measured window; else one sentence saying
+        that the durations (and what is computed from them) include recompilation. Shown next
+        to the durations on the Results screen and in the decision note."""
+        if not self.recompiled_passes:
+            return ""
+        return (f"these durations include recompilation: dynamo compiled inside the measured window of "
+                f"{self.recompiled_passes} of {self.successes} pass(es) ok (up to "
+                f"{self.recompiles_measured_max} frame(s) in one); the durations, their median and the "
+                "utilization are not steady-state")
 
     def to_json(self) -> dict:
         """Plain dict (tuples as lists): one object of summary.json."""
@@ -188,6 +205,7 @@ def _perf_medians(ok: list[dict]) -> dict:
     rc = [int(r["recompiles_measured"]) for r in ok if r.get("recompiles_measured") is not None
           and not pd.isna(r.get("recompiles_measured"))]
     out["recompiles_measured_max"] = max(rc) if rc else None
+    out["recompiled_passes"] = sum(1 for x in rc if x > 0)
     return out
 
 

@@ -30,13 +30,16 @@ def _mib(n, why: str) -> str:
 
 
 def render_summary(summary: list[VariantSummary]) -> str:
-    """Six lines per variant (Rich markup): durations, stats, verdict, peaks, flags."""
+    """Six lines per variant (Rich markup): durations (and, when a measured window recompiled,
+    why they are not steady-state), stats, verdict, peaks, flags."""
     names = {v.variant_id: v.short_name for v in summary}
     out = []
     for v in summary:
         d = " ".join(f"{x:.3f}" for x in v.durations_s) or "none"
         out.append(f"[b]{escape(v.short_name)}[/b] ({v.variant_id}, {escape(v.label)})")
         out.append(f"  durations s: {d}")
+        if v.recompiled_passes:
+            out.append(f"  [yellow]not steady-state:[/yellow] {escape(v.durations_caveat())}")
         out.append(f"  median {_s(v.median_s)}  min {_s(v.min_s)}  max {_s(v.max_s)}  "
                    f"successes {v.successes}  failures {v.failures}"
                    + (f" ({', '.join(v.failure_kinds)})" if v.failure_kinds else ""))
