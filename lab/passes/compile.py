@@ -5,7 +5,8 @@ set-up, "avvio"): the model is wrapped with ``nn.Module.compile`` (default induc
 default dynamic-shape policy) and the compile phase runs one forward pass for every batch
 shape the measured window's batching will produce that can be known before it
 (``window_batch_sizes``): the full batch and the final short batch (``n_items % batch_size``,
-known from the corpus size). With padding "max_length" that is every shape of the window.
+known from the corpus size), and the warm-up's batches (its items cut the same way).
+With padding "max_length" that is every shape of the window.
 With padding "longest" (bucketing or not) the sequence length depends on each batch's
 longest item, so the compile inputs' sequence dimension (and their batch dimension, when
 it is 2 or more) are marked dynamic with ``torch._dynamo.maybe_mark_dynamic``: dynamo
@@ -37,7 +38,8 @@ def window_batch_sizes(n_items: int, batch_size: int) -> list[int]:
 
 def compile_model(model, rows: list[dict], tokenizer, device: str, variant: Variant,
                   n_items: int) -> list[list]:
-    """Compile ``model`` in place on every batch shape of a ``n_items`` window (see the module).
+    """Compile ``model`` in place on every batch shape of a ``n_items`` window and of the
+    warm-up over ``rows`` (see the module), so that neither phase compiles what can be known now.
 
     ``rows``: the warm-up items (at least one; repeated to fill a batch). Returns the shapes
     compiled, [[items, tokens], ...] with tokens "dynamic" where the sequence dimension was
@@ -52,18 +54,21 @@ def compile_model(model, rows: list[dict], tokenizer, device: str, variant: Vari
     dynamic_length = variant.padding != "max_length"
     model.compile()
     shapes: list[list] = []
-    for size in window_batch_sizes(n_items, variant.batch_size) or [variant.batch_size]:
+    sizes = window_batch_sizes(n_items, variant.batch_size) + window_batch_sizes(len(rows), variant.batch_size)
+    for size in dict.fromkeys(sizes):
         texts = [rows[i % len(rows)]["text"] for i in range(size)]
         ids, _ = tokenize(texts, tokenizer, variant.max_length)
-        feats = pad_batch(tokenizer, ids, variant)
-        ids_t = feats["input_ids"].to(device)
-        mask_t = feats["attention_mask"].to(device)
-        if dynamic_length:
-            for t in (ids_t, mask_t):
-                torch._dynamo.maybe_mark_dynamic(t, 1)
-                if size > 1:
-                    torch._dynamo.maybe_mark_dynamic(t, 0)
+        # tensors made under inference_mode, as run_batches makes them: dynamo guards on the
+        # dispatch keys, so a normal tensor here would compile a graph the window never reuses
         with torch.inference_mode():
+            feats = pad_batch(tokenizer, ids, variant)
+            ids_t = feats["input_ids"].to(device)
+            mask_t = feats["attention_mask"].to(device)
+            if dynamic_length:
+                for t in (ids_t, mask_t):
+                    torch._dynamo.maybe_mark_dynamic(t, 1)
+                    if size > 1:
+                        torch._dynamo.maybe_mark_dynamic(t, 0)
             model(input_ids=ids_t, attention_mask=mask_t)
         shapes.append([size, "dynamic" if dynamic_length else int(ids_t.shape[1])])
     synchronize(device)

@@ -295,6 +295,7 @@ def _decision(eligible: list[Assessment], deliverables: int,
     lines.append(load + (f"; the other {rest} are not validated yet and no cost per corpus "
                          "is claimed for them." if rest else "."))
     why = [f"{len(eligible)} eligible configuration(s)"]
+    cited = [v]  # configurations whose durations the motivation uses
     if len(eligible) == 1:
         why.append("it is the only configuration that passes quality, memory, failure, "
                    "calendar and price checks")
@@ -310,6 +311,7 @@ def _decision(eligible: list[Assessment], deliverables: int,
         elif m0 < m1:
             why.append(f"same committed budget and failures as {name}; lower median "
                        f"({m0:.3f} s vs {m1:.3f} s)")
+            cited.append(nxt.variant)
             pair = next((p for p in v.pairs if p["other"] == nxt.variant.variant_id), None)
             if (not pair["distinguished"]) if pair else (
                     v.does_not_distinguish or nxt.variant.does_not_distinguish):
@@ -325,7 +327,8 @@ def _decision(eligible: list[Assessment], deliverables: int,
                    f"{_s(fastest.variant.median_s)}), ranks lower on committed budget "
                    f"({money(fq.committed_budget, fq.currency)}) or "
                    f"failures ({fastest.variant.failures})")
-    for named in [best.variant] + ([fastest.variant] if fastest is not best else []):
+        cited.append(fastest.variant)
+    for named in [c for i, c in enumerate(cited) if all(c is not d for d in cited[:i])]:
         if named.recompiled_passes:
             why.append(f"{named.label}'s durations include recompilation in the measured window, so "
                        "its median is not a steady-state figure")
