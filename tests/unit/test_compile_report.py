@@ -20,7 +20,8 @@ def attempt(seq: int, compile_: bool, measured_s: float, **compile_result) -> di
     result = {"phases_s": phases, "items_per_s": 30 / measured_s, "utilization": 0.084,
               "achieved_flop_per_s": 1e9, "ceiling_flop_per_s": 1.2e10,
               "observed": {"padding": "longest"}, **compile_result}
-    return {"pass_id": f"p{seq}", "variant_id": v.variant_id, "variant": {**v.to_json(), "label": v.label}, "result": result,
+    return {"pass_id": f"p{seq}", "variant_id": v.variant_id, "variant": {**v.to_json(), "label": v.label},
+            "result": result,
             "validation": {"corpus_accepted": True, "metric": 0.9}, "notes": "", "repetition": 0,
             "position": seq, "seq": seq, "attempt": 1, "launcher": "local", "start_time": "",
             "end_time": "", "status": "ok", "exit_code": 0, "items_total": 30, "items_completed": 30}
