@@ -11,8 +11,9 @@ before any model load or long run, and nothing already written is lost. So:
   within its ``max_position_embeddings``, from config.json, without loading the model;
 - ``write_json_atomic``: the result replaces the old file only once complete.
 
-Stdlib and light lab modules only (no torch/transformers import), so that the checks run in
-well under a second.
+Stdlib only at import time (lab modules are imported inside the functions that need them, so
+that bench_validation.py's child can still choose which checkout's ``lab`` it times); no
+torch/transformers import, so the checks run in well under a second.
 """
 
 from __future__ import annotations
@@ -26,9 +27,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
-
-from lab.diskfull import atomic_write_text  # noqa: E402
-from lab.models import ModelFolderError, local_checkpoint_config  # noqa: E402
 
 
 class UsageError(Exception):
@@ -87,6 +85,8 @@ def check_output_path(path: str | Path, flag: str = "--out") -> Path:
 def check_model_folder(path: str | Path, flag: str = "--model") -> dict:
     """config.json of the checkpoint folder ``path`` (lab.models.local_checkpoint_config), or
     UsageError with the fix."""
+    from lab.models import ModelFolderError, local_checkpoint_config
+
     try:
         return local_checkpoint_config(path)
     except ModelFolderError as e:
@@ -108,5 +108,7 @@ def write_json_atomic(path: Path, obj) -> Path:
     """Write ``obj`` as indented JSON to ``path`` (folders created) through a temporary file and a
     rename: the previous file stays whole until the new one is complete. Raises OSError
     (lab.diskfull.DiskFull when the disk is full)."""
+    from lab.diskfull import atomic_write_text
+
     path.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write_text(path, json.dumps(obj, indent=1) + "\n")

@@ -155,6 +155,12 @@ def fixed_length_corpus(tok, items: int, length: int, path: Path, batch: int) ->
     return keep
 
 
+def round_order(number: int) -> tuple[str, str]:
+    """Which side goes first in round ``number`` (numbered from 1, as printed and written):
+    odd rounds peer>lab, even rounds lab>peer (the module docstring says the same)."""
+    return ("peer", "lab") if number % 2 == 1 else ("lab", "peer")
+
+
 def run_peer(a: argparse.Namespace, length: int, out: Path) -> dict:
     cmd = [a.peer_python, str(REPO / "scripts/bench_peer_worker.py"), "--model", a.model, "--batch", str(a.batch),
            "--sequence-length", str(length), "--threads", str(a.threads), "--iterations", str(a.items // a.batch),
@@ -233,7 +239,7 @@ def measure(a: argparse.Namespace, tmp: Path) -> int:
     print(f"{'round':>5} {'length':>6} {'order':>9} {'lab_s':>8} {'lab it/s':>9} {'peer sa/s':>10} "
           f"{'ratio':>6} {'load':>5}")
     for r in range(a.rounds):
-        order = ("peer", "lab") if r % 2 == 0 else ("lab", "peer")
+        order = round_order(r + 1)
         for length in a.lengths:
             row: dict = {"round": r + 1, "length": length, "order": list(order)}
             for side in order:
