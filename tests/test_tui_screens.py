@@ -175,6 +175,16 @@ def test_results_screen_per_variant(finished, tmp_path, monkeypatch, size):
             assert "peaks: process RSS" in t and "allocated not measured (no GPU)" in t
             assert t.count("utilization: achieved ") == len(app.screen.summary)  # a line per variant
             assert all(v.utilization_median is not None for v in app.screen.summary)
+            from tui.widgets.durations_plot import DurationsPlot
+
+            plot = app.screen.query_one(DurationsPlot).render().plain.splitlines()
+            names = [v.short_name for v in app.screen.summary]
+            # the legend is one line under the plot (with the axis label), never drawn over points
+            legend = [ln for ln in plot if any(n in ln for n in names)]
+            assert len(legend) == 1 and "pass of the variant" in legend[0], plot
+            assert all(n in legend[0] for n in names)
+            dots = sum(ln.count("•") for ln in plot if ln not in legend)
+            assert dots == len(app.screen.summary[0].durations_s), plot  # every point of the first variant drawn
     asyncio.run(go())
 
 

@@ -18,10 +18,19 @@ class DurationsPlot(PlotextPlot):
         plt.clear_data()
         plt.clear_figure()
         plt.title("measured window per successful pass (s)")
-        plt.xlabel("pass of the variant")
-        markers = ("dot", "x", "+", "o", "*")
-        for i, v in enumerate(summary):
+        shown = [(v, MARKERS[i % len(MARKERS)]) for i, v in enumerate(summary) if v.durations_s]
+        # The legend goes under the plot, never inside it: plotext draws labels over the
+        # upper-left corner, where they hid the first passes' points.
+        plt.xlabel("pass of the variant   " + legend(shown))
+        for v, (marker, _) in shown:
             d = list(v.durations_s)
-            if d:
-                plt.scatter(list(range(1, len(d) + 1)), d, label=v.short_name, marker=markers[i % len(markers)])
+            plt.scatter(list(range(1, len(d) + 1)), d, marker=marker)
         self.refresh()
+
+
+MARKERS = (("dot", "•"), ("x", "x"), ("+", "+"), ("o", "o"), ("*", "*"))  # plotext name, glyph drawn
+
+
+def legend(shown: list) -> str:
+    """'• batch_size=1  x batch_size=4': the glyph each variant's points are drawn with."""
+    return "  ".join(f"{glyph} {v.short_name}" for v, (_, glyph) in shown)
