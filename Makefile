@@ -45,8 +45,10 @@ test: model
 test-fast: $(STAMP)
 	$(VENV)/bin/pytest -q tests/unit
 
-# Checked boundaries: import contracts (pyproject [tool.importlinter]), ruff, mypy on lab/.
+# Checked boundaries: import graph without cycle (scripts/import_graph.py), import contracts
+# (pyproject [tool.importlinter]), ruff, mypy on lab/.
 lint: $(STAMP)
+	$(PY) scripts/import_graph.py
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check lab tui
 	$(VENV)/bin/mypy
