@@ -14,7 +14,6 @@ lab/launchers/docker.py.
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 from conftest import REPO
 
