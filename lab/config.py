@@ -17,12 +17,13 @@ from __future__ import annotations
 import difflib
 import json
 import re
-import types
 import typing
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 from lab.constants import DEFAULT_DELIVERABLES, DEFAULT_LOTS, DEFAULT_REPETITIONS, DEFAULT_SEED
+from lab.typecheck import type_name as _type_name
+from lab.typecheck import type_ok as _type_ok
 from lab.variants import Variant, VariantError
 
 METRICS = ("accuracy", "macro_f1")
@@ -35,32 +36,6 @@ VARIANT_KEYS = tuple(f.name for f in fields(Variant) if f.name not in ("series",
 
 class ConfigError(ValueError):
     """A campaign-file value that cannot be used; one line naming the key and the fix."""
-
-
-def _type_ok(value: Any, hint: Any) -> bool:
-    """isinstance against a resolved type hint (X, X | None, tuple[...]); bool is not int/float."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(_type_ok(value, h) for h in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if hint is Any:
-        return True
-    if origin in (tuple, list):
-        return isinstance(value, (list, tuple))
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, hint)
-
-
-def _type_name(hint: Any) -> str:
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    if args and typing.get_origin(hint) not in (tuple, list):
-        return " or ".join(_type_name(a) for a in args)
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
-        hint, "a list" if typing.get_origin(hint) in (tuple, list) else getattr(hint, "__name__", str(hint)))
 
 
 def nearest(key: str, valid: typing.Iterable[str]) -> str:

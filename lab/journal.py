@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from lab.passes.events import PassStatus
+from lab.variants import Variant
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS attempts (
@@ -71,13 +72,17 @@ class Journal:
 
     # ---- attempts --------------------------------------------------------------------
     def start_attempt(self, pass_id: str, seq: int, attempt: int, repetition: int, position: int,
-                      variant_json: dict, start_time: str, launcher: str, items_total: int) -> None:
+                      variant: Variant, start_time: str, launcher: str, items_total: int) -> None:
+        """Record a started attempt (status running). ``variant`` is serialised here, once
+        (``Variant.to_json``: its fields, ``variant_id`` and ``label``), into ``variant_json``."""
+        if not isinstance(variant, Variant):
+            raise TypeError(f"start_attempt takes a lab.variants.Variant, got {type(variant).__name__}")
         with self.tx() as db:
             db.execute("INSERT INTO attempts (pass_id, seq, attempt, repetition, position, variant_id,"
                        " variant_json, status, start_time, items_completed, items_total, launcher,"
                        " notes, updated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                       (pass_id, seq, attempt, repetition, position, variant_json["variant_id"],
-                        json.dumps(variant_json), PassStatus.RUNNING.value, start_time, 0, items_total,
+                       (pass_id, seq, attempt, repetition, position, variant.variant_id,
+                        json.dumps(variant.to_json()), PassStatus.RUNNING.value, start_time, 0, items_total,
                         launcher, "", time.time()))
 
     def update_progress(self, pass_id: str, done: int, items_per_s: float | None) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from lab.corpus import read_corpus
 from lab.diskfull import DiskFull, is_disk_full
+from lab.errors import ProtocolError
 from lab.host_cards import check_cards_fit_host
 from lab.journal import Journal
 from lab.passes.distributed import ProgressTally
@@ -73,8 +74,10 @@ class Orchestrator:
     def prepare(cls, campaign_file: str | Path, runs_root: str | Path, launcher) -> "Orchestrator":
         """Load and check the locked protocol, create its campaign folder and journal plan.
 
-        Raises ProtocolError when the protocol is not locked or was edited after lock, and
-        CardsBeyondHost (a ProtocolError) when a variant asks for more cards than this host has.
+        Raises ProtocolError when the protocol is not locked or was edited after lock, when the
+        journal's plan (made earlier) names a variant id this protocol no longer gives
+        (:meth:`check_plan`), and CardsBeyondHost (a ProtocolError) when a variant asks for more
+        cards than this host has.
         """
         proto = load_protocol(campaign_file)
         version = locked_version(proto)
@@ -89,8 +92,33 @@ class Orchestrator:
             {k: v for k, v in version.items() if k != "protocol"}, indent=1) + "\n")
         orch = cls(d, proto, launcher, version)
         orch.journal.set_plan(rotated_schedule(list(proto.variants), proto.timing["repetitions"]))
+        orch.check_plan()
         orch.journal.set_control("campaign_file", str(proto.path))
         return orch
+
+    def check_plan(self) -> None:
+        """Raise ProtocolError unless every plan row's variant id is one of this protocol's.
+
+        The plan is recorded once (Journal.set_plan) and names variants by their
+        content-derived id; a lab version that derives ids differently, or an edited journal,
+        leaves ids the protocol no longer gives. Nothing is written or run then.
+        """
+        for slot in self.journal.plan():
+            self.variant_for(slot)
+
+    def variant_for(self, slot: dict) -> Variant:
+        """The locked protocol's own Variant for a plan row (or an attempt row) by its
+        ``variant_id``. Raises ProtocolError (one line, with the fix) for an id it does not give."""
+        vid = str(slot.get("variant_id"))
+        try:
+            return self.variants[vid]
+        except KeyError:
+            raise ProtocolError(
+                f"{self.dir / 'journal.sqlite'}: its plan names variant {vid!r} (slot {slot.get('seq')}), which "
+                f"{self.proto.path.name} no longer gives (ids derived by another lab version, or an edited journal); "
+                "finish this campaign with the lab version that planned it, or make a new protocol version "
+                "(change the campaign file, e.g. [campaign] name, then `iteralab protocol lock "
+                f"{self.proto.path}`) planned afresh") from None
 
     @property
     def corpus(self) -> list[dict]:
@@ -130,6 +158,7 @@ class Orchestrator:
 
     def _run(self) -> str:
         j = self.journal
+        self.check_plan()  # before anything is written: an unknown id is a one-line ProtocolError
         j.set_control("orchestrator", {"pid": os.getpid(), "process_create_time": process_create_time(),
                                        "started": utc_now(), "launcher": self.launcher.name})
         self.apply_limits()
@@ -211,7 +240,7 @@ class Orchestrator:
         attempt = 1 + sum(1 for a in j.attempts() if a["seq"] == slot["seq"])
         # the locked protocol's own Variant (ids are content-derived, so the plan row's id names
         # exactly this configuration): no JSON -> dict -> Variant round trip per pass
-        variant = self.variants[slot["variant_id"]]
+        variant = self.variant_for(slot)
         pass_id = f"p{slot['seq']:03d}-r{slot['repetition']}-{variant.variant_id}"
         if attempt > 1:
             pass_id += f"-a{attempt}"
@@ -227,7 +256,7 @@ class Orchestrator:
                         if self.proto.config.model.pad_token else {})
         spec.write(pass_dir / "pass.json")
         j.start_attempt(pass_id, slot["seq"], attempt, slot["repetition"], slot["position"],
-                        variant.to_json(), utc_now(), self.launcher.name, len(self.corpus))
+                        variant, utc_now(), self.launcher.name, len(self.corpus))
         j.add_event(pass_id, "start", {"variant": variant.label, "attempt": attempt})
         if self.echo:
             self.echo(f"pass {slot['seq']}/{len(j.plan())} {pass_id} ({variant.label}) started")

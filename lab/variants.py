@@ -8,16 +8,24 @@ from __future__ import annotations
 
 import difflib
 import json
+import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Protocol
 
 from lab.files import sha256_bytes
+from lab.typecheck import type_name, type_ok
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 PADDINGS = ("longest", "max_length")
 SERIES_SEP = "+"  # joins the names of the series a shared variant belongs to
 DERIVED_KEYS = ("variant_id", "label")  # written by Variant.to_json, recomputed from the fields
+ID_FIELDS = ("batch_size", "precision", "padding", "max_length", "bucketing", "device", "compile",
+             "attention", "quantization")
+"""The fields Variant had when ids were first defined (lab/variants.py at 8867912): they always
+enter the content-derived id. A field added since (``cards`` first) enters it only when set
+away from its default, so adding a field leaves every existing id, lock and journal valid."""
+NAME_FIELDS = ("series", "name")  # what a variant is called, not what it runs: never in the id
 
 
 class VariantError(ValueError):
@@ -30,7 +38,12 @@ class Variant:
 
     ``cards``: devices one pass runs on (N workers under torchrun, one per card; on CPU, N
     workers that split the declared threads). ``batch_size`` is per worker. Raises
-    VariantError for a value outside its range.
+    VariantError (one line) for a value of the wrong type (checked for every field against its
+    annotation; ``true`` is not an integer) or outside its range.
+
+    Id rule: the fields of ID_FIELDS always enter the content-derived id; a field added after
+    them (``cards``, and any new one) enters it only when set away from its default, so a new
+    field leaves existing ids, locks and journals valid (:meth:`config`).
     """
 
     batch_size: int = 1
@@ -47,37 +60,37 @@ class Variant:
     name: str = ""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+        for name, hint in _field_types(type(self)).items():
+            value = getattr(self, name)
+            if not type_ok(value, hint):
+                raise VariantError(f"variant field {name} = {value!r} has the wrong type; expected "
+                                   f"{type_name(hint)}")
+        if self.batch_size < 1:  # types were checked above: these are the ranges
             raise VariantError(f"batch_size {self.batch_size!r} must be an integer >= 1")
         if self.precision not in PRECISIONS:
             raise VariantError(f"precision {self.precision!r} unknown; use one of {', '.join(PRECISIONS)}")
         if self.padding not in PADDINGS:
             raise VariantError(f"padding {self.padding!r} unknown; use one of {', '.join(PADDINGS)}")
-        if not isinstance(self.max_length, int) or self.max_length < 8:
+        if self.max_length < 8:
             raise VariantError(f"max_length {self.max_length!r} must be an integer >= 8 tokens")
         if self.quantization != "none":
             raise VariantError(f"quantization {self.quantization!r} is not supported yet; use 'none'")
-        if isinstance(self.cards, bool) or not isinstance(self.cards, int) or self.cards < 1:
+        if self.cards < 1:
             raise VariantError(f"cards {self.cards!r} must be an integer >= 1 (devices per pass)")
-        if not isinstance(self.compile, bool):
-            raise VariantError(f"compile {self.compile!r} must be true or false")
         if self.compile and self.cards > 1:  # lab.passes.multicard's workers do not compile
             raise VariantError(f"compile = true runs on one card only (cards = {self.cards}); "
                                "declare cards = 1 or compile = false")
 
     def config(self) -> dict:
-        """The parameters that define the work (series and name excluded).
+        """The parameters that define the work, from which :attr:`variant_id` is derived.
 
-        ``cards`` is left out when it is 1 (the value every variant had before the field
-        existed), so ids of one-card variants stay what they were; ``cards = 2`` and up
-        are part of the config and make new ids.
+        Every field of ID_FIELDS (those that existed when ids were first defined); a field
+        added later (``cards``, and any new one) only when it differs from its default, the
+        value every variant implicitly had before the field existed: ``cards = 1`` is left
+        out and ``cards = 2`` makes a new id. NAME_FIELDS (``series``, ``name``) never enter.
         """
-        d = asdict(self)
-        d.pop("series")
-        d.pop("name")
-        if d["cards"] == 1:
-            d.pop("cards")
-        return d
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name in ID_FIELDS or (f.name not in NAME_FIELDS and getattr(self, f.name) != f.default)}
 
     @property
     def variant_id(self) -> str:
@@ -119,6 +132,17 @@ class Variant:
             raise VariantError(f"variant_id {d['variant_id']!r} does not match its fields "
                                f"({v.variant_id}); the record was edited or written by another lab version")
         return v
+
+
+_FIELD_TYPES: dict[type, dict[str, Any]] = {}
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    """{field name: resolved type} of a Variant class (annotations are strings here), cached."""
+    if cls not in _FIELD_TYPES:
+        hints = typing.get_type_hints(cls)
+        _FIELD_TYPES[cls] = {f.name: hints[f.name] for f in fields(cls)}
+    return _FIELD_TYPES[cls]
 
 
 def variant_short(variant: "Variant | dict | None") -> str:

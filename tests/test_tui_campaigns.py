@@ -146,7 +146,7 @@ def synthetic_running_journal(campaign_file: Path, runs_root: Path) -> Path:
     for i, (p, rate) in enumerate(zip(plan[:3], (40.0, 80.0, 95.0))):
         pid = p.pass_id
         (d / "passes" / pid).mkdir()
-        j.start_attempt(pid, p.seq, 1, p.repetition, p.position, p.variant.to_json(), starts[i], "local", 1000)
+        j.start_attempt(pid, p.seq, 1, p.repetition, p.position, p.variant, starts[i], "local", 1000)
         if i < 2:
             j.update_progress(pid, 1000, rate)
             j.finish_attempt(pid, "ok", ends[i], 0, 1000, {"status": "ok"}, "")

@@ -14,7 +14,8 @@ from conftest import REPO
 
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 SERVICE_AND_CLI = {"lab.campaigns", "lab.views", "lab.cli"}
-FACTS_CONTRACT = "Facts (files, host, host_cards, constants, diskfull, cost, errors) import no other lab module"
+FACTS_CONTRACT = ("Facts (files, host, host_cards, constants, diskfull, cost, errors, typecheck) import no other "
+                  "lab module")
 BELOW_SERVICE_CONTRACT = "The engine below the service layer imports neither it nor the CLI"
 LAUNCHERS_CONTRACT = "Launchers import passes and facts, never the orchestrator layer or what sits beside it"
 PASSES_CONTRACT = "The pass runner loads neither textual nor docker"

@@ -40,5 +40,5 @@ def test_compile_variant_runs_on_one_card_only():
     assert Variant(compile=True).label.endswith(", compiled")
     with pytest.raises(VariantError, match="compile = true runs on one card only"):
         Variant(compile=True, cards=2)  # lab.passes.multicard's workers do not compile
-    with pytest.raises(VariantError, match="compile 'yes' must be true or false"):
+    with pytest.raises(VariantError, match="variant field compile = 'yes' has the wrong type; expected true or false"):
         Variant(compile="yes")

@@ -78,7 +78,7 @@ def test_pass_spec_refuses_a_dict_variant(tmp_path):
      "variant: unknown variant field 'batchsize' (did you mean 'batch_size'?)"),
     (lambda d: d["variant"].update(batch_size=4),
      "variant: variant_id 'v-f578b09267' does not match its fields (v-8a39383628)"),
-    (lambda d: d["variant"].update(batch_size="8"), "variant: batch_size '8' must be an integer >= 1"),
+    (lambda d: d["variant"].update(batch_size="8"), "variant: variant field batch_size = '8' has the wrong type; expected an integer"),
     (lambda d: d.update(variant=[8]), "variant: a variant must be a JSON object"),
     (lambda d: d.update(warmup_item=4), "unknown key 'warmup_item' (did you mean 'warmup_items'?)"),
     (lambda d: d.pop("out_dir"), "missing key(s) out_dir"),
