@@ -177,14 +177,13 @@ def test_results_screen_per_variant(finished, tmp_path, monkeypatch, size):
             assert all(v.utilization_median is not None for v in app.screen.summary)
             from tui.widgets.durations_plot import DurationsPlot
 
-            plot = app.screen.query_one(DurationsPlot).render().plain.splitlines()
+            plot = app.screen.query_one(DurationsPlot).render().plain
             names = [v.short_name for v in app.screen.summary]
-            # the legend is one line under the plot (with the axis label), never drawn over points
-            legend = [ln for ln in plot if any(n in ln for n in names)]
-            assert len(legend) == 1 and "pass of the variant" in legend[0], plot
-            assert all(n in legend[0] for n in names)
-            dots = sum(ln.count("•") for ln in plot if ln not in legend)
-            assert dots == len(app.screen.summary[0].durations_s), plot  # every point of the first variant drawn
+            # the legend is a line under the plot, never drawn over its points
+            assert not any(n in plot for n in names), plot
+            legend = text_of(app, "#plot-legend")
+            assert all(f" {n}" in legend for n in names) and legend.startswith("• "), legend
+            assert plot.count("•") == len(app.screen.summary[0].durations_s), plot  # every point drawn
     asyncio.run(go())
 
 

@@ -11,21 +11,23 @@ if TYPE_CHECKING:  # lab.report imports pandas; the records arrive built
 
 
 class DurationsPlot(PlotextPlot):
-    """``show(summary)`` plots each variant's raw durations (s) against the repetition index."""
+    """``show(summary)`` plots each variant's raw durations (s) against the repetition index and
+    returns the legend, which the screen shows under the plot: plotext draws labels over the
+    plot's upper-left corner (where they hid the first passes' points) and drops an axis label
+    wider than the plot."""
 
-    def show(self, summary: list[VariantSummary]) -> None:
+    def show(self, summary: list[VariantSummary]) -> str:
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
         plt.title("measured window per successful pass (s)")
+        plt.xlabel("pass of the variant")
         shown = [(v, MARKERS[i % len(MARKERS)]) for i, v in enumerate(summary) if v.durations_s]
-        # The legend goes under the plot, never inside it: plotext draws labels over the
-        # upper-left corner, where they hid the first passes' points.
-        plt.xlabel("pass of the variant   " + legend(shown))
         for v, (marker, _) in shown:
             d = list(v.durations_s)
             plt.scatter(list(range(1, len(d) + 1)), d, marker=marker)
         self.refresh()
+        return legend(shown)
 
 
 MARKERS = (("dot", "•"), ("x", "x"), ("+", "+"), ("o", "o"), ("*", "*"))  # plotext name, glyph drawn
