@@ -47,7 +47,7 @@ def fake_model(tmp_path) -> Path:
 def run(script: Path, *args: str, pythonpath: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
     path = os.pathsep.join(str(p) for p in (pythonpath, REPO) if p)
     return subprocess.run([sys.executable, str(script), *args], check=False, capture_output=True, text=True,
-                          cwd=REPO, env={**os.environ, "PYTHONPATH": path}, timeout=timeout)
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": path, "COLUMNS": "400"}, timeout=timeout)
 
 
 def one_line(r: subprocess.CompletedProcess, prefix: str, words: str) -> None:
