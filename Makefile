@@ -23,9 +23,10 @@ $(MODEL)/config.json: $(STAMP) lab/demo/model.py demo/corpus/tuning.jsonl
 
 model: $(MODEL)/config.json
 
-# Rebuild the committed demo corpus from ../shared/data (maintainers only).
+# Rebuild the committed demo corpus from ../shared/data (maintainers only); the sampling
+# seed is the CLI's default, lab.constants.CORPUS_SEED.
 corpus: $(STAMP)
-	$(LAB) corpus build --source ../shared/data/20newsgroups/20news-bydate-test.jsonl --out demo/corpus --seed 20260924
+	$(LAB) corpus build --source ../shared/data/20newsgroups/20news-bydate-test.jsonl --out demo/corpus
 
 # Main job: the UI on a terminal, the headless demo campaign otherwise (tui/__main__.py).
 up: model
@@ -45,8 +46,10 @@ test: model
 test-fast: $(STAMP)
 	$(VENV)/bin/pytest -q tests/unit
 
-# Checked boundaries: import contracts (pyproject [tool.importlinter]), ruff, mypy on lab/.
+# Checked boundaries: import graph without cycle (scripts/import_graph.py), import contracts
+# (pyproject [tool.importlinter]), ruff, mypy on lab/.
 lint: $(STAMP)
+	$(PY) scripts/import_graph.py
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check lab tui
 	$(VENV)/bin/mypy

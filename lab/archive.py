@@ -13,7 +13,6 @@ members outside the target folder, links, devices and more than one top folder.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -33,19 +32,7 @@ from lab.archive_format import (
     check_member,
 )
 from lab.diskfull import DiskFull, is_disk_full
-
-
-class _HashingReader:
-    """File-like over an open file that hashes exactly the bytes handed to the tar writer."""
-
-    def __init__(self, fh):
-        self.fh = fh
-        self.h = hashlib.sha256()
-
-    def read(self, n: int = -1) -> bytes:
-        data = self.fh.read(n)
-        self.h.update(data)
-        return data
+from lab.files import HashingReader, sha256_bytes
 
 
 def snapshot_journal(src: Path, dst: Path) -> Path:
@@ -142,11 +129,11 @@ def _write_tar(campaign_dir: Path, files: list[str], skipped: list[dict], tmp: P
                     continue
                 info = tarfile.TarInfo(f"{top}/{rel}")
                 info.size, info.mtime, info.mode = st.st_size, int(st.st_mtime), 0o644
-                reader = _HashingReader(fh)
+                reader = HashingReader(fh)  # hashes exactly the bytes handed to the tar writer
                 tar.addfile(info, reader)
-            sums.append(f"{reader.h.hexdigest()}  {rel}")
+            sums.append(f"{reader.hexdigest()}  {rel}")
         for name, blob in ((ARCHIVE_INFO, (json.dumps(info_doc, indent=1) + "\n").encode()),):
-            sums.append(f"{hashlib.sha256(blob).hexdigest()}  {name}")
+            sums.append(f"{sha256_bytes(blob)}  {name}")
             _add_bytes(tar, f"{top}/{name}", blob)
         _add_bytes(tar, f"{top}/{SUMS}", ("\n".join(sums) + "\n").encode())
 

@@ -11,10 +11,10 @@ import json
 import sqlite3
 
 from lab.archive_format import JOURNAL, ArchiveError
+from lab.passes.events import FINISHED, PassStatus
 
 GOLD_LABELS = "report/gold_labels.jsonl"
 BUCKETS = ("short", "medium", "long")
-DONE = ("ok", "oom", "error", "killed")
 TOLERANCE = 1e-6  # metrics are stored rounded to 6 decimals
 
 
@@ -83,9 +83,9 @@ def compare_journal(attempts: list[dict], plan: list[dict], rows: list[dict], pa
                             f"{val.get('metric')} in the journal")
     if partial:
         return
-    done = {a["seq"] for a in attempts if a["status"] in DONE}
+    done = {a["seq"] for a in attempts if a["status"] in FINISHED}
     for a in attempts:
-        if a["status"] == "running":
+        if a["status"] == PassStatus.RUNNING:
             problems.append(f"pass {a['pass_id']}: still 'running' in the journal of an archive not marked partial")
     missing = [p["seq"] for p in plan if p["seq"] not in done]
     if missing:
@@ -175,7 +175,7 @@ def check_acceptance(row: dict, recomputed: float | None, threshold: float | Non
     if row.get("corpus_accepted") != "True":
         return
     pid = row["pass_id"]
-    if row.get("status") != "ok":
+    if row.get("status") != PassStatus.OK:
         problems.append(f"pass {pid}: marked accepted with status {row.get('status')!r}")
     if threshold is not None and not _same_metric(row.get("threshold"), threshold):
         problems.append(f"pass {pid}: threshold {row.get('threshold')} in the raw table, {threshold} in the "

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import gzip
-import hashlib
 import io
 import json
 import re
@@ -48,6 +47,7 @@ from lab.archive_rederive import (
     read_gold,
     read_journal,
 )
+from lab.files import HashingReader
 
 RAW_TABLE = "report/raw_table.csv"
 CAMPAIGN = "campaign.toml"
@@ -75,12 +75,11 @@ class _Scan:
         self.work = work
 
     def add(self, rel: str, fh) -> None:
-        h = hashlib.sha256()
+        reader = HashingReader(fh)
         buf = io.BytesIO() if _parsed(rel) else None
         with contextlib.ExitStack() as stack:
             spool = stack.enter_context(open(self.work / JOURNAL, "wb")) if rel == JOURNAL else None
-            for chunk in iter(lambda: fh.read(CHUNK_BYTES), b""):
-                h.update(chunk)
+            for chunk in iter(lambda: reader.read(CHUNK_BYTES), b""):
                 if spool:
                     spool.write(chunk)
                 if buf is not None:
@@ -91,7 +90,7 @@ class _Scan:
                         buf.write(chunk)
         if rel == JOURNAL:
             self.journal = self.work / JOURNAL
-        self.sha[rel] = h.hexdigest()
+        self.sha[rel] = reader.hexdigest()
         if buf is not None:
             self.kept[rel] = buf.getvalue()
 

@@ -21,7 +21,7 @@ import typing
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
-from lab.constants import DEFAULT_LOTS, DEFAULT_REPETITIONS, DEFAULT_SEED
+from lab.constants import DEFAULT_DELIVERABLES, DEFAULT_LOTS, DEFAULT_REPETITIONS, DEFAULT_SEED
 from lab.typecheck import type_name as _type_name
 from lab.typecheck import type_ok as _type_ok
 from lab.variants import Variant, VariantError
@@ -84,7 +84,7 @@ class CampaignSection:
 
     name: str
     question: str
-    deliverables: int = 1  # distinct useful corpora the job must produce (seed: count once)
+    deliverables: int = DEFAULT_DELIVERABLES  # distinct useful corpora the job must produce (seed: count once)
     deadline: str | None = None
 
     def __post_init__(self) -> None:

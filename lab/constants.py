@@ -11,6 +11,9 @@ DEFAULT_SEED = 0
 CORPUS_SEED = 20260924
 """Sampling seed of `iteralab corpus build` (the demo corpus was drawn with it)."""
 
+DEFAULT_DELIVERABLES = 1
+"""[campaign] deliverables: distinct useful corpora the job must produce (seed: count once)."""
+
 DEFAULT_REPETITIONS = 5
 """Passes per variant (SPEC 3.5: default 5, rotated order)."""
 

@@ -11,7 +11,6 @@ chosen tokenizer); tuning data kept apart from the comparison corpus (seed,
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import random
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from lab.constants import CORPUS_SEED
-from lab.files import sha256_file
+from lab.files import sha256_bytes, sha256_file
 
 BUCKETS = ("short", "medium", "long")
 BOM = b"\xef\xbb\xbf"  # UTF-8 byte-order mark
@@ -56,7 +55,7 @@ def item_hash(item: dict) -> str:
     """sha256 of an item's canonical JSON (id, text, label) — the per-item fingerprint."""
     canon = json.dumps({"id": item["id"], "text": item["text"], "label": item["label"]},
                        ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canon.encode("utf-8")).hexdigest()
+    return sha256_bytes(canon.encode("utf-8"))
 
 
 def _decode(raw: bytes, path: Path, lineno: int) -> str:

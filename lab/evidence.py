@@ -18,13 +18,14 @@ INCLUDE = ["campaign.toml", "campaign.lock.json", "corpus_card.json", "protocol_
 
 def unfinished_reason(campaign_dir: Path) -> str:
     """'' when the campaign is final, else one line saying why it is not."""
-    from lab.status import campaign_status
+    from lab.passes.events import PassStatus
+    from lab.status import CampaignState, campaign_status
 
     st = campaign_status(Path(campaign_dir))
-    running = [a["pass_id"] for a in st["attempts"] if a["status"] == "running"]
+    running = [a["pass_id"] for a in st["attempts"] if a["status"] == PassStatus.RUNNING]
     if st["alive"]:
         why = f"still running (orchestrator pid {st['orchestrator'].get('pid')})"
-    elif st["state"] != "finished" or st["finished"] < st["planned"] or running:
+    elif st["state"] != CampaignState.FINISHED or st["finished"] < st["planned"] or running:
         why = f"not finished (state {st['state']})"
     else:
         return ""

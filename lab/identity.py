@@ -12,11 +12,12 @@ archive ever carries them.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from functools import lru_cache
 from pathlib import Path
+
+from lab.files import sha256_bytes
 
 
 def _file_key(path: Path) -> tuple:
@@ -46,7 +47,7 @@ def model_fingerprint(model_ref: str, revision: str | None = None) -> str:
         blob = json.dumps(files, sort_keys=True)
     else:
         blob = f"hub:{model_ref}@{revision or 'unpinned'}"
-    return hashlib.sha256(blob.encode()).hexdigest()
+    return sha256_bytes(blob.encode("utf-8"))
 
 
 def protocol_identity(proto) -> dict:
@@ -54,7 +55,7 @@ def protocol_identity(proto) -> dict:
     whose corpus file exists (the caller checks)."""
     parts = {"protocol_sha256": proto.digest(), "corpus_sha256": content_sha256(proto.corpus_path),
              "model_sha256": model_fingerprint(proto.model_ref, proto.raw["model"].get("revision"))}
-    return {"sha256": hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest(), **parts}
+    return {"sha256": sha256_bytes(json.dumps(parts, sort_keys=True).encode("utf-8")), **parts}
 
 
 # ---- secret-looking values -----------------------------------------------------------

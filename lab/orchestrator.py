@@ -81,7 +81,7 @@ class Orchestrator:
         """
         proto = load_protocol(campaign_file)
         version = locked_version(proto)
-        check_cards_fit_host(proto.variants, proto.timing.get("threads", 0))
+        check_cards_fit_host(proto.variants, proto.config.timing.threads)
         d = campaign_dir_for(proto, version, Path(runs_root))
         (d / "passes").mkdir(parents=True, exist_ok=True)
         shutil.copyfile(proto.path, d / "campaign.toml")

@@ -175,7 +175,7 @@ def check_cards(proto) -> list[Check]:
     if cards == [1]:
         return []
     try:
-        check_cards_fit_host(proto.variants, proto.timing.get("threads", 0))
+        check_cards_fit_host(proto.variants, proto.config.timing.threads)
     except CardsBeyondHost as exc:
         return [Check("cards", False, str(exc))]
     return [Check("cards", True, f"{', '.join(map(str, cards))} card(s) per pass; this host has enough")]

@@ -16,7 +16,7 @@ from pathlib import Path
 from lab.errors import ProtocolError
 from lab.config import CampaignConfig, ConfigError, CostSection, parse_config
 from lab.files import REPO_ROOT, sha256_bytes
-from lab.variants import Variant, VariantError, expand_series
+from lab.variants import Variant, VariantError, expand_series, find_variant
 
 DEMO_CAMPAIGN = Path(__file__).resolve().parent / "defaults" / "demo.toml"
 
@@ -68,8 +68,9 @@ class Protocol:
 
     @property
     def reference(self) -> Variant:
-        ref = self.quality["reference_variant"]
-        return next(v for v in self.variants if ref in (v.name, v.variant_id))
+        found = find_variant(self.variants, self.quality["reference_variant"])
+        assert found is not None  # load_protocol refuses a reference that names no variant
+        return found
 
     def digest(self) -> str:
         """sha256 of the canonical protocol (parsed TOML, sorted keys): comments do not count."""
@@ -105,7 +106,7 @@ def load_protocol(path: str | Path) -> Protocol:
         raise ProtocolError(f"{path}: {exc}") from None
     proto = Protocol(path, raw, variants, cfg)
     ref = cfg.quality.reference_variant
-    if not any(ref in (v.name, v.variant_id) for v in variants):
+    if find_variant(variants, ref) is None:
         names = ", ".join(v.name for v in variants)
         raise ProtocolError(f"{path}: reference_variant {ref!r} is not a declared variant ({names})")
     return proto

@@ -214,6 +214,22 @@ def expand_series(defaults: Variant, series: Iterable[SeriesDecl]) -> list[Varia
     return out
 
 
+def _spelling(name: str) -> str:
+    """A variant name with a boolean value spelled as in TOML ('bucketing=true'), whatever the
+    case the name was written with ('bucketing=True', the Python spelling names are made with)."""
+    head, sep, value = name.rpartition("=")
+    return f"{head}={value.lower()}" if sep and value.lower() in ("true", "false") else name
+
+
+def find_variant(variants, ref: str) -> "Variant | None":
+    """The variant whose id or name is ``ref`` (a campaign file's ``reference_variant``), or None.
+
+    A boolean value matches in either spelling: 'bucketing/bucketing=true' (TOML, what a user
+    types) and 'bucketing/bucketing=True' (how names are written) are the same variant.
+    """
+    return next((v for v in variants if ref == v.variant_id or _spelling(ref) == _spelling(v.name)), None)
+
+
 def series_names(series: str | None) -> set[str]:
     """The series a variant belongs to, from its ``series`` field ("batch+bucketing")."""
     return set(filter(None, (series or "").split(SERIES_SEP)))

@@ -14,6 +14,9 @@ bucketed_over_pipeline (goal >= 1.2). Padding waste is the fraction of fed token
 that are padding. Writes runs/bench.json and prints a table.
 
     .venv/bin/python scripts/bench.py [--items 400] [--batch 8] [--rounds 8] [--threads 2]
+
+Every option is checked before the model loads; bad input is one line on stderr, exit 2, and
+the previous result file is left as it was.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
+import bench_args  # noqa: E402  (scripts/bench_args.py: the argument checks shared by the bench scripts)
+
 CONTENDERS = ("bare", "lab", "pipeline", "bucketed")
 GOALS = {"lab_over_bare": 0.97, "bucketed_over_pipeline": 1.2}
 
@@ -97,19 +103,47 @@ def machine() -> dict:
             "torch": torch.__version__, "device": "cpu", "load_average_1m_start": os.getloadavg()[0]}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--items", type=int, default=400)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--max-length", type=int, default=256)
-    ap.add_argument("--rounds", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--model", default=str(REPO / ".cache/models/demo-minilm-20ng"))
-    ap.add_argument("--out", default=str(REPO / "runs/bench.json"))
-    a = ap.parse_args()
-    if a.items < 1 or a.rounds < 1 or a.batch < 1:
-        print("bench: --items, --rounds and --batch must be >= 1", file=sys.stderr)
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options, all checked before any heavy import or model load (UsageError: one line)."""
+    ap = bench_args.parser("bench", __doc__)
+    ap.add_argument("--items", type=int, default=400,
+                    help="items taken evenly from demo/corpus/comparison.jsonl (fewer if the corpus is smaller)")
+    ap.add_argument("--batch", type=int, default=8, help="batch size in items, the same for every contender")
+    ap.add_argument("--max-length", type=int, default=256,
+                    help="truncation length in tokens (>= 8, at most the model's max_position_embeddings)")
+    ap.add_argument("--rounds", type=int, default=8, help="timed rounds; each runs every contender once")
+    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads (torch.set_num_threads)")
+    ap.add_argument("--model", default=str(REPO / ".cache/models/demo-minilm-20ng"),
+                    help="local transformers sequence-classification checkpoint folder")
+    ap.add_argument("--out", default=str(REPO / "runs/bench.json"),
+                    help="result file (JSON); replaced only once the run is complete")
+    a = ap.parse_args(argv)
+    bench_args.require_at_least(a, 1, "items", "batch", "rounds", "threads")
+    from lab.variants import Variant, VariantError
+
+    try:  # the lab's own rule for a variant's max_length and batch size, in one place
+        Variant(batch_size=a.batch, padding="longest", max_length=a.max_length, bucketing=True)
+    except VariantError as e:
+        msg = str(e).replace("max_length ", "--max-length ", 1).replace("batch_size ", "--batch ", 1)
+        raise bench_args.UsageError(msg) from None
+    a.model_config = bench_args.check_model_folder(a.model)
+    bench_args.check_lengths_fit(a.model_config, [a.max_length], "--max-length")
+    a.out = bench_args.check_output_path(a.out)
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        a = parse_args(argv)
+    except bench_args.UsageError as e:
+        print(f"bench: {e}", file=sys.stderr)
         return 2
+    with tempfile.TemporaryDirectory(prefix="bench_") as d:
+        return measure(a, Path(d))
+
+
+def measure(a: argparse.Namespace, tmp: Path) -> int:
+    """Load, warm up, run the rounds; writes ``a.out`` atomically. Returns the exit status."""
     import torch
     from transformers import pipeline as hf_pipeline
 
@@ -119,9 +153,15 @@ def main() -> int:
     rows = [json.loads(x) for x in (REPO / "demo/corpus/comparison.jsonl").read_text(encoding="utf-8").splitlines()]
     step = max(1, len(rows) // a.items)
     subset = rows[::step][: a.items]
-    path = Path(tempfile.mkdtemp()) / "bench.jsonl"
+    path = tmp / "bench.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in subset))
-    tok, model = load_model(a.model, "fp32", "cpu")
+    try:
+        tok, model = load_model(a.model, "fp32", "cpu")
+    except Exception as e:  # config.json present but the checkpoint does not load
+        first = (str(e).splitlines() or [""])[0][:160]
+        print(f"bench: --model {a.model} does not load ({type(e).__name__}: {first}); give a transformers "
+              "sequence-classification checkpoint folder (`make model` builds the demo one)", file=sys.stderr)
+        return 2
     pipe = hf_pipeline("text-classification", model=model, tokenizer=tok, device="cpu")
     ctx = {"path": path, "tok": tok, "model": model, "pipe": pipe, "batch": a.batch, "max_length": a.max_length}
     fns = {"bare": bare, "lab": lab, "pipeline": pipeline, "bucketed": bucketed}
@@ -143,7 +183,7 @@ def main() -> int:
             preds, _ = fns[name](ctx)
             seconds[name].append(time.perf_counter() - t0)
             preds_ref = preds_ref or preds
-            differing[name] = max(differing[name], sum(p != q for p, q in zip(preds, preds_ref)))
+            differing[name] = max(differing[name], sum(p != q for p, q in zip(preds, preds_ref, strict=True)))
         print(f"{r + 1:>5} " + " ".join(f"{seconds[n][-1]:>11.3f}" for n in CONTENDERS) + "  " + ">".join(order))
     med = {n: statistics.median(seconds[n]) for n in CONTENDERS}
     print("median " + " ".join(f"{med[n]:>11.3f}" for n in CONTENDERS))
@@ -169,9 +209,12 @@ def main() -> int:
         "differing_predictions": differing,
     }
     res["goals_met"] = {k: res[k] >= g for k, g in GOALS.items()}
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=1) + "\n")
+    out = a.out
+    try:
+        bench_args.write_json_atomic(out, res)
+    except OSError as e:
+        print(f"bench: could not write {out} ({e}); the previous file, if any, is unchanged", file=sys.stderr)
+        return 1
     print("items/s: " + ", ".join(f"{n} {res['items_per_s'][n]:.2f}" for n in CONTENDERS))
     print(f"lab_over_bare {res['lab_over_bare']:.3f} (goal >= 0.97: {res['goals_met']['lab_over_bare']}); "
           f"bucketed_over_pipeline {res['bucketed_over_pipeline']:.3f} "

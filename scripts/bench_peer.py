@@ -1,8 +1,8 @@
 """`make bench-peer`: the lab's measured window against optimum-benchmark's inference scenario.
 
 Same demo model, batch size, thread count and fixed input lengths (default 128 and 256
-tokens) for both; rounds alternate which goes first (even rounds peer>lab, odd rounds
-lab>peer, for each length).
+tokens) for both; rounds alternate which goes first (rounds numbered from 1 as printed and in
+runs/bench_peer.json: odd rounds peer>lab, even rounds lab>peer, for each length).
 - peer: optimum-benchmark 0.6.0's inference scenario (scripts/bench_peer_worker.py), in its
         own venv (it needs transformers < 5; the lab's venv has transformers 5), so in its
         own process, started once per round and length: inline launcher, PyTorch backend on
@@ -18,7 +18,8 @@ lab>peer, for each length).
         One untimed run first; its model stays loaded between rounds.
 Both exclude model loading and warm-up. ratio lab_over_peer = lab items/s / peer samples/s,
 from the medians over rounds. Writes runs/bench_peer.json (raw per-round figures) and prints
-a table.
+a table. Every option, the model folder, the peer venv's python and the output path are
+checked before any model load: bad input is one line on stderr, exit 2, nothing written lost.
 
     .venv/bin/python scripts/bench_peer.py [--rounds 4] [--items 128] [--batch 8] \
         [--lengths 128,256] [--threads 1] [--peer-python .cache/bench-peer-venv/bin/python]
@@ -40,6 +41,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 import bench  # noqa: E402  (scripts/bench.py: the lab's window and the machine facts, in one place)
+import bench_args  # noqa: E402  (scripts/bench_args.py: the argument checks shared by the bench scripts)
+from bench_args import UsageError  # noqa: E402
 
 PEER_VENV = REPO / ".cache/bench-peer-venv"
 CORPORA = ("demo/corpus/comparison.jsonl", "demo/corpus/tuning.jsonl")
@@ -47,10 +50,6 @@ WINDOWS = {"lab": "read corpus file + tokenize + pad + forward + softmax/argmax 
                   "(lab.passes.inference.run_batches, as `make bench`)",
            "peer": "forward only, on input tensors built before timing (optimum-benchmark "
                    "inference scenario, forward.throughput)"}
-
-
-class UsageError(Exception):
-    """Bad arguments or a missing prerequisite: one line for the user, exit 2."""
 
 
 class PeerReportError(ValueError):
@@ -80,16 +79,19 @@ def parse_peer_report(data: dict, batch: int) -> dict:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=4)
+    ap = bench_args.parser("bench-peer", __doc__)
+    ap.add_argument("--rounds", type=int, default=4, help="timed rounds; each runs both sides at every length")
     ap.add_argument("--items", type=int, default=128, help="items per lab window; peer iterations = items / batch")
-    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=8, help="batch size in items, both sides")
     ap.add_argument("--lengths", default="128,256", help="fixed input lengths in tokens, comma-separated")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
     ap.add_argument("--warmup-runs", type=int, default=10, help="the peer's warm-up forwards (its default)")
-    ap.add_argument("--model", default=str(REPO / ".cache/models/demo-minilm-20ng"))
-    ap.add_argument("--peer-python", default=str(PEER_VENV / "bin/python"))
-    ap.add_argument("--out", default=str(REPO / "runs/bench_peer.json"))
+    ap.add_argument("--model", default=str(REPO / ".cache/models/demo-minilm-20ng"),
+                    help="local transformers sequence-classification checkpoint folder")
+    ap.add_argument("--peer-python", default=str(PEER_VENV / "bin/python"),
+                    help="python of the venv holding optimum-benchmark (`make bench-peer` creates it)")
+    ap.add_argument("--out", default=str(REPO / "runs/bench_peer.json"),
+                    help="result file (JSON); replaced only once the run is complete")
     a = ap.parse_args(argv)
     try:
         a.lengths = [int(x) for x in a.lengths.split(",") if x.strip()]
@@ -97,35 +99,49 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise UsageError(f"--lengths {a.lengths!r} is not a comma-separated list of integers, e.g. 128,256") from None
     if not a.lengths or min(a.lengths) < 8:
         raise UsageError("--lengths needs at least one length of 8 tokens or more, e.g. 128,256")
-    for name in ("rounds", "items", "batch", "threads"):
-        if getattr(a, name) < 1:
-            raise UsageError(f"--{name} must be >= 1")
-    if a.warmup_runs < 0:
-        raise UsageError("--warmup-runs must be >= 0")
+    bench_args.require_at_least(a, 1, "rounds", "items", "batch", "threads")
+    bench_args.require_at_least(a, 0, "warmup_runs")
     if a.items % a.batch:
         raise UsageError(f"--items {a.items} is not a multiple of --batch {a.batch}: both sides must run "
                          f"whole batches (e.g. --items {a.items - a.items % a.batch or a.batch})")
+    a.out = bench_args.check_output_path(a.out)
     return a
 
 
+def in_peer_venv(python: Path) -> bool:
+    """Whether ``python`` lies inside the project's peer venv (PEER_VENV). The folders are resolved,
+    not the file: a venv's bin/python is a link to the system python."""
+    p = python.absolute()
+    return (p.parent.resolve() / p.name).is_relative_to(PEER_VENV.resolve())
+
+
 def check_prerequisites(a: argparse.Namespace) -> None:
-    """Raise UsageError (with its fix) for a missing demo model or peer venv."""
-    if not (Path(a.model) / "config.json").is_file():
-        raise UsageError(f"no model at {a.model} (no config.json): build the demo model with `make model`")
+    """Raise UsageError (with its fix) for a missing or unfit model, length or peer venv."""
+    config = bench_args.check_model_folder(a.model)
+    bench_args.check_lengths_fit(config, a.lengths, "--lengths")
     peer = Path(a.peer_python)
+    point = "point --peer-python at the peer venv's python (`make bench-peer` creates .cache/bench-peer-venv)"
     if not peer.is_file():
-        raise UsageError(f"no optimum-benchmark venv ({peer} missing): run `make bench-peer`, which creates "
-                         f"it from scripts/bench_peer_requirements.txt (needs PyPI)")
-    probe = subprocess.run([str(peer), "-c", "import optimum_benchmark.version, transformers"],
-                           check=False, capture_output=True, text=True)
+        if in_peer_venv(peer):
+            raise UsageError(f"no optimum-benchmark venv ({peer} missing): run `make bench-peer`, which creates "
+                             f"it from scripts/bench_peer_requirements.txt (needs PyPI)")
+        raise UsageError(f"--peer-python {peer} is {'not a file' if peer.exists() else 'missing'}; {point}")
+    if not os.access(peer, os.X_OK):
+        raise UsageError(f"--peer-python {peer} is not executable; {point}")
+    try:
+        probe = subprocess.run([str(peer), "-c", "import optimum_benchmark.version, transformers"],
+                               check=False, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise UsageError(f"--peer-python {peer} does not run as a python ({type(e).__name__}); {point}") from None
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UsageError(f"{peer} cannot import optimum_benchmark ({last}): delete {peer.parents[1]} and "
-                         f"run `make bench-peer` again")
+        fix = (f"delete {PEER_VENV} and run `make bench-peer` again" if in_peer_venv(peer) else point)
+        raise UsageError(f"{peer} cannot import optimum_benchmark ({last}): {fix}")
 
 
-def fixed_length_corpus(tok, items: int, length: int, path: Path) -> list[dict]:
-    """Write ``items`` demo-corpus rows whose texts have >= ``length`` tokens (specials included)."""
+def fixed_length_corpus(tok, items: int, length: int, path: Path, batch: int) -> list[dict]:
+    """Write ``items`` demo-corpus rows whose texts have >= ``length`` tokens (specials included).
+    Raises UsageError when fewer exist; its fix names the largest multiple of ``batch`` there is."""
     from lab.corpus import read_corpus
     from lab.passes.inference import tokenize
 
@@ -134,9 +150,15 @@ def fixed_length_corpus(tok, items: int, length: int, path: Path) -> list[dict]:
     keep = [r for r, x in zip(rows, ids, strict=True) if len(x) == length][:items]
     if len(keep) < items:
         raise UsageError(f"only {len(keep)} demo-corpus items have {length} tokens or more; "
-                         f"lower --items to {len(keep) - len(keep) % 8 or 8} or --lengths")
+                         f"lower --items to {len(keep) - len(keep) % batch or batch} or --lengths")
     path.write_text("".join(json.dumps(r) + "\n" for r in keep), encoding="utf-8")
     return keep
+
+
+def round_order(number: int) -> tuple[str, str]:
+    """Which side goes first in round ``number`` (numbered from 1, as printed and written):
+    odd rounds peer>lab, even rounds lab>peer (the module docstring says the same)."""
+    return ("peer", "lab") if number % 2 == 1 else ("lab", "peer")
 
 
 def run_peer(a: argparse.Namespace, length: int, out: Path) -> dict:
@@ -195,7 +217,7 @@ def measure(a: argparse.Namespace, tmp: Path) -> int:
     try:
         for length in a.lengths:
             path = tmp / f"fixed_{length}.jsonl"
-            fixed_length_corpus(tok, a.items, length, path)
+            fixed_length_corpus(tok, a.items, length, path, a.batch)
             ctxs[length] = {"path": path, "tok": tok, "model": model, "batch": a.batch, "max_length": length}
     except UsageError as e:
         print(f"bench-peer: {e}", file=sys.stderr)
@@ -217,7 +239,7 @@ def measure(a: argparse.Namespace, tmp: Path) -> int:
     print(f"{'round':>5} {'length':>6} {'order':>9} {'lab_s':>8} {'lab it/s':>9} {'peer sa/s':>10} "
           f"{'ratio':>6} {'load':>5}")
     for r in range(a.rounds):
-        order = ("peer", "lab") if r % 2 == 0 else ("lab", "peer")
+        order = round_order(r + 1)
         for length in a.lengths:
             row: dict = {"round": r + 1, "length": length, "order": list(order)}
             for side in order:
@@ -267,9 +289,12 @@ def measure(a: argparse.Namespace, tmp: Path) -> int:
         "per_length": per_length,
         "lab_over_peer": {k: v["lab_over_peer"] for k, v in per_length.items()},
     }
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+    out = a.out
+    try:
+        bench_args.write_json_atomic(out, res)
+    except OSError as e:
+        print(f"bench-peer: could not write {out} ({e}); the previous file, if any, is unchanged", file=sys.stderr)
+        return 1
     print(table(res))
     print(f"lab_over_peer is a throughput ratio: the lab's whole window (reading, tokenizing, materializing) "
           f"over the peer's forward-only figure. load {res['machine']['load_average_1m_end']:.2f}; wrote {out}")

@@ -6,19 +6,29 @@
 #   3. one pass that must run out of GPU memory (a batch sized from the card's memory, at
 #      max_length 512), kept as a failure row with its items completed;
 # then prints ONE verdict line (scripts/gpu_check.py). Outputs under runs/gpu_check/.
-# Without a CUDA GPU it says so in one line and exits 2 within seconds; exit 1 = checks failed.
+# Without a CUDA GPU it says so in one line on stderr and exits 2 within seconds; exit 1 = checks failed.
 #   bash scripts/gpu_check.sh            # PYTHON=... to use another interpreter (needs CUDA torch)
 #   GPU_CHECK_REPETITIONS=2 (default) passes per variant
 set -uo pipefail
+case "${1:-}" in
+  -h|--help)
+    sed -n '2,11s/^# \{0,1\}//p' "$0"
+    echo "usage: bash scripts/gpu_check.sh   (no options; exit 0 = checks passed, 1 = checks failed, 2 = no usable CUDA GPU)"
+    exit 0 ;;
+  "") ;;
+  *)
+    echo "gpu_check: unknown argument $1; it takes none (see bash scripts/gpu_check.sh --help)" >&2
+    exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
 [ -x "$PY" ] || PY="$(command -v python3)"
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! timeout 10 nvidia-smi -L >/dev/null 2>&1; then
-  echo "gpu_check: no CUDA GPU on this host (nvidia-smi missing or lists no GPU); nothing checked"
+  echo "gpu_check: no CUDA GPU on this host (nvidia-smi missing or lists no GPU); nothing checked" >&2
   exit 2
 fi
 if ! timeout 60 "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() and not torch.version.hip else 1)" 2>/dev/null; then
-  echo "gpu_check: nvidia-smi sees a GPU but $PY's torch cannot use it (CPU build or driver mismatch); set PYTHON to a CUDA build of torch or run inside the cuda image"
+  echo "gpu_check: nvidia-smi sees a GPU but $PY's torch cannot use it (CPU build or driver mismatch); set PYTHON to a CUDA build of torch or run inside the cuda image" >&2
   exit 2
 fi
 exec timeout 570 "$PY" scripts/gpu_check.py "$@"

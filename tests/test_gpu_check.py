@@ -14,10 +14,27 @@ from conftest import REPO
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this host has nvidia-smi: the check would run")
 def test_without_a_gpu_it_says_so_in_one_line_and_exits_2():
     t0 = time.monotonic()
-    p = subprocess.run(["bash", str(REPO / "scripts/gpu_check.sh")], capture_output=True, text=True, check=False, timeout=60)
+    p = subprocess.run(["bash", str(REPO / "scripts/gpu_check.sh")], capture_output=True, text=True, check=False,
+                       timeout=60)
     assert p.returncode == 2
-    assert p.stdout.count("\n") == 1 and p.stdout.startswith("gpu_check: no CUDA GPU")
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("gpu_check: no CUDA GPU"), p.stderr
+    assert p.stdout == ""  # the diagnosis is an error line: stderr, not stdout
     assert time.monotonic() - t0 < 10
+
+
+def test_help_prints_a_usage_text_and_runs_nothing():
+    p = subprocess.run(["bash", str(REPO / "scripts/gpu_check.sh"), "--help"], capture_output=True, text=True,
+                       check=False, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert "usage: bash scripts/gpu_check.sh" in p.stdout and "out of GPU memory" in p.stdout
+    assert "exits 2" in p.stdout and "no CUDA GPU" not in p.stdout + p.stderr  # no check ran
+
+
+def test_an_unknown_argument_is_one_line_exit_2():
+    p = subprocess.run(["bash", str(REPO / "scripts/gpu_check.sh"), "--cuda"], capture_output=True, text=True,
+                       check=False, timeout=30)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.count("\n") == 1 and "unknown argument --cuda" in p.stderr and "--help" in p.stderr
 
 
 def test_prepared_campaigns_load_and_size_the_oom_batch(tmp_path, model_dir):

@@ -175,6 +175,15 @@ def test_results_screen_per_variant(finished, tmp_path, monkeypatch, size):
             assert "peaks: process RSS" in t and "allocated not measured (no GPU)" in t
             assert t.count("utilization: achieved ") == len(app.screen.summary)  # a line per variant
             assert all(v.utilization_median is not None for v in app.screen.summary)
+            from tui.widgets.durations_plot import DurationsPlot
+
+            plot = app.screen.query_one(DurationsPlot).render().plain
+            names = [v.short_name for v in app.screen.summary]
+            # the legend is a line under the plot, never drawn over its points
+            assert not any(n in plot for n in names), plot
+            legend = text_of(app, "#plot-legend")
+            assert all(f" {n}" in legend for n in names) and legend.startswith("• "), legend
+            assert plot.count("•") == len(app.screen.summary[0].durations_s), plot  # every point drawn
     asyncio.run(go())
 
 

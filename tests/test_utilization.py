@@ -88,6 +88,6 @@ def test_bucketing_series_rows_carry_utilization(tmp_path, model_dir):
         assert v.ceiling_flop_per_s_median is not None and v.recompiles_measured_max is None  # not compiled
     note = (orch.dir / "report" / "decision_note.md").read_text()
     assert "series bucketing" in note and "series batch+bucketing" in note
-    assert note.count("- utilization: achieved ") == 3 and "GFLOP/s matmul ceiling = " in note
+    assert note.count("- utilization: achieved ") == 3 and "GFLOP/s, matmul ceiling " in note and "(medians of passes ok)" in note
     html = (orch.dir / "report" / "report.html").read_text()
     assert "utilization: achieved " in html and "ceiling_flop_per_s" in html  # note and raw table

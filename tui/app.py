@@ -22,6 +22,7 @@ from textual.worker import get_current_worker
 
 from lab.campaigns import (USER_ERRORS, campaign_dir_of, campaign_name_of, request_control, runs_root,
                            start_campaign)
+from lab.passes.events import PassStatus
 from lab.status import CampaignState
 from tui.messages import (CampaignSnapshot, CampaignStarted, ControlSent, PassFailed,
                           TelemetrySample)
@@ -207,7 +208,7 @@ class IteraLabApp(App):
 
     def on_pass_failed(self, msg: PassFailed) -> None:
         self.failures_seen.append(msg)
-        what = {"oom": "out of memory", "killed": "killed (host memory)"}.get(msg.kind, msg.kind)
+        what = {PassStatus.OOM: "out of memory", PassStatus.KILLED: "killed (host memory)"}.get(msg.kind, msg.kind)
         self.notify(f"pass {msg.pass_id}: {what} after {msg.items_done} items",
                     title="pass failed", severity="error", timeout=8)
 

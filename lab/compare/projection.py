@@ -25,6 +25,7 @@ from decimal import Decimal
 from lab.compare.evidence import NO_PACKAGE, Evidence
 from lab.cost.forfaits import Catalog, PricingError, Quote, cost_per_validated_corpus, quote
 from lab.cost.sizing import Sizing, cheapest_covering
+from lab.passes.events import PassStatus
 
 
 def _f(cell) -> float | None:
@@ -98,7 +99,7 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
     """
     vid = variant["variant_id"]
     rows = [r for r in ev.raw_rows if r["variant_id"] == vid]
-    ok = [r for r in rows if r["status"] == "ok" and _f(r.get("items_per_s"))]
+    ok = [r for r in rows if r["status"] == PassStatus.OK and _f(r.get("items_per_s"))]
     rates: list[float] = [x for r in ok if (x := _f(r["items_per_s"]))]
     setups = [sum(_f(r.get(f"{p}_s")) or 0.0 for p in ("startup", "model_load", "warmup")) for r in ok]
     cost, gpu = ev.cost, ev.gpu

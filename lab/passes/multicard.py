@@ -30,12 +30,12 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from lab.files import REPO_ROOT, sha256_lines
 from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventWriter, PassStatus
 from lab.passes.observed import combine_cards
 from lab.passes.spec import PassSpec
 from lab.variants import Variant
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 PEAK_KEYS = ("peak_allocated_bytes", "peak_reserved_bytes", "process_peak_rss_bytes", "device_used_bytes")
 STATUS_CODES = {PassStatus.OK: EXIT_OK, PassStatus.OOM: EXIT_OOM}
 CARD_STOPPED = "stopped"  # a card's own status when torchrun or the user stopped it (not a pass status)
@@ -192,13 +192,10 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
                 merged.append((pos.get(json.loads(line)["id"], math.inf), line))
     merged.sort(key=lambda x: x[0])
     pred_path = out / "predictions.jsonl"
-    import hashlib
-
-    h = hashlib.sha256()
+    merged_lines = [line for _, line in merged]
     with open(pred_path, "w", encoding="utf-8", newline="\n") as fh:
-        for _, line in merged:
-            fh.write(line)
-            h.update(line.encode("utf-8"))
+        fh.writelines(merged_lines)
+    predictions_sha256 = sha256_lines(merged_lines)
     _check_cards(spec.variant, recs)
     statuses = [c["status"] for c in recs]
     failing = [c for c in recs if c["status"] not in (PassStatus.OK, CARD_STOPPED)]
@@ -258,7 +255,7 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
            "deterministic": {"torch.manual_seed": spec.seed, "cudnn.benchmark": False,
                              "use_deterministic_algorithms": False},
            "predictions_path": pred_path.name, "predictions_lines": len(merged),
-           "predictions_sha256": h.hexdigest(), "torchrun_exit_code": torchrun_code,
+           "predictions_sha256": predictions_sha256, "torchrun_exit_code": torchrun_code,
            "torchrun_wall_s": torchrun_wall_s,  # launcher start to exit: rendezvous, workers, shutdown
            "exit_code": STATUS_CODES.get(status, EXIT_ERROR)}
     (out / "result.json").write_text(json.dumps(res, indent=1, default=str) + "\n")

@@ -21,7 +21,6 @@ a one-card pass keeps this single-process path.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -31,6 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab.diskfull import DiskFull, atomic_write_text
+from lab.files import sha256_lines
 from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventWriter, PassStatus
 from lab.passes.spec import PassSpec
 
@@ -66,7 +66,6 @@ def write_predictions(path: Path, win, id2label: dict) -> tuple[int, str]:
 
     Each line: id, pred, prob, truncated (bool; null when unknown), tokens_kept and tokens_total
     (tokens, specials included, after and before truncation at max_length)."""
-    h = hashlib.sha256()
     n = 0
     lines = []
     for i, (item_id, p, c) in enumerate(zip(win.ids, win.pred_index, win.prob, strict=True)):
@@ -77,10 +76,9 @@ def write_predictions(path: Path, win, id2label: dict) -> tuple[int, str]:
                            "truncated": None if total is None else total > kept,
                            "tokens_kept": kept, "tokens_total": total}, ensure_ascii=False) + "\n"
         lines.append(line)
-        h.update(line.encode("utf-8"))
         n += 1
     atomic_write_text(path, "".join(lines))  # whole or absent, never half a file
-    return n, h.hexdigest()
+    return n, sha256_lines(lines)
 
 
 def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:

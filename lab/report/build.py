@@ -16,6 +16,7 @@ from lab.diskfull import DiskFull, is_disk_full, swap_folder
 from lab.journal import Journal
 from lab.manifest import build_manifest
 from lab.models import model_revision
+from lab.passes.events import FINISHED
 from lab.protocol import load_protocol
 from lab.report.raw_table import raw_rows, write_raw_table
 from lab.report.summary import summarize, write_summary
@@ -124,7 +125,7 @@ def _write_report(out: Path, proto, version: dict, attempts: list[dict], describ
     if observed:
         note += ("\n\n_Campaign window: no window was declared in the campaign file; the window "
                  "above is the span of the passes actually run (first start to last end)._\n")
-    if not any(r["status"] in ("ok", "oom", "error", "killed") for r in rows):
+    if not any(r["status"] in FINISHED for r in rows):
         note = ("> **No evidence yet.** no pass has finished in this campaign: the tables are empty "
                 "and no configuration can be judged.\n\n" + note)
     if partial_reason:

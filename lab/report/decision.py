@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from lab.constants import DEFAULT_LOTS
+from lab.constants import DEFAULT_DELIVERABLES, DEFAULT_LOTS
 from lab.cost.forfaits import (PACKAGE_HOURS, Catalog, Coverage, PricingError, Quote, Window,
                                cost_per_validated_corpus, coverage, format_hours, load_catalog,
                                money, parse_instant, parse_window, quote)
@@ -88,7 +88,7 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
     ``VariantSummary.from_json``). ``variant_pricing``: {variant_id: pricing keys} that
     override ``pricing`` for that variant (e.g. another ``gpu``).
     ``campaign``: ``name``, ``question``, ``deadline`` (ISO or None), ``deliverables``
-    (int >= 1, default 1). ``pricing``: ``catalog_path`` (None = shipped catalog),
+    (int >= 1, default lab.constants.DEFAULT_DELIVERABLES). ``pricing``: ``catalog_path`` (None = shipped catalog),
     ``gpu``, ``days``, ``lots``, ``window_start``/``window_end`` (ISO or None), ``tz``.
 
     Each distinct useful corpus counts once (seed: "Contare deliverable utili"): a
@@ -97,7 +97,7 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
     failures, then lower median. Raises PricingError (one line) for bad pricing input
     (days not offered, lots < 1, malformed window or deadline, mixed currencies).
     """
-    deliverables = campaign.get("deliverables", 1)
+    deliverables = campaign.get("deliverables", DEFAULT_DELIVERABLES)
     if isinstance(deliverables, bool) or not isinstance(deliverables, int) or deliverables < 1:
         raise PricingError(f"campaign deliverables must be an integer >= 1, got {deliverables!r}")
     deadline = campaign.get("deadline")
@@ -144,7 +144,7 @@ def _assess(v: VariantSummary, p: dict, deadline_at: datetime | None, deliverabl
     if path not in catalogs:
         catalogs[path] = load_catalog(path)
     catalog = catalogs[path]
-    gpu, days, lots = p.get("gpu"), p.get("days"), p.get("lots", 1)
+    gpu, days, lots = p.get("gpu"), p.get("days"), p.get("lots", DEFAULT_LOTS)
     q, missing = None, ""
     if gpu is None or days is None:
         missing = f"{NO_PACKAGE} (the campaign file has no [cost] section): nothing priced"

@@ -89,7 +89,7 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
                 notes.append(f"observed {k} differs between cards: {obs[k]}")
         if obs.get("threads_split"):
             notes.append(f"threads: {obs['threads_split']}")
-        if not obs.get("padding") and a["status"] != "running":
+        if not obs.get("padding") and a["status"] != PassStatus.RUNNING:
             notes.append("observed values " + ("partly " if obs else "") + "not recorded: the pass ended before "
                          + ("the end of the measured window" if obs else "the measured window")
                          + " (or its runner predates observation)")

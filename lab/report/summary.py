@@ -92,14 +92,16 @@ class VariantSummary:
         return (self.variant_name or self.variant_id).split("/", 1)[-1]
 
     def utilization_text(self) -> str:
-        """One line: 'utilization: achieved X GFLOP/s of a Y GFLOP/s matmul ceiling = Z %'
-        (medians over passes ok; see lab.passes.probe for the formula), or why not measured.
-        A method of the record, so a screen holding records needs no import of this module."""
+        """One line: 'utilization: achieved X GFLOP/s, matmul ceiling Y GFLOP/s, ratio Z %
+        (medians of passes ok)', or why not measured. X, Y and Z are three medians over the
+        passes ok (Z the median of each pass's own ratio), so Z is not X / Y: the line never
+        writes it as a quotient. Formula: lab.passes.probe. A method of the record, so a
+        screen holding records needs no import of this module."""
         a, c, u = self.achieved_flop_per_s_median, self.ceiling_flop_per_s_median, self.utilization_median
         if a is None:
             return "utilization: not measured (no pass reached the probe phase)"
         text = f"utilization: achieved {a / 1e9:.2f} GFLOP/s"
-        text += (f" of a {c / 1e9:.1f} GFLOP/s matmul ceiling = {100 * u:.1f} %"
+        text += (f", matmul ceiling {c / 1e9:.1f} GFLOP/s, ratio {100 * u:.1f} % (medians of passes ok)"
                  if u is not None and c is not None else " (ceiling not measured: see the raw table's notes)")
         if self.recompiles_measured_max:
             text += (f"; recompilations in the measured window: up to {self.recompiles_measured_max} "

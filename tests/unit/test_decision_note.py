@@ -157,3 +157,13 @@ def test_no_cost_section_says_no_package_declared_never_a_default_gpu():
     assert "batch 8" not in excluded  # a missing package is not the configuration's failure
     decision = note.split("## Decision", 1)[1]
     assert "No package declared" in decision and "batch 8, fp32" in decision and "Chosen" not in decision
+
+
+def test_utilization_line_never_writes_three_medians_as_a_quotient():
+    """113.14 / 308.6 is 36.7 %, while the median of the passes' own ratios was 37.6 %: the line
+    gives the three medians side by side and never as 'X of Y = Z'."""
+    v = variant("v1", "batch 1, fp32", achieved_flop_per_s_median=113.14e9,
+                ceiling_flop_per_s_median=308.6e9, utilization_median=0.376)
+    text = v.utilization_text()
+    assert "=" not in text and " of a " not in text
+    assert "achieved 113.14 GFLOP/s, matmul ceiling 308.6 GFLOP/s, ratio 37.6 % (medians of passes ok)" in text

@@ -26,3 +26,18 @@ def test_bad_campaign_file_one_line(tmp_path, edit, message):
     with pytest.raises(ProtocolError, match=message) as e:
         load_protocol(f)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("spelling", ["bucketing/bucketing=true", "bucketing/bucketing=True"])
+def test_reference_variant_with_a_boolean_value_in_either_spelling(tmp_path, spelling):
+    """A user types TOML's `true`; names are written 'bucketing=True': both name the variant."""
+    f = write_campaign(tmp_path, UNBUILT_MODEL, cut_corpus(tmp_path / "c.jsonl", 2, 1, 1))
+    text = f.read_text()
+    text = text.replace("reference_variant = \"batch/batch_size=1\"", f"reference_variant = \"{spelling}\"")
+    text += "\n[[series]]\nname = \"bucketing\"\nfactor = \"bucketing\"\nvalues = [false, true]\nbatch_size = 8\n"
+    f.write_text(text)
+    proto = load_protocol(f)
+    assert proto.reference.bucketing is True and proto.reference.name == "bucketing/bucketing=True"
+    f.write_text(text.replace(spelling, "bucketing/bucketing=yes"))
+    with pytest.raises(ProtocolError, match="is not a declared variant"):
+        load_protocol(f)

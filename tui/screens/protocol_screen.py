@@ -14,7 +14,6 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
 from lab.campaigns import campaign_dir_of
-from lab.constants import DEFAULT_SEED
 from lab.protocol import ProtocolError
 from lab.views import lock_protocol, protocol_info
 from tui.messages import ProtocolLoaded, ProtocolLocked
@@ -31,8 +30,8 @@ def render_rules(i: dict) -> str:
              f"[b]Quality[/b]  {q['metric']} >= {q['threshold']}, at most {q['tolerance']} below the "
              f"reference {escape(q['reference_variant'])}",
              f"[b]Timing[/b]   {t['repetitions']} repetitions, rotated; warm-up {t['warmup_passes']} pass(es) "
-             f"over the first {t['warmup_items']} items; process {t.get('process', 'fresh')}; "
-             f"seed {t.get('seed', DEFAULT_SEED)}"]
+             f"over the first {t['warmup_items']} items; process {t['process']}; "
+             f"seed {t['seed']}"]
     if i["lock_state"] == "locked":
         c = i["current"]
         lines.append(f"[green b]Locked[/green b] version {c['version']} at {c['locked_at']}\n"

@@ -68,6 +68,7 @@ class ResultsScreen(LabScreen):
         with VerticalScroll(id="results-scroll"):
             yield Static("", id="results-text", markup=True)
         yield DurationsPlot(id="durations-plot")
+        yield Static("", id="plot-legend", markup=False)
 
     def on_screen_resume(self) -> None:
         self.action_rebuild()
@@ -99,4 +100,4 @@ class ResultsScreen(LabScreen):
         self.summary = msg.report["summary"]
         head = f"{msg.report['rows']} pass rows; report in {escape(msg.report['report_dir'])}\n"
         text.update(head + render_summary(self.summary))
-        self.query_one(DurationsPlot).show(self.summary)
+        self.query_one("#plot-legend", Static).update(self.query_one(DurationsPlot).show(self.summary))

@@ -17,8 +17,9 @@ from lab.variants import variant_short
 
 COLUMNS = ("slot", "rep", "variant", "status", "progress", "it/s", "elapsed")
 FAIL_STYLE = "bold white on red"
+PENDING = "pending"  # a planned slot with no attempt yet: a display label, not a PassStatus
 STYLES = {PassStatus.OK: "green", PassStatus.RUNNING: "bold yellow", PassStatus.INTERRUPTED: "magenta",
-          "pending": "dim"}
+          PENDING: "dim"}
 
 
 def _ts(iso: str | None) -> float | None:
@@ -66,8 +67,7 @@ def pass_rows(attempts: list[dict], plan: list[dict], live_failures: dict, now: 
             kind = status if status != PassStatus.RUNNING else live["kind"]
             if live and live.get("items_done") is not None and status == PassStatus.RUNNING:
                 done = live["items_done"]
-            label = {"oom": "OOM", "error": "ERROR", "killed": "KILLED"}.get(kind, kind.upper())
-            st = Text(f"{label} @{done}", style=FAIL_STYLE)
+            st = Text(f"{str(kind).upper()} @{done}", style=FAIL_STYLE)
         else:
             st = Text(status, style=STYLES.get(status, ""))
         rate = a.get("items_per_s")
@@ -80,7 +80,7 @@ def pass_rows(attempts: list[dict], plan: list[dict], live_failures: dict, now: 
             continue
         v = json.loads(p["variant_json"]) if isinstance(p.get("variant_json"), str) else p.get("variant")
         rows.append({"key": f"slot-{p['seq']}", "failed": False, "cells": (
-            str(p["seq"]), str(p["repetition"]), variant_short(v), Text("pending", style="dim"),
+            str(p["seq"]), str(p["repetition"]), variant_short(v), Text(PENDING, style=STYLES[PENDING]),
             "", "", "")})
     rows.sort(key=lambda r: int("".join(ch for ch in r["cells"][0].split("a")[0]) or 0))
     return rows

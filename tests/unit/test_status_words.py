@@ -1,0 +1,98 @@
+"""Status words live once: lab.passes.events.PassStatus (with its FAILED and FINISHED sets)
+and lab.status.CampaignState. No module of lab/ or tui/ compares against, keys a table by,
+or lists a status word as a string literal (issue 9, "pass statuses are one enum defined
+once"; a maintainer's trial found eight such copies).
+
+Checked on the syntax tree: a comparison (==, !=, in, not in) with a status-word literal or
+a tuple/list/set holding one; a dict literal keyed by two or more status words; a tuple,
+list or set literal of two or more status words. Not status words, so not flagged: event
+kinds (``oom``, ``error``... event lines, compared through a name holding ``kind`` or
+``event``, see lab/passes/events.py), and Docker's own container states in
+lab/launchers/docker.py.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from conftest import REPO
+
+from lab.passes.events import PassStatus
+from lab.status import CampaignState
+
+STATUS_WORDS = {str(s) for s in PassStatus} | {str(s) for s in CampaignState}
+DEFINITIONS = {"lab/passes/events.py", "lab/status.py"}
+OTHER_VOCABULARIES = {"lab/launchers/docker.py": "Docker container states"}
+
+
+def _words(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in STATUS_WORDS:
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [w for e in node.elts for w in _words(e) if isinstance(e, ast.Constant)]
+    return []
+
+
+def _is_event_kind(node: ast.AST) -> bool:
+    text = ast.unparse(node)
+    return "kind" in text or "event" in text
+
+
+def status_literals(source: str) -> list[tuple[int, str]]:
+    """(line, code) of every status-word literal used as a comparison, table key or list."""
+    found = []
+    tree = ast.parse(source)
+    in_compare: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            literal = [s for s in sides if _words(s)]
+            others = [s for s in sides if not _words(s)]
+            for s in sides:
+                in_compare.add(id(s))
+            key_lookup = isinstance(node.left, ast.Constant) and isinstance(node.ops[0], (ast.In, ast.NotIn))
+            if literal and not key_lookup and not any(_is_event_kind(o) for o in others):
+                found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Dict):
+            keys = [w for k in node.keys if k is not None for w in _words(k)]
+            if len(keys) >= 2:
+                found.append((node.lineno, ast.unparse(node)[:80]))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(_is_event_kind(ast.Name(t.id.lower())) for t in targets if isinstance(t, ast.Name)):
+                in_compare.add(id(node.value))  # a list of event kinds, not of statuses
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and id(node) not in in_compare \
+                and len(_words(node)) >= 2:
+            found.append((node.lineno, ast.unparse(node)[:80]))
+    return found
+
+
+def test_no_status_word_literals_outside_the_enums():
+    offences = []
+    for path in sorted([*(REPO / "lab").rglob("*.py"), *(REPO / "tui").rglob("*.py")]):
+        rel = path.relative_to(REPO).as_posix()
+        if rel in DEFINITIONS or rel in OTHER_VOCABULARIES:
+            continue
+        offences += [f"{rel}:{line}: {code}" for line, code in status_literals(path.read_text())]
+    assert not offences, "status words spelled out (use PassStatus / CampaignState / FINISHED):\n" + "\n".join(offences)
+
+
+def test_the_check_sees_each_form():
+    """The detector itself: each form the trial found is flagged, event kinds are not."""
+    src = '''
+DONE = ("ok", "oom", "error", "killed")
+a = x["status"] == "running"
+b = row.get("status") != "ok"
+c = r["status"] in ("ok", "oom")
+d = {"oom": "OOM", "error": "ERROR"}
+e = st["state"] != "finished"
+f = kind in ("oom", "error")
+g = ev["kind"] == "oom"
+h = status == PassStatus.OK
+i = "error" in facts
+SHOWN_EVENTS = ("oom", "error", "interrupted")
+'''
+    lines = {line for line, _ in status_literals(src)}
+    assert lines == {2, 3, 4, 5, 6, 7}, status_literals(src)
