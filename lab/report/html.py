@@ -70,15 +70,16 @@ def durations_figure(groups: list[tuple[str, list[float], int, list[str]]], titl
     """Strip plot: ``groups`` = [(label, durations_s of successful passes, failed passes,
     failure kinds)]. Every pass is a point, the median a bar, failures a red X at the top."""
     fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(groups) + 2), 3.6))
-    have_fail = False
+    have_fail = have_pass = False  # each legend entry is labelled once, on the first group that has it
     for i, (_label, durations, failed, kinds) in enumerate(groups):
         if durations:
             ax.scatter([i] * len(durations), durations, s=28, color="#1f77b4", zorder=3,
-                       label="pass (measured window)" if i == 0 else None)
+                       label="_nolegend_" if have_pass else "pass (measured window)")
             med = sorted(durations)[len(durations) // 2] if len(durations) % 2 else \
                 sum(sorted(durations)[len(durations) // 2 - 1: len(durations) // 2 + 1]) / 2
             ax.hlines(med, i - 0.3, i + 0.3, color="black", linewidth=2, zorder=4,
-                      label="median" if i == 0 else "_nolegend_")
+                      label="_nolegend_" if have_pass else "median")
+            have_pass = True
         if failed:
             ax.scatter([i], [0.97], marker="X", s=80, color=FAILED, zorder=5,
                        transform=ax.get_xaxis_transform(), clip_on=False,
@@ -92,7 +93,8 @@ def durations_figure(groups: list[tuple[str, list[float], int, list[str]]], titl
     ax.set_ylim(bottom=0)
     ax.set_title(title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # never over a point
+    if have_pass or have_fail:  # a campaign with no pass ended yet has nothing to explain
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # never over a point
     caption = title + (": red X = failed passes (OOM, crash), which have no duration"
                        if have_fail else "")
     return figure_tag(fig, caption)
