@@ -15,7 +15,9 @@ import argparse
 import asyncio
 import base64
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -104,11 +106,14 @@ def check_html(html_path: str | Path, screenshot: str | Path | None = None, widt
         raise RuntimeError("chromium not found: `apt-get install -y chromium`")
     url = Path(html_path).resolve().as_uri()
     with tempfile.TemporaryDirectory(prefix="iteralab-chromium-") as profile:
+        # its own process group: Chromium's helpers (renderer, crashpad, utility) write into the
+        # profile after the browser process exits; the whole group is stopped before cleanup
         proc = subprocess.Popen([exe, "--headless=new", "--no-sandbox", "--disable-gpu",
                                  "--no-first-run", "--no-default-browser-check",
                                  "--disable-background-networking", "--disable-component-update",
                                  "--remote-debugging-port=0", f"--user-data-dir={profile}",
-                                 "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                 "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
         try:
             port_file = Path(profile) / "DevToolsActivePort"
             end = time.monotonic() + 60
@@ -122,11 +127,29 @@ def check_html(html_path: str | Path, screenshot: str | Path | None = None, widt
             return asyncio.run(_check(url, target["webSocketDebuggerUrl"],
                                       Path(screenshot) if screenshot else None, width))
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_group(proc)
+
+
+def stop_group(proc: subprocess.Popen, timeout_s: float = 10) -> None:
+    """SIGTERM the process group of ``proc``, wait for the leader, SIGKILL what is left, and
+    return once no process of the group remains (or ``timeout_s`` more has passed)."""
+    pgid = proc.pid  # start_new_session: the leader's pid is the group id
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            continue
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            os.killpg(pgid, signal.SIGKILL)  # helpers that outlived the leader
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
 
 
 def main(argv: list[str] | None = None) -> int:
