@@ -27,7 +27,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -133,13 +132,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        a = parse_args(argv)
-    except bench_args.UsageError as e:
-        print(f"bench: {e}", file=sys.stderr)
-        return 2
-    with tempfile.TemporaryDirectory(prefix="bench_") as d:
-        return measure(a, Path(d))
+    return bench_args.run("bench", lambda: parse_args(argv), measure)
 
 
 def measure(a: argparse.Namespace, tmp: Path) -> int:

@@ -112,3 +112,15 @@ def write_json_atomic(path: Path, obj) -> Path:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write_text(path, json.dumps(obj, indent=1) + "\n")
+
+
+def run(prog: str, parse, measure) -> int:
+    """A benchmark's main: ``parse()`` (UsageError: one line on stderr, exit 2), then
+    ``measure(args, tmp)`` with a temporary folder removed afterwards; returns its status."""
+    try:
+        a = parse()
+    except UsageError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix=prog.replace("-", "_") + "_") as d:
+        return measure(a, Path(d))

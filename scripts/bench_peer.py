@@ -33,7 +33,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -195,14 +194,13 @@ def table(res: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     sys.stdout.reconfigure(line_buffering=True)  # each round shows as it ends, also through a pipe
-    try:
+
+    def parse() -> argparse.Namespace:
         a = parse_args(argv)
         check_prerequisites(a)
-    except UsageError as e:
-        print(f"bench-peer: {e}", file=sys.stderr)
-        return 2
-    with tempfile.TemporaryDirectory(prefix="bench_peer_") as d:
-        return measure(a, Path(d))
+        return a
+
+    return bench_args.run("bench-peer", parse, measure)
 
 
 def measure(a: argparse.Namespace, tmp: Path) -> int:
