@@ -94,9 +94,10 @@ class AppMessages:
         if type(message).__module__ == "tui.messages":
             self._arrived.set()
 
-    async def until(self, pilot, cond, timeout_s: float, what: str):
+    async def until(self, pilot, cond, timeout_s: float, what: str, detail=None):
         """``cond()``'s first true value, checked once the app has handled each message;
-        AssertionError naming ``what`` after ``timeout_s`` seconds."""
+        AssertionError naming ``what`` (and ``detail()``, e.g. the pass statuses) after
+        ``timeout_s`` seconds."""
         async def first_true():
             while True:
                 self._arrived.clear()  # before checking: a message handled meanwhile wakes us
@@ -107,7 +108,8 @@ class AppMessages:
         try:
             return await asyncio.wait_for(first_true(), timeout_s)
         except TimeoutError:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}") from None
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}"
+                                 + (f": {detail()}" if detail else "")) from None
 
 
 def wait_until(cond, timeout_s: float, what: str, interval_s: float = 0.2, detail=None):
@@ -264,6 +266,31 @@ DOCKER_TEST_LABEL = "iteralab.test"
 # raced its own removals (409 "removal already in progress").
 DOCKER_TEST_RUN = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
 DOCKER_TEST_LABELS = {DOCKER_TEST_LABEL: DOCKER_TEST_RUN}
+
+# ---- host-memory OOM under an address-space limit (LocalLauncher, RLIMIT_AS) ----------
+AS_MARGIN_BYTES = 24 * 2**20
+
+
+@pytest.fixture()
+def one_malloc_arena(monkeypatch):
+    """MALLOC_ARENA_MAX=1 for this test and the passes it starts (the launcher keeps a value
+    already set): the address space a pass needs then repeats (see ``as_limit_above``)."""
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "1")
+
+
+def as_limit_above(batch1_peak_vm_bytes: int) -> int:
+    """RLIMIT_AS (bytes) that a batch-1 pass fits in and batch 8 on long items at max_length
+    512 does not: batch 1's unlimited VmPeak plus ``AS_MARGIN_BYTES``.
+
+    Needs the ``one_malloc_arena`` fixture (AssertionError otherwise). Measured on this
+    machine (2 cores, demo model, threads 1): with one malloc arena batch 1's peak repeats
+    within 10 MiB and batch 8 runs out of memory on its first long batch even at plus
+    40 MiB; with two arenas (the launcher's default) batch 1's peak varied by 15 MiB and
+    batch 8's by 50 MiB, and batch 8 once fitted under a plus-48-MiB limit.
+    """
+    assert os.environ.get("MALLOC_ARENA_MAX") == "1", "use the one_malloc_arena fixture"
+    return int(batch1_peak_vm_bytes) + AS_MARGIN_BYTES
+
 
 # A container memory limit that the batch-1 pass fits and the batch-OOM_BATCH pass does not,
 # on oom_corpus_rows() at max_length 512 (threads 2, warm-up 8 items). Measured on the CPU

@@ -11,7 +11,7 @@ import sys
 import psutil
 import pytest
 
-from conftest import REPO, cut_corpus, wait_until, write_campaign
+from conftest import REPO, as_limit_above, cut_corpus, wait_until, write_campaign
 from lab.journal import Journal
 from lab.launchers.local import LocalLauncher
 from lab.orchestrator import Orchestrator
@@ -40,11 +40,11 @@ def test_non_finite_logit_fails_the_pass(tmp_path, model_dir):
     assert a["validation"]["corpus_accepted"] is False
 
 
-def test_real_host_oom_leaves_a_row_with_items_completed(tmp_path, model_dir):
+def test_real_host_oom_leaves_a_row_with_items_completed(tmp_path, model_dir, one_malloc_arena):
     """Batch 8 on long items exceeds an address-space limit that batch 1 fits in.
 
-    The limit is calibrated in the test from the address space (VmPeak) each pass needed
-    without a limit, so it holds on any machine of this kind.
+    The limit is calibrated in the test from the address space (VmPeak) batch 1 needed
+    without a limit (``conftest.as_limit_above``), so it holds on any machine of this kind.
     """
     corpus = cut_corpus(tmp_path / "c.jsonl", 8, 0, 16)  # 8 short first, then 16 long
     f = write_campaign(tmp_path, model_dir, corpus, values=(1, 8), max_length=512, padding="longest")
@@ -53,7 +53,7 @@ def test_real_host_oom_leaves_a_row_with_items_completed(tmp_path, model_dir):
     assert free.run() == "finished"
     peaks = {a["variant"]["batch_size"]: a["result"]["process_peak_vm_bytes"] for a in free.journal.attempts()}
     assert peaks[8] > peaks[1]
-    limit = peaks[1] + (peaks[8] - peaks[1]) // 3  # closer to what batch 1 needs
+    limit = as_limit_above(peaks[1])
     orch = Orchestrator.prepare(f, tmp_path / "limited", LocalLauncher(address_space_limit_bytes=limit,
                                                                         timeout_s=300))
     orch.run()

@@ -73,14 +73,13 @@ def tiny_campaign(folder: Path, name: str = "tui-e2e", values=(1, 8), repetition
 
 
 def calibrated_limit(folder: Path) -> int:
-    """An address-space limit (bytes) between batch 1's and batch 8's needs on this machine.
-
-    ITERALAB_TEST_AS_LIMIT overrides. Otherwise one unlimited batch-1 pass reports its
-    VmPeak (result.json ``process_peak_vm_bytes``); the limit is that plus 48 MiB (batch
-    8 x 512 tokens needs ~150 MB more address space). Without that field: 1.22e9 bytes.
-    """
+    """An address-space limit (bytes) between batch 1's and batch 8's needs on this machine
+    (``conftest.as_limit_above`` of one unlimited batch-1 pass's VmPeak; needs the
+    ``one_malloc_arena`` fixture). ITERALAB_TEST_AS_LIMIT overrides."""
     if os.environ.get("ITERALAB_TEST_AS_LIMIT"):
         return int(os.environ["ITERALAB_TEST_AS_LIMIT"])
+    from conftest import as_limit_above
+
     from lab.launchers.local import LocalLauncher
     from lab.orchestrator import Orchestrator
     from lab.protocol import load_protocol, lock
@@ -91,8 +90,7 @@ def calibrated_limit(folder: Path) -> int:
     assert orch.run() == "finished"
     a = orch.journal.attempts()[0]
     assert a["status"] == "ok", a["notes"]
-    peak = (a["result"] or {}).get("process_peak_vm_bytes")
-    return int(peak + 48 * 2**20) if peak else int(1.22e9)
+    return as_limit_above(a["result"]["process_peak_vm_bytes"])
 
 
 # ---- deterministic UI fixtures --------------------------------------------------------

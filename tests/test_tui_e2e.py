@@ -51,7 +51,7 @@ def runs(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_start_quit_reattach_live_failure_results_and_archive(tmp_path, runs):
+def test_start_quit_reattach_live_failure_results_and_archive(tmp_path, runs, one_malloc_arena):
     if not (MODEL / "config.json").is_file():
         pytest.fail(f"demo model missing at {MODEL}; run `make model`")
     limit = calibrated_limit(tmp_path / "calibration")
@@ -79,7 +79,8 @@ def test_start_quit_reattach_live_failure_results_and_archive(tmp_path, runs):
             await watch.until(pilot, lambda: app.snapshot and app.snapshot.status, 10, "the journal snapshot")
             assert app.snapshot.status["orchestrator"]["pid"] == running["pid"]
             await watch.until(pilot, lambda: "ok" in statuses(app).values(), 120, "a pass to complete")
-            await watch.until(pilot, lambda: app.failures_seen, 120, "the batch-8 failure")
+            await watch.until(pilot, lambda: app.failures_seen, 120, "the batch-8 failure",
+                                  lambda: f"limit {limit} bytes, passes {statuses(app)}")
             fail = app.failures_seen[0]
             assert fail.kind == "oom" and fail.items_done == 8 and "-r1-" in fail.pass_id
             table = app.screen.query_one(PassTable)
