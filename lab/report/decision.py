@@ -18,6 +18,7 @@ from lab.constants import DEFAULT_DELIVERABLES, DEFAULT_LOTS
 from lab.cost.forfaits import (PACKAGE_HOURS, Catalog, Coverage, PricingError, Quote, Window,
                                cost_per_validated_corpus, coverage, format_hours, load_catalog,
                                money, parse_instant, parse_window, quote)
+from lab.report.distinguish import compare_durations
 from lab.report.summary import VariantSummary
 
 UNDEFINED = "undefined: no accepted corpus"
@@ -278,6 +279,17 @@ def _truncation_lines(v) -> list[str]:
     return out
 
 
+def distinguished(a: VariantSummary, b: VariantSummary) -> bool:
+    """Whether the measurements tell ``a``'s durations from ``b``'s
+    (:func:`lab.report.distinguish.compare_durations`): the verdict stored in ``a.pairs`` for
+    two variants of one series, computed the same way for variants of different series (a
+    motivation comparing medians across series rests on that pair too)."""
+    pair = next((p for p in a.pairs if p["other"] == b.variant_id), None)
+    if pair is not None:
+        return bool(pair["distinguished"])
+    return compare_durations(list(a.durations_s), list(b.durations_s)).distinguished
+
+
 def _decision(eligible: list[Assessment], deliverables: int,
               deadline_at: datetime | None) -> list[str]:
     if not eligible:
@@ -312,10 +324,8 @@ def _decision(eligible: list[Assessment], deliverables: int,
             why.append(f"same committed budget and failures as {name}; lower median "
                        f"({m0:.3f} s vs {m1:.3f} s)")
             cited.append(nxt.variant)
-            pair = next((p for p in v.pairs if p["other"] == nxt.variant.variant_id), None)
-            if (not pair["distinguished"]) if pair else (
-                    v.does_not_distinguish or nxt.variant.does_not_distinguish):
-                why.append("but the series does not distinguish these durations, so the "
+            if not distinguished(v, nxt.variant):
+                why.append("but the measurements do not distinguish these durations, so the "
                            "median tie-break is not evidence of a faster configuration")
         else:
             why.append(f"tied with {name} on budget, failures and median; listed first")
@@ -327,6 +337,9 @@ def _decision(eligible: list[Assessment], deliverables: int,
                    f"{_s(fastest.variant.median_s)}), ranks lower on committed budget "
                    f"({money(fq.committed_budget, fq.currency)}) or "
                    f"failures ({fastest.variant.failures})")
+        if not distinguished(fastest.variant, v):
+            why.append(f"the measurements do not distinguish {fastest.variant.label}'s durations "
+                       f"from {v.label}'s, so it is not shown to be faster")
         cited.append(fastest.variant)
     for named in [c for i, c in enumerate(cited) if all(c is not d for d in cited[:i])]:
         if named.recompiled_passes:

@@ -15,6 +15,11 @@ PRICING = {"catalog_path": None, "gpu": "rtx-4090", "days": 7, "lots": 2,
            "tz": "Europe/Rome"}
 
 
+def spread(median: float) -> list[float]:
+    """Five durations around ``median`` (s), within 2 %."""
+    return [round(median * f, 3) for f in (0.99, 1.0, 0.98, 1.02, 1.01)]
+
+
 def variant(vid, label, **kw):
     base = dict(variant_id=vid, label=label, series=1,
                 durations_s=[12.1, 12.3, 12.0, 12.4, 12.2], median_s=12.2, min_s=12.0,
@@ -79,7 +84,7 @@ def test_memory_failures_deadline_and_price_exclusions():
 
 
 def test_lowest_committed_budget_wins_over_a_faster_configuration():
-    summary = [variant("b200", "batch 8 on B200", median_s=5.0),
+    summary = [variant("b200", "batch 8 on B200", median_s=5.0, durations_s=spread(5.0)),
                variant("rtx", "batch 8 on RTX 4090", median_s=12.2)]
     note = decision_note(summary, CAMPAIGN, PRICING, variant_pricing={"b200": {"gpu": "b200", "lots": 1}})
     assert "committed budget 2071.00 USD" in section(note, "batch 8 on B200")
@@ -92,13 +97,14 @@ def test_lowest_committed_budget_wins_over_a_faster_configuration():
 
 
 def test_same_budget_then_fewer_failures_then_lower_median():
-    summary = [variant("b8", "batch 8", median_s=10.0, failures=1, successes=4),
-               variant("b4", "batch 4", median_s=14.0),
-               variant("b1", "batch 1", median_s=30.0)]
+    summary = [variant("b8", "batch 8", median_s=10.0, durations_s=spread(10.0)[:4], failures=1, successes=4),
+               variant("b4", "batch 4", median_s=14.0, durations_s=spread(14.0)),
+               variant("b1", "batch 1", median_s=30.0, durations_s=spread(30.0))]
     note = decision_note(summary, CAMPAIGN, PRICING)
     assert "**Chosen: batch 4** (`b4`)" in note
     assert "same committed budget and failures as batch 1; lower median " \
            "(14.000 s vs 30.000 s)" in note
+    assert "do not distinguish" not in note  # disjoint ranges: the median gap is evidence
     note2 = decision_note([variant("b8", "batch 8", failures=1, successes=4, median_s=10.0),
                            variant("b4", "batch 4", failures=0, median_s=14.0)],
                           CAMPAIGN, PRICING)
@@ -111,6 +117,36 @@ def test_does_not_distinguish_is_stated_when_the_median_decides():
     note = decision_note(summary, CAMPAIGN, PRICING)
     assert "the series does not distinguish them" in section(note, "batch 4")
     assert "the median tie-break is not evidence of a faster configuration" in note
+
+
+def test_a_median_compared_across_series_follows_the_same_pair_rule():
+    """Two variants of different series carry no stored pair: the motivation's median
+    comparison is still checked by lab.report.distinguish (overlapping 5 vs 5, p > 0.05)."""
+    close = [variant("b8", "batch 8", series=1, median_s=12.2),
+             variant("bk", "batch 8, bucketing", series=2, median_s=12.3,
+                     durations_s=[12.0, 12.5, 12.3, 12.2, 12.4])]
+    note = decision_note(close, CAMPAIGN, PRICING)
+    assert "lower median (12.200 s vs 12.300 s)" in note
+    assert "but the measurements do not distinguish these durations" in note
+    apart = [variant("bk", "batch 8, bucketing", series=2, median_s=5.0, durations_s=spread(5.0)),
+             variant("b8", "batch 8", series=1, median_s=12.2)]
+    note = decision_note(apart, CAMPAIGN, PRICING)
+    assert "**Chosen: batch 8, bucketing** (`bk`)" in note
+    assert "do not distinguish" not in note
+
+
+def test_the_fastest_eligible_one_is_only_called_faster_when_distinguished():
+    summary = [variant("b200", "batch 8 on B200", median_s=12.1, durations_s=[12.1, 12.0, 12.5, 11.9, 12.3]),
+               variant("rtx", "batch 8 on RTX 4090", median_s=12.2)]
+    note = decision_note(summary, CAMPAIGN, PRICING, variant_pricing={"b200": {"gpu": "b200", "lots": 1}})
+    decision = note[note.index("## Decision"):]
+    assert "**Chosen: batch 8 on RTX 4090** (`rtx`)" in decision
+    assert "the fastest eligible one, batch 8 on B200 (median 12.100 s)" in decision
+    assert ("the measurements do not distinguish batch 8 on B200's durations from "
+            "batch 8 on RTX 4090's, so it is not shown to be faster") in decision
+    summary[0] = variant("b200", "batch 8 on B200", median_s=5.0, durations_s=spread(5.0))
+    note = decision_note(summary, CAMPAIGN, PRICING, variant_pricing={"b200": {"gpu": "b200", "lots": 1}})
+    assert "not shown to be faster" not in note
 
 
 def test_dst_week_exceeds_7_days_and_is_excluded_on_calendar():
