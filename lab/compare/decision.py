@@ -114,6 +114,15 @@ def what_would_change(cands: list[Projection], chosen: Projection, catalog: Cata
     return out
 
 
+def steady_state_caveats(ranked: list[Projection]) -> list[str]:
+    """Motivation lines for the chosen configuration (``ranked[0]``) and the next one, whose
+    durations the motivation uses, when they include recompilation in the measured window
+    (``Projection.durations_caveat``): their packages are sized on figures that are not
+    steady-state. [] when neither recompiled."""
+    return [f"{p.key}: {p.durations_caveat}; the package sized on its worst pass rests on them"
+            for p in ranked[:2] if p.durations_caveat]
+
+
 def compare_archives(archives: list[str | Path], load_items: int, *, deadline: str | None = None,
                      window_start: str | None = None, tz: str | None = None,
                      catalog_path: str | None = None, max_lots: int = DEFAULT_MAX_LOTS,
@@ -212,6 +221,7 @@ def compare_archives(archives: list[str | Path], load_items: int, *, deadline: s
                                       "faster configuration")
             if v.distinguished and q.committed_budget >= nq.committed_budget:
                 motivation.append(f"durations of {chosen.key} and {nxt.key}: {v.reason}")
+        motivation += steady_state_caveats(cands)
         change = what_would_change(cands, chosen, catalog, load_items, hours_available, max_lots)
         path.append(f"decision: {chosen.key} ({chosen.archive}, {chosen.hardware}), {q.days}-day package x {q.lots} "
                     f"lot(s) of {q.gpu_name}, committed budget {q.committed_budget:.2f} {q.currency}, "

@@ -26,6 +26,7 @@ from lab.compare.evidence import NO_PACKAGE, Evidence
 from lab.cost.forfaits import Catalog, PricingError, Quote, cost_per_validated_corpus, quote
 from lab.cost.sizing import Sizing, cheapest_covering
 from lab.passes.events import PassStatus
+from lab.report.summary import recompilation_caveat
 
 
 def _f(cell) -> float | None:
@@ -69,6 +70,9 @@ class Projection:
     sizing: Sizing | None
     cost_per_million_items: Decimal | None
     exclusions: tuple[str, ...] = field(default=())
+    durations_caveat: str = ""
+    """'' or why the durations (so the throughputs and the package sized on them) are not
+    steady-state: recompilation inside the measured window (lab.report.summary)."""
 
     @property
     def eligible(self) -> bool:
@@ -160,7 +164,10 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
         cards_measured=cards, cards_note=cards_note,
         archive_quote=q, cost_per_validated_corpus=per_corpus, load_items=load_items,
         hours_median=h_med, hours_worst=h_worst, sizing=sizing,
-        cost_per_million_items=per_million, exclusions=tuple(why))
+        cost_per_million_items=per_million, exclusions=tuple(why),
+        durations_caveat=recompilation_caveat(int(variant.get("recompiled_passes") or 0),
+                                              int(variant.get("successes") or 0),
+                                              variant.get("recompiles_measured_max")))
 
 
 def capacity_items(p: Projection, days_limit_hours: float, lots: int) -> int:

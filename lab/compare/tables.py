@@ -21,7 +21,7 @@ CSV_COLUMNS = ("host", "archive", "hardware", "threads", "gpu_priced", "variant_
                "archive_committed_budget", "cost_per_validated_corpus", "currency",
                "load_items", "hours_median", "hours_worst", "package_days", "package_lots",
                "package_cards", "hours_per_lot_worst", "hours_allowed", "committed_budget",
-               "cost_per_million_items", "eligible", "exclusions")
+               "cost_per_million_items", "eligible", "exclusions", "durations_caveat")
 
 
 def _money(x) -> float | None:
@@ -51,6 +51,7 @@ def projection_row(p: Projection) -> dict:
         "committed_budget": _money(s.quote.committed_budget) if s else None,
         "cost_per_million_items": _money(p.cost_per_million_items),
         "eligible": p.eligible, "exclusions": "; ".join(p.exclusions),
+        "durations_caveat": p.durations_caveat,
     }
 
 
@@ -115,7 +116,8 @@ def decision_markdown(c: Comparison) -> str:
                 + (f" ({', '.join(p.failure_kinds)})" if p.failure_kinds else ""),
                 "- Measured window (s): " + (", ".join(f"{d:.3f}" for d in p.durations_s) or "none")
                 + (f"; median {p.median_s:.3f}, min {p.min_s:.3f}, max {p.max_s:.3f}"
-                   if p.median_s is not None else ""),
+                   if p.median_s is not None else "")
+                + (f". **Not steady-state:** {p.durations_caveat}" if p.durations_caveat else ""),
                 f"- Throughput: median pass {p.items_per_s_median or 0:.2f} items/s, worst pass "
                 f"{p.items_per_s_worst or 0:.2f} items/s" if p.items_per_s_median else
                 "- Throughput: not measured (no successful pass)",

@@ -24,6 +24,19 @@ from lab.report.distinguish import compare_durations
 from lab.variants import series_names
 
 
+def recompilation_caveat(recompiled_passes: int, successes: int, frames_max: int | None) -> str:
+    """'' when ``recompiled_passes`` is 0; else one sentence: the durations of the variant's
+    passes ok (``successes``) include dynamo recompilation inside the measured window (up to
+    ``frames_max`` frames in one pass), so the durations, their median, what is computed from
+    them (throughput, utilization, a projection) are not steady-state. The one wording for a
+    campaign's summary and a comparison of archives (lab.compare)."""
+    if not recompiled_passes:
+        return ""
+    return (f"these durations include recompilation: dynamo compiled inside the measured window of "
+            f"{recompiled_passes} of {successes} pass(es) ok (up to {frames_max} frame(s) in one); "
+            "the durations, their median and the utilization are not steady-state")
+
+
 @dataclass(frozen=True)
 class VariantSummary:
     """One variant's results over its passes: the record the decision note, the screens and
@@ -113,13 +126,9 @@ class VariantSummary:
     def durations_caveat(self) -> str:
         """'' when no pass ok recompiled inside its measured window; else one sentence saying
         that the durations (and what is computed from them) include recompilation. Shown next
-        to the durations on the Results screen and in the decision note."""
-        if not self.recompiled_passes:
-            return ""
-        return (f"these durations include recompilation: dynamo compiled inside the measured window of "
-                f"{self.recompiled_passes} of {self.successes} pass(es) ok (up to "
-                f"{self.recompiles_measured_max} frame(s) in one); the durations, their median and the "
-                "utilization are not steady-state")
+        to the durations on the Results screen and in the decision note
+        (``recompilation_caveat``)."""
+        return recompilation_caveat(self.recompiled_passes, self.successes, self.recompiles_measured_max)
 
     def to_json(self) -> dict:
         """Plain dict (tuples as lists): one object of summary.json."""

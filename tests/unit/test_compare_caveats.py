@@ -1,0 +1,60 @@
+"""A comparison of archives carries the recompilation caveat of a campaign's summary: a
+variant whose measured windows recompiled is flagged in its projection, compare.csv,
+decision.md and the motivation when it is chosen or next (its package is sized on figures
+that are not steady-state)."""
+from __future__ import annotations
+
+import tomllib
+from datetime import datetime, timezone
+
+from lab.compare.decision import Comparison, steady_state_caveats
+from lab.compare.evidence import Evidence
+from lab.compare.projection import project
+from lab.compare.tables import decision_markdown, projection_row
+from lab.config import parse_config
+from lab.cost.forfaits import load_catalog
+from lab.protocol import DEMO_CAMPAIGN
+
+CAVEAT = "these durations include recompilation: dynamo compiled inside the measured window of 2 of 5"
+
+
+def evidence(name: str) -> Evidence:
+    raw = tomllib.loads(DEMO_CAMPAIGN.read_text(encoding="utf-8"))
+    raw["cost"] = {"gpu": "rtx-4090", "days": 7, "lots": 1}
+    rows = [{"variant_id": "v", "status": "ok", "items_per_s": str(10.0 + i), "startup_s": "1.0",
+             "model_load_s": "2.0", "warmup_s": "3.0", "backend": "cpu", "cards": ""} for i in range(5)]
+    return Evidence(path=None, name=name, manifest={"cpu": {"name": "test cpu"}}, summary=[], raw_rows=rows,
+                    campaign={}, lock={}, corpus_card=None, files_checked=1, config=parse_config(raw))
+
+
+def variant(recompiled: int) -> dict:
+    return {"variant_id": "v", "label": "batch 8, compile", "accepted_passes": 5, "successes": 5,
+            "failures": 0, "durations_s": [1.0, 1.1, 1.2, 1.3, 1.4], "median_s": 1.2, "min_s": 1.0,
+            "max_s": 1.4, "quality_verdict": "accepted", "feasible": True,
+            "recompiled_passes": recompiled, "recompiles_measured_max": 3 if recompiled else 0}
+
+
+def test_a_recompiled_variant_is_flagged_in_every_file_of_a_comparison():
+    catalog = load_catalog(None)
+    flagged = project(evidence("a"), variant(2), catalog, 1000, None, 2, host="A rtx-4090")
+    steady = project(evidence("b"), variant(0), catalog, 1000, None, 2, host="B rtx-4090")
+    assert flagged.eligible and steady.eligible
+    assert flagged.durations_caveat.startswith(CAVEAT) and "up to 3 frame(s)" in flagged.durations_caveat
+    assert steady.durations_caveat == ""
+    assert projection_row(flagged)["durations_caveat"] == flagged.durations_caveat
+    assert projection_row(steady)["durations_caveat"] == ""
+
+    [line] = steady_state_caveats([flagged, steady])
+    assert line.startswith("A rtx-4090 / batch 8, compile: " + CAVEAT)
+    assert steady_state_caveats([steady, flagged]) != []  # the next one's durations are used too
+    assert steady_state_caveats([steady, steady, flagged]) == []  # third: not cited
+
+    c = Comparison(archives=(), identity={"corpus_sha256": "0" * 64}, projections=(flagged, steady),
+                   load_items=1000, window_start=datetime(2026, 11, 30, tzinfo=timezone.utc), deadline=None,
+                   hours_available=None, max_lots=2, catalog_path=catalog.path, chosen=None,
+                   motivation=("no choice in this test",), cross_pairs=(), what_would_change=(), path=())
+    md = decision_markdown(c)
+    a_section = md.split("### A rtx-4090 / batch 8, compile", 1)[1].split("###", 1)[0]
+    b_section = md.split("### B rtx-4090 / batch 8, compile", 1)[1].split("##", 1)[0]
+    assert "**Not steady-state:** " + CAVEAT in a_section
+    assert "Not steady-state" not in b_section
