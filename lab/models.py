@@ -51,10 +51,15 @@ def folder_revision(path: str | Path) -> dict:
 
 def local_checkpoint_config(path: str | Path) -> dict:
     """The config.json of a local transformers checkpoint folder, checked without loading the
-    model (no torch/transformers import: it runs before any long work).
+    model (no torch/transformers import: it runs before any long work, at ``protocol lock``
+    and in the benchmark scripts).
 
     Raises ModelFolderError (one line: the path, what is missing, the fix) when ``path`` is not
-    a folder, has no config.json holding a JSON object, or no weights file (WEIGHT_FILES).
+    a folder, has no config.json holding a JSON object, has no weights file (WEIGHT_FILES), or
+    its safetensors weights cannot be used: a header that does not parse or a file shorter
+    than its header says (a truncated copy), a shard index naming a missing or unreadable
+    shard. Such a folder would fail every pass at model load; ``pytorch_model.bin`` (a
+    pickle) is only checked for presence.
     """
     p = Path(path)
     fix = "build the demo model with `make model` or give a transformers checkpoint folder"
@@ -70,7 +75,39 @@ def local_checkpoint_config(path: str | Path) -> dict:
         raise ModelFolderError(f"{path}: config.json is not a JSON object; {fix}")
     if not any((p / w).is_file() for w in WEIGHT_FILES):
         raise ModelFolderError(f"{path}: no weights ({' or '.join(WEIGHT_FILES[:2])}); {fix}")
+    for shard in _safetensors_files(p, fix):
+        _check_safetensors_header(p / shard, path, fix)
     return config
+
+
+def _safetensors_files(p: Path, fix: str) -> list[str]:
+    """model.safetensors, or the shards that model.safetensors.index.json maps weights to."""
+    if (p / "model.safetensors").is_file():
+        return ["model.safetensors"]
+    index = p / "model.safetensors.index.json"
+    if not index.is_file():
+        return []
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        shards = sorted(set(weight_map.values()))
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ModelFolderError(f"{p}: {index.name} unreadable (no weight_map: {type(e).__name__}); {fix}") from None
+    missing = [s for s in shards if not (p / s).is_file()]
+    if missing:
+        raise ModelFolderError(f"{p}: {index.name} names {len(missing)} missing shard(s), first "
+                               f"{missing[0]}; copy the whole checkpoint folder again or {fix}")
+    return shards
+
+
+def _check_safetensors_header(f: Path, path: str | Path, fix: str) -> None:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(f), framework="numpy") as h:
+            h.keys()
+    except (SafetensorError, OSError) as e:
+        why = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+        raise ModelFolderError(f"{path}: weights file {f.name} unreadable ({why}); copy it again or {fix}") from None
 
 
 def model_revision(ref: str, revision: str | None = None) -> dict:

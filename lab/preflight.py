@@ -19,7 +19,7 @@ from pathlib import Path
 
 from lab.corpus import BUCKETS, CorpusError, count_tokens, load_items, read_corpus
 from lab.host import gpu_count
-from lab.models import tokenizer_fingerprint
+from lab.models import ModelFolderError, local_checkpoint_config, tokenizer_fingerprint
 
 DEVICE_RE = re.compile(r"^(auto|cpu|cuda|rocm|gpu|cuda:\d+)$")
 
@@ -72,8 +72,11 @@ def check_corpus(proto) -> tuple[list[Check], dict[str, str]]:
 def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
     ref = proto.model_ref
     m = proto.config.model
-    if m.path is not None and not Path(ref).is_dir():
-        return [Check("model", False, f"model folder {ref} not found; fix [model] path or build the model")]
+    if m.path is not None:
+        try:  # before transformers: a folder without usable weights fails every pass at model load
+            local_checkpoint_config(ref)
+        except ModelFolderError as exc:
+            return [Check("model", False, f"[model] path: {exc}")]
     try:
         cfg, tok = _load_model_facts(ref)
     except Exception as exc:  # missing config.json, not in the hub cache, unknown model type

@@ -190,6 +190,21 @@ def write_campaign(folder: Path, model: Path, corpus: Path, name: str = "t", rep
 
 
 @pytest.fixture()
+def fake_model(tmp_path) -> Path:
+    """A folder that passes only the cheap model-folder check (lab.models.local_checkpoint_config:
+    a config.json object and a safetensors file whose header parses): the checks after it come
+    next, nothing can load it as a model."""
+    import numpy
+    from safetensors.numpy import save_file
+
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text('{"max_position_embeddings": 512}')
+    save_file({"w": numpy.zeros(4, dtype=numpy.float32)}, str(d / "model.safetensors"))
+    return d
+
+
+@pytest.fixture()
 def runs_root(tmp_path, monkeypatch) -> Path:
     root = tmp_path / "runs"
     monkeypatch.setenv("ITERALAB_RUNS", str(root))

@@ -140,3 +140,24 @@ def test_zero_token_text_in_a_hand_made_corpus(tmp_path, model_dir):
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
     f = write_campaign(tmp_path, model_dir, corpus)
     refused(f, rf"text of id '{rows[2]['id']}' gives 0 tokens with the model's tokenizer")
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("removed", r"\[model\] path: .*/model: no weights \(model.safetensors or pytorch_model.bin\); build the demo "
+                r"model with `make model`"),
+    ("truncated", r"\[model\] path: .*/model: weights file model.safetensors unreadable \(Error while "
+                  r"deserializing header: incomplete metadata, file not fully covered\); copy it again"),
+])
+def test_a_model_folder_whose_weights_cannot_load_is_refused_at_lock(tmp_path, model_dir, damage, message):
+    """Config and tokenizer load, so the old check (transformers config + tokenizer) let the
+    campaign lock and every pass failed at model load: the weights are checked at lock now."""
+    m = model_copy(tmp_path, model_dir)
+    weights = m / "model.safetensors"
+    whole = weights.read_bytes()
+    weights.unlink()
+    if damage == "truncated":
+        weights.write_bytes(whole[: len(whole) // 2])  # an interrupted copy
+    f = write_campaign(tmp_path, m, cut_corpus(tmp_path / "c.jsonl", 2, 1, 1))
+    refused(f, message)
+    r = cli_lock(f)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr

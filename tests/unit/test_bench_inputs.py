@@ -34,16 +34,6 @@ def heavy_poisoned(tmp_path) -> Path:
     return d
 
 
-@pytest.fixture()
-def fake_model(tmp_path) -> Path:
-    """Passes the cheap model-folder check (config.json object + a weights file name) only."""
-    d = tmp_path / "model"
-    d.mkdir()
-    (d / "config.json").write_text('{"max_position_embeddings": 512}')
-    (d / "model.safetensors").write_bytes(b"")
-    return d
-
-
 def run(script: Path, *args: str, pythonpath: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
     path = os.pathsep.join(str(p) for p in (pythonpath, REPO) if p)
     return subprocess.run([sys.executable, str(script), *args], check=False, capture_output=True, text=True,
@@ -80,12 +70,24 @@ def test_bench_bad_option_one_line_exit_2_result_kept(tmp_path, heavy_poisoned, 
     ("{tmp}", "not a model folder (no config.json)"),
     ("{tmp}/cfg_only", "no weights"),
     ("{tmp}/bad_json", "config.json unreadable (JSONDecodeError)"),
+    ("{tmp}/truncated", "weights file model.safetensors unreadable (Error while deserializing header: "
+                        "incomplete metadata, file not fully covered)"),
+    ("{tmp}/garbage", "weights file model.safetensors unreadable (Error while deserializing header"),
+    ("{tmp}/sharded", "model.safetensors.index.json names 1 missing shard(s), first model-00002-of-00002.safetensors"),
 ])
-def test_bench_not_a_model_folder_names_make_model(tmp_path, heavy_poisoned, model, words):
+def test_bench_not_a_model_folder_names_make_model(tmp_path, heavy_poisoned, fake_model, model, words):
     (tmp_path / "cfg_only").mkdir()
     (tmp_path / "cfg_only" / "config.json").write_text("{}")
     (tmp_path / "bad_json").mkdir()
     (tmp_path / "bad_json" / "config.json").write_text("{not json")
+    whole = (fake_model / "model.safetensors").read_bytes()
+    for name, weights in (("truncated", whole[:-8]), ("garbage", b"not a safetensors file")):
+        shutil.copytree(fake_model, tmp_path / name)
+        (tmp_path / name / "model.safetensors").write_bytes(weights)
+    shutil.copytree(fake_model, tmp_path / "sharded")
+    (tmp_path / "sharded" / "model.safetensors").rename(tmp_path / "sharded" / "model-00001-of-00002.safetensors")
+    (tmp_path / "sharded" / "model.safetensors.index.json").write_text(
+        '{"weight_map": {"w": "model-00001-of-00002.safetensors", "v": "model-00002-of-00002.safetensors"}}')
     r = run(BENCH, "--model", model.format(tmp=tmp_path), "--out", str(tmp_path / "b.json"), pythonpath=heavy_poisoned)
     one_line(r, "bench: --model ", words)
     assert "`make model`" in r.stderr

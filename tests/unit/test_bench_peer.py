@@ -33,17 +33,6 @@ def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
                           cwd=REPO, env=env, timeout=timeout)
 
 
-@pytest.fixture()
-def fake_model(tmp_path) -> Path:
-    """A folder that passes the model check only (config.json + a weights file name): the peer check
-    comes next."""
-    d = tmp_path / "model"
-    d.mkdir()
-    (d / "config.json").write_text('{"max_position_embeddings": 512}')
-    (d / "model.safetensors").write_bytes(b"")
-    return d
-
-
 def test_real_capture_parses_to_its_forward_throughput():
     data = json.loads(CAPTURE.read_text())
     got = bench_peer.parse_peer_report(data, batch=8)
