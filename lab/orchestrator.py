@@ -22,7 +22,7 @@ from lab.errors import ProtocolError
 from lab.host_cards import check_cards_fit_host
 from lab.journal import Journal
 from lab.passes.distributed import ProgressTally
-from lab.passes.events import FINISHED, PassStatus, parse_event
+from lab.passes.events import FINISHED, EventKind, PassStatus, parse_event
 from lab.passes.spec import PassSpec
 from lab.protocol import Protocol, load_protocol, lock_path, locked_version
 from lab.schedule import rotated_schedule
@@ -170,10 +170,10 @@ class Orchestrator:
             j.set_control("launcher", {"launcher": self.launcher.name, "describe_error": str(exc)[:200]})
         for pid in j.mark_running_interrupted(
                 "interrupted: the orchestrator stopped while this pass ran; row kept, slot run again"):
-            j.add_event(pid, "interrupted", {"pass_id": pid})
+            j.add_event(pid, EventKind.INTERRUPTED, {"pass_id": pid})
         if hasattr(self.launcher, "stop_leftovers"):
             for c in self.launcher.stop_leftovers(self.proto.name):
-                j.add_event(c.get("pass", ""), "leftover", {
+                j.add_event(c.get("pass", ""), EventKind.LEFTOVER, {
                     "container": c, "note": "left from an interrupted run; stopped and removed before "
                                             "the next pass, never reused"})
                 if self.echo:
@@ -257,7 +257,7 @@ class Orchestrator:
         spec.write(pass_dir / "pass.json")
         j.start_attempt(pass_id, slot["seq"], attempt, slot["repetition"], slot["position"],
                         variant, utc_now(), self.launcher.name, len(self.corpus))
-        j.add_event(pass_id, "start", {"variant": variant.label, "attempt": attempt})
+        j.add_event(pass_id, EventKind.START, {"variant": variant.label, "attempt": attempt})
         if self.echo:
             self.echo(f"pass {slot['seq']}/{len(j.plan())} {pass_id} ({variant.label}) started")
         last = {"done": 0}
@@ -272,8 +272,8 @@ class Orchestrator:
             if done is not None:
                 last["done"] = done
                 j.update_progress(pass_id, done, ev.get("items_per_s")
-                                  if kind == "progress" and "rank" not in ev else None)
-            if kind in ("oom", "error"):
+                                  if kind == EventKind.PROGRESS and "rank" not in ev else None)
+            if kind in (EventKind.OOM, EventKind.ERROR):
                 last["disk_full"] = str(ev.get("message", "")).startswith("DiskFull")
             j.add_event(pass_id, kind, ev)
 
@@ -312,7 +312,7 @@ class Orchestrator:
             notes.append(f"container {outcome.container_id[:12]}")
         j.finish_attempt(pass_id, status, utc_now(), outcome.exit_code, items,
                          {**(result or {}), "launch": outcome.__dict__}, "; ".join(notes))
-        j.add_event(pass_id, "end", {"status": status, "items_completed": items, "notes": notes})
+        j.add_event(pass_id, EventKind.END, {"status": status, "items_completed": items, "notes": notes})
         v = self.validate_attempt(pass_id)
         if self.echo:
             m = f", {v['metric_name']} {v['metric']:.4f}" if v and v.get("metric") is not None else ""
