@@ -96,6 +96,31 @@ class Orchestrator:
         orch.journal.set_control("campaign_file", str(proto.path))
         return orch
 
+    def check_launcher(self) -> None:
+        """Raise ProtocolError (one line, with the fix) when a ``compile = true`` variant cannot
+        compile where this launcher runs passes: torch.compile needs a C++ compiler for a CPU
+        device and a C compiler for Triton on a GPU (lab.passes.compile.COMPILER_PROBE, run in
+        the pass environment: the local Python or the pass image). Every pass of such a
+        variant would fail at its compile phase. Nothing is probed without compile variants
+        or for a launcher without ``probe_compile_toolchain``."""
+        probe = getattr(self.launcher, "probe_compile_toolchain", None)
+        if probe is None:
+            return
+        from lab.host import gpu_count
+        from lab.passes.compile import compile_kinds
+
+        variants = self.proto.variants
+        auto = any(v.compile and v.device in ("auto", "") for v in variants)
+        kinds = compile_kinds(variants, gpu_host=auto and gpu_count()[0] > 0)
+        for kind, name in kinds.items():
+            why = probe(kind)
+            if why:
+                where = getattr(self.launcher, "image_ref", None) or f"{self.launcher.name} launcher"
+                raise ProtocolError(
+                    f"variant {name} declares compile = true, but torch.compile cannot build {kind} kernels where "
+                    f"passes run ({where}: {why}); declare compile = false, or run the passes where a compiler "
+                    "is installed (e.g. --launcher local on a host with g++)")
+
     def check_plan(self) -> None:
         """Raise ProtocolError unless every plan row's variant id is one of this protocol's.
 
@@ -159,6 +184,7 @@ class Orchestrator:
     def _run(self) -> str:
         j = self.journal
         self.check_plan()  # before anything is written: an unknown id is a one-line ProtocolError
+        self.check_launcher()  # a compile variant this launcher can never compile: one line, nothing run
         j.set_control("orchestrator", {"pid": os.getpid(), "process_create_time": process_create_time(),
                                        "started": utc_now(), "launcher": self.launcher.name})
         self.apply_limits()
