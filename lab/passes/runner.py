@@ -32,7 +32,7 @@ from pathlib import Path
 from lab.diskfull import DiskFull, atomic_write_text
 from lab.files import sha256_lines
 from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventKind, EventWriter, PassStatus
-from lab.passes.spec import PassSpec
+from lab.passes.spec import PassSpec, read_spec_or_report
 
 _T_PROCESS = time.perf_counter()
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")
@@ -239,10 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:
         print("usage: python -m lab.passes.runner PASS_DIR/pass.json [multi-host options]", file=sys.stderr)
         return EXIT_BAD_SPEC
-    try:
-        spec = PassSpec.read(argv[0])
-    except (OSError, ValueError, TypeError) as exc:
-        ev.emit(EventKind.ERROR, items_done=0, message=f"bad pass spec {argv[0]}: {exc}")
+    spec = read_spec_or_report(argv[0], ev)
+    if spec is None:
         return EXIT_BAD_SPEC
     if spec.variant.cards > 1 or len(argv) > 1:  # N cards: workers under torchrun
         from lab.passes.multicard import run_multicard

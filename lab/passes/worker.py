@@ -40,9 +40,9 @@ import traceback
 from datetime import timedelta
 from pathlib import Path
 
-from lab.passes.events import EXIT_ERROR, EXIT_OK, EXIT_OOM, EventKind, EventWriter, PassStatus
+from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventKind, EventWriter, PassStatus
 from lab.passes.multicard import CARD_STOPPED
-from lab.passes.spec import PassSpec
+from lab.passes.spec import PassSpec, read_spec_or_report
 
 _T_PROCESS = time.perf_counter()
 TEST_OOM_ENV = "ITERALAB_TEST_ONLY_INJECT_OOM"
@@ -283,7 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     _term_when_parent_dies()
-    spec = PassSpec.read(argv[0])
+    spec = read_spec_or_report(argv[0], ev)
+    if spec is None:
+        return EXIT_BAD_SPEC
     code = run_card(spec, ev, rank, int(os.environ.get("LOCAL_RANK", "0")), world,
                     int(os.environ.get("LOCAL_WORLD_SIZE", "1")), stop)
     if code != EXIT_OK:  # files written: leave at once so torchrun stops the other cards sooner
