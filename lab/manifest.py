@@ -77,27 +77,88 @@ def gpu_facts() -> dict:
     return out
 
 
-def build_manifest(campaign: dict, launcher: dict, model: dict, corpus: dict, extra: dict | None = None) -> dict:
-    """Assemble the manifest dict. ``campaign``: name, protocol version/hash, order, seeds."""
+HOST_KEYS = ("lab", "python", "packages", "os", "cpu", "ram_bytes", "gpu", "environment")
+"""The manifest's environment fields (``host_facts``): where the orchestrator ran the passes."""
+
+
+def host_facts() -> dict:
+    """The environment this process runs in: lab commit, Python, packages, OS, CPU, RAM, GPUs
+    (lab.manifest.gpu_facts: torch and NVML), the allowed environment variables. Keys: HOST_KEYS.
+    The orchestrator records it in the journal when it starts (``python -m lab.manifest``, a
+    process of its own: querying torch.cuda there would hold a CUDA context on the device
+    the passes measure)."""
     import psutil
 
     return {
-        "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "lab": {"version": _pkg("iteragpu-lab"), **git_commit()},
         "python": sys.version.split()[0],
         "packages": {p: _pkg(p) for p in PACKAGES},
-        "os": {"system": platform.system(), "release": platform.release(),
-               "platform": platform.platform()},
+        "os": {"system": platform.system(), "release": platform.release(), "platform": platform.platform()},
         "cpu": {"name": cpu_name(), "logical_cores": os.cpu_count()},
         "ram_bytes": psutil.virtual_memory().total,
         "gpu": gpu_facts(),
+        "environment": {k: os.environ[k] for k in ENV_ALLOWED if k in os.environ},
+    }
+
+
+def record_host_facts(timeout_s: float = 300) -> dict:
+    """``host_facts()`` read in a child process, with ``recorded_at`` (UTC ISO); on failure
+    {"recorded_at", "error"} (the manifest then says the environment was not recorded)."""
+    import json
+
+    at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    try:
+        path = str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
+        r = subprocess.run([sys.executable, "-m", "lab.manifest"], capture_output=True, text=True, check=False,
+                           timeout=timeout_s, cwd=str(REPO_ROOT), env={**os.environ, "PYTHONPATH": path})
+        facts = json.loads(r.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
+        return {"recorded_at": at, "error": f"host facts not recorded ({type(exc).__name__})"}
+    return {"recorded_at": at, **facts}
+
+
+def environment_section(recorded: list[dict] | None, now: dict) -> dict:
+    """The manifest's environment fields: those of the passes' environment, as the orchestrator
+    recorded it when it started (``recorded``: one snapshot per start or resume, oldest
+    first), never the report's. ``environment_recorded`` says which; ``environment_changes``
+    lists what differed at a later resume (the passes after it ran there);
+    ``report_environment`` the fields of ``now`` (where the report is built) that differ
+    from the passes' ({} when none). A journal without a recorded snapshot (written before
+    the lab recorded one) gives ``now`` with that reason.
+    """
+    usable = [h for h in (recorded or []) if "error" not in h]
+    if not usable:
+        why = (recorded[0]["error"] if recorded else "the journal predates run-time recording")
+        return {**now, "environment_recorded": f"at report time, not when the passes ran: {why}"}
+    first = usable[0]
+    changes = [{"recorded_at": h["recorded_at"], **{k: h.get(k) for k in HOST_KEYS if h.get(k) != first.get(k)}}
+               for h in usable[1:] if any(h.get(k) != first.get(k) for k in HOST_KEYS)]
+    return {**{k: first.get(k) for k in HOST_KEYS},
+            "environment_recorded": f"when the orchestrator started, {first['recorded_at']} "
+                                    f"({len(usable)} start(s) recorded)",
+            "environment_changes": changes,
+            "report_environment": {k: now[k] for k in HOST_KEYS if now.get(k) != first.get(k)}}
+
+
+def build_manifest(campaign: dict, launcher: dict, model: dict, corpus: dict, extra: dict | None = None,
+                   recorded_hosts: list[dict] | None = None) -> dict:
+    """Assemble the manifest dict. ``campaign``: name, protocol version/hash, order, seeds.
+    ``recorded_hosts``: the journal's host snapshots (``environment_section``)."""
+    return {
+        "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **environment_section(recorded_hosts, host_facts()),
         "launcher": launcher,
         "model": model,
         "corpus": corpus,
         "campaign": campaign,
-        "environment": {k: os.environ[k] for k in ENV_ALLOWED if k in os.environ},
         "reproduce": ("bounded numeric gap and acceptable quality: predictions are compared "
                       "per id with the reference variant; bit-identical outputs are not expected "
                       "across batch sizes, precisions, devices or library versions"),
         **(extra or {}),
     }
+
+
+if __name__ == "__main__":  # the orchestrator's snapshot of its host (record_host_facts)
+    import json
+
+    print(json.dumps(host_facts(), default=str))

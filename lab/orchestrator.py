@@ -20,6 +20,7 @@ from lab.corpus import read_corpus
 from lab.diskfull import DiskFull, is_disk_full
 from lab.errors import ProtocolError
 from lab.host_cards import check_cards_fit_host
+from lab.manifest import record_host_facts
 from lab.journal import Journal
 from lab.passes.distributed import ProgressTally
 from lab.passes.events import FINISHED, EventKind, PassStatus, parse_event
@@ -194,6 +195,8 @@ class Orchestrator:
             j.set_control("launcher", self.launcher.describe())
         except Exception as exc:  # the manifest says why the launcher could not be described
             j.set_control("launcher", {"launcher": self.launcher.name, "describe_error": str(exc)[:200]})
+        # the manifest's environment is the one the passes ran in, recorded now (each start or resume)
+        j.set_control("hosts", [*(j.get_control("hosts", None) or []), record_host_facts()])
         for pid in j.mark_running_interrupted(
                 "interrupted: the orchestrator stopped while this pass ran; row kept, slot run again"):
             j.add_event(pid, EventKind.INTERRUPTED, {"pass_id": pid})

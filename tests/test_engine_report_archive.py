@@ -48,6 +48,28 @@ def test_manifest_records_versions_and_no_secrets(small_campaign, monkeypatch):
     assert m["packages"]["torch"].startswith("2.13.0") and m["gpu"]["driver"] == "absent"
     assert m["corpus"]["items"] == 10 and m["campaign"]["protocol_sha256"]
     assert m["model"]["kind"] == "local" and "model.safetensors" in m["model"]["files_sha256"]
+    # the environment is the one recorded when the orchestrator started, not the report's
+    assert m["environment_recorded"].startswith("when the orchestrator started, ")
+    assert m["report_environment"] == {} and m["environment_changes"] == []
+
+
+def test_a_report_built_elsewhere_keeps_the_passes_environment(small_campaign, monkeypatch):
+    """Built after the lab changed (another commit, another torch): the manifest still says
+    what the passes ran on, and names the report host's differing facts apart."""
+    import lab.manifest
+    from lab.report.build import build_report
+
+    real = lab.manifest.host_facts()
+    moved = {**real, "lab": {**real["lab"], "commit": "f" * 40}, "packages": {**real["packages"], "torch": "9.9.9"}}
+    monkeypatch.setattr(lab.manifest, "host_facts", lambda: moved)
+    build_report(small_campaign.dir)
+    m = json.loads((small_campaign.dir / "report" / "manifest.json").read_text())
+    assert m["lab"]["commit"] == real["lab"]["commit"] != "f" * 40
+    assert m["packages"]["torch"].startswith("2.13.0")
+    assert m["report_environment"]["lab"]["commit"] == "f" * 40
+    assert m["report_environment"]["packages"]["torch"] == "9.9.9"
+    monkeypatch.undo()
+    build_report(small_campaign.dir)  # leave the shared campaign's report as the others expect it
 
 
 def test_archive_verifies_and_detects_tampering(small_campaign, tmp_path):

@@ -62,6 +62,7 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None, partial_
     attempts = journal.attempts()
     orch_info = journal.get_control("orchestrator", {}) or {}
     described = journal.get_control("launcher", None)
+    hosts = journal.get_control("hosts", None)
     journal.close()
     final = campaign_dir / "report"
     out = campaign_dir / "report.partial"  # built aside, swapped in whole: the last report stays until then
@@ -69,7 +70,7 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None, partial_
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir()
         result = _write_report(out, proto, version, attempts, described, launcher_info, campaign_dir,
-                               partial_reason)
+                               partial_reason, hosts)
         swap_folder(out, final)
     except BaseException as exc:
         shutil.rmtree(out, ignore_errors=True)
@@ -80,7 +81,7 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None, partial_
 
 
 def _write_report(out: Path, proto, version: dict, attempts: list[dict], described, launcher_info,
-                  campaign_dir: Path, partial_reason: str = "") -> dict:
+                  campaign_dir: Path, partial_reason: str = "", hosts: list[dict] | None = None) -> dict:
     from lab.report.decision import decision_campaign, decision_note, decision_pricing
 
     rows = raw_rows(attempts, proto.name, version["version"], campaign_dir)
@@ -107,7 +108,8 @@ def _write_report(out: Path, proto, version: dict, attempts: list[dict], describ
         corpus=fingerprint(proto.corpus_path),
         extra={"pass_backends": sorted({(a["result"] or {}).get("backend", "") for a in attempts} - {""}),
                "pass_torch": sorted({(a["result"] or {}).get("torch_version", "") for a in attempts} - {""}),
-               "pass_threads": sorted({(a["result"] or {}).get("threads") for a in attempts} - {None})})
+               "pass_threads": sorted({(a["result"] or {}).get("threads") for a in attempts} - {None})},
+        recorded_hosts=hosts)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str) + "\n")
 
     cost = asdict(proto.cost) if proto.cost is not None else {}  # no [cost]: no package declared
