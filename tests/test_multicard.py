@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -282,16 +283,22 @@ def test_two_hosts_over_loopback_give_the_same_predictions(cards_campaign, tmp_p
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     procs, dirs = [], []
-    for node in (0, 1):  # two "hosts": separate torchrun processes, separate pass folders
-        pd = tmp_path / f"host{node}"
-        pd.mkdir()
-        (pd / "pass.json").write_text(json.dumps({**spec, "out_dir": str(pd)}))
-        dirs.append(pd)
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "lab.passes.runner", str(pd / "pass.json"), "--nnodes", "2", "--node-rank",
-             str(node), "--rdzv-endpoint", f"127.0.0.1:{port}", "--local-addr", "127.0.0.1"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outs = [p.communicate(timeout=300) for p in procs]
+    try:
+        for node in (0, 1):  # two "hosts": separate torchrun processes, separate pass folders
+            pd = tmp_path / f"host{node}"
+            pd.mkdir()
+            (pd / "pass.json").write_text(json.dumps({**spec, "out_dir": str(pd)}))
+            dirs.append(pd)
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "lab.passes.runner", str(pd / "pass.json"), "--nnodes", "2", "--node-rank",
+                 str(node), "--rdzv-endpoint", f"127.0.0.1:{port}", "--local-addr", "127.0.0.1"],
+                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True))
+        end = time.monotonic() + 300  # one deadline for both hosts, not 300 s each
+        outs = [p.communicate(timeout=max(1.0, end - time.monotonic())) for p in procs]
+    finally:  # a host still running (timeout, failed start of the other): it and its workers go
+        for p in procs:
+            if p.poll() is None:
+                _kill_tree(p)
     assert [p.returncode for p in procs] == [0, 0], [o[1][-1500:] for o in outs]
     merged = [pd for pd in dirs if (pd / "result.json").is_file()]
     assert len(merged) == 1  # the host where rank 0 ran merges; the other keeps its own card
@@ -330,6 +337,26 @@ def test_plan_screen_shows_cards_and_refuses_more_than_the_host_has(tmp_path, mo
     assert "cards: variant cards/cards=" in checks.replace("\n", " ")
 
 
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL a runner started in its own session, its torchrun and torchrun's workers (their
+    own sessions), then reap it."""
+    import signal
+
+    import psutil
+
+    try:
+        tree = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        tree = []
+    os.killpg(proc.pid, signal.SIGKILL)
+    for c in tree:
+        try:
+            c.kill()
+        except psutil.Error:
+            pass
+    proc.communicate()
+
+
 def _workers_of(pass_dir: Path) -> list:
     """Live processes of the multi-card pass in ``pass_dir``: torchrun, then its workers."""
     import psutil
@@ -344,8 +371,6 @@ def _workers_of(pass_dir: Path) -> list:
 
 def _stop_at_measured(tmp_path, model_dir, on_measured=lambda d: None):
     """A 2-card pass stopped (as by the user) when its first worker starts the measured phase."""
-    import time
-
     from lab.launchers.local import LocalLauncher
     from lab.passes.spec import PassSpec
 
