@@ -142,15 +142,18 @@ def _refuse_silent_cpu(docker_problem: Exception) -> None:
 def spawn_detached(campaign: str | Path, launcher: str, memory_limit: int | None) -> tuple[Path, int]:
     """Start the orchestrator (`iteralab campaign run`) in its own session: closing the UI or
     SSH does not stop it. Returns (campaign folder, pid). Raises CampaignError when an
-    orchestrator already runs this campaign version, ProtocolError when it is not locked."""
+    orchestrator already runs this campaign version or the launcher is unavailable, ProtocolError
+    when it is not locked or a compile = true variant cannot compile where passes run
+    (``Orchestrator.check_launcher``)."""
     from lab.orchestrator import Orchestrator
     from lab.status import campaign_status
 
     campaign = Path(campaign).resolve()
-    orch = Orchestrator.prepare(campaign, runs_root(), make_launcher("local"))
+    orch = Orchestrator.prepare(campaign, runs_root(), make_launcher(launcher, memory_limit))
     if campaign_status(orch.dir)["alive"]:
         raise CampaignError(f"{orch.dir}: an orchestrator is already running this campaign; "
                             "`iteralab campaign status` shows it")
+    orch.check_launcher()  # here, so that the UI shows it: the detached process would only log it
     cmd = [sys.executable, "-m", "lab.cli", "campaign", "run", str(campaign), "--launcher", launcher]
     if memory_limit:
         cmd += ["--memory-limit", str(memory_limit)]

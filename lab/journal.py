@@ -14,7 +14,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from lab.passes.events import PassStatus
+from lab.passes.events import EventKind, PassStatus
 from lab.variants import Variant
 
 SCHEMA = """
@@ -120,11 +120,15 @@ class Journal:
         return ids
 
     # ---- events ----------------------------------------------------------------------
-    def add_event(self, pass_id: str, kind: str, payload: dict) -> None:
+    def add_event(self, pass_id: str, kind: EventKind | str, payload: dict) -> None:
+        """Record one event (``kind``: an EventKind; a pass line's own ``event`` is recorded as
+        written, so a kind this version does not know is kept, not dropped)."""
         self.db.execute("INSERT INTO events (pass_id, t, kind, payload) VALUES (?,?,?,?)",
-                        (pass_id, time.time(), kind, json.dumps(payload, default=str)))
+                        (pass_id, time.time(), str(kind), json.dumps(payload, default=str)))
 
     def events_since(self, last_id: int = 0, limit: int = 10000) -> list[dict]:
+        """Events with id > ``last_id`` in order, at most ``limit``: dicts with ``id``, ``pass_id``,
+        ``t`` (unix time s), ``kind`` (plain str; compare with EventKind) and ``payload`` (decoded)."""
         rows = self.db.execute("SELECT * FROM events WHERE id > ? ORDER BY id LIMIT ?", (last_id, limit))
         return [{**dict(r), "payload": json.loads(r["payload"])} for r in rows]
 

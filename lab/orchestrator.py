@@ -22,7 +22,7 @@ from lab.errors import ProtocolError
 from lab.host_cards import check_cards_fit_host
 from lab.journal import Journal
 from lab.passes.distributed import ProgressTally
-from lab.passes.events import FINISHED, PassStatus, parse_event
+from lab.passes.events import FINISHED, EventKind, PassStatus, parse_event
 from lab.passes.spec import PassSpec
 from lab.protocol import Protocol, load_protocol, lock_path, locked_version
 from lab.schedule import rotated_schedule
@@ -96,6 +96,31 @@ class Orchestrator:
         orch.journal.set_control("campaign_file", str(proto.path))
         return orch
 
+    def check_launcher(self) -> None:
+        """Raise ProtocolError (one line, with the fix) when a ``compile = true`` variant cannot
+        compile where this launcher runs passes: torch.compile needs a C++ compiler for a CPU
+        device and a C compiler for Triton on a GPU (lab.passes.compile.COMPILER_PROBE, run in
+        the pass environment: the local Python or the pass image). Every pass of such a
+        variant would fail at its compile phase. Nothing is probed without compile variants
+        or for a launcher without ``probe_compile_toolchain``."""
+        probe = getattr(self.launcher, "probe_compile_toolchain", None)
+        if probe is None:
+            return
+        from lab.host import gpu_count
+        from lab.passes.compile import compile_kinds
+
+        variants = self.proto.variants
+        auto = any(v.compile and v.device in ("auto", "") for v in variants)
+        kinds = compile_kinds(variants, gpu_host=auto and gpu_count()[0] > 0)
+        for kind, name in kinds.items():
+            why = probe(kind)
+            if why:
+                where = getattr(self.launcher, "image_ref", None) or f"{self.launcher.name} launcher"
+                raise ProtocolError(
+                    f"variant {name} declares compile = true, but torch.compile cannot build {kind} kernels where "
+                    f"passes run ({where}: {why}); declare compile = false, or run the passes where a compiler "
+                    "is installed (e.g. --launcher local on a host with g++)")
+
     def check_plan(self) -> None:
         """Raise ProtocolError unless every plan row's variant id is one of this protocol's.
 
@@ -159,6 +184,7 @@ class Orchestrator:
     def _run(self) -> str:
         j = self.journal
         self.check_plan()  # before anything is written: an unknown id is a one-line ProtocolError
+        self.check_launcher()  # a compile variant this launcher can never compile: one line, nothing run
         j.set_control("orchestrator", {"pid": os.getpid(), "process_create_time": process_create_time(),
                                        "started": utc_now(), "launcher": self.launcher.name})
         self.apply_limits()
@@ -170,10 +196,10 @@ class Orchestrator:
             j.set_control("launcher", {"launcher": self.launcher.name, "describe_error": str(exc)[:200]})
         for pid in j.mark_running_interrupted(
                 "interrupted: the orchestrator stopped while this pass ran; row kept, slot run again"):
-            j.add_event(pid, "interrupted", {"pass_id": pid})
+            j.add_event(pid, EventKind.INTERRUPTED, {"pass_id": pid})
         if hasattr(self.launcher, "stop_leftovers"):
             for c in self.launcher.stop_leftovers(self.proto.name):
-                j.add_event(c.get("pass", ""), "leftover", {
+                j.add_event(c.get("pass", ""), EventKind.LEFTOVER, {
                     "container": c, "note": "left from an interrupted run; stopped and removed before "
                                             "the next pass, never reused"})
                 if self.echo:
@@ -257,7 +283,7 @@ class Orchestrator:
         spec.write(pass_dir / "pass.json")
         j.start_attempt(pass_id, slot["seq"], attempt, slot["repetition"], slot["position"],
                         variant, utc_now(), self.launcher.name, len(self.corpus))
-        j.add_event(pass_id, "start", {"variant": variant.label, "attempt": attempt})
+        j.add_event(pass_id, EventKind.START, {"variant": variant.label, "attempt": attempt})
         if self.echo:
             self.echo(f"pass {slot['seq']}/{len(j.plan())} {pass_id} ({variant.label}) started")
         last = {"done": 0}
@@ -272,8 +298,8 @@ class Orchestrator:
             if done is not None:
                 last["done"] = done
                 j.update_progress(pass_id, done, ev.get("items_per_s")
-                                  if kind == "progress" and "rank" not in ev else None)
-            if kind in ("oom", "error"):
+                                  if kind == EventKind.PROGRESS and "rank" not in ev else None)
+            if kind in (EventKind.OOM, EventKind.ERROR):
                 last["disk_full"] = str(ev.get("message", "")).startswith("DiskFull")
             j.add_event(pass_id, kind, ev)
 
@@ -312,7 +338,7 @@ class Orchestrator:
             notes.append(f"container {outcome.container_id[:12]}")
         j.finish_attempt(pass_id, status, utc_now(), outcome.exit_code, items,
                          {**(result or {}), "launch": outcome.__dict__}, "; ".join(notes))
-        j.add_event(pass_id, "end", {"status": status, "items_completed": items, "notes": notes})
+        j.add_event(pass_id, EventKind.END, {"status": status, "items_completed": items, "notes": notes})
         v = self.validate_attempt(pass_id)
         if self.echo:
             m = f", {v['metric_name']} {v['metric']:.4f}" if v and v.get("metric") is not None else ""

@@ -91,6 +91,7 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
                                                 "(…ForSequenceClassification) is needed"))
     else:
         out.append(Check("architecture", True, ", ".join(archs)))
+        out.append(check_attention(proto, cfg))
     names = {str(v) for v in (getattr(cfg, "id2label", None) or {}).values()}
     unknown = sorted(labels - names)
     if unknown:
@@ -148,6 +149,33 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
         else:
             out.append(Check("tokenizer", True, "corpus buckets counted with the model's tokenizer"))
     return out
+
+
+def check_attention(proto, cfg) -> Check:
+    """Every declared ``attention`` is an implementation transformers accepts for this model
+    with the packages installed here (the pass images pin the same transformers and carry no
+    extra kernels, images/requirements-*.txt): the classification model is built from its
+    config on torch's meta device (no weights, no memory) with ``attn_implementation`` set,
+    so transformers' own check runs. A misspelt name ('spda': ValueError) or a kernel whose
+    package is absent ('flash_attention_2': ImportError) would otherwise fail every pass at
+    model load."""
+    import copy
+
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    declared = sorted({v.attention for v in proto.variants if v.attention})
+    for name in declared:
+        try:
+            with torch.device("meta"):
+                AutoModelForSequenceClassification.from_config(copy.deepcopy(cfg), attn_implementation=name)
+        except Exception as exc:  # ValueError (unknown name), ImportError (kernel package absent)
+            user = next(v.name for v in proto.variants if v.attention == name)
+            why = " ".join(str(exc).split())[:160]
+            return Check("attention", False, f"variant {user}: attention {name!r} cannot be used with this model "
+                                             f"here ({type(exc).__name__}: {why}); declare attention = \"sdpa\" "
+                                             "(the default) or \"eager\"")
+    return Check("attention", True, ", ".join(declared) or "the library's default")
 
 
 def check_devices(proto) -> list[Check]:

@@ -31,9 +31,19 @@ def process_create_time(pid: int | None = None) -> float | None:
         return None
 
 
+START_TIME_TOLERANCE_S = 2.0
+"""How far a live process's start time (psutil ``create_time``: clock ticks since boot plus
+the boot time read from /proc/stat, whole seconds recomputed from the wall clock) may be
+from the one recorded and still be that process. The wall clock moves under NTP or a manual
+step during a days-long campaign, and the boot time read then moves with it, by whole
+seconds; a recycled pid would have to be reused by a process started within the same two
+seconds."""
+
+
 def orchestrator_alive(info: dict | None) -> bool:
     """True when the journal's orchestrator is still that same process: its pid is live AND
-    that process started when the recorded one did (a recycled pid is another process).
+    that process started when the recorded one did, within ``START_TIME_TOLERANCE_S`` (a
+    recycled pid is another process).
 
     A journal without the start time (written before it was recorded) is not proven alive.
     """
@@ -44,7 +54,7 @@ def orchestrator_alive(info: dict | None) -> bool:
         return False
     try:
         p = psutil.Process(pid)
-        same = abs(p.create_time() - float(created)) < 0.05
+        same = abs(p.create_time() - float(created)) <= START_TIME_TOLERANCE_S
         return same and p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False

@@ -54,7 +54,8 @@ def refused(f: Path, message: str) -> str:
 def test_demo_campaign_passes_every_check(tmp_path, model_dir):
     f = write_campaign(tmp_path, model_dir, cut_corpus(tmp_path / "c.jsonl", 2, 1, 1))
     checks = lock_checks(load_protocol(f))
-    assert [c.name for c in checks] == ["corpus", "architecture", "labels", "tokens", "max_length", "pad_token", "device"]
+    assert [c.name for c in checks] == ["corpus", "architecture", "attention", "labels", "tokens", "max_length", "pad_token",
+                                         "device"]
     assert all(c.ok for c in checks)
     assert lock(load_protocol(f))["version"] == 1
 
@@ -161,3 +162,19 @@ def test_a_model_folder_whose_weights_cannot_load_is_refused_at_lock(tmp_path, m
     refused(f, message)
     r = cli_lock(f)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("attention, message", [
+    ("spda", r"variant batch/batch_size=1: attention 'spda' cannot be used with this model here \(ValueError: "
+             r"Specified `attn_implementation=\"spda\"` is not supported"),
+    ("flash_attention_2", r"attention 'flash_attention_2' cannot be used with this model here \(ImportError: "
+                          r"FlashAttention2 has been toggled on, but it cannot be used .*\); declare attention = "
+                          r"\"sdpa\" \(the default\) or \"eager\""),
+])
+def test_an_attention_the_model_cannot_use_is_refused_at_lock(tmp_path, model_dir, attention, message):
+    """Every pass of such a variant failed at model load, after the lock and the schedule."""
+    f = write_campaign(tmp_path, model_dir, cut_corpus(tmp_path / "c.jsonl", 2, 1, 1))
+    f.write_text(f.read_text().replace('padding = "longest"', f'padding = "longest"\nattention = "{attention}"'))
+    refused(f, message)
+    f.write_text(f.read_text().replace(f'attention = "{attention}"', 'attention = "eager"'))
+    assert [c.detail for c in lock_checks(load_protocol(f)) if c.name == "attention"] == ["eager"]

@@ -494,7 +494,10 @@ def test_two_card_row_records_observed_values_and_truncation(cards_campaign):
     assert [c["observed"]["threads_per_worker"] for c in result["per_card"]] == [1, 1]
 
 
-def test_attention_the_host_cannot_honour_fails_a_two_card_pass(tmp_path, model_dir):
+def test_attention_the_host_cannot_honour_fails_a_two_card_pass(tmp_path, model_dir, monkeypatch):
+    """Locked where the kernel exists (lab.preflight.check_attention passes there), run where it
+    does not: each card fails with the reason, as one error row."""
+    import lab.preflight as preflight
     from lab.launchers.local import LocalLauncher
     from lab.orchestrator import Orchestrator
     from lab.protocol import lock
@@ -502,6 +505,7 @@ def test_attention_the_host_cannot_honour_fails_a_two_card_pass(tmp_path, model_
 
     f = _campaign(tmp_path, model_dir, "flash", (2,), items=(2, 2, 2))
     f.write_text(f.read_text().replace("[defaults]\n", '[defaults]\nattention = "flash_attention_2"\n'))
+    monkeypatch.setattr(preflight, "check_attention", lambda proto, cfg: preflight.Check("attention", True, "test"))
     lock(load_protocol(f))
     orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
     orch.run()

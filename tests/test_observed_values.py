@@ -24,7 +24,13 @@ def attention_campaign(model_dir, tmp_path_factory):
     f.write_text(f.read_text().replace('factor = "batch_size"\nvalues = [1, 8]',
                                        'factor = "attention"\nvalues = ["eager", "sdpa", "flash_attention_2"]')
                  .replace('reference_variant = "batch/batch_size=1"', 'reference_variant = "batch/attention=eager"'))
-    lock(load_protocol(f))
+    import lab.preflight as preflight
+
+    with pytest.MonkeyPatch.context() as mp:  # flash_attention_2 is refused at lock on this host
+        # (lab.preflight.check_attention); a lock made where the kernel exists but passes that run
+        # where it does not must still fail as rows with the reason
+        mp.setattr(preflight, "check_attention", lambda proto, cfg: preflight.Check("attention", True, "test"))
+        lock(load_protocol(f))
     orch = Orchestrator.prepare(f, d / "runs", LocalLauncher())
     assert orch.run() == "finished"
     build_report(orch.dir)
@@ -43,6 +49,7 @@ def test_attention_is_applied_and_observed(attention_campaign):
         assert r["observed_padding"].startswith("longest") and r["observed_bucketing"].startswith("corpus order")
         assert r["observed_compile"] == "False" and r["observed_quantization"] == "none"
         assert int(r["observed_max_tokens"]) <= int(r["max_length"]) == 32
+        assert r["observed_batch_size"] == r["batch_size"] == "1"  # the batch dimension the model received
     flash = rows["flash_attention_2"]  # not installed on this host: a failure row with the reason
     assert flash["status"] == "error" and "FlashAttention2" in flash["notes"]
     assert flash["corpus_accepted"] == "False" and flash["observed_attention"] == ""

@@ -279,6 +279,22 @@ class DockerLauncher:
                 os.chmod(d, 0o777)
         return self._run(spec, pass_dir, vols, user, owners, on_line, should_stop)
 
+    def probe_compile_toolchain(self, kind: str) -> str:
+        """'' when torch.compile can build ``kind`` ("cpu" or "gpu") kernels inside the pass
+        image, else why not in one line (lab.passes.compile.COMPILER_PROBE, run in a
+        throw-away container without network)."""
+        from lab.passes.compile import COMPILER_PROBE, parse_compiler_probe
+
+        cmd0 = (self.image.attrs.get("Config", {}).get("Cmd") or ["python"])[0]
+        try:
+            out = self.client.containers.run(self.image.id, command=[cmd0, "-c", COMPILER_PROBE, kind],
+                                             remove=True, network_mode="none", environment={"HOME": "/tmp"},
+                                             labels={**self.labels, f"{LABEL_PREFIX}.probe": "compile"},
+                                             stdout=True, stderr=False)
+        except Exception as exc:  # the engine or the image could not run the probe
+            return f"the compiler probe did not run in {self.image_ref} ({type(exc).__name__})"
+        return parse_compiler_probe(out.decode("utf-8", "replace") if isinstance(out, bytes) else str(out))
+
     def _create(self, spec: PassSpec, vols: dict, user):
         lb = {f"{LABEL_PREFIX}.campaign": spec.campaign, f"{LABEL_PREFIX}.pass": spec.pass_id,
               f"{LABEL_PREFIX}.variant": spec.variant.variant_id,

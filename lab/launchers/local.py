@@ -91,6 +91,18 @@ class LocalLauncher:
         return {"launcher": "local", "isolation": "no container isolation (local process)",
                 "python": self.python, "address_space_limit_bytes": self.address_space_limit_bytes}
 
+    def probe_compile_toolchain(self, kind: str) -> str:
+        """'' when torch.compile can build ``kind`` ("cpu" or "gpu") kernels in this launcher's
+        Python, else why not in one line (lab.passes.compile.COMPILER_PROBE)."""
+        from lab.passes.compile import COMPILER_PROBE, parse_compiler_probe
+
+        try:
+            r = subprocess.run([self.python, "-c", COMPILER_PROBE, kind], check=False, capture_output=True,
+                               text=True, env=dict(os.environ if self.env is None else self.env), timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"the compiler probe did not run ({type(exc).__name__})"
+        return parse_compiler_probe(r.stdout)
+
     def _preexec(self) -> None:
         if self.address_space_limit_bytes:
             lim = int(self.address_space_limit_bytes)

@@ -95,3 +95,44 @@ class DynamoCounters:
         """(frames compiled since start, graph breaks since start)."""
         frames, breaks = self._now()
         return frames - self._start[0], breaks - self._start[1]
+
+
+# ---- can torch.compile build kernels where the passes run? -------------------------------
+COMPILER_PROBE = """
+import os, shutil, sys
+if sys.argv[1] == "cpu":
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+        print("found " + get_cpp_compiler())
+    except Exception as exc:
+        print("missing " + type(exc).__name__ + ": " + " ".join(str(exc).split())[:200])
+else:
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")
+    print("found " + cc if cc else "missing no C compiler (CC, gcc or clang) for Triton's kernel launcher")
+"""
+"""Run as ``python -c COMPILER_PROBE cpu|gpu`` in the pass environment (the local Python or the
+pass image), it prints one line: ``found <compiler>`` or ``missing <why>``. Rule:
+torch.compile's default backend (inductor) builds C++ kernels with the compiler torch's own
+search finds (``torch._inductor.cpp_builder.get_cpp_compiler``: ``CXX`` or g++) for a CPU
+device, and Triton kernels for a GPU, whose launcher Triton builds with ``CC``, gcc or clang.
+No lab import, so an image built from an older lab answers too."""
+
+
+def compile_kinds(variants, gpu_host: bool) -> dict[str, str]:
+    """{"cpu" | "gpu": name of the first ``compile = true`` variant that needs that backend}.
+    ``gpu_host``: whether passes of device "auto" find a GPU (they run on it then)."""
+    out: dict[str, str] = {}
+    for v in variants:
+        if v.compile:
+            kind = "cpu" if v.device == "cpu" or (v.device in ("auto", "") and not gpu_host) else "gpu"
+            out.setdefault(kind, v.name or v.variant_id)
+    return out
+
+
+def parse_compiler_probe(output: str) -> str:
+    """'' when the probe's last line says ``found``; otherwise why not (one line)."""
+    lines = [x.strip() for x in output.splitlines() if x.strip()]
+    last = lines[-1] if lines else ""
+    if last.startswith("found "):
+        return ""
+    return last.removeprefix("missing ") or "the compiler probe printed nothing"

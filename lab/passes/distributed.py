@@ -28,6 +28,8 @@ import os
 import sys
 from pathlib import Path
 
+from lab.passes.events import EventKind
+
 BACKENDS = {"cpu": "gloo", "cuda": "nccl", "rocm": "nccl"}
 
 
@@ -137,7 +139,8 @@ class ProgressTally:
 
     def update(self, ev: dict) -> int | None:
         kind = ev.get("event")
-        key = "done" if kind == "progress" else "items_done" if kind in ("oom", "error") else None
+        key = ("done" if kind == EventKind.PROGRESS
+               else "items_done" if kind in (EventKind.OOM, EventKind.ERROR) else None)
         if key is None or key not in ev:
             return None
         if "rank" not in ev:

@@ -1,12 +1,12 @@
 """Progress events of a pass: one JSON object per line on stdout, and exit codes.
 
-Event kinds: ``phase`` (name, state start/end, duration_s), ``progress`` (done, total,
-items_per_s), ``oom`` (items_done, message), ``error`` (message), ``result`` (the pass
-result). Launchers (local process or container) turn stdout lines into journal events
-the same way, so a UI cannot tell them apart.
+``EventKind`` is the one definition of the event kinds: those a pass writes on stdout and
+those the orchestrator adds to the journal. Launchers (local process or container) turn
+stdout lines into journal events the same way, so a UI cannot tell them apart.
 
 ``PassStatus`` is the one definition of a pass's status words (journal rows, raw table,
-result.json, UI); a ``StrEnum``, so JSON and SQLite hold the same plain strings as before.
+result.json, UI). Both are ``StrEnum``s, so JSON and SQLite hold the same plain strings as
+before and old journals and archives still read.
 """
 
 from __future__ import annotations
@@ -26,6 +26,48 @@ class PassStatus(StrEnum):
     ERROR = "error"              # any other failure: crash, bad spec, no result written
     KILLED = "killed"            # killed for host memory (OOM killer / container limit)
     INTERRUPTED = "interrupted"  # stopped by the user or by a dead orchestrator; slot run again
+
+
+class EventKind(StrEnum):
+    """Kind of one event: ``"event"`` of a stdout event line, ``kind`` of a journal event row.
+
+    Written by a pass on stdout (``EventWriter``; the orchestrator stores the whole line as
+    the journal row's payload, with ``iteralab``, ``event`` and ``t``; every line of a card
+    of a multi-card pass also carries ``rank`` and ``cards``):
+
+    - ``PHASE``: lab.passes.runner / worker / multicard. ``phase`` (model_load, compile,
+      warmup, measured, probe, launch...), ``state`` ("start" or "end"), ``duration_s`` on
+      "end"; some starts add ``device`` or (launch) ``cards``, ``nproc_per_node``, ``nnodes``.
+    - ``PROGRESS``: ``EventWriter.progress``. ``done``, ``total`` (items), ``items_per_s``.
+    - ``OOM``: runner / worker, the device ran out of memory. ``items_done``, ``message``.
+    - ``ERROR``: runner / worker / multicard, any other failure. ``items_done``, ``message``
+      (a full disk: ``message`` starts with "DiskFull").
+    - ``RESULT``: runner / multicard, the pass ended. ``status``, ``items_completed``,
+      ``measured_s``.
+    - ``CARD``: lab.passes.worker, one card of a multi-card pass ended. ``status``,
+      ``items_completed``, ``items_total``, ``measured_s``, ``device``.
+
+    Written only to the journal by lab.orchestrator (``Journal.add_event``):
+
+    - ``START``: an attempt started. ``variant`` (label), ``attempt`` (1-based).
+    - ``END``: an attempt's row was finished. ``status`` (a PassStatus), ``items_completed``,
+      ``notes`` (list of str).
+    - ``INTERRUPTED``: an attempt a dead orchestrator left running, marked interrupted when
+      the campaign runs again. ``pass_id``.
+    - ``LEFTOVER``: a container of an interrupted run, stopped and removed before the next
+      pass (Docker launcher's ``stop_leftovers``). ``container`` (dict), ``note``.
+    """
+
+    PHASE = "phase"
+    PROGRESS = "progress"
+    OOM = "oom"
+    ERROR = "error"
+    RESULT = "result"
+    CARD = "card"
+    START = "start"
+    END = "end"
+    INTERRUPTED = "interrupted"
+    LEFTOVER = "leftover"
 
 
 FAILED = frozenset({PassStatus.OOM, PassStatus.ERROR, PassStatus.KILLED})
@@ -62,8 +104,9 @@ class EventWriter:
         self.min_interval_s = min_interval_s
         self._last_progress = 0.0
 
-    def emit(self, event: str, **fields) -> None:
-        obj = {EVENT_KEY: 1, "event": event, "t": round(time.time(), 3), **fields}
+    def emit(self, event: EventKind, **fields) -> None:
+        """Write one event line: ``{"iteralab": 1, "event": event, "t": unix time s, **fields}``."""
+        obj = {EVENT_KEY: 1, "event": str(event), "t": round(time.time(), 3), **fields}
         self.stream.write(json.dumps(obj, default=str) + "\n")
         self.stream.flush()
 
@@ -71,4 +114,4 @@ class EventWriter:
         now = time.perf_counter()
         if force or done >= total or now - self._last_progress >= self.min_interval_s:
             self._last_progress = now
-            self.emit("progress", done=done, total=total, items_per_s=round(items_per_s, 3))
+            self.emit(EventKind.PROGRESS, done=done, total=total, items_per_s=round(items_per_s, 3))

@@ -110,6 +110,7 @@ class WindowResult:
     order_sorted_by_length: bool = False
     order_is_corpus: bool = True
     attention_pairs: int = 0  # sum over batches of B * T**2 (query-key pairs per layer)
+    largest_batch: int = 0  # most items the model received in one batch (its batch dimension)
 
 
 def tokenize(texts: list[str], tokenizer, max_length: int):
@@ -188,6 +189,7 @@ def run_batches(rows: list[dict], tokenizer, model, device: str, variant: Varian
             win.batches += 1
             win.real_tokens += sum(lengths[i] for i in idx)
             win.padded_tokens += int(ids_t.numel())
+            win.largest_batch = max(win.largest_batch, int(ids_t.shape[0]))
             width = int(ids_t.shape[1])
             win.attention_pairs += int(ids_t.shape[0]) * width ** 2
             win.batches_at_max_length += width == max_len

@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab.files import REPO_ROOT, sha256_lines
-from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventWriter, PassStatus
+from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventKind, EventWriter, PassStatus
 from lab.passes.observed import combine_cards
 from lab.passes.spec import PassSpec
 from lab.variants import Variant
@@ -64,7 +64,7 @@ def run_multicard(spec: PassSpec, spec_path: str, ev: EventWriter, argv: list[st
     args = parse_node_args(argv)
     cards = spec.variant.cards
     if args.nnodes < 1 or cards % args.nnodes or not 0 <= args.node_rank < args.nnodes:
-        ev.emit("error", items_done=0, message=f"cards {cards} cannot be split over {args.nnodes} host(s) "
+        ev.emit(EventKind.ERROR, items_done=0, message=f"cards {cards} cannot be split over {args.nnodes} host(s) "
                 f"as node {args.node_rank}: cards must be a multiple of --nnodes and 0 <= --node-rank < --nnodes")
         return EXIT_BAD_SPEC
     nproc = cards // args.nnodes
@@ -77,12 +77,12 @@ def run_multicard(spec: PassSpec, spec_path: str, ev: EventWriter, argv: list[st
         cmd = torchrun_command(spec_path, nproc, args.nnodes, args.node_rank, args.rdzv_endpoint,
                                args.rdzv_id or spec.pass_id, args.local_addr)
     except ValueError as exc:
-        ev.emit("error", items_done=0, message=str(exc))
+        ev.emit(EventKind.ERROR, items_done=0, message=str(exc))
         return EXIT_BAD_SPEC
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = str(threads_per_worker(spec.threads, nproc))
     env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    ev.emit("phase", phase="launch", state="start", cards=cards, nproc_per_node=nproc, nnodes=args.nnodes,
+    ev.emit(EventKind.PHASE, phase="launch", state="start", cards=cards, nproc_per_node=nproc, nnodes=args.nnodes,
             node_rank=args.node_rank, command=" ".join(cmd))
     sys.stdout.flush()
     t_launch = time.perf_counter()
@@ -105,11 +105,11 @@ def run_multicard(spec: PassSpec, spec_path: str, ev: EventWriter, argv: list[st
             signal.signal(s, h)
     if args.nnodes > 1 and not (out / "cards" / "card0.json").is_file():
         # ranks are given by the c10d rendezvous, not by --node-rank: the host of rank 0 merges
-        ev.emit("result", status=f"host done, rank 0 ran elsewhere (torchrun exit {torchrun_code})",
+        ev.emit(EventKind.RESULT, status=f"host done, rank 0 ran elsewhere (torchrun exit {torchrun_code})",
                 items_completed=None, measured_s=None)
         return EXIT_OK if torchrun_code == 0 else EXIT_ERROR
     res = merge_cards(spec, cards, torchrun_code, start, torchrun_wall_s)
-    ev.emit("result", status=res["status"], items_completed=res["items_completed"],
+    ev.emit(EventKind.RESULT, status=res["status"], items_completed=res["items_completed"],
             measured_s=res["phases_s"].get("measured"))
     return res["exit_code"]
 

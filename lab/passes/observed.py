@@ -66,7 +66,9 @@ def _split(declared: int, workers: int, share_of) -> dict:
 
 
 def observe_window(win, max_length: int) -> dict:
-    """{padding, max_tokens, bucketing} observed in the measured window (a WindowResult)."""
+    """{padding, max_tokens, bucketing, batch_size, window_items} observed in the measured window
+    (a WindowResult): ``batch_size`` is the largest batch dimension the model received,
+    ``window_items`` the items the window predicted."""
     at_max, at_longest, n = win.batches_at_max_length, win.batches_at_longest, win.batches
     if n and at_max == n and at_longest == n:
         padding = "max_length or longest (every batch reached max_length: indistinguishable)"
@@ -79,7 +81,8 @@ def observe_window(win, max_length: int) -> dict:
     order = ("sorted by token count" if win.order_sorted_by_length and not win.order_is_corpus
              else "corpus order" if win.order_is_corpus and not win.order_sorted_by_length
              else "corpus order (already sorted by token count)")
-    return {"padding": padding, "max_tokens": max(win.tokens_kept, default=0), "bucketing": order}
+    return {"padding": padding, "max_tokens": max(win.tokens_kept, default=0), "bucketing": order,
+            "batch_size": win.largest_batch, "window_items": win.items_done}
 
 
 def _padding_ok(declared: str, observed: str) -> bool:
@@ -90,7 +93,10 @@ def require_honoured(variant: Variant, observed: dict, device: str) -> None:
     """Raise NotHonoured naming the first declared field the observation contradicts.
 
     ``device`` is the resolved device the pass asked for (lab.passes.inference.resolve_device).
-    Window fields (padding, max_tokens, bucketing) are checked once ``observed`` holds them.
+    Window fields (padding, max_tokens, bucketing, batch_size) are checked once ``observed``
+    holds them. Every field of Variant that says what runs is checked here, except ``cards``
+    (lab.passes.multicard compares the cards that reported with the cards declared):
+    tests/unit/test_every_field_observed.py holds that rule.
     """
     bad = []
     if observed["dtype"] != DTYPES[variant.precision]:
@@ -116,6 +122,10 @@ def require_honoured(variant: Variant, observed: dict, device: str) -> None:
     if "bucketing" in observed and not (observed["bucketing"] != "corpus order" if variant.bucketing
                                         else observed["bucketing"].startswith("corpus order")):
         bad.append(f"bucketing {variant.bucketing} declared, processing order: {observed['bucketing']}")
+    n = observed.get("window_items") or 0
+    if "batch_size" in observed and n and observed["batch_size"] != min(variant.batch_size, n):
+        bad.append(f"batch_size {variant.batch_size} declared, the largest batch the model received held "
+                   f"{observed['batch_size']} of {n} items")
     if bad:
         raise NotHonoured("declared value not honoured: " + "; ".join(bad))
 

@@ -31,8 +31,8 @@ from pathlib import Path
 
 from lab.diskfull import DiskFull, atomic_write_text
 from lab.files import sha256_lines
-from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventWriter, PassStatus
-from lab.passes.spec import PassSpec
+from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventKind, EventWriter, PassStatus
+from lab.passes.spec import PassSpec, read_spec_or_report
 
 _T_PROCESS = time.perf_counter()
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")
@@ -97,7 +97,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
 
     def phase(name: str, t0: float) -> None:
         phases[name] = round(time.perf_counter() - t0, 6)
-        ev.emit("phase", phase=name, state="end", duration_s=phases[name])
+        ev.emit(EventKind.PHASE, phase=name, state="end", duration_s=phases[name])
 
     def on_batch(done: int) -> None:
         state["done"] = done
@@ -127,7 +127,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
                    threads=torch.get_num_threads(),
                    deterministic={"torch.manual_seed": spec.seed, "cudnn.benchmark": False,
                                   "use_deterministic_algorithms": False})
-        ev.emit("phase", phase="model_load", state="start", device=device)
+        ev.emit(EventKind.PHASE, phase="model_load", state="start", device=device)
         t = time.perf_counter()
         tok, model = inf.load_model(spec.model_ref, spec.variant.precision, device,
                                     pad_token=spec.extra.get("pad_token"),
@@ -140,7 +140,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
             from lab.passes.compile import DynamoCounters, compile_model
 
             dynamo = DynamoCounters()
-            ev.emit("phase", phase="compile", state="start")
+            ev.emit(EventKind.PHASE, phase="compile", state="start")
             corpus = read_corpus(spec.corpus_path)
             dynamo.start()
             t = time.perf_counter()
@@ -149,7 +149,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
             phase("compile", t)
             res["compile_frames"] = dynamo.read()[0]
 
-        ev.emit("phase", phase="warmup", state="start")
+        ev.emit(EventKind.PHASE, phase="warmup", state="start")
         warm_rows = read_corpus(spec.corpus_path)[: spec.warmup_items]
         if dynamo:
             dynamo.start()
@@ -164,7 +164,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         tracker = PeakTracker(device)
         release_memory(device)  # freed warm-up memory goes back before the peaks are reset
         tracker.reset()
-        ev.emit("phase", phase="measured", state="start")
+        ev.emit(EventKind.PHASE, phase="measured", state="start")
         if dynamo:
             dynamo.start()
         inf.synchronize(device)
@@ -189,7 +189,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
 
         from lab.passes.probe import probe_phase
 
-        ev.emit("phase", phase="probe", state="start")
+        ev.emit(EventKind.PHASE, phase="probe", state="start")
         t = time.perf_counter()
         res.update(probe_phase(model, device, spec.variant.precision, win, phases["measured"]))
         phase("probe", t)
@@ -205,10 +205,10 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
             res["status"], code = PassStatus.INTERRUPTED, EXIT_ERROR
         elif is_oom(exc):
             res["status"], code = PassStatus.OOM, EXIT_OOM
-            ev.emit("oom", items_done=state["done"], message=str(exc).splitlines()[0][:300])
+            ev.emit(EventKind.OOM, items_done=state["done"], message=str(exc).splitlines()[0][:300])
         else:
             res["status"], code = PassStatus.ERROR, EXIT_ERROR
-            ev.emit("error", items_done=getattr(exc, "items_done", state["done"]),
+            ev.emit(EventKind.ERROR, items_done=getattr(exc, "items_done", state["done"]),
                     message=f"{type(exc).__name__}: {exc}"[:300])
         res["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]
         res["items_completed"] = getattr(exc, "items_done", state["done"])
@@ -226,9 +226,9 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         res["exit_code"] = code
         atomic_write_text(out / "result.json", json.dumps(res, indent=1, default=str) + "\n")
     except DiskFull as exc:  # the orchestrator stops the campaign; the slot runs again on resume
-        ev.emit("error", items_done=res["items_completed"], message=f"DiskFull: {exc}"[:300])
+        ev.emit(EventKind.ERROR, items_done=res["items_completed"], message=f"DiskFull: {exc}"[:300])
         return EXIT_ERROR, res
-    ev.emit("result", status=res["status"], items_completed=res["items_completed"],
+    ev.emit(EventKind.RESULT, status=res["status"], items_completed=res["items_completed"],
             measured_s=phases.get("measured"))
     return code, res
 
@@ -239,10 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:
         print("usage: python -m lab.passes.runner PASS_DIR/pass.json [multi-host options]", file=sys.stderr)
         return EXIT_BAD_SPEC
-    try:
-        spec = PassSpec.read(argv[0])
-    except (OSError, ValueError, TypeError) as exc:
-        ev.emit("error", items_done=0, message=f"bad pass spec {argv[0]}: {exc}")
+    spec = read_spec_or_report(argv[0], ev)
+    if spec is None:
         return EXIT_BAD_SPEC
     if spec.variant.cards > 1 or len(argv) > 1:  # N cards: workers under torchrun
         from lab.passes.multicard import run_multicard

@@ -85,3 +85,17 @@ class PassSpec:
 _JSON_TYPES: dict[str, type] = {"campaign": str, "pass_id": str, "corpus_path": str, "model_ref": str, "out_dir": str,
                                 "warmup_items": int, "warmup_passes": int, "seed": int, "threads": int, "extra": dict}
 _JSON_NAMES = {str: "string", int: "integer", dict: "object"}
+
+
+def read_spec_or_report(path: str, ev) -> "PassSpec | None":
+    """:meth:`PassSpec.read` of ``path``, or None after one error event saying why (``ev``: a
+    ``lab.passes.events.EventWriter``; the caller exits ``EXIT_BAD_SPEC``). The runner and
+    each card's worker read their pass.json through this: a bad file is one line, never a
+    traceback."""
+    from lab.passes.events import EventKind
+
+    try:
+        return PassSpec.read(path)
+    except (OSError, ValueError, TypeError) as exc:
+        ev.emit(EventKind.ERROR, items_done=0, message=f"bad pass spec {path}: {exc}")
+        return None

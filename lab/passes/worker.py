@@ -40,9 +40,9 @@ import traceback
 from datetime import timedelta
 from pathlib import Path
 
-from lab.passes.events import EXIT_ERROR, EXIT_OK, EXIT_OOM, EventWriter, PassStatus
+from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventKind, EventWriter, PassStatus
 from lab.passes.multicard import CARD_STOPPED
-from lab.passes.spec import PassSpec
+from lab.passes.spec import PassSpec, read_spec_or_report
 
 _T_PROCESS = time.perf_counter()
 TEST_OOM_ENV = "ITERALAB_TEST_ONLY_INJECT_OOM"
@@ -74,7 +74,7 @@ class CardEvents(EventWriter):
         super().__init__()
         self.rank, self.world = rank, world
 
-    def emit(self, event: str, **fields) -> None:
+    def emit(self, event: EventKind, **fields) -> None:
         super().emit(event, rank=self.rank, cards=self.world, **fields)
 
 
@@ -127,7 +127,7 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
     def phase(name: str, t0: float) -> None:
         phases[name] = round(time.perf_counter() - t0, 6)
         if rank == 0:
-            ev.emit("phase", phase=name, state="end", duration_s=phases[name])
+            ev.emit(EventKind.PHASE, phase=name, state="end", duration_s=phases[name])
 
     try:
         import torch
@@ -172,7 +172,7 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
         t = state["t0"] = time.perf_counter()
         card["window_start_unix_s"] = time.time()
         if rank == 0:
-            ev.emit("phase", phase="measured", state="start")
+            ev.emit(EventKind.PHASE, phase="measured", state="start")
 
         def on_batch(done: int) -> None:
             state["done"], state["batches"] = done, state["batches"] + 1
@@ -208,9 +208,9 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
             card["status"] = CARD_STOPPED
         elif is_oom(exc):
             card["status"], code = PassStatus.OOM, EXIT_OOM
-            ev.emit("oom", items_done=state["done"], message=str(exc).splitlines()[0][:300])
+            ev.emit(EventKind.OOM, items_done=state["done"], message=str(exc).splitlines()[0][:300])
         else:
-            ev.emit("error", items_done=getattr(exc, "items_done", state["done"]),
+            ev.emit(EventKind.ERROR, items_done=getattr(exc, "items_done", state["done"]),
                     message=f"{type(exc).__name__}: {exc}"[:300])
         card["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]
         card["items_completed"] = getattr(exc, "items_done", state["done"])
@@ -227,7 +227,7 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
     phases["writing"] = round(time.perf_counter() - t, 6)
     card["exit_code"] = code
     rec_path.write_text(json.dumps(card, indent=1, default=str) + "\n")
-    ev.emit("card", status=card["status"], items_completed=card["items_completed"],
+    ev.emit(EventKind.CARD, status=card["status"], items_completed=card["items_completed"],
             items_total=card["items_total"], measured_s=phases.get("measured"), device=card.get("device"))
     if code == EXIT_OK and not stop.requested:
         stop.raise_now = True
@@ -283,7 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     _term_when_parent_dies()
-    spec = PassSpec.read(argv[0])
+    spec = read_spec_or_report(argv[0], ev)
+    if spec is None:
+        return EXIT_BAD_SPEC
     code = run_card(spec, ev, rank, int(os.environ.get("LOCAL_RANK", "0")), world,
                     int(os.environ.get("LOCAL_WORLD_SIZE", "1")), stop)
     if code != EXIT_OK:  # files written: leave at once so torchrun stops the other cards sooner

@@ -15,7 +15,7 @@ from lab.files import sha256_file
 from lab.passes.events import PassStatus
 
 OBSERVED = ("dtype", "device", "attention", "threads_declared", "threads", "compile", "quantization",
-            "padding", "max_tokens", "bucketing")
+            "padding", "max_tokens", "bucketing", "batch_size")
 TRUNCATED = ("truncated_short", "truncated_medium", "truncated_long")
 PHASES = ("startup", "model_load", "compile", "warmup", "measured", "probe", "evaluation", "writing")
 # utilization (lab.passes.probe) and compilation (lab.passes.compile), from result.json: frames dynamo
@@ -183,7 +183,8 @@ INT_COLUMNS = ("exit_code", "cards", "cards_observed", "items_total", "items_com
                "real_tokens", "padded_tokens", "recompiles_measured", "graph_breaks_measured",
                "compile_frames", "recompiles_warmup",
                "expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids",
-               "observed_threads_declared", "observed_threads", "observed_max_tokens") + PEAKS
+               "observed_threads_declared", "observed_threads", "observed_max_tokens",
+               "observed_batch_size") + PEAKS
 
 
 def raw_table(rows: list[dict]) -> pd.DataFrame:

@@ -12,10 +12,14 @@ import time
 from pathlib import Path
 
 from lab.journal import Journal
-from lab.passes.events import FAILED, PassStatus, parse_event
+from lab.passes.events import FAILED, EventKind, PassStatus, parse_event
 from lab.status import campaign_status
 
-SHOWN_EVENTS = ("start", "end", "oom", "error", "interrupted", "leftover", "phase")
+SHOWN_EVENTS = (EventKind.START, EventKind.END, EventKind.OOM, EventKind.ERROR, EventKind.INTERRUPTED,
+                EventKind.LEFTOVER, EventKind.PHASE)
+"""Journal events listed in the campaign's event view (progress, result and card are not)."""
+LIVE_FAILURES = (EventKind.OOM, EventKind.ERROR)
+"""Events that tell a pass failed before its row is finished."""
 
 
 def readable(line: str) -> str | None:
@@ -24,12 +28,12 @@ def readable(line: str) -> str | None:
     if ev is None:
         return line
     kind = ev.get("event")
-    if kind == "progress":
+    if kind == EventKind.PROGRESS:
         return None
-    if kind == "phase":
+    if kind == EventKind.PHASE:
         d = ev.get("duration_s")
         return f"phase {ev.get('phase', '')} {ev.get('state', '')}" + (f" {d:.2f} s" if d is not None else "")
-    if kind == "result":
+    if kind == EventKind.RESULT:
         return f"result: {ev.get('status', '')}, {ev.get('items_completed', '')} items"
     rest = {k: v for k, v in ev.items() if k not in ("iteralab", "event", "t")}
     return f"{kind}: " + ", ".join(f"{k}={v}" for k, v in rest.items())[:200]
@@ -55,19 +59,19 @@ def event_line(ev: dict) -> str:
     p = ev["payload"]
     when = time.strftime("%H:%M:%S", time.gmtime(ev["t"]))
     kind = ev["kind"]
-    if kind == "phase":
+    if kind == EventKind.PHASE:
         extra = f"{p.get('phase', '')} {p.get('state', '')}"
         if p.get("duration_s") is not None:
             extra += f" {p['duration_s']:.2f} s"
-    elif kind == "oom":
+    elif kind == EventKind.OOM:
         extra = f"OUT OF MEMORY after {p.get('items_done', '?')} items: {str(p.get('message', ''))[:80]}"
-    elif kind == "error":
+    elif kind == EventKind.ERROR:
         extra = f"ERROR after {p.get('items_done', '?')} items: {str(p.get('message', ''))[:80]}"
-    elif kind == "end":
+    elif kind == EventKind.END:
         extra = f"{p.get('status')} ({p.get('items_completed')} items)"
         if p.get("notes"):
             extra += " " + "; ".join(p["notes"])[:80]
-    elif kind == "start":
+    elif kind == EventKind.START:
         extra = f"{p.get('variant', '')} attempt {p.get('attempt', 1)}"
     else:
         extra = ", ".join(f"{k}={v}" for k, v in p.items())[:80]
@@ -100,7 +104,7 @@ class JournalFeed:
             self.last_event_id = ev["id"]
             if ev["kind"] in SHOWN_EVENTS:
                 self.events.append(event_line(ev))
-            if ev["kind"] in ("oom", "error"):
+            if ev["kind"] in LIVE_FAILURES:
                 p = ev["payload"]
                 info = {"kind": ev["kind"], "items_done": p.get("items_done"),
                         "message": str(p.get("message", ""))}

@@ -1,0 +1,53 @@
+"""No declared setting is silently ignored: every field of Variant that says what runs has an
+observation that contradicts it raising NotHonoured (lab.passes.observed.require_honoured),
+naming the field. ``cards`` is checked by lab.passes.multicard (cards that reported against
+cards declared); the name fields say what a variant is called, not what runs.
+
+Adding a field to Variant without an observation rule fails
+``test_every_variant_field_has_an_observation_rule``."""
+from __future__ import annotations
+
+from dataclasses import fields
+
+import pytest
+
+from lab.passes.observed import NotHonoured, require_honoured
+from lab.variants import NAME_FIELDS, Variant
+
+CHECKED_ELSEWHERE = {"cards": "lab.passes.multicard: cards_observed against cards declared"}
+DECLARED = Variant(batch_size=4, precision="bf16", padding="longest", max_length=64, bucketing=True,
+                   device="cpu", compile=False, attention="sdpa", quantization="none")
+HONOURED = {"dtype": "bfloat16", "device": "cpu", "attention": "sdpa", "threads_declared": 2, "threads": 2,
+            "compile": False, "quantization": "none", "padding": "longest", "max_tokens": 60,
+            "bucketing": "sorted by token count", "batch_size": 4, "window_items": 10}
+CONTRADICTIONS = {  # field: (observed values that contradict DECLARED, words of the reason)
+    "batch_size": ({"batch_size": 1}, "batch_size 4 declared, the largest batch the model received held 1 of 10"),
+    "precision": ({"dtype": "float32"}, "precision bf16 declared, weights loaded as float32"),
+    "padding": ({"padding": "max_length"}, "padding longest declared, batches padded: max_length"),
+    "max_length": ({"max_tokens": 65}, "max_length 64 declared, an item kept 65 tokens"),
+    "bucketing": ({"bucketing": "corpus order"}, "bucketing True declared, processing order: corpus order"),
+    "device": ({"device": "cuda:0"}, "device cpu asked, weights on cuda:0"),
+    "compile": ({"compile": True}, "compile False declared, compiled module: True"),
+    "attention": ({"attention": "eager"}, "attention sdpa declared, the model reports eager"),
+    "quantization": ({"quantization": "int8"}, "quantization none declared, weights are int8"),
+}
+
+
+def test_every_variant_field_has_an_observation_rule():
+    runs = {f.name for f in fields(Variant)} - set(NAME_FIELDS)
+    assert runs - set(CHECKED_ELSEWHERE) == set(CONTRADICTIONS), \
+        "a Variant field without an observation in require_honoured (lab/passes/observed.py) is silently ignorable"
+
+
+def test_the_honoured_observation_passes():
+    require_honoured(DECLARED, HONOURED, "cpu")
+    short = {**HONOURED, "batch_size": 3, "window_items": 3}  # fewer items than one batch: all in one
+    require_honoured(DECLARED, short, "cpu")
+
+
+@pytest.mark.parametrize("field_name", sorted(CONTRADICTIONS))
+def test_a_contradicted_field_is_named(field_name):
+    change, words = CONTRADICTIONS[field_name]
+    with pytest.raises(NotHonoured, match="declared value not honoured: ") as e:
+        require_honoured(DECLARED, {**HONOURED, **change}, "cpu")
+    assert words in str(e.value)
