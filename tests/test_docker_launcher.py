@@ -336,8 +336,12 @@ def test_frozen_pass_container_is_stopped_by_the_stall_rule(client, image, model
     corpus = subset(tmp_path / "corpus30.jsonl", stratified_30(rows))
     spec, pass_dir = make_spec(tmp_path, corpus, model_dir, f"iteralab-test-{uuid.uuid4().hex[:8]}",
                                Variant(batch_size=1, device="cpu"), "p011-stall")
+    # no stall rule until the freeze: container create/start and the runner's torch import take
+    # 5-15 s on a loaded CI machine, so 15 s counted from the launch could fire before the freeze.
+    # DockerLauncher's watch re-reads stall_s on every tick: set right after the pause, the rule
+    # counts from the last event line, i.e. from the freeze.
     launcher = DockerLauncher(image, "cpu", labels=DOCKER_TEST_LABELS, client=client, stop_timeout_s=2,
-                              stall_s=15)
+                              stall_s=None, timeout_s=300)  # timeout: a pass that never prints fails, never hangs
     frozen: list[str] = []
 
     def on_line(line: str) -> None:  # the pass freezes (cgroup freezer, like SIGSTOP) at its first event
@@ -346,6 +350,7 @@ def test_frozen_pass_container_is_stopped_by_the_stall_rule(client, image, model
                                                              f"iteralab.campaign={spec.campaign}"]})
             c.pause()
             frozen.append(c.id)
+            launcher.stall_s = 15
 
     outcome = launcher.launch(spec, pass_dir, on_line)
     assert frozen, outcome

@@ -81,8 +81,13 @@ def test_real_host_oom_leaves_a_row_with_items_completed(tmp_path, model_dir, on
 
 
 def test_killed_campaign_resumes_and_keeps_the_interrupted_row(tmp_path, model_dir):
-    corpus = cut_corpus(tmp_path / "c.jsonl", 10, 6, 2)
-    f = write_campaign(tmp_path, model_dir, corpus, values=(1, 4), repetitions=1)
+    # 40 long items at max_length 512: a pass runs for several seconds after its first progress
+    # (~5 s at batch 1, ~10 s at batch 4 on an idle 2-core machine), so a test process starved
+    # for seconds between seeing the progress and the kill still catches that pass running.
+    # Whichever pass is caught, the assertions below follow it (the rotated order decides
+    # which variant comes first).
+    corpus = cut_corpus(tmp_path / "c.jsonl", 10, 6, 40)
+    f = write_campaign(tmp_path, model_dir, corpus, values=(1, 4), repetitions=1, max_length=512)
     lock(load_protocol(f))
     runs = tmp_path / "runs"
     env = {**os.environ, "ITERALAB_RUNS": str(runs)}
@@ -99,27 +104,47 @@ def test_killed_campaign_resumes_and_keeps_the_interrupted_row(tmp_path, model_d
         journal_path = found[0]
         return any(a["status"] == "running" and a["items_completed"] > 0
                    for a in Journal(journal_path).attempts())
-    wait_until(running, 240, "the first pass to report progress")
-    # kill the orchestrator and its pass, as a host reboot or a lost session would
-    children = psutil.Process(orch_proc.pid).children(recursive=True)
-    os.killpg(orch_proc.pid, signal.SIGKILL)
-    for c in children:
-        try:
-            os.killpg(c.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    orch_proc.wait()
-    assert [a["status"] for a in Journal(journal_path).attempts()] == ["running"]
 
-    orch = Orchestrator.prepare(f, runs, LocalLauncher())
-    assert orch.run() == "finished"
-    attempts = orch.journal.attempts()
-    assert [(a["seq"], a["attempt"], a["status"]) for a in attempts] == \
-        [(1, 1, "interrupted"), (1, 2, "ok"), (2, 1, "ok")]
-    assert attempts[1]["pass_id"].endswith("-a2")
-    report = build_report(orch.dir)
-    assert report["rows"] == 3
-    assert "interrupted" in [e["kind"] for e in orch.journal.events_since(0)]
-    summary = {s.variant_id: s for s in report["summary"]}
-    first = summary[attempts[0]["variant_id"]]
-    assert first.failures == 1 and first.successes == 1
+    def kill_all() -> None:
+        """SIGKILL the orchestrator and every pass process group it started. The orchestrator is
+        frozen first, so it cannot start a pass between listing its children and the kill."""
+        try:
+            orch = psutil.Process(orch_proc.pid)
+            orch.suspend()
+            children = orch.children(recursive=True)
+        except psutil.Error:
+            children = []
+        for pid in [orch_proc.pid] + [c.pid for c in children]:  # each pass runs in its own session
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        orch_proc.wait()
+
+    try:
+        wait_until(running, 240, "a pass to report progress")
+        # kill the orchestrator and its pass, as a host reboot or a lost session would
+        kill_all()
+        before = Journal(journal_path).attempts()
+        assert [a["status"] for a in before][-1] == "running", before
+        assert all(a["status"] == "ok" for a in before[:-1]), before
+        caught = before[-1]["seq"]
+
+        orch = Orchestrator.prepare(f, runs, LocalLauncher())
+        assert orch.run() == "finished"
+        attempts = orch.journal.attempts()
+        expected = [(seq, 1, "ok") for seq in range(1, caught)] + [(caught, 1, "interrupted"), (caught, 2, "ok")]
+        expected += [(seq, 1, "ok") for seq in range(caught + 1, 3)]
+        assert [(a["seq"], a["attempt"], a["status"]) for a in attempts] == expected
+        interrupted = attempts[caught - 1]
+        assert attempts[caught]["pass_id"].endswith("-a2")
+        assert interrupted["items_completed"] > 0  # the progress made before the kill stays on its row
+        report = build_report(orch.dir)
+        assert report["rows"] == 3
+        assert "interrupted" in [e["kind"] for e in orch.journal.events_since(0)]
+        summary = {s.variant_id: s for s in report["summary"]}
+        first = summary[interrupted["variant_id"]]
+        assert first.failures == 1 and first.successes == 1
+    finally:
+        if orch_proc.poll() is None:
+            kill_all()

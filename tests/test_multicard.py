@@ -15,10 +15,11 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, cut_corpus, settle
+from conftest import REPO, cut_corpus, settle, wait_until
 
 from lab.config import SeriesSection
 from lab.host_cards import CardsBeyondHost, check_cards_fit_host, host_card_count
@@ -282,16 +283,22 @@ def test_two_hosts_over_loopback_give_the_same_predictions(cards_campaign, tmp_p
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     procs, dirs = [], []
-    for node in (0, 1):  # two "hosts": separate torchrun processes, separate pass folders
-        pd = tmp_path / f"host{node}"
-        pd.mkdir()
-        (pd / "pass.json").write_text(json.dumps({**spec, "out_dir": str(pd)}))
-        dirs.append(pd)
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "lab.passes.runner", str(pd / "pass.json"), "--nnodes", "2", "--node-rank",
-             str(node), "--rdzv-endpoint", f"127.0.0.1:{port}", "--local-addr", "127.0.0.1"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outs = [p.communicate(timeout=300) for p in procs]
+    try:
+        for node in (0, 1):  # two "hosts": separate torchrun processes, separate pass folders
+            pd = tmp_path / f"host{node}"
+            pd.mkdir()
+            (pd / "pass.json").write_text(json.dumps({**spec, "out_dir": str(pd)}))
+            dirs.append(pd)
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "lab.passes.runner", str(pd / "pass.json"), "--nnodes", "2", "--node-rank",
+                 str(node), "--rdzv-endpoint", f"127.0.0.1:{port}", "--local-addr", "127.0.0.1"],
+                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True))
+        end = time.monotonic() + 300  # one deadline for both hosts, not 300 s each
+        outs = [p.communicate(timeout=max(1.0, end - time.monotonic())) for p in procs]
+    finally:  # a host still running (timeout, failed start of the other): it and its workers go
+        for p in procs:
+            if p.poll() is None:
+                _kill_tree(p)
     assert [p.returncode for p in procs] == [0, 0], [o[1][-1500:] for o in outs]
     merged = [pd for pd in dirs if (pd / "result.json").is_file()]
     assert len(merged) == 1  # the host where rank 0 ran merges; the other keeps its own card
@@ -330,11 +337,40 @@ def test_plan_screen_shows_cards_and_refuses_more_than_the_host_has(tmp_path, mo
     assert "cards: variant cards/cards=" in checks.replace("\n", " ")
 
 
-def test_stopping_a_multi_card_pass_leaves_no_worker_running(tmp_path, model_dir):
-    import time
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL a runner started in its own session, its torchrun and torchrun's workers (their
+    own sessions), then reap it."""
+    import signal
 
     import psutil
 
+    try:
+        tree = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        tree = []
+    os.killpg(proc.pid, signal.SIGKILL)
+    for c in tree:
+        try:
+            c.kill()
+        except psutil.Error:
+            pass
+    proc.communicate()
+
+
+def _workers_of(pass_dir: Path) -> list:
+    """Live processes of the multi-card pass in ``pass_dir``: torchrun, then its workers."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if "lab.passes.worker" in cmd and str(pass_dir) in cmd and p.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(p)
+    return sorted(found, key=lambda p: "torch.distributed.run" not in " ".join(p.info["cmdline"]))
+
+
+def _stop_at_measured(tmp_path, model_dir, on_measured=lambda d: None):
+    """A 2-card pass stopped (as by the user) when its first worker starts the measured phase."""
     from lab.launchers.local import LocalLauncher
     from lab.passes.spec import PassSpec
 
@@ -347,17 +383,53 @@ def test_stopping_a_multi_card_pass_leaves_no_worker_running(tmp_path, model_dir
     seen = {"measured": False}
 
     def on_line(line: str) -> None:
-        seen["measured"] |= '"phase": "measured", "state": "start"' in line
+        if not seen["measured"] and '"phase": "measured", "state": "start"' in line:
+            on_measured(d)
+            seen["measured"] = True
 
     t0 = time.monotonic()
     outcome = LocalLauncher().launch(spec, d, on_line, should_stop=lambda: seen["measured"])
-    assert outcome.note == "stopped by the user" and time.monotonic() - t0 < 120
-    time.sleep(1)
-    workers = [p for p in psutil.process_iter(["cmdline"])
-               if "lab.passes.worker" in " ".join(p.info["cmdline"] or []) and str(d) in " ".join(p.info["cmdline"])]
-    assert workers == []
+    return outcome, time.monotonic() - t0, d
+
+
+def test_stopping_a_multi_card_pass_leaves_no_worker_running(tmp_path, model_dir):
+    outcome, took_s, d = _stop_at_measured(tmp_path, model_dir)
+    assert outcome.note == "stopped by the user" and took_s < 120
+    # the launcher returns once the pass and every process it started are gone; the short wait is
+    # only for a killed worker's exit to be reaped (the check sees no zombie either way)
+    wait_until(lambda: not _workers_of(d), 5, "no worker of the stopped pass left running",
+               detail=lambda: str(_workers_of(d)))
     records = [json.loads(p.read_text()) for p in sorted((d / "cards").glob("card*.json"))]
     assert len(records) == 2 and {r["status"] for r in records} <= {"stopped", "ok"}
+
+
+def test_stopping_a_multi_card_pass_with_a_stopped_worker_leaves_no_worker_running(tmp_path, model_dir):
+    """A worker that cannot act on torchrun's SIGTERM (SIGSTOPped here; or hung): torchrun would
+    wait 30 s for it, the launcher kills the pass after its 10 s grace, and the worker (in its
+    own session, torchrun starts workers so) must not outlive the pass."""
+    import signal
+
+    import psutil
+
+    frozen: list = []
+
+    def freeze(d: Path) -> None:
+        for p in [p for p in _workers_of(d) if "torch.distributed.run" not in " ".join(p.info["cmdline"])][:1]:
+            p.send_signal(signal.SIGSTOP)
+            frozen.append(p)
+
+    try:
+        outcome, took_s, d = _stop_at_measured(tmp_path, model_dir, freeze)
+        assert frozen, "no worker was found to stop"
+        assert outcome.note == "stopped by the user" and took_s < 120
+        wait_until(lambda: not _workers_of(d), 5, "no worker of the stopped pass left running",
+                   detail=lambda: str(_workers_of(d)))
+    finally:
+        for p in frozen:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
 
 
 def test_bucketed_two_card_pass_balances_tokens_and_predicts_as_one_card(tmp_path, model_dir):

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 import sys
 
+import psutil
+
 from conftest import REPO, cut_corpus, wait_until, write_campaign
 
 
@@ -27,11 +29,28 @@ def test_deleted_campaign_folder_stops_the_campaign_with_the_reason(model_dir, t
         wait_until(lambda: list(runs.glob(first_result)) or proc.poll() is not None, 180,
                    "the first pass to finish")
         assert list(runs.glob(first_result)), f"the orchestrator exited (rc {proc.returncode}) before a pass finished"
-        shutil.rmtree(next(runs.glob("lost/*")))
+        # delete it as a user would, but atomically: a rename first (rmtree racing with the
+        # orchestrator creating files in the folder could raise), then the renamed copy goes
+        folder = next(runs.glob("lost/*"))
+        gone = folder.with_name(folder.name + ".deleted")
+        folder.rename(gone)
+        shutil.rmtree(gone, ignore_errors=True)  # a file created in it meanwhile changes nothing checked
         out, err = proc.communicate(timeout=240)
-    finally:
+    finally:  # never leave the orchestrator or its pass (own session) running
         if proc.poll() is None:
+            try:
+                orchestrator = psutil.Process(proc.pid)
+                orchestrator.suspend()  # frozen first: it cannot start a pass after the listing
+                children = orchestrator.children(recursive=True)
+            except psutil.Error:
+                children = []
             proc.kill()
+            for c in children:
+                try:
+                    c.kill()
+                except psutil.Error:
+                    pass
+            proc.communicate()
     assert proc.returncode == 2, (out, err)
     assert len(err.strip().splitlines()) == 1 and "deleted or replaced while the campaign ran" in err
     assert "campaign finished" not in out

@@ -21,24 +21,41 @@ from lab.status import campaign_status, orchestrator_alive
 
 
 class StoppingLauncher(LocalLauncher):
-    """Sends SIGSTOP to the pass process at its first event line, as a user or a bug might."""
+    """Sends SIGSTOP to the pass process at its first event line, as a user or a bug might.
+
+    The stall rule is held off (stall_s None) until the SIGSTOP is sent: the runner's first
+    event only comes after importing torch/transformers, which takes 5-12 s on a loaded CI
+    machine, so a stall_s counted from the start could fire before the stop. The launcher's
+    watch re-reads ``self.stall_s`` on every tick, so restoring it right after the SIGSTOP
+    makes the rule count from the last event line, i.e. from the stop."""
 
     stopped_pids: list[int] = []
+    stopped: list[psutil.Process] = []  # psutil checks the start time: a recycled pid is never signalled
 
     def launch(self, spec, pass_dir, on_line, should_stop=lambda: False):
         me = psutil.Process()
         done = []
+        stall_s, self.stall_s = self.stall_s, None
 
         def first(line: str) -> None:
             if not done:
                 done.append(True)
                 for child in me.children(recursive=True):
-                    if "lab.passes.runner" in " ".join(child.cmdline()):
+                    try:
+                        runner = "lab.passes.runner" in " ".join(child.cmdline())
+                    except psutil.Error:  # a child that ended meanwhile
+                        continue
+                    if runner:
                         os.kill(child.pid, signal.SIGSTOP)
                         self.stopped_pids.append(child.pid)
+                        self.stopped.append(child)
+                self.stall_s = stall_s
             on_line(line)
 
-        return super().launch(spec, pass_dir, first, should_stop)
+        try:
+            return super().launch(spec, pass_dir, first, should_stop)
+        finally:
+            self.stall_s = stall_s
 
 
 def test_stopped_runner_is_killed_by_the_stall_rule(tmp_path, model_dir):
@@ -50,16 +67,24 @@ def test_stopped_runner_is_killed_by_the_stall_rule(tmp_path, model_dir):
     t = threading.Thread(target=lambda: out.append(orch.run()), daemon=True)
     t0 = time.monotonic()
     t.start()
-    t.join(120)
-    assert not t.is_alive(), "the stopped pass kept the campaign running"
-    assert out == ["finished"] and time.monotonic() - t0 < 100
-    assert StoppingLauncher.stopped_pids, "the pass was never stopped"
-    [a] = Journal(orch.dir / "journal.sqlite").attempts()
-    assert a["status"] == "error"
-    assert "stalled: no event for 15 s ([timing] stall_s)" in a["notes"]
-    st = campaign_status(orch.dir)
-    assert st["state"] == "finished" and not st["alive"]
-    assert Journal(orch.dir / "journal.sqlite").get_control("pass_limits") == {"timeout_s": 21600.0, "stall_s": 15.0}
+    try:
+        t.join(120)
+        assert not t.is_alive(), "the stopped pass kept the campaign running"
+        assert out == ["finished"] and time.monotonic() - t0 < 100
+        assert StoppingLauncher.stopped_pids, "the pass was never stopped"
+        [a] = Journal(orch.dir / "journal.sqlite").attempts()
+        assert a["status"] == "error"
+        assert "stalled: no event for 15 s ([timing] stall_s)" in a["notes"]
+        st = campaign_status(orch.dir)
+        assert st["state"] == "finished" and not st["alive"]
+        assert Journal(orch.dir / "journal.sqlite").get_control("pass_limits") == {"timeout_s": 21600.0,
+                                                                                    "stall_s": 15.0}
+    finally:  # never leave a SIGSTOPped process behind, whatever failed
+        for child in StoppingLauncher.stopped:
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
 
 
 def test_limit_reason():

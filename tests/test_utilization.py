@@ -77,9 +77,22 @@ def test_bucketing_series_rows_carry_utilization(tmp_path, model_dir):
         assert row["model_flop"] > 0 and row["ceiling_flop_per_s"] > 0
         assert row["achieved_flop_per_s"] == pytest.approx(row["model_flop"] / row["measured_s"])
         assert row["utilization"] == pytest.approx(row["achieved_flop_per_s"] / row["ceiling_flop_per_s"])
-        assert 0 < row["utilization"] < 1.5
+        # utilization is the ratio of two timings taken at different moments (measured window,
+        # then the ceiling probe): on a loaded CI machine the probe can be slowed (another pass's
+        # threads on the 2 cores for all its rounds) while the window was not, inflating the
+        # ratio by that slowdown (2-3x). Measured here: 0.35-0.56. The bound 5 holds under such
+        # load and still fails a wrong unit (a window in ms: x1000; a ceiling in GFLOP/s: x1e9);
+        # the FLOP count it rests on is checked exactly, without timings, below.
+        assert 0 < row["utilization"] < 5
         assert "no duration for compile" not in row["notes"]
     assert bucketed["model_flop"] < plain["model_flop"]  # fewer padded positions, less work
+    # model FLOPs = 2 N sum(B*T) + 4 L d_attn sum(B*T^2) with 1 <= T <= max_length (lab.passes.probe)
+    by_pass = {row["pass_id"]: row for row in rows.values()}
+    for a in orch.journal.attempts():
+        res, row = a["result"], by_pass[a["pass_id"]]
+        matmul = 2 * res["matmul_parameters"] * row["padded_tokens"]
+        attention = 4 * res["n_layers"] * res["d_attn"] * row["padded_tokens"]
+        assert matmul + attention <= row["model_flop"] <= matmul + attention * 128
     csv = (orch.dir / "report" / "raw_table.csv").read_text().splitlines()[0].split(",")
     assert {"achieved_flop_per_s", "ceiling_flop_per_s", "utilization", "probe_s"} <= set(csv)
     summary = {v.variant_name: v for v in r["summary"]}
@@ -88,6 +101,7 @@ def test_bucketing_series_rows_carry_utilization(tmp_path, model_dir):
         assert v.ceiling_flop_per_s_median is not None and v.recompiles_measured_max is None  # not compiled
     note = (orch.dir / "report" / "decision_note.md").read_text()
     assert "series bucketing" in note and "series batch+bucketing" in note
-    assert note.count("- utilization: achieved ") == 3 and "GFLOP/s, matmul ceiling " in note and "(medians of passes ok)" in note
+    assert note.count("- utilization: achieved ") == 3 and "GFLOP/s, matmul ceiling " in note
+    assert "(medians of passes ok)" in note
     html = (orch.dir / "report" / "report.html").read_text()
     assert "utilization: achieved " in html and "ceiling_flop_per_s" in html  # note and raw table

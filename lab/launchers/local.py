@@ -17,10 +17,54 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import psutil
+
 from lab.files import REPO_ROOT
 from lab.launchers.base import LaunchOutcome, LineSink, limit_reason
 from lab.passes.spec import PassSpec
 
+STOP_GRACE_S = 10.0  # a stopped pass's processes have this long to write their files, then SIGKILL
+
+
+def stop_pass_tree(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """Stop a pass process and every process it started; returns within about ``grace_s`` s.
+
+    SIGTERM (and SIGCONT, so a stopped process acts on it) to the pass's process group, then
+    SIGKILL to the group after ``grace_s``. Processes it started in other sessions are
+    listed first and get the same treatment: torchrun starts the workers of a multi-card pass
+    in their own sessions (the group signal never reaches them) and waits 30 s for them to
+    end, so a worker that does not act on torchrun's SIGTERM (stopped, hung) would outlive a
+    pass killed after ``grace_s``.
+    """
+    try:
+        tree = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        tree = []
+    deadline = time.monotonic() + grace_s
+    _signal_group(proc, signal.SIGTERM)
+    _signal_group(proc, signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc, signal.SIGKILL)
+    for p in tree:
+        try:
+            p.send_signal(signal.SIGCONT)  # psutil checks the start time: never a recycled pid
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(tree, timeout=max(0.0, deadline - time.monotonic()))
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:  # the whole group ended meanwhile
+        pass
 
 
 class LocalLauncher:
@@ -78,6 +122,7 @@ class LocalLauncher:
             cwd=str(REPO_ROOT), start_new_session=True, preexec_fn=self._preexec)
         stopped = threading.Event()
         timed_out = threading.Event()
+        ended = threading.Event()  # the pass process has exited: the watcher stops at once
         started = time.monotonic()
         last_line = [started]
         why = [""]
@@ -87,14 +132,9 @@ class LocalLauncher:
                 why[0] = limit_reason(started, last_line[0], self.timeout_s, self.stall_s)
                 if why[0] or should_stop():
                     (timed_out if why[0] else stopped).set()
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    os.killpg(proc.pid, signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
-                    try:
-                        proc.wait(10)
-                    except subprocess.TimeoutExpired:
-                        os.killpg(proc.pid, signal.SIGKILL)
+                    stop_pass_tree(proc)
                     return
-                stopped.wait(0.5)
+                ended.wait(0.5)
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
@@ -107,6 +147,7 @@ class LocalLauncher:
                 on_line(line)
         except BaseException:  # e.g. disk full writing the log or the journal: never leave the pass running
             stopped.set()
+            ended.set()
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -116,6 +157,8 @@ class LocalLauncher:
                 pass
             raise
         code = proc.wait()
+        ended.set()
+        watcher.join()  # a stopped pass: until the processes it started in other sessions are gone too
         try:
             log.close()
         except OSError:  # a full disk while flushing the log: the outcome still counts

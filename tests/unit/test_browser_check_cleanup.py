@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 
-from conftest import REPO
+from conftest import REPO, wait_until
 
 sys.path.insert(0, str(REPO / "scripts"))
 from browser_check import stop_group  # noqa: E402
@@ -19,15 +20,21 @@ def test_stop_group_leaves_no_helper_writing_after_the_leader(tmp_path):
     out.mkdir()
     script = f"(while true; do date > {out}/f.$RANDOM; sleep 0.01; done) & trap '' TERM; wait"
     proc = subprocess.Popen(["bash", "-c", script], start_new_session=True)
-    time.sleep(0.3)
-    assert any(out.iterdir())
-    stop_group(proc, timeout_s=5)
     try:
-        os.killpg(proc.pid, 0)
-        left = True
-    except ProcessLookupError:
-        left = False
-    assert not left
-    n = len(list(out.iterdir()))
-    time.sleep(0.2)
-    assert len(list(out.iterdir())) == n  # nobody writes any more
+        wait_until(lambda: any(out.iterdir()), 30, "the helper to start writing")
+        stop_group(proc, timeout_s=5)
+        try:
+            os.killpg(proc.pid, 0)
+            left = True
+        except ProcessLookupError:
+            left = False
+        assert not left
+        n = len(list(out.iterdir()))
+        time.sleep(0.2)
+        assert len(list(out.iterdir())) == n  # nobody writes any more
+    finally:  # never leave the writing loop behind, whatever failed
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
