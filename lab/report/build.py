@@ -62,6 +62,7 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None, partial_
     orch_info = journal.get_control("orchestrator", {}) or {}
     described = journal.get_control("launcher", None)
     hosts = journal.get_control("hosts", None)
+    launchers = journal.get_control("launchers", None) or []
     journal.close()
     final = campaign_dir / "report"
     out = campaign_dir / "report.partial"  # built aside, swapped in whole: the last report stays until then
@@ -69,7 +70,7 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None, partial_
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir()
         result = _write_report(out, proto, version, attempts, described, launcher_info, campaign_dir,
-                               partial_reason, hosts)
+                               partial_reason, hosts, launchers)
         swap_folder(out, final)
     except BaseException as exc:
         shutil.rmtree(out, ignore_errors=True)
@@ -95,7 +96,8 @@ def copy_catalog(proto, dest: Path) -> dict:
 
 
 def _write_report(out: Path, proto, version: dict, attempts: list[dict], described, launcher_info,
-                  campaign_dir: Path, partial_reason: str = "", hosts: list[dict] | None = None) -> dict:
+                  campaign_dir: Path, partial_reason: str = "", hosts: list[dict] | None = None,
+                  launchers: list[dict] | None = None) -> dict:
     from lab.report.decision import decision_campaign, decision_note, decision_pricing
 
     rows = raw_rows(attempts, proto.name, version["version"], campaign_dir)
@@ -124,7 +126,11 @@ def _write_report(out: Path, proto, version: dict, attempts: list[dict], describ
         extra={"pass_backends": sorted({(a["result"] or {}).get("backend", "") for a in attempts} - {""}),
                "pass_torch": sorted({(a["result"] or {}).get("torch_version", "") for a in attempts} - {""}),
                "pass_threads": sorted({(a["result"] or {}).get("threads") for a in attempts} - {None}),
-               "catalog": catalog},
+               "catalog": catalog,
+               # every start's launcher when they differ (the "launcher" field is the last one's)
+               "launchers_by_start": launchers if len({json.dumps({k: v for k, v in x.items() if k != "recorded_at"},
+                                                                  sort_keys=True, default=str)
+                                                       for x in launchers or []}) > 1 else []},
         recorded_hosts=hosts)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str) + "\n")
 
