@@ -47,11 +47,11 @@ test-fast: $(STAMP)
 	$(VENV)/bin/pytest -q tests/unit
 
 # Checked boundaries: import graph without cycle (scripts/import_graph.py), import contracts
-# (pyproject [tool.importlinter]), ruff, mypy on lab/.
+# (pyproject [tool.importlinter]), ruff on lab/, tui/ and tests/, mypy on lab/.
 lint: $(STAMP)
 	$(PY) scripts/import_graph.py
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/ruff check lab tui
+	$(VENV)/bin/ruff check lab tui tests
 	$(VENV)/bin/mypy
 
 bench: model

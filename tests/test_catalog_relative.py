@@ -8,7 +8,6 @@ Cost screen against the working directory."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 from conftest import cut_corpus, write_campaign

@@ -24,7 +24,8 @@ SPEC = BuildSpec(sizes={"short": 2, "medium": 1, "long": 1}, tuning_size=2, seed
 def source_rows(n_per_bucket: int = 6) -> list[dict]:
     out = []
     for b in ("short", "medium", "long"):
-        out += [{"id": r["id"], "text": r["text"], "label": r["label"]} for r in demo_rows() if r["bucket"] == b][:n_per_bucket]
+        out += [{"id": r["id"], "text": r["text"], "label": r["label"]}
+                for r in demo_rows() if r["bucket"] == b][:n_per_bucket]
     return out
 
 

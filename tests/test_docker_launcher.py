@@ -140,7 +140,8 @@ def test_ok_pass_in_a_container(client, image, model_dir, rows, tmp_path):
     # host-side spec untouched; the container read its own copy with container paths
     assert PassSpec.read(pass_dir / "pass.json").corpus_path == str(corpus)
     cspec = PassSpec.read(pass_dir / "pass.container.json")
-    assert (cspec.corpus_path, cspec.model_ref, cspec.out_dir) == ("/data/corpus30.jsonl", "/models/model", "/work/pass")
+    assert (cspec.corpus_path, cspec.model_ref, cspec.out_dir) == ("/data/corpus30.jsonl", "/models/model",
+                                                                    "/work/pass")
     assert (pass_dir / "result.json").stat().st_uid == pass_dir.parent.stat().st_uid  # ownership given back
     assert "model_load" in (pass_dir / "log.txt").read_text()
     assert not client.containers.list(all=True, filters={"id": outcome.container_id})  # removed
@@ -258,7 +259,7 @@ def test_two_card_pass_in_one_container_matches_one_card(client, image, model_di
     two, two_dir = make_spec(tmp_path, corpus, model_dir, campaign,
                              Variant(batch_size=4, max_length=128, device="cpu", cards=2), "two")
     launcher = DockerLauncher(image, "cpu", labels=DOCKER_TEST_LABELS, client=client, timeout_s=300)
-    outcome, lines, events = run_pass(launcher, two, two_dir)
+    outcome, _lines, events = run_pass(launcher, two, two_dir)
     assert outcome.exit_code == EXIT_OK, (two_dir / "log.txt").read_text()[-3000:]
     assert outcome.container_id and "container" in outcome.isolation
     res = json.loads((two_dir / "result.json").read_text())

@@ -82,7 +82,7 @@ def test_csv_with_other_field_names(tmp_path):
     items = load_items(p, id_field="doc", text_field="body", label_field="cat")
     assert [(i.id, i.text, i.label) for i in items] == [("1", "first, text", "a"), ("2", "second", "b")]
     p.write_text('doc,body,cat\n1,first,a\n1,again,b\n', encoding="utf-8")
-    with pytest.raises(CorpusError, match="src.csv:3: duplicate id '1'"):
+    with pytest.raises(CorpusError, match=r"src\.csv:3: duplicate id '1'"):
         load_items(p, id_field="doc", text_field="body", label_field="cat")
 
 

@@ -61,7 +61,7 @@ def test_unreadable_archives_are_one_line_errors(tmp_path):
         verify(tmp_path / "missing.tar.gz")
     garbage = tmp_path / "garbage.tar.gz"
     garbage.write_bytes(b"garbage")
-    with pytest.raises(ArchiveError, match="not a readable tar.gz"):
+    with pytest.raises(ArchiveError, match=r"not a readable tar\.gz"):
         verify(garbage)
 
 

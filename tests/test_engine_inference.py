@@ -68,7 +68,7 @@ def test_demo_model_accuracy_on_the_comparison_corpus(loaded):
     rows = demo_rows()
     res = run(rows, loaded, batch_size=16, bucketing=True)
     labels = loaded[1].config.id2label
-    acc = sum(labels[p] == r["label"] for p, r in zip(res.pred_index, rows)) / len(rows)
+    acc = sum(labels[p] == r["label"] for p, r in zip(res.pred_index, rows, strict=True)) / len(rows)
     assert len(rows) == 1000
     assert acc >= 0.55, acc
 
@@ -89,5 +89,5 @@ def test_bf16_runs_with_fp32_probabilities_and_close_predictions(model_dir):
     tok32, model32 = load_model(str(model_dir), "fp32", "cpu")
     fp32 = run_batches(rows, tok32, model32, "cpu", replace(v, precision="fp32"))
     assert all(isinstance(p, float) and 0.0 <= p <= 1.0 for p in bf16.prob)
-    agree = sum(a == b for a, b in zip(bf16.pred_index, fp32.pred_index)) / len(rows)
+    agree = sum(a == b for a, b in zip(bf16.pred_index, fp32.pred_index, strict=True)) / len(rows)
     assert agree >= 0.8, agree

@@ -54,8 +54,8 @@ def refused(f: Path, message: str) -> str:
 def test_demo_campaign_passes_every_check(tmp_path, model_dir):
     f = write_campaign(tmp_path, model_dir, cut_corpus(tmp_path / "c.jsonl", 2, 1, 1))
     checks = lock_checks(load_protocol(f))
-    assert [c.name for c in checks] == ["corpus", "architecture", "attention", "labels", "tokens", "max_length", "pad_token",
-                                         "device"]
+    assert [c.name for c in checks] == ["corpus", "architecture", "attention", "labels", "tokens", "max_length",
+                                         "pad_token", "device"]
     assert all(c.ok for c in checks)
     assert lock(load_protocol(f))["version"] == 1
 
@@ -71,7 +71,8 @@ def test_integer_corpus_labels_against_named_model_labels(tmp_path, model_dir):
     rows = [json.loads(x) for x in corpus.read_text().splitlines()]
     corpus.write_text("".join(json.dumps({**r, "label": str(i % 3)}) + "\n" for i, r in enumerate(rows)))
     f = write_campaign(tmp_path, model_dir, corpus)
-    msg = refused(f, r"corpus label\(s\) '0', '1', '2' are not labels the model can produce \(its config id2label has 20: "
+    msg = refused(f, r"corpus label\(s\) '0', '1', '2' are not labels the model can produce "
+                     r"\(its config id2label has 20: "
                      r"'alt.atheism'")
     r = cli_lock(f)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and msg in r.stderr

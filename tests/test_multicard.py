@@ -564,7 +564,8 @@ def test_merge_names_the_card_that_did_not_honour_a_declared_value(tmp_path):
 
     from lab.report.raw_table import raw_rows, raw_table
 
-    attempt = {"pass_id": "merge", "variant_id": "v", "variant": spec.variant.to_json(), "result": res, "validation": {},
+    attempt = {"pass_id": "merge", "variant_id": "v", "variant": spec.variant.to_json(), "result": res,
+               "validation": {},
                "notes": "", "repetition": 0, "position": 0, "seq": 0, "attempt": 1, "launcher": "local",
                "start_time": "", "end_time": "", "status": res["status"], "exit_code": res["exit_code"],
                "items_total": 2, "items_completed": 2}

@@ -67,7 +67,8 @@ def tiny_campaign(folder: Path, name: str = "tui-e2e", values=(1, 8), repetition
     (folder / "corpus.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in pick),
                                          encoding="utf-8")
     f = folder / f"{name}.toml"
-    f.write_text(TOML.format(name=name, model=MODEL, corpus=folder / "corpus.jsonl", repetitions=repetitions, values=list(values)),
+    f.write_text(TOML.format(name=name, model=MODEL, corpus=folder / "corpus.jsonl", repetitions=repetitions,
+                             values=list(values)),
                  encoding="utf-8")
     return f
 
@@ -141,7 +142,7 @@ def synthetic_running_journal(campaign_file: Path, runs_root: Path) -> Path:
     j.set_plan(plan)
     ends = ["2026-09-24T09:00:25+00:00", "2026-09-24T09:00:40+00:00"]
     starts = [T0, "2026-09-24T09:00:27+00:00", "2026-09-24T09:00:42+00:00"]
-    for i, (p, rate) in enumerate(zip(plan[:3], (40.0, 80.0, 95.0))):
+    for i, (p, rate) in enumerate(zip(plan[:3], (40.0, 80.0, 95.0), strict=False)):
         pid = p.pass_id
         (d / "passes" / pid).mkdir()
         j.start_attempt(pid, p.seq, 1, p.repetition, p.position, p.variant, starts[i], "local", 1000)

@@ -12,7 +12,6 @@ deadline for the orchestrator's passes.
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 import pytest

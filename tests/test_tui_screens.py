@@ -108,10 +108,12 @@ def test_plan_screen_schedule_and_feasibility(tmp_path, runs, size):
             assert plan["passes"] == 20 and len(plan["schedule"]) == 5  # batch 1/4/8 + bucketed batch 8
             assert plan["schedule"][1] == ["batch_size=4", "batch_size=8", "bucketing=True", "batch_size=1"]
             assert "20 passes" in text_of(app, "#plan-head")
-            assert "r3: batch_size=8 -> bucketing=True -> batch_size=1 -> batch_size=4" in text_of(app, "#plan-schedule")
+            assert ("r3: batch_size=8 -> bucketing=True -> batch_size=1 -> batch_size=4"
+                    in text_of(app, "#plan-schedule"))
             checks = text_of(app, "#plan-checks")  # the checks `protocol lock` runs, shown before locking
             assert "Checks at lock" in checks and "labels: 20 corpus labels among the model's 20" in checks
-            assert "max_length: max_position_embeddings 512" in checks and "pad_token: '[PAD]' from the tokenizer" in checks
+            assert "max_length: max_position_embeddings 512" in checks
+            assert "pad_token: '[PAD]' from the tokenizer" in checks
             return plan
     plan = asyncio.run(go())
     proto = load_protocol(demo_copy(tmp_path))

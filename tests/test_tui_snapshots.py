@@ -1,7 +1,7 @@
 """Snapshot tests (pytest-textual-snapshot) of screens 1-4 at 80x24, made deterministic:
 fixed clock, fixed telemetry and environment facts, the demo campaign (content-derived
-ids and hashes; the model files' fingerprint in the protocol identity fixed), and a journal written with fixed times. `pytest --snapshot-update`
-accepts a new rendering after review."""
+ids and hashes; the model files' fingerprint in the protocol identity fixed), and a journal
+written with fixed times. `pytest --snapshot-update` accepts a new rendering after review."""
 
 from __future__ import annotations
 

@@ -19,9 +19,9 @@ def _loop_macro_f1(gold, pred):
     """The protocol's definition written out item by item (the pre-vectorised code)."""
     f1s = []
     for c in sorted(set(gold) | set(pred)):
-        tp = sum(g == c and p == c for g, p in zip(gold, pred))
-        fp = sum(g != c and p == c for g, p in zip(gold, pred))
-        fn = sum(g == c and p != c for g, p in zip(gold, pred))
+        tp = sum(g == c and p == c for g, p in zip(gold, pred, strict=True))
+        fp = sum(g != c and p == c for g, p in zip(gold, pred, strict=True))
+        fn = sum(g == c and p != c for g, p in zip(gold, pred, strict=True))
         f1s.append(0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn))
     return sum(f1s) / len(f1s)
 

@@ -90,7 +90,8 @@ def test_no_engine_means_local_launcher_without_isolation():
 
 
 def test_expected_gpu_missing_stops_instead_of_cpu_fallback():
-    p = Probes(**ENGINE, nvidia_smi_error="NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver",
+    p = Probes(**ENGINE,
+               nvidia_smi_error="NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver",
                expect_gpu="nvidia")
     gpu = by_name(evaluate(p))["gpu"]
     assert not gpu.ok and gpu.blocking

@@ -75,7 +75,7 @@ def kind_literals(source: str) -> list[tuple[int, str]]:
                     found.append((node.lineno, ast.unparse(node)[:80]))
         elif isinstance(node, ast.Dict):
             keys = [w for k in node.keys if k is not None for w in _words(k)]
-            tagged = [v for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant)
+            tagged = [v for k, v in zip(node.keys, node.values, strict=True) if isinstance(k, ast.Constant)
                       and k.value in KIND_KEYWORDS and _words(v)]
             table = len(keys) >= 2 and len(keys) == len(node.keys)  # a record with an "error" field is not
             if table or tagged:
@@ -127,6 +127,6 @@ ok7 = {"card": 0, "status": s, "error": None}
 
 def test_the_enum_keeps_the_plain_strings():
     """Old journals and archives hold these exact strings: the enum's values never change."""
-    assert EVENT_KINDS == {"phase", "progress", "oom", "error", "result", "card",
-                           "start", "end", "interrupted", "leftover"}
+    assert {"phase", "progress", "oom", "error", "result", "card",
+                           "start", "end", "interrupted", "leftover"} == EVENT_KINDS
     assert EventKind.OOM == "oom" and f"{EventKind.LEFTOVER}" == "leftover"

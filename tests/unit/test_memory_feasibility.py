@@ -60,7 +60,8 @@ def test_largest_batch_per_bucket_under_a_budget_with_the_margin_stated():
     assert long.usable_bytes == usable and long.margin_fraction == 0.10
     per = activation_bytes_per_item(MINILM, "fp32", 512)
     assert long.max_batch_size == (usable - 4 * MINILM.n_params) // per
-    assert long.weights_bytes + long.max_batch_size * per <= usable < long.weights_bytes + (long.max_batch_size + 1) * per
+    assert long.weights_bytes + long.max_batch_size * per <= usable
+    assert usable < long.weights_bytes + (long.max_batch_size + 1) * per
     assert fits["short"].max_batch_size > fits["medium"].max_batch_size > long.max_batch_size
     assert all(f.variant_fits for f in fits.values())
 

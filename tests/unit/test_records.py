@@ -27,7 +27,7 @@ def test_pass_statuses_are_the_plain_strings_stored_in_json_and_sqlite():
     assert db.execute("SELECT status FROM t").fetchone()[0] == "killed" == PassStatus.KILLED
     # an interrupted attempt does not fill its slot (it runs again on resume); a failure does
     assert PassStatus.INTERRUPTED not in FINISHED and PassStatus.RUNNING not in FINISHED
-    assert FAILED == {"oom", "error", "killed"} and FINISHED == FAILED | {"ok"}
+    assert {"oom", "error", "killed"} == FAILED and FAILED | {"ok"} == FINISHED
     assert set(EXIT_NAMES.values()) <= set(PassStatus)
 
 
