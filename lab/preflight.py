@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.corpus import BUCKETS, CorpusError, count_tokens, load_items, read_corpus
+from lab.files import sha256_file
 from lab.host import gpu_count
 from lab.models import ModelFolderError, local_checkpoint_config, tokenizer_fingerprint
 
@@ -66,7 +67,32 @@ def check_corpus(proto) -> tuple[list[Check], dict[str, str]]:
                                            f"not one of {', '.join(BUCKETS)}; build the corpus with "
                                            "`iteralab corpus build`")], {}
     labels = {it.label for it in items}
+    card_problem = check_card(proto.card_path, path)
+    if card_problem:
+        return [Check("corpus", False, card_problem)], {}
     return [Check("corpus", True, f"{len(items)} items, {len(labels)} labels")], {it.id: it.text for it in items}
+
+
+def check_card(card: Path | None, corpus: Path) -> str:
+    """'' when no card is declared or the declared ``[corpus] card`` describes the ``[corpus]
+    path`` file (its ``comparison.sha256``, written by `iteralab corpus build`); else why not,
+    in one line with the fix. A card that is missing or describes another file was skipped:
+    the tokenizer check, the bucket counts and the archived card then spoke of nothing, or of
+    another corpus."""
+    if card is None:
+        return ""
+    fix = "rebuild it with `iteralab corpus build` or remove [corpus] card"
+    if not card.is_file():
+        return f"[corpus] card {card} not found; {fix}"
+    try:
+        described = json.loads(card.read_text(encoding="utf-8"))["comparison"]["sha256"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return f"corpus card {card.name} has no comparison sha256 (not written by `iteralab corpus build`); {fix}"
+    actual = sha256_file(corpus)
+    if described != actual:
+        return (f"corpus card {card.name} describes another file (sha256 {str(described)[:12]}...), not [corpus] "
+                f"path {corpus.name} (sha256 {actual[:12]}...); {fix}")
+    return ""
 
 
 def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:

@@ -17,6 +17,7 @@ import pytest
 from conftest import REPO, cut_corpus, write_campaign
 from lab.launchers.local import LocalLauncher
 from lab.orchestrator import Orchestrator
+from lab.files import sha256_file
 from lab.models import tokenizer_fingerprint
 from lab.preflight import lock_checks
 from lab.protocol import ProtocolError, load_protocol, lock
@@ -129,10 +130,30 @@ def test_card_counted_with_another_tokenizer(tmp_path, model_dir):
     f = write_campaign(tmp_path, model_dir, corpus)
     f.write_text(f.read_text().replace(f'path = "{corpus.name}"', f'path = "{corpus.name}"\ncard = "corpus_card.json"'))
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    card.write_text(json.dumps({"tokenizer": {"name": "gpt2 BPE", "fingerprint": "0" * 64}}))
+    described = {"comparison": {"file": corpus.name, "sha256": sha256_file(corpus)}}
+    card.write_text(json.dumps({**described, "tokenizer": {"name": "gpt2 BPE", "fingerprint": "0" * 64}}))
     refused(f, r"corpus card corpus_card.json counted tokens with 'gpt2 BPE', not the model's tokenizer")
-    card.write_text(json.dumps({"tokenizer": {"name": "demo", "fingerprint": tokenizer_fingerprint(tok)}}))
+    card.write_text(json.dumps({**described, "tokenizer": {"name": "demo", "fingerprint": tokenizer_fingerprint(tok)}}))
     assert lock(load_protocol(f))["version"] == 1
+
+
+@pytest.mark.parametrize("card_text, message", [
+    (None, r"\[corpus\] card .*/corpus_card.json not found; rebuild it with `iteralab corpus build` or remove "
+           r"\[corpus\] card"),
+    ('{"tokenizer": {}}', r"corpus card corpus_card.json has no comparison sha256 \(not written by "
+                          r"`iteralab corpus build`\)"),
+    ('{"comparison": {"sha256": "%s"}}' % ("ab" * 32), r"corpus card corpus_card.json describes another file "
+                                                       r"\(sha256 abababababab...\), not \[corpus\] path c.jsonl"),
+])
+def test_a_card_that_does_not_describe_the_corpus_is_refused(tmp_path, model_dir, card_text, message):
+    """A declared card that was missing or described another file was skipped in silence: no
+    tokenizer check, bucket counts of another corpus on the Protocol screen, nothing archived."""
+    corpus = cut_corpus(tmp_path / "c.jsonl", 2, 1, 1)
+    f = write_campaign(tmp_path, model_dir, corpus)
+    f.write_text(f.read_text().replace(f'path = "{corpus.name}"', f'path = "{corpus.name}"\ncard = "corpus_card.json"'))
+    if card_text is not None:
+        (tmp_path / "corpus_card.json").write_text(card_text)
+    refused(f, message)
 
 
 def test_zero_token_text_in_a_hand_made_corpus(tmp_path, model_dir):
