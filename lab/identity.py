@@ -45,8 +45,8 @@ def model_fingerprint(model_ref: str, revision: str | None = None) -> str:
     over 'hub:<id>@<revision>' when the cache does not hold it. Shape: 64 hex characters."""
     from lab.models import _HASHED, ModelFolderError, hub_snapshot
 
-    p = Path(model_ref)
-    if not p.is_dir():
+    p: Path | None = Path(model_ref)
+    if not Path(model_ref).is_dir():
         try:
             p = hub_snapshot(model_ref, revision)
         except ModelFolderError:

@@ -366,10 +366,14 @@ class Orchestrator:
                 "disk_full": bool(last.get("disk_full"))}
 
     # ---- validation ------------------------------------------------------------------
+    def labels(self) -> set[str] | None:
+        """The model's label names (model_labels of [model] path, or id at revision)."""
+        return model_labels(self.proto.model_ref, self.proto.config.model.revision)
+
     def reference(self) -> tuple[dict[str, str] | None, float | None, str]:
         """(predictions by id, metric, pass_id) of the reference variant's first valid pass."""
         ref_id = self.proto.reference.variant_id
-        labels = model_labels(self.proto.model_ref, self.proto.config.model.revision)
+        labels = self.labels()
         for a in self.journal.attempts():
             if a["variant_id"] != ref_id or a["status"] != PassStatus.OK:
                 continue
@@ -387,7 +391,7 @@ class Orchestrator:
         ref = ref or self.reference()
         path = self.dir / "passes" / pass_id / "predictions.jsonl"
         a = next(x for x in self.journal.attempts() if x["pass_id"] == pass_id)
-        v = validate_pass(self.corpus, path, self.proto.quality, model_labels(self.proto.model_ref, self.proto.config.model.revision),
+        v = validate_pass(self.corpus, path, self.proto.quality, self.labels(),
                           ref[0], ref[1]).to_json()
         v["reference_pass"] = ref[2]
         if a["status"] != PassStatus.OK:
