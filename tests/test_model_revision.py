@@ -83,7 +83,7 @@ def fake_hub_cache(root: Path, model: Path, winner: int) -> tuple[Path, Path]:
     (main / "tokenizer_config.json").unlink()
     (main / "tokenizer_config.json").write_text(json.dumps({**tok_cfg, "model_max_length": 64}))
     with safe_open(str(model / "model.safetensors"), framework="numpy") as h:
-        tensors = {k: h.get_tensor(k) for k in h.keys()}
+        tensors = {k: h.get_tensor(k) for k in h.keys()}  # noqa: SIM118 (a safetensors handle, not a dict)
         metadata = h.metadata()
     bias = tensors["classifier.bias"].copy()
     bias[winner] += numpy.float32(1e4)
