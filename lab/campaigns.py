@@ -93,6 +93,22 @@ def default_campaign_file() -> Path:
 
 # ---- launchers ---------------------------------------------------------------------
 
+def memory_limit_bytes(value) -> int | None:
+    """A per-pass host-memory limit (``--memory-limit``, ITERALAB_MEMORY_LIMIT): a positive
+    integer of bytes, or None for the launcher's default. Raises CampaignError (one line) for
+    anything else: 0 meant "no limit" to the Docker engine and "the default" once detached."""
+    if value is None or value == "":
+        return None
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = 0
+    if isinstance(value, bool) or n < 1 or str(n) != str(value).strip():
+        raise CampaignError(f"memory limit {value!r}: give a positive whole number of bytes per pass "
+                            "(e.g. 8000000000), or none for the launcher's default")
+    return n
+
+
 def make_launcher(kind: str, memory_limit: int | None = None):
     """'local', 'docker' or 'auto' (docker when an engine and the image answer, else local).
 
@@ -101,6 +117,7 @@ def make_launcher(kind: str, memory_limit: int | None = None):
     """
     from lab.launchers.local import LocalLauncher
 
+    memory_limit = memory_limit_bytes(memory_limit)
     if kind in ("docker", "auto"):
         try:
             from lab.launchers.docker import DockerLauncher
@@ -203,16 +220,17 @@ def request_control(campaign_dir: str | Path, flag: str) -> None:
         j.close()
 
 
-def run_demo(launcher: str = "local", echo=None) -> Path:
+def run_demo(launcher: str = "local", echo=None, memory_limit: int | None = None) -> Path:
     """Lock (if needed) and run the demo campaign headless; returns the archive path.
 
-    ``echo``: called with each progress line (None: silent)."""
+    ``echo``: called with each progress line (None: silent). ``memory_limit``: bytes per
+    pass (``make_launcher``)."""
     from lab.orchestrator import Orchestrator
     from lab.status import CampaignState
 
     f = demo_campaign_file()
     lock(load_protocol(f))
-    orch = Orchestrator.prepare(f, runs_root(), make_launcher(launcher))
+    orch = Orchestrator.prepare(f, runs_root(), make_launcher(launcher, memory_limit))
     if echo is not None:
         orch.echo = echo
         echo(f"demo campaign: {orch.dir}")

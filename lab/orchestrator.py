@@ -209,8 +209,12 @@ class Orchestrator:
             j.set_control("launcher", self.launcher.describe())
         except Exception as exc:  # the manifest says why the launcher could not be described
             j.set_control("launcher", {"launcher": self.launcher.name, "describe_error": str(exc)[:200]})
-        # the manifest's environment is the one the passes ran in, recorded now (each start or resume)
-        j.set_control("hosts", [*(j.get_control("hosts", None) or []), record_host_facts()])
+        # the manifest's environment is the one the passes ran in, recorded now (each start or resume);
+        # the launcher of each start too: a resume with other options must not erase the earlier ones
+        host = record_host_facts()
+        j.set_control("hosts", [*(j.get_control("hosts", None) or []), host])
+        j.set_control("launchers", [*(j.get_control("launchers", None) or []),
+                                    {"recorded_at": host["recorded_at"], **j.get_control("launcher", {})}])
         for pid in j.mark_running_interrupted(
                 "interrupted: the orchestrator stopped while this pass ran; row kept, slot run again"):
             j.add_event(pid, EventKind.INTERRUPTED, {"pass_id": pid})

@@ -67,6 +67,13 @@ class Protocol:
         return self.config.cost
 
     @property
+    def catalog_path(self) -> Path | None:
+        """The [cost] catalog CSV resolved like the corpus (relative to the campaign file, or
+        ``@repo/``), None for the shipped catalog."""
+        c = self.config.cost.catalog if self.config.cost is not None else None
+        return _resolve(c, self.path) if c else None
+
+    @property
     def reference(self) -> Variant:
         found = find_variant(self.variants, self.quality["reference_variant"])
         assert found is not None  # load_protocol refuses a reference that names no variant
@@ -85,9 +92,13 @@ def _resolve(p: str, campaign_file: Path) -> Path:
     return q if q.is_absolute() else (campaign_file.parent / q)
 
 
-def load_protocol(path: str | Path) -> Protocol:
+def load_protocol(path: str | Path, relative_to: str | Path | None = None) -> Protocol:
     """Parse and check a campaign file (lab.config: typed sections, unknown keys and wrong
-    types refused). Raises ProtocolError with one line on any problem."""
+    types refused). Raises ProtocolError with one line on any problem.
+
+    ``relative_to``: the campaign file whose folder the relative paths of ``path`` belong to
+    (a campaign folder's copy of it: the original file); the Protocol's ``path`` is then that
+    file, so the corpus, model, card and catalog resolve as they did at lock."""
     path = Path(path).resolve()
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -97,14 +108,15 @@ def load_protocol(path: str | Path) -> Protocol:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
     refuse_secrets(raw, path)
+    home = Path(relative_to).resolve() if relative_to else path
     try:
         cfg = parse_config(raw)
         if cfg.cost is not None:
-            cfg.cost.check(str(_resolve(cfg.cost.catalog, path)) if cfg.cost.catalog else None)
+            cfg.cost.check(str(_resolve(cfg.cost.catalog, home)) if cfg.cost.catalog else None)
         variants = tuple(expand_series(cfg.defaults, cfg.series))
     except (ConfigError, VariantError) as exc:
         raise ProtocolError(f"{path}: {exc}") from None
-    proto = Protocol(path, raw, variants, cfg)
+    proto = Protocol(home, raw, variants, cfg)
     ref = cfg.quality.reference_variant
     if find_variant(variants, ref) is None:
         names = ", ".join(v.name for v in variants)

@@ -200,6 +200,8 @@ def cost_view(campaign_file: Path, campaign_dir: Path | None, fields: dict) -> d
             accepted = int(wanted)
     declared = asdict(proto.cost) if proto.cost is not None else {}  # no [cost]: no package declared
     package = {k: declared.get(k) for k in ("catalog", "gpu", "days", "lots")}  # the window: as typed
+    if proto.catalog_path is not None:
+        package["catalog"] = str(proto.catalog_path)  # relative to the campaign file, as at lock
     typed = {k: v for k, v in fields.items() if k != "accepted" and str(v).strip()}
     pricing = decision_pricing({**package, **typed})
     catalog = load_catalog(pricing["catalog_path"])

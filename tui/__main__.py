@@ -14,7 +14,8 @@ import os
 import sys
 from pathlib import Path
 
-from lab.campaigns import LAUNCHERS, USER_ERRORS, CampaignError, default_campaign_file, run_demo
+from lab.campaigns import (LAUNCHERS, USER_ERRORS, CampaignError, default_campaign_file, memory_limit_bytes,
+                           run_demo)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -23,7 +24,7 @@ def parser() -> argparse.ArgumentParser:
     limit = os.environ.get("ITERALAB_MEMORY_LIMIT")
     p.add_argument("--launcher", choices=LAUNCHERS, default=os.environ.get("ITERALAB_LAUNCHER", "auto"),
                    help="how passes run (default: $ITERALAB_LAUNCHER, else auto)")
-    p.add_argument("--memory-limit", type=int, default=int(limit) if limit else None,
+    p.add_argument("--memory-limit", default=limit or None,
                    help="bytes per pass, host memory (default: $ITERALAB_MEMORY_LIMIT)")
     p.add_argument("--headless", action="store_true", help="run the demo campaign without the UI")
     return p
@@ -32,6 +33,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     try:
+        a.memory_limit = memory_limit_bytes(a.memory_limit)
         if sys.stdin.isatty() and sys.stdout.isatty() and not a.headless:
             from tui.app import run_app
 
@@ -40,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.campaign:
             raise CampaignError("headless mode runs the demo campaign only; for a campaign file use "
                                 "`iteralab campaign run FILE`")
-        print(run_demo(a.launcher, echo=lambda line: print(line, flush=True)))
+        print(run_demo(a.launcher, echo=lambda line: print(line, flush=True), memory_limit=a.memory_limit))
         return 0
     except USER_ERRORS as exc:
         print(f"iteralab: error: {exc}", file=sys.stderr)

@@ -89,7 +89,10 @@ class LocalLauncher:
 
     def describe(self) -> dict:
         return {"launcher": "local", "isolation": "no container isolation (local process)",
-                "python": self.python, "address_space_limit_bytes": self.address_space_limit_bytes}
+                "python": self.python, "address_space_limit_bytes": self.address_space_limit_bytes,
+                **({"address_space_limit_scope": "each process of a pass (RLIMIT_AS, inherited): a multi-card "
+                    "pass's torchrun and each of its workers has its own, not one for the pass"}
+                   if self.address_space_limit_bytes else {})}
 
     def probe_compile_toolchain(self, kind: str) -> str:
         """'' when torch.compile can build ``kind`` ("cpu" or "gpu") kernels in this launcher's

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 from lab.corpus import fingerprint
@@ -54,15 +54,15 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None, partial_
     campaign_dir = Path(campaign_dir)
     version = json.loads((campaign_dir / "protocol_version.json").read_text())
     journal = Journal(campaign_dir / "journal.sqlite")
-    proto = load_protocol(campaign_dir / "campaign.toml")
     original = journal.get_control("campaign_file")
-    if original and Path(original).is_file():
-        # relative corpus/model paths belong to the original file's folder (same content, same hash)
-        proto = replace(proto, path=Path(original))
+    # relative corpus/model/catalog paths belong to the original file's folder (same content, same hash)
+    proto = load_protocol(campaign_dir / "campaign.toml",
+                          relative_to=original if original and Path(original).is_file() else None)
     attempts = journal.attempts()
     orch_info = journal.get_control("orchestrator", {}) or {}
     described = journal.get_control("launcher", None)
     hosts = journal.get_control("hosts", None)
+    launchers = journal.get_control("launchers", None) or []
     journal.close()
     final = campaign_dir / "report"
     out = campaign_dir / "report.partial"  # built aside, swapped in whole: the last report stays until then
@@ -70,7 +70,7 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None, partial_
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir()
         result = _write_report(out, proto, version, attempts, described, launcher_info, campaign_dir,
-                               partial_reason, hosts)
+                               partial_reason, hosts, launchers)
         swap_folder(out, final)
     except BaseException as exc:
         shutil.rmtree(out, ignore_errors=True)
@@ -80,8 +80,24 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None, partial_
     return {**result, "report_dir": final, "orchestrator": orch_info}
 
 
+def copy_catalog(proto, dest: Path) -> dict:
+    """Copy the price catalog the decision note prices with (the campaign's [cost] catalog,
+    resolved as at lock, or the shipped one) to ``dest`` in the report, so that the archive
+    carries the prices it states; returns the manifest's record {path, sha256, copy} (or
+    {path, missing} when the file is gone)."""
+    from lab.cost.forfaits import DEFAULT_CATALOG
+    from lab.files import sha256_file
+
+    src = Path(proto.catalog_path or DEFAULT_CATALOG)
+    if not src.is_file():
+        return {"path": str(src), "missing": "not found when the report was built"}
+    shutil.copyfile(src, dest)
+    return {"path": str(src), "sha256": sha256_file(dest), "copy": f"report/{dest.name}"}
+
+
 def _write_report(out: Path, proto, version: dict, attempts: list[dict], described, launcher_info,
-                  campaign_dir: Path, partial_reason: str = "", hosts: list[dict] | None = None) -> dict:
+                  campaign_dir: Path, partial_reason: str = "", hosts: list[dict] | None = None,
+                  launchers: list[dict] | None = None) -> dict:
     from lab.report.decision import decision_campaign, decision_note, decision_pricing
 
     rows = raw_rows(attempts, proto.name, version["version"], campaign_dir)
@@ -90,6 +106,7 @@ def _write_report(out: Path, proto, version: dict, attempts: list[dict], describ
     summary = summarize(rows, _feasibility(rows, attempts))
     write_summary(summary, out / "summary.csv")
 
+    catalog = copy_catalog(proto, out / "catalog.csv")
     launcher = launcher_info or described or {"launcher": sorted({a["launcher"] for a in attempts}) or ["none"]}
     if any(a["launcher"] == "local" for a in attempts):
         launcher.setdefault("isolation", "no container isolation (local process)")
@@ -108,11 +125,18 @@ def _write_report(out: Path, proto, version: dict, attempts: list[dict], describ
         corpus=fingerprint(proto.corpus_path),
         extra={"pass_backends": sorted({(a["result"] or {}).get("backend", "") for a in attempts} - {""}),
                "pass_torch": sorted({(a["result"] or {}).get("torch_version", "") for a in attempts} - {""}),
-               "pass_threads": sorted({(a["result"] or {}).get("threads") for a in attempts} - {None})},
+               "pass_threads": sorted({(a["result"] or {}).get("threads") for a in attempts} - {None}),
+               "catalog": catalog,
+               # every start's launcher when they differ (the "launcher" field is the last one's)
+               "launchers_by_start": launchers if len({json.dumps({k: v for k, v in x.items() if k != "recorded_at"},
+                                                                  sort_keys=True, default=str)
+                                                       for x in launchers or []}) > 1 else []},
         recorded_hosts=hosts)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str) + "\n")
 
     cost = asdict(proto.cost) if proto.cost is not None else {}  # no [cost]: no package declared
+    if proto.catalog_path is not None:
+        cost["catalog"] = str(proto.catalog_path)  # as resolved at lock, not from the working directory
     starts = [a["start_time"] for a in attempts if a["start_time"]]
     ends = [a["end_time"] for a in attempts if a["end_time"]]
     observed = bool(starts and ends) and not cost.get("window_start")
