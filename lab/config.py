@@ -114,8 +114,10 @@ class CorpusSection:
 
 @dataclass(frozen=True)
 class ModelSection:
-    """[model]: ``path`` (local checkpoint) or ``id`` (hub, from the local cache); ``pad_token``
-    names the padding token when the tokenizer has none (recorded in the lock)."""
+    """[model]: ``path`` (local checkpoint) or ``id`` (hub, from the local cache) with an optional
+    ``revision`` (commit hash, branch or tag; applied to every load); ``pad_token`` names the
+    padding token when the tokenizer has none (recorded in the lock). Raises ConfigError for
+    neither or both of path/id, and for ``revision`` with ``path`` (it would be ignored)."""
 
     path: str | None = None
     id: str | None = None
@@ -125,6 +127,10 @@ class ModelSection:
     def __post_init__(self) -> None:
         if (self.path is None) == (self.id is None):
             raise ConfigError("[model] needs exactly one of path (local checkpoint) or id (hub model)")
+        if self.path is not None and self.revision is not None:
+            raise ConfigError(f"[model] revision = {self.revision!r} does not apply to [model] path (a local "
+                              "folder is identified by its files' sha256); remove revision, or use "
+                              "[model] id with revision for a hub model")
 
 
 @dataclass(frozen=True)

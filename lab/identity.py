@@ -3,8 +3,10 @@
 Two campaign files with the same text but different corpora (or model files) are different
 protocols: their lock hash, and so their results folder, must differ (SPEC 3.1: versions never
 mix). Identity = sha256 of {protocol text digest, corpus file sha256, model fingerprint};
-a local model folder is fingerprinted by its weight/tokenizer/config files' sha256, a hub
-model by its id and pinned revision.
+a model folder is fingerprinted by its weight/tokenizer/config files' sha256; for a hub model
+that folder is the snapshot its pinned revision resolves to in the local cache (what every
+load reads), and only a hub model the cache does not hold is named by 'hub:<id>@<revision>'
+(protocol lock refuses it: lab.preflight check "model").
 
 Also here: secret-looking values, refused at lock so no campaign copy, lock, manifest or
 archive ever carries them.
@@ -38,11 +40,18 @@ def content_sha256(path: Path) -> str:
 
 
 def model_fingerprint(model_ref: str, revision: str | None = None) -> str:
-    """sha256 over a local checkpoint's files (name: sha256) or over 'hub:<id>@<revision>'."""
-    from lab.models import _HASHED
+    """sha256 over the JSON of {file name: sha256} of a local checkpoint, or of the hub
+    snapshot ``model_ref`` at ``revision`` resolves to in the local cache (lab.models.hub_snapshot);
+    over 'hub:<id>@<revision>' when the cache does not hold it. Shape: 64 hex characters."""
+    from lab.models import _HASHED, ModelFolderError, hub_snapshot
 
-    p = Path(model_ref)
-    if p.is_dir():
+    p: Path | None = Path(model_ref)
+    if not Path(model_ref).is_dir():
+        try:
+            p = hub_snapshot(model_ref, revision)
+        except ModelFolderError:
+            p = None
+    if p is not None:
         files = {n: content_sha256(p / n) for n in _HASHED if (p / n).is_file()}
         blob = json.dumps(files, sort_keys=True)
     else:
@@ -54,7 +63,7 @@ def protocol_identity(proto) -> dict:
     """{"sha256": identity, "protocol_sha256", "corpus_sha256", "model_sha256"} of a Protocol
     whose corpus file exists (the caller checks)."""
     parts = {"protocol_sha256": proto.digest(), "corpus_sha256": content_sha256(proto.corpus_path),
-             "model_sha256": model_fingerprint(proto.model_ref, proto.raw["model"].get("revision"))}
+             "model_sha256": model_fingerprint(proto.model_ref, proto.config.model.revision)}
     return {"sha256": sha256_bytes(json.dumps(parts, sort_keys=True).encode("utf-8")), **parts}
 
 

@@ -3,7 +3,8 @@
 A model reference is a local folder (a standard transformers checkpoint) or a hub
 id. Local folders are identified by the sha256 of their weights and tokenizer files
 (seed: "Conserva ... la revisione del modello e del tokenizer"); hub ids by the
-revision the user pins.
+files of the snapshot the pinned revision resolves to in the local Hugging Face cache
+(``[model] revision``; none = the cache's ``refs/main``), the folder every load reads.
 """
 
 from __future__ import annotations
@@ -23,6 +24,27 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.ind
 
 class ModelFolderError(ValueError):
     """A path that is not a local checkpoint folder; the message is one line with the fix."""
+
+
+def hub_snapshot(repo_id: str, revision: str | None = None) -> Path:
+    """Folder of the snapshot that ``repo_id`` at ``revision`` (a commit hash, branch or tag;
+    None = main) resolves to in the local Hugging Face cache (HF_HUB_CACHE / HF_HOME), offline.
+    Its name is the snapshot's commit hash. This is the folder from_pretrained(repo_id,
+    revision=...) reads with the hub offline.
+
+    Raises ModelFolderError (one line with the fix) when the cache does not hold it.
+    """
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, local_files_only=True))
+    except (LocalEntryNotFoundError, HFValidationError, OSError, ValueError) as exc:
+        at = f" at revision {revision!r}" if revision else ""
+        raise ModelFolderError(f"hub model {repo_id}{at} is not in the local Hugging Face cache "
+                               f"({type(exc).__name__}); download it first (huggingface-cli download "
+                               f"{repo_id}{' --revision ' + revision if revision else ''}) or fix "
+                               "[model] id / revision") from None
 
 
 def encoder_path() -> Path:
@@ -111,11 +133,19 @@ def _check_safetensors_header(f: Path, path: str | Path, fix: str) -> None:
 
 
 def model_revision(ref: str, revision: str | None = None) -> dict:
-    """Revision record for a model reference: local folder hashes, or the pinned hub revision."""
+    """Revision record for a model reference: local folder hashes, or for a hub id the pinned
+    revision, the snapshot commit it resolves to in the local cache and that snapshot's file
+    hashes (``commit`` and ``files_sha256`` empty, ``unresolved`` saying why, when the cache
+    does not hold it)."""
     p = Path(ref)
     if p.is_dir():
         return {"kind": "local", "path": str(p), "files_sha256": folder_revision(p)}
-    return {"kind": "hub", "id": ref, "revision": revision or "unpinned (main at run time)"}
+    out = {"kind": "hub", "id": ref, "revision": revision or "unpinned (main at run time)"}
+    try:
+        snap = hub_snapshot(ref, revision)
+    except ModelFolderError as exc:
+        return {**out, "commit": "", "files_sha256": {}, "unresolved": str(exc)}
+    return {**out, "commit": snap.name, "files_sha256": folder_revision(snap)}
 
 
 def encoder_tokenizer():

@@ -48,9 +48,23 @@ def campaign_dir_for(proto: Protocol, version: dict, runs_root: Path) -> Path:
     return Path(runs_root) / proto.name / f"v{version['version']}-{version['sha256'][:8]}"
 
 
-def model_labels(model_ref: str) -> set[str] | None:
-    """Label names of a local checkpoint (config.json id2label), None for hub ids."""
+def model_extra(m) -> dict:
+    """PassSpec.extra from a [model] section (lab.config.ModelSection): the declared
+    ``pad_token`` and hub ``revision``, each only when given; every load in the pass applies them."""
+    return {k: getattr(m, k) for k in ("pad_token", "revision") if getattr(m, k)}
+
+
+def model_labels(model_ref: str, revision: str | None = None) -> set[str] | None:
+    """Label names (config.json id2label) of a local checkpoint, or of the hub snapshot
+    ``model_ref`` at ``revision`` resolves to in the local cache; None when neither is there."""
+    from lab.models import ModelFolderError, hub_snapshot
+
     cfg = Path(model_ref) / "config.json"
+    if not Path(model_ref).is_dir():
+        try:
+            cfg = hub_snapshot(model_ref, revision) / "config.json"
+        except ModelFolderError:
+            return None
     if cfg.is_file():
         return set(json.loads(cfg.read_text()).get("id2label", {}).values()) or None
     return None
@@ -285,8 +299,7 @@ class Orchestrator:
                         out_dir=str(pass_dir), warmup_items=t["warmup_items"],
                         warmup_passes=t["warmup_passes"], seed=t["seed"],
                         threads=t["threads"],
-                        extra={"pad_token": self.proto.config.model.pad_token}
-                        if self.proto.config.model.pad_token else {})
+                        extra=model_extra(self.proto.config.model))
         spec.write(pass_dir / "pass.json")
         j.start_attempt(pass_id, slot["seq"], attempt, slot["repetition"], slot["position"],
                         variant, utc_now(), self.launcher.name, len(self.corpus))
@@ -357,10 +370,14 @@ class Orchestrator:
                 "disk_full": bool(last.get("disk_full"))}
 
     # ---- validation ------------------------------------------------------------------
+    def labels(self) -> set[str] | None:
+        """The model's label names (model_labels of [model] path, or id at revision)."""
+        return model_labels(self.proto.model_ref, self.proto.config.model.revision)
+
     def reference(self) -> tuple[dict[str, str] | None, float | None, str]:
         """(predictions by id, metric, pass_id) of the reference variant's first valid pass."""
         ref_id = self.proto.reference.variant_id
-        labels = model_labels(self.proto.model_ref)
+        labels = self.labels()
         for a in self.journal.attempts():
             if a["variant_id"] != ref_id or a["status"] != PassStatus.OK:
                 continue
@@ -378,7 +395,7 @@ class Orchestrator:
         ref = ref or self.reference()
         path = self.dir / "passes" / pass_id / "predictions.jsonl"
         a = next(x for x in self.journal.attempts() if x["pass_id"] == pass_id)
-        v = validate_pass(self.corpus, path, self.proto.quality, model_labels(self.proto.model_ref),
+        v = validate_pass(self.corpus, path, self.proto.quality, self.labels(),
                           ref[0], ref[1]).to_json()
         v["reference_pass"] = ref[2]
         if a["status"] != PassStatus.OK:

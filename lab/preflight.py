@@ -40,14 +40,15 @@ def pad_suggestion(tok) -> str | None:
     return next((t for t in ("[PAD]", "<pad>", "<|pad|>") if t in vocab), None) or tok.eos_token or tok.unk_token
 
 
-def _load_model_facts(model_ref: str):
-    """(config, tokenizer) from a local folder or the local hub cache; never the weights."""
+def _load_model_facts(model_ref: str, revision: str | None = None):
+    """(config, tokenizer) from a local folder or the local hub cache at ``revision`` ([model]
+    revision, None for a local folder or hub main); never the weights."""
     from transformers import AutoConfig, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
-    cfg = AutoConfig.from_pretrained(model_ref, local_files_only=True)
-    tok = AutoTokenizer.from_pretrained(model_ref, local_files_only=True)
+    cfg = AutoConfig.from_pretrained(model_ref, revision=revision, local_files_only=True)
+    tok = AutoTokenizer.from_pretrained(model_ref, revision=revision, local_files_only=True)
     return cfg, tok
 
 
@@ -104,7 +105,7 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
         except ModelFolderError as exc:
             return [Check("model", False, f"[model] path: {exc}")]
     try:
-        cfg, tok = _load_model_facts(ref)
+        cfg, tok = _load_model_facts(ref, m.revision)
     except Exception as exc:  # missing config.json, not in the hub cache, unknown model type
         where = "a transformers checkpoint folder" if m.path else "in the local Hugging Face cache (download it first)"
         return [Check("model", False, f"model {ref}: config/tokenizer not loadable ({type(exc).__name__}: "

@@ -69,14 +69,15 @@ def lock_protocol(campaign_file) -> tuple[dict, bool]:
 
 # ---- plan ----------------------------------------------------------------------------
 
-def model_shape(model_ref: str):
-    """EncoderShape of a checkpoint (meta device; cached: building it takes seconds)."""
+def model_shape(model_ref: str, revision: str | None = None):
+    """EncoderShape of a checkpoint, a hub id at ``revision`` (meta device; cached: building it
+    takes seconds)."""
     from lab.memory.estimate import EncoderShape
 
     with _SHAPE_LOCK:
-        if model_ref not in _SHAPES:
-            _SHAPES[model_ref] = EncoderShape.from_pretrained(model_ref)
-        return _SHAPES[model_ref]
+        if (model_ref, revision) not in _SHAPES:
+            _SHAPES[(model_ref, revision)] = EncoderShape.from_pretrained(model_ref, revision)
+        return _SHAPES[(model_ref, revision)]
 
 
 def budget_of(facts: dict) -> tuple[int | None, str]:
@@ -120,7 +121,7 @@ def build_plan(campaign_file, facts: dict) -> dict:
             b, n = r.get("bucket"), r.get("n_tokens")
             if b and n:
                 longest[b] = max(longest.get(b, 0), int(n))
-        shape = model_shape(proto.model_ref)
+        shape = model_shape(proto.model_ref, proto.config.model.revision)
         out["margin"] = DEFAULT_MARGIN_FRACTION
         for v in proto.variants:
             if budget and longest:

@@ -61,6 +61,7 @@ CASES = [
     ("campaign name with a path", 'name = "demo-20newsgroups"', 'name = "../../x"'),
     ("secret-looking key in [model]", '# pad_token = "[PAD]"', 'token = "my-access-token"'),
     ("Hugging Face token as a value", '# pad_token = "[PAD]"', 'revision = "hf_xxxxxxxxxxxxxxxxxxxxxxxx"'),
+    ("revision next to a local model path", '# pad_token = "[PAD]"', 'revision = "v1.0"'),
     ("password inside a URL", 'path = "@repo/.cache/models/demo-minilm-20ng"',
      'path = "https://user:pass@example.org/model"'),
     ("not valid TOML", "[[series]]", "[[series]]\nbroken ="),

@@ -37,8 +37,11 @@ def corpus_sha256(ev: Evidence) -> str:
 
 
 def model_identity(ev: Evidence) -> str:
-    """Canonical model identity: JSON of {file: sha256} for a local checkpoint, or id@revision."""
+    """Canonical model identity: JSON of {file: sha256} for a local checkpoint or a resolved hub
+    snapshot; id@revision for a hub model recorded without its snapshot's files."""
     m = ev.manifest.get("model") or {}
+    if m.get("kind") == "hub" and m.get("files_sha256"):
+        return json.dumps(m["files_sha256"], sort_keys=True)
     if m.get("kind") == "local":
         files = m.get("files_sha256") or {}
         if not files:

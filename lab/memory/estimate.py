@@ -65,12 +65,13 @@ class EncoderShape:
                    getattr(cfg, "_attn_implementation", None) or "eager")
 
     @classmethod
-    def from_pretrained(cls, model_ref: str) -> "EncoderShape":
-        """From a checkpoint without loading weights: the model is built on the meta device."""
+    def from_pretrained(cls, model_ref: str, revision: str | None = None) -> "EncoderShape":
+        """From a checkpoint (a hub id at ``revision``) without loading weights: the model is
+        built on the meta device."""
         import torch
         from transformers import AutoConfig, AutoModelForSequenceClassification
 
-        cfg = AutoConfig.from_pretrained(model_ref)
+        cfg = AutoConfig.from_pretrained(model_ref, revision=revision)
         with torch.device("meta"):
             model = AutoModelForSequenceClassification.from_config(cfg)
         return cls.from_model(model)

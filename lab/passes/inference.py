@@ -66,7 +66,7 @@ def synchronize(device: str) -> None:
 
 
 def load_model(model_ref: str, precision: str, device: str, pad_token: str | None = None,
-               attention: str | None = None):
+               attention: str | None = None, revision: str | None = None):
     """(tokenizer, model) in eval mode at ``precision`` on ``device``.
 
     ``pad_token``: the campaign's declared padding token ([model] pad_token, checked at lock),
@@ -74,16 +74,18 @@ def load_model(model_ref: str, precision: str, device: str, pad_token: str | Non
     implementation (transformers' ``attn_implementation``: "sdpa", "eager",
     "flash_attention_2", ...; None = the library's default). Raises (ImportError, ValueError)
     when the implementation cannot be used here: the pass becomes a failure row with the reason.
+    ``revision``: the hub snapshot to load ([model] revision: commit hash, branch or tag; None =
+    main or a local folder), applied to the tokenizer, the config and the weights.
     """
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(model_ref)
+    tok = AutoTokenizer.from_pretrained(model_ref, revision=revision)
     if pad_token:
         tok.pad_token = pad_token
     extra = {"attn_implementation": attention} if attention else {}
     model = AutoModelForSequenceClassification.from_pretrained(
-        model_ref, dtype=getattr(torch, DTYPES[precision]), **extra)
+        model_ref, revision=revision, dtype=getattr(torch, DTYPES[precision]), **extra)
     if pad_token:
         model.config.pad_token_id = tok.pad_token_id
     model.eval().to(device)

@@ -130,7 +130,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         ev.emit(EventKind.PHASE, phase="model_load", state="start", device=device)
         t = time.perf_counter()
         tok, model = inf.load_model(spec.model_ref, spec.variant.precision, device,
-                                    pad_token=spec.extra.get("pad_token"),
+                                    pad_token=spec.extra.get("pad_token"), revision=spec.extra.get("revision"),
                                     attention=spec.variant.attention)
         id2label = {int(k): v for k, v in model.config.id2label.items()}
         inf.synchronize(device)

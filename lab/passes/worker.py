@@ -154,7 +154,8 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
         dist.init_process_group(BACKENDS[backend], timeout=timedelta(minutes=30))
         t = time.perf_counter()
         tok, model = inf.load_model(spec.model_ref, spec.variant.precision, device,
-                                    pad_token=spec.extra.get("pad_token"), attention=spec.variant.attention)
+                                    pad_token=spec.extra.get("pad_token"), attention=spec.variant.attention,
+                                    revision=spec.extra.get("revision"))
         id2label = {int(k): v for k, v in model.config.id2label.items()}
         inf.synchronize(device)
         phase("model_load", t)

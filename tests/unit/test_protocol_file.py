@@ -41,3 +41,17 @@ def test_reference_variant_with_a_boolean_value_in_either_spelling(tmp_path, spe
     f.write_text(text.replace(spelling, "bucketing/bucketing=yes"))
     with pytest.raises(ProtocolError, match="is not a declared variant"):
         load_protocol(f)
+
+
+def test_revision_next_to_a_local_model_path_is_refused(tmp_path):
+    """[model] revision applies to a hub id only; next to [model] path it would be silently
+    ignored (the folder is identified by its files' sha256), so the file is refused."""
+    f = write_campaign(tmp_path, UNBUILT_MODEL, cut_corpus(tmp_path / "c.jsonl", 2, 1, 1))
+    f.write_text(f.read_text().replace(f'path = "{UNBUILT_MODEL}"',
+                                       f'path = "{UNBUILT_MODEL}"\nrevision = "v1.0"'))
+    with pytest.raises(ProtocolError, match=r"\[model\] revision = 'v1.0' does not apply to \[model\] path "
+                                            r".*files' sha256\); remove revision") as e:
+        load_protocol(f)
+    assert "\n" not in str(e.value)
+    f.write_text(f.read_text().replace(f'path = "{UNBUILT_MODEL}"', 'id = "org/name"'))
+    assert load_protocol(f).config.model.revision == "v1.0"  # with a hub id it is taken
