@@ -77,6 +77,13 @@ CASES = [
     ("GPU device on a host without GPU", 'device = "auto"', 'device = "cuda"'),
     ("GPU index beyond the host's GPU count", 'device = "auto"', 'device = "cuda:7"'),
     ("more cards per pass than the host has", 'padding = "longest"', 'padding = "longest"\ncards = 4'),
+    ("attention implementation misspelt", 'padding = "longest"', 'padding = "longest"\nattention = "spda"'),
+    ("attention kernel whose package is absent", 'padding = "longest"',
+     'padding = "longest"\nattention = "flash_attention_2"'),
+    ("model folder without weights", "MODEL:no-weights", ""),
+    ("weights file cut short (an interrupted copy)", "MODEL:truncated-weights", ""),
+    ("corpus card missing", 'card = "@repo/demo/corpus/corpus_card.json"', 'card = "missing_card.json"'),
+    ("corpus card of another corpus file", "CARD:other-corpus", ""),
 ]
 
 
@@ -85,6 +92,13 @@ def model_copy(work: Path, edit: str) -> Path:
     out.mkdir()
     for f in MODEL.iterdir():
         (shutil.copyfile(f, out / f.name) if f.suffix == ".json" else (out / f.name).symlink_to(f))
+    if edit in ("no-weights", "truncated-weights"):
+        weights = out / "model.safetensors"
+        weights.unlink()
+        if edit == "truncated-weights":
+            data = (MODEL / "model.safetensors").read_bytes()
+            weights.write_bytes(data[: len(data) // 2])
+        return out
     name, key = ("config.json", "architectures") if edit == "architectures" else ("tokenizer_config.json", "pad_token")
     d = json.loads((out / name).read_text())
     d[key] = ["BertModel"] if edit == "architectures" else None
@@ -101,7 +115,10 @@ def case_file(work: Path, i: int, old: str, new: str) -> tuple[Path, str]:
         text = text.replace('path = "@repo/.cache/models/demo-minilm-20ng"', f'path = "{m}"')
         if new:
             text = text.replace("[model]", new)
-        whose = 'config.json architectures = ["BertModel"]' if "arch" in old else "tokenizer has pad_token = null"
+        whose = {"MODEL:architectures": 'config.json architectures = ["BertModel"]',
+                 "MODEL:no-weights": "model.safetensors is missing",
+                 "MODEL:truncated-weights": "model.safetensors holds only its first half"}.get(
+                     old, "tokenizer has pad_token = null")
         shown = f"[model] path = a checkpoint whose {whose}" + (f"; {new.splitlines()[1]}" if new else "")
     elif old == "CORPUS:integer-labels":
         rows = [json.loads(x) for x in CORPUS.read_text(encoding="utf-8").splitlines()]
@@ -110,6 +127,13 @@ def case_file(work: Path, i: int, old: str, new: str) -> tuple[Path, str]:
         text = text.replace('path = "@repo/demo/corpus/comparison.jsonl"', f'path = "{c}"').replace(
             'card = "@repo/demo/corpus/corpus_card.json"\n', "")
         shown = '[corpus] path = a corpus whose labels are "0".."19"'
+    elif old == "CARD:other-corpus":
+        card = json.loads((REPO / "demo" / "corpus" / "corpus_card.json").read_text())
+        card["comparison"]["sha256"] = "0" * 64
+        c = work / f"card-{i}.json"
+        c.write_text(json.dumps(card))
+        text = text.replace('card = "@repo/demo/corpus/corpus_card.json"', f'card = "{c}"')
+        shown = "[corpus] card = a card built for another comparison file (its sha256 differs)"
     elif old == "CARD:other-tokenizer":
         card = json.loads((REPO / "demo" / "corpus" / "corpus_card.json").read_text())
         card["tokenizer"] = {"name": "gpt2 (byte-level BPE)", "fingerprint": "0" * 64}
