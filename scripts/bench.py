@@ -148,6 +148,10 @@ def measure(a: argparse.Namespace, tmp: Path) -> int:
     subset = rows[::step][: a.items]
     path = tmp / "bench.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in subset))
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # the reason is our one line; transformers' load report is not
+    hf_logging.disable_progress_bar()
     try:
         tok, model = load_model(a.model, "fp32", "cpu")
     except Exception as e:  # config.json present but the checkpoint does not load

@@ -32,14 +32,15 @@ def test_tiny_run_writes_the_result_and_removes_its_temporary_folder(model_dir, 
     assert list(out.parent.iterdir()) == [out]  # no .partial left
 
 
-def test_a_folder_that_does_not_load_is_one_line_and_keeps_the_result(tmp_path):
-    model = tmp_path / "model"
-    model.mkdir()
+def test_a_folder_that_does_not_load_is_one_line_and_keeps_the_result(tmp_path, fake_model):
+    """Past the cheap folder check (config.json, a safetensors header that parses: garbage
+    weights are refused there, tests/unit/test_bench_inputs.py), the model load itself fails."""
+    model = fake_model
     (model / "config.json").write_text('{"model_type": "bert", "max_position_embeddings": 512}')
-    (model / "model.safetensors").write_bytes(b"not weights")
     out = tmp_path / "bench.json"
     out.write_text('{"kept": true}\n')
     r = run("--model", str(model), "--items", "16", "--rounds", "1", "--out", str(out), tmp_dir=tmp_path)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-    assert r.stderr.startswith(f"bench: --model {model} does not load (") and "`make model`" in r.stderr
+    assert r.stderr.startswith(f"bench: --model {model} does not load (WeightsNotLoaded: ")
+    assert "`make model`" in r.stderr
     assert out.read_text() == '{"kept": true}\n'

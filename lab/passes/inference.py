@@ -76,6 +76,8 @@ def load_model(model_ref: str, precision: str, device: str, pad_token: str | Non
     when the implementation cannot be used here: the pass becomes a failure row with the reason.
     ``revision``: the hub snapshot to load ([model] revision: commit hash, branch or tag; None =
     main or a local folder), applied to the tokenizer, the config and the weights.
+    Raises WeightsNotLoaded when the checkpoint lacks some of the model's weights
+    (``check_weights_loaded``).
     """
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -84,12 +86,32 @@ def load_model(model_ref: str, precision: str, device: str, pad_token: str | Non
     if pad_token:
         tok.pad_token = pad_token
     extra = {"attn_implementation": attention} if attention else {}
-    model = AutoModelForSequenceClassification.from_pretrained(
-        model_ref, revision=revision, dtype=getattr(torch, DTYPES[precision]), **extra)
+    model, info = AutoModelForSequenceClassification.from_pretrained(
+        model_ref, revision=revision, dtype=getattr(torch, DTYPES[precision]), output_loading_info=True, **extra)
+    check_weights_loaded(info)
     if pad_token:
         model.config.pad_token_id = tok.pad_token_id
     model.eval().to(device)
     return tok, model
+
+
+class WeightsNotLoaded(ValueError):
+    """The checkpoint does not hold every weight of the model it declares: transformers would
+    initialise the rest at random and the pass would measure another model."""
+
+
+def check_weights_loaded(info: dict) -> None:
+    """Raise WeightsNotLoaded (one line) when transformers' loading report (``from_pretrained``
+    with ``output_loading_info=True``: missing_keys, mismatched_keys) says some parameters were
+    not read from the checkpoint. transformers only logs this and initialises them at random;
+    the predictions would then be noise, found only by the quality check after every pass."""
+    missing = sorted(info.get("missing_keys") or [])
+    mismatched = list(info.get("mismatched_keys") or [])
+    if missing or mismatched:
+        first = missing[0] if missing else str(mismatched[0])
+        raise WeightsNotLoaded(f"the checkpoint does not hold this model's weights: {len(missing)} missing, "
+                               f"{len(mismatched)} of another shape (first: {first}); transformers would "
+                               "initialise them at random; give the checkpoint's complete folder")
 
 
 @dataclass
