@@ -43,14 +43,12 @@ def model_fingerprint(model_ref: str, revision: str | None = None) -> str:
     """sha256 over the JSON of {file name: sha256} of a local checkpoint, or of the hub
     snapshot ``model_ref`` at ``revision`` resolves to in the local cache (lab.models.hub_snapshot);
     over 'hub:<id>@<revision>' when the cache does not hold it. Shape: 64 hex characters."""
-    from lab.models import _HASHED, ModelFolderError, hub_snapshot
+    from lab.models import _HASHED, ModelFolderError, model_folder
 
-    p: Path | None = Path(model_ref)
-    if not Path(model_ref).is_dir():
-        try:
-            p = hub_snapshot(model_ref, revision)
-        except ModelFolderError:
-            p = None
+    try:
+        p: Path | None = model_folder(model_ref, revision)
+    except ModelFolderError:
+        p = None
     if p is not None:
         files = {n: content_sha256(p / n) for n in _HASHED if (p / n).is_file()}
         blob = json.dumps(files, sort_keys=True)

