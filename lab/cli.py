@@ -152,7 +152,8 @@ def cmd_compare(a) -> int:
 
     c, paths = compare_to_folder(a.archives, a.load, a.out, deadline=a.deadline,
                                  window_start=a.window_start, tz=a.tz, catalog_path=a.catalog,
-                                 max_lots=a.max_lots)
+                                 max_lots=a.max_lots, allow_partial=a.allow_partial,
+                                 allow_short=a.allow_short)
     for i, line in enumerate(c.path, 1):
         print(f"{i}. {line}")
     for key in ("decision", "csv", "html"):
@@ -251,7 +252,13 @@ def parser() -> argparse.ArgumentParser:
     co.add_argument("--deadline", help="ISO date-time the load must be processed by")
     co.add_argument("--window-start", help="ISO date-time the rental starts (default: now)")
     co.add_argument("--tz", help="IANA time zone for naive date-times")
-    co.add_argument("--catalog", help="catalog CSV (default: the shipped catalog)")
+    co.add_argument("--catalog", help="catalog CSV that prices the decision (default: the newest "
+                                      "catalog version among the bundle's and the archives' own)")
+    co.add_argument("--allow-partial", action="store_true",
+                    help="compare archives of unfinished campaigns (refused otherwise; every output says so)")
+    co.add_argument("--allow-short", action="store_true",
+                    help="project configurations whose passes fail [timing] min_window_s / "
+                         "min_accepted_passes (excluded otherwise; every output says so)")
     co.add_argument("--max-lots", type=int, default=8, help="most lots considered per package")
     co.add_argument("--out", default="compare", help="output folder")
     co.set_defaults(fn=cmd_compare)

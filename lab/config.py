@@ -21,7 +21,8 @@ import typing
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
-from lab.constants import DEFAULT_DELIVERABLES, DEFAULT_LOTS, DEFAULT_REPETITIONS, DEFAULT_SEED
+from lab.constants import (DEFAULT_DELIVERABLES, DEFAULT_LOTS, DEFAULT_MIN_ACCEPTED_PASSES,
+                           DEFAULT_MIN_WINDOW_S, DEFAULT_REPETITIONS, DEFAULT_SEED)
 from lab.typecheck import type_name as _type_name
 from lab.typecheck import type_ok as _type_ok
 from lab.variants import Variant, VariantError
@@ -157,7 +158,10 @@ class QualitySection:
 class TimingSection:
     """[timing]: warm-up rule, repetitions, rotation, process policy, seed, CPU threads,
     ``pass_timeout_s`` (a pass still running after it is killed) and ``stall_s`` (a pass
-    that sends no event for that long is killed: a stopped or hung runner)."""
+    that sends no event for that long is killed: a stopped or hung runner). The projection
+    validity rule: compare projects a configuration to a production load only when at least
+    ``min_accepted_passes`` accepted passes each measured at least ``min_window_s`` seconds
+    (lab.constants: why these defaults)."""
 
     warmup_items: int
     warmup_passes: int
@@ -168,6 +172,8 @@ class TimingSection:
     threads: int = 0
     pass_timeout_s: float = 6 * 3600.0
     stall_s: float = 900.0
+    min_window_s: float = DEFAULT_MIN_WINDOW_S
+    min_accepted_passes: int = DEFAULT_MIN_ACCEPTED_PASSES
 
     def __post_init__(self) -> None:
         if self.repetitions < 1:
@@ -183,6 +189,12 @@ class TimingSection:
         for key in ("pass_timeout_s", "stall_s"):
             if not 0 < getattr(self, key) <= 7 * 86400:
                 raise ConfigError(f"[timing] {key} = {getattr(self, key)!r}; must be seconds in (0, 604800]")
+        if not 0 <= self.min_window_s <= 7 * 86400:
+            raise ConfigError(f"[timing] min_window_s = {self.min_window_s!r}; must be seconds in [0, 604800] "
+                              f"(default {DEFAULT_MIN_WINDOW_S:g})")
+        if not 1 <= self.min_accepted_passes <= 1000:
+            raise ConfigError(f"[timing] min_accepted_passes = {self.min_accepted_passes}; must be 1 to 1000 "
+                              f"(default {DEFAULT_MIN_ACCEPTED_PASSES})")
 
 
 @dataclass(frozen=True)

@@ -182,7 +182,7 @@ def cost_view(campaign_file: Path, campaign_dir: Path | None, fields: dict) -> d
     from dataclasses import asdict
 
     from lab.cost.forfaits import load_catalog, parse_window, quote, render_quote
-    from lab.report.decision import decision_campaign, decision_note, decision_pricing
+    from lab.report.decision import decision_pricing
 
     proto = load_protocol(campaign_file)
     summary = load_summary(campaign_dir)
@@ -217,10 +217,28 @@ def cost_view(campaign_file: Path, campaign_dir: Path | None, fields: dict) -> d
     else:
         text = ("No package declared: the campaign file has no [cost] section; enter a GPU and days "
                 "above to price one")
-    note = decision_note(summary, decision_campaign(proto), pricing) if summary else \
+    note = _campaign_note(proto, summary, pricing, campaign_dir) if summary else \
         "_No results yet: the decision note needs at least one finished pass._"
     return {"quote_text": text, "validated": validated, "accepted": accepted, "warning": warning,
             "note_md": note}
+
+
+def _campaign_note(proto, summary, pricing: dict, campaign_dir: Path | None) -> str:
+    """The archived note's wording for the Cost screen (lab.report.build.campaign_note): the
+    same banners (partial evidence while the campaign is unfinished, measured hardware differs
+    from the priced package) and the variants not run yet."""
+    from lab.evidence import unfinished_reason
+    from lab.journal import Journal
+    from lab.report.build import campaign_note
+
+    if campaign_dir is None:
+        return campaign_note(proto, summary, pricing, [])
+    journal = Journal(Path(campaign_dir) / "journal.sqlite")
+    try:
+        attempts = journal.attempts()
+    finally:
+        journal.close()
+    return campaign_note(proto, summary, pricing, attempts, unfinished_reason(Path(campaign_dir)))
 
 
 # ---- comparison across archives --------------------------------------------------------
@@ -240,8 +258,10 @@ def run_comparison(archives: list[str], fields: dict, runs_root: Path, now: date
     stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
     c, files = compare_to_folder(archives, int(load), Path(runs_root) / "compare" / stamp,
                                  deadline=fields.get("deadline") or None,
-                                 window_start=fields.get("window_start") or None)
-    return {"path": list(c.path), "decision": decision_markdown(c),
+                                 window_start=fields.get("window_start") or None,
+                                 allow_partial=bool(fields.get("allow_partial")),
+                                 allow_short=bool(fields.get("allow_short")))
+    return {"path": list(c.path), "banners": list(c.banners), "decision": decision_markdown(c),
             "files": {k: str(v) for k, v in files.items()}}
 
 

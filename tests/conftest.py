@@ -230,10 +230,11 @@ def small_campaign(tmp_path_factory, model_dir):
 
 
 def run_rental(folder: Path, model: Path, corpus: Path, *, threads: int, gpu: str | None,
-               repetitions: int = 2, values=(1, 4)) -> Path:
+               repetitions: int = 2, values=(1, 4), passes: int | None = None) -> Path:
     """One rental's campaign run by the real product (lock, local passes, archive): the
     same campaign file except ``[timing] threads`` (recorded in the manifest) and ``[cost]``
-    (``gpu`` None: no [cost] section, no package declared)."""
+    (``gpu`` None: no [cost] section, no package declared). ``passes``: run only the first
+    that many planned passes and pack the archive labelled partial (an unfinished campaign)."""
     from lab.campaigns import make_archive
     from lab.launchers.local import LocalLauncher
     from lab.orchestrator import Orchestrator
@@ -245,15 +246,20 @@ def run_rental(folder: Path, model: Path, corpus: Path, *, threads: int, gpu: st
                  + (f'\n[cost]\ngpu = "{gpu}"\ndays = 7\nlots = 1\n' if gpu else ""))
     lock(load_protocol(f))
     orch = Orchestrator.prepare(f, folder / "runs", LocalLauncher())
+    if passes is not None:
+        for slot in orch.pending()[:passes]:
+            assert orch.run_slot(slot)["status"] == "ok"
+        return make_archive(orch.dir, partial=True)
     assert orch.run() == "finished"
     return make_archive(orch.dir)
 
 
 @pytest.fixture(scope="session")
 def rental_archives(tmp_path_factory, model_dir) -> dict:
-    """Four real evidence archives: the same tiny campaign (7 items, batch 1 and 4, 2
+    """Five real evidence archives: the same tiny campaign (7 items, batch 1 and 4, 2
     repetitions) run with threads 1 priced as rtx-4090, threads 2 priced as b200 and
-    threads 1 without [cost] (no package declared), and one on another corpus (8 items,
+    threads 1 without [cost] (no package declared), the same campaign stopped after its first
+    pass and archived labelled partial (priced as b200), and one on another corpus (8 items,
     batch 1, 1 repetition) for the mismatch."""
     d = tmp_path_factory.mktemp("rentals")
     corpus = cut_corpus(d / "corpus.jsonl", 4, 2, 1)
@@ -265,6 +271,10 @@ def rental_archives(tmp_path_factory, model_dir) -> dict:
         c = sub / "corpus.jsonl"
         c.write_bytes(corpus.read_bytes())
         out[key] = run_rental(sub, model_dir, c, threads=threads, gpu=gpu)
+    sub = d / "partial"
+    sub.mkdir()
+    (sub / "corpus.jsonl").write_bytes(corpus.read_bytes())
+    out["partial"] = run_rental(sub, model_dir, sub / "corpus.jsonl", threads=1, gpu="b200", passes=1)
     sub = d / "other"
     sub.mkdir()
     (sub / "corpus.jsonl").write_bytes(other.read_bytes())

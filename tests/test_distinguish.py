@@ -70,3 +70,32 @@ def test_decision_note_judges_the_pair_it_tie_breaks():
     note2 = decision_note(s2, {"name": "t", "question": "q"},
                           {"catalog_path": None, "gpu": "rtx-4090", "days": 7, "lots": 1})
     assert "the median tie-break is not evidence" in note2
+
+
+def test_small_samples_are_called_small_whatever_their_ranges():
+    """Issue 19.5: with 2 passes against 2, non-overlapping ranges happen by chance one time in
+    three; no pair is called distinguished below the sizes at which the exact test can reach
+    0.05 (smallest p = 2 / C(n+m, n))."""
+    from lab.report.distinguish import ALPHA, smallest_p
+
+    v = compare_durations([1.0, 1.1], [2.0, 2.1])
+    assert v.ranges_disjoint and not v.distinguished and v.p_value == pytest.approx(1 / 3)
+    assert v.reason.startswith("not enough passes to distinguish: n = 2 and 2")
+    for n in range(1, 7):
+        for m in range(1, 7):
+            fast, slow = [1.0 + i / 100 for i in range(n)], [2.0 + i / 100 for i in range(m)]
+            verdict = compare_durations(fast, slow)
+            assert verdict.distinguished == (n >= 2 and m >= 2 and smallest_p(n, m) <= ALPHA), (n, m)
+    assert not compare_durations([1, 1.1, 1.2], [2, 2.1, 2.2, 2.3]).distinguished  # p >= 0.057
+    assert compare_durations([1, 1.1, 1.2], [2, 2.1, 2.2, 2.3, 2.4]).distinguished  # 3 vs 5: 0.036
+    assert compare_durations([1, 1.1, 1.2, 1.3], [2, 2.1, 2.2, 2.3]).distinguished  # 4 vs 4: 0.029
+
+
+def test_median_pass_throughput_is_items_over_the_median_duration():
+    """One definition (issue 19.5): with an even number of passes the median pass's throughput
+    is items / median duration, which the projected hours use, never the mean of two rates."""
+    rows = [{**r, "items_total": 1000} for r in _rows("v-1", 1, [10.0, 12.0])]
+    [s] = summarize(rows)
+    assert s.median_s == 11.0
+    assert s.items_per_s_median == pytest.approx(1000 / 11.0)
+    assert s.items_per_s_median != pytest.approx((1000 / 10 + 1000 / 12) / 2)

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_compare_screen_lists_archives_and_builds_the_cli_decision(tmp_path, runs, rental_archives):
-    from textual.widgets import Input, SelectionList
+    from textual.widgets import Checkbox, Input, SelectionList
 
     for key in ("rtx", "b200"):
         (runs / "rentals").mkdir(parents=True, exist_ok=True)
@@ -40,15 +40,18 @@ def test_compare_screen_lists_archives_and_builds_the_cli_decision(tmp_path, run
             app.screen.query_one("#c-load", Input).value = "50000"
             app.screen.query_one("#c-deadline", Input).value = "2026-12-05T09:00+01:00"
             app.screen.query_one("#c-window_start", Input).value = "2026-12-01T09:00+01:00"
+            app.screen.query_one("#c-allow_short", Checkbox).value = True  # sub-second test passes
             await pilot.press("c")
             await settle(pilot, lambda: getattr(app.screen, "result", None), "the comparison")
             text = str(app.screen.query_one("#compare-result").render())
             return app.screen.result, text, list(sl.selected)
     result, text, selected = asyncio.run(go())
     same = compare_archives(selected, 50000, window_start="2026-12-01T09:00+01:00",
-                            deadline="2026-12-05T09:00+01:00")
+                            deadline="2026-12-05T09:00+01:00", allow_short=True)
     assert result["path"] == list(same.path)  # the same engine function as the CLI
     assert "Decision path" in text and "committed budget" in text
+    assert "PASSES TOO SHORT projected anyway (--allow-short)" in text.splitlines()[1]  # first path line
+    assert "same ML result" in text and "priced with catalog version 2026-09-24" in text
     for p in result["files"].values():
         assert Path(p).is_file() and Path(p).parent.parent == runs / "compare"
 

@@ -64,18 +64,19 @@ KEYS = (("corpus sha256", corpus_sha256), ("model files sha256", model_identity)
 
 
 def _differ(field: str, a: Evidence, va: str, b: Evidence, vb: str) -> str:
+    """One clause: '<field> differs: <a> has <value>, <b> has <value>'."""
     if field == "model files sha256" and va.startswith("{") and vb.startswith("{"):
         fa, fb = json.loads(va), json.loads(vb)
         name = next((f for f in sorted(set(fa) | set(fb)) if fa.get(f) != fb.get(f)), "?")
         va, vb = f"{name} {fa.get(name, 'absent')}", f"{name} {fb.get(name, 'absent')}"
         field = "model file sha256"
-    return (f"not comparable: {field} differs: {a.name} has {va}, {b.name} has {vb}; "
-            "compare only archives of the same corpus, model and rules")
+    return f"{field} differs: {a.name} has {va}, {b.name} has {vb}"
 
 
 def check_comparable(evidence: list[Evidence]) -> dict:
-    """Raise CompareError (one line: the field and both values) at the first difference in
-    corpus, model files, quality rule or timing rule; else return the shared identity
+    """Raise CompareError when corpus, model files, quality rule or timing rule differ: one
+    line naming every difference found (each field with both values), not only the first;
+    else return the shared identity
     {corpus_sha256, model, quality, timing, common_variants, missing}: ``common_variants``
     are the variant ids every archive has (declared order of the first), ``missing`` maps
     an archive name to the variant ids it lacks. Raises CompareError when no variant is
@@ -86,12 +87,16 @@ def check_comparable(evidence: list[Evidence]) -> dict:
     if len(set(names)) != len(names):
         raise CompareError("the same archive name is given twice; give each rental's archive once")
     first = evidence[0]
+    differences = []
     for field, get in KEYS:
         ref = get(first)
         for other in evidence[1:]:
             val = get(other)
             if val != ref:
-                raise CompareError(_differ(field, first, ref, other, val))
+                differences.append(_differ(field, first, ref, other, val))
+    if differences:
+        raise CompareError(f"not comparable: {'; '.join(differences)}; compare only archives of the "
+                           "same corpus, model and rules")
     ids = [[v["variant_id"] for v in e.summary] for e in evidence]
     common = [v for v in ids[0] if all(v in other for other in ids[1:])]
     if not common:

@@ -20,7 +20,8 @@ from pathlib import Path
 from lab.compare.comparability import check_comparable
 from lab.compare.evidence import NO_PACKAGE, CompareError, Evidence, load_evidence
 from lab.compare.projection import Projection, capacity_items, lot_hours, project
-from lab.cost.forfaits import Catalog, load_catalog, parse_instant
+from lab.cost.forfaits import Catalog, load_catalog, parse_instant, quote
+from lab.files import sha256_file
 from lab.cost.sizing import cheapest_covering, package_limits
 from lab.report.distinguish import compare_durations
 
@@ -44,6 +45,19 @@ class Comparison:
     cross_pairs: tuple[dict, ...]
     what_would_change: tuple[str, ...]
     path: tuple[str, ...]  # the decision path, one line per step
+    banners: tuple[str, ...] = ()
+    """Lines every output opens with: partial evidence compared (--allow-partial), passes
+    too short projected anyway (--allow-short)."""
+    catalog: dict = dataclasses.field(default_factory=dict)
+    """The catalog that priced the decision: {"path", "version", "sha256", "source", "found":
+    [{"source", "version", "sha256"}]} (lab.compare.decision.choose_catalog)."""
+    agreements: tuple[dict, ...] = ()
+    """Per pair of hosts, same variant: prediction agreement per id (``agreement_pairs``)."""
+    per_host: tuple[str, ...] = ()
+    """Headline lines: the best configuration on each other host, its budget ratio, and the
+    throughput the runner-up host would need to win."""
+    stands_on: str = ""
+    """Which host's result (predictions, metric) the decision stands on, and who disagrees."""
 
 
 def host_letter(i: int) -> str:
@@ -123,30 +137,219 @@ def steady_state_caveats(ranked: list[Projection]) -> list[str]:
             for p in ranked[:2] if p.durations_caveat]
 
 
+def choose_catalog(evidence: list[Evidence], catalog_path: str | None) -> tuple[Catalog, dict]:
+    """The one catalog that prices a comparison, and what was found.
+
+    ``catalog_path`` given: that catalog. Otherwise the newest version (``Catalog.version``)
+    among the bundle's catalog and each archive's own report/catalog.csv; on a tie, the
+    bundle's. Two catalogs of the same version whose prices differ are refused (CompareError,
+    one line naming both): a version must name one price list. Returns (catalog, {"path",
+    "version", "sha256", "source", "found": [{"source", "version", "sha256"}]})."""
+    bundle = load_catalog(catalog_path)
+    bundle = dataclasses.replace(bundle, sha256=sha256_file(bundle.path))
+    found = [("--catalog " + str(catalog_path) if catalog_path else "the bundle's catalog", bundle)]
+    found += [(f"{ev.name}'s own catalog", ev.catalog) for ev in evidence if ev.catalog is not None]
+    by_version: dict[str, tuple[str, Catalog]] = {}
+    for source, cat in found:
+        seen = by_version.get(cat.version)
+        if seen is not None and seen[1].prices() != cat.prices():
+            raise CompareError(f"two catalogs of version {cat.version} price differently: {seen[0]} "
+                               f"(sha256 {seen[1].sha256[:16]}...) and {source} (sha256 {cat.sha256[:16]}...); "
+                               "give the edited catalog a new catalog_version, or pass --catalog FILE")
+        by_version.setdefault(cat.version, (source, cat))
+    if catalog_path:
+        source, chosen = found[0]
+    else:
+        source, chosen = max(found, key=lambda sc: (sc[1].version, sc[1] is bundle))
+    info = {"path": chosen.path, "version": chosen.version, "sha256": chosen.sha256, "source": source,
+            "explicit": bool(catalog_path),
+            "found": [{"source": src, "version": c.version, "sha256": c.sha256} for src, c in found]}
+    return chosen, info
+
+
+def catalog_line(info: dict) -> str:
+    """One line: which catalog priced the decision, why, and the other versions found."""
+    why = "given with --catalog" if info.get("explicit") else "the newest version found"
+    others = sorted({f"{f['source']}: {f['version']}" for f in info.get("found", ())
+                     if f["sha256"] != info["sha256"]})
+    return (f"priced with catalog version {info['version']} (sha256 {info['sha256'][:16]}..., "
+            f"{info['source']}; {why})" + (f"; also found: {', '.join(others)}" if others else ""))
+
+
+def prediction_agreement(a: dict[str, str], b: dict[str, str]) -> dict:
+    """Per-id agreement of two prediction maps {id: prediction}: {"ids": common ids,
+    "agree": ids with the same prediction, "flips": ids that differ, "agreement": agree/ids
+    (fraction, None without common ids), "only_a", "only_b": ids in one map only}."""
+    common = set(a) & set(b)
+    agree = sum(1 for i in common if a[i] == b[i])
+    return {"ids": len(common), "agree": agree, "flips": len(common) - agree,
+            "agreement": agree / len(common) if common else None,
+            "only_a": len(set(a) - common), "only_b": len(set(b) - common)}
+
+
+def agreement_pairs(evidence: list[Evidence], projections: list[Projection], tags: list[str],
+                    tolerance: float) -> list[dict]:
+    """Same variant on two hosts: is it the same ML result? Per pair, the per-id agreement of
+    the two hosts' representative predictions (lab.compare.evidence: first accepted pass) and
+    the gap between their metric medians. Within the protocol's tolerance (seed: two
+    configurations may be equivalent without identical numbers, within a tolerance fixed
+    before timing) when the share of flipped ids and the metric gap are both <= the
+    [quality] tolerance, and both hosts predicted exactly the same ids."""
+    by = {(p.host, p.variant_id): p for p in projections}
+    out = []
+    for i, ea in enumerate(evidence):
+        for j in range(i + 1, len(evidence)):
+            eb = evidence[j]
+            for vid in ea.predictions.keys() & eb.predictions.keys():
+                pa, pb = by.get((tags[i], vid)), by.get((tags[j], vid))
+                if pa is None or pb is None:
+                    continue
+                ag = prediction_agreement(ea.predictions[vid], eb.predictions[vid])
+                gap = (abs(pa.metric_median - pb.metric_median)
+                       if pa.metric_median is not None and pb.metric_median is not None else None)
+                flip_share = 1 - ag["agreement"] if ag["agreement"] is not None else None
+                within = (flip_share is not None and gap is not None and not ag["only_a"]
+                          and not ag["only_b"] and flip_share <= tolerance + 1e-12
+                          and gap <= tolerance + 1e-12)
+                out.append({"variant": pa.label, "variant_id": vid, "a": pa.host, "b": pb.host,
+                            "pass_a": ea.prediction_pass[vid], "pass_b": eb.prediction_pass[vid],
+                            **ag, "metric_gap": gap, "tolerance": tolerance, "within_tolerance": within,
+                            "both_accepted": pa.accepted and pb.accepted})
+    return out
+
+
+def agreement_text(x: dict) -> str:
+    """'batch 1: A rtx-4090 vs B b200: 7 of 7 ids agree (100.0 %), 0 flips, metric gap 0.0000:
+    within the tolerance 0.05'."""
+    if x["agreement"] is None:
+        return f"{x['variant']}: {x['a']} vs {x['b']}: no common ids"
+    gap = "not measured" if x["metric_gap"] is None else f"{x['metric_gap']:.4f}"
+    extra = (f"; ids in one host only: {x['only_a']} and {x['only_b']}" if x["only_a"] or x["only_b"] else "")
+    return (f"{x['variant']}: {x['a']} vs {x['b']}: {x['agree']} of {x['ids']} ids agree "
+            f"({100 * x['agreement']:.1f} %), {x['flips']} flip(s), metric gap {gap}{extra}: "
+            + ("within" if x["within_tolerance"] else "BEYOND") + f" the tolerance {x['tolerance']}")
+
+
+def needed_throughput(p: Projection, budget, catalog: Catalog, load: int, hours_available,
+                      max_lots: int) -> float | None:
+    """Worst-pass throughput (items/s) that configuration ``p`` would need for a package of its
+    GPU cheaper than ``budget`` to cover ``load`` (same setup, same rule as the sizing); None
+    when no package of its GPU (1..max_lots lots) is cheaper."""
+    if p.gpu is None or p.setup_s is None:
+        return None
+    best = None
+    for days, limit in package_limits(catalog, p.gpu, hours_available):
+        for lots in range(1, max_lots + 1):
+            q = quote(catalog, p.gpu, days, lots)
+            if q.committed_budget >= budget:
+                break
+            secs = limit * 3600 - p.setup_s
+            if secs > 0:
+                need = load / lots / secs
+                best = need if best is None else min(best, need)
+    return best
+
+
+def per_host_lines(cands: list[Projection], projections: list[Projection], chosen: Projection,
+                   catalog: Catalog, load: int, hours_available, max_lots: int) -> list[str]:
+    """The best eligible configuration on each host other than the chosen one's, with its
+    committed budget and its ratio to the chosen budget; for the runner-up host, the
+    worst-pass throughput it would need to win. A host with nothing eligible says why."""
+    assert chosen.sizing is not None
+    budget = chosen.sizing.quote.committed_budget
+    lines, runner_up = [], None
+    for host in dict.fromkeys(p.host for p in projections):
+        if host == chosen.host:
+            continue
+        best = next((p for p in cands if p.host == host), None)
+        if best is None:
+            why = sorted({x.split(":", 1)[0] for p in projections if p.host == host for x in p.exclusions})
+            lines.append(f"best on {host}: none eligible ({', '.join(why) or 'no configuration'})")
+            continue
+        assert best.sizing is not None
+        q = best.sizing.quote
+        lines.append(f"best on {host}: {best.label} at {q.committed_budget:.2f} {q.currency}, "
+                     f"{float(q.committed_budget / budget):.1f}x the chosen budget")
+        if runner_up is None:
+            runner_up = best
+    if runner_up is not None:
+        need = needed_throughput(runner_up, budget, catalog, load, hours_available, max_lots)
+        q = chosen.sizing.quote
+        if need is None:
+            lines.append(f"{runner_up.host} cannot win at any throughput: no {runner_up.gpu} package of "
+                         f"1 to {max_lots} lot(s) costs less than {budget:.2f} {q.currency}")
+        else:
+            lines.append(f"{runner_up.host} would need a worst pass of {need:.2f} items/s "
+                         f"(measured {runner_up.items_per_s_worst or 0:.2f}, "
+                         f"{need / (runner_up.items_per_s_worst or need):.1f}x) to win with a package "
+                         f"cheaper than {budget:.2f} {q.currency}")
+    return lines
+
+
 def compare_archives(archives: list[str | Path], load_items: int, *, deadline: str | None = None,
                      window_start: str | None = None, tz: str | None = None,
                      catalog_path: str | None = None, max_lots: int = DEFAULT_MAX_LOTS,
-                     now: datetime | None = None) -> Comparison:
-    """Verify, check comparability, project and decide.
+                     now: datetime | None = None, allow_partial: bool = False,
+                     allow_short: bool = False) -> Comparison:
+    """Verify each archive (lab.compare.evidence.load_evidence), then :func:`compare_evidence`.
+    Raises CompareError, ArchiveError, PricingError as that function does."""
+    _check_load(load_items, max_lots)
+    return compare_evidence([load_evidence(a) for a in archives], load_items, deadline=deadline,
+                            window_start=window_start, tz=tz, catalog_path=catalog_path,
+                            max_lots=max_lots, now=now, allow_partial=allow_partial,
+                            allow_short=allow_short)
 
-    ``load_items``: production load in corpus items of the same mix (int >= 1).
-    ``deadline``/``window_start``: ISO date-times (naive ones need ``tz``); the window starts
-    now (UTC) when not given. ``catalog_path``: None = the shipped catalog. ``max_lots``:
-    the most lots considered per package. Raises CompareError (not comparable, bad load or
-    window), ArchiveError (unreadable archive), PricingError (catalog, dates).
-    """
+
+def _check_load(load_items: int, max_lots: int) -> None:
     if isinstance(load_items, bool) or not isinstance(load_items, int) or load_items < 1:
         raise CompareError(f"--load must be an integer >= 1 (items of the production load), "
                            f"got {load_items!r}")
     if max_lots < 1:
         raise CompareError(f"--max-lots must be >= 1, got {max_lots}")
+
+
+def partial_banner(evidence: list[Evidence], tags: list[str]) -> str:
+    """'' when every archive is final; else one line naming each partial archive, why, and
+    the declared variants it never ran."""
+    parts = []
+    for ev, tag in zip(evidence, tags, strict=True):
+        if ev.partial:
+            never = ev.not_run
+            parts.append(f"{tag} ({ev.name}) is partial ({ev.info.get('partial_reason') or 'unfinished'})"
+                         + (f"; never run there: {', '.join(never)}" if never else ""))
+    return ("PARTIAL EVIDENCE compared (--allow-partial): " + "; ".join(parts)) if parts else ""
+
+
+def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str | None = None,
+                     window_start: str | None = None, tz: str | None = None,
+                     catalog_path: str | None = None, max_lots: int = DEFAULT_MAX_LOTS,
+                     now: datetime | None = None, allow_partial: bool = False,
+                     allow_short: bool = False) -> Comparison:
+    """Check comparability, choose the catalog, project and decide.
+
+    ``load_items``: production load in corpus items of the same mix (int >= 1).
+    ``deadline``/``window_start``: ISO date-times (naive ones need ``tz``); the window starts
+    now (UTC) when not given. ``catalog_path``: None = the newest catalog version among the
+    bundle's and the archives' own (:func:`choose_catalog`). ``max_lots``: the most lots
+    considered per package. ``allow_partial``: compare archives of unfinished campaigns
+    (refused otherwise); ``allow_short``: keep configurations whose passes fail the validity
+    rule ([timing] min_window_s, min_accepted_passes) eligible; both are named in every output.
+    Raises CompareError (not comparable, partial, catalogs in conflict, bad load or window),
+    PricingError (catalog, dates).
+    """
+    _check_load(load_items, max_lots)
+    tags = [host_tag(i, ev) for i, ev in enumerate(evidence)]
+    partial = [f"{ev.name} ({ev.info.get('partial_reason') or 'unfinished campaign'})"
+               for ev in evidence if ev.partial]
+    if partial and not allow_partial:
+        raise CompareError(f"partial evidence refused: {'; '.join(partial)}; finish the campaign and "
+                           "archive it again, or pass --allow-partial (every output then says so)")
+    banners = [b for b in (partial_banner(evidence, tags),) if b]
     path = []
-    evidence = []
-    for a in archives:
-        ev = load_evidence(a)
-        evidence.append(ev)
+    for ev in evidence:
         path.append(f"verified {ev.name}: {ev.files_checked} files, {len(ev.raw_rows)} raw rows; "
-                    f"{ev.hardware}, threads {ev.threads}, {priced_as(ev)}")
+                    f"{ev.hardware}, threads {ev.threads}, {priced_as(ev)}"
+                    + (" (PARTIAL)" if ev.partial else ""))
     identity = check_comparable(evidence)
     path.append(f"comparable: corpus sha256 {identity['corpus_sha256'][:16]}..., same model files, "
                 f"quality and timing rules; {len(identity['common_variants'])} common variant(s)")
@@ -159,23 +362,28 @@ def compare_archives(archives: list[str | Path], load_items: int, *, deadline: s
         if hours_available <= 0:
             raise CompareError(f"deadline {dl.isoformat()} is not after the window start "
                                f"{start.isoformat()}; give a later --deadline or --window-start")
-    catalog = load_catalog(catalog_path)
-    for ev in evidence:
-        named = ev.cost.catalog if ev.cost else None
-        if named and str(named) != str(catalog_path):
-            path.append(f"{ev.name} names catalog {named} in its [cost]; priced with {catalog.path} "
-                        "(pass --catalog FILE to use another)")
+    catalog, catalog_info = choose_catalog(evidence, catalog_path)
+    path.append(catalog_line(catalog_info))
+    timing = evidence[0].config.timing
+    rule = (f"projection rule: at least {timing.min_accepted_passes} accepted pass(es) of at least "
+            f"{timing.min_window_s:g} s measured window per configuration ([timing] min_window_s, "
+            "min_accepted_passes)")
     projections = []
-    tags = [host_tag(i, ev) for i, ev in enumerate(evidence)]
     for ev, tag in zip(evidence, tags, strict=True):
         by_id = {v["variant_id"]: v for v in ev.summary}
         for vid in identity["common_variants"]:
             projections.append(project(ev, by_id[vid], catalog, load_items, hours_available, max_lots,
-                                       host=tag))
+                                       host=tag, allow_short=allow_short))
+    short = [p for p in projections if p.too_short]
+    if allow_short and short:
+        banners.append(f"PASSES TOO SHORT projected anyway (--allow-short): {len(short)} of "
+                       f"{len(projections)} configuration(s) fail the {rule}")
     cands = [p for p in projections if p.eligible]
     cands.sort(key=lambda p: _rank(p, p.sizing))
     path.append(f"projected {len(projections)} configuration(s) to {load_items} items: "
-                f"{len(cands)} eligible, {len(projections) - len(cands)} excluded")
+                f"{len(cands)} eligible, {len(projections) - len(cands)} excluded; {rule}"
+                + (f", {len(short)} too short" + (" (allowed)" if allow_short else " (excluded)")
+                   if short else ""))
     unpriced = [tag for ev, tag in zip(evidence, tags, strict=True) if ev.cost is None]
     if unpriced:
         path.append(f"{', '.join(unpriced)}: {NO_PACKAGE}; measured figures only, no quote, "
@@ -187,14 +395,25 @@ def compare_archives(archives: list[str | Path], load_items: int, *, deadline: s
             for pb in ps[i + 1:]:
                 v = compare_durations(list(pa.durations_s), list(pb.durations_s))
                 cross.append({"variant": pa.label, "a": pa.host, "b": pb.host, **v.to_json()})
+    tolerance = float(evidence[0].config.quality.tolerance)
+    agreements = agreement_pairs(evidence, projections, tags, tolerance)
+    beyond = [x for x in agreements if not x["within_tolerance"]]
+    path.append(f"same ML result: {len(agreements) - len(beyond)} of {len(agreements)} host pair(s) x "
+                f"variant within the tolerance {tolerance} (per-id predictions and metric)"
+                + (f"; beyond it: {'; '.join(agreement_text(x) for x in beyond)}" if beyond else ""))
     chosen = cands[0] if cands else None
     motivation: list[str] = []
     change: list[str] = []
+    per_host: list[str] = []
+    stands_on = ""
     if chosen is None:
         motivation.append("no configuration is accepted, feasible and covered by a package before "
                           "the deadline: commit no package on this evidence")
         if unpriced:
             motivation.append(f"{', '.join(unpriced)} not considered: {NO_PACKAGE}")
+        if short and not allow_short:
+            motivation.append(f"{len(short)} configuration(s) excluded as too short to project "
+                              "(pass --allow-short to project them anyway, named in every output)")
     else:
         assert chosen.sizing is not None  # eligible configurations are sized
         q = chosen.sizing.quote
@@ -222,18 +441,51 @@ def compare_archives(archives: list[str | Path], load_items: int, *, deadline: s
             if v.distinguished and q.committed_budget >= nq.committed_budget:
                 motivation.append(f"durations of {chosen.key} and {nxt.key}: {v.reason}")
         motivation += steady_state_caveats(cands)
+        if chosen.too_short:
+            motivation.append(f"{chosen.key}: {chosen.too_short}; projected only because --allow-short "
+                              "was given")
         change = what_would_change(cands, chosen, catalog, load_items, hours_available, max_lots)
+        per_host = per_host_lines(cands, projections, chosen, catalog, load_items, hours_available,
+                                  max_lots)
+        stands_on = _stands_on(chosen, agreements)
         path.append(f"decision: {chosen.key} ({chosen.archive}, {chosen.hardware}), {q.days}-day package x {q.lots} "
                     f"lot(s) of {q.gpu_name}, committed budget {q.committed_budget:.2f} {q.currency}, "
-                    f"covers {load_items} items")
+                    f"covers {load_items} items; {chosen.spread_text()}; {stands_on}")
     if chosen is None:
         path.append("decision: none (see the exclusions in decision.md)")
+    path = banners + path
     archives_info = tuple({"name": e.name, "host": tag, "path": str(e.path), "hardware": e.hardware,
                            "threads": e.threads, "gpu": e.gpu,
                            "files_checked": e.files_checked,
                            "cost": dataclasses.asdict(e.cost) if e.cost else None,
-                           "driver": (e.manifest.get("gpu") or {}).get("driver")}
+                           "driver": (e.manifest.get("gpu") or {}).get("driver"),
+                           "partial": e.partial, "not_run": e.not_run,
+                           "catalog_version": e.catalog.version if e.catalog else None,
+                           "catalog_sha256": e.catalog.sha256 if e.catalog else None}
                           for e, tag in zip(evidence, tags, strict=True))
     return Comparison(archives_info, identity, tuple(projections), load_items, start, dl,
                       hours_available, max_lots, catalog.path, chosen, tuple(motivation),
-                      tuple(cross), tuple(change), tuple(path))
+                      tuple(cross), tuple(change), tuple(path), tuple(banners), catalog_info,
+                      tuple(agreements), tuple(per_host), stands_on)
+
+
+def _stands_on(chosen: Projection, agreements: list[dict]) -> str:
+    """Which result the decision stands on: the chosen host's predictions for its variant, and
+    every other host whose same variant agrees or disagrees beyond the tolerance."""
+    mine = [x for x in agreements if x["variant_id"] == chosen.variant_id
+            and chosen.host in (x["a"], x["b"])]
+    source = (f"the predictions of pass {chosen.prediction_pass}" if chosen.prediction_pass
+              else "no predictions file in its archive")
+    text = f"stands on {chosen.host}'s result for {chosen.label} ({source})"
+    agree = [x["b"] if x["a"] == chosen.host else x["a"] for x in mine if x["within_tolerance"]]
+    differ = [x for x in mine if not x["within_tolerance"]]
+    if agree:
+        text += f"; the same ML result on {', '.join(agree)} (within the tolerance)"
+    if differ:
+        text += "; NOT the same ML result on " + "; ".join(
+            f"{x['b'] if x['a'] == chosen.host else x['a']} ({x['flips']} flip(s) of {x['ids']} ids, "
+            f"metric gap {'not measured' if x['metric_gap'] is None else format(x['metric_gap'], '.4f')})"
+            for x in differ)
+    if not mine:
+        text += "; no other host's predictions of this variant to compare"
+    return text

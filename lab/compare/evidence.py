@@ -11,11 +11,16 @@ import csv
 import json
 import tempfile
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lab.archive import ArchiveError, extract, verify
+from lab.archive_format import ARCHIVE_INFO
 from lab.config import CampaignConfig, ConfigError, CostSection, parse_config
+from lab.cost.forfaits import Catalog, PricingError, load_catalog
+from lab.files import sha256_file
+from lab.passes.events import PassStatus
+from lab.variants import expand_series
 
 NO_PACKAGE = "no package declared in [cost]"
 
@@ -38,6 +43,31 @@ class Evidence:
     corpus_card: dict | None
     files_checked: int
     config: CampaignConfig
+    info: dict = field(default_factory=dict)
+    """ARCHIVE.json: ``partial`` (bool) and ``partial_reason`` of an unfinished campaign."""
+    catalog: Catalog | None = None
+    """report/catalog.csv: the catalog the archive was priced with when it was made (None for
+    an archive made before the lab kept it); its ``path`` names the archive's member."""
+    predictions: dict = field(default_factory=dict)
+    """{variant_id: {item id: prediction}} of the variant's first accepted pass (the first pass
+    ok when none was accepted), from the pass's predictions file in the archive."""
+    prediction_pass: dict = field(default_factory=dict)
+    """{variant_id: pass_id} the ``predictions`` come from."""
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.info.get("partial"))
+
+    @property
+    def planned(self) -> list[tuple[str, str]]:
+        """(variant_id, label) of every variant its campaign file declares, in order."""
+        return [(v.variant_id, v.label) for v in expand_series(self.config.defaults, self.config.series)]
+
+    @property
+    def not_run(self) -> list[str]:
+        """Labels of declared variants with no attempted pass in this archive."""
+        ran = {v["variant_id"] for v in self.summary}
+        return [label for vid, label in self.planned if vid not in ran]
 
     @property
     def gpu_devices(self) -> list[dict]:
@@ -92,8 +122,11 @@ def load_evidence(archive: str | Path) -> Evidence:
         summary = _json(top, "report/summary.json", archive)
         lock = _json(top, "campaign.lock.json", archive, required=False) or {}
         card = _json(top, "corpus_card.json", archive, required=False)
+        info = _json(top, ARCHIVE_INFO, archive, required=False) or {}
         with open(top / "report" / "raw_table.csv", newline="", encoding="utf-8") as fh:
             rows = list(csv.DictReader(fh))
+        catalog = _catalog(top, archive)
+        predictions, prediction_pass = _representative_predictions(top, rows)
         try:
             campaign = tomllib.loads((top / "campaign.toml").read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -106,4 +139,45 @@ def load_evidence(archive: str | Path) -> Evidence:
                            f"({exc}); fix it in the campaign and re-pack the archive") from None
     name = archive.name.removesuffix(".tar.gz")
     return Evidence(archive, name, manifest, summary, rows, campaign, lock, card, v.files_checked,
-                    config)
+                    config, info, catalog, predictions, prediction_pass)
+
+
+def _catalog(top: Path, archive: Path) -> Catalog | None:
+    """The archive's report/catalog.csv as a Catalog named '<archive>:report/catalog.csv'."""
+    p = top / "report" / "catalog.csv"
+    if not p.is_file():
+        return None
+    try:
+        cat = load_catalog(str(p))
+    except PricingError as exc:
+        raise CompareError(f"{archive.name}: its report/catalog.csv does not read as a catalog "
+                           f"({str(exc).removeprefix(str(p) + ': ')}); re-pack the archive") from None
+    return replace(cat, path=f"{archive.name}:report/catalog.csv", sha256=sha256_file(p))
+
+
+def _read_predictions(path: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        out[str(rec["id"])] = str(rec["pred"])
+    return out
+
+
+def _representative_predictions(top: Path, rows: list[dict]) -> tuple[dict, dict]:
+    """Per variant, the predictions of its first accepted pass in schedule order (else its
+    first pass ok): what "this host's result" means when hosts are compared per id. Verify
+    has already checked each file against its sha256 and its metric against the gold labels."""
+    preds: dict[str, dict[str, str]] = {}
+    source: dict[str, str] = {}
+    for accepted_only in (True, False):
+        for r in rows:
+            vid = r["variant_id"]
+            if vid in preds or r["status"] != PassStatus.OK or not r.get("predictions_path"):
+                continue
+            if accepted_only and str(r.get("corpus_accepted")).lower() != "true":
+                continue
+            f = top / r["predictions_path"]  # relative to the campaign folder (lab.report.raw_table)
+            if f.is_file():
+                preds[vid] = _read_predictions(f)
+                source[vid] = r["pass_id"]
+    return preds, source

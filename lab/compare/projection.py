@@ -9,8 +9,16 @@ the user's declared load, from measured figures only.
 - Cards: a lot whose cards outnumber the cards a pass used is never assumed to scale
   (SPEC 5: "Never assume that a lot scales beyond what was measured"): such a lot is
   projected at the measured throughput, and the row says "measured on 1 card, lot has 2".
-- Prices: only through lab.cost (the archive's own [cost] package; the smallest package
-  covering the worst case within the window and before the deadline from lab.cost.sizing).
+- Prices: only through lab.cost. The archive's own package is priced with the archive's own
+  catalog (report/catalog.csv, as it was when the archive was made) and shown unchanged; the
+  decision sizes every configuration with the one catalog the comparison chose
+  (lab.compare.decision.choose_catalog), and a row says where the two prices differ.
+- Validity ([timing] min_window_s, min_accepted_passes; lab.constants): a configuration
+  with fewer accepted passes of at least min_window_s than the rule asks is "too short to
+  project" and excluded unless the user allows it (``allow_short``), which the row then says.
+  Every row states its extrapolation factor (load / items measured per pass).
+- Quality: the metric of each pass (median, min, max over the passes that have one) and the
+  archive's reference variant's median, so each host's quality is shown, not asserted.
   An archive without [cost] declared no package: its measured figures are projected, its
   money cells stay empty with that reason, and it is excluded from the budget decision
   (issue 11: no [cost] means no package, never a default GPU).
@@ -26,7 +34,7 @@ from lab.compare.evidence import NO_PACKAGE, Evidence
 from lab.cost.forfaits import Catalog, PricingError, Quote, cost_per_validated_corpus, quote
 from lab.cost.sizing import Sizing, cheapest_covering
 from lab.passes.events import PassStatus
-from lab.report.summary import recompilation_caveat
+from lab.report.summary import median_pass_throughput, recompilation_caveat
 
 
 def _f(cell) -> float | None:
@@ -73,6 +81,58 @@ class Projection:
     durations_caveat: str = ""
     """'' or why the durations (so the throughputs and the package sized on them) are not
     steady-state: recompilation inside the measured window (lab.report.summary)."""
+    metric_name: str = ""
+    metric_median: float | None = None
+    metric_min: float | None = None
+    metric_max: float | None = None
+    """The quality metric over the variant's passes that have one (fraction 0-1)."""
+    reference_label: str = ""
+    reference_metric_median: float | None = None
+    """The archive's reference variant ([quality] reference_variant) and its metric median."""
+    items_per_pass: int | None = None
+    extrapolation: float | None = None
+    """load_items / items_per_pass: how many times the measured pass is projected."""
+    long_passes: int = 0
+    """Accepted passes ok whose measured window lasted at least ``min_window_s``."""
+    min_window_s: float = 0.0
+    min_accepted_passes: int = 1
+    too_short: str = ""
+    """'' or why the passes cannot support a projection (the validity rule); an exclusion
+    unless allowed, then a caveat every output carries."""
+    prediction_pass: str = ""
+    """The pass whose predictions stand for this host's result (lab.compare.evidence)."""
+    decision_quote: Quote | None = None
+    """The archive's own package priced with the comparison's catalog."""
+    price_note: str = ""
+    """'' or where the archive's own price differs from the comparison catalog's."""
+
+    @property
+    def metric_gap(self) -> float | None:
+        """metric_median - reference_metric_median (same archive); None when either is missing."""
+        if self.metric_median is None or self.reference_metric_median is None:
+            return None
+        return self.metric_median - self.reference_metric_median
+
+    def quality_text(self) -> str:
+        """'accuracy 0.571 (0.571-0.571 over 2 passes); reference batch 1: 0.571, gap +0.000'."""
+        if self.metric_median is None:
+            return f"{self.metric_name or 'metric'}: not measured"
+        text = (f"{self.metric_name} {self.metric_median:.4f} (range {self.metric_min:.4f}-"
+                f"{self.metric_max:.4f})")
+        if self.reference_metric_median is not None:
+            gap = self.metric_gap
+            assert gap is not None
+            text += (f"; reference {self.reference_label}: {self.reference_metric_median:.4f}, "
+                     f"gap {gap:+.4f}")
+        return text
+
+    def spread_text(self) -> str:
+        """'x 7143 of the 7 items measured per pass; worst pass 5.1 items/s, median pass 5.6'."""
+        if self.extrapolation is None:
+            return "not projected: no pass ok measured a throughput"
+        return (f"extrapolation x{self.extrapolation:,.0f} ({self.load_items} items / "
+                f"{self.items_per_pass} measured per pass); worst pass {self.items_per_s_worst or 0:.2f} "
+                f"items/s, median pass {self.items_per_s_median or 0:.2f} items/s")
 
     @property
     def eligible(self) -> bool:
@@ -94,12 +154,30 @@ def measured_cards(rows: list[dict]) -> int:
     return max(vals) if vals else 1
 
 
+def _accepted(row: dict) -> bool:
+    return str(row.get("corpus_accepted")).strip().lower() == "true"
+
+
+def too_short(long_passes: int, rule_passes: int, rule_window_s: float, shortest: float | None) -> str:
+    """'' when ``long_passes`` (accepted passes of at least ``rule_window_s``) meet the rule's
+    ``rule_passes``; else the reason, one phrase."""
+    if long_passes >= rule_passes:
+        return ""
+    short = f"; shortest measured window {shortest:.2f} s" if shortest is not None else ""
+    return (f"too short to project: {long_passes} accepted pass(es) of at least {rule_window_s:g} s, "
+            f"the rule ([timing] min_window_s, min_accepted_passes) needs {rule_passes}{short}")
+
+
 def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
-            hours_available: float | None, max_lots: int, host: str = "") -> Projection:
+            hours_available: float | None, max_lots: int, host: str = "",
+            allow_short: bool = False) -> Projection:
     """Projection of ``variant`` (a summary.json entry of ``ev``) to ``load_items`` items.
 
-    ``hours_available``: hours from the window start to the deadline (None: no deadline).
-    Raises PricingError only for a catalog problem; a missing price is an exclusion.
+    ``catalog``: the comparison's catalog (sizing, eligibility); the archive's own package is
+    also priced with ``ev.catalog`` when the archive holds one. ``hours_available``: hours from
+    the window start to the deadline (None: no deadline). ``allow_short``: a configuration
+    that fails the validity rule stays eligible, with the caveat. Raises PricingError only for
+    a catalog problem; a missing price is an exclusion.
     """
     vid = variant["variant_id"]
     rows = [r for r in ev.raw_rows if r["variant_id"] == vid]
@@ -108,7 +186,8 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
     setups = [sum(_f(r.get(f"{p}_s")) or 0.0 for p in ("startup", "model_load", "warmup")) for r in ok]
     cost, gpu = ev.cost, ev.gpu
     why: list[str] = []
-    q = None
+    q = own = None
+    price_note = ""
     if cost is None or gpu is None:
         why.append(f"price: {NO_PACKAGE}")
     else:
@@ -116,8 +195,21 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
             q = quote(catalog, gpu, cost.days, cost.lots)
         except PricingError as exc:
             why.append(f"price: {exc}")
+        own_catalog = ev.catalog or catalog
+        try:
+            own = quote(own_catalog, gpu, cost.days, cost.lots)
+        except PricingError as exc:
+            price_note = f"the archive's own catalog does not price its package ({exc})"
+        if ev.catalog is None:
+            price_note = (f"the archive holds no catalog (made before report/catalog.csv): its package "
+                          f"is shown at the comparison catalog's price (version {catalog.version})")
+        elif own is not None and q is not None and own.committed_budget != q.committed_budget:
+            price_note = (f"price differs: the archive's own catalog (version {ev.catalog.version}) "
+                          f"committed {own.committed_budget:.2f} {own.currency} for {gpu} {cost.days} days x "
+                          f"{cost.lots} lot(s); the comparison's catalog (version {catalog.version}) "
+                          f"prices it at {q.committed_budget:.2f} {q.currency}")
     accepted = variant.get("accepted_passes", 0) >= 1
-    per_corpus = cost_per_validated_corpus(q.committed_budget, 1 if accepted else 0) if q else None
+    per_corpus = cost_per_validated_corpus(own.committed_budget, 1 if accepted else 0) if own else None
     cards = measured_cards(rows)
     devs = ev.gpu_devices
     backends = {r.get("backend") for r in rows} - {"", None}
@@ -131,8 +223,21 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
     if lot_cards and lot_cards > cards:
         cards_note += (f", lot has {lot_cards}: projected at the measured throughput "
                        "(no scaling to the other cards assumed)")
-    med_rate = statistics.median(rates) if rates else None
+    durations = [x for r in ok if (x := _f(r.get("measured_s")))]
+    items = max((int(x) for r in ok if (x := _f(r.get("items_total")))), default=None)
+    med_rate = median_pass_throughput(items, durations) if rates else None
     worst_rate = min(rates) if rates else None
+    timing = ev.config.timing
+    long_ok = [d for r in ok if _accepted(r) and (d := _f(r.get("measured_s"))) is not None
+               and d >= timing.min_window_s]
+    short = too_short(len(long_ok), timing.min_accepted_passes, timing.min_window_s,
+                      min(durations) if durations else None) if rates else ""
+    metrics = [x for r in rows if (x := _f(r.get("metric"))) is not None]
+    ref_name = ev.config.quality.reference_variant
+    ref = next((v for v in ev.summary if v.get("variant_name") == ref_name
+                or v.get("variant_id") == ref_name), None)
+    ref_metrics = [x for r in ev.raw_rows if ref and r["variant_id"] == ref["variant_id"]
+                   and (x := _f(r.get("metric"))) is not None]
     setup_s = max(setups) if setups else None
     h_med = load_items / med_rate / 3600 if med_rate else None
     h_worst = load_items / worst_rate / 3600 if worst_rate else None
@@ -143,7 +248,9 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
         why.append(f"memory: {variant.get('infeasible_reason') or 'not feasible'}")
     if not rates:
         why.append(f"failures: no successful pass with a throughput ({len(rows)} attempted)")
-    elif q is not None and gpu is not None:
+    if short and not allow_short:
+        why.append(f"validity: {short}")
+    if rates and q is not None and gpu is not None:
         assert worst_rate is not None and setup_s is not None  # rates (so setups) not empty
         sizing = cheapest_covering(catalog, gpu, lambda lots: lot_hours(setup_s, worst_rate, load_items, lots),
                                    hours_available, max_lots)
@@ -162,12 +269,21 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
         min_s=variant.get("min_s"), max_s=variant.get("max_s"), items_per_s_median=med_rate,
         items_per_s_worst=worst_rate, items_per_s_best=max(rates) if rates else None, setup_s=setup_s,
         cards_measured=cards, cards_note=cards_note,
-        archive_quote=q, cost_per_validated_corpus=per_corpus, load_items=load_items,
+        archive_quote=own, cost_per_validated_corpus=per_corpus, load_items=load_items,
         hours_median=h_med, hours_worst=h_worst, sizing=sizing,
         cost_per_million_items=per_million, exclusions=tuple(why),
         durations_caveat=recompilation_caveat(int(variant.get("recompiled_passes") or 0),
                                               int(variant.get("successes") or 0),
-                                              variant.get("recompiles_measured_max")))
+                                              variant.get("recompiles_measured_max")),
+        metric_name=ev.config.quality.metric,
+        metric_median=statistics.median(metrics) if metrics else None,
+        metric_min=min(metrics) if metrics else None, metric_max=max(metrics) if metrics else None,
+        reference_label=(ref.get("label") or ref_name) if ref else ref_name,
+        reference_metric_median=statistics.median(ref_metrics) if ref_metrics else None,
+        items_per_pass=items, extrapolation=load_items / items if items else None,
+        long_passes=len(long_ok), min_window_s=timing.min_window_s,
+        min_accepted_passes=timing.min_accepted_passes, too_short=short,
+        prediction_pass=ev.prediction_pass.get(vid, ""), decision_quote=q, price_note=price_note)
 
 
 def capacity_items(p: Projection, days_limit_hours: float, lots: int) -> int:

@@ -10,27 +10,39 @@ from pathlib import Path
 
 import pandas as pd
 
-from lab.compare.decision import Comparison
+from lab.compare.decision import Comparison, agreement_text, catalog_line
 from lab.compare.evidence import NO_PACKAGE
 from lab.compare.projection import Projection
 
-CSV_COLUMNS = ("host", "archive", "hardware", "threads", "gpu_priced", "variant_id", "variant_label",
+CSV_COLUMNS = ("banner", "host", "archive", "hardware", "threads", "gpu_priced", "variant_id", "variant_label",
                "accepted", "verdict", "successes", "failures", "failure_kinds", "durations_s",
                "median_s", "min_s", "max_s", "items_per_s_median", "items_per_s_worst",
                "setup_s", "cards_measured", "cards_note", "archive_package",
                "archive_committed_budget", "cost_per_validated_corpus", "currency",
                "load_items", "hours_median", "hours_worst", "package_days", "package_lots",
                "package_cards", "hours_per_lot_worst", "hours_allowed", "committed_budget",
-               "cost_per_million_items", "eligible", "exclusions", "durations_caveat")
+               "cost_per_million_items", "eligible", "exclusions", "durations_caveat",
+               "metric_name", "metric_median", "metric_min", "metric_max", "reference_label",
+               "reference_metric_median", "metric_gap_to_reference", "same_result",
+               "items_per_pass", "extrapolation", "long_passes", "min_window_s",
+               "min_accepted_passes", "too_short", "catalog_version", "catalog_sha256",
+               "archive_catalog_version", "price_note")
 
 
 def _money(x) -> float | None:
     return None if x is None else float(x)
 
 
-def projection_row(p: Projection) -> dict:
+def projection_row(p: Projection, c: Comparison | None = None) -> dict:
+    """One compare.csv row. ``c`` adds what the comparison knows beyond the row: the banner
+    (partial evidence, passes too short allowed), the catalog that priced the decision, and the
+    row's per-id agreement with the same variant on the other hosts."""
     q, s = p.archive_quote, p.sizing
+    agree = [x for x in (c.agreements if c else ()) if x["variant_id"] == p.variant_id
+             and p.host in (x["a"], x["b"])]
+    own = next((a for a in (c.archives if c else ()) if a["host"] == p.host), {})
     return {
+        "banner": " | ".join(c.banners) if c else "",
         "host": p.host, "archive": p.archive, "hardware": p.hardware, "threads": p.threads, "gpu_priced": p.gpu,
         "variant_id": p.variant_id, "variant_label": p.label, "accepted": p.accepted,
         "verdict": p.verdict, "successes": p.successes, "failures": p.failures,
@@ -52,11 +64,24 @@ def projection_row(p: Projection) -> dict:
         "cost_per_million_items": _money(p.cost_per_million_items),
         "eligible": p.eligible, "exclusions": "; ".join(p.exclusions),
         "durations_caveat": p.durations_caveat,
+        "metric_name": p.metric_name, "metric_median": p.metric_median, "metric_min": p.metric_min,
+        "metric_max": p.metric_max, "reference_label": p.reference_label,
+        "reference_metric_median": p.reference_metric_median, "metric_gap_to_reference": p.metric_gap,
+        "same_result": "; ".join(
+            f"vs {x['b'] if x['a'] == p.host else x['a']}: {x['agree']} of {x['ids']} ids agree, "
+            f"{x['flips']} flip(s), {'within' if x['within_tolerance'] else 'BEYOND'} tolerance {x['tolerance']}"
+            for x in agree),
+        "items_per_pass": p.items_per_pass, "extrapolation": p.extrapolation,
+        "long_passes": p.long_passes, "min_window_s": p.min_window_s,
+        "min_accepted_passes": p.min_accepted_passes, "too_short": p.too_short,
+        "catalog_version": c.catalog.get("version") if c else None,
+        "catalog_sha256": c.catalog.get("sha256") if c else None,
+        "archive_catalog_version": own.get("catalog_version"), "price_note": p.price_note,
     }
 
 
 def comparison_table(c: Comparison) -> pd.DataFrame:
-    return pd.DataFrame([projection_row(p) for p in c.projections], columns=list(CSV_COLUMNS))
+    return pd.DataFrame([projection_row(p, c) for p in c.projections], columns=list(CSV_COLUMNS))
 
 
 def _h(x) -> str:
@@ -65,7 +90,7 @@ def _h(x) -> str:
 
 def decision_markdown(c: Comparison) -> str:
     """decision.md: the decision and its motivation first, then the rows, then the rules."""
-    out = ["# Comparison of rentals", ""]
+    out = ["# Comparison of rentals" + (": " + " | ".join(c.banners) if c.banners else ""), ""]
     if c.chosen is None:
         out += ["**Decision: none.** " + c.motivation[0] + ".", ""]
     else:
@@ -77,12 +102,20 @@ def decision_markdown(c: Comparison) -> str:
                 f"{q.lots} lot(s) of {q.gpu_name} ({q.total_cards} card(s)), committed budget "
                 f"{q.committed_budget:.2f} {q.currency}, covering the declared load of "
                 f"{c.load_items} items.**", "",
-                "**Motivation.** " + "; ".join(c.motivation) + ".", "",
-                f"- Worst-case hours per lot: {_h(sizing.hours_needed)} of "
-                f"{_h(sizing.hours_allowed)} allowed; at the median pass: {_h(p.hours_median)} "
-                f"for the whole load on one lot.",
+                f"**Quality.** {p.quality_text()}; {c.stands_on}.", "",
+                "**Motivation.** " + "; ".join(c.motivation) + ".", ""]
+        out += [f"- {line}." for line in c.per_host]
+        out += [f"- Package sizing, per lot ({q.lots} lot(s), each {1 / q.lots:.0%} of the load, at "
+                f"the worst pass): {_h(sizing.hours_needed)} of {_h(sizing.hours_allowed)} allowed.",
+                f"- The whole load on one lot: {_h(p.hours_median)} at the median pass, "
+                f"{_h(p.hours_worst)} at the worst pass (without setup).",
+                f"- Projection: {p.spread_text()}.",
                 f"- Cost per million items: {p.cost_per_million_items:.2f} {q.currency}.",
                 f"- {p.cards_note}.", ""]
+    if c.catalog:
+        out += [f"- Prices: {catalog_line(c.catalog)}."]
+        out += [f"- {x.host}: {x.price_note}." for x in _first_per_host(c.projections) if x.price_note]
+        out += [""]
     out += ["## What would change the decision", ""]
     out += [f"- {line}" for line in c.what_would_change] or ["- nothing computed (no choice)"]
     out += ["", "## Declared load and calendar", "",
@@ -107,7 +140,14 @@ def decision_markdown(c: Comparison) -> str:
     if ident.get("missing"):
         out += [f"- Not in every archive, not compared: {k}: {', '.join(v)}"
                 for k, v in ident["missing"].items()] + [""]
-    out += ["## Configurations", ""]
+    out += ["## Same ML result?", "",
+            "Per host: the metric of the passes (median and range) and its gap to the archive's "
+            "reference variant. Across hosts, same variant: the predictions of each host's first "
+            "accepted pass compared per id; the same ML result when the share of flipped ids and "
+            "the gap between the metric medians are both within the protocol's [quality] tolerance.", ""]
+    out += [f"- {p.key}: {p.quality_text()}" for p in c.projections]
+    out += [f"- {agreement_text(x)}" for x in c.agreements] or ["- no two hosts share predictions to compare"]
+    out += ["", "## Configurations", ""]
     for p in c.projections:
         aq = p.archive_quote
         out += [f"### {p.key}", "",
@@ -128,8 +168,13 @@ def decision_markdown(c: Comparison) -> str:
                 if aq else "- Archive's package: not priced ("
                 + next((x.removeprefix("price: ") for x in p.exclusions if x.startswith("price: ")),
                        "no quote") + ")",
+                f"- Metric: {p.quality_text()}",
                 f"- Projection: {_h(p.hours_median)} at the median pass, {_h(p.hours_worst)} at the "
-                "worst pass (one lot, without setup)"]
+                f"worst pass (the whole load on one lot, without setup); {p.spread_text()}"]
+        if p.too_short:
+            out.append(f"- **{p.too_short[0].upper()}{p.too_short[1:]}**")
+        if p.price_note:
+            out.append(f"- Prices: {p.price_note}")
         if p.sizing:
             s = p.sizing.quote
             out.append(f"- Smallest covering package: {s.days} days x {s.lots} lot(s) = "
@@ -140,15 +185,21 @@ def decision_markdown(c: Comparison) -> str:
             out.append("- Excluded: " + "; ".join(p.exclusions))
         out.append("")
     out += ["## Does the evidence distinguish the hosts?", "",
-            "Per pair, same variant on two archives: distinguished when the ranges of their "
-            "measured-window durations do not overlap, or when an exact Mann-Whitney rank test "
-            "gives p <= 0.05 (seed: when the spread is comparable to the gap between the medians, "
-            "the series does not distinguish the options).", ""]
+            "Per pair, same variant on two archives: distinguished when an exact Mann-Whitney rank "
+            "test of their measured-window durations gives p <= 0.05 (ranges that do not overlap "
+            "give its smallest p); never below the sample sizes at which the test can reach 0.05 "
+            "(2 and 2 or 3 and 3 passes cannot: 'not enough passes to distinguish'). Seed: when the "
+            "spread is comparable to the gap between the medians, the series does not distinguish "
+            "the options.", ""]
     for x in c.cross_pairs:
         out.append(f"- {x['variant']}: {x['a']} vs {x['b']}: "
                    f"{'distinguished' if x['distinguished'] else 'NOT distinguished'} ({x['reason']})")
     out += ["", "## Decision path", ""] + [f"{i}. {line}" for i, line in enumerate(c.path, 1)]
     return "\n".join(out) + "\n"
+
+
+def _first_per_host(projections) -> list[Projection]:
+    return list({p.host: p for p in reversed(list(projections))}.values())[::-1]
 
 
 def write_comparison(c: Comparison, out_dir: str | Path) -> dict:

@@ -56,9 +56,23 @@ class CatalogRow:
 
 @dataclass(frozen=True)
 class Catalog:
-    """Validated catalog: unique (gpu, days) rows, one currency."""
+    """Validated catalog: unique (gpu, days) rows, one currency. ``sha256``: of the file read,
+    where the caller recorded it (lab.compare; this module stays standard-library only)."""
     path: str
     rows: tuple[CatalogRow, ...]
+    sha256: str = ""
+
+    @property
+    def version(self) -> str:
+        """The catalog's version: the latest ``catalog_version`` (YYYY-MM-DD) of its rows."""
+        return max(r.catalog_version for r in self.rows)
+
+    def prices(self) -> frozenset:
+        """What the catalog prices, without file layout: one tuple per row (gpu, gpu_name,
+        cards_per_lot, days, price_per_lot, currency, catalog_version). Two catalogs with the
+        same prices() price every package alike whatever their line order or spacing."""
+        return frozenset((r.gpu, r.gpu_name, r.cards_per_lot, r.days, r.price_per_lot, r.currency,
+                          r.catalog_version) for r in self.rows)
 
     @property
     def currency(self) -> str:

@@ -101,10 +101,40 @@ def copy_catalog(proto, dest: Path) -> dict:
     return {"path": str(src), "sha256": sha256_file(dest), "copy": f"report/{dest.name}"}
 
 
+def campaign_note(proto, summary, pricing: dict, attempts: list[dict], partial_reason: str = "",
+                  observed: bool = False) -> str:
+    """The campaign's decision note (lab.report.decision.decision_note over every declared
+    variant, so one not run yet is listed as not run) with its banners: partial evidence
+    (``partial_reason``), no finished pass, measured hardware differs from the priced package,
+    and the observed campaign window (``observed``: the span of the passes stands in for an
+    undeclared window). The one note for report/decision_note.md and the Cost screen.
+    ``attempts``: the journal's attempts (lab.journal.Journal.attempts)."""
+    from lab.report.decision import decision_campaign, decision_note
+
+    planned = [(v.variant_id, v.label) for v in proto.variants]
+    note = decision_note(summary, decision_campaign(proto), pricing, planned=planned)
+    backends = sorted({(a["result"] or {}).get("backend", "") for a in attempts} - {""})
+    if pricing["gpu"] and ((backends and "cpu" in backends) or not backends):
+        note += (f"\n\n**Measured hardware differs from the priced package.** The passes ran on "
+                 f"{', '.join(backends) or 'no device (no pass got that far)'} (see the manifest), while the "
+                 f"quote prices `{pricing['gpu']}`: the durations above say nothing about how that GPU "
+                 "would perform. Run the same campaign file on the rental to compare like with like.\n")
+    if observed:
+        note += ("\n\n_Campaign window: no window was declared in the campaign file; the window "
+                 "above is the span of the passes actually run (first start to last end)._\n")
+    if not any(a["status"] in FINISHED for a in attempts):
+        note = ("> **No evidence yet.** no pass has finished in this campaign: the tables are empty "
+                "and no configuration can be judged.\n\n" + note)
+    if partial_reason:
+        note = (f"> **Partial evidence.** {partial_reason}. The figures below cover only the passes "
+                "that ran; an archive of this campaign is labelled partial.\n\n" + note)
+    return note
+
+
 def _write_report(out: Path, proto, version: dict, attempts: list[dict], described, launcher_info,
                   campaign_dir: Path, partial_reason: str = "", hosts: list[dict] | None = None,
                   launchers: list[dict] | None = None) -> dict:
-    from lab.report.decision import decision_campaign, decision_note, decision_pricing
+    from lab.report.decision import decision_pricing
 
     rows = raw_rows(attempts, proto.name, version["version"], campaign_dir)
     write_raw_table(rows, out / "raw_table.csv")
@@ -145,22 +175,7 @@ def _write_report(out: Path, proto, version: dict, attempts: list[dict], describ
     ends = [a["end_time"] for a in attempts if a["end_time"]]
     observed = bool(starts and ends) and not cost.get("window_start")
     pricing = decision_pricing(cost, (min(starts), max(ends)) if observed else None)
-    note = decision_note(summary, decision_campaign(proto), pricing)
-    backends = sorted({(a["result"] or {}).get("backend", "") for a in attempts} - {""})
-    if pricing["gpu"] and ((backends and "cpu" in backends) or not backends):
-        note += (f"\n\n**Measured hardware differs from the priced package.** The passes ran on "
-                 f"{', '.join(backends) or 'no device (no pass got that far)'} (see the manifest), while the "
-                 f"quote prices `{pricing['gpu']}`: the durations above say nothing about how that GPU "
-                 "would perform. Run the same campaign file on the rental to compare like with like.\n")
-    if observed:
-        note += ("\n\n_Campaign window: no window was declared in the campaign file; the window "
-                 "above is the span of the passes actually run (first start to last end)._\n")
-    if not any(r["status"] in FINISHED for r in rows):
-        note = ("> **No evidence yet.** no pass has finished in this campaign: the tables are empty "
-                "and no configuration can be judged.\n\n" + note)
-    if partial_reason:
-        note = (f"> **Partial evidence.** {partial_reason}. This archive is labelled partial: the "
-                "figures below cover only the passes that ran.\n\n" + note)
+    note = campaign_note(proto, summary, pricing, attempts, partial_reason, observed)
     (out / "decision_note.md").write_text(note)
     from lab.report.html import campaign_report
 

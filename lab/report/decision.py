@@ -82,7 +82,8 @@ class Assessment:
 
 
 def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pricing: dict,
-                  variant_pricing: dict[str, dict] | None = None) -> str:
+                  variant_pricing: dict[str, dict] | None = None,
+                  planned: Sequence[tuple[str, str]] | None = None) -> str:
     """Markdown decision note.
 
     ``summary``: one ``VariantSummary`` per variant (a summary.json dict is read with
@@ -91,6 +92,9 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
     ``campaign``: ``name``, ``question``, ``deadline`` (ISO or None), ``deliverables``
     (int >= 1, default lab.constants.DEFAULT_DELIVERABLES). ``pricing``: ``catalog_path`` (None = shipped catalog),
     ``gpu``, ``days``, ``lots``, ``window_start``/``window_end`` (ISO or None), ``tz``.
+    ``planned``: (variant_id, label) of every declared variant; one with no pass in
+    ``summary`` is listed as not run, and the decision never calls a configuration the only
+    one that passes while others have not run.
 
     Each distinct useful corpus counts once (seed: "Contare deliverable utili"): a
     variant with >= 1 accepted pass validated the corpus once, never once per
@@ -127,6 +131,11 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
     excluded = [a for a in rows if a.exclusions]
     out += [f"- **{a.variant.label}** (`{a.variant.variant_id}`): " + "; ".join(a.exclusions)
             for a in excluded] or ["- none"]
+    ran = {a.variant.variant_id for a in rows}
+    not_run = [label for vid, label in (planned or ()) if vid not in ran]
+    out += ["", "## Not run", ""]
+    out += [f"- **{label}**: no pass has run yet; not judged" for label in not_run] or \
+        ["- none: every declared configuration has at least one pass"]
     unpriced = [a for a in rows if a.unpriced]
     if unpriced and not eligible:
         names = ", ".join(a.variant.label for a in unpriced)
@@ -134,7 +143,10 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
                     f"can be compared and none is claimed. {len(unpriced)} configuration(s) pass the quality, "
                     f"memory and failure checks: {names}. Add [cost] (gpu, days, lots) to price them."]
     else:
-        decision = _decision(eligible, deliverables, deadline_at)
+        decision = _decision(eligible, deliverables, deadline_at, len(not_run))
+    if not_run:
+        decision = [f"**Not a decision over every declared configuration:** {len(not_run)} of "
+                    f"{len(not_run) + len(rows)} have not run ({', '.join(not_run)}).", ""] + decision
     out += ["", "## Decision", ""] + decision
     return "\n".join(out) + "\n"
 
@@ -202,7 +214,7 @@ def _config_section(a: Assessment, deliverables: int) -> list[str]:
              f"- Median / min / max: {_s(v.median_s)} / {_s(v.min_s)} / "
              f"{_s(v.max_s)}; successes {v.successes}, failures "
              f"{v.failures}",
-             f"- {v.utilization_text()} (medians of passes ok)"]
+             f"- {v.utilization_text()}"]
     if v.does_not_distinguish:
         lines.append("- Spread within variants is comparable to the gap between medians: "
                      "the series does not distinguish them")
@@ -291,7 +303,7 @@ def distinguished(a: VariantSummary, b: VariantSummary) -> bool:
 
 
 def _decision(eligible: list[Assessment], deliverables: int,
-              deadline_at: datetime | None) -> list[str]:
+              deadline_at: datetime | None, not_run: int = 0) -> list[str]:
     if not eligible:
         return ["No configuration is eligible (see the exclusions above): no package should be "
                 "committed on this evidence."]
@@ -308,7 +320,10 @@ def _decision(eligible: list[Assessment], deliverables: int,
                          "is claimed for them." if rest else "."))
     why = [f"{len(eligible)} eligible configuration(s)"]
     cited = [v]  # configurations whose durations the motivation uses
-    if len(eligible) == 1:
+    if len(eligible) == 1 and not_run:
+        why.append(f"it is the only one of the configurations run so far that passes quality, memory, "
+                   f"failure, calendar and price checks; {not_run} declared configuration(s) have not run")
+    elif len(eligible) == 1:
         why.append("it is the only configuration that passes quality, memory, failure, "
                    "calendar and price checks")
     else:

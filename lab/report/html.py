@@ -112,7 +112,9 @@ def bars_figure(labels: list[str], values: list[float | None], ylabel: str, titl
     if lows is not None and highs is not None:
         for x, v, lo, hi in zip(xs, values, lows, highs, strict=True):
             if v is not None and lo is not None and hi is not None:
-                ax.errorbar([x], [v], yerr=[[v - lo], [hi - v]], color="black", capsize=4)
+                # the median pass's items / median duration can pass a rate rounded to 4 decimals
+                ax.errorbar([x], [v], yerr=[[max(0.0, v - lo)], [max(0.0, hi - v)]], color="black",
+                            capsize=4)
     for x, v in zip(xs, values, strict=True):
         if v is None:
             ax.annotate("none", (x, 0), ha="center", va="bottom", color=FAILED, fontsize=8)

@@ -37,6 +37,18 @@ def recompilation_caveat(recompiled_passes: int, successes: int, frames_max: int
             "the durations, their median and the utilization are not steady-state")
 
 
+def median_pass_throughput(items: float | None, durations_s) -> float | None:
+    """Throughput of the median pass, items/s: ``items`` (per pass) / the median of the
+    measured-window durations ``durations_s`` (s). With an even number of passes the median
+    duration is the mean of the two middle ones, and this is items over it, never the mean of
+    the two throughputs. The one definition for the summary, the decision note and compare
+    (whose projected hours at the median pass are load / this). None without items or durations."""
+    ds = [float(d) for d in durations_s if d]
+    if not items or not ds:
+        return None
+    return float(items) / statistics.median(ds)
+
+
 @dataclass(frozen=True)
 class VariantSummary:
     """One variant's results over its passes: the record the decision note, the screens and
@@ -165,7 +177,7 @@ def summarize(rows: list[dict], feasibility: dict | None = None) -> list[Variant
         rs = by[vid]
         ok = [r for r in rs if r["status"] == PassStatus.OK and r.get("measured_s") is not None]
         d = [round(float(r["measured_s"]), 6) for r in ok]
-        rates = [float(r["items_per_s"]) for r in ok if r.get("items_per_s")]
+        items = max((int(r["items_total"]) for r in ok if r.get("items_total")), default=None)
         metrics = [r["metric"] for r in rs if r.get("metric") is not None]
         accepted = sum(1 for r in rs if r.get("corpus_accepted") is True)
         first = rs[0]
@@ -186,7 +198,7 @@ def summarize(rows: list[dict], feasibility: dict | None = None) -> list[Variant
             "min_s": min(d) if d else None, "max_s": max(d) if d else None,
             "successes": len(ok), "failures": len(failures),
             "failure_kinds": sorted({r["status"] for r in failures}),
-            "items_per_s_median": statistics.median(rates) if rates else None,
+            "items_per_s_median": median_pass_throughput(items, d),
             "metric_median": statistics.median(metrics) if metrics else None,
             "accepted_passes": accepted, "quality_verdict": verdict,
             "feasible": feas["feasible"], "infeasible_reason": feas.get("reason", ""),

@@ -13,7 +13,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Input, Label, SelectionList, Static
+from textual.widgets import Checkbox, Input, Label, SelectionList, Static
 
 from lab.views import run_comparison
 from tui.messages import CompareReady
@@ -23,6 +23,9 @@ FIELDS = (("add", "add archive", "path of another .tar.gz, Enter"),
           ("load", "load (items)", "production load, e.g. 2000000"),
           ("deadline", "deadline", "ISO, e.g. 2026-12-04T09:00+01:00"),
           ("window_start", "window start", "ISO (default: now)"))
+# Overrides of compare's refusals (lab.compare.decision.compare_evidence); every output names them.
+ALLOW = (("allow_partial", "allow partial evidence (--allow-partial)"),
+         ("allow_short", "allow passes too short to project (--allow-short)"))
 
 
 class CompareScreen(LabScreen):
@@ -40,6 +43,8 @@ class CompareScreen(LabScreen):
                 with Horizontal(classes="field"):
                     yield Label(label, classes="field-label")
                     yield Input(placeholder=hint, id=f"c-{key}", classes="field-input")
+            for key, label in ALLOW:
+                yield Checkbox(label, id=f"c-{key}")
             yield Static("", id="compare-result", markup=True)
 
     def on_screen_resume(self) -> None:
@@ -77,7 +82,8 @@ class CompareScreen(LabScreen):
         self.action_compare()
 
     def fields(self) -> dict:
-        return {key: self.query_one(f"#c-{key}", Input).value.strip() for key, _, _ in FIELDS}
+        typed: dict = {key: self.query_one(f"#c-{key}", Input).value.strip() for key, _, _ in FIELDS}
+        return typed | {key: self.query_one(f"#c-{key}", Checkbox).value for key, _ in ALLOW}
 
     def action_compare(self) -> None:
         archives = list(self.query_one("#compare-archives", SelectionList).selected)
