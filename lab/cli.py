@@ -68,8 +68,13 @@ def cmd_model_build_demo(a) -> int:
 def cmd_protocol_lock(a) -> int:
     from lab.protocol import load_protocol, lock
 
-    v = lock(load_protocol(a.campaign))
+    from lab.preflight import check_projection_rule
+
+    proto = load_protocol(a.campaign)
+    v = lock(proto)
     print(f"locked {a.campaign}: version {v['version']}, sha256 {v['sha256']}")
+    for c in check_projection_rule(proto):
+        print(f"note: {c.name}: {c.detail}")
     return 0
 
 

@@ -239,6 +239,32 @@ def check_cards(proto) -> list[Check]:
     return [Check("cards", True, f"{', '.join(map(str, cards))} card(s) per pass; this host has enough")]
 
 
+def check_projection_rule(proto, items: int | None = None) -> list[Check]:
+    """The projection validity rule ([timing] min_window_s, min_accepted_passes; lab.compare
+    projects a configuration to a load only when it holds) against what is known at lock: the
+    repetitions and the corpus size (``items``; read from the corpus when None). A warning
+    (ok None), never a refusal: the campaign still measures; its configurations will be
+    marked "too short to project" by compare unless allowed. No line when the rule can be met."""
+    t = proto.config.timing
+    notes = []
+    if t.repetitions < t.min_accepted_passes:
+        notes.append(f"repetitions {t.repetitions} < min_accepted_passes {t.min_accepted_passes}: no "
+                     "configuration can meet the rule")
+    if items is None:
+        try:
+            items = len(read_corpus(proto.corpus_path))
+        except (OSError, ValueError, CorpusError):  # the corpus checks above name the problem
+            items = None
+    if items and t.min_window_s and items < t.min_window_s:
+        notes.append(f"{items} corpus items: a pass lasts {t.min_window_s:g} s only below "
+                     f"{items / t.min_window_s:.2f} items/s")
+    if not notes:
+        return []
+    return [Check("projection rule", None, "warning: " + "; ".join(notes) + "; compare will mark this "
+                  "campaign's configurations too short to project (--allow-short overrides, named in "
+                  "every output)")]
+
+
 def lock_checks(proto) -> list[Check]:
     """Every lock-time check of ``proto`` (a lab.protocol.Protocol), in order; stops at the
     corpus or model when later checks need them."""
@@ -248,6 +274,7 @@ def lock_checks(proto) -> list[Check]:
         checks += check_model(proto, texts, labels)
     checks += check_devices(proto)
     checks += check_cards(proto)
+    checks += check_projection_rule(proto)
     return checks
 
 

@@ -268,8 +268,10 @@ def per_host_lines(cands: list[Projection], projections: list[Projection], chose
             continue
         assert best.sizing is not None
         q = best.sizing.quote
+        metric = ("metric not measured" if best.metric_median is None
+                  else f"{best.metric_name} {best.metric_median:.4f}")
         lines.append(f"best on {host}: {best.label} at {q.committed_budget:.2f} {q.currency}, "
-                     f"{float(q.committed_budget / budget):.1f}x the chosen budget")
+                     f"{float(q.committed_budget / budget):.1f}x the chosen budget ({metric})")
         if runner_up is None:
             runner_up = best
     if runner_up is not None:
