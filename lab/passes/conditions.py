@@ -6,7 +6,8 @@ of 0.15 CPU ran 18.3 s against 5.0-7.3 s outside, with identical manifests (issu
 each pass records, around its measured window (:class:`WindowConditions`):
 
 - ``cpu_time_s``: the pass process's CPU time (user + system, every thread) over the window
-  (psutil ``Process.cpu_times``), next to the window's wall time and the torch threads;
+  (``time.process_time``: CLOCK_PROCESS_CPUTIME_ID, nanoseconds; psutil's ``cpu_times`` count
+  whole 10 ms ticks, too coarse for a 0.1 s window), next to its wall time and the torch threads;
 - ``cpu_affinity``: the CPUs the process may run on (``os.sched_getaffinity``);
   ``cpu_quota``: the CPUs its cgroup quota allows (:func:`cpu_quota`, cgroup v2 ``cpu.max``
   or v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``; None with the reason when no quota
@@ -24,6 +25,7 @@ Missing figures are None with a reason in ``reasons``, never 0 (SPEC 3.10).
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 STARVED_SHARE = 0.5
@@ -240,15 +242,11 @@ class WindowConditions:
         self._t0: dict = {}
 
     def start(self) -> None:
-        import psutil
-
         self._t0 = {"gpu": gpu_state(self.device), "load": _load(), "stat": proc_stat_ticks(),
-                    "cpu": _cpu_s(psutil.Process())}
+                    "cpu": time.process_time()}
 
     def stop(self, wall_s: float | None) -> dict:
-        import psutil
-
-        cpu_end, stat_end, load_end = _cpu_s(psutil.Process()), proc_stat_ticks(), _load()
+        cpu_end, stat_end, load_end = time.process_time(), proc_stat_ticks(), _load()
         gpu_end = gpu_state(self.device)
         t0 = self._t0
         reasons: dict[str, str] = {}
@@ -287,11 +285,6 @@ class WindowConditions:
         rec["starved"] = bool(rec["starved_reason"])
         rec["reasons"] = reasons
         return rec
-
-
-def _cpu_s(proc) -> float:
-    t = proc.cpu_times()
-    return float(t.user + t.system)
 
 
 def _load() -> float | None:
