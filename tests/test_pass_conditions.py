@@ -185,3 +185,41 @@ def test_a_pass_sharing_its_cpu_with_busy_loops_is_starved_by_its_cpu_share(mode
     c = json.loads((out / "result.json").read_text())["conditions"]
     assert c["cpu_affinity"] == 1 and c["cpus_needed"] == 1 and c["cpus_available"] <= 1
     assert c["starved"] is True and "CPU share" in c["starved_reason"], c
+
+
+def test_a_series_over_cards_on_one_cpu_names_the_starved_passes_in_the_decision(model_dir, tmp_path):
+    """Issue 19's case: a series over cards 1/2 on a host short of CPUs picked "2 cards" on a fake
+    speedup. Here both variants run on one CPU: the two workers of a 2-card pass share it."""
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestrator import Orchestrator
+    from lab.protocol import load_protocol, lock
+    from lab.report.build import build_report
+
+    corpus = cut_corpus(tmp_path / "corpus.jsonl", 3, 2, 1)
+    f = write_campaign(tmp_path, model_dir, corpus, name="cards", repetitions=2, max_length=64)
+    f.write_text(f.read_text().replace("threads = 1", "threads = 2")
+                 .replace('factor = "batch_size"\nvalues = [1, 8]', 'factor = "cards"\nvalues = [1, 2]')
+                 .replace('"batch/batch_size=1"', '"batch/cards=1"')
+                 + '\n[cost]\ngpu = "b200"\ndays = 7\nlots = 1\n')
+    lock(load_protocol(f))
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {max(before)})  # torchrun and its workers inherit it
+    try:
+        orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
+        assert orch.run() == "finished"
+    finally:
+        os.sched_setaffinity(0, before)
+    build_report(orch.dir)
+    rows = list(csv.DictReader((orch.dir / "report" / "raw_table.csv").read_text().splitlines()))
+    assert sorted(r["cards"] for r in rows) == ["1", "1", "2", "2"] and all(r["status"] == "ok" for r in rows)
+    for r in rows:
+        assert r["starved"] == "True" and r["cpus_available"] == "1", r
+    for r in (r for r in rows if r["cards"] == "2"):
+        assert r["starved_reason"].startswith("2 CPU(s) needed (torch threads 1 x 2 workers on this host), "
+                                              "1 available")
+        assert "window conditions of card " in r["notes"] and "starved cards: [0, 1]" in r["notes"]
+        result = json.loads((orch.dir / r["predictions_path"]).parent.joinpath("result.json").read_text())
+        assert [c["conditions"]["starved"] for c in result["per_card"]] == [True, True]
+    note = (orch.dir / "report" / "decision_note.md").read_text()
+    assert "**Chosen:" in note and "starved pass(es) (" in note.split("**Motivation.**")[1]
+    assert "so its median measures a host short of CPU, not the configuration" in note

@@ -54,7 +54,8 @@ def starvation(cond: dict) -> str:
 
     1. the CPUs it may use (``cpus_available``: the smaller of its affinity and its cgroup
        quota) are fewer than it needs (``cpus_needed``: torch's threads on a CPU device, 1 on
-       a GPU, whose host thread tokenizes, transfers and launches every kernel). Threads
+       a GPU, whose host thread tokenizes, transfers and launches every kernel; times the
+       workers a multi-card pass runs on this host). Threads
        beyond the CPUs wait for each other at every parallel region (OpenMP barriers): the
        17.1 s against 1.27 s of issue 19 was 2 threads on a loaded 2-core host; a quota of
        0.15 CPU starves even one thread;
@@ -76,18 +77,19 @@ def starvation(cond: dict) -> str:
     share = cond.get("cpu_share")
     if share is not None and not str(cond.get("device", "cpu")).startswith("cuda") and share < STARVED_SHARE:
         why.append(f"CPU share {share:.2f} < {STARVED_SHARE}: the window got {cond.get('cpu_time_s'):.3f} s of "
-                   f"CPU time in {cond.get('wall_s'):.3f} s on {min(need or 1, avail or need or 1):g} CPU(s)")
+                   f"CPU time in {cond.get('wall_s'):.3f} s on {cond.get('cpus_usable', 1):g} usable CPU(s)")
     steal = cond.get("steal_share")
     if steal is not None and steal >= STARVED_STEAL:
         why.append(f"the hypervisor stole {steal:.0%} of the CPUs' time (>= {STARVED_STEAL:.0%})")
     return "; ".join(why)
 
 
-def cpu_share(cpu_time_s: float | None, wall_s: float | None, cpus_needed: int | None,
+def cpu_share(cpu_time_s: float | None, wall_s: float | None, cpus_needed: float | None,
               cpus_available: float | None) -> float | None:
     """CPU time over the window / (wall s x min(cpus needed, cpus available)), rounded to 4
     places; 1 = every CPU the pass could use was busy for it the whole window. None when a
-    figure is missing or the wall time is 0."""
+    figure is missing or the wall time is 0. A worker of a multi-card pass passes its usable
+    part (min(its threads, available / workers on the host)) as ``cpus_available``."""
     if cpu_time_s is None or not wall_s or not cpus_needed:
         return None
     usable = min(float(cpus_needed), cpus_available) if cpus_available else float(cpus_needed)
@@ -232,13 +234,16 @@ def gpu_state(device: str) -> dict:
 class WindowConditions:
     """Readings at the start and the end of one measured window (one pass, or one card).
 
-    ``device``: the resolved device; ``threads``: torch's thread count in this process.
+    ``device``: the resolved device; ``threads``: torch's thread count in this process;
+    ``workers_on_host``: processes of this pass on this host (a multi-card pass's workers share
+    its CPUs: the pass needs each worker's CPUs once per worker, and each worker's share is
+    judged against its part, ``cpus_available`` / workers, of what the host gives).
     Call :meth:`start` right before the window's first clock reading and :meth:`stop` with the
     window's wall seconds right after its last; :meth:`stop` returns the record (module doc).
     """
 
-    def __init__(self, device: str, threads: int):
-        self.device, self.threads = device, threads
+    def __init__(self, device: str, threads: int, workers_on_host: int = 1):
+        self.device, self.threads, self.workers = device, threads, max(1, workers_on_host)
         self._t0: dict = {}
 
     def start(self) -> None:
@@ -259,7 +264,9 @@ class WindowConditions:
             reasons["cpu_quota"] = quota_src
         avail = min(x for x in (affinity, quota) if x is not None) if (affinity or quota) else None
         on_gpu = self.device.startswith("cuda")
-        need = 1 if on_gpu else max(1, self.threads)
+        per_worker = 1 if on_gpu else max(1, self.threads)
+        need = per_worker * self.workers
+        usable = min(float(per_worker), avail / self.workers) if avail else float(per_worker)
         steal = None
         if t0.get("stat") and stat_end and stat_end[1] > t0["stat"][1]:
             steal = round((stat_end[0] - t0["stat"][0]) / (stat_end[1] - t0["stat"][1]), 4)
@@ -274,11 +281,13 @@ class WindowConditions:
                 reasons[k] = g["reason"]
         rec = {"device": self.device, "wall_s": wall_s, "cpu_time_s": cpu_s, "threads": self.threads,
                "cpu_affinity": affinity, "cpu_quota": quota, "cpu_quota_source": quota_src,
-               "cpus_available": avail, "cpus_needed": need,
-               "needs": "1 host thread on a GPU" if on_gpu else f"torch threads {self.threads}",
+               "cpus_available": avail, "cpus_needed": need, "workers_on_host": self.workers,
+               "needs": ("1 host thread on a GPU" if on_gpu else f"torch threads {self.threads}")
+               + (f" x {self.workers} workers on this host" if self.workers > 1 else ""),
                "available_from": f"affinity {affinity}" + (f", quota {quota:g} CPU" if quota is not None else
                                                            ", no quota"),
-               "cpu_share": cpu_share(cpu_s, wall_s, need, avail),
+               "cpus_usable": round(usable, 4),
+               "cpu_share": cpu_share(cpu_s, wall_s, 1, usable),
                "load_1m_start": t0.get("load"), "load_1m_end": load_end, "steal_share": steal,
                "gpu_start": t0.get("gpu"), "gpu_end": gpu_end, "rule": "lab.passes.conditions.starvation"}
         rec["starved_reason"] = starvation(rec)

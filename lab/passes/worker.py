@@ -173,7 +173,7 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
         release_memory(device)
         tracker.reset()
         inf.synchronize(device)
-        cond = WindowConditions(device, torch.get_num_threads())
+        cond = WindowConditions(device, torch.get_num_threads(), local_world)
         wait_barrier(dist, stop)  # every card loaded and warm: the common start
         cond.start()
         t = state["t0"] = time.perf_counter()
