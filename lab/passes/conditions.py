@@ -138,18 +138,21 @@ def cpu_quota(cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) 
 
 
 def _v1_quota(folder: Path) -> float | None:
-    quota, period = _read(folder / "cpu.cfs_quota_us"), _read(folder / "cpu.cfs_period_us")
-    if quota is None or period is None or int(quota) < 0 or int(period) <= 0:
+    """cpu.cfs_quota_us / cpu.cfs_period_us of ``folder``; None: no quota (-1) or unreadable."""
+    try:
+        quota, period = int(_read(folder / "cpu.cfs_quota_us") or "-1"), int(_read(folder / "cpu.cfs_period_us") or "0")
+    except ValueError:
         return None
-    return int(quota) / int(period)
+    return quota / period if quota >= 0 and period > 0 else None
 
 
 def _v2_quota(folder: Path) -> float | None:
-    text = _read(folder / "cpu.max")
-    if text is None or text.split()[0] == "max":
+    """cpu.max of ``folder`` ("QUOTA PERIOD"); None: "max" (no quota), absent or unreadable."""
+    words = (_read(folder / "cpu.max") or "").split()
+    try:
+        return int(words[0]) / int(words[1]) if len(words) >= 2 and words[0] != "max" and int(words[1]) > 0 else None
+    except ValueError:
         return None
-    quota, period = text.split()[:2]
-    return int(quota) / int(period)
 
 
 def _smallest(mount: Path, path: str, read, what: str) -> tuple[float | None, str]:

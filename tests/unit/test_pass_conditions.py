@@ -188,3 +188,22 @@ def test_starved_passes_are_named_in_the_summary_pairs_and_decision_note():
     note = decision_note([a, b], {"name": "t"}, {})
     assert "**Starved passes** (lab.passes.conditions.starvation): `p1`: 2 CPU(s) needed" in note
     assert "starved pass(es) among these durations: p1, p2" in note
+
+
+def test_unreadable_quota_files_are_no_quota_never_an_error(tmp_path):
+    proc = tmp_path / "proc_cgroup"
+    proc.write_text("0::/a\n")
+    _tree(tmp_path / "cg", {"a/cpu.max": "\n", "cpu.max": "garbage 100000\n"})
+    q, why = cpu_quota(tmp_path / "cg", proc)
+    assert q is None and "not in a CPU quota" in why
+
+
+def test_the_results_screen_says_which_passes_were_starved():
+    from lab.report.summary import summarize
+    from tui.screens.results_screen import render_summary
+
+    a, b = summarize([_row("p1", "a", 17.1, True), _row("p2", "a", 16.0, False), _row("p3", "b", 1.27, False),
+                      _row("p4", "b", 1.30, False)])
+    text = render_summary([a, b])
+    assert "[red]starved:[/red] starved pass(es) among these durations: p1 " in text
+    assert text.count("starved:") == 1  # variant b had none
