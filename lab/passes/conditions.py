@@ -290,7 +290,7 @@ class WindowConditions:
                "available_from": f"affinity {affinity}" + (f", quota {quota:g} CPU" if quota is not None else
                                                            ", no quota"),
                "cpus_usable": round(usable, 4),
-               "cpu_share": cpu_share(cpu_s, wall_s, 1, usable),
+               "cpu_share": cpu_share(cpu_s, wall_s, per_worker, avail / self.workers if avail else None),
                "load_1m_start": t0.get("load"), "load_1m_end": load_end, "steal_share": steal,
                "gpu_start": t0.get("gpu"), "gpu_end": gpu_end, "rule": "lab.passes.conditions.starvation"}
         rec["starved_reason"] = starvation(rec)

@@ -2,9 +2,10 @@
 
 Observed on the loaded model and in the measured window, never copied from the declaration:
 the dtype and device of the loaded weights, the attention implementation the model reports
-(``config._attn_implementation``), torch's thread count, whether the module is compiled, any
-quantized weights, the padded width of each batch (padding), the longest tokenized item
-(max_length), and the processing order (bucketing). A declared value the pass did not honour
+(``config._attn_implementation``), torch's thread count, torch's TF32 settings (declared never
+on: :func:`observe_tf32`), whether the module is compiled, any quantized weights, the padded
+width of each batch (padding), the longest tokenized item (max_length), and the processing
+order (bucketing). A declared value the pass did not honour
 raises NotHonoured: the pass becomes a failure row with the reason, never a row that claims it
 (seed: "Non sostituire silenziosamente").
 

@@ -207,3 +207,23 @@ def test_the_results_screen_says_which_passes_were_starved():
     text = render_summary([a, b])
     assert "[red]starved:[/red] starved pass(es) among these durations: p1 " in text
     assert text.count("starved:") == 1  # variant b had none
+
+
+@pytest.mark.parametrize("threads, workers, affinity, quota, cpu_s, share, starved", [
+    (2, 1, 2, None, 1.6, 0.8, False),      # 2 threads busy 80 % of a 1 s window on 2 free CPUs
+    (2, 1, 2, None, 0.6, 0.3, True),       # the same threads got 0.6 s: others took the CPUs
+    (1, 1, 2, 0.15, 0.15, 1.0, True),      # a 0.15-CPU quota: the share is full, the quota starves it
+    (1, 2, 2, None, 0.9, 0.9, False),      # a worker of a 2-card pass, 1 thread of 2 CPUs shared by 2
+    (2, 2, 2, None, 0.9, 0.9, True),       # 2 workers x 2 threads on 2 CPUs: 4 needed
+])
+def test_window_record_share_and_verdict(monkeypatch, threads, workers, affinity, quota, cpu_s, share, starved):
+    clock = iter([10.0, 10.0 + cpu_s])
+    monkeypatch.setattr(cond.time, "process_time", lambda: next(clock))
+    monkeypatch.setattr(cond, "cpu_affinity", lambda: (affinity, "test"))
+    monkeypatch.setattr(cond, "cpu_quota", lambda: (quota, "test quota" if quota else "not in a CPU quota (test)"))
+    monkeypatch.setattr(cond, "proc_stat_ticks", lambda: (0, 100))
+    w = WindowConditions("cpu", threads, workers)
+    w.start()
+    rec = w.stop(1.0)
+    assert rec["cpu_share"] == share and rec["starved"] is starved, rec
+    assert rec["cpus_needed"] == threads * workers and rec["cpus_available"] == min(affinity, quota or affinity)
