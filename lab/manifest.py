@@ -1,8 +1,11 @@
 """The manifest: what is needed to reproduce a campaign (SPEC 2: manifest; seed: "Preparare gli
 input, il riferimento e il manifesto").
 
-Only named facts are recorded. Environment variables are read from a short allow-list of
-device-selection settings; tokens and secrets are never read into the manifest.
+Only named facts are recorded. Environment variables are read from a short allow-list
+(``ENV_ALLOWED``: device selection and the settings that change numerics, speed or memory, such as
+``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE``); tokens and secrets are never read into the manifest. Each
+pass also records its own (``result.json`` ``environment``), with the conditions of its window
+(lab.passes.conditions).
 """
 
 from __future__ import annotations
@@ -20,9 +23,34 @@ from lab.host import nvml
 
 PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "pandas", "textual",
             "docker", "psutil", "nvidia-ml-py")
-ENV_ALLOWED = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-               "OMP_NUM_THREADS", "MALLOC_ARENA_MAX", "TOKENIZERS_PARALLELISM", "HF_HUB_OFFLINE",
-               "CUBLAS_WORKSPACE_CONFIG", "PYTORCH_CUDA_ALLOC_CONF")
+ENV_ALLOWED = (
+    # which devices a pass sees
+    "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+    # numerics: TF32 turns "fp32" matmuls into 10-bit-mantissa ones on NVIDIA GPUs from Ampere on
+    "NVIDIA_TF32_OVERRIDE",              # 0: NVIDIA's libraries (cuBLAS, cuDNN) never use TF32
+    "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",  # 1: torch forces TF32 on cuBLAS, whatever the code sets
+    "HIPBLASLT_ALLOW_TF32",              # ROCm: torch allows TF32 on hipBLASLt only when set
+    "CUBLAS_WORKSPACE_CONFIG",           # deterministic cuBLAS (and its speed)
+    # speed: CPU threads, their placement and how they wait; kernel launch
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES",
+    "OMP_WAIT_POLICY", "KMP_AFFINITY", "KMP_BLOCKTIME", "GOMP_CPU_AFFINITY", "TOKENIZERS_PARALLELISM",
+    "CUDA_LAUNCH_BLOCKING", "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_MODULE_LOADING", "TORCH_CUDNN_V8_API_DISABLED",
+    # memory: allocators
+    "MALLOC_ARENA_MAX", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_NO_CUDA_MEMORY_CACHING",
+    # what is loaded
+    "HF_HUB_OFFLINE",
+)
+"""Environment variables that change a pass's numerics, speed or memory (or what it loads),
+recorded by name and value when set; nothing else of the environment is read (no secrets).
+Sources: torch's "CUDA Environment Variables" page (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE: forces TF32,
+overrides set_float32_matmul_precision), NVIDIA's TF32 documentation (NVIDIA_TF32_OVERRIDE=0
+disables TF32 in NVIDIA's libraries), the OpenMP/MKL thread settings."""
+
+
+def pass_environment() -> dict:
+    """{name: value} of the ``ENV_ALLOWED`` variables set in this process (a pass records its
+    own: a container's environment is not the orchestrator's)."""
+    return {k: os.environ[k] for k in ENV_ALLOWED if k in os.environ}
 
 
 def _pkg(name: str) -> str:
@@ -97,7 +125,7 @@ def host_facts() -> dict:
         "cpu": {"name": cpu_name(), "logical_cores": os.cpu_count()},
         "ram_bytes": psutil.virtual_memory().total,
         "gpu": gpu_facts(),
-        "environment": {k: os.environ[k] for k in ENV_ALLOWED if k in os.environ},
+        "environment": pass_environment(),
     }
 
 

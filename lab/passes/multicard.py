@@ -157,6 +157,18 @@ def _truncation(rows: list[dict], pos: dict, lines: list[str]) -> dict:
     return truncation_counts(rows, kept, total)
 
 
+def worst_conditions(recs: list[dict]) -> dict | None:
+    """The pass's window conditions: those of its worst card (a starved one first, then the
+    lowest CPU share), with ``card`` (its rank) and ``starved_cards`` (ranks of every starved
+    card); each card's own are in ``per_card``. None when no card recorded them."""
+    have = [c for c in recs if c.get("conditions")]
+    if not have:
+        return None
+    worst = min(have, key=lambda c: (not c["conditions"].get("starved"), c["conditions"].get("cpu_share") or 0.0))
+    return {**worst["conditions"], "card": worst["rank"],
+            "starved_cards": [c["rank"] for c in have if c["conditions"].get("starved")]}
+
+
 def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_time: str,
                 torchrun_wall_s: float | None = None) -> dict:
     """Merge ``cards/card<r>.*`` into ``predictions.jsonl`` and ``result.json``; returns the result.
@@ -172,7 +184,8 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
     ok card checked by the one-card rule (``require_honoured``): a card that did not honour a
     declared value makes the pass an error with the reason naming the card. Truncation per
     bucket: from the merged lines' ``tokens_kept``/``tokens_total``.
-    Memory: per-card records in ``per_card`` (scope kept); the pass-level peaks are the
+    Window conditions (lab.passes.conditions): the worst card's (``worst_conditions``), each
+    card's in ``per_card``. Memory: per-card records in ``per_card`` (scope kept); the pass-level peaks are the
     largest single card's, never a sum. Items completed: sum over cards (each item once).
     """
     from lab.corpus import read_corpus
@@ -221,6 +234,7 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
                  "items_total": c.get("items_total"), "items_completed": c.get("items_completed"),
                  "measured_s": c["phases_s"].get("measured"), "threads": c.get("threads"),
                  "peaks": c.get("peaks"), "error": c.get("error", ""), "observed": c.get("observed"),
+                 "conditions": c.get("conditions"),
                  "test_only_injected_oom": c.get("test_only_injected_oom", False)} for c in recs]
     peaks = None
     if any(c.get("peaks") for c in recs):
@@ -250,6 +264,8 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
            "padded_tokens": sum(int(c.get("padded_tokens") or 0) for c in recs),
            "batches": sum(int(c.get("batches") or 0) for c in recs),
            "observed": combine_cards([(c["rank"], c["observed"]) for c in recs if c.get("observed")]),
+           "conditions": worst_conditions(recs),
+           "environment": next((c.get("environment") for c in recs if c.get("environment") is not None), None),
            "truncated_by_bucket": _truncation(rows, pos, [line for _, line in merged]),
            "self_accuracy": round(sum(a == b for a, b in gold) / len(gold), 6) if gold else None,
            "deterministic": {"torch.manual_seed": spec.seed, "cudnn.benchmark": False,

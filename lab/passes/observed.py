@@ -2,9 +2,10 @@
 
 Observed on the loaded model and in the measured window, never copied from the declaration:
 the dtype and device of the loaded weights, the attention implementation the model reports
-(``config._attn_implementation``), torch's thread count, whether the module is compiled, any
-quantized weights, the padded width of each batch (padding), the longest tokenized item
-(max_length), and the processing order (bucketing). A declared value the pass did not honour
+(``config._attn_implementation``), torch's thread count, torch's TF32 settings (declared never
+on: :func:`observe_tf32`), whether the module is compiled, any quantized weights, the padded
+width of each batch (padding), the longest tokenized item (max_length), and the processing
+order (bucketing). A declared value the pass did not honour
 raises NotHonoured: the pass becomes a failure row with the reason, never a row that claims it
 (seed: "Non sostituire silenziosamente").
 
@@ -54,7 +55,29 @@ def observe_model(model, threads_declared: int, workers_on_host: int = 1) -> dic
             "threads": torch.get_num_threads(), "threads_declared": threads_declared,
             "compile": compiled,
             "quantization": "none" if not (quantized or qconf) else (str(qconf) if qconf else "/".join(quantized)),
+            **observe_tf32(),
             **({} if workers_on_host <= 1 else _split(threads_declared, workers_on_host, threads_per_worker))}
+
+
+TF32_DECLARED = False
+"""What the lab declares for TF32: never on. It sets no TF32 option, so an fp32 pass's matmuls
+are torch's default, full fp32 (``float32_matmul_precision`` "highest", cuBLAS TF32 off)."""
+
+
+def observe_tf32() -> dict:
+    """torch's TF32 settings in this process: ``float32_matmul_precision``
+    (``torch.get_float32_matmul_precision()``), ``tf32_matmul``
+    (``torch.backends.cuda.matmul.allow_tf32``: cuBLAS fp32 matmuls as TF32; true under
+    ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`` or a precision below "highest"), ``tf32_cudnn``
+    (``torch.backends.cudnn.allow_tf32``: convolutions; torch's default is true) and
+    ``tf32_matmul_declared`` (``TF32_DECLARED``). TF32 exists only on NVIDIA GPUs from Ampere on:
+    on other devices these say what torch would do, not what ran. ``NVIDIA_TF32_OVERRIDE``
+    (read by NVIDIA's libraries, not by torch) is recorded with the pass's environment."""
+    import torch
+
+    return {"float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "tf32_matmul_declared": TF32_DECLARED, "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+            "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32)}
 
 
 def _split(declared: int, workers: int, share_of) -> dict:
@@ -111,6 +134,11 @@ def require_honoured(variant: Variant, observed: dict, device: str) -> None:
                    f"(threads // workers), torch uses {observed['threads']} in this worker")
     elif not share and observed["threads_declared"] and observed["threads"] != observed["threads_declared"]:
         bad.append(f"threads {observed['threads_declared']} declared, torch uses {observed['threads']}")
+    if (variant.precision == "fp32" and device.startswith("cuda") and not torch_hip()
+            and observed.get("tf32_matmul") not in (None, TF32_DECLARED)):
+        bad.append(f"precision fp32 declared, cuBLAS matmuls allowed as TF32 (torch.backends.cuda.matmul."
+                   f"allow_tf32 {observed['tf32_matmul']}, float32 matmul precision "
+                   f"{observed.get('float32_matmul_precision')}; TORCH_ALLOW_TF32_CUBLAS_OVERRIDE?)")
     if variant.compile != observed["compile"]:
         bad.append(f"compile {variant.compile} declared, compiled module: {observed['compile']}")
     if variant.quantization == "none" and observed["quantization"] != "none":
@@ -128,6 +156,13 @@ def require_honoured(variant: Variant, observed: dict, device: str) -> None:
                    f"{observed['batch_size']} of {n} items")
     if bad:
         raise NotHonoured("declared value not honoured: " + "; ".join(bad))
+
+
+def torch_hip() -> bool:
+    """True on a ROCm build of torch (TF32 is then hipBLASLt's, off unless HIPBLASLT_ALLOW_TF32)."""
+    import torch
+
+    return bool(torch.version.hip)
 
 
 def truncation_by_bucket(rows: list[dict], win) -> dict:

@@ -7,7 +7,9 @@ Phases, each timed separately with a host clock (``time.perf_counter``): ``start
 every window batch shape known before the window; ``compile_frames``, ``recompiles_warmup``
 and ``recompiles_measured`` count dynamo's frames compiled in each phase),
 ``warmup``, ``measured`` (read corpus, tokenize, transfer, infer, materialize predictions
-on the host; device synchronized at both ends), ``probe`` (matmul ceiling and the pass's
+on the host; device synchronized at both ends; the conditions it ran under around it:
+CPU time, CPUs available, load, steal, GPU clocks and whether they starved it,
+lab.passes.conditions), ``probe`` (matmul ceiling and the pass's
 model FLOP/s, lab.passes.probe), ``evaluation`` and ``writing``. Memory peaks are reset
 right before the measured window. Declared values are checked against the observed ones
 after the warm-up and after the window (lab.passes.observed). Writes ``predictions.jsonl``
@@ -113,6 +115,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         from lab.memory.peaks import PeakTracker
         from lab.passes import inference as inf
         from lab.passes import observed
+        from lab.passes.conditions import WindowConditions
 
         phases["startup"] = round(time.perf_counter() - _T_PROCESS, 6)
         torch.manual_seed(spec.seed)
@@ -120,10 +123,11 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
             torch.set_num_threads(spec.threads)
         torch.backends.cudnn.benchmark = False
         device, backend = inf.resolve_device(spec.variant.device)
+        from lab.manifest import pass_environment
         from lab.passes.distributed import card_identity
 
         res.update(device=device, backend=backend, torch_version=torch.__version__,
-                   devices=[card_identity(device, 0)],
+                   devices=[card_identity(device, 0)], environment=pass_environment(),
                    threads=torch.get_num_threads(),
                    deterministic={"torch.manual_seed": spec.seed, "cudnn.benchmark": False,
                                   "use_deterministic_algorithms": False})
@@ -167,7 +171,9 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         ev.emit(EventKind.PHASE, phase="measured", state="start")
         if dynamo:
             dynamo.start()
+        cond = WindowConditions(device, torch.get_num_threads())
         inf.synchronize(device)
+        cond.start()
         t = state["t0"] = time.perf_counter()
         rows = read_corpus(spec.corpus_path)
         state["total"] = res["items_total"] = len(rows)
@@ -176,6 +182,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
             inf.synchronize(device)
             phase("measured", t)
         finally:
+            res["conditions"] = cond.stop(round(time.perf_counter() - t, 6))  # a failed window's too
             res["peaks"] = tracker.read().to_json()
             if dynamo:
                 res["recompiles_measured"], res["graph_breaks_measured"] = dynamo.read()

@@ -12,7 +12,8 @@ not honour (``lab.passes.observed``, the one-card functions; again on its window
 measured window), releases freed memory and resets its peaks, then meets the other workers
 at a barrier. Its measured window starts when it leaves the barrier and ends when its
 shard's predictions are materialised on the host (device synchronized): read corpus,
-tokenize, shard (``lab.passes.distributed.shard_positions``), transfer, infer. The pass's
+tokenize, shard (``lab.passes.distributed.shard_positions``), transfer, infer; the conditions
+of its window (lab.passes.conditions, as a one-card pass) are recorded on the card. The pass's
 window is the slowest card's (``lab.passes.multicard``).
 
 Writes ``cards/card<RANK>.json`` and ``cards/card<RANK>.predictions.jsonl`` in the pass
@@ -138,7 +139,9 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
         from lab.memory.observe import release_memory
         from lab.memory.peaks import PeakTracker
         from lab.passes import inference as inf
+        from lab.manifest import pass_environment
         from lab.passes import observed
+        from lab.passes.conditions import WindowConditions
 
         phases["startup"] = round(time.perf_counter() - _T_PROCESS, 6)
         torch.manual_seed(spec.seed)
@@ -150,6 +153,7 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
             torch.cuda.set_device(device)
         card.update(device=device, backend=backend, torch_version=torch.__version__,
                     threads=torch.get_num_threads(), identity=card_identity(device, rank),
+                    environment=pass_environment(),
                     dist_backend=BACKENDS[backend], test_only_injected_oom=inject is not None and inject[0] == rank)
         dist.init_process_group(BACKENDS[backend], timeout=timedelta(minutes=30))
         t = time.perf_counter()
@@ -169,7 +173,9 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
         release_memory(device)
         tracker.reset()
         inf.synchronize(device)
+        cond = WindowConditions(device, torch.get_num_threads(), local_world)
         wait_barrier(dist, stop)  # every card loaded and warm: the common start
+        cond.start()
         t = state["t0"] = time.perf_counter()
         card["window_start_unix_s"] = time.time()
         if rank == 0:
@@ -196,6 +202,7 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
             phase("measured", t)
             card["window_end_unix_s"] = time.time()
         finally:
+            card["conditions"] = cond.stop(round(time.perf_counter() - t, 6))
             card["peaks"] = tracker.read().to_json()
         card.update(items_completed=win.items_done, n_truncated=win.n_truncated, real_tokens=win.real_tokens,
                     padded_tokens=win.padded_tokens, batches=win.batches)

@@ -211,13 +211,18 @@ def _config_section(a: Assessment, deliverables: int) -> list[str]:
              f"({v.accepted_passes} accepted pass(es))",
              f"- Raw durations, measured window, passes ok (s): {durations}"
              + (f". **Not steady-state:** {v.durations_caveat()}" if v.recompiled_passes else ""),
+             *(["- **Starved passes** (lab.passes.conditions.starvation): "
+                + "; ".join(f"`{x['pass_id']}`: {x['reason']}" for x in v.starved_passes)
+                + ". These durations measure a host short of CPU, not the configuration"]
+               if v.starved_passes else []),
              f"- Median / min / max: {_s(v.median_s)} / {_s(v.min_s)} / "
              f"{_s(v.max_s)}; successes {v.successes}, failures "
              f"{v.failures}",
              f"- {v.utilization_text()}"]
     if v.does_not_distinguish:
         lines.append("- Spread within variants is comparable to the gap between medians: "
-                     "the series does not distinguish them")
+                     "the series does not distinguish them"
+                     + (f"; {v.starved_caveat()}" if v.starved_passes else ""))
     for pair in v.pairs:
         lines.append(f"  - against `{pair['other']}`: "
                      f"{'distinguished' if pair['distinguished'] else 'not distinguished'} "
@@ -357,6 +362,10 @@ def _decision(eligible: list[Assessment], deliverables: int,
                        f"from {v.label}'s, so it is not shown to be faster")
         cited.append(fastest.variant)
     for named in [c for i, c in enumerate(cited) if all(c is not d for d in cited[:i])]:
+        if named.starved_passes:
+            why.append(f"{named.label}'s durations include {len(named.starved_passes)} starved pass(es) "
+                       f"({', '.join(x['pass_id'] for x in named.starved_passes)}), so its median measures a "
+                       "host short of CPU, not the configuration")
         if named.recompiled_passes:
             why.append(f"{named.label}'s durations include recompilation in the measured window, so "
                        "its median is not a steady-state figure")

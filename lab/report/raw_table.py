@@ -1,7 +1,11 @@
 """The raw table: one row per attempted pass, failures included (seed: "Una riga della tabella
 grezza rappresenta un passaggio tentato, incluso un arresto").
 
-A figure that was not measured is an empty cell, and ``notes`` says why (SPEC 3.10).
+A figure that was not measured is an empty cell, and ``notes`` says why (SPEC 3.10). The
+conditions of each pass's measured window (CPU time and share, CPUs available, cgroup quota,
+load, steal, ``starved``, GPU clocks and throttle reasons) are the ``CONDITIONS`` columns
+(lab.report.conditions); ``environment`` is the pass process's own settings that change
+numerics, speed or memory (JSON, lab.manifest.ENV_ALLOWED).
 """
 
 from __future__ import annotations
@@ -13,9 +17,12 @@ import pandas as pd
 
 from lab.files import sha256_file
 from lab.passes.events import PassStatus
+from lab.report.conditions import CONDITIONS, INT_CONDITIONS, condition_cells
 
 OBSERVED = ("dtype", "device", "attention", "threads_declared", "threads", "compile", "quantization",
-            "padding", "max_tokens", "bucketing", "batch_size")
+            "padding", "max_tokens", "bucketing", "batch_size",
+            # TF32 (lab.passes.observed.observe_tf32): declared never on; observed torch settings
+            "float32_matmul_precision", "tf32_matmul_declared", "tf32_matmul", "tf32_cudnn")
 TRUNCATED = ("truncated_short", "truncated_medium", "truncated_long")
 PHASES = ("startup", "model_load", "compile", "warmup", "measured", "probe", "evaluation", "writing")
 # utilization (lab.passes.probe) and compilation (lab.passes.compile), from result.json: frames dynamo
@@ -34,7 +41,8 @@ COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_na
             "start_time", "end_time", "status", "exit_code"]
            + [f"{p}_s" for p in PHASES]
            + ["items_total", "items_completed", "items_per_s", "n_truncated", *TRUNCATED, "real_tokens",
-              "padded_tokens", *PERF, "expected_ids", "observed_ids", "duplicate_ids", "missing_ids",
+              "padded_tokens", *PERF, *CONDITIONS, "environment", "expected_ids", "observed_ids",
+              "duplicate_ids", "missing_ids",
               "extra_ids", "ids_match", "format_ok", "coverage_ok", "metric_name", "metric",
               "metric_short", "metric_medium", "metric_long", "reference_metric",
               "gap_to_reference", "agreement_with_reference", "threshold", "tolerance",
@@ -87,6 +95,8 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
             if f"observed_{k}" in INT_COLUMNS and isinstance(obs.get(k), str):  # cards differ: "card 0: x; ..."
                 row[f"observed_{k}"] = None
                 notes.append(f"observed {k} differs between cards: {obs[k]}")
+        if obs and "tf32_matmul" not in obs:
+            notes.append("empty observed TF32 cells: this pass's runner predates their observation")
         if obs.get("threads_split"):
             notes.append(f"threads: {obs['threads_split']}")
         if not obs.get("padding") and a["status"] != PassStatus.RUNNING:
@@ -109,6 +119,13 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
             row[k] = r.get(k)
         row["compile_shapes"] = "; ".join(f"{b}x{t}" for b, t in r["compile_shapes"]) \
             if r.get("compile_shapes") else None
+        cells, cond_notes = condition_cells(r, a["status"] == PassStatus.RUNNING)
+        row.update(cells)
+        notes += cond_notes
+        row["environment"] = json.dumps(r["environment"], sort_keys=True) if "environment" in r else None
+        if "environment" not in r and a["status"] != PassStatus.RUNNING:
+            notes.append("empty environment: not recorded (the pass ended before its device was resolved, "
+                         "or its runner predates it)")
         if r.get("probe_error"):
             notes.append(r["probe_error"])
         notes += compile_notes(v, r, a["status"])
@@ -184,7 +201,7 @@ INT_COLUMNS = ("exit_code", "cards", "cards_observed", "items_total", "items_com
                "compile_frames", "recompiles_warmup",
                "expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids",
                "observed_threads_declared", "observed_threads", "observed_max_tokens",
-               "observed_batch_size") + PEAKS
+               "observed_batch_size") + INT_CONDITIONS + PEAKS
 
 
 def raw_table(rows: list[dict]) -> pd.DataFrame:

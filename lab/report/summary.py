@@ -7,7 +7,9 @@ mediane, la serie non distingue ancora le opzioni"): judged per pair of variants
 by :func:`lab.report.distinguish.compare_durations` (non-overlapping ranges, or an exact
 Mann-Whitney rank test with its p-value), so one slow pass cannot flag a variant against
 everything. Each variant lists the verdict against every other variant of its series in
-``pairs``; ``does_not_distinguish_from`` names those the measurements do not tell apart.
+``pairs``; ``does_not_distinguish_from`` names those the measurements do not tell apart. A
+pair whose durations include starved passes (lab.passes.conditions.starvation) says so in
+its reason and names them: its verdict may be the host's, not the variants'.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from lab.passes.events import PassStatus
+from lab.report.conditions import is_starved, starved_text
 from lab.report.distinguish import compare_durations
 from lab.variants import series_names
 
@@ -107,8 +110,13 @@ class VariantSummary:
     """Passes ok whose measured window included recompilation (recompiles_measured > 0): their
     durations are not steady-state (``durations_caveat``)."""
 
+    starved_passes: tuple[dict, ...] = ()
+    """Passes ok (their durations are in ``durations_s``) whose measured window was starved of
+    CPU (raw table ``starved``; lab.passes.conditions.starvation): {"pass_id", "reason"} each.
+    Every pair verdict of the variant names them (``pairs`` reason, ``starved_passes``)."""
+
     def __post_init__(self) -> None:
-        for name in ("durations_s", "failure_kinds", "does_not_distinguish_from", "pairs"):
+        for name in ("durations_s", "failure_kinds", "does_not_distinguish_from", "pairs", "starved_passes"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
     @property
@@ -141,6 +149,11 @@ class VariantSummary:
         to the durations on the Results screen and in the decision note
         (``recompilation_caveat``)."""
         return recompilation_caveat(self.recompiled_passes, self.successes, self.recompiles_measured_max)
+
+    def starved_caveat(self) -> str:
+        """'' when no pass ok was starved; else one clause naming the starved passes
+        (lab.report.conditions.starved_text): shown next to the durations."""
+        return starved_text(self.starved_passes)
 
     def to_json(self) -> dict:
         """Plain dict (tuples as lists): one object of summary.json."""
@@ -213,6 +226,8 @@ def summarize(rows: list[dict], feasibility: dict | None = None) -> list[Variant
             **{k: max((float(r[k]) for r in rs if r.get(k) is not None), default=None)
                for k in ("truncated_short", "truncated_medium", "truncated_long")},
             "max_length": first.get("max_length"),
+            "starved_passes": [{"pass_id": r["pass_id"], "reason": r.get("starved_reason") or ""}
+                               for r in ok if is_starved(r)],
         })
     _flag_indistinct(out)
     return [VariantSummary(**d) for d in out]
@@ -239,7 +254,12 @@ def _flag_indistinct(summary: list[dict]) -> None:
                     or a["median_s"] is None or b["median_s"] is None):
                 continue
             verdict = compare_durations(a["durations_s"], b["durations_s"])
-            a["pairs"].append({"other": b["variant_id"], **verdict.to_json()})
+            pair = {"other": b["variant_id"], **verdict.to_json()}
+            starved = a["starved_passes"] + b["starved_passes"]
+            if starved:  # a gap (or a spread) made by a host short of CPU is not the variants'
+                pair["reason"] += "; " + starved_text(starved)
+                pair["starved_passes"] = [p["pass_id"] for p in starved]
+            a["pairs"].append(pair)
             if not verdict.distinguished:
                 a["does_not_distinguish"] = True
                 a["does_not_distinguish_from"].append(b["variant_id"])
@@ -250,6 +270,8 @@ def summary_table(summary: list[VariantSummary]) -> pd.DataFrame:
     df["durations_s"] = df["durations_s"].map(lambda d: " ".join(f"{x:.3f}" for x in d))
     df["does_not_distinguish_from"] = df["does_not_distinguish_from"].map(" ".join)
     df["failure_kinds"] = df["failure_kinds"].map(" ".join)
+    df["starved_passes"] = df["starved_passes"].map(lambda ps: "; ".join(f"{p['pass_id']}: {p['reason']}"
+                                                                         for p in ps))
     df["pairs"] = df["pairs"].map(lambda ps: "; ".join(f"{p['other']}: {p['reason']}" for p in ps))
     return df
 

@@ -40,6 +40,8 @@ def render_summary(summary: list[VariantSummary]) -> str:
         out.append(f"  durations s: {d}")
         if v.recompiled_passes:
             out.append(f"  [yellow]not steady-state:[/yellow] {escape(v.durations_caveat())}")
+        if v.starved_passes:
+            out.append(f"  [red]starved:[/red] {escape(v.starved_caveat())}")
         out.append(f"  median {_s(v.median_s)}  min {_s(v.min_s)}  max {_s(v.max_s)}  "
                    f"successes {v.successes}  failures {v.failures}"
                    + (f" ({', '.join(v.failure_kinds)})" if v.failure_kinds else ""))

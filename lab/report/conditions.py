@@ -1,0 +1,81 @@
+"""The conditions a pass ran under, as raw-table cells, and the starved passes of a variant.
+
+Cells (``CONDITIONS``, read from ``result.json`` ``conditions``, written by
+lab.passes.conditions.WindowConditions around the measured window):
+
+- ``cpu_time_s``: the pass process's CPU time (user + system, all threads) over the window;
+- ``cpu_share``: ``cpu_time_s`` / (window wall s x min(CPUs needed, CPUs available)); CPUs
+  needed = torch's threads on a CPU device, 1 on a GPU;
+- ``cpu_affinity``: CPUs the process could run on; ``cpu_quota``: CPUs its cgroup quota
+  allows (empty: no quota, reason in notes); ``cpus_available``: the smaller of the two;
+- ``load_1m_start`` / ``load_1m_end``: the host's 1-minute load average;
+- ``steal_share``: share of all CPUs' time stolen by the hypervisor during the window;
+- ``starved`` (True/False) and ``starved_reason``: lab.passes.conditions.starvation, the one rule;
+- ``gpu_sm_clock_mhz_start`` / ``_end`` and ``gpu_throttle_start`` / ``_end`` ("none" or the
+  NVML clock event reasons joined by "+"): the device at both ends of the window.
+
+A cell that was not measured is empty, and ``notes`` says why (SPEC 3.10).
+"""
+
+from __future__ import annotations
+
+CONDITIONS = ("cpu_time_s", "cpu_share", "cpu_affinity", "cpu_quota", "cpus_available", "load_1m_start",
+              "load_1m_end", "steal_share", "starved", "starved_reason", "gpu_sm_clock_mhz_start",
+              "gpu_sm_clock_mhz_end", "gpu_throttle_start", "gpu_throttle_end")
+INT_CONDITIONS = ("cpu_affinity", "gpu_sm_clock_mhz_start", "gpu_sm_clock_mhz_end")
+NOT_RECORDED = ("window conditions not recorded: the pass ended before its measured window "
+                "(or its runner predates them)")
+
+
+def condition_cells(result: dict, running: bool) -> tuple[dict, list[str]]:
+    """({column: value} for ``CONDITIONS``, notes) from one pass's ``result``; every cell None
+    with one note when the pass recorded no conditions (``running``: no note yet)."""
+    c = result.get("conditions")
+    if not c:
+        return {k: None for k in CONDITIONS}, [] if running else [NOT_RECORDED]
+    g0, g1 = c.get("gpu_start") or {}, c.get("gpu_end") or {}
+    cells = {k: c.get(k) for k in ("cpu_time_s", "cpu_share", "cpu_affinity", "cpu_quota", "cpus_available",
+                                   "load_1m_start", "load_1m_end", "steal_share")}
+    cells.update(starved=bool(c.get("starved")), starved_reason=c.get("starved_reason") or None,
+                 gpu_sm_clock_mhz_start=g0.get("sm_clock_mhz"), gpu_sm_clock_mhz_end=g1.get("sm_clock_mhz"),
+                 gpu_throttle_start=_reasons(g0), gpu_throttle_end=_reasons(g1))
+    notes = []
+    if c.get("card") is not None:
+        notes.append(f"window conditions of card {c['card']}, the worst card (starved cards: "
+                     f"{c.get('starved_cards') or 'none'}); each card's in result.json per_card")
+    if c.get("starved"):
+        notes.append(f"starved (lab.passes.conditions.starvation): {c['starved_reason']}: its duration "
+                     "measures a host short of CPU, not the variant")
+    reasons = c.get("reasons") or {}
+    for key, col in (("cpu_time_s", "cpu_time_s and cpu_share"), ("cpu_quota", "cpu_quota"),
+                     ("steal_share", "steal_share")):
+        if cells.get(key) is None and reasons.get(key):
+            notes.append(f"empty {col}: {reasons[key]}")
+    gpu_why = sorted({reasons[k] for k in ("gpu_start", "gpu_end") if reasons.get(k)})
+    notes += [f"empty GPU clock cells: {w}" for w in gpu_why]
+    if g1.get("throttled") or g0.get("throttled"):
+        notes.append(f"GPU throttled in the window: start {_reasons(g0)}, end {_reasons(g1)} "
+                     f"(SM clock {g0.get('sm_clock_mhz')} -> {g1.get('sm_clock_mhz')} MHz, "
+                     f"max {g1.get('sm_clock_max_mhz')})")
+    return cells, notes
+
+
+def _reasons(gpu: dict) -> str | None:
+    if "throttle_reasons" not in gpu:
+        return None
+    return "+".join(gpu["throttle_reasons"]) or "none"
+
+
+def is_starved(row: dict) -> bool:
+    """A raw-table row (a dict from ``raw_rows``, or a CSV row of strings) whose pass was starved."""
+    return row.get("starved") in (True, "True", "true")
+
+
+def starved_text(passes) -> str:
+    """'' when ``passes`` ({"pass_id", "reason"} records) is empty; else one clause naming them:
+    the one wording for pairs, the decision note and the Results screen."""
+    if not passes:
+        return ""
+    return (f"starved pass(es) among these durations: {', '.join(p['pass_id'] for p in passes)} "
+            "(lab.passes.conditions: the host gave them less CPU than they needed), so the gap or the "
+            "spread may be the host's, not the variants'")
