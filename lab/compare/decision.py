@@ -23,6 +23,7 @@ from lab.compare.projection import Projection, capacity_items, lot_hours, projec
 from lab.cost.forfaits import Catalog, load_catalog, parse_instant, quote
 from lab.files import sha256_file
 from lab.cost.sizing import cheapest_covering, package_limits
+from lab.report.conditions import starved_text
 from lab.report.distinguish import compare_durations
 
 DEFAULT_MAX_LOTS = 8
@@ -395,8 +396,11 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
         ps = [p for p in projections if p.variant_id == vid]
         for i, pa in enumerate(ps):
             for pb in ps[i + 1:]:
-                v = compare_durations(list(pa.durations_s), list(pb.durations_s))
-                cross.append({"variant": pa.label, "a": pa.host, "b": pb.host, **v.to_json()})
+                pair = compare_durations(list(pa.durations_s), list(pb.durations_s)).to_json()
+                hungry = list(pa.starved_passes) + list(pb.starved_passes)
+                if hungry:  # a gap made by a host short of CPU is the host's, not the GPU's
+                    pair["reason"] += "; " + starved_text(hungry)
+                cross.append({"variant": pa.label, "a": pa.host, "b": pb.host, **pair})
     tolerance = float(evidence[0].config.quality.tolerance)
     agreements = agreement_pairs(evidence, projections, tags, tolerance)
     beyond = [x for x in agreements if not x["within_tolerance"]]
@@ -437,9 +441,10 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
             else:
                 motivation.append(f"same budget and failures as {nxt.key}; higher median throughput")
                 if not v.distinguished:
+                    hunger = starved_text(list(chosen.starved_passes) + list(nxt.starved_passes))
                     motivation.append(f"but the measurements do not distinguish {chosen.key} from "
-                                      f"{nxt.key} ({v.reason}): the tie-break is not evidence of a "
-                                      "faster configuration")
+                                      f"{nxt.key} ({v.reason}{'; ' + hunger if hunger else ''}): the "
+                                      "tie-break is not evidence of a faster configuration")
             if v.distinguished and q.committed_budget >= nq.committed_budget:
                 motivation.append(f"durations of {chosen.key} and {nxt.key}: {v.reason}")
         motivation += steady_state_caveats(cands)

@@ -101,6 +101,9 @@ class Projection:
     unless allowed, then a caveat every output carries."""
     prediction_pass: str = ""
     """The pass whose predictions stand for this host's result (lab.compare.evidence)."""
+    starved_passes: tuple[dict, ...] = ()
+    """Passes ok of this archive x variant whose window was starved of CPU ({"pass_id",
+    "reason"}; summary.json ``starved_passes``, lab.passes.conditions.starvation)."""
     decision_quote: Quote | None = None
     """The archive's own package priced with the comparison's catalog."""
     price_note: str = ""
@@ -283,7 +286,8 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
         items_per_pass=items, extrapolation=load_items / items if items else None,
         long_passes=len(long_ok), min_window_s=timing.min_window_s,
         min_accepted_passes=timing.min_accepted_passes, too_short=short,
-        prediction_pass=ev.prediction_pass.get(vid, ""), decision_quote=q, price_note=price_note)
+        prediction_pass=ev.prediction_pass.get(vid, ""), decision_quote=q, price_note=price_note,
+        starved_passes=tuple(variant.get("starved_passes") or ()))
 
 
 def capacity_items(p: Projection, days_limit_hours: float, lots: int) -> int:

@@ -13,6 +13,7 @@ import pandas as pd
 from lab.compare.decision import Comparison, agreement_text, catalog_line
 from lab.compare.evidence import NO_PACKAGE
 from lab.compare.projection import Projection
+from lab.report.conditions import starved_text
 
 CSV_COLUMNS = ("banner", "host", "archive", "hardware", "threads", "gpu_priced", "variant_id", "variant_label",
                "accepted", "verdict", "successes", "failures", "failure_kinds", "durations_s",
@@ -26,7 +27,7 @@ CSV_COLUMNS = ("banner", "host", "archive", "hardware", "threads", "gpu_priced",
                "reference_metric_median", "metric_gap_to_reference", "same_result",
                "items_per_pass", "extrapolation", "long_passes", "min_window_s",
                "min_accepted_passes", "too_short", "catalog_version", "catalog_sha256",
-               "archive_catalog_version", "price_note")
+               "archive_catalog_version", "price_note", "starved_passes")
 
 
 def _money(x) -> float | None:
@@ -77,6 +78,7 @@ def projection_row(p: Projection, c: Comparison | None = None) -> dict:
         "catalog_version": c.catalog.get("version") if c else None,
         "catalog_sha256": c.catalog.get("sha256") if c else None,
         "archive_catalog_version": own.get("catalog_version"), "price_note": p.price_note,
+        "starved_passes": " ".join(x["pass_id"] for x in p.starved_passes),
     }
 
 
@@ -173,6 +175,8 @@ def decision_markdown(c: Comparison) -> str:
                 f"worst pass (the whole load on one lot, without setup); {p.spread_text()}"]
         if p.too_short:
             out.append(f"- **{p.too_short[0].upper()}{p.too_short[1:]}**")
+        if p.starved_passes:
+            out.append(f"- **Starved:** {starved_text(list(p.starved_passes))}")
         if p.price_note:
             out.append(f"- Prices: {p.price_note}")
         if p.sizing:

@@ -107,9 +107,12 @@ class CompareScreen(LabScreen):
             out.update(f"[red]{escape(msg.error)}[/red]")
             return
         self.result = msg.result
-        decision = msg.result["decision"].split("\n\n")[1] if "\n\n" in msg.result["decision"] else ""
+        # decision.md's headline: the decision, then its quality (each host's result) paragraph
+        head = [x for x in msg.result["decision"].split("\n\n")[1:3]
+                if x.startswith(("**Decision", "**Quality"))]
         lines = ["[b]Decision path[/b]"] + [f"{i}. {escape(x)}" for i, x in enumerate(msg.result["path"], 1)]
-        lines += ["", escape(decision.replace("**", "")), "",
-                  "[b]Written[/b] (open report.html in a browser)"]
+        for para in head:
+            lines += ["", escape(para.replace("**", ""))]
+        lines += ["", "[b]Written[/b] (open report.html in a browser)"]
         lines += [f"  {escape(p)}" for p in msg.result["files"].values()]
         out.update("\n".join(lines))
