@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import os
 import re
@@ -30,6 +31,7 @@ DEFAULT_CATALOG = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                "tarifs-forfaits.csv")
 CENT = Decimal("0.01")
 MAX_COUNT = 1_000_000  # lots, days, cards, accepted corpora: beyond it a value is a typo
+MAX_CATALOG_BYTES = 4 * 2**20  # a catalog is a few hundred rows; beyond it the file is not one
 PRICE_RE = re.compile(r"^[0-9]{1,12}(\.[0-9]{1,2})?$")  # up to 999,999,999,999.99
 
 
@@ -146,7 +148,11 @@ def load_catalog(path: str | None = None) -> Catalog:
     path = path or DEFAULT_CATALOG
     try:
         with open(path, newline="", encoding="utf-8-sig") as fh:  # -sig: spreadsheet BOM
-            reader = csv.DictReader(fh)
+            text = fh.read(MAX_CATALOG_BYTES + 1)  # bounded: /dev/zero or a huge file never fills memory
+            if len(text) > MAX_CATALOG_BYTES:
+                raise PricingError(f"{path}: larger than {MAX_CATALOG_BYTES:,} characters, not a catalog of "
+                                   "package rows; pass --catalog FILE (a CSV catalog)")
+            reader = csv.DictReader(io.StringIO(text, newline=""))
             missing = [c for c in CATALOG_COLUMNS if c not in (reader.fieldnames or [])]
             if missing:
                 raise PricingError(f"{path}: line 1: missing column(s) {', '.join(missing)}: "
