@@ -20,6 +20,7 @@ from lab.corpus import CorpusError
 from lab.cost.forfaits import PricingError
 from lab.diskfull import DiskFull
 from lab.files import REPO_ROOT, sha256_file
+from lab.journal import JournalBusy
 from lab.protocol import DEMO_CAMPAIGN, ProtocolError, load_protocol, lock, locked_version, read_lock
 
 LAUNCHERS = ("auto", "local", "docker")
@@ -30,7 +31,7 @@ class CampaignError(ValueError):
 
 
 USER_ERRORS: tuple[type[Exception], ...] = (CampaignError, ProtocolError, CorpusError, ArchiveError, PricingError,
-                                            DiskFull)
+                                            DiskFull, JournalBusy)
 """Errors caused by the user's input or files: shown as one line (exit status 2), never a traceback."""
 
 

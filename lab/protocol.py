@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab.errors import ProtocolError
+from lab.diskfull import atomic_write_text
 from lab.config import CampaignConfig, ConfigError, CostSection, parse_config
 from lab.files import REPO_ROOT, sha256_bytes
 from lab.variants import Variant, VariantError, expand_series, find_variant
@@ -187,8 +188,8 @@ def lock(proto: Protocol, check: bool = True) -> dict:
              "locked_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
              "protocol": proto.raw}
     versions.append(entry)
-    lock_path(proto.path).write_text(json.dumps({"campaign_file": proto.path.name,
-                                                 "versions": versions}, indent=1, default=str) + "\n")
+    atomic_write_text(lock_path(proto.path), json.dumps({"campaign_file": proto.path.name,  # old lock kept whole
+                                                         "versions": versions}, indent=1, default=str) + "\n")
     return entry
 
 
