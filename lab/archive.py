@@ -36,6 +36,9 @@ from lab.diskfull import DiskFull, is_disk_full
 from lab.files import HashingReader, sha256_bytes
 
 
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".tar.partial")  # an archive, or one being packed
+
+
 def snapshot_journal(src: Path, dst: Path) -> Path:
     """Copy the SQLite journal ``src`` into ``dst`` with SQLite's online backup API.
 
@@ -71,7 +74,9 @@ def _walk(campaign_dir: Path, include: list[str]) -> tuple[list[str], list[dict]
             if not wanted(rel) or name in (JOURNAL + "-wal", JOURNAL + "-shm"):
                 continue
             st = os.lstat(p)
-            if stat.S_ISLNK(st.st_mode):
+            if stat.S_ISREG(st.st_mode) and name.endswith(ARCHIVE_SUFFIXES):
+                skipped.append({"path": rel, "reason": "an archive: never packed into an archive"})
+            elif stat.S_ISLNK(st.st_mode):
                 skipped.append({"path": rel, "reason": f"symbolic link (to {os.readlink(p)!r}) not followed"})
             elif stat.S_ISREG(st.st_mode):
                 if any(rel.startswith(i) for i in include):

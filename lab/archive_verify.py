@@ -107,7 +107,7 @@ def _scan(archive: Path, work: Path) -> _Scan:
                 for m in tar:
                     rel = check_member(m, tops)
                     bounds.check(m, rel)
-                    tar.members.clear()  # streamed: nothing kept per member but its hash
+                    tar.members.clear()  # type: ignore[attr-defined]  # streamed: keep no TarInfo per member
                     if not m.isfile():
                         continue
                     if rel in scan.sha:
@@ -160,7 +160,7 @@ def _locked_threshold(scan: _Scan, problems: list[str]) -> float | None:
     import tomllib
 
     try:
-        value = tomllib.loads(member_text(scan, CAMPAIGN))["quality"]["threshold"]
+        value = tomllib.loads(member_text(scan, CAMPAIGN).removeprefix("\ufeff"))["quality"]["threshold"]
         return float(value)
     except (KeyError, TypeError, ValueError, tomllib.TOMLDecodeError):
         problems.append(f"{CAMPAIGN}: missing or without a [quality] threshold; acceptance not re-derived")

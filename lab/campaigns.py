@@ -67,13 +67,13 @@ def resolve_campaign_dir(target: str | Path) -> Path:
 
     p = Path(target)
     if p.is_dir() and (p / "journal.sqlite").exists():
-        return p
+        return p.resolve()  # '.', '..': the folder's own name (the archive is named after it)
     if p.is_file():
         proto = load_protocol(p)
         d = campaign_dir_for(proto, locked_version(proto), runs_root())
         if not (d / "journal.sqlite").exists():
             raise CampaignError(f"{p}: no campaign run yet for this protocol version; `iteralab campaign run {p}`")
-        return d
+        return d.resolve()
     raise CampaignError(f"{target}: neither a campaign file nor a campaign folder (one holding journal.sqlite)")
 
 

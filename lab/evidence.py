@@ -40,7 +40,7 @@ def archive_campaign(campaign_dir: Path, partial: bool = False) -> Path:
     """
     from lab.report.build import build_report
 
-    campaign_dir = Path(campaign_dir)
+    campaign_dir = Path(campaign_dir).resolve()  # '.' or '..' has no name to give the archive
     reason = unfinished_reason(campaign_dir)
     if reason and not partial:
         raise ArchiveError(f"{campaign_dir}: {reason}; wait for it to finish (`iteralab campaign status`), "

@@ -98,7 +98,7 @@ def load_evidence(archive: str | Path) -> Evidence:
         with open(top / "report" / "raw_table.csv", newline="", encoding="utf-8") as fh:
             rows = list(csv.DictReader(fh))
         try:
-            campaign = tomllib.loads((top / "campaign.toml").read_text(encoding="utf-8"))
+            campaign = tomllib.loads((top / "campaign.toml").read_text(encoding="utf-8-sig"))
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ArchiveError(f"{archive.name}: campaign.toml unreadable ({exc}); "
                                "re-pack the archive") from None

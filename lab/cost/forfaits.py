@@ -278,8 +278,19 @@ def parse_instant(text: str, tz: str | None = None, what: str = "time") -> datet
     """Parse an ISO date-time with an offset, or a naive one placed in IANA zone ``tz``.
 
     Raises PricingError for a malformed value, an unknown zone, a naive value
-    without ``tz``, or a local time that does not exist or occurs twice (DST).
+    without ``tz``, a local time that does not exist or occurs twice (DST), or an
+    instant outside the years 1-9999 once converted to UTC (e.g. year 1 at +01:00).
     """
+    try:
+        value = _parse_instant(text, tz, what)
+        value.astimezone(timezone.utc)  # in range in UTC too: later arithmetic goes through it
+    except OverflowError:
+        raise PricingError(f"{what} {text!r} is out of range once converted to UTC (years 1 to 9999): "
+                           "write a real date, e.g. 2026-10-23T09:00+02:00") from None
+    return value
+
+
+def _parse_instant(text: str, tz: str | None, what: str) -> datetime:
     try:
         value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
