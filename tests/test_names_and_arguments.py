@@ -101,6 +101,19 @@ def test_compare_max_lots_at_its_bound_runs_and_beyond_is_refused(two_rentals, t
     assert f"from 1 to {MAX_LOTS}" in line and not (tmp_path / "d").exists(), line
 
 
+def test_compare_with_a_catalog_without_newlines_fails_fast(two_rentals, tmp_path):
+    import resource
+
+    def limit() -> None:  # where the read is unbounded, MemoryError (a traceback) instead of the host's OOM
+        resource.setrlimit(resource.RLIMIT_AS, (8 * 2**30, 8 * 2**30))
+
+    r = subprocess.run([sys.executable, "-m", "lab.cli", "compare", *map(str, two_rentals), "--load", "1000",
+                        "--catalog", "/dev/zero", "--out", str(tmp_path / "c")], capture_output=True, text=True,
+                       cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=600, preexec_fn=limit)
+    line = one_line(r)
+    assert "/dev/zero: larger than" in line and "not a catalog" in line, line
+
+
 def test_a_deadline_already_past_is_refused_and_unusual_values_are_warned(tmp_path, model_dir):
     f = write_campaign(tmp_path, model_dir, cut_corpus(tmp_path / "c.jsonl", 2, 1, 1), name="odd")
     base = f.read_text()
