@@ -28,11 +28,15 @@ from lab.archive_format import (
     JOURNAL,
     SUMS,
     ArchiveError,
+    MemberBounds,
     Verification,
     check_member,
 )
 from lab.diskfull import DiskFull, is_disk_full
 from lab.files import HashingReader, sha256_bytes
+
+
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".tar.partial")  # an archive, or one being packed
 
 
 def snapshot_journal(src: Path, dst: Path) -> Path:
@@ -70,7 +74,9 @@ def _walk(campaign_dir: Path, include: list[str]) -> tuple[list[str], list[dict]
             if not wanted(rel) or name in (JOURNAL + "-wal", JOURNAL + "-shm"):
                 continue
             st = os.lstat(p)
-            if stat.S_ISLNK(st.st_mode):
+            if stat.S_ISREG(st.st_mode) and name.endswith(ARCHIVE_SUFFIXES):
+                skipped.append({"path": rel, "reason": "an archive: never packed into an archive"})
+            elif stat.S_ISLNK(st.st_mode):
                 skipped.append({"path": rel, "reason": f"symbolic link (to {os.readlink(p)!r}) not followed"})
             elif stat.S_ISREG(st.st_mode):
                 if any(rel.startswith(i) for i in include):
@@ -144,17 +150,25 @@ def _add_bytes(tar: tarfile.TarFile, name: str, blob: bytes) -> None:
     tar.addfile(info, io.BytesIO(blob))
 
 
-def extract(archive: Path, target: Path) -> Path:
-    """Extract safely into ``target``; returns the top folder. Raises ArchiveError."""
+def extract(archive: Path, target: Path, only: tuple[str, ...] | None = None) -> Path:
+    """Extract safely into ``target``; returns the top folder. ``only``: the paths below the top
+    folder to write (None: all). Every member is checked and bounded (MemberBounds) from its
+    header before anything is written. Raises ArchiveError."""
     tops: set[str] = set()
+    bounds = MemberBounds(archive)
     try:
         with tarfile.open(archive, "r:gz") as tar:
-            members = tar.getmembers()
-            for m in members:
-                check_member(m, tops)
+            members = []
+            for m in tar:
+                rel = check_member(m, tops)
+                bounds.check(m, rel)
+                if only is None or rel in only:
+                    members.append(m)
             tar.extractall(target, members=members, filter="data")
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise ArchiveError(f"{archive}: not a readable tar.gz ({type(exc).__name__}); download it again") from None
+    if not tops:
+        raise ArchiveError(f"{archive}: an empty archive; give the path of an evidence archive")
     return Path(target) / min(tops)
 
 

@@ -2,8 +2,9 @@
 
 One forward pass over the gzip stream (members are hashed in chunks, so memory stays
 bounded whatever the members' sizes; only the small structured members are kept, each
-up to ``PARSED_MAX_BYTES``), then the gzip trailer (CRC and length) is read, so an
-archive cut short is refused. Checks:
+up to ``PARSED_MAX_BYTES``; members, their sizes and the bytes read are bounded by
+``lab.archive_format.MemberBounds``, checked on each header before its bytes), then the
+gzip trailer (CRC and length) is read, so an archive cut short is refused. Checks:
 
 - exactly one top folder, no duplicate member names, no links, devices or '..';
 - ``SHA256SUMS`` well formed ("<64 hex>  <path>" per line, UTF-8) and equal to every member;
@@ -36,6 +37,7 @@ from lab.archive_format import (
     JOURNAL,
     SUMS,
     ArchiveError,
+    MemberBounds,
     Verification,
     check_member,
 )
@@ -98,19 +100,24 @@ class _Scan:
 def _scan(archive: Path, work: Path) -> _Scan:
     scan = _Scan(work)
     tops: set[str] = set()
+    bounds = MemberBounds(archive)
     try:
         with open(archive, "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as gz:
             with tarfile.open(fileobj=gz, mode="r|") as tar:
                 for m in tar:
                     rel = check_member(m, tops)
+                    bounds.check(m, rel)
+                    tar.members.clear()  # type: ignore[attr-defined]  # streamed: keep no TarInfo per member
                     if not m.isfile():
                         continue
                     if rel in scan.sha:
                         raise ArchiveError(f"member {rel!r} appears twice: unpacking keeps the last copy "
                                            "while a check may read the first; refusing the archive")
                     scan.add(rel, tar.extractfile(m))
-            while gz.read(CHUNK_BYTES):  # to the gzip trailer: its CRC and length are checked
-                pass
+            trailer = 0
+            while chunk := gz.read(CHUNK_BYTES):  # to the gzip trailer: its CRC and length are checked
+                trailer += len(chunk)
+                bounds.check_trailer(trailer)
     except ArchiveError:
         raise
     except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
@@ -153,7 +160,7 @@ def _locked_threshold(scan: _Scan, problems: list[str]) -> float | None:
     import tomllib
 
     try:
-        value = tomllib.loads(member_text(scan, CAMPAIGN))["quality"]["threshold"]
+        value = tomllib.loads(member_text(scan, CAMPAIGN).removeprefix("\ufeff"))["quality"]["threshold"]
         return float(value)
     except (KeyError, TypeError, ValueError, tomllib.TOMLDecodeError):
         problems.append(f"{CAMPAIGN}: missing or without a [quality] threshold; acceptance not re-derived")

@@ -20,6 +20,7 @@ from lab.corpus import CorpusError
 from lab.cost.forfaits import PricingError
 from lab.diskfull import DiskFull
 from lab.files import REPO_ROOT, sha256_file
+from lab.journal import JournalBusy
 from lab.protocol import DEMO_CAMPAIGN, ProtocolError, load_protocol, lock, locked_version, read_lock
 
 LAUNCHERS = ("auto", "local", "docker")
@@ -30,7 +31,7 @@ class CampaignError(ValueError):
 
 
 USER_ERRORS: tuple[type[Exception], ...] = (CampaignError, ProtocolError, CorpusError, ArchiveError, PricingError,
-                                            DiskFull)
+                                            DiskFull, JournalBusy)
 """Errors caused by the user's input or files: shown as one line (exit status 2), never a traceback."""
 
 
@@ -66,13 +67,13 @@ def resolve_campaign_dir(target: str | Path) -> Path:
 
     p = Path(target)
     if p.is_dir() and (p / "journal.sqlite").exists():
-        return p
+        return p.resolve()  # '.', '..': the folder's own name (the archive is named after it)
     if p.is_file():
         proto = load_protocol(p)
         d = campaign_dir_for(proto, locked_version(proto), runs_root())
         if not (d / "journal.sqlite").exists():
             raise CampaignError(f"{p}: no campaign run yet for this protocol version; `iteralab campaign run {p}`")
-        return d
+        return d.resolve()
     raise CampaignError(f"{target}: neither a campaign file nor a campaign folder (one holding journal.sqlite)")
 
 

@@ -19,15 +19,22 @@ Errors print one line (what is wrong and how to fix it) and exit with status 2.
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-from pathlib import Path
 
-from lab.campaigns import (LAUNCHERS, USER_ERRORS, make_archive, make_launcher, request_control,
-                           resolve_campaign_dir, run_demo, runs_root, spawn_detached)
-from lab.constants import CORPUS_SEED
-from lab.files import REPO_ROOT
+INTERRUPTED = "iteralab: interrupted; nothing half-written is kept; run the same command again"
+
+try:  # Ctrl-C while the engine loads (the first few tenths of a second): one line, never a traceback
+    import argparse
+    import os
+    from pathlib import Path
+
+    from lab.campaigns import (LAUNCHERS, USER_ERRORS, make_archive, make_launcher, request_control,
+                               resolve_campaign_dir, run_demo, runs_root, spawn_detached)
+    from lab.constants import CORPUS_SEED
+    from lab.files import REPO_ROOT
+except KeyboardInterrupt:
+    print(INTERRUPTED, file=sys.stderr)
+    raise SystemExit(130) from None
 
 TARGET_HELP = "campaign file (its current locked version) or campaign folder (holding journal.sqlite)"
 
@@ -66,15 +73,13 @@ def cmd_model_build_demo(a) -> int:
 
 
 def cmd_protocol_lock(a) -> int:
-    from lab.protocol import load_protocol, lock
-
-    from lab.preflight import check_projection_rule
+    from lab.protocol import load_protocol, lock, lock_warnings
 
     proto = load_protocol(a.campaign)
     v = lock(proto)
+    for line in lock_warnings(proto):
+        print(f"iteralab: warning: {line}", file=sys.stderr)
     print(f"locked {a.campaign}: version {v['version']}, sha256 {v['sha256']}")
-    for c in check_projection_rule(proto):
-        print(f"note: {c.name}: {c.detail}")
     return 0
 
 
@@ -281,6 +286,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # before or after a verb's own handling (imports, parsing)
+        print(INTERRUPTED, file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     from lab.compare.evidence import CompareError  # lab.compare is loaded by `compare` only
     from lab.diskfull import DiskFull, is_disk_full
 
@@ -300,9 +313,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"iteralab: error: {DiskFull(folder)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("iteralab: interrupted; `iteralab campaign run` resumes where it stopped", file=sys.stderr)
+        if args.fn is cmd_campaign_run:
+            print("iteralab: interrupted; `iteralab campaign run` resumes where it stopped", file=sys.stderr)
+        else:
+            print(INTERRUPTED, file=sys.stderr)
         return 130
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # between main's return and the exit
+        print(INTERRUPTED, file=sys.stderr)
+        sys.exit(130)

@@ -32,6 +32,9 @@ ROTATIONS = ("cyclic",)          # lab.schedule.rotated_schedule: repetition r r
 SUBGROUPS = ("buckets",)         # lab.validate: metric and coverage per length bucket
 PROCESS_POLICIES = ("fresh",)    # one new process (or container) per pass
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
+MAX_REPETITIONS = 1000  # [timing] repetitions: beyond it a campaign of one variant outlives any rental
+MAX_THREADS = 4096      # [timing] threads: more CPU threads than any host has
+UNUSUAL_REPETITIONS = 30  # above it a warning at lock: the rotation needs far fewer
 VARIANT_KEYS = tuple(f.name for f in fields(Variant) if f.name not in ("series", "name"))
 
 
@@ -178,6 +181,12 @@ class TimingSection:
     def __post_init__(self) -> None:
         if self.repetitions < 1:
             raise ConfigError(f"[timing] repetitions must be >= 1 (default {DEFAULT_REPETITIONS})")
+        if self.repetitions > MAX_REPETITIONS:
+            raise ConfigError(f"[timing] repetitions = {self.repetitions} is beyond {MAX_REPETITIONS} passes per "
+                              f"variant (a typo?); use a few (default {DEFAULT_REPETITIONS})")
+        if self.threads > MAX_THREADS:
+            raise ConfigError(f"[timing] threads = {self.threads} is beyond {MAX_THREADS} CPU threads, more than "
+                              "any host has; give the threads a pass uses (0: torch's default)")
         for key in ("warmup_items", "warmup_passes", "threads", "seed"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"[timing] {key} must be >= 0")

@@ -14,11 +14,14 @@ import csv
 import io
 import json
 import random
+import shutil
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from lab.constants import CORPUS_SEED
+from lab.diskfull import DiskFull, is_disk_full
 from lab.files import sha256_bytes, sha256_file
 
 BUCKETS = ("short", "medium", "long")
@@ -298,12 +301,37 @@ def build_corpus(source: str | Path, out_dir: str | Path, tokenizer, tokenizer_i
                           f"characters?){f' and {len(empty) - 1} more' if len(empty) > 1 else ''}; "
                           "remove the item or give it text")
     comparison, tuning = stratified_split(items, n_tokens, spec)
-    out.mkdir(parents=True, exist_ok=True)
-    cpath, tpath = out / "comparison.jsonl", out / "tuning.jsonl"
-    write_jsonl(comparison, cpath)
-    write_jsonl(tuning, tpath)
-    card = corpus_card(cpath, tpath, comparison, tuning, source, tokenizer_info, spec)
-    (out / "corpus_card.json").write_text(json.dumps(card, indent=1, ensure_ascii=False) + "\n")
+    return _write_corpus(out, comparison, tuning, source, tokenizer_info, spec)
+
+
+def _write_corpus(out: Path, comparison: list[dict], tuning: list[dict], source: Path, tokenizer_info: dict,
+                  spec: BuildSpec) -> dict:
+    """Write the three files in a temporary folder inside ``out`` and rename each into place
+    only once all are complete: a full disk (DiskFull, one line) or any failure leaves the
+    corpus that was there whole, card and files matching."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".corpus-build-", dir=out))
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise DiskFull(out, "creating the corpus folder") from None
+        raise CorpusError(f"--out {out}: cannot create the folder ({exc.strerror}); choose a folder you can "
+                          "write to") from None
+    try:
+        cpath, tpath = tmp / "comparison.jsonl", tmp / "tuning.jsonl"
+        write_jsonl(comparison, cpath)
+        write_jsonl(tuning, tpath)
+        card = corpus_card(cpath, tpath, comparison, tuning, source, tokenizer_info, spec)
+        (tmp / "corpus_card.json").write_text(json.dumps(card, indent=1, ensure_ascii=False) + "\n",
+                                              encoding="utf-8")
+        for name in ("comparison.jsonl", "tuning.jsonl", "corpus_card.json"):
+            (tmp / name).replace(out / name)
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise DiskFull(out, "writing the corpus; the corpus there before is unchanged") from None
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return card
 
 

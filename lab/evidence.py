@@ -40,11 +40,17 @@ def archive_campaign(campaign_dir: Path, partial: bool = False) -> Path:
     """
     from lab.report.build import build_report
 
-    campaign_dir = Path(campaign_dir)
+    campaign_dir = Path(campaign_dir).resolve()  # '.' or '..' has no name to give the archive
     reason = unfinished_reason(campaign_dir)
     if reason and not partial:
         raise ArchiveError(f"{campaign_dir}: {reason}; wait for it to finish (`iteralab campaign status`), "
                            "or pass --partial for an archive labelled partial")
+    before = _attempts_state(campaign_dir)
+    running = _running_pass(before)
+    if running:
+        raise ArchiveError(f"{campaign_dir}: pass {running} is running: its row would differ between the "
+                           "report and the journal packed after it; wait for it to end, or `iteralab campaign "
+                           "pause` and archive once it has ended")
     build_report(campaign_dir, partial_reason=reason)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     stem = f"{campaign_dir.parent.name}-{campaign_dir.name}-{stamp}"
@@ -52,5 +58,28 @@ def archive_campaign(campaign_dir: Path, partial: bool = False) -> Path:
     while out.exists():  # two archives in one second: never overwrite the first
         n += 1
         out = campaign_dir.parent / f"{stem}-{n}.tar.gz"
-    return pack(campaign_dir, out, INCLUDE, partial=reason)
+    path = pack(campaign_dir, out, INCLUDE, partial=reason)
+    if _attempts_state(campaign_dir) != before:  # a pass started or ended between the report and the journal copy
+        path.unlink(missing_ok=True)
+        raise ArchiveError(f"{campaign_dir}: a pass started or ended while the archive was packed, so its "
+                           "report and journal would disagree; run the same command again (or `iteralab "
+                           "campaign pause` first)")
+    return path
+
+
+def _attempts_state(campaign_dir: Path) -> tuple[tuple, bool]:
+    """((pass id, status, items completed) of every attempt), whether an orchestrator is alive."""
+    from lab.status import campaign_status
+
+    st = campaign_status(campaign_dir)
+    return tuple((a["pass_id"], str(a["status"]), a["items_completed"]) for a in st["attempts"]), st["alive"]
+
+
+def _running_pass(state: tuple[tuple, bool]) -> str:
+    """The pass id a live orchestrator is running, '' when none (a 'running' row left by a dead
+    orchestrator is packed as it stands: the report and the journal agree on it)."""
+    from lab.passes.events import PassStatus
+
+    attempts, alive = state
+    return next((pid for pid, status, _ in attempts if status == PassStatus.RUNNING), "") if alive else ""
 

@@ -9,6 +9,7 @@ can quit and re-attach while the campaign goes on.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from contextlib import contextmanager
@@ -32,16 +33,80 @@ CREATE TABLE IF NOT EXISTS plan (seq INTEGER PRIMARY KEY, repetition INTEGER, po
   variant_id TEXT, variant_json TEXT);
 """
 
+BUSY_WAIT_S = 120.0
+"""How long a journal statement waits for another process's lock (e.g. a ``BEGIN EXCLUSIVE``
+held by a UI or a sqlite3 shell) before JournalBusy; ``ITERALAB_JOURNAL_BUSY_S`` overrides it."""
+
+
+def busy_wait_s() -> float:
+    """The busy wait in seconds: $ITERALAB_JOURNAL_BUSY_S when a positive number, else BUSY_WAIT_S."""
+    try:
+        value = float(os.environ.get("ITERALAB_JOURNAL_BUSY_S") or BUSY_WAIT_S)
+    except ValueError:
+        value = BUSY_WAIT_S
+    return value if value > 0 else BUSY_WAIT_S
+
+
+class JournalBusy(RuntimeError):
+    """Another process held the journal locked longer than the busy wait; one line with the fix."""
+
+    def __init__(self, path: Path, wait_s: float):
+        self.path = Path(path)
+        super().__init__(f"{self.path}: another process has held the journal locked for more than {wait_s:g} s "
+                         "(a sqlite3 shell or a script inside a transaction?); end that transaction and run the "
+                         "same command again (ITERALAB_JOURNAL_BUSY_S sets the wait)")
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    return "database is locked" in str(exc) or "database table is locked" in str(exc)
+
+
+class _Connection(sqlite3.Connection):
+    """A connection whose statements raise JournalBusy (one line) instead of a bare
+    ``OperationalError: database is locked`` once the busy wait is over."""
+
+    journal_path: Path
+    wait_s: float
+
+    def execute(self, *args, **kw):
+        try:
+            return super().execute(*args, **kw)
+        except sqlite3.OperationalError as exc:
+            if _busy(exc):
+                raise JournalBusy(self.journal_path, self.wait_s) from None
+            raise
+
+    def executemany(self, *args, **kw):
+        try:
+            return super().executemany(*args, **kw)
+        except sqlite3.OperationalError as exc:
+            if _busy(exc):
+                raise JournalBusy(self.journal_path, self.wait_s) from None
+            raise
+
+    def executescript(self, *args, **kw):
+        try:
+            return super().executescript(*args, **kw)
+        except sqlite3.OperationalError as exc:
+            if _busy(exc):
+                raise JournalBusy(self.journal_path, self.wait_s) from None
+            raise
+
+
 class Journal:
-    """SQLite journal at ``path``. Safe for one writer process and many readers (WAL)."""
+    """SQLite journal at ``path``. Safe for one writer process and many readers (WAL).
+    A statement blocked by another process's lock waits ``busy_wait_s()`` seconds, then
+    raises JournalBusy (one line)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.db = sqlite3.connect(str(self.path), timeout=30, check_same_thread=False,
-                                  isolation_level=None)
+        wait_s = busy_wait_s()
+        self.db = sqlite3.connect(str(self.path), timeout=wait_s, check_same_thread=False,
+                                  isolation_level=None, factory=_Connection)
+        self.db.journal_path, self.db.wait_s = self.path, wait_s
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA busy_timeout=30000")
+        self.db.execute(f"PRAGMA busy_timeout={int(wait_s * 1000)}")
         self.db.executescript(SCHEMA)
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab.errors import ProtocolError
+from lab.diskfull import atomic_write_text
 from lab.config import CampaignConfig, ConfigError, CostSection, parse_config
 from lab.files import REPO_ROOT, sha256_bytes
 from lab.variants import Variant, VariantError, expand_series, find_variant
@@ -101,7 +102,7 @@ def load_protocol(path: str | Path, relative_to: str | Path | None = None) -> Pr
     file, so the corpus, model, card and catalog resolve as they did at lock."""
     path = Path(path).resolve()
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = tomllib.loads(path.read_text(encoding="utf-8-sig"))  # -sig: an editor's BOM, as for corpus and catalog
     except FileNotFoundError:
         raise ProtocolError(f"{path}: no such campaign file; check the path, or start from "
                             f"{DEMO_CAMPAIGN.relative_to(REPO_ROOT)}") from None
@@ -183,13 +184,65 @@ def lock(proto: Protocol, check: bool = True) -> dict:
     found, ident = current_version(proto, versions)
     if found:
         return found
+    refuse_past_deadline(proto, datetime.now(timezone.utc))
     entry = {"version": len(versions) + 1, **ident,
              "locked_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
              "protocol": proto.raw}
     versions.append(entry)
-    lock_path(proto.path).write_text(json.dumps({"campaign_file": proto.path.name,
-                                                 "versions": versions}, indent=1, default=str) + "\n")
+    atomic_write_text(lock_path(proto.path), json.dumps({"campaign_file": proto.path.name,  # old lock kept whole
+                                                         "versions": versions}, indent=1, default=str) + "\n")
     return entry
+
+
+def refuse_past_deadline(proto: Protocol, now: datetime) -> None:
+    """A new version whose [campaign] deadline is already past can never meet it: ProtocolError.
+    (Checked at lock only: an archive compared after its deadline still parses.)"""
+    deadline = proto.config.campaign.deadline
+    if deadline is None:
+        return
+    from lab.cost.forfaits import parse_instant
+
+    at = parse_instant(deadline, None, "[campaign] deadline")
+    if at <= now:
+        raise ProtocolError(f"{proto.path.name}: [campaign] deadline {deadline} is already past (now "
+                            f"{now.isoformat(timespec='minutes')}); give the date the load must be done by, "
+                            "or remove deadline")
+
+
+def lock_warnings(proto: Protocol, now: datetime | None = None) -> list[str]:
+    """Values that lock but are unusual (one line each, for the user to read before running):
+    repetitions above config.UNUSUAL_REPETITIONS, threads above this host's CPUs, a batch size
+    above variants.UNUSUAL_BATCH_SIZE, a deadline more than a year ahead, and compare's
+    projection rule that this campaign cannot meet (lab.preflight.check_projection_rule)."""
+    import os
+
+    from lab.preflight import check_projection_rule
+
+    from lab.config import UNUSUAL_REPETITIONS
+    from lab.variants import UNUSUAL_BATCH_SIZE
+
+    now = now or datetime.now(timezone.utc)
+    t, out = proto.config.timing, []
+    if t.repetitions > UNUSUAL_REPETITIONS:
+        out.append(f"[timing] repetitions = {t.repetitions}: {t.repetitions * len(proto.variants)} passes; "
+                   f"the rotation needs far fewer (default 5); lower it unless this many is meant")
+    cpus = os.cpu_count() or 1
+    if t.threads > cpus:
+        out.append(f"[timing] threads = {t.threads} is more than this host's {cpus} CPUs; passes on a host "
+                   "this size run slower than with threads <= CPUs")
+    big = sorted({v.batch_size for v in proto.variants if v.batch_size > UNUSUAL_BATCH_SIZE})
+    if big:
+        out.append(f"batch_size {', '.join(map(str, big))}: above {UNUSUAL_BATCH_SIZE} items per batch, "
+                   "unusual; check the value (an out-of-memory pass is a failure row)")
+    deadline = proto.config.campaign.deadline
+    if deadline is not None:
+        from lab.cost.forfaits import parse_instant
+
+        at = parse_instant(deadline, None, "[campaign] deadline")
+        if (at - now).days > 366:
+            out.append(f"[campaign] deadline {deadline} is more than a year ahead; check the year")
+    out += [f"{c.name}: {c.detail.removeprefix('warning: ')}" for c in check_projection_rule(proto)]
+    return out
 
 
 def locked_version(proto: Protocol) -> dict:

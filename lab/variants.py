@@ -16,6 +16,8 @@ from typing import Any, Protocol
 from lab.files import sha256_bytes
 from lab.typecheck import type_name, type_ok
 
+MAX_BATCH_SIZE = 65536  # items per batch: beyond it no accelerator holds one batch of even the shortest texts
+UNUSUAL_BATCH_SIZE = 1024  # above it a warning at lock
 PRECISIONS = ("fp32", "bf16", "fp16")
 PADDINGS = ("longest", "max_length")
 SERIES_SEP = "+"  # joins the names of the series a shared variant belongs to
@@ -67,6 +69,9 @@ class Variant:
                                    f"{type_name(hint)}")
         if self.batch_size < 1:  # types were checked above: these are the ranges
             raise VariantError(f"batch_size {self.batch_size!r} must be an integer >= 1")
+        if self.batch_size > MAX_BATCH_SIZE:
+            raise VariantError(f"batch_size {self.batch_size} is beyond {MAX_BATCH_SIZE:,} items per batch (a "
+                               "typo?); give the items one forward pass takes, e.g. 8")
         if self.precision not in PRECISIONS:
             raise VariantError(f"precision {self.precision!r} unknown; use one of {', '.join(PRECISIONS)}")
         if self.padding not in PADDINGS:

@@ -44,6 +44,12 @@ CASES = [
     ("reference variant not declared", 'reference_variant = "batch/batch_size=1"',
      'reference_variant = "batch/batch_size=2"'),
     ("repetitions below 1", "repetitions = 5", "repetitions = 0"),
+    ("repetitions that can never be meant", "repetitions = 5", "repetitions = 100000000"),
+    ("threads beyond any host", "threads = 2 ", "threads = 100000 "),
+    ("batch size at the int64 maximum", "values = [1, 4, 8]", "values = [1, 4, 9223372036854775807]"),
+    ("deadline already past", '# deadline = "2026-12-04T09:00:00+01:00"', 'deadline = "2001-09-10T09:00:00+00:00"'),
+    ("deadline out of range once in UTC", '# deadline = "2026-12-04T09:00:00+01:00"',
+     'deadline = "9999-12-31T23:59:00-01:00"'),
     ("rotation not implemented", 'rotation = "cyclic"', 'rotation = "random"'),
     ("subgroups not implemented", 'subgroups = "buckets"', 'subgroups = "labels"'),
     ("process policy other than fresh", 'process = "fresh"', 'process = "shared"'),
@@ -84,6 +90,15 @@ CASES = [
     ("weights file cut short (an interrupted copy)", "MODEL:truncated-weights", ""),
     ("corpus card missing", 'card = "@repo/demo/corpus/corpus_card.json"', 'card = "missing_card.json"'),
     ("corpus card of another corpus file", "CARD:other-corpus", ""),
+]
+
+# Values that lock but are unusual: `protocol lock` succeeds (exit 0) and prints one warning line each.
+WARNINGS = [
+    ("many repetitions", "repetitions = 5", "repetitions = 50"),
+    ("more threads than this host's CPUs", "threads = 2 ", "threads = 512 "),
+    ("a batch size above 1024", "values = [1, 4, 8]", "values = [1, 4, 2048]"),
+    ("a deadline more than a year ahead", '# deadline = "2026-12-04T09:00:00+01:00"',
+     'deadline = "2031-12-04T09:00:00+01:00"'),
 ]
 
 
@@ -176,9 +191,37 @@ def main() -> int:
           "| case | input | line printed | exit |", "|---|---|---|---|"]
     esc = lambda s: s.replace("|", "\\|").replace("\n", " ⏎ ")  # noqa: E731
     md += [f"| {esc(w)} | `{esc(i)}` | {esc(line)} | {code} |" for w, i, line, code in rows]
+    warned = warnings_rows()
+    if warned is None:
+        return 1
+    md += ["", "## Warnings at `iteralab protocol lock`", "",
+           "Values that can be meant but rarely are: the lock goes through (exit 0) and prints one line each on",
+           "stderr (`lab.protocol.lock_warnings`), before the `locked` line.", "",
+           "| case | input | line printed | exit |", "|---|---|---|---|"]
+    md += [f"| {esc(w)} | `{esc(i)}` | {esc(line)} | {code} |" for w, i, line, code in warned]
     OUT.write_text("\n".join(md) + "\n", encoding="utf-8")
     print(f"{len(rows)} refusals -> {OUT.relative_to(REPO)}")
     return 0
+
+
+def warnings_rows() -> list[tuple] | None:
+    """(case, input, warning line, exit code) for WARNINGS; None (printed why) when a case does
+    not lock or does not print exactly one warning line."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for i, (what, old, new) in enumerate(WARNINGS):
+            f, shown = case_file(work, 100 + i, old, new)
+            r = subprocess.run([sys.executable, "-m", "lab.cli", "protocol", "lock", str(f)], capture_output=True,
+                               text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+            lines = r.stderr.strip().splitlines()
+            if r.returncode != 0 or len(lines) != 1 or not lines[0].startswith("iteralab: warning: "):
+                print(f"warning case {what!r}: not one warning line (exit {r.returncode}): {r.stderr[-300:]}",
+                      file=sys.stderr)
+                return None
+            rows.append((what, shown, lines[0].replace(str(f.parent) + "/", ""), r.returncode))
+            print(f"{r.returncode}  {lines[0][:110]}")
+    return rows
 
 
 if __name__ == "__main__":

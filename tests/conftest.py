@@ -283,6 +283,22 @@ def rental_archives(tmp_path_factory, model_dir) -> dict:
     return out
 
 
+@pytest.fixture(scope="session")
+def two_rentals(tmp_path_factory, model_dir) -> list[Path]:
+    """Two real evidence archives of one tiny campaign (4 items, batch 1, one pass each),
+    threads 1 priced as rtx-4090 and threads 2 priced as b200: the cheapest comparison."""
+    d = tmp_path_factory.mktemp("two-rentals")
+    corpus = cut_corpus(d / "corpus.jsonl", 2, 1, 1)
+    out = []
+    for key, threads in (("rtx-4090", 1), ("b200", 2)):
+        sub = d / key
+        sub.mkdir()
+        (sub / "corpus.jsonl").write_bytes(corpus.read_bytes())
+        out.append(run_rental(sub, model_dir, sub / "corpus.jsonl", threads=threads, gpu=key, repetitions=1,
+                              values=(1,)))
+    return out
+
+
 # ---- Docker tests (tests/test_docker_*.py) ------------------------------------------------
 DOCKER_TEST_LABEL = "iteralab.test"
 # This pytest session's value of that label. Teardown removes only this session's containers:

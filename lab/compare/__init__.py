@@ -7,20 +7,50 @@ UI's Compare screen both call :func:`compare_to_folder`.
 """
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
 from lab.compare.decision import Comparison, compare_archives
 from lab.compare.evidence import CompareError
+from lab.diskfull import DiskFull, is_disk_full
 
 
 def compare_to_folder(archives: list, load_items: int, out_dir: str | Path, **options) -> tuple[Comparison, dict]:
     """compare_archives(archives, load_items, **options), then write decision.md, compare.csv
     and report.html under ``out_dir`` (only once the comparison succeeded: a refused
-    comparison writes nothing). Returns (comparison, {"decision", "csv", "html": Path})."""
+    comparison writes nothing). The files are written in a temporary folder inside ``out_dir``
+    and renamed into place once all three are complete, so a failure (a full disk: DiskFull
+    naming ``out_dir``) leaves the previous report whole and no partial file. Returns
+    (comparison, {"decision", "csv", "html": Path}). Raises CompareError for an ``out_dir``
+    that is a file or cannot be created."""
     from lab.compare.tables import write_comparison
 
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise CompareError(f"--out {out}: exists and is not a folder; give a folder path (it holds decision.md, "
+                           "compare.csv and report.html)")
     c = compare_archives(archives, load_items, **options)
-    return c, write_comparison(c, out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".compare-", dir=out))
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise DiskFull(out, "creating the comparison folder") from None
+        raise CompareError(f"--out {out}: cannot create the folder there ({exc.strerror or exc}); give a folder "
+                           "you can write to") from None
+    try:
+        written = write_comparison(c, tmp)
+        paths = {key: out / p.name for key, p in written.items()}
+        for key, p in written.items():
+            p.replace(paths[key])
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise DiskFull(out, "writing the comparison; the files there before are unchanged") from None
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return c, paths
 
 
 def list_archives(root: str | Path) -> list[Path]:

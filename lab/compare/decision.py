@@ -27,6 +27,7 @@ from lab.report.conditions import starved_text
 from lab.report.distinguish import compare_durations
 
 DEFAULT_MAX_LOTS = 8
+MAX_LOTS = 100  # --max-lots above it: the break-even search grows with its square (issue 23 part 3)
 
 
 @dataclass(frozen=True)
@@ -307,8 +308,9 @@ def _check_load(load_items: int, max_lots: int) -> None:
     if isinstance(load_items, bool) or not isinstance(load_items, int) or load_items < 1:
         raise CompareError(f"--load must be an integer >= 1 (items of the production load), "
                            f"got {load_items!r}")
-    if max_lots < 1:
-        raise CompareError(f"--max-lots must be >= 1, got {max_lots}")
+    if isinstance(max_lots, bool) or not isinstance(max_lots, int) or not 1 <= max_lots <= MAX_LOTS:
+        raise CompareError(f"--max-lots must be an integer from 1 to {MAX_LOTS} (lots considered per "
+                           f"package), got {max_lots!r}; give --max-lots {MAX_LOTS} or fewer")
 
 
 def partial_banner(evidence: list[Evidence], tags: list[str]) -> str:

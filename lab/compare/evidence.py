@@ -23,6 +23,9 @@ from lab.passes.events import PassStatus
 from lab.variants import expand_series
 
 NO_PACKAGE = "no package declared in [cost]"
+READ_MEMBERS = ("report/manifest.json", "report/summary.json", "campaign.lock.json", "corpus_card.json",
+                "report/raw_table.csv", "campaign.toml")
+"""The members a comparison reads: only these are unpacked (an archive's predictions are not)."""
 
 
 class CompareError(ValueError):
@@ -117,7 +120,7 @@ def load_evidence(archive: str | Path) -> Evidence:
         raise CompareError(f"{archive.name}: does not verify ({len(v.problems)} problem(s), first: "
                            f"{v.problems[0]}); download it again or re-pack it before comparing")
     with tempfile.TemporaryDirectory(prefix="iteralab-compare-") as tmp:
-        top = extract(archive, Path(tmp))
+        top = extract(archive, Path(tmp), only=READ_MEMBERS)
         manifest = _json(top, "report/manifest.json", archive)
         summary = _json(top, "report/summary.json", archive)
         lock = _json(top, "campaign.lock.json", archive, required=False) or {}
@@ -128,7 +131,7 @@ def load_evidence(archive: str | Path) -> Evidence:
         catalog = _catalog(top, archive)
         predictions, prediction_pass = _representative_predictions(top, rows)
         try:
-            campaign = tomllib.loads((top / "campaign.toml").read_text(encoding="utf-8"))
+            campaign = tomllib.loads((top / "campaign.toml").read_text(encoding="utf-8-sig"))
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ArchiveError(f"{archive.name}: campaign.toml unreadable ({exc}); "
                                "re-pack the archive") from None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import os
 import re
@@ -30,6 +31,7 @@ DEFAULT_CATALOG = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                "tarifs-forfaits.csv")
 CENT = Decimal("0.01")
 MAX_COUNT = 1_000_000  # lots, days, cards, accepted corpora: beyond it a value is a typo
+MAX_CATALOG_BYTES = 4 * 2**20  # a catalog is a few hundred rows; beyond it the file is not one
 PRICE_RE = re.compile(r"^[0-9]{1,12}(\.[0-9]{1,2})?$")  # up to 999,999,999,999.99
 
 
@@ -160,7 +162,11 @@ def load_catalog(path: str | None = None) -> Catalog:
     path = path or DEFAULT_CATALOG
     try:
         with open(path, newline="", encoding="utf-8-sig") as fh:  # -sig: spreadsheet BOM
-            reader = csv.DictReader(fh)
+            text = fh.read(MAX_CATALOG_BYTES + 1)  # bounded: /dev/zero or a huge file never fills memory
+            if len(text) > MAX_CATALOG_BYTES:
+                raise PricingError(f"{path}: larger than {MAX_CATALOG_BYTES:,} characters, not a catalog of "
+                                   "package rows; pass --catalog FILE (a CSV catalog)")
+            reader = csv.DictReader(io.StringIO(text, newline=""))
             missing = [c for c in CATALOG_COLUMNS if c not in (reader.fieldnames or [])]
             if missing:
                 raise PricingError(f"{path}: line 1: missing column(s) {', '.join(missing)}: "
@@ -286,8 +292,19 @@ def parse_instant(text: str, tz: str | None = None, what: str = "time") -> datet
     """Parse an ISO date-time with an offset, or a naive one placed in IANA zone ``tz``.
 
     Raises PricingError for a malformed value, an unknown zone, a naive value
-    without ``tz``, or a local time that does not exist or occurs twice (DST).
+    without ``tz``, a local time that does not exist or occurs twice (DST), or an
+    instant outside the years 1-9999 once converted to UTC (e.g. year 1 at +01:00).
     """
+    try:
+        value = _parse_instant(text, tz, what)
+        value.astimezone(timezone.utc)  # in range in UTC too: later arithmetic goes through it
+    except OverflowError:
+        raise PricingError(f"{what} {text!r} is out of range once converted to UTC (years 1 to 9999): "
+                           "write a real date, e.g. 2026-10-23T09:00+02:00") from None
+    return value
+
+
+def _parse_instant(text: str, tz: str | None, what: str) -> datetime:
     try:
         value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:

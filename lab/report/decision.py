@@ -9,6 +9,8 @@ re-implements the pricing rule.
 """
 from __future__ import annotations
 
+import re
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -81,6 +83,16 @@ class Assessment:
                 float("inf") if median is None else median)
 
 
+MARKDOWN_ACTIVE = re.compile(r"([\\`*_\[\]<>&~|#!])")
+
+
+def markdown_text(text: str) -> str:
+    """``text`` (the user's own words: the question) as Markdown that renders as that text:
+    one line, every character Markdown gives a meaning backslash-escaped, so an image, a link,
+    a heading or raw HTML in it stays text in the note and in report.html (issue 23 part 6)."""
+    return MARKDOWN_ACTIVE.sub(r"\\\1", " ".join(str(text).split()))
+
+
 def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pricing: dict,
                   variant_pricing: dict[str, dict] | None = None,
                   planned: Sequence[tuple[str, str]] | None = None) -> str:
@@ -117,7 +129,7 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
                            "use one catalog currency to compare committed budgets")
     checked = " (checked against the end of each campaign window)"
     out = [f"# Decision note: {campaign.get('name', 'campaign')}", "",
-           f"- **Question.** {campaign.get('question') or 'not stated'}",
+           f"- **Question.** {markdown_text(campaign.get('question') or '') or 'not stated'}",
            f"- **Deadline.** {deadline_at.isoformat() + checked if deadline_at else 'none given'}",
            f"- **Deliverables announced.** {deliverables} distinct useful corpus(es); each "
            "accepted corpus is counted once, never once per repetition.",

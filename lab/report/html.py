@@ -1,7 +1,8 @@
 """report.html: one self-contained file per campaign (in its archive) and per comparison.
 
 No network and no CDN: plots are drawn by matplotlib (Agg backend) and embedded as base64
-PNG; the style sheet is inline; the decision note's Markdown is rendered by markdown-it-py.
+PNG; the style sheet is inline; the decision note's Markdown is rendered by markdown-it-py without raw HTML, images or
+links, so the user's text in it (the question) never makes the page fetch anything.
 The decision and its motivation come first, then the plots, then the raw table.
 """
 
@@ -59,7 +60,10 @@ def page(title: str, sections: list[str]) -> str:
 
 
 def markdown_html(text: str) -> str:
-    return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+    """``text`` rendered from Markdown with no raw HTML, no images and no links (the notes the
+    product writes hold none; one typed by the user stays text): a report fetches nothing."""
+    return (MarkdownIt("commonmark", {"html": False}).enable("table")
+            .disable(["image", "link", "autolink", "reference"]).render(text))
 
 
 def table_html(df: pd.DataFrame) -> str:

@@ -1,0 +1,135 @@
+"""Issue 23 part 3: hostile or odd archives and catalogs stay bounded.
+
+Each hostile file is made here the way an attacker would (a gzip stream of concatenated
+members, so 4 GiB of zeros fit in a few MB) and given to the real command line in a child
+process under limits (file size, address space): where the product has no bound, the child
+dies of the limit or answers with the wrong line instead of refusing in one line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import resource
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from conftest import cut_corpus, write_campaign
+from lab.archive_format import MAX_JOURNAL_BYTES, MAX_MEMBERS, MAX_TRAILER_BYTES
+
+REPO = Path(__file__).resolve().parents[2]
+FSIZE_LIMIT = 64 * 2**20   # no file the child writes may pass 64 MiB
+AS_LIMIT = 2 * 2**30       # nor its address space 2 GiB
+
+
+def _limits() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FSIZE_LIMIT, FSIZE_LIMIT))
+    resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
+
+
+def iteralab(*args: str, tmp: Path, timeout: int = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True, cwd=REPO,
+                          env=env, timeout=timeout, preexec_fn=_limits)
+
+
+def zeros_gzip(n_bytes: int) -> bytes:
+    """``n_bytes`` zero bytes as concatenated gzip members (1 MiB each, compressed once)."""
+    mib = gzip.compress(b"\0" * 2**20, compresslevel=9)
+    full, rest = divmod(n_bytes, 2**20)
+    return mib * full + (gzip.compress(b"\0" * rest) if rest else b"")
+
+
+def header(name: str, size: int = 0, kind: bytes = tarfile.REGTYPE) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size, info.type, info.mode = size, kind, 0o644
+    return info.tobuf(format=tarfile.PAX_FORMAT)
+
+
+def one_line_refusal(r: subprocess.CompletedProcess) -> str:
+    out = (r.stdout + r.stderr).strip()
+    assert r.returncode == 2, (r.returncode, out[-2000:])
+    assert len(out.splitlines()) == 1 and "Traceback" not in out, out[-2000:]
+    return out
+
+
+def tmp_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def test_a_4_gib_journal_member_is_refused_before_a_byte_is_written(tmp_path):
+    size = 4 * 2**30
+    archive = tmp_path / "bomb.tar.gz"
+    with open(archive, "wb") as fh:
+        fh.write(gzip.compress(header("camp/journal.sqlite", size)))
+        fh.write(zeros_gzip(size))
+        fh.write(gzip.compress(b"\0" * 1024))  # the tar's end blocks
+    assert archive.stat().st_size < 20 * 2**20
+    work = tmp_path / "tmp"
+    work.mkdir()
+    out = one_line_refusal(iteralab("archive", "verify", str(archive), tmp=work))
+    assert f"declares {size:,} bytes" in out and f"{MAX_JOURNAL_BYTES:,}" in out, out
+    assert tmp_bytes(work) == 0
+
+
+def test_a_member_beyond_the_member_bound_is_refused_from_its_header(tmp_path):
+    archive = tmp_path / "big.tar.gz"
+    size = 2**30 + 1
+    with open(archive, "wb") as fh:
+        fh.write(gzip.compress(header("camp/passes/p1/predictions.jsonl", size)))
+        fh.write(zeros_gzip(2**20))  # cut short: the refusal must come from the header alone
+    out = one_line_refusal(iteralab("archive", "verify", str(archive), tmp=tmp_path))
+    assert f"declares {size:,} bytes" in out, out
+
+
+def test_more_members_than_the_bound_are_refused_in_one_line(tmp_path):
+    archive = tmp_path / "many.tar.gz"
+    n = MAX_MEMBERS + 10
+    body = io.BytesIO()
+    body.write(header("camp", kind=tarfile.DIRTYPE))
+    for i in range(n):
+        body.write(header(f"camp/f{i}"))
+    body.write(b"\0" * 1024)
+    archive.write_bytes(gzip.compress(body.getvalue(), compresslevel=1))
+    out = one_line_refusal(iteralab("archive", "verify", str(archive), tmp=tmp_path))
+    assert f"more than {MAX_MEMBERS:,} members" in out, out
+
+
+def test_a_long_gzip_tail_after_the_end_of_the_tar_is_refused(tmp_path):
+    """A gzip stream that goes on after the tar's end (read to check the gzip trailer)."""
+    archive = tmp_path / "tail.tar.gz"
+    body = io.BytesIO()
+    with tarfile.open(fileobj=body, mode="w") as tar:
+        info = tarfile.TarInfo("camp/SHA256SUMS")
+        tar.addfile(info, io.BytesIO(b""))
+    with open(archive, "wb") as fh:
+        fh.write(gzip.compress(body.getvalue()))
+        fh.write(zeros_gzip(256 * 2**20))
+    out = one_line_refusal(iteralab("archive", "verify", str(archive), tmp=tmp_path))
+    assert f"more than {MAX_TRAILER_BYTES:,} bytes after the end of the tar" in out, out
+
+
+def test_a_catalog_without_newlines_fails_fast_in_the_pricing_script(tmp_path):
+    script = subprocess.run([sys.executable, "-I", str(REPO / "scripts" / "calcul_forfaits.py"),
+                             "--catalog", "/dev/zero"], capture_output=True, text=True, timeout=120,
+                            preexec_fn=_limits)
+    out = one_line_refusal(script)
+    assert "/dev/zero" in out and "not a catalog" in out, out
+
+
+def test_a_campaign_whose_cost_catalog_is_dev_zero_is_refused_at_lock(tmp_path):
+    f = write_campaign(tmp_path, Path("/nonexistent/model"), cut_corpus(tmp_path / "c.jsonl", 2, 1, 1))
+    f.write_text(f.read_text() + '\n[cost]\ngpu = "b200"\ndays = 7\ncatalog = "/dev/zero"\n')
+    out = one_line_refusal(iteralab("protocol", "lock", str(f), tmp=tmp_path))
+    assert "/dev/zero" in out and "not a catalog" in out, out
+
+
+def test_compare_refuses_max_lots_beyond_its_bound(tmp_path):
+    from lab.compare.decision import MAX_LOTS
+
+    out = one_line_refusal(iteralab("compare", str(tmp_path / "a.tar.gz"), "--load", "10",
+                                    "--max-lots", "10000000", tmp=tmp_path))
+    assert f"--max-lots must be an integer from 1 to {MAX_LOTS}" in out, out
