@@ -7,7 +7,6 @@ is refused with its first problem, never compared.
 
 from __future__ import annotations
 
-import csv
 import json
 import tempfile
 import tomllib
@@ -27,7 +26,9 @@ class CompareError(ValueError):
 @dataclass(frozen=True)
 class Evidence:
     """What a comparison reads from one archive. ``name``: the archive's file name without
-    .tar.gz; ``raw_rows``: raw-table rows as CSV strings (empty cell = "")."""
+    .tar.gz; ``raw_rows``: raw-table rows as CSV strings (empty cell = "") and ``summary``:
+    summary.json objects, both as ``archive verify`` re-derived them from the journal and the
+    pass records (lab.archive_tables), never the archive's own raw_table.csv or summary.json."""
     path: Path
     name: str
     manifest: dict
@@ -83,17 +84,15 @@ def load_evidence(archive: str | Path) -> Evidence:
     unreadable file, CompareError for one that does not verify or lacks a report file."""
     archive = Path(archive)
     v = verify(archive)
-    if not v.ok:
+    if not v.ok or v.rederived is None:
         raise CompareError(f"{archive.name}: does not verify ({len(v.problems)} problem(s), first: "
-                           f"{v.problems[0]}); download it again or re-pack it before comparing")
+                           f"{(v.problems or ['figures not re-derived'])[0]}); download it again or re-pack it "
+                           "before comparing")
     with tempfile.TemporaryDirectory(prefix="iteralab-compare-") as tmp:
         top = extract(archive, Path(tmp))
         manifest = _json(top, "report/manifest.json", archive)
-        summary = _json(top, "report/summary.json", archive)
         lock = _json(top, "campaign.lock.json", archive, required=False) or {}
         card = _json(top, "corpus_card.json", archive, required=False)
-        with open(top / "report" / "raw_table.csv", newline="", encoding="utf-8") as fh:
-            rows = list(csv.DictReader(fh))
         try:
             campaign = tomllib.loads((top / "campaign.toml").read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -105,5 +104,5 @@ def load_evidence(archive: str | Path) -> Evidence:
         raise CompareError(f"{archive.name}: campaign.toml does not parse as a campaign file "
                            f"({exc}); fix it in the campaign and re-pack the archive") from None
     name = archive.name.removesuffix(".tar.gz")
-    return Evidence(archive, name, manifest, summary, rows, campaign, lock, card, v.files_checked,
-                    config)
+    return Evidence(archive, name, manifest, v.rederived.summary, v.rederived.raw_rows, campaign, lock, card,
+                    v.files_checked, config)
