@@ -234,7 +234,12 @@ def check_tables(scan, info: dict, rows: list[dict], problems: list[str]) -> Red
     attempts = _attempts(scan, problems)
     if attempts is None:
         return None
-    rederived = rederive_tables(scan, info, attempts, problems)
+    try:
+        rederived = rederive_tables(scan, info, attempts, problems)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # an odd or forged journal: a line
+        problems.append(f"{JOURNAL}: its attempts do not give a raw table ({type(exc).__name__}: "
+                        f"{str(exc)[:SHOWN]}); the raw table and the summary are not re-derived")
+        return None
     check_raw_table(rows, rederived.raw_rows, problems)
     check_summary(scan, rederived.summary, problems)
     check_results(scan, attempts, problems)

@@ -159,3 +159,20 @@ def test_duplicated_raw_table_rows_are_refused(archives, tmp_path):
     v = verify(repack(tmp_path / "twice.tar.gz", files))
     assert f"pass {rows[0]['pass_id']}: 2 rows in the raw table; it holds one row per attempt" in v.problems, \
         v.problems
+
+
+def test_a_journal_whose_attempts_give_no_raw_table_is_a_problem_line(archives, tmp_path):
+    import sqlite3
+
+    files = members(archives["accepted", "rtx"])
+    name = member(files, "/journal.sqlite")
+    db_path = tmp_path / "journal.sqlite"
+    db_path.write_bytes(files[name])
+    with sqlite3.connect(db_path) as db:
+        db.execute("""UPDATE attempts SET result_json = '{"phases_s": 5}'""")
+    db.close()
+    files[name] = db_path.read_bytes()
+    v = verify(repack(tmp_path / "odd.tar.gz", files))
+    assert any(p.startswith("journal.sqlite: its attempts do not give a raw table (AttributeError")
+               for p in v.problems), v.problems
+    assert v.rederived is None
