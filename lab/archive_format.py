@@ -35,12 +35,27 @@ class ArchiveError(ValueError):
 
 
 @dataclass(frozen=True)
+class Rederived:
+    """The raw table and the summary as ``archive verify`` rebuilt them from the archived journal
+    and pass records (lab.archive_tables), never read from report/raw_table.csv or summary.json.
+    ``raw_rows``: one dict per attempt, in schedule order, the cells as the raw table's CSV holds
+    them (strings, empty cell = ""); ``summary``: one summary.json object per variant
+    (lab.report.summary.VariantSummary.to_json, through JSON)."""
+
+    raw_rows: list
+    summary: list
+
+
+@dataclass(frozen=True)
 class Verification:
-    """What ``verify`` checked: files hashed, raw-table rows re-derived, problems (one line each)."""
+    """What ``verify`` checked: files hashed, raw-table rows re-derived, problems (one line each),
+    and the re-derived figures (None when the journal could not be read: then ``problems``
+    says why)."""
 
     files_checked: int
     rows_checked: int
     problems: list
+    rederived: Rederived | None = None
 
     @property
     def ok(self) -> bool:

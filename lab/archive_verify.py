@@ -13,7 +13,11 @@ gzip trailer (CRC and length) is read, so an archive cut short is refused. Check
 - each row's predictions sha256 against the file, and each ``result.json``'s too;
 - a multi-card pass's merged predictions against its cards' predictions and records;
 - each row's metric (and per-bucket metrics) recomputed from the predictions and the gold
-  labels the archive carries (``report/gold_labels.jsonl``).
+  labels the archive carries (``report/gold_labels.jsonl``);
+- the raw table (one row per attempt, every cell) and the summary (summary.json and summary.csv,
+  every field) re-derived from the journal and the pass records, and each ``result.json``
+  against the journal's record (lab.archive_tables); the Verification carries the re-derived
+  figures, which a comparison reads instead of the archive's CSV.
 
 It cannot detect a forger who rewrites every file consistently (predictions, labels,
 journal, raw table, checksums): only the archive's own sha256, recorded elsewhere, can.
@@ -49,10 +53,9 @@ from lab.archive_rederive import (
     read_gold,
     read_journal,
 )
+from lab.archive_tables import CAMPAIGN, MEMBERS, RAW_TABLE, check_tables
 from lab.files import HashingReader
 
-RAW_TABLE = "report/raw_table.csv"
-CAMPAIGN = "campaign.toml"
 PARSED_MAX_BYTES = 64 * 2**20
 CHUNK_BYTES = 1 << 20
 SUMS_LINE = re.compile(r"([0-9a-f]{64})  ([^\s*][^\t\r]*)")
@@ -61,7 +64,7 @@ RAW_REQUIRED = ("pass_id", "status", "items_completed", "predictions_path", "pre
 
 
 def _parsed(rel: str) -> bool:
-    return (rel in (SUMS, RAW_TABLE, GOLD_LABELS, ARCHIVE_INFO, CAMPAIGN)
+    return (rel in (SUMS, GOLD_LABELS, ARCHIVE_INFO, *MEMBERS)
             or (rel.startswith("passes/") and rel.endswith(("/result.json", "/predictions.jsonl")))
             or (rel.startswith("passes/") and "/cards/card" in rel and rel.endswith((".json", ".predictions.jsonl"))))
 
@@ -211,8 +214,9 @@ def verify_archive(archive: Path) -> Verification:
         threshold = _locked_threshold(scan, problems)
         for row in rows:
             check_row(row, scan, gold, threshold, problems)
+        rederived = check_tables(scan, info, rows, problems) if journal is not None else None
         row_ids = {r["pass_id"] for r in rows}
         folders = {rel.split("/")[1] for rel in scan.sha if rel.startswith("passes/") and rel.count("/") >= 2}
         for pid in sorted(folders - row_ids):
             problems.append(f"pass {pid}: its folder is in the archive but the raw table has no row for it")
-    return Verification(len(listed), len(rows), problems)
+    return Verification(len(listed), len(rows), problems, rederived)

@@ -184,6 +184,14 @@ class Journal:
                        (PassStatus.INTERRUPTED.value, note, PassStatus.RUNNING.value))
         return ids
 
+    def interrupt(self, pass_ids: list[str], note: str) -> None:
+        """Attempts ``pass_ids`` become 'interrupted' rows (kept, never accepted; their slots run
+        again), ``note`` added to their notes: e.g. an input changed under them."""
+        with self.tx() as db:
+            for pid in pass_ids:
+                db.execute("UPDATE attempts SET status=?, notes=trim(coalesce(notes, '') || '; ' || ?, '; ') "
+                           "WHERE pass_id=?", (PassStatus.INTERRUPTED.value, note, pid))
+
     # ---- events ----------------------------------------------------------------------
     def add_event(self, pass_id: str, kind: EventKind | str, payload: dict) -> None:
         """Record one event (``kind``: an EventKind; a pass line's own ``event`` is recorded as

@@ -20,6 +20,7 @@ from lab.corpus import read_corpus
 from lab.diskfull import DiskFull, is_disk_full
 from lab.errors import ProtocolError
 from lab.host_cards import check_cards_fit_host
+from lab.identity import InputsChanged, InputWatch
 from lab.manifest import record_host_facts
 from lab.journal import Journal
 from lab.passes.distributed import ProgressTally
@@ -84,6 +85,8 @@ class Orchestrator:
         self._labels_read = False
         self.variants: dict[str, Variant] = {v.variant_id: v for v in proto.variants}
         self.echo: Callable[[str], None] | None = None  # one line per pass start/end (CLI)
+        self.watch: InputWatch | None = None  # the corpus and model files, while run() runs
+        self._ran: list[str] = []  # attempts this run() made
 
     @classmethod
     def prepare(cls, campaign_file: str | Path, runs_root: str | Path, launcher) -> "Orchestrator":
@@ -176,7 +179,11 @@ class Orchestrator:
         """Run every pending pass. Returns the final state: finished, paused, stopped or blocked
         (a pass found no usable GPU for its declared device: never a silent CPU fallback).
 
-        Raises CampaignBusy when another orchestrator holds this campaign folder.
+        Raises CampaignBusy when another orchestrator holds this campaign folder, and
+        InputsChanged (one line naming the file; the campaign is then stopped) when the corpus
+        or a model file changes under the campaign (lab.identity.InputWatch): checked by stat
+        before and after every pass, by a full sha256 after the last one. A pass that may have
+        read a changed input becomes an 'interrupted' row (never accepted; its slot runs again).
         """
         lock_file = open(self.dir / "orchestrator.lock", "w")
         try:
@@ -200,11 +207,14 @@ class Orchestrator:
         j = self.journal
         self.check_plan()  # before anything is written: an unknown id is a one-line ProtocolError
         self.check_launcher()  # a compile variant this launcher can never compile: one line, nothing run
+        self.watch = InputWatch(self.proto, self.version)  # inputs changed since lock: one line, nothing run
+        self._ran = []
         j.set_control("orchestrator", {"pid": os.getpid(), "process_create_time": process_create_time(),
                                        "started": utc_now(), "launcher": self.launcher.name})
         self.apply_limits()
         j.set_control("state", CampaignState.RUNNING)
         j.set_control("stop", False)
+        j.set_control("inputs_changed", "")
         try:
             j.set_control("launcher", self.launcher.describe())
         except Exception as exc:  # the manifest says why the launcher could not be described
@@ -236,7 +246,9 @@ class Orchestrator:
             if j.get_control("stop", False):
                 state = CampaignState.STOPPED
                 break
+            self.stop_if_changed(self.watch.stat_change())
             row = self.run_slot(slot)
+            self.stop_if_changed(row.get("inputs_changed", ""))
             self.check_folder()
             if j.get_control("stop", False):
                 state = CampaignState.STOPPED
@@ -250,10 +262,25 @@ class Orchestrator:
                 state = CampaignState.BLOCKED
                 break
         if state == CampaignState.FINISHED:
+            changed = self.watch.stat_change() or self.watch.hash_change()
+            if changed:  # which pass read the change is unknown: none of this run's passes stands
+                j.interrupt(self._ran, f"interrupted: {changed.split(';')[0]} (found after the last pass); "
+                                       "slot run again on resume")
+                self.revalidate_all()  # their validations now say: not accepted (status interrupted)
+                self.stop_if_changed(changed)
             self.revalidate_all()
         j.set_control("state", state)
         j.set_control("orchestrator", {"pid": None, "ended": utc_now()})
         return state
+
+    def stop_if_changed(self, changed: str) -> None:
+        """Nothing when ``changed`` is ''; else record the campaign as stopped and raise
+        InputsChanged(``changed``)."""
+        if changed:
+            self.journal.set_control("inputs_changed", changed)  # why it stopped, for status and the UI
+            self.journal.set_control("state", CampaignState.STOPPED)
+            self.journal.set_control("orchestrator", {"pid": None, "ended": utc_now()})
+            raise InputsChanged(changed)
 
     def check_folder(self) -> None:
         """Raise CampaignFolderLost when the journal this orchestrator writes is no longer the
@@ -326,6 +353,8 @@ class Orchestrator:
         outcome = self.launcher.launch(spec, pass_dir, on_line,
                                        should_stop=lambda: bool(j.get_control("stop", False)))
         self.check_folder()  # the folder may have gone while the pass ran: read nothing from it
+        changed = self.watch.stat_change() if self.watch is not None else ""
+        self._ran.append(pass_id)
         result = None
         notes = []
         links = sorted(p.name for p in pass_dir.iterdir() if p.is_symlink())
@@ -333,7 +362,10 @@ class Orchestrator:
             notes.append(f"symbolic link(s) in the pass folder not followed: {', '.join(links)}")
         if (pass_dir / "result.json").is_file() and not (pass_dir / "result.json").is_symlink():
             result = json.loads((pass_dir / "result.json").read_text())
-        if outcome.note == "stopped by the user":
+        if changed:  # the pass may have read the changed file: never accepted, slot run again
+            status = PassStatus.INTERRUPTED
+            notes.append(f"interrupted: {changed.split(';')[0]} during this pass; slot run again on resume")
+        elif outcome.note == "stopped by the user":
             status = PassStatus.INTERRUPTED
             notes.append("interrupted: stopped by the user; slot run again on resume")
         elif last.get("disk_full"):  # not the variant's failure: the slot runs again once space is free
@@ -367,7 +399,7 @@ class Orchestrator:
             self.echo(f"pass {slot['seq']}/{len(j.plan())} {pass_id}: {status}, {items} items{took}{m}"
                       + (f" ({'; '.join(notes)[:160]})" if status != PassStatus.OK and notes else ""))
         return {"pass_id": pass_id, "status": status, "notes": "; ".join(notes),
-                "disk_full": bool(last.get("disk_full"))}
+                "disk_full": bool(last.get("disk_full")), "inputs_changed": changed}
 
     # ---- validation ------------------------------------------------------------------
     def labels(self) -> set[str] | None:

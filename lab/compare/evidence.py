@@ -7,7 +7,6 @@ is refused with its first problem, never compared.
 
 from __future__ import annotations
 
-import csv
 import json
 import tempfile
 import tomllib
@@ -23,9 +22,10 @@ from lab.passes.events import PassStatus
 from lab.variants import expand_series
 
 NO_PACKAGE = "no package declared in [cost]"
-READ_MEMBERS = ("report/manifest.json", "report/summary.json", "campaign.lock.json", "corpus_card.json",
-                "report/raw_table.csv", "campaign.toml")
-"""The members a comparison reads: only these are unpacked (an archive's predictions are not)."""
+READ_MEMBERS = ("report/manifest.json", "campaign.lock.json", "corpus_card.json", "campaign.toml")
+"""The members a comparison always reads; besides them only ARCHIVE.json, report/catalog.csv and
+the predictions of each variant's representative pass are unpacked (the raw table and the
+summary come re-derived from the journal by verify)."""
 
 
 class CompareError(ValueError):
@@ -35,7 +35,9 @@ class CompareError(ValueError):
 @dataclass(frozen=True)
 class Evidence:
     """What a comparison reads from one archive. ``name``: the archive's file name without
-    .tar.gz; ``raw_rows``: raw-table rows as CSV strings (empty cell = "")."""
+    .tar.gz; ``raw_rows``: raw-table rows as CSV strings (empty cell = "") and ``summary``:
+    summary.json objects, both as ``archive verify`` re-derived them from the journal and the
+    pass records (lab.archive_tables), never the archive's own raw_table.csv or summary.json."""
     path: Path
     name: str
     manifest: dict
@@ -116,20 +118,22 @@ def load_evidence(archive: str | Path) -> Evidence:
     unreadable file, CompareError for one that does not verify or lacks a report file."""
     archive = Path(archive)
     v = verify(archive)
-    if not v.ok:
+    if not v.ok or v.rederived is None:
         raise CompareError(f"{archive.name}: does not verify ({len(v.problems)} problem(s), first: "
-                           f"{v.problems[0]}); download it again or re-pack it before comparing")
+                           f"{(v.problems or ['figures not re-derived'])[0]}); download it again or re-pack it "
+                           "before comparing")
     with tempfile.TemporaryDirectory(prefix="iteralab-compare-") as tmp:
-        top = extract(archive, Path(tmp), only=READ_MEMBERS)
+        rows = v.rederived.raw_rows
+        chosen = representative_passes(rows)
+        top = extract(archive, Path(tmp), only=READ_MEMBERS + (ARCHIVE_INFO, "report/catalog.csv")
+                      + tuple(rel for _pid, rel in chosen.values()))
         manifest = _json(top, "report/manifest.json", archive)
-        summary = _json(top, "report/summary.json", archive)
         lock = _json(top, "campaign.lock.json", archive, required=False) or {}
         card = _json(top, "corpus_card.json", archive, required=False)
         info = _json(top, ARCHIVE_INFO, archive, required=False) or {}
-        with open(top / "report" / "raw_table.csv", newline="", encoding="utf-8") as fh:
-            rows = list(csv.DictReader(fh))
         catalog = _catalog(top, archive)
-        predictions, prediction_pass = _representative_predictions(top, rows)
+        predictions = {vid: _read_predictions(top / rel) for vid, (_pid, rel) in chosen.items()
+                       if (top / rel).is_file()}
         try:
             campaign = tomllib.loads((top / "campaign.toml").read_text(encoding="utf-8-sig"))
         except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -141,8 +145,9 @@ def load_evidence(archive: str | Path) -> Evidence:
         raise CompareError(f"{archive.name}: campaign.toml does not parse as a campaign file "
                            f"({exc}); fix it in the campaign and re-pack the archive") from None
     name = archive.name.removesuffix(".tar.gz")
-    return Evidence(archive, name, manifest, summary, rows, campaign, lock, card, v.files_checked,
-                    config, info, catalog, predictions, prediction_pass)
+    return Evidence(archive, name, manifest, v.rederived.summary, rows, campaign, lock, card,
+                    v.files_checked, config, info, catalog, predictions,
+                    {vid: pid for vid, (pid, _rel) in chosen.items() if vid in predictions})
 
 
 def _catalog(top: Path, archive: Path) -> Catalog | None:
@@ -166,21 +171,18 @@ def _read_predictions(path: Path) -> dict[str, str]:
     return out
 
 
-def _representative_predictions(top: Path, rows: list[dict]) -> tuple[dict, dict]:
-    """Per variant, the predictions of its first accepted pass in schedule order (else its
-    first pass ok): what "this host's result" means when hosts are compared per id. Verify
-    has already checked each file against its sha256 and its metric against the gold labels."""
-    preds: dict[str, dict[str, str]] = {}
-    source: dict[str, str] = {}
+def representative_passes(rows: list[dict]) -> dict[str, tuple[str, str]]:
+    """{variant_id: (pass_id, predictions path in the archive)} of each variant's first accepted
+    pass in schedule order (else its first pass ok): what "this host's result" means when hosts
+    are compared per id. Verify has already checked each predictions file against its sha256
+    and its metric against the gold labels."""
+    chosen: dict[str, tuple[str, str]] = {}
     for accepted_only in (True, False):
         for r in rows:
             vid = r["variant_id"]
-            if vid in preds or r["status"] != PassStatus.OK or not r.get("predictions_path"):
+            if vid in chosen or r["status"] != PassStatus.OK or not r.get("predictions_path"):
                 continue
             if accepted_only and str(r.get("corpus_accepted")).lower() != "true":
                 continue
-            f = top / r["predictions_path"]  # relative to the campaign folder (lab.report.raw_table)
-            if f.is_file():
-                preds[vid] = _read_predictions(f)
-                source[vid] = r["pass_id"]
-    return preds, source
+            chosen[vid] = (r["pass_id"], r["predictions_path"])  # relative to the campaign folder
+    return chosen

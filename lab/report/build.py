@@ -19,15 +19,7 @@ from lab.models import model_revision
 from lab.passes.events import FINISHED
 from lab.protocol import load_protocol
 from lab.report.raw_table import raw_rows, write_raw_table
-from lab.report.summary import summarize, write_summary
-
-
-def _feasibility(rows: list[dict], attempts: list[dict]) -> dict:
-    """Per-variant feasibility from lab.memory.feasibility (memory before cost, SPEC 3.9)."""
-    from lab.memory.feasibility import campaign_feasibility
-
-    cov = {a["pass_id"]: (a["validation"] or {}).get("coverage") for a in attempts}
-    return campaign_feasibility([{**r, "coverage": cov.get(r["pass_id"])} for r in rows])
+from lab.report.summary import campaign_summary, write_summary
 
 
 def write_gold_labels(corpus_path: Path, out: Path) -> Path:
@@ -139,7 +131,7 @@ def _write_report(out: Path, proto, version: dict, attempts: list[dict], describ
     rows = raw_rows(attempts, proto.name, version["version"], campaign_dir)
     write_raw_table(rows, out / "raw_table.csv")
     write_gold_labels(proto.corpus_path, out / "gold_labels.jsonl")
-    summary = summarize(rows, _feasibility(rows, attempts))
+    summary = campaign_summary(rows, attempts)
     write_summary(summary, out / "summary.csv")
 
     catalog = copy_catalog(proto, out / "catalog.csv")

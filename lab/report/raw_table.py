@@ -11,6 +11,7 @@ numerics, speed or memory (JSON, lab.manifest.ENV_ALLOWED).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -60,15 +61,37 @@ def _regular(path: Path) -> bool:
     return path.is_file() and not path.is_symlink()
 
 
-def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaign_dir: Path) -> list[dict]:
-    """Rows in schedule order from journal attempts (see lab.journal). Units: seconds, bytes."""
+PredictionsFile = Callable[[str], tuple[str, str, str]]
+"""pass_id -> (predictions path relative to the campaign folder or "", its sha256 or "", why
+there is none or "")."""
+LINKED = "predictions file is a symbolic link: not followed"
+NO_PREDICTIONS = "no predictions file"
+
+
+def folder_predictions(campaign_dir: Path) -> PredictionsFile:
+    """The predictions of each pass in a campaign folder (``passes/<pass_id>/predictions.jsonl``,
+    never followed through a link)."""
+    def look(pass_id: str) -> tuple[str, str, str]:
+        pred = Path(campaign_dir) / "passes" / pass_id / "predictions.jsonl"
+        if _regular(pred):
+            return str(pred.relative_to(campaign_dir)), _sha256(pred), ""
+        return "", "", LINKED if pred.is_symlink() else NO_PREDICTIONS
+    return look
+
+
+def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaign_dir: Path,
+             predictions: PredictionsFile | None = None) -> list[dict]:
+    """Rows in schedule order from journal attempts (see lab.journal). Units: seconds, bytes.
+    ``predictions``: where each pass's predictions file is (default: ``folder_predictions``
+    of ``campaign_dir``; ``archive verify`` gives the archive's members instead)."""
+    predictions = predictions or folder_predictions(campaign_dir)
     rows = []
     for a in attempts:
+        pred_path, pred_sha, pred_note = predictions(a["pass_id"])
         v, r, val = a["variant"] or {}, a["result"] or {}, a["validation"] or {}
         phases = r.get("phases_s", {})
         peaks = r.get("peaks") or {}
         notes = [a["notes"]] if a.get("notes") else []
-        pred = campaign_dir / "passes" / a["pass_id"] / "predictions.jsonl"
         row = {
             "campaign": campaign, "protocol_version": protocol_version, "pass_id": a["pass_id"],
             "variant_id": a["variant_id"], "variant_name": v.get("name"), "variant_label": v.get("label"),
@@ -86,8 +109,7 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
             "items_per_s": r.get("items_per_s") if a["status"] == PassStatus.OK else None,
             "n_truncated": r.get("n_truncated"), "real_tokens": r.get("real_tokens"),
             "padded_tokens": r.get("padded_tokens"),
-            "predictions_path": str(pred.relative_to(campaign_dir)) if _regular(pred) else "",
-            "predictions_sha256": _sha256(pred),
+            "predictions_path": pred_path, "predictions_sha256": pred_sha,
         }
         obs = r.get("observed") or {}
         for k in OBSERVED:
@@ -147,10 +169,8 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
         if not peaks and a["status"] != PassStatus.RUNNING:
             why = {"memory not measured: pass ended before the measured window"}
         notes.extend(f"empty memory cells: {w}" for w in sorted(why))
-        if pred.is_symlink():
-            notes.append("predictions file is a symbolic link: not followed")
-        elif not pred.is_file():
-            notes.append("no predictions file")
+        if pred_note:
+            notes.append(pred_note)
         row["notes"] = " | ".join(notes)
         rows.append(row)
     return rows

@@ -233,6 +233,17 @@ def summarize(rows: list[dict], feasibility: dict | None = None) -> list[Variant
     return [VariantSummary(**d) for d in out]
 
 
+def campaign_summary(rows: list[dict], attempts: list[dict]) -> list[VariantSummary]:
+    """``summarize`` of a campaign's raw rows (lab.report.raw_table.raw_rows of ``attempts``) with
+    each variant's feasibility from lab.memory.feasibility (memory before cost, SPEC 3.9), which
+    reads the coverage of each attempt's validation. The one summary of the report and of
+    ``archive verify``'s re-derivation."""
+    from lab.memory.feasibility import campaign_feasibility
+
+    cov = {a["pass_id"]: (a["validation"] or {}).get("coverage") for a in attempts}
+    return summarize(rows, campaign_feasibility([{**r, "coverage": cov.get(r["pass_id"])} for r in rows]))
+
+
 def _perf_medians(ok: list[dict]) -> dict:
     """Medians over passes ok of the utilization figures (FLOP/s, fraction; None if none),
     and the most recompilations seen in one measured window (compile = true variants)."""

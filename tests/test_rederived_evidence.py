@@ -1,0 +1,178 @@
+"""`archive verify` re-derives every figure compare and the report read, and compare reads the
+re-derived figures (issue 23, part 1). Real archives made by the real product in this test
+session: the same one-pass campaign (7 items, batch 1) priced rtx-4090 and b200, once with a
+threshold its passes meet and once with one they never meet. Each forgery edits two files and
+SHA256SUMS, as a person with a text editor would."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import tarfile
+
+import pytest
+
+from lab.archive import verify
+from lab.compare import CompareError, compare_archives
+from conftest import cut_corpus, write_campaign
+
+WINDOW = dict(window_start="2026-12-01T09:00+01:00", deadline="2026-12-01T21:00+01:00")  # 12 h
+
+
+def _archive(folder, model, corpus, gpu: str, threshold: float):
+    from lab.campaigns import make_archive
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestrator import Orchestrator
+    from lab.protocol import load_protocol, lock
+
+    folder.mkdir(parents=True)
+    c = folder / "corpus.jsonl"
+    c.write_bytes(corpus.read_bytes())
+    f = write_campaign(folder, model, c, name="rental", values=(1,), threshold=threshold)
+    f.write_text(f.read_text() + f'\n[cost]\ngpu = "{gpu}"\ndays = 7\nlots = 1\n')
+    lock(load_protocol(f))
+    orch = Orchestrator.prepare(f, folder / "runs", LocalLauncher())
+    assert orch.run() == "finished"
+    return make_archive(orch.dir)
+
+
+@pytest.fixture(scope="module")
+def archives(tmp_path_factory, model_dir) -> dict:
+    """{("accepted" | "rejected", "rtx" | "b200"): archive}; threshold 0.2 (met) and 0.99 (not met)."""
+    d = tmp_path_factory.mktemp("rederived")
+    corpus = cut_corpus(d / "corpus.jsonl", 4, 2, 1)
+    out = {}
+    for verdict, threshold in (("accepted", 0.2), ("rejected", 0.99)):
+        for key, gpu in (("rtx", "rtx-4090"), ("b200", "b200")):
+            out[verdict, key] = _archive(d / f"{verdict}-{key}", model_dir, corpus, gpu, threshold)
+    return out
+
+
+def members(path) -> dict[str, bytes]:
+    with tarfile.open(path) as t:
+        return {m.name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
+
+
+def repack(path, files: dict[str, bytes]):
+    """Write ``files`` as a tar.gz with SHA256SUMS recomputed (a consistent edit)."""
+    sums = next(n for n in files if n.endswith("/SHA256SUMS"))
+    top = sums.split("/")[0]
+    files[sums] = "".join(f"{hashlib.sha256(d).hexdigest()}  {n[len(top) + 1:]}\n"
+                          for n, d in files.items() if n != sums).encode()
+    with tarfile.open(path, "w:gz") as t:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return path
+
+
+def member(files, suffix: str) -> str:
+    return next(n for n in files if n.endswith(suffix))
+
+
+def table(files) -> tuple[str, list[dict]]:
+    name = member(files, "/report/raw_table.csv")
+    return name, list(csv.DictReader(io.StringIO(files[name].decode(), newline="")))
+
+
+def put_table(files, name: str, rows: list[dict]) -> None:
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
+    files[name] = out.getvalue().encode()
+
+
+def test_genuine_archives_verify_and_compare_reads_the_re_derived_figures(archives):
+    from lab.compare.evidence import load_evidence
+
+    for path in archives.values():
+        v = verify(path)
+        assert v.ok, v.problems
+        files = members(path)
+        _, rows = table(files)
+        assert v.rederived.raw_rows == rows  # re-derived from the journal: the same cells as the CSV
+        assert v.rederived.summary == json.loads(files[member(files, "/report/summary.json")])
+        ev = load_evidence(path)
+        assert ev.raw_rows == v.rederived.raw_rows and ev.summary == v.rederived.summary
+
+
+def test_raised_accepted_passes_is_refused_and_never_compared(archives, tmp_path):
+    """summary.json's accepted_passes raised for a variant whose every pass missed the threshold:
+    compare found it eligible and chose a package; now verify names the field and compare refuses."""
+    genuine = [archives["rejected", "rtx"], archives["rejected", "b200"]]
+    assert compare_archives(genuine, 1000, **WINDOW).chosen is None  # every pass rejected
+    forged = []
+    for path in genuine:
+        files = members(path)
+        name = member(files, "/report/summary.json")
+        summary = json.loads(files[name])
+        assert [s["accepted_passes"] for s in summary] == [0]
+        files[name] = json.dumps([{**s, "accepted_passes": 1, "quality_verdict": "accepted (1 of 1 passes)"}
+                                  for s in summary]).encode()
+        forged.append(repack(tmp_path / path.name, files))
+    vid = summary[0]["variant_id"]
+    v = verify(forged[0])
+    assert f"variant {vid}: accepted_passes 1 in report/summary.json, 0 re-derived from the journal and the " \
+        "pass records" in v.problems, v.problems
+    assert any(p.startswith(f"variant {vid}: quality_verdict accepted (1 of 1 passes) in report/summary.json")
+               for p in v.problems)
+    with pytest.raises(CompareError, match="does not verify"):
+        compare_archives(forged, 1000, **WINDOW)
+
+
+def test_inflated_throughput_is_refused_and_never_moves_the_decision(archives, tmp_path):
+    """raw_table.csv items_per_s x 100 (result.json and the journal keep the true figure) moved
+    compare's decision from none to a b200 package; now verify names the cell."""
+    pair = [archives["accepted", "rtx"], archives["accepted", "b200"]]
+    rates = [float(r["items_per_s"]) for p in pair for r in table(members(p))[1]]
+    load = int(20 * 3600 * max(rates))  # 20 h of work at the fastest pass: no 12-h window holds it on 1 lot
+    assert compare_archives(pair, load, max_lots=1, **WINDOW).chosen is None
+    files = members(pair[1])
+    name, rows = table(files)
+    for r in rows:
+        r["items_per_s"] = str(float(r["items_per_s"]) * 100)
+    put_table(files, name, rows)
+    forged = repack(tmp_path / "fast.tar.gz", files)
+    v = verify(forged)
+    pid = rows[0]["pass_id"]
+    assert any(p.startswith(f"pass {pid}: items_per_s {rows[0]['items_per_s']} in the raw table, ")
+               and p.endswith("re-derived from the journal and the pass records") for p in v.problems), v.problems
+    with pytest.raises(CompareError, match="does not verify"):
+        compare_archives([pair[0], forged], load, max_lots=1, **WINDOW)
+    # result.json is compared with the journal's record of the pass too
+    res = member(files, f"/passes/{pid}/result.json")
+    result = json.loads(files[res])
+    files[res] = json.dumps({**result, "items_per_s": result["items_per_s"] * 100}).encode()
+    v = verify(repack(tmp_path / "fast2.tar.gz", files))
+    assert any(p.startswith(f"pass {pid}: result.json items_per_s ") and "in the journal's record" in p
+               for p in v.problems), v.problems
+
+
+def test_duplicated_raw_table_rows_are_refused(archives, tmp_path):
+    files = members(archives["accepted", "rtx"])
+    name, rows = table(files)
+    put_table(files, name, rows + rows)
+    v = verify(repack(tmp_path / "twice.tar.gz", files))
+    assert f"pass {rows[0]['pass_id']}: 2 rows in the raw table; it holds one row per attempt" in v.problems, \
+        v.problems
+
+
+def test_a_journal_whose_attempts_give_no_raw_table_is_a_problem_line(archives, tmp_path):
+    import sqlite3
+
+    files = members(archives["accepted", "rtx"])
+    name = member(files, "/journal.sqlite")
+    db_path = tmp_path / "journal.sqlite"
+    db_path.write_bytes(files[name])
+    with sqlite3.connect(db_path) as db:
+        db.execute("""UPDATE attempts SET result_json = '{"phases_s": 5}'""")
+    db.close()
+    files[name] = db_path.read_bytes()
+    v = verify(repack(tmp_path / "odd.tar.gz", files))
+    assert any(p.startswith("journal.sqlite: its attempts do not give a raw table (AttributeError")
+               for p in v.problems), v.problems
+    assert v.rederived is None
