@@ -99,6 +99,7 @@ WARNINGS = [
     ("a batch size above 1024", "values = [1, 4, 8]", "values = [1, 4, 2048]"),
     ("a deadline more than a year ahead", '# deadline = "2026-12-04T09:00:00+01:00"',
      'deadline = "2031-12-04T09:00:00+01:00"'),
+    ("fewer repetitions than compare's projection rule needs", "repetitions = 5", "repetitions = 2"),
 ]
 
 
