@@ -90,6 +90,8 @@ CASES = [
     ("weights file cut short (an interrupted copy)", "MODEL:truncated-weights", ""),
     ("corpus card missing", 'card = "@repo/demo/corpus/corpus_card.json"', 'card = "missing_card.json"'),
     ("corpus card of another corpus file", "CARD:other-corpus", ""),
+    ("projection rule: a negative minimum window", "repetitions = 5", "repetitions = 5\nmin_window_s = -1"),
+    ("projection rule: no accepted pass asked", "repetitions = 5", "repetitions = 5\nmin_accepted_passes = 0"),
 ]
 
 # Values that lock but are unusual: `protocol lock` succeeds (exit 0) and prints one warning line each.

@@ -32,6 +32,7 @@ body{font-family:DejaVu Sans,Helvetica,Arial,sans-serif;margin:1.5em auto;max-wi
 color:#222;padding:0 1em}
 h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc;margin-top:1.6em}
 .decision{background:#eef6ee;border-left:5px solid #2e7d32;padding:.6em 1em}
+.banner{background:#fdecea;border-left:5px solid #c0392b;padding:.6em 1em;font-weight:bold}
 .none{background:#fbeeee;border-left-color:#c0392b}
 figure{margin:1em 0}figcaption{color:#555;font-size:.9em}
 img{max-width:100%}
@@ -174,8 +175,11 @@ def comparison_report(c: "Comparison", md: str, table: pd.DataFrame) -> str:
     head, _, rest = md.partition("## What would change the decision")
     cls = "decision" if c.chosen else "decision none"
     currency = next((p.sizing.quote.currency for p in ps if p.sizing), "")
+    title, _, head = head.partition("\n")  # decision.md's title line carries the banners
+    banner = title.removeprefix("# Comparison of rentals").removeprefix(": ")
     sections = ["<h1>Comparison of rentals</h1>",
-                f'<div class="{cls}">' + markdown_html(head.replace("# Comparison of rentals", "", 1))
+                f'<p class="banner">{html.escape(banner)}</p>' if banner else "",
+                f'<div class="{cls}">' + markdown_html(head)
                 + markdown_html("## What would change the decision" + rest.split("## Declared")[0])
                 + "</div>",
                 "<h2>Durations per host and variant</h2>",
