@@ -241,13 +241,13 @@ def run_demo(launcher: str = "local", echo=None, memory_limit: int | None = None
 
 # ---- archive -----------------------------------------------------------------------
 
-def make_archive(campaign_dir: str | Path, partial: bool = False) -> Path:
+def make_archive(campaign_dir: str | Path, partial: bool = False, with_corpus: bool = False) -> Path:
     """Rebuild the report, then pack the evidence archive beside the campaign folder:
     <campaign>-<version folder>-<UTC stamp>.tar.gz (lab.evidence.archive_campaign: an unfinished
-    campaign is refused unless ``partial``). Returns its path."""
+    campaign is refused unless ``partial``; ``with_corpus`` packs the corpus file too). Returns its path."""
     from lab.evidence import archive_campaign
 
-    return archive_campaign(Path(campaign_dir), partial)
+    return archive_campaign(Path(campaign_dir), partial, with_corpus)
 
 
 def assemble_archive(campaign_dir: str | Path, partial: bool = False) -> dict:

@@ -4,10 +4,12 @@
     iteralab model build-demo --out DIR               fit the demo model's head
     iteralab protocol lock CAMPAIGN.toml              record the protocol's hash (a new version if edited)
     iteralab campaign run CAMPAIGN.toml [--detach]    run (or resume) the rotated schedule
+    iteralab campaign replay ARCHIVE.tar.gz [--out F]  the archive's protocol as a locked campaign file
     iteralab campaign status CAMPAIGN.toml|DIR        one line per pass
     iteralab campaign pause|stop CAMPAIGN.toml|DIR    pause after the current pass / stop now
     iteralab report CAMPAIGN.toml|DIR                 raw table, summary, manifest, decision note
-    iteralab archive CAMPAIGN.toml|DIR [--partial]    pack the evidence archive (prints its sha256 and path)
+    iteralab archive CAMPAIGN.toml|DIR [--partial] [--with-corpus]
+                                                      pack the evidence archive (prints its sha256 and path)
     iteralab archive verify FILE.tar.gz               re-derive and check what the archive claims
     iteralab compare A.tar.gz B.tar.gz --load ITEMS   one decision from several rentals' archives
     iteralab demo                                     the offline demo campaign, headless
@@ -104,6 +106,25 @@ def cmd_campaign_run(a) -> int:
     return 0
 
 
+def cmd_campaign_replay(a) -> int:
+    from lab.replay import replay_archive
+
+    cost = {"gpu": a.gpu, "days": a.days, "lots": a.lots, "catalog": a.catalog,
+            "window_start": a.window_start, "window_end": a.window_end, "tz": a.tz}
+    r = replay_archive(a.archive, a.out, corpus=a.corpus, model=a.model, revision=a.revision,
+                       new_model=a.new_model, cost=cost)
+    e = r.lock_entry
+    print(f"verified {Path(a.archive).name}; corpus {r.corpus} (sha256 {e['corpus_sha256']}), "
+          f"model {r.model} (sha256 {e['model_sha256']})")
+    what = "new question version (model changed)" if a.new_model else "same question"
+    print(f"locked {r.campaign_file}: version {e['version']}, sha256 {e['sha256']}; replays "
+          f"{e['replays']['archive']} (sha256 {e['replays']['archive_sha256'][:16]}...), {what}, "
+          f"question version {r.question_version}")
+    runs = f"ITERALAB_RUNS={Path(a.runs).resolve()} " if a.runs else ""
+    print(f"next: {runs}.venv/bin/iteralab campaign run {r.campaign_file}")
+    return 0
+
+
 def cmd_campaign_status(a) -> int:
     from lab.status import campaign_status
 
@@ -151,7 +172,7 @@ def cmd_archive(a) -> int:
         return 0 if v.ok else 1
     from lab.corpus import sha256_file
 
-    path = make_archive(resolve_campaign_dir(a.target), a.partial)
+    path = make_archive(resolve_campaign_dir(a.target), a.partial, a.with_corpus)
     print(f"sha256 {sha256_file(path)} (record it elsewhere: it is what proves the archive unchanged)")
     print(path)
     return 0
@@ -236,6 +257,26 @@ def parser() -> argparse.ArgumentParser:
     cr.add_argument("--memory-limit", type=int, default=None, help="bytes per pass (host memory)")
     cr.add_argument("--detach", action="store_true", help="run in the background")
     cr.set_defaults(fn=cmd_campaign_run)
+    rr = ca.add_parser("replay", help="write and lock a campaign file with exactly an archive's protocol",
+                       description="Verify the archive, find its corpus (in the archive when packed "
+                                   "--with-corpus, at its recorded path, or --corpus) and its model (recorded "
+                                   "path or hub id, or --model), check both against the archive's sha256, "
+                                   "write the campaign file and lock it. Only [cost] and the runs folder differ.")
+    rr.add_argument("archive", help="evidence archive (.tar.gz) of the question to replay")
+    rr.add_argument("--out", default="campaign.toml", help="campaign file to write (never overwritten)")
+    rr.add_argument("--corpus", help="the corpus file, when it is not at its recorded path")
+    rr.add_argument("--model", help="the model folder, when it is not at its recorded path (with --new-model: "
+                                    "the new model, a folder or a hub id)")
+    rr.add_argument("--revision", help="with --new-model and a hub id: its pinned revision")
+    rr.add_argument("--new-model", action="store_true",
+                    help="a deliberate change of model: a new question version naming the archive")
+    rr.add_argument("--runs", help="runs folder of this rental (ITERALAB_RUNS of the next command)")
+    for opt, typ, what in (("--gpu", str, "package GPU"), ("--days", int, "package days"),
+                           ("--lots", int, "lots"), ("--catalog", str, "catalog CSV"),
+                           ("--window-start", str, "campaign window start (ISO)"),
+                           ("--window-end", str, "campaign window end (ISO)"), ("--tz", str, "IANA time zone")):
+        rr.add_argument(opt, type=typ, help=f"[cost] {what} of this rental (default: the archive's)")
+    rr.set_defaults(fn=cmd_campaign_replay)
     for verb, fn, what in (("status", cmd_campaign_status, "one line per pass"),
                            ("pause", cmd_campaign_control, "pause after the current pass"),
                            ("stop", cmd_campaign_control, "stop now (the running pass becomes an interrupted row)")):
@@ -250,6 +291,9 @@ def parser() -> argparse.ArgumentParser:
     ar.add_argument("archive", nargs="?")
     ar.add_argument("--partial", action="store_true",
                     help="archive a campaign that has not finished, labelled partial")
+    ar.add_argument("--with-corpus", action="store_true",
+                    help="put the corpus file in the archive (only if you may copy it): a replay then "
+                         "needs only the archive and the model")
     ar.set_defaults(fn=cmd_archive)
     co = sub.add_parser("compare", help="one decision from several rentals' evidence archives",
                         description="Verify each archive, refuse archives of different corpora, "
