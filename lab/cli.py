@@ -13,7 +13,7 @@
     iteralab archive verify FILE.tar.gz               re-derive and check what the archive claims
     iteralab compare A.tar.gz B.tar.gz --load ITEMS   one decision from several rentals' archives
     iteralab demo                                     the offline demo campaign, headless
-    iteralab up                                       the terminal UI (headless demo without a terminal)
+    iteralab up                                       the UI (no terminal: ./campaign.toml or demo, headless)
     iteralab doctor                                   environment checks
 
 Errors print one line (what is wrong and how to fix it) and exit with status 2.
@@ -96,8 +96,11 @@ def cmd_campaign_run(a) -> int:
     orch = Orchestrator.prepare(a.campaign, runs_root(), make_launcher(a.launcher, a.memory_limit))
     orch.echo = lambda line: print(line, flush=True)
     print(f"campaign folder: {orch.dir}", flush=True)
+    from lab.campaigns import interrupt_on_signals
+
     try:
-        state = orch.run()
+        with interrupt_on_signals():  # SIGTERM / SIGHUP: the running pass killed, recorded interrupted
+            state = orch.run()
     except (CampaignBusy, CampaignFolderLost) as exc:
         raise CliError(str(exc)) from None
     if state == CampaignState.BLOCKED:
@@ -128,8 +131,21 @@ def cmd_campaign_replay(a) -> int:
 def cmd_campaign_status(a) -> int:
     from lab.status import campaign_status
 
-    st = campaign_status(resolve_campaign_dir(a.target))
+    from lab.status import pass_processes
+
+    d = resolve_campaign_dir(a.target)
+    st = campaign_status(d)
     print(f"{st['dir']}  state: {st['state']}  passes: {st['finished']}/{st['planned']} finished")
+    live = pass_processes(d)
+    if st["alive"]:
+        print(f"  running now: orchestrator pid {st['orchestrator'].get('pid')}"
+              + "".join(f"; pass {p['pass_id']} (pid {p['pid']})" for p in live))
+    elif live:
+        for p in live:
+            print(f"  STILL RUNNING with no orchestrator watching it: pass {p['pass_id']} (pid {p['pid']}); "
+                  f"`iteralab campaign run` kills it before resuming, or `kill {p['pid']}`")
+    else:
+        print("  nothing running: no orchestrator and no pass process of this campaign")
     for r in st["attempts"]:
         name = (r["variant"] or {}).get("name") or r["variant_id"]
         print(f"  {r['pass_id']:<32} {name:<22} {r['status']:<11} {r['items_completed']}/{r['items_total']}"
@@ -193,8 +209,12 @@ def cmd_compare(a) -> int:
 
 
 def cmd_demo(a) -> int:
-    print(run_demo(a.launcher, echo=lambda line: print(line, flush=True)))
-    return 0
+    from lab.campaigns import HEADLESS_EXIT, interrupt_on_signals
+
+    with interrupt_on_signals():
+        r = run_demo(a.launcher, echo=lambda line: print(line, flush=True))
+    print(r["line"])
+    return 0 if r["archive"] is not None else HEADLESS_EXIT.get(str(r["state"]), 1)
 
 
 def cmd_up(a) -> int:
@@ -317,7 +337,7 @@ def parser() -> argparse.ArgumentParser:
     co.add_argument("--out", default="compare", help="output folder")
     co.set_defaults(fn=cmd_compare)
     for name, fn, what in (("demo", cmd_demo, "run the offline demo campaign headless; prints the archive path"),
-                           ("up", cmd_up, "open the terminal UI (headless demo without a terminal)")):
+                           ("up", cmd_up, "open the UI (no terminal: ./campaign.toml, else the demo, headless)")):
         d = sub.add_parser(name, help=what)
         d.add_argument("--launcher", choices=LAUNCHERS, default=None if name == "up" else "local",
                        help="default: local for demo; for up, $ITERALAB_LAUNCHER else auto")
@@ -356,12 +376,13 @@ def _main(argv: list[str] | None) -> int:
                                                              or getattr(args, "campaign", ".")))
         print(f"iteralab: error: {DiskFull(folder)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        if args.fn is cmd_campaign_run:
-            print("iteralab: interrupted; `iteralab campaign run` resumes where it stopped", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (lab.campaigns.CampaignInterrupted)
+        if args.fn in (cmd_campaign_run, cmd_demo):
+            print(f"iteralab: interrupted ({getattr(exc, 'reason', 'SIGINT')}): the running pass was killed and "
+                  "recorded interrupted; `iteralab campaign run` resumes where it stopped", file=sys.stderr)
         else:
             print(INTERRUPTED, file=sys.stderr)
-        return 130
+        return 128 + getattr(exc, "signum", 2)
 
 
 if __name__ == "__main__":
