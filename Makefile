@@ -28,7 +28,8 @@ model: $(MODEL)/config.json
 corpus: $(STAMP)
 	$(LAB) corpus build --source ../shared/data/20newsgroups/20news-bydate-test.jsonl --out demo/corpus
 
-# Main job: the UI on a terminal, the headless demo campaign otherwise (tui/__main__.py).
+# Main job: the UI on a terminal; without one, ./campaign.toml headless when it exists, else the
+# demo campaign (tui/__main__.py); exit 3 paused, 4 stopped, 128+N on signal N (the pass killed).
 up: model
 	$(PY) -m tui
 

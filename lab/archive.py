@@ -88,8 +88,11 @@ def _walk(campaign_dir: Path, include: list[str]) -> tuple[list[str], list[dict]
     return sorted(files), skipped
 
 
-def pack(campaign_dir: Path, out_path: Path, include: list[str], partial: str = "") -> Path:
-    """Pack the files under ``campaign_dir`` whose relative path starts with one of ``include``.
+def pack(campaign_dir: Path, out_path: Path, include: list[str], partial: str = "",
+         extra: dict[str, Path] | None = None) -> Path:
+    """Pack the files under ``campaign_dir`` whose relative path starts with one of ``include``,
+    and ``extra`` ({member path: file outside the folder}, e.g. the corpus of ``archive
+    --with-corpus``, named in ``ARCHIVE.json`` ``corpus``), hashed into ``SHA256SUMS`` like the rest.
 
     Members live under one top folder named after ``out_path``'s stem; ``SHA256SUMS`` lists
     every member, ``ARCHIVE.json`` says how the archive was made (journal snapshot, links
@@ -104,8 +107,13 @@ def pack(campaign_dir: Path, out_path: Path, include: list[str], partial: str = 
                 "campaign_dir": campaign_dir.name, "partial": bool(partial), "partial_reason": partial,
                 "journal": "snapshot taken with SQLite's backup API (write-ahead log included)",
                 "skipped": skipped}
+    sources = {rel: campaign_dir / rel for rel in files}
+    for rel, src in (extra or {}).items():
+        sources[rel] = Path(src)
+        if rel.startswith("corpus/"):
+            info_doc["corpus"] = rel
     try:
-        _write_tar(campaign_dir, files, skipped, tmp, top, info_doc)
+        _write_tar(sources, skipped, tmp, top, info_doc)
         tmp.replace(out_path)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)  # never a half-written archive
@@ -115,14 +123,11 @@ def pack(campaign_dir: Path, out_path: Path, include: list[str], partial: str = 
     return out_path
 
 
-def _write_tar(campaign_dir: Path, files: list[str], skipped: list[dict], tmp: Path, top: str,
-               info_doc: dict) -> None:
+def _write_tar(sources: dict[str, Path], skipped: list[dict], tmp: Path, top: str, info_doc: dict) -> None:
     sums: list[str] = []
     with tempfile.TemporaryDirectory() as work, tarfile.open(tmp, "w:gz") as tar:
-        for rel in files:
-            src = campaign_dir / rel
-            if rel == JOURNAL:
-                src = snapshot_journal(src, Path(work) / JOURNAL)
+        for rel, origin in sources.items():
+            src = snapshot_journal(origin, Path(work) / JOURNAL) if rel == JOURNAL else origin
             try:
                 fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
             except OSError as exc:  # swapped for a link, or removed, since the walk

@@ -170,6 +170,24 @@ def _locked_threshold(scan: _Scan, problems: list[str]) -> float | None:
         return None
 
 
+def _check_bundled_corpus(scan: _Scan, rel: str, problems: list[str]) -> None:
+    """The corpus of an archive packed ``--with-corpus`` (ARCHIVE.json ``corpus``) is there and
+    is the locked one (protocol_version.json ``corpus_sha256``); its SHA256SUMS line is checked
+    like every other member's."""
+    from lab.archive_tables import PROTOCOL_VERSION
+
+    if rel not in scan.sha:
+        problems.append(f"{ARCHIVE_INFO} names the corpus {rel}, which the archive lacks")
+        return
+    try:
+        locked = json.loads(member_text(scan, PROTOCOL_VERSION)).get("corpus_sha256")
+    except (KeyError, ValueError, AttributeError):
+        problems.append(f"{rel}: no locked corpus sha256 to check it against ({PROTOCOL_VERSION} unreadable)")
+        return
+    if scan.sha[rel] != locked:
+        problems.append(f"{rel}: sha256 {scan.sha[rel]} is not the locked corpus sha256 {locked}")
+
+
 def verify_archive(archive: Path) -> Verification:
     """Verify ``archive`` (see the module docstring). Returns a Verification whose
     ``problems`` are one line each (a content problem: the archive is not evidence as it stands).
@@ -203,6 +221,8 @@ def verify_archive(archive: Path) -> Verification:
                 info = {}
         else:
             problems.append(f"{ARCHIVE_INFO} missing: cannot tell whether the archive is final or partial")
+        if info.get("corpus"):
+            _check_bundled_corpus(scan, str(info["corpus"]), problems)
         if RAW_TABLE not in scan.kept:
             problems.append(f"{RAW_TABLE} missing")
             return Verification(len(listed), 0, problems)

@@ -22,6 +22,7 @@ from lab.diskfull import DiskFull
 from lab.files import REPO_ROOT, sha256_file
 from lab.journal import JournalBusy
 from lab.protocol import DEMO_CAMPAIGN, ProtocolError, load_protocol, lock, locked_version, read_lock
+from lab.status import CampaignState
 
 LAUNCHERS = ("auto", "local", "docker")
 
@@ -190,7 +191,7 @@ def start_campaign(campaign_file: str | Path, launcher: str = "auto",
     finished, ProtocolError for an unusable or edited campaign file.
     """
     from lab.orchestrator import campaign_dir_for
-    from lab.status import CampaignState, campaign_status
+    from lab.status import campaign_status
 
     proto = load_protocol(campaign_file)
     note = ""
@@ -221,33 +222,117 @@ def request_control(campaign_dir: str | Path, flag: str) -> None:
         j.close()
 
 
-def run_demo(launcher: str = "local", echo=None, memory_limit: int | None = None) -> Path:
-    """Lock (if needed) and run the demo campaign headless; returns the archive path.
+class CampaignInterrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (``interrupt_on_signals``): handled like Ctrl-C, so the launcher kills
+    the running pass and the orchestrator records it interrupted (lab.orchestrator)."""
 
-    ``echo``: called with each progress line (None: silent). ``memory_limit``: bytes per
-    pass (``make_launcher``)."""
-    from lab.orchestrator import Orchestrator
-    from lab.status import CampaignState
+    def __init__(self, signum: int):
+        import signal
 
-    f = demo_campaign_file()
-    lock(load_protocol(f))
-    orch = Orchestrator.prepare(f, runs_root(), make_launcher(launcher, memory_limit))
+        self.signum = signum
+        self.reason = signal.Signals(signum).name
+        super().__init__(self.reason)
+
+
+class interrupt_on_signals:
+    """Context manager for a process that runs passes in the foreground (a headless run,
+    ``campaign run``): SIGTERM and SIGHUP (``timeout``, ``kill``, make forwarding a SIGTERM, an
+    SSH drop without tmux) raise CampaignInterrupted once, Ctrl-C stays KeyboardInterrupt; a
+    second signal while the pass is being killed and recorded is ignored. Main thread only."""
+
+    SIGNALS = ("SIGTERM", "SIGHUP")
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        self.saved: dict = {}
+        self.fired = False
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for name in self.SIGNALS:
+            sig = getattr(signal, name)
+            self.saved[sig] = signal.signal(sig, self._handler)
+        self.saved[signal.SIGINT] = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def _handler(self, signum, frame):
+        import signal
+
+        if self.fired:  # already cleaning up: never abandon the pass half-killed
+            return
+        self.fired = True
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise CampaignInterrupted(signum)
+
+    def __exit__(self, *exc):
+        import signal
+
+        for sig, old in self.saved.items():
+            signal.signal(sig, old)
+        return False
+
+
+HEADLESS_EXIT: dict[str, int] = {CampaignState.PAUSED: 3, CampaignState.STOPPED: 4, CampaignState.BLOCKED: 5}
+"""Exit status of a headless run that did not finish (finished: 0; bad input: 2; a signal: 128 + its number)."""
+
+
+def run_headless(campaign_file: str | Path, launcher: str = "auto", echo=None,
+                 memory_limit: int | None = None) -> dict:
+    """Run a campaign in this process (no UI): lock it when it never was (as the UI's start
+    does), run (or resume) its rotated schedule, and pack the archive when it finished.
+
+    Returns {state, dir, archive (Path or None), finished, planned, line}: ``line`` is the
+    archive's path when finished, else "paused: N of M passes ..." (or stopped, blocked).
+    ``echo``: called with each progress line (None: silent). Raises CampaignError when another
+    orchestrator runs it, ProtocolError for an unusable or edited campaign file,
+    KeyboardInterrupt / CampaignInterrupted when interrupted (the running pass killed, its row
+    interrupted: ``interrupt_on_signals``)."""
+    from lab.orchestrator import CampaignBusy, CampaignFolderLost, Orchestrator
+    from lab.status import campaign_status
+
+    proto = load_protocol(campaign_file)
+    if not read_lock(proto.path):
+        v = lock(proto)
+        if echo is not None and v:
+            echo(f"protocol locked as version {v['version']} (sha256 {v['sha256'][:12]})")
+    orch = Orchestrator.prepare(proto.path, runs_root(), make_launcher(launcher, memory_limit))
     if echo is not None:
         orch.echo = echo
-        echo(f"demo campaign: {orch.dir}")
-    state = orch.run()
-    return make_archive(orch.dir, partial=state != CampaignState.FINISHED)
+        echo(f"campaign {proto.name}: {orch.dir}")
+    try:
+        state = orch.run()
+    except (CampaignBusy, CampaignFolderLost) as exc:
+        raise CampaignError(str(exc)) from None
+    st = campaign_status(orch.dir)
+    out = {"state": state, "dir": orch.dir, "archive": None, "finished": st["finished"], "planned": st["planned"]}
+    if state == CampaignState.FINISHED:
+        out["archive"] = make_archive(orch.dir)
+        out["line"] = str(out["archive"])
+    else:
+        why = f" ({str(orch.journal.get_control('blocked', ''))[:200]})" if state == CampaignState.BLOCKED else ""
+        out["line"] = (f"{state}: {st['finished']} of {st['planned']} passes finished{why}; run the same command "
+                       "again to resume (no archive packed: `iteralab archive --partial` packs one labelled partial)")
+    return out
+
+
+def run_demo(launcher: str = "local", echo=None, memory_limit: int | None = None) -> dict:
+    """Lock (if needed) and run the demo campaign headless (``run_headless``)."""
+    f = demo_campaign_file()
+    lock(load_protocol(f))
+    return run_headless(f, launcher, echo, memory_limit)
 
 
 # ---- archive -----------------------------------------------------------------------
 
-def make_archive(campaign_dir: str | Path, partial: bool = False) -> Path:
+def make_archive(campaign_dir: str | Path, partial: bool = False, with_corpus: bool = False) -> Path:
     """Rebuild the report, then pack the evidence archive beside the campaign folder:
     <campaign>-<version folder>-<UTC stamp>.tar.gz (lab.evidence.archive_campaign: an unfinished
-    campaign is refused unless ``partial``). Returns its path."""
+    campaign is refused unless ``partial``; ``with_corpus`` packs the corpus file too). Returns its path."""
     from lab.evidence import archive_campaign
 
-    return archive_campaign(Path(campaign_dir), partial)
+    return archive_campaign(Path(campaign_dir), partial, with_corpus)
 
 
 def assemble_archive(campaign_dir: str | Path, partial: bool = False) -> dict:

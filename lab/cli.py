@@ -4,14 +4,16 @@
     iteralab model build-demo --out DIR               fit the demo model's head
     iteralab protocol lock CAMPAIGN.toml              record the protocol's hash (a new version if edited)
     iteralab campaign run CAMPAIGN.toml [--detach]    run (or resume) the rotated schedule
+    iteralab campaign replay ARCHIVE.tar.gz [--out F]  the archive's protocol as a locked campaign file
     iteralab campaign status CAMPAIGN.toml|DIR        one line per pass
     iteralab campaign pause|stop CAMPAIGN.toml|DIR    pause after the current pass / stop now
     iteralab report CAMPAIGN.toml|DIR                 raw table, summary, manifest, decision note
-    iteralab archive CAMPAIGN.toml|DIR [--partial]    pack the evidence archive (prints its sha256 and path)
+    iteralab archive CAMPAIGN.toml|DIR [--partial] [--with-corpus]
+                                                      pack the evidence archive (prints its sha256 and path)
     iteralab archive verify FILE.tar.gz               re-derive and check what the archive claims
     iteralab compare A.tar.gz B.tar.gz --load ITEMS   one decision from several rentals' archives
     iteralab demo                                     the offline demo campaign, headless
-    iteralab up                                       the terminal UI (headless demo without a terminal)
+    iteralab up                                       the UI (no terminal: ./campaign.toml or demo, headless)
     iteralab doctor                                   environment checks
 
 Errors print one line (what is wrong and how to fix it) and exit with status 2.
@@ -94,8 +96,11 @@ def cmd_campaign_run(a) -> int:
     orch = Orchestrator.prepare(a.campaign, runs_root(), make_launcher(a.launcher, a.memory_limit))
     orch.echo = lambda line: print(line, flush=True)
     print(f"campaign folder: {orch.dir}", flush=True)
+    from lab.campaigns import interrupt_on_signals
+
     try:
-        state = orch.run()
+        with interrupt_on_signals():  # SIGTERM / SIGHUP: the running pass killed, recorded interrupted
+            state = orch.run()
     except (CampaignBusy, CampaignFolderLost) as exc:
         raise CliError(str(exc)) from None
     if state == CampaignState.BLOCKED:
@@ -104,11 +109,43 @@ def cmd_campaign_run(a) -> int:
     return 0
 
 
+def cmd_campaign_replay(a) -> int:
+    from lab.replay import replay_archive
+
+    cost = {"gpu": a.gpu, "days": a.days, "lots": a.lots, "catalog": a.catalog,
+            "window_start": a.window_start, "window_end": a.window_end, "tz": a.tz}
+    r = replay_archive(a.archive, a.out, corpus=a.corpus, model=a.model, revision=a.revision,
+                       new_model=a.new_model, cost=cost)
+    e = r.lock_entry
+    print(f"verified {Path(a.archive).name}; corpus {r.corpus} (sha256 {e['corpus_sha256']}), "
+          f"model {r.model} (sha256 {e['model_sha256']})")
+    what = "new question version (model changed)" if a.new_model else "same question"
+    print(f"locked {r.campaign_file}: version {e['version']}, sha256 {e['sha256']}; replays "
+          f"{e['replays']['archive']} (sha256 {e['replays']['archive_sha256'][:16]}...), {what}, "
+          f"question version {r.question_version}")
+    runs = f"ITERALAB_RUNS={Path(a.runs).resolve()} " if a.runs else ""
+    print(f"next: {runs}.venv/bin/iteralab campaign run {r.campaign_file}")
+    return 0
+
+
 def cmd_campaign_status(a) -> int:
     from lab.status import campaign_status
 
-    st = campaign_status(resolve_campaign_dir(a.target))
+    from lab.status import pass_processes
+
+    d = resolve_campaign_dir(a.target)
+    st = campaign_status(d)
     print(f"{st['dir']}  state: {st['state']}  passes: {st['finished']}/{st['planned']} finished")
+    live = pass_processes(d)
+    if st["alive"]:
+        print(f"  running now: orchestrator pid {st['orchestrator'].get('pid')}"
+              + "".join(f"; pass {p['pass_id']} (pid {p['pid']})" for p in live))
+    elif live:
+        for p in live:
+            print(f"  STILL RUNNING with no orchestrator watching it: pass {p['pass_id']} (pid {p['pid']}); "
+                  f"`iteralab campaign run` kills it before resuming, or `kill {p['pid']}`")
+    else:
+        print("  nothing running: no orchestrator and no pass process of this campaign")
     for r in st["attempts"]:
         name = (r["variant"] or {}).get("name") or r["variant_id"]
         print(f"  {r['pass_id']:<32} {name:<22} {r['status']:<11} {r['items_completed']}/{r['items_total']}"
@@ -151,7 +188,7 @@ def cmd_archive(a) -> int:
         return 0 if v.ok else 1
     from lab.corpus import sha256_file
 
-    path = make_archive(resolve_campaign_dir(a.target), a.partial)
+    path = make_archive(resolve_campaign_dir(a.target), a.partial, a.with_corpus)
     print(f"sha256 {sha256_file(path)} (record it elsewhere: it is what proves the archive unchanged)")
     print(path)
     return 0
@@ -172,8 +209,12 @@ def cmd_compare(a) -> int:
 
 
 def cmd_demo(a) -> int:
-    print(run_demo(a.launcher, echo=lambda line: print(line, flush=True)))
-    return 0
+    from lab.campaigns import HEADLESS_EXIT, interrupt_on_signals
+
+    with interrupt_on_signals():
+        r = run_demo(a.launcher, echo=lambda line: print(line, flush=True))
+    print(r["line"])
+    return 0 if r["archive"] is not None else HEADLESS_EXIT.get(str(r["state"]), 1)
 
 
 def cmd_up(a) -> int:
@@ -236,6 +277,26 @@ def parser() -> argparse.ArgumentParser:
     cr.add_argument("--memory-limit", type=int, default=None, help="bytes per pass (host memory)")
     cr.add_argument("--detach", action="store_true", help="run in the background")
     cr.set_defaults(fn=cmd_campaign_run)
+    rr = ca.add_parser("replay", help="write and lock a campaign file with exactly an archive's protocol",
+                       description="Verify the archive, find its corpus (in the archive when packed "
+                                   "--with-corpus, at its recorded path, or --corpus) and its model (recorded "
+                                   "path or hub id, or --model), check both against the archive's sha256, "
+                                   "write the campaign file and lock it. Only [cost] and the runs folder differ.")
+    rr.add_argument("archive", help="evidence archive (.tar.gz) of the question to replay")
+    rr.add_argument("--out", default="campaign.toml", help="campaign file to write (never overwritten)")
+    rr.add_argument("--corpus", help="the corpus file, when it is not at its recorded path")
+    rr.add_argument("--model", help="the model folder, when it is not at its recorded path (with --new-model: "
+                                    "the new model, a folder or a hub id)")
+    rr.add_argument("--revision", help="with --new-model and a hub id: its pinned revision")
+    rr.add_argument("--new-model", action="store_true",
+                    help="a deliberate change of model: a new question version naming the archive")
+    rr.add_argument("--runs", help="runs folder of this rental (ITERALAB_RUNS of the next command)")
+    for opt, typ, what in (("--gpu", str, "package GPU"), ("--days", int, "package days"),
+                           ("--lots", int, "lots"), ("--catalog", str, "catalog CSV"),
+                           ("--window-start", str, "campaign window start (ISO)"),
+                           ("--window-end", str, "campaign window end (ISO)"), ("--tz", str, "IANA time zone")):
+        rr.add_argument(opt, type=typ, help=f"[cost] {what} of this rental (default: the archive's)")
+    rr.set_defaults(fn=cmd_campaign_replay)
     for verb, fn, what in (("status", cmd_campaign_status, "one line per pass"),
                            ("pause", cmd_campaign_control, "pause after the current pass"),
                            ("stop", cmd_campaign_control, "stop now (the running pass becomes an interrupted row)")):
@@ -250,6 +311,9 @@ def parser() -> argparse.ArgumentParser:
     ar.add_argument("archive", nargs="?")
     ar.add_argument("--partial", action="store_true",
                     help="archive a campaign that has not finished, labelled partial")
+    ar.add_argument("--with-corpus", action="store_true",
+                    help="put the corpus file in the archive (only if you may copy it): a replay then "
+                         "needs only the archive and the model")
     ar.set_defaults(fn=cmd_archive)
     co = sub.add_parser("compare", help="one decision from several rentals' evidence archives",
                         description="Verify each archive, refuse archives of different corpora, "
@@ -273,7 +337,7 @@ def parser() -> argparse.ArgumentParser:
     co.add_argument("--out", default="compare", help="output folder")
     co.set_defaults(fn=cmd_compare)
     for name, fn, what in (("demo", cmd_demo, "run the offline demo campaign headless; prints the archive path"),
-                           ("up", cmd_up, "open the terminal UI (headless demo without a terminal)")):
+                           ("up", cmd_up, "open the UI (no terminal: ./campaign.toml, else the demo, headless)")):
         d = sub.add_parser(name, help=what)
         d.add_argument("--launcher", choices=LAUNCHERS, default=None if name == "up" else "local",
                        help="default: local for demo; for up, $ITERALAB_LAUNCHER else auto")
@@ -312,12 +376,13 @@ def _main(argv: list[str] | None) -> int:
                                                              or getattr(args, "campaign", ".")))
         print(f"iteralab: error: {DiskFull(folder)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        if args.fn is cmd_campaign_run:
-            print("iteralab: interrupted; `iteralab campaign run` resumes where it stopped", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (lab.campaigns.CampaignInterrupted)
+        if args.fn in (cmd_campaign_run, cmd_demo):
+            print(f"iteralab: interrupted ({getattr(exc, 'reason', 'SIGINT')}): the running pass was killed and "
+                  "recorded interrupted; `iteralab campaign run` resumes where it stopped", file=sys.stderr)
         else:
             print(INTERRUPTED, file=sys.stderr)
-        return 130
+        return 128 + getattr(exc, "signum", 2)
 
 
 if __name__ == "__main__":

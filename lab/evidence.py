@@ -7,6 +7,7 @@ planned slot has a finished attempt (ok, oom, error or killed); anything else is
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,11 +33,29 @@ def unfinished_reason(campaign_dir: Path) -> str:
     return f"campaign {why}: {st['finished']} of {st['planned']} planned passes finished"
 
 
-def archive_campaign(campaign_dir: Path, partial: bool = False) -> Path:
+def corpus_file(campaign_dir: Path) -> Path:
+    """The corpus file the campaign's passes read (its [corpus] path, resolved as at lock)."""
+    from lab.journal import Journal
+    from lab.protocol import load_protocol
+
+    j = Journal(campaign_dir / "journal.sqlite")
+    try:
+        original = j.get_control("campaign_file")
+    finally:
+        j.close()
+    proto = load_protocol(campaign_dir / "campaign.toml",
+                          relative_to=original if original and Path(original).is_file() else None)
+    return proto.corpus_path
+
+
+def archive_campaign(campaign_dir: Path, partial: bool = False, with_corpus: bool = False) -> Path:
     """Rebuild the report and pack ``<runs>/<campaign>/<campaign>-<version>-<UTC time>.tar.gz``.
 
     An unfinished campaign raises ArchiveError (one line with the reason) unless ``partial``;
-    a partial archive says so in ARCHIVE.json and the decision note. Returns the archive path.
+    a partial archive says so in ARCHIVE.json and the decision note. ``with_corpus``: the corpus
+    file goes in as ``corpus/<file name>`` (for a user who has the right to copy it), listed in
+    SHA256SUMS and checked by verify against the locked corpus sha256, so a replay
+    (lab.replay) needs only the archive and the model. Returns the archive path.
     """
     from lab.report.build import build_report
 
@@ -58,7 +77,20 @@ def archive_campaign(campaign_dir: Path, partial: bool = False) -> Path:
     while out.exists():  # two archives in one second: never overwrite the first
         n += 1
         out = campaign_dir.parent / f"{stem}-{n}.tar.gz"
-    path = pack(campaign_dir, out, INCLUDE, partial=reason)
+    extra = {}
+    if with_corpus:
+        from lab.identity import content_sha256
+
+        src = corpus_file(campaign_dir)
+        if not src.is_file():
+            raise ArchiveError(f"{campaign_dir}: --with-corpus: corpus {src} not found; restore it, or archive "
+                               "without --with-corpus")
+        locked = json.loads((campaign_dir / "protocol_version.json").read_text()).get("corpus_sha256")
+        if content_sha256(src) != locked:
+            raise ArchiveError(f"{campaign_dir}: --with-corpus: corpus {src} has sha256 {content_sha256(src)}, the "
+                               f"campaign locked {locked}; restore the locked corpus, or archive without --with-corpus")
+        extra[f"corpus/{src.name}"] = src
+    path = pack(campaign_dir, out, INCLUDE, partial=reason, extra=extra)
     if _attempts_state(campaign_dir) != before:  # a pass started or ended between the report and the journal copy
         path.unlink(missing_ok=True)
         raise ArchiveError(f"{campaign_dir}: a pass started or ended while the archive was packed, so its "

@@ -32,6 +32,44 @@ from lab.status import CampaignState, process_create_time
 from lab.validate import validate_pass
 from lab.variants import Variant
 
+PROGRESS_EVERY_S = 30.0
+"""With ``echo`` (a headless run), one progress line per pass at least this often: items done,
+items/s, ETA of the pass and of the campaign (``progress_line``)."""
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    s = round(seconds)
+    return f"{s // 3600} h {s % 3600 // 60:02d} min" if s >= 3600 else f"{s // 60} min {s % 60:02d} s" \
+        if s >= 60 else f"{s} s"
+
+
+def _progress_period(value: str | None) -> float:
+    """$ITERALAB_PROGRESS_EVERY_S as seconds (a positive number), else PROGRESS_EVERY_S."""
+    try:
+        period = float(value) if value else PROGRESS_EVERY_S
+    except ValueError:
+        return PROGRESS_EVERY_S
+    return period if 0 < period < float("inf") else PROGRESS_EVERY_S
+
+
+def progress_line(head: str, done: int, total: int, rate: float | None, elapsed_s: float, phase: str,
+                  later_passes: int, typical_pass_s: float | None) -> str:
+    """One headless progress line: '<head>: <phase>, 120/1000 items, 41.2 items/s, pass ETA 21 s,
+    campaign ETA 4 min 10 s (3 passes after this one)'. The campaign ETA is the pass's ETA plus
+    ``later_passes`` x ``typical_pass_s`` (the median wall time of this campaign's finished passes;
+    None: this pass's own projected time); unknown until items flow."""
+    pass_eta = (total - done) / rate if rate and rate > 0 and total else None
+    typical = typical_pass_s if typical_pass_s is not None else \
+        (elapsed_s + pass_eta if pass_eta is not None else None)
+    campaign_eta = pass_eta + later_passes * typical if pass_eta is not None and typical is not None else None
+    speed = f"{rate:.1f} items/s" if rate else "no items/s yet"
+    return (f"{head}: {phase or 'starting'}, {done}/{total} items, {speed}, elapsed {_duration(elapsed_s)}, "
+            f"pass ETA {_duration(pass_eta)}, campaign ETA {_duration(campaign_eta)} "
+            f"({later_passes} pass(es) after this one)")
+
+
 class CampaignBusy(RuntimeError):
     """Another orchestrator already runs this campaign version (one writer per journal)."""
 
@@ -85,6 +123,8 @@ class Orchestrator:
         self._labels_read = False
         self.variants: dict[str, Variant] = {v.variant_id: v for v in proto.variants}
         self.echo: Callable[[str], None] | None = None  # one line per pass start/end (CLI)
+        # with echo: a progress line this often during a pass ($ITERALAB_PROGRESS_EVERY_S, else 30 s)
+        self.progress_every_s = _progress_period(os.environ.get("ITERALAB_PROGRESS_EVERY_S"))
         self.watch: InputWatch | None = None  # the corpus and model files, while run() runs
         self._ran: list[str] = []  # attempts this run() made
 
@@ -228,6 +268,13 @@ class Orchestrator:
         for pid in j.mark_running_interrupted(
                 "interrupted: the orchestrator stopped while this pass ran; row kept, slot run again"):
             j.add_event(pid, EventKind.INTERRUPTED, {"pass_id": pid})
+        from lab.status import stop_pass_processes
+
+        for proc in stop_pass_processes(self.dir):  # a pass process an interrupted run left unwatched
+            j.add_event(proc["pass_id"], EventKind.LEFTOVER, {
+                "process": proc, "note": "pass process left from an interrupted run; killed before the next pass"})
+            if self.echo:
+                self.echo(f"leftover pass process {proc['pid']} of pass {proc['pass_id']} killed before the next pass")
         if hasattr(self.launcher, "stop_leftovers"):
             for c in self.launcher.stop_leftovers(self.proto.name):
                 j.add_event(c.get("pass", ""), EventKind.LEFTOVER, {
@@ -333,7 +380,7 @@ class Orchestrator:
         j.add_event(pass_id, EventKind.START, {"variant": variant.label, "attempt": attempt})
         if self.echo:
             self.echo(f"pass {slot['seq']}/{len(j.plan())} {pass_id} ({variant.label}) started")
-        last = {"done": 0}
+        last: dict = {"done": 0, "rate": None, "phase": ""}
         tally = ProgressTally()  # multi-card passes: each card reports its own count
 
         def on_line(line: str) -> None:
@@ -342,6 +389,10 @@ class Orchestrator:
                 return
             kind = ev.get("event", "")
             done = tally.update(ev)
+            if kind == EventKind.PHASE and "duration_s" not in ev:  # a phase starts (its end carries duration_s)
+                last["phase"] = str(ev.get("phase", ""))
+            if kind == EventKind.PROGRESS and "rank" not in ev:
+                last["rate"] = ev.get("items_per_s")
             if done is not None:
                 last["done"] = done
                 j.update_progress(pass_id, done, ev.get("items_per_s")
@@ -350,8 +401,16 @@ class Orchestrator:
                 last["disk_full"] = str(ev.get("message", "")).startswith("DiskFull")
             j.add_event(pass_id, kind, ev)
 
-        outcome = self.launcher.launch(spec, pass_dir, on_line,
-                                       should_stop=lambda: bool(j.get_control("stop", False)))
+        ticker = self._progress_ticker(slot, pass_id, last) if self.echo else None
+        try:
+            outcome = self.launcher.launch(spec, pass_dir, on_line,
+                                           should_stop=lambda: bool(j.get_control("stop", False)))
+        except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP (lab.campaigns.interrupt_on_signals)
+            self._record_interrupted(pass_id, last["done"], exc)
+            raise
+        finally:
+            if ticker is not None:
+                ticker.set()
         self.check_folder()  # the folder may have gone while the pass ran: read nothing from it
         changed = self.watch.stat_change() if self.watch is not None else ""
         self._ran.append(pass_id)
@@ -400,6 +459,52 @@ class Orchestrator:
                       + (f" ({'; '.join(notes)[:160]})" if status != PassStatus.OK and notes else ""))
         return {"pass_id": pass_id, "status": status, "notes": "; ".join(notes),
                 "disk_full": bool(last.get("disk_full")), "inputs_changed": changed}
+
+    def _progress_ticker(self, slot: dict, pass_id: str, last: dict):
+        """Start a thread that echoes ``progress_line`` every ``progress_every_s`` while the pass
+        runs; returns the Event that stops it. Reads only ``last`` (written by the line reader)."""
+        import statistics
+        import threading
+        import time
+
+        ends = [a for a in self.journal.attempts() if a["status"] in FINISHED and a["start_time"] and a["end_time"]]
+        walls = [(datetime.fromisoformat(a["end_time"]) - datetime.fromisoformat(a["start_time"])).total_seconds()
+                 for a in ends]
+        typical = statistics.median(walls) if walls else None
+        later = max(0, len(self.pending()) - 1)
+        total, planned, started = len(self.corpus), len(self.journal.plan()), time.monotonic()
+        stop = threading.Event()
+        echo = self.echo
+
+        def tick() -> None:
+            while not stop.wait(self.progress_every_s):
+                try:
+                    assert echo is not None
+                    echo(progress_line(f"pass {slot['seq']}/{planned} {pass_id}", last["done"], total, last["rate"],
+                                       time.monotonic() - started, last["phase"], later, typical))
+                except Exception:  # a closed terminal: the campaign goes on
+                    pass
+
+        threading.Thread(target=tick, daemon=True, name=f"progress-{pass_id}").start()
+        return stop
+
+    def _record_interrupted(self, pass_id: str, items: int, exc: BaseException) -> None:
+        """The launch was interrupted (the launcher has killed the pass): its row becomes
+        'interrupted' (kept, its slot runs again on resume) and no orchestrator is recorded as
+        running. Containers of this campaign are stopped (Docker launcher)."""
+        why = getattr(exc, "reason", "") or "SIGINT (Ctrl-C)"
+        j = self.journal
+        try:
+            if hasattr(self.launcher, "stop_leftovers"):
+                self.launcher.stop_leftovers(self.proto.name)
+            j.finish_attempt(pass_id, PassStatus.INTERRUPTED, utc_now(), None, items,
+                             {"launch": {"note": f"interrupted: {why}"}},
+                             f"interrupted: the orchestrator got {why} while this pass ran; pass process killed, "
+                             "row kept, slot run again on resume")
+            j.add_event(pass_id, EventKind.INTERRUPTED, {"pass_id": pass_id, "reason": why})
+            j.set_control("orchestrator", {"pid": None, "ended": utc_now(), "interrupted": why})
+        except Exception:  # the journal itself is what failed (a full disk): the next run marks the row
+            pass
 
     # ---- validation ------------------------------------------------------------------
     def labels(self) -> set[str] | None:

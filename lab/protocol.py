@@ -159,7 +159,8 @@ def current_version(proto: Protocol, versions: list[dict]) -> tuple[dict | None,
     return next((v for v in versions if v["sha256"] == ident["sha256"]), None), ident
 
 
-def lock(proto: Protocol, check: bool = True) -> dict:
+def lock(proto: Protocol, check: bool = True, replays: dict | None = None,
+         question_version: int | None = None) -> dict:
     """Record the protocol's identity as a new version (or return the current one if unchanged).
 
     The identity (``sha256``, which names the results folder) covers the campaign text, the
@@ -170,6 +171,9 @@ def lock(proto: Protocol, check: bool = True) -> dict:
     :mod:`lab.preflight` run first: corpus, model config and tokenizer, labels, limits, padding
     token, devices and GPU count. Raises ProtocolError (one line) when the corpus is missing, the
     file holds a secret-looking value, or on the first refusal.
+
+    ``replays`` (lab.replay): the archive this version replays (name, sha256, the protocol version
+    it came from, the change made, if any), recorded in the new entry with its ``question_version``.
     """
     refuse_secrets(proto.raw, proto.path)  # load_protocol refused them already; a Protocol built otherwise
     versions = read_lock(proto.path)
@@ -187,6 +191,8 @@ def lock(proto: Protocol, check: bool = True) -> dict:
     refuse_past_deadline(proto, datetime.now(timezone.utc))
     entry = {"version": len(versions) + 1, **ident,
              "locked_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+             **({"replays": replays} if replays else {}),
+             **({"question_version": question_version} if question_version else {}),
              "protocol": proto.raw}
     versions.append(entry)
     atomic_write_text(lock_path(proto.path), json.dumps({"campaign_file": proto.path.name,  # old lock kept whole

@@ -94,3 +94,42 @@ def campaign_status(campaign_dir: Path, journal: Journal | None = None) -> dict:
     return {"dir": str(campaign_dir), "state": state, "planned": len(plan),
             "finished": len(finished_slots), "attempts": attempts, "orchestrator": info,
             "alive": alive}
+
+
+def pass_processes(campaign_dir: Path) -> list[dict]:
+    """Live pass processes of this campaign folder on this host (``python -m lab.passes.*`` with a
+    pass file under ``<campaign folder>/passes/``, a local launcher's pass or a multi-card worker):
+    [{pid, pass_id, cmd}]. A pass process nothing watches (its orchestrator gone) shows here."""
+    import psutil
+
+    prefixes = tuple({str(Path(campaign_dir) / "passes") + "/", str(Path(campaign_dir).resolve() / "passes") + "/"})
+    out = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = p.info.get("cmdline") or []
+        arg = next((c for c in cmd if c.startswith(prefixes)), None)
+        if arg and any(c.startswith("lab.passes.") for c in cmd):
+            rest = next(arg[len(x):] for x in prefixes if arg.startswith(x))
+            out.append({"pid": p.info["pid"], "pass_id": rest.split("/")[0], "cmd": " ".join(cmd)[:200]})
+    return out
+
+
+def stop_pass_processes(campaign_dir: Path) -> list[dict]:
+    """Kill every pass process of ``pass_processes`` (and its children); returns those killed.
+    Called by an orchestrator before its first pass: no other orchestrator watches them then."""
+    import psutil
+
+    found = pass_processes(campaign_dir)
+    procs = []
+    for f in found:
+        try:
+            p = psutil.Process(f["pid"])
+            procs += [p, *p.children(recursive=True)]
+        except psutil.Error:
+            pass
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=10)
+    return found

@@ -54,7 +54,8 @@ def protocol_info(campaign_file) -> dict:
             "quality": proto.quality, "timing": proto.timing, "card_counts": counts,
             "lock_state": state, "versions": [{k: v[k] for k in ("version", "sha256", "locked_at")}
                                               for v in versions],
-            "current": current and {k: current[k] for k in ("version", "sha256", "locked_at")},
+            "current": current and {k: current.get(k) for k in ("version", "sha256", "locked_at", "replays",
+                                                                 "question_version")},
             "digest": digest}
 
 

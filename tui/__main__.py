@@ -1,10 +1,14 @@
-"""`python -m tui` (`make up`, `iteralab up`): the terminal UI on a terminal, else the demo
-campaign headless (its archive path is the last line printed).
+"""`python -m tui` (`make up`, `iteralab up`): the terminal UI on a terminal, else the same
+campaign headless: ./campaign.toml (or $ITERALAB_CAMPAIGN) when the user wrote one, else the
+demo campaign (the archive path is the last line printed when it finishes).
 
     python -m tui [--launcher auto|local|docker] [--memory-limit BYTES] [--headless] [CAMPAIGN.toml]
 
-Without CAMPAIGN.toml: ./campaign.toml (or $ITERALAB_CAMPAIGN) when the user wrote one,
-else the embedded demo campaign. Errors print one line and exit with status 2.
+Headless: one line per pass start and end, a progress line at least every 30 s of a pass
+(items, items/s, ETA of the pass and of the campaign); exit 0 when finished, 3 paused, 4
+stopped, 5 blocked (with a line "paused: N of M passes ..."), 130 on Ctrl-C and 128 + N on
+signal N (SIGTERM, SIGHUP): the running pass is killed and recorded interrupted, never left
+running. Errors print one line and exit with status 2.
 """
 
 from __future__ import annotations
@@ -14,8 +18,8 @@ import os
 import sys
 from pathlib import Path
 
-from lab.campaigns import (LAUNCHERS, USER_ERRORS, CampaignError, default_campaign_file, memory_limit_bytes,
-                           run_demo)
+from lab.campaigns import (HEADLESS_EXIT, LAUNCHERS, USER_ERRORS, CampaignInterrupted, default_campaign_file,
+                           interrupt_on_signals, memory_limit_bytes, run_demo, run_headless, runs_root)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -26,24 +30,50 @@ def parser() -> argparse.ArgumentParser:
                    help="how passes run (default: $ITERALAB_LAUNCHER, else auto)")
     p.add_argument("--memory-limit", default=limit or None,
                    help="bytes per pass, host memory (default: $ITERALAB_MEMORY_LIMIT)")
-    p.add_argument("--headless", action="store_true", help="run the demo campaign without the UI")
+    p.add_argument("--headless", action="store_true",
+                   help="run the campaign (./campaign.toml, else the demo) without the UI")
     return p
+
+
+def _echo(line: str, stream=None) -> None:
+    try:
+        print(line, flush=True, file=stream or sys.stdout)
+    except OSError:  # the terminal went away (SSH drop): the campaign goes on, its journal records it
+        pass
+
+
+def headless(campaign: Path, launcher: str, memory_limit: int | None, demo: bool = False) -> int:
+    """Run ``campaign`` (``demo``: the demo campaign's copy) in this process; the exit status of
+    the module docstring."""
+    try:
+        with interrupt_on_signals():
+            if demo:
+                r = run_demo(launcher, echo=_echo, memory_limit=memory_limit)
+            else:
+                r = run_headless(campaign, launcher, echo=_echo, memory_limit=memory_limit)
+    except CampaignInterrupted as exc:
+        _echo(f"iteralab: {exc.reason}: the running pass was killed and recorded interrupted; "
+              "`make up` (or the same command) resumes", sys.stderr)
+        return 128 + exc.signum
+    except KeyboardInterrupt:
+        _echo("iteralab: interrupted (SIGINT): the running pass was killed and recorded interrupted; "
+              "`make up` (or the same command) resumes", sys.stderr)
+        return 130
+    _echo(r["line"])
+    return 0 if r["archive"] is not None else HEADLESS_EXIT.get(str(r["state"]), 1)
 
 
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     try:
         a.memory_limit = memory_limit_bytes(a.memory_limit)
+        campaign = Path(a.campaign) if a.campaign else default_campaign_file()
         if sys.stdin.isatty() and sys.stdout.isatty() and not a.headless:
             from tui.app import run_app
 
-            return run_app(Path(a.campaign) if a.campaign else default_campaign_file(),
-                           launcher=a.launcher, memory_limit=a.memory_limit)
-        if a.campaign:
-            raise CampaignError("headless mode runs the demo campaign only; for a campaign file use "
-                                "`iteralab campaign run FILE`")
-        print(run_demo(a.launcher, echo=lambda line: print(line, flush=True), memory_limit=a.memory_limit))
-        return 0
+            return run_app(campaign, launcher=a.launcher, memory_limit=a.memory_limit)
+        demo = a.campaign is None and campaign.resolve() == (runs_root() / "demo" / "demo.toml").resolve()
+        return headless(campaign, a.launcher, a.memory_limit, demo)
     except USER_ERRORS as exc:
         print(f"iteralab: error: {exc}", file=sys.stderr)
         return 2

@@ -9,7 +9,9 @@ rotation, process policy, seed). The protocol hash cannot be the key: it covers 
 campaign file, including the ``[cost]`` that names each rental's package.
 
 May differ: hardware, driver, image, package (``[cost]``) and CPU threads, which are
-conditions of the measurement recorded in the manifest. Variants are matched by their
+conditions of the measurement recorded in the manifest. The model files differ only between an
+archive and a deliberate new-model question version of it (``campaign replay --new-model``,
+recorded in its lock): that comparison is of two models, and says so. Variants are matched by their
 content id (lab.variants.Variant.variant_id); a variant missing from an archive is
 listed, not compared.
 """
@@ -59,6 +61,25 @@ def timing_rule(ev: Evidence) -> str:
     return json.dumps(t, sort_keys=True)
 
 
+def own_lock_entry(ev: Evidence) -> dict:
+    """The lock entry of the protocol version this archive holds ({} when not found)."""
+    sha = (ev.manifest.get("campaign") or {}).get("protocol_sha256")
+    return next((v for v in ev.lock.get("versions", []) if v.get("sha256") == sha), {})
+
+
+def new_model_of(a: Evidence, b: Evidence) -> str:
+    """'' unless one archive is a deliberate new-model question version replaying the other
+    (lab.replay, `campaign replay --new-model`: its lock entry's ``replays`` names the other's
+    protocol version); else one clause saying so."""
+    for new, old in ((a, b), (b, a)):
+        r = own_lock_entry(new).get("replays") or {}
+        old_sha = (old.manifest.get("campaign") or {}).get("protocol_sha256")
+        if r.get("change", "").startswith("model") and r.get("protocol_sha256") == old_sha:
+            return (f"{new.name} is question version {own_lock_entry(new).get('question_version')} with a new "
+                    f"model, replaying {r.get('archive')}")
+    return ""
+
+
 KEYS = (("corpus sha256", corpus_sha256), ("model files sha256", model_identity),
         ("quality rule", quality_rule), ("timing rule", timing_rule))
 
@@ -77,7 +98,9 @@ def check_comparable(evidence: list[Evidence]) -> dict:
     """Raise CompareError when corpus, model files, quality rule or timing rule differ: one
     line naming every difference found (each field with both values), not only the first;
     else return the shared identity
-    {corpus_sha256, model, quality, timing, common_variants, missing}: ``common_variants``
+    {corpus_sha256, model, two_models, quality, timing, common_variants, missing}: ``two_models``
+    lists the archives that are a declared new-model question version of another (``new_model_of``;
+    the model files then differ on purpose and the comparison is of two models); ``common_variants``
     are the variant ids every archive has (declared order of the first), ``missing`` maps
     an archive name to the variant ids it lacks. Raises CompareError when no variant is
     common or fewer than two archives are given."""
@@ -87,12 +110,15 @@ def check_comparable(evidence: list[Evidence]) -> dict:
     if len(set(names)) != len(names):
         raise CompareError("the same archive name is given twice; give each rental's archive once")
     first = evidence[0]
-    differences = []
+    differences, two_models = [], []
     for field, get in KEYS:
         ref = get(first)
         for other in evidence[1:]:
             val = get(other)
-            if val != ref:
+            link = new_model_of(first, other) if field == "model files sha256" and val != ref else ""
+            if link:  # a declared new question version: two models compared, never two rentals of one question
+                two_models.append(link)
+            elif val != ref:
                 differences.append(_differ(field, first, ref, other, val))
     if differences:
         raise CompareError(f"not comparable: {'; '.join(differences)}; compare only archives of the "
@@ -104,5 +130,6 @@ def check_comparable(evidence: list[Evidence]) -> dict:
                            "same campaign file's series on each rental")
     missing = {e.name: [v for v in i if v not in common] for e, i in zip(evidence, ids, strict=True)}
     return {"corpus_sha256": corpus_sha256(first), "model": (first.manifest.get("model") or {}),
+            "two_models": two_models,
             "quality": first.campaign.get("quality"), "timing": json.loads(timing_rule(first)),
             "common_variants": common, "missing": {k: v for k, v in missing.items() if v}}

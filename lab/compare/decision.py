@@ -356,8 +356,13 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
                     f"{ev.hardware}, threads {ev.threads}, {priced_as(ev)}"
                     + (" (PARTIAL)" if ev.partial else ""))
     identity = check_comparable(evidence)
-    path.append(f"comparable: corpus sha256 {identity['corpus_sha256'][:16]}..., same model files, "
-                f"quality and timing rules; {len(identity['common_variants'])} common variant(s)")
+    if identity["two_models"]:
+        path.append(f"comparable as TWO MODELS, not two rentals of one question ({'; '.join(identity['two_models'])}): "
+                    f"corpus sha256 {identity['corpus_sha256'][:16]}..., same quality and timing rules; "
+                    f"{len(identity['common_variants'])} common variant(s)")
+    else:
+        path.append(f"comparable: corpus sha256 {identity['corpus_sha256'][:16]}..., same model files, "
+                    f"quality and timing rules; {len(identity['common_variants'])} common variant(s)")
     start = parse_instant(window_start, tz, "window start") if window_start else \
         (now or datetime.now(timezone.utc)).replace(microsecond=0)
     dl = parse_instant(deadline, tz, "deadline") if deadline else None

@@ -137,8 +137,13 @@ def decision_markdown(c: Comparison) -> str:
         out.append(f"- {a['host']}: `{a['name']}`: {a['hardware']}, driver {a['driver']}, threads {a['threads']}, "
                    f"{package}; verified ({a['files_checked']} files)")
     ident = c.identity
-    out += ["", f"Same corpus (sha256 `{ident['corpus_sha256']}`), same model files, same quality "
-            "and timing rules: checked before comparing.", ""]
+    if ident.get("two_models"):
+        out += ["", f"**Two models compared, not two rentals of one question** ({'; '.join(ident['two_models'])}). "
+                f"Same corpus (sha256 `{ident['corpus_sha256']}`), same quality and timing rules: checked before "
+                "comparing.", ""]
+    else:
+        out += ["", f"Same corpus (sha256 `{ident['corpus_sha256']}`), same model files, same quality "
+                "and timing rules: checked before comparing.", ""]
     if ident.get("missing"):
         out += [f"- Not in every archive, not compared: {k}: {', '.join(v)}"
                 for k, v in ident["missing"].items()] + [""]

@@ -60,6 +60,24 @@ def stop_pass_tree(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> Non
             pass
 
 
+def kill_pass_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL a pass process's group and every process it started (other sessions included:
+    torchrun's workers), then reap it: for a launch interrupted by Ctrl-C, SIGTERM or SIGHUP,
+    when nothing may be left running with nothing watching it."""
+    try:
+        tree = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        tree = []
+    _signal_group(proc, signal.SIGKILL)
+    for p in tree:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    proc.wait()
+    psutil.wait_procs(tree, timeout=5)
+
+
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
     try:
         os.killpg(proc.pid, sig)
@@ -148,12 +166,10 @@ class LocalLauncher:
                 log.write(raw)
                 last_line[0] = time.monotonic()
                 on_line(line)
-        except BaseException:  # e.g. disk full writing the log or the journal: never leave the pass running
-            stopped.set()
+        except BaseException:  # a full disk writing the log or the journal, Ctrl-C, SIGTERM, SIGHUP
+            stopped.set()     # (lab.campaigns.interrupt_on_signals): never leave the pass running
             ended.set()
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            kill_pass_tree(proc)
             try:
                 log.close()
             except OSError:

@@ -34,5 +34,5 @@ def test_headless_ui_entry_point_with_a_campaign_file_is_one_line_exit_2(tmp_pat
                        capture_output=True, text=True, cwd=REPO, timeout=120, check=False,
                        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "ITERALAB_RUNS": str(tmp_path)})
     assert r.returncode == 2, r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1 and "iteralab campaign run FILE" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "no such campaign file" in r.stderr
     assert not list(tmp_path.iterdir())  # nothing written

@@ -36,6 +36,11 @@ def render_rules(i: dict) -> str:
         c = i["current"]
         lines.append(f"[green b]Locked[/green b] version {c['version']} at {c['locked_at']}\n"
                      f"  sha256 {c['sha256']}")
+        r = c.get("replays")
+        if r:  # `iteralab campaign replay` (lab.replay): the archive whose question this puts again
+            what = "a new question version (model changed)" if r.get("change") else "the same question"
+            lines.append(f"[b]Replays[/b] {escape(r['archive'])} (sha256 {r['archive_sha256'][:16]}...): "
+                         f"{what}, question version {c.get('question_version') or 1}")
     elif i["lock_state"] == "edited":
         last = i["versions"][-1]
         lines.append(f"[yellow b]Edited after lock[/yellow b] (last: version {last['version']}, "
