@@ -24,9 +24,11 @@ $(MODEL)/config.json: $(STAMP) lab/demo/model.py demo/corpus/tuning.jsonl
 model: $(MODEL)/config.json
 
 # Rebuild the committed demo corpus from ../shared/data (maintainers only); the sampling
-# seed is the CLI's default, lab.constants.CORPUS_SEED.
+# seed is the CLI's default, lab.constants.CORPUS_SEED. The demo's sizes are given here (the
+# CLI's defaults suit a user's own corpus: 1,000 items in its own bucket shares, no tuning split).
 corpus: $(STAMP)
-	$(LAB) corpus build --source ../shared/data/20newsgroups/20news-bydate-test.jsonl --out demo/corpus
+	$(LAB) corpus build --source ../shared/data/20newsgroups/20news-bydate-test.jsonl --out demo/corpus \
+	  --short 600 --medium 300 --long 100 --tuning 1600
 
 # Main job: the UI on a terminal; without one, ./campaign.toml headless when it exists, else the
 # demo campaign (tui/__main__.py); exit 3 paused, 4 stopped, 128+N on signal N (the pass killed).

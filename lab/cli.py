@@ -33,6 +33,7 @@ try:  # Ctrl-C while the engine loads (the first few tenths of a second): one li
     from lab.campaigns import (LAUNCHERS, USER_ERRORS, make_archive, make_launcher, request_control,
                                resolve_campaign_dir, run_demo, runs_root, spawn_detached)
     from lab.constants import CORPUS_SEED
+    from lab.corpus import DEFAULT_CORPUS_ITEMS
     from lab.files import REPO_ROOT
 except KeyboardInterrupt:
     print(INTERRUPTED, file=sys.stderr)
@@ -58,11 +59,17 @@ def cmd_corpus_build(a) -> int:
         tok, info = checkpoint_tokenizer(a.tokenizer) if a.tokenizer else encoder_tokenizer()
     except RuntimeError as exc:
         raise CliError(str(exc)) from None
-    spec = BuildSpec(sizes={"short": a.short, "medium": a.medium, "long": a.long},
-                     tuning_size=a.tuning, seed=a.seed,
+    given = {b: n for b, n in (("short", a.short), ("medium", a.medium), ("long", a.long)) if n is not None}
+    if given and a.items is not None:
+        raise CliError("give --items N (drawn in the source's length-bucket shares) or --short/--medium/--long "
+                       "(items per bucket), not both")
+    spec = BuildSpec(sizes={b: given.get(b, 0) for b in ("short", "medium", "long")} if given else None,
+                     items=a.items, tuning_size=a.tuning, seed=a.seed,
                      limits=BucketLimits(a.short_below, a.long_above))
     card = build_corpus(a.source, a.out, tok, info, spec, a.id_field, a.text_field, a.label_field)
-    print(f"corpus: {card['comparison']['items']} items, tuning {card['tuning']['items']} -> {a.out}")
+    sizes = ", ".join(f"{n} {b}" for b, n in card["sizes"].items())
+    print(f"corpus: {card['comparison']['items']} items ({sizes}), tuning split {card['tuning']['items']} "
+          f"-> {a.out}")
     return 0
 
 
@@ -250,10 +257,17 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--id-field", default="id", help="field holding the stable item id")
     b.add_argument("--text-field", default="text", help="field holding the text")
     b.add_argument("--label-field", default="label", help="field holding the gold label")
-    b.add_argument("--short", type=int, default=600, help="items drawn from the short bucket")
-    b.add_argument("--medium", type=int, default=300, help="items drawn from the medium bucket")
-    b.add_argument("--long", type=int, default=100, help="items drawn from the long bucket")
-    b.add_argument("--tuning", type=int, default=1600, help="items in the tuning split (disjoint)")
+    b.add_argument("--items", type=int, default=None,
+                   help=f"comparison corpus size, drawn in the source's own length-bucket shares (default: "
+                        f"{DEFAULT_CORPUS_ITEMS:,}, or the whole source when it has fewer)")
+    b.add_argument("--short", type=int, default=None,
+                   help="items drawn from the short bucket (with --medium/--long, instead of --items; "
+                        "a bucket not given gets 0)")
+    b.add_argument("--medium", type=int, default=None, help="items drawn from the medium bucket")
+    b.add_argument("--long", type=int, default=None, help="items drawn from the long bucket")
+    b.add_argument("--tuning", type=int, default=0,
+                   help="items of a disjoint tuning split, to fit or set up a model (the demo's head: "
+                        "1,600); 0 when the campaign brings its own model")
     b.add_argument("--short-below", type=int, default=64, help="tokens: short is below this")
     b.add_argument("--long-above", type=int, default=256, help="tokens: long is above this")
     b.add_argument("--seed", type=int, default=CORPUS_SEED, help="sampling seed")

@@ -206,6 +206,10 @@ class TimingSection:
                               f"(default {DEFAULT_MIN_ACCEPTED_PASSES})")
 
 
+CAMPAIGN_CATALOG_FIX = 'set [cost] catalog = "FILE.csv"'
+"""How a campaign file gives another price catalog (the command line's ``--catalog FILE``)."""
+
+
 @dataclass(frozen=True)
 class CostSection:
     """[cost]: the package to price (``gpu``, ``days``, ``lots``), an optional catalog CSV and
@@ -234,8 +238,8 @@ class CostSection:
             quote(load_catalog(catalog_path), self.gpu, self.days, self.lots)
             if self.window_start is not None and self.window_end is not None:
                 parse_window(self.window_start, self.window_end, self.tz)
-        except PricingError as exc:
-            raise ConfigError(f"[cost] {exc}") from None
+        except PricingError as exc:  # in the campaign file's terms: it has no --catalog flag
+            raise ConfigError(f"[cost] {exc.reworded(CAMPAIGN_CATALOG_FIX)}") from None
 
 
 def variant_hints() -> dict:

@@ -16,7 +16,7 @@ import json
 import random
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -182,14 +182,49 @@ def _quotas(total: int, weights: dict[str, int], available: dict[str, int]) -> d
     return quota
 
 
+DEFAULT_CORPUS_ITEMS = 1000
+"""Comparison corpus size of `iteralab corpus build` when no count is given (the seed's
+example: "classificare gli stessi 1.000 testi"), drawn in the source's own length-bucket
+shares; a smaller source is taken whole."""
+
+
 @dataclass(frozen=True)
 class BuildSpec:
-    """What to draw: sizes per bucket for the comparison corpus, tuning split size, seed, limits."""
+    """What to draw: the comparison corpus, the tuning split, seed, limits.
 
-    sizes: dict = field(default_factory=lambda: {"short": 600, "medium": 300, "long": 100})
-    tuning_size: int = 1600
+    ``sizes``: items per length bucket ({"short": 600, ...}: the demo's), or None to draw
+    ``items`` (None: DEFAULT_CORPUS_ITEMS, or the whole source when it has fewer) split over
+    the buckets in the source's own shares. ``tuning_size``: items of a disjoint tuning split
+    (to fit or set up a model; 0 when the campaign brings its own model).
+    """
+
+    sizes: dict | None = None
+    items: int | None = None
+    tuning_size: int = 0
     seed: int = CORPUS_SEED
     limits: BucketLimits = BucketLimits()
+
+
+def bucket_sizes(spec: BuildSpec, available: dict[str, int]) -> dict[str, int]:
+    """Items to draw per bucket: ``spec.sizes`` as given, else ``spec.items`` split over the
+    buckets by ``available`` (items of the source per bucket; largest remainder). Raises
+    CorpusError naming the flag when more items are asked than the source has."""
+    total = sum(available.values())
+    if spec.sizes is not None:
+        for b in BUCKETS:
+            want, have = spec.sizes.get(b, 0), available.get(b, 0)
+            if want > have:
+                raise CorpusError(
+                    f"--{b} {want}: the source has only {have} {b} item(s) ({spec.limits.short_below} / "
+                    f"{spec.limits.long_above} token limits); give --{b} {have} or fewer, move the limits "
+                    "(--short-below / --long-above), or give --items N instead to draw in the source's shares")
+        return {b: spec.sizes.get(b, 0) for b in BUCKETS}
+    if spec.items is not None and spec.items > total:
+        raise CorpusError(f"--items {spec.items}: the source has only {total} items; give --items {total} "
+                          "or fewer (without --items a source under "
+                          f"{DEFAULT_CORPUS_ITEMS:,} items is taken whole)")
+    want = min(total, DEFAULT_CORPUS_ITEMS if spec.items is None else spec.items)
+    return _quotas(want, {b: available.get(b, 0) for b in BUCKETS}, available)
 
 
 def stratified_split(items: list[Item], n_tokens: list[int], spec: BuildSpec
@@ -200,7 +235,7 @@ def stratified_split(items: list[Item], n_tokens: list[int], spec: BuildSpec
     representative class distribution. Deterministic for a given seed and source order.
     Returns (comparison, tuning), each a list of dicts with bucket and n_tokens.
     """
-    rng = random.Random(spec.seed)
+    rng = random.Random(spec.seed)  # drawn from in the same order for given or derived sizes
     rows: list[dict[str, Any]] = [
         dict(id=it.id, text=it.text, label=it.label, bucket=spec.limits.bucket(n), n_tokens=n)
             for it, n in zip(items, n_tokens, strict=True)]
@@ -209,17 +244,13 @@ def stratified_split(items: list[Item], n_tokens: list[int], spec: BuildSpec
         weights[r["label"]] = weights.get(r["label"], 0) + 1
     chosen: set[str] = set()
     comparison: list[dict] = []
+    sizes = bucket_sizes(spec, {b: sum(1 for r in rows if r["bucket"] == b) for b in BUCKETS})
     for bucket in BUCKETS:
-        want = spec.sizes.get(bucket, 0)
         pool: dict[str, list[dict]] = {c: [] for c in weights}
         for r in rows:
             if r["bucket"] == bucket:
                 pool[r["label"]].append(r)
-        try:
-            quota = _quotas(want, weights, {c: len(v) for c, v in pool.items()})
-        except CorpusError as exc:
-            raise CorpusError(f"{bucket} bucket ({spec.limits.short_below} / {spec.limits.long_above} token "
-                              f"limits): {exc}; ask for fewer {bucket} items") from None
+        quota = _quotas(sizes[bucket], weights, {c: len(v) for c, v in pool.items()})
         for c in sorted(pool):
             comparison.extend(rng.sample(pool[c], quota[c]))
     chosen = {r["id"] for r in comparison}
@@ -227,10 +258,15 @@ def stratified_split(items: list[Item], n_tokens: list[int], spec: BuildSpec
     for r in rows:
         if r["id"] not in chosen:
             rest[r["label"]].append(r)
-    try:
-        tq = _quotas(spec.tuning_size, weights, {c: len(v) for c, v in rest.items()})
-    except CorpusError as exc:
-        raise CorpusError(f"tuning split: {exc} left after the comparison corpus; ask for fewer") from None
+    left = sum(len(v) for v in rest.values())
+    if spec.tuning_size > left:
+        room = f"give --tuning {left} or fewer" if left else "give --tuning 0"
+        raise CorpusError(
+            f"--tuning {spec.tuning_size}: only {left} item(s) are left for a tuning split after the "
+            f"{len(comparison)}-item comparison corpus; {room}, or a smaller comparison corpus (--items, "
+            "--short/--medium/--long) to leave more; --tuning 0 (the default) suits a campaign that brings "
+            "its own model: the split only serves to fit or set up one")
+    tq = _quotas(spec.tuning_size, weights, {c: len(v) for c, v in rest.items()})
     tuning: list[dict] = []
     for c in sorted(rest):
         tuning.extend(rng.sample(rest[c], tq[c]))
@@ -282,10 +318,13 @@ def build_corpus(source: str | Path, out_dir: str | Path, tokenizer, tokenizer_i
     """
     source = Path(source)
     out = Path(out_dir)
-    for name, n in [*spec.sizes.items(), ("tuning", spec.tuning_size)]:
-        if not isinstance(n, int) or n < 0:
+    counts = [*(spec.sizes or {}).items(), ("tuning", spec.tuning_size)]
+    if spec.items is not None:
+        counts.append(("items", spec.items))
+    for name, n in counts:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise CorpusError(f"--{name} {n!r}: item counts must be integers >= 0")
-    if sum(spec.sizes.values()) < 1:
+    if (spec.sizes is not None and sum(spec.sizes.values()) < 1) or spec.items == 0:
         raise CorpusError("the comparison corpus would be empty; ask for at least one item")
     if not 0 < spec.limits.short_below <= spec.limits.long_above + 1:
         raise CorpusError(f"limits short_below={spec.limits.short_below} long_above={spec.limits.long_above}: "
@@ -301,7 +340,9 @@ def build_corpus(source: str | Path, out_dir: str | Path, tokenizer, tokenizer_i
                           f"characters?){f' and {len(empty) - 1} more' if len(empty) > 1 else ''}; "
                           "remove the item or give it text")
     comparison, tuning = stratified_split(items, n_tokens, spec)
-    return _write_corpus(out, comparison, tuning, source, tokenizer_info, spec)
+    drawn = {b: sum(1 for r in comparison if r["bucket"] == b) for b in BUCKETS}
+    # the card records the sizes drawn (those given, or the source's shares of --items)
+    return _write_corpus(out, comparison, tuning, source, tokenizer_info, replace(spec, sizes=drawn))
 
 
 def _write_corpus(out: Path, comparison: list[dict], tuning: list[dict], source: Path, tokenizer_info: dict,

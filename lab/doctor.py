@@ -3,8 +3,10 @@
 ``doctor()`` probes the host (``probe()``) and judges the probes (``evaluate()``, a pure
 function, unit-tested with fixtures). Each ``Check`` has a name, ok, a one-line detail and
 the fix. A GPU that is expected but not usable is a blocking failure with its reason: a
-campaign never falls back to CPU silently. No engine at all is not a failure: the local
-launcher is used and the manifest says "no container isolation".
+campaign never falls back to CPU silently. No engine at all is a warning, not a failure,
+where the local launcher can run passes (the rental is itself a container): the manifest says
+"no container isolation". Each check is ok, WARN or FAIL (blocking); the last line is the
+verdict, and `iteralab doctor` exits 1 exactly when a check FAILs.
 
 Host facts (pins, vendor, device nodes) come from ``lab.host``. Sources of the pinned tables:
 - NVIDIA CUDA Toolkit Release Notes, "CUDA Toolkit and Corresponding Driver Versions" and
@@ -18,6 +20,7 @@ Host facts (pins, vendor, device nodes) come from ``lab.host``. Sources of the p
 from __future__ import annotations
 
 import grp
+import importlib.util
 import os
 import re
 import shutil
@@ -45,6 +48,12 @@ class Check:
     fix: str = ""
     blocking: bool = False
 
+    @property
+    def level(self) -> str:
+        """"ok", "warn" (a failed check that does not stop a campaign: its consequence is in
+        the detail) or "fail" (blocking: the doctor's exit status is 1)."""
+        return "ok" if self.ok else "fail" if self.blocking else "warn"
+
     def to_json(self) -> dict:
         return asdict(self)
 
@@ -57,6 +66,7 @@ class Probes:
     engine_error: str = ""
     engine_runtimes: tuple[str, ...] = ()
     in_container: bool = False
+    local_torch: bool = True                # the host's Python imports torch: the local launcher can run passes
     nvidia_smi: str | None = None           # `nvidia-smi --query-gpu=index,name,driver_version`
     nvidia_smi_error: str = ""
     image: str = ""
@@ -115,15 +125,26 @@ def detect_vendor(p: Probes | None = None) -> str:
 def _engine_checks(p: Probes) -> list[Check]:
     if p.engine_version is None:
         where = " (this host is itself a container)" if p.in_container else ""
+        why = p.engine_error or "docker not found"
+        if not p.local_torch:
+            return [Check("engine", False, f"no Docker engine reachable{where}: {why}; and this host's Python "
+                          "has no torch, so the local launcher cannot run passes either: no pass can run",
+                          "run `make env` (the local launcher's environment), or install Docker and start "
+                          "dockerd", blocking=True)]
+        # a warning, not a failure: the documented path on a rental that is itself a container
         return [Check("engine", False,
-                      f"no Docker engine reachable{where}: {p.engine_error or 'docker not found'}; the local "
-                      "launcher will be used: no container isolation (the manifest says so)",
-                      "install Docker and start dockerd for container isolation, or accept the local launcher")]
+                      f"no Docker engine reachable{where}: {why}; the local launcher will be used: each pass "
+                      "runs as a process of this host's Python and torch, with no container isolation and "
+                      "not the pass image's pinned versions (the manifest says \"no container isolation\")",
+                      "nothing to do on a container rental; elsewhere install Docker and start dockerd for "
+                      "container isolation")]
     out = [Check("engine", True, f"Docker engine {p.engine_version} answers; runtimes: "
                  f"{', '.join(p.engine_runtimes) or 'unknown'}")]
     if p.image:
         out.append(Check("image", bool(p.image_present),
-                         f"image {p.image} {'is built' if p.image_present else 'is not built on this host'}",
+                         f"image {p.image} is built" if p.image_present else
+                         f"image {p.image} is not built on this host: until it is, --launcher auto runs each "
+                         "pass as a local process (no container isolation, the manifest says so)",
                          "" if p.image_present
                          else "run `make images` (scripts/ci_docker.sh where no registry is reachable)"))
     return out
@@ -231,13 +252,32 @@ def blocking_failures(checks: list[Check]) -> list[Check]:
     return [c for c in checks if c.blocking and not c.ok]
 
 
+MARKS = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
+
+
+def verdict(checks: list[Check]) -> str:
+    """The doctor's last line, which its exit status follows: "ready" (exit 0), with the
+    warnings counted, or "not ready" naming the blocking failures (exit 1)."""
+    fails = blocking_failures(checks)
+    warns = [c for c in checks if c.level == "warn"]
+    if fails:
+        return (f"verdict: not ready: {len(fails)} blocking failure(s) ({', '.join(c.name for c in fails)}); "
+                "fix them and run the doctor again")
+    if warns:
+        return (f"verdict: ready, with {len(warns)} warning(s) ({', '.join(c.name for c in warns)}): "
+                "campaigns run, with the consequences stated above")
+    return "verdict: ready"
+
+
 def format_checks(checks: list[Check]) -> str:
-    """One line per check (`ok`/`FAIL`, name, detail) and an indented fix line."""
+    """One line per check (`ok`/`WARN`/`FAIL`, name, detail), an indented fix line, and the
+    verdict line."""
     lines = []
     for c in checks:
-        lines.append(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
+        lines.append(f"{MARKS[c.level]} {c.name}: {c.detail}")
         if c.fix and not c.ok:
             lines.append(f"     fix: {c.fix}")
+    lines.append(verdict(checks))
     return "\n".join(lines)
 
 
@@ -307,7 +347,8 @@ def _engine_probes(image: str, vendor: str, container_test: bool) -> dict:
 def probe(expect_gpu: str | None = None, image: str | None = None, container_test: bool = True) -> Probes:
     """Look at this host: nvidia-smi, /dev/kfd and the KFD topology, the engine, the image."""
     kw: dict = {"expect_gpu": expect_gpu,
-                "in_container": Path("/.dockerenv").exists() or Path("/run/.containerenv").exists()}
+                "in_container": Path("/.dockerenv").exists() or Path("/run/.containerenv").exists(),
+                "local_torch": importlib.util.find_spec("torch") is not None}
     if shutil.which("nvidia-smi"):
         code, text = _run(["nvidia-smi", "--query-gpu=index,name,driver_version", "--format=csv,noheader"])
         kw["nvidia_smi" if code == 0 else "nvidia_smi_error"] = text
@@ -338,7 +379,7 @@ def doctor(expect_gpu: str | None = None, image: str | None = None, container_te
         return checks + [host_torch_check(detect_vendor(), expect_gpu)]
     except Exception as exc:  # a probe that broke is a finding, not a crash
         return [Check("doctor", False, f"probing failed: {type(exc).__name__}: {exc}"[:300],
-                      "report this output", blocking=bool(expect_gpu))]
+                      "report this output", blocking=True)]  # nothing is known: not "ready"
 
 
 def host_torch_check(vendor: str, expect_gpu: str | None = None) -> Check:

@@ -72,6 +72,10 @@ async def _check(url: str, ws_url: str, screenshot: Path | None, width: int) -> 
     title = (await page.call("Runtime.evaluate", expression="document.title"))["result"].get("value")
     images = (await page.call("Runtime.evaluate", returnByValue=True, expression=(
         "Array.from(document.images).map(i => i.complete && i.naturalWidth > 0)")))["result"]["value"]
+    # the tallest row of the page's raw tables (div.scroll), in CSS pixels (a squeezed raw table grew rows ~230 px tall)
+    tallest = (await page.call("Runtime.evaluate", returnByValue=True, expression=(
+        "Math.max(0, ...Array.from(document.querySelectorAll('.scroll tr'))"
+        ".map(r => r.getBoundingClientRect().height))")))["result"]["value"]
     shot = None
     if screenshot is not None:
         metrics = await page.call("Page.getLayoutMetrics")
@@ -96,7 +100,8 @@ async def _check(url: str, ws_url: str, screenshot: Path | None, width: int) -> 
         elif m == "Log.entryAdded" and p["entry"].get("level") == "error":
             errors.append(p["entry"].get("text", ""))
     return {"url": url, "title": title, "requests": requests, "console_errors": errors,
-            "images_loaded": sum(images), "images": len(images), "screenshot": shot}
+            "images_loaded": sum(images), "images": len(images), "screenshot": shot,
+            "tallest_row_px": tallest}
 
 
 def check_html(html_path: str | Path, screenshot: str | Path | None = None, width: int = 1200) -> dict:

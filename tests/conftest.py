@@ -378,3 +378,12 @@ def docker_client():
         except docker.errors.APIError as exc:
             if exc.status_code != 409:  # 409: its removal is already in progress
                 raise
+
+
+def run_scp_lines(text: str) -> list[str]:
+    """The arguments ``scp`` receives when the lines of ``text`` (the Archive screen's scp
+    command, as shown) are pasted into a POSIX shell: scp itself is a shell function that
+    prints them, so nothing is copied."""
+    script = "scp() { for a in \"$@\"; do printf '%s\\n' \"$a\"; done; }\n" + text + "\n"
+    out = subprocess.run(["sh", "-e"], input=script, capture_output=True, text=True, check=True)
+    return out.stdout.splitlines()

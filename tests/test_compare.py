@@ -122,6 +122,21 @@ def test_break_even_load_changes_the_decision(rental_archives):
         assert compare_archives(a, n + 1, **args).chosen is None
 
 
+def test_host_letters_follow_the_archives_not_the_argument_order(rental_archives, tmp_path):
+    """One rule for A, B, ...: the order archives are made in (oldest first), so the command
+    line in either order, and the Compare screen whatever the order of selection, agree."""
+    pair = [rental_archives["b200"], rental_archives["rtx"]]  # the rtx archive was made first
+    orders = [compare_archives(p, 50000, **SHORT, window_start="2026-12-01T09:00+01:00",
+                               deadline="2026-12-05T09:00+01:00") for p in (pair, pair[::-1])]
+    assert orders[0].path == orders[1].path
+    assert [p.host for p in orders[0].projections] == [p.host for p in orders[1].projections]
+    assert orders[0].path[1].startswith(f"verified {rental_archives['rtx'].name.removesuffix('.tar.gz')}")
+    assert {p.host for p in orders[0].projections} == {"A rtx-4090", "B b200"}
+    r = cli("compare", *pair, "--load", 50000, *WINDOW, "--out", tmp_path / "cmp")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[1].startswith(f"2. verified {rental_archives['rtx'].name.removesuffix('.tar.gz')}")
+
+
 def test_corpus_mismatch_is_refused_with_both_sha256(rental_archives, tmp_path):
     m1 = manifest_of(rental_archives["rtx"], tmp_path / "a")
     m2 = manifest_of(rental_archives["other"], tmp_path / "b")
@@ -166,23 +181,25 @@ def test_an_archive_without_cost_is_measured_but_never_priced_nor_chosen(rental_
     the reason, and cannot be the budget decision's pick; the decision path says so."""
     c = compare_archives([rental_archives["nocost"], rental_archives["b200"]], 50000, **SHORT,
                          window_start="2026-12-01T09:00+01:00", deadline="2026-12-05T09:00+01:00")
-    unpriced = [p for p in c.projections if p.host.startswith("A ")]
+    # hosts are lettered by when their archive was made (lab.compare.decision.host_order), not
+    # by argument order: the b200 archive was made before the one without [cost]
+    unpriced = [p for p in c.projections if p.host.startswith("B ")]
     assert len(unpriced) == 2 and all(p.gpu is None for p in unpriced)
     for p in unpriced:
         assert p.items_per_s_median and p.hours_worst and p.durations_s  # measured, projected
         assert p.archive_quote is None and p.sizing is None
         assert p.cost_per_validated_corpus is None and p.cost_per_million_items is None
         assert "price: no package declared in [cost]" in p.exclusions and not p.eligible
-    assert c.chosen is not None and c.chosen.host.startswith("B b200")
-    assert c.archives[0]["gpu"] is None and c.archives[0]["cost"] is None
-    assert "not priced: no package declared in [cost]" in c.path[1]  # after the --allow-short banner
+    assert c.chosen is not None and c.chosen.host.startswith("A b200")
+    assert c.archives[1]["gpu"] is None and c.archives[1]["cost"] is None
+    assert "not priced: no package declared in [cost]" in c.path[2]  # after the banner and A's line
     assert any("no package declared in [cost]" in m and "not considered" in m for m in c.motivation)
     out = tmp_path / "cmp"
     r = cli("compare", rental_archives["nocost"], rental_archives["b200"], "--load", 50000,
             *WINDOW, "--out", out)
     assert r.returncode == 0, r.stderr
     assert "rtx-4090" not in r.stdout and "rtx-4090" not in (out / "decision.md").read_text()
-    rows = [r for r in csv.DictReader(open(out / "compare.csv")) if r["host"].startswith("A ")]
+    rows = [r for r in csv.DictReader(open(out / "compare.csv")) if r["host"].startswith("B ")]
     assert len(rows) == 2
     for row in rows:
         assert row["gpu_priced"] == "" and row["committed_budget"] == ""

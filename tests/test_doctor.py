@@ -46,3 +46,23 @@ def test_host_torch_check_flags_a_gpu_host_whose_torch_sees_none():
     assert ok.ok and "torch 2.13.0" in ok.detail and "sees 0 GPU(s)" in ok.detail
     bad = host_torch_check("nvidia", expect_gpu="nvidia")  # this machine's torch sees no GPU
     assert not bad.ok and bad.blocking and "would run on CPU" in bad.detail
+
+
+def test_doctor_exit_status_follows_its_verdict(monkeypatch, capsys):
+    """`iteralab doctor` on a container rental (no engine, the host's torch works): WARN and
+    exit 0; the same host when a campaign expects an NVIDIA GPU it lacks: FAIL and exit 1."""
+    import lab.doctor
+    from lab.cli import main
+
+    container = Probes(engine_version=None, engine_error="FileNotFoundError: /var/run/docker.sock",
+                       in_container=True)
+    monkeypatch.setattr(lab.doctor, "probe", lambda expect_gpu=None, **kw: Probes(
+        **{**container.__dict__, "expect_gpu": expect_gpu}))
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "WARN engine: no Docker engine reachable (this host is itself a container)" in out
+    assert "FAIL" not in out and out.splitlines()[-1].startswith("verdict: ready, with 1 warning(s)")
+    assert main(["doctor", "--expect-gpu", "nvidia"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL gpu: a nvidia GPU is expected" in out
+    assert out.splitlines()[-1].startswith("verdict: not ready: 1 blocking failure(s) (gpu)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +92,76 @@ def test_csv_header_without_the_id_column_names_line_1(tmp_path):
     p.write_text('doc,body,cat\n1,"multi\nline",a\n', encoding="utf-8")
     with pytest.raises(CorpusError, match=r"src.csv:1: header has no column 'id' \(columns: doc, body, cat\)"):
         load_items(p)
+
+
+# ---- one's own corpus (issue 22 part 3): defaults that fit it, messages that name the flag ----
+
+def _own_source(tmp_path, n: int) -> Path:
+    """The first ``n`` items of the demo corpus as a user's own JSONL (id, text, label)."""
+    rows = [{"id": r["id"], "text": r["text"], "label": r["label"]} for r in demo_rows()[:n]]
+    return _source(tmp_path, rows, "mine.jsonl")
+
+
+def test_own_corpus_defaults_take_a_small_source_whole_with_no_tuning_split(tmp_path, capsys):
+    from lab.cli import main
+
+    src = _own_source(tmp_path, 310)
+    assert main(["corpus", "build", "--source", str(src), "--out", str(tmp_path / "c")]) == 0
+    card = json.loads((tmp_path / "c" / "corpus_card.json").read_text())
+    assert card["comparison"]["items"] == 310 and card["tuning"]["items"] == 0  # every item; no tuning split
+    assert sum(card["sizes"].values()) == 310  # the card records the sizes drawn
+    assert (tmp_path / "c" / "tuning.jsonl").read_text() == ""
+    out = capsys.readouterr().out
+    assert out.startswith("corpus: 310 items (") and "tuning split 0" in out
+
+
+def test_own_corpus_items_are_drawn_in_the_source_bucket_shares(tmp_path, capsys):
+    from lab.cli import main
+
+    src = _own_source(tmp_path, 1000)  # the demo corpus: 600 / 300 / 100 by bucket
+    assert main(["corpus", "build", "--source", str(src), "--out", str(tmp_path / "c"), "--items", "100",
+                 "--tuning", "50"]) == 0
+    card = json.loads((tmp_path / "c" / "corpus_card.json").read_text())
+    assert card["sizes"] == {"short": 60, "medium": 30, "long": 10} and card["tuning"]["items"] == 50
+    assert card["disjoint"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tuning", "1600"], "--tuning 1600: only 0 item(s) are left for a tuning split after the 310-item "
+                           "comparison corpus; give --tuning 0, or a smaller comparison corpus"),
+    (["--items", "200", "--tuning", "1600"], "--tuning 1600: only 110 item(s) are left for a tuning split after "
+                                             "the 200-item comparison corpus; give --tuning 110 or fewer"),
+    (["--items", "400"], "--items 400: the source has only 310 items; give --items 310 or fewer"),
+    (["--short", "500"], "--short 500: the source has only "),
+    (["--items", "100", "--short", "5"], "give --items N (drawn in the source's length-bucket shares) or "
+                                         "--short/--medium/--long"),
+])
+def test_own_corpus_refusals_name_the_flag(tmp_path, capsys, args, message):
+    from lab.cli import main
+
+    src = _own_source(tmp_path, 310)
+    assert main(["corpus", "build", "--source", str(src), "--out", str(tmp_path / "c"), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "c" / "comparison.jsonl").exists()
+
+
+@pytest.mark.skipif(not SOURCE.is_file(), reason=f"{SOURCE} not present (the maintainers' source)")
+def test_make_corpus_recipe_rebuilds_the_committed_demo_corpus(tmp_path, capsys):
+    """`make corpus` gives its flags explicitly: with the user-corpus defaults, the recipe still
+    draws exactly the committed demo corpus and tuning split."""
+    import shlex
+
+    from lab.cli import main
+
+    recipe = (REPO / "Makefile").read_text().split("\ncorpus:", 1)[1].split("\n\n", 1)[0]
+    argv = shlex.split(recipe.split("$(LAB)", 1)[1].replace("\\\n", " "))
+    argv = [str(REPO / a) if a.startswith("../") else a for a in argv]
+    out = argv.index("--out")
+    argv[out + 1] = str(tmp_path / "demo")
+    assert main(argv) == 0
+    built = json.loads((tmp_path / "demo" / "corpus_card.json").read_text())
+    committed = json.loads((REPO / "demo" / "corpus" / "corpus_card.json").read_text())
+    assert built["comparison"]["sha256"] == committed["comparison"]["sha256"]
+    assert built["tuning"]["sha256"] == committed["tuning"]["sha256"] and built["tuning"]["items"] == 1600
+    assert built["sizes"] == committed["sizes"] == {"short": 600, "medium": 300, "long": 100}

@@ -48,10 +48,14 @@ def test_campaign_report_html_in_its_archive_opens_clean(rental_archives, tmp_pa
     text = page.read_text()
     assert text.index("Chosen:") < text.index("Durations per variant") < text.index("Decision note")
     assert "Raw table" in text
+    # one Configurations heading, with the configurations under it (no empty one before it)
+    assert text.count("<h2>Configurations</h2>") == 1 and "<h1>Decision note" not in text
+    assert "<h3>" in text.split("<h2>Configurations</h2>", 1)[1].split("<h2>", 1)[0]
     shot = tmp_path / "campaign.png"
     res = browser_check.check_html(page, shot)
     assert_clean(res, shot, images=2)
     assert res["title"].startswith("Campaign rental")
+    assert 0 < res["tallest_row_px"] < 40, res["tallest_row_px"]  # one text line per raw-table row
 
 
 @needs_chromium
@@ -65,3 +69,4 @@ def test_comparison_report_html_opens_clean(rental_archives, tmp_path):
     res = browser_check.check_html(paths["html"], shot)
     assert_clean(res, shot, images=4)
     assert res["title"] == "Comparison of rentals"
+    assert 0 < res["tallest_row_px"] < 40, res["tallest_row_px"]

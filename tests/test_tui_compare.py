@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_tui_campaigns import demo_copy
 from conftest import settle, wait_until
-from test_tui_screens import make_app, runs  # noqa: F401 - runs is a fixture
+from test_tui_screens import make_app, runs, text_of  # noqa: F401 - runs is a fixture
 
 from lab.compare import compare_archives
 
@@ -23,7 +23,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_compare_screen_lists_archives_and_builds_the_cli_decision(tmp_path, runs, rental_archives):
-    from textual.widgets import Checkbox, Input, SelectionList
+    from textual.widgets import Input
+
+    from tui.widgets.archive_picker import ArchivePicker
+    from tui.widgets.tick import Tick
 
     for key in ("rtx", "b200"):
         (runs / "rentals").mkdir(parents=True, exist_ok=True)
@@ -33,14 +36,14 @@ def test_compare_screen_lists_archives_and_builds_the_cli_decision(tmp_path, run
     async def go():
         app = make_app(demo_copy(tmp_path), start_screen="compare")
         async with app.run_test(size=(80, 24)) as pilot:
-            sl = app.screen.query_one("#compare-archives", SelectionList)
+            sl = app.screen.query_one("#compare-archives", ArchivePicker)
             await settle(pilot, lambda: sl.option_count == 2, "the archives under runs/")
             await pilot.press("space", "down", "space")
             assert len(sl.selected) == 2
             app.screen.query_one("#c-load", Input).value = "50000"
             app.screen.query_one("#c-deadline", Input).value = "2026-12-05T09:00+01:00"
             app.screen.query_one("#c-window_start", Input).value = "2026-12-01T09:00+01:00"
-            app.screen.query_one("#c-allow_short", Checkbox).value = True  # sub-second test passes
+            app.screen.query_one("#c-allow_short", Tick).value = True  # sub-second test passes
             await pilot.press("c")
             await settle(pilot, lambda: getattr(app.screen, "result", None), "the comparison")
             text = str(app.screen.query_one("#compare-result").render())
@@ -50,7 +53,7 @@ def test_compare_screen_lists_archives_and_builds_the_cli_decision(tmp_path, run
                             deadline="2026-12-05T09:00+01:00", allow_short=True)
     assert result["path"] == list(same.path)  # the same engine function as the CLI
     assert "Decision path" in text and "committed budget" in text
-    assert "PASSES TOO SHORT projected anyway (--allow-short)" in text.splitlines()[1]  # first path line
+    assert "PASSES TOO SHORT projected anyway (--allow-short)" in text.splitlines()[0]  # the banner first
     assert "same ML result" in text and "priced with catalog version 2026-09-24" in text
     for p in result["files"].values():
         assert Path(p).is_file() and Path(p).parent.parent == runs / "compare"
@@ -74,6 +77,77 @@ def test_compare_screen_shows_a_refusal_in_one_line(tmp_path, runs, rental_archi
             await settle(pilot, lambda: "corpus sha256 differs" in
                          str(app.screen.query_one("#compare-result").render()), "the refusal")
     asyncio.run(go())
+
+
+def test_compare_screen_on_arrival_space_selects_and_marks_read_as_text(tmp_path, runs, rental_archives):
+    """Reached with 8 from another screen: space selects at once (no Tab first); the rows read
+    [x] and [ ]; an archive's whole name is shown, however long."""
+    from tui.widgets.archive_picker import ArchivePicker
+
+    (runs / "rentals").mkdir(parents=True, exist_ok=True)
+    long_name = rental_archives["rtx"].name.replace(".tar.gz", "-a-long-name-given-by-hand-on-download.tar.gz")
+    shutil.copy(rental_archives["rtx"], runs / "rentals" / long_name)
+    shutil.copy(rental_archives["b200"], runs / "rentals" / rental_archives["b200"].name)
+
+    async def go():
+        app = make_app(demo_copy(tmp_path), start_screen="runs")
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("8")
+            sl = app.screen.query_one(ArchivePicker)
+            await settle(pilot, lambda: sl.option_count == 2, "the archives under runs/")
+            await pilot.press("space")
+            await settle(pilot)
+            rows = [sl.render_line(y).text for y in range(4)]
+            labels = [str(sl.get_option_at_index(i).prompt) for i in range(sl.option_count)]
+            return list(sl.selected), rows, labels, text_of(app, "#compare-head")
+    selected, rows, labels, head = asyncio.run(go())
+    assert len(selected) == 1
+    assert rows[0].startswith("[x] ") and any(r.startswith("[ ] ") for r in rows[1:]), rows
+    assert f"rentals/{long_name}" in labels  # never cut: wrapped onto the next line
+    assert long_name in "".join(r[4:].rstrip() for r in rows), rows
+    assert "1 selected" in head
+
+
+def test_compare_result_is_read_first_with_a_status_line(tmp_path, runs, rental_archives):
+    """c: the banner, the decision and where the files are at the top of the view, and the
+    status line above says so; the host letters do not depend on the order of selection."""
+    from textual.widgets import Input
+
+    from tui.widgets.archive_picker import ArchivePicker
+    from tui.widgets.tick import Tick
+
+    (runs / "rentals").mkdir(parents=True, exist_ok=True)
+    for key in ("rtx", "b200"):
+        shutil.copy(rental_archives[key], runs / "rentals" / rental_archives[key].name)
+
+    async def go(order):
+        app = make_app(demo_copy(tmp_path / "-".join(order)), start_screen="compare")
+        async with app.run_test(size=(80, 24)) as pilot:
+            sl = app.screen.query_one(ArchivePicker)
+            await settle(pilot, lambda: sl.option_count == 2, "the archives under runs/")
+            index = {Path(str(sl.get_option_at_index(i).value)).name: i for i in range(2)}
+            for key in order:
+                sl.toggle(sl.get_option_at_index(index[rental_archives[key].name]))
+            app.screen.query_one("#c-load", Input).value = "50000"
+            app.screen.query_one("#c-deadline", Input).value = "2026-12-05T09:00+01:00"
+            app.screen.query_one("#c-window_start", Input).value = "2026-12-01T09:00+01:00"
+            app.screen.query_one("#c-allow_short", Tick).value = True  # sub-second test passes
+            await pilot.press("c")
+            await settle(pilot, lambda: getattr(app.screen, "result", None), "the comparison")
+            result = app.screen.query_one("#compare-result")
+            scroll = app.screen.query_one("#compare-scroll")
+            text = str(result.render())
+            seen = (scroll.scroll_offset.y == 0 and result.region.y < 6 and app.focused is scroll)
+            return app.screen.result, text, text_of(app, "#compare-status"), seen
+    result, text, status, seen = asyncio.run(go(("rtx", "b200")))
+    lines = text.splitlines()
+    assert lines[0].startswith("PASSES TOO SHORT projected anyway (--allow-short)")  # the first line
+    assert lines[1].startswith("Decision: host A rtx-4090") and "Written to " in text
+    assert text.index("Written to ") < text.index("Decision path")
+    assert seen and "at the top" in status
+    again, _, _, _ = asyncio.run(go(("b200", "rtx")))  # selected the other way round
+    assert again["path"][1:3] == result["path"][1:3]  # same hosts, same letters: A is the older archive
 
 
 @pytest.mark.parametrize("sequence", [("pilcrow", "¶", "7", "archive"),  # ESC 7 (Textual's table)

@@ -15,7 +15,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from conftest import AppMessages
+from conftest import AppMessages, run_scp_lines
 from test_tui_campaigns import MODEL, calibrated_limit, tiny_campaign
 
 from lab.status import campaign_status, orchestrator_alive
@@ -106,7 +106,7 @@ def test_start_quit_reattach_live_failure_results_and_archive(tmp_path, runs, on
             a = archive.archive
             assert a["ok"] and a["rows_checked"] == 2 and a["files_checked"] > 5
             assert Path(a["path"]).stat().st_size == a["size_bytes"]
-            line = str(archive.query_one("#scp-line").render())
-            assert line.startswith("scp ") and line.endswith(f":{a['path']} .")
+            args = run_scp_lines(str(archive.query_one("#scp-line").render()))
+            assert args[-2].endswith(f":{a['path']}") and args[-1] == "."
     asyncio.run(second_ui())
     assert not orchestrator_alive(running)  # that orchestrator finished and exited

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import settle
+from conftest import run_scp_lines, settle
 from test_tui_campaigns import (CLOCK, FACTS, SAMPLE, demo_copy, finished_campaign,
                                 synthetic_running_journal)
 
@@ -233,11 +233,35 @@ def test_archive_screen_assembles_verifies_and_scp_line(finished, tmp_path, monk
             a = app.screen.archive
             assert a["ok"] and a["rows_checked"] == 2
             assert a["sha256"] in text_of(app, "#archive-info")
-            assert text_of(app, "#scp-line") == f"scp -P 2222 alice@198.51.100.7:{a['path']} ."
+            # pasted into a shell, the lines shown give scp the whole path (they never wrap)
+            shown = text_of(app, "#scp-line")
+            assert run_scp_lines(shown) == ["-P", "2222", f"alice@198.51.100.7:{a['path']}", "."]
+            width = app.screen.query_one("#scp-line").size.width
+            assert all(len(line) <= width for line in shown.splitlines()), (width, shown)
+            if size[0] == 80:  # this test's tmp path is too long for one 80-column line
+                assert len(shown.splitlines()) > 1 and "pasted together" in text_of(app, "#scp-head")
             app.screen.query_one("#scp-host").value = "gpu.example.org"
             await pilot.pause()  # the Input.Changed message is handled
-            assert text_of(app, "#scp-line") == f"scp -P 2222 alice@gpu.example.org:{a['path']} ."
+            assert run_scp_lines(text_of(app, "#scp-line"))[2] == f"alice@gpu.example.org:{a['path']}"
     asyncio.run(go())
+
+
+def test_scp_lines_fit_the_width_and_give_scp_the_whole_path():
+    """Unit: one line when it fits; else lines building the path, each within the width,
+    whatever the path (long pieces, quotes, spaces); a path under the home folder is relative."""
+    from tui.screens.archive_screen import remote_path, scp_lines
+
+    short = scp_lines("root", "10.0.0.5", "22", "runs/demo/demo-v1-0a1b2c3d-20261201T093012Z.tar.gz")
+    assert short == ["scp root@10.0.0.5:runs/demo/demo-v1-0a1b2c3d-20261201T093012Z.tar.gz ."]
+    assert remote_path("/home/alice/lab/runs/x.tar.gz", "/home/alice") == "lab/runs/x.tar.gz"
+    assert remote_path("/srv/runs/x.tar.gz", "/home/alice") == "/srv/runs/x.tar.gz"
+    for path in ("/srv/" + "a" * 150 + "/x.tar.gz", "/srv/it's here/with space/" + "b" * 90 + ".tar.gz",
+                 "/tmp/pytest-of-root/pytest-12/test_archive_screen_0/runs/tui-finished/tui-finished-v1-"
+                 "0a1b2c3d-20261201T093012Z.tar.gz"):
+        for width in (40, 78):
+            lines = scp_lines("alice", "2001:db8::7", "2222", path, width)
+            assert len(lines) > 1 and all(len(line) <= width for line in lines), lines
+            assert run_scp_lines("\n".join(lines)) == ["-P", "2222", f"alice@[2001:db8::7]:{path}", "."]
 
 
 def test_archive_screen_refuses_an_unfinished_campaign_and_packs_it_labelled_partial(tmp_path, runs, model_dir):
@@ -259,6 +283,7 @@ def test_archive_screen_refuses_an_unfinished_campaign_and_packs_it_labelled_par
             await settle(pilot, lambda: "archive failed" in text_of(app, "#archive-info"), "the refusal")
             t = text_of(app, "#archive-info")
             assert "not finished" in t and "Press p for an archive labelled partial" in t
+            assert "Error:" not in t  # the refusal's words, not a class name ("ArchiveError: ...")
             await pilot.press("p")
             await settle(pilot, lambda: getattr(app.screen, "archive", None), "the partial archive")
             a = app.screen.archive

@@ -67,3 +67,87 @@ def test_snapshot_runs_live_oom(snap_compare, demo):
     assert snap_compare(app_on(f, "runs"), terminal_size=(80, 24), run_before=until(
         lambda app: app.screen.query_one(PassTable).row_count == 20 and app.failures_seen
         and app.telemetry is not None))
+
+
+# ---- hand-off points (issue 22 part 3): the scp line and the Compare screen at 80x24 ----
+# The archive and the comparison are fixed values posted as the workers would post them (a
+# real archive's path, sha256 and a real comparison's paths change per run); the screens that
+# build them from real archives are tested in test_tui_screens.py and test_tui_compare.py.
+
+ARCHIVE = {"path": "/srv/rentals/iteragpu-lab/runs/sentiment-reviews/sentiment-reviews-v3-0a1b2c3d-"
+                   "20261201T093012Z.tar.gz",
+           "size_bytes": 48_213_771, "sha256": "5" * 64, "ok": True, "problems": [], "files_checked": 412,
+           "rows_checked": 20, "partial": False}
+
+
+def test_snapshot_archive_scp_lines_fit_80_columns(snap_compare, demo, monkeypatch):
+    """A path that would wrap at 80 columns: the scp command in whole lines (none wraps)."""
+    from tui.messages import ArchiveReady
+
+    monkeypatch.setenv("SSH_CONNECTION", "203.0.113.9 51000 198.51.100.7 2222")
+    monkeypatch.setenv("USER", "alice")
+    monkeypatch.setenv("HOME", "/home/alice")
+
+    async def run_before(pilot) -> None:
+        pilot.app.screen.post_message(ArchiveReady(dict(ARCHIVE)))
+        await settle(pilot, lambda: "scp -P 2222" in str(pilot.app.screen.query_one("#scp-line").render()))
+    assert snap_compare(app_on(demo[0], "archive"), terminal_size=(80, 24), run_before=run_before)
+
+
+def fake_archives(root):
+    """Archive-named files under runs/ (the list reads names only), with fixed times (newest first)."""
+    import os
+
+    folder = root / "sentiment-reviews"
+    folder.mkdir(parents=True)
+    names = ["sentiment-reviews-v3-0a1b2c3d-20261130T181500Z.tar.gz",
+             "sentiment-reviews-v3-0a1b2c3d-20261201T093012Z.tar.gz",
+             "sentiment-reviews-v3-0a1b2c3d-20261201T101544Z-b200-second-rental.tar.gz"]
+    for i, name in enumerate(names):
+        (folder / name).write_bytes(b"")
+        os.utime(folder / name, (1_790_000_000 + i, 1_790_000_000 + i))
+    return folder
+
+
+COMPARED = {
+    "path": ["PASSES TOO SHORT projected anyway (--allow-short): 4 of 4 configuration(s) fail the projection "
+             "rule: at least 3 accepted pass(es) of at least 60 s measured window per configuration",
+             "verified sentiment-reviews-v3-0a1b2c3d-20261130T181500Z: 29 files, 4 raw rows; threads 1, "
+             "priced as rtx-4090",
+             "verified sentiment-reviews-v3-0a1b2c3d-20261201T093012Z: 29 files, 4 raw rows; threads 2, "
+             "priced as b200",
+             "comparable: corpus sha256 f925cf55f8c5c7b5..., same model files, quality and timing rules",
+             "decision: A rtx-4090 / batch 4, committed budget 110.00 USD, covers 50000 items"],
+    "banners": ["PASSES TOO SHORT projected anyway (--allow-short): 4 of 4 configuration(s) fail the "
+                "projection rule"],
+    "decision": "# Comparison of rentals\n\n**Decision: host A rtx-4090, batch 4, fp32: 7-day package x 1 "
+                "lot(s), committed budget 110.00 USD, covering the declared load of 50000 items.**\n\n"
+                "**Quality.** accuracy 0.5714; the same ML result on B b200 (within the tolerance).\n\n"
+                "**Motivation.** lowest committed budget.",
+    "files": {"md": "/srv/runs/compare/20261201T093400Z/decision.md",
+              "csv": "/srv/runs/compare/20261201T093400Z/compare.csv",
+              "html": "/srv/runs/compare/20261201T093400Z/report.html"}}
+
+
+def test_snapshot_compare_selected_archives_read_as_text(snap_compare, demo):
+    """[x] against [ ] (not colour alone), whole archive names, space without a Tab first."""
+    fake_archives(demo[1])
+
+    async def run_before(pilot) -> None:
+        await settle(pilot, lambda: pilot.app.screen.query_one("#compare-archives").option_count == 3)
+        await pilot.press("space", "down", "down", "space")  # the first and the third
+        await settle(pilot, lambda: len(pilot.app.screen.query_one("#compare-archives").selected) == 2)
+    assert snap_compare(app_on(demo[0], "compare"), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_snapshot_compare_result_comes_first(snap_compare, demo):
+    """After c: the decision and the files written at the top, a status line saying so."""
+    from tui.messages import CompareReady
+
+    fake_archives(demo[1])
+
+    async def run_before(pilot) -> None:
+        await settle(pilot, lambda: pilot.app.screen.query_one("#compare-archives").option_count == 3)
+        pilot.app.screen.post_message(CompareReady(COMPARED))
+        await settle(pilot, lambda: getattr(pilot.app.screen, "result", None))
+    assert snap_compare(app_on(demo[0], "compare"), terminal_size=(80, 24), run_before=run_before)

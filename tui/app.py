@@ -18,7 +18,7 @@ from textual.app import App
 from textual.binding import Binding
 from textual.keys import _character_to_key
 from textual.widgets import Input
-from textual.worker import get_current_worker
+from textual.worker import NoActiveWorker, get_current_worker
 
 from lab.campaigns import (USER_ERRORS, campaign_dir_of, campaign_name_of, request_control, runs_root,
                            start_campaign)
@@ -73,6 +73,33 @@ def nap(worker, seconds: float) -> None:
         time.sleep(min(0.1, max(0.0, end - time.monotonic())))
 
 
+class BackgroundProbe:
+    """``probe()`` run once in a daemon thread: nothing waits for it when the process exits."""
+
+    def __init__(self, probe: Callable[[], dict]) -> None:
+        self.done = threading.Event()
+        self.result: dict | None = None
+        self.error: BaseException | None = None
+        threading.Thread(target=self._run, args=(probe,), name="environment-probe", daemon=True).start()
+
+    def _run(self, probe: Callable[[], dict]) -> None:
+        try:
+            self.result = probe()
+        except BaseException as exc:  # raised again in the thread that waits for it
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def wait(self, cancelled: Callable[[], bool]) -> dict | None:
+        """The facts, or None once ``cancelled()`` is true; raises what the probe raised."""
+        while not self.done.wait(0.05):
+            if cancelled():
+                return None
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
 class IteraLabApp(App):
     """The app. ``clock``, ``telemetry`` and ``environment_probe`` are injectable (tests).
 
@@ -109,7 +136,7 @@ class IteraLabApp(App):
         self.snapshot: CampaignSnapshot | None = None
         self.telemetry: dict | None = None
         self.failures_seen: list[PassFailed] = []
-        self._facts: dict | None = None
+        self._probe: BackgroundProbe | None = None
         self._facts_lock = threading.Lock()
 
     async def on_event(self, event: events.Event) -> None:
@@ -131,14 +158,27 @@ class IteraLabApp(App):
         self.poll_journal()
         self.poll_telemetry()
 
-    def environment_facts(self, refresh: bool = False) -> dict:
-        """Environment facts (cached; call from a thread worker: probing takes seconds)."""
+    def environment_facts(self, refresh: bool = False) -> dict | None:
+        """Environment facts (cached; call from a thread worker: probing takes seconds, 30 s
+        against a Docker engine that never answers).
+
+        The probe runs in a daemon thread of its own (:class:`BackgroundProbe`), never in
+        the calling worker's thread: Textual's thread workers run in asyncio's executor,
+        which the interpreter waits for at exit, so quitting while a probe ran kept the
+        process alive for the probe's length. The caller waits in short slices and gets None
+        as soon as its worker is cancelled (the UI quits, or an exclusive rerun replaced it).
+        """
         from lab.views import collect_environment
 
         with self._facts_lock:
-            if self._facts is None or refresh:
-                self._facts = (self.environment_probe or collect_environment)()
-            return self._facts
+            if self._probe is None or refresh:
+                self._probe = BackgroundProbe(self.environment_probe or collect_environment)
+            probe = self._probe
+        try:
+            worker = get_current_worker()
+        except NoActiveWorker:  # called outside a worker: wait for the probe
+            worker = None
+        return probe.wait(lambda: worker is not None and worker.is_cancelled)
 
     # ---- navigation ------------------------------------------------------------------
     def action_go(self, name: str) -> None:

@@ -63,8 +63,16 @@ class Comparison:
 
 
 def host_letter(i: int) -> str:
-    """A, B, ... Z, AA, AB, ...: the archive's position on the command line."""
+    """A, B, ... Z, AA, AB, ...: the archive's position in :func:`host_order`."""
     return chr(65 + i) if i < 26 else host_letter(i // 26 - 1) + chr(65 + i % 26)
+
+
+def host_order(evidence: list[Evidence]) -> list[Evidence]:
+    """The one order of hosts, which gives their letters: by when each archive was made
+    (ARCHIVE.json ``made_at``, oldest first: A is the first rental), then by file name and
+    path. The order archives are given in (command-line arguments, the Compare screen's
+    selection) never changes which host is A."""
+    return sorted(evidence, key=lambda ev: (str(ev.info.get("made_at") or ""), ev.name, str(ev.path)))
 
 
 def priced_as(ev: Evidence) -> str:
@@ -343,6 +351,7 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
     PricingError (catalog, dates).
     """
     _check_load(load_items, max_lots)
+    evidence = host_order(evidence)
     tags = [host_tag(i, ev) for i, ev in enumerate(evidence)]
     partial = [f"{ev.name} ({ev.info.get('partial_reason') or 'unfinished campaign'})"
                for ev in evidence if ev.partial]

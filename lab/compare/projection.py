@@ -49,7 +49,7 @@ class Projection:
     """One archive x variant. Durations in s, throughputs in items/s, hours in h, money in
     the catalog currency. ``exclusions`` lists why the row cannot be chosen ([] = eligible)."""
     archive: str
-    host: str  # short tag: letter of the archive in the command line + GPU priced ("A b200")
+    host: str  # short tag: letter of the archive (lab.compare.decision.host_order) + GPU priced ("A b200")
     hardware: str
     threads: object
     gpu: str | None  # None: the archive declared no package ([cost] absent)

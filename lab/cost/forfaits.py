@@ -35,8 +35,17 @@ MAX_CATALOG_BYTES = 4 * 2**20  # a catalog is a few hundred rows; beyond it the 
 PRICE_RE = re.compile(r"^[0-9]{1,12}(\.[0-9]{1,2})?$")  # up to 999,999,999,999.99
 
 
+CATALOG_FIX = "pass --catalog FILE"
+"""The fix "give another catalog" in the command line's terms; a caller in other terms (a
+campaign file's [cost] catalog, the Cost screen's field) rewords it: PricingError.reworded."""
+
+
 class PricingError(ValueError):
     """Bad input or catalog; the message is one line: the problem and the fix."""
+
+    def reworded(self, catalog_fix: str) -> str:
+        """The message with CATALOG_FIX said as ``catalog_fix`` (where no --catalog flag exists)."""
+        return str(self).replace(CATALOG_FIX, catalog_fix)
 
 
 @dataclass(frozen=True)
@@ -165,7 +174,7 @@ def load_catalog(path: str | None = None) -> Catalog:
             text = fh.read(MAX_CATALOG_BYTES + 1)  # bounded: /dev/zero or a huge file never fills memory
             if len(text) > MAX_CATALOG_BYTES:
                 raise PricingError(f"{path}: larger than {MAX_CATALOG_BYTES:,} characters, not a catalog of "
-                                   "package rows; pass --catalog FILE (a CSV catalog)")
+                                   f"package rows; {CATALOG_FIX} (a CSV catalog)")
             reader = csv.DictReader(io.StringIO(text, newline=""))
             missing = [c for c in CATALOG_COLUMNS if c not in (reader.fieldnames or [])]
             if missing:
@@ -174,7 +183,7 @@ def load_catalog(path: str | None = None) -> Catalog:
             rows = [_parse_row(raw, reader.line_num, path) for raw in reader]
     except OSError as exc:
         raise PricingError(f"cannot read catalog {path}: {exc.strerror}; "
-                           "pass --catalog FILE") from None
+                           f"{CATALOG_FIX}") from None
     except (UnicodeDecodeError, csv.Error) as exc:
         raise PricingError(f"{path}: not a UTF-8 CSV catalog ({exc}); save it as UTF-8 CSV") \
             from None
@@ -232,7 +241,7 @@ def known_gpu(catalog: Catalog, gpu: str) -> str:
     gpu = str(gpu).strip().lower()
     if gpu not in catalog.gpus():
         raise PricingError(f"unknown GPU {gpu!r}: known GPUs are {', '.join(catalog.gpus())} "
-                           "(or pass --catalog FILE with a fuller catalog)")
+                           f"(or {CATALOG_FIX} with a fuller catalog)")
     return gpu
 
 
@@ -250,7 +259,7 @@ def find_row(catalog: Catalog, gpu: str, days) -> CatalogRow:
     if row is None:
         offered = sorted(r.days for r in catalog.rows if r.gpu == gpu)
         raise PricingError(f"{gpu} {days} days: not in catalog (this catalog offers "
-                           f"{', '.join(map(str, offered))} days); pass --catalog FILE")
+                           f"{', '.join(map(str, offered))} days); {CATALOG_FIX}")
     return row
 
 

@@ -215,12 +215,18 @@ def _s(value) -> str:
     return "not measured" if value is None else f"{value:.3f} s"
 
 
+def _verdict_with_count(v: VariantSummary) -> str:
+    """The quality verdict, with the number of accepted passes unless it already says it
+    ("accepted (2 of 2 passes)" from lab.report.summary)."""
+    verdict = v.quality_verdict or "none"
+    return verdict if verdict.startswith("accepted (") else f"{verdict} ({v.accepted_passes} accepted pass(es))"
+
+
 def _config_section(a: Assessment, deliverables: int) -> list[str]:
     v, q = a.variant, a.quote
     durations = ", ".join(f"{d:.3f}" for d in v.durations_s) or "none"
     lines = [f"### {v.label} (`{v.variant_id}`, series {v.series or '-'})", "",
-             f"- Quality verdict: {v.quality_verdict or 'none'} "
-             f"({v.accepted_passes} accepted pass(es))",
+             f"- Quality verdict: {_verdict_with_count(v)}",
              f"- Raw durations, measured window, passes ok (s): {durations}"
              + (f". **Not steady-state:** {v.durations_caveat()}" if v.recompiled_passes else ""),
              *(["- **Starved passes** (lab.passes.conditions.starvation): "
@@ -386,7 +392,9 @@ def _decision(eligible: list[Assessment], deliverables: int,
     elif best.window is None:
         why.append("deadline not checked: no campaign window given")
     else:
-        why.append(f"its campaign window ends {best.window.end.isoformat()}, before the "
+        why.append(f"its campaign window ends at the deadline, {deadline_at.isoformat()}"
+                   if best.window.end == deadline_at else
+                   f"its campaign window ends {best.window.end.isoformat()}, before the "
                    f"deadline {deadline_at.isoformat()}")
     text = "; ".join(why)
     return lines + ["", f"**Motivation.** {text[0].upper()}{text[1:]}."]

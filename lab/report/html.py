@@ -37,8 +37,10 @@ h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc;margin-top:1.
 figure{margin:1em 0}figcaption{color:#555;font-size:.9em}
 img{max-width:100%}
 table{border-collapse:collapse;font-size:.78em}td,th{border:1px solid #ccc;padding:2px 4px}
-.scroll{overflow-x:auto}
+.scroll{overflow-x:auto}.scroll td,.scroll th{white-space:nowrap;vertical-align:top}
 """
+# A raw table has dozens of columns and some long cells (notes, sha256, paths): squeezed to the
+# page's width its rows grew hundreds of pixels tall. One line per row; the table scrolls sideways.
 
 
 def figure_tag(fig, caption: str) -> str:
@@ -153,6 +155,9 @@ def campaign_report(name: str, summary: list[VariantSummary], rows: list[dict], 
     lows = [min(rates[s.variant_id]) if s.variant_id in rates else None for s in summary]
     highs = [max(rates[s.variant_id]) if s.variant_id in rates else None for s in summary]
     details, sep, decision = note_md.partition("\n## Decision\n")
+    # the note's own title repeats the page's; its sections (## Configurations, ...) follow
+    # the question and pricing rule under their own headings
+    details = details.split("\n", 1)[1] if details.startswith("# ") else details
     sections = [f"<h1>Campaign {html.escape(name)}</h1>",
                 '<div class="decision">' + markdown_html("## Decision\n" + decision if sep else
                                                          "## Decision\n\nnot reached") + "</div>",
@@ -161,7 +166,7 @@ def campaign_report(name: str, summary: list[VariantSummary], rows: list[dict], 
                 "<h2>Throughput</h2>",
                 bars_figure(labels, med, "items/s", "Median items/s per variant (bar: min to max pass)",
                             lows, highs),
-                "<h2>Configurations</h2>", markdown_html(details),
+                "<h2>Decision note</h2>", markdown_html(details),
                 "<h2>Raw table (one row per attempted pass)</h2>", table_html(raw_table(rows))]
     return page(f"Campaign {name}", sections)
 

@@ -203,3 +203,21 @@ def test_utilization_line_never_writes_three_medians_as_a_quotient():
     text = v.utilization_text()
     assert "=" not in text and " of a " not in text
     assert "achieved 113.14 GFLOP/s, matmul ceiling 308.6 GFLOP/s, ratio 37.6 % (medians of passes ok)" in text
+
+
+def test_small_text_defects_of_the_note_are_gone():
+    """Issue 22 part 3: a window that ends at the deadline says so once; an accepted verdict
+    that counts its passes is not counted again; the utilization line names its medians once."""
+    at_deadline = {**PRICING, "window_end": "2026-10-02T18:00"}  # Rome: the deadline's instant
+    note = decision_note([variant("v1", "batch 8, fp32", quality_verdict="accepted (2 of 2 passes)",
+                                  accepted_passes=2, achieved_flop_per_s_median=113.14e9,
+                                  ceiling_flop_per_s_median=308.6e9, utilization_median=0.376)],
+                         CAMPAIGN, at_deadline)
+    assert "its campaign window ends at the deadline, 2026-10-02T18:00:00+02:00" in note
+    assert "before the deadline 2026-10-02T18:00:00+02:00" not in note
+    assert "- Quality verdict: accepted (2 of 2 passes)\n" in note and "accepted pass(es))" not in note
+    assert note.count("(medians of passes ok)") == 1
+    rejected = decision_note([variant("v1", "batch 8, fp32", accepted_passes=0,
+                                      quality_verdict="rejected: metric 0.41 < threshold 0.55")],
+                             CAMPAIGN, PRICING)
+    assert "- Quality verdict: rejected: metric 0.41 < threshold 0.55 (0 accepted pass(es))" in rejected

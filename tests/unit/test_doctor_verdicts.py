@@ -87,6 +87,23 @@ def test_no_engine_means_local_launcher_without_isolation():
     assert "itself a container" in eng.detail
     assert blocking_failures(checks) == []
     assert by_name(checks)["gpu"].detail.endswith("CPU passes only")
+    # the documented container-rental path is a warning with its consequence, not a FAIL
+    assert eng.level == "warn" and "each pass runs as a process of this host's Python" in eng.detail
+    text = format_checks(checks)
+    assert "WARN engine: no Docker engine reachable (this host is itself a container)" in text
+    assert "FAIL" not in text
+    assert text.splitlines()[-1] == ("verdict: ready, with 1 warning(s) (engine): campaigns run, with the "
+                                     "consequences stated above")
+
+
+def test_no_engine_and_no_local_torch_is_a_blocking_failure():
+    p = Probes(engine_version=None, engine_error="FileNotFoundError: /var/run/docker.sock", in_container=True,
+               local_torch=False)
+    checks = evaluate(p)
+    eng = by_name(checks)["engine"]
+    assert eng.level == "fail" and eng.blocking and "no pass can run" in eng.detail
+    assert blocking_failures(checks) == [eng]
+    assert format_checks(checks).splitlines()[-1].startswith("verdict: not ready: 1 blocking failure(s) (engine)")
 
 
 def test_expected_gpu_missing_stops_instead_of_cpu_fallback():

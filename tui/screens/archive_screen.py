@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import shlex
 import socket
+from pathlib import Path
 
 from rich.markup import escape
 from textual import work
@@ -16,7 +18,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Label, Static
 
-from lab.campaigns import assemble_archive
+from lab.campaigns import USER_ERRORS, assemble_archive
 from tui.messages import ArchiveReady
 from tui.screens.lab_screen import LabScreen
 
@@ -42,9 +44,66 @@ def detect_remote(env: dict | None = None) -> dict:
 
 def scp_command(user: str, host: str, port: str, path: str) -> str:
     """The line to run on one's own machine; IPv6 hosts are bracketed, -P only when not 22."""
-    h = f"[{host}]" if ":" in host else host
-    p = f"-P {port} " if port and port != "22" else ""
-    return f"scp {p}{user}@{h}:{shlex.quote(path)} ."
+    return f"scp {_scp_options(port)}{_remote(user, host)}:{shlex.quote(path)} ."
+
+
+def _remote(user: str, host: str) -> str:
+    return f"{user}@[{host}]" if ":" in host else f"{user}@{host}"
+
+
+def _scp_options(port: str) -> str:
+    return f"-P {port} " if port and port != "22" else ""
+
+
+def remote_path(path: str, home: str | None) -> str:
+    """``path`` as scp reads it on the remote side: relative to the login folder when it lies
+    under ``home`` (scp and sftp resolve a relative remote path from there), else as given."""
+    if home:
+        home_dir = home.rstrip("/") + "/"
+        if path.startswith(home_dir) and len(path) > len(home_dir):
+            return path[len(home_dir):]
+    return path
+
+
+def scp_lines(user: str, host: str, port: str, path: str, width: int = 76) -> list[str]:
+    """The scp command as lines of at most ``width`` characters, each a whole shell command,
+    so that a terminal never wraps one (a line copied from tmux then runs as it was shown).
+
+    One line when it fits; otherwise the path is built in a variable ``a``, a piece per
+    line, cut preferably after a ``/``, then ``scp ... user@host:"$a" .`` (POSIX shells:
+    paste the lines together). A line longer than ``width`` happens only when the ``scp``
+    line itself is (a user@host of about 60 characters).
+    """
+    one = scp_command(user, host, port, path)
+    if len(one) <= width:
+        return [one]
+    first, more = "a=", 'a="$a"'
+    lines: list[str] = []
+
+    def start() -> str:  # the first line sets the variable, the others append to it
+        return more if lines else first
+
+    def fits(text: str) -> bool:
+        return len(start()) + len(shlex.quote(text)) <= width
+
+    chunk = ""
+    for whole in re.findall(r"[^/]*/|[^/]+", path):
+        rest = whole
+        while rest:
+            if fits(chunk + rest):
+                chunk, rest = chunk + rest, ""
+            elif chunk:  # this line is full: the piece starts the next one
+                lines.append(start() + shlex.quote(chunk))
+                chunk = ""
+            else:  # one piece longer than a line: cut it
+                cut = len(rest) - 1
+                while cut > 1 and not fits(rest[:cut]):
+                    cut -= 1
+                lines.append(start() + shlex.quote(rest[:cut]))
+                rest = rest[cut:]
+    if chunk:
+        lines.append(start() + shlex.quote(chunk))
+    return lines + [f'scp {_scp_options(port)}{_remote(user, host)}:"$a" .']
 
 
 class ArchiveScreen(LabScreen):
@@ -64,8 +123,10 @@ class ArchiveScreen(LabScreen):
                 with Horizontal(classes="field"):
                     yield Label(key, classes="field-label")
                     yield Input(remote[key], id=f"scp-{key}", classes="field-input")
+            yield Static("", id="scp-head")
             yield Static("", id="scp-line", markup=False)
         self.archive: dict | None = None
+        self.local_user = remote["user"]
 
     def action_assemble_partial(self) -> None:
         self.action_assemble(partial=True)
@@ -83,7 +144,9 @@ class ArchiveScreen(LabScreen):
     def assemble(self, campaign_dir, partial: bool = False) -> None:
         try:
             self.post_message(ArchiveReady(assemble_archive(campaign_dir, partial)))
-        except Exception as exc:  # one line; the campaign folder is untouched
+        except USER_ERRORS as exc:  # one line that says what to do; the campaign folder is untouched
+            self.post_message(ArchiveReady(None, str(exc)))
+        except Exception as exc:  # not a user error: its kind helps the report
             self.post_message(ArchiveReady(None, f"{type(exc).__name__}: {exc}"))
 
     def on_archive_ready(self, msg: ArchiveReady) -> None:
@@ -97,16 +160,26 @@ class ArchiveScreen(LabScreen):
                    if a["ok"] else "[red]verification FAILED[/red]: " + escape("; ".join(a["problems"][:3])))
         label = "[b]PARTIAL[/b] " if a.get("partial") else ""
         info.update(f"{label}[b]Archive[/b] {escape(a['path'])}\n[b]Size[/b]    {a['size_bytes']:,} bytes "
-                    f"({a['size_bytes'] / 2**20:.2f} MiB)\n[b]sha256[/b]  {a['sha256']}\n{verdict}\n"
-                    "Run on your own machine (edit user/host/port below if needed):")
+                    f"({a['size_bytes'] / 2**20:.2f} MiB)\n[b]sha256[/b]  {a['sha256']}\n{verdict}")
         self.update_scp()
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.update_scp()
 
+    def on_resize(self) -> None:
+        self.update_scp()
+
     def update_scp(self) -> None:
+        """The scp command in lines that fit the screen's width (none wraps, so each copies
+        whole from tmux); the path relative to the login folder when it lies under it."""
         if not getattr(self, "archive", None):
             return
         v = {k: self.query_one(f"#scp-{k}", Input).value.strip() for k in ("user", "host", "port")}
-        self.query_one("#scp-line", Static).update(
-            scp_command(v["user"], v["host"], v["port"], self.archive["path"]))
+        home = str(Path.home()) if v["user"] == self.local_user else None
+        width = self.query_one("#archive-scroll").scrollable_content_region.width or 78
+        lines = scp_lines(v["user"], v["host"], v["port"], remote_path(self.archive["path"], home), width)
+        self.query_one("#scp-head", Static).update(
+            "Run on your own machine (edit user/host/port above if needed):" if len(lines) == 1 else
+            f"Run these {len(lines)} lines on your own machine, pasted together (each is a whole "
+            "command; edit user/host/port above if needed):")
+        self.query_one("#scp-line", Static).update("\n".join(lines))

@@ -6,6 +6,7 @@ runs/compare/<UTC time>/."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from rich.markup import escape
@@ -13,11 +14,13 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Checkbox, Input, Label, SelectionList, Static
+from textual.widgets import Input, Label, Static
 
 from lab.views import run_comparison
 from tui.messages import CompareReady
 from tui.screens.lab_screen import LabScreen
+from tui.widgets.archive_picker import ArchivePicker
+from tui.widgets.tick import Tick
 
 FIELDS = (("add", "add archive", "path of another .tar.gz, Enter"),
           ("load", "load (items)", "production load, e.g. 2000000"),
@@ -29,31 +32,48 @@ ALLOW = (("allow_partial", "allow partial evidence (--allow-partial)"),
 
 
 class CompareScreen(LabScreen):
-    """Space selects archives; Enter in a field (or c outside the fields) compares."""
+    """Space selects archives (wherever the focus is, outside a text field); Enter in a field
+    (or c outside the fields) compares. The result then comes first, above the archives, and a
+    status line above the scrolling part says so."""
 
     NAME = "compare"
     AUTO_FOCUS = "#compare-archives"
-    BINDINGS = [Binding("c", "compare", "Compare"), Binding("f", "refresh", "Find archives")]
+    BINDINGS = [Binding("c", "compare", "Compare"), Binding("f", "refresh", "Find archives"),
+                Binding("space", "toggle_archive", "Select", show=False)]
 
     def body(self) -> ComposeResult:
+        yield Static("", id="compare-status")
         with VerticalScroll(id="compare-scroll"):
+            yield Static("", id="compare-result", markup=True)  # shown once compare ran
             yield Static("Archives under runs/ (space selects):", id="compare-head")
-            yield SelectionList(id="compare-archives")
+            yield ArchivePicker(id="compare-archives")
             for key, label, hint in FIELDS:
                 with Horizontal(classes="field"):
                     yield Label(label, classes="field-label")
                     yield Input(placeholder=hint, id=f"c-{key}", classes="field-input")
             for key, label in ALLOW:
-                yield Checkbox(label, id=f"c-{key}")
-            yield Static("", id="compare-result", markup=True)
+                yield Tick(label, id=f"c-{key}", classes="allow")
 
     def on_screen_resume(self) -> None:
         self.action_refresh()
+        if self.focused is None:  # space selects at once, without a Tab first
+            self.query_one("#compare-archives", ArchivePicker).focus()
+
+    def action_toggle_archive(self) -> None:
+        """Space with the focus outside the list (the scroll area, after a comparison) toggles
+        the highlighted archive too; a text field or a check box with the focus takes its own."""
+        sl = self.query_one("#compare-archives", ArchivePicker)
+        if sl.highlighted is not None:
+            sl.toggle(sl.get_option_at_index(sl.highlighted))
+            sl.focus()
+
+    def on_selection_list_selected_changed(self, event: ArchivePicker.SelectedChanged) -> None:
+        self._head()
 
     def action_refresh(self) -> None:
         from lab.compare import list_archives
 
-        sl = self.query_one("#compare-archives", SelectionList)
+        sl = self.query_one("#compare-archives", ArchivePicker)
         chosen = set(sl.selected)
         known = {str(o.value) for o in (sl.get_option_at_index(i) for i in range(sl.option_count))}
         for p in list_archives(self.app.runs_root()):
@@ -61,33 +81,42 @@ class CompareScreen(LabScreen):
                 sl.add_option((self._label(p), str(p), str(p) in chosen))
         if sl.highlighted is None and sl.option_count:
             sl.highlighted = 0
+        self._head()
+
+    def _head(self) -> None:
+        sl = self.query_one("#compare-archives", ArchivePicker)
         self.query_one("#compare-head", Static).update(
-            f"Archives under runs/ and added ({sl.option_count}); space selects, c compares:")
+            f"Archives under runs/ and added: {sl.option_count}, {len(sl.selected)} selected \\[x]; "
+            "space selects, c compares:")
 
     @staticmethod
     def _label(p: Path) -> str:
-        return f"{p.parent.name}/{p.name}"[:70]
+        """The archive's folder and whole file name (a long one wraps, never cut: its end is
+        the time it was made, what tells two archives of one campaign apart)."""
+        return f"{p.parent.name}/{p.name}"
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "c-add":
             p = Path(event.value.strip()).expanduser()
-            out = self.query_one("#compare-result", Static)
             if not p.is_file():
-                out.update(f"[red]{escape(str(p))}: no such archive; give the path of a .tar.gz[/red]")
+                self._status(f"[red]{escape(str(p))}: no such archive; give the path of a .tar.gz[/red]")
                 return
-            self.query_one("#compare-archives", SelectionList).add_option(
+            self.query_one("#compare-archives", ArchivePicker).add_option(
                 (self._label(p), str(p.resolve()), True))
+            self._head()
             event.input.value = ""
             return
         self.action_compare()
 
     def fields(self) -> dict:
         typed: dict = {key: self.query_one(f"#c-{key}", Input).value.strip() for key, _, _ in FIELDS}
-        return typed | {key: self.query_one(f"#c-{key}", Checkbox).value for key, _ in ALLOW}
+        return typed | {key: self.query_one(f"#c-{key}", Tick).value for key, _ in ALLOW}
 
     def action_compare(self) -> None:
-        archives = list(self.query_one("#compare-archives", SelectionList).selected)
+        archives = list(self.query_one("#compare-archives", ArchivePicker).selected)
+        self._status(f"comparing {len(archives)} archive(s) ...")
         self.query_one("#compare-result", Static).update(f"comparing {len(archives)} archive(s) ...")
+        self._show()
         self.compare(archives, self.fields(), self.app.runs_root())
 
     @work(thread=True, exclusive=True, exit_on_error=False)
@@ -105,14 +134,40 @@ class CompareScreen(LabScreen):
         out = self.query_one("#compare-result", Static)
         if msg.result is None:
             out.update(f"[red]{escape(msg.error)}[/red]")
+            self._status("[red]not compared[/red]: the reason is at the top; the archives and options "
+                         "follow it")
+            self._show()
             return
         self.result = msg.result
-        # decision.md's headline: the decision, then its quality (each host's result) paragraph
-        head = [x for x in msg.result["decision"].split("\n\n")[1:3]
-                if x.startswith(("**Decision", "**Quality"))]
-        lines = ["[b]Decision path[/b]"] + [f"{i}. {escape(x)}" for i, x in enumerate(msg.result["path"], 1)]
-        for para in head:
-            lines += ["", escape(para.replace("**", ""))]
-        lines += ["", "[b]Written[/b] (open report.html in a browser)"]
-        lines += [f"  {escape(p)}" for p in msg.result["files"].values()]
+        # the banners (first line of every output), decision.md's decision, where the files are,
+        # its quality paragraph (each host's result), then the decision path
+        paras = {m.group(1): escape(x.replace("**", "")) for x in msg.result["decision"].split("\n\n")
+                 if (m := re.match(r"\*\*(\w+)", x))}
+        lines = [f"[b yellow]{escape(b)}[/b yellow]" for b in msg.result["banners"]]
+        lines += [paras.get("Decision", "Decision: see decision.md")]
+        files = [Path(p) for p in msg.result["files"].values()]
+        if files:
+            lines += ["", f"[b]Written[/b] to {escape(str(files[0].parent))}/: "
+                      f"{', '.join(escape(p.name) for p in files)} (open report.html in a browser)"]
+        if "Quality" in paras:
+            lines += ["", paras["Quality"]]
+        lines += ["", "[b]Decision path[/b]"]
+        lines += [f"{i}. {escape(x)}" for i, x in enumerate(msg.result["path"], 1)]
         out.update("\n".join(lines))
+        self._status("[b]compared[/b]: the decision, the files written and the decision path are at "
+                     "the top; up/down/PgDn scroll, Tab goes back to the archives")
+        self._show()
+
+    def _status(self, text: str) -> None:
+        """The line above the scrolling part: what happened and where to look."""
+        status = self.query_one("#compare-status", Static)
+        status.update(text)
+        status.display = True
+
+    def _show(self) -> None:
+        """The result, at the top of the scrolling part, in view; the scroll area takes the
+        focus, so the arrow and page keys read on and Tab goes back to the archives."""
+        self.query_one("#compare-result", Static).display = True
+        scroll = self.query_one("#compare-scroll", VerticalScroll)
+        scroll.focus(scroll_visible=False)
+        scroll.scroll_home(animate=False)

@@ -69,7 +69,9 @@ class CostScreen(LabScreen):
     def compute(self, fields: dict, campaign_dir) -> None:
         try:
             self.post_message(CostReady(cost_view(self.app.campaign_file, campaign_dir, fields)))
-        except (PricingError, ProtocolError) as exc:
+        except PricingError as exc:  # in this screen's terms: the catalog CSV field, not --catalog
+            self.post_message(CostReady(None, exc.reworded("give a catalog's path in the catalog CSV field")))
+        except ProtocolError as exc:
             self.post_message(CostReady(None, str(exc)))
 
     def on_cost_ready(self, msg: CostReady) -> None:

@@ -38,7 +38,10 @@ def render_environment(f: dict) -> str:
     lines.append("")
     lines.append("[b]Checks[/b] (lab.doctor)")
     for c in f["checks"]:
-        mark = "[green]ok  [/green]" if c["ok"] else "[red]FAIL[/red]"
+        # as `iteralab doctor` marks them (lab.doctor.Check.level): a failed check that does
+        # not stop a campaign is a warning (a record without "blocking" counts as blocking)
+        mark = ("[green]ok  [/green]" if c["ok"] else "[red]FAIL[/red]" if c.get("blocking", True)
+                else "[yellow]WARN[/yellow]")
         lines.append(f" {mark} {escape(c['name'])}: {escape(str(c['detail']))}")
         if c.get("fix") and not c["ok"]:
             lines.append(f"      fix: {escape(c['fix'])}")
@@ -66,7 +69,8 @@ class EnvironmentScreen(LabScreen):
     def probe(self) -> None:
         try:
             facts = self.app.environment_facts(refresh=True)
-            self.post_message(EnvironmentReady(facts))
+            if facts is not None:  # None: this worker was cancelled (the UI quits, or r again)
+                self.post_message(EnvironmentReady(facts))
         except Exception as exc:
             self.post_message(EnvironmentReady({"error": f"{type(exc).__name__}: {exc}"}))
 

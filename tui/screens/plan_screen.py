@@ -49,7 +49,10 @@ class PlanScreen(LabScreen):
     @work(thread=True, exclusive=True, exit_on_error=False)
     def compute(self) -> None:
         try:
-            self.post_message(PlanReady(build_plan(self.app.campaign_file, self.app.environment_facts())))
+            facts = self.app.environment_facts()
+            if facts is None:  # this worker was cancelled while the probe ran (the UI quits)
+                return
+            self.post_message(PlanReady(build_plan(self.app.campaign_file, facts)))
         except (ProtocolError, ValueError) as exc:
             self.post_message(PlanReady(None, str(exc)))
 

@@ -100,6 +100,12 @@ class ProtocolScreen(LabScreen):
         table.add_row("all classes", *(str(totals[b]) for b in BUCKETS), str(sum(totals.values())))
 
     def action_lock(self) -> None:
+        """Locking checks the corpus and the model and hashes their files (seconds, more for
+        large weights): say so at once, in place of any earlier result or error."""
+        out = self.query_one("#lock-result", Static)
+        out.display = True
+        out.update("[b]locking[/b] ... checking the corpus and the model, hashing their files "
+                   "(seconds; longer for large weights)")
         self.do_lock()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="protocol-lock")
@@ -114,7 +120,9 @@ class ProtocolScreen(LabScreen):
         out = self.query_one("#lock-result", Static)
         out.display = True
         if msg.version is None:
-            out.update(f"[red]lock failed: {escape(msg.error)}[/red]")
+            out.update(f"[red]lock failed: {escape(msg.error)}[/red]\n"
+                       f"Edit {escape(str(self.app.campaign_file))}, then press "
+                       "[b]l[/b] to lock again ([b]r[/b] reloads the file)")
             return
         v = msg.version
         if not msg.new:
