@@ -193,6 +193,9 @@ def verify_archive(archive: Path) -> Verification:
     ``problems`` are one line each (a content problem: the archive is not evidence as it stands).
     Raises ArchiveError (one line) when the file is missing, unreadable, cut short, unsafe,
     or its SHA256SUMS or raw table is malformed."""
+    if archive.is_dir():
+        raise ArchiveError(f"{archive}: a folder, not an archive; give the path of an evidence archive (.tar.gz), "
+                           "or pack the campaign folder with `iteralab archive DIR`")
     if not archive.is_file():
         raise ArchiveError(f"{archive}: no such file; give the path of an evidence archive (.tar.gz)")
     problems: list[str] = []

@@ -241,8 +241,16 @@ def cmd_doctor(a) -> int:
     return 1 if blocking_failures(checks) else 0
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its usage errors in one line (the command's name, the problem, where the
+    help is), exit 2, like every other error of the CLI; sub-commands inherit it."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="iteralab", description=__doc__.split("\n\n")[0],
+    p = OneLineParser(prog="iteralab", description=__doc__.split("\n\n")[0],
                                 epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -347,7 +355,8 @@ def parser() -> argparse.ArgumentParser:
     co.add_argument("--allow-short", action="store_true",
                     help="project configurations whose passes fail [timing] min_window_s / "
                          "min_accepted_passes (excluded otherwise; every output says so)")
-    co.add_argument("--max-lots", type=int, default=8, help="most lots considered per package")
+    co.add_argument("--max-lots", type=int, default=8,
+                    help="most lots considered per package, 1 to 100 (default 8); break-even loads are within it")
     co.add_argument("--out", default="compare", help="output folder")
     co.set_defaults(fn=cmd_compare)
     for name, fn, what in (("demo", cmd_demo, "run the offline demo campaign headless; prints the archive path"),

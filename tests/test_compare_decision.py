@@ -109,8 +109,11 @@ def test_partial_evidence_is_refused_in_one_line_unless_allowed(rental_archives,
     assert "never run there: batch 4" in first
     md = (out / "decision.md").read_text()
     assert md.splitlines()[0].startswith("# Comparison of rentals: PARTIAL EVIDENCE compared")
-    row = next(csv.DictReader(open(out / "compare.csv")))
-    assert row["banner"].startswith("PARTIAL EVIDENCE compared (--allow-partial)")
+    rows = list(csv.DictReader(open(out / "compare.csv")))
+    assert rows[0]["banner"].startswith("PARTIAL EVIDENCE compared (--allow-partial)")
+    # the complete host's batch 4, never run on the partial one, is still that host's evidence
+    complete = next(r["host"] for r in rows if r["archive"] == full.name.removesuffix(".tar.gz"))
+    assert any(r["host"] == complete and r["variant_label"].startswith("batch 4") for r in rows)
     html = (out / "report.html").read_text()  # the first line under the title
     assert html.split("<h1>Comparison of rentals</h1>", 1)[1].lstrip().startswith('<p class="banner">PARTIAL EVIDENCE')
 
@@ -185,6 +188,10 @@ def test_passes_too_short_are_not_projected_unless_allowed(rental_archives, tmp_
     assert c.chosen is None
     assert all(p.too_short.startswith("too short to project: 0 accepted pass(es) of at least 60 s")
                for p in c.projections)
+    from lab.compare.tables import decision_markdown
+
+    assert "--allow-short projects them" in c.path[-1]  # the override is named where it is needed
+    assert "--allow-short" in decision_markdown(c).split("\n\n")[1]
     assert all(any(x.startswith("validity: too short") for x in p.exclusions) for p in c.projections)
     for p in c.projections:  # still shown, with how far the projection would reach
         assert p.extrapolation == pytest.approx(2_000_000 / 7) and p.items_per_pass == 7
@@ -232,4 +239,26 @@ def test_every_difference_that_makes_archives_not_comparable_is_named(evidence):
         check_comparable([a, other_rule])
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("not comparable: corpus sha256 differs")
-    assert "; quality rule differs" in msg and '"threshold": 0.9' in msg
+    assert "; [quality] threshold differs" in msg and f"{other.name} has 0.9" in msg  # the key, not the dict
+
+
+def test_one_campaign_is_never_two_rentals(rental_archives, tmp_path):
+    """The same archive under another name (or the same campaign packed twice) holds the same
+    passes: refused, not compared as a second host that agrees with the first."""
+    import shutil
+
+    copy = tmp_path / "another-name.tar.gz"
+    shutil.copy(rental_archives["rtx"], copy)
+    with pytest.raises(CompareError) as err:
+        compare_archives([rental_archives["rtx"], copy], 1000, allow_short=True)
+    assert "hold the same campaign's passes" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_usage_errors_and_odd_paths_are_one_line(rental_archives, tmp_path):
+    for args in (("compare", rental_archives["rtx"]), ("compare", rental_archives["rtx"], "--load", "abc"),
+                 ("compare", tmp_path, rental_archives["rtx"], "--load", 10),
+                 ("compare", rental_archives["rtx"], rental_archives["b200"], "--load", 10, "--max-lots", 0)):
+        r = cli(*args)
+        err = r.stderr.strip()
+        assert r.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, (args, err)
+    assert "a folder, not an archive" in cli("compare", tmp_path, rental_archives["rtx"], "--load", 10).stderr

@@ -91,7 +91,19 @@ def _differ(field: str, a: Evidence, va: str, b: Evidence, vb: str) -> str:
         name = next((f for f in sorted(set(fa) | set(fb)) if fa.get(f) != fb.get(f)), "?")
         va, vb = f"{name} {fa.get(name, 'absent')}", f"{name} {fb.get(name, 'absent')}"
         field = "model file sha256"
+    if field in ("quality rule", "timing rule") and va.startswith("{") and vb.startswith("{"):
+        ra, rb = json.loads(va), json.loads(vb)
+        keys = [k for k in sorted(set(ra) | set(rb)) if ra.get(k) != rb.get(k)]
+        section = field.split()[0]
+        return "; ".join(f"[{section}] {k} differs: {a.name} has {json.dumps(ra.get(k, 'absent'))}, "
+                         f"{b.name} has {json.dumps(rb.get(k, 'absent'))}" for k in keys)
     return f"{field} differs: {a.name} has {va}, {b.name} has {vb}"
+
+
+def pass_record(ev: Evidence) -> tuple:
+    """The passes an archive holds, as (pass_id, start_time) pairs: two archives with the same
+    record hold the same campaign's passes (a copy, or the same campaign packed twice)."""
+    return tuple(sorted((r.get("pass_id", ""), r.get("start_time", "")) for r in ev.raw_rows))
 
 
 def check_comparable(evidence: list[Evidence]) -> dict:
@@ -109,6 +121,14 @@ def check_comparable(evidence: list[Evidence]) -> dict:
     names = [e.name for e in evidence]
     if len(set(names)) != len(names):
         raise CompareError("the same archive name is given twice; give each rental's archive once")
+    seen: dict[tuple, str] = {}
+    for e in evidence:  # independent evidence: never one campaign's passes counted as two rentals
+        rec = pass_record(e)
+        if rec in seen:
+            raise CompareError(f"{e.name} and {seen[rec]} hold the same campaign's passes (same pass ids and "
+                               "start times: a copy or a re-pack), not two rentals; give each rental's "
+                               "archive once")
+        seen[rec] = e.name
     first = evidence[0]
     differences, two_models = [], []
     for field, get in KEYS:

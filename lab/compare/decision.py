@@ -122,7 +122,8 @@ def what_would_change(cands: list[Projection], chosen: Projection, catalog: Cata
             if w is None:
                 if direction == "above":
                     out.append(f"above {x - 1} items no configuration covers the load "
-                               f"{'before the deadline' if hours_available else 'in any package'}")
+                               f"{'before the deadline' if hours_available else 'in any package'} "
+                               f"with 1 to {max_lots} lot(s) per package (--max-lots)")
                     break
                 continue
             p, s = w
@@ -131,7 +132,8 @@ def what_would_change(cands: list[Projection], chosen: Projection, catalog: Cata
                 out.append(f"break-even: at a load of {x} items ({direction} the declared "
                            f"{load}) the choice becomes {p.key} on {p.hardware}: {q.days}-day "
                            f"package x {q.lots} lot(s) of {q.gpu_name}, committed "
-                           f"{q.committed_budget:.2f} {q.currency}")
+                           f"{q.committed_budget:.2f} {q.currency} (packages of 1 to {max_lots} lot(s), "
+                           "--max-lots)")
                 break
         else:
             out.append(f"no load {direction} {load} items within the package edges changes the choice")
@@ -163,9 +165,10 @@ def choose_catalog(evidence: list[Evidence], catalog_path: str | None) -> tuple[
     for source, cat in found:
         seen = by_version.get(cat.version)
         if seen is not None and seen[1].prices() != cat.prices():
+            fix = ("give your catalog a new catalog_version (a version names one price list)" if catalog_path
+                   else "give the edited catalog a new catalog_version, or pass --catalog FILE with a new version")
             raise CompareError(f"two catalogs of version {cat.version} price differently: {seen[0]} "
-                               f"(sha256 {seen[1].sha256[:16]}...) and {source} (sha256 {cat.sha256[:16]}...); "
-                               "give the edited catalog a new catalog_version, or pass --catalog FILE")
+                               f"(sha256 {seen[1].sha256[:16]}...) and {source} (sha256 {cat.sha256[:16]}...); {fix}")
         by_version.setdefault(cat.version, (source, cat))
     if catalog_path:
         source, chosen = found[0]
@@ -318,7 +321,7 @@ def _check_load(load_items: int, max_lots: int) -> None:
                            f"got {load_items!r}")
     if isinstance(max_lots, bool) or not isinstance(max_lots, int) or not 1 <= max_lots <= MAX_LOTS:
         raise CompareError(f"--max-lots must be an integer from 1 to {MAX_LOTS} (lots considered per "
-                           f"package), got {max_lots!r}; give --max-lots {MAX_LOTS} or fewer")
+                           f"package), got {max_lots!r}; give a value in that range (default {DEFAULT_MAX_LOTS})")
 
 
 def partial_banner(evidence: list[Evidence], tags: list[str]) -> str:
@@ -356,8 +359,13 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
     partial = [f"{ev.name} ({ev.info.get('partial_reason') or 'unfinished campaign'})"
                for ev in evidence if ev.partial]
     if partial and not allow_partial:
-        raise CompareError(f"partial evidence refused: {'; '.join(partial)}; finish the campaign and "
-                           "archive it again, or pass --allow-partial (every output then says so)")
+        refusal = (f"partial evidence refused: {'; '.join(partial)}; finish the campaign and "
+                   "archive it again, or pass --allow-partial (every output then says so)")
+        try:
+            check_comparable(evidence)
+        except CompareError as exc:  # one line naming every problem, not only the first kind
+            refusal += f"; and {exc}"
+        raise CompareError(refusal)
     banners = [b for b in (partial_banner(evidence, tags),) if b]
     path = []
     for ev in evidence:
@@ -388,9 +396,13 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
             f"{timing.min_window_s:g} s measured window per configuration ([timing] min_window_s, "
             "min_accepted_passes)")
     projections = []
+    # every variant each archive measured (a host's variant the other host never ran is still
+    # that host's evidence: projected, compared across hosts only where both have it)
+    order = list(identity["common_variants"]) + [v["variant_id"] for ev in evidence for v in ev.summary]
+    order = list(dict.fromkeys(order))
     for ev, tag in zip(evidence, tags, strict=True):
         by_id = {v["variant_id"]: v for v in ev.summary}
-        for vid in identity["common_variants"]:
+        for vid in (v for v in order if v in by_id):
             projections.append(project(ev, by_id[vid], catalog, load_items, hours_available, max_lots,
                                        host=tag, allow_short=allow_short))
     short = [p for p in projections if p.too_short]
@@ -475,7 +487,9 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
                     f"lot(s) of {q.gpu_name}, committed budget {q.committed_budget:.2f} {q.currency}, "
                     f"covers {load_items} items; {chosen.spread_text()}; {stands_on}")
     if chosen is None:
-        path.append("decision: none (see the exclusions in decision.md)")
+        hint = (f"; {len(short)} configuration(s) too short to project: --allow-short projects them, "
+                "named in every output" if short and not allow_short else "")
+        path.append(f"decision: none (see the exclusions in decision.md){hint}")
     path = banners + path
     archives_info = tuple({"name": e.name, "host": tag, "path": str(e.path), "hardware": e.hardware,
                            "threads": e.threads, "gpu": e.gpu,
@@ -500,7 +514,9 @@ def _stands_on(chosen: Projection, agreements: list[dict]) -> str:
     source = (f"the predictions of pass {chosen.prediction_pass}" if chosen.prediction_pass
               else "no predictions file in its archive")
     text = f"stands on {chosen.host}'s result for {chosen.label} ({source})"
-    agree = [x["b"] if x["a"] == chosen.host else x["a"] for x in mine if x["within_tolerance"]]
+    agree = [f"{x['b'] if x['a'] == chosen.host else x['a']} ({x['agree']} of {x['ids']} ids agree, metric gap "
+             f"{'not measured' if x['metric_gap'] is None else format(x['metric_gap'], '.4f')})"
+             for x in mine if x["within_tolerance"]]
     differ = [x for x in mine if not x["within_tolerance"]]
     if agree:
         text += f"; the same ML result on {', '.join(agree)} (within the tolerance)"

@@ -133,9 +133,11 @@ class Projection:
         """'x 7143 of the 7 items measured per pass; worst pass 5.1 items/s, median pass 5.6'."""
         if self.extrapolation is None:
             return "not projected: no pass ok measured a throughput"
-        return (f"extrapolation x{self.extrapolation:,.0f} ({self.load_items} items / "
+        factor = f"{self.extrapolation:,.0f}" if self.extrapolation >= 10 else f"{self.extrapolation:.2f}"
+        return (f"extrapolation x{factor} ({self.load_items} items / "
                 f"{self.items_per_pass} measured per pass); worst pass {self.items_per_s_worst or 0:.2f} "
-                f"items/s, median pass {self.items_per_s_median or 0:.2f} items/s")
+                f"items/s, median pass {self.items_per_s_median or 0:.2f} items/s, over "
+                f"{len(self.durations_s)} pass(es) ok")
 
     @property
     def eligible(self) -> bool:

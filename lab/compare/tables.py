@@ -30,6 +30,11 @@ CSV_COLUMNS = ("banner", "host", "archive", "hardware", "threads", "gpu_priced",
                "archive_catalog_version", "price_note", "starved_passes")
 
 
+def _rate(x: float | None) -> float | None:
+    """items/s at the raw table's precision (4 decimals)."""
+    return None if x is None else round(x, 4)
+
+
 def _money(x) -> float | None:
     return None if x is None else float(x)
 
@@ -50,7 +55,8 @@ def projection_row(p: Projection, c: Comparison | None = None) -> dict:
         "failure_kinds": " ".join(p.failure_kinds),
         "durations_s": " ".join(f"{d:.3f}" for d in p.durations_s),
         "median_s": p.median_s, "min_s": p.min_s, "max_s": p.max_s,
-        "items_per_s_median": p.items_per_s_median, "items_per_s_worst": p.items_per_s_worst,
+        "items_per_s_median": _rate(p.items_per_s_median),
+        "items_per_s_worst": p.items_per_s_worst,
         "setup_s": p.setup_s, "cards_measured": p.cards_measured, "cards_note": p.cards_note,
         "archive_package": f"{q.days} days x {q.lots} lot(s) of {q.cards_per_lot} card(s)" if q else None,
         "archive_committed_budget": _money(q.committed_budget) if q else None,
@@ -94,7 +100,7 @@ def decision_markdown(c: Comparison) -> str:
     """decision.md: the decision and its motivation first, then the rows, then the rules."""
     out = ["# Comparison of rentals" + (": " + " | ".join(c.banners) if c.banners else ""), ""]
     if c.chosen is None:
-        out += ["**Decision: none.** " + c.motivation[0] + ".", ""]
+        out += ["**Decision: none.** " + "; ".join(c.motivation) + ".", ""]
     else:
         p, sizing = c.chosen, c.chosen.sizing
         assert sizing is not None  # a chosen configuration is one that was sized
@@ -145,7 +151,7 @@ def decision_markdown(c: Comparison) -> str:
         out += ["", f"Same corpus (sha256 `{ident['corpus_sha256']}`), same model files, same quality "
                 "and timing rules: checked before comparing.", ""]
     if ident.get("missing"):
-        out += [f"- Not in every archive, not compared: {k}: {', '.join(v)}"
+        out += [f"- Not in every archive (projected where measured, not compared across hosts): {k}: {', '.join(v)}"
                 for k, v in ident["missing"].items()] + [""]
     out += ["## Same ML result?", "",
             "Per host: the metric of the passes (median and range) and its gap to the archive's "

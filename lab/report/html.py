@@ -131,7 +131,8 @@ def bars_figure(labels: list[str], values: list[float | None], ylabel: str, titl
                 ax.hlines(h, x - 0.4, x + 0.4, color=FAILED, linewidth=2,
                           label=hline_label if x == next(i for i, y in enumerate(hline) if y is not None)
                           else "_nolegend_")
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+        if any(h is not None for h in hline):  # no labelled line: no legend (and no warning)
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.set_xticks(xs, labels, rotation=20, ha="right", fontsize=8)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
