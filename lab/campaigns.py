@@ -345,3 +345,17 @@ def assemble_archive(campaign_dir: str | Path, partial: bool = False) -> dict:
     return {"path": str(path), "size_bytes": path.stat().st_size, "sha256": sha256_file(path),
             "ok": v.ok, "problems": list(v.problems), "files_checked": v.files_checked,
             "rows_checked": v.rows_checked, "partial": partial}
+
+
+def replay_here(archive: str | Path, folder: str | Path | None = None) -> dict:
+    """The UI's replay (Archive screen): ``lab.replay.replay_archive`` of ``archive`` into
+    ``folder``/campaign.toml (the bundle's campaign file that `make up` opens; default: the
+    working directory), the archive's [cost] kept. Returns {"campaign_file", "version",
+    "question_version", "corpus", "model"}. Raises ReplayError (a ProtocolError, one line) when
+    campaign.toml exists already, the archive does not verify, or corpus or model differ."""
+    from lab.replay import replay_archive
+
+    out = Path(folder or Path.cwd()) / "campaign.toml"
+    r = replay_archive(archive, out)
+    return {"campaign_file": str(r.campaign_file), "version": r.lock_entry.get("version"),
+            "question_version": r.question_version, "corpus": str(r.corpus), "model": r.model}

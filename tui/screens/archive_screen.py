@@ -18,7 +18,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Label, Static
 
-from lab.campaigns import USER_ERRORS, assemble_archive
+from lab.campaigns import USER_ERRORS, assemble_archive, replay_here
 from tui.messages import ArchiveReady
 from tui.screens.lab_screen import LabScreen
 
@@ -125,6 +125,11 @@ class ArchiveScreen(LabScreen):
                     yield Input(remote[key], id=f"scp-{key}", classes="field-input")
             yield Static("", id="scp-head")
             yield Static("", id="scp-line", markup=False)
+            with Horizontal(classes="field"):  # the next rental: the same question from this archive
+                yield Label("replay", classes="field-label")
+                yield Input(placeholder="another rental's .tar.gz, Enter: campaign.toml", id="replay-archive",
+                            classes="field-input")
+            yield Static("", id="replay-result", markup=True)
         self.archive: dict | None = None
         self.local_user = remote["user"]
 
@@ -165,6 +170,26 @@ class ArchiveScreen(LabScreen):
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.update_scp()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id != "replay-archive" or not event.value.strip():
+            return
+        self.query_one("#replay-result", Static).update("replaying (verifying the archive) ...")
+        self.replay(Path(event.value.strip()).expanduser())
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="replay")
+    def replay(self, archive: Path) -> None:
+        """`iteralab campaign replay ARCHIVE` into the bundle's campaign.toml (lab.campaigns.replay_here)."""
+        out = self.query_one("#replay-result", Static)
+        try:
+            r = replay_here(archive)
+        except USER_ERRORS as exc:
+            self.app.call_from_thread(out.update, f"[red]{escape(str(exc))}[/red]")
+            return
+        self.app.call_from_thread(out.update, (
+            f"[green]replayed[/green] {escape(archive.name)}: wrote and locked {escape(r['campaign_file'])} "
+            f"(version {r['version']}, question version {r['question_version']}); quit (q) and run "
+            "[b]make up[/b] to open it, or `iteralab campaign replay` for other [cost] or --out"))
 
     def on_resize(self) -> None:
         self.update_scp()
