@@ -461,9 +461,16 @@ def test_compare_reads_the_cards_each_pass_measured(cards_campaign, tmp_path):
 
     from lab.compare.decision import compare_archives
 
+    from lab.compare.evidence import CompareError, load_evidence
+    from lab.compare.projection import project
+    from lab.cost.forfaits import load_catalog
+
     again = shutil.copyfile(cards_campaign["archive"], tmp_path / "same-rental-again.tar.gz")
-    c = compare_archives([cards_campaign["archive"], again], 1000)
-    by_cards = {p.cards_measured: p for p in c.projections}
+    with pytest.raises(CompareError, match="hold the same campaign's passes"):  # one rental, never two
+        compare_archives([cards_campaign["archive"], again], 1000)
+    ev = load_evidence(cards_campaign["archive"])
+    projections = [project(ev, v, load_catalog(None), 1000, None, 8, host="A") for v in ev.summary]
+    by_cards = {p.cards_measured: p for p in projections}
     assert set(by_cards) == {1, 2}
     assert "lot has 2" in by_cards[1].cards_note and "lot has 2" not in by_cards[2].cards_note
 
