@@ -14,14 +14,12 @@ import csv
 import io
 import json
 import random
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from lab.constants import CORPUS_SEED
-from lab.diskfull import DiskFull, is_disk_full
+from lab.diskfull import staged_files
 from lab.files import sha256_bytes, sha256_file
 
 BUCKETS = ("short", "medium", "long")
@@ -350,29 +348,18 @@ def _write_corpus(out: Path, comparison: list[dict], tuning: list[dict], source:
     """Write the three files in a temporary folder inside ``out`` and rename each into place
     only once all are complete: a full disk (DiskFull, one line) or any failure leaves the
     corpus that was there whole, card and files matching."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".corpus-build-", dir=out))
-    except OSError as exc:
-        if is_disk_full(exc):
-            raise DiskFull(out, "creating the corpus folder") from None
-        raise CorpusError(f"--out {out}: cannot create the folder ({exc.strerror}); choose a folder you can "
-                          "write to") from None
-    try:
+    def refuse(exc: OSError) -> CorpusError:
+        return CorpusError(f"--out {out}: cannot create the folder ({exc.strerror}); choose a folder you can "
+                           "write to")
+
+    with staged_files(out, ".corpus-build-", "creating the corpus folder",
+                      "writing the corpus; the corpus there before is unchanged", refuse) as tmp:
         cpath, tpath = tmp / "comparison.jsonl", tmp / "tuning.jsonl"
         write_jsonl(comparison, cpath)
         write_jsonl(tuning, tpath)
         card = corpus_card(cpath, tpath, comparison, tuning, source, tokenizer_info, spec)
         (tmp / "corpus_card.json").write_text(json.dumps(card, indent=1, ensure_ascii=False) + "\n",
                                               encoding="utf-8")
-        for name in ("comparison.jsonl", "tuning.jsonl", "corpus_card.json"):
-            (tmp / name).replace(out / name)
-    except OSError as exc:
-        if is_disk_full(exc):
-            raise DiskFull(out, "writing the corpus; the corpus there before is unchanged") from None
-        raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return card
 
 

@@ -8,10 +8,12 @@ interrupted pass stays as a row and its slot runs again (lab.orchestrator).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
 import sqlite3
+import tempfile
 from pathlib import Path
 
 PARTIAL = ".partial"
@@ -65,3 +67,28 @@ def swap_folder(new: Path, final: Path) -> Path:
     if old.exists():
         shutil.rmtree(old)
     return final
+
+
+@contextlib.contextmanager
+def staged_files(out: Path, prefix: str, creating: str, writing: str, refuse):
+    """Yield a temporary folder inside ``out`` (created with its parents); once the body has
+    written every file there, rename each into ``out``, so a failure anywhere leaves the files
+    that were there whole. ``creating``/``writing``: DiskFull's wording for a full disk at each
+    step; ``refuse(exc)``: the caller's one-line error when ``out`` cannot be created."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=out))
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise DiskFull(out, creating) from None
+        raise refuse(exc) from None
+    try:
+        yield tmp
+        for f in sorted(tmp.iterdir()):
+            f.replace(out / f.name)
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise DiskFull(out, writing) from None
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

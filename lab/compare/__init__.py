@@ -7,13 +7,11 @@ UI's Compare screen both call :func:`compare_to_folder`.
 """
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 from lab.compare.decision import Comparison, compare_archives
 from lab.compare.evidence import CompareError
-from lab.diskfull import DiskFull, is_disk_full
+from lab.diskfull import staged_files
 
 
 def compare_to_folder(archives: list, load_items: int, out_dir: str | Path, **options) -> tuple[Comparison, dict]:
@@ -31,25 +29,13 @@ def compare_to_folder(archives: list, load_items: int, out_dir: str | Path, **op
         raise CompareError(f"--out {out}: exists and is not a folder; give a folder path (it holds decision.md, "
                            "compare.csv and report.html)")
     c = compare_archives(archives, load_items, **options)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".compare-", dir=out))
-    except OSError as exc:
-        if is_disk_full(exc):
-            raise DiskFull(out, "creating the comparison folder") from None
-        raise CompareError(f"--out {out}: cannot create the folder there ({exc.strerror or exc}); give a folder "
-                           "you can write to") from None
-    try:
-        written = write_comparison(c, tmp)
-        paths = {key: out / p.name for key, p in written.items()}
-        for key, p in written.items():
-            p.replace(paths[key])
-    except OSError as exc:
-        if is_disk_full(exc):
-            raise DiskFull(out, "writing the comparison; the files there before are unchanged") from None
-        raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    def refuse(exc: OSError) -> CompareError:
+        return CompareError(f"--out {out}: cannot create the folder there ({exc.strerror or exc}); give a folder "
+                            "you can write to")
+
+    with staged_files(out, ".compare-", "creating the comparison folder",
+                      "writing the comparison; the files there before are unchanged", refuse) as tmp:
+        paths = {key: out / p.name for key, p in write_comparison(c, tmp).items()}
     return c, paths
 
 
