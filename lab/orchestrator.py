@@ -28,21 +28,13 @@ from lab.passes.events import FINISHED, EventKind, PassStatus, parse_event
 from lab.passes.spec import PassSpec
 from lab.protocol import Protocol, load_protocol, lock_path, locked_version
 from lab.schedule import rotated_schedule
-from lab.status import CampaignState, process_create_time
+from lab.status import CampaignState, etas, format_duration, process_create_time, typical_pass_s
 from lab.validate import validate_pass
 from lab.variants import Variant
 
 PROGRESS_EVERY_S = 30.0
 """With ``echo`` (a headless run), one progress line per pass at least this often: items done,
 items/s, ETA of the pass and of the campaign (``progress_line``)."""
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "unknown"
-    s = round(seconds)
-    return f"{s // 3600} h {s % 3600 // 60:02d} min" if s >= 3600 else f"{s // 60} min {s % 60:02d} s" \
-        if s >= 60 else f"{s} s"
 
 
 def _progress_period(value: str | None) -> float:
@@ -59,14 +51,11 @@ def progress_line(head: str, done: int, total: int, rate: float | None, elapsed_
     """One headless progress line: '<head>: <phase>, 120/1000 items, 41.2 items/s, pass ETA 21 s,
     campaign ETA 4 min 10 s (3 passes after this one)'. The campaign ETA is the pass's ETA plus
     ``later_passes`` x ``typical_pass_s`` (the median wall time of this campaign's finished passes;
-    None: this pass's own projected time); unknown until items flow."""
-    pass_eta = (total - done) / rate if rate and rate > 0 and total else None
-    typical = typical_pass_s if typical_pass_s is not None else \
-        (elapsed_s + pass_eta if pass_eta is not None else None)
-    campaign_eta = pass_eta + later_passes * typical if pass_eta is not None and typical is not None else None
+    None: this pass's own projected time); unknown until items flow (lab.status.etas)."""
+    pass_eta, campaign_eta = etas(done, total, rate, elapsed_s, later_passes, typical_pass_s)
     speed = f"{rate:.1f} items/s" if rate else "no items/s yet"
-    return (f"{head}: {phase or 'starting'}, {done}/{total} items, {speed}, elapsed {_duration(elapsed_s)}, "
-            f"pass ETA {_duration(pass_eta)}, campaign ETA {_duration(campaign_eta)} "
+    return (f"{head}: {phase or 'starting'}, {done}/{total} items, {speed}, elapsed {format_duration(elapsed_s)}, "
+            f"pass ETA {format_duration(pass_eta)}, campaign ETA {format_duration(campaign_eta)} "
             f"({later_passes} pass(es) after this one)")
 
 
@@ -463,14 +452,10 @@ class Orchestrator:
     def _progress_ticker(self, slot: dict, pass_id: str, last: dict):
         """Start a thread that echoes ``progress_line`` every ``progress_every_s`` while the pass
         runs; returns the Event that stops it. Reads only ``last`` (written by the line reader)."""
-        import statistics
         import threading
         import time
 
-        ends = [a for a in self.journal.attempts() if a["status"] in FINISHED and a["start_time"] and a["end_time"]]
-        walls = [(datetime.fromisoformat(a["end_time"]) - datetime.fromisoformat(a["start_time"])).total_seconds()
-                 for a in ends]
-        typical = statistics.median(walls) if walls else None
+        typical = typical_pass_s(self.journal.attempts())
         later = max(0, len(self.pending()) - 1)
         total, planned, started = len(self.corpus), len(self.journal.plan()), time.monotonic()
         stop = threading.Event()

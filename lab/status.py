@@ -69,6 +69,57 @@ def verdict(a: dict) -> str:
     return "rejected: " + "; ".join(v.get("reasons", [])[:2])
 
 
+def format_duration(seconds: float | None) -> str:
+    """'42 s', '4 min 10 s', '2 h 05 min'; 'unknown' for None."""
+    if seconds is None:
+        return "unknown"
+    s = round(seconds)
+    if s >= 3600:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
+
+
+def typical_pass_s(attempts: list[dict]) -> float | None:
+    """Median wall time (s) of the finished attempts (start to end), None when none finished."""
+    import statistics
+    from datetime import datetime
+
+    walls = [(datetime.fromisoformat(a["end_time"]) - datetime.fromisoformat(a["start_time"])).total_seconds()
+             for a in attempts if a["status"] in FINISHED and a.get("start_time") and a.get("end_time")]
+    return statistics.median(walls) if walls else None
+
+
+def etas(done: int, total: int, rate: float | None, elapsed_s: float, later_passes: int,
+         typical_s: float | None) -> tuple[float | None, float | None]:
+    """(pass ETA, campaign ETA) in seconds, None while unknown (no items/s yet). The pass's ETA
+    is its items left at its current items/s; the campaign's adds ``later_passes`` x
+    ``typical_s`` (the median wall time of the finished passes; None: this pass's own projected
+    wall time). The one rule for the headless progress line and the Runs screen."""
+    pass_eta = (total - done) / rate if rate and rate > 0 and total else None
+    typical = typical_s if typical_s is not None else \
+        (elapsed_s + pass_eta if pass_eta is not None else None)
+    campaign_eta = pass_eta + later_passes * typical if pass_eta is not None and typical is not None else None
+    return pass_eta, campaign_eta
+
+
+def running_eta_text(attempts: list[dict], planned: int, finished: int, now: float) -> str:
+    """'pass ETA 21 s, campaign ETA 4 min 10 s' for the attempt now running ('' when none runs),
+    from the journal's live progress (items done, items/s) and ``etas``; ``now``: epoch s."""
+    from datetime import datetime
+
+    from lab.passes.events import PassStatus
+
+    running = [a for a in attempts if a["status"] == PassStatus.RUNNING and a.get("start_time")]
+    if not running:
+        return ""
+    a = running[-1]
+    elapsed = max(0.0, now - datetime.fromisoformat(a["start_time"]).timestamp())
+    later = max(0, planned - finished - 1)
+    pass_eta, campaign_eta = etas(a.get("items_completed") or 0, a.get("items_total") or 0,
+                                  a.get("items_per_s"), elapsed, later, typical_pass_s(attempts))
+    return f"pass ETA {format_duration(pass_eta)}, campaign ETA {format_duration(campaign_eta)}"
+
+
 def campaign_status(campaign_dir: Path, journal: Journal | None = None) -> dict:
     """{dir, state, planned, finished, attempts: [...], orchestrator} for a campaign folder.
 

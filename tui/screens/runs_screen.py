@@ -12,17 +12,20 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, RichLog, Static
 
-from lab.status import CampaignState
+from lab.status import CampaignState, running_eta_text
 from tui.messages import CampaignSnapshot
 from tui.screens.lab_screen import LabScreen
 from tui.widgets.pass_table import PassTable, pass_rows
 from tui.widgets.telemetry import Telemetry
 
 
-def status_line(snap: CampaignSnapshot | None, campaign_name: str) -> str:
-    """One line: campaign folder, state, passes finished/planned, orchestrator."""
+def status_line(snap: CampaignSnapshot | None, campaign_name: str, now: float | None = None) -> str:
+    """Two lines (the status pane is always two rows high, so the table below never moves):
+    campaign folder, state, passes finished/planned; then the running pass's and the campaign's
+    ETA (lab.status.running_eta_text, the headless progress line's rule), the orchestrator and
+    the next key. ``now``: epoch s (the app's clock)."""
     if snap is None or snap.status is None:
-        return (f"[b]{escape(campaign_name)}[/b]: not started. Press [b]s[/b] to start "
+        return (f"[b]{escape(campaign_name)}[/b]: not started.\nPress [b]s[/b] to start "
                 "(locks the protocol if it never was).")
     st = snap.status
     d = snap.campaign_dir
@@ -32,8 +35,9 @@ def status_line(snap: CampaignSnapshot | None, campaign_name: str) -> str:
             CampaignState.STOPPED: "s resumes", CampaignState.INTERRUPTED: "s resumes",
             CampaignState.NOT_STARTED: "s starts", CampaignState.FINISHED: "see 5 Results",
             CampaignState.BLOCKED: "see the log; `make doctor`"}.get(st["state"], "")
+    eta = running_eta_text(st["attempts"], st["planned"], st["finished"], now) if now is not None else ""
     return (f"[b]{escape(d.parent.name)}/{escape(d.name)}[/b] [b]{st['state']}[/b] "
-            f"{st['finished']}/{st['planned']} passes; {alive}; {hint}")
+            f"{st['finished']}/{st['planned']} passes\n" + (f"{eta}; " if eta else "") + f"{alive}; {hint}")
 
 
 class RunsScreen(LabScreen):
@@ -71,7 +75,7 @@ class RunsScreen(LabScreen):
     def apply_snapshot(self, snap: CampaignSnapshot | None) -> None:
         """Render the latest journal snapshot (called by the app on each new snapshot)."""
         name = self.app.campaign_name
-        self.query_one("#runs-status", Static).update(status_line(snap, name))
+        self.query_one("#runs-status", Static).update(status_line(snap, name, self.app.clock()))
         if snap is None or snap.status is None:
             return
         rows = pass_rows(snap.status["attempts"], snap.plan, snap.live_failures, self.app.clock())

@@ -94,6 +94,7 @@ class PassTable(DataTable):
     """
 
     user_moved = False
+    _widths: tuple[int, ...] = ()  # the columns' widths as last given (column_widths)
 
     def action_cursor_up(self) -> None:
         self.user_moved = True
@@ -106,20 +107,35 @@ class PassTable(DataTable):
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = False
-        for c in COLUMNS:
-            self.add_column(c, key=c)
+
+    @staticmethod
+    def column_widths(rows: list[dict]) -> tuple[int, ...]:
+        """Each column's width in cells: its widest value or its label. Given explicitly to the
+        table, so the layout follows the rows only (DataTable's own auto widths are updated on
+        idle and could be drawn half-updated)."""
+        from rich.cells import cell_len
+
+        return tuple(max([cell_len(c)] + [cell_len(str(r["cells"][i])) for r in rows])
+                     for i, c in enumerate(COLUMNS))
 
     def show(self, rows: list[dict]) -> None:
         keys = [r["key"] for r in rows]
         current = [k.value for k in self.rows]
         cursor = self.cursor_row
-        if current != keys[:len(current)]:
+        widths = self.column_widths(rows)
+        if widths != self._widths:
+            self.clear(columns=True)
+            for c, w in zip(COLUMNS, widths, strict=True):
+                self.add_column(c, key=c, width=w)
+            self._widths = widths
+            current = []
+        elif current != keys[:len(current)]:
             self.clear()
             current = []
         for r in rows:
             if r["key"] in current:
                 for col, cell in zip(COLUMNS, r["cells"], strict=True):
-                    self.update_cell(r["key"], col, cell, update_width=True)
+                    self.update_cell(r["key"], col, cell)
             else:
                 self.add_row(*r["cells"], key=r["key"])
         if self.row_count and self.cursor_row != cursor:

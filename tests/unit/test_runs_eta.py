@@ -1,0 +1,35 @@
+"""The Runs screen shows the same ETA as the headless progress line (issue 22): one rule,
+lab.status.etas, over the journal's live progress (items done, items/s) and the median wall
+time of the finished passes."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from types import SimpleNamespace
+
+from lab.orchestrator import progress_line
+from lab.status import CampaignState, running_eta_text
+from tui.screens.runs_screen import status_line
+
+START = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
+
+
+def attempts() -> list[dict]:
+    finished = {"status": "ok", "start_time": START.isoformat(),
+                "end_time": (START + timedelta(seconds=100)).isoformat()}
+    running = {"status": "running", "start_time": (START + timedelta(seconds=100)).isoformat(),
+               "end_time": None, "items_completed": 250, "items_total": 1000, "items_per_s": 10.0}
+    return [finished, running]
+
+
+def test_the_runs_screen_and_the_headless_line_give_the_same_eta():
+    now = (START + timedelta(seconds=125)).timestamp()
+    # 750 items left at 10 items/s: 75 s; 2 passes after this one at the 100 s median: 275 s
+    text = running_eta_text(attempts(), planned=4, finished=1, now=now)
+    assert text == "pass ETA 1 min 15 s, campaign ETA 4 min 35 s"
+    assert text in progress_line("pass 2/4 p002", 250, 1000, 10.0, 25.0, "window", 2, 100.0)
+    snap = SimpleNamespace(campaign_dir=Path("runs/demo/v1-abcd1234"), status={
+        "orchestrator": {"pid": 42}, "alive": True, "state": CampaignState.RUNNING, "finished": 1,
+        "planned": 4, "attempts": attempts()})
+    assert text in status_line(snap, "demo", now)  # type: ignore[arg-type]
+    assert running_eta_text(attempts()[:1], planned=4, finished=1, now=now) == ""  # nothing running
