@@ -21,7 +21,7 @@ from tui.widgets.telemetry import Telemetry
 
 def status_line(snap: CampaignSnapshot | None, campaign_name: str) -> str:
     """One line: campaign folder, state, passes finished/planned, orchestrator."""
-    if snap is None or snap.status is None:
+    if snap is None or snap.status is None or snap.campaign_dir is None:
         return (f"[b]{escape(campaign_name)}[/b]: not started. Press [b]s[/b] to start "
                 "(locks the protocol if it never was).")
     st = snap.status
@@ -79,7 +79,7 @@ class RunsScreen(LabScreen):
         log = self.query_one("#pass-log", RichLog)
         if self.view == "log":
             pid, text = snap.log_tail
-            shown = ("log", pid, text)
+            shown: tuple = ("log", pid, text)
             log.border_title = f"log.txt of {pid}" if pid else "log (no pass yet)"
             lines = text.splitlines()
         else:
