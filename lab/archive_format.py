@@ -8,6 +8,8 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab.errors import UserError
+
 JOURNAL = "journal.sqlite"
 ARCHIVE_INFO = "ARCHIVE.json"
 SUMS = "SHA256SUMS"
@@ -29,7 +31,7 @@ MAX_TRAILER_BYTES = 2**20
 """Bytes after the tar's end blocks (read to reach the gzip trailer): tar pads to 10 KiB records."""
 
 
-class ArchiveError(ValueError):
+class ArchiveError(UserError):
     """A corrupt, unsafe or malformed archive, or a campaign that cannot be archived as asked;
     one line naming the member (or campaign) and the problem."""
 

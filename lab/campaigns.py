@@ -15,25 +15,23 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lab.archive import ArchiveError
-from lab.corpus import CorpusError
-from lab.cost.forfaits import PricingError
 from lab.diskfull import DiskFull
+from lab.errors import LabError, UserError
 from lab.files import REPO_ROOT, sha256_file
-from lab.journal import JournalBusy
 from lab.protocol import DEMO_CAMPAIGN, ProtocolError, load_protocol, lock, locked_version, read_lock
 from lab.status import CampaignState
 
 LAUNCHERS = ("auto", "local", "docker")
 
 
-class CampaignError(ValueError):
+class CampaignError(UserError):
     """A campaign action that cannot be done now; one line with what to do."""
 
 
-USER_ERRORS: tuple[type[Exception], ...] = (CampaignError, ProtocolError, CorpusError, ArchiveError, PricingError,
-                                            DiskFull, JournalBusy)
-"""Errors caused by the user's input or files: shown as one line (exit status 2), never a traceback."""
+ONE_LINE_ERRORS: tuple[type[Exception], ...] = (LabError, DiskFull)
+"""What the CLI (exit status 2) and the screens show as one line, never a traceback: every error the
+lab raises on purpose (``lab.errors.LabError``: user errors, a busy journal or campaign, a lost
+folder, pass failures). ``DiskFull`` is named until it derives from ``PassFailure``."""
 
 
 def runs_root() -> Path:
@@ -285,11 +283,11 @@ def run_headless(campaign_file: str | Path, launcher: str = "auto", echo=None,
 
     Returns {state, dir, archive (Path or None), finished, planned, line}: ``line`` is the
     archive's path when finished, else "paused: N of M passes ..." (or stopped, blocked).
-    ``echo``: called with each progress line (None: silent). Raises CampaignError when another
-    orchestrator runs it, ProtocolError for an unusable or edited campaign file,
-    KeyboardInterrupt / CampaignInterrupted when interrupted (the running pass killed, its row
-    interrupted: ``interrupt_on_signals``)."""
-    from lab.orchestrator import CampaignBusy, CampaignFolderLost, Orchestrator
+    ``echo``: called with each progress line (None: silent). Raises CampaignBusy (a LabError) when
+    another orchestrator runs it, CampaignFolderLost when its folder goes, ProtocolError for an
+    unusable or edited campaign file, KeyboardInterrupt / CampaignInterrupted when interrupted (the
+    running pass killed, its row interrupted: ``interrupt_on_signals``)."""
+    from lab.orchestrator import Orchestrator
     from lab.status import campaign_status
 
     proto = load_protocol(campaign_file)
@@ -301,10 +299,7 @@ def run_headless(campaign_file: str | Path, launcher: str = "auto", echo=None,
     if echo is not None:
         orch.echo = echo
         echo(f"campaign {proto.name}: {orch.dir}")
-    try:
-        state = orch.run()
-    except (CampaignBusy, CampaignFolderLost) as exc:
-        raise CampaignError(str(exc)) from None
+    state = orch.run()
     st = campaign_status(orch.dir)
     out = {"state": state, "dir": orch.dir, "archive": None, "finished": st["finished"], "planned": st["planned"]}
     if state == CampaignState.FINISHED:

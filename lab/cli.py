@@ -30,10 +30,11 @@ try:  # Ctrl-C while the engine loads (the first few tenths of a second): one li
     import os
     from pathlib import Path
 
-    from lab.campaigns import (LAUNCHERS, USER_ERRORS, make_archive, make_launcher, request_control,
+    from lab.campaigns import (LAUNCHERS, ONE_LINE_ERRORS, make_archive, make_launcher, request_control,
                                resolve_campaign_dir, run_demo, runs_root, spawn_detached)
     from lab.constants import CORPUS_SEED
     from lab.corpus import DEFAULT_CORPUS_ITEMS
+    from lab.errors import EXIT_USER, UserError
     from lab.files import REPO_ROOT
 except KeyboardInterrupt:
     print(INTERRUPTED, file=sys.stderr)
@@ -42,11 +43,8 @@ except KeyboardInterrupt:
 TARGET_HELP = "campaign file (its current locked version) or campaign folder (holding journal.sqlite)"
 
 
-class CliError(Exception):
+class CliError(UserError):
     """A command line that cannot be used as written (usage)."""
-
-
-ONE_LINE_ERRORS: tuple[type[Exception], ...] = (*USER_ERRORS, CliError)
 
 
 # ---- verbs ----------------------------------------------------------------------------
@@ -55,10 +53,7 @@ def cmd_corpus_build(a) -> int:
     from lab.corpus import BucketLimits, BuildSpec, build_corpus
     from lab.models import checkpoint_tokenizer, encoder_tokenizer
 
-    try:
-        tok, info = checkpoint_tokenizer(a.tokenizer) if a.tokenizer else encoder_tokenizer()
-    except RuntimeError as exc:
-        raise CliError(str(exc)) from None
+    tok, info = checkpoint_tokenizer(a.tokenizer) if a.tokenizer else encoder_tokenizer()  # ModelFolderError
     given = {b: n for b, n in (("short", a.short), ("medium", a.medium), ("long", a.long)) if n is not None}
     if given and a.items is not None:
         raise CliError("give --items N (drawn in the source's length-bucket shares) or --short/--medium/--long "
@@ -93,7 +88,7 @@ def cmd_protocol_lock(a) -> int:
 
 
 def cmd_campaign_run(a) -> int:
-    from lab.orchestrator import CampaignBusy, CampaignFolderLost, Orchestrator
+    from lab.orchestrator import Orchestrator
     from lab.status import CampaignState
 
     if a.detach:
@@ -105,11 +100,8 @@ def cmd_campaign_run(a) -> int:
     print(f"campaign folder: {orch.dir}", flush=True)
     from lab.campaigns import interrupt_on_signals
 
-    try:
-        with interrupt_on_signals():  # SIGTERM / SIGHUP: the running pass killed, recorded interrupted
-            state = orch.run()
-    except (CampaignBusy, CampaignFolderLost) as exc:
-        raise CliError(str(exc)) from None
+    with interrupt_on_signals():  # SIGTERM / SIGHUP: the running pass killed, recorded interrupted
+        state = orch.run()  # CampaignBusy, CampaignFolderLost: LabErrors, one line (main)
     if state == CampaignState.BLOCKED:
         raise CliError(f"campaign stopped: {orch.journal.get_control('blocked', '')[:300]}")
     print(f"campaign {state}: {orch.dir}")
@@ -381,16 +373,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    from lab.compare.evidence import CompareError  # lab.compare is loaded by `compare` only
     from lab.diskfull import DiskFull, is_disk_full
 
-    one_line: tuple[type[Exception], ...] = (*ONE_LINE_ERRORS, CompareError)
     args = parser().parse_args(argv)
     try:
         return args.fn(args)
-    except one_line as exc:
+    except ONE_LINE_ERRORS as exc:  # lab.errors.LabError and below: its message is the line
         print(f"iteralab: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USER
     except Exception as exc:  # a full disk anywhere else (a file, the SQLite journal): the folder, one line
         if not is_disk_full(exc):
             raise
@@ -398,7 +388,7 @@ def _main(argv: list[str] | None) -> int:
         folder = Path(where).parent if where else Path(str(getattr(args, "target", None)
                                                              or getattr(args, "campaign", ".")))
         print(f"iteralab: error: {DiskFull(folder)}", file=sys.stderr)
-        return 2
+        return EXIT_USER
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (lab.campaigns.CampaignInterrupted)
         if args.fn in (cmd_campaign_run, cmd_demo):
             print(f"iteralab: interrupted ({getattr(exc, 'reason', 'SIGINT')}): the running pass was killed and "

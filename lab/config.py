@@ -23,6 +23,7 @@ from typing import Any
 
 from lab.constants import (DEFAULT_DELIVERABLES, DEFAULT_LOTS, DEFAULT_MIN_ACCEPTED_PASSES,
                            DEFAULT_MIN_WINDOW_S, DEFAULT_REPETITIONS, DEFAULT_SEED)
+from lab.errors import UserError
 from lab.typecheck import type_name as _type_name
 from lab.typecheck import type_ok as _type_ok
 from lab.variants import Variant, VariantError
@@ -38,7 +39,7 @@ UNUSUAL_REPETITIONS = 30  # above it a warning at lock: the rotation needs far f
 VARIANT_KEYS = tuple(f.name for f in fields(Variant) if f.name not in ("series", "name"))
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A campaign-file value that cannot be used; one line naming the key and the fix."""
 
 

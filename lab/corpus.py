@@ -20,13 +20,14 @@ from typing import Any, Iterable, Sequence
 
 from lab.constants import CORPUS_SEED
 from lab.diskfull import staged_files
+from lab.errors import UserError
 from lab.files import sha256_bytes, sha256_file
 
 BUCKETS = ("short", "medium", "long")
 BOM = b"\xef\xbb\xbf"  # UTF-8 byte-order mark
 
 
-class CorpusError(ValueError):
+class CorpusError(UserError):
     """Bad corpus input; the message is one line naming the file, line and fix."""
 
 

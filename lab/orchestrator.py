@@ -18,7 +18,7 @@ from pathlib import Path
 
 from lab.corpus import read_corpus
 from lab.diskfull import DiskFull, is_disk_full
-from lab.errors import ProtocolError
+from lab.errors import LabError, ProtocolError
 from lab.host_cards import check_cards_fit_host
 from lab.identity import InputsChanged, InputWatch
 from lab.manifest import record_host_facts
@@ -59,11 +59,11 @@ def progress_line(head: str, done: int, total: int, rate: float | None, elapsed_
             f"({later_passes} pass(es) after this one)")
 
 
-class CampaignBusy(RuntimeError):
+class CampaignBusy(LabError, RuntimeError):
     """Another orchestrator already runs this campaign version (one writer per journal)."""
 
 
-class CampaignFolderLost(RuntimeError):
+class CampaignFolderLost(LabError, RuntimeError):
     """The campaign folder or its journal was deleted or replaced while the campaign ran."""
 
 

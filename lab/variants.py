@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Protocol
 
+from lab.errors import UserError
 from lab.files import sha256_bytes
 from lab.typecheck import type_name, type_ok
 
@@ -30,7 +31,7 @@ away from its default, so adding a field leaves every existing id, lock and jour
 NAME_FIELDS = ("series", "name")  # what a variant is called, not what it runs: never in the id
 
 
-class VariantError(ValueError):
+class VariantError(UserError):
     """A variant or series that cannot run as declared; one line with the fix."""
 
 

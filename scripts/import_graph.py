@@ -1,4 +1,4 @@
-"""Import graph of the repository's packages: module count and module-level import cycles.
+"""Import graph of the repository's packages: import cycles between modules and between packages.
 
 Usage (from the repository root):
 
@@ -12,14 +12,23 @@ cycle in the design). External packages are left out. A cycle is a strongly conn
 component of more than one module (Tarjan's algorithm); a module importing itself is not
 reported.
 
+The same graph is then read with packages as units (``package_of``: a top-level package's
+direct child, so ``lab.passes.events`` counts as ``lab.passes`` and ``lab.cli`` as itself): two
+packages that import each other through different modules (``lab.passes.runner`` ->
+``lab.memory.peaks`` and ``lab.memory.feasibility`` -> ``lab.passes.events``) make no module
+cycle and still tie the packages into one layer. Such a package cycle fails too.
+
 Output: `modules: N`, then one line per cycle `cycle (M modules): a -> b -> ... -> a` (a
-shortest import chain around the component through its first module), then `cycles: K`.
-Exit status: 0 no cycle, 1 at least one cycle, 2 a package cannot be found.
+shortest import chain around the component through its first module), then `cycles: K`;
+`packages: N`, one line per package cycle `package cycle (M packages): p -> q -> p (m1 -> n1;
+m2 -> n2)` (one importing module pair per step), then `package cycles: K`.
+Exit status: 0 no cycle, 1 at least one cycle (module or package), 2 a package cannot be found.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from collections.abc import Iterable
 
@@ -92,6 +101,30 @@ def cycles(successors: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found, key=lambda c: (-len(c), c))
 
 
+def package_of(module: str) -> str:
+    """The unit a module counts in at package level: the top-level package's direct child
+    (``lab.report.html`` -> ``lab.report``; ``lab.cli`` -> ``lab.cli``; ``lab`` -> ``lab``)."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(successors: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph with each module replaced by ``package_of`` it (imports inside one
+    package dropped): {package: {imported package, ...}}."""
+    out: dict[str, set[str]] = {}
+    for module, imported in successors.items():
+        unit = package_of(module)
+        out.setdefault(unit, set()).update(package_of(m) for m in imported)
+        out[unit].discard(unit)
+    return out
+
+
+def witness(importer: str, imported: str, successors: dict[str, set[str]]) -> str:
+    """One module of package ``importer`` importing one of package ``imported``: "m -> n"."""
+    pairs = sorted((m, n) for m, ns in successors.items() if package_of(m) == importer
+                   for n in ns if package_of(n) == imported)
+    return f"{pairs[0][0]} -> {pairs[0][1]}" if pairs else "?"
+
+
 def cycle_path(component: list[str], successors: dict[str, set[str]]) -> list[str]:
     """A shortest closed import chain through the component's first module (breadth first)."""
     members = set(component)
@@ -133,7 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     for component in found:
         print(f"cycle ({len(component)} modules): {' -> '.join(cycle_path(component, successors))}")
     print(f"cycles: {len(found)}")
-    return 1 if found else 0
+    packages = package_graph(successors)
+    found_packages = cycles(packages)
+    print(f"packages: {len(packages)} (each top-level package's direct children as units)")
+    for component in found_packages:
+        path = cycle_path(component, packages)
+        steps = "; ".join(witness(a, b, successors) for a, b in itertools.pairwise(path))
+        print(f"package cycle ({len(component)} packages): {' -> '.join(path)} ({steps})")
+    print(f"package cycles: {len(found_packages)}")
+    return 1 if found or found_packages else 0
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ def check_environment(args) -> dict:
            "threads": torch.get_num_threads(), "gpu": None}
     if device.startswith("cuda"):
         env["gpu"] = torch.cuda.get_device_name(device)
-    if not (Path(args.model) / "config.json").exists() and not args.model.count("/") == 1:
+    if not (Path(args.model) / "config.json").exists() and args.model.count("/") != 1:
         fail(f"model {args.model} not found; build the demo model with `make model` or pass --model")
     if not Path(args.corpus).exists():
         fail(f"corpus {args.corpus} not found; pass --corpus (JSONL with text and bucket)")
@@ -106,7 +106,7 @@ def table(rows: list[dict]) -> str:
                  fmt_mb(e["total_bytes"]), fmt_mb(o.get("peak_allocated_bytes")), fmt_mb(o.get("peak_reserved_bytes")),
                  fmt_mb(o.get("device_used_bytes")), fmt_mb(o.get("process_peak_rss_bytes")),
                  fmt_mb(o.get("process_rss_rise_bytes")), cmp_, err)
-        lines.append("  ".join(f"{str(v):>{max(len(h), 5)}}" for h, v in zip(head, cells)))
+        lines.append("  ".join(f"{v!s:>{max(len(h), 5)}}" for h, v in zip(head, cells, strict=True)))
     return "\n".join(lines)
 
 
@@ -125,7 +125,8 @@ def plot(rows: list[dict], path: str, title: str) -> None:
         bs = [r["batch_size"] for r in cell]
         col = f"C{k}"
         ax.plot(bs, [r["comparison"]["observed_bytes"] / MB for r in cell], "o-", color=col, label=f"observed, {s} tok")
-        ax.plot(bs, [r["comparison"]["estimate_bytes"] / MB for r in cell], "x--", color=col, label=f"estimate, {s} tok")
+        ax.plot(bs, [r["comparison"]["estimate_bytes"] / MB for r in cell], "x--", color=col,
+                label=f"estimate, {s} tok")
     c = next((r["comparison"] for r in rows if r["comparison"]), None)
     if c:
         title += f"\nestimate {c['estimate_term']} (dashed) vs observed {c['observed_counter']} (solid)"
@@ -176,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     longest = dict(sorted(longest.items(), key=lambda kv: order.get(kv[0], 9)))
     rows = observe_grid(model, tok, texts, args.batches, args.lengths, env["device"], args.precision, args.model)
     print(table(rows))
-    errs = [r["comparison"]["error_fraction"] for r in rows if r["comparison"] and r["comparison"]["error_fraction"] is not None]
+    errs = [r["comparison"]["error_fraction"] for r in rows
+            if r["comparison"] and r["comparison"]["error_fraction"] is not None]
     if errs:
         print(f"estimate error: min {100 * min(errs):+.1f}%, max {100 * max(errs):+.1f}% over {len(errs)} cells")
 
@@ -193,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         for b, f in fits.items():
             print(f"  {b:>6}: {f['seq_len_tokens']} tokens -> largest batch {f['max_batch_size']}")
 
-    title = f"{Path(args.model).name}, {args.precision}, {env['device']} ({env['gpu'] or platform.processor() or 'cpu'})"
+    where = env["gpu"] or platform.processor() or "cpu"
+    title = f"{Path(args.model).name}, {args.precision}, {env['device']} ({where})"
     plot(rows, args.plot, title)
     print(f"plot: {args.plot}")
     if args.json:

@@ -61,8 +61,10 @@ CASES = [
     ("deadline not a date-time", '# deadline = "2026-12-04T09:00:00+01:00"', 'deadline = "tomorrow"'),
     ("deadline without a time zone", '# deadline = "2026-12-04T09:00:00+01:00"', 'deadline = "2026-12-04T09:00:00"'),
     ("deliverables below 1", "deliverables = 1 ", "deliverables = 0 "),
-    ("window with one end", '# window_start = "2026-11-30T09:00:00+01:00"', 'window_start = "2026-11-30T09:00:00+01:00"'),
-    ("window end before start", '# window_start = "2026-11-30T09:00:00+01:00"\n# window_end = "2026-12-04T09:00:00+01:00"',
+    ("window with one end", '# window_start = "2026-11-30T09:00:00+01:00"',
+     'window_start = "2026-11-30T09:00:00+01:00"'),
+    ("window end before start",
+     '# window_start = "2026-11-30T09:00:00+01:00"\n# window_end = "2026-12-04T09:00:00+01:00"',
      'window_start = "2026-12-30T09:00:00+01:00"\nwindow_end = "2026-12-04T09:00:00+01:00"'),
     ("campaign name with a path", 'name = "demo-20newsgroups"', 'name = "../../x"'),
     ("secret-looking key in [model]", '# pad_token = "[PAD]"', 'token = "my-access-token"'),
@@ -175,12 +177,13 @@ def main() -> int:
         for i, (what, old, new) in enumerate(CASES):
             f, shown = case_file(work, i, old, new)
             r = subprocess.run([sys.executable, "-m", "lab.cli", "protocol", "lock", str(f)], capture_output=True,
-                               text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+                               check=False, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
             lines = r.stderr.strip().splitlines()
             line = (lines[-1] if lines else r.stdout.strip()).replace(str(f.parent) + "/", "").replace(str(work), "…")
             line = line.replace(str(REPO) + "/", "")
             if r.returncode == 0 or len(lines) != 1:
-                print(f"case {what!r}: not a one-line refusal (exit {r.returncode}): {r.stderr[-300:]}", file=sys.stderr)
+                print(f"case {what!r}: not a one-line refusal (exit {r.returncode}): {r.stderr[-300:]}",
+                      file=sys.stderr)
                 return 1
             rows.append((what, shown or f"(removed) {old}", line, r.returncode))
             print(f"{r.returncode}  {line[:110]}")
@@ -216,7 +219,7 @@ def warnings_rows() -> list[tuple] | None:
         for i, (what, old, new) in enumerate(WARNINGS):
             f, shown = case_file(work, 100 + i, old, new)
             r = subprocess.run([sys.executable, "-m", "lab.cli", "protocol", "lock", str(f)], capture_output=True,
-                               text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+                               check=False, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
             lines = r.stderr.strip().splitlines()
             if r.returncode != 0 or len(lines) != 1 or not lines[0].startswith("iteralab: warning: "):
                 print(f"warning case {what!r}: not one warning line (exit {r.returncode}): {r.stderr[-300:]}",

@@ -11,16 +11,15 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ClassVar
 
 from textual import events, work
-from textual.app import App
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.keys import _character_to_key
 from textual.widgets import Input
 from textual.worker import NoActiveWorker, get_current_worker
 
-from lab.campaigns import (USER_ERRORS, campaign_dir_of, campaign_name_of, request_control, runs_root,
+from lab.campaigns import (ONE_LINE_ERRORS, campaign_dir_of, campaign_name_of, request_control, runs_root,
                            start_campaign)
 from lab.passes.events import PassStatus
 from lab.status import CampaignState
@@ -30,6 +29,7 @@ from tui.screens.archive_screen import ArchiveScreen
 from tui.screens.compare_screen import CompareScreen
 from tui.screens.cost_screen import CostScreen
 from tui.screens.environment_screen import EnvironmentScreen
+from tui.screens.lab_screen import LabApp
 from tui.screens.plan_screen import PlanScreen
 from tui.screens.protocol_screen import ProtocolScreen
 from tui.screens.results_screen import ResultsScreen
@@ -100,7 +100,7 @@ class BackgroundProbe:
         return self.result
 
 
-class IteraLabApp(App):
+class IteraLabApp(LabApp):
     """The app. ``clock``, ``telemetry`` and ``environment_probe`` are injectable (tests).
 
     ``poll_interval_s`` / ``telemetry_interval_s``: seconds between journal reads / telemetry
@@ -110,8 +110,8 @@ class IteraLabApp(App):
 
     CSS_PATH = "app.tcss"
     TITLE = "IteraGPU Lab"
-    BINDINGS = [Binding(str(i), f"go('{name}')", title, show=False)
-                for i, (name, title) in enumerate(SCREENS, 1)] + [
+    BINDINGS: ClassVar[list[BindingType]] = [
+        *(Binding(str(i), f"go('{name}')", title, show=False) for i, (name, title) in enumerate(SCREENS, 1)),
         Binding("escape", "leave_field", "Leave field", show=False),
         Binding("q", "quit", "Quit (campaign goes on)")]
 
@@ -248,7 +248,8 @@ class IteraLabApp(App):
 
     def on_pass_failed(self, msg: PassFailed) -> None:
         self.failures_seen.append(msg)
-        what = {PassStatus.OOM: "out of memory", PassStatus.KILLED: "killed (host memory)"}.get(msg.kind, msg.kind)
+        words: dict[str, str] = {PassStatus.OOM: "out of memory", PassStatus.KILLED: "killed (host memory)"}
+        what = words.get(msg.kind, msg.kind)
         self.notify(f"pass {msg.pass_id}: {what} after {msg.items_done} items",
                     title="pass failed", severity="error", timeout=8)
 
@@ -278,7 +279,7 @@ class IteraLabApp(App):
         try:
             d, note = start_campaign(self.campaign_file, self.launcher, self.memory_limit)
             self.post_message(CampaignStarted(d, note))
-        except (*USER_ERRORS, OSError) as exc:
+        except (ONE_LINE_ERRORS + (OSError,)) as exc:
             self.post_message(CampaignStarted(None, "", f"cannot start: {exc}"))
 
     def on_campaign_started(self, msg: CampaignStarted) -> None:

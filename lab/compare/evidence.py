@@ -17,6 +17,7 @@ from lab.archive import ArchiveError, extract, verify
 from lab.archive_format import ARCHIVE_INFO
 from lab.config import CampaignConfig, ConfigError, CostSection, parse_config
 from lab.cost.forfaits import Catalog, PricingError, load_catalog
+from lab.errors import UserError
 from lab.files import sha256_file
 from lab.passes.events import PassStatus
 from lab.variants import expand_series
@@ -28,7 +29,7 @@ the predictions of each variant's representative pass are unpacked (the raw tabl
 summary come re-derived from the journal by verify)."""
 
 
-class CompareError(ValueError):
+class CompareError(UserError):
     """Archives that cannot be compared as given; one line naming the field and both values."""
 
 

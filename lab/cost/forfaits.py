@@ -22,6 +22,11 @@ from datetime import date, datetime, timezone
 from decimal import ROUND_HALF_UP, Decimal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+try:
+    from lab.errors import UserError as _UserError
+except ImportError:  # run alone as scripts/calcul_forfaits.py, copied without the lab: a plain ValueError
+    _UserError = ValueError  # type: ignore[assignment,misc]
+
 PACKAGE_HOURS = {3: 72, 7: 168, 30: 720}  # days -> hours (seed: 3, 7 or 30 days)
 CATALOG_COLUMNS = ("gpu", "gpu_name", "cards_per_lot", "days", "price_per_lot",
                    "currency", "catalog_version")
@@ -40,8 +45,9 @@ CATALOG_FIX = "pass --catalog FILE"
 campaign file's [cost] catalog, the Cost screen's field) rewords it: PricingError.reworded."""
 
 
-class PricingError(ValueError):
-    """Bad input or catalog; the message is one line: the problem and the fix."""
+class PricingError(_UserError):
+    """Bad input or catalog; the message is one line: the problem and the fix. A
+    ``lab.errors.UserError`` (a ValueError) in the lab; a ValueError when the file runs alone."""
 
     def reworded(self, catalog_fix: str) -> str:
         """The message with CATALOG_FIX said as ``catalog_fix`` (where no --catalog flag exists)."""

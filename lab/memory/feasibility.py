@@ -1,21 +1,16 @@
-"""Feasibility before cost: what fits a memory budget, and which variants completed their long items.
+"""Feasibility before cost: what fits a memory budget (planning, before any pass).
 
 Rule (seed: "Un'opzione deve completare il corpus con i suoi input lunghi prima che il
 suo costo venga confrontato"; SPEC 3.9): memory is a feasibility criterion, judged
 before cost. A variant is compared on cost only if it is feasible:
 
-- (a) planning, before any pass: the largest batch per length bucket whose estimated
+- (a) planning, before any pass (here): the largest batch per length bucket whose estimated
   peak (``lab.memory.estimate``) fits ``budget_bytes * (1 - margin_fraction)``; the
   margin is kept for what the estimate leaves out (context, allocator rounding,
   fragmentation) and is stated in every result.
-- (b) evidence, after passes: ``campaign_feasibility``. A variant is infeasible when any
-  of its passes that was not interrupted by the user ran out of memory (status "oom"),
-  or did not complete the long bucket (coverage["long"] observed < expected; where a
-  pass has no coverage, items_completed < items_total on a failed pass means the long
-  items cannot be shown complete). Passes with status "interrupted" (stopped by the
-  user) are left out of the judgement: they alone never make a variant infeasible.
-  A crash after the long items were all completed is a validation failure, not a
-  feasibility one; it is named in the reason but does not exclude the variant here.
+- (b) evidence, after passes: ``lab.report.feasibility.campaign_feasibility``, which reads the
+  passes' statuses (kept out of this package: ``lab.passes`` imports ``lab.memory``, never the
+  other way round).
 """
 
 from __future__ import annotations
@@ -23,7 +18,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from lab.memory.estimate import EncoderShape, activation_bytes_per_item, bytes_per_element
-from lab.passes.events import PassStatus
 
 DEFAULT_MARGIN_FRACTION = 0.10
 LONG = "long"
@@ -80,63 +74,4 @@ def batch_fits(shape: EncoderShape, precision: str, bucket_max_tokens: dict[str,
         fits = None if variant_batch_size is None else variant_batch_size <= best
         out[bucket] = BucketFit(bucket, s, int(best), budget_bytes, margin_fraction, usable, weights,
                                 per_item, variant_batch_size, fits)
-    return out
-
-
-def _long_counts(p: dict, bucket: str) -> tuple[int, int] | None:
-    cov = p.get("coverage") or {}
-    c = cov.get(bucket)
-    return (int(c["observed"]), int(c["expected"])) if c else None
-
-
-def campaign_feasibility(passes: list[dict], long_bucket: str = LONG) -> dict[str, dict]:
-    """{variant_id: {"feasible": bool, "reason": str}} from raw-table rows (rule in the module doc).
-
-    Each row: ``variant_id``, ``status`` ("ok", "oom", "error", "killed", "interrupted"),
-    ``items_completed``, ``items_total``, ``coverage`` ({bucket: {"expected", "observed"}}
-    or None). Raises KeyError when a row lacks ``variant_id`` or ``status``.
-    """
-    by_variant: dict[str, list[dict]] = {}
-    for p in passes:
-        by_variant.setdefault(p["variant_id"], []).append(p)
-    out = {}
-    for vid, rows in by_variant.items():
-        judged = [p for p in rows if p["status"] != PassStatus.INTERRUPTED]
-        n_int = len(rows) - len(judged)
-        n_oom = sum(p["status"] == PassStatus.OOM for p in judged)
-        incomplete, worst = 0, None
-        crash_after_long = 0
-        for p in judged:
-            lc = _long_counts(p, long_bucket)
-            if lc is not None:
-                short_of_long = lc[0] < lc[1]
-                if worst is None or lc[0] * worst[1] < worst[0] * lc[1]:
-                    worst = lc
-            else:
-                short_of_long = p["status"] != PassStatus.OK and p.get("items_completed", 0) < p.get("items_total", 0)
-            if short_of_long and p["status"] != PassStatus.OOM:
-                incomplete += 1
-            elif not short_of_long and p["status"] in (PassStatus.ERROR, PassStatus.KILLED):
-                crash_after_long += 1
-        parts = []
-        if n_oom:
-            parts.append(f"OOM in {n_oom} of {len(judged)} passes")
-        if incomplete:
-            parts.append(f"long items incomplete in {incomplete} of {len(judged)} passes without OOM")
-        feasible = not parts
-        if worst is not None and (not feasible or worst[0] < worst[1]):
-            parts.append(f"{long_bucket} items completed {worst[0]}/{worst[1]}")
-        elif not feasible:
-            parts.append(f"{long_bucket} items not shown complete (no coverage recorded)")
-        if feasible:
-            if judged:
-                parts.append(f"{len(judged)} pass(es) judged, none ran out of memory or stopped before "
-                             f"the {long_bucket} items")
-            else:
-                parts.append("no pass judged yet (feasibility not shown, not refuted)")
-            if crash_after_long:
-                parts.append(f"{crash_after_long} crash(es) after the {long_bucket} items: a validation matter")
-        if n_int:
-            parts.append(f"{n_int} interrupted pass(es) not counted")
-        out[vid] = {"feasible": feasible, "reason": "; ".join(parts)}
     return out

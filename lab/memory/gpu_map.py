@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lab.errors import LabError
 
-class GpuNotMatched(LookupError):
+
+class GpuNotMatched(LabError, LookupError):
     """No management-library device has torch's device UUID or PCI address."""
 
 

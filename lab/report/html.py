@@ -1,4 +1,5 @@
-"""report.html: one self-contained file per campaign (in its archive) and per comparison.
+"""report.html: one self-contained file per campaign (in its archive); a comparison's page
+(lab.compare.html) is built from the same parts (``page``, figures, tables).
 
 No network and no CDN: plots are drawn by matplotlib (Agg backend) and embedded as base64
 PNG; the style sheet is inline; the decision note's Markdown is rendered by markdown-it-py without raw HTML, images or
@@ -23,7 +24,6 @@ from markdown_it import MarkdownIt  # noqa: E402
 from lab.passes.events import PassStatus  # noqa: E402
 
 if TYPE_CHECKING:
-    from lab.compare.decision import Comparison
     from lab.report.summary import VariantSummary
 
 FAILED = "#c0392b"
@@ -170,43 +170,3 @@ def campaign_report(name: str, summary: list[VariantSummary], rows: list[dict], 
                 "<h2>Decision note</h2>", markdown_html(details),
                 "<h2>Raw table (one row per attempted pass)</h2>", table_html(raw_table(rows))]
     return page(f"Campaign {name}", sections)
-
-
-def comparison_report(c: "Comparison", md: str, table: pd.DataFrame) -> str:
-    """report.html of a comparison: decision first (``md``: its decision.md), durations per
-    host x variant, throughput per host, cost per million items per host and package,
-    projected vs package hours, the raw rows (``table``: its compare.csv)."""
-    ps = list(c.projections)
-    labels = [f"{p.host}\n{p.label}" for p in ps]
-    head, _, rest = md.partition("## What would change the decision")
-    cls = "decision" if c.chosen else "decision none"
-    currency = next((p.sizing.quote.currency for p in ps if p.sizing), "")
-    title, _, head = head.partition("\n")  # decision.md's title line carries the banners
-    banner = title.removeprefix("# Comparison of rentals").removeprefix(": ")
-    sections = ["<h1>Comparison of rentals</h1>",
-                f'<p class="banner">{html.escape(banner)}</p>' if banner else "",
-                f'<div class="{cls}">' + markdown_html(head)
-                + markdown_html("## What would change the decision" + rest.split("## Declared")[0])
-                + "</div>",
-                "<h2>Durations per host and variant</h2>",
-                durations_figure([(lbl, list(p.durations_s), p.failures, list(p.failure_kinds))
-                                  for lbl, p in zip(labels, ps, strict=True)],
-                                 "Measured window per pass on the comparison corpus, median marked"),
-                "<h2>Throughput per host</h2>",
-                bars_figure(labels, [p.items_per_s_median for p in ps], "items/s",
-                            "Median pass items/s (bar: worst to best pass)",
-                            [p.items_per_s_worst for p in ps], [p.items_per_s_best for p in ps]),
-                "<h2>Cost per million items</h2>",
-                bars_figure(labels, [float(p.cost_per_million_items) if p.cost_per_million_items is not None
-                                     else None for p in ps], f"{currency} per million items",
-                            f"Committed budget of the smallest covering package / {c.load_items} items "
-                            "x 1,000,000"),
-                "<h2>Projected hours against package hours</h2>",
-                bars_figure(labels, [p.sizing.hours_needed if p.sizing else p.hours_worst for p in ps],
-                            "hours per lot", "Worst-pass hours per lot (bars) and hours the package "
-                            "allows before the deadline (red)",
-                            hline=[p.sizing.hours_allowed if p.sizing else None for p in ps],
-                            hline_label="package hours allowed"),
-                "<h2>Details</h2>", markdown_html("## Declared load" + md.split("## Declared", 1)[1]),
-                "<h2>Raw table (one row per archive x variant)</h2>", table_html(table)]
-    return page("Comparison of rentals", sections)

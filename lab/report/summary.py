@@ -235,10 +235,10 @@ def summarize(rows: list[dict], feasibility: dict | None = None) -> list[Variant
 
 def campaign_summary(rows: list[dict], attempts: list[dict]) -> list[VariantSummary]:
     """``summarize`` of a campaign's raw rows (lab.report.raw_table.raw_rows of ``attempts``) with
-    each variant's feasibility from lab.memory.feasibility (memory before cost, SPEC 3.9), which
+    each variant's feasibility from lab.report.feasibility (memory before cost, SPEC 3.9), which
     reads the coverage of each attempt's validation. The one summary of the report and of
     ``archive verify``'s re-derivation."""
-    from lab.memory.feasibility import campaign_feasibility
+    from lab.report.feasibility import campaign_feasibility
 
     cov = {a["pass_id"]: (a["validation"] or {}).get("coverage") for a in attempts}
     return summarize(rows, campaign_feasibility([{**r, "coverage": cov.get(r["pass_id"])} for r in rows]))

@@ -127,29 +127,7 @@ def test_bench_validation_bad_option_one_line_exit_2(args, words):
     one_line(run(VALIDATION, *args), "bench-validation: ", words)
 
 
-def test_bench_validation_does_not_judge_the_goal_for_another_size():
-    r = run(VALIDATION, "--items", "200", "--rounds", "1", timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "goal not judged: 200 items, the goal is for 1,000,000" in r.stdout
-    rows = [ln for ln in r.stdout.split("median of", 1)[1].splitlines() if ln.startswith("this ")]
-    assert len(rows) == 2 and all(ln.endswith(" not judged") for ln in rows), rows
-
-
 def test_goal_verdict_is_judged_only_at_one_million():
     assert bench_validation.goal_verdict(1_000_000, {"corpus": 2.0, "shuffled": 2.9}) == "met"
     assert bench_validation.goal_verdict(1_000_000, {"corpus": 2.0, "shuffled": 3.1}) == "NOT met"
     assert bench_validation.goal_verdict(999_999, {"corpus": 0.1, "shuffled": 0.1}) == "not judged"
-
-
-def test_bench_validation_fails_loudly_when_a_validation_rejects(tmp_path):
-    """A checkout whose validate_pass rejects every pass, timed as --baseline: no timing is reported."""
-    shutil.copytree(REPO / "lab", tmp_path / "lab", ignore=shutil.ignore_patterns("__pycache__"))
-    with open(tmp_path / "lab" / "validate.py", "a", encoding="utf-8") as fh:
-        fh.write("\n\n_real_validate_pass = validate_pass\n\n\ndef validate_pass(*a, **k):\n"
-                 "    import dataclasses\n    v = _real_validate_pass(*a, **k)\n"
-                 "    return dataclasses.replace(v, corpus_accepted=False,\n"
-                 "                               reasons=['forced rejection for the test'])\n")
-    r = run(VALIDATION, "--items", "100", "--rounds", "1", "--baseline", str(tmp_path), timeout=120)
-    assert r.returncode == 1, (r.stdout, r.stderr)
-    assert r.stderr.count("\n") == 1 and "REJECTED" in r.stderr and "forced rejection for the test" in r.stderr
-    assert "median of" not in r.stdout and "Traceback" not in r.stderr

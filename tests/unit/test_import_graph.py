@@ -64,3 +64,31 @@ def test_missing_package_is_a_one_line_error(tmp_path):
     r = run_graph(tmp_path, "no_such_package_here")
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_repository_has_no_cycle_between_packages():
+    r = run_graph(REPO)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "package cycles: 0" in r.stdout, r.stdout
+    assert int(r.stdout.split("packages: ")[1].split()[0]) > 10, r.stdout  # lab's packages and modules
+
+
+def test_a_cycle_between_packages_through_different_modules_fails(tmp_path):
+    """No module cycle, yet the two packages import each other (lab.passes <-> lab.memory was one)."""
+    write_package(tmp_path, {
+        "top/__init__.py": "",
+        "top/passes/__init__.py": "",
+        "top/passes/runner.py": "from top.memory import peaks\n",
+        "top/passes/events.py": "STATUS = 'ok'\n",
+        "top/memory/__init__.py": "",
+        "top/memory/peaks.py": "X = 1\n",
+        "top/memory/feasibility.py": "def f():\n    from top.passes.events import STATUS\n    return STATUS\n",
+    })
+    r = run_graph(tmp_path, "top")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "cycles: 0" in r.stdout  # the modules alone are acyclic
+    assert ("package cycle (2 packages): top.memory -> top.passes -> top.memory "
+            "(top.memory.feasibility -> top.passes.events; top.passes.runner -> top.memory.peaks)") in r.stdout
+    assert "package cycles: 1" in r.stdout
+    (tmp_path / "top/memory/feasibility.py").write_text("X = 2\n")  # the shared fact moved down: clean
+    assert run_graph(tmp_path, "top").returncode == 0

@@ -13,17 +13,23 @@ from pathlib import Path
 from conftest import REPO
 
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
-SERVICE_AND_CLI = {"lab.campaigns", "lab.views", "lab.cli"}
-FACTS_CONTRACT = ("Facts (files, host, host_cards, constants, diskfull, cost, errors, typecheck) import no other "
-                  "lab module")
-BELOW_SERVICE_CONTRACT = "The engine below the service layer imports neither it nor the CLI"
-LAUNCHERS_CONTRACT = "Launchers import passes and facts, never the orchestrator layer or what sits beside it"
+LAYERS_CONTRACT = "Engine layers: CLI > service layer > ... > passes > facts"
 PASSES_CONTRACT = "The pass runner loads neither textual nor docker"
+FACTS = {"lab.constants", "lab.cost", "lab.diskfull", "lab.errors", "lab.files", "lab.host", "lab.host_cards",
+         "lab.typecheck"}
 
 
 def contracts() -> dict[str, dict]:
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
     return {c["name"]: c for c in config["contracts"]}
+
+
+def engine_layers() -> list[set[str]]:
+    """The layers contract's layers, top first, each as the set of its dotted module names."""
+    layers = contracts()[LAYERS_CONTRACT]
+    (container,) = layers["containers"]
+    return [{f"{container}.{name.strip()}" for name in layer.replace("|", ":").split(":")}
+            for layer in layers["layers"]]
 
 
 def top_level_lab_modules() -> set[str]:
@@ -34,16 +40,25 @@ def top_level_lab_modules() -> set[str]:
     return names
 
 
-def test_contract_module_lists_name_every_lab_module():
-    """A new module must be placed: facts or not, and below the service layer or in it."""
+def test_the_layers_contract_places_every_lab_module_once():
+    """One layers contract states the engine's layers (no hand-kept lists of module names): it
+    is exhaustive, so a new module must be placed; each module sits in exactly one layer; the
+    CLI is on top, the service layer under it, the facts at the bottom, passes below launchers."""
+    contract = contracts()[LAYERS_CONTRACT]
+    assert contract["type"] == "layers" and contract["exhaustive"] is True
+    layers = engine_layers()
+    placed = [m for layer in layers for m in layer]
+    assert len(placed) == len(set(placed)), sorted(m for m in placed if placed.count(m) > 1)
     every = top_level_lab_modules()
-    facts = contracts()[FACTS_CONTRACT]
-    lab_forbidden = {m for m in facts["forbidden_modules"] if m.startswith("lab.")}
-    placed = set(facts["source_modules"]) | lab_forbidden
-    assert placed == every, sorted(every ^ placed)
-    assert not set(facts["source_modules"]) & lab_forbidden
-    below = set(contracts()[BELOW_SERVICE_CONTRACT]["source_modules"])
-    assert below | SERVICE_AND_CLI == every, sorted(every ^ (below | SERVICE_AND_CLI))
+    assert set(placed) == every, sorted(every ^ set(placed))
+    assert layers[0] == {"lab.cli"} and layers[1] == {"lab.campaigns", "lab.views"} and layers[-1] == FACTS
+    index = {m: i for i, layer in enumerate(layers) for m in layer}
+    assert index["lab.orchestrator"] < index["lab.journal"] < index["lab.passes"]
+    assert index["lab.launchers"] < index["lab.passes"] < index["lab.memory"]
+    forbidden = [c for c in contracts().values()  # the engine's own forbidden contracts (not tui -> lab.cli)
+                 if c["type"] == "forbidden" and all(m.startswith("lab") for m in c["source_modules"])]
+    assert not any(m.startswith("lab.") for c in forbidden for m in c["forbidden_modules"]), \
+        "a forbidden contract lists lab modules again: place them in the layers contract"
 
 
 def test_layer_table_places_every_lab_module():
@@ -87,14 +102,26 @@ def test_function_level_imports_across_layers_are_caught(tmp_path):
         "lab/constants.py": "lab.config",            # a fact importing an engine module
         "lab/report/build.py": "lab.campaigns",      # the report reaching up to the service layer
         "lab/passes/spec.py": "lab.status",          # a pass reaching the orchestrator layer
+        "lab/config.py": "lab.preflight",            # independent siblings ("|") importing each other
     }
     for path, target in bad.items():
         with (tmp_path / path).open("a") as f:
             f.write(f"\n\ndef _layer_break():\n    import {target}\n    return {target}\n")
     r = run_lint_imports(tmp_path)
     assert r.returncode != 0, r.stdout
-    assert {FACTS_CONTRACT, BELOW_SERVICE_CONTRACT, LAUNCHERS_CONTRACT, PASSES_CONTRACT} <= broken(r.stdout), r.stdout
+    assert LAYERS_CONTRACT in broken(r.stdout), r.stdout
     flat = " ".join(r.stdout.split())
     for path, target in bad.items():
         importer = path.removesuffix(".py").replace("/", ".")
         assert f"{importer} -> {target}" in flat, (importer, target, r.stdout)
+
+
+def test_a_module_left_out_of_the_layers_breaks_the_contract(tmp_path):
+    """exhaustive = true: a new top-level module of lab/ fails lint until it is placed."""
+    for folder in ("lab", "tui"):
+        shutil.copytree(REPO / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "lab" / "newcomer.py").write_text("X = 1\n")
+    r = run_lint_imports(tmp_path)
+    assert r.returncode != 0, r.stdout
+    assert "newcomer" in r.stdout, r.stdout

@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 
 from rich.markup import escape
@@ -18,12 +19,12 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Label, Static
 
-from lab.campaigns import USER_ERRORS, assemble_archive, replay_here
+from lab.campaigns import ONE_LINE_ERRORS, assemble_archive, replay_here
 from tui.messages import ArchiveReady
 from tui.screens.lab_screen import LabScreen
 
 
-def detect_remote(env: dict | None = None) -> dict:
+def detect_remote(env: Mapping[str, str] | None = None) -> dict:
     """{user, host, port} of this machine as seen from the SSH client.
 
     SSH_CONNECTION is "client_ip client_port server_ip server_port"; without it the
@@ -35,7 +36,7 @@ def detect_remote(env: dict | None = None) -> dict:
     if not user:
         try:
             user = getpass.getuser()
-        except Exception:
+        except (OSError, KeyError):  # no user name in the environment or the password database
             user = "root"
     if len(parts) == 4:
         return {"user": user, "host": parts[2], "port": parts[3]}
@@ -149,10 +150,8 @@ class ArchiveScreen(LabScreen):
     def assemble(self, campaign_dir, partial: bool = False) -> None:
         try:
             self.post_message(ArchiveReady(assemble_archive(campaign_dir, partial)))
-        except USER_ERRORS as exc:  # one line that says what to do; the campaign folder is untouched
+        except ONE_LINE_ERRORS as exc:  # one line that says what to do; the campaign folder is untouched
             self.post_message(ArchiveReady(None, str(exc)))
-        except Exception as exc:  # not a user error: its kind helps the report
-            self.post_message(ArchiveReady(None, f"{type(exc).__name__}: {exc}"))
 
     def on_archive_ready(self, msg: ArchiveReady) -> None:
         info = self.query_one("#archive-info", Static)
@@ -183,7 +182,7 @@ class ArchiveScreen(LabScreen):
         out = self.query_one("#replay-result", Static)
         try:
             r = replay_here(archive)
-        except USER_ERRORS as exc:
+        except ONE_LINE_ERRORS as exc:
             self.app.call_from_thread(out.update, f"[red]{escape(str(exc))}[/red]")
             return
         self.app.call_from_thread(out.update, (
@@ -197,12 +196,13 @@ class ArchiveScreen(LabScreen):
     def update_scp(self) -> None:
         """The scp command in lines that fit the screen's width (none wraps, so each copies
         whole from tmux); the path relative to the login folder when it lies under it."""
-        if not getattr(self, "archive", None):
+        archive = getattr(self, "archive", None)
+        if not archive:
             return
         v = {k: self.query_one(f"#scp-{k}", Input).value.strip() for k in ("user", "host", "port")}
         home = str(Path.home()) if v["user"] == self.local_user else None
         width = self.query_one("#archive-scroll").scrollable_content_region.width or 78
-        lines = scp_lines(v["user"], v["host"], v["port"], remote_path(self.archive["path"], home), width)
+        lines = scp_lines(v["user"], v["host"], v["port"], remote_path(archive["path"], home), width)
         self.query_one("#scp-head", Static).update(
             "Run on your own machine (edit user/host/port above if needed):" if len(lines) == 1 else
             f"Run these {len(lines)} lines on your own machine, pasted together (each is a whole "

@@ -16,6 +16,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Label, Static
 
+from lab.campaigns import ONE_LINE_ERRORS
 from lab.views import run_comparison
 from tui.messages import CompareReady
 from tui.screens.lab_screen import LabScreen
@@ -121,13 +122,9 @@ class CompareScreen(LabScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False)
     def compare(self, archives: list[str], fields: dict, root: Path) -> None:
-        from lab.archive import ArchiveError
-        from lab.compare import CompareError
-        from lab.cost.forfaits import PricingError
-
         try:
             self.post_message(CompareReady(run_comparison(archives, fields, root)))
-        except (CompareError, ArchiveError, PricingError) as exc:
+        except ONE_LINE_ERRORS as exc:
             self.post_message(CompareReady(None, str(exc)))
 
     def on_compare_ready(self, msg: CompareReady) -> None:

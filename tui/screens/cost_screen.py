@@ -12,6 +12,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Label, Markdown, Static
 
+from lab.campaigns import ONE_LINE_ERRORS
 from lab.constants import DEFAULT_LOTS
 from lab.cost.forfaits import PricingError
 from lab.protocol import ProtocolError, load_protocol
@@ -71,7 +72,7 @@ class CostScreen(LabScreen):
             self.post_message(CostReady(cost_view(self.app.campaign_file, campaign_dir, fields)))
         except PricingError as exc:  # in this screen's terms: the catalog CSV field, not --catalog
             self.post_message(CostReady(None, exc.reworded("give a catalog's path in the catalog CSV field")))
-        except ProtocolError as exc:
+        except ONE_LINE_ERRORS as exc:
             self.post_message(CostReady(None, str(exc)))
 
     def on_cost_ready(self, msg: CostReady) -> None:

@@ -11,6 +11,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from lab.campaigns import ONE_LINE_ERRORS
 from tui.messages import EnvironmentReady
 from tui.screens.lab_screen import LabScreen
 
@@ -71,8 +72,8 @@ class EnvironmentScreen(LabScreen):
             facts = self.app.environment_facts(refresh=True)
             if facts is not None:  # None: this worker was cancelled (the UI quits, or r again)
                 self.post_message(EnvironmentReady(facts))
-        except Exception as exc:
-            self.post_message(EnvironmentReady({"error": f"{type(exc).__name__}: {exc}"}))
+        except ONE_LINE_ERRORS as exc:
+            self.post_message(EnvironmentReady({"error": str(exc)}))
 
     def on_environment_ready(self, msg: EnvironmentReady) -> None:
         text = (f"[red]probing failed: {escape(msg.facts['error'])}[/red]" if "error" in msg.facts

@@ -14,7 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
-from lab.protocol import ProtocolError
+from lab.campaigns import ONE_LINE_ERRORS
 from lab.views import build_plan
 from tui.messages import PlanReady
 from tui.screens.lab_screen import LabScreen
@@ -53,7 +53,7 @@ class PlanScreen(LabScreen):
             if facts is None:  # this worker was cancelled while the probe ran (the UI quits)
                 return
             self.post_message(PlanReady(build_plan(self.app.campaign_file, facts)))
-        except (ProtocolError, ValueError) as exc:
+        except ONE_LINE_ERRORS as exc:
             self.post_message(PlanReady(None, str(exc)))
 
     def on_plan_ready(self, msg: PlanReady) -> None:

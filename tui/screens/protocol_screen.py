@@ -13,8 +13,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
-from lab.campaigns import campaign_dir_of
-from lab.protocol import ProtocolError
+from lab.campaigns import ONE_LINE_ERRORS, campaign_dir_of
 from lab.views import lock_protocol, protocol_info
 from tui.messages import ProtocolLoaded, ProtocolLocked
 from tui.screens.lab_screen import LabScreen
@@ -79,7 +78,7 @@ class ProtocolScreen(LabScreen):
     def load(self) -> None:
         try:
             self.post_message(ProtocolLoaded(protocol_info(self.app.campaign_file)))
-        except ProtocolError as exc:
+        except ONE_LINE_ERRORS as exc:
             self.post_message(ProtocolLoaded(None, str(exc)))
 
     def on_protocol_loaded(self, msg: ProtocolLoaded) -> None:
@@ -113,7 +112,7 @@ class ProtocolScreen(LabScreen):
         try:
             version, new = lock_protocol(self.app.campaign_file)
             self.post_message(ProtocolLocked(version, new=new))
-        except ProtocolError as exc:
+        except ONE_LINE_ERRORS as exc:
             self.post_message(ProtocolLocked(None, False, str(exc)))
 
     def on_protocol_locked(self, msg: ProtocolLocked) -> None:

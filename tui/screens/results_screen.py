@@ -13,6 +13,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from lab.campaigns import ONE_LINE_ERRORS
 from tui.messages import ResultsReady
 from tui.screens.lab_screen import LabScreen
 from tui.widgets.durations_plot import DurationsPlot
@@ -91,8 +92,8 @@ class ResultsScreen(LabScreen):
             r = build_report(campaign_dir)
             self.post_message(ResultsReady({"summary": r["summary"], "rows": r["rows"],
                                             "report_dir": str(r["report_dir"])}))
-        except Exception as exc:  # shown in one line; the journal is untouched
-            self.post_message(ResultsReady(None, f"{type(exc).__name__}: {exc}"))
+        except ONE_LINE_ERRORS as exc:  # shown in one line; the journal is untouched
+            self.post_message(ResultsReady(None, str(exc)))
 
     def on_results_ready(self, msg: ResultsReady) -> None:
         text = self.query_one("#results-text", Static)

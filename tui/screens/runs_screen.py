@@ -24,7 +24,7 @@ def status_line(snap: CampaignSnapshot | None, campaign_name: str, now: float | 
     campaign folder, state, passes finished/planned; then the running pass's and the campaign's
     ETA (lab.status.running_eta_text, the headless progress line's rule), the orchestrator and
     the next key. ``now``: epoch s (the app's clock)."""
-    if snap is None or snap.status is None:
+    if snap is None or snap.status is None or snap.campaign_dir is None:
         return (f"[b]{escape(campaign_name)}[/b]: not started.\nPress [b]s[/b] to start "
                 "(locks the protocol if it never was).")
     st = snap.status
@@ -83,7 +83,7 @@ class RunsScreen(LabScreen):
         log = self.query_one("#pass-log", RichLog)
         if self.view == "log":
             pid, text = snap.log_tail
-            shown = ("log", pid, text)
+            shown: tuple = ("log", pid, text)
             log.border_title = f"log.txt of {pid}" if pid else "log (no pass yet)"
             lines = text.splitlines()
         else:

@@ -11,6 +11,7 @@ from datetime import datetime
 
 from rich.text import Text
 from textual.widgets import DataTable
+from textual.widgets.data_table import CellDoesNotExist
 
 from lab.passes.events import FAILED, PassStatus
 from lab.variants import variant_short
@@ -64,7 +65,7 @@ def pass_rows(attempts: list[dict], plan: list[dict], live_failures: dict, now: 
         done, total = a["items_completed"] or 0, a["items_total"] or 0
         failed = status in FAILED or (status == PassStatus.RUNNING and live is not None)
         if failed:
-            kind = status if status != PassStatus.RUNNING else live["kind"]
+            kind = live["kind"] if status == PassStatus.RUNNING and live is not None else status
             if live and live.get("items_done") is not None and status == PassStatus.RUNNING:
                 done = live["items_done"]
             st = Text(f"{str(kind).upper()} @{done}", style=FAIL_STYLE)
@@ -146,6 +147,6 @@ class PassTable(DataTable):
             return None
         try:
             key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
-        except Exception:
+        except CellDoesNotExist:
             return None
         return None if key is None or key.startswith("slot-") else key

@@ -1,0 +1,71 @@
+"""requirements.lock is the runtime a rental runs; requirements-dev.lock adds what only tests and
+maintainers need (issue 18 part 7). The pass images install subsets of the runtime only."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+from conftest import REPO
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+PIN = re.compile(r"^([A-Za-z0-9_.-]+)==([^\s\\]+)")
+DEV_TOOLS = {"pytest", "pytest-asyncio", "pytest-textual-snapshot", "pytest-timeout", "ruff", "mypy",
+             "import-linter", "grimp", "nbclient", "nbformat", "ipykernel", "tornado", "syrupy"}
+# Wheels only a vendor image needs (the CUDA runtime libraries, triton; setuptools, which torch's
+# wheel metadata names and a venv already holds).
+IMAGE_ONLY = re.compile(r"^(cuda-|nvidia-(?!ml-py)|triton$|setuptools$)")
+
+
+def pins(path) -> dict[str, str]:
+    out = {}
+    for line in path.read_text().splitlines():
+        m = PIN.match(line)
+        if m:
+            out[canonicalize_name(m.group(1))] = m.group(2)
+    return out
+
+
+def project() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+
+def test_the_runtime_lock_holds_no_test_or_maintainer_tool():
+    runtime = pins(REPO / "requirements.lock")
+    assert len(runtime) > 40  # the whole resolved runtime, not a stub
+    assert not DEV_TOOLS & set(runtime), sorted(DEV_TOOLS & set(runtime))
+
+
+def test_the_dev_lock_adds_to_the_runtime_without_repeating_it():
+    text = (REPO / "requirements-dev.lock").read_text()
+    assert text.splitlines().count("-r requirements.lock") == 1
+    dev, runtime = pins(REPO / "requirements-dev.lock"), pins(REPO / "requirements.lock")
+    assert set(dev) >= DEV_TOOLS, sorted(DEV_TOOLS - set(dev))
+    assert not set(dev) & set(runtime), sorted(set(dev) & set(runtime))
+
+
+def test_pyproject_pins_sit_in_the_lock_of_their_side():
+    runtime, dev = pins(REPO / "requirements.lock"), pins(REPO / "requirements-dev.lock")
+    p = project()
+    for side, reqs in ((runtime, p["dependencies"] + p["optional-dependencies"]["demo"]),
+                       (dev, p["optional-dependencies"]["test"])):
+        for r in map(Requirement, reqs):
+            name, (spec,) = canonicalize_name(r.name), r.specifier
+            assert side.get(name) == spec.version, (r.name, spec.version, side.get(name))
+
+
+def test_pass_images_install_only_the_runtime_at_its_versions():
+    runtime = pins(REPO / "requirements.lock")
+    for vendor in ("cpu", "cuda", "rocm"):
+        image = pins(REPO / "images" / f"requirements-{vendor}.txt")
+        assert image, vendor
+        assert not DEV_TOOLS & set(image), (vendor, sorted(DEV_TOOLS & set(image)))
+        extra = sorted(n for n in image if n not in runtime and not IMAGE_ONLY.match(n))
+        assert not extra, (vendor, extra)
+        for name, version in image.items():
+            if name in runtime:  # torch's local build tag (+cpu) aside, the same version
+                assert version.split("+")[0] == runtime[name], (vendor, name, version, runtime[name])
+        dockerfile = (REPO / "images" / vendor / "Dockerfile").read_text()
+        assert f"images/requirements-{vendor}.txt" in dockerfile and "requirements-dev" not in dockerfile
+        assert "requirements.lock" not in dockerfile.split("COPY", 1)[1]
