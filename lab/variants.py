@@ -20,7 +20,12 @@ from lab.typecheck import type_name, type_ok
 MAX_BATCH_SIZE = 65536  # items per batch: beyond it no accelerator holds one batch of even the shortest texts
 UNUSUAL_BATCH_SIZE = 1024  # above it a warning at lock
 PRECISIONS = ("fp32", "bf16", "fp16")
+#: A precision's dtype name (torch.<name>; vLLM's ``dtype`` takes the same names).
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 PADDINGS = ("longest", "max_length")
+ENGINES = ("transformers", "vllm")
+"""Inference engines a variant can declare (SPEC section 2, "engine"); the first is the default."""
+VLLM_ONLY = ("max_num_seqs", "vllm_memory_fraction")  # engine options that only vLLM reads
 SERIES_SEP = "+"  # joins the names of the series a shared variant belongs to
 DERIVED_KEYS = ("variant_id", "label")  # written by Variant.to_json, recomputed from the fields
 ID_FIELDS = ("batch_size", "precision", "padding", "max_length", "bucketing", "device", "compile",
@@ -40,7 +45,16 @@ class Variant:
     """One configuration of a pass. Units: ``max_length`` in tokens, ``batch_size`` in items.
 
     ``cards``: devices one pass runs on (N workers under torchrun, one per card; on CPU, N
-    workers that split the declared threads). ``batch_size`` is per worker. Raises
+    workers that split the declared threads). ``batch_size`` is per worker.
+
+    ``engine``: "transformers" (the lab's own batched forward passes) or "vllm" (lab.engines.vllm:
+    vLLM's offline engine in its own venv). For vLLM, ``batch_size`` is how many prompts the lab
+    hands the engine per call, not what it runs together (vLLM batches continuously; what it
+    scheduled is recorded); ``max_length`` is vLLM's ``max_model_len``, ``precision`` its dtype,
+    ``compile = false`` its ``enforce_eager``. ``max_num_seqs`` caps the sequences vLLM runs at
+    once (None: vLLM's own default, recorded); ``vllm_memory_fraction`` is the fraction of device
+    memory (on CPU: of host RAM) vLLM reserves up front for weights and KV cache (None: the lab's
+    safe value, lab.constants.VLLM_MEMORY_FRACTION, recorded). Both only with engine "vllm". Raises
     VariantError (one line) for a value of the wrong type (checked for every field against its
     annotation; ``true`` is not an integer) or outside its range.
 
@@ -59,6 +73,9 @@ class Variant:
     attention: str = "sdpa"
     quantization: str = "none"
     cards: int = 1
+    engine: str = "transformers"
+    max_num_seqs: int | None = None
+    vllm_memory_fraction: float | None = None
     series: str = ""
     name: str = ""
 
@@ -86,6 +103,29 @@ class Variant:
         if self.compile and self.cards > 1:  # lab.passes.multicard's workers do not compile
             raise VariantError(f"compile = true runs on one card only (cards = {self.cards}); "
                                "declare cards = 1 or compile = false")
+        self._check_engine()
+
+    def _check_engine(self) -> None:
+        """The engine and its options: one line each (VariantError)."""
+        if self.engine not in ENGINES:
+            close = difflib.get_close_matches(self.engine.lower(), ENGINES, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"use one of {', '.join(ENGINES)}"
+            raise VariantError(f"engine {self.engine!r} unknown ({hint})")
+        if self.engine != "vllm":
+            bad = [f for f in VLLM_ONLY if getattr(self, f) is not None]
+            if bad:
+                raise VariantError(f"{bad[0]} is a vLLM option but engine = {self.engine!r}; declare "
+                                   f"engine = \"vllm\" or remove {bad[0]}")
+            return
+        if self.cards != 1:
+            raise VariantError(f"engine vllm runs on one card per pass here (cards = {self.cards}); declare cards = 1")
+        if self.max_num_seqs is not None and self.max_num_seqs < 1:
+            raise VariantError(f"max_num_seqs {self.max_num_seqs!r} must be an integer >= 1 (sequences vLLM "
+                               "runs at once), or left out for vLLM's default")
+        f = self.vllm_memory_fraction
+        if f is not None and not 0 < f <= 1:
+            raise VariantError(f"vllm_memory_fraction {f!r} must be in (0, 1] (a fraction of device memory; "
+                               "on CPU of host RAM), e.g. 0.1, or left out for the lab's safe value")
 
     def config(self) -> dict:
         """The parameters that define the work, from which :attr:`variant_id` is derived.
@@ -109,6 +149,7 @@ class Variant:
         """Short human label, e.g. 'batch 8, fp32, longest, max 256'."""
         s = f"batch {self.batch_size}, {self.precision}, {self.padding}, max {self.max_length}"
         s += (", bucketed" if self.bucketing else "") + (", compiled" if self.compile else "")
+        s += f", {self.engine}" if self.engine != ENGINES[0] else ""
         return s + (f", {self.cards} cards" if self.cards != 1 else "")
 
     def to_json(self) -> dict:

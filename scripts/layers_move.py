@@ -166,7 +166,7 @@ layers = [
   "report",
   "orchestration | demo",
   "launchers",
-  "passes",
+  "passes | engines",
   "memory",
   "inputs | cost",
   "facts",

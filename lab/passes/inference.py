@@ -15,9 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from lab.variants import Variant
+from lab.variants import DTYPES, Variant
 
-DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 class NonFiniteLogits(RuntimeError):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 
-from lab.passes.inference import DTYPES
+from lab.variants import DTYPES
 from lab.variants import Variant
 
 BUCKETS = ("short", "medium", "long")
@@ -118,7 +118,10 @@ def require_honoured(variant: Variant, observed: dict, device: str) -> None:
     ``device`` is the resolved device the pass asked for (lab.passes.inference.resolve_device).
     Window fields (padding, max_tokens, bucketing, batch_size) are checked once ``observed``
     holds them. Every field of Variant that says what runs is checked here, except ``cards``
-    (lab.passes.multicard compares the cards that reported with the cards declared):
+    (lab.passes.multicard compares the cards that reported with the cards declared). ``engine``
+    is read from ``observed["engine"]``, which only lab.engines.vllm's observation holds (the
+    transformers runner reports none, so its absence means transformers); the vLLM options from
+    what the engine reported (lab.engines.vllm.VllmClient.observed):
     tests/unit/test_every_field_observed.py holds that rule.
     """
     bad = []
@@ -150,6 +153,16 @@ def require_honoured(variant: Variant, observed: dict, device: str) -> None:
     if "bucketing" in observed and not (observed["bucketing"] != "corpus order" if variant.bucketing
                                         else observed["bucketing"].startswith("corpus order")):
         bad.append(f"bucketing {variant.bucketing} declared, processing order: {observed['bucketing']}")
+    engine = observed.get("engine", "transformers")  # only lab.engines.vllm reports an engine
+    if engine != variant.engine:
+        bad.append(f"engine {variant.engine} declared, the pass ran {engine}")
+    if variant.max_num_seqs is not None and observed.get("max_num_seqs") != variant.max_num_seqs:
+        bad.append(f"max_num_seqs {variant.max_num_seqs} declared, vLLM scheduled at most "
+                   f"{observed.get('max_num_seqs')} sequences at once")
+    if (variant.vllm_memory_fraction is not None
+            and observed.get("vllm_memory_fraction") != variant.vllm_memory_fraction):
+        bad.append(f"vllm_memory_fraction {variant.vllm_memory_fraction} declared, vLLM reserved "
+                   f"{observed.get('vllm_memory_fraction')} of the memory")
     n = observed.get("window_items") or 0
     if "batch_size" in observed and n and observed["batch_size"] != min(variant.batch_size, n):
         bad.append(f"batch_size {variant.batch_size} declared, the largest batch the model received held "

@@ -7,7 +7,7 @@ Adding a field to Variant without an observation rule fails
 ``test_every_variant_field_has_an_observation_rule``."""
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import pytest
 
@@ -30,12 +30,20 @@ CONTRADICTIONS = {  # field: (observed values that contradict DECLARED, words of
     "compile": ({"compile": True}, "compile False declared, compiled module: True"),
     "attention": ({"attention": "eager"}, "attention sdpa declared, the model reports eager"),
     "quantization": ({"quantization": "int8"}, "quantization none declared, weights are int8"),
+    "engine": ({"engine": "vllm"}, "engine transformers declared, the pass ran vllm"),
+}
+VLLM = replace(DECLARED, engine="vllm", max_num_seqs=8, vllm_memory_fraction=0.1)
+VLLM_HONOURED = {**HONOURED, "engine": "vllm", "max_num_seqs": 8, "vllm_memory_fraction": 0.1}
+VLLM_CONTRADICTIONS = {  # the vLLM options, declared on a vLLM variant
+    "max_num_seqs": ({"max_num_seqs": 256}, "max_num_seqs 8 declared, vLLM scheduled at most 256 sequences"),
+    "vllm_memory_fraction": ({"vllm_memory_fraction": 0.92}, "vllm_memory_fraction 0.1 declared, vLLM "
+                                                               "reserved 0.92 of the memory"),
 }
 
 
 def test_every_variant_field_has_an_observation_rule():
     runs = {f.name for f in fields(Variant)} - set(NAME_FIELDS)
-    assert runs - set(CHECKED_ELSEWHERE) == set(CONTRADICTIONS), \
+    assert runs - set(CHECKED_ELSEWHERE) == set(CONTRADICTIONS) | set(VLLM_CONTRADICTIONS), \
         "a Variant field without an observation in require_honoured (lab/passes/observed.py) is silently ignorable"
 
 
@@ -50,4 +58,18 @@ def test_a_contradicted_field_is_named(field_name):
     change, words = CONTRADICTIONS[field_name]
     with pytest.raises(NotHonoured, match="declared value not honoured: ") as e:
         require_honoured(DECLARED, {**HONOURED, **change}, "cpu")
+    assert words in str(e.value)
+
+
+def test_a_vllm_observation_that_honours_its_options_passes():
+    require_honoured(VLLM, VLLM_HONOURED, "cpu")
+    with pytest.raises(NotHonoured, match="engine vllm declared, the pass ran transformers"):
+        require_honoured(VLLM, {k: v for k, v in VLLM_HONOURED.items() if k != "engine"}, "cpu")
+
+
+@pytest.mark.parametrize("field_name", sorted(VLLM_CONTRADICTIONS))
+def test_a_contradicted_vllm_option_is_named(field_name):
+    change, words = VLLM_CONTRADICTIONS[field_name]
+    with pytest.raises(NotHonoured, match="declared value not honoured: ") as e:
+        require_honoured(VLLM, {**VLLM_HONOURED, **change}, "cpu")
     assert words in str(e.value)

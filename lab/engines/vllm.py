@@ -1,0 +1,328 @@
+"""The lab's side of the vLLM engine: one client object over a child process in the vLLM venv.
+
+:class:`VllmClient` starts ``lab/engines/vllm_worker.py`` with the vLLM venv's python
+(lab.engines.vllm_env) in a process group of its own, and speaks JSON lines with it. The
+lab tokenizes and truncates (lab.passes.inference.tokenize, the same rule as a transformers
+pass); the client sends token ids only, so both engines receive the same ids.
+
+Interface (what a pass job calls, in this order)::
+
+    client = VllmClient(settings_for(variant, model_dir, device), log_path=pass_dir / "vllm.log")
+    ready = client.start()                # set-up: engine start + model load, timed apart
+    out = client.classify(token_ids)      # or client.embed(token_ids); once per chunk
+    client.observed()                     # what vLLM ran, for lab.passes.observed.require_honoured
+    client.close()                        # also on exception (a context manager), and on signal
+
+``token_ids``: a list of items, each a list of int token ids of at most ``max_model_len``.
+How many items a call carries is the caller's choice (the declared ``batch_size``); vLLM
+batches continuously inside a call, up to ``max_num_seqs`` sequences and
+``max_num_batched_tokens`` tokens per engine step, so the declared batch size is not what it
+runs together: the client reports what vLLM scheduled (``max_running``, its scheduler limits).
+
+No engine process outlives the client: close() kills the whole process group; the worker
+kills its own group when its parent dies (SIGKILL included), within WATCH_S.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from lab.constants import DEFAULT_SEED, VLLM_MEMORY_FRACTION
+from lab.engines.vllm_env import VllmEnvError, ensure_vllm_env
+from lab.errors import FailureKind, PassFailure, UserError
+from lab.variants import DTYPES, Variant
+from lab.engines.vllm_worker import Op, Reply, Why
+
+WORKER = Path(__file__).with_name("vllm_worker.py")
+PROBE = Path(__file__).with_name("vllm_probe.py")
+START_TIMEOUT_S = 600.0  # engine start + model load; 35-40 s for the demo classifier on 2 cores
+CALL_TIMEOUT_S = 3600.0  # one classify/embed call
+PROBE_TIMEOUT_S = 300.0
+WATCH_S = 0.2  # the worker's parent-death poll (lab/engines/vllm_worker.py reads ITERALAB_WATCH_S)
+
+
+class VllmFailure(PassFailure):
+    """The engine refused, ran out of memory or died; ``kind`` says which (FailureKind)."""
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    """What the lab asks vLLM for. ``max_model_len`` in tokens; ``gpu_memory_utilization`` a
+    fraction (0, 1] of device memory, on CPU of host RAM, that vLLM reserves up front."""
+
+    model: str
+    dtype: str
+    max_model_len: int
+    enforce_eager: bool
+    gpu_memory_utilization: float
+    max_num_seqs: int | None = None
+    seed: int = DEFAULT_SEED
+    runner: str = "pooling"
+
+
+def settings_for(variant: Variant, model: str | Path, device: str, seed: int = DEFAULT_SEED) -> VllmSettings:
+    """The settings a vLLM variant declares: ``max_length`` -> max_model_len, ``precision`` ->
+    dtype, ``compile = false`` -> enforce_eager, ``vllm_memory_fraction`` (else
+    lab.constants.VLLM_MEMORY_FRACTION for ``device``: "cpu" or a GPU) and ``max_num_seqs``.
+    Raises UserError (one line) for a variant whose engine is not vllm."""
+    if variant.engine != "vllm":
+        raise UserError(f"variant {variant.name or variant.variant_id} declares engine {variant.engine!r}, "
+                        "not vllm; run it with the transformers pass")
+    fraction = variant.vllm_memory_fraction
+    if fraction is None:
+        fraction = VLLM_MEMORY_FRACTION["cpu" if device == "cpu" else "gpu"]
+    return VllmSettings(model=str(model), dtype=DTYPES[variant.precision], max_model_len=variant.max_length,
+                        enforce_eager=not variant.compile, gpu_memory_utilization=fraction,
+                        max_num_seqs=variant.max_num_seqs, seed=seed)
+
+
+@dataclass(frozen=True)
+class Ready:
+    """What the started engine reported. Times in s; ``memory`` holds vLLM's reservation:
+    ``gpu_memory_utilization`` (fraction), ``budget_bytes`` (on CPU: that fraction of host RAM,
+    what vLLM sizes weights + KV cache against), ``kv_cache_space_bytes`` (an explicit CPU KV
+    size, or None), ``num_kv_blocks`` x ``block_size`` tokens of KV cache (1 block for an
+    encoder-only model, which keeps no KV cache). ``rss_bytes``: {pid: resident bytes} of each
+    engine process at ready, per process, never summed (shared pages would count twice). A
+    scope of its own, never added to torch's peaks."""
+
+    import_s: float
+    engine_start_s: float
+    architecture: list
+    pooling: dict | None
+    scheduler: dict
+    memory: dict
+    versions: dict
+    setup_s: float  # from spawning the worker to "ready", as the lab saw it
+    rss_bytes: dict
+
+
+@dataclass(frozen=True)
+class Output:
+    """One call's answer: ``rows`` (per item, in the order sent: class probabilities for
+    classify, a vector for embed), ``infer_s`` (the call inside vLLM, s), ``max_running`` (most
+    sequences vLLM ran in one engine step during the call, None when not reported), ``steps``
+    (engine steps that produced output)."""
+
+    rows: list
+    infer_s: float
+    max_running: int | None
+    steps: int
+
+
+@dataclass
+class VllmClient:
+    """One vLLM engine in a child process; see the module docstring for the call order."""
+
+    settings: VllmSettings
+    log_path: Path | None = None
+    python: Path | None = None  # the vLLM venv's python; default: ensure_vllm_env()
+    proc: subprocess.Popen | None = field(default=None, init=False, repr=False)
+    ready: Ready | None = field(default=None, init=False)
+    max_running: int | None = field(default=None, init=False)
+    _replies: queue.Queue = field(default_factory=queue.Queue, init=False, repr=False)
+    _log: IO[Any] | None = field(default=None, init=False, repr=False)
+
+    def start(self) -> Ready:
+        """Spawn the worker, start the engine and load the model (set-up, timed apart).
+
+        Raises VllmEnvError (one line) when the venv cannot be had, VllmFailure (kind oom,
+        error...) when the engine does not start; the process group is gone either way."""
+        python = self.python or ensure_vllm_env()
+        t0 = time.perf_counter()
+        self._log = open(self.log_path, "a", encoding="utf-8") if self.log_path else None
+        log = self._log if self._log is not None else subprocess.DEVNULL
+        env = {**os.environ, "ITERALAB_WATCH_S": str(WATCH_S), "TOKENIZERS_PARALLELISM": "false"}
+        self.proc = subprocess.Popen([str(python), "-P", str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=log, text=True, bufsize=1, start_new_session=True, env=env)
+        atexit.register(self.close)
+        threading.Thread(target=self._read, daemon=True).start()
+        try:
+            r = self._ask({"op": Op.START, **asdict(self.settings)}, Reply.READY, START_TIMEOUT_S)
+        except BaseException:
+            self.close()
+            raise
+        self.ready = Ready(setup_s=time.perf_counter() - t0, rss_bytes=group_rss(self.proc.pid), **{k: r[k] for k in (
+            "import_s", "engine_start_s", "architecture", "pooling", "scheduler", "memory", "versions")})
+        return self.ready
+
+    def classify(self, token_ids: list[list[int]]) -> Output:
+        """Class probabilities per item (softmax over the model's labels, as vLLM's classify
+        returns them), in the order sent. Raises ValueError for an item longer than
+        max_model_len (vLLM refuses, never truncates), VllmFailure when the engine fails."""
+        return self._call(Op.CLASSIFY, Reply.CLASSIFIED, "probs", token_ids)
+
+    def embed(self, token_ids: list[list[int]]) -> Output:
+        """One vector per item, with the pooling vLLM applies to the model (``Ready.pooling``:
+        read from the checkpoint's sentence-transformers files; MEAN and normalised for MiniLM)."""
+        return self._call(Op.EMBED, Reply.EMBEDDED, "vectors", token_ids)
+
+    def observed(self) -> dict:
+        """What vLLM ran, in the keys of lab.passes.observed.require_honoured: engine,
+        max_num_seqs and vllm_memory_fraction as vLLM resolved them, dtype, compile (not
+        enforce_eager), max_model_len, max_num_batched_tokens, max_running (the most sequences
+        it ran in one step, over every call so far; None when not reported)."""
+        if self.ready is None:
+            raise RuntimeError("observed() before start()")
+        s = self.ready.scheduler
+        return {"engine": "vllm", "max_num_seqs": s["max_num_seqs"],
+                "vllm_memory_fraction": self.ready.memory["gpu_memory_utilization"], "dtype": s["dtype"],
+                "compile": not s["enforce_eager"], "max_model_len": s["max_model_len"],
+                "max_num_batched_tokens": s["max_num_batched_tokens"], "max_running": self.max_running}
+
+    def close(self) -> None:
+        """Ask the engine to stop, then kill its whole process group (idempotent, never raises)."""
+        p, self.proc = self.proc, None
+        if p is None:
+            return
+        try:
+            if p.poll() is None and p.stdin:
+                p.stdin.write(json.dumps({"op": Op.CLOSE}) + "\n")
+                p.stdin.flush()
+                p.wait(timeout=10)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
+        kill_group(p.pid)
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        if self._log:
+            self._log.close()
+        atexit.unregister(self.close)
+
+    def __enter__(self) -> "VllmClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _call(self, op: Op, event: Reply, key: str, token_ids: list[list[int]]) -> Output:
+        if self.ready is None:
+            raise RuntimeError(f"{op}() before start()")
+        limit = self.ready.scheduler["max_model_len"]
+        long = next((i for i, ids in enumerate(token_ids) if len(ids) > limit), None)
+        if long is not None:
+            raise ValueError(f"item {long} has {len(token_ids[long])} tokens, over max_model_len {limit}; "
+                             "truncate with lab.passes.inference.tokenize at the variant's max_length")
+        r = self._ask({"op": op, "prompts": token_ids}, event, CALL_TIMEOUT_S)
+        if r.get("max_running") is not None:
+            self.max_running = max(self.max_running or 0, r["max_running"])
+        return Output(rows=r[key], infer_s=r["infer_s"], max_running=r.get("max_running"), steps=r["steps"])
+
+    def _read(self) -> None:
+        p = self.proc
+        assert p is not None and p.stdout is not None
+        for line in p.stdout:
+            try:
+                self._replies.put(json.loads(line))
+            except ValueError:
+                self._replies.put({"event": Reply.FAILED, "why": Why.OTHER, "message": f"not JSON: {line[:200]!r}"})
+        self._replies.put(None)  # the worker closed its channel: it exited
+
+    def _ask(self, request: dict, event: Reply, timeout_s: float) -> dict:
+        p = self.proc
+        if p is None or p.stdin is None:
+            raise VllmFailure("the vLLM engine is not running (closed or never started)")
+        try:
+            p.stdin.write(json.dumps(request) + "\n")
+            p.stdin.flush()
+        except OSError:
+            pass  # the worker is gone; its end-of-channel is in the queue
+        try:
+            r = self._replies.get(timeout=timeout_s)
+        except queue.Empty:
+            self.close()
+            raise VllmFailure(f"vLLM gave no answer to {request['op']} within {timeout_s:.0f} s") from None
+        if r is None:
+            code = p.wait()
+            self.close()
+            raise VllmFailure(f"the vLLM worker exited (code {code}) during {request['op']}"
+                              + (f"; see {self.log_path}" if self.log_path else ""))
+        if r.get("event") == Reply.FAILED:
+            if r.get("why") == Why.REFUSED and request["op"] != Op.START:
+                raise ValueError(f"vLLM refused the {request['op']} call: {r['message']}")
+            err = VllmFailure(f"vLLM {request['op']}: {r['message']}")
+            err.kind = FailureKind.OOM if r.get("why") == Why.OOM else FailureKind.ERROR
+            raise err
+        if r.get("event") != event:
+            raise VllmFailure(f"vLLM answered {r.get('event')!r} to {request['op']}, expected {event!r}")
+        return r
+
+
+def group_rss(pid: int) -> dict:
+    """{pid: resident set bytes} of process ``pid`` and its descendants (the engine's processes)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return {}
+    out = {}
+    for p in procs:
+        try:
+            out[p.pid] = p.memory_info().rss
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL every process of group ``pgid`` (the worker and vLLM's engine core); no error
+    when it is already gone."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def probe_model(model_dir: str | Path, build_if_missing: bool = True) -> dict:
+    """Ask the pinned vLLM (in its venv) whether it resolves the model, as a pooling model.
+
+    Returns ``{"architectures", "resolved", "reason", "vllm"}`` (lab/engines/vllm_probe.py:
+    ``resolved`` is the architecture vLLM would run, None with vLLM's ``reason``). Raises
+    VllmEnvError (one line) when the venv is missing and cannot be built, UserError (one line)
+    when the probe fails."""
+    python = ensure_vllm_env(build_if_missing)
+    r = subprocess.run([str(python), "-P", str(PROBE), str(model_dir)], capture_output=True, text=True,
+                       timeout=PROBE_TIMEOUT_S, check=False)
+    try:
+        answer = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        tail = (r.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        raise UserError(f"the vLLM probe of {model_dir} failed (exit {r.returncode}: {tail}); run "
+                        "`make vllm-env` to rebuild the vLLM environment") from None
+    if "error" in answer:
+        raise UserError(f"the vLLM probe could not read the model: {answer['error']}")
+    return answer
+
+
+def vllm_refusal(model_dir: str | Path, build_if_missing: bool = True) -> str:
+    """'' when a vLLM variant of this model can run here; else the one-line reason (lock).
+
+    Refused: the vLLM environment missing and not buildable; a model whose config.json
+    architectures the pinned vLLM does not resolve (asked of vLLM in its venv, not guessed)."""
+    try:
+        answer = probe_model(model_dir, build_if_missing)
+    except VllmEnvError as exc:
+        return f"engine vllm: {exc}"
+    except UserError as exc:
+        return f"engine vllm: {exc}"
+    if not answer["resolved"]:
+        return (f"engine vllm: model {Path(model_dir).name} declares architectures "
+                f"{answer['architectures'] or 'none'}, none of which vLLM {answer['vllm']} supports "
+                f"({answer['reason']}); declare engine = \"transformers\" for it")
+    return ""

