@@ -29,7 +29,7 @@ from lab.passes.spec import PassSpec
 from lab.protocol import Protocol, load_protocol, lock_path, locked_version
 from lab.schedule import rotated_schedule
 from lab.status import CampaignState, process_create_time
-from lab.validate import validate_pass
+from lab.validate import corpus_vectors, validate_embedding_pass, validate_pass
 from lab.variants import Variant
 
 PROGRESS_EVERY_S = 30.0
@@ -373,7 +373,7 @@ class Orchestrator:
                         out_dir=str(pass_dir), warmup_items=t["warmup_items"],
                         warmup_passes=t["warmup_passes"], seed=t["seed"],
                         threads=t["threads"],
-                        extra=model_extra(self.proto.config.model))
+                        extra={**model_extra(self.proto.config.model), **self.proto.task_extra()})
         spec.write(pass_dir / "pass.json")
         j.start_attempt(pass_id, slot["seq"], attempt, slot["repetition"], slot["position"],
                         variant, utc_now(), self.launcher.name, len(self.corpus))
@@ -515,15 +515,35 @@ class Orchestrator:
             self._labels_read = True
         return self._labels
 
-    def reference(self) -> tuple[dict[str, str] | None, float | None, str]:
-        """(predictions by id, metric, pass_id) of the reference variant's first valid pass."""
+    def metric_fn(self):
+        """The user's [quality] metric function (lab.tasks.custom.load_function), None for a
+        built-in metric; imported once (its file's sha256 is in the lock identity)."""
+        if not self.proto.config.quality.user_metric:
+            return None
+        if getattr(self, "_metric_fn", None) is None:
+            from lab.tasks.custom import load_function
+
+            path = self.proto.task_files()["metric"]
+            self._metric_fn = load_function(f"{path}:{self.proto.config.quality.metric.rsplit(':', 1)[1]}")
+        return self._metric_fn
+
+    def reference(self) -> tuple:
+        """(predictions by id, metric, pass_id) of the reference variant's first valid pass; for an
+        embedding campaign its vectors in corpus order (numpy (n, width)) in place of the predictions."""
         ref_id = self.proto.reference.variant_id
         labels = self.labels()
         for a in self.journal.attempts():
             if a["variant_id"] != ref_id or a["status"] != PassStatus.OK:
                 continue
             path = self.dir / "passes" / a["pass_id"] / "predictions.jsonl"
-            v = validate_pass(self.corpus, path, self.proto.quality, labels)
+            if self.proto.task_kind == "embedding":  # its vectors in corpus order
+                v = validate_embedding_pass(self.corpus, path, self.proto.quality)
+                vectors = corpus_vectors(self.corpus, path)
+                if vectors is not None and v.metric is not None:
+                    return vectors, v.metric, a["pass_id"]
+                continue
+            v = validate_pass(self.corpus, path, self.proto.quality, labels,
+                              prob_required=self.proto.task_kind != "custom", metric_fn=self.metric_fn())
             if v.ids_match and v.format_ok and v.metric is not None:
                 preds = {}
                 for line in path.read_text(encoding="utf-8").splitlines():
@@ -536,8 +556,11 @@ class Orchestrator:
         ref = ref or self.reference()
         path = self.dir / "passes" / pass_id / "predictions.jsonl"
         a = next(x for x in self.journal.attempts() if x["pass_id"] == pass_id)
-        v = validate_pass(self.corpus, path, self.proto.quality, self.labels(),
-                          ref[0], ref[1]).to_json()
+        if self.proto.task_kind == "embedding":
+            v = validate_embedding_pass(self.corpus, path, self.proto.quality, ref[0], ref[1]).to_json()
+        else:
+            v = validate_pass(self.corpus, path, self.proto.quality, self.labels(), ref[0], ref[1],
+                              prob_required=self.proto.task_kind != "custom", metric_fn=self.metric_fn()).to_json()
         v["reference_pass"] = ref[2]
         if a["status"] != PassStatus.OK:
             v["corpus_accepted"] = False
