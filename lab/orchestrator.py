@@ -160,7 +160,12 @@ class Orchestrator:
         device and a C compiler for Triton on a GPU (lab.passes.compile.COMPILER_PROBE, run in
         the pass environment: the local Python or the pass image). Every pass of such a
         variant would fail at its compile phase. Nothing is probed without compile variants
-        or for a launcher without ``probe_compile_toolchain``."""
+        or for a launcher without ``probe_compile_toolchain``. A user's own code ([task] entry,
+        [task] files) runs only where its host path is seen: with the local launcher."""
+        if self.proto.task_files() and self.launcher.name != "local" and self.proto.config.task.entry:
+            raise ProtocolError(f"[task] entry {self.proto.config.task.entry} runs only with the local launcher "
+                                f"in this lab (the {self.launcher.name} launcher does not mount it); use "
+                                "--launcher local")
         probe = getattr(self.launcher, "probe_compile_toolchain", None)
         if probe is None:
             return

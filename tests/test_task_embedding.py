@@ -84,6 +84,8 @@ def test_embedding_archive_verifies_and_a_forged_metric_is_refused(embedding_run
     raw = files[member(files, "/report/raw_table.csv")].decode()
     row = next(r for r in csv.DictReader(io.StringIO(raw)) if r["pass_id"] == pid)
     assert row["metric_name"] == "nn_accuracy" and row["metric"]
+    worst = [r for r in csv.DictReader(io.StringIO(raw)) if "worst id" in r["notes"]]
+    assert len(worst) == 2 and all("median per-id cosine" in r["notes"] for r in worst)  # reported per pass
 
     # vectors that put every item next to one of its own label (a perfect score), hashed anew
     gold = [json.loads(x) for x in files[member(files, "/report/gold_labels.jsonl")].decode().splitlines()]

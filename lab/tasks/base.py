@@ -9,8 +9,10 @@ failure rows and the result record. It calls the job for exactly these steps:
 2. ``warm_up(rows, device)``: the protocol's warm-up over ``rows`` (the first items);
 3. ``run_window(rows, device, on_batch, sink)`` -> WindowResult: the measured window's
    work, batches formed by the lab's own rule (lab.passes.inference.batch_order);
-4. ``self_metric(win)``: a quick in-pass figure (``self_accuracy`` in result.json), or None;
-5. ``write_predictions(path, win)`` -> dict of result fields (``predictions_lines``,
+4. ``observe(threads, workers)`` after the warm-up and ``observe_window(win)`` after the window:
+   the observed records the declared variant is checked against;
+5. ``self_metric(win)``: a quick in-pass figure (``self_accuracy`` in result.json), or None;
+6. ``write_predictions(path, win)`` -> dict of result fields (``predictions_lines``,
    ``predictions_sha256`` and what else the kind writes beside the predictions file).
 
 The task itself (kind, pooling, entry) reaches the pass as ``PassSpec.extra["task"]``
@@ -42,8 +44,20 @@ class Job(Protocol):
         """The measured window over ``rows``: a lab.passes.inference.WindowResult."""
         ...
 
+    def observe(self, threads: int, workers_on_host: int = 1) -> dict:
+        """The observed record after load and warm-up (lab.passes.observed.require_honoured checks
+        it; lab.passes.observed.NOT_OBSERVABLE for a value the lab cannot read)."""
+        ...
+
+    def observe_window(self, win) -> dict:
+        """The measured window's observed record (padding, max_tokens, bucketing, batch_size)."""
+        ...
+
     def self_metric(self, win) -> float | None:
+        """A quick in-pass figure for result.json's ``self_accuracy``, or None."""
         ...
 
     def write_predictions(self, path: Path, win) -> dict:
+        """The predictions file at ``path`` (and the kind's files beside it), written whole;
+        returns the result fields (``predictions_lines``, ``predictions_sha256``, ...)."""
         ...

@@ -33,6 +33,7 @@ from typing import Any
 from lab.errors import FailureKind, PassFailure
 
 PROTOCOL_METHODS = ("predict",)
+IMPORTS_FINE = "entry imports and has the protocol"  # the check process's last line when it does
 
 
 class EntryFailed(PassFailure):
@@ -111,7 +112,7 @@ def load_function(ref: str, where: str = "[quality] metric"):
 def check_main(argv: list[str]) -> int:
     """``python -m lab.tasks.custom [--metric] REF``: import the entry class (or, with
     ``--metric``, the metric function) in this fresh process: the lock check
-    (:func:`check_in_fresh_process`). Prints 'ok' or the one-line reason; exit 0 or 1."""
+    (:func:`check_in_fresh_process`). Prints IMPORTS_FINE or the one-line reason; exit 0 or 1."""
     try:
         if argv[0] == "--metric":
             load_function(argv[1])
@@ -120,13 +121,14 @@ def check_main(argv: list[str]) -> int:
     except EntryNotLoadable as exc:
         print(str(exc))
         return 1
-    print("ok")
+    print(IMPORTS_FINE)
     return 0
 
 
 def check_in_fresh_process(ref: str, metric: bool = False, timeout_s: float = 300.0) -> str:
     """'' when a new Python process imports ``ref`` (an entry class, or a metric function with
     ``metric``) and finds the protocol's methods, else the one-line reason (lab.preflight)."""
+    import os
     import subprocess
 
     from lab.files import REPO_ROOT
@@ -134,11 +136,11 @@ def check_in_fresh_process(ref: str, metric: bool = False, timeout_s: float = 30
     cmd = [sys.executable, "-m", "lab.tasks.custom", *(["--metric"] if metric else []), ref]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False, cwd=REPO_ROOT,
-                           env={**__import__("os").environ, "PYTHONPATH": str(REPO_ROOT)})
+                           env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     except subprocess.TimeoutExpired:
         return f"{ref}: importing it took more than {timeout_s:g} s; an import should not run the job"
     lines = (r.stdout.strip() or r.stderr.strip() or "no output").splitlines()
-    return "" if r.returncode == 0 and lines[-1] == "ok" else lines[-1][:300]
+    return "" if r.returncode == 0 and lines[-1] == IMPORTS_FINE else lines[-1][:300]
 
 
 class CustomJob:

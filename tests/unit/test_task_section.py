@@ -100,3 +100,16 @@ def test_user_metric_is_judged_in_its_declared_direction(tmp_path):
     v = validate_pass(corpus, path, q, prob_required=False, metric_fn=broken)
     assert v.metric is None and not v.corpus_accepted and any("metric function raised KeyError" in r
                                                               for r in v.reasons)
+
+
+def test_custom_entry_is_refused_for_a_launcher_that_does_not_mount_it(tmp_path):
+    from types import SimpleNamespace
+
+    from lab.orchestrator import Orchestrator
+
+    (tmp_path / "entry.py").write_text("class C:\n    def predict(self, texts):\n        return texts\n")
+    proto = load_protocol(campaign(tmp_path, '\n[task]\nkind = "custom"\nentry = "entry.py:C"\n'))
+    with pytest.raises(ProtocolError, match="runs only with the local launcher") as e:
+        Orchestrator.check_launcher(SimpleNamespace(proto=proto, launcher=SimpleNamespace(name="docker")))
+    assert "\n" not in str(e.value)
+    Orchestrator.check_launcher(SimpleNamespace(proto=proto, launcher=SimpleNamespace(name="local")))
