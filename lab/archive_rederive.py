@@ -11,6 +11,7 @@ import json
 import sqlite3
 
 from lab.archive_format import JOURNAL, ArchiveError
+from lab.config import EMBEDDING_METRICS
 from lab.passes.events import FINISHED, PassStatus
 
 GOLD_LABELS = "report/gold_labels.jsonl"
@@ -154,6 +155,10 @@ def _check_metric(pid: str, row: dict, preds: dict[str, str], gold: dict, proble
     if claimed in (None, "") and not (row.get("ids_match") == "True" and row.get("format_ok") == "True"):
         return None  # no metric claimed for predictions the validation refused
     fn = METRICS.get(row.get("metric_name", ""))
+    if fn is None and ":" in row.get("metric_name", ""):
+        problems.append(f"pass {pid}: metric {row['metric_name']} is the user's own function; archive verify runs no "
+                        "code from an archive, so this metric is not re-derived (its file's sha256 is in the lock)")
+        return None
     if fn is None:
         if claimed not in (None, ""):
             problems.append(f"pass {pid}: unknown metric name {row.get('metric_name')!r}")
@@ -224,6 +229,12 @@ def check_row(row: dict, scan, gold: dict | None, threshold: float | None, probl
         pred_rel = f"passes/{pid}/{result.get('predictions_path') or 'predictions.jsonl'}"
         if result.get("predictions_sha256") and scan.sha.get(pred_rel) != result["predictions_sha256"]:
             problems.append(f"pass {pid}: predictions sha256 differs from the one its result.json recorded")
+        if result.get("vectors_sha256"):  # an embedding pass (lab.tasks.embedding)
+            vec_rel = f"passes/{pid}/{result.get('vectors_path') or 'vectors.npy'}"
+            if vec_rel not in scan.sha:
+                problems.append(f"pass {pid}: its vectors {vec_rel} are missing from the archive")
+            elif scan.sha[vec_rel] != result["vectors_sha256"]:
+                problems.append(f"pass {pid}: vectors sha256 differs from the one its result.json recorded")
         if isinstance(result.get("per_card"), list) and pred_rel in scan.kept:
             check_cards(pid, scan, result["per_card"], pred_rel, problems)
     recomputed = _row_metric(row, scan, gold, problems)
@@ -244,9 +255,58 @@ def _row_metric(row: dict, scan, gold: dict | None, problems: list[str]) -> floa
         problems.append(f"row {pid}: predictions sha256 differs from the raw table")
     if gold is None or p not in scan.kept:
         return None
+    if row.get("metric_name") in EMBEDDING_METRICS:
+        return _check_embedding_metric(pid, row, scan, p, gold, problems)
     preds = _predictions(scan, p)
     if preds is None:
         if row.get("metric") not in (None, ""):
             problems.append(f"pass {pid}: metric {row['metric']} given, but its predictions file is malformed")
         return None
     return _check_metric(pid, row, preds, gold, problems)
+
+
+def _check_embedding_metric(pid: str, row: dict, scan, pred_rel: str, gold: dict,
+                            problems: list[str]) -> float | None:
+    """An embedding pass's metric recomputed from its archived vectors (vectors.npy beside its
+    predictions, rows as the predictions' lines say) and the gold labels, with the rule
+    validation used (lab.tasks.embedding_metrics.nn_accuracy), overall and per bucket."""
+    import numpy as np
+
+    from lab.tasks.embedding_metrics import load_vectors, nn_accuracy
+
+    claimed = row.get("metric")
+    vec_rel = pred_rel.rsplit("/", 1)[0] + "/vectors.npy"
+    ids: list[str] = []
+    try:
+        for line in member_text(scan, pred_rel).splitlines():
+            rec = json.loads(line)
+            if not isinstance(rec.get("id"), str) or rec.get("row") != len(ids):
+                raise ValueError
+            ids.append(rec["id"])
+        vectors = load_vectors(scan.kept[vec_rel]) if vec_rel in scan.kept else None
+    except (json.JSONDecodeError, ValueError, AttributeError):
+        ids, vectors = [], None
+    if vectors is None or len(vectors) != len(ids) or len(set(ids)) != len(ids):
+        if claimed not in (None, ""):
+            problems.append(f"pass {pid}: metric {claimed} given, but its predictions or vectors.npy are malformed")
+        return None
+    if set(ids) != set(gold):
+        if claimed not in (None, ""):
+            problems.append(f"pass {pid}: metric {claimed} given, but its predictions do not cover exactly the "
+                            "corpus's ids")
+        return None
+    at = {item_id: k for k, item_id in enumerate(ids)}
+    order = [at[item_id] for item_id in gold]  # the gold file's order, the corpus's: ties break as in validation
+    ordered = vectors[order]
+    labels = [gold[ids[k]][0] for k in order]
+    buckets = np.array([gold[ids[k]][1] for k in order], dtype=object)
+    recomputed = None
+    for col, subset in [("metric", None)] + [(f"metric_{b}", buckets == b) for b in BUCKETS]:
+        value = (None if subset is not None and not subset.any()
+                 else nn_accuracy(ordered, labels, subset))
+        value = None if value is None else round(value, 6)
+        recomputed = value if col == "metric" else recomputed
+        if col in row and not _same_metric(value, row[col]):
+            problems.append(f"pass {pid}: {col} {row[col] or 'empty'} in the raw table, {value} recomputed "
+                            "from its vectors and the gold labels")
+    return recomputed

@@ -65,7 +65,7 @@ RAW_REQUIRED = ("pass_id", "status", "items_completed", "predictions_path", "pre
 
 def _parsed(rel: str) -> bool:
     return (rel in (SUMS, GOLD_LABELS, ARCHIVE_INFO, *MEMBERS)
-            or (rel.startswith("passes/") and rel.endswith(("/result.json", "/predictions.jsonl")))
+            or (rel.startswith("passes/") and rel.endswith(("/result.json", "/predictions.jsonl", "/vectors.npy")))
             or (rel.startswith("passes/") and "/cards/card" in rel and rel.endswith((".json", ".predictions.jsonl"))))
 
 

@@ -28,7 +28,13 @@ from lab.typecheck import type_name as _type_name
 from lab.typecheck import type_ok as _type_ok
 from lab.variants import Variant, VariantError
 
-METRICS = ("accuracy", "macro_f1")
+METRICS = ("accuracy", "macro_f1")  # classification (and custom code that returns labels)
+EMBEDDING_METRICS = ("nn_accuracy",)  # lab.validate.nn_accuracy: leave-one-out nearest-neighbour label accuracy
+TASK_KINDS = ("classification", "embedding", "custom")
+KIND_METRICS = {"classification": METRICS, "embedding": EMBEDDING_METRICS, "custom": METRICS}
+POOLINGS = ("mean",)             # lab.tasks.embedding.mean_pool: mean over the attention mask
+DIRECTIONS = ("higher", "lower")  # a user metric's better side
+ENTRY_RE = re.compile(r"^(?P<file>[^:]+\.py):(?P<name>[A-Za-z_][A-Za-z0-9_]*)$")
 ROTATIONS = ("cyclic",)          # lab.schedule.rotated_schedule: repetition r rotated by r-1
 SUBGROUPS = ("buckets",)         # lab.validate: metric and coverage per length bucket
 PROCESS_POLICIES = ("fresh",)    # one new process (or container) per pass
@@ -138,19 +144,91 @@ class ModelSection:
                               "[model] id with revision for a hub model")
 
 
+def parse_entry(value: str, where: str) -> tuple[str, str]:
+    """(file, name) of a ``"path/to/file.py:Name"`` reference; ConfigError (one line) otherwise."""
+    m = ENTRY_RE.match(value)
+    if not m:
+        raise ConfigError(f"{where} = {value!r} is not \"path/to/file.py:Name\"; give the Python file and the "
+                          "class or function it defines, separated by ':'")
+    return m["file"], m["name"]
+
+
+@dataclass(frozen=True)
+class TaskSection:
+    """[task]: the job each pass measures (SPEC 2: task). Absent: ``kind = "classification"``.
+
+    ``embedding``: ``pooling`` ("mean": mean of the last hidden state over the attention mask)
+    and ``normalize`` (L2, default true), recorded in each pass's result. ``custom``: ``entry``
+    ``"path/to/file.py:ClassName"`` (the user's inference code, lab.tasks.custom) and ``files``,
+    other files it reads (hashed into the lock with it). Raises ConfigError (one line)."""
+
+    kind: str = "classification"
+    pooling: str | None = None
+    normalize: bool | None = None
+    entry: str | None = None
+    files: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in TASK_KINDS:
+            raise ConfigError(f"[task] kind {self.kind!r} unknown; {nearest(self.kind, TASK_KINDS)} "
+                              f"(kinds: {', '.join(TASK_KINDS)})")
+        object.__setattr__(self, "files", tuple(self.files))
+        if self.kind == "embedding":
+            object.__setattr__(self, "pooling", self.pooling or "mean")
+            object.__setattr__(self, "normalize", True if self.normalize is None else self.normalize)
+            if self.pooling not in POOLINGS:
+                raise ConfigError(f"[task] pooling {self.pooling!r} is not implemented; use "
+                                  f"{' or '.join(map(repr, POOLINGS))} (mean over the attention mask)")
+        else:
+            for key in ("pooling", "normalize"):
+                if getattr(self, key) is not None:
+                    raise ConfigError(f"[task] {key} applies to kind = \"embedding\" only; remove it")
+        if self.kind == "custom":
+            if not self.entry:
+                raise ConfigError('[task] kind = "custom" needs entry = "path/to/file.py:ClassName"')
+            parse_entry(self.entry, "[task] entry")
+            for f in self.files:
+                if not isinstance(f, str) or not f:
+                    raise ConfigError("[task] files lists file paths (strings) the entry reads")
+        elif self.entry is not None or self.files:
+            raise ConfigError('[task] entry and files apply to kind = "custom" only; remove them, or set '
+                              'kind = "custom"')
+
+
 @dataclass(frozen=True)
 class QualitySection:
-    """[quality]: metric, absolute threshold and tolerance (fractions), reference variant."""
+    """[quality]: metric, absolute threshold and tolerance (fractions), reference variant.
+
+    ``metric``: a built-in name (lab.config.KIND_METRICS for the task's kind) or the user's own
+    procedure ``"path/to/file.py:function"`` (``function(predictions, references) -> float``,
+    lab.tasks.user_metric), whose ``direction`` ("higher" or "lower" is better) must be declared."""
 
     metric: str
     threshold: float
     tolerance: float
     reference_variant: str
     subgroups: str = "buckets"
+    direction: str | None = None
+
+    @property
+    def user_metric(self) -> bool:
+        """True when ``metric`` names the user's own function (``file.py:function``)."""
+        return ":" in self.metric
 
     def __post_init__(self) -> None:
-        if self.metric not in METRICS:
-            raise ConfigError(f"[quality] metric {self.metric!r} unknown; use {' or '.join(METRICS)}")
+        known = tuple(dict.fromkeys(m for ms in KIND_METRICS.values() for m in ms))
+        if self.user_metric:
+            parse_entry(self.metric, "[quality] metric")
+            if self.direction not in DIRECTIONS:
+                raise ConfigError(f"[quality] metric {self.metric!r} is your own function: declare direction = "
+                                  '"higher" or "lower" (which side is better)')
+        else:
+            if self.metric not in known:
+                raise ConfigError(f"[quality] metric {self.metric!r} unknown; use {' or '.join(METRICS)}, "
+                                  f"{' or '.join(EMBEDDING_METRICS)} for embeddings, or \"file.py:function\"")
+            if self.direction not in (None, "higher"):
+                raise ConfigError(f"[quality] direction: the built-in metric {self.metric!r} is higher-is-better; "
+                                  "remove direction")
         if not 0 <= self.threshold <= 1 or not 0 <= self.tolerance <= 1:
             raise ConfigError("[quality] threshold and tolerance are fractions in [0, 1]")
         if self.subgroups not in SUBGROUPS:
@@ -303,7 +381,7 @@ class SeriesSection:
 
 
 SECTIONS = {"campaign": CampaignSection, "corpus": CorpusSection, "model": ModelSection,
-            "quality": QualitySection, "timing": TimingSection, "cost": CostSection}
+            "quality": QualitySection, "timing": TimingSection, "cost": CostSection, "task": TaskSection}
 TOP_KEYS = (*SECTIONS, "defaults", "series")
 
 
@@ -319,6 +397,7 @@ class CampaignConfig:
     defaults: Variant
     series: tuple[SeriesSection, ...]
     cost: CostSection | None
+    task: TaskSection = TaskSection()
 
 
 def parse_config(raw: dict) -> CampaignConfig:
@@ -337,6 +416,13 @@ def parse_config(raw: dict) -> CampaignConfig:
         raise ConfigError("no [[series]] declared; add at least one")
     if not isinstance(series, list):
         raise ConfigError("series must be declared as [[series]] tables")
+    task, quality = parsed["task"], parsed["quality"]
+    if not quality.user_metric and quality.metric not in KIND_METRICS[task.kind]:
+        raise ConfigError(f"[quality] metric {quality.metric!r} does not judge a {task.kind} task; use "
+                          f"{' or '.join(KIND_METRICS[task.kind])}, or your own \"file.py:function\"")
+    if quality.user_metric and task.kind == "embedding":
+        raise ConfigError('[quality] metric "file.py:function" judges label outputs (classification or custom); '
+                          f"for embeddings use {' or '.join(EMBEDDING_METRICS)}")
     cfg = CampaignConfig(defaults=check_defaults(raw.get("defaults", {})),
                          series=tuple(SeriesSection.parse(s, i) for i, s in enumerate(series, 1)),
                          **parsed)

@@ -75,11 +75,28 @@ def fingerprint_of(files: dict[str, str] | None, model_ref: str, revision: str |
     return sha256_bytes(blob.encode("utf-8"))
 
 
+def task_files_sha256(files: dict[str, Path]) -> dict[str, str]:
+    """{role: sha256} of the user's files a protocol runs (lab.protocol.Protocol.task_files);
+    a file that is not there reads 'missing' (the lock check refuses it in one line)."""
+    return {role: content_sha256(p) if Path(p).is_file() else "missing" for role, p in sorted(files.items())}
+
+
+def task_fingerprint(files: dict[str, Path]) -> str | None:
+    """sha256 over the JSON of task_files_sha256, None when the protocol runs no user file."""
+    if not files:
+        return None
+    return sha256_bytes(json.dumps(task_files_sha256(files), sort_keys=True).encode("utf-8"))
+
+
 def protocol_identity(proto) -> dict:
     """{"sha256": identity, "protocol_sha256", "corpus_sha256", "model_sha256"} of a Protocol
-    whose corpus file exists (the caller checks)."""
+    whose corpus file exists (the caller checks), plus "task_sha256" (task_fingerprint) when it
+    runs the user's own code ([task] entry and files, [quality] metric = "file.py:function")."""
     parts = {"protocol_sha256": proto.digest(), "corpus_sha256": content_sha256(proto.corpus_path),
              "model_sha256": model_fingerprint(proto.model_ref, proto.config.model.revision)}
+    task = task_fingerprint(proto.task_files())
+    if task is not None:  # a custom entry or a user metric: its code is part of the protocol
+        parts["task_sha256"] = task
     return {"sha256": sha256_bytes(json.dumps(parts, sort_keys=True).encode("utf-8")), **parts}
 
 

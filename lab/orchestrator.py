@@ -29,7 +29,7 @@ from lab.passes.spec import PassSpec
 from lab.protocol import Protocol, load_protocol, lock_path, locked_version
 from lab.schedule import rotated_schedule
 from lab.status import CampaignState, etas, format_duration, process_create_time, typical_pass_s
-from lab.validate import validate_pass
+from lab.validate import corpus_vectors, validate_embedding_pass, validate_pass
 from lab.variants import Variant
 
 PROGRESS_EVERY_S = 30.0
@@ -149,7 +149,12 @@ class Orchestrator:
         device and a C compiler for Triton on a GPU (lab.passes.compile.COMPILER_PROBE, run in
         the pass environment: the local Python or the pass image). Every pass of such a
         variant would fail at its compile phase. Nothing is probed without compile variants
-        or for a launcher without ``probe_compile_toolchain``."""
+        or for a launcher without ``probe_compile_toolchain``. A user's own code ([task] entry,
+        [task] files) runs only where its host path is seen: with the local launcher."""
+        if self.proto.task_files() and self.launcher.name != "local" and self.proto.config.task.entry:
+            raise ProtocolError(f"[task] entry {self.proto.config.task.entry} runs only with the local launcher "
+                                f"in this lab (the {self.launcher.name} launcher does not mount it); use "
+                                "--launcher local")
         probe = getattr(self.launcher, "probe_compile_toolchain", None)
         if probe is None:
             return
@@ -362,7 +367,7 @@ class Orchestrator:
                         out_dir=str(pass_dir), warmup_items=t["warmup_items"],
                         warmup_passes=t["warmup_passes"], seed=t["seed"],
                         threads=t["threads"],
-                        extra=model_extra(self.proto.config.model))
+                        extra={**model_extra(self.proto.config.model), **self.proto.task_extra()})
         spec.write(pass_dir / "pass.json")
         j.start_attempt(pass_id, slot["seq"], attempt, slot["repetition"], slot["position"],
                         variant, utc_now(), self.launcher.name, len(self.corpus))
@@ -500,15 +505,35 @@ class Orchestrator:
             self._labels_read = True
         return self._labels
 
-    def reference(self) -> tuple[dict[str, str] | None, float | None, str]:
-        """(predictions by id, metric, pass_id) of the reference variant's first valid pass."""
+    def metric_fn(self):
+        """The user's [quality] metric function (lab.tasks.custom.load_function), None for a
+        built-in metric; imported once (its file's sha256 is in the lock identity)."""
+        if not self.proto.config.quality.user_metric:
+            return None
+        if getattr(self, "_metric_fn", None) is None:
+            from lab.tasks.custom import load_function
+
+            path = self.proto.task_files()["metric"]
+            self._metric_fn = load_function(f"{path}:{self.proto.config.quality.metric.rsplit(':', 1)[1]}")
+        return self._metric_fn
+
+    def reference(self) -> tuple:
+        """(predictions by id, metric, pass_id) of the reference variant's first valid pass; for an
+        embedding campaign its vectors in corpus order (numpy (n, width)) in place of the predictions."""
         ref_id = self.proto.reference.variant_id
         labels = self.labels()
         for a in self.journal.attempts():
             if a["variant_id"] != ref_id or a["status"] != PassStatus.OK:
                 continue
             path = self.dir / "passes" / a["pass_id"] / "predictions.jsonl"
-            v = validate_pass(self.corpus, path, self.proto.quality, labels)
+            if self.proto.task_kind == "embedding":  # its vectors in corpus order
+                v = validate_embedding_pass(self.corpus, path, self.proto.quality)
+                vectors = corpus_vectors(self.corpus, path)
+                if vectors is not None and v.metric is not None:
+                    return vectors, v.metric, a["pass_id"]
+                continue
+            v = validate_pass(self.corpus, path, self.proto.quality, labels,
+                              prob_required=self.proto.task_kind != "custom", metric_fn=self.metric_fn())
             if v.ids_match and v.format_ok and v.metric is not None:
                 preds = {}
                 for line in path.read_text(encoding="utf-8").splitlines():
@@ -521,8 +546,11 @@ class Orchestrator:
         ref = ref or self.reference()
         path = self.dir / "passes" / pass_id / "predictions.jsonl"
         a = next(x for x in self.journal.attempts() if x["pass_id"] == pass_id)
-        v = validate_pass(self.corpus, path, self.proto.quality, self.labels(),
-                          ref[0], ref[1]).to_json()
+        if self.proto.task_kind == "embedding":
+            v = validate_embedding_pass(self.corpus, path, self.proto.quality, ref[0], ref[1]).to_json()
+        else:
+            v = validate_pass(self.corpus, path, self.proto.quality, self.labels(), ref[0], ref[1],
+                              prob_required=self.proto.task_kind != "custom", metric_fn=self.metric_fn()).to_json()
         v["reference_pass"] = ref[2]
         if a["status"] != PassStatus.OK:
             v["corpus_accepted"] = False

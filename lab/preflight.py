@@ -113,7 +113,14 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
                                       f"{str(exc).splitlines()[0][:160]}); it must be {where}")]
     out = []
     archs = list(getattr(cfg, "architectures", None) or [])
-    if not any(a.endswith("ForSequenceClassification") for a in archs):
+    embedding = proto.task_kind == "embedding"
+    if embedding:  # any encoder: its last hidden state is pooled (lab.tasks.embedding); no label head
+        width = getattr(cfg, "hidden_size", None)
+        out.append(Check("architecture", bool(width), f"{', '.join(archs) or 'encoder'}: last hidden state of "
+                                                      f"width {width}, pooled by [task] pooling" if width else
+                         f"model {Path(ref).name} declares no hidden_size; an encoder checkpoint is needed"))
+        out.append(check_attention(proto, cfg))
+    elif not any(a.endswith("ForSequenceClassification") for a in archs):
         out.append(Check("architecture", False, f"model {Path(ref).name} declares architectures "
                                                 f"{archs or 'none'}; a sequence-classification checkpoint "
                                                 "(…ForSequenceClassification) is needed"))
@@ -122,7 +129,9 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
         out.append(check_attention(proto, cfg))
     names = {str(v) for v in (getattr(cfg, "id2label", None) or {}).values()}
     unknown = sorted(labels - names)
-    if unknown:
+    if embedding:
+        out.append(Check("labels", True, f"{len(labels)} corpus labels, used by the retrieval metric only"))
+    elif unknown:
         shown = ", ".join(repr(n) for n in sorted(names)[:4]) + (", ..." if len(names) > 4 else "")
         out.append(Check("labels", False, f"corpus label(s) {', '.join(map(repr, unknown[:3]))} are not labels the "
                                           f"model can produce (its config id2label has {len(names)}: {shown}); "
@@ -289,11 +298,32 @@ def lock_checks(proto) -> list[Check]:
     if checks[-1].ok:
         labels = {r["label"] for r in read_corpus(proto.corpus_path)}
         checks += check_model(proto, texts, labels)
+    checks += check_user_code(proto)
     checks += check_devices(proto)
     checks += check_cards(proto)
     checks += check_engine(proto)
     checks += check_projection_rule(proto)
     return checks
+
+
+def check_user_code(proto) -> list[Check]:
+    """The user's code the protocol runs ([task] entry, [quality] metric = "file.py:function"),
+    each imported in a fresh Python process (lab.tasks.custom.check_in_fresh_process): refused
+    in one line when it cannot be loaded or lacks the protocol."""
+    from lab.tasks.custom import check_in_fresh_process
+
+    out = []
+    files = proto.task_files()
+    for role, ref in (("entry", proto.config.task.entry), ("metric", proto.config.quality.metric)):
+        if role not in files or ref is None:
+            continue
+        full = f"{files[role]}:{ref.rsplit(':', 1)[1]}"
+        why = check_in_fresh_process(full, metric=role == "metric")
+        out.append(Check(role, not why, why or f"{ref} imports in a fresh process and has the protocol"))
+    for role, path in files.items():
+        if role.startswith("file:") and not path.is_file():
+            out.append(Check("files", False, f"[task] files {role[5:]!r}: {path} not found; fix the path"))
+    return out
 
 
 def first_refusal(checks: list[Check]) -> Check | None:

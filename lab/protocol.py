@@ -75,6 +75,38 @@ class Protocol:
         return _resolve(c, self.path) if c else None
 
     @property
+    def task_kind(self) -> str:
+        """[task] kind ("classification" when the section is absent)."""
+        return self.config.task.kind
+
+    def task_files(self) -> dict[str, Path]:
+        """{role: path} of the user's files the protocol runs: ``entry`` (a custom task's code),
+        ``file:<as written>`` for each [task] files item, ``metric`` (a [quality] metric
+        function's file); resolved like the corpus (relative to the campaign file, or @repo/)."""
+        from lab.config import parse_entry
+
+        out: dict[str, Path] = {}
+        task = self.config.task
+        if task.entry:
+            out["entry"] = _resolve(parse_entry(task.entry, "[task] entry")[0], self.path)
+        for f in task.files:
+            out[f"file:{f}"] = _resolve(f, self.path)
+        if self.config.quality.user_metric:
+            out["metric"] = _resolve(parse_entry(self.config.quality.metric, "[quality] metric")[0], self.path)
+        return out
+
+    def task_extra(self) -> dict:
+        """PassSpec.extra's ``task`` entry: {} for classification (its pass.json is unchanged),
+        else {"task": the [task] fields, ``entry`` with its file resolved to an absolute path}."""
+        task = self.config.task
+        if task.kind == "classification":
+            return {}
+        d = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(task).items()}
+        if task.entry:
+            d["entry"] = f"{self.task_files()['entry']}:{task.entry.rsplit(':', 1)[1]}"
+        return {"task": d}
+
+    @property
     def reference(self) -> Variant:
         found = find_variant(self.variants, self.quality["reference_variant"])
         assert found is not None  # load_protocol refuses a reference that names no variant
@@ -122,7 +154,24 @@ def load_protocol(path: str | Path, relative_to: str | Path | None = None) -> Pr
     if find_variant(variants, ref) is None:
         names = ", ".join(v.name for v in variants)
         raise ProtocolError(f"{path}: reference_variant {ref!r} is not a declared variant ({names})")
+    refuse_unsupported(proto, path)
     return proto
+
+
+def refuse_unsupported(proto: Protocol, path: Path) -> None:
+    """One-line ProtocolError for a variant a non-classification task cannot run yet: more than
+    one card (the cards' vectors or outputs are not merged) or ``compile = true`` (the compile
+    phase builds the classifier's shapes)."""
+    kind = proto.task_kind
+    if kind == "classification":
+        return
+    for v in proto.variants:
+        if v.cards > 1:
+            raise ProtocolError(f"{path}: variant {v.name} has cards = {v.cards}; a {kind} task runs on one card "
+                                "per pass in this lab; remove cards")
+        if v.compile:
+            raise ProtocolError(f"{path}: variant {v.name} has compile = true; a {kind} task has no compile "
+                                "phase in this lab; remove compile")
 
 
 # ---- lock and versions -------------------------------------------------------------
@@ -272,7 +321,8 @@ def locked_version(proto: Protocol) -> dict:
     if same:
         last = same[-1]
         what = (f"corpus {proto.corpus_path.name}" if last.get("corpus_sha256") != ident["corpus_sha256"]
-                else "model files")
+                else "model files" if last.get("model_sha256") != ident["model_sha256"]
+                else f"task code ({', '.join(str(p) for p in proto.task_files().values())})")
         raise ProtocolError(f"{proto.path.name}: {what} changed since lock (version {last['version']}); restore "
                             f"it, or {nxt} (results of versions never mix)")
     raise ProtocolError(

@@ -3,6 +3,7 @@
 Must be equal (SPEC 3.1: results of different protocols are never mixed): the corpus
 (sha256 of the corpus file, from the manifest, cross-checked with the lock), the model
 files (sha256 of each weight/tokenizer/config file, or the hub id and revision), the
+task ([task]: kind, pooling, entry, and the sha256 of the user's code it runs), the
 quality rule ([quality]: metric, threshold, tolerance, reference variant, subgroups) and
 the timing rule ([timing] without ``threads``: warm-up items and passes, repetitions,
 rotation, process policy, seed). The protocol hash cannot be the key: it covers the whole
@@ -80,8 +81,16 @@ def new_model_of(a: Evidence, b: Evidence) -> str:
     return ""
 
 
+def task_rule(ev: Evidence) -> str:
+    """The task ([task], kind "classification" when absent) and the sha256 of the user's code it
+    runs (the lock's ``task_sha256``: a custom entry, its files, a [quality] metric function)."""
+    t = {"kind": "classification", **(ev.campaign.get("task") or {})}
+    code = own_lock_entry(ev).get("task_sha256")
+    return json.dumps({**t, **({"code_sha256": code} if code else {})}, sort_keys=True)
+
+
 KEYS = (("corpus sha256", corpus_sha256), ("model files sha256", model_identity),
-        ("quality rule", quality_rule), ("timing rule", timing_rule))
+        ("task rule", task_rule), ("quality rule", quality_rule), ("timing rule", timing_rule))
 
 
 def _differ(field: str, a: Evidence, va: str, b: Evidence, vb: str) -> str:
@@ -91,7 +100,7 @@ def _differ(field: str, a: Evidence, va: str, b: Evidence, vb: str) -> str:
         name = next((f for f in sorted(set(fa) | set(fb)) if fa.get(f) != fb.get(f)), "?")
         va, vb = f"{name} {fa.get(name, 'absent')}", f"{name} {fb.get(name, 'absent')}"
         field = "model file sha256"
-    if field in ("quality rule", "timing rule") and va.startswith("{") and vb.startswith("{"):
+    if field in ("task rule", "quality rule", "timing rule") and va.startswith("{") and vb.startswith("{"):
         ra, rb = json.loads(va), json.loads(vb)
         keys = [k for k in sorted(set(ra) | set(rb)) if ra.get(k) != rb.get(k)]
         section = field.split()[0]
@@ -107,7 +116,7 @@ def pass_record(ev: Evidence) -> tuple:
 
 
 def check_comparable(evidence: list[Evidence]) -> dict:
-    """Raise CompareError when corpus, model files, quality rule or timing rule differ: one
+    """Raise CompareError when corpus, model files, task, quality rule or timing rule differ: one
     line naming every difference found (each field with both values), not only the first;
     else return the shared identity
     {corpus_sha256, model, two_models, quality, timing, common_variants, missing}: ``two_models``

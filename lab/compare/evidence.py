@@ -165,9 +165,12 @@ def _catalog(top: Path, archive: Path) -> Catalog | None:
 
 
 def _read_predictions(path: Path) -> dict[str, str]:
+    """{id: predicted label}; {} for an embedding pass (its lines carry a vector row, no label)."""
     out: dict[str, str] = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         rec = json.loads(line)
+        if "pred" not in rec:
+            return {}
         out[str(rec["id"])] = str(rec["pred"])
     return out
 

@@ -43,7 +43,9 @@ def model_shape(model) -> dict:
 
     Raises ValueError when the config does not name its layer count or hidden size.
     """
-    cfg = model.config
+    cfg = getattr(model, "config", None)
+    if cfg is None:
+        raise ValueError("the pass's model is not visible to the lab (the user's own code)")
     layers = getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layer", None)
     hidden = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", None)
     if not layers or not hidden:

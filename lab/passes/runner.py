@@ -12,10 +12,12 @@ CPU time, CPUs available, load, steal, GPU clocks and whether they starved it,
 lab.passes.conditions), ``probe`` (matmul ceiling and the pass's
 model FLOP/s, lab.passes.probe), ``evaluation`` and ``writing``. Memory peaks are reset
 right before the measured window. Declared values are checked against the observed ones
-after the warm-up and after the window (lab.passes.observed). Writes ``predictions.jsonl``
-(id, pred, prob, truncation; corpus order; the items completed, also on failure) and
-``result.json``; streams events on stdout. Exit codes: 0 ok, 3 OOM, 4 error,
-2 bad spec. Nothing is retried with a smaller batch (seed: "Non sostituire
+after the warm-up and after the window (lab.passes.observed). The task-specific steps (model
+load, warm-up, the window's work, the predictions files) are calls on the pass's job,
+``lab.tasks.job_for(spec)`` (classification, embedding, custom). Writes ``predictions.jsonl``
+(classification: id, pred, prob, truncation; corpus order; the items completed, also on
+failure; the task's other files beside it) and ``result.json``; streams events on stdout.
+Exit codes: 0 ok, 3 OOM, 4 error, 2 bad spec. Nothing is retried with a smaller batch (seed: "Non sostituire
 silenziosamente questo passaggio con un batch più piccolo"). A variant with ``cards > 1``
 is handed to ``lab.passes.multicard`` (N workers under torchrun, merged into one pass);
 a one-card pass keeps this single-process path.
@@ -32,9 +34,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab.diskfull import DiskFull, atomic_write_text
-from lab.files import sha256_lines
 from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventKind, EventWriter, PassStatus
 from lab.passes.spec import PassSpec, read_spec_or_report
+from lab.tasks import job_for
 
 _T_PROCESS = time.perf_counter()
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")
@@ -63,26 +65,6 @@ def _vm_peak() -> int | None:
     return None
 
 
-def write_predictions(path: Path, win, id2label: dict) -> tuple[int, str]:
-    """Write completed predictions in corpus order; returns (lines, sha256 of the file).
-
-    Each line: id, pred, prob, truncated (bool; null when unknown), tokens_kept and tokens_total
-    (tokens, specials included, after and before truncation at max_length)."""
-    n = 0
-    lines = []
-    for i, (item_id, p, c) in enumerate(zip(win.ids, win.pred_index, win.prob, strict=True)):
-        if p is None:
-            continue
-        kept, total = win.tokens_kept[i], win.tokens_total[i]
-        line = json.dumps({"id": item_id, "pred": id2label[p], "prob": round(c, 6),
-                           "truncated": None if total is None else total > kept,
-                           "tokens_kept": kept, "tokens_total": total}, ensure_ascii=False) + "\n"
-        lines.append(line)
-        n += 1
-    atomic_write_text(path, "".join(lines))  # whole or absent, never half a file
-    return n, sha256_lines(lines)
-
-
 def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
     """Run one pass; returns (exit code, result dict). Never raises for pass failures."""
     out = Path(spec.out_dir)
@@ -94,7 +76,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
     win = None
     sink: dict = {}
     state: dict = {"done": 0, "t0": None, "total": 0}
-    id2label: dict = {}
+    job = None
     device = "cpu"
 
     def phase(name: str, t0: float) -> None:
@@ -132,11 +114,9 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
                    deterministic={"torch.manual_seed": spec.seed, "cudnn.benchmark": False,
                                   "use_deterministic_algorithms": False})
         ev.emit(EventKind.PHASE, phase="model_load", state="start", device=device)
+        job = job_for(spec)
         t = time.perf_counter()
-        tok, model = inf.load_model(spec.model_ref, spec.variant.precision, device,
-                                    pad_token=spec.extra.get("pad_token"), revision=spec.extra.get("revision"),
-                                    attention=spec.variant.attention)
-        id2label = {int(k): v for k, v in model.config.id2label.items()}
+        tok, model = job.load(device)
         inf.synchronize(device)
         phase("model_load", t)
         dynamo = None
@@ -158,11 +138,11 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         if dynamo:
             dynamo.start()
         t = time.perf_counter()
-        inf.warm_up(warm_rows, tok, model, device, spec.variant, spec.warmup_items, spec.warmup_passes)
+        job.warm_up(warm_rows, device)
         phase("warmup", t)
         if dynamo:
             res["recompiles_warmup"] = dynamo.read()[0]
-        res["observed"] = observed.observe_model(model, spec.threads)
+        res["observed"] = job.observe(spec.threads)
         observed.require_honoured(spec.variant, res["observed"], device)
 
         tracker = PeakTracker(device)
@@ -178,7 +158,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         rows = read_corpus(spec.corpus_path)
         state["total"] = res["items_total"] = len(rows)
         try:
-            win = inf.run_batches(rows, tok, model, device, spec.variant, on_batch, sink)
+            win = job.run_window(rows, device, on_batch, sink)
             inf.synchronize(device)
             phase("measured", t)
         finally:
@@ -191,7 +171,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         res.update(n_truncated=win.n_truncated, real_tokens=win.real_tokens,
                    padded_tokens=win.padded_tokens, batches=win.batches,
                    truncated_by_bucket=observed.truncation_by_bucket(rows, win))
-        res["observed"].update(observed.observe_window(win, spec.variant.max_length))
+        res["observed"].update(job.observe_window(win))
         observed.require_honoured(spec.variant, res["observed"], device)
 
         from lab.passes.probe import probe_phase
@@ -202,8 +182,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         phase("probe", t)
 
         t = time.perf_counter()
-        gold = [(g, id2label[p]) for g, p in zip(win.labels, win.pred_index, strict=True) if g is not None]
-        res["self_accuracy"] = round(sum(a == b for a, b in gold) / len(gold), 6) if gold else None
+        res["self_accuracy"] = job.self_metric(win)
         phase("evaluation", t)
         res["status"] = PassStatus.OK
         code = EXIT_OK
@@ -224,9 +203,9 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
     pred_path = out / "predictions.jsonl"
     win = win or sink.get("win")
     try:
-        if win is not None:
-            res["predictions_lines"], res["predictions_sha256"] = write_predictions(pred_path, win, id2label)
-        res["predictions_path"] = pred_path.name if win is not None else ""
+        if win is not None and job is not None:
+            res.update(job.write_predictions(pred_path, win))
+        res["predictions_path"] = pred_path.name if win is not None and job is not None else ""
         phases["writing"] = round(time.perf_counter() - t, 6)
         res["process_peak_vm_bytes"] = _vm_peak()  # address space since process start (VmPeak)
         res["end_time"] = _utc()

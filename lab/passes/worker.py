@@ -112,14 +112,15 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
         shard_positions,
         threads_per_worker,
     )
-    from lab.passes.runner import is_oom, write_predictions
+    from lab.passes.runner import is_oom
+    from lab.tasks import job_for
 
     card: dict = {"rank": rank, "local_rank": local_rank, "world_size": world,
                   "node_rank": int(os.environ.get("GROUP_RANK", "0")), "status": PassStatus.ERROR, "error": "",
                   "phases_s": {}, "items_total": None, "items_completed": 0, "positions": []}
     phases: dict = card["phases_s"]
     sink: dict = {}
-    id2label: dict = {}
+    job = None
     state: dict = {"done": 0, "batches": 0, "t0": None}
     win, code = None, EXIT_ERROR
     dist: Any = None  # torch.distributed once imported
@@ -157,17 +158,14 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
                     dist_backend=BACKENDS[backend], test_only_injected_oom=inject is not None and inject[0] == rank)
         dist.init_process_group(BACKENDS[backend], timeout=timedelta(minutes=30))
         t = time.perf_counter()
-        tok, model = inf.load_model(spec.model_ref, spec.variant.precision, device,
-                                    pad_token=spec.extra.get("pad_token"), attention=spec.variant.attention,
-                                    revision=spec.extra.get("revision"))
-        id2label = {int(k): v for k, v in model.config.id2label.items()}
+        job = job_for(spec)
+        tok, _model = job.load(device)
         inf.synchronize(device)
         phase("model_load", t)
         t = time.perf_counter()
-        inf.warm_up(read_corpus(spec.corpus_path)[: spec.warmup_items], tok, model, device, spec.variant,
-                    spec.warmup_items, spec.warmup_passes)
+        job.warm_up(read_corpus(spec.corpus_path)[: spec.warmup_items], device)
         phase("warmup", t)
-        card["observed"] = observed.observe_model(model, spec.threads, local_world)  # as a one-card pass
+        card["observed"] = job.observe(spec.threads, local_world)  # as a one-card pass
         observed.require_honoured(spec.variant, card["observed"], device)
         tracker = PeakTracker(device)
         release_memory(device)
@@ -197,7 +195,7 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
                        if bucketing else [0] * len(rows))
             mine = shard_positions(lengths, world, bucketing)[rank]
             card["positions"], card["items_total"] = mine, len(mine)
-            win = inf.run_batches([rows[i] for i in mine], tok, model, device, spec.variant, on_batch, sink)
+            win = job.run_window([rows[i] for i in mine], device, on_batch, sink)
             inf.synchronize(device)
             phase("measured", t)
             card["window_end_unix_s"] = time.time()
@@ -206,7 +204,7 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
             card["peaks"] = tracker.read().to_json()
         card.update(items_completed=win.items_done, n_truncated=win.n_truncated, real_tokens=win.real_tokens,
                     padded_tokens=win.padded_tokens, batches=win.batches)
-        card["observed"].update(observed.observe_window(win, spec.variant.max_length))
+        card["observed"].update(job.observe_window(win))
         observed.require_honoured(spec.variant, card["observed"], device)
         card["status"] = PassStatus.OK
         code = EXIT_OK
@@ -229,8 +227,8 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
     rec_path.parent.mkdir(parents=True, exist_ok=True)
     win = win or sink.get("win")
     lines: list[str] = []
-    if win is not None:
-        card["predictions_lines"], card["predictions_sha256"] = write_predictions(pred_path, win, id2label)
+    if win is not None and job is not None:
+        card.update(job.write_predictions(pred_path, win))
         lines = pred_path.read_text(encoding="utf-8").splitlines(keepends=True)
     phases["writing"] = round(time.perf_counter() - t, 6)
     card["exit_code"] = code

@@ -158,6 +158,9 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
             row[k] = val.get(k)
         for b in ("short", "medium", "long"):
             row[f"metric_{b}"] = (val.get("metric_by_bucket") or {}).get(b)
+        if val.get("agreement_worst") is not None:  # an embedding pass: per-id cosine with the reference
+            notes.append(f"agreement_with_reference is the median per-id cosine with the reference's vectors; "
+                         f"worst id {val.get('agreement_worst_id')} at {val['agreement_worst']}")
         if val.get("reasons"):
             notes.append("validation: " + "; ".join(val["reasons"]))
         for k in PEAKS:

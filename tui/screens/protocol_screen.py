@@ -26,8 +26,9 @@ def render_rules(i: dict) -> str:
     q, t = i["quality"], i["timing"]
     lines = [f"[b]{escape(i['name'])}[/b]  (file {escape(Path(i['file']).name)})",
              f"[b]Question[/b] {escape(i['question'])}",
-             f"[b]Quality[/b]  {q['metric']} >= {q['threshold']}, at most {q['tolerance']} below the "
-             f"reference {escape(q['reference_variant'])}",
+             f"[b]Quality[/b]  {escape(q['metric'])} {'<=' if q.get('direction') == 'lower' else '>='} "
+             f"{q['threshold']}, at most {q['tolerance']} {'above' if q.get('direction') == 'lower' else 'below'} "
+             f"the reference {escape(q['reference_variant'])}",
              f"[b]Timing[/b]   {t['repetitions']} repetitions, rotated; warm-up {t['warmup_passes']} pass(es) "
              f"over the first {t['warmup_items']} items; process {t['process']}; "
              f"seed {t['seed']}"]

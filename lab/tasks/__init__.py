@@ -1,0 +1,24 @@
+"""Task kinds (SPEC 2: task): the job a pass measures, one class per kind.
+
+:func:`job_for` picks the class from ``PassSpec.extra["task"]["kind"]`` (absent:
+classification). A new kind (generation) is one more module with a class satisfying
+:class:`lab.tasks.base.Job`, and one more entry of :data:`KINDS`.
+"""
+
+from __future__ import annotations
+
+KINDS = {"classification": "lab.tasks.classification:ClassificationJob",
+         "embedding": "lab.tasks.embedding:EmbeddingJob",
+         "custom": "lab.tasks.custom:CustomJob"}
+
+
+def job_for(spec):
+    """The Job for one pass spec (lab.passes.spec.PassSpec). Raises ValueError for a kind this
+    lab does not know (a pass.json written by another lab)."""
+    import importlib
+
+    kind = (spec.extra.get("task") or {}).get("kind", "classification")
+    if kind not in KINDS:
+        raise ValueError(f"task kind {kind!r} unknown to this lab; known: {', '.join(KINDS)}")
+    module, cls = KINDS[kind].split(":")
+    return getattr(importlib.import_module(module), cls)(spec)

@@ -1,0 +1,63 @@
+"""The task interface: what a pass asks of the job it measures (SPEC 2: task).
+
+A task kind is one class that satisfies :class:`Job`. The pass sequence (lab.passes.runner
+and each card's lab.passes.worker) owns everything around it: corpus reading, ids, warm-up
+rule, the measured window's clock and device synchronisation, memory counters, events,
+failure rows and the result record. It calls the job for exactly these steps:
+
+1. ``load(device)`` -> (tokenizer, model): model load, timed as ``model_load``;
+2. ``warm_up(rows, device)``: the protocol's warm-up over ``rows`` (the first items);
+3. ``run_window(rows, device, on_batch, sink)`` -> WindowResult: the measured window's
+   work, batches formed by the lab's own rule (lab.passes.inference.batch_order);
+4. ``observe(threads, workers)`` after the warm-up and ``observe_window(win)`` after the window:
+   the observed records the declared variant is checked against;
+5. ``self_metric(win)``: a quick in-pass figure (``self_accuracy`` in result.json), or None;
+6. ``write_predictions(path, win)`` -> dict of result fields (``predictions_lines``,
+   ``predictions_sha256`` and what else the kind writes beside the predictions file).
+
+The task itself (kind, pooling, entry) reaches the pass as ``PassSpec.extra["task"]``
+(lab.protocol.Protocol.task_extra); a classification pass carries no such key, so its
+pass.json is unchanged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Protocol
+
+
+class Job(Protocol):
+    """One pass's task-specific steps (see the module docstring)."""
+
+    kind: str
+
+    def load(self, device: str) -> tuple:
+        """(tokenizer, model) on ``device``; the model is None for custom code the lab cannot see."""
+        ...
+
+    def warm_up(self, rows: list[dict], device: str) -> float:
+        """The warm-up over ``rows``; returns seconds."""
+        ...
+
+    def run_window(self, rows: list[dict], device: str, on_batch: Callable[[int], None] | None,
+                   sink: dict | None):
+        """The measured window over ``rows``: a lab.passes.inference.WindowResult."""
+        ...
+
+    def observe(self, threads: int, workers_on_host: int = 1) -> dict:
+        """The observed record after load and warm-up (lab.passes.observed.require_honoured checks
+        it; lab.passes.observed.NOT_OBSERVABLE for a value the lab cannot read)."""
+        ...
+
+    def observe_window(self, win) -> dict:
+        """The measured window's observed record (padding, max_tokens, bucketing, batch_size)."""
+        ...
+
+    def self_metric(self, win) -> float | None:
+        """A quick in-pass figure for result.json's ``self_accuracy``, or None."""
+        ...
+
+    def write_predictions(self, path: Path, win) -> dict:
+        """The predictions file at ``path`` (and the kind's files beside it), written whole;
+        returns the result fields (``predictions_lines``, ``predictions_sha256``, ...)."""
+        ...

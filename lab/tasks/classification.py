@@ -1,0 +1,85 @@
+"""Classification: today's job (a Hugging Face sequence classifier run by the lab's loop),
+as a :class:`lab.tasks.base.Job` wrapping lab.passes.inference and the runner's predictions
+format (id, pred, prob, truncated, tokens_kept, tokens_total)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from lab.diskfull import atomic_write_text
+from lab.files import sha256_lines
+
+
+def write_label_predictions(path: Path, win, id2label: dict | None) -> tuple[int, str]:
+    """Write completed predictions in corpus order; returns (lines, sha256 of the file).
+
+    Each line: id, pred, prob, truncated (bool; null when unknown), tokens_kept and tokens_total
+    (tokens, specials included, after and before truncation at max_length). ``id2label``:
+    {class index: label}, or None when ``win.pred_index`` already holds the labels (custom code)."""
+    lines = []
+    for i, (item_id, p, c) in enumerate(zip(win.ids, win.pred_index, win.prob, strict=True)):
+        if p is None:
+            continue
+        kept, total = win.tokens_kept[i], win.tokens_total[i]
+        lines.append(json.dumps({"id": item_id, "pred": id2label[p] if id2label is not None else p,
+                                 "prob": None if c is None else round(c, 6),
+                                 "truncated": None if total is None else total > kept,
+                                 "tokens_kept": kept, "tokens_total": total}, ensure_ascii=False) + "\n")
+    atomic_write_text(path, "".join(lines))  # whole or absent, never half a file
+    return len(lines), sha256_lines(lines)
+
+
+class ClassificationJob:
+    """A sequence classifier: ``[task]`` absent or ``kind = "classification"``."""
+
+    kind = "classification"
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.tokenizer: Any = None
+        self.model: Any = None
+        self.id2label: dict = {}
+
+    def load(self, device: str) -> tuple:
+        from lab.passes import inference as inf
+
+        s = self.spec
+        self.tokenizer, self.model = inf.load_model(s.model_ref, s.variant.precision, device,
+                                                    pad_token=s.extra.get("pad_token"),
+                                                    revision=s.extra.get("revision"),
+                                                    attention=s.variant.attention)
+        self.id2label = {int(k): v for k, v in self.model.config.id2label.items()}
+        return self.tokenizer, self.model
+
+    def warm_up(self, rows: list[dict], device: str) -> float:
+        from lab.passes import inference as inf
+
+        s = self.spec
+        return inf.warm_up(rows, self.tokenizer, self.model, device, s.variant, s.warmup_items, s.warmup_passes)
+
+    def run_window(self, rows, device, on_batch=None, sink=None):
+        from lab.passes import inference as inf
+
+        return inf.run_batches(rows, self.tokenizer, self.model, device, self.spec.variant, on_batch, sink)
+
+    def observe(self, threads: int, workers_on_host: int = 1) -> dict:
+        """The loaded model's observed record (lab.passes.observed.observe_model)."""
+        from lab.passes.observed import observe_model
+
+        return observe_model(self.model, threads, workers_on_host)
+
+    def observe_window(self, win) -> dict:
+        """The measured window's observed record (lab.passes.observed.observe_window)."""
+        from lab.passes.observed import observe_window
+
+        return observe_window(win, self.spec.variant.max_length)
+
+    def self_metric(self, win) -> float | None:
+        gold = [(g, self.id2label[p]) for g, p in zip(win.labels, win.pred_index, strict=True) if g is not None]
+        return round(sum(a == b for a, b in gold) / len(gold), 6) if gold else None
+
+    def write_predictions(self, path: Path, win) -> dict:
+        lines, digest = write_label_predictions(path, win, self.id2label)
+        return {"predictions_lines": lines, "predictions_sha256": digest}

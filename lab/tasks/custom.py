@@ -1,0 +1,278 @@
+"""Custom: the user's own inference code (``[task] kind = "custom"``, ``entry = "file.py:Class"``).
+
+The protocol an entry class follows (README, "Your own inference code"):
+
+- ``Class(settings: dict, device: str)``: built once per pass, in the model-load phase.
+  ``settings`` holds the variant's declared fields (``precision``, ``batch_size``,
+  ``max_length``, ``padding``, ``bucketing``, ``attention``, ``quantization``, ``device``...,
+  as in ``Variant.to_json``) and ``model_path`` ([model] path or id), ``revision`` and
+  ``pad_token`` when declared; ``device`` is the device the lab resolved ("cpu", "cuda:0").
+- ``predict(texts: list[str]) -> list[str]``: one label per text, in order; called once per
+  batch the lab forms (its size is the variant's batch size, the last one shorter; with
+  bucketing the lab sorts by token count), during the warm-up and the measured window.
+- optional ``settings_used() -> dict``: the settings the code actually applied (the same keys,
+  e.g. ``{"precision": "fp32", "max_length": 256}``). A declared setting it does not report is
+  recorded as ``"declared, not observable"`` (lab.passes.observed.NOT_OBSERVABLE), never claimed;
+  a reported one that contradicts the declaration fails the pass (not honoured).
+
+The lab owns the rest: corpus reading, ids, batching and bucketing (token counts from the
+[model] tokenizer), warm-up, the measured window and device synchronisation, memory counters,
+events, failure rows, predictions on disk (the classification format, ``prob`` null) and
+validation. An exception in ``predict`` is a failure row (:class:`EntryFailed`) with the items
+of the batches completed before it and the traceback's last line.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from lab.errors import FailureKind, PassFailure
+
+PROTOCOL_METHODS = ("predict",)
+IMPORTS_FINE = "entry imports and has the protocol"  # the check process's last line when it does
+
+
+class EntryFailed(PassFailure):
+    """The user's entry raised (or returned the wrong shape) in ``predict``; ``items_done`` counts
+    the items of the batches it completed before."""
+
+    kind = FailureKind.TASK_ERROR
+
+
+class EntryNotLoadable(PassFailure):
+    """The entry file cannot be imported, or has no class of that name with the protocol."""
+
+    kind = FailureKind.TASK_ERROR
+
+
+def last_traceback_line(exc: BaseException) -> str:
+    """'File "x.py", line N, in f: Error: message' for the innermost frame of ``exc``."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f'{Path(frames[-1].filename).name}, line {frames[-1].lineno}, in {frames[-1].name}: ' if frames else ""
+    text = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    return (where + text)[:300]
+
+
+def load_entry(entry: str):
+    """The class named by ``entry`` ("/abs/path/file.py:ClassName"), imported from its file.
+
+    Raises EntryNotLoadable (one line) when the file cannot be imported (its error's last line
+    named), defines no such class, or the class lacks ``predict``."""
+    file, _, name = entry.rpartition(":")
+    path = Path(file)
+    if not path.is_file():
+        raise EntryNotLoadable(f"[task] entry file {path} not found; fix [task] entry")
+    mod_name = f"iteralab_entry_{path.stem}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise EntryNotLoadable(f"[task] entry {path} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:  # noqa: BLE001 - the user's import error, as one line
+        raise EntryNotLoadable(f"[task] entry {path.name} cannot be imported: {last_traceback_line(exc)}") from None
+    cls = getattr(module, name, None)
+    if not isinstance(cls, type):
+        raise EntryNotLoadable(f"[task] entry {path.name} defines no class {name!r}; fix the name after ':'")
+    lacking = [m for m in PROTOCOL_METHODS if not callable(getattr(cls, m, None))]
+    if lacking:
+        raise EntryNotLoadable(f"[task] entry {path.name}:{name} has no {', '.join(lacking)} method; the protocol "
+                               "needs predict(texts: list[str]) -> list[str]")
+    return cls
+
+
+def load_function(ref: str, where: str = "[quality] metric"):
+    """The function named by ``ref`` ("/abs/path/file.py:name"), imported from its file.
+    Raises EntryNotLoadable (one line) as :func:`load_entry` does."""
+    file, _, name = ref.rpartition(":")
+    path = Path(file)
+    if not path.is_file():
+        raise EntryNotLoadable(f"{where} file {path} not found; fix {where}")
+    mod_name = f"iteralab_user_{path.stem}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise EntryNotLoadable(f"{where} {path} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:  # noqa: BLE001
+        raise EntryNotLoadable(f"{where} {path.name} cannot be imported: {last_traceback_line(exc)}") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise EntryNotLoadable(f"{where} {path.name} defines no function {name!r}; the protocol needs "
+                               f"{name}(predictions: list[str], references: list[str]) -> float")
+    return fn
+
+
+def check_main(argv: list[str]) -> int:
+    """``python -m lab.tasks.custom [--metric] REF``: import the entry class (or, with
+    ``--metric``, the metric function) in this fresh process: the lock check
+    (:func:`check_in_fresh_process`). Prints IMPORTS_FINE or the one-line reason; exit 0 or 1."""
+    try:
+        if argv[0] == "--metric":
+            load_function(argv[1])
+        else:
+            load_entry(argv[0])
+    except EntryNotLoadable as exc:
+        print(str(exc))
+        return 1
+    print(IMPORTS_FINE)
+    return 0
+
+
+def check_in_fresh_process(ref: str, metric: bool = False, timeout_s: float = 300.0) -> str:
+    """'' when a new Python process imports ``ref`` (an entry class, or a metric function with
+    ``metric``) and finds the protocol's methods, else the one-line reason (lab.preflight)."""
+    import os
+    import subprocess
+
+    from lab.files import REPO_ROOT
+
+    cmd = [sys.executable, "-m", "lab.tasks.custom", *(["--metric"] if metric else []), ref]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False, cwd=REPO_ROOT,
+                           env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    except subprocess.TimeoutExpired:
+        return f"{ref}: importing it took more than {timeout_s:g} s; an import should not run the job"
+    lines = (r.stdout.strip() or r.stderr.strip() or "no output").splitlines()
+    return "" if r.returncode == 0 and lines[-1] == IMPORTS_FINE else lines[-1][:300]
+
+
+class CustomJob:
+    """``[task] kind = "custom"``: batches the lab forms, handed to the user's ``predict``."""
+
+    kind = "custom"
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.entry = (spec.extra.get("task") or {})["entry"]
+        self.tokenizer: Any = None
+        self.model: Any = None  # the lab sees no model inside the user's code
+        self.code: Any = None
+        self.device = "cpu"
+
+    def settings(self) -> dict:
+        """What the entry class is built with: the variant's declared fields and the model's."""
+        s = self.spec
+        out = {k: v for k, v in s.variant.to_json().items() if k not in ("variant_id", "label")}
+        out["model_path"] = s.model_ref
+        out.update({k: s.extra[k] for k in ("revision", "pad_token") if s.extra.get(k)})
+        return out
+
+    def load(self, device: str) -> tuple:
+        from transformers import AutoTokenizer
+
+        s = self.spec
+        self.device = device
+        self.tokenizer = AutoTokenizer.from_pretrained(s.model_ref, revision=s.extra.get("revision"))
+        cls = load_entry(self.entry)
+        try:
+            self.code = cls(self.settings(), device)
+        except BaseException as exc:  # noqa: BLE001 - the user's constructor
+            raise EntryFailed(f"entry constructor raised: {last_traceback_line(exc)}", items_done=0) from None
+        return self.tokenizer, None
+
+    def observe(self, threads: int, workers_on_host: int = 1) -> dict:
+        """The observed record: what ``settings_used()`` reports, NOT_OBSERVABLE for the rest."""
+        import torch
+
+        from lab.passes.observed import NOT_OBSERVABLE, observe_tf32
+
+        used = {}
+        if callable(getattr(self.code, "settings_used", None)):
+            used = dict(self.code.settings_used() or {})
+        v = self.spec.variant
+        precision = used.get("precision")
+        return {"dtype": NOT_OBSERVABLE if precision is None else {"fp32": "float32", "bf16": "bfloat16",
+                                                                   "fp16": "float16"}.get(precision, precision),
+                "device": str(used.get("device", NOT_OBSERVABLE)),
+                "attention": used.get("attention", NOT_OBSERVABLE) if v.attention else "unknown",
+                "threads": torch.get_num_threads(), "threads_declared": threads,
+                "compile": used.get("compile", NOT_OBSERVABLE),
+                "quantization": used.get("quantization", NOT_OBSERVABLE),
+                **observe_tf32(), "reported_by_entry": sorted(used)}
+
+    def warm_up(self, rows: list[dict], device: str) -> float:
+        import time
+
+        t0 = time.perf_counter()
+        for _ in range(self.spec.warmup_passes):
+            if self.spec.warmup_items > 0:
+                self.run_window(rows[: self.spec.warmup_items], device)
+        return time.perf_counter() - t0
+
+    def run_window(self, rows, device, on_batch=None, sink=None):
+        """The lab's batches handed to ``predict``; labels in ``win.pred_index`` (corpus order).
+        Raises EntryFailed with the items of the batches completed before."""
+        from lab.passes.inference import WindowResult, batch_order, tokenize
+
+        v = self.spec.variant
+        n = len(rows)
+        input_ids, totals = tokenize([r["text"] for r in rows], self.tokenizer, v.max_length)
+        lengths = [len(x) for x in input_ids]
+        order = batch_order(lengths, v.bucketing)
+        win = WindowResult([r["id"] for r in rows], [r.get("label") for r in rows], [None] * n, [None] * n,
+                           0, sum(1 for k, t in zip(lengths, totals, strict=True) if t is not None and t > k),
+                           0, 0, 0, lengths, totals,
+                           order_sorted_by_length=order == sorted(range(n), key=lambda i: lengths[i]),
+                           order_is_corpus=order == list(range(n)))
+        if sink is not None:
+            sink["win"] = win
+        for start in range(0, n, v.batch_size):
+            idx = order[start:start + v.batch_size]
+            try:
+                out = list(self.code.predict([rows[i]["text"] for i in idx]))
+            except BaseException as exc:  # noqa: BLE001 - the user's predict: a failure row
+                if isinstance(exc, (KeyboardInterrupt, MemoryError)) or type(exc).__name__ == "OutOfMemoryError":
+                    raise
+                raise EntryFailed(f"predict raised on batch {win.batches + 1} (after {win.items_done} items): "
+                                  f"{last_traceback_line(exc)}", items_done=win.items_done) from None
+            if len(out) != len(idx) or not all(isinstance(o, str) for o in out):
+                raise EntryFailed(f"predict returned {len(out)} value(s) for {len(idx)} texts on batch "
+                                  f"{win.batches + 1}; it must return one label (str) per text",
+                                  items_done=win.items_done)
+            for j, i in enumerate(idx):
+                win.pred_index[i] = out[j]
+            win.items_done += len(idx)
+            win.batches += 1
+            win.largest_batch = max(win.largest_batch, len(idx))
+            win.real_tokens += sum(lengths[i] for i in idx)
+            if on_batch:
+                on_batch(win.items_done)
+        from lab.passes.inference import synchronize
+
+        synchronize(device)  # the entry's queued device work, before the window's clock stops
+        return win
+
+    def observe_window(self, win) -> dict:
+        """What the lab sees of the window: its batches and order; padding and tokens the code
+        applies itself are NOT_OBSERVABLE unless ``settings_used()`` reports them."""
+        from lab.passes.observed import NOT_OBSERVABLE
+
+        order = ("sorted by token count" if win.order_sorted_by_length and not win.order_is_corpus
+                 else "corpus order" if win.order_is_corpus and not win.order_sorted_by_length
+                 else "corpus order (already sorted by token count)")
+        used = dict(self.code.settings_used() or {}) if callable(getattr(self.code, "settings_used", None)) else {}
+        return {"padding": used.get("padding", NOT_OBSERVABLE), "max_tokens": NOT_OBSERVABLE,
+                "max_length_used": used.get("max_length", NOT_OBSERVABLE), "bucketing": order,
+                "batch_size": win.largest_batch, "window_items": win.items_done}
+
+    def self_metric(self, win) -> float | None:
+        gold = [(g, p) for g, p in zip(win.labels, win.pred_index, strict=True) if g is not None]
+        return round(sum(a == b for a, b in gold) / len(gold), 6) if gold else None
+
+    def write_predictions(self, path: Path, win) -> dict:
+        from lab.tasks.classification import write_label_predictions
+
+        lines, digest = write_label_predictions(path, win, None)
+        return {"predictions_lines": lines, "predictions_sha256": digest, "entry": self.entry,
+                "entry_settings": self.settings()}
+
+
+if __name__ == "__main__":
+    sys.exit(check_main(sys.argv[1:]))

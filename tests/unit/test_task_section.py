@@ -1,0 +1,115 @@
+"""[task] and a user's [quality] metric in the campaign file: strict parsing with one-line errors,
+the user's code in the lock identity, and a user metric judged in its declared direction.
+No model is loaded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import cut_corpus, write_campaign
+from lab.protocol import ProtocolError, load_protocol
+from lab.validate import validate_pass
+
+UNBUILT_MODEL = Path("/nonexistent/model-not-needed-to-parse")
+
+
+def campaign(tmp_path, extra: str = "", edit=None) -> Path:
+    f = write_campaign(tmp_path, UNBUILT_MODEL, cut_corpus(tmp_path / "c.jsonl", 2, 1, 1))
+    text = f.read_text()
+    if edit:
+        text = text.replace(*edit)
+    f.write_text(text + extra)
+    return f
+
+
+def test_absent_task_is_classification_with_unchanged_ids_and_pass_spec(tmp_path):
+    plain = load_protocol(campaign(tmp_path))
+    (tmp_path / "b").mkdir()
+    explicit = load_protocol(campaign(tmp_path / "b", '\n[task]\nkind = "classification"\n'))
+    assert plain.task_kind == explicit.task_kind == "classification"
+    assert [v.variant_id for v in plain.variants] == [v.variant_id for v in explicit.variants]
+    assert plain.task_extra() == {} and plain.task_files() == {}
+
+
+@pytest.mark.parametrize("extra, edit, message", [
+    ('\n[task]\nkind = "embeding"\n', None, "kind 'embeding' unknown; did you mean 'embedding'?"),
+    ('\n[task]\nkind = "embedding"\npoolin = "mean"\n', None, "[task] unknown key 'poolin'; did you mean 'pooling'?"),
+    ('\n[task]\nkind = "embedding"\npooling = "cls"\n', None, "pooling 'cls' is not implemented"),
+    ('\n[task]\nkind = "embedding"\n', None, "metric 'accuracy' does not judge a embedding task"),
+    ('\n[task]\nkind = "custom"\n', None, 'needs entry = "path/to/file.py:ClassName"'),
+    ('\n[task]\nkind = "custom"\nentry = "model.py"\n', None, 'is not "path/to/file.py:Name"'),
+    ('\n[task]\npooling = "mean"\n', None, 'pooling applies to kind = "embedding" only'),
+    ("", ('metric = "accuracy"', 'metric = "m.py:score"'), "declare direction"),
+    ('\n[task]\nkind = "embedding"\ncards = 2\n', None, "[task] unknown key 'cards'"),
+])
+def test_bad_task_section_one_line(tmp_path, extra, edit, message):
+    with pytest.raises(ProtocolError) as e:
+        load_protocol(campaign(tmp_path, extra, edit))
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_embedding_with_two_cards_is_refused_in_one_line(tmp_path):
+    f = campaign(tmp_path, '\n[task]\nkind = "embedding"\n', ('metric = "accuracy"', 'metric = "nn_accuracy"'))
+    f.write_text(f.read_text().replace("[defaults]\n", "[defaults]\ncards = 2\n"))
+    with pytest.raises(ProtocolError, match="a embedding task runs on one card per pass") as e:
+        load_protocol(f)
+    assert "\n" not in str(e.value)
+
+
+def test_entry_and_metric_files_enter_the_lock_identity(tmp_path, fake_model):
+    from lab.identity import protocol_identity
+
+    (tmp_path / "entry.py").write_text("class C:\n    def predict(self, texts):\n        return texts\n")
+    (tmp_path / "m.py").write_text("def score(p, r):\n    return 0.5\n")
+    f = write_campaign(tmp_path, fake_model, cut_corpus(tmp_path / "c.jsonl", 2, 1, 1))
+    f.write_text(f.read_text().replace('metric = "accuracy"', 'metric = "m.py:score"\ndirection = "lower"')
+                 + '\n[task]\nkind = "custom"\nentry = "entry.py:C"\n')
+    proto = load_protocol(f)
+    assert set(proto.task_files()) == {"entry", "metric"}
+    assert proto.task_extra()["task"]["entry"] == f"{tmp_path / 'entry.py'}:C"
+    before = protocol_identity(proto)
+    (tmp_path / "m.py").write_text("def score(p, r):\n    return 0.25\n")
+    after = protocol_identity(load_protocol(f))
+    assert before["protocol_sha256"] == after["protocol_sha256"]  # the campaign text is the same
+    assert before["task_sha256"] != after["task_sha256"] and before["sha256"] != after["sha256"]
+
+
+def test_user_metric_is_judged_in_its_declared_direction(tmp_path):
+    corpus = [{"id": f"i{k}", "label": "a" if k % 2 else "b", "bucket": "short"} for k in range(4)]
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"id": r["id"], "pred": "a", "prob": None}) + "\n" for r in corpus))
+
+    def error_rate(predictions, references):
+        return sum(p != r for p, r in zip(predictions, references, strict=True)) / len(references)
+
+    q = {"metric": "m.py:error_rate", "threshold": 0.4, "tolerance": 0.0, "direction": "lower"}
+    v = validate_pass(corpus, path, q, prob_required=False, metric_fn=error_rate)
+    assert v.metric == 0.5 and v.threshold_ok is False and "0.5000 > threshold 0.4" in v.reasons[0]
+    v = validate_pass(corpus, path, {**q, "threshold": 0.5}, prob_required=False, metric_fn=error_rate,
+                      reference={r["id"]: r["label"] for r in corpus}, reference_metric=0.0)
+    assert v.threshold_ok is True and v.tolerance_ok is False and "above the reference" in " ".join(v.reasons)
+    # a line without prob is a format error for the built-in classification task
+    assert not validate_pass(corpus, path, {**q, "metric": "accuracy", "direction": None}).format_ok
+
+    def broken(predictions, references):
+        raise KeyError("oops")
+
+    v = validate_pass(corpus, path, q, prob_required=False, metric_fn=broken)
+    assert v.metric is None and not v.corpus_accepted and any("metric function raised KeyError" in r
+                                                              for r in v.reasons)
+
+
+def test_custom_entry_is_refused_for_a_launcher_that_does_not_mount_it(tmp_path):
+    from types import SimpleNamespace
+
+    from lab.orchestrator import Orchestrator
+
+    (tmp_path / "entry.py").write_text("class C:\n    def predict(self, texts):\n        return texts\n")
+    proto = load_protocol(campaign(tmp_path, '\n[task]\nkind = "custom"\nentry = "entry.py:C"\n'))
+    with pytest.raises(ProtocolError, match="runs only with the local launcher") as e:
+        Orchestrator.check_launcher(SimpleNamespace(proto=proto, launcher=SimpleNamespace(name="docker")))
+    assert "\n" not in str(e.value)
+    Orchestrator.check_launcher(SimpleNamespace(proto=proto, launcher=SimpleNamespace(name="local")))
