@@ -229,7 +229,7 @@ def check_row(row: dict, scan, gold: dict | None, threshold: float | None, probl
         pred_rel = f"passes/{pid}/{result.get('predictions_path') or 'predictions.jsonl'}"
         if result.get("predictions_sha256") and scan.sha.get(pred_rel) != result["predictions_sha256"]:
             problems.append(f"pass {pid}: predictions sha256 differs from the one its result.json recorded")
-        if result.get("vectors_sha256"):  # an embedding pass (lab.tasks.embedding)
+        if result.get("vectors_sha256"):  # an embedding pass (lab.passes.tasks.embedding)
             vec_rel = f"passes/{pid}/{result.get('vectors_path') or 'vectors.npy'}"
             if vec_rel not in scan.sha:
                 problems.append(f"pass {pid}: its vectors {vec_rel} are missing from the archive")
@@ -269,10 +269,10 @@ def _check_embedding_metric(pid: str, row: dict, scan, pred_rel: str, gold: dict
                             problems: list[str]) -> float | None:
     """An embedding pass's metric recomputed from its archived vectors (vectors.npy beside its
     predictions, rows as the predictions' lines say) and the gold labels, with the rule
-    validation used (lab.tasks.embedding_metrics.nn_accuracy), overall and per bucket."""
+    validation used (lab.passes.tasks.embedding_metrics.nn_accuracy), overall and per bucket."""
     import numpy as np
 
-    from lab.tasks.embedding_metrics import load_vectors, nn_accuracy
+    from lab.passes.tasks.embedding_metrics import load_vectors, nn_accuracy
 
     claimed = row.get("metric")
     vec_rel = pred_rel.rsplit("/", 1)[0] + "/vectors.npy"

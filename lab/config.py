@@ -32,7 +32,7 @@ METRICS = ("accuracy", "macro_f1")  # classification (and custom code that retur
 EMBEDDING_METRICS = ("nn_accuracy",)  # lab.validate.nn_accuracy: leave-one-out nearest-neighbour label accuracy
 TASK_KINDS = ("classification", "embedding", "custom")
 KIND_METRICS = {"classification": METRICS, "embedding": EMBEDDING_METRICS, "custom": METRICS}
-POOLINGS = ("mean",)             # lab.tasks.embedding.mean_pool: mean over the attention mask
+POOLINGS = ("mean",)             # lab.passes.tasks.embedding.mean_pool: mean over the attention mask
 DIRECTIONS = ("higher", "lower")  # a user metric's better side
 ENTRY_RE = re.compile(r"^(?P<file>[^:]+\.py):(?P<name>[A-Za-z_][A-Za-z0-9_]*)$")
 ROTATIONS = ("cyclic",)          # lab.schedule.rotated_schedule: repetition r rotated by r-1
@@ -159,7 +159,7 @@ class TaskSection:
 
     ``embedding``: ``pooling`` ("mean": mean of the last hidden state over the attention mask)
     and ``normalize`` (L2, default true), recorded in each pass's result. ``custom``: ``entry``
-    ``"path/to/file.py:ClassName"`` (the user's inference code, lab.tasks.custom) and ``files``,
+    ``"path/to/file.py:ClassName"`` (the user's inference code, lab.passes.tasks.custom) and ``files``,
     other files it reads (hashed into the lock with it). Raises ConfigError (one line)."""
 
     kind: str = "classification"
@@ -201,7 +201,7 @@ class QualitySection:
 
     ``metric``: a built-in name (lab.config.KIND_METRICS for the task's kind) or the user's own
     procedure ``"path/to/file.py:function"`` (``function(predictions, references) -> float``,
-    lab.tasks.user_metric), whose ``direction`` ("higher" or "lower" is better) must be declared."""
+    lab.passes.tasks.user_metric), whose ``direction`` ("higher" or "lower" is better) must be declared."""
 
     metric: str
     threshold: float

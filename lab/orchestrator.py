@@ -506,12 +506,12 @@ class Orchestrator:
         return self._labels
 
     def metric_fn(self):
-        """The user's [quality] metric function (lab.tasks.custom.load_function), None for a
+        """The user's [quality] metric function (lab.passes.tasks.custom.load_function), None for a
         built-in metric; imported once (its file's sha256 is in the lock identity)."""
         if not self.proto.config.quality.user_metric:
             return None
         if getattr(self, "_metric_fn", None) is None:
-            from lab.tasks.custom import load_function
+            from lab.passes.tasks.custom import load_function
 
             path = self.proto.task_files()["metric"]
             self._metric_fn = load_function(f"{path}:{self.proto.config.quality.metric.rsplit(':', 1)[1]}")

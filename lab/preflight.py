@@ -114,7 +114,7 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
     out = []
     archs = list(getattr(cfg, "architectures", None) or [])
     embedding = proto.task_kind == "embedding"
-    if embedding:  # any encoder: its last hidden state is pooled (lab.tasks.embedding); no label head
+    if embedding:  # any encoder: its last hidden state is pooled (lab.passes.tasks.embedding); no label head
         width = getattr(cfg, "hidden_size", None)
         out.append(Check("architecture", bool(width), f"{', '.join(archs) or 'encoder'}: last hidden state of "
                                                       f"width {width}, pooled by [task] pooling" if width else
@@ -308,9 +308,9 @@ def lock_checks(proto) -> list[Check]:
 
 def check_user_code(proto) -> list[Check]:
     """The user's code the protocol runs ([task] entry, [quality] metric = "file.py:function"),
-    each imported in a fresh Python process (lab.tasks.custom.check_in_fresh_process): refused
+    each imported in a fresh Python process (lab.passes.tasks.custom.check_in_fresh_process): refused
     in one line when it cannot be loaded or lacks the protocol."""
-    from lab.tasks.custom import check_in_fresh_process
+    from lab.passes.tasks.custom import check_in_fresh_process
 
     out = []
     files = proto.task_files()

@@ -22,6 +22,7 @@ import msgspec
 import numpy as np
 
 from lab.corpus import BUCKETS
+from lab.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -259,7 +260,7 @@ METRICS = {"accuracy": accuracy, "macro_f1": macro_f1}
 METRICS_CODES = {"accuracy": accuracy_codes, "macro_f1": macro_f1_codes}
 
 
-class UserMetricFailed(ValueError):
+class UserMetricFailed(UserError):
     """The user's metric function raised or returned something that is not a finite number."""
 
 
@@ -410,7 +411,7 @@ def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
     """Validate a pass's predictions against the corpus and the locked quality rules.
 
     ``prob_required`` False (a custom task): a line's ``prob`` may be null. ``metric_fn``: the
-    user's own metric ([quality] metric = "file.py:function", lab.tasks.custom.load_function),
+    user's own metric ([quality] metric = "file.py:function", lab.passes.tasks.custom.load_function),
     called as ``metric_fn(predictions, references)`` with label lists in corpus order and
     judged in its declared ``quality["direction"]``; an exception or a non-finite value leaves
     the metric empty with the reason.
@@ -480,7 +481,7 @@ def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
                   "format": fmt_errors[:5]})
 
 
-# ---- embedding passes (lab.tasks.embedding writes them) -------------------------------------
+# ---- embedding passes (lab.passes.tasks.embedding writes them) -------------------------------------
 
 class _VectorRecord(msgspec.Struct):
     """One embedding prediction line: its id and its row in vectors.npy (other keys ignored)."""
@@ -495,10 +496,10 @@ _VECTOR_LINE = msgspec.json.Decoder(_VectorRecord)
 def read_embedding(predictions_path: Path) -> tuple[list[str], np.ndarray | None, list[str]]:
     """(ids, vectors, format errors) of an embedding pass: ``predictions.jsonl`` lines
     ``{"id", "row", ...}`` where line k has row k, and ``vectors.npy`` beside it, a float16
-    array of shape (lines, width) with finite values (lab.tasks.embedding). ``vectors`` is
+    array of shape (lines, width) with finite values (lab.passes.tasks.embedding). ``vectors`` is
     None when the file is absent or unreadable (an error says why)."""
-    from lab.tasks.embedding import VECTORS_FILE
-    from lab.tasks.embedding_metrics import load_vectors
+    from lab.passes.tasks.embedding import VECTORS_FILE
+    from lab.passes.tasks.embedding_metrics import load_vectors
 
     path = Path(predictions_path)
     if path.is_symlink() or not path.is_file():
@@ -546,11 +547,11 @@ def validate_embedding_pass(corpus: list[dict], predictions_path: Path, quality:
                             reference_metric: float | None = None) -> Validation:
     """Validate an embedding pass: ids exact, format (lines and vectors.npy, read_embedding),
     bucket coverage, the label-based retrieval metric from the vectors alone
-    (lab.tasks.embedding_metrics.nn_accuracy, overall and per bucket) against the threshold,
+    (lab.passes.tasks.embedding_metrics.nn_accuracy, overall and per bucket) against the threshold,
     its gap to the reference variant's within the tolerance, and the per-id cosine agreement
     with the reference's vectors (``reference``: corpus order, (n, width); the median is
     ``agreement_with_reference``, the worst id is named). Never raises for bad predictions."""
-    from lab.tasks.embedding_metrics import cosine_agreement, nn_accuracy
+    from lab.passes.tasks.embedding_metrics import cosine_agreement, nn_accuracy
 
     ids, vectors, fmt_errors = read_embedding(Path(predictions_path))
     c = check_ids(corpus, ids, fmt_errors)

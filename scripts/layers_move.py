@@ -15,7 +15,7 @@ What it does, in order:
    it may import), unless one is there.
 2. ``git mv lab/<old>.py lab/<folder>/<new>.py`` for each entry of ``MOVES`` whose source
    exists. Folders and modules that are not in the map stay where they are: packages
-   (``lab/passes/``, ``lab/tasks/``, ``lab/engines/``...) and everything inside them; a flat
+   (``lab/passes/``, ``lab/passes/tasks/``, ``lab/engines/``...) and everything inside them; a flat
    module ``lab/<name>.py`` that is neither in ``MOVES`` nor in ``STAYS`` is reported ("not
    in the map: place it by hand"), never moved.
 3. Rewrites the references in every tracked text file (and untracked, not ignored ones):

@@ -44,7 +44,7 @@ def embedding_run(tmp_path_factory, model_dir):
 
 def test_embedding_passes_store_vectors_and_validate_from_them(embedding_run):
     from lab.corpus import read_corpus
-    from lab.tasks.embedding_metrics import load_vectors, nn_accuracy
+    from lab.passes.tasks.embedding_metrics import load_vectors, nn_accuracy
 
     orch, _ = embedding_run
     attempts = orch.journal.attempts()

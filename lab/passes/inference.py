@@ -134,7 +134,7 @@ class WindowResult:
     order_is_corpus: bool = True
     attention_pairs: int = 0  # sum over batches of B * T**2 (query-key pairs per layer)
     largest_batch: int = 0  # most items the model received in one batch (its batch dimension)
-    vectors: Any = None  # embedding: numpy float32 (items, width) in corpus order (lab.tasks.embedding)
+    vectors: Any = None  # embedding: numpy float32 (items, width) in corpus order (lab.passes.tasks.embedding)
     norms: list = field(default_factory=list)  # embedding: each vector's L2 norm before normalisation
 
 

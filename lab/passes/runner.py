@@ -14,7 +14,7 @@ model FLOP/s, lab.passes.probe), ``evaluation`` and ``writing``. Memory peaks ar
 right before the measured window. Declared values are checked against the observed ones
 after the warm-up and after the window (lab.passes.observed). The task-specific steps (model
 load, warm-up, the window's work, the predictions files) are calls on the pass's job,
-``lab.tasks.job_for(spec)`` (classification, embedding, custom). Writes ``predictions.jsonl``
+``lab.passes.tasks.job_for(spec)`` (classification, embedding, custom). Writes ``predictions.jsonl``
 (classification: id, pred, prob, truncation; corpus order; the items completed, also on
 failure; the task's other files beside it) and ``result.json``; streams events on stdout.
 Exit codes: 0 ok, 3 OOM, 4 error, 2 bad spec. Nothing is retried with a smaller batch (seed: "Non sostituire
@@ -36,7 +36,7 @@ from pathlib import Path
 from lab.diskfull import DiskFull, atomic_write_text
 from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventKind, EventWriter, PassStatus
 from lab.passes.spec import PassSpec, read_spec_or_report
-from lab.tasks import job_for
+from lab.passes.tasks import job_for
 
 _T_PROCESS = time.perf_counter()
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")

@@ -113,7 +113,7 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
         threads_per_worker,
     )
     from lab.passes.runner import is_oom
-    from lab.tasks import job_for
+    from lab.passes.tasks import job_for
 
     card: dict = {"rank": rank, "local_rank": local_rank, "world_size": world,
                   "node_rank": int(os.environ.get("GROUP_RANK", "0")), "status": PassStatus.ERROR, "error": "",

@@ -2,14 +2,14 @@
 
 :func:`job_for` picks the class from ``PassSpec.extra["task"]["kind"]`` (absent:
 classification). A new kind (generation) is one more module with a class satisfying
-:class:`lab.tasks.base.Job`, and one more entry of :data:`KINDS`.
+:class:`lab.passes.tasks.base.Job`, and one more entry of :data:`KINDS`.
 """
 
 from __future__ import annotations
 
-KINDS = {"classification": "lab.tasks.classification:ClassificationJob",
-         "embedding": "lab.tasks.embedding:EmbeddingJob",
-         "custom": "lab.tasks.custom:CustomJob"}
+KINDS = {"classification": "lab.passes.tasks.classification:ClassificationJob",
+         "embedding": "lab.passes.tasks.embedding:EmbeddingJob",
+         "custom": "lab.passes.tasks.custom:CustomJob"}
 
 
 def job_for(spec):

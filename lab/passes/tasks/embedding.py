@@ -23,18 +23,21 @@ from pathlib import Path
 from typing import Any
 
 from lab.diskfull import atomic_write_text
+from lab.errors import FailureKind, PassFailure
 from lab.files import sha256_bytes, sha256_lines
 
 VECTORS_FILE = "vectors.npy"
 VECTORS_DTYPE = "float16"  # 2 bytes per value: 1000 items x 384 values = 768 KB per pass
 
 
-class NonFiniteVectors(RuntimeError):
+class NonFiniteVectors(PassFailure, RuntimeError):
     """A batch produced NaN or inf hidden states; carries the items completed before it."""
 
+    kind = FailureKind.NON_FINITE
+
     def __init__(self, ids: list[str], items_done: int):
-        super().__init__(f"non-finite embedding for {len(ids)} item(s), first {ids[0]!r}")
-        self.items_done = items_done
+        super().__init__(f"non-finite embedding for {len(ids)} item(s), first {ids[0]!r}", items_done=items_done)
+        self.ids = ids
 
 
 def load_encoder(model_ref: str, precision: str, device: str, pad_token: str | None = None,

@@ -110,7 +110,7 @@ def load_function(ref: str, where: str = "[quality] metric"):
 
 
 def check_main(argv: list[str]) -> int:
-    """``python -m lab.tasks.custom [--metric] REF``: import the entry class (or, with
+    """``python -m lab.passes.tasks.custom [--metric] REF``: import the entry class (or, with
     ``--metric``, the metric function) in this fresh process: the lock check
     (:func:`check_in_fresh_process`). Prints IMPORTS_FINE or the one-line reason; exit 0 or 1."""
     try:
@@ -133,7 +133,7 @@ def check_in_fresh_process(ref: str, metric: bool = False, timeout_s: float = 30
 
     from lab.files import REPO_ROOT
 
-    cmd = [sys.executable, "-m", "lab.tasks.custom", *(["--metric"] if metric else []), ref]
+    cmd = [sys.executable, "-m", "lab.passes.tasks.custom", *(["--metric"] if metric else []), ref]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False, cwd=REPO_ROOT,
                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
@@ -267,7 +267,7 @@ class CustomJob:
         return round(sum(a == b for a, b in gold) / len(gold), 6) if gold else None
 
     def write_predictions(self, path: Path, win) -> dict:
-        from lab.tasks.classification import write_label_predictions
+        from lab.passes.tasks.classification import write_label_predictions
 
         lines, digest = write_label_predictions(path, win, None)
         return {"predictions_lines": lines, "predictions_sha256": digest, "entry": self.entry,

@@ -1,5 +1,5 @@
 """Classification: today's job (a Hugging Face sequence classifier run by the lab's loop),
-as a :class:`lab.tasks.base.Job` wrapping lab.passes.inference and the runner's predictions
+as a :class:`lab.passes.tasks.base.Job` wrapping lab.passes.inference and the runner's predictions
 format (id, pred, prob, truncated, tokens_kept, tokens_total)."""
 
 from __future__ import annotations
