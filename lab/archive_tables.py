@@ -25,6 +25,7 @@ from pathlib import Path
 
 from lab.archive_format import JOURNAL, Rederived
 from lab.archive_rederive import member_object, member_text
+from lab.journal import Journal, JournalVersion
 
 RAW_TABLE = "report/raw_table.csv"
 SUMMARY_JSON = "report/summary.json"
@@ -46,18 +47,12 @@ def _attempts(scan, problems: list[str]) -> list[dict] | None:
     if scan.journal is None:
         return None  # lab.archive_rederive.read_journal names it
     try:
-        db = sqlite3.connect(f"file:{scan.journal}?mode=ro", uri=True)
+        j = Journal.open_read_only(scan.journal)
         try:
-            db.row_factory = sqlite3.Row
-            out = []
-            for r in db.execute("SELECT * FROM attempts ORDER BY seq, attempt"):
-                d = dict(r)
-                for k in ("variant_json", "result_json", "validation_json"):
-                    d[k[:-5]] = json.loads(d.pop(k)) if d.get(k) else None
-                out.append(d)
+            out = j.attempts()
         finally:
-            db.close()
-    except sqlite3.Error:
+            j.close()
+    except (sqlite3.Error, JournalVersion):
         return None  # read_journal names it
     except (json.JSONDecodeError, TypeError) as exc:
         problems.append(f"{JOURNAL}: an attempt's variant, result or validation is not JSON ({exc}); "
