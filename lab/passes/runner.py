@@ -23,7 +23,6 @@ a one-card pass keeps this single-process path.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -31,10 +30,10 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
-from lab.diskfull import DiskFull, atomic_write_text, is_disk_full
+from lab.diskfull import DiskFull, is_disk_full
 from lab.errors import FailureKind, PassFailure
-from lab.files import sha256_lines
 from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventKind, EventWriter, PassStatus
+from lab.passes.job import job_for
 from lab.passes.records import PassResult, build, write_record
 from lab.passes.spec import PassSpec, read_spec_or_report
 
@@ -98,26 +97,6 @@ def _vm_peak() -> int | None:
     return None
 
 
-def write_predictions(path: Path, win, id2label: dict) -> tuple[int, str]:
-    """Write completed predictions in corpus order; returns (lines, sha256 of the file).
-
-    Each line: id, pred, prob, truncated (bool; null when unknown), tokens_kept and tokens_total
-    (tokens, specials included, after and before truncation at max_length)."""
-    n = 0
-    lines = []
-    for i, (item_id, p, c) in enumerate(zip(win.ids, win.pred_index, win.prob, strict=True)):
-        if p is None:
-            continue
-        kept, total = win.tokens_kept[i], win.tokens_total[i]
-        line = json.dumps({"id": item_id, "pred": id2label[p], "prob": round(c, 6),
-                           "truncated": None if total is None else total > kept,
-                           "tokens_kept": kept, "tokens_total": total}, ensure_ascii=False) + "\n"
-        lines.append(line)
-        n += 1
-    atomic_write_text(path, "".join(lines))  # whole or absent, never half a file
-    return n, sha256_lines(lines)
-
-
 def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, PassResult]:
     """Run one pass; returns (exit code, its PassResult, also written to ``result.json``).
     Never raises for pass failures: they are the result's ``status`` and ``failure_kind``.
@@ -131,8 +110,8 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, PassResult]:
     win = None
     sink: dict = {}
     state: dict = {"done": 0, "t0": None, "total": 0}
-    id2label: dict = {}
     device = "cpu"
+    job = job_for(spec)  # the task's own steps: load, warm_up, run_window, write_predictions
 
     def phase(name: str, t0: float) -> None:
         phases[name] = round(time.perf_counter() - t0, 6)
@@ -170,10 +149,8 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, PassResult]:
                                   "use_deterministic_algorithms": False})
         ev.emit(EventKind.PHASE, phase="model_load", state="start", device=device)
         t = time.perf_counter()
-        tok, model = inf.load_model(spec.model_ref, spec.variant.precision, device,
-                                    pad_token=spec.extra.get("pad_token"), revision=spec.extra.get("revision"),
-                                    attention=spec.variant.attention)
-        id2label = {int(k): v for k, v in model.config.id2label.items()}
+        job.load(device)
+        tok, model = job.tokenizer, job.model
         inf.synchronize(device)
         phase("model_load", t)
         dynamo = None
@@ -195,7 +172,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, PassResult]:
         if dynamo:
             dynamo.start()
         t = time.perf_counter()
-        inf.warm_up(warm_rows, tok, model, device, spec.variant, spec.warmup_items, spec.warmup_passes)
+        job.warm_up(warm_rows, device)
         phase("warmup", t)
         if dynamo:
             res["recompiles_warmup"] = dynamo.read()[0]
@@ -215,7 +192,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, PassResult]:
         rows = read_corpus(spec.corpus_path)
         state["total"] = res["items_total"] = len(rows)
         try:
-            win = inf.run_batches(rows, tok, model, device, spec.variant, on_batch, sink)
+            win = job.run_window(rows, device, on_batch, sink)
             inf.synchronize(device)
             phase("measured", t)
         finally:
@@ -239,7 +216,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, PassResult]:
         phase("probe", t)
 
         t = time.perf_counter()
-        gold = [(g, id2label[p]) for g, p in zip(win.labels, win.pred_index, strict=True) if g is not None]
+        gold = job.gold_pairs(win)
         res["self_accuracy"] = round(sum(a == b for a, b in gold) / len(gold), 6) if gold else None
         phase("evaluation", t)
         res["status"] = PassStatus.OK
@@ -262,7 +239,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, PassResult]:
     win = win or sink.get("win")
     try:
         if win is not None:
-            res["predictions_lines"], res["predictions_sha256"] = write_predictions(pred_path, win, id2label)
+            res["predictions_lines"], res["predictions_sha256"] = job.write_predictions(pred_path, win)
         res["predictions_path"] = pred_path.name if win is not None else ""
         phases["writing"] = round(time.perf_counter() - t, 6)
         res["process_peak_vm_bytes"] = _vm_peak()  # address space since process start (VmPeak)

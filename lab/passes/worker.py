@@ -116,14 +116,15 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
         shard_positions,
         threads_per_worker,
     )
-    from lab.passes.runner import failure_kind, failure_status, failure_text, write_predictions
+    from lab.passes.job import job_for
+    from lab.passes.runner import failure_kind, failure_status, failure_text
 
     card: dict = {"rank": rank, "local_rank": local_rank, "world_size": world,
                   "node_rank": int(os.environ.get("GROUP_RANK", "0")), "status": PassStatus.ERROR, "error": "",
                   "phases_s": {}, "items_total": None, "items_completed": 0, "positions": []}
     phases: dict = card["phases_s"]
     sink: dict = {}
-    id2label: dict = {}
+    job = job_for(spec)  # the task's own steps: load, warm_up, run_window, write_predictions
     state: dict = {"done": 0, "batches": 0, "t0": None}
     win, code = None, EXIT_ERROR
     dist: Any = None  # torch.distributed once imported
@@ -161,15 +162,12 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
                     dist_backend=BACKENDS[backend], test_only_injected_oom=inject is not None and inject[0] == rank)
         dist.init_process_group(BACKENDS[backend], timeout=timedelta(minutes=30))
         t = time.perf_counter()
-        tok, model = inf.load_model(spec.model_ref, spec.variant.precision, device,
-                                    pad_token=spec.extra.get("pad_token"), attention=spec.variant.attention,
-                                    revision=spec.extra.get("revision"))
-        id2label = {int(k): v for k, v in model.config.id2label.items()}
+        job.load(device)
+        model = job.model
         inf.synchronize(device)
         phase("model_load", t)
         t = time.perf_counter()
-        inf.warm_up(read_corpus(spec.corpus_path)[: spec.warmup_items], tok, model, device, spec.variant,
-                    spec.warmup_items, spec.warmup_passes)
+        job.warm_up(read_corpus(spec.corpus_path)[: spec.warmup_items], device)
         phase("warmup", t)
         card["observed"] = observed.observe_model(model, spec.threads, local_world)  # as a one-card pass
         observed.require_honoured(spec.variant, card["observed"], device)
@@ -196,12 +194,12 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
         try:
             rows = read_corpus(spec.corpus_path)
             bucketing = spec.variant.bucketing
-            lengths = ([len(x) for x in inf.tokenize([r["text"] for r in rows], tok,
+            lengths = ([len(x) for x in inf.tokenize([r["text"] for r in rows], job.tokenizer,
                                                      spec.variant.max_length)[0]]
                        if bucketing else [0] * len(rows))
             mine = shard_positions(lengths, world, bucketing)[rank]
             card["positions"], card["items_total"] = mine, len(mine)
-            win = inf.run_batches([rows[i] for i in mine], tok, model, device, spec.variant, on_batch, sink)
+            win = job.run_window([rows[i] for i in mine], device, on_batch, sink)
             inf.synchronize(device)
             phase("measured", t)
             card["window_end_unix_s"] = time.time()
@@ -237,7 +235,7 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
     win = win or sink.get("win")
     lines: list[str] = []
     if win is not None:
-        card["predictions_lines"], card["predictions_sha256"] = write_predictions(pred_path, win, id2label)
+        card["predictions_lines"], card["predictions_sha256"] = job.write_predictions(pred_path, win)
         lines = pred_path.read_text(encoding="utf-8").splitlines(keepends=True)
     phases["writing"] = round(time.perf_counter() - t, 6)
     card["exit_code"] = code

@@ -55,3 +55,24 @@ def test_a_rejected_variants_verdict_is_its_validation_reasons_and_nothing_after
     # the attempt's own verdict (status, Runs screen): the same wording from the same record
     assert verdict(attempts[1]) == "rejected: " + "; ".join(REASONS)
     assert verdict(attempts[0]) == "accepted (macro_f1 0.6000)"
+
+
+def test_an_archive_made_before_the_fix_keeps_verifying_with_its_older_wording(tmp_path):
+    """archive verify accepts the older verdict only as the exact text the pre-fix rule cuts
+    from the raw rows, and only for a variant with no accepted pass."""
+    from lab.archive_tables import _compare_variants, pre_fix_verdicts
+
+    attempts = _journal(tmp_path)
+    rows = raw_rows(attempts, "c", 1, tmp_path)
+    derived = [s.to_json() for s in campaign_summary(rows, attempts)]
+    old = pre_fix_verdicts([{**r, "corpus_accepted": str(r["corpus_accepted"])} for r in rows])
+    rejected_id = rows[1]["variant_id"]
+    assert list(old) == [rejected_id] and "| empty memory cells" in old[rejected_id]
+    claimed = [dict(d) for d in derived]
+    claimed[1]["quality_verdict"] = old[rejected_id]
+    problems: list[str] = []
+    _compare_variants("report/summary.json", claimed, derived, problems, old)
+    assert problems == []
+    claimed[1]["quality_verdict"] = "rejected: something else"
+    _compare_variants("report/summary.json", claimed, derived, problems, old)
+    assert len(problems) == 1 and "quality_verdict" in problems[0]
