@@ -20,7 +20,7 @@ from typing import NamedTuple
 import msgspec
 
 from lab.corpus import read_corpus
-from lab.diskfull import DiskFull, is_disk_full
+from lab.diskfull import DiskFull, atomic_write_text, is_disk_full
 from lab.errors import FailureKind, ProtocolError
 from lab.host_cards import check_cards_fit_host
 from lab.identity import InputsChanged, InputWatch
@@ -160,7 +160,7 @@ class Orchestrator:
         shutil.copyfile(lock_path(proto.path), d / "campaign.lock.json")
         if proto.card_path and proto.card_path.is_file():
             shutil.copyfile(proto.card_path, d / "corpus_card.json")
-        (d / "protocol_version.json").write_text(json.dumps(
+        atomic_write_text(d / "protocol_version.json", json.dumps(
             {k: v for k, v in version.items() if k != "protocol"}, indent=1) + "\n")
         orch = cls(d, proto, launcher, version)
         orch.journal.set_plan(rotated_schedule(list(proto.variants), proto.timing["repetitions"]))
