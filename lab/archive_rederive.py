@@ -12,6 +12,7 @@ import sqlite3
 
 from lab.archive_format import JOURNAL, ArchiveError
 from lab.config import EMBEDDING_METRICS
+from lab.journal import Journal, JournalVersion
 from lab.passes.events import FINISHED, PassStatus
 
 GOLD_LABELS = "report/gold_labels.jsonl"
@@ -40,14 +41,14 @@ def read_journal(scan, problems: list[str]) -> tuple[list[dict], list[dict]] | N
         problems.append(f"{JOURNAL} missing: the journal's attempts cannot be compared with the raw table")
         return None
     try:
-        db = sqlite3.connect(f"file:{scan.journal}?mode=ro", uri=True)
+        j = Journal.open_read_only(scan.journal)
         try:
-            db.row_factory = sqlite3.Row
-            attempts = [dict(r) for r in db.execute(
-                "SELECT pass_id, seq, status, items_completed, validation_json FROM attempts ORDER BY seq, attempt")]
-            plan = [dict(r) for r in db.execute("SELECT seq FROM plan ORDER BY seq")]
+            attempts, plan = j.attempt_rows(), j.plan()
         finally:
-            db.close()
+            j.close()
+    except JournalVersion as exc:
+        problems.append(f"{JOURNAL}: {exc}")
+        return None
     except sqlite3.Error as exc:
         problems.append(f"{JOURNAL}: not a readable campaign journal ({exc}); empty or damaged")
         return None

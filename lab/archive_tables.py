@@ -25,6 +25,7 @@ from pathlib import Path
 
 from lab.archive_format import JOURNAL, Rederived
 from lab.archive_rederive import member_object, member_text
+from lab.journal import Journal, JournalVersion
 
 RAW_TABLE = "report/raw_table.csv"
 SUMMARY_JSON = "report/summary.json"
@@ -46,18 +47,12 @@ def _attempts(scan, problems: list[str]) -> list[dict] | None:
     if scan.journal is None:
         return None  # lab.archive_rederive.read_journal names it
     try:
-        db = sqlite3.connect(f"file:{scan.journal}?mode=ro", uri=True)
+        j = Journal.open_read_only(scan.journal)
         try:
-            db.row_factory = sqlite3.Row
-            out = []
-            for r in db.execute("SELECT * FROM attempts ORDER BY seq, attempt"):
-                d = dict(r)
-                for k in ("variant_json", "result_json", "validation_json"):
-                    d[k[:-5]] = json.loads(d.pop(k)) if d.get(k) else None
-                out.append(d)
+            out = j.attempts()
         finally:
-            db.close()
-    except sqlite3.Error:
+            j.close()
+    except (sqlite3.Error, JournalVersion):
         return None  # read_journal names it
     except (json.JSONDecodeError, TypeError) as exc:
         problems.append(f"{JOURNAL}: an attempt's variant, result or validation is not JSON ({exc}); "
@@ -168,8 +163,22 @@ def check_raw_table(rows: list[dict], derived: list[dict], problems: list[str]) 
                                 f"{_shown(by_pass[pid][col])} re-derived from the journal and the pass records")
 
 
-def check_summary(scan, derived: list[dict], problems: list[str]) -> None:
-    """Every field of summary.json and every cell of summary.csv equal to the re-derived summary."""
+def pre_fix_verdicts(raw_rows: list[dict]) -> dict[str, str]:
+    """{variant_id: quality verdict as a lab before the typed verdict worded it} of a rejected
+    variant, from the raw table's rows: "rejected: " and the first, in sorted order, of the text
+    after "validation: " in each row's notes, cut at 120 characters (so it could carry the notes
+    after the reasons). An archive made then holds that wording; ``check_summary`` accepts it
+    for a variant with no accepted pass, and only the exact text derived from these rows."""
+    by: dict[str, list[dict]] = {}
+    for r in raw_rows:
+        by.setdefault(str(r.get("variant_id")), []).append(r)
+    return {vid: "rejected: " + sorted({str(r.get("notes") or "").split("validation: ")[-1][:120] for r in rs})[0]
+            for vid, rs in by.items() if not any(str(r.get("corpus_accepted")) == "True" for r in rs)}
+
+
+def check_summary(scan, derived: list[dict], problems: list[str], pre_fix: dict[str, str] | None = None) -> None:
+    """Every field of summary.json and every cell of summary.csv equal to the re-derived summary
+    (``pre_fix``: the older wording of a rejected variant's verdict also accepted, ``pre_fix_verdicts``)."""
     if SUMMARY_JSON not in scan.kept:
         problems.append(f"{SUMMARY_JSON} missing: the summary a comparison reads cannot be checked")
     else:
@@ -180,16 +189,17 @@ def check_summary(scan, derived: list[dict], problems: list[str]) -> None:
         if not (isinstance(claimed, list) and all(isinstance(v, dict) for v in claimed)):
             problems.append(f"{SUMMARY_JSON}: not a JSON list of variant objects")
         else:
-            _compare_variants(SUMMARY_JSON, claimed, derived, problems)
+            _compare_variants(SUMMARY_JSON, claimed, derived, problems, pre_fix or {})
     if SUMMARY_CSV in scan.kept:
         from lab.report.summary import VariantSummary, summary_table
 
         table = summary_table([VariantSummary.from_json(d) for d in derived])
         claimed = list(csv.DictReader(io.StringIO(member_text(scan, SUMMARY_CSV), newline="")))
-        _compare_variants(SUMMARY_CSV, claimed, _csv_rows(table), problems)
+        _compare_variants(SUMMARY_CSV, claimed, _csv_rows(table), problems, pre_fix or {})
 
 
-def _compare_variants(rel: str, claimed: list[dict], derived: list[dict], problems: list[str]) -> None:
+def _compare_variants(rel: str, claimed: list[dict], derived: list[dict], problems: list[str],
+                      pre_fix: dict[str, str]) -> None:
     ids = [v.get("variant_id") for v in claimed]
     by_id = {v["variant_id"]: v for v in derived}
     for twice, n in Counter(map(str, ids)).items():
@@ -204,6 +214,8 @@ def _compare_variants(rel: str, claimed: list[dict], derived: list[dict], proble
             continue
         d = by_id[vid]
         for key in [*d, *(k for k in v if k not in d)]:
+            if key == "quality_verdict" and key in v and v[key] == pre_fix.get(str(vid)):
+                continue  # an archive made before the verdict came from the typed validation
             if key not in v or key not in d or not same(v[key], d[key]):
                 problems.append(f"variant {vid}: {key} {_shown(v.get(key))} in {rel}, {_shown(d.get(key))} "
                                 "re-derived from the journal and the pass records")
@@ -241,7 +253,7 @@ def check_tables(scan, info: dict, rows: list[dict], problems: list[str]) -> Red
                         f"{str(exc)[:SHOWN]}); the raw table and the summary are not re-derived")
         return None
     check_raw_table(rows, rederived.raw_rows, problems)
-    check_summary(scan, rederived.summary, problems)
+    check_summary(scan, rederived.summary, problems, pre_fix_verdicts(rederived.raw_rows))
     check_results(scan, attempts, problems)
     return rederived
 

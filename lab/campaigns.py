@@ -15,7 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lab.diskfull import DiskFull
 from lab.errors import LabError, UserError
 from lab.files import REPO_ROOT, sha256_file
 from lab.protocol import DEMO_CAMPAIGN, ProtocolError, load_protocol, lock, locked_version, read_lock
@@ -28,10 +27,10 @@ class CampaignError(UserError):
     """A campaign action that cannot be done now; one line with what to do."""
 
 
-ONE_LINE_ERRORS: tuple[type[Exception], ...] = (LabError, DiskFull)
+ONE_LINE_ERRORS: tuple[type[Exception], ...] = (LabError,)  # DiskFull included (a PassFailure)
 """What the CLI (exit status 2) and the screens show as one line, never a traceback: every error the
 lab raises on purpose (``lab.errors.LabError``: user errors, a busy journal or campaign, a lost
-folder, pass failures). ``DiskFull`` is named until it derives from ``PassFailure``."""
+folder, pass failures). ``DiskFull`` among them (a ``PassFailure``)."""
 
 
 def runs_root() -> Path:

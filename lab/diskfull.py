@@ -16,11 +16,15 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
+from lab.errors import FailureKind, PassFailure
+
 PARTIAL = ".partial"
 
 
-class DiskFull(RuntimeError):
+class DiskFull(PassFailure, RuntimeError):
     """No space left where the product writes; the message is one line with the folder and the fix."""
+
+    kind = FailureKind.DISK_FULL
 
     def __init__(self, folder: str | Path, what: str = "writing"):
         self.folder = Path(folder)

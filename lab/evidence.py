@@ -38,7 +38,7 @@ def corpus_file(campaign_dir: Path) -> Path:
     from lab.journal import Journal
     from lab.protocol import load_protocol
 
-    j = Journal(campaign_dir / "journal.sqlite")
+    j = Journal.open_read_only(campaign_dir / "journal.sqlite")
     try:
         original = j.get_control("campaign_file")
     finally:

@@ -4,6 +4,12 @@ One row per attempted pass (``attempts``), the events each pass streamed (``even
 and control flags (``control``: pause/stop requests, the orchestrator's pid and
 heartbeat). The orchestrator writes; UIs read it and write only control flags, so a UI
 can quit and re-attach while the campaign goes on.
+
+Readers that write nothing (status, report, views, ``archive verify``) open it with
+:meth:`Journal.read_only`: SQLite's ``mode=ro``, no DDL, no WAL pragma, nothing created. The
+schema is ``SCHEMA``, written once here; its version is SQLite's ``user_version``
+(``SCHEMA_VERSION``; 0 is a journal written before the version was recorded, the same schema).
+A journal of a newer version is refused with one line (``JournalVersion``).
 """
 
 from __future__ import annotations
@@ -15,8 +21,11 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from lab.errors import LabError
+import msgspec
+
+from lab.errors import LabError, UserError
 from lab.passes.events import EventKind, PassStatus
+from lab.passes.records import Attempt
 from lab.variants import Variant
 
 SCHEMA = """
@@ -33,6 +42,20 @@ CREATE TABLE IF NOT EXISTS control (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS plan (seq INTEGER PRIMARY KEY, repetition INTEGER, position INTEGER,
   variant_id TEXT, variant_json TEXT);
 """
+
+SCHEMA_VERSION = 1
+"""The journal schema's version (``PRAGMA user_version``); raise it with any change to ``SCHEMA``."""
+JSON_COLUMNS = ("variant_json", "result_json", "validation_json")
+"""The attempts' columns holding JSON; ``Journal.attempts`` decodes them as ``variant``, ``result``,
+``validation``."""
+
+
+class JournalVersion(UserError, RuntimeError):
+    """A journal written by a newer lab (its schema version is beyond ``SCHEMA_VERSION``)."""
+
+    def __init__(self, path: Path, version: int):
+        super().__init__(f"{path}: journal schema version {version}, this lab reads up to {SCHEMA_VERSION}; "
+                         "open it with the lab version that wrote it (or a newer one)")
 
 BUSY_WAIT_S = 120.0
 """How long a journal statement waits for another process's lock (e.g. a ``BEGIN EXCLUSIVE``
@@ -99,16 +122,33 @@ class Journal:
     A statement blocked by another process's lock waits ``busy_wait_s()`` seconds, then
     raises JournalBusy (one line)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, read_only: bool = False):
         self.path = Path(path)
+        self.read_only = read_only
         wait_s = busy_wait_s()
-        self.db = sqlite3.connect(str(self.path), timeout=wait_s, check_same_thread=False,
+        target = f"file:{self.path}?mode=ro" if read_only else str(self.path)
+        self.db = sqlite3.connect(target, timeout=wait_s, check_same_thread=False, uri=read_only,
                                   isolation_level=None, factory=_Connection)
         self.db.journal_path, self.db.wait_s = self.path, wait_s
         self.db.row_factory = sqlite3.Row
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            self.db.close()
+            raise JournalVersion(self.path, version)
+        if read_only:
+            return
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute(f"PRAGMA busy_timeout={int(wait_s * 1000)}")
         self.db.executescript(SCHEMA)
+        if version != SCHEMA_VERSION:
+            self.db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    @classmethod
+    def open_read_only(cls, path: str | Path) -> "Journal":
+        """The journal at ``path`` for reading only (``mode=ro``: no DDL, no pragma, no file
+        created). Raises sqlite3.OperationalError when there is no readable journal there,
+        JournalVersion for a newer schema."""
+        return cls(path, read_only=True)
 
     def close(self) -> None:
         self.db.close()
@@ -166,14 +206,29 @@ class Journal:
         self.db.execute("UPDATE attempts SET validation_json=? WHERE pass_id=?",
                         (json.dumps(validation) if validation is not None else None, pass_id))
 
+    def attempt_rows(self) -> list[dict]:
+        """All attempts in schedule order, as stored (JSON columns as text)."""
+        return [dict(r) for r in self.db.execute("SELECT * FROM attempts ORDER BY seq, attempt")]
+
     def attempts(self) -> list[dict]:
-        """All attempts in schedule order, JSON columns decoded."""
+        """All attempts in schedule order, JSON columns decoded (``JSON_COLUMNS``). Raises
+        json.JSONDecodeError for a column that is not JSON."""
         out = []
-        for r in self.db.execute("SELECT * FROM attempts ORDER BY seq, attempt"):
-            d = dict(r)
-            for k in ("variant_json", "result_json", "validation_json"):
+        for d in self.attempt_rows():
+            for k in JSON_COLUMNS:
                 d[k[:-5]] = json.loads(d.pop(k)) if d.get(k) else None
             out.append(d)
+        return out
+
+    def records(self) -> list[Attempt]:
+        """All attempts in schedule order as typed records (lab.passes.records.Attempt), decoded
+        strictly. Raises json.JSONDecodeError / msgspec.ValidationError for a damaged journal."""
+        out = []
+        for a in self.attempts():
+            result = dict(a["result"] or {})
+            launch = result.pop("launch", None)
+            out.append(msgspec.convert({**a, "result": result if "status" in result else None, "launch": launch},
+                                       Attempt))
         return out
 
     def mark_running_interrupted(self, note: str) -> list[str]:

@@ -15,22 +15,35 @@ import shutil
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, NamedTuple
+
+import msgspec
 
 from lab.corpus import read_corpus
-from lab.diskfull import DiskFull, is_disk_full
-from lab.errors import LabError, ProtocolError
+from lab.diskfull import DiskFull, atomic_write_text, is_disk_full
+from lab.errors import FailureKind, LabError, ProtocolError
 from lab.host_cards import check_cards_fit_host
 from lab.identity import InputsChanged, InputWatch
 from lab.manifest import record_host_facts
 from lab.journal import Journal
 from lab.passes.distributed import ProgressTally
 from lab.passes.events import FINISHED, EventKind, PassStatus, parse_event
+from lab.passes.records import PassResult
 from lab.passes.spec import PassSpec
 from lab.protocol import Protocol, load_protocol, lock_path, locked_version
-from lab.schedule import rotated_schedule
+from lab.schedule import pass_id_for, rotated_schedule
 from lab.status import CampaignState, etas, format_duration, process_create_time, typical_pass_s
-from lab.validate import corpus_vectors, validate_embedding_pass, validate_pass
+from lab.validate import Validation, corpus_vectors, validate_embedding_pass, validate_pass
 from lab.variants import Variant
+
+class Reference(NamedTuple):
+    """The reference variant's pass validations compare with: ``predictions`` {id: pred} (None
+    while no valid reference pass exists), its ``metric``, its ``pass_id`` ("" when none)."""
+
+    predictions: Any  # {id: pred}; an embedding campaign's vectors in corpus order (numpy (n, width)); None: none yet
+    metric: float | None
+    pass_id: str
+
 
 PROGRESS_EVERY_S = 30.0
 """With ``echo`` (a headless run), one progress line per pass at least this often: items done,
@@ -110,6 +123,7 @@ class Orchestrator:
         self._corpus: list[dict] | None = None
         self._labels: set[str] | None = None
         self._labels_read = False
+        self._reference: Reference | None = None  # found once, reused (reference())
         self.variants: dict[str, Variant] = {v.variant_id: v for v in proto.variants}
         self.echo: Callable[[str], None] | None = None  # one line per pass start/end (CLI)
         # with echo: a progress line this often during a pass ($ITERALAB_PROGRESS_EVERY_S, else 30 s)
@@ -135,7 +149,7 @@ class Orchestrator:
         shutil.copyfile(lock_path(proto.path), d / "campaign.lock.json")
         if proto.card_path and proto.card_path.is_file():
             shutil.copyfile(proto.card_path, d / "corpus_card.json")
-        (d / "protocol_version.json").write_text(json.dumps(
+        atomic_write_text(d / "protocol_version.json", json.dumps(
             {k: v for k, v in version.items() if k != "protocol"}, indent=1) + "\n")
         orch = cls(d, proto, launcher, version)
         orch.journal.set_plan(rotated_schedule(list(proto.variants), proto.timing["repetitions"]))
@@ -298,7 +312,7 @@ class Orchestrator:
                 j.set_control("state", CampaignState.STOPPED)
                 j.set_control("orchestrator", {"pid": None, "ended": utc_now()})
                 raise DiskFull(self.dir / "passes" / row["pass_id"], "writing the pass's predictions")
-            if row["status"] == PassStatus.ERROR and "DeviceUnavailable" in row["notes"]:
+            if row["status"] == PassStatus.ERROR and row["failure_kind"] == FailureKind.DEVICE_UNAVAILABLE:
                 j.set_control("blocked", row["notes"])
                 state = CampaignState.BLOCKED
                 break
@@ -356,9 +370,7 @@ class Orchestrator:
         # the locked protocol's own Variant (ids are content-derived, so the plan row's id names
         # exactly this configuration): no JSON -> dict -> Variant round trip per pass
         variant = self.variant_for(slot)
-        pass_id = f"p{slot['seq']:03d}-r{slot['repetition']}-{variant.variant_id}"
-        if attempt > 1:
-            pass_id += f"-a{attempt}"
+        pass_id = pass_id_for(slot["seq"], slot["repetition"], variant.variant_id, attempt)
         pass_dir = self.dir / "passes" / pass_id
         pass_dir.mkdir(parents=True, exist_ok=True)
         t = self.proto.timing
@@ -392,7 +404,7 @@ class Orchestrator:
                 j.update_progress(pass_id, done, ev.get("items_per_s")
                                   if kind == EventKind.PROGRESS and "rank" not in ev else None)
             if kind in (EventKind.OOM, EventKind.ERROR):
-                last["disk_full"] = str(ev.get("message", "")).startswith("DiskFull")
+                last["disk_full"] = ev.get("kind") == FailureKind.DISK_FULL
             j.add_event(pass_id, kind, ev)
 
         ticker = self._progress_ticker(slot, pass_id, last) if self.echo else None
@@ -408,13 +420,20 @@ class Orchestrator:
         self.check_folder()  # the folder may have gone while the pass ran: read nothing from it
         changed = self.watch.stat_change() if self.watch is not None else ""
         self._ran.append(pass_id)
-        result = None
+        result = None  # result.json as written (kept whole in the journal)
+        typed: PassResult | None = None  # the same, strictly decoded: what is read from it here
         notes = []
         links = sorted(p.name for p in pass_dir.iterdir() if p.is_symlink())
         if links:  # a pass (or container) wrote links: never followed, never read
             notes.append(f"symbolic link(s) in the pass folder not followed: {', '.join(links)}")
         if (pass_dir / "result.json").is_file() and not (pass_dir / "result.json").is_symlink():
-            result = json.loads((pass_dir / "result.json").read_text())
+            try:
+                result = json.loads((pass_dir / "result.json").read_text())
+                typed = msgspec.convert(result, PassResult)
+                PassStatus(typed.status)
+            except (json.JSONDecodeError, msgspec.ValidationError, ValueError) as exc:
+                result, typed = None, None
+                notes.append(f"result.json not a pass result ({str(exc)[:120]}): not read")
         if changed:  # the pass may have read the changed file: never accepted, slot run again
             status = PassStatus.INTERRUPTED
             notes.append(f"interrupted: {changed.split(';')[0]} during this pass; slot run again on resume")
@@ -427,10 +446,10 @@ class Orchestrator:
         elif outcome.killed_host_memory:
             status = PassStatus.KILLED
             notes.append(outcome.note or "killed, host memory")
-        elif result is not None:
-            status = result["status"]
-            if result.get("error"):
-                notes.append(result["error"])
+        elif typed is not None:
+            status = PassStatus(typed.status)
+            if typed.error:
+                notes.append(typed.error)
         else:
             status = PassStatus.ERROR
             code = outcome.exit_code
@@ -438,7 +457,7 @@ class Orchestrator:
                          else f"crashed: exit code {code}, no result written")
             if outcome.note:
                 notes.append(outcome.note)
-        items = result["items_completed"] if result and status != PassStatus.KILLED else last["done"]
+        items = typed.items_completed if typed is not None and status != PassStatus.KILLED else last["done"]
         if outcome.container_id:
             notes.append(f"container {outcome.container_id[:12]}")
         j.finish_attempt(pass_id, status, utc_now(), outcome.exit_code, items,
@@ -446,12 +465,13 @@ class Orchestrator:
         j.add_event(pass_id, EventKind.END, {"status": status, "items_completed": items, "notes": notes})
         v = self.validate_attempt(pass_id)
         if self.echo:
-            m = f", {v['metric_name']} {v['metric']:.4f}" if v and v.get("metric") is not None else ""
-            measured = (result or {}).get("phases_s", {}).get("measured")
+            m = f", {v.metric_name} {v.metric:.4f}" if v.metric is not None else ""
+            measured = typed.phases_s.measured if typed is not None else None
             took = f", measured window {measured:.2f} s" if measured else ""
             self.echo(f"pass {slot['seq']}/{len(j.plan())} {pass_id}: {status}, {items} items{took}{m}"
                       + (f" ({'; '.join(notes)[:160]})" if status != PassStatus.OK and notes else ""))
         return {"pass_id": pass_id, "status": status, "notes": "; ".join(notes),
+                "failure_kind": typed.failure_kind if typed is not None else None,
                 "disk_full": bool(last.get("disk_full")), "inputs_changed": changed}
 
     def _progress_ticker(self, slot: dict, pass_id: str, last: dict):
@@ -517,45 +537,59 @@ class Orchestrator:
             self._metric_fn = load_function(f"{path}:{self.proto.config.quality.metric.rsplit(':', 1)[1]}")
         return self._metric_fn
 
-    def reference(self) -> tuple:
-        """(predictions by id, metric, pass_id) of the reference variant's first valid pass; for an
-        embedding campaign its vectors in corpus order (numpy (n, width)) in place of the predictions."""
+    def reference(self) -> Reference:
+        """The reference variant's first valid pass (ok, ids and format matching the corpus, a
+        metric): its predictions by id (for an embedding campaign its vectors in corpus order,
+        numpy (n, width)), metric and pass id; (None, None, "") while none.
+
+        Found once and reused for every later validation of the campaign (its predictions are
+        read from disk once), as long as that attempt stays ok; an attempt's stored
+        validation stands for its checks, so only an attempt not yet validated is validated here.
+        """
         ref_id = self.proto.reference.variant_id
-        labels = self.labels()
-        for a in self.journal.attempts():
+        attempts = {a["pass_id"]: a for a in self.journal.attempts()}
+        if self._reference is not None and attempts.get(self._reference.pass_id, {}).get("status") == PassStatus.OK:
+            return self._reference
+        self._reference = None
+        for a in attempts.values():
             if a["variant_id"] != ref_id or a["status"] != PassStatus.OK:
                 continue
             path = self.dir / "passes" / a["pass_id"] / "predictions.jsonl"
             if self.proto.task_kind == "embedding":  # its vectors in corpus order
-                v = validate_embedding_pass(self.corpus, path, self.proto.quality)
-                vectors = corpus_vectors(self.corpus, path)
-                if vectors is not None and v.metric is not None:
-                    return vectors, v.metric, a["pass_id"]
+                v = (msgspec.convert(a["validation"], Validation) if a["validation"]
+                     else validate_embedding_pass(self.corpus, path, self.proto.quality))
+                vectors = corpus_vectors(self.corpus, path) if v.metric is not None else None
+                if vectors is not None:
+                    self._reference = Reference(vectors, v.metric, a["pass_id"])
+                    return self._reference
                 continue
-            v = validate_pass(self.corpus, path, self.proto.quality, labels,
-                              prob_required=self.proto.task_kind != "custom", metric_fn=self.metric_fn())
+            v = (msgspec.convert(a["validation"], Validation) if a["validation"]
+                 else validate_pass(self.corpus, path, self.proto.quality, self.labels(),
+                                    prob_required=self.proto.task_kind != "custom", metric_fn=self.metric_fn()))
             if v.ids_match and v.format_ok and v.metric is not None:
                 preds = {}
                 for line in path.read_text(encoding="utf-8").splitlines():
                     rec = json.loads(line)
                     preds[rec["id"]] = rec["pred"]
-                return preds, v.metric, a["pass_id"]
-        return None, None, ""
+                self._reference = Reference(preds, v.metric, a["pass_id"])
+                return self._reference
+        return Reference(None, None, "")
 
-    def validate_attempt(self, pass_id: str, ref=None) -> dict | None:
+    def validate_attempt(self, pass_id: str, ref: Reference | None = None) -> Validation:
+        """Validate attempt ``pass_id``'s predictions against the reference; store and return it.
+        An attempt whose status is not ok is never accepted (its status is the first reason)."""
         ref = ref or self.reference()
         path = self.dir / "passes" / pass_id / "predictions.jsonl"
         a = next(x for x in self.journal.attempts() if x["pass_id"] == pass_id)
         if self.proto.task_kind == "embedding":
-            v = validate_embedding_pass(self.corpus, path, self.proto.quality, ref[0], ref[1]).to_json()
+            v = validate_embedding_pass(self.corpus, path, self.proto.quality, ref.predictions, ref.metric)
         else:
-            v = validate_pass(self.corpus, path, self.proto.quality, self.labels(), ref[0], ref[1],
-                              prob_required=self.proto.task_kind != "custom", metric_fn=self.metric_fn()).to_json()
-        v["reference_pass"] = ref[2]
+            v = validate_pass(self.corpus, path, self.proto.quality, self.labels(), ref.predictions, ref.metric,
+                              prob_required=self.proto.task_kind != "custom", metric_fn=self.metric_fn())
+        v = v.replace(reference_pass=ref.pass_id)
         if a["status"] != PassStatus.OK:
-            v["corpus_accepted"] = False
-            v["reasons"] = [f"pass status {a['status']}"] + v["reasons"]
-        self.journal.set_validation(pass_id, v)
+            v = v.replace(corpus_accepted=False, reasons=[f"pass status {a['status']}", *v.reasons])
+        self.journal.set_validation(pass_id, v.to_json())
         return v
 
     def revalidate_all(self) -> None:

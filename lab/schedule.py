@@ -19,7 +19,14 @@ class PlannedPass:
 
     @property
     def pass_id(self) -> str:
-        return f"p{self.seq:03d}-r{self.repetition}-{self.variant.variant_id}"
+        """The id of this slot's first attempt (``pass_id_for``)."""
+        return pass_id_for(self.seq, self.repetition, self.variant.variant_id)
+
+
+def pass_id_for(seq: int, repetition: int, variant_id: str, attempt: int = 1) -> str:
+    """The one pass id format: "p<seq, 3 digits>-r<repetition>-<variant id>", and "-a<attempt>"
+    from the second attempt of a slot on (the name of the pass's folder under ``passes/``)."""
+    return f"p{seq:03d}-r{repetition}-{variant_id}" + (f"-a{attempt}" if attempt > 1 else "")
 
 
 def rotated_schedule(variants: list[Variant], repetitions: int = DEFAULT_REPETITIONS) -> list[PlannedPass]:

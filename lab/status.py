@@ -5,8 +5,11 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 
+import msgspec
+
 from lab.journal import Journal
 from lab.passes.events import FINISHED
+from lab.passes.records import Validation
 
 
 class CampaignState(StrEnum):
@@ -61,12 +64,9 @@ def orchestrator_alive(info: dict | None) -> bool:
 
 
 def verdict(a: dict) -> str:
+    """An attempt's verdict in words (lab.passes.records.Validation.verdict); "" before it was validated."""
     v = a.get("validation")
-    if not v:
-        return ""
-    if v.get("corpus_accepted"):
-        return f"accepted ({v['metric_name']} {v['metric']:.4f})"
-    return "rejected: " + "; ".join(v.get("reasons", [])[:2])
+    return msgspec.convert(v, Validation).verdict() if v else ""
 
 
 def format_duration(seconds: float | None) -> str:
@@ -127,7 +127,11 @@ def campaign_status(campaign_dir: Path, journal: Journal | None = None) -> dict:
     journal says running but its orchestrator is gone) or not started.
     """
     own = journal is None
-    j = journal or Journal(Path(campaign_dir) / "journal.sqlite")
+    path = Path(campaign_dir) / "journal.sqlite"
+    if own and not path.is_file():  # nothing ran yet: read nothing, create nothing
+        return {"dir": str(campaign_dir), "state": CampaignState.NOT_STARTED, "planned": 0, "finished": 0,
+                "attempts": [], "orchestrator": {}, "alive": False}
+    j = journal or Journal.open_read_only(path)
     try:
         plan = j.plan()
         attempts = j.attempts()

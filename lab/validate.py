@@ -14,7 +14,7 @@ import itertools
 import json
 import operator
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Iterator
 
@@ -23,52 +23,7 @@ import numpy as np
 
 from lab.corpus import BUCKETS
 from lab.errors import UserError
-
-
-@dataclass(frozen=True)
-class Validation:
-    """The checks of one pass. Counts are items; metrics are fractions in [0, 1].
-
-    Empty figures (None) carry their reason in ``reasons``.
-    """
-
-    expected_ids: int
-    observed_ids: int
-    duplicate_ids: int
-    missing_ids: int
-    extra_ids: int
-    ids_match: bool
-    format_ok: bool
-    coverage: dict
-    coverage_ok: bool
-    metric_name: str
-    metric: float | None
-    metric_by_bucket: dict
-    threshold: float
-    threshold_ok: bool | None
-    reference_metric: float | None
-    gap_to_reference: float | None
-    agreement_with_reference: float | None
-    tolerance: float
-    tolerance_ok: bool | None
-    corpus_accepted: bool
-    reasons: list = field(default_factory=list)
-    examples: dict = field(default_factory=dict)
-    agreement_worst: float | None = None  # embedding: the lowest per-id cosine with the reference
-    agreement_worst_id: str | None = None
-    agreement_rule: str | None = None  # what agreement_with_reference measures, when not "same label"
-
-    def to_json(self) -> dict:
-        """The fields as a dict; the embedding-only ones only when set (a classification
-        validation keeps its record)."""
-        d = asdict(self)
-        for key in EMBEDDING_ONLY:
-            if d[key] is None:
-                del d[key]
-        return d
-
-
-EMBEDDING_ONLY = ("agreement_worst", "agreement_worst_id", "agreement_rule")
+from lab.passes.records import Validation
 
 
 _GET_ID, _GET_LABEL = operator.itemgetter("id"), operator.itemgetter("label")

@@ -234,7 +234,7 @@ def _campaign_note(proto, summary, pricing: dict, campaign_dir: Path | None) -> 
 
     if campaign_dir is None:
         return campaign_note(proto, summary, pricing, [])
-    journal = Journal(Path(campaign_dir) / "journal.sqlite")
+    journal = Journal.open_read_only(Path(campaign_dir) / "journal.sqlite")
     try:
         attempts = journal.attempts()
     finally:

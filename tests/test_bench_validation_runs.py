@@ -33,8 +33,8 @@ def test_bench_validation_fails_loudly_when_a_validation_rejects(tmp_path):
     shutil.copytree(REPO / "lab", tmp_path / "lab", ignore=shutil.ignore_patterns("__pycache__"))
     with open(tmp_path / "lab" / "validate.py", "a", encoding="utf-8") as fh:
         fh.write("\n\n_real_validate_pass = validate_pass\n\n\ndef validate_pass(*a, **k):\n"
-                 "    import dataclasses\n    v = _real_validate_pass(*a, **k)\n"
-                 "    return dataclasses.replace(v, corpus_accepted=False,\n"
+                 "    import msgspec\n    v = _real_validate_pass(*a, **k)\n"
+                 "    return msgspec.structs.replace(v, corpus_accepted=False,\n"
                  "                               reasons=['forced rejection for the test'])\n")
     r = run(VALIDATION, "--items", "100", "--rounds", "1", "--baseline", str(tmp_path), timeout=120)
     assert r.returncode == 1, (r.stdout, r.stderr)

@@ -526,7 +526,8 @@ def test_attention_the_host_cannot_honour_fails_a_two_card_pass(tmp_path, model_
 
 
 def _card(rank: int, corpus_rows: list[dict], positions: list[int], observed: dict) -> dict:
-    return {"rank": rank, "status": "ok", "error": "", "device": "cpu", "threads": observed["threads"],
+    return {"rank": rank, "local_rank": rank, "world_size": 2, "node_rank": 0,
+            "status": "ok", "error": "", "device": "cpu", "threads": observed["threads"],
             "phases_s": {"measured": 0.1}, "items_total": len(positions), "items_completed": len(positions),
             "positions": positions, "observed": observed}
 
@@ -536,6 +537,7 @@ def test_merge_names_the_card_that_did_not_honour_a_declared_value(tmp_path):
     whose observation contradicts the declaration (threads beyond its share, another dtype) makes
     the pass an error naming that card; equal fields combine, differing ones are kept per card."""
     from lab.passes.multicard import merge_cards
+    from lab.passes.records import decode_result
     from lab.passes.spec import PassSpec
 
     corpus = cut_corpus(tmp_path / "corpus.jsonl", 1, 1, 0)
@@ -556,25 +558,27 @@ def test_merge_names_the_card_that_did_not_honour_a_declared_value(tmp_path):
         return merge_cards(spec, 2, 0, "2026-01-01T00:00:00Z")
 
     res = write({**base, "max_tokens": 128})
-    assert res["status"] == "ok" and res["observed"]["threads"] == 1 and res["observed"]["max_tokens"] == 128
-    by_bucket = res["truncated_by_bucket"]
+    assert res.status == "ok" and res.failure_kind is None
+    assert res.observed is not None and res.observed.threads == 1 and res.observed.max_tokens == 128
+    by_bucket = res.truncated_by_bucket or {}
     assert by_bucket["medium"]["fraction"] == 1.0 and by_bucket["short"]["fraction"] == 0
+    assert decode_result((tmp_path / "result.json").read_bytes()) == res  # written whole, decodes strictly
     res = write({**base, "threads": 2, "dtype": "bfloat16"})
-    assert res["status"] == "error" and res["exit_code"] == 4
-    assert res["observed"]["dtype"] == "card 0: float32; card 1: bfloat16"
-    assert res["observed"]["threads"] == "card 0: 1; card 1: 2"
-    assert "card 1: NotHonoured" in res["error"] and "card 0" not in res["error"]
-    assert "precision fp32 declared, weights loaded as bfloat16" in res["error"]
-    assert "threads 2 declared for the pass = 1 per worker" in res["error"] and "torch uses 2" in res["error"]
+    assert res.status == "error" and res.exit_code == 4 and res.failure_kind == "not_honoured"
+    assert res.observed is not None and res.observed.dtype == "card 0: float32; card 1: bfloat16"
+    assert res.observed.threads == "card 0: 1; card 1: 2"
+    assert "card 1: NotHonoured" in res.error and "card 0" not in res.error
+    assert "precision fp32 declared, weights loaded as bfloat16" in res.error
+    assert "threads 2 declared for the pass = 1 per worker" in res.error and "torch uses 2" in res.error
     # the raw table: an integer observation that differs between cards is an empty cell, the values in notes
     import pandas as pd
 
     from lab.report.raw_table import raw_rows, raw_table
 
-    attempt = {"pass_id": "merge", "variant_id": "v", "variant": spec.variant.to_json(), "result": res,
+    attempt = {"pass_id": "merge", "variant_id": "v", "variant": spec.variant.to_json(), "result": res.to_json(),
                "validation": {},
                "notes": "", "repetition": 0, "position": 0, "seq": 0, "attempt": 1, "launcher": "local",
-               "start_time": "", "end_time": "", "status": res["status"], "exit_code": res["exit_code"],
+               "start_time": "", "end_time": "", "status": res.status, "exit_code": res.exit_code,
                "items_total": 2, "items_completed": 2}
     row = raw_table(raw_rows([attempt], "c", 1, tmp_path)).iloc[0]
     assert row["observed_threads"] is pd.NA and row["observed_dtype"] == "card 0: float32; card 1: bfloat16"

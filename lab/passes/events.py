@@ -39,9 +39,11 @@ class EventKind(StrEnum):
       warmup, measured, probe, launch...), ``state`` ("start" or "end"), ``duration_s`` on
       "end"; some starts add ``device`` or (launch) ``cards``, ``nproc_per_node``, ``nnodes``.
     - ``PROGRESS``: ``EventWriter.progress``. ``done``, ``total`` (items), ``items_per_s``.
-    - ``OOM``: runner / worker, the device ran out of memory. ``items_done``, ``message``.
-    - ``ERROR``: runner / worker / multicard, any other failure. ``items_done``, ``message``
-      (a full disk: ``message`` starts with "DiskFull").
+    - ``OOM``: runner / worker, the device ran out of memory. ``items_done``, ``kind`` ("oom"),
+      ``message``.
+    - ``ERROR``: runner / worker / multicard, any other failure. ``items_done``, ``message``,
+      ``kind`` (a lab.errors.FailureKind: what the orchestrator reads, e.g. "disk_full"; the
+      multicard launcher's own refusals carry none).
     - ``RESULT``: runner / multicard, the pass ended. ``status``, ``items_completed``,
       ``measured_s``.
     - ``CARD``: lab.passes.worker, one card of a multi-card pass ended. ``status``,

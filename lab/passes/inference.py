@@ -15,21 +15,25 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from lab.errors import FailureKind, PassFailure
 from lab.variants import DTYPES, Variant
 
 
 
-class NonFiniteLogits(RuntimeError):
+class NonFiniteLogits(PassFailure, RuntimeError):
     """Raised when a batch produced NaN or inf logits; carries the items completed before it."""
 
+    kind = FailureKind.NON_FINITE
+
     def __init__(self, ids: list[str], items_done: int):
-        super().__init__(f"non-finite logits for {len(ids)} item(s), first {ids[0]!r}")
+        super().__init__(f"non-finite logits for {len(ids)} item(s), first {ids[0]!r}", items_done=items_done)
         self.ids = ids
-        self.items_done = items_done
 
 
-class DeviceUnavailable(RuntimeError):
+class DeviceUnavailable(PassFailure, RuntimeError):
     """The variant asks for a GPU that this process cannot use (never a silent CPU fallback)."""
+
+    kind = FailureKind.DEVICE_UNAVAILABLE
 
 
 def resolve_device(requested: str) -> tuple[str, str]:
@@ -94,9 +98,11 @@ def load_model(model_ref: str, precision: str, device: str, pad_token: str | Non
     return tok, model
 
 
-class WeightsNotLoaded(ValueError):
+class WeightsNotLoaded(PassFailure, ValueError):
     """The checkpoint does not hold every weight of the model it declares: transformers would
     initialise the rest at random and the pass would measure another model."""
+
+    kind = FailureKind.WEIGHTS_NOT_LOADED
 
 
 def check_weights_loaded(info: dict) -> None:

@@ -30,9 +30,14 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import msgspec
+
+from lab.diskfull import atomic_write_text
+from lab.errors import FailureKind
 from lab.files import REPO_ROOT, sha256_lines
 from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventKind, EventWriter, PassStatus
 from lab.passes.observed import combine_cards
+from lab.passes.records import CardRecord, Observed, PassResult, Phases, decode_card, write_record
 from lab.passes.spec import PassSpec
 from lab.variants import Variant
 
@@ -109,9 +114,9 @@ def run_multicard(spec: PassSpec, spec_path: str, ev: EventWriter, argv: list[st
                 items_completed=None, measured_s=None)
         return EXIT_OK if torchrun_code == 0 else EXIT_ERROR
     res = merge_cards(spec, cards, torchrun_code, start, torchrun_wall_s)
-    ev.emit(EventKind.RESULT, status=res["status"], items_completed=res["items_completed"],
-            measured_s=res["phases_s"].get("measured"))
-    return res["exit_code"]
+    ev.emit(EventKind.RESULT, status=res.status, items_completed=res.items_completed,
+            measured_s=res.phases_s.measured)
+    return res.exit_code if res.exit_code is not None else EXIT_ERROR
 
 
 def _max(values) -> float | int | None:
@@ -124,24 +129,27 @@ def _one_or_joined(values: list):
     return values[0] if len(set(values)) == 1 else "+".join(map(str, values))
 
 
-def _check_cards(variant: Variant, recs: list[dict]) -> None:
+def _check_cards(variant: Variant, recs: list[CardRecord]) -> list[CardRecord]:
     """The one-card rule (lab.passes.observed.require_honoured) on every ok card's record.
 
     A card that says ok but did not honour a declared value, or recorded no observation,
-    becomes an error card whose ``error`` gives the reason (the pass's error names the card).
+    comes back as an error card whose ``error`` gives the reason (the pass's error names the card).
     """
     from lab.passes.observed import NotHonoured, require_honoured
 
-    for c in recs:
-        if c["status"] != PassStatus.OK:
-            continue
-        if not c.get("observed"):
-            c["status"], c["error"] = PassStatus.ERROR, "no observed values recorded: declared values unchecked"
-            continue
+    def checked(c: CardRecord) -> CardRecord:
+        if c.status != PassStatus.OK:
+            return c
+        if not c.observed:
+            return c.replace(status=PassStatus.ERROR, failure_kind=FailureKind.NOT_HONOURED,
+                             error="no observed values recorded: declared values unchecked")
         try:
-            require_honoured(variant, c["observed"], c.get("device") or "")
+            require_honoured(variant, c.observed.to_json(), c.device or "")
         except NotHonoured as exc:
-            c["status"], c["error"] = PassStatus.ERROR, f"NotHonoured: {exc}"
+            return c.replace(status=PassStatus.ERROR, failure_kind=exc.kind, error=f"NotHonoured: {exc}")
+        return c
+
+    return [checked(c) for c in recs]
 
 
 def _truncation(rows: list[dict], pos: dict, lines: list[str]) -> dict:
@@ -157,21 +165,35 @@ def _truncation(rows: list[dict], pos: dict, lines: list[str]) -> dict:
     return truncation_counts(rows, kept, total)
 
 
-def worst_conditions(recs: list[dict]) -> dict | None:
+def worst_conditions(recs: list[CardRecord]) -> dict | None:
     """The pass's window conditions: those of its worst card (a starved one first, then the
     lowest CPU share), with ``card`` (its rank) and ``starved_cards`` (ranks of every starved
     card); each card's own are in ``per_card``. None when no card recorded them."""
-    have = [c for c in recs if c.get("conditions")]
+    have = [c for c in recs if c.conditions]
     if not have:
         return None
-    worst = min(have, key=lambda c: (not c["conditions"].get("starved"), c["conditions"].get("cpu_share") or 0.0))
-    return {**worst["conditions"], "card": worst["rank"],
-            "starved_cards": [c["rank"] for c in have if c["conditions"].get("starved")]}
+    worst = min(have, key=lambda c: (not (c.conditions or {}).get("starved"),
+                                     (c.conditions or {}).get("cpu_share") or 0.0))
+    return {**(worst.conditions or {}), "card": worst.rank,
+            "starved_cards": [c.rank for c in have if (c.conditions or {}).get("starved")]}
+
+
+def _pass_failure(status: str, recs: list[CardRecord], missing: list[int]) -> FailureKind | None:
+    """The failure kind of a merged pass: None when ok; oom when a card ran out of memory;
+    interrupted when every failure is a stopped card; else the first failing card's own kind
+    (error when a card left no record)."""
+    if status == PassStatus.OK:
+        return None
+    if status in (PassStatus.OOM, PassStatus.INTERRUPTED):
+        return FailureKind(str(status))
+    kinds = [c.failure_kind for c in recs if c.status not in (PassStatus.OK, CARD_STOPPED) and c.failure_kind]
+    return kinds[0] if kinds and not missing else FailureKind.ERROR
 
 
 def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_time: str,
-                torchrun_wall_s: float | None = None) -> dict:
-    """Merge ``cards/card<r>.*`` into ``predictions.jsonl`` and ``result.json``; returns the result.
+                torchrun_wall_s: float | None = None) -> PassResult:
+    """Merge ``cards/card<r>.*`` (CardRecord, strictly decoded) into ``predictions.jsonl`` and
+    ``result.json`` (both written atomically); returns the PassResult.
 
     Predictions: every card's lines, ordered by corpus position (ids the corpus lacks last,
     duplicates kept, so validation sees exactly what the cards produced). Status: ok when
@@ -193,25 +215,25 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
     out = Path(spec.out_dir)
     rows = read_corpus(spec.corpus_path)
     pos = {r["id"]: i for i, r in enumerate(rows)}
-    recs, missing = [], []
+    recs: list[CardRecord] = []
+    missing: list[int] = []
     for r in range(cards):
         p = out / "cards" / f"card{r}.json"
-        (recs.append(json.loads(p.read_text())) if p.is_file() else missing.append(r))
+        (recs.append(decode_card(p.read_bytes())) if p.is_file() else missing.append(r))
     merged: list[tuple[float, str]] = []
     for c in recs:
-        p = out / "cards" / f"card{c['rank']}.predictions.jsonl"
+        p = out / "cards" / f"card{c.rank}.predictions.jsonl"
         if p.is_file():
             for line in p.read_text(encoding="utf-8").splitlines(keepends=True):
                 merged.append((pos.get(json.loads(line)["id"], math.inf), line))
     merged.sort(key=lambda x: x[0])
     pred_path = out / "predictions.jsonl"
     merged_lines = [line for _, line in merged]
-    with open(pred_path, "w", encoding="utf-8", newline="\n") as fh:
-        fh.writelines(merged_lines)
+    atomic_write_text(pred_path, "".join(merged_lines))  # whole or absent
     predictions_sha256 = sha256_lines(merged_lines)
-    _check_cards(spec.variant, recs)
-    statuses = [c["status"] for c in recs]
-    failing = [c for c in recs if c["status"] not in (PassStatus.OK, CARD_STOPPED)]
+    recs = _check_cards(spec.variant, recs)
+    statuses = [c.status for c in recs]
+    failing = [c for c in recs if c.status not in (PassStatus.OK, CARD_STOPPED)]
     if not missing and all(s == PassStatus.OK for s in statuses):
         status = PassStatus.OK
     elif PassStatus.OOM in statuses:
@@ -220,59 +242,58 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
         status = PassStatus.ERROR
     else:
         status = PassStatus.INTERRUPTED
-    errors = [f"card {c['rank']}: {c['error']}" for c in failing + [c for c in recs if c["status"] == CARD_STOPPED]]
+    errors = [f"card {c.rank}: {c.error}" for c in failing + [c for c in recs if c.status == CARD_STOPPED]]
     errors += [f"card {r}: no record written (killed before writing, or on another host)" for r in missing]
-    phases = {k: _max(c["phases_s"].get(k) for c in recs)
-              for k in ("startup", "model_load", "warmup", "measured", "writing")}
-    if status != PassStatus.OK:
-        phases.pop("measured")
-    phases = {k: v for k, v in phases.items() if v is not None}
-    items = sum(int(c.get("items_completed") or 0) for c in recs)
+    phases = Phases(**{k: _max(getattr(c.phases_s, k) for c in recs)
+                       for k in ("startup", "model_load", "warmup", "writing")},
+                    measured=_max(c.phases_s.measured for c in recs) if status == PassStatus.OK else None)
+    items = sum(c.items_completed or 0 for c in recs)
     gold = [(rows[int(k)].get("label"), json.loads(line)["pred"]) for k, line in merged
             if k != math.inf and rows[int(k)].get("label") is not None]
-    per_card = [{"card": c["rank"], "status": c["status"], "device": c.get("device"),
-                 "items_total": c.get("items_total"), "items_completed": c.get("items_completed"),
-                 "measured_s": c["phases_s"].get("measured"), "threads": c.get("threads"),
-                 "peaks": c.get("peaks"), "error": c.get("error", ""), "observed": c.get("observed"),
-                 "conditions": c.get("conditions"),
-                 "test_only_injected_oom": c.get("test_only_injected_oom", False)} for c in recs]
+    per_card = [{"card": c.rank, "status": c.status, "device": c.device,
+                 "items_total": c.items_total, "items_completed": c.items_completed,
+                 "measured_s": c.phases_s.measured, "threads": c.threads,
+                 "peaks": c.peaks, "error": c.error, "observed": c.observed.to_json() if c.observed else None,
+                 "conditions": c.conditions,
+                 "test_only_injected_oom": c.test_only_injected_oom} for c in recs]
     peaks = None
-    if any(c.get("peaks") for c in recs):
+    if any(c.peaks for c in recs):
         reasons = {}
         for c in recs:
-            reasons.update({k: v for k, v in ((c.get("peaks") or {}).get("reasons") or {}).items()})
+            reasons.update({k: v for k, v in ((c.peaks or {}).get("reasons") or {}).items()})
         reasons["scope_across_cards"] = (f"largest single card of {len(recs)}; per-card figures in per_card; "
                                          "never added across cards")
-        peaks = {**{k: _max((c.get("peaks") or {}).get(k) for c in recs) for k in PEAK_KEYS},
-                 "reasons": reasons, "scopes": next(c["peaks"]["scopes"] for c in recs if c.get("peaks"))}
-    devs = [c.get("device") for c in recs if c.get("device")]
-    res = {"pass_id": spec.pass_id, "campaign": spec.campaign, "variant": spec.variant.to_json(),
-           "start_time": start_time, "end_time": _utc(), "status": status, "error": "; ".join(errors)[:500],
-           "phases_s": phases, "items_total": len(rows), "items_completed": items,
-           "items_per_s": round(items / measured_s, 4) if (measured_s := phases.get("measured")) else None,
-           "device": (f"{devs[0]} x{len(devs)}" if len(set(devs)) == 1 else "+".join(devs)) if devs else None,
-           "backend": next((c.get("backend") for c in recs if c.get("backend")), None),
-           "torch_version": next((c.get("torch_version") for c in recs if c.get("torch_version")), None),
-           "threads": _one_or_joined([c.get("threads") for c in recs]),  # CPU threads of one worker
-           "threads_per_card": [c.get("threads") for c in recs],
-           "cards_declared": cards, "cards_observed": len(recs), "cards_missing": missing,
-           "devices": [c.get("identity") for c in recs if c.get("identity")], "per_card": per_card,
-           "peaks": peaks, "shard_rule": "lab.passes.distributed.shard_positions",
-           "window": "per card: barrier exit to shard predictions on the host; pass: the slowest card",
-           "n_truncated": sum(int(c.get("n_truncated") or 0) for c in recs),
-           "real_tokens": sum(int(c.get("real_tokens") or 0) for c in recs),
-           "padded_tokens": sum(int(c.get("padded_tokens") or 0) for c in recs),
-           "batches": sum(int(c.get("batches") or 0) for c in recs),
-           "observed": combine_cards([(c["rank"], c["observed"]) for c in recs if c.get("observed")]),
-           "conditions": worst_conditions(recs),
-           "environment": next((c.get("environment") for c in recs if c.get("environment") is not None), None),
-           "truncated_by_bucket": _truncation(rows, pos, [line for _, line in merged]),
-           "self_accuracy": round(sum(a == b for a, b in gold) / len(gold), 6) if gold else None,
-           "deterministic": {"torch.manual_seed": spec.seed, "cudnn.benchmark": False,
-                             "use_deterministic_algorithms": False},
-           "predictions_path": pred_path.name, "predictions_lines": len(merged),
-           "predictions_sha256": predictions_sha256, "torchrun_exit_code": torchrun_code,
-           "torchrun_wall_s": torchrun_wall_s,  # launcher start to exit: rendezvous, workers, shutdown
-           "exit_code": STATUS_CODES.get(status, EXIT_ERROR)}
-    (out / "result.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
+        peaks = {**{k: _max((c.peaks or {}).get(k) for c in recs) for k in PEAK_KEYS},
+                 "reasons": reasons, "scopes": next((c.peaks or {}).get("scopes") for c in recs if c.peaks)}
+    devs = [c.device for c in recs if c.device]
+    observed = combine_cards([(c.rank, c.observed.to_json()) for c in recs if c.observed])
+    res = PassResult(
+        pass_id=spec.pass_id, campaign=spec.campaign, variant=spec.variant.to_json(),
+        start_time=start_time, end_time=_utc(), status=status,
+        failure_kind=_pass_failure(status, recs, missing), error="; ".join(errors)[:500],
+        phases_s=phases, items_total=len(rows), items_completed=items,
+        items_per_s=round(items / phases.measured, 4) if phases.measured else None,
+        device=(f"{devs[0]} x{len(devs)}" if len(set(devs)) == 1 else "+".join(devs)) if devs else None,
+        backend=next((c.backend for c in recs if c.backend), None),
+        torch_version=next((c.torch_version for c in recs if c.torch_version), None),
+        threads=_one_or_joined([c.threads for c in recs]),  # CPU threads of one worker
+        threads_per_card=[c.threads for c in recs],
+        cards_declared=cards, cards_observed=len(recs), cards_missing=missing,
+        devices=[c.identity for c in recs if c.identity], per_card=per_card,
+        peaks=peaks, shard_rule="lab.passes.distributed.shard_positions",
+        window="per card: barrier exit to shard predictions on the host; pass: the slowest card",
+        n_truncated=sum(c.n_truncated or 0 for c in recs), real_tokens=sum(c.real_tokens or 0 for c in recs),
+        padded_tokens=sum(c.padded_tokens or 0 for c in recs), batches=sum(c.batches or 0 for c in recs),
+        observed=msgspec.convert(observed, Observed) if observed else None,
+        conditions=worst_conditions(recs),
+        environment=next((c.environment for c in recs if c.environment is not None), None),
+        truncated_by_bucket=_truncation(rows, pos, merged_lines),
+        self_accuracy=round(sum(a == b for a, b in gold) / len(gold), 6) if gold else None,
+        deterministic={"torch.manual_seed": spec.seed, "cudnn.benchmark": False,
+                       "use_deterministic_algorithms": False},
+        predictions_path=pred_path.name, predictions_lines=len(merged), predictions_sha256=predictions_sha256,
+        torchrun_exit_code=torchrun_code,
+        torchrun_wall_s=torchrun_wall_s,  # launcher start to exit: rendezvous, workers, shutdown
+        exit_code=STATUS_CODES.get(status, EXIT_ERROR))
+    write_record(out / "result.json", res)
     return res

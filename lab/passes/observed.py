@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import json
 
+from lab.errors import FailureKind, PassFailure
 from lab.variants import DTYPES
 from lab.variants import Variant
 
 BUCKETS = ("short", "medium", "long")
 
 
-class NotHonoured(RuntimeError):
+class NotHonoured(PassFailure, RuntimeError):
     """A declared variant value that this pass did not apply; one line naming declared vs observed."""
+
+    kind = FailureKind.NOT_HONOURED
 
 
 def observe_model(model, threads_declared: int, workers_on_host: int = 1) -> dict:

@@ -25,7 +25,6 @@ a one-card pass keeps this single-process path.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -33,8 +32,10 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
-from lab.diskfull import DiskFull, atomic_write_text
+from lab.diskfull import DiskFull, is_disk_full
+from lab.errors import FailureKind, PassFailure
 from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventKind, EventWriter, PassStatus
+from lab.passes.records import PassResult, build, write_record
 from lab.passes.spec import PassSpec, read_spec_or_report
 from lab.passes.tasks import job_for
 
@@ -48,6 +49,39 @@ def is_oom(exc: BaseException) -> bool:
         return True
     name = type(exc).__name__
     return name == "OutOfMemoryError" or any(m in str(exc).lower() for m in OOM_MARKERS)
+
+
+def failure_kind(exc: BaseException) -> FailureKind:
+    """Why a pass stopped, from the exception it raised: a ``PassFailure``'s own kind (device
+    unavailable, not honoured, non-finite, weights not loaded, disk full, a stopped card), else
+    interrupted (KeyboardInterrupt), oom (``is_oom``), disk full (``is_disk_full``), timeout
+    (TimeoutError), error. The one classification for the runner and the multi-card worker."""
+    if isinstance(exc, PassFailure):
+        return exc.kind
+    if isinstance(exc, KeyboardInterrupt):
+        return FailureKind.INTERRUPTED
+    if is_oom(exc):
+        return FailureKind.OOM
+    if is_disk_full(exc):
+        return FailureKind.DISK_FULL
+    if isinstance(exc, TimeoutError):
+        return FailureKind.TIMEOUT
+    return FailureKind.ERROR
+
+
+FAILURE_STATUS = {FailureKind.INTERRUPTED: (PassStatus.INTERRUPTED, EXIT_ERROR),
+                  FailureKind.OOM: (PassStatus.OOM, EXIT_OOM)}
+"""(pass status, exit code) of a failure kind; any other kind: (error, EXIT_ERROR)."""
+
+
+def failure_status(kind: FailureKind) -> tuple[PassStatus, int]:
+    """(pass status, exit code) of a pass that failed with ``kind`` (``FAILURE_STATUS``)."""
+    return FAILURE_STATUS.get(kind, (PassStatus.ERROR, EXIT_ERROR))
+
+
+def failure_text(exc: BaseException) -> str:
+    """The ``error`` field of a failed pass or card: the class name and the first line (500 chars)."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]
 
 
 def _utc() -> str:
@@ -65,8 +99,10 @@ def _vm_peak() -> int | None:
     return None
 
 
-def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
-    """Run one pass; returns (exit code, result dict). Never raises for pass failures."""
+def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, PassResult]:
+    """Run one pass; returns (exit code, its PassResult, also written to ``result.json``).
+    Never raises for pass failures: they are the result's ``status`` and ``failure_kind``.
+    The figures are gathered phase by phase and become the typed record once, at the end."""
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     res: dict = {"pass_id": spec.pass_id, "campaign": spec.campaign, "variant": spec.variant.to_json(),
@@ -108,7 +144,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         from lab.manifest import pass_environment
         from lab.passes.distributed import card_identity
 
-        res.update(device=device, backend=backend, torch_version=torch.__version__,
+        res.update(device=device, backend=backend, torch_version=str(torch.__version__),
                    devices=[card_identity(device, 0)], environment=pass_environment(),
                    threads=torch.get_num_threads(),
                    deterministic={"torch.manual_seed": spec.seed, "cudnn.benchmark": False,
@@ -187,17 +223,17 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         res["status"] = PassStatus.OK
         code = EXIT_OK
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row
-        if isinstance(exc, KeyboardInterrupt):
-            res["status"], code = PassStatus.INTERRUPTED, EXIT_ERROR
-        elif is_oom(exc):
-            res["status"], code = PassStatus.OOM, EXIT_OOM
-            ev.emit(EventKind.OOM, items_done=state["done"], message=str(exc).splitlines()[0][:300])
-        else:
-            res["status"], code = PassStatus.ERROR, EXIT_ERROR
-            ev.emit(EventKind.ERROR, items_done=getattr(exc, "items_done", state["done"]),
+        kind = failure_kind(exc)
+        res["status"], code = failure_status(kind)
+        res["failure_kind"] = kind
+        done = getattr(exc, "items_done", None)
+        res["items_completed"] = state["done"] if done is None else done
+        if kind == FailureKind.OOM:
+            ev.emit(EventKind.OOM, items_done=state["done"], kind=kind, message=str(exc).splitlines()[0][:300])
+        elif kind != FailureKind.INTERRUPTED:
+            ev.emit(EventKind.ERROR, items_done=res["items_completed"], kind=kind,
                     message=f"{type(exc).__name__}: {exc}"[:300])
-        res["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]
-        res["items_completed"] = getattr(exc, "items_done", state["done"])
+        res["error"] = failure_text(exc)
         traceback.print_exc(file=sys.stderr)
     t = time.perf_counter()
     pred_path = out / "predictions.jsonl"
@@ -210,13 +246,16 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, dict]:
         res["process_peak_vm_bytes"] = _vm_peak()  # address space since process start (VmPeak)
         res["end_time"] = _utc()
         res["exit_code"] = code
-        atomic_write_text(out / "result.json", json.dumps(res, indent=1, default=str) + "\n")
+        result = build(PassResult, res)
+        write_record(out / "result.json", result)
     except DiskFull as exc:  # the orchestrator stops the campaign; the slot runs again on resume
-        ev.emit(EventKind.ERROR, items_done=res["items_completed"], message=f"DiskFull: {exc}"[:300])
-        return EXIT_ERROR, res
-    ev.emit(EventKind.RESULT, status=res["status"], items_completed=res["items_completed"],
-            measured_s=phases.get("measured"))
-    return code, res
+        ev.emit(EventKind.ERROR, items_done=res["items_completed"], kind=exc.kind, message=f"DiskFull: {exc}"[:300])
+        return EXIT_ERROR, build(PassResult, {"predictions_path": "", "end_time": _utc(), **res,
+                                              "status": PassStatus.ERROR, "failure_kind": exc.kind,
+                                              "exit_code": EXIT_ERROR})
+    ev.emit(EventKind.RESULT, status=result.status, items_completed=result.items_completed,
+            measured_s=result.phases_s.measured)
+    return code, result
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 from lab.constants import DEFAULT_SEED
+from lab.diskfull import atomic_write_text
 from lab.variants import Variant, VariantError
 
 
@@ -45,7 +46,8 @@ class PassSpec:
         return {**d, "variant": self.variant.to_json(), "extra": dict(self.extra)}
 
     def write(self, path: Path) -> None:
-        path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+        """Write the spec as ``pass.json``, atomically (whole or absent; DiskFull when full)."""
+        atomic_write_text(path, json.dumps(self.to_json(), indent=1) + "\n")
 
     @classmethod
     def from_json(cls, d: object) -> "PassSpec":

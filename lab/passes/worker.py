@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import json
 import os
 import signal
 import sys
@@ -41,16 +40,21 @@ import traceback
 from datetime import timedelta
 from pathlib import Path
 
-from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventKind, EventWriter, PassStatus
+from lab.diskfull import atomic_write_text
+from lab.errors import FailureKind, PassFailure
+from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EventKind, EventWriter, PassStatus
 from lab.passes.multicard import CARD_STOPPED
+from lab.passes.records import CardRecord, build, write_record
 from lab.passes.spec import PassSpec, read_spec_or_report
 
 _T_PROCESS = time.perf_counter()
 TEST_OOM_ENV = "ITERALAB_TEST_ONLY_INJECT_OOM"
 
 
-class WorkerStopped(Exception):
+class WorkerStopped(PassFailure):
     """SIGTERM/SIGINT reached this worker: another worker failed, or the pass was stopped."""
+
+    kind = FailureKind.INTERRUPTED
 
 
 class _StopSignal:
@@ -112,7 +116,7 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
         shard_positions,
         threads_per_worker,
     )
-    from lab.passes.runner import is_oom
+    from lab.passes.runner import failure_kind, failure_status, failure_text
     from lab.passes.tasks import job_for
 
     card: dict = {"rank": rank, "local_rank": local_rank, "world_size": world,
@@ -152,14 +156,14 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
         if device.startswith("cuda"):
             device = f"cuda:{local_rank}"
             torch.cuda.set_device(device)
-        card.update(device=device, backend=backend, torch_version=torch.__version__,
+        card.update(device=device, backend=backend, torch_version=str(torch.__version__),
                     threads=torch.get_num_threads(), identity=card_identity(device, rank),
                     environment=pass_environment(),
                     dist_backend=BACKENDS[backend], test_only_injected_oom=inject is not None and inject[0] == rank)
         dist.init_process_group(BACKENDS[backend], timeout=timedelta(minutes=30))
         t = time.perf_counter()
         job = job_for(spec)
-        tok, _model = job.load(device)
+        job.load(device)
         inf.synchronize(device)
         phase("model_load", t)
         t = time.perf_counter()
@@ -190,7 +194,7 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
         try:
             rows = read_corpus(spec.corpus_path)
             bucketing = spec.variant.bucketing
-            lengths = ([len(x) for x in inf.tokenize([r["text"] for r in rows], tok,
+            lengths = ([len(x) for x in inf.tokenize([r["text"] for r in rows], job.tokenizer,
                                                      spec.variant.max_length)[0]]
                        if bucketing else [0] * len(rows))
             mine = shard_positions(lengths, world, bucketing)[rank]
@@ -210,16 +214,19 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
         code = EXIT_OK
     except BaseException as exc:  # noqa: BLE001 - every failure is recorded on the card
         stop.raise_now = False
-        if isinstance(exc, (WorkerStopped, KeyboardInterrupt)):
-            card["status"] = CARD_STOPPED
-        elif is_oom(exc):
-            card["status"], code = PassStatus.OOM, EXIT_OOM
-            ev.emit(EventKind.OOM, items_done=state["done"], message=str(exc).splitlines()[0][:300])
+        kind = failure_kind(exc)
+        card["failure_kind"] = kind
+        done = getattr(exc, "items_done", None)
+        card["items_completed"] = state["done"] if done is None else done
+        if kind == FailureKind.INTERRUPTED:  # a stopped card (not a pass status: the merge decides)
+            card["status"], code = CARD_STOPPED, EXIT_ERROR
         else:
-            ev.emit(EventKind.ERROR, items_done=getattr(exc, "items_done", state["done"]),
-                    message=f"{type(exc).__name__}: {exc}"[:300])
-        card["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]
-        card["items_completed"] = getattr(exc, "items_done", state["done"])
+            card["status"], code = failure_status(kind)
+            ev.emit(EventKind.OOM if kind == FailureKind.OOM else EventKind.ERROR, kind=kind,
+                    items_done=state["done"] if kind == FailureKind.OOM else card["items_completed"],
+                    message=(str(exc).splitlines()[0] if kind == FailureKind.OOM
+                             else f"{type(exc).__name__}: {exc}")[:300])
+        card["error"] = failure_text(exc)
         traceback.print_exc(file=sys.stderr)
     stop.raise_now = False  # the files below are written whole
     t = time.perf_counter()
@@ -232,13 +239,14 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
         lines = pred_path.read_text(encoding="utf-8").splitlines(keepends=True)
     phases["writing"] = round(time.perf_counter() - t, 6)
     card["exit_code"] = code
-    rec_path.write_text(json.dumps(card, indent=1, default=str) + "\n")
-    ev.emit(EventKind.CARD, status=card["status"], items_completed=card["items_completed"],
-            items_total=card["items_total"], measured_s=phases.get("measured"), device=card.get("device"))
+    record = build(CardRecord, card)
+    write_record(rec_path, record)
+    ev.emit(EventKind.CARD, status=record.status, items_completed=record.items_completed,
+            items_total=record.items_total, measured_s=record.phases_s.measured, device=record.device)
     if code == EXIT_OK and not stop.requested:
         stop.raise_now = True
         try:
-            _gather_to_rank0(dist, spec, rank, world, card, lines, stop)
+            _gather_to_rank0(dist, spec, rank, world, record, lines, stop)
             dist.destroy_process_group()
         except WorkerStopped:
             pass  # this card's files are already written
@@ -248,7 +256,7 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
     return code
 
 
-def _gather_to_rank0(dist, spec: PassSpec, rank: int, world: int, card: dict, lines: list[str],
+def _gather_to_rank0(dist, spec: PassSpec, rank: int, world: int, card: CardRecord, lines: list[str],
                      stop: _StopSignal) -> None:
     """All cards succeeded: rank 0 writes the records of cards whose files it lacks (other hosts)."""
     wait_barrier(dist, stop)
@@ -258,11 +266,10 @@ def _gather_to_rank0(dist, spec: PassSpec, rank: int, world: int, card: dict, li
         return
     stop.raise_now = False
     for other, other_lines in got:
-        rec_path, pred_path = card_paths(spec.out_dir, other["rank"])
+        rec_path, pred_path = card_paths(spec.out_dir, other.rank)
         if not rec_path.is_file():
-            pred_path.write_text("".join(other_lines), encoding="utf-8")
-            rec_path.write_text(json.dumps({**other, "written_by": "rank 0 (gathered)"}, indent=1,
-                                           default=str) + "\n")
+            atomic_write_text(pred_path, "".join(other_lines))
+            write_record(rec_path, other.replace(written_by="rank 0 (gathered)"))
 
 
 def _term_when_parent_dies() -> None:

@@ -45,7 +45,7 @@ def build_report(campaign_dir: Path, launcher_info: dict | None = None, partial_
     """
     campaign_dir = Path(campaign_dir)
     version = json.loads((campaign_dir / "protocol_version.json").read_text())
-    journal = Journal(campaign_dir / "journal.sqlite")
+    journal = Journal.open_read_only(campaign_dir / "journal.sqlite")
     original = journal.get_control("campaign_file")
     # relative corpus/model/catalog paths belong to the original file's folder (same content, same hash)
     proto = load_protocol(campaign_dir / "campaign.toml",

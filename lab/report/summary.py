@@ -19,9 +19,11 @@ import statistics
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+import msgspec
 import pandas as pd
 
 from lab.passes.events import PassStatus
+from lab.passes.records import Validation, rejected_text
 from lab.report.conditions import is_starved, starved_text
 from lab.report.distinguish import compare_durations
 from lab.variants import series_names
@@ -173,10 +175,14 @@ def read_summary(path: Path) -> list[VariantSummary]:
     return [VariantSummary.from_json(d) for d in json.loads(Path(path).read_text())]
 
 
-def summarize(rows: list[dict], feasibility: dict | None = None) -> list[VariantSummary]:
+def summarize(rows: list[dict], feasibility: dict | None = None,
+              validations: dict[str, Validation] | None = None) -> list[VariantSummary]:
     """One record per variant (in first-seen order). Durations are measured-window seconds of
     passes with status ok; ``failures`` counts every other attempt (oom, error, killed,
     interrupted). ``accepted_passes`` counts rows with corpus_accepted true.
+
+    ``validations``: each pass's typed validation by pass id (the journal's); the quality
+    verdict of a variant with no accepted pass is ``quality_verdict`` of them.
     """
     order: list[str] = []
     by: dict[str, list[dict]] = {}
@@ -195,11 +201,8 @@ def summarize(rows: list[dict], feasibility: dict | None = None) -> list[Variant
         accepted = sum(1 for r in rs if r.get("corpus_accepted") is True)
         first = rs[0]
         failures = [r for r in rs if r["status"] != PassStatus.OK]
-        if accepted:
-            verdict = f"accepted ({accepted} of {len(rs)} passes)"
-        else:
-            reasons = sorted({(r.get("notes") or "").split("validation: ")[-1][:120] for r in rs})
-            verdict = "rejected: " + (reasons[0] if reasons else "no validated pass")
+        verdict = quality_verdict(accepted, len(rs), [(validations or {}).get(r["pass_id"]) for r in rs
+                                                      if "pass_id" in r])
         feas = (feasibility or {}).get(vid, {"feasible": True, "reason": ""})
         out.append({
             "variant_id": vid, "label": first["variant_label"], "variant_name": first.get("variant_name"),
@@ -233,6 +236,16 @@ def summarize(rows: list[dict], feasibility: dict | None = None) -> list[Variant
     return [VariantSummary(**d) for d in out]
 
 
+def quality_verdict(accepted: int, passes: int, validations: list[Validation | None]) -> str:
+    """A variant's quality verdict: "accepted (A of N passes)" when ``accepted`` > 0, else the
+    rejection of its passes' typed ``validations`` (lab.passes.records.rejected_text of the
+    first, in sorted order, of their reasons; "rejected: no validated pass" when none)."""
+    if accepted:
+        return f"accepted ({accepted} of {passes} passes)"
+    texts = sorted({rejected_text(v.reasons) for v in validations if v is not None})
+    return texts[0] if texts else rejected_text([])
+
+
 def campaign_summary(rows: list[dict], attempts: list[dict]) -> list[VariantSummary]:
     """``summarize`` of a campaign's raw rows (lab.report.raw_table.raw_rows of ``attempts``) with
     each variant's feasibility from lab.report.feasibility (memory before cost, SPEC 3.9), which
@@ -241,7 +254,9 @@ def campaign_summary(rows: list[dict], attempts: list[dict]) -> list[VariantSumm
     from lab.report.feasibility import campaign_feasibility
 
     cov = {a["pass_id"]: (a["validation"] or {}).get("coverage") for a in attempts}
-    return summarize(rows, campaign_feasibility([{**r, "coverage": cov.get(r["pass_id"])} for r in rows]))
+    validations = {a["pass_id"]: msgspec.convert(a["validation"], Validation) for a in attempts if a["validation"]}
+    return summarize(rows, campaign_feasibility([{**r, "coverage": cov.get(r["pass_id"])} for r in rows]),
+                     validations)
 
 
 def _perf_medians(ok: list[dict]) -> dict:

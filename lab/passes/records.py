@@ -1,0 +1,291 @@
+"""The typed records of a pass, once each: what ``result.json`` and a card's record hold, the
+phases and observed values inside them, a validation, and an attempt as the journal gives it.
+
+Every record is a frozen ``msgspec.Struct``. The JSON field names are those written before the
+records existed, so old journals, result files and archives decode into them; a field a pass
+did not reach is ``None`` and is left out when the record is written (``encode``), as the
+older runners left it out. Decoding is strict (``msgspec.json.decode(..., type=...)``: no type
+coercion); a value of the wrong type raises ``msgspec.ValidationError`` naming its path.
+
+A pass that failed carries ``failure_kind`` (a ``lab.errors.FailureKind``); readers compare it,
+never a substring of ``error``. Adding a pass figure: one field here (the runner or the merge
+sets it), one column in ``lab.report.raw_table.COLUMNS`` that reads it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+
+from lab.diskfull import atomic_write_text
+from lab.errors import FailureKind
+
+R = TypeVar("R", bound="Record")
+Number = int | float
+Cell = str | int | float | bool | None  # an observed value: per card it may be "card 0: x; card 1: y"
+
+
+class Record(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Base of the pass records: frozen, keyword-only, unset (None) fields not written."""
+
+    def to_json(self) -> dict:
+        """The record as plain JSON types (what ``result.json`` and the journal hold)."""
+        return msgspec.to_builtins(self, enc_hook=str)
+
+    def replace(self, **changes):
+        """A copy with ``changes`` (field name -> value)."""
+        return msgspec.structs.replace(self, **changes)
+
+
+class Phases(Record, frozen=True):
+    """Seconds per phase (host clock, ``time.perf_counter``); None: the pass ended before it."""
+
+    startup: float | None = None
+    model_load: float | None = None
+    compile: float | None = None
+    warmup: float | None = None
+    measured: float | None = None
+    probe: float | None = None
+    evaluation: float | None = None
+    writing: float | None = None
+
+
+class Observed(Record, frozen=True):
+    """What actually ran (lab.passes.observed): after the warm-up (model fields) and after the
+    window (window fields). Over several cards a value that differs is "card 0: x; card 1: y"."""
+
+    dtype: Cell = None
+    device: Cell = None
+    attention: Cell = None
+    threads: Cell = None
+    threads_declared: Cell = None
+    compile: Cell = None
+    quantization: Cell = None
+    float32_matmul_precision: Cell = None
+    tf32_matmul_declared: Cell = None
+    tf32_matmul: Cell = None
+    tf32_cudnn: Cell = None
+    threads_per_worker: Cell = None
+    threads_split: Cell = None
+    padding: Cell = None
+    max_tokens: Cell = None
+    bucketing: Cell = None
+    batch_size: Cell = None
+    window_items: Cell = None
+
+
+class CardRecord(Record, frozen=True):
+    """One card (worker) of a multi-card pass: ``cards/card<rank>.json`` (lab.passes.worker)."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    node_rank: int
+    status: str
+    """A PassStatus word, or ``lab.passes.multicard.CARD_STOPPED`` for a card stopped from outside."""
+    error: str
+    phases_s: Phases
+    items_total: int | None
+    items_completed: int
+    positions: list[int]
+    failure_kind: FailureKind | None = None
+    device: str | None = None
+    backend: str | None = None
+    torch_version: str | None = None
+    threads: int | None = None
+    identity: dict[str, Any] | None = None
+    environment: dict[str, Any] | None = None
+    dist_backend: str | None = None
+    test_only_injected_oom: bool = False
+    observed: Observed | None = None
+    window_start_unix_s: float | None = None
+    window_end_unix_s: float | None = None
+    conditions: dict[str, Any] | None = None
+    peaks: dict[str, Any] | None = None
+    n_truncated: int | None = None
+    real_tokens: int | None = None
+    padded_tokens: int | None = None
+    batches: int | None = None
+    predictions_lines: int | None = None
+    predictions_sha256: str | None = None
+    exit_code: int | None = None
+    written_by: str | None = None
+
+
+class PassResult(Record, frozen=True):
+    """A pass's ``result.json``: written by lab.passes.runner (one card) or lab.passes.multicard
+    (the merge of its cards). The fields without a default are always written; the others
+    only when measured (None: left out, as a pass that stopped before them leaves them out).
+
+    Units: seconds, bytes, items. ``status`` is a lab.passes.events.PassStatus word;
+    ``failure_kind`` says why a pass did not finish (None when it did)."""
+
+    pass_id: str
+    campaign: str
+    variant: dict[str, Any]
+    start_time: str
+    end_time: str
+    status: str
+    error: str
+    phases_s: Phases
+    items_total: int | None
+    items_completed: int
+    predictions_path: str
+    exit_code: int
+    failure_kind: FailureKind | None = None
+    items_per_s: float | None = None
+    pid: int | None = None
+    device: str | None = None
+    backend: str | None = None
+    torch_version: str | None = None
+    devices: list[dict[str, Any] | None] | None = None
+    environment: dict[str, Any] | None = None
+    threads: int | str | None = None
+    deterministic: dict[str, Any] | None = None
+    compile_shapes: list[list[int | str]] | None = None
+    compile_frames: int | None = None
+    recompiles_warmup: int | None = None
+    recompiles_measured: int | None = None
+    graph_breaks_measured: int | None = None
+    observed: Observed | None = None
+    conditions: dict[str, Any] | None = None
+    peaks: dict[str, Any] | None = None
+    n_truncated: int | None = None
+    real_tokens: int | None = None
+    padded_tokens: int | None = None
+    batches: int | None = None
+    truncated_by_bucket: dict[str, dict[str, Any]] | None = None
+    matmul_parameters: int | None = None
+    n_layers: int | None = None
+    d_attn: int | None = None
+    ceiling_flop_per_s: float | None = None
+    probe_size: int | None = None
+    probe_dtype: str | None = None
+    probe_rounds: int | None = None
+    model_flop: Number | None = None
+    achieved_flop_per_s: float | None = None
+    utilization: float | None = None
+    probe_error: str | None = None
+    self_accuracy: float | None = None
+    predictions_lines: int | None = None
+    predictions_sha256: str | None = None
+    process_peak_vm_bytes: int | None = None
+    # a multi-card pass (lab.passes.multicard.merge_cards)
+    threads_per_card: list[int | None] | None = None
+    cards_declared: int | None = None
+    cards_observed: int | None = None
+    cards_missing: list[int] | None = None
+    per_card: list[dict[str, Any]] | None = None
+    shard_rule: str | None = None
+    window: str | None = None
+    torchrun_exit_code: int | None = None
+    torchrun_wall_s: float | None = None
+
+
+class Validation(Record, frozen=True):
+    """The checks of one pass (lab.validate.validate_pass). Counts are items; metrics are
+    fractions in [0, 1]. Empty figures (None) carry their reason in ``reasons`` (a list).
+    ``reference_pass``: the reference variant's pass it was compared with ("" when none)."""
+
+    expected_ids: int
+    observed_ids: int
+    duplicate_ids: int
+    missing_ids: int
+    extra_ids: int
+    ids_match: bool
+    format_ok: bool
+    coverage: dict[str, Any]
+    coverage_ok: bool
+    metric_name: str
+    metric: float | None
+    metric_by_bucket: dict[str, Any]
+    threshold: float
+    threshold_ok: bool | None
+    reference_metric: float | None
+    gap_to_reference: float | None
+    agreement_with_reference: float | None
+    tolerance: float
+    tolerance_ok: bool | None
+    corpus_accepted: bool
+    reasons: list[str] = []
+    examples: dict[str, Any] = {}
+    reference_pass: str | None = None
+    agreement_worst: float | None = None  # embedding: the lowest per-id cosine with the reference
+    agreement_worst_id: str | None = None
+    agreement_rule: str | None = None  # what agreement_with_reference measures, when not "same label"
+
+    def verdict(self) -> str:
+        """The pass's verdict in words: "accepted (accuracy 0.8123)" or "rejected: <reasons>"."""
+        if self.corpus_accepted:
+            return f"accepted ({self.metric_name} {self.metric:.4f})" if self.metric is not None else "accepted"
+        return rejected_text(self.reasons)
+
+
+def rejected_text(reasons: list[str]) -> str:
+    """The one wording of a rejection: "rejected: " and the validation's reasons, "; "-joined
+    (no reason recorded: "rejected: no validated pass")."""
+    return "rejected: " + ("; ".join(reasons) or "no validated pass")
+
+
+class Attempt(Record, frozen=True):
+    """One attempted pass as the journal holds it (lab.journal): its slot, its variant (the
+    ``Variant.to_json`` dict), its result (None while running or when none was written), the
+    orchestrator's record of its ``launch`` (kept with the result in the journal's copy) and
+    its validation (None before it was validated)."""
+
+    pass_id: str
+    seq: int
+    attempt: int
+    repetition: int
+    position: int
+    variant_id: str
+    status: str
+    launch: dict[str, Any] | None = None
+    start_time: str | None = None
+    end_time: str | None = None
+    exit_code: int | None = None
+    items_completed: int | None = None
+    items_total: int | None = None
+    items_per_s: float | None = None
+    launcher: str | None = None
+    notes: str | None = None
+    updated: float | None = None
+    variant: dict[str, Any] | None = None
+    result: PassResult | None = None
+    validation: Validation | None = None
+
+    @property
+    def failure_kind(self) -> FailureKind | None:
+        """Why the pass did not finish, from its result (None when it did, or wrote none)."""
+        return self.result.failure_kind if self.result is not None else None
+
+
+def build(cls: type[R], fields: dict) -> R:
+    """The record ``cls`` from ``fields`` (field name -> value, as a pass gathers them phase by
+    phase), checked strictly. Raises TypeError naming a key that is no field (a figure would
+    otherwise be dropped from result.json unseen), msgspec.ValidationError for a wrong type."""
+    unknown = set(fields) - set(cls.__struct_fields__)
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field(s) {', '.join(sorted(unknown))}: declare them in "
+                        "lab.passes.records")
+    return msgspec.convert(fields, cls)
+
+
+def decode_result(data: bytes | str) -> PassResult:
+    """A ``result.json``'s bytes as a PassResult. Raises msgspec.DecodeError / ValidationError."""
+    return msgspec.json.decode(data, type=PassResult)
+
+
+def decode_card(data: bytes | str) -> CardRecord:
+    """A card record's bytes as a CardRecord. Raises msgspec.DecodeError / ValidationError."""
+    return msgspec.json.decode(data, type=CardRecord)
+
+
+def write_record(path: Path, record: Record) -> None:
+    """Write ``record`` as indented JSON, atomically (whole or absent; lab.diskfull.DiskFull
+    when the disk is full). A value of a str subclass JSON does not know (torch's version) is
+    written as its string."""
+    text = msgspec.json.format(msgspec.json.encode(record, enc_hook=str), indent=1).decode()
+    atomic_write_text(Path(path), text + "\n")

@@ -1,0 +1,102 @@
+"""The typed pass records, the failure kinds, and the journal's read-only open and schema version."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import msgspec
+import pytest
+
+from lab.diskfull import DiskFull
+from lab.errors import FailureKind, PassFailure
+from lab.journal import SCHEMA_VERSION, Journal, JournalVersion
+from lab.passes.inference import DeviceUnavailable, NonFiniteLogits, WeightsNotLoaded
+from lab.passes.observed import NotHonoured
+from lab.passes.records import PassResult, Validation, build, decode_result, write_record
+from lab.passes.runner import failure_kind, failure_status
+from lab.passes.worker import WorkerStopped
+from lab.schedule import pass_id_for
+from lab.variants import Variant
+
+RESULT = {"pass_id": "p001-r1-v", "campaign": "c", "variant": {"batch_size": 8}, "start_time": "t0",
+          "end_time": "t1", "status": "ok", "error": "", "phases_s": {"measured": 1.5}, "items_total": 4,
+          "items_completed": 4, "predictions_path": "predictions.jsonl", "exit_code": 0}
+
+
+def test_a_result_round_trips_with_its_field_names_and_decodes_strictly(tmp_path):
+    r = build(PassResult, {**RESULT, "observed": {"batch_size": 8, "dtype": "float32"}})
+    write_record(tmp_path / "result.json", r)
+    text = (tmp_path / "result.json").read_text()
+    assert '"phases_s"' in text and '"items_completed": 4' in text and '"error": ""' in text
+    assert '"self_accuracy"' not in text  # a figure not measured is left out, as before
+    back = decode_result(text)
+    assert back == r and back.observed is not None and back.observed.batch_size == 8
+    assert back.phases_s.measured == 1.5 and back.phases_s.warmup is None
+    with pytest.raises(msgspec.ValidationError, match="items_completed"):
+        decode_result(text.replace('"items_completed": 4', '"items_completed": "4"'))
+    with pytest.raises(TypeError, match=r"no field.*itmes_total"):
+        build(PassResult, {**RESULT, "itmes_total": 4})  # a misspelt figure is never dropped unseen
+    with pytest.raises(AttributeError):
+        r.status = "error"  # type: ignore[misc]
+
+
+def test_pass_failures_carry_their_kind_and_keep_their_old_base():
+    cases = [(NonFiniteLogits(["a"], 3), RuntimeError, FailureKind.NON_FINITE),
+             (DeviceUnavailable("no GPU"), RuntimeError, FailureKind.DEVICE_UNAVAILABLE),
+             (WeightsNotLoaded("missing"), ValueError, FailureKind.WEIGHTS_NOT_LOADED),
+             (NotHonoured("declared"), RuntimeError, FailureKind.NOT_HONOURED),
+             (DiskFull("/x"), RuntimeError, FailureKind.DISK_FULL),
+             (WorkerStopped("signal"), PassFailure, FailureKind.INTERRUPTED)]
+    for exc, base, kind in cases:
+        assert isinstance(exc, PassFailure) and isinstance(exc, base) and failure_kind(exc) == kind
+    assert NonFiniteLogits(["a"], 3).items_done == 3
+    assert failure_kind(KeyboardInterrupt()) == FailureKind.INTERRUPTED
+    assert failure_kind(MemoryError()) == FailureKind.OOM
+    assert failure_kind(RuntimeError("CUDA out of memory. Tried to allocate")) == FailureKind.OOM
+    assert failure_kind(TimeoutError()) == FailureKind.TIMEOUT
+    assert failure_kind(ValueError("other")) == FailureKind.ERROR
+    assert failure_status(FailureKind.OOM) == ("oom", 3)
+    assert failure_status(FailureKind.INTERRUPTED) == ("interrupted", 4)
+    assert failure_status(FailureKind.DEVICE_UNAVAILABLE) == ("error", 4)
+
+
+def test_verdict_wording_is_one_function_of_the_validation():
+    v = msgspec.convert({"expected_ids": 1, "observed_ids": 1, "duplicate_ids": 0, "missing_ids": 0,
+                         "extra_ids": 0, "ids_match": True, "format_ok": True, "coverage": {},
+                         "coverage_ok": True, "metric_name": "accuracy", "metric": 0.5, "metric_by_bucket": {},
+                         "threshold": 0.55, "threshold_ok": False, "reference_metric": None,
+                         "gap_to_reference": None, "agreement_with_reference": None, "tolerance": 0.02,
+                         "tolerance_ok": None, "corpus_accepted": False,
+                         "reasons": ["accuracy 0.5000 below threshold 0.55", "second"]}, Validation)
+    assert v.verdict() == "rejected: accuracy 0.5000 below threshold 0.55; second"
+    assert v.replace(corpus_accepted=True, reasons=[]).verdict() == "accepted (accuracy 0.5000)"
+
+
+def test_pass_id_format_is_written_once():
+    assert pass_id_for(7, 2, "v-1") == "p007-r2-v-1"
+    assert pass_id_for(7, 2, "v-1", attempt=3) == "p007-r2-v-1-a3"
+
+
+def test_the_journal_has_a_schema_version_and_a_read_only_open(tmp_path):
+    path = tmp_path / "journal.sqlite"
+    with pytest.raises(sqlite3.OperationalError):
+        Journal.open_read_only(path)  # nothing there: nothing created
+    assert not path.exists()
+    j = Journal(path)
+    j.start_attempt("p001", 1, 1, 1, 1, Variant(), "t0", "local", 4)
+    j.close()
+    ro = Journal.open_read_only(path)
+    try:
+        assert ro.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        [a] = ro.records()
+        assert a.pass_id == "p001" and a.status == "running" and a.result is None
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            ro.set_control("stop", True)
+    finally:
+        ro.close()
+    db = sqlite3.connect(path)
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    db.close()
+    for opener in (Journal, Journal.open_read_only):
+        with pytest.raises(JournalVersion, match=f"schema version {SCHEMA_VERSION + 1}, this lab reads up to"):
+            opener(path)
