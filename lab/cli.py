@@ -85,6 +85,10 @@ def cmd_model_build_demo(a) -> int:
 def cmd_model_build_demo_gen(a) -> int:
     from lab.demo.generator import build_demo_generator
 
+    for flag, path in (("--tuning", a.tuning), ("--comparison", a.comparison)):
+        if not Path(path).is_file():
+            raise CliError(f"{flag} {path}: no such file; give a JSONL corpus with text and label "
+                           "(the demo's are in demo/corpus/)")
     info = build_demo_generator(a.tuning, a.comparison, a.out, log=lambda line: print(line, flush=True))
     print(f"demo generator -> {a.out} ({info['parameters']:,} parameters, built in {info['build_s']} s, "
           f"exact match on the comparison split {info['comparison_exact_match']}, "

@@ -328,6 +328,7 @@ def build_demo_generator(tuning_path: str | Path, comparison_path: str | Path, o
     torch.manual_seed(SEED)
     src = encoder_path()
     rows = read_corpus(tuning_path)
+    comparison = read_corpus(comparison_path)  # read before training: a bad path fails in seconds
     tok = train_tokenizer([r["text"] for r in rows] + [answer_text(r["label"]) for r in rows])
     model = build_model(tok, src)
     losses = train(model, encode_examples(tok, rows), tok.pad_token_id, log=log)
@@ -335,7 +336,6 @@ def build_demo_generator(tuning_path: str | Path, comparison_path: str | Path, o
                                                pad_token_id=tok.pad_token_id, do_sample=False,
                                                max_new_tokens=MAX_NEW_TOKENS)
     train_s = time.monotonic() - t0
-    comparison = read_corpus(comparison_path)
     em, outputs = exact_match_on(tok, model, comparison)
     majority = collections.Counter(r["label"] for r in comparison).most_common(1)[0][1] / len(comparison)
     out = Path(out_dir)

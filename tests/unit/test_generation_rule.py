@@ -96,3 +96,14 @@ def test_a_prompt_past_the_models_positions_is_refused():
     with pytest.raises(GenerationRuleError, match="item 1 of the batch: its prompt has 497 tokens, and with "
                                                   "max_new_tokens 16 that passes the model's 512 positions"):
         require_positions([[1] * 10, [1] * 497], rule, 512)
+
+
+def test_build_demo_gen_refuses_a_missing_corpus_in_one_line(tmp_path, capsys):
+    import lab.cli
+
+    rc = lab.cli.main(["model", "build-demo-gen", "--out", str(tmp_path / "m"),
+                       "--tuning", str(tmp_path / "none.jsonl")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1
+    assert f"--tuning {tmp_path / 'none.jsonl'}: no such file" in err
+    assert not (tmp_path / "m").exists()
