@@ -2,6 +2,7 @@
 
     iteralab corpus build --source FILE --out DIR     build the comparison corpus + tuning split
     iteralab model build-demo --out DIR               fit the demo model's head
+    iteralab model build-demo-gen --out DIR           train the demo generator (generation task)
     iteralab protocol lock CAMPAIGN.toml              record the protocol's hash (a new version if edited)
     iteralab campaign run CAMPAIGN.toml [--detach]    run (or resume) the rotated schedule
     iteralab campaign replay ARCHIVE.tar.gz [--out F]  the archive's protocol as a locked campaign file
@@ -73,6 +74,20 @@ def cmd_model_build_demo(a) -> int:
 
     info = build_demo_model(a.tuning, a.out)
     print(f"demo model -> {a.out} ({len(info['labels'])} labels, tuning accuracy {info['tuning_accuracy']})")
+    return 0
+
+
+def cmd_model_build_demo_gen(a) -> int:
+    from lab.demo.generator import build_demo_generator
+
+    for flag, path in (("--tuning", a.tuning), ("--comparison", a.comparison)):
+        if not Path(path).is_file():
+            raise CliError(f"{flag} {path}: no such file; give a JSONL corpus with text and label "
+                           "(the demo's are in demo/corpus/)")
+    info = build_demo_generator(a.tuning, a.comparison, a.out, log=lambda line: print(line, flush=True))
+    print(f"demo generator -> {a.out} ({info['parameters']:,} parameters, built in {info['build_s']} s, "
+          f"exact match on the comparison split {info['comparison_exact_match']}, "
+          f"majority class {info['comparison_majority_rate']})")
     return 0
 
 
@@ -275,11 +290,17 @@ def parser() -> argparse.ArgumentParser:
                    help="local checkpoint folder whose tokenizer counts tokens (the model the campaign "
                         "runs; recorded in the card, checked at lock); default: the demo encoder's")
     b.set_defaults(fn=cmd_corpus_build)
-    m = sub.add_parser("model", help="build the demo model").add_subparsers(dest="verb", required=True)
+    m = sub.add_parser("model", help="build the demo models").add_subparsers(dest="verb", required=True)
     mb = m.add_parser("build-demo", help="fit the demo head on the tuning split; save a transformers checkpoint")
     mb.add_argument("--out", required=True)
     mb.add_argument("--tuning", default=str(REPO_ROOT / "demo" / "corpus" / "tuning.jsonl"))
     mb.set_defaults(fn=cmd_model_build_demo)
+    mg = m.add_parser("build-demo-gen", help="train the demo generator on the tuning split; save a causal-LM "
+                      "checkpoint; measure its exact match on the comparison split")
+    mg.add_argument("--out", required=True)
+    mg.add_argument("--tuning", default=str(REPO_ROOT / "demo" / "corpus" / "tuning.jsonl"))
+    mg.add_argument("--comparison", default=str(REPO_ROOT / "demo" / "corpus" / "comparison.jsonl"))
+    mg.set_defaults(fn=cmd_model_build_demo_gen)
     pr = sub.add_parser("protocol", help="lock the protocol").add_subparsers(dest="verb", required=True)
     pl = pr.add_parser("lock", help="record the protocol's and corpus's hash (a new version after an edit)")
     pl.add_argument("campaign", help="campaign file (TOML)")

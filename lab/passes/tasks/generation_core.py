@@ -1,0 +1,270 @@
+"""The generation step the lab's own loop calls once per batch (issue 20, ``kind = "generation"``).
+
+What it owns: the declared prompt template and decoding rule (``GenerationRule``, a frozen
+record with a content digest for the lock identity), cutting each item's text to its first
+``max_text_tokens`` tokens, LEFT padding under the lab's control, greedy decoding with
+``transformers``' ``generate``, cutting at stop strings, and counting input and output tokens
+per item. What it does not own: batching, timing, device synchronisation, memory counters (the
+pass's loop around it).
+
+Why left padding: a decoder-only model generates after the last position of each row; with
+right padding the last positions of the shorter rows are pad tokens, so those rows continue
+from padding and give different (wrong) text with no error. ``generate_batch`` always builds
+left-padded batches itself, whatever the tokenizer's ``padding_side`` says, and
+``generate_padded`` (the step for a batch a caller padded) refuses a right-padded batch with
+one line (``PaddingError``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+import msgspec
+
+from lab.errors import UserError
+from lab.files import sha256_bytes
+
+TEXT_FIELD = "{text}"
+
+
+class GenerationRuleError(UserError):
+    """A prompt template or decoding rule that cannot be used as written (one line)."""
+
+
+class PaddingError(UserError):
+    """A batch or tokenizer that would make a decoder-only model generate wrong text silently."""
+
+
+class GenerationRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The declared prompt template and decoding rule of a generation task.
+
+    - ``prompt``: template holding ``{text}`` exactly once (the item's text goes there; no other
+      brace is interpreted, so a JSON example in a prompt is safe).
+    - ``max_new_tokens``: at most this many generated tokens per item (>= 1).
+    - ``stop``: stop strings; the output ends before the first occurrence of any of them (the
+      stop string itself is not part of the output). Generation also ends at the model's eos.
+    - ``max_text_tokens``: the item's text is cut to its first N tokens (the model's tokenizer)
+      before it enters the template; 0 = the whole text.
+    - ``decoding``: ``"greedy"`` only (argmax at every step, no sampling, one beam).
+
+    Raises ``GenerationRuleError`` (one line) on construction when a value cannot be used.
+    """
+
+    prompt: str
+    max_new_tokens: int
+    stop: tuple[str, ...] = ()
+    max_text_tokens: int = 0
+    decoding: Literal["greedy"] = "greedy"
+
+    def __post_init__(self) -> None:
+        n = self.prompt.count(TEXT_FIELD)
+        if n != 1:
+            raise GenerationRuleError(
+                f"prompt must hold {TEXT_FIELD} exactly once (it holds it {n} times); "
+                f"write where the item's text goes, e.g. prompt = \"{TEXT_FIELD}\\nAnswer:\"")
+        if isinstance(self.max_new_tokens, bool) or self.max_new_tokens < 1:
+            raise GenerationRuleError(f"max_new_tokens must be an integer >= 1, not {self.max_new_tokens!r}")
+        if isinstance(self.max_text_tokens, bool) or self.max_text_tokens < 0:
+            raise GenerationRuleError(
+                f"max_text_tokens must be an integer >= 0 (0 = whole text), not {self.max_text_tokens!r}")
+        if any(not s for s in self.stop):
+            raise GenerationRuleError("stop strings must not be empty; remove the \"\" from stop = [...]")
+
+    def to_json(self) -> dict[str, Any]:
+        """The rule as a plain dict (every field, declared order): what the lock records."""
+        return msgspec.to_builtins(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> GenerationRule:
+        """Strict decode (unknown field or wrong type: ``GenerationRuleError``, one line)."""
+        try:
+            return msgspec.convert(data, cls)
+        except msgspec.ValidationError as e:
+            raise GenerationRuleError(f"generation rule: {e}") from None
+
+    def digest(self) -> str:
+        """sha256 (64 hex) of the rule's canonical JSON (sorted keys, no spaces): equal rules,
+        equal digests; any change of template, limit, stop string or cut changes it."""
+        blob = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return sha256_bytes(blob.encode("utf-8"))
+
+
+class GeneratedItem(msgspec.Struct, frozen=True):
+    """One item's generation: ``text`` (decoded, cut before the first stop string, special
+    tokens dropped), ``input_tokens`` (prompt tokens fed, padding excluded), ``output_tokens``
+    (tokens generated up to and including the eos or the token completing a stop string;
+    the padding after a row finished excluded)."""
+
+    text: str
+    input_tokens: int
+    output_tokens: int
+
+
+def pad_token_id(tokenizer, model) -> int:
+    """The declared pad token's id: the tokenizer's, else the model's generation config's.
+
+    Raises ``PaddingError`` (one line) when neither declares one."""
+    pid = getattr(tokenizer, "pad_token_id", None)
+    if pid is None:
+        pid = getattr(getattr(model, "generation_config", None), "pad_token_id", None)
+    if pid is None:
+        raise PaddingError("the tokenizer declares no pad token, which batched generation needs; set "
+                           "\"pad_token\" in the model's tokenizer_config.json (often the eos token)")
+    return int(pid)
+
+
+def eos_token_ids(tokenizer, model) -> list[int]:
+    """The ids that end a generation: the model's generation config's eos (int or list), else
+    the tokenizer's eos. Empty when neither declares one (then only max_new_tokens and stop
+    strings end it)."""
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        eos = getattr(tokenizer, "eos_token_id", None)
+    if eos is None:
+        return []
+    return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
+
+
+def cut_text(tokenizer, text: str, max_text_tokens: int) -> str:
+    """``text`` cut to its first ``max_text_tokens`` tokens (0: unchanged), by character
+    offsets, so the kept part is the original text (not a decode of it). Needs a fast
+    tokenizer (offsets); raises ``GenerationRuleError`` otherwise."""
+    if max_text_tokens == 0:
+        return text
+    try:
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+    except NotImplementedError:
+        raise GenerationRuleError("max_text_tokens needs a fast tokenizer (tokenizer.json) to cut by offsets; "
+                                  "set max_text_tokens = 0 or give the model a fast tokenizer") from None
+    offsets = enc["offset_mapping"]
+    if len(offsets) <= max_text_tokens:
+        return text
+    return text[:offsets[max_text_tokens - 1][1]]
+
+
+def prompts_for(tokenizer, texts: list[str], rule: GenerationRule) -> list[str]:
+    """Each item's prompt: its (cut) text in the template, in input order."""
+    return [rule.prompt.replace(TEXT_FIELD, cut_text(tokenizer, t, rule.max_text_tokens)) for t in texts]
+
+
+def pad_left(sequences: list[list[int]], pad_id: int):
+    """(input_ids, attention_mask), int64 tensors of shape (len(sequences), longest): each row
+    right-aligned, pads (``pad_id``, mask 0) on the left. Raises ``ValueError`` on an empty
+    list or an empty sequence."""
+    import torch
+
+    if not sequences or any(len(s) == 0 for s in sequences):
+        raise ValueError("pad_left needs at least one sequence and no empty one")
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, s in enumerate(sequences):
+        ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
+        mask[i, width - len(s):] = 1
+    return ids, mask
+
+
+def require_left_padded(attention_mask) -> None:
+    """Refuse a batch whose mask has padding after a real token in any row (right padding, or
+    holes): ``PaddingError``, one line naming the first such row. ``attention_mask``: (B, T)."""
+    import torch
+
+    m = attention_mask.to(torch.long)
+    # left-padded: along each row the mask never goes from 1 back to 0
+    drops = (m[:, :-1] > m[:, 1:]).any(dim=1)
+    if bool(drops.any()):
+        row = int(torch.nonzero(drops)[0])
+        raise PaddingError(f"batch row {row} is right-padded (padding after its tokens): a decoder-only "
+                           "model would continue from the padding and write wrong text; pad on the left "
+                           "(tokenizer.padding_side = \"left\")")
+
+
+def require_positions(sequences: list[list[int]], rule: GenerationRule, max_positions: int | None) -> None:
+    """Refuse (``GenerationRuleError``, one line) a prompt whose tokens plus ``max_new_tokens``
+    exceed ``max_positions`` (the model's ``max_position_embeddings``; ``None``: no limit known),
+    which would index past the position table instead of generating."""
+    if max_positions is None:
+        return
+    for i, seq in enumerate(sequences):
+        if len(seq) + rule.max_new_tokens > max_positions:
+            raise GenerationRuleError(
+                f"item {i} of the batch: its prompt has {len(seq)} tokens, and with max_new_tokens "
+                f"{rule.max_new_tokens} that passes the model's {max_positions} positions; set "
+                f"max_text_tokens (e.g. {max(1, max_positions - rule.max_new_tokens - 64)}) or a lower max_new_tokens")
+
+
+def _finished_length(tokens: list[int], eos: set[int], stop: tuple[str, ...], decode) -> tuple[int, str]:
+    """(output token count, output text) of one row's generated tokens."""
+    n = len(tokens)
+    for k, t in enumerate(tokens):
+        if t in eos:
+            n = k + 1
+            break
+    text = decode(tokens[:n])
+    hits = [text.find(s) for s in stop if s in text]
+    if not hits:
+        return n, text
+    cut = min(hits)
+    # the fewest tokens whose decode already holds a stop string (prefix decodes only grow)
+    lo, hi = 1, n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if any(s in decode(tokens[:mid]) for s in stop):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo, text[:cut]
+
+
+def generate_padded(tokenizer, model, input_ids, attention_mask, rule: GenerationRule) -> list[GeneratedItem]:
+    """Greedy generation for a left-padded batch already on the model's device.
+
+    ``input_ids``, ``attention_mask``: (B, T) int64. Returns B ``GeneratedItem`` in row order.
+    Raises ``PaddingError`` for a right-padded mask or an undeclared pad token.
+    Greedy means argmax at every step: a fresh generation config (no sampling, one beam, no
+    repetition penalty), so a checkpoint's generation_config.json cannot change the rule; only
+    its eos ids are taken.
+    """
+    import torch
+    from transformers import GenerationConfig
+
+    require_left_padded(attention_mask)
+    pid = pad_token_id(tokenizer, model)
+    eos = eos_token_ids(tokenizer, model)
+    cfg = GenerationConfig(max_new_tokens=rule.max_new_tokens, do_sample=False, num_beams=1,
+                           pad_token_id=pid, eos_token_id=eos or None,
+                           stop_strings=list(rule.stop) or None)
+    with torch.inference_mode():
+        out = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=cfg,
+                             tokenizer=tokenizer if rule.stop else None)
+    width = input_ids.shape[1]
+    new = out[:, width:].tolist()
+    fed = attention_mask.sum(dim=1).tolist()
+
+    def decode(toks: list[int]) -> str:
+        return tokenizer.decode(toks, skip_special_tokens=True)
+
+    items = []
+    for row, n_in in zip(new, fed, strict=True):
+        n_out, text = _finished_length(row, set(eos), rule.stop, decode)
+        items.append(GeneratedItem(text=text, input_tokens=int(n_in), output_tokens=n_out))
+    return items
+
+
+def generate_batch(tokenizer, model, device, texts: list[str], rule: GenerationRule) -> list[GeneratedItem]:
+    """The per-batch step: prompts from ``texts`` (input order), tokenized one by one with the
+    tokenizer's own special tokens, left-padded by the lab (the tokenizer's ``padding_side`` is
+    not used, so a tokenizer declaring right padding cannot make wrong text), generated greedily.
+
+    ``device``: a torch device or its name; the model must already be there. Returns
+    ``len(texts)`` ``GeneratedItem`` in input order. Raises ``PaddingError`` (no pad token),
+    ``GenerationRuleError`` (a cut the tokenizer cannot make), ``ValueError`` (empty batch).
+    """
+    if not texts:
+        raise ValueError("generate_batch needs at least one text")
+    pid = pad_token_id(tokenizer, model)
+    seqs = [tokenizer(p, verbose=False)["input_ids"] for p in prompts_for(tokenizer, texts, rule)]
+    require_positions(seqs, rule, getattr(model.config, "max_position_embeddings", None))
+    ids, mask = pad_left(seqs, pid)
+    return generate_padded(tokenizer, model, ids.to(device), mask.to(device), rule)
