@@ -172,6 +172,15 @@ class PassResult(Record, frozen=True):
     predictions_lines: int | None = None
     predictions_sha256: str | None = None
     process_peak_vm_bytes: int | None = None
+    # an embedding pass (lab.passes.tasks.embedding): the vectors file beside the predictions
+    vectors_path: str | None = None
+    vectors_sha256: str | None = None
+    vectors_shape: list[int] | None = None
+    vectors_dtype: str | None = None
+    pooling: dict[str, Any] | None = None
+    # a custom entry's pass (lab.passes.tasks.custom): the entry and the settings it was built with
+    entry: str | None = None
+    entry_settings: dict[str, Any] | None = None
     # a multi-card pass (lab.passes.multicard.merge_cards)
     threads_per_card: list[int | None] | None = None
     cards_declared: int | None = None
