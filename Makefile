@@ -50,7 +50,7 @@ $(GEN_MODEL)/config.json: $(STAMP) lab/demo/generator.py lab/passes/tasks/genera
 model-gen: $(GEN_MODEL)/config.json
 
 # Rebuild the committed demo corpus from ../shared/data (maintainers only); the sampling
-# seed is the CLI's default, lab.constants.CORPUS_SEED. The demo's sizes are given here (the
+# seed is the CLI's default, lab.facts.constants.CORPUS_SEED. The demo's sizes are given here (the
 # CLI's defaults suit a user's own corpus: 1,000 items in its own bucket shares, no tuning split).
 corpus: $(STAMP)
 	$(LAB) corpus build --source ../shared/data/20newsgroups/20news-bydate-test.jsonl --out demo/corpus \

@@ -31,12 +31,12 @@ try:  # Ctrl-C while the engine loads (the first few tenths of a second): one li
     import os
     from pathlib import Path
 
-    from lab.campaigns import (LAUNCHERS, ONE_LINE_ERRORS, make_archive, make_launcher, request_control,
+    from lab.service.campaigns import (LAUNCHERS, ONE_LINE_ERRORS, make_archive, make_launcher, request_control,
                                resolve_campaign_dir, run_demo, runs_root, spawn_detached)
-    from lab.constants import CORPUS_SEED
-    from lab.corpus import DEFAULT_CORPUS_ITEMS
-    from lab.errors import EXIT_USER, UserError
-    from lab.files import REPO_ROOT
+    from lab.facts.constants import CORPUS_SEED
+    from lab.inputs.corpus import DEFAULT_CORPUS_ITEMS
+    from lab.facts.errors import EXIT_USER, UserError
+    from lab.facts.files import REPO_ROOT
 except KeyboardInterrupt:
     print(INTERRUPTED, file=sys.stderr)
     raise SystemExit(130) from None
@@ -51,8 +51,8 @@ class CliError(UserError):
 # ---- verbs ----------------------------------------------------------------------------
 
 def cmd_corpus_build(a) -> int:
-    from lab.corpus import BucketLimits, BuildSpec, build_corpus
-    from lab.models import checkpoint_tokenizer, encoder_tokenizer
+    from lab.inputs.corpus import BucketLimits, BuildSpec, build_corpus
+    from lab.inputs.models import checkpoint_tokenizer, encoder_tokenizer
 
     tok, info = checkpoint_tokenizer(a.tokenizer) if a.tokenizer else encoder_tokenizer()  # ModelFolderError
     given = {b: n for b, n in (("short", a.short), ("medium", a.medium), ("long", a.long)) if n is not None}
@@ -92,7 +92,7 @@ def cmd_model_build_demo_gen(a) -> int:
 
 
 def cmd_protocol_lock(a) -> int:
-    from lab.protocol import load_protocol, lock, lock_warnings
+    from lab.orchestration.protocol import load_protocol, lock, lock_warnings
 
     proto = load_protocol(a.campaign)
     v = lock(proto)
@@ -103,8 +103,8 @@ def cmd_protocol_lock(a) -> int:
 
 
 def cmd_campaign_run(a) -> int:
-    from lab.orchestrator import Orchestrator
-    from lab.status import CampaignState
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.status import CampaignState
 
     if a.detach:
         d, pid = spawn_detached(Path(a.campaign).resolve(), a.launcher, a.memory_limit)
@@ -113,7 +113,7 @@ def cmd_campaign_run(a) -> int:
     orch = Orchestrator.prepare(a.campaign, runs_root(), make_launcher(a.launcher, a.memory_limit))
     orch.echo = lambda line: print(line, flush=True)
     print(f"campaign folder: {orch.dir}", flush=True)
-    from lab.campaigns import interrupt_on_signals
+    from lab.service.campaigns import interrupt_on_signals
 
     with interrupt_on_signals():  # SIGTERM / SIGHUP: the running pass killed, recorded interrupted
         state = orch.run()  # CampaignBusy, CampaignFolderLost: LabErrors, one line (main)
@@ -124,7 +124,7 @@ def cmd_campaign_run(a) -> int:
 
 
 def cmd_campaign_replay(a) -> int:
-    from lab.replay import replay_archive
+    from lab.evidence.replay import replay_archive
 
     cost = {"gpu": a.gpu, "days": a.days, "lots": a.lots, "catalog": a.catalog,
             "window_start": a.window_start, "window_end": a.window_end, "tz": a.tz}
@@ -143,9 +143,9 @@ def cmd_campaign_replay(a) -> int:
 
 
 def cmd_campaign_status(a) -> int:
-    from lab.status import campaign_status
+    from lab.orchestration.status import campaign_status
 
-    from lab.status import pass_processes
+    from lab.orchestration.status import pass_processes
 
     d = resolve_campaign_dir(a.target)
     st = campaign_status(d)
@@ -187,9 +187,9 @@ def cmd_archive(a) -> int:
     if a.target == "verify":
         if not a.archive:
             raise CliError("usage: iteralab archive verify FILE.tar.gz")
-        from lab.archive import verify
+        from lab.evidence.archive import verify
 
-        from lab.archive import ArchiveError
+        from lab.evidence.archive import ArchiveError
 
         try:
             v = verify(Path(a.archive))
@@ -200,7 +200,7 @@ def cmd_archive(a) -> int:
             print(f"FAIL {p}")
         print(f"{'OK' if v.ok else 'FAILED'}: {v.files_checked} files, {v.rows_checked} rows checked")
         return 0 if v.ok else 1
-    from lab.corpus import sha256_file
+    from lab.inputs.corpus import sha256_file
 
     path = make_archive(resolve_campaign_dir(a.target), a.partial, a.with_corpus)
     print(f"sha256 {sha256_file(path)} (record it elsewhere: it is what proves the archive unchanged)")
@@ -223,7 +223,7 @@ def cmd_compare(a) -> int:
 
 
 def cmd_demo(a) -> int:
-    from lab.campaigns import HEADLESS_EXIT, interrupt_on_signals
+    from lab.service.campaigns import HEADLESS_EXIT, interrupt_on_signals
 
     with interrupt_on_signals():
         r = run_demo(a.launcher, echo=lambda line: print(line, flush=True))
@@ -241,7 +241,7 @@ def cmd_up(a) -> int:
 
 
 def cmd_doctor(a) -> int:
-    from lab.doctor import blocking_failures, doctor, format_checks
+    from lab.orchestration.doctor import blocking_failures, doctor, format_checks
 
     checks = doctor(expect_gpu=a.expect_gpu)
     print(format_checks(checks))
@@ -394,12 +394,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    from lab.diskfull import DiskFull, is_disk_full
+    from lab.facts.diskfull import DiskFull, is_disk_full
 
     args = parser().parse_args(argv)
     try:
         return args.fn(args)
-    except ONE_LINE_ERRORS as exc:  # lab.errors.LabError and below: its message is the line
+    except ONE_LINE_ERRORS as exc:  # lab.facts.errors.LabError and below: its message is the line
         print(f"iteralab: error: {exc}", file=sys.stderr)
         return EXIT_USER
     except Exception as exc:  # a full disk anywhere else (a file, the SQLite journal): the folder, one line
@@ -410,7 +410,7 @@ def _main(argv: list[str] | None) -> int:
                                                              or getattr(args, "campaign", ".")))
         print(f"iteralab: error: {DiskFull(folder)}", file=sys.stderr)
         return EXIT_USER
-    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (lab.campaigns.CampaignInterrupted)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (lab.service.campaigns.CampaignInterrupted)
         if args.fn in (cmd_campaign_run, cmd_demo):
             print(f"iteralab: interrupted ({getattr(exc, 'reason', 'SIGINT')}): the running pass was killed and "
                   "recorded interrupted; `iteralab campaign run` resumes where it stopped", file=sys.stderr)

@@ -55,11 +55,11 @@ def bare(ctx):
 
 
 def _lab(ctx, bucketing: bool):
-    from lab.corpus import read_corpus
+    from lab.inputs.corpus import read_corpus
     from lab.memory.peaks import PeakTracker
     from lab.passes.events import EventWriter
     from lab.passes.inference import run_batches, synchronize
-    from lab.variants import Variant
+    from lab.inputs.variants import Variant
 
     with open(os.devnull, "w") as sink:
         ev = EventWriter(sink)
@@ -118,7 +118,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="result file (JSON); replaced only once the run is complete")
     a = ap.parse_args(argv)
     bench_args.require_at_least(a, 1, "items", "batch", "rounds", "threads")
-    from lab.variants import Variant, VariantError
+    from lab.inputs.variants import Variant, VariantError
 
     try:  # the lab's own rule for a variant's max_length and batch size, in one place
         Variant(batch_size=a.batch, padding="longest", max_length=a.max_length, bucketing=True)

@@ -83,9 +83,9 @@ def check_output_path(path: str | Path, flag: str = "--out") -> Path:
 
 
 def check_model_folder(path: str | Path, flag: str = "--model") -> dict:
-    """config.json of the checkpoint folder ``path`` (lab.models.local_checkpoint_config), or
+    """config.json of the checkpoint folder ``path`` (lab.inputs.models.local_checkpoint_config), or
     UsageError with the fix."""
-    from lab.models import ModelFolderError, local_checkpoint_config
+    from lab.inputs.models import ModelFolderError, local_checkpoint_config
 
     try:
         return local_checkpoint_config(path)
@@ -107,8 +107,8 @@ def check_lengths_fit(config: dict, lengths: list[int], flag: str) -> None:
 def write_json_atomic(path: Path, obj) -> Path:
     """Write ``obj`` as indented JSON to ``path`` (folders created) through a temporary file and a
     rename: the previous file stays whole until the new one is complete. Raises OSError
-    (lab.diskfull.DiskFull when the disk is full)."""
-    from lab.diskfull import atomic_write_text
+    (lab.facts.diskfull.DiskFull when the disk is full)."""
+    from lab.facts.diskfull import atomic_write_text
 
     path.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write_text(path, json.dumps(obj, indent=1) + "\n")

@@ -141,7 +141,7 @@ def check_prerequisites(a: argparse.Namespace) -> None:
 def fixed_length_corpus(tok, items: int, length: int, path: Path, batch: int) -> list[dict]:
     """Write ``items`` demo-corpus rows whose texts have >= ``length`` tokens (specials included).
     Raises UsageError when fewer exist; its fix names the largest multiple of ``batch`` there is."""
-    from lab.corpus import read_corpus
+    from lab.inputs.corpus import read_corpus
     from lab.passes.inference import tokenize
 
     rows = [r for c in CORPORA for r in read_corpus(REPO / c)]

@@ -4,7 +4,7 @@ Builds, in a temporary folder, a synthetic corpus of N items (20 classes, the th
 buckets) and two predictions files in the runner's format (about 60 % correct): one in
 corpus order (what the pass runner writes) and one shuffled (what another tool or a merge
 of several cards may write: every id is matched out of order), then validates each with
-each metric through ``lab.validate.validate_pass`` (ids, format, coverage, metric,
+each metric through ``lab.orchestration.validate.validate_pass`` (ids, format, coverage, metric,
 per-bucket metrics, agreement with a reference), one fresh child process per measurement
 so that each peak RSS is its own. Rounds alternate orders and metrics, so a load on the
 machine weighs on all of them alike. Goal (issue 13): under 3 s per metric in both orders
@@ -74,8 +74,8 @@ def write_inputs(folder: Path, n: int) -> None:
 
 def child(folder: Path, metric: str, order: str) -> dict:
     """Runs in a fresh process: load corpus and reference, then time validate_pass."""
-    from lab import validate
-    from lab.validate import read_prediction_columns, validate_pass
+    from lab.orchestration import validate
+    from lab.orchestration.validate import read_prediction_columns, validate_pass
 
     if not Path(validate.__file__).resolve().is_relative_to(Path(sys.path[0]).resolve()):
         raise SystemExit(f"timed {validate.__file__}, not the code under {sys.path[0]}")
@@ -140,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         bench_args.require_at_least(a, 1, "items", "rounds")
-        if a.baseline is not None and not (a.baseline / "lab" / "validate.py").is_file():
-            raise bench_args.UsageError(f"--baseline {a.baseline}: no lab/validate.py there; "
+        if a.baseline is not None and not (a.baseline / "lab" / "orchestration" / "validate.py").is_file():
+            raise bench_args.UsageError(f"--baseline {a.baseline}: no lab/orchestration/validate.py there; "
                                         "give the root of a checkout")
     except bench_args.UsageError as e:
         print(f"bench-validation: {e}", file=sys.stderr)

@@ -4,7 +4,7 @@ Builds one tar.gz with a member of ``--mib`` MiB of zeros (about 1 MiB compresse
 of archive that made the old verify hold every member in memory), then runs, each in a fresh
 process, alternating order:
 - bare: gunzip the stream and sha256 it in 1 MiB chunks (the least any verify must do);
-- lab:  lab.archive.verify on the same file.
+- lab:  lab.evidence.archive.verify on the same file.
 Prints each round's peak resident memory (VmHWM) and duration, the medians, and the ratios
 lab / bare (goal: memory ratio near 1, i.e. independent of the member's size).
 
@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 HWM = "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]; print(int(hwm) * 1024)"
 BARE = ("import gzip, hashlib, sys; h = hashlib.sha256(); f = gzip.open(sys.argv[1]); "
         "[h.update(c) for c in iter(lambda: f.read(1 << 20), b'')]; " + HWM)
-LAB = "import sys; from pathlib import Path; from lab.archive import verify; verify(Path(sys.argv[1])); " + HWM
+LAB = "import sys; from pathlib import Path; from lab.evidence.archive import verify; verify(Path(sys.argv[1])); " + HWM
 
 
 class Zeros(io.RawIOBase):

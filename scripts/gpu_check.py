@@ -67,10 +67,10 @@ def oom_campaign(folder: Path, total: int) -> Path:
 
 
 def run_campaign(f: Path) -> list[dict]:
-    from lab.journal import Journal
+    from lab.orchestration.journal import Journal
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
     from lab.report.build import build_report
     from lab.report.raw_table import raw_rows
 

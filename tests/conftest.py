@@ -191,7 +191,7 @@ def write_campaign(folder: Path, model: Path, corpus: Path, name: str = "t", rep
 
 @pytest.fixture()
 def fake_model(tmp_path) -> Path:
-    """A folder that passes only the cheap model-folder check (lab.models.local_checkpoint_config:
+    """A folder that passes only the cheap model-folder check (lab.inputs.models.local_checkpoint_config:
     a config.json object and a safetensors file whose header parses): the checks after it come
     next, nothing can load it as a model."""
     import numpy
@@ -215,8 +215,8 @@ def runs_root(tmp_path, monkeypatch) -> Path:
 def small_campaign(tmp_path_factory, model_dir):
     """A real finished campaign: 10 items, batch 1 and 4, 2 repetitions (4 passes), reported."""
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
     from lab.report.build import build_report
 
     d = tmp_path_factory.mktemp("small")
@@ -235,10 +235,10 @@ def run_rental(folder: Path, model: Path, corpus: Path, *, threads: int, gpu: st
     same campaign file except ``[timing] threads`` (recorded in the manifest) and ``[cost]``
     (``gpu`` None: no [cost] section, no package declared). ``passes``: run only the first
     that many planned passes and pack the archive labelled partial (an unfinished campaign)."""
-    from lab.campaigns import make_archive
+    from lab.service.campaigns import make_archive
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
 
     folder.mkdir(parents=True, exist_ok=True)
     f = write_campaign(folder, model, corpus, name="rental", repetitions=repetitions, values=values)

@@ -15,7 +15,7 @@ import tarfile
 
 import pytest
 
-from lab.archive import ArchiveError, extract, verify
+from lab.evidence.archive import ArchiveError, extract, verify
 from lab.cli import make_archive
 from conftest import REPO, cut_corpus, write_campaign
 
@@ -109,10 +109,10 @@ def test_links_in_the_campaign_folder_are_never_followed(small_campaign, tmp_pat
 
 
 def test_unfinished_campaign_is_refused_or_packed_labelled_partial(model_dir, tmp_path, runs_root):
-    from lab.journal import Journal
+    from lab.orchestration.journal import Journal
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
 
     corpus = cut_corpus(tmp_path / "corpus.jsonl", 2, 1, 1)
     f = write_campaign(tmp_path, model_dir, corpus, name="unfinished")
@@ -264,7 +264,7 @@ def test_verify_streams_members_within_bounded_memory(tmp_path):
                 blob = f"{digest.hexdigest()}  passes/p1/log.txt\n".encode()
                 info.size = len(blob)
                 t.addfile(info, io.BytesIO(blob))
-    code = ("import sys; from pathlib import Path; from lab.archive import verify; "
+    code = ("import sys; from pathlib import Path; from lab.evidence.archive import verify; "
             "v = verify(Path(sys.argv[1])); "  # VmHWM: this process's peak resident memory (kB)
             "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]; "
             "print(int(hwm) * 1024, v.files_checked)")
@@ -305,7 +305,7 @@ def test_an_archive_never_overwrites_one_made_in_the_same_second(small_campaign)
 
 
 def test_acceptance_is_re_derived_from_the_predictions_and_the_locked_threshold(archive, tmp_path):
-    from lab.validate import accuracy
+    from lab.orchestration.validate import accuracy
 
     files = read_members(archive)
     gold = {x["id"]: x for x in map(json.loads, files[member(files, "/report/gold_labels.jsonl")].splitlines())}
@@ -351,8 +351,8 @@ def test_links_written_into_a_pass_folder_are_never_read(model_dir, tmp_path):
     """A pass (or its container) swaps its predictions for a link to a perfect forgery outside
     the campaign folder: validation, raw table and archive never follow it."""
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
     from lab.report.build import build_report
 
     corpus = cut_corpus(tmp_path / "corpus.jsonl", 2, 1, 1)

@@ -1,4 +1,4 @@
-"""The archive member bound at its real size (lab.archive_format.MAX_MEMBERS, 50,000), through
+"""The archive member bound at its real size (lab.evidence.format.MAX_MEMBERS, 50,000), through
 the command line in a child process under limits (moved out of the unit tier: writing and
 reading 50,010 tar headers takes seconds; the bound's logic at a small size stays in
 tests/unit/test_hostile_archives.py)."""
@@ -14,7 +14,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from lab.archive_format import MAX_MEMBERS
+from lab.evidence.format import MAX_MEMBERS
 
 REPO = Path(__file__).resolve().parents[1]
 FSIZE_LIMIT = 64 * 2**20   # no file the child writes may pass 64 MiB

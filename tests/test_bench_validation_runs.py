@@ -31,7 +31,7 @@ def test_bench_validation_does_not_judge_the_goal_for_another_size():
 def test_bench_validation_fails_loudly_when_a_validation_rejects(tmp_path):
     """A checkout whose validate_pass rejects every pass, timed as --baseline: no timing is reported."""
     shutil.copytree(REPO / "lab", tmp_path / "lab", ignore=shutil.ignore_patterns("__pycache__"))
-    with open(tmp_path / "lab" / "validate.py", "a", encoding="utf-8") as fh:
+    with open(tmp_path / "lab" / "orchestration" / "validate.py", "a", encoding="utf-8") as fh:
         fh.write("\n\n_real_validate_pass = validate_pass\n\n\ndef validate_pass(*a, **k):\n"
                  "    import msgspec\n    v = _real_validate_pass(*a, **k)\n"
                  "    return msgspec.structs.replace(v, corpus_accepted=False,\n"

@@ -13,10 +13,10 @@ import pytest
 from conftest import cut_corpus, write_campaign
 
 from lab.cost.forfaits import DEFAULT_CATALOG
-from lab.files import sha256_file
+from lab.facts.files import sha256_file
 from lab.launchers.local import LocalLauncher
-from lab.orchestrator import Orchestrator
-from lab.protocol import load_protocol, lock
+from lab.orchestration.orchestrator import Orchestrator
+from lab.orchestration.protocol import load_protocol, lock
 from lab.report.build import build_report
 
 pytestmark = pytest.mark.slow
@@ -48,7 +48,7 @@ def test_a_relative_catalog_prices_the_report_from_the_campaign_folder(tmp_path,
                             "sha256": sha256_file(home / "prices" / "mine.csv"), "copy": "report/catalog.csv"}
     assert (report / "catalog.csv").read_bytes() == (home / "prices" / "mine.csv").read_bytes()
 
-    from lab.views import cost_view
+    from lab.service.views import cost_view
 
     view = cost_view(f, orch.dir, {})
     assert "123.45" in view["quote_text"] and "Catalog: " + str(home / "prices" / "mine.csv") in view["note_md"]

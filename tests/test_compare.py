@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.archive import extract
+from lab.evidence.archive import extract
 from lab.compare import CompareError, compare_archives
 from lab.cost.forfaits import load_catalog, quote
 

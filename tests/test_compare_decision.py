@@ -121,7 +121,7 @@ def test_partial_evidence_is_refused_in_one_line_unless_allowed(rental_archives,
 def test_an_unfinished_campaign_note_lists_what_never_ran(rental_archives, tmp_path):
     """The partial archive's own decision note (and so the Cost screen's) never calls its one
     variant the only configuration that passes while batch 4 has not run."""
-    from lab.archive import extract
+    from lab.evidence.archive import extract
 
     top = extract(rental_archives["partial"], tmp_path / "x")
     note = (top / "report" / "decision_note.md").read_text()
@@ -135,7 +135,7 @@ def test_an_unfinished_campaign_note_lists_what_never_ran(rental_archives, tmp_p
 
 def test_the_cost_screen_note_carries_the_archived_banners(rental_archives):
     """views.cost_view (the Cost screen) builds its note with the archived note's banners."""
-    from lab.views import cost_view
+    from lab.service.views import cost_view
 
     [campaign_dir] = [d for d in rental_archives["partial"].parent.iterdir() if d.is_dir()]  # v1-<hash>
     view = cost_view(campaign_dir / "campaign.toml", campaign_dir, {})

@@ -16,8 +16,8 @@ import pytest
 from conftest import DOCKER_TEST_LABELS, REPO, cut_corpus, write_campaign
 
 from lab.launchers.local import LocalLauncher
-from lab.orchestrator import Orchestrator
-from lab.protocol import ProtocolError, load_protocol, lock
+from lab.orchestration.orchestrator import Orchestrator
+from lab.orchestration.protocol import ProtocolError, load_protocol, lock
 
 pytestmark = pytest.mark.slow
 NO_CXX = {**os.environ, "CXX": "/bin/false"}  # `/bin/false --version` fails: torch finds no compiler
@@ -54,7 +54,7 @@ def test_a_compile_variant_without_a_compiler_is_refused_before_any_pass(tmp_pat
 
 @pytest.mark.docker
 def test_the_cpu_pass_image_has_no_compiler_and_says_so(docker_client):
-    from lab.host import read_pins
+    from lab.facts.host import read_pins
     from lab.launchers.docker import DockerLauncher
 
     image = read_pins()["CPU_IMAGE"]

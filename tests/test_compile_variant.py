@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO, cut_corpus
 
 from lab.passes.spec import PassSpec
-from lab.variants import Variant
+from lab.inputs.variants import Variant
 
 pytestmark = pytest.mark.slow
 

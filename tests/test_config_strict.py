@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from lab.config import VARIANT_KEYS, check_defaults
-from lab.protocol import DEMO_CAMPAIGN, ProtocolError, load_protocol
-from lab.variants import Variant
+from lab.orchestration.config import VARIANT_KEYS, check_defaults
+from lab.orchestration.protocol import DEMO_CAMPAIGN, ProtocolError, load_protocol
+from lab.inputs.variants import Variant
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = DEMO_CAMPAIGN.read_text()
@@ -95,14 +95,14 @@ def test_variant_fields_extend_the_accepted_keys():
     # a field added to Variant later (here a hypothetical "nodes") is accepted with no list to edit
     Extended = dataclasses.make_dataclass("Extended", [("nodes", int, dataclasses.field(default=1))], bases=(Variant,),
                                           frozen=True)
-    import lab.config as config
+    import lab.orchestration.config as config
 
     keys = tuple(f.name for f in dataclasses.fields(Extended) if f.name not in ("series", "name"))
     assert "nodes" in keys and "nodes" not in VARIANT_KEYS
     with pytest.raises(Exception, match="unknown key 'nodes'"):
         check_defaults({"nodes": 2})
     assert config.nearest("node", keys) == "did you mean 'nodes'?"
-    # cards (issue 14) is a real Variant field: accepted in [defaults] with no edit to lab.config
+    # cards (issue 14) is a real Variant field: accepted in [defaults] with no edit to lab.orchestration.config
     assert "cards" in VARIANT_KEYS
     check_defaults({"cards": 2})
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, demo_rows, write_campaign
-from lab.corpus import BuildSpec, CorpusError, build_corpus, load_items
-from lab.models import encoder_tokenizer
-from lab.protocol import ProtocolError, load_protocol, lock
+from lab.inputs.corpus import BuildSpec, CorpusError, build_corpus, load_items
+from lab.inputs.models import encoder_tokenizer
+from lab.orchestration.protocol import ProtocolError, load_protocol, lock
 
 SPEC = BuildSpec(sizes={"short": 2, "medium": 1, "long": 1}, tuning_size=2, seed=1)
 

@@ -22,11 +22,11 @@ def runs_as_formula(cell: str) -> bool:
 
 
 def test_formula_like_names_are_neutralised_in_raw_table_and_summary(model_dir, tmp_path):
-    from lab.archive import verify
+    from lab.evidence.archive import verify
     from lab.cli import make_archive
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
     from lab.report.build import build_report
 
     corpus = cut_corpus(tmp_path / "corpus.jsonl", 2, 1, 1)

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, cut_corpus, write_campaign
-from lab.diskfull import DiskFull
+from lab.facts.diskfull import DiskFull
 from lab.launchers.local import LocalLauncher
-from lab.orchestrator import Orchestrator
-from lab.protocol import load_protocol, lock
+from lab.orchestration.orchestrator import Orchestrator
+from lab.orchestration.protocol import load_protocol, lock
 
 
 @pytest.fixture()

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from conftest import DOCKER_TEST_LABELS, OOM_BATCH, OOM_LIMIT_BYTES, oom_corpus_rows
-from lab.host import read_pins
+from lab.facts.host import read_pins
 from lab.launchers.docker import DockerLauncher
-from lab.orchestrator import Orchestrator
-from lab.protocol import load_protocol, lock
+from lab.orchestration.orchestrator import Orchestrator
+from lab.orchestration.protocol import load_protocol, lock
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / ".cache" / "models" / "demo-minilm-20ng"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.doctor import Probes, evaluate
+from lab.orchestration.doctor import Probes, evaluate
 
 SMI_4090_580 = "0, NVIDIA GeForce RTX 4090, 580.82.07\n"
 
@@ -19,8 +19,8 @@ def test_toolkit_probe_on_a_real_engine_without_the_toolkit():
     """The engine here has no NVIDIA runtime: the probe's test container must fail as on a
     rental whose toolkit is missing, and the doctor must give the exact fix."""
     docker = pytest.importorskip("docker")
-    from lab.doctor import _engine_probes
-    from lab.host import read_pins
+    from lab.orchestration.doctor import _engine_probes
+    from lab.facts.host import read_pins
 
     try:
         client = docker.from_env(timeout=30)
@@ -40,7 +40,7 @@ def test_toolkit_probe_on_a_real_engine_without_the_toolkit():
 
 
 def test_host_torch_check_flags_a_gpu_host_whose_torch_sees_none():
-    from lab.doctor import host_torch_check
+    from lab.orchestration.doctor import host_torch_check
 
     ok = host_torch_check("cpu")
     assert ok.ok and "torch 2.13.0" in ok.detail and "sees 0 GPU(s)" in ok.detail
@@ -51,12 +51,12 @@ def test_host_torch_check_flags_a_gpu_host_whose_torch_sees_none():
 def test_doctor_exit_status_follows_its_verdict(monkeypatch, capsys):
     """`iteralab doctor` on a container rental (no engine, the host's torch works): WARN and
     exit 0; the same host when a campaign expects an NVIDIA GPU it lacks: FAIL and exit 1."""
-    import lab.doctor
+    import lab.orchestration.doctor
     from lab.cli import main
 
     container = Probes(engine_version=None, engine_error="FileNotFoundError: /var/run/docker.sock",
                        in_container=True)
-    monkeypatch.setattr(lab.doctor, "probe", lambda expect_gpu=None, **kw: Probes(
+    monkeypatch.setattr(lab.orchestration.doctor, "probe", lambda expect_gpu=None, **kw: Probes(
         **{**container.__dict__, "expect_gpu": expect_gpu}))
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out

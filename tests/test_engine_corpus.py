@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.corpus import BucketLimits, BuildSpec, CorpusError, build_corpus, load_items, sha256_file
+from lab.inputs.corpus import BucketLimits, BuildSpec, CorpusError, build_corpus, load_items, sha256_file
 from conftest import REPO, demo_rows
 
 SOURCE = REPO.parent / "shared" / "data" / "20newsgroups" / "20news-bydate-test.jsonl"
@@ -15,7 +15,7 @@ SOURCE = REPO.parent / "shared" / "data" / "20newsgroups" / "20news-bydate-test.
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from lab.models import encoder_tokenizer
+    from lab.inputs.models import encoder_tokenizer
 
     return encoder_tokenizer()
 

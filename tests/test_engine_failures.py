@@ -12,10 +12,10 @@ import psutil
 import pytest
 
 from conftest import REPO, as_limit_above, cut_corpus, wait_until, write_campaign
-from lab.journal import Journal
+from lab.orchestration.journal import Journal
 from lab.launchers.local import LocalLauncher
-from lab.orchestrator import Orchestrator
-from lab.protocol import load_protocol, lock
+from lab.orchestration.orchestrator import Orchestrator
+from lab.orchestration.protocol import load_protocol, lock
 from lab.report.build import build_report
 from lab.report.raw_table import raw_rows
 

@@ -12,11 +12,11 @@ import tarfile
 import pytest
 
 from conftest import cut_corpus, write_campaign
-from lab.archive import ArchiveError, verify
-from lab.corpus import BuildSpec, CorpusError, build_corpus
+from lab.evidence.archive import ArchiveError, verify
+from lab.inputs.corpus import BuildSpec, CorpusError, build_corpus
 from lab.launchers.local import LocalLauncher
-from lab.orchestrator import CampaignBusy, Orchestrator
-from lab.protocol import ProtocolError, load_protocol, lock, locked_version
+from lab.orchestration.orchestrator import CampaignBusy, Orchestrator
+from lab.orchestration.protocol import ProtocolError, load_protocol, lock, locked_version
 
 
 def test_second_orchestrator_is_refused(tmp_path, model_dir):
@@ -66,7 +66,7 @@ def test_unreadable_archives_are_one_line_errors(tmp_path):
 
 
 def test_pass_folder_without_row_fails_verification(small_campaign, tmp_path):
-    from lab.campaigns import make_archive
+    from lab.service.campaigns import make_archive
 
     good = make_archive(small_campaign.dir)
     bad = tmp_path / "bad.tar.gz"

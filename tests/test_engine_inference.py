@@ -23,7 +23,7 @@ def run(rows, loaded, **variant):
     from lab.passes.inference import run_batches
 
     tok, model = loaded
-    from lab.variants import Variant
+    from lab.inputs.variants import Variant
 
     v = Variant(**{"batch_size": 1, "precision": "fp32", "padding": "longest", "max_length": 256,
                    "bucketing": False, **variant})
@@ -82,7 +82,7 @@ def test_bf16_runs_with_fp32_probabilities_and_close_predictions(model_dir):
     rows = [r for r in demo_rows() if r["bucket"] == "short"][::60][:10]
     from dataclasses import replace
 
-    from lab.variants import Variant
+    from lab.inputs.variants import Variant
 
     v = Variant(batch_size=4, precision="bf16", padding="longest", max_length=128, bucketing=False)
     bf16 = run_batches(rows, tok, model, "cpu", v)

@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from conftest import REPO, cut_corpus, write_campaign
-from lab.orchestrator import Orchestrator
+from lab.orchestration.orchestrator import Orchestrator
 from lab.launchers.local import LocalLauncher
-from lab.protocol import ProtocolError, load_protocol, lock, locked_version, read_lock
+from lab.orchestration.protocol import ProtocolError, load_protocol, lock, locked_version, read_lock
 
 
 def test_unlocked_protocol_is_refused(tmp_path, model_dir):

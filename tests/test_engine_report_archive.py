@@ -9,8 +9,8 @@ import tarfile
 
 import pytest
 
-from lab.archive import ArchiveError, extract, verify
-from lab.campaigns import make_archive
+from lab.evidence.archive import ArchiveError, extract, verify
+from lab.service.campaigns import make_archive
 from lab.report.raw_table import COLUMNS
 
 
@@ -56,12 +56,12 @@ def test_manifest_records_versions_and_no_secrets(small_campaign, monkeypatch):
 def test_a_report_built_elsewhere_keeps_the_passes_environment(small_campaign, monkeypatch):
     """Built after the lab changed (another commit, another torch): the manifest still says
     what the passes ran on, and names the report host's differing facts apart."""
-    import lab.manifest
+    import lab.inputs.manifest
     from lab.report.build import build_report
 
-    real = lab.manifest.host_facts()
+    real = lab.inputs.manifest.host_facts()
     moved = {**real, "lab": {**real["lab"], "commit": "f" * 40}, "packages": {**real["packages"], "torch": "9.9.9"}}
-    monkeypatch.setattr(lab.manifest, "host_facts", lambda: moved)
+    monkeypatch.setattr(lab.inputs.manifest, "host_facts", lambda: moved)
     build_report(small_campaign.dir)
     m = json.loads((small_campaign.dir / "report" / "manifest.json").read_text())
     assert m["lab"]["commit"] == real["lab"]["commit"] != "f" * 40

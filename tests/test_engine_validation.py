@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from lab.corpus import read_corpus
-from lab.orchestrator import model_labels
-from lab.validate import macro_f1, validate_pass
+from lab.inputs.corpus import read_corpus
+from lab.orchestration.orchestrator import model_labels
+from lab.orchestration.validate import macro_f1, validate_pass
 
 
 def _case(small_campaign, tmp_path, edit):

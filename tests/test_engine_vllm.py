@@ -25,7 +25,7 @@ import pytest
 from conftest import REPO, demo_rows, wait_until
 from lab.engines import vllm_env
 from lab.engines.vllm import VllmClient, VllmSettings, settings_for
-from lab.variants import Variant
+from lab.inputs.variants import Variant
 
 N_ITEMS = 200  # comparison items per check: enough for a 99 % agreement rule to mean something
 MAX_LENGTH = 256
@@ -56,7 +56,7 @@ def references(model_dir):
     import torch
     from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
-    from lab.models import encoder_path
+    from lab.inputs.models import encoder_path
     from lab.passes.inference import pad_batch
 
     if not VENV_READY:
@@ -105,8 +105,8 @@ def classifier(model_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def encoder(tmp_path_factory):
-    """The MiniLM encoder (lab.models.encoder_path) in vLLM's embed runner: (client, path)."""
-    from lab.models import encoder_path
+    """The MiniLM encoder (lab.inputs.models.encoder_path) in vLLM's embed runner: (client, path)."""
+    from lab.inputs.models import encoder_path
 
     path = encoder_path()
     log = tmp_path_factory.mktemp("vllm") / "encoder.log"
@@ -174,7 +174,7 @@ def test_embeddings_match_mean_pooled_normalised_transformers_vectors(references
 
 def protocol_for(tmp_path: Path, model: Path):
     """The demo campaign plus a series over the engine, on ``model``."""
-    from lab.protocol import DEMO_CAMPAIGN, load_protocol
+    from lab.orchestration.protocol import DEMO_CAMPAIGN, load_protocol
 
     demo_path = 'path = "@repo/.cache/models/demo-minilm-20ng"'
     assert demo_path in DEMO_CAMPAIGN.read_text()
@@ -187,7 +187,7 @@ def protocol_for(tmp_path: Path, model: Path):
 
 @needs_venv
 def test_lock_accepts_the_demo_classifier_for_vllm(tmp_path, model_dir):
-    from lab.preflight import check_engine
+    from lab.orchestration.preflight import check_engine
 
     proto = protocol_for(tmp_path, model_dir)
     assert [v.engine for v in proto.variants].count("vllm") == 1
@@ -197,7 +197,7 @@ def test_lock_accepts_the_demo_classifier_for_vllm(tmp_path, model_dir):
 
 @needs_venv
 def test_lock_refuses_an_architecture_the_pinned_vllm_does_not_run(tmp_path, model_dir):
-    from lab.preflight import check_engine
+    from lab.orchestration.preflight import check_engine
 
     model = tmp_path / "model"
     model.mkdir()
@@ -221,7 +221,7 @@ UNSUPPORTED = "CanineForSequenceClassification"
 def test_lock_refuses_a_vllm_variant_whose_environment_cannot_be_built(tmp_path, monkeypatch, model_dir):
     """No index to install from (PIP_NO_INDEX, no find-links): the venv cannot be built; the
     lock's check says so in one line, and leaves no half-built venv."""
-    from lab.preflight import check_engine, first_refusal
+    from lab.orchestration.preflight import check_engine, first_refusal
 
     venv = tmp_path / "vllm-venv"
     monkeypatch.setenv(vllm_env.VENV_ENV, str(venv))
@@ -237,8 +237,8 @@ def test_lock_refuses_a_vllm_variant_whose_environment_cannot_be_built(tmp_path,
 
 
 def test_a_campaign_without_a_vllm_variant_never_asks_for_the_venv(tmp_path, monkeypatch):
-    from lab.preflight import check_engine
-    from lab.protocol import DEMO_CAMPAIGN, load_protocol
+    from lab.orchestration.preflight import check_engine
+    from lab.orchestration.protocol import DEMO_CAMPAIGN, load_protocol
 
     monkeypatch.setenv(vllm_env.VENV_ENV, str(tmp_path / "none"))
     assert check_engine(load_protocol(DEMO_CAMPAIGN)) == []
@@ -251,7 +251,7 @@ def test_a_stale_stamp_is_not_ready(tmp_path):
     (venv / "bin" / "python").write_text("")
     (venv / ".installed").write_text("0" * 64 + "\n")
     assert not vllm_env.is_ready(venv)
-    (venv / ".installed").write_text(__import__("lab.files", fromlist=["x"]).sha256_file(vllm_env.REQUIREMENTS))
+    (venv / ".installed").write_text(__import__("lab.facts.files", fromlist=["x"]).sha256_file(vllm_env.REQUIREMENTS))
     assert vllm_env.is_ready(venv)
 
 
@@ -260,7 +260,7 @@ def test_a_stale_stamp_is_not_ready(tmp_path):
 PARENT = textwrap.dedent("""
     import json, sys
     from lab.engines.vllm import VllmClient, settings_for
-    from lab.variants import Variant
+    from lab.inputs.variants import Variant
     client = VllmClient(settings_for(Variant(engine="vllm"), sys.argv[1], "cpu"))
     client.start()
     print(json.dumps({"worker": client.proc.pid}), flush=True)

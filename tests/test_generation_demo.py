@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import COMPARISON, REPO
-from lab.corpus import read_corpus
+from lab.inputs.corpus import read_corpus
 from lab.demo.generator import demo_rule
 from lab.passes.tasks.generation_core import GenerationRule, PaddingError, generate_batch, generate_padded
 from lab.passes.tasks.text_metrics import TokenCounts, exact_match

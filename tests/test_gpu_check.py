@@ -41,7 +41,7 @@ def test_prepared_campaigns_load_and_size_the_oom_batch(tmp_path, model_dir):
     sys.path.insert(0, str(REPO / "scripts"))
     import gpu_check
 
-    from lab.protocol import load_protocol
+    from lab.orchestration.protocol import load_protocol
 
     f = tmp_path / "demo_cuda.toml"
     f.write_text(gpu_check.campaign_text("gpu-check-demo-cuda", 2))

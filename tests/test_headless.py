@@ -15,8 +15,8 @@ from pathlib import Path
 import psutil
 
 from conftest import REPO, cut_corpus, wait_until, write_campaign
-from lab.journal import Journal
-from lab.status import campaign_status, pass_processes
+from lab.orchestration.journal import Journal
+from lab.orchestration.status import campaign_status, pass_processes
 
 
 def bundle_copy(tmp_path: Path) -> Path:
@@ -96,7 +96,7 @@ def test_sigterm_mid_pass_leaves_no_pass_process_and_records_the_slot_interrupte
 
 
 def test_a_paused_headless_campaign_exits_non_zero_with_passes_done(tmp_path, model_dir):
-    from lab.campaigns import request_control
+    from lab.service.campaigns import request_control
 
     b = bundle_copy(tmp_path)
     cut_corpus(b / "corpus.jsonl", 2, 1, 1)

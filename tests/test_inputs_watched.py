@@ -14,11 +14,11 @@ import shutil
 
 import pytest
 
-from lab.errors import ProtocolError
+from lab.facts.errors import ProtocolError
 from lab.launchers.local import LocalLauncher
-from lab.orchestrator import Orchestrator
+from lab.orchestration.orchestrator import Orchestrator
 from lab.passes.events import PassStatus
-from lab.protocol import load_protocol, lock
+from lab.orchestration.protocol import load_protocol, lock
 from conftest import cut_corpus, write_campaign
 
 

@@ -16,11 +16,11 @@ import pytest
 
 from conftest import REPO, cut_corpus, write_campaign
 from lab.launchers.local import LocalLauncher
-from lab.orchestrator import Orchestrator
-from lab.files import sha256_file
-from lab.models import tokenizer_fingerprint
-from lab.preflight import lock_checks
-from lab.protocol import ProtocolError, load_protocol, lock
+from lab.orchestration.orchestrator import Orchestrator
+from lab.facts.files import sha256_file
+from lab.inputs.models import tokenizer_fingerprint
+from lab.orchestration.preflight import lock_checks
+from lab.orchestration.protocol import ProtocolError, load_protocol, lock
 
 
 def model_copy(tmp_path: Path, model_dir: Path, config_edit=None, tok_edit=None) -> Path:
@@ -115,7 +115,7 @@ def test_device_must_exist_on_this_host(tmp_path, model_dir, device, message):
 
 
 def test_gpu_count_on_a_one_gpu_host(tmp_path, model_dir, monkeypatch):
-    import lab.preflight as pf
+    import lab.orchestration.preflight as pf
 
     monkeypatch.setattr(pf, "gpu_count", lambda: (1, "torch.cuda.device_count()"))
     f = write_campaign(tmp_path, model_dir, cut_corpus(tmp_path / "c.jsonl", 2, 1, 1))

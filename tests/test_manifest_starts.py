@@ -8,8 +8,8 @@ import pytest
 from conftest import cut_corpus, write_campaign
 
 from lab.launchers.local import LocalLauncher
-from lab.orchestrator import Orchestrator
-from lab.protocol import load_protocol, lock
+from lab.orchestration.orchestrator import Orchestrator
+from lab.orchestration.protocol import load_protocol, lock
 from lab.report.build import build_report
 
 pytestmark = pytest.mark.slow

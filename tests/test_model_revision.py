@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, cut_corpus
-from lab.files import sha256_file
-from lab.identity import model_fingerprint
-from lab.protocol import load_protocol, read_lock
+from lab.facts.files import sha256_file
+from lab.orchestration.identity import model_fingerprint
+from lab.orchestration.protocol import load_protocol, read_lock
 
 CAMPAIGN = """
 [campaign]

@@ -21,16 +21,16 @@ from pathlib import Path
 import pytest
 from conftest import REPO, cut_corpus, settle, wait_until
 
-from lab.config import SeriesSection
-from lab.host_cards import CardsBeyondHost, check_cards_fit_host, host_card_count
+from lab.orchestration.config import SeriesSection
+from lab.facts.host_cards import CardsBeyondHost, check_cards_fit_host, host_card_count
 from lab.passes.distributed import (
     ProgressTally,
     shard_positions,
     threads_per_worker,
     torchrun_command,
 )
-from lab.protocol import ProtocolError, load_protocol
-from lab.variants import Variant, VariantError, expand_series
+from lab.orchestration.protocol import ProtocolError, load_protocol
+from lab.inputs.variants import Variant, VariantError, expand_series
 
 CAMPAIGN = """
 [campaign]
@@ -183,14 +183,14 @@ def test_more_cards_than_the_host_has_is_refused_in_one_line(tmp_path, model_dir
 
 
 def test_a_run_on_a_host_with_fewer_cards_than_at_lock_is_refused(tmp_path, model_dir, monkeypatch):
-    import lab.host_cards
+    import lab.facts.host_cards
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import lock
 
     f = _campaign(tmp_path, model_dir, "moved", (1, 2))
     lock(load_protocol(f))  # this host has the 2 CPU cores
-    monkeypatch.setattr(lab.host_cards, "host_card_count", lambda device: (1, "1 GPU(s) (counted by NVML)"))
+    monkeypatch.setattr(lab.facts.host_cards, "host_card_count", lambda device: (1, "1 GPU(s) (counted by NVML)"))
     with pytest.raises(CardsBeyondHost, match="asks for 2 cards but this host has 1 GPU"):
         Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
     assert not (tmp_path / "runs").exists()
@@ -247,8 +247,8 @@ def test_decision_note_states_cards_measured_vs_cards_in_the_lot(cards_campaign)
 
 def test_memory_failure_on_one_card_is_an_oom_row_with_items_completed(tmp_path, model_dir):
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import lock
     from lab.report.build import build_report
 
     f = _campaign(tmp_path, model_dir, "oom", (2,), batch=1, items=(8, 6, 6))
@@ -502,12 +502,12 @@ def test_two_card_row_records_observed_values_and_truncation(cards_campaign):
 
 
 def test_attention_the_host_cannot_honour_fails_a_two_card_pass(tmp_path, model_dir, monkeypatch):
-    """Locked where the kernel exists (lab.preflight.check_attention passes there), run where it
+    """Locked where the kernel exists (lab.orchestration.preflight.check_attention passes there), run where it
     does not: each card fails with the reason, as one error row."""
-    import lab.preflight as preflight
+    import lab.orchestration.preflight as preflight
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import lock
     from lab.report.build import build_report
 
     f = _campaign(tmp_path, model_dir, "flash", (2,), items=(2, 2, 2))
@@ -588,7 +588,7 @@ def test_merge_names_the_card_that_did_not_honour_a_declared_value(tmp_path):
 def test_verify_rederives_a_two_card_pass_from_its_cards(cards_campaign, tmp_path):
     """verify accepts the 2-card campaign (must-show fixture) and refuses a consistent edit of one
     card's predictions (SHA256SUMS re-hashed) that the merged predictions do not reflect."""
-    from lab.archive import verify
+    from lab.evidence.archive import verify
     from test_archive_evidence import read_members, write_members
 
     assert verify(cards_campaign["archive"]).ok

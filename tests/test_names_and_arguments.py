@@ -37,8 +37,8 @@ def one_line(r: subprocess.CompletedProcess) -> str:
 def finished(tmp_path_factory, model_dir) -> Path:
     """A real finished campaign folder (4 items, batch 1, one pass)."""
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
 
     d = tmp_path_factory.mktemp("named")
     f = write_campaign(d, model_dir, cut_corpus(d / "c.jsonl", 2, 1, 1), name="named", values=(1,))

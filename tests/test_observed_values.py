@@ -14,8 +14,8 @@ from conftest import cut_corpus, write_campaign
 @pytest.fixture(scope="module")
 def attention_campaign(model_dir, tmp_path_factory):
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
     from lab.report.build import build_report
 
     d = tmp_path_factory.mktemp("attention")
@@ -24,10 +24,10 @@ def attention_campaign(model_dir, tmp_path_factory):
     f.write_text(f.read_text().replace('factor = "batch_size"\nvalues = [1, 8]',
                                        'factor = "attention"\nvalues = ["eager", "sdpa", "flash_attention_2"]')
                  .replace('reference_variant = "batch/batch_size=1"', 'reference_variant = "batch/attention=eager"'))
-    import lab.preflight as preflight
+    import lab.orchestration.preflight as preflight
 
     with pytest.MonkeyPatch.context() as mp:  # flash_attention_2 is refused at lock on this host
-        # (lab.preflight.check_attention); a lock made where the kernel exists but passes that run
+        # (lab.orchestration.preflight.check_attention); a lock made where the kernel exists but passes that run
         # where it does not must still fail as rows with the reason
         mp.setattr(preflight, "check_attention", lambda proto, cfg: preflight.Check("attention", True, "test"))
         lock(load_protocol(f))
@@ -77,7 +77,7 @@ def test_a_declared_value_the_model_contradicts_is_refused(model_dir):
 
     from lab.passes.inference import load_model
     from lab.passes.observed import NotHonoured, observe_model, require_honoured
-    from lab.variants import Variant
+    from lab.inputs.variants import Variant
 
     _, model = load_model(str(model_dir), "fp32", "cpu", attention="eager")
     seen = observe_model(model, 0)

@@ -15,7 +15,7 @@ from conftest import REPO, cut_corpus, wait_until, write_campaign
 
 
 def test_deleted_campaign_folder_stops_the_campaign_with_the_reason(model_dir, tmp_path):
-    from lab.protocol import load_protocol, lock
+    from lab.orchestration.protocol import load_protocol, lock
 
     corpus = cut_corpus(tmp_path / "corpus.jsonl", 2, 1, 1)
     f = write_campaign(tmp_path, model_dir, corpus, name="lost", values=(1, 4, 8))

@@ -19,8 +19,8 @@ OLD_ID = "v-0000000000"  # what another id derivation would have planned
 
 def planned_with_an_unknown_id(tmp_path, model_dir):
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
 
     corpus = cut_corpus(tmp_path / "corpus.jsonl", 1, 1, 1)
     f = write_campaign(tmp_path, model_dir, corpus, name="planids", values=(1, 4))
@@ -56,11 +56,11 @@ def test_cli_campaign_run_refuses_a_plan_with_an_unknown_variant_id(model_dir, t
 
 
 def test_the_orchestrator_and_the_service_layer_raise_protocol_error(model_dir, tmp_path, monkeypatch):
-    from lab.campaigns import spawn_detached
-    from lab.errors import ProtocolError
+    from lab.service.campaigns import spawn_detached
+    from lab.facts.errors import ProtocolError
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, locked_version
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, locked_version
 
     f, d = planned_with_an_unknown_id(tmp_path, model_dir)
     monkeypatch.setenv("ITERALAB_RUNS", str(tmp_path / "runs"))

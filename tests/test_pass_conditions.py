@@ -31,10 +31,10 @@ from conftest import REPO, cut_corpus, write_campaign
 @pytest.fixture(scope="module")
 def one_cpu_campaign(model_dir, tmp_path_factory):
     """threads 2, batch 1 and 4, 2 repetitions, every pass pinned to one CPU; reported and archived."""
-    from lab.campaigns import make_archive
+    from lab.service.campaigns import make_archive
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
 
     d = tmp_path_factory.mktemp("one_cpu")
     corpus = cut_corpus(d / "corpus.jsonl", 3, 2, 1)
@@ -108,7 +108,7 @@ def test_tf32_settings_and_environment_are_recorded_per_pass_and_in_the_manifest
 
 def _pass_dir(model_dir: Path, tmp_path: Path, name: str, items: tuple[int, int, int], threads: int = 1) -> Path:
     from lab.passes.spec import PassSpec
-    from lab.variants import Variant
+    from lab.inputs.variants import Variant
 
     corpus = cut_corpus(tmp_path / "corpus.jsonl", *items)
     out = tmp_path / name
@@ -191,8 +191,8 @@ def test_a_series_over_cards_on_one_cpu_names_the_starved_passes_in_the_decision
     """Issue 19's case: a series over cards 1/2 on a host short of CPUs picked "2 cards" on a fake
     speedup. Here both variants run on one CPU: the two workers of a 2-card pass share it."""
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
     from lab.report.build import build_report
 
     corpus = cut_corpus(tmp_path / "corpus.jsonl", 3, 2, 1)

@@ -15,8 +15,8 @@ from conftest import REPO, cut_corpus, write_campaign
 
 def test_same_text_over_other_corpora_locks_apart_and_runs_apart(model_dir, tmp_path, runs_root):
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
 
     orchs = []
     for folder, sizes in (("a", (2, 1, 1)), ("b", (3, 1, 0))):
@@ -62,8 +62,8 @@ def test_secret_looking_value_is_refused_at_lock(model_dir, tmp_path, line, plac
 def test_ordinary_campaign_has_no_secret_looking_value():
     import tomllib
 
-    from lab.identity import secret_looking
-    from lab.protocol import DEMO_CAMPAIGN
+    from lab.orchestration.identity import secret_looking
+    from lab.orchestration.protocol import DEMO_CAMPAIGN
 
     assert secret_looking(tomllib.loads(DEMO_CAMPAIGN.read_text())) == []
     assert secret_looking({"model": {"tokenizer": "x", "max_tokens": 3, "pad_token": "[PAD]"}}) == []

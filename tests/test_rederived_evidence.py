@@ -14,7 +14,7 @@ import tarfile
 
 import pytest
 
-from lab.archive import verify
+from lab.evidence.archive import verify
 from lab.compare import CompareError, compare_archives
 from conftest import cut_corpus, write_campaign
 
@@ -22,10 +22,10 @@ WINDOW = dict(window_start="2026-12-01T09:00+01:00", deadline="2026-12-01T21:00+
 
 
 def _archive(folder, model, corpus, gpu: str, threshold: float):
-    from lab.campaigns import make_archive
+    from lab.service.campaigns import make_archive
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
 
     folder.mkdir(parents=True)
     c = folder / "corpus.jsonl"

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from lab.campaigns import make_archive
+from lab.service.campaigns import make_archive
 from lab.compare import compare_to_folder
 from lab.launchers.local import LocalLauncher
-from lab.orchestrator import Orchestrator
-from lab.replay import ReplayError, replay_archive
+from lab.orchestration.orchestrator import Orchestrator
+from lab.evidence.replay import ReplayError, replay_archive
 
 WINDOW = {"window_start": "2026-12-01T09:00+01:00", "deadline": "2026-12-20T09:00+01:00", "allow_short": True}
 
@@ -46,7 +46,7 @@ def test_replay_on_another_rental_is_comparable_by_construction(two_rentals, tmp
     entry = json.loads(out.with_suffix(".lock.json").read_text())["versions"][-1]
     assert entry["replays"]["archive"] == first.name and entry["replays"]["change"] == ""
     assert len(entry["replays"]["archive_sha256"]) == 64 and entry["question_version"] == 1
-    from lab.views import protocol_info
+    from lab.service.views import protocol_info
     from tui.screens.protocol_screen import render_rules
 
     shown = render_rules(protocol_info(out))  # the Protocol screen names the archive it replays
@@ -61,7 +61,7 @@ def test_replay_on_another_rental_is_comparable_by_construction(two_rentals, tmp
 
 def test_a_corpus_edited_by_one_byte_is_refused_with_both_sha256(two_rentals, tmp_path, capsys):
     import lab.cli
-    from lab.files import sha256_file
+    from lab.facts.files import sha256_file
 
     first = two_rentals[0]
     recorded = next(p for p in first.parents if (p / "corpus.jsonl").is_file()) / "corpus.jsonl"
@@ -79,7 +79,7 @@ def test_a_corpus_edited_by_one_byte_is_refused_with_both_sha256(two_rentals, tm
 
 
 def test_with_corpus_archive_replays_without_the_corpus_file(two_rentals, tmp_path):
-    from lab.archive import verify
+    from lab.evidence.archive import verify
 
     first = two_rentals[0]
     src = next(d for d in first.parent.iterdir() if d.is_dir() and (d / "journal.sqlite").is_file())

@@ -17,8 +17,8 @@ HOSTILE = ("Which one? ![i](http://127.0.0.1:9/pixel.png) [see](http://127.0.0.1
 
 def test_the_question_is_text_in_report_html(tmp_path, model_dir, runs_root):
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
 
     f = write_campaign(tmp_path, model_dir, cut_corpus(tmp_path / "c.jsonl", 2, 1, 1), name="q", values=(1,))
     f.write_text(re.sub(r'question = ".*"', lambda _: f'question = "{HOSTILE}"', f.read_text()))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.archive import extract
+from lab.evidence.archive import extract
 from lab.compare import compare_archives
 from lab.compare.tables import write_comparison
 

@@ -12,12 +12,12 @@ import time
 import psutil
 
 from conftest import cut_corpus, write_campaign
-from lab.journal import Journal
+from lab.orchestration.journal import Journal
 from lab.launchers.base import limit_reason
 from lab.launchers.local import LocalLauncher
-from lab.orchestrator import Orchestrator
-from lab.protocol import load_protocol, lock
-from lab.status import campaign_status, orchestrator_alive
+from lab.orchestration.orchestrator import Orchestrator
+from lab.orchestration.protocol import load_protocol, lock
+from lab.orchestration.status import campaign_status, orchestrator_alive
 
 
 class StoppingLauncher(LocalLauncher):

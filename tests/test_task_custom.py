@@ -24,10 +24,10 @@ def custom_campaign(folder, model_dir, entry: str, values=(1, 8)):
 
 @pytest.fixture(scope="module")
 def custom_run(tmp_path_factory, model_dir):
-    from lab.campaigns import make_archive
+    from lab.service.campaigns import make_archive
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
     from lab.report.build import build_report
 
     d = tmp_path_factory.mktemp("custom")
@@ -46,8 +46,8 @@ def preds(orch, variant_name: str) -> dict[str, str]:
 
 
 def test_example_entry_gives_the_builtin_predictions_and_verifies(custom_run, small_campaign, tmp_path):
-    from lab.archive import verify
-    from lab.files import sha256_file
+    from lab.evidence.archive import verify
+    from lab.facts.files import sha256_file
 
     orch, archive, lock_entry = custom_run
     assert lock_entry["task_sha256"]  # the entry file's sha256 is in the lock identity
@@ -79,8 +79,8 @@ def test_example_entry_gives_the_builtin_predictions_and_verifies(custom_run, sm
 
 def test_entry_raising_on_item_7_is_a_failure_row_with_7_items(tmp_path, model_dir):
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
 
     f = custom_campaign(tmp_path, model_dir, "raising.py:Raising", values=(1,))
     eighth = json.loads((tmp_path / "corpus.jsonl").read_text().splitlines()[7])["text"]
@@ -106,7 +106,7 @@ def test_entry_raising_on_item_7_is_a_failure_row_with_7_items(tmp_path, model_d
 @pytest.mark.parametrize("entry, words", [("missing.py:Nope", "not found"),
                                           ("noproto.py:NoPredict", "has no predict method")])
 def test_entry_that_cannot_run_is_refused_at_lock_in_one_line(tmp_path, model_dir, entry, words):
-    from lab.protocol import ProtocolError, load_protocol, lock
+    from lab.orchestration.protocol import ProtocolError, load_protocol, lock
 
     (tmp_path / "noproto.py").write_text("class NoPredict:\n    pass\n")
     f = custom_campaign(tmp_path, model_dir, entry)

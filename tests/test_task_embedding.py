@@ -27,10 +27,10 @@ def embedding_campaign(folder, model_dir):
 
 @pytest.fixture(scope="module")
 def embedding_run(tmp_path_factory, model_dir):
-    from lab.campaigns import make_archive
+    from lab.service.campaigns import make_archive
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
     from lab.report.build import build_report
 
     d = tmp_path_factory.mktemp("emb")
@@ -43,7 +43,7 @@ def embedding_run(tmp_path_factory, model_dir):
 
 
 def test_embedding_passes_store_vectors_and_validate_from_them(embedding_run):
-    from lab.corpus import read_corpus
+    from lab.inputs.corpus import read_corpus
     from lab.passes.tasks.embedding_metrics import load_vectors, nn_accuracy
 
     orch, _ = embedding_run
@@ -73,7 +73,7 @@ def test_embedding_passes_store_vectors_and_validate_from_them(embedding_run):
 
 
 def test_embedding_archive_verifies_and_a_forged_metric_is_refused(embedding_run, tmp_path):
-    from lab.archive import verify
+    from lab.evidence.archive import verify
 
     _, archive = embedding_run
     v = verify(archive)
@@ -114,7 +114,7 @@ def test_embedding_archive_verifies_and_a_forged_metric_is_refused(embedding_run
 
 
 def test_compare_refuses_an_embedding_and_a_classification_archive_in_one_line(embedding_run, small_campaign):
-    from lab.campaigns import make_archive
+    from lab.service.campaigns import make_archive
     from lab.compare.comparability import check_comparable
     from lab.compare.evidence import CompareError, load_evidence
 

@@ -82,8 +82,8 @@ def calibrated_limit(folder: Path) -> int:
     from conftest import as_limit_above
 
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
 
     f = tiny_campaign(folder, name="calibrate", values=(1,))
     lock(load_protocol(f))
@@ -114,7 +114,7 @@ CLOCK = 1790240490.0  # 2026-09-24T09:01:30Z
 
 def demo_copy(folder: Path) -> Path:
     """The embedded demo campaign copied into ``folder`` (its @repo/ paths still resolve)."""
-    from lab.protocol import DEMO_CAMPAIGN
+    from lab.orchestration.protocol import DEMO_CAMPAIGN
 
     folder.mkdir(parents=True, exist_ok=True)
     f = folder / "demo.toml"
@@ -129,10 +129,10 @@ def synthetic_running_journal(campaign_file: Path, runs_root: Path) -> Path:
     running and already reported out of memory at 600 items (oom event, row not finished).
     The orchestrator pid is 1 (always alive): the state reads "running". Returns the folder.
     """
-    from lab.journal import Journal
-    from lab.orchestrator import campaign_dir_for
-    from lab.protocol import load_protocol, lock
-    from lab.schedule import rotated_schedule
+    from lab.orchestration.journal import Journal
+    from lab.orchestration.orchestrator import campaign_dir_for
+    from lab.orchestration.protocol import load_protocol, lock
+    from lab.orchestration.schedule import rotated_schedule
 
     proto = load_protocol(campaign_file)
     d = campaign_dir_for(proto, lock(proto), runs_root)
@@ -167,8 +167,8 @@ def synthetic_running_journal(campaign_file: Path, runs_root: Path) -> Path:
 def finished_campaign(folder: Path) -> Path:
     """A real finished campaign (batch 1 and 8, one repetition, 16 items, no limit); reported."""
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
 
     f = tiny_campaign(folder, name="tui-finished")
     lock(load_protocol(f))

@@ -18,7 +18,7 @@ import pytest
 from conftest import AppMessages, run_scp_lines
 from test_tui_campaigns import MODEL, calibrated_limit, tiny_campaign
 
-from lab.status import campaign_status, orchestrator_alive
+from lab.orchestration.status import campaign_status, orchestrator_alive
 from tui.app import IteraLabApp
 from tui.widgets.pass_table import PassTable
 from tui.widgets.telemetry import fixed_telemetry

@@ -12,7 +12,7 @@ from conftest import settle
 from test_tui_campaigns import demo_copy
 from test_tui_screens import make_app, runs, text_of  # noqa: F401 - runs is a fixture
 
-from lab.archive import extract
+from lab.evidence.archive import extract
 
 
 def test_the_archive_screen_replays_an_archive_into_campaign_toml(tmp_path, runs, rental_archives, monkeypatch):

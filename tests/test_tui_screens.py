@@ -18,8 +18,8 @@ from conftest import run_scp_lines, settle
 from test_tui_campaigns import (CLOCK, FACTS, SAMPLE, demo_copy, finished_campaign,
                                 synthetic_running_journal)
 
-from lab.journal import Journal
-from lab.protocol import load_protocol, read_lock
+from lab.orchestration.journal import Journal
+from lab.orchestration.protocol import load_protocol, read_lock
 from tui.app import IteraLabApp
 from tui.widgets.pass_table import PassTable
 from tui.widgets.telemetry import fixed_telemetry
@@ -80,7 +80,7 @@ def test_protocol_screen_locks_and_says_when_edited(tmp_path, runs, size):
             assert [str(c) for c in card.get_row_at(20)] == ["all classes", "600", "300", "100", "1000"]
             await pilot.press("l")
             await settle(pilot, lambda: "sha256" in text_of(app, "#lock-result"))
-            from lab.identity import protocol_identity
+            from lab.orchestration.identity import protocol_identity
 
             digest = protocol_identity(load_protocol(f))["sha256"]  # text + corpus + model files
             assert f"locked as version 1\nsha256 {digest}" in text_of(app, "#lock-result")
@@ -268,8 +268,8 @@ def test_archive_screen_refuses_an_unfinished_campaign_and_packs_it_labelled_par
     from conftest import cut_corpus, write_campaign
 
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import lock
 
     corpus = cut_corpus(tmp_path / "corpus.jsonl", 2, 1, 1)
     f = write_campaign(tmp_path, model_dir, corpus, name="half")

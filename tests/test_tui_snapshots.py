@@ -16,11 +16,11 @@ from tui.widgets.telemetry import fixed_telemetry
 
 @pytest.fixture()
 def demo(tmp_path, monkeypatch):
-    import lab.identity
+    import lab.orchestration.identity
 
     # the results folder's name carries the protocol identity, which covers the model files'
     # sha256: the demo head is rebuilt per machine, so it is fixed here like the clock
-    monkeypatch.setattr(lab.identity, "model_fingerprint", lambda ref, revision=None: "0" * 64)
+    monkeypatch.setattr(lab.orchestration.identity, "model_fingerprint", lambda ref, revision=None: "0" * 64)
     root = tmp_path / "runs"
     monkeypatch.setenv("ITERALAB_RUNS", str(root))
     return demo_copy(tmp_path / "campaign"), root

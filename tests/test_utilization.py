@@ -51,8 +51,8 @@ batch_size = 8
 
 def test_bucketing_series_rows_carry_utilization(tmp_path, model_dir):
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
     from lab.report.build import build_report
 
     f = write_campaign(tmp_path, model_dir, cut_corpus(tmp_path / "c.jsonl", 6, 4, 2), values=(1, 8))

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from lab import validate
-from lab.validate import accuracy, macro_f1, read_prediction_columns, validate_pass
+from lab.orchestration import validate
+from lab.orchestration.validate import accuracy, macro_f1, read_prediction_columns, validate_pass
 
 QUALITY = {"metric": "macro_f1", "threshold": 0.0, "tolerance": 1.0}
 LABELS = {"a", "b", "c", "d"}
@@ -118,9 +118,9 @@ def test_linked_predictions_file_is_refused_not_followed(tmp_path):
 @pytest.mark.parametrize("metric", ["accuracy", "macro_f1"])
 def test_archive_rederivation_agrees_with_validation_per_bucket(tmp_path, metric):
     """archive verify recomputes each row's metric and per-bucket metrics from the predictions
-    and the gold labels (lab.archive_rederive, label lists); validation computed them from
+    and the gold labels (lab.evidence.rederive, label lists); validation computed them from
     class codes: both must give the same figures, including a class only predicted."""
-    from lab.archive_rederive import _check_metric
+    from lab.evidence.rederive import _check_metric
 
     corpus = _corpus(90)
     rnd = random.Random(7)

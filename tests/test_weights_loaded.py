@@ -9,8 +9,8 @@ import pytest
 from conftest import cut_corpus, write_campaign
 
 from lab.launchers.local import LocalLauncher
-from lab.orchestrator import Orchestrator
-from lab.protocol import load_protocol, lock
+from lab.orchestration.orchestrator import Orchestrator
+from lab.orchestration.protocol import load_protocol, lock
 
 pytestmark = pytest.mark.slow
 

@@ -54,7 +54,7 @@ def test_corpus_build_on_a_full_disk_leaves_the_existing_corpus_whole(small_fs, 
         after = {p.name: p.read_bytes() for p in out.iterdir()}
         assert after == before  # the old corpus, its card's sha256 still matching its files
         card = json.loads(after["corpus_card.json"])
-        from lab.files import sha256_file
+        from lab.facts.files import sha256_file
 
         assert card["comparison"]["sha256"] == sha256_file(out / "comparison.jsonl")
     finally:
@@ -81,8 +81,8 @@ def test_archive_while_a_pass_runs_is_refused_in_one_line(tmp_path, model_dir, r
     """`report` then `archive --partial` while a pass is running: refused (the raw table would
     be written before the pass ends and the journal copied after), nothing written."""
     from lab.launchers.local import LocalLauncher
-    from lab.orchestrator import Orchestrator
-    from lab.protocol import load_protocol, lock
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
 
     class HeldLauncher(LocalLauncher):
         def __init__(self):
@@ -103,7 +103,7 @@ def test_archive_while_a_pass_runs_is_refused_in_one_line(tmp_path, model_dir, r
     t.start()
     try:
         assert launcher.started.wait(120), "the pass never started"
-        from lab.status import campaign_status
+        from lab.orchestration.status import campaign_status
 
         wait_until(lambda: any(a["status"] == "running" for a in campaign_status(orch.dir)["attempts"]), 60,
                    "the running attempt in the journal")

@@ -18,9 +18,10 @@ import os
 import sys
 from pathlib import Path
 
-from lab.campaigns import (HEADLESS_EXIT, LAUNCHERS, ONE_LINE_ERRORS, CampaignInterrupted, default_campaign_file,
-                           interrupt_on_signals, memory_limit_bytes, run_demo, run_headless, runs_root)
-from lab.errors import EXIT_USER
+from lab.service.campaigns import (HEADLESS_EXIT, LAUNCHERS, ONE_LINE_ERRORS, CampaignInterrupted,
+                                   default_campaign_file, interrupt_on_signals, memory_limit_bytes, run_demo,
+                                   run_headless, runs_root)
+from lab.facts.errors import EXIT_USER
 
 
 def parser() -> argparse.ArgumentParser:
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             return run_app(campaign, launcher=a.launcher, memory_limit=a.memory_limit)
         demo = a.campaign is None and campaign.resolve() == (runs_root() / "demo" / "demo.toml").resolve()
         return headless(campaign, a.launcher, a.memory_limit, demo)
-    except ONE_LINE_ERRORS as exc:  # lab.errors.LabError and below
+    except ONE_LINE_ERRORS as exc:  # lab.facts.errors.LabError and below
         print(f"iteralab: error: {exc}", file=sys.stderr)
         return EXIT_USER
 

@@ -1,6 +1,6 @@
 """IteraGPU Lab's terminal UI: launch, watch, decide, download (keyboard only, 80x24, SSH/tmux).
 
-The campaign runs in a detached orchestrator (``lab.campaigns.start_campaign``), never in the
+The campaign runs in a detached orchestrator (``lab.service.campaigns.start_campaign``), never in the
 UI: the app reads the campaign folder's journal from a thread worker and writes only
 control flags (pause, stop). Quitting the UI or losing SSH leaves the campaign running;
 starting the UI again re-attaches to the journal of the current protocol version.
@@ -19,10 +19,10 @@ from textual.keys import _character_to_key
 from textual.widgets import Input
 from textual.worker import NoActiveWorker, get_current_worker
 
-from lab.campaigns import (ONE_LINE_ERRORS, campaign_dir_of, campaign_name_of, request_control, runs_root,
+from lab.service.campaigns import (ONE_LINE_ERRORS, campaign_dir_of, campaign_name_of, request_control, runs_root,
                            start_campaign)
 from lab.passes.events import PassStatus
-from lab.status import CampaignState
+from lab.orchestration.status import CampaignState
 from tui.messages import (CampaignSnapshot, CampaignStarted, ControlSent, PassFailed,
                           TelemetrySample)
 from tui.screens.archive_screen import ArchiveScreen
@@ -168,7 +168,7 @@ class IteraLabApp(LabApp):
         process alive for the probe's length. The caller waits in short slices and gets None
         as soon as its worker is cancelled (the UI quits, or an exclusive rerun replaced it).
         """
-        from lab.views import collect_environment
+        from lab.service.views import collect_environment
 
         with self._facts_lock:
             if self._probe is None or refresh:

@@ -15,7 +15,7 @@ from textual.message import Message
 class CampaignSnapshot(Message):
     """The campaign as the journal says now (posted by the journal poller).
 
-    ``status``: ``lab.status.campaign_status`` dict (state, planned, finished, attempts,
+    ``status``: ``lab.orchestration.status.campaign_status`` dict (state, planned, finished, attempts,
     orchestrator, alive), or None when no campaign folder exists yet for this protocol
     version. ``plan``: planned slots. ``live_failures``: {pass_id: {"kind", "items_done",
     "message"}} from oom/error events, known before the pass row is finished.

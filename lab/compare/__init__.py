@@ -11,7 +11,7 @@ from pathlib import Path
 
 from lab.compare.decision import Comparison, compare_archives
 from lab.compare.evidence import CompareError
-from lab.diskfull import staged_files
+from lab.facts.diskfull import staged_files
 
 
 def compare_to_folder(archives: list, load_items: int, out_dir: str | Path, **options) -> tuple[Comparison, dict]:

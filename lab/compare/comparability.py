@@ -13,7 +13,7 @@ May differ: hardware, driver, image, package (``[cost]``) and CPU threads, which
 conditions of the measurement recorded in the manifest. The model files differ only between an
 archive and a deliberate new-model question version of it (``campaign replay --new-model``,
 recorded in its lock): that comparison is of two models, and says so. Variants are matched by their
-content id (lab.variants.Variant.variant_id); a variant missing from an archive is
+content id (lab.inputs.variants.Variant.variant_id); a variant missing from an archive is
 listed, not compared.
 """
 
@@ -70,7 +70,7 @@ def own_lock_entry(ev: Evidence) -> dict:
 
 def new_model_of(a: Evidence, b: Evidence) -> str:
     """'' unless one archive is a deliberate new-model question version replaying the other
-    (lab.replay, `campaign replay --new-model`: its lock entry's ``replays`` names the other's
+    (lab.evidence.replay, `campaign replay --new-model`: its lock entry's ``replays`` names the other's
     protocol version); else one clause saying so."""
     for new, old in ((a, b), (b, a)):
         r = own_lock_entry(new).get("replays") or {}

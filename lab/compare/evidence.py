@@ -13,14 +13,14 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from lab.archive import ArchiveError, extract, verify
-from lab.archive_format import ARCHIVE_INFO
-from lab.config import CampaignConfig, ConfigError, CostSection, parse_config
+from lab.evidence.archive import ArchiveError, extract, verify
+from lab.evidence.format import ARCHIVE_INFO
+from lab.orchestration.config import CampaignConfig, ConfigError, CostSection, parse_config
 from lab.cost.forfaits import Catalog, PricingError, load_catalog
-from lab.errors import UserError
-from lab.files import sha256_file
+from lab.facts.errors import UserError
+from lab.facts.files import sha256_file
 from lab.passes.events import PassStatus
-from lab.variants import expand_series
+from lab.inputs.variants import expand_series
 
 NO_PACKAGE = "no package declared in [cost]"
 READ_MEMBERS = ("report/manifest.json", "campaign.lock.json", "corpus_card.json", "campaign.toml")
@@ -38,7 +38,7 @@ class Evidence:
     """What a comparison reads from one archive. ``name``: the archive's file name without
     .tar.gz; ``raw_rows``: raw-table rows as CSV strings (empty cell = "") and ``summary``:
     summary.json objects, both as ``archive verify`` re-derived them from the journal and the
-    pass records (lab.archive_tables), never the archive's own raw_table.csv or summary.json."""
+    pass records (lab.evidence.tables), never the archive's own raw_table.csv or summary.json."""
     path: Path
     name: str
     manifest: dict
@@ -90,7 +90,7 @@ class Evidence:
 
     @property
     def cost(self) -> CostSection | None:
-        """The archive's declared package (typed, lab.config), None when it has no [cost]:
+        """The archive's declared package (typed, lab.orchestration.config), None when it has no [cost]:
         then nothing is priced (issue 11: no [cost] means no package, never a default GPU)."""
         return self.config.cost
 
@@ -115,7 +115,7 @@ def _json(top: Path, rel: str, archive: Path, required: bool = True):
 
 
 def load_evidence(archive: str | Path) -> Evidence:
-    """Verify ``archive`` (lab.archive.verify) and read it. Raises ArchiveError for an
+    """Verify ``archive`` (lab.evidence.archive.verify) and read it. Raises ArchiveError for an
     unreadable file, CompareError for one that does not verify or lacks a report file."""
     archive = Path(archive)
     v = verify(archive)

@@ -13,7 +13,7 @@ the user's declared load, from measured figures only.
   catalog (report/catalog.csv, as it was when the archive was made) and shown unchanged; the
   decision sizes every configuration with the one catalog the comparison chose
   (lab.compare.decision.choose_catalog), and a row says where the two prices differ.
-- Validity ([timing] min_window_s, min_accepted_passes; lab.constants): a configuration
+- Validity ([timing] min_window_s, min_accepted_passes; lab.facts.constants): a configuration
   with fewer accepted passes of at least min_window_s than the rule asks is "too short to
   project" and excluded unless the user allows it (``allow_short``), which the row then says.
   Every row states its extrapolation factor (load / items measured per pass).

@@ -23,7 +23,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 try:
-    from lab.errors import UserError as _UserError
+    from lab.facts.errors import UserError as _UserError
 except ImportError:  # run alone as scripts/calcul_forfaits.py, copied without the lab: a plain ValueError
     _UserError = ValueError  # type: ignore[assignment,misc]
 
@@ -47,7 +47,7 @@ campaign file's [cost] catalog, the Cost screen's field) rewords it: PricingErro
 
 class PricingError(_UserError):
     """Bad input or catalog; the message is one line: the problem and the fix. A
-    ``lab.errors.UserError`` (a ValueError) in the lab; a ValueError when the file runs alone."""
+    ``lab.facts.errors.UserError`` (a ValueError) in the lab; a ValueError when the file runs alone."""
 
     def reworded(self, catalog_fix: str) -> str:
         """The message with CATALOG_FIX said as ``catalog_fix`` (where no --catalog flag exists)."""

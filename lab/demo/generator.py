@@ -320,8 +320,8 @@ def build_demo_generator(tuning_path: str | Path, comparison_path: str | Path, o
     import torch
     from transformers import GenerationConfig
 
-    from lab.corpus import read_corpus, sha256_file
-    from lab.models import ENCODER_PACKAGE, encoder_path, folder_revision
+    from lab.inputs.corpus import read_corpus, sha256_file
+    from lab.inputs.models import ENCODER_PACKAGE, encoder_path, folder_revision
     from lab.passes.tasks.text_metrics import NORMALISATION
 
     t0, cpu0 = time.monotonic(), time.process_time()

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lab.files import sha256_file
-from lab.models import ENCODER_PACKAGE, ModelFolderError
+from lab.facts.files import sha256_file
+from lab.inputs.models import ENCODER_PACKAGE, ModelFolderError
 
 FEATURE_MAX_LENGTH = 256
 HEAD_C = 10.0
@@ -75,7 +75,7 @@ def build_demo_model(tuning_path: str | Path, out_dir: str | Path) -> dict:
     Raises EncoderWeightsChanged, before anything is loaded or written, when the installed
     encoder's weights are not the pinned bytes (``check_encoder_weights``).
     """
-    from lab.models import encoder_path, folder_revision
+    from lab.inputs.models import encoder_path, folder_revision
 
     src = encoder_path()
     check_encoder_weights(src)
@@ -85,7 +85,7 @@ def build_demo_model(tuning_path: str | Path, out_dir: str | Path) -> dict:
     from sklearn.linear_model import LogisticRegression
     from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
-    from lab.corpus import read_corpus
+    from lab.inputs.corpus import read_corpus
 
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(str(src))

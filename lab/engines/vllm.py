@@ -37,10 +37,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from lab.constants import DEFAULT_SEED, VLLM_MEMORY_FRACTION
+from lab.facts.constants import DEFAULT_SEED, VLLM_MEMORY_FRACTION
 from lab.engines.vllm_env import VllmEnvError, ensure_vllm_env
-from lab.errors import FailureKind, PassFailure, UserError
-from lab.variants import DTYPES, Variant
+from lab.facts.errors import FailureKind, PassFailure, UserError
+from lab.inputs.variants import DTYPES, Variant
 from lab.engines.vllm_worker import Op, Reply, Why
 
 WORKER = Path(__file__).with_name("vllm_worker.py")
@@ -73,7 +73,7 @@ class VllmSettings:
 def settings_for(variant: Variant, model: str | Path, device: str, seed: int = DEFAULT_SEED) -> VllmSettings:
     """The settings a vLLM variant declares: ``max_length`` -> max_model_len, ``precision`` ->
     dtype, ``compile = false`` -> enforce_eager, ``vllm_memory_fraction`` (else
-    lab.constants.VLLM_MEMORY_FRACTION for ``device``: "cpu" or a GPU) and ``max_num_seqs``.
+    lab.facts.constants.VLLM_MEMORY_FRACTION for ``device``: "cpu" or a GPU) and ``max_num_seqs``.
     Raises UserError (one line) for a variant whose engine is not vllm."""
     if variant.engine != "vllm":
         raise UserError(f"variant {variant.name or variant.variant_id} declares engine {variant.engine!r}, "

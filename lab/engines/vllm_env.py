@@ -21,8 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from lab.errors import UserError
-from lab.files import REPO_ROOT, sha256_file
+from lab.facts.errors import UserError
+from lab.facts.files import REPO_ROOT, sha256_file
 
 REQUIREMENTS = REPO_ROOT / "requirements-vllm.txt"
 VENV = REPO_ROOT / ".cache" / "vllm-venv"

@@ -28,7 +28,7 @@ import uuid
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from lab.host import (IMAGE_KEYS, NO_DRIVER_MARK, TOOLKIT_FIX, detect_vendor, read_pins,
+from lab.facts.host import (IMAGE_KEYS, NO_DRIVER_MARK, TOOLKIT_FIX, detect_vendor, read_pins,
                       rocm_device_gids)
 from lab.launchers.base import LaunchOutcome, LineSink, limit_reason
 from lab.launchers.gpu_access import gpu_run_kwargs
@@ -131,7 +131,7 @@ class DockerLauncher:
     def from_environment(cls, mem_limit_bytes: int | None = None, image: str | None = None,
                          vendor: str | None = None, **kw) -> "DockerLauncher":
         """Launcher for this host: engine from DOCKER_HOST (or the default socket), vendor
-        from ITERALAB_GPU_VENDOR or the GPUs found (lab.host.detect_vendor), image from
+        from ITERALAB_GPU_VENDOR or the GPUs found (lab.facts.host.detect_vendor), image from
         ITERALAB_IMAGE or images/pins.env. Raises RuntimeError with the fix when the
         engine does not answer or the image is not built.
         """

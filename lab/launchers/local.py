@@ -19,7 +19,7 @@ from typing import Callable
 
 import psutil
 
-from lab.files import REPO_ROOT
+from lab.facts.files import REPO_ROOT
 from lab.launchers.base import LaunchOutcome, LineSink, limit_reason
 from lab.passes.spec import PassSpec
 
@@ -167,7 +167,7 @@ class LocalLauncher:
                 last_line[0] = time.monotonic()
                 on_line(line)
         except BaseException:  # a full disk writing the log or the journal, Ctrl-C, SIGTERM, SIGHUP
-            stopped.set()     # (lab.campaigns.interrupt_on_signals): never leave the pass running
+            stopped.set()     # (lab.service.campaigns.interrupt_on_signals): never leave the pass running
             ended.set()
             kill_pass_tree(proc)
             try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab.errors import LabError
+from lab.facts.errors import LabError
 
 
 class GpuNotMatched(LabError, LookupError):

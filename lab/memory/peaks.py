@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from lab.host import nvml
+from lab.facts.host import nvml
 
 SCOPES = {
     "peak_allocated_bytes": "torch allocator: tensors on the GPU (max_memory_allocated)",

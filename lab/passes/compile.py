@@ -22,7 +22,7 @@ row with the reason.
 
 from __future__ import annotations
 
-from lab.variants import Variant
+from lab.inputs.variants import Variant
 
 
 def window_batch_sizes(n_items: int, batch_size: int) -> list[int]:

@@ -214,7 +214,7 @@ def gpu_state(device: str) -> dict:
                         "throttled": bool(status) if status is not None else None, "source": "amdsmi"}
             finally:
                 amdsmi.amdsmi_shut_down()
-        from lab.host import nvml
+        from lab.facts.host import nvml
 
         pynvml = nvml()
         h = nvml_handle(pynvml, torch_identity(device))

@@ -107,7 +107,7 @@ def card_identity(device: str, rank: int) -> dict:
     """
     import socket
 
-    from lab.manifest import cpu_name
+    from lab.inputs.manifest import cpu_name
 
     out = {"rank": rank, "device": device, "hostname": socket.gethostname(), "pid": os.getpid(),
            "name": None, "uuid": None}

@@ -42,14 +42,14 @@ class EventKind(StrEnum):
     - ``OOM``: runner / worker, the device ran out of memory. ``items_done``, ``kind`` ("oom"),
       ``message``.
     - ``ERROR``: runner / worker / multicard, any other failure. ``items_done``, ``message``,
-      ``kind`` (a lab.errors.FailureKind: what the orchestrator reads, e.g. "disk_full"; the
+      ``kind`` (a lab.facts.errors.FailureKind: what the orchestrator reads, e.g. "disk_full"; the
       multicard launcher's own refusals carry none).
     - ``RESULT``: runner / multicard, the pass ended. ``status``, ``items_completed``,
       ``measured_s``.
     - ``CARD``: lab.passes.worker, one card of a multi-card pass ended. ``status``,
       ``items_completed``, ``items_total``, ``measured_s``, ``device``.
 
-    Written only to the journal by lab.orchestrator (``Journal.add_event``):
+    Written only to the journal by lab.orchestration.orchestrator (``Journal.add_event``):
 
     - ``START``: an attempt started. ``variant`` (label), ``attempt`` (1-based).
     - ``END``: an attempt's row was finished. ``status`` (a PassStatus), ``items_completed``,

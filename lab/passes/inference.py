@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from lab.errors import FailureKind, PassFailure
-from lab.variants import DTYPES, Variant
+from lab.facts.errors import FailureKind, PassFailure
+from lab.inputs.variants import DTYPES, Variant
 
 
 

@@ -32,14 +32,14 @@ from pathlib import Path
 
 import msgspec
 
-from lab.diskfull import atomic_write_text
-from lab.errors import FailureKind
-from lab.files import REPO_ROOT, sha256_lines
+from lab.facts.diskfull import atomic_write_text
+from lab.facts.errors import FailureKind
+from lab.facts.files import REPO_ROOT, sha256_lines
 from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventKind, EventWriter, PassStatus
 from lab.passes.observed import combine_cards
 from lab.passes.records import CardRecord, Observed, PassResult, Phases, decode_card, write_record
 from lab.passes.spec import PassSpec
-from lab.variants import Variant
+from lab.inputs.variants import Variant
 
 PEAK_KEYS = ("peak_allocated_bytes", "peak_reserved_bytes", "process_peak_rss_bytes", "device_used_bytes")
 STATUS_CODES = {PassStatus.OK: EXIT_OK, PassStatus.OOM: EXIT_OOM}
@@ -210,7 +210,7 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
     card's in ``per_card``. Memory: per-card records in ``per_card`` (scope kept); the pass-level peaks are the
     largest single card's, never a sum. Items completed: sum over cards (each item once).
     """
-    from lab.corpus import read_corpus
+    from lab.inputs.corpus import read_corpus
 
     out = Path(spec.out_dir)
     rows = read_corpus(spec.corpus_path)

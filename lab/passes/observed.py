@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import json
 
-from lab.errors import FailureKind, PassFailure
-from lab.variants import DTYPES
-from lab.variants import Variant
+from lab.facts.errors import FailureKind, PassFailure
+from lab.inputs.variants import DTYPES
+from lab.inputs.variants import Variant
 
 BUCKETS = ("short", "medium", "long")
 

@@ -7,7 +7,7 @@ did not reach is ``None`` and is left out when the record is written (``encode``
 older runners left it out. Decoding is strict (``msgspec.json.decode(..., type=...)``: no type
 coercion); a value of the wrong type raises ``msgspec.ValidationError`` naming its path.
 
-A pass that failed carries ``failure_kind`` (a ``lab.errors.FailureKind``); readers compare it,
+A pass that failed carries ``failure_kind`` (a ``lab.facts.errors.FailureKind``); readers compare it,
 never a substring of ``error``. Adding a pass figure: one field here (the runner or the merge
 sets it), one column in ``lab.report.raw_table.COLUMNS`` that reads it.
 """
@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from lab.diskfull import atomic_write_text
-from lab.errors import FailureKind
+from lab.facts.diskfull import atomic_write_text
+from lab.facts.errors import FailureKind
 
 R = TypeVar("R", bound="Record")
 Number = int | float
@@ -194,7 +194,7 @@ class PassResult(Record, frozen=True):
 
 
 class Validation(Record, frozen=True):
-    """The checks of one pass (lab.validate.validate_pass). Counts are items; metrics are
+    """The checks of one pass (lab.orchestration.validate.validate_pass). Counts are items; metrics are
     fractions in [0, 1]. Empty figures (None) carry their reason in ``reasons`` (a list).
     ``reference_pass``: the reference variant's pass it was compared with ("" when none)."""
 
@@ -239,7 +239,7 @@ def rejected_text(reasons: list[str]) -> str:
 
 
 class Attempt(Record, frozen=True):
-    """One attempted pass as the journal holds it (lab.journal): its slot, its variant (the
+    """One attempted pass as the journal holds it (lab.orchestration.journal): its slot, its variant (the
     ``Variant.to_json`` dict), its result (None while running or when none was written), the
     orchestrator's record of its ``launch`` (kept with the result in the journal's copy) and
     its validation (None before it was validated)."""
@@ -293,7 +293,7 @@ def decode_card(data: bytes | str) -> CardRecord:
 
 
 def write_record(path: Path, record: Record) -> None:
-    """Write ``record`` as indented JSON, atomically (whole or absent; lab.diskfull.DiskFull
+    """Write ``record`` as indented JSON, atomically (whole or absent; lab.facts.diskfull.DiskFull
     when the disk is full). A value of a str subclass JSON does not know (torch's version) is
     written as its string."""
     text = msgspec.json.format(msgspec.json.encode(record, enc_hook=str), indent=1).decode()

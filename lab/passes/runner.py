@@ -32,8 +32,8 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
-from lab.diskfull import DiskFull, is_disk_full
-from lab.errors import FailureKind, PassFailure
+from lab.facts.diskfull import DiskFull, is_disk_full
+from lab.facts.errors import FailureKind, PassFailure
 from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventKind, EventWriter, PassStatus
 from lab.passes.records import PassResult, build, write_record
 from lab.passes.spec import PassSpec, read_spec_or_report
@@ -128,7 +128,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, PassResult]:
         import torch
         import transformers  # noqa: F401 - imported here so its start-up cost is not model load
 
-        from lab.corpus import read_corpus
+        from lab.inputs.corpus import read_corpus
         from lab.memory.observe import release_memory
         from lab.memory.peaks import PeakTracker
         from lab.passes import inference as inf
@@ -141,7 +141,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, PassResult]:
             torch.set_num_threads(spec.threads)
         torch.backends.cudnn.benchmark = False
         device, backend = inf.resolve_device(spec.variant.device)
-        from lab.manifest import pass_environment
+        from lab.inputs.manifest import pass_environment
         from lab.passes.distributed import card_identity
 
         res.update(device=device, backend=backend, torch_version=str(torch.__version__),

@@ -7,9 +7,9 @@ import json
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
-from lab.constants import DEFAULT_SEED
-from lab.diskfull import atomic_write_text
-from lab.variants import Variant, VariantError
+from lab.facts.constants import DEFAULT_SEED
+from lab.facts.diskfull import atomic_write_text
+from lab.inputs.variants import Variant, VariantError
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,8 @@ class PassSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.variant, Variant):
-            raise TypeError(f"PassSpec.variant must be a lab.variants.Variant, got {type(self.variant).__name__} "
+            raise TypeError("PassSpec.variant must be a lab.inputs.variants.Variant, got "
+                            f"{type(self.variant).__name__} "
                             "(rebuild one from JSON with Variant.from_json)")
 
     def to_json(self) -> dict:
@@ -53,7 +54,7 @@ class PassSpec:
     def from_json(cls, d: object) -> "PassSpec":
         """Rebuild a spec from :meth:`to_json`'s dict.
 
-        Raises ValueError (one line; lab.variants.VariantError for the variant) on a value
+        Raises ValueError (one line; lab.inputs.variants.VariantError for the variant) on a value
         that is not a JSON object, an unknown key (the nearest valid key named), a missing
         key, or a value of the wrong JSON type. The runner maps it to EXIT_BAD_SPEC.
         """

@@ -40,8 +40,8 @@ import traceback
 from datetime import timedelta
 from pathlib import Path
 
-from lab.diskfull import atomic_write_text
-from lab.errors import FailureKind, PassFailure
+from lab.facts.diskfull import atomic_write_text
+from lab.facts.errors import FailureKind, PassFailure
 from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EventKind, EventWriter, PassStatus
 from lab.passes.multicard import CARD_STOPPED
 from lab.passes.records import CardRecord, build, write_record
@@ -140,11 +140,11 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
         import torch.distributed as dist
         import transformers  # noqa: F401 - start-up cost, not model load
 
-        from lab.corpus import read_corpus
+        from lab.inputs.corpus import read_corpus
         from lab.memory.observe import release_memory
         from lab.memory.peaks import PeakTracker
         from lab.passes import inference as inf
-        from lab.manifest import pass_environment
+        from lab.inputs.manifest import pass_environment
         from lab.passes import observed
         from lab.passes.conditions import WindowConditions
 

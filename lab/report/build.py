@@ -11,13 +11,13 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
-from lab.corpus import fingerprint
-from lab.diskfull import DiskFull, is_disk_full, swap_folder
-from lab.journal import Journal
-from lab.manifest import build_manifest
-from lab.models import model_revision
+from lab.inputs.corpus import fingerprint
+from lab.facts.diskfull import DiskFull, is_disk_full, swap_folder
+from lab.orchestration.journal import Journal
+from lab.inputs.manifest import build_manifest
+from lab.inputs.models import model_revision
 from lab.passes.events import FINISHED
-from lab.protocol import load_protocol
+from lab.orchestration.protocol import load_protocol
 from lab.report.raw_table import raw_rows, write_raw_table
 from lab.report.summary import campaign_summary, write_summary
 
@@ -25,7 +25,7 @@ from lab.report.summary import campaign_summary, write_summary
 def write_gold_labels(corpus_path: Path, out: Path) -> Path:
     """report/gold_labels.jsonl: {id, label, bucket} per corpus item (no text), so that
     ``archive verify`` can recompute every row's metric from the predictions."""
-    from lab.corpus import read_corpus
+    from lab.inputs.corpus import read_corpus
 
     with open(out, "w", encoding="utf-8", newline="\n") as fh:
         for r in read_corpus(corpus_path):
@@ -84,7 +84,7 @@ def copy_catalog(proto, dest: Path) -> dict:
     carries the prices it states; returns the manifest's record {path, sha256, copy} (or
     {path, missing} when the file is gone)."""
     from lab.cost.forfaits import DEFAULT_CATALOG
-    from lab.files import sha256_file
+    from lab.facts.files import sha256_file
 
     src = Path(proto.catalog_path or DEFAULT_CATALOG)
     if not src.is_file():
@@ -100,7 +100,7 @@ def campaign_note(proto, summary, pricing: dict, attempts: list[dict], partial_r
     (``partial_reason``), no finished pass, measured hardware differs from the priced package,
     and the observed campaign window (``observed``: the span of the passes stands in for an
     undeclared window). The one note for report/decision_note.md and the Cost screen.
-    ``attempts``: the journal's attempts (lab.journal.Journal.attempts)."""
+    ``attempts``: the journal's attempts (lab.orchestration.journal.Journal.attempts)."""
     from lab.report.decision import decision_campaign, decision_note
 
     planned = [(v.variant_id, v.label) for v in proto.variants]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from lab.constants import DEFAULT_DELIVERABLES, DEFAULT_LOTS
+from lab.facts.constants import DEFAULT_DELIVERABLES, DEFAULT_LOTS
 from lab.cost.forfaits import (PACKAGE_HOURS, Catalog, Coverage, PricingError, Quote, Window,
                                cost_per_validated_corpus, coverage, format_hours, load_catalog,
                                money, parse_instant, parse_window, quote)
@@ -28,7 +28,7 @@ NO_PACKAGE = "no package declared"
 
 
 def decision_campaign(proto) -> dict:
-    """The ``campaign`` argument of ``decision_note`` from a ``lab.protocol.Protocol``."""
+    """The ``campaign`` argument of ``decision_note`` from a ``lab.orchestration.protocol.Protocol``."""
     c = proto.config.campaign
     return {"name": proto.name, "question": c.question, "deadline": c.deadline,
             "deliverables": c.deliverables}
@@ -40,7 +40,7 @@ def decision_pricing(cost: dict, observed_window: tuple[str, str] | None = None)
     window_end, tz).
 
     A key that is absent or blank is None: no gpu or days means no package declared (nothing
-    priced, none invented); lots defaults to lab.constants.DEFAULT_LOTS. With no window_start
+    priced, none invented); lots defaults to lab.facts.constants.DEFAULT_LOTS. With no window_start
     given, ``observed_window`` (first pass start, last pass end; ISO) stands in for the window.
     """
     def given(key: str):
@@ -102,7 +102,8 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
     ``VariantSummary.from_json``). ``variant_pricing``: {variant_id: pricing keys} that
     override ``pricing`` for that variant (e.g. another ``gpu``).
     ``campaign``: ``name``, ``question``, ``deadline`` (ISO or None), ``deliverables``
-    (int >= 1, default lab.constants.DEFAULT_DELIVERABLES). ``pricing``: ``catalog_path`` (None = shipped catalog),
+    (int >= 1, default lab.facts.constants.DEFAULT_DELIVERABLES). ``pricing``: ``catalog_path``
+    (None = shipped catalog),
     ``gpu``, ``days``, ``lots``, ``window_start``/``window_end`` (ISO or None), ``tz``.
     ``planned``: (variant_id, label) of every declared variant; one with no pass in
     ``summary`` is listed as not run, and the decision never calls a configuration the only

@@ -5,7 +5,7 @@ A figure that was not measured is an empty cell, and ``notes`` says why (SPEC 3.
 conditions of each pass's measured window (CPU time and share, CPUs available, cgroup quota,
 load, steal, ``starved``, GPU clocks and throttle reasons) are the ``CONDITIONS`` columns
 (lab.report.conditions); ``environment`` is the pass process's own settings that change
-numerics, speed or memory (JSON, lab.manifest.ENV_ALLOWED).
+numerics, speed or memory (JSON, lab.inputs.manifest.ENV_ALLOWED).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lab.files import sha256_file
+from lab.facts.files import sha256_file
 from lab.passes.events import PassStatus
 from lab.report.conditions import CONDITIONS, INT_CONDITIONS, condition_cells
 
@@ -81,7 +81,7 @@ def folder_predictions(campaign_dir: Path) -> PredictionsFile:
 
 def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaign_dir: Path,
              predictions: PredictionsFile | None = None) -> list[dict]:
-    """Rows in schedule order from journal attempts (see lab.journal). Units: seconds, bytes.
+    """Rows in schedule order from journal attempts (see lab.orchestration.journal). Units: seconds, bytes.
     ``predictions``: where each pass's predictions file is (default: ``folder_predictions``
     of ``campaign_dir``; ``archive verify`` gives the archive's members instead)."""
     predictions = predictions or folder_predictions(campaign_dir)

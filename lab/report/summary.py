@@ -26,7 +26,7 @@ from lab.passes.events import PassStatus
 from lab.passes.records import Validation, rejected_text
 from lab.report.conditions import is_starved, starved_text
 from lab.report.distinguish import compare_durations
-from lab.variants import series_names
+from lab.inputs.variants import series_names
 
 
 def recompilation_caveat(recompiled_passes: int, successes: int, frames_max: int | None) -> str:

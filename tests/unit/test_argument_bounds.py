@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import cut_corpus, write_campaign
-from lab.protocol import load_protocol
+from lab.orchestration.protocol import load_protocol
 
 REPO = Path(__file__).resolve().parents[2]
 UNBUILT_MODEL = Path("/nonexistent/model-not-needed-to-parse")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from lab.passes.compile import compile_kinds, parse_compiler_probe
-from lab.variants import Variant
+from lab.inputs.variants import Variant
 
 
 def test_compile_kinds_follow_the_device_and_name_the_first_variant():

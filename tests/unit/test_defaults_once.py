@@ -1,5 +1,5 @@
-"""Defaults live once (issue 9, "Defaults live once"): lab/constants.py and the typed
-campaign-file sections of lab/config.py. No module of lab/ or tui/ (nor the Makefile) spells a
+"""Defaults live once (issue 9, "Defaults live once"): lab/facts/constants.py and the typed
+campaign-file sections of lab/orchestration/config.py. No module of lab/ or tui/ (nor the Makefile) spells a
 default again: no ``.get("<section field>", <literal>)`` for a field whose typed section
 already has a default, and no distinctive constant value (4+ digits) repeated."""
 
@@ -10,8 +10,8 @@ import dataclasses
 
 from conftest import REPO
 
-import lab.config as config
-import lab.constants as constants
+import lab.orchestration.config as config
+import lab.facts.constants as constants
 
 SECTIONS = (config.CampaignSection, config.CorpusSection, config.ModelSection, config.QualitySection,
             config.TimingSection, config.CostSection, config.SeriesSection)
@@ -37,7 +37,7 @@ def literal_defaults(source: str, fields: set[str]) -> list[tuple[int, str]]:
 def engine_sources():
     for path in sorted([*(REPO / "lab").rglob("*.py"), *(REPO / "tui").rglob("*.py")]):
         rel = path.relative_to(REPO).as_posix()
-        if rel not in ("lab/constants.py", "lab/config.py"):
+        if rel not in ("lab/facts/constants.py", "lab/orchestration/config.py"):
             yield rel, path.read_text()
 
 
@@ -45,7 +45,7 @@ def test_no_section_default_is_spelled_again():
     fields = defaulted_fields()
     assert {"threads", "lots", "seed", "repetitions"} <= fields  # the check looks at the real sections
     found = [f"{rel}:{line}: {code}" for rel, text in engine_sources() for line, code in literal_defaults(text, fields)]
-    assert not found, "a section default written again (read the section or lab.constants):\n" + "\n".join(found)
+    assert not found, "a section default written again (read the section or lab.facts.constants):\n" + "\n".join(found)
 
 
 def test_distinctive_constants_are_not_repeated():

@@ -10,12 +10,12 @@ import tomllib
 import pytest
 from conftest import REPO
 
-import lab.models
+import lab.inputs.models
 from lab.demo.model import (ENCODER_VERSION, ENCODER_WEIGHTS_SHA256, EncoderWeightsChanged, build_demo_model,
                             check_encoder_weights)
-from lab.errors import UserError
-from lab.files import sha256_file
-from lab.models import ENCODER_PACKAGE, encoder_path
+from lab.facts.errors import UserError
+from lab.facts.files import sha256_file
+from lab.inputs.models import ENCODER_PACKAGE, encoder_path
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def test_missing_weights_are_refused(tmp_path):
 
 
 def test_build_demo_model_refuses_tampered_weights_before_writing(tampered, tmp_path, monkeypatch):
-    monkeypatch.setattr(lab.models, "encoder_path", lambda: tampered)
+    monkeypatch.setattr(lab.inputs.models, "encoder_path", lambda: tampered)
     out = tmp_path / "demo-model"
     with pytest.raises(EncoderWeightsChanged):
         build_demo_model(REPO / "demo" / "corpus" / "tuning.jsonl", out)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lab.doctor import (ROCM_MATRIX_VERSION, Probes, blocking_failures, detect_vendor, evaluate,
+from lab.orchestration.doctor import (ROCM_MATRIX_VERSION, Probes, blocking_failures, detect_vendor, evaluate,
                         format_checks, gfx_name, min_driver_for_cuda)
 
 SMI_2xH100_570 = ("0, NVIDIA H100 80GB HBM3, 570.124.06\n"

@@ -1,5 +1,5 @@
 """One error hierarchy (issue 18 part 3): every exception class the lab defines derives from
-lab.errors.LabError, user errors from UserError (exit 2), each keeping the built-in base that
+lab.facts.errors.LabError, user errors from UserError (exit 2), each keeping the built-in base that
 existing ``except`` clauses catch; the CLI and the screens catch by class and show one line."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from conftest import REPO
 from textual.app import App
 from textual.widgets import Static
 
-from lab.errors import EXIT_USER, LabError, PassFailure, UserError, one_line
+from lab.facts.errors import EXIT_USER, LabError, PassFailure, UserError, one_line
 
 BUILTIN_BASES = {"Exception", "ValueError", "RuntimeError", "LookupError", "KeyError", "OSError",
                  "KeyboardInterrupt", "BaseException", "TypeError"}
@@ -22,8 +22,9 @@ BUILTIN_BASES = {"Exception", "ValueError", "RuntimeError", "LookupError", "KeyE
 # subclasses with their FailureKind. strict: once they are, this list must shrink.
 PASS_INTERNAL = {"lab.passes.inference.NonFiniteLogits", "lab.passes.inference.DeviceUnavailable",
                  "lab.passes.inference.WeightsNotLoaded", "lab.passes.observed.NotHonoured",
-                 "lab.diskfull.DiskFull", "lab.passes.worker.WorkerStopped"}
-NOT_ERRORS = {"lab.campaigns.CampaignInterrupted"}  # a KeyboardInterrupt by design: SIGTERM/SIGHUP act as Ctrl-C
+                 "lab.facts.diskfull.DiskFull", "lab.passes.worker.WorkerStopped"}
+# a KeyboardInterrupt by design: SIGTERM/SIGHUP act as Ctrl-C
+NOT_ERRORS = {"lab.service.campaigns.CampaignInterrupted"}
 
 
 def exception_classes() -> list[str]:
@@ -64,14 +65,14 @@ def test_the_table_holds_the_lab_errors_named_in_the_issue():
 
 @pytest.mark.parametrize("qualname", [q for q in CLASSES if q not in NOT_ERRORS])
 def test_every_lab_exception_class_is_a_lab_error(qualname):
-    assert issubclass(load(qualname), LabError), f"{qualname} does not derive from lab.errors.LabError"
+    assert issubclass(load(qualname), LabError), f"{qualname} does not derive from lab.facts.errors.LabError"
 
 
 @pytest.mark.parametrize("qualname", sorted(PASS_INTERNAL))
 def test_pass_internal_failures_carry_their_kind(qualname):
     """A failure raised inside a pass is a PassFailure whose kind is its own (not the generic
     "error"): the orchestrator and the raw table read the kind, never the message."""
-    from lab.errors import FailureKind, PassFailure
+    from lab.facts.errors import FailureKind, PassFailure
 
     cls = load(qualname)
     assert issubclass(cls, PassFailure), qualname
@@ -79,22 +80,22 @@ def test_pass_internal_failures_carry_their_kind(qualname):
 
 
 @pytest.mark.parametrize(("qualname", "user", "kept"), [
-    ("lab.config.ConfigError", True, ValueError),
-    ("lab.campaigns.CampaignError", True, ValueError),
+    ("lab.orchestration.config.ConfigError", True, ValueError),
+    ("lab.service.campaigns.CampaignError", True, ValueError),
     ("lab.compare.evidence.CompareError", True, ValueError),
-    ("lab.variants.VariantError", True, ValueError),
-    ("lab.models.ModelFolderError", True, ValueError),
+    ("lab.inputs.variants.VariantError", True, ValueError),
+    ("lab.inputs.models.ModelFolderError", True, ValueError),
     ("lab.demo.model.EncoderWeightsChanged", True, ValueError),
-    ("lab.corpus.CorpusError", True, ValueError),
-    ("lab.archive_format.ArchiveError", True, ValueError),
+    ("lab.inputs.corpus.CorpusError", True, ValueError),
+    ("lab.evidence.format.ArchiveError", True, ValueError),
     ("lab.cost.forfaits.PricingError", True, ValueError),
-    ("lab.replay.ReplayError", True, ValueError),
-    ("lab.identity.InputsChanged", True, ValueError),
-    ("lab.host_cards.CardsBeyondHost", True, ValueError),
+    ("lab.evidence.replay.ReplayError", True, ValueError),
+    ("lab.orchestration.identity.InputsChanged", True, ValueError),
+    ("lab.facts.host_cards.CardsBeyondHost", True, ValueError),
     ("lab.cli.CliError", True, ValueError),
-    ("lab.orchestrator.CampaignBusy", False, RuntimeError),
-    ("lab.orchestrator.CampaignFolderLost", False, RuntimeError),
-    ("lab.journal.JournalBusy", False, RuntimeError),
+    ("lab.orchestration.orchestrator.CampaignBusy", False, RuntimeError),
+    ("lab.orchestration.orchestrator.CampaignFolderLost", False, RuntimeError),
+    ("lab.orchestration.journal.JournalBusy", False, RuntimeError),
     ("lab.memory.gpu_map.GpuNotMatched", False, LookupError),
 ])
 def test_user_errors_are_user_errors_and_every_class_keeps_its_old_base(qualname, user, kept):
@@ -105,7 +106,7 @@ def test_user_errors_are_user_errors_and_every_class_keeps_its_old_base(qualname
 
 
 def test_campaign_interrupted_stays_a_keyboard_interrupt():
-    assert issubclass(load("lab.campaigns.CampaignInterrupted"), KeyboardInterrupt)
+    assert issubclass(load("lab.service.campaigns.CampaignInterrupted"), KeyboardInterrupt)
 
 
 def test_one_line_is_the_message_of_a_lab_error_and_names_a_defect_otherwise():
@@ -116,10 +117,11 @@ def test_one_line_is_the_message_of_a_lab_error_and_names_a_defect_otherwise():
 
 
 @pytest.mark.parametrize("error", [
-    "lab.variants.VariantError", "lab.models.ModelFolderError", "lab.orchestrator.CampaignBusy",
-    "lab.orchestrator.CampaignFolderLost", "lab.archive_format.ArchiveError", "lab.demo.model.EncoderWeightsChanged"])
+    "lab.inputs.variants.VariantError", "lab.inputs.models.ModelFolderError",
+    "lab.orchestration.orchestrator.CampaignBusy", "lab.orchestration.orchestrator.CampaignFolderLost",
+    "lab.evidence.format.ArchiveError", "lab.demo.model.EncoderWeightsChanged"])
 def test_cli_prints_one_line_and_exits_2_for_a_lab_error_raised_by_the_engine(error, monkeypatch, capsys, tmp_path):
-    import lab.protocol
+    import lab.orchestration.protocol
     from lab.cli import main
 
     cls = load(error)
@@ -128,20 +130,20 @@ def test_cli_prints_one_line_and_exits_2_for_a_lab_error_raised_by_the_engine(er
     def raising(*a, **k):
         raise cls(message)
 
-    monkeypatch.setattr(lab.protocol, "load_protocol", raising)  # `protocol lock` imports it at call time
+    monkeypatch.setattr(lab.orchestration.protocol, "load_protocol", raising)  # `protocol lock` imports it at call time
     assert main(["protocol", "lock", str(tmp_path / "c.toml")]) == EXIT_USER == 2
     err = capsys.readouterr().err
     assert err == f"iteralab: error: {message}\n"
 
 
 def test_cli_lets_a_defect_through_with_its_traceback(monkeypatch, tmp_path):
-    import lab.protocol
+    import lab.orchestration.protocol
     from lab.cli import main
 
     def raising(*a, **k):
         raise TypeError("a defect")
 
-    monkeypatch.setattr(lab.protocol, "load_protocol", raising)
+    monkeypatch.setattr(lab.orchestration.protocol, "load_protocol", raising)
     with pytest.raises(TypeError, match="a defect"):
         main(["protocol", "lock", str(tmp_path / "c.toml")])
 

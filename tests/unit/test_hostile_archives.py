@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import cut_corpus, write_campaign
-from lab.archive_format import MAX_JOURNAL_BYTES, MAX_TRAILER_BYTES
+from lab.evidence.format import MAX_JOURNAL_BYTES, MAX_TRAILER_BYTES
 
 REPO = Path(__file__).resolve().parents[2]
 FSIZE_LIMIT = 64 * 2**20   # no file the child writes may pass 64 MiB
@@ -90,11 +90,11 @@ def test_a_member_beyond_the_member_bound_is_refused_from_its_header(tmp_path):
 def test_more_members_than_the_bound_are_refused_in_one_line(tmp_path, monkeypatch):
     """The member bound, in-process with a bound of 20 (the real 50,000 through the CLI:
     tests/test_archive_member_bound.py)."""
-    import lab.archive_format
-    from lab.archive import verify
-    from lab.errors import UserError
+    import lab.evidence.format
+    from lab.evidence.archive import verify
+    from lab.facts.errors import UserError
 
-    monkeypatch.setattr(lab.archive_format, "MAX_MEMBERS", 20)
+    monkeypatch.setattr(lab.evidence.format, "MAX_MEMBERS", 20)
     archive = tmp_path / "many.tar.gz"
     body = io.BytesIO()
     body.write(header("camp", kind=tarfile.DIRTYPE))

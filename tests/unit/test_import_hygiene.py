@@ -30,8 +30,9 @@ def test_pass_runner_loads_neither_textual_nor_docker():
     assert not loaded & set(UI_AND_ENGINE_CLIENTS), sorted(loaded & set(UI_AND_ENGINE_CLIENTS))
 
 
-@pytest.mark.parametrize("module", ["lab.cli", "lab.campaigns", "lab.views", "lab.orchestrator",
-                                    "lab.report.build", "lab.doctor"])
+@pytest.mark.parametrize("module", ["lab.cli", "lab.service.campaigns", "lab.service.views",
+                                    "lab.orchestration.orchestrator",
+                                    "lab.report.build", "lab.orchestration.doctor"])
 def test_engine_and_cli_load_no_ui(module):
     loaded = loaded_top_packages(module)
     assert not loaded & {"textual", "textual_plotext", "tui"}, module

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from lab.journal import Journal
+from lab.orchestration.journal import Journal
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,5 +1,5 @@
 """The lock history (campaign.lock.json) is rewritten through a temporary name and a rename
-(lab.diskfull.atomic_write_text): a write that fails half-way leaves the previous history whole
+(lab.facts.diskfull.atomic_write_text): a write that fails half-way leaves the previous history whole
 and no temporary behind, and the next lock appends as if nothing had happened."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import os
 import pytest
 from conftest import cut_corpus, write_campaign
 
-from lab.diskfull import DiskFull
-from lab.protocol import load_protocol, lock, lock_path, read_lock
+from lab.facts.diskfull import DiskFull
+from lab.orchestration.protocol import load_protocol, lock, lock_path, read_lock
 
 
 def test_a_lock_write_that_fails_keeps_the_old_history_whole(tmp_path, fake_model, monkeypatch):

@@ -1,8 +1,8 @@
 """The manifest describes the environment the passes ran in (recorded by the orchestrator at
-each start), not the one the report happens to be built in (lab.manifest.environment_section)."""
+each start), not the one the report happens to be built in (lab.inputs.manifest.environment_section)."""
 from __future__ import annotations
 
-from lab.manifest import HOST_KEYS, environment_section
+from lab.inputs.manifest import HOST_KEYS, environment_section
 
 
 def facts(commit="a" * 40, torch="2.13.0+cpu", gpu="absent"):

@@ -1,5 +1,5 @@
 """A per-pass memory limit is a positive whole number of bytes or nothing, checked once for the
-CLI, the UI's command line and ITERALAB_MEMORY_LIMIT (lab.campaigns.memory_limit_bytes)."""
+CLI, the UI's command line and ITERALAB_MEMORY_LIMIT (lab.service.campaigns.memory_limit_bytes)."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.campaigns import CampaignError, make_launcher, memory_limit_bytes
+from lab.service.campaigns import CampaignError, make_launcher, memory_limit_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,7 +38,7 @@ def test_the_headless_entry_refuses_a_bad_limit_from_the_environment(tmp_path):
 
 def test_the_headless_demo_runs_under_the_given_limit(monkeypatch):
     """`python -m tui --headless --memory-limit N` ran the demo without any limit."""
-    import lab.campaigns as campaigns
+    import lab.service.campaigns as campaigns
     import tui.__main__ as entry
 
     seen = []

@@ -1,5 +1,5 @@
 """Is the journal's orchestrator still running? Its pid must be live and that process must
-have started when the recorded one did (lab.status.orchestrator_alive)."""
+have started when the recorded one did (lab.orchestration.status.orchestrator_alive)."""
 from __future__ import annotations
 
 import subprocess
@@ -7,7 +7,7 @@ import sys
 
 import psutil
 
-from lab.status import START_TIME_TOLERANCE_S, orchestrator_alive
+from lab.orchestration.status import START_TIME_TOLERANCE_S, orchestrator_alive
 
 
 def test_a_start_time_moved_by_a_clock_step_is_the_same_process():

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import cut_corpus, write_campaign
-from lab.protocol import ProtocolError, load_protocol
+from lab.orchestration.protocol import ProtocolError, load_protocol
 
 UNBUILT_MODEL = Path("/nonexistent/model-not-needed-to-parse")
 

@@ -1,5 +1,5 @@
 """The Runs screen shows the same ETA as the headless progress line (issue 22): one rule,
-lab.status.etas, over the journal's live progress (items done, items/s) and the median wall
+lab.orchestration.status.etas, over the journal's live progress (items done, items/s) and the median wall
 time of the finished passes."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
-from lab.orchestrator import progress_line
-from lab.status import CampaignState, running_eta_text
+from lab.orchestration.orchestrator import progress_line
+from lab.orchestration.status import CampaignState, running_eta_text
 from tui.screens.runs_screen import status_line
 
 START = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)

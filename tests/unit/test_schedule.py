@@ -1,6 +1,6 @@
-from lab.config import SeriesSection
-from lab.schedule import rotated_schedule
-from lab.variants import Variant, VariantError, expand_series
+from lab.orchestration.config import SeriesSection
+from lab.orchestration.schedule import rotated_schedule
+from lab.inputs.variants import Variant, VariantError, expand_series
 
 import pytest
 

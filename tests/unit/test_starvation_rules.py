@@ -143,7 +143,7 @@ def test_a_cpu_pass_has_empty_gpu_cells_with_the_reason():
 
 def test_tf32_on_an_fp32_cuda_pass_is_not_honoured():
     from lab.passes.observed import NotHonoured, require_honoured
-    from lab.variants import Variant
+    from lab.inputs.variants import Variant
 
     v = Variant(batch_size=1, precision="fp32", device="cuda")
     obs = {"dtype": "float32", "device": "cuda:0", "attention": "sdpa", "threads_declared": 0, "threads": 4,
@@ -157,7 +157,7 @@ def test_tf32_on_an_fp32_cuda_pass_is_not_honoured():
 
 
 def test_the_environment_that_changes_results_is_recorded(monkeypatch):
-    from lab.manifest import ENV_ALLOWED, pass_environment
+    from lab.inputs.manifest import ENV_ALLOWED, pass_environment
 
     monkeypatch.setenv("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "1")
     monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "0")

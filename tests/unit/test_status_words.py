@@ -1,5 +1,5 @@
 """Status words live once: lab.passes.events.PassStatus (with its FAILED and FINISHED sets)
-and lab.status.CampaignState. No module of lab/ or tui/ compares against, keys a table by,
+and lab.orchestration.status.CampaignState. No module of lab/ or tui/ compares against, keys a table by,
 or lists a status word as a string literal (issue 9, "pass statuses are one enum defined
 once"; a maintainer's trial found eight such copies).
 
@@ -18,10 +18,10 @@ import ast
 from conftest import REPO
 
 from lab.passes.events import PassStatus
-from lab.status import CampaignState
+from lab.orchestration.status import CampaignState
 
 STATUS_WORDS = {str(s) for s in PassStatus} | {str(s) for s in CampaignState}
-DEFINITIONS = {"lab/passes/events.py", "lab/status.py"}
+DEFINITIONS = {"lab/passes/events.py", "lab/orchestration/status.py"}
 OTHER_VOCABULARIES = {"lab/launchers/docker.py": "Docker container states"}
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import cut_corpus, write_campaign
-from lab.protocol import ProtocolError, load_protocol
-from lab.validate import validate_pass
+from lab.orchestration.protocol import ProtocolError, load_protocol
+from lab.orchestration.validate import validate_pass
 
 UNBUILT_MODEL = Path("/nonexistent/model-not-needed-to-parse")
 
@@ -60,7 +60,7 @@ def test_embedding_with_two_cards_is_refused_in_one_line(tmp_path):
 
 
 def test_entry_and_metric_files_enter_the_lock_identity(tmp_path, fake_model):
-    from lab.identity import protocol_identity
+    from lab.orchestration.identity import protocol_identity
 
     (tmp_path / "entry.py").write_text("class C:\n    def predict(self, texts):\n        return texts\n")
     (tmp_path / "m.py").write_text("def score(p, r):\n    return 0.5\n")
@@ -105,7 +105,7 @@ def test_user_metric_is_judged_in_its_declared_direction(tmp_path):
 def test_custom_entry_is_refused_for_a_launcher_that_does_not_mount_it(tmp_path):
     from types import SimpleNamespace
 
-    from lab.orchestrator import Orchestrator
+    from lab.orchestration.orchestrator import Orchestrator
 
     (tmp_path / "entry.py").write_text("class C:\n    def predict(self, texts):\n        return texts\n")
     proto = load_protocol(campaign(tmp_path, '\n[task]\nkind = "custom"\nentry = "entry.py:C"\n'))

@@ -14,10 +14,10 @@ from dataclasses import fields
 import pytest
 
 from conftest import REPO
-from lab.config import SeriesSection, parse_config
+from lab.orchestration.config import SeriesSection, parse_config
 from lab.passes.spec import PassSpec
-from lab.protocol import DEMO_CAMPAIGN, load_protocol
-from lab.variants import Variant, VariantError, expand_series
+from lab.orchestration.protocol import DEMO_CAMPAIGN, load_protocol
+from lab.inputs.variants import Variant, VariantError, expand_series
 
 # Computed with the code BEFORE PassSpec.variant became a Variant and expand_series took the
 # typed sections (main at 45a3b0a, `load_protocol(DEMO_CAMPAIGN).variants`). Ids are derived
@@ -69,7 +69,7 @@ def test_pass_spec_round_trip_keeps_a_variant(tmp_path):
 
 
 def test_pass_spec_refuses_a_dict_variant(tmp_path):
-    with pytest.raises(TypeError, match=r"must be a lab\.variants\.Variant"):
+    with pytest.raises(TypeError, match=r"must be a lab\.inputs\.variants\.Variant"):
         spec_for(tmp_path, Variant(batch_size=8).to_json())
 
 
@@ -110,7 +110,7 @@ def test_variant_from_json_accepts_a_record_older_than_a_field():
 
 
 def test_variant_short_reads_a_variant_and_its_record_alike():
-    from lab.variants import variant_short
+    from lab.inputs.variants import variant_short
 
     v = Variant(batch_size=8, series="batch", name="batch/batch_size=8")
     assert variant_short(v) == variant_short(v.to_json()) == "batch_size=8"

@@ -14,12 +14,12 @@ import pytest
 
 from conftest import REPO
 from lab.passes.spec import PassSpec
-from lab.protocol import DEMO_CAMPAIGN, load_protocol
-from lab.variants import ID_FIELDS, Variant, VariantError
+from lab.orchestration.protocol import DEMO_CAMPAIGN, load_protocol
+from lab.inputs.variants import ID_FIELDS, Variant, VariantError
 
 from test_typed_variant import DEMO_IDS_BEFORE, spec_for
 
-# The fields of Variant when ids were first defined (lab/variants.py at 8867912, "Engine core").
+# The fields of Variant when ids were first defined (lab/inputs/variants.py at 8867912, "Engine core").
 ORIGINAL_FIELDS = ("batch_size", "precision", "padding", "max_length", "bucketing", "device", "compile",
                    "attention", "quantization")
 

@@ -8,11 +8,11 @@ reasons and nothing after them.
 
 from __future__ import annotations
 
-from lab.journal import Journal
+from lab.orchestration.journal import Journal
 from lab.report.raw_table import raw_rows
 from lab.report.summary import campaign_summary
-from lab.status import verdict
-from lab.variants import Variant
+from lab.orchestration.status import verdict
+from lab.inputs.variants import Variant
 
 REASONS = ["macro_f1 0.4000 below threshold 0.55", "macro_f1 0.1500 below the reference, tolerance 0.02"]
 
@@ -60,7 +60,7 @@ def test_a_rejected_variants_verdict_is_its_validation_reasons_and_nothing_after
 def test_an_archive_made_before_the_fix_keeps_verifying_with_its_older_wording(tmp_path):
     """archive verify accepts the older verdict only as the exact text the pre-fix rule cuts
     from the raw rows, and only for a variant with no accepted pass."""
-    from lab.archive_tables import _compare_variants, pre_fix_verdicts
+    from lab.evidence.tables import _compare_variants, pre_fix_verdicts
 
     attempts = _journal(tmp_path)
     rows = raw_rows(attempts, "c", 1, tmp_path)

@@ -1,4 +1,4 @@
-"""Screen 7, Archive: assemble and verify (``lab.campaigns.assemble_archive``)
+"""Screen 7, Archive: assemble and verify (``lab.service.campaigns.assemble_archive``)
 the evidence archive; its path, size, sha256, and the exact `scp` line to run on one's own
 machine, with user, host and port detected (SSH_CONNECTION, $USER, hostname) and editable."""
 
@@ -19,7 +19,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Label, Static
 
-from lab.campaigns import ONE_LINE_ERRORS, assemble_archive, replay_here
+from lab.service.campaigns import ONE_LINE_ERRORS, assemble_archive, replay_here
 from tui.messages import ArchiveReady
 from tui.screens.lab_screen import LabScreen
 
@@ -178,7 +178,7 @@ class ArchiveScreen(LabScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="replay")
     def replay(self, archive: Path) -> None:
-        """`iteralab campaign replay ARCHIVE` into the bundle's campaign.toml (lab.campaigns.replay_here)."""
+        """`iteralab campaign replay ARCHIVE` into the bundle's campaign.toml (lab.service.campaigns.replay_here)."""
         out = self.query_one("#replay-result", Static)
         try:
             r = replay_here(archive)

@@ -1,6 +1,6 @@
 """Screen 8, Compare: the evidence archives under runs/ (and any the user adds by path),
 the declared load, deadline and window start; builds the same comparison as
-`iteralab compare` (``lab.views.run_comparison`` over ``lab.compare.compare_to_folder``) in a
+`iteralab compare` (``lab.service.views.run_comparison`` over ``lab.compare.compare_to_folder``) in a
 thread worker and shows the decision path and the decision; the files land in
 runs/compare/<UTC time>/."""
 
@@ -16,8 +16,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Label, Static
 
-from lab.campaigns import ONE_LINE_ERRORS
-from lab.views import run_comparison
+from lab.service.campaigns import ONE_LINE_ERRORS
+from lab.service.views import run_comparison
 from tui.messages import CompareReady
 from tui.screens.lab_screen import LabScreen
 from tui.widgets.archive_picker import ArchivePicker

@@ -1,6 +1,6 @@
 """Screen 6, Cost and decision: catalog, GPU, package days, lots, campaign window; accepted
 deliverables taken from validated results (editable only downward); the quote and cost per
-validated corpus and the decision note, computed by ``lab.views.cost_view`` (pricing from
+validated corpus and the decision note, computed by ``lab.service.views.cost_view`` (pricing from
 ``lab.cost.forfaits``, note from ``lab.report.decision``)."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Label, Markdown, Static
 
-from lab.campaigns import ONE_LINE_ERRORS
-from lab.constants import DEFAULT_LOTS
+from lab.service.campaigns import ONE_LINE_ERRORS
+from lab.facts.constants import DEFAULT_LOTS
 from lab.cost.forfaits import PricingError
-from lab.protocol import ProtocolError, load_protocol
-from lab.views import cost_view
+from lab.orchestration.protocol import ProtocolError, load_protocol
+from lab.service.views import cost_view
 from tui.messages import CostReady
 from tui.screens.lab_screen import LabScreen
 

@@ -1,6 +1,6 @@
 """Screen 1, Environment: backend, GPUs with memory, driver and runtime, Docker engine and
-image, disk and RAM; problems in plain words with the fix (``lab.views.collect_environment``
-over ``lab.doctor``)."""
+image, disk and RAM; problems in plain words with the fix (``lab.service.views.collect_environment``
+over ``lab.orchestration.doctor``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from lab.campaigns import ONE_LINE_ERRORS
+from lab.service.campaigns import ONE_LINE_ERRORS
 from tui.messages import EnvironmentReady
 from tui.screens.lab_screen import LabScreen
 
@@ -37,9 +37,9 @@ def render_environment(f: dict) -> str:
                  f"({_gib(f['ram_available_bytes'])} available)")
     lines.append(f"[b]Disk[/b]      {_gib(f['disk_free_bytes'])} free at {escape(f['disk_path'])}")
     lines.append("")
-    lines.append("[b]Checks[/b] (lab.doctor)")
+    lines.append("[b]Checks[/b] (lab.orchestration.doctor)")
     for c in f["checks"]:
-        # as `iteralab doctor` marks them (lab.doctor.Check.level): a failed check that does
+        # as `iteralab doctor` marks them (lab.orchestration.doctor.Check.level): a failed check that does
         # not stop a campaign is a warning (a record without "blocking" counts as blocking)
         mark = ("[green]ok  [/green]" if c["ok"] else "[red]FAIL[/red]" if c.get("blocking", True)
                 else "[yellow]WARN[/yellow]")

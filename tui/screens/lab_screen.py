@@ -17,7 +17,7 @@ from textual.screen import Screen
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
-from lab.errors import one_line
+from lab.facts.errors import one_line
 from tui.messages import CampaignSnapshot
 from tui.widgets.screen_tabs import ScreenTabs
 
@@ -58,9 +58,9 @@ class LabApp(App):
 class LabScreen(Screen):
     """Subclasses set ``NAME`` (a key of tui.widgets.screen_tabs.SCREENS) and ``body()``.
 
-    A screen's workers catch ``lab.campaigns.ONE_LINE_ERRORS`` (the lab's errors) and show the
+    A screen's workers catch ``lab.service.campaigns.ONE_LINE_ERRORS`` (the lab's errors) and show the
     line in place; anything else a worker raises is a defect, and ``on_worker_state_changed``
-    is the one last resort that says so (``lab.errors.one_line``) instead of leaving the screen
+    is the one last resort that says so (``lab.facts.errors.one_line``) instead of leaving the screen
     waiting."""
 
     NAME = ""

@@ -1,9 +1,9 @@
 """Screen 3, Plan: series and variants, the rotated schedule, the number of passes, the
-cards per pass, memory feasibility per variant from the memory lab (``lab.views.build_plan``
+cards per pass, memory feasibility per variant from the memory lab (``lab.service.views.build_plan``
 over ``lab.memory.feasibility.batch_fits``: largest batch per length bucket under the GPU's
 memory, estimate with its margin; without a GPU the estimated peak of the variant's own batch
 against host RAM, since a largest batch of thousands informs no choice), and the checks
-`protocol lock` runs (``lab.preflight.lock_checks``; "cards" refuses a campaign that asks for
+`protocol lock` runs (``lab.orchestration.preflight.lock_checks``; "cards" refuses a campaign that asks for
 more cards than the host has, in one line)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
-from lab.campaigns import ONE_LINE_ERRORS
-from lab.views import build_plan
+from lab.service.campaigns import ONE_LINE_ERRORS
+from lab.service.views import build_plan
 from tui.messages import PlanReady
 from tui.screens.lab_screen import LabScreen
 

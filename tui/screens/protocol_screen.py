@@ -1,6 +1,7 @@
 """Screen 2, Protocol: the decision question, corpus card (counts per bucket and class),
-quality rules (``lab.views.protocol_info``), and the lock (``lab.protocol.lock``): locking shows the hash; after a lock,
-an edited file is a new protocol version, and the screen says so (SPEC 3.1)."""
+quality rules (``lab.service.views.protocol_info``), and the lock (``lab.orchestration.protocol.lock``):
+locking shows the hash; after a lock, an edited file is a new protocol version, and the screen says
+so (SPEC 3.1)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
-from lab.campaigns import ONE_LINE_ERRORS, campaign_dir_of
-from lab.views import lock_protocol, protocol_info
+from lab.service.campaigns import ONE_LINE_ERRORS, campaign_dir_of
+from lab.service.views import lock_protocol, protocol_info
 from tui.messages import ProtocolLoaded, ProtocolLocked
 from tui.screens.lab_screen import LabScreen
 
@@ -37,7 +38,7 @@ def render_rules(i: dict) -> str:
         lines.append(f"[green b]Locked[/green b] version {c['version']} at {c['locked_at']}\n"
                      f"  sha256 {c['sha256']}")
         r = c.get("replays")
-        if r:  # `iteralab campaign replay` (lab.replay): the archive whose question this puts again
+        if r:  # `iteralab campaign replay` (lab.evidence.replay): the archive whose question this puts again
             what = "a new question version (model changed)" if r.get("change") else "the same question"
             lines.append(f"[b]Replays[/b] {escape(r['archive'])} (sha256 {r['archive_sha256'][:16]}...): "
                          f"{what}, question version {c.get('question_version') or 1}")

@@ -13,7 +13,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from lab.campaigns import ONE_LINE_ERRORS
+from lab.service.campaigns import ONE_LINE_ERRORS
 from tui.messages import ResultsReady
 from tui.screens.lab_screen import LabScreen
 from tui.widgets.durations_plot import DurationsPlot

@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from lab.journal import Journal
+from lab.orchestration.journal import Journal
 from lab.passes.events import FAILED, EventKind, PassStatus, parse_event
-from lab.status import campaign_status
+from lab.orchestration.status import campaign_status
 
 SHOWN_EVENTS = (EventKind.START, EventKind.END, EventKind.OOM, EventKind.ERROR, EventKind.INTERRUPTED,
                 EventKind.LEFTOVER, EventKind.PHASE)

@@ -14,7 +14,7 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import CellDoesNotExist
 
 from lab.passes.events import FAILED, PassStatus
-from lab.variants import variant_short
+from lab.inputs.variants import variant_short
 
 COLUMNS = ("slot", "rep", "variant", "status", "progress", "it/s", "elapsed")
 FAIL_STYLE = "bold white on red"

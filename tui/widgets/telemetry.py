@@ -33,7 +33,7 @@ class HostTelemetry:
         self.nvml = None
         self.note = ""
         try:
-            from lab.host import nvml
+            from lab.facts.host import nvml
 
             self.nvml = nvml()
         except Exception as exc:  # no NVIDIA driver, or AMD: say so, never 0 %

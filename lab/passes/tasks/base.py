@@ -16,7 +16,7 @@ failure rows and the result record. It calls the job for exactly these steps:
    ``predictions_sha256`` and what else the kind writes beside the predictions file).
 
 The task itself (kind, pooling, entry) reaches the pass as ``PassSpec.extra["task"]``
-(lab.protocol.Protocol.task_extra); a classification pass carries no such key, so its
+(lab.orchestration.protocol.Protocol.task_extra); a classification pass carries no such key, so its
 pass.json is unchanged.
 """
 

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lab.diskfull import atomic_write_text
-from lab.files import sha256_lines
+from lab.facts.diskfull import atomic_write_text
+from lab.facts.files import sha256_lines
 
 
 def write_label_predictions(path: Path, win, id2label: dict | None) -> tuple[int, str]:

@@ -30,7 +30,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from lab.errors import FailureKind, PassFailure
+from lab.facts.errors import FailureKind, PassFailure
 
 PROTOCOL_METHODS = ("predict",)
 IMPORTS_FINE = "entry imports and has the protocol"  # the check process's last line when it does
@@ -127,11 +127,11 @@ def check_main(argv: list[str]) -> int:
 
 def check_in_fresh_process(ref: str, metric: bool = False, timeout_s: float = 300.0) -> str:
     """'' when a new Python process imports ``ref`` (an entry class, or a metric function with
-    ``metric``) and finds the protocol's methods, else the one-line reason (lab.preflight)."""
+    ``metric``) and finds the protocol's methods, else the one-line reason (lab.orchestration.preflight)."""
     import os
     import subprocess
 
-    from lab.files import REPO_ROOT
+    from lab.facts.files import REPO_ROOT
 
     cmd = [sys.executable, "-m", "lab.passes.tasks.custom", *(["--metric"] if metric else []), ref]
     try:

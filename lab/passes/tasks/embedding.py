@@ -22,9 +22,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lab.diskfull import atomic_write_text
-from lab.errors import FailureKind, PassFailure
-from lab.files import sha256_bytes, sha256_lines
+from lab.facts.diskfull import atomic_write_text
+from lab.facts.errors import FailureKind, PassFailure
+from lab.facts.files import sha256_bytes, sha256_lines
 
 VECTORS_FILE = "vectors.npy"
 VECTORS_DTYPE = "float16"  # 2 bytes per value: 1000 items x 384 values = 768 KB per pass
@@ -174,7 +174,7 @@ class EmbeddingJob:
         return observe_window(win, self.spec.variant.max_length)
 
     def self_metric(self, win) -> float | None:
-        return None  # the label-based retrieval metric needs every vector: lab.validate computes it
+        return None  # the label-based retrieval metric needs every vector: lab.orchestration.validate computes it
 
     def write_predictions(self, path: Path, win) -> dict:
         """predictions.jsonl and vectors.npy (float16) of the completed items; returns the

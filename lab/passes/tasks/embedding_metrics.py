@@ -1,4 +1,4 @@
-"""Quality of an embedding pass, from its vectors alone (pure numpy; lab.validate and
+"""Quality of an embedding pass, from its vectors alone (pure numpy; lab.orchestration.validate and
 ``archive verify`` both call these, so the journal's figure and the re-derived one are one rule).
 
 - :func:`nn_accuracy`: leave-one-out nearest-neighbour label accuracy over the comparison

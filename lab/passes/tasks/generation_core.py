@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from lab.errors import UserError
-from lab.files import sha256_bytes
+from lab.facts.errors import UserError
+from lab.facts.files import sha256_bytes
 
 TEXT_FIELD = "{text}"
 

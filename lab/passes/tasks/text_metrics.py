@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
 
-from lab.errors import UserError
+from lab.facts.errors import UserError
 
 _SPACE = re.compile(r"\s+")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")

@@ -1,0 +1,114 @@
+"""The evidence archive's fixed names, its error type, the verification result, and the
+member checks shared by ``extract`` and ``verify`` (one top folder, no links or '..'; the
+bounds below, checked on each member's header before a byte of it is read or written)."""
+
+from __future__ import annotations
+
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.facts.errors import UserError
+
+JOURNAL = "journal.sqlite"
+ARCHIVE_INFO = "ARCHIVE.json"
+SUMS = "SHA256SUMS"
+
+# Bounds on what one archive may hold (issue 23 part 3). A real campaign's archive has a few
+# files per pass (a 1,000-pass campaign: about 5,000 members), predictions of a few MB per
+# pass and a journal of a few MB; a hostile one (a 4 GiB journal in 18 MB, a million empty
+# members in 6 MB) is refused at the first member beyond a bound, in one line.
+MAX_MEMBERS = 50_000
+"""Members (files and folders) in one archive."""
+MAX_MEMBER_BYTES = 2**30
+"""Declared size of one member: 1 GiB."""
+MAX_JOURNAL_BYTES = 512 * 2**20
+"""The journal member, the one member verify writes to disk (a temporary file): 512 MiB."""
+MAX_TOTAL_BYTES = 4 * 2**30
+"""Uncompressed bytes of the whole archive (members and padding): 4 GiB, so also the most
+that ``extract`` writes."""
+MAX_TRAILER_BYTES = 2**20
+"""Bytes after the tar's end blocks (read to reach the gzip trailer): tar pads to 10 KiB records."""
+
+
+class ArchiveError(UserError):
+    """A corrupt, unsafe or malformed archive, or a campaign that cannot be archived as asked;
+    one line naming the member (or campaign) and the problem."""
+
+
+@dataclass(frozen=True)
+class Rederived:
+    """The raw table and the summary as ``archive verify`` rebuilt them from the archived journal
+    and pass records (lab.evidence.tables), never read from report/raw_table.csv or summary.json.
+    ``raw_rows``: one dict per attempt, in schedule order, the cells as the raw table's CSV holds
+    them (strings, empty cell = ""); ``summary``: one summary.json object per variant
+    (lab.report.summary.VariantSummary.to_json, through JSON)."""
+
+    raw_rows: list
+    summary: list
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What ``verify`` checked: files hashed, raw-table rows re-derived, problems (one line each),
+    and the re-derived figures (None when the journal could not be read: then ``problems``
+    says why)."""
+
+    files_checked: int
+    rows_checked: int
+    problems: list
+    rederived: Rederived | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def check_member(m: tarfile.TarInfo, tops: set[str]) -> str:
+    """Refuse unsafe members; returns the member's path below its top folder ('' for the top
+    folder itself). Raises ArchiveError for absolute paths, '..', links, devices, or a second
+    top folder (``tar x`` and verify must see the same files)."""
+    parts = Path(m.name).parts
+    if m.name.startswith("/") or ".." in parts or not parts:
+        raise ArchiveError(f"unsafe member {m.name!r}: path outside the target folder; refusing to extract")
+    if not (m.isfile() or m.isdir()):
+        raise ArchiveError(f"unsafe member {m.name!r}: links and devices are refused")
+    tops.add(parts[0])
+    if len(tops) > 1:
+        raise ArchiveError(f"more than one top folder ({', '.join(sorted(tops))}): an evidence archive "
+                           "holds exactly one; refusing it (unpacking would not give what is verified)")
+    if m.isfile() and len(parts) == 1:
+        raise ArchiveError(f"member {m.name!r} lies outside the archive's top folder; refusing it")
+    return "/".join(parts[1:])
+
+
+class MemberBounds:
+    """Counts the members and bytes of one archive read forward; ``check`` refuses (ArchiveError,
+    one line) the member that goes beyond MAX_MEMBERS, MAX_MEMBER_BYTES (MAX_JOURNAL_BYTES for
+    the journal) or MAX_TOTAL_BYTES, from its header, before any of its bytes is read."""
+
+    def __init__(self, archive: Path):
+        self.archive, self.members, self.total_bytes = Path(archive).name, 0, 0
+
+    def check(self, m: tarfile.TarInfo, rel: str) -> None:
+        self.members += 1
+        if self.members > MAX_MEMBERS:
+            raise ArchiveError(f"{self.archive}: more than {MAX_MEMBERS:,} members; an evidence archive holds a "
+                               "few files per pass, so this is not one (refused before reading further)")
+        limit, what = (MAX_JOURNAL_BYTES, "the journal") if rel == JOURNAL else (MAX_MEMBER_BYTES, "a member")
+        if m.size > limit:
+            raise ArchiveError(f"{self.archive}: member {m.name!r} declares {m.size:,} bytes, beyond the "
+                               f"{limit:,} bytes allowed for {what}; not an evidence archive (refused "
+                               "before unpacking it)")
+        self.total_bytes += m.size
+        self.check_total(self.total_bytes)
+
+    def check_trailer(self, trailer_bytes: int) -> None:
+        if trailer_bytes > MAX_TRAILER_BYTES:
+            raise ArchiveError(f"{self.archive}: more than {MAX_TRAILER_BYTES:,} bytes after the end of the tar; "
+                               "not an evidence archive (refused before reading further)")
+
+    def check_total(self, total_bytes: int) -> None:
+        if total_bytes > MAX_TOTAL_BYTES:
+            raise ArchiveError(f"{self.archive}: more than {MAX_TOTAL_BYTES:,} bytes once uncompressed; not an "
+                               "evidence archive (refused before reading further)")

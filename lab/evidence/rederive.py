@@ -1,0 +1,313 @@
+"""Re-derivation for ``archive verify``: the journal against the raw table, each row's
+predictions sha256 against the file and its ``result.json``, each row's metric recomputed from
+its predictions and the archived gold labels; for a multi-card pass, its cards' records and
+predictions against its merged predictions. Works on the members one forward pass over the
+archive kept (lab.evidence.verify); every problem is one line naming the pass.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from lab.evidence.format import JOURNAL, ArchiveError
+from lab.orchestration.config import EMBEDDING_METRICS
+from lab.orchestration.journal import Journal, JournalVersion
+from lab.passes.events import FINISHED, PassStatus
+
+GOLD_LABELS = "report/gold_labels.jsonl"
+BUCKETS = ("short", "medium", "long")
+TOLERANCE = 1e-6  # metrics are stored rounded to 6 decimals
+
+
+def member_text(scan, rel: str) -> str:
+    try:
+        return scan.kept[rel].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ArchiveError(f"{rel}: not UTF-8 (byte {exc.start}); the archive was altered or damaged") from None
+
+
+def member_object(scan, rel: str) -> dict | None:
+    """The member ``rel`` parsed as a JSON object, or None when it is not one."""
+    try:
+        value = json.loads(member_text(scan, rel))
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def read_journal(scan, problems: list[str]) -> tuple[list[dict], list[dict]] | None:
+    if scan.journal is None:
+        problems.append(f"{JOURNAL} missing: the journal's attempts cannot be compared with the raw table")
+        return None
+    try:
+        j = Journal.open_read_only(scan.journal)
+        try:
+            attempts, plan = j.attempt_rows(), j.plan()
+        finally:
+            j.close()
+    except JournalVersion as exc:
+        problems.append(f"{JOURNAL}: {exc}")
+        return None
+    except sqlite3.Error as exc:
+        problems.append(f"{JOURNAL}: not a readable campaign journal ({exc}); empty or damaged")
+        return None
+    return attempts, plan
+
+
+def compare_journal(attempts: list[dict], plan: list[dict], rows: list[dict], partial: bool,
+                     problems: list[str]) -> None:
+    by_row = {r["pass_id"]: r for r in rows}
+    by_att = {a["pass_id"]: a for a in attempts}
+    for pid in sorted(set(by_att) - set(by_row), key=str):
+        problems.append(f"pass {pid}: in the journal but not in the raw table")
+    for pid in sorted(set(by_row) - set(by_att), key=str):
+        problems.append(f"pass {pid}: in the raw table but not in the journal")
+    for pid in sorted(set(by_row) & set(by_att), key=str):
+        a, r = by_att[pid], by_row[pid]
+        if a["status"] != r["status"]:
+            problems.append(f"pass {pid}: status {r['status']!r} in the raw table, {a['status']!r} in the journal")
+        if ("" if a["items_completed"] is None else str(a["items_completed"])) != r["items_completed"]:
+            problems.append(f"pass {pid}: {r['items_completed']} items completed in the raw table, "
+                            f"{a['items_completed']} in the journal")
+        try:
+            val = json.loads(a["validation_json"]) if a["validation_json"] else {}
+        except (json.JSONDecodeError, TypeError):
+            val = None
+        if not isinstance(val, dict):
+            problems.append(f"pass {pid}: its validation in the journal is not a JSON object")
+            continue
+        if str(bool(val.get("corpus_accepted"))) != (r.get("corpus_accepted") or "False"):
+            problems.append(f"pass {pid}: corpus_accepted {r.get('corpus_accepted') or 'empty'} in the raw table, "
+                            f"{bool(val.get('corpus_accepted'))} in the journal")
+        if not _same_metric(val.get("metric"), r.get("metric")):
+            problems.append(f"pass {pid}: metric {r.get('metric') or 'empty'} in the raw table, "
+                            f"{val.get('metric')} in the journal")
+    if partial:
+        return
+    done = {a["seq"] for a in attempts if a["status"] in FINISHED}
+    for a in attempts:
+        if a["status"] == PassStatus.RUNNING:
+            problems.append(f"pass {a['pass_id']}: still 'running' in the journal of an archive not marked partial")
+    missing = [p["seq"] for p in plan if p["seq"] not in done]
+    if missing:
+        problems.append(f"{len(missing)} planned slot(s) without a finished attempt (first seq {missing[0]}) in an "
+                        "archive not marked partial")
+
+
+def _number(v) -> float | str | None:
+    if v in (None, ""):
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return str(v)  # not a number: never equal to a recomputed metric
+
+
+def _same_metric(a, b) -> bool:
+    a, b = _number(a), _number(b)
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= TOLERANCE
+    return a is None and b is None
+
+
+def _predictions(scan, rel: str) -> dict[str, str] | None:
+    """{id: pred} of a predictions file; None when a line is not a JSON object with id and
+    pred, or an id repeats."""
+    out: dict[str, str] = {}
+    for line in member_text(scan, rel).splitlines():
+        try:
+            rec = json.loads(line)
+            if not (isinstance(rec["id"], str) and isinstance(rec["pred"], str)) or rec["id"] in out:
+                return None
+            out[rec["id"]] = rec["pred"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            return None
+    return out
+
+
+def read_gold(scan, problems: list[str]) -> dict[str, tuple[str, str]] | None:
+    if GOLD_LABELS not in scan.kept:
+        problems.append(f"{GOLD_LABELS} missing: metrics cannot be recomputed from the predictions")
+        return None
+    gold = {}
+    for n, line in enumerate(member_text(scan, GOLD_LABELS).splitlines(), start=1):
+        try:
+            rec = json.loads(line)
+            if not (isinstance(rec["id"], str) and isinstance(rec["label"], str)):
+                raise TypeError
+            gold[rec["id"]] = (rec["label"], rec.get("bucket") or "")
+        except (json.JSONDecodeError, KeyError, TypeError):
+            problems.append(f"{GOLD_LABELS} line {n}: not a JSON object with string id and label")
+            return None
+    return gold
+
+
+def _check_metric(pid: str, row: dict, preds: dict[str, str], gold: dict, problems: list[str]) -> float | None:
+    """Compare the row's metric columns with the ones recomputed; returns the recomputed metric."""
+    from lab.orchestration.validate import METRICS
+
+    claimed = row.get("metric")
+    if set(preds) != set(gold):
+        if claimed not in (None, ""):
+            problems.append(f"pass {pid}: metric {claimed} given, but its predictions do not cover exactly the "
+                            "corpus's ids")
+        return None
+    if claimed in (None, "") and not (row.get("ids_match") == "True" and row.get("format_ok") == "True"):
+        return None  # no metric claimed for predictions the validation refused
+    fn = METRICS.get(row.get("metric_name", ""))
+    if fn is None and ":" in row.get("metric_name", ""):
+        problems.append(f"pass {pid}: metric {row['metric_name']} is the user's own function; archive verify runs no "
+                        "code from an archive, so this metric is not re-derived (its file's sha256 is in the lock)")
+        return None
+    if fn is None:
+        if claimed not in (None, ""):
+            problems.append(f"pass {pid}: unknown metric name {row.get('metric_name')!r}")
+        return None
+    ids = sorted(gold)
+    recomputed = None
+    checks = [("metric", ids)] + [(f"metric_{b}", [i for i in ids if gold[i][1] == b]) for b in BUCKETS]
+    for col, sub in checks:
+        value = round(fn([gold[i][0] for i in sub], [preds[i] for i in sub]), 6) if sub else None
+        recomputed = value if col == "metric" else recomputed
+        if col in row and not _same_metric(value, row[col]):
+            problems.append(f"pass {pid}: {col} {row[col] or 'empty'} in the raw table, {value} recomputed "
+                            "from its predictions and the gold labels")
+    return recomputed
+
+
+def check_acceptance(row: dict, recomputed: float | None, threshold: float | None, problems: list[str]) -> None:
+    """A row marked accepted must be an ok pass whose recomputed metric meets the locked threshold."""
+    if row.get("corpus_accepted") != "True":
+        return
+    pid = row["pass_id"]
+    if row.get("status") != PassStatus.OK:
+        problems.append(f"pass {pid}: marked accepted with status {row.get('status')!r}")
+    if threshold is not None and not _same_metric(row.get("threshold"), threshold):
+        problems.append(f"pass {pid}: threshold {row.get('threshold')} in the raw table, {threshold} in the "
+                        "locked campaign file")
+    if recomputed is None:
+        problems.append(f"pass {pid}: marked accepted, but no metric can be recomputed from its predictions")
+    elif threshold is not None and recomputed < threshold:
+        problems.append(f"pass {pid}: marked accepted, but its recomputed metric {recomputed} is below the locked "
+                        f"threshold {threshold}")
+
+
+def check_cards(pid: str, scan, per_card: list, pred_rel: str, problems: list[str]) -> None:
+    """A multi-card pass (lab.passes.multicard): each card's record and predictions are in the
+    archive, each card's predictions match the sha256 its record gives, and the pass's
+    predictions file is exactly the merge of its cards' lines (as a multiset of lines)."""
+    merged: list[str] = []
+    for c in per_card:
+        rank = c.get("card") if isinstance(c, dict) else None
+        rec_rel, card_pred = f"passes/{pid}/cards/card{rank}.json", f"passes/{pid}/cards/card{rank}.predictions.jsonl"
+        if rec_rel not in scan.kept:
+            problems.append(f"pass {pid}: card {rank}'s record {rec_rel} missing from the archive")
+            continue
+        rec = member_object(scan, rec_rel)
+        if rec is None:
+            problems.append(f"pass {pid}: {rec_rel} is not a JSON object")
+            continue
+        if rec.get("predictions_sha256") and scan.sha.get(card_pred) != rec["predictions_sha256"]:
+            problems.append(f"pass {pid}: card {rank}'s predictions sha256 differs from the one its record gives")
+        if card_pred in scan.kept:
+            merged += member_text(scan, card_pred).splitlines()
+    if sorted(merged) != sorted(member_text(scan, pred_rel).splitlines()):
+        problems.append(f"pass {pid}: its predictions are not the merge of its cards' predictions "
+                        "(cards/card<r>.predictions.jsonl)")
+
+
+def check_row(row: dict, scan, gold: dict | None, threshold: float | None, problems: list[str]) -> None:
+    """Check one raw-table row against its files (see the module docstring). ``threshold``: the
+    locked campaign file's quality threshold (None when it cannot be read)."""
+    pid = row["pass_id"]
+    result_rel = f"passes/{pid}/result.json"
+    if result_rel in scan.kept:
+        result = member_object(scan, result_rel)
+        if result is None:
+            problems.append(f"pass {pid}: result.json is not a JSON object")
+            result = {}
+        pred_rel = f"passes/{pid}/{result.get('predictions_path') or 'predictions.jsonl'}"
+        if result.get("predictions_sha256") and scan.sha.get(pred_rel) != result["predictions_sha256"]:
+            problems.append(f"pass {pid}: predictions sha256 differs from the one its result.json recorded")
+        if result.get("vectors_sha256"):  # an embedding pass (lab.passes.tasks.embedding)
+            vec_rel = f"passes/{pid}/{result.get('vectors_path') or 'vectors.npy'}"
+            if vec_rel not in scan.sha:
+                problems.append(f"pass {pid}: its vectors {vec_rel} are missing from the archive")
+            elif scan.sha[vec_rel] != result["vectors_sha256"]:
+                problems.append(f"pass {pid}: vectors sha256 differs from the one its result.json recorded")
+        if isinstance(result.get("per_card"), list) and pred_rel in scan.kept:
+            check_cards(pid, scan, result["per_card"], pred_rel, problems)
+    recomputed = _row_metric(row, scan, gold, problems)
+    if gold is not None:
+        check_acceptance(row, recomputed, threshold, problems)
+
+
+def _row_metric(row: dict, scan, gold: dict | None, problems: list[str]) -> float | None:
+    pid, p, digest = row["pass_id"], row.get("predictions_path"), row.get("predictions_sha256")
+    if not p:
+        if row.get("metric") not in (None, ""):
+            problems.append(f"pass {pid}: a metric without a predictions file")
+        return None
+    if p not in scan.sha:
+        problems.append(f"row {pid}: predictions {p} missing from the archive")
+        return None
+    if scan.sha[p] != digest:
+        problems.append(f"row {pid}: predictions sha256 differs from the raw table")
+    if gold is None or p not in scan.kept:
+        return None
+    if row.get("metric_name") in EMBEDDING_METRICS:
+        return _check_embedding_metric(pid, row, scan, p, gold, problems)
+    preds = _predictions(scan, p)
+    if preds is None:
+        if row.get("metric") not in (None, ""):
+            problems.append(f"pass {pid}: metric {row['metric']} given, but its predictions file is malformed")
+        return None
+    return _check_metric(pid, row, preds, gold, problems)
+
+
+def _check_embedding_metric(pid: str, row: dict, scan, pred_rel: str, gold: dict,
+                            problems: list[str]) -> float | None:
+    """An embedding pass's metric recomputed from its archived vectors (vectors.npy beside its
+    predictions, rows as the predictions' lines say) and the gold labels, with the rule
+    validation used (lab.passes.tasks.embedding_metrics.nn_accuracy), overall and per bucket."""
+    import numpy as np
+
+    from lab.passes.tasks.embedding_metrics import load_vectors, nn_accuracy
+
+    claimed = row.get("metric")
+    vec_rel = pred_rel.rsplit("/", 1)[0] + "/vectors.npy"
+    ids: list[str] = []
+    try:
+        for line in member_text(scan, pred_rel).splitlines():
+            rec = json.loads(line)
+            if not isinstance(rec.get("id"), str) or rec.get("row") != len(ids):
+                raise ValueError
+            ids.append(rec["id"])
+        vectors = load_vectors(scan.kept[vec_rel]) if vec_rel in scan.kept else None
+    except (json.JSONDecodeError, ValueError, AttributeError):
+        ids, vectors = [], None
+    if vectors is None or len(vectors) != len(ids) or len(set(ids)) != len(ids):
+        if claimed not in (None, ""):
+            problems.append(f"pass {pid}: metric {claimed} given, but its predictions or vectors.npy are malformed")
+        return None
+    if set(ids) != set(gold):
+        if claimed not in (None, ""):
+            problems.append(f"pass {pid}: metric {claimed} given, but its predictions do not cover exactly the "
+                            "corpus's ids")
+        return None
+    at = {item_id: k for k, item_id in enumerate(ids)}
+    order = [at[item_id] for item_id in gold]  # the gold file's order, the corpus's: ties break as in validation
+    ordered = vectors[order]
+    labels = [gold[ids[k]][0] for k in order]
+    buckets = np.array([gold[ids[k]][1] for k in order], dtype=object)
+    recomputed = None
+    for col, subset in [("metric", None)] + [(f"metric_{b}", buckets == b) for b in BUCKETS]:
+        value = (None if subset is not None and not subset.any()
+                 else nn_accuracy(ordered, labels, subset))
+        value = None if value is None else round(value, 6)
+        recomputed = value if col == "metric" else recomputed
+        if col in row and not _same_metric(value, row[col]):
+            problems.append(f"pass {pid}: {col} {row[col] or 'empty'} in the raw table, {value} recomputed "
+                            "from its vectors and the gold labels")
+    return recomputed

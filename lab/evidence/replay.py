@@ -1,0 +1,300 @@
+"""Replay an evidence archive's question on another rental (seed: "put exactly the same
+experimental question again if the model or the version changes").
+
+``replay_archive`` verifies the archive, takes the locked protocol of the version it holds
+(``campaign.lock.json`` entry named by ``protocol_version.json``) and writes a campaign file
+with exactly that protocol: question, corpus, model reference and revision, quality, timing,
+series and task. Only what a new rental changes may differ: ``[cost]`` (given here) and the
+runs folder (``ITERALAB_RUNS``, never in the file). The corpus (the archive's own copy when it
+was packed ``--with-corpus``, else its recorded path, else ``corpus``) and the model (its
+recorded path or hub id, else ``model``) must give the archive's locked sha256 values. The new
+file is locked at once; its lock entry records ``replays`` (archive name and sha256, the
+protocol version it came from) and the question version. A deliberate change of model
+(``new_model``) is a new question version whose ``replays`` names the archive and the change;
+``lab.compare.comparability`` then says it compares two models.
+Errors: :class:`ReplayError`, one line naming both sha256 values on a mismatch.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.evidence.archive import extract, verify
+from lab.evidence.format import ArchiveError
+from lab.facts.errors import ProtocolError
+from lab.facts.files import REPO_ROOT, sha256_file
+
+BUNDLED_CORPUS = "corpus/"
+"""Folder of an archive packed ``--with-corpus`` (lab.evidence.assemble) holding the corpus file."""
+
+
+class ReplayError(ProtocolError):
+    """An archive that cannot be replayed as given; one line with what to give instead."""
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What ``replay_archive`` wrote: the campaign file, its lock entry, where the corpus and
+    the model were found."""
+
+    campaign_file: Path
+    lock_entry: dict
+    corpus: Path
+    model: str
+    question_version: int
+
+
+# ---- a small TOML writer for the campaign file's shape (tables of scalars and lists) ----------
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ReplayError(f"value {v!r} cannot be written to a campaign file")
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)  # JSON's escapes are TOML basic-string escapes
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise ReplayError(f"value {v!r} of type {type(v).__name__} cannot be written to a campaign file")
+
+
+def _toml_table(header: str, table: dict) -> list[str]:
+    lines = [header]
+    for k, v in table.items():
+        if isinstance(v, dict):
+            raise ReplayError(f"nested table {k!r} in {header}: not a campaign-file shape")
+        lines.append(f"{json.dumps(k) if not k.replace('_', '').isalnum() else k} = {_toml_value(v)}")
+    return lines + [""]
+
+
+def dumps_campaign(raw: dict) -> str:
+    """TOML text of a parsed campaign file (top-level tables and arrays of tables)."""
+    out: list[str] = []
+    for name, value in raw.items():
+        if isinstance(value, dict):
+            out += _toml_table(f"[{name}]", value)
+        elif isinstance(value, list) and value and all(isinstance(t, dict) for t in value):
+            for t in value:
+                out += _toml_table(f"[[{name}]]", t)
+        else:
+            raise ReplayError(f"top-level key {name!r} is not a table; not a campaign-file shape")
+    return "\n".join(out)
+
+
+# ---- reading the archive ---------------------------------------------------------------
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ReplayError(f"{path.name}: not readable in the archive ({exc}); the archive is damaged") from None
+
+
+def _locked_entry(top: Path, archive: Path) -> dict:
+    """The lock entry of the protocol version the archive holds (its parsed campaign in ``protocol``)."""
+    from lab.facts.files import sha256_bytes
+
+    version = _read_json(top / "protocol_version.json")
+    lock = _read_json(top / "campaign.lock.json")
+    entry = next((v for v in lock.get("versions", []) if v.get("sha256") == version.get("sha256")), None)
+    if entry is None or not isinstance(entry.get("protocol"), dict):
+        raise ReplayError(f"{archive.name}: its lock has no entry for protocol version {version.get('version')} "
+                          f"(sha256 {version.get('sha256')}); the archive cannot be replayed")
+    blob = json.dumps(entry["protocol"], sort_keys=True, ensure_ascii=False, default=str).encode()
+    if sha256_bytes(blob) != entry.get("protocol_sha256"):
+        raise ReplayError(f"{archive.name}: its locked protocol text does not give its protocol_sha256; "
+                          "the archive is inconsistent")
+    return entry
+
+
+def _recorded_pass(top: Path) -> dict:
+    """A pass.json of the archive (the absolute corpus and model paths the passes read), or {}."""
+    for p in sorted((top / "passes").glob("*/pass.json")):
+        return _read_json(p)
+    return {}
+
+
+def _resolve_recorded(p: str, home: Path) -> Path:
+    if p.startswith("@repo/"):
+        return REPO_ROOT / p[len("@repo/"):]
+    q = Path(p).expanduser()
+    return q if q.is_absolute() else home / q
+
+
+# ---- finding and checking the inputs -----------------------------------------------------
+
+def _find_corpus(given: str | None, top: Path, raw: dict, recorded: dict, want: str, inputs: Path) -> Path:
+    """The corpus file to replay with; ReplayError naming both sha256 values on a mismatch."""
+    if given:
+        candidates = [Path(given).expanduser().resolve()]
+        if not candidates[0].is_file():
+            raise ReplayError(f"--corpus {given}: no such file; give the corpus file the archive was made with")
+    else:
+        bundled = sorted((top / BUNDLED_CORPUS).glob("*")) if (top / BUNDLED_CORPUS).is_dir() else []
+        candidates = []
+        if bundled:  # packed --with-corpus (listed in SHA256SUMS, verified): copied beside the new file
+            inputs.mkdir(parents=True, exist_ok=True)
+            candidates.append(Path(shutil.copyfile(bundled[0], inputs / bundled[0].name)))
+        if recorded.get("corpus_path"):
+            candidates.append(Path(recorded["corpus_path"]))
+        candidates.append(_resolve_recorded(str(raw["corpus"]["path"]), REPO_ROOT))
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        raise ReplayError(f"corpus not found at its recorded path ({candidates[-1]}); give it with --corpus FILE "
+                          "(sha256 must be the archive's " + want + ")")
+    got = sha256_file(found)
+    if got != want:
+        raise ReplayError(f"corpus {found} has sha256 {got}, the archive's corpus has sha256 {want}; give the "
+                          "archive's corpus with --corpus FILE (replay refuses another corpus)")
+    return found.resolve()
+
+
+def _model_fingerprint(ref: str, revision: str | None) -> str:
+    from lab.orchestration.identity import model_fingerprint
+
+    return model_fingerprint(ref, revision)
+
+
+def _find_model(given: str | None, revision: str | None, raw: dict, recorded: dict, want: str,
+                new_model: bool) -> tuple[dict, str]:
+    """(the new [model] table, its fingerprint). ReplayError naming both values on a mismatch."""
+    table = dict(raw.get("model") or {})
+    if new_model:
+        if not given:
+            raise ReplayError("--new-model needs --model PATH-OR-HUB-ID: the model of the new question version")
+        path = Path(given).expanduser()
+        table = {k: v for k, v in table.items() if k == "pad_token"}
+        if path.is_dir():
+            table["path"] = str(path.resolve())
+        else:
+            table["id"] = given
+            if revision:
+                table["revision"] = revision
+        ref = table.get("path") or table["id"]
+        got = _model_fingerprint(ref, table.get("revision"))
+        if got == want:
+            raise ReplayError(f"--new-model: model {given} has the archive's own model sha256 {want}; drop "
+                              "--new-model to replay the same question")
+        return table, got
+    if given:
+        path = Path(given).expanduser()
+        if not path.is_dir():
+            raise ReplayError(f"--model {given}: no such model folder; give the checkpoint folder the archive "
+                              "was made with (a hub model is found in the local cache by its recorded id and "
+                              "revision)")
+        candidates = [str(path.resolve())]
+    elif table.get("path"):
+        candidates = [recorded.get("model_ref") or "", str(_resolve_recorded(str(table["path"]), REPO_ROOT))]
+        candidates = [c for c in candidates if c and Path(c).is_dir()]
+        if not candidates:
+            raise ReplayError(f"model not found at its recorded path ({table['path']}); give it with --model PATH "
+                              f"(model sha256 must be the archive's {want})")
+    else:  # a hub id at its pinned revision: the local cache's snapshot
+        candidates = [str(table["id"])]
+    ref = candidates[0]
+    got = _model_fingerprint(ref, table.get("revision") if not table.get("path") else None)
+    if got != want:
+        raise ReplayError(f"model {ref} has sha256 {got}, the archive's model has sha256 {want}; give the "
+                          "archive's model with --model PATH, or add --new-model to make a new question version "
+                          "with this model")
+    if table.get("path"):
+        table["path"] = ref
+    return table, got
+
+
+def _cost_table(old: dict | None, cost: dict | None) -> dict | None:
+    """[cost] of the new rental: the given options over the archive's own (None: none declared)."""
+    given = {k: v for k, v in (cost or {}).items() if v is not None}
+    if not given:
+        return old
+    new = {**(old or {}), **given}
+    if "gpu" not in new or "days" not in new:
+        raise ReplayError("--gpu and --days are both needed for [cost] (the archive declares no package); "
+                          "give the package this rental runs on")
+    return new
+
+
+# ---- the replay ----------------------------------------------------------------------------
+
+def replay_archive(archive: str | Path, out: str | Path, *, corpus: str | None = None,
+                   model: str | None = None, revision: str | None = None, new_model: bool = False,
+                   cost: dict | None = None) -> Replay:
+    """Verify ``archive``, write ``out`` (a campaign file with the archive's protocol; [cost]
+    from ``cost``: {gpu, days, lots, catalog, window_start, window_end, tz}, each None = the
+    archive's) and lock it. Refuses an existing ``out``. Raises ReplayError (one line) when the
+    archive does not verify, the corpus or the model does not give the archive's sha256, or
+    ProtocolError when the lock refuses the new file (e.g. a deadline already past)."""
+    archive, out = Path(archive), Path(out).resolve()
+    for taken in (out, out.with_suffix(".lock.json")):
+        if taken.exists():
+            raise ReplayError(f"{taken} exists; give another --out (a replay never overwrites a campaign file "
+                              "or its lock)")
+    if not archive.is_file():
+        raise ReplayError(f"{archive}: no such archive; give the evidence archive (.tar.gz) to replay")
+    try:
+        v = verify(archive)
+    except ArchiveError as exc:
+        raise ReplayError(f"{archive.name} does not verify: {exc}") from None
+    if not v.ok:
+        raise ReplayError(f"{archive.name} does not verify ({len(v.problems)} problem(s), first: {v.problems[0]}); "
+                          "replay only an archive that `iteralab archive verify` accepts")
+    archive_sha = sha256_file(archive)
+    inputs = out.parent / f"{out.stem}-inputs"
+    made_inputs = not inputs.exists()
+    try:
+        return _replay(archive, archive_sha, out, inputs, corpus, model, revision, new_model, cost)
+    except BaseException:
+        if made_inputs:
+            shutil.rmtree(inputs, ignore_errors=True)  # nothing half-made is left beside --out
+        raise
+
+
+def _replay(archive: Path, archive_sha: str, out: Path, inputs: Path, corpus: str | None, model: str | None,
+            revision: str | None, new_model: bool, cost: dict | None) -> Replay:
+    from lab.orchestration.protocol import load_protocol, lock
+
+    with tempfile.TemporaryDirectory() as tmp:
+        top = extract(archive, Path(tmp))
+        entry = _locked_entry(top, archive)
+        raw = copy.deepcopy(entry["protocol"])
+        recorded = _recorded_pass(top)
+        corpus_file = _find_corpus(corpus, top, raw, recorded, entry["corpus_sha256"], inputs)
+        model_table, model_sha = _find_model(model, revision, raw, recorded, entry["model_sha256"], new_model)
+        card = top / "corpus_card.json"
+        raw["corpus"] = {"path": str(corpus_file)}
+        if card.is_file() and (entry["protocol"].get("corpus") or {}).get("card"):
+            inputs.mkdir(parents=True, exist_ok=True)
+            raw["corpus"]["card"] = str(Path(shutil.copyfile(card, inputs / "corpus_card.json")).resolve())
+    raw["model"] = model_table
+    new_cost = _cost_table(raw.get("cost"), cost)
+    raw.pop("cost", None)
+    if new_cost:
+        raw["cost"] = new_cost
+    came_from = entry.get("question_version") or 1
+    question_version = came_from + 1 if new_model else came_from
+    replays = {"archive": archive.name, "archive_sha256": archive_sha, "campaign": raw["campaign"]["name"],
+               "protocol_version": entry["version"], "protocol_sha256": entry["sha256"],
+               "question_version": came_from,
+               "change": (f"model: {entry['model_sha256']} -> {model_sha}" if new_model else "")}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    head = (f"# Replay of {archive.name} (sha256 {archive_sha}), protocol version {entry['version']}.\n"
+            + ("# New question version: the model changed (--new-model).\n" if new_model else
+               "# Same question: only [cost] and the runs folder may differ from the archive.\n") + "\n")
+    out.write_text(head + dumps_campaign(raw), encoding="utf-8")
+    try:
+        entry_new = lock(load_protocol(out), replays=replays, question_version=question_version)
+    except BaseException:
+        out.unlink(missing_ok=True)  # never a campaign file that claims a replay and is not locked
+        raise
+    return Replay(out, entry_new, corpus_file, str(model_table.get("path") or model_table.get("id")),
+                  question_version)

@@ -1,0 +1,259 @@
+"""The raw table and the summary re-derived for ``archive verify``, and compared with the
+archive's copies field by field.
+
+The archived journal's attempts (with the result and validation each holds) go through the
+report's own functions (lab.report.raw_table.raw_rows, lab.report.summary.campaign_summary),
+the predictions files named by the archive's members; the rows are rendered as the report
+writes its CSV. Then every cell of ``report/raw_table.csv``, every field of
+``report/summary.json`` and every cell of ``report/summary.csv`` must equal its re-derived
+value (numbers within a relative 1e-9: the CSV and JSON round them), the raw table must hold
+one row per attempt, and each ``passes/<id>/result.json`` must equal the journal's record of
+that pass. A comparison reads the re-derived figures (``Rederived``), never the CSV's strings.
+Every problem is one line naming the pass or the variant and the field.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import sqlite3
+import tomllib
+from collections import Counter
+from pathlib import Path
+
+from lab.evidence.format import JOURNAL, Rederived
+from lab.evidence.rederive import member_object, member_text
+from lab.orchestration.journal import Journal, JournalVersion
+
+RAW_TABLE = "report/raw_table.csv"
+SUMMARY_JSON = "report/summary.json"
+SUMMARY_CSV = "report/summary.csv"
+PROTOCOL_VERSION = "protocol_version.json"
+CAMPAIGN = "campaign.toml"
+MEMBERS = (RAW_TABLE, SUMMARY_JSON, SUMMARY_CSV, PROTOCOL_VERSION, CAMPAIGN)
+"""Members the table re-derivation reads (kept by the verify scan)."""
+CHECKED_ELSEWHERE = ("status", "items_completed", "corpus_accepted", "metric", "predictions_sha256")
+"""Raw-table columns lab.evidence.rederive already compares with the journal or the files
+(one problem line per difference, not two)."""
+REL_TOL = 1e-9
+SHOWN = 60  # characters of a value shown in a problem line
+
+
+def _attempts(scan, problems: list[str]) -> list[dict] | None:
+    """Journal attempts as lab.orchestration.journal.Journal.attempts gives them (JSON columns decoded), read
+    from the archived copy without writing to it; None (with a problem) when unreadable."""
+    if scan.journal is None:
+        return None  # lab.evidence.rederive.read_journal names it
+    try:
+        j = Journal.open_read_only(scan.journal)
+        try:
+            out = j.attempts()
+        finally:
+            j.close()
+    except (sqlite3.Error, JournalVersion):
+        return None  # read_journal names it
+    except (json.JSONDecodeError, TypeError) as exc:
+        problems.append(f"{JOURNAL}: an attempt's variant, result or validation is not JSON ({exc}); "
+                        "the raw table and the summary cannot be re-derived")
+        return None
+    for d in out:
+        if not all(isinstance(d[k], dict | None) for k in ("variant", "result", "validation")):
+            problems.append(f"{JOURNAL}: pass {d.get('pass_id')}: variant, result or validation is not a JSON "
+                            "object; the raw table and the summary cannot be re-derived")
+            return None
+    return out
+
+
+def _identity(scan, problems: list[str]) -> tuple[str | None, int | None]:
+    """(campaign name from campaign.toml, protocol version from protocol_version.json)."""
+    name = version = None
+    try:
+        name = tomllib.loads(member_text(scan, CAMPAIGN))["campaign"]["name"]
+    except (KeyError, TypeError, tomllib.TOMLDecodeError):
+        problems.append(f"{CAMPAIGN}: missing or without a [campaign] name; the raw table's campaign column "
+                        "is not re-derived")
+    doc = member_object(scan, PROTOCOL_VERSION) if PROTOCOL_VERSION in scan.kept else None
+    if doc is None or "version" not in doc:
+        problems.append(f"{PROTOCOL_VERSION}: missing or without a version; the raw table's protocol_version "
+                        "column is not re-derived")
+    else:
+        version = doc["version"]
+    return name, version
+
+
+def _csv_rows(df) -> list[dict]:
+    """The rows of ``df`` as the report's CSV holds them (lab.report.csv_safe.write_csv)."""
+    from lab.report.csv_safe import spreadsheet_safe
+
+    buf = io.StringIO()
+    spreadsheet_safe(df).to_csv(buf, index=False)
+    return list(csv.DictReader(io.StringIO(buf.getvalue(), newline="")))
+
+
+def rederive_tables(scan, info: dict, attempts: list[dict], problems: list[str]) -> Rederived:
+    """The raw table and summary rebuilt from the archived journal's ``attempts`` and the pass
+    records (see the module docstring); ``info``: ARCHIVE.json (its links skipped)."""
+    from lab.report.raw_table import LINKED, NO_PREDICTIONS, raw_rows, raw_table
+    from lab.report.summary import campaign_summary
+
+    name, version = _identity(scan, problems)
+    linked = {s.get("path") for s in info.get("skipped") or [] if isinstance(s, dict)
+              and str(s.get("reason", "")).startswith("symbolic link")}
+
+    def predictions(pass_id: str) -> tuple[str, str, str]:
+        rel = f"passes/{pass_id}/predictions.jsonl"
+        if rel in scan.sha:
+            return rel, scan.sha[rel], ""
+        return "", "", LINKED if rel in linked else NO_PREDICTIONS
+
+    rows = raw_rows(attempts, name or "", version or 0, Path("."), predictions)
+    summary = campaign_summary(rows, attempts)
+    return Rederived(raw_rows=_csv_rows(raw_table(rows)),
+                     summary=json.loads(json.dumps([s.to_json() for s in summary], default=str)))
+
+
+def _shown(value) -> str:
+    text = "empty" if value in ("", None) else str(value)
+    return text if len(text) <= SHOWN else text[:SHOWN] + "..."
+
+
+def same(a, b) -> bool:
+    """Equal, numbers within REL_TOL (a CSV cell "0.5" and 0.5 included), lists and objects
+    element by element; True is not 1."""
+    if isinstance(a, str) and isinstance(b, str) and a == b:
+        return True
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    try:
+        x, y = float(a), float(b)
+    except (TypeError, ValueError):
+        return a == b
+    return x == y or math.isclose(x, y, rel_tol=REL_TOL, abs_tol=1e-12)
+
+
+def check_raw_table(rows: list[dict], derived: list[dict], problems: list[str]) -> None:
+    """One row per attempt, and every cell equal to its re-derived value."""
+    for pid, n in sorted(Counter(r["pass_id"] for r in rows).items()):
+        if n > 1:
+            problems.append(f"pass {pid}: {n} rows in the raw table; it holds one row per attempt")
+    columns = list(derived[0]) if derived else []
+    if rows and columns and list(rows[0]) != columns:
+        extra = [str(c) if c is not None else "cells beyond the header" for c in rows[0] if c not in columns]
+        problems.append(f"{RAW_TABLE}: columns differ from the ones the report writes "
+                        f"(missing: {', '.join(c for c in columns if c not in rows[0]) or 'none'}; extra: "
+                        f"{', '.join(extra) or 'none'})")
+    by_pass = {r["pass_id"]: r for r in derived}
+    seen: set[str] = set()
+    for row in rows:
+        pid = row["pass_id"]
+        if pid in seen or pid not in by_pass:
+            continue  # a duplicate is named above; a pass the journal lacks by compare_journal
+        seen.add(pid)
+        for col in columns:
+            if col in CHECKED_ELSEWHERE or col not in row:
+                continue
+            if not same(row[col], by_pass[pid][col]):
+                problems.append(f"pass {pid}: {col} {_shown(row[col])} in the raw table, "
+                                f"{_shown(by_pass[pid][col])} re-derived from the journal and the pass records")
+
+
+def pre_fix_verdicts(raw_rows: list[dict]) -> dict[str, str]:
+    """{variant_id: quality verdict as a lab before the typed verdict worded it} of a rejected
+    variant, from the raw table's rows: "rejected: " and the first, in sorted order, of the text
+    after "validation: " in each row's notes, cut at 120 characters (so it could carry the notes
+    after the reasons). An archive made then holds that wording; ``check_summary`` accepts it
+    for a variant with no accepted pass, and only the exact text derived from these rows."""
+    by: dict[str, list[dict]] = {}
+    for r in raw_rows:
+        by.setdefault(str(r.get("variant_id")), []).append(r)
+    return {vid: "rejected: " + sorted({str(r.get("notes") or "").split("validation: ")[-1][:120] for r in rs})[0]
+            for vid, rs in by.items() if not any(str(r.get("corpus_accepted")) == "True" for r in rs)}
+
+
+def check_summary(scan, derived: list[dict], problems: list[str], pre_fix: dict[str, str] | None = None) -> None:
+    """Every field of summary.json and every cell of summary.csv equal to the re-derived summary
+    (``pre_fix``: the older wording of a rejected variant's verdict also accepted, ``pre_fix_verdicts``)."""
+    if SUMMARY_JSON not in scan.kept:
+        problems.append(f"{SUMMARY_JSON} missing: the summary a comparison reads cannot be checked")
+    else:
+        try:
+            claimed = json.loads(member_text(scan, SUMMARY_JSON))
+        except json.JSONDecodeError:
+            claimed = None
+        if not (isinstance(claimed, list) and all(isinstance(v, dict) for v in claimed)):
+            problems.append(f"{SUMMARY_JSON}: not a JSON list of variant objects")
+        else:
+            _compare_variants(SUMMARY_JSON, claimed, derived, problems, pre_fix or {})
+    if SUMMARY_CSV in scan.kept:
+        from lab.report.summary import VariantSummary, summary_table
+
+        table = summary_table([VariantSummary.from_json(d) for d in derived])
+        claimed = list(csv.DictReader(io.StringIO(member_text(scan, SUMMARY_CSV), newline="")))
+        _compare_variants(SUMMARY_CSV, claimed, _csv_rows(table), problems, pre_fix or {})
+
+
+def _compare_variants(rel: str, claimed: list[dict], derived: list[dict], problems: list[str],
+                      pre_fix: dict[str, str]) -> None:
+    ids = [v.get("variant_id") for v in claimed]
+    by_id = {v["variant_id"]: v for v in derived}
+    for twice, n in Counter(map(str, ids)).items():
+        if n > 1:
+            problems.append(f"{rel}: variant {twice} appears {n} times; it holds one entry per variant")
+    for absent in [i for i in by_id if i not in ids]:
+        problems.append(f"{rel}: variant {absent} missing, but the journal has passes of it")
+    for v in claimed:
+        vid = v.get("variant_id")
+        if vid not in by_id:
+            problems.append(f"{rel}: variant {vid} has no pass in the journal")
+            continue
+        d = by_id[vid]
+        for key in [*d, *(k for k in v if k not in d)]:
+            if key == "quality_verdict" and key in v and v[key] == pre_fix.get(str(vid)):
+                continue  # an archive made before the verdict came from the typed validation
+            if key not in v or key not in d or not same(v[key], d[key]):
+                problems.append(f"variant {vid}: {key} {_shown(v.get(key))} in {rel}, {_shown(d.get(key))} "
+                                "re-derived from the journal and the pass records")
+
+
+def check_results(scan, attempts: list[dict], problems: list[str]) -> None:
+    """Each pass's result.json equals the journal's record of it (the result the orchestrator
+    read, less its ``launch`` record)."""
+    for a in attempts:
+        recorded = {k: v for k, v in (a["result"] or {}).items() if k != "launch"}
+        rel = f"passes/{a['pass_id']}/result.json"
+        if rel not in scan.kept:
+            if recorded:
+                problems.append(f"pass {a['pass_id']}: the journal holds its result but {rel} is not in the archive")
+            continue
+        result = member_object(scan, rel)
+        if result is None:
+            continue  # lab.evidence.rederive.check_row names it
+        for key in sorted(set(result) | set(recorded)):
+            if key not in result or key not in recorded or not same(result[key], recorded[key]):
+                problems.append(f"pass {a['pass_id']}: result.json {key} {_shown(result.get(key))}, "
+                                f"{_shown(recorded.get(key))} in the journal's record of the pass")
+
+
+def check_tables(scan, info: dict, rows: list[dict], problems: list[str]) -> Rederived | None:
+    """Re-derive the raw table and summary, compare them and the pass records with the archive's
+    copies (module docstring); returns the re-derived figures (None when they cannot be)."""
+    attempts = _attempts(scan, problems)
+    if attempts is None:
+        return None
+    try:
+        rederived = rederive_tables(scan, info, attempts, problems)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # an odd or forged journal: a line
+        problems.append(f"{JOURNAL}: its attempts do not give a raw table ({type(exc).__name__}: "
+                        f"{str(exc)[:SHOWN]}); the raw table and the summary are not re-derived")
+        return None
+    check_raw_table(rows, rederived.raw_rows, problems)
+    check_summary(scan, rederived.summary, problems, pre_fix_verdicts(rederived.raw_rows))
+    check_results(scan, attempts, problems)
+    return rederived
+

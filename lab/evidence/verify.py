@@ -1,0 +1,245 @@
+"""``archive verify``: re-derive what an evidence archive claims, not only its checksums.
+
+One forward pass over the gzip stream (members are hashed in chunks, so memory stays
+bounded whatever the members' sizes; only the small structured members are kept, each
+up to ``PARSED_MAX_BYTES``; members, their sizes and the bytes read are bounded by
+``lab.evidence.format.MemberBounds``, checked on each header before its bytes), then the
+gzip trailer (CRC and length) is read, so an archive cut short is refused. Checks:
+
+- exactly one top folder, no duplicate member names, no links, devices or '..';
+- ``SHA256SUMS`` well formed ("<64 hex>  <path>" per line, UTF-8) and equal to every member;
+- the journal's attempts against the raw table: same passes, statuses, items completed and
+  metric; a final archive has a finished attempt for every planned slot and none running;
+- each row's predictions sha256 against the file, and each ``result.json``'s too;
+- a multi-card pass's merged predictions against its cards' predictions and records;
+- each row's metric (and per-bucket metrics) recomputed from the predictions and the gold
+  labels the archive carries (``report/gold_labels.jsonl``);
+- the raw table (one row per attempt, every cell) and the summary (summary.json and summary.csv,
+  every field) re-derived from the journal and the pass records, and each ``result.json``
+  against the journal's record (lab.evidence.tables); the Verification carries the re-derived
+  figures, which a comparison reads instead of the archive's CSV.
+
+It cannot detect a forger who rewrites every file consistently (predictions, labels,
+journal, raw table, checksums): only the archive's own sha256, recorded elsewhere, can.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import gzip
+import io
+import json
+import re
+import tarfile
+import tempfile
+import zlib
+from pathlib import Path
+
+from lab.evidence.format import (
+    ARCHIVE_INFO,
+    JOURNAL,
+    SUMS,
+    ArchiveError,
+    MemberBounds,
+    Verification,
+    check_member,
+)
+from lab.evidence.rederive import (
+    GOLD_LABELS,
+    check_row,
+    compare_journal,
+    member_text,
+    read_gold,
+    read_journal,
+)
+from lab.evidence.tables import CAMPAIGN, MEMBERS, RAW_TABLE, check_tables
+from lab.facts.files import HashingReader
+
+PARSED_MAX_BYTES = 64 * 2**20
+CHUNK_BYTES = 1 << 20
+SUMS_LINE = re.compile(r"([0-9a-f]{64})  ([^\s*][^\t\r]*)")
+RAW_REQUIRED = ("pass_id", "status", "items_completed", "predictions_path", "predictions_sha256",
+                "metric_name", "metric")
+
+
+def _parsed(rel: str) -> bool:
+    return (rel in (SUMS, GOLD_LABELS, ARCHIVE_INFO, *MEMBERS)
+            or (rel.startswith("passes/") and rel.endswith(("/result.json", "/predictions.jsonl", "/vectors.npy")))
+            or (rel.startswith("passes/") and "/cards/card" in rel and rel.endswith((".json", ".predictions.jsonl"))))
+
+
+class _Scan:
+    """Everything one forward pass over the archive keeps: hashes, small members, the journal."""
+
+    def __init__(self, work: Path):
+        self.sha: dict[str, str] = {}
+        self.kept: dict[str, bytes] = {}
+        self.too_large: list[str] = []
+        self.journal: Path | None = None
+        self.work = work
+
+    def add(self, rel: str, fh) -> None:
+        reader = HashingReader(fh)
+        buf = io.BytesIO() if _parsed(rel) else None
+        with contextlib.ExitStack() as stack:
+            spool = stack.enter_context(open(self.work / JOURNAL, "wb")) if rel == JOURNAL else None
+            for chunk in iter(lambda: reader.read(CHUNK_BYTES), b""):
+                if spool:
+                    spool.write(chunk)
+                if buf is not None:
+                    if buf.tell() + len(chunk) > PARSED_MAX_BYTES:
+                        self.too_large.append(rel)
+                        buf = None
+                    else:
+                        buf.write(chunk)
+        if rel == JOURNAL:
+            self.journal = self.work / JOURNAL
+        self.sha[rel] = reader.hexdigest()
+        if buf is not None:
+            self.kept[rel] = buf.getvalue()
+
+
+def _scan(archive: Path, work: Path) -> _Scan:
+    scan = _Scan(work)
+    tops: set[str] = set()
+    bounds = MemberBounds(archive)
+    try:
+        with open(archive, "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as gz:
+            with tarfile.open(fileobj=gz, mode="r|") as tar:
+                for m in tar:
+                    rel = check_member(m, tops)
+                    bounds.check(m, rel)
+                    tar.members.clear()  # type: ignore[attr-defined]  # streamed: keep no TarInfo per member
+                    if not m.isfile():
+                        continue
+                    if rel in scan.sha:
+                        raise ArchiveError(f"member {rel!r} appears twice: unpacking keeps the last copy "
+                                           "while a check may read the first; refusing the archive")
+                    scan.add(rel, tar.extractfile(m))
+            trailer = 0
+            while chunk := gz.read(CHUNK_BYTES):  # to the gzip trailer: its CRC and length are checked
+                trailer += len(chunk)
+                bounds.check_trailer(trailer)
+    except ArchiveError:
+        raise
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        raise ArchiveError(f"{archive}: not a readable tar.gz, or cut short ({type(exc).__name__}: {exc}); "
+                           "download it again (scp) and compare its sha256") from None
+    if not tops:
+        raise ArchiveError(f"{archive}: an empty archive; give the path of an evidence archive")
+    return scan
+
+
+def _sums(scan: _Scan) -> dict[str, str]:
+    """{path: digest} from SHA256SUMS; ArchiveError on any malformed line."""
+    text = member_text(scan, SUMS)
+    if not text.endswith("\n"):
+        raise ArchiveError(f"{SUMS}: does not end with a newline (cut or edited); refusing it")
+    listed: dict[str, str] = {}
+    for n, line in enumerate(text[:-1].split("\n"), start=1):
+        m = SUMS_LINE.fullmatch(line)
+        if not m:
+            what = ("a blank line" if not line.strip() else "a tab" if "\t" in line
+                    else "a '*name' binary marker" if " *" in line[:67] else "not '<64 hex>  <path>'")
+            raise ArchiveError(f"{SUMS} line {n}: malformed ({what}); the archive was altered or damaged")
+        if m.group(2) in listed:
+            raise ArchiveError(f"{SUMS} line {n}: {m.group(2)} listed twice; refusing it")
+        listed[m.group(2)] = m.group(1)
+    return listed
+
+
+def _raw_rows(scan: _Scan) -> list[dict]:
+    reader = csv.DictReader(io.StringIO(member_text(scan, RAW_TABLE), newline=""))
+    missing = [c for c in RAW_REQUIRED if c not in (reader.fieldnames or [])]
+    if missing:
+        raise ArchiveError(f"{RAW_TABLE}: no {', '.join(missing)} column(s); the raw table was altered or "
+                           "damaged, so its rows cannot be checked")
+    return list(reader)
+
+
+def _locked_threshold(scan: _Scan, problems: list[str]) -> float | None:
+    """[quality] threshold of the archived campaign file (None, with a problem, when unreadable)."""
+    import tomllib
+
+    try:
+        value = tomllib.loads(member_text(scan, CAMPAIGN).removeprefix("\ufeff"))["quality"]["threshold"]
+        return float(value)
+    except (KeyError, TypeError, ValueError, tomllib.TOMLDecodeError):
+        problems.append(f"{CAMPAIGN}: missing or without a [quality] threshold; acceptance not re-derived")
+        return None
+
+
+def _check_bundled_corpus(scan: _Scan, rel: str, problems: list[str]) -> None:
+    """The corpus of an archive packed ``--with-corpus`` (ARCHIVE.json ``corpus``) is there and
+    is the locked one (protocol_version.json ``corpus_sha256``); its SHA256SUMS line is checked
+    like every other member's."""
+    from lab.evidence.tables import PROTOCOL_VERSION
+
+    if rel not in scan.sha:
+        problems.append(f"{ARCHIVE_INFO} names the corpus {rel}, which the archive lacks")
+        return
+    try:
+        locked = json.loads(member_text(scan, PROTOCOL_VERSION)).get("corpus_sha256")
+    except (KeyError, ValueError, AttributeError):
+        problems.append(f"{rel}: no locked corpus sha256 to check it against ({PROTOCOL_VERSION} unreadable)")
+        return
+    if scan.sha[rel] != locked:
+        problems.append(f"{rel}: sha256 {scan.sha[rel]} is not the locked corpus sha256 {locked}")
+
+
+def verify_archive(archive: Path) -> Verification:
+    """Verify ``archive`` (see the module docstring). Returns a Verification whose
+    ``problems`` are one line each (a content problem: the archive is not evidence as it stands).
+    Raises ArchiveError (one line) when the file is missing, unreadable, cut short, unsafe,
+    or its SHA256SUMS or raw table is malformed."""
+    if archive.is_dir():
+        raise ArchiveError(f"{archive}: a folder, not an archive; give the path of an evidence archive (.tar.gz), "
+                           "or pack the campaign folder with `iteralab archive DIR`")
+    if not archive.is_file():
+        raise ArchiveError(f"{archive}: no such file; give the path of an evidence archive (.tar.gz)")
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory() as work:
+        scan = _scan(archive, Path(work))
+        if SUMS not in scan.sha:
+            return Verification(0, 0, [f"no {SUMS} in the archive"])
+        if SUMS in scan.too_large:
+            raise ArchiveError(f"{SUMS}: larger than {PARSED_MAX_BYTES} bytes; not an evidence archive")
+        listed = _sums(scan)
+        for rel, digest in listed.items():
+            if rel not in scan.sha:
+                problems.append(f"{rel}: listed in {SUMS} but missing")
+            elif scan.sha[rel] != digest:
+                problems.append(f"{rel}: sha256 does not match {SUMS}")
+        problems += [f"{rel}: not listed in {SUMS}" for rel in scan.sha if rel != SUMS and rel not in listed]
+        problems += [f"{rel}: larger than {PARSED_MAX_BYTES} bytes, not re-derived" for rel in scan.too_large]
+        info = {}
+        if ARCHIVE_INFO in scan.kept:
+            try:
+                info = json.loads(member_text(scan, ARCHIVE_INFO))
+            except json.JSONDecodeError:
+                problems.append(f"{ARCHIVE_INFO}: not JSON")
+            if not isinstance(info, dict):
+                problems.append(f"{ARCHIVE_INFO}: not a JSON object")
+                info = {}
+        else:
+            problems.append(f"{ARCHIVE_INFO} missing: cannot tell whether the archive is final or partial")
+        if info.get("corpus"):
+            _check_bundled_corpus(scan, str(info["corpus"]), problems)
+        if RAW_TABLE not in scan.kept:
+            problems.append(f"{RAW_TABLE} missing")
+            return Verification(len(listed), 0, problems)
+        rows = _raw_rows(scan)
+        journal = read_journal(scan, problems)
+        if journal is not None:
+            compare_journal(*journal, rows, bool(info.get("partial")), problems)
+        gold = read_gold(scan, problems)
+        threshold = _locked_threshold(scan, problems)
+        for row in rows:
+            check_row(row, scan, gold, threshold, problems)
+        rederived = check_tables(scan, info, rows, problems) if journal is not None else None
+        row_ids = {r["pass_id"] for r in rows}
+        folders = {rel.split("/")[1] for rel in scan.sha if rel.startswith("passes/") and rel.count("/") >= 2}
+        for pid in sorted(folders - row_ids):
+            problems.append(f"pass {pid}: its folder is in the archive but the raw table has no row for it")
+    return Verification(len(listed), len(rows), problems, rederived)

@@ -1,0 +1,58 @@
+"""One helper per file fact: where the repository is, and sha256 digests.
+
+Stdlib only (the pass runner imports it inside containers). The only module that calls
+``hashlib.sha256`` (tests/unit/test_one_helper_per_fact.py): bytes (``sha256_bytes``), a file
+by path (``sha256_file``), text lines as written (``sha256_lines``), and a stream as it is
+read by another consumer (``HashingReader``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+"""The repository (bundle) root: the folder holding lab/, tui/, images/, demo/."""
+
+
+def sha256_bytes(data: bytes) -> str:
+    """Hex sha256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_lines(lines: Iterable[str]) -> str:
+    """Hex sha256 of the UTF-8 bytes of ``lines`` joined as they are (each keeps its own
+    newline), hashed one line at a time: equal to ``sha256_file`` of a file written from them
+    with ``newline=""`` or ``"\n"``, without holding a joined copy."""
+    h = hashlib.sha256()
+    for line in lines:
+        h.update(line.encode("utf-8"))
+    return h.hexdigest()
+
+
+class HashingReader:
+    """Read-only file-like over an open binary file ``fh`` that hashes exactly the bytes it
+    hands out (to a tar writer, a spool...), so a stream is hashed in the same single read.
+    ``hexdigest()``: hex sha256 of every byte read so far."""
+
+    def __init__(self, fh):
+        self.fh = fh
+        self._h = hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.fh.read(n)
+        self._h.update(data)
+        return data
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB chunks. Raises OSError when unreadable."""
+    with open(path, "rb") as fh:
+        reader = HashingReader(fh)
+        while reader.read(1 << 20):
+            pass
+    return reader.hexdigest()

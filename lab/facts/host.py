@@ -1,0 +1,87 @@
+"""Host facts that the doctor, the launchers and the manifest share: image pins, the GPU
+vendor of this host, its GPU device nodes, and NVML access.
+
+Stdlib only at import time (NVML is imported on demand), so the pass runner, the doctor
+and the Docker launcher can all import it; it imports no other ``lab`` module.
+
+Source of the NVIDIA Container Toolkit fix: NVIDIA Container Toolkit install guide,
+"Configuring Docker"
+(https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from types import ModuleType
+
+from lab.facts.files import REPO_ROOT
+
+PINS_FILE = REPO_ROOT / "images" / "pins.env"
+IMAGE_KEYS = {"cpu": "CPU_IMAGE", "nvidia": "CUDA_IMAGE", "rocm": "ROCM_IMAGE"}
+NO_DRIVER_MARK = "could not select device driver"
+TOOLKIT_FIX = ("install and register the NVIDIA Container Toolkit: `sudo apt-get install -y "
+               "nvidia-container-toolkit && sudo nvidia-ctk runtime configure --runtime=docker "
+               "&& sudo systemctl restart docker`, then run `iteralab doctor` again")
+
+
+def read_pins(path: Path = PINS_FILE) -> dict[str, str]:
+    """KEY=value pairs of images/pins.env (comments and blank lines skipped).
+
+    Raises OSError when the file cannot be read.
+    """
+    out = {}
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#") and "=" in line:
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def detect_vendor() -> str:
+    """"nvidia", "rocm" or "cpu" for this host: nvidia-smi or /dev/nvidiactl, else /dev/kfd."""
+    if shutil.which("nvidia-smi") or Path("/dev/nvidiactl").exists():
+        return "nvidia"
+    return "rocm" if Path("/dev/kfd").exists() else "cpu"
+
+
+def rocm_device_nodes() -> list[Path]:
+    """The device nodes a ROCm pass needs that exist here: /dev/kfd and /dev/dri/renderD*."""
+    devs = [Path("/dev/kfd"), *sorted(Path("/dev/dri").glob("renderD*"))]
+    return [d for d in devs if d.exists()]
+
+
+def rocm_device_gids() -> list[int]:
+    """Host group ids owning /dev/kfd and /dev/dri/renderD* (the image's may differ)."""
+    return sorted({d.stat().st_gid for d in rocm_device_nodes()})
+
+
+def nvml() -> ModuleType:
+    """The initialised ``pynvml`` module (nvidia-ml-py). ``nvmlInit`` may be called again
+    safely (NVML counts references). Raises ImportError when nvidia-ml-py is missing and
+    pynvml.NVMLError when no NVIDIA driver answers (an AMD or CPU host)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    return pynvml
+
+
+def gpu_count() -> tuple[int, str]:
+    """(GPUs this host's torch sees, source); NVML's count when torch sees none (a host whose
+    own torch is a CPU build may still hand its GPUs to containers)."""
+    import torch
+
+    n = torch.cuda.device_count()
+    if n:
+        return n, "torch.cuda.device_count()"
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount()), "NVML nvmlDeviceGetCount()"
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML library or no driver: torch's 0 stands
+        return 0, "torch.cuda.device_count()"

@@ -1,0 +1,41 @@
+"""Whether a value has a declared field type: one rule for the campaign file and for records.
+
+Used by :mod:`lab.orchestration.config` (campaign-file sections) and :class:`lab.inputs.variants.Variant` (every
+field, however the Variant is built: campaign file, ``pass.json``, journal rows). Standard
+library only. The rule: JSON/TOML values against resolved type hints (``typing.get_type_hints``,
+since annotations may be strings); ``bool`` is never an ``int`` or a ``float`` (``true`` is not
+the batch size 1), an ``int`` is a ``float``.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any
+
+
+def type_ok(value: Any, hint: Any) -> bool:
+    """isinstance against a resolved type hint (X, X | None, tuple[...]); bool is not int/float."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(type_ok(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is Any:
+        return True
+    if origin in (tuple, list):
+        return isinstance(value, (list, tuple))
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def type_name(hint: Any) -> str:
+    """The expected type in words: 'an integer', 'a string', 'true or false', 'a list'..."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if args and typing.get_origin(hint) not in (tuple, list):
+        return " or ".join(type_name(a) for a in args)
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
+        hint, "a list" if typing.get_origin(hint) in (tuple, list) else getattr(hint, "__name__", str(hint)))

@@ -1,0 +1,282 @@
+"""Variants: one full configuration each, frozen, with a content-derived id.
+
+Series change exactly one declared factor (seed: "L'unica variabile di questa prima
+serie è il batch"); length bucketing or another precision is a new declared variant.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Protocol
+
+from lab.facts.errors import UserError
+from lab.facts.files import sha256_bytes
+from lab.facts.typecheck import type_name, type_ok
+
+MAX_BATCH_SIZE = 65536  # items per batch: beyond it no accelerator holds one batch of even the shortest texts
+UNUSUAL_BATCH_SIZE = 1024  # above it a warning at lock
+PRECISIONS = ("fp32", "bf16", "fp16")
+#: A precision's dtype name (torch.<name>; vLLM's ``dtype`` takes the same names).
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+PADDINGS = ("longest", "max_length")
+ENGINES = ("transformers", "vllm")
+"""Inference engines a variant can declare (SPEC section 2, "engine"); the first is the default."""
+VLLM_ONLY = ("max_num_seqs", "vllm_memory_fraction")  # engine options that only vLLM reads
+SERIES_SEP = "+"  # joins the names of the series a shared variant belongs to
+DERIVED_KEYS = ("variant_id", "label")  # written by Variant.to_json, recomputed from the fields
+ID_FIELDS = ("batch_size", "precision", "padding", "max_length", "bucketing", "device", "compile",
+             "attention", "quantization")
+"""The fields Variant had when ids were first defined (lab/inputs/variants.py at 8867912): they always
+enter the content-derived id. A field added since (``cards`` first) enters it only when set
+away from its default, so adding a field leaves every existing id, lock and journal valid."""
+NAME_FIELDS = ("series", "name")  # what a variant is called, not what it runs: never in the id
+
+
+class VariantError(UserError):
+    """A variant or series that cannot run as declared; one line with the fix."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One configuration of a pass. Units: ``max_length`` in tokens, ``batch_size`` in items.
+
+    ``cards``: devices one pass runs on (N workers under torchrun, one per card; on CPU, N
+    workers that split the declared threads). ``batch_size`` is per worker.
+
+    ``engine``: "transformers" (the lab's own batched forward passes) or "vllm" (lab.engines.vllm:
+    vLLM's offline engine in its own venv). For vLLM, ``batch_size`` is how many prompts the lab
+    hands the engine per call, not what it runs together (vLLM batches continuously; what it
+    scheduled is recorded); ``max_length`` is vLLM's ``max_model_len``, ``precision`` its dtype,
+    ``compile = false`` its ``enforce_eager``. ``max_num_seqs`` caps the sequences vLLM runs at
+    once (None: vLLM's own default, recorded); ``vllm_memory_fraction`` is the fraction of device
+    memory (on CPU: of host RAM) vLLM reserves up front for weights and KV cache (None: the lab's
+    safe value, lab.facts.constants.VLLM_MEMORY_FRACTION, recorded). Both only with engine "vllm". Raises
+    VariantError (one line) for a value of the wrong type (checked for every field against its
+    annotation; ``true`` is not an integer) or outside its range.
+
+    Id rule: the fields of ID_FIELDS always enter the content-derived id; a field added after
+    them (``cards``, and any new one) enters it only when set away from its default, so a new
+    field leaves existing ids, locks and journals valid (:meth:`config`).
+    """
+
+    batch_size: int = 1
+    precision: str = "fp32"
+    padding: str = "longest"
+    max_length: int = 256
+    bucketing: bool = False
+    device: str = "auto"
+    compile: bool = False
+    attention: str = "sdpa"
+    quantization: str = "none"
+    cards: int = 1
+    engine: str = "transformers"
+    max_num_seqs: int | None = None
+    vllm_memory_fraction: float | None = None
+    series: str = ""
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        for name, hint in _field_types(type(self)).items():
+            value = getattr(self, name)
+            if not type_ok(value, hint):
+                raise VariantError(f"variant field {name} = {value!r} has the wrong type; expected "
+                                   f"{type_name(hint)}")
+        if self.batch_size < 1:  # types were checked above: these are the ranges
+            raise VariantError(f"batch_size {self.batch_size!r} must be an integer >= 1")
+        if self.batch_size > MAX_BATCH_SIZE:
+            raise VariantError(f"batch_size {self.batch_size} is beyond {MAX_BATCH_SIZE:,} items per batch (a "
+                               "typo?); give the items one forward pass takes, e.g. 8")
+        if self.precision not in PRECISIONS:
+            raise VariantError(f"precision {self.precision!r} unknown; use one of {', '.join(PRECISIONS)}")
+        if self.padding not in PADDINGS:
+            raise VariantError(f"padding {self.padding!r} unknown; use one of {', '.join(PADDINGS)}")
+        if self.max_length < 8:
+            raise VariantError(f"max_length {self.max_length!r} must be an integer >= 8 tokens")
+        if self.quantization != "none":
+            raise VariantError(f"quantization {self.quantization!r} is not supported yet; use 'none'")
+        if self.cards < 1:
+            raise VariantError(f"cards {self.cards!r} must be an integer >= 1 (devices per pass)")
+        if self.compile and self.cards > 1:  # lab.passes.multicard's workers do not compile
+            raise VariantError(f"compile = true runs on one card only (cards = {self.cards}); "
+                               "declare cards = 1 or compile = false")
+        self._check_engine()
+
+    def _check_engine(self) -> None:
+        """The engine and its options: one line each (VariantError)."""
+        if self.engine not in ENGINES:
+            close = difflib.get_close_matches(self.engine.lower(), ENGINES, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"use one of {', '.join(ENGINES)}"
+            raise VariantError(f"engine {self.engine!r} unknown ({hint})")
+        if self.engine != "vllm":
+            bad = [f for f in VLLM_ONLY if getattr(self, f) is not None]
+            if bad:
+                raise VariantError(f"{bad[0]} is a vLLM option but engine = {self.engine!r}; declare "
+                                   f"engine = \"vllm\" or remove {bad[0]}")
+            return
+        if self.cards != 1:
+            raise VariantError(f"engine vllm runs on one card per pass here (cards = {self.cards}); declare cards = 1")
+        if self.max_num_seqs is not None and self.max_num_seqs < 1:
+            raise VariantError(f"max_num_seqs {self.max_num_seqs!r} must be an integer >= 1 (sequences vLLM "
+                               "runs at once), or left out for vLLM's default")
+        f = self.vllm_memory_fraction
+        if f is not None and not 0 < f <= 1:
+            raise VariantError(f"vllm_memory_fraction {f!r} must be in (0, 1] (a fraction of device memory; "
+                               "on CPU of host RAM), e.g. 0.1, or left out for the lab's safe value")
+
+    def config(self) -> dict:
+        """The parameters that define the work, from which :attr:`variant_id` is derived.
+
+        Every field of ID_FIELDS (those that existed when ids were first defined); a field
+        added later (``cards``, and any new one) only when it differs from its default, the
+        value every variant implicitly had before the field existed: ``cards = 1`` is left
+        out and ``cards = 2`` makes a new id. NAME_FIELDS (``series``, ``name``) never enter.
+        """
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name in ID_FIELDS or (f.name not in NAME_FIELDS and getattr(self, f.name) != f.default)}
+
+    @property
+    def variant_id(self) -> str:
+        """Stable id from content: 'v-' + first 10 hex of sha256 of the canonical config."""
+        blob = json.dumps(self.config(), sort_keys=True).encode()
+        return "v-" + sha256_bytes(blob)[:10]
+
+    @property
+    def label(self) -> str:
+        """Short human label, e.g. 'batch 8, fp32, longest, max 256'."""
+        s = f"batch {self.batch_size}, {self.precision}, {self.padding}, max {self.max_length}"
+        s += (", bucketed" if self.bucketing else "") + (", compiled" if self.compile else "")
+        s += f", {self.engine}" if self.engine != ENGINES[0] else ""
+        return s + (f", {self.cards} cards" if self.cards != 1 else "")
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "variant_id": self.variant_id, "label": self.label}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Variant":
+        """The Variant that :meth:`to_json` wrote (``pass.json``, ``result.json``, journal rows).
+
+        Fields missing from ``d`` take their defaults (a record older than a field). Raises
+        VariantError (one line) when ``d`` is not a JSON object, holds a key that is neither a
+        field nor a derived key (``variant_id``, ``label``; the nearest field is named), or
+        holds a ``variant_id`` that its fields do not give (an edited record, or one written
+        by a lab version that derives ids differently).
+        """
+        if not isinstance(d, Mapping):
+            raise VariantError(f"a variant must be a JSON object of its fields, got {type(d).__name__}")
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(d) - set(names) - set(DERIVED_KEYS))
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], names, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"known fields: {', '.join(names)}"
+            raise VariantError(f"unknown variant field {unknown[0]!r} ({hint}); the record was edited or "
+                               "written by another lab version")
+        v = cls(**{k: d[k] for k in names if k in d})
+        if "variant_id" in d and d["variant_id"] != v.variant_id:
+            raise VariantError(f"variant_id {d['variant_id']!r} does not match its fields "
+                               f"({v.variant_id}); the record was edited or written by another lab version")
+        return v
+
+
+_FIELD_TYPES: dict[type, dict[str, Any]] = {}
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    """{field name: resolved type} of a Variant class (annotations are strings here), cached."""
+    if cls not in _FIELD_TYPES:
+        hints = typing.get_type_hints(cls)
+        _FIELD_TYPES[cls] = {f.name: hints[f.name] for f in fields(cls)}
+    return _FIELD_TYPES[cls]
+
+
+def variant_short(variant: "Variant | dict | None") -> str:
+    """'batch_size=8' from a variant (or its JSON record) named 'batch/batch_size=8', else its
+    label or id; '?' for none."""
+    if isinstance(variant, Variant):
+        variant = variant.to_json()
+    if not variant:
+        return "?"
+    name = variant.get("name") or ""
+    return name.split("/", 1)[-1] if name else variant.get("label", variant.get("variant_id", "?"))
+
+
+class SeriesDecl(Protocol):
+    """A declared series, as :class:`lab.orchestration.config.SeriesSection` holds it.
+
+    ``factor`` (a Variant field) takes each of ``values`` in order; ``fixed`` is a tuple of
+    (field, value) pairs the series also sets. Defined here so this module never imports
+    lab.orchestration.config (lab.orchestration.config imports this one).
+    """
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def factor(self) -> str: ...
+    @property
+    def values(self) -> tuple: ...
+    @property
+    def fixed(self) -> tuple: ...
+
+
+def expand_series(defaults: Variant, series: Iterable[SeriesDecl]) -> list[Variant]:
+    """Expand declared series into variants, deduplicated by content id, in declared order.
+
+    ``defaults``: the ``[defaults]`` section as a Variant (lab.orchestration.config.check_defaults);
+    ``series``: the ``[[series]]`` sections (lab.orchestration.config.SeriesSection, or any SeriesDecl).
+    A variant's name is "<series>/<factor>=<value>". A variant that two series share (e.g.
+    batch 8 unbucketed, in the batch series and as the baseline of a bucketing series) runs
+    once, keeps its first name, and lists every series it belongs to in ``series``, joined
+    by SERIES_SEP ("batch+bucketing"; see ``series_names``). Raises VariantError on an
+    unknown factor, an empty series, or a fixed field that is also the factor.
+    """
+    known = {f.name for f in fields(Variant)} - {"series", "name"}
+    out: list[Variant] = []
+    seen: set[str] = set()
+    for s in series:
+        name, factor, values = s.name, s.factor, s.values
+        if not name or factor not in known or not values:
+            raise VariantError(
+                f"series {name!r}: needs name, factor (one of {', '.join(sorted(known))}) and values")
+        if SERIES_SEP in name:
+            raise VariantError(f"series {name!r}: a series name cannot hold {SERIES_SEP!r}; rename it")
+        fixed = dict(s.fixed)
+        if factor in fixed:
+            raise VariantError(f"series {name!r}: factor {factor!r} is also fixed; a series varies one factor")
+        bad = set(fixed) - known
+        if bad:
+            raise VariantError(f"series {name!r}: unknown field(s) {', '.join(sorted(bad))}")
+        base = replace(defaults, **fixed)
+        for value in values:
+            v = replace(base, **{factor: value}, series=name, name=f"{name}/{factor}={value}")
+            if v.variant_id not in seen:
+                seen.add(v.variant_id)
+                out.append(v)
+                continue
+            k = next(i for i, o in enumerate(out) if o.variant_id == v.variant_id)
+            if name not in series_names(out[k].series):
+                out[k] = replace(out[k], series=out[k].series + SERIES_SEP + name)
+    return out
+
+
+def _spelling(name: str) -> str:
+    """A variant name with a boolean value spelled as in TOML ('bucketing=true'), whatever the
+    case the name was written with ('bucketing=True', the Python spelling names are made with)."""
+    head, sep, value = name.rpartition("=")
+    return f"{head}={value.lower()}" if sep and value.lower() in ("true", "false") else name
+
+
+def find_variant(variants, ref: str) -> "Variant | None":
+    """The variant whose id or name is ``ref`` (a campaign file's ``reference_variant``), or None.
+
+    A boolean value matches in either spelling: 'bucketing/bucketing=true' (TOML, what a user
+    types) and 'bucketing/bucketing=True' (how names are written) are the same variant.
+    """
+    return next((v for v in variants if ref == v.variant_id or _spelling(ref) == _spelling(v.name)), None)
+
+
+def series_names(series: str | None) -> set[str]:
+    """The series a variant belongs to, from its ``series`` field ("batch+bucketing")."""
+    return set(filter(None, (series or "").split(SERIES_SEP)))

@@ -1,0 +1,430 @@
+"""Typed sections of the campaign file: one frozen dataclass per TOML table.
+
+Each section is built by :func:`parse_section`, which refuses an unknown key (naming the
+nearest valid one, difflib), a missing required key and a value of the wrong type (a TOML
+boolean is never an integer), then the dataclass's ``__post_init__`` checks the values.
+Defaults are the dataclass field defaults, defined here once. The keys accepted in
+``[defaults]`` and in a ``[[series]]`` table are the fields of :class:`lab.inputs.variants.Variant`,
+so a new variant field is accepted there without touching this file.
+
+Pricing facts ([cost], deadline, window) are checked through :mod:`lab.cost.forfaits`, the
+single pricing source (seed: "Calcolare il costo impegnato con i nostri forfait").
+Errors: :class:`ConfigError`, one line naming the section, the key and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import typing
+from dataclasses import MISSING, dataclass, fields
+from typing import Any
+
+from lab.facts.constants import (DEFAULT_DELIVERABLES, DEFAULT_LOTS, DEFAULT_MIN_ACCEPTED_PASSES,
+                           DEFAULT_MIN_WINDOW_S, DEFAULT_REPETITIONS, DEFAULT_SEED)
+from lab.facts.errors import UserError
+from lab.facts.typecheck import type_name as _type_name
+from lab.facts.typecheck import type_ok as _type_ok
+from lab.inputs.variants import Variant, VariantError
+
+METRICS = ("accuracy", "macro_f1")  # classification (and custom code that returns labels)
+# nn_accuracy: leave-one-out nearest-neighbour label accuracy (lab.passes.tasks.embedding_metrics)
+EMBEDDING_METRICS = ("nn_accuracy",)
+TASK_KINDS = ("classification", "embedding", "custom")
+KIND_METRICS = {"classification": METRICS, "embedding": EMBEDDING_METRICS, "custom": METRICS}
+POOLINGS = ("mean",)             # lab.passes.tasks.embedding.mean_pool: mean over the attention mask
+DIRECTIONS = ("higher", "lower")  # a user metric's better side
+ENTRY_RE = re.compile(r"^(?P<file>[^:]+\.py):(?P<name>[A-Za-z_][A-Za-z0-9_]*)$")
+ROTATIONS = ("cyclic",)          # lab.orchestration.schedule.rotated_schedule: repetition r rotated by r-1
+SUBGROUPS = ("buckets",)         # lab.orchestration.validate: metric and coverage per length bucket
+PROCESS_POLICIES = ("fresh",)    # one new process (or container) per pass
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
+MAX_REPETITIONS = 1000  # [timing] repetitions: beyond it a campaign of one variant outlives any rental
+MAX_THREADS = 4096      # [timing] threads: more CPU threads than any host has
+UNUSUAL_REPETITIONS = 30  # above it a warning at lock: the rotation needs far fewer
+VARIANT_KEYS = tuple(f.name for f in fields(Variant) if f.name not in ("series", "name"))
+
+
+class ConfigError(UserError):
+    """A campaign-file value that cannot be used; one line naming the key and the fix."""
+
+
+def nearest(key: str, valid: typing.Iterable[str]) -> str:
+    """'; did you mean 'x'?' for the closest valid key (difflib), else the list of valid keys."""
+    valid = sorted(valid)
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(valid)}"
+
+
+def check_keys(table: dict, valid: typing.Iterable[str], where: str) -> None:
+    """Raise ConfigError on the first key of ``table`` not in ``valid``."""
+    valid = set(valid)
+    for key in table:
+        if key not in valid:
+            raise ConfigError(f"{where} unknown key {key!r}; {nearest(key, valid)}")
+
+
+def check_value(value: Any, hint: Any, where: str) -> None:
+    if not _type_ok(value, hint):
+        shown = json.dumps(value, default=str, ensure_ascii=False)[:60]  # as written in TOML: true, "yes"
+        raise ConfigError(f"{where} = {shown} has the wrong type; expected {_type_name(hint)}")
+
+
+def parse_section(cls, table: Any, section: str):
+    """Build section dataclass ``cls`` from the TOML table ``table`` (unknown keys, types, values)."""
+    if table is None:
+        table = {}
+    if not isinstance(table, dict):
+        raise ConfigError(f"[{section}] must be a table, got {table!r}")
+    hints = typing.get_type_hints(cls)
+    check_keys(table, hints, f"[{section}]")
+    for f in fields(cls):
+        if f.name not in table:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise ConfigError(f"missing [{section}] {f.name}; add it to the campaign file")
+            continue
+        check_value(table[f.name], hints[f.name], f"[{section}] {f.name}")
+    return cls(**table)
+
+
+# ---- sections ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CampaignSection:
+    """[campaign]: ``name`` becomes a folder name under runs/; ``deadline`` ISO with offset."""
+
+    name: str
+    question: str
+    deliverables: int = DEFAULT_DELIVERABLES  # distinct useful corpora the job must produce (seed: count once)
+    deadline: str | None = None
+
+    def __post_init__(self) -> None:
+        if not NAME_RE.match(self.name) or ".." in self.name:
+            raise ConfigError(f"[campaign] name {self.name!r} is used as a folder name; use letters, digits, "
+                              "'.', '_' or '-' (no '/', no '..', at most 80 characters)")
+        if not self.question.strip():
+            raise ConfigError("[campaign] question is empty; write the decision question")
+        if self.deliverables < 1:
+            raise ConfigError(f"[campaign] deliverables = {self.deliverables}; must be >= 1 distinct corpora")
+        if self.deadline is not None:
+            from lab.cost.forfaits import PricingError, parse_instant
+
+            try:
+                parse_instant(self.deadline, None, "[campaign] deadline")
+            except PricingError as exc:
+                raise ConfigError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class CorpusSection:
+    """[corpus]: the built comparison corpus (JSONL) and optionally its card."""
+
+    path: str
+    card: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    """[model]: ``path`` (local checkpoint) or ``id`` (hub, from the local cache) with an optional
+    ``revision`` (commit hash, branch or tag; applied to every load); ``pad_token`` names the
+    padding token when the tokenizer has none (recorded in the lock). Raises ConfigError for
+    neither or both of path/id, and for ``revision`` with ``path`` (it would be ignored)."""
+
+    path: str | None = None
+    id: str | None = None
+    revision: str | None = None
+    pad_token: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.path is None) == (self.id is None):
+            raise ConfigError("[model] needs exactly one of path (local checkpoint) or id (hub model)")
+        if self.path is not None and self.revision is not None:
+            raise ConfigError(f"[model] revision = {self.revision!r} does not apply to [model] path (a local "
+                              "folder is identified by its files' sha256); remove revision, or use "
+                              "[model] id with revision for a hub model")
+
+
+def parse_entry(value: str, where: str) -> tuple[str, str]:
+    """(file, name) of a ``"path/to/file.py:Name"`` reference; ConfigError (one line) otherwise."""
+    m = ENTRY_RE.match(value)
+    if not m:
+        raise ConfigError(f"{where} = {value!r} is not \"path/to/file.py:Name\"; give the Python file and the "
+                          "class or function it defines, separated by ':'")
+    return m["file"], m["name"]
+
+
+@dataclass(frozen=True)
+class TaskSection:
+    """[task]: the job each pass measures (SPEC 2: task). Absent: ``kind = "classification"``.
+
+    ``embedding``: ``pooling`` ("mean": mean of the last hidden state over the attention mask)
+    and ``normalize`` (L2, default true), recorded in each pass's result. ``custom``: ``entry``
+    ``"path/to/file.py:ClassName"`` (the user's inference code, lab.passes.tasks.custom) and ``files``,
+    other files it reads (hashed into the lock with it). Raises ConfigError (one line)."""
+
+    kind: str = "classification"
+    pooling: str | None = None
+    normalize: bool | None = None
+    entry: str | None = None
+    files: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in TASK_KINDS:
+            raise ConfigError(f"[task] kind {self.kind!r} unknown; {nearest(self.kind, TASK_KINDS)} "
+                              f"(kinds: {', '.join(TASK_KINDS)})")
+        object.__setattr__(self, "files", tuple(self.files))
+        if self.kind == "embedding":
+            object.__setattr__(self, "pooling", self.pooling or "mean")
+            object.__setattr__(self, "normalize", True if self.normalize is None else self.normalize)
+            if self.pooling not in POOLINGS:
+                raise ConfigError(f"[task] pooling {self.pooling!r} is not implemented; use "
+                                  f"{' or '.join(map(repr, POOLINGS))} (mean over the attention mask)")
+        else:
+            for key in ("pooling", "normalize"):
+                if getattr(self, key) is not None:
+                    raise ConfigError(f"[task] {key} applies to kind = \"embedding\" only; remove it")
+        if self.kind == "custom":
+            if not self.entry:
+                raise ConfigError('[task] kind = "custom" needs entry = "path/to/file.py:ClassName"')
+            parse_entry(self.entry, "[task] entry")
+            for f in self.files:
+                if not isinstance(f, str) or not f:
+                    raise ConfigError("[task] files lists file paths (strings) the entry reads")
+        elif self.entry is not None or self.files:
+            raise ConfigError('[task] entry and files apply to kind = "custom" only; remove them, or set '
+                              'kind = "custom"')
+
+
+@dataclass(frozen=True)
+class QualitySection:
+    """[quality]: metric, absolute threshold and tolerance (fractions), reference variant.
+
+    ``metric``: a built-in name (lab.orchestration.config.KIND_METRICS for the task's kind) or the user's own
+    procedure ``"path/to/file.py:function"`` (``function(predictions, references) -> float``,
+    lab.passes.tasks.user_metric), whose ``direction`` ("higher" or "lower" is better) must be declared."""
+
+    metric: str
+    threshold: float
+    tolerance: float
+    reference_variant: str
+    subgroups: str = "buckets"
+    direction: str | None = None
+
+    @property
+    def user_metric(self) -> bool:
+        """True when ``metric`` names the user's own function (``file.py:function``)."""
+        return ":" in self.metric
+
+    def __post_init__(self) -> None:
+        known = tuple(dict.fromkeys(m for ms in KIND_METRICS.values() for m in ms))
+        if self.user_metric:
+            parse_entry(self.metric, "[quality] metric")
+            if self.direction not in DIRECTIONS:
+                raise ConfigError(f"[quality] metric {self.metric!r} is your own function: declare direction = "
+                                  '"higher" or "lower" (which side is better)')
+        else:
+            if self.metric not in known:
+                raise ConfigError(f"[quality] metric {self.metric!r} unknown; use {' or '.join(METRICS)}, "
+                                  f"{' or '.join(EMBEDDING_METRICS)} for embeddings, or \"file.py:function\"")
+            if self.direction not in (None, "higher"):
+                raise ConfigError(f"[quality] direction: the built-in metric {self.metric!r} is higher-is-better; "
+                                  "remove direction")
+        if not 0 <= self.threshold <= 1 or not 0 <= self.tolerance <= 1:
+            raise ConfigError("[quality] threshold and tolerance are fractions in [0, 1]")
+        if self.subgroups not in SUBGROUPS:
+            raise ConfigError(f"[quality] subgroups {self.subgroups!r} is not implemented; use "
+                              f"{' or '.join(map(repr, SUBGROUPS))} (metric per length bucket)")
+
+
+@dataclass(frozen=True)
+class TimingSection:
+    """[timing]: warm-up rule, repetitions, rotation, process policy, seed, CPU threads,
+    ``pass_timeout_s`` (a pass still running after it is killed) and ``stall_s`` (a pass
+    that sends no event for that long is killed: a stopped or hung runner). The projection
+    validity rule: compare projects a configuration to a production load only when at least
+    ``min_accepted_passes`` accepted passes each measured at least ``min_window_s`` seconds
+    (lab.facts.constants: why these defaults)."""
+
+    warmup_items: int
+    warmup_passes: int
+    repetitions: int = DEFAULT_REPETITIONS  # seed: 5 repetitions per variant
+    rotation: str = "cyclic"
+    process: str = "fresh"
+    seed: int = DEFAULT_SEED
+    threads: int = 0
+    pass_timeout_s: float = 6 * 3600.0
+    stall_s: float = 900.0
+    min_window_s: float = DEFAULT_MIN_WINDOW_S
+    min_accepted_passes: int = DEFAULT_MIN_ACCEPTED_PASSES
+
+    def __post_init__(self) -> None:
+        if self.repetitions < 1:
+            raise ConfigError(f"[timing] repetitions must be >= 1 (default {DEFAULT_REPETITIONS})")
+        if self.repetitions > MAX_REPETITIONS:
+            raise ConfigError(f"[timing] repetitions = {self.repetitions} is beyond {MAX_REPETITIONS} passes per "
+                              f"variant (a typo?); use a few (default {DEFAULT_REPETITIONS})")
+        if self.threads > MAX_THREADS:
+            raise ConfigError(f"[timing] threads = {self.threads} is beyond {MAX_THREADS} CPU threads, more than "
+                              "any host has; give the threads a pass uses (0: torch's default)")
+        for key in ("warmup_items", "warmup_passes", "threads", "seed"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"[timing] {key} must be >= 0")
+        if self.rotation not in ROTATIONS:
+            raise ConfigError(f"[timing] rotation {self.rotation!r} is not implemented; use "
+                              f"{' or '.join(map(repr, ROTATIONS))} (1-4-8, 4-8-1, 8-1-4, ...)")
+        if self.process not in PROCESS_POLICIES:
+            raise ConfigError("[timing] process must be 'fresh' (one process per pass)")
+        for key in ("pass_timeout_s", "stall_s"):
+            if not 0 < getattr(self, key) <= 7 * 86400:
+                raise ConfigError(f"[timing] {key} = {getattr(self, key)!r}; must be seconds in (0, 604800]")
+        if not 0 <= self.min_window_s <= 7 * 86400:
+            raise ConfigError(f"[timing] min_window_s = {self.min_window_s!r}; must be seconds in [0, 604800] "
+                              f"(default {DEFAULT_MIN_WINDOW_S:g})")
+        if not 1 <= self.min_accepted_passes <= 1000:
+            raise ConfigError(f"[timing] min_accepted_passes = {self.min_accepted_passes}; must be 1 to 1000 "
+                              f"(default {DEFAULT_MIN_ACCEPTED_PASSES})")
+
+
+CAMPAIGN_CATALOG_FIX = 'set [cost] catalog = "FILE.csv"'
+"""How a campaign file gives another price catalog (the command line's ``--catalog FILE``)."""
+
+
+@dataclass(frozen=True)
+class CostSection:
+    """[cost]: the package to price (``gpu``, ``days``, ``lots``), an optional catalog CSV and
+    campaign window (ISO date-times, naive ones placed in IANA zone ``tz``)."""
+
+    gpu: str
+    days: int
+    lots: int = DEFAULT_LOTS
+    catalog: str | None = None
+    window_start: str | None = None
+    window_end: str | None = None
+    tz: str | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("days", "lots"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"[cost] {key} = {getattr(self, key)}; must be an integer >= 1")
+
+    def check(self, catalog_path: str | None) -> None:
+        """Check against the catalog through lab.cost.forfaits; ConfigError on any problem."""
+        from lab.cost.forfaits import PricingError, load_catalog, parse_window, quote
+
+        if (self.window_start is None) != (self.window_end is None):
+            raise ConfigError("[cost] give both window_start and window_end, or neither")
+        try:
+            quote(load_catalog(catalog_path), self.gpu, self.days, self.lots)
+            if self.window_start is not None and self.window_end is not None:
+                parse_window(self.window_start, self.window_end, self.tz)
+        except PricingError as exc:  # in the campaign file's terms: it has no --catalog flag
+            raise ConfigError(f"[cost] {exc.reworded(CAMPAIGN_CATALOG_FIX)}") from None
+
+
+def variant_hints() -> dict:
+    return {k: v for k, v in typing.get_type_hints(Variant).items() if k in VARIANT_KEYS}
+
+
+def check_defaults(table: Any) -> Variant:
+    """[defaults]: any Variant field (keys from dataclasses.fields(Variant)), typed.
+
+    Returns the section as a Variant (unset fields take Variant's defaults), the base that
+    lab.inputs.variants.expand_series applies each series to. Raises ConfigError (one line).
+    """
+    if not isinstance(table, dict):
+        raise ConfigError(f"[defaults] must be a table, got {table!r}")
+    hints = variant_hints()
+    check_keys(table, hints, "[defaults]")
+    for k, v in table.items():
+        check_value(v, hints[k], f"[defaults] {k}")
+    try:
+        return Variant(**table)
+    except VariantError as exc:
+        raise ConfigError(f"[defaults] {exc}") from None
+
+
+@dataclass(frozen=True)
+class SeriesSection:
+    """One [[series]]: ``factor`` (a Variant field) takes each of ``values``; ``fixed`` holds the
+    other Variant fields the series sets."""
+
+    name: str
+    factor: str
+    values: tuple
+    fixed: tuple = ()
+
+    @classmethod
+    def parse(cls, table: Any, index: int) -> "SeriesSection":
+        where = f"[[series]] #{index}"
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where} must be a table")
+        hints = variant_hints()
+        check_keys(table, {"name", "factor", "values", *hints}, where)
+        for key, hint in (("name", str), ("factor", str), ("values", list)):
+            if key not in table:
+                raise ConfigError(f"{where}: missing {key}; a series needs name, factor and values")
+            check_value(table[key], hint, f"{where} {key}")
+        name, factor, values = table["name"], table["factor"], table["values"]
+        where = f"[[series]] {name!r}"
+        if factor not in hints:
+            raise ConfigError(f"{where} factor {factor!r} is not a variant field; {nearest(factor, hints)}")
+        if not values:
+            raise ConfigError(f"{where} values is empty; list at least one value of {factor}")
+        for v in values:
+            check_value(v, hints[factor], f"{where} values item")
+        fixed = {k: v for k, v in table.items() if k not in ("name", "factor", "values")}
+        if factor in fixed:
+            raise ConfigError(f"{where}: factor {factor!r} is also fixed; a series varies one factor")
+        for k, v in fixed.items():
+            check_value(v, hints[k], f"{where} {k}")
+        return cls(name, factor, tuple(values), tuple(sorted(fixed.items())))
+
+
+SECTIONS = {"campaign": CampaignSection, "corpus": CorpusSection, "model": ModelSection,
+            "quality": QualitySection, "timing": TimingSection, "cost": CostSection, "task": TaskSection}
+TOP_KEYS = (*SECTIONS, "defaults", "series")
+
+
+@dataclass(frozen=True)
+class CampaignConfig:
+    """The whole campaign file, typed. ``cost`` is None when no package is declared."""
+
+    campaign: CampaignSection
+    corpus: CorpusSection
+    model: ModelSection
+    quality: QualitySection
+    timing: TimingSection
+    defaults: Variant
+    series: tuple[SeriesSection, ...]
+    cost: CostSection | None
+    task: TaskSection = TaskSection()
+
+
+def parse_config(raw: dict) -> CampaignConfig:
+    """Typed configuration from the parsed TOML ``raw``; raises ConfigError (one line)."""
+    check_keys(raw, TOP_KEYS, "top level:")
+    parsed: dict[str, Any] = {}
+    for key, cls in SECTIONS.items():
+        if key == "cost" and "cost" not in raw:
+            parsed[key] = None
+            continue
+        if key in ("campaign", "corpus", "model", "quality", "timing") and key not in raw:
+            raise ConfigError(f"missing [{key}] section; add it to the campaign file")
+        parsed[key] = parse_section(cls, raw.get(key), key)
+    series = raw.get("series")
+    if not series:
+        raise ConfigError("no [[series]] declared; add at least one")
+    if not isinstance(series, list):
+        raise ConfigError("series must be declared as [[series]] tables")
+    task, quality = parsed["task"], parsed["quality"]
+    if not quality.user_metric and quality.metric not in KIND_METRICS[task.kind]:
+        raise ConfigError(f"[quality] metric {quality.metric!r} does not judge a {task.kind} task; use "
+                          f"{' or '.join(KIND_METRICS[task.kind])}, or your own \"file.py:function\"")
+    if quality.user_metric and task.kind == "embedding":
+        raise ConfigError('[quality] metric "file.py:function" judges label outputs (classification or custom); '
+                          f"for embeddings use {' or '.join(EMBEDDING_METRICS)}")
+    cfg = CampaignConfig(defaults=check_defaults(raw.get("defaults", {})),
+                         series=tuple(SeriesSection.parse(s, i) for i, s in enumerate(series, 1)),
+                         **parsed)
+    return cfg

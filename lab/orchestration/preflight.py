@@ -1,0 +1,330 @@
+"""Checks run at `protocol lock`, before any pass: what can be known now is refused now.
+
+A campaign is hours of rented GPU time; an input that can never give a valid result must
+not lock, run every pass and end "finished" with every row failed. The checks load the
+model's config and tokenizer (never the weights), read the corpus and ask the host how many
+GPUs it has. Each refusal is one line that names the model's (or host's) own figure and the
+fix. The Plan screen shows the same list.
+
+Sources: seed ("definisci i limiti con il tokenizer scelto"; "Verificare ... prima del
+primo passaggio misurato"); SPEC 3.1 (protocol locked before the first measured pass).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.inputs.corpus import BUCKETS, CorpusError, count_tokens, load_items, read_corpus
+from lab.facts.files import sha256_file
+from lab.facts.host import gpu_count
+from lab.engines.vllm import vllm_refusal
+from lab.inputs.models import ModelFolderError, local_checkpoint_config, model_folder, tokenizer_fingerprint
+
+DEVICE_RE = re.compile(r"^(auto|cpu|cuda|rocm|gpu|cuda:\d+)$")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One lock-time check. ``ok``: True passed, False refused, None not applicable (why in detail)."""
+
+    name: str
+    ok: bool | None
+    detail: str
+
+
+def pad_suggestion(tok) -> str | None:
+    """A token that can pad: a vocabulary entry named like a padding token, else end-of-sequence."""
+    vocab = tok.get_vocab()
+    return next((t for t in ("[PAD]", "<pad>", "<|pad|>") if t in vocab), None) or tok.eos_token or tok.unk_token
+
+
+def _load_model_facts(model_ref: str, revision: str | None = None):
+    """(config, tokenizer) from a local folder or the local hub cache at ``revision`` ([model]
+    revision, None for a local folder or hub main); never the weights."""
+    from transformers import AutoConfig, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    cfg = AutoConfig.from_pretrained(model_ref, revision=revision, local_files_only=True)
+    tok = AutoTokenizer.from_pretrained(model_ref, revision=revision, local_files_only=True)
+    return cfg, tok
+
+
+def check_corpus(proto) -> tuple[list[Check], dict[str, str]]:
+    path = proto.corpus_path
+    if not path.is_file():
+        return [Check("corpus", False, f"corpus {path} not found; build it (`iteralab corpus build`) "
+                                       "or fix [corpus] path")], {}
+    try:
+        items = load_items(path)
+    except CorpusError as exc:
+        return [Check("corpus", False, str(exc))], {}
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    for r in rows:
+        if r.get("bucket") not in BUCKETS:
+            return [Check("corpus", False, f"{path.name}: item {r.get('id')!r} has bucket {r.get('bucket')!r}, "
+                                           f"not one of {', '.join(BUCKETS)}; build the corpus with "
+                                           "`iteralab corpus build`")], {}
+    labels = {it.label for it in items}
+    card_problem = check_card(proto.card_path, path)
+    if card_problem:
+        return [Check("corpus", False, card_problem)], {}
+    return [Check("corpus", True, f"{len(items)} items, {len(labels)} labels")], {it.id: it.text for it in items}
+
+
+def check_card(card: Path | None, corpus: Path) -> str:
+    """'' when no card is declared or the declared ``[corpus] card`` describes the ``[corpus]
+    path`` file (its ``comparison.sha256``, written by `iteralab corpus build`); else why not,
+    in one line with the fix. A card that is missing or describes another file was skipped:
+    the tokenizer check, the bucket counts and the archived card then spoke of nothing, or of
+    another corpus."""
+    if card is None:
+        return ""
+    fix = "rebuild it with `iteralab corpus build` or remove [corpus] card"
+    if not card.is_file():
+        return f"[corpus] card {card} not found; {fix}"
+    try:
+        described = json.loads(card.read_text(encoding="utf-8"))["comparison"]["sha256"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return f"corpus card {card.name} has no comparison sha256 (not written by `iteralab corpus build`); {fix}"
+    actual = sha256_file(corpus)
+    if described != actual:
+        return (f"corpus card {card.name} describes another file (sha256 {str(described)[:12]}...), not [corpus] "
+                f"path {corpus.name} (sha256 {actual[:12]}...); {fix}")
+    return ""
+
+
+def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
+    ref = proto.model_ref
+    m = proto.config.model
+    if m.path is not None:
+        try:  # before transformers: a folder without usable weights fails every pass at model load
+            local_checkpoint_config(ref)
+        except ModelFolderError as exc:
+            return [Check("model", False, f"[model] path: {exc}")]
+    try:
+        cfg, tok = _load_model_facts(ref, m.revision)
+    except Exception as exc:  # missing config.json, not in the hub cache, unknown model type
+        where = "a transformers checkpoint folder" if m.path else "in the local Hugging Face cache (download it first)"
+        return [Check("model", False, f"model {ref}: config/tokenizer not loadable ({type(exc).__name__}: "
+                                      f"{str(exc).splitlines()[0][:160]}); it must be {where}")]
+    out = []
+    archs = list(getattr(cfg, "architectures", None) or [])
+    embedding = proto.task_kind == "embedding"
+    if embedding:  # any encoder: its last hidden state is pooled (lab.passes.tasks.embedding); no label head
+        width = getattr(cfg, "hidden_size", None)
+        out.append(Check("architecture", bool(width), f"{', '.join(archs) or 'encoder'}: last hidden state of "
+                                                      f"width {width}, pooled by [task] pooling" if width else
+                         f"model {Path(ref).name} declares no hidden_size; an encoder checkpoint is needed"))
+        out.append(check_attention(proto, cfg))
+    elif not any(a.endswith("ForSequenceClassification") for a in archs):
+        out.append(Check("architecture", False, f"model {Path(ref).name} declares architectures "
+                                                f"{archs or 'none'}; a sequence-classification checkpoint "
+                                                "(…ForSequenceClassification) is needed"))
+    else:
+        out.append(Check("architecture", True, ", ".join(archs)))
+        out.append(check_attention(proto, cfg))
+    names = {str(v) for v in (getattr(cfg, "id2label", None) or {}).values()}
+    unknown = sorted(labels - names)
+    if embedding:
+        out.append(Check("labels", True, f"{len(labels)} corpus labels, used by the retrieval metric only"))
+    elif unknown:
+        shown = ", ".join(repr(n) for n in sorted(names)[:4]) + (", ..." if len(names) > 4 else "")
+        out.append(Check("labels", False, f"corpus label(s) {', '.join(map(repr, unknown[:3]))} are not labels the "
+                                          f"model can produce (its config id2label has {len(names)}: {shown}); "
+                                          "relabel the corpus with the model's label names or use a matching model"))
+    else:
+        out.append(Check("labels", True, f"{len(labels)} corpus labels among the model's {len(names)}"))
+    counts = count_tokens(list(texts.values()), tok)
+    empty = [i for i, n in zip(texts, counts, strict=True) if n == 0]
+    if empty:
+        out.append(Check("tokens", False, f"text of id {empty[0]!r} gives 0 tokens with the model's tokenizer (only "
+                                          "control or zero-width characters?); remove the item or give it text"))
+    else:
+        out.append(Check("tokens", True, f"every text has >= 1 token (longest {max(counts)})"))
+    limit = getattr(cfg, "max_position_embeddings", None)
+    tok_limit = getattr(tok, "model_max_length", None)
+    limits = [(n, v) for n, v in (("max_position_embeddings", limit), ("tokenizer model_max_length", tok_limit))
+              if isinstance(v, int) and 0 < v < 10**6]
+    bad = [(v, n, x) for v in proto.variants for n, x in limits if v.max_length > x]
+    if bad:
+        v, n, x = bad[0]
+        out.append(Check("max_length", False, f"variant {v.name} max_length {v.max_length} exceeds the model's {n} "
+                                              f"{x}; declare max_length <= {x}"))
+    else:
+        out.append(Check("max_length", True, ", ".join(f"{n} {x}" for n, x in limits) or "no limit declared"))
+    declared = m.pad_token
+    if declared is not None:
+        vocab = tok.get_vocab()
+        if declared not in vocab:
+            out.append(Check("pad_token", False, f"[model] pad_token {declared!r} is not in the tokenizer's vocabulary "
+                                                 f"({len(vocab)} tokens); name an existing token, e.g. "
+                                                 f"{pad_suggestion(tok)!r}"))
+        else:
+            out.append(Check("pad_token", True, f"{declared!r} declared in [model] (recorded in the lock)"))
+    elif tok.pad_token is None:
+        out.append(Check("pad_token", False, f"the tokenizer of {Path(ref).name} has no padding token "
+                                             f"(pad_token None); declare [model] pad_token, e.g. "
+                                             f"pad_token = {pad_suggestion(tok)!r}"))
+    else:
+        out.append(Check("pad_token", True, f"{tok.pad_token!r} from the tokenizer"))
+    card = proto.card_path
+    if card is not None and card.is_file():
+        recorded = (json.loads(card.read_text(encoding="utf-8")).get("tokenizer") or {})
+        fp = recorded.get("fingerprint")
+        if fp is None:
+            out.append(Check("tokenizer", None, f"corpus card {card.name} records no tokenizer fingerprint; "
+                                                "rebuild it with `iteralab corpus build --tokenizer MODEL` to check"))
+        elif fp != tokenizer_fingerprint(tok):
+            out.append(Check("tokenizer", False, f"corpus card {card.name} counted tokens with "
+                                                 f"{recorded.get('name') or recorded.get('path')!r}, not the model's "
+                                                 f"tokenizer ({Path(ref).name}): length buckets would be wrong; "
+                                                 f"rebuild with `iteralab corpus build --tokenizer {ref}`"))
+        else:
+            out.append(Check("tokenizer", True, "corpus buckets counted with the model's tokenizer"))
+    return out
+
+
+def check_attention(proto, cfg) -> Check:
+    """Every declared ``attention`` is an implementation transformers accepts for this model
+    with the packages installed here (the pass images pin the same transformers and carry no
+    extra kernels, images/requirements-*.txt): the classification model is built from its
+    config on torch's meta device (no weights, no memory) with ``attn_implementation`` set,
+    so transformers' own check runs. A misspelt name ('spda': ValueError) or a kernel whose
+    package is absent ('flash_attention_2': ImportError) would otherwise fail every pass at
+    model load."""
+    import copy
+
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    declared = sorted({v.attention for v in proto.variants if v.attention})
+    for name in declared:
+        try:
+            with torch.device("meta"):
+                AutoModelForSequenceClassification.from_config(copy.deepcopy(cfg), attn_implementation=name)
+        except Exception as exc:  # ValueError (unknown name), ImportError (kernel package absent)
+            user = next(v.name for v in proto.variants if v.attention == name)
+            why = " ".join(str(exc).split())[:160]
+            return Check("attention", False, f"variant {user}: attention {name!r} cannot be used with this model "
+                                             f"here ({type(exc).__name__}: {why}); declare attention = \"sdpa\" "
+                                             "(the default) or \"eager\"")
+    return Check("attention", True, ", ".join(declared) or "the library's default")
+
+
+def check_devices(proto) -> list[Check]:
+    devices = sorted({v.device for v in proto.variants})
+    bad = [d for d in devices if not DEVICE_RE.match(d)]
+    if bad:
+        return [Check("device", False, f"device {bad[0]!r} unknown; use auto, cpu, cuda, cuda:N or rocm")]
+    gpu_devices = [d for d in devices if d not in ("auto", "cpu")]
+    if not gpu_devices:
+        return [Check("device", True, ", ".join(devices))]
+    n, source = gpu_count()
+    for d in gpu_devices:
+        index = int(d.split(":")[1]) if ":" in d else 0
+        if index >= n:
+            have = f"{n} GPU" + ("s" if n != 1 else "")
+            fix = f"use cuda:0 .. cuda:{n - 1}" if n else "use device = \"cpu\" or \"auto\", or run on a GPU host"
+            return [Check("device", False, f"device {d!r} needs GPU index {index} but this host has {have} "
+                                           f"({source}); {fix}")]
+    return [Check("device", True, f"{', '.join(devices)}; {n} GPU(s) ({source})")]
+
+
+def check_cards(proto) -> list[Check]:
+    """Multi-card variants against this host (``lab.facts.host_cards.check_cards_fit_host``, the
+    same rule `campaign run` applies); no line when every variant uses one card."""
+    from lab.facts.host_cards import CardsBeyondHost, check_cards_fit_host
+
+    cards = sorted({v.cards for v in proto.variants})
+    if cards == [1]:
+        return []
+    try:
+        check_cards_fit_host(proto.variants, proto.config.timing.threads)
+    except CardsBeyondHost as exc:
+        return [Check("cards", False, str(exc))]
+    return [Check("cards", True, f"{', '.join(map(str, cards))} card(s) per pass; this host has enough")]
+
+
+def check_projection_rule(proto, items: int | None = None) -> list[Check]:
+    """The projection validity rule ([timing] min_window_s, min_accepted_passes; lab.compare
+    projects a configuration to a load only when it holds) against what is known at lock: the
+    repetitions and the corpus size (``items``; read from the corpus when None). A warning
+    (ok None), never a refusal: the campaign still measures; its configurations will be
+    marked "too short to project" by compare unless allowed. No line when the rule can be met."""
+    t = proto.config.timing
+    notes = []
+    if t.repetitions < t.min_accepted_passes:
+        notes.append(f"repetitions {t.repetitions} < min_accepted_passes {t.min_accepted_passes}: no "
+                     "configuration can meet the rule")
+    if items is None:
+        try:
+            items = len(read_corpus(proto.corpus_path))
+        except (OSError, ValueError, CorpusError):  # the corpus checks above name the problem
+            items = None
+    if items and t.min_window_s and items < t.min_window_s:
+        notes.append(f"{items} corpus items: a pass lasts {t.min_window_s:g} s only below "
+                     f"{items / t.min_window_s:.2f} items/s")
+    if not notes:
+        return []
+    return [Check("projection rule", None, "warning: " + "; ".join(notes) + "; compare will mark this "
+                  "campaign's configurations too short to project (--allow-short overrides, named in "
+                  "every output)")]
+
+
+def check_engine(proto) -> list[Check]:
+    """Variants declaring engine = "vllm": the vLLM environment can be had (built on first
+    need, lab.engines.vllm_env) and the pinned vLLM supports the model's architecture, asked
+    of vLLM in its own venv (lab.engines.vllm.vllm_refusal). [] without such a variant."""
+    names = [v.name or v.variant_id for v in proto.variants if v.engine == "vllm"]
+    if not names:
+        return []
+    try:
+        folder = model_folder(proto.model_ref, proto.config.model.revision)
+    except ModelFolderError:
+        return []  # check_model refused the model already
+    why = vllm_refusal(folder)
+    return [Check("engine", False, why) if why else
+            Check("engine", True, f"vllm for {', '.join(names)}: {folder.name} supported")]
+
+
+def lock_checks(proto) -> list[Check]:
+    """Every lock-time check of ``proto`` (a lab.orchestration.protocol.Protocol), in order; stops at the
+    corpus or model when later checks need them."""
+    checks, texts = check_corpus(proto)
+    if checks[-1].ok:
+        labels = {r["label"] for r in read_corpus(proto.corpus_path)}
+        checks += check_model(proto, texts, labels)
+    checks += check_user_code(proto)
+    checks += check_devices(proto)
+    checks += check_cards(proto)
+    checks += check_engine(proto)
+    checks += check_projection_rule(proto)
+    return checks
+
+
+def check_user_code(proto) -> list[Check]:
+    """The user's code the protocol runs ([task] entry, [quality] metric = "file.py:function"),
+    each imported in a fresh Python process (lab.passes.tasks.custom.check_in_fresh_process): refused
+    in one line when it cannot be loaded or lacks the protocol."""
+    from lab.passes.tasks.custom import check_in_fresh_process
+
+    out = []
+    files = proto.task_files()
+    for role, ref in (("entry", proto.config.task.entry), ("metric", proto.config.quality.metric)):
+        if role not in files or ref is None:
+            continue
+        full = f"{files[role]}:{ref.rsplit(':', 1)[1]}"
+        why = check_in_fresh_process(full, metric=role == "metric")
+        out.append(Check(role, not why, why or f"{ref} imports in a fresh process and has the protocol"))
+    for role, path in files.items():
+        if role.startswith("file:") and not path.is_file():
+            out.append(Check("files", False, f"[task] files {role[5:]!r}: {path} not found; fix the path"))
+    return out
+
+
+def first_refusal(checks: list[Check]) -> Check | None:
+    return next((c for c in checks if c.ok is False), None)

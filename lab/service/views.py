@@ -1,0 +1,296 @@
+"""Read-only views of a campaign that the UI's screens (and any other front end) show.
+
+Each function takes a campaign file (and folder, or fields typed by the user), computes
+with the engine's own modules, and returns plain data: the protocol and its lock, the
+plan with memory feasibility, the quote and decision note, the host's environment. No
+rendering here: ``tui/screens`` turn these into text. Slow (model shape, doctor probes):
+call them from a worker thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lab.service.campaigns import runs_root
+from lab.orchestration.protocol import current_version, load_protocol, read_lock
+from lab.inputs.variants import series_names, variant_short
+
+if TYPE_CHECKING:  # the report modules import pandas: loaded when a view needs them
+    from lab.report.summary import VariantSummary
+
+_SHAPES: dict = {}
+_SHAPE_LOCK = threading.Lock()  # transformers' lazy imports are not thread-safe
+
+
+# ---- protocol ------------------------------------------------------------------------
+
+def protocol_info(campaign_file) -> dict:
+    """{name, question, file, quality, timing, card_counts, lock_state, versions, current, digest}.
+
+    ``lock_state``: "not locked", "locked" (the file matches version ``current``) or
+    "edited" (changed since the last lock: locking makes version len(versions)+1).
+    Raises ProtocolError on an unusable file.
+    """
+    proto = load_protocol(campaign_file)
+    versions = read_lock(proto.path)
+    digest = proto.digest()
+    current = current_version(proto, versions)[0] if proto.corpus_path.is_file() else None
+    state = "locked" if current else ("edited" if versions else "not locked")
+    counts = None
+    if proto.card_path and proto.card_path.is_file():
+        counts = json.loads(proto.card_path.read_text())["comparison"]["counts"]
+    else:
+        from lab.inputs.corpus import counts_by_bucket_class, read_corpus
+
+        if proto.corpus_path.is_file():
+            counts = counts_by_bucket_class(read_corpus(proto.corpus_path))
+    return {"name": proto.name, "question": proto.raw["campaign"]["question"], "file": str(proto.path),
+            "quality": proto.quality, "timing": proto.timing, "card_counts": counts,
+            "lock_state": state, "versions": [{k: v[k] for k in ("version", "sha256", "locked_at")}
+                                              for v in versions],
+            "current": current and {k: current.get(k) for k in ("version", "sha256", "locked_at", "replays",
+                                                                 "question_version")},
+            "digest": digest}
+
+
+def lock_protocol(campaign_file) -> tuple[dict, bool]:
+    """Lock the file: ({version, sha256, locked_at}, True when this made a new version)."""
+    from lab.orchestration.protocol import lock
+
+    before = len(read_lock(campaign_file))
+    v = lock(load_protocol(campaign_file))
+    return {k: v[k] for k in ("version", "sha256", "locked_at")}, v["version"] > before
+
+
+# ---- plan ----------------------------------------------------------------------------
+
+def model_shape(model_ref: str, revision: str | None = None):
+    """EncoderShape of a checkpoint, a hub id at ``revision`` (meta device; cached: building it
+    takes seconds)."""
+    from lab.memory.estimate import EncoderShape
+
+    with _SHAPE_LOCK:
+        if (model_ref, revision) not in _SHAPES:
+            _SHAPES[(model_ref, revision)] = EncoderShape.from_pretrained(model_ref, revision)
+        return _SHAPES[(model_ref, revision)]
+
+
+def budget_of(facts: dict) -> tuple[int | None, str]:
+    """(bytes, what): the first GPU's memory, else host RAM (no GPU: host memory is the limit)."""
+    devices = (facts.get("gpu") or {}).get("devices") or []
+    if devices:
+        return int(devices[0]["memory_bytes"]), f"GPU 0 memory ({devices[0]['name']})"
+    if facts.get("ram_total_bytes"):
+        return int(facts["ram_total_bytes"]), "host RAM (no GPU)"
+    return None, "no memory budget known"
+
+
+def build_plan(campaign_file, facts: dict) -> dict:
+    """{variants: [{name, variant_id, label, series, batch_size, fits: {bucket: max batch},
+    peak_estimate_bytes: {bucket: weights + own batch's activations}, fits_all}],
+    schedule: [[short names per repetition]], passes, series, budget_bytes, budget_what, margin, note,
+    cards: [cards per pass], checks: [(name, ok, detail)] of ``lab.orchestration.preflight.lock_checks``}.
+
+    ``facts``: ``collect_environment()``'s dict (the memory budget). Raises ProtocolError on
+    an unusable campaign file; a missing model or corpus only fills ``note``.
+    """
+    from lab.orchestration.schedule import rotated_schedule
+
+    proto = load_protocol(campaign_file)
+    sched = rotated_schedule(list(proto.variants), proto.timing["repetitions"])
+    reps: dict[int, list[str]] = {}
+    for p in sched:
+        reps.setdefault(p.repetition, []).append(variant_short(p.variant))
+    out: dict = {"variants": [], "schedule": [reps[r] for r in sorted(reps)], "passes": len(sched),
+                 "series": sorted(set().union(*(series_names(v.series) for v in proto.variants))),
+                 "note": "", "cards": sorted({v.cards for v in proto.variants})}  # refusal: lock check "cards"
+    budget, what = budget_of(facts)
+    out.update(budget_bytes=budget, budget_what=what, margin=None)
+    fits: dict = {}
+    try:
+        from lab.inputs.corpus import read_corpus
+        from lab.memory.feasibility import DEFAULT_MARGIN_FRACTION, batch_fits
+
+        longest: dict[str, int] = {}
+        for r in read_corpus(proto.corpus_path):
+            b, n = r.get("bucket"), r.get("n_tokens")
+            if b and n:
+                longest[b] = max(longest.get(b, 0), int(n))
+        shape = model_shape(proto.model_ref, proto.config.model.revision)
+        out["margin"] = DEFAULT_MARGIN_FRACTION
+        for v in proto.variants:
+            if budget and longest:
+                fits[v.variant_id] = batch_fits(shape, v.precision, longest, budget, v.max_length,
+                                                v.batch_size)
+    except Exception as exc:  # no model/corpus yet: say why, keep the plan
+        out["note"] = f"memory estimate not available: {type(exc).__name__}: {exc}"[:200]
+    try:
+        from lab.orchestration.preflight import lock_checks
+
+        out["checks"] = [(c.name, c.ok, c.detail) for c in lock_checks(proto)]
+    except Exception as exc:  # say why, keep the plan
+        out["checks"] = [("lock checks", False, f"{type(exc).__name__}: {exc}"[:200])]
+    for v in proto.variants:
+        f = fits.get(v.variant_id) or {}
+        out["variants"].append({
+            "name": variant_short(v), "variant_id": v.variant_id, "label": v.label,
+            "series": v.series, "batch_size": v.batch_size,
+            "fits": {b: x.max_batch_size for b, x in f.items()},
+            "peak_estimate_bytes": {b: x.weights_bytes + v.batch_size * x.activation_bytes_per_item
+                                    for b, x in f.items()},
+            "fits_all": all(x.variant_fits for x in f.values()) if f else None})
+    return out
+
+
+# ---- cost and decision ---------------------------------------------------------------
+
+def load_summary(campaign_dir: Path | None) -> list[VariantSummary]:
+    """The report's per-variant summary (report/summary.json, built when missing); [] without a campaign."""
+    from lab.report.summary import read_summary
+
+    if campaign_dir is None:
+        return []
+    p = Path(campaign_dir) / "report" / "summary.json"
+    if not p.is_file():
+        from lab.report.build import build_report
+
+        return build_report(campaign_dir)["summary"]
+    return read_summary(p)
+
+
+def validated_corpora(summary: list[VariantSummary]) -> int:
+    """Distinct useful corpora validated: the campaign's corpus counts once when any pass of
+    any variant was accepted (SPEC 3.11: 5 repetitions are not 5 corpora)."""
+    return 1 if any(v.accepted_passes >= 1 for v in summary) else 0
+
+
+def cost_view(campaign_file: Path, campaign_dir: Path | None, fields: dict) -> dict:
+    """The Cost screen: quote, cost per validated corpus and decision note.
+
+    ``fields``: strings typed by the user (catalog, gpu, days, lots, window_start,
+    window_end, tz, accepted); an empty package field (catalog, gpu, days, lots) takes the
+    campaign file's [cost] value; without
+    a gpu and days no package is priced (none is invented). ``accepted`` may only lower the
+    count of validated corpora. Returns {quote_text, validated, accepted, warning, note_md}.
+    Raises PricingError or ProtocolError (one line).
+    """
+    from dataclasses import asdict
+
+    from lab.cost.forfaits import load_catalog, parse_window, quote, render_quote
+    from lab.report.decision import decision_pricing
+
+    proto = load_protocol(campaign_file)
+    summary = load_summary(campaign_dir)
+    validated = validated_corpora(summary)
+    warning = ""
+    wanted = fields.get("accepted", "").strip()
+    accepted = validated
+    if wanted:
+        if not wanted.isdigit():
+            warning = f"accepted corpora {wanted!r} is not an integer >= 0; using {validated}"
+        elif int(wanted) > validated:
+            warning = (f"accepted corpora cannot exceed the {validated} validated by this campaign; "
+                       f"using {validated}")
+        else:
+            accepted = int(wanted)
+    declared = asdict(proto.cost) if proto.cost is not None else {}  # no [cost]: no package declared
+    package = {k: declared.get(k) for k in ("catalog", "gpu", "days", "lots")}  # the window: as typed
+    if proto.catalog_path is not None:
+        package["catalog"] = str(proto.catalog_path)  # relative to the campaign file, as at lock
+    typed = {k: v for k, v in fields.items() if k != "accepted" and str(v).strip()}
+    pricing = decision_pricing({**package, **typed})
+    catalog = load_catalog(pricing["catalog_path"])
+    window = None
+    if pricing["window_start"] or pricing["window_end"]:
+        window = parse_window(pricing["window_start"] or "", pricing["window_end"] or "", pricing["tz"])
+    if pricing["gpu"] and pricing["days"]:
+        q = quote(catalog, pricing["gpu"], str(pricing["days"]), str(pricing["lots"]),
+                  accepted if accepted >= 1 else None)
+        text = render_quote(q, window)
+        if accepted == 0:
+            text += "\nCost per validated corpus: undefined (no accepted corpus)"
+    else:
+        text = ("No package declared: the campaign file has no [cost] section; enter a GPU and days "
+                "above to price one")
+    note = _campaign_note(proto, summary, pricing, campaign_dir) if summary else \
+        "_No results yet: the decision note needs at least one finished pass._"
+    return {"quote_text": text, "validated": validated, "accepted": accepted, "warning": warning,
+            "note_md": note}
+
+
+def _campaign_note(proto, summary, pricing: dict, campaign_dir: Path | None) -> str:
+    """The archived note's wording for the Cost screen (lab.report.build.campaign_note): the
+    same banners (partial evidence while the campaign is unfinished, measured hardware differs
+    from the priced package) and the variants not run yet."""
+    from lab.evidence.assemble import unfinished_reason
+    from lab.orchestration.journal import Journal
+    from lab.report.build import campaign_note
+
+    if campaign_dir is None:
+        return campaign_note(proto, summary, pricing, [])
+    journal = Journal.open_read_only(Path(campaign_dir) / "journal.sqlite")
+    try:
+        attempts = journal.attempts()
+    finally:
+        journal.close()
+    return campaign_note(proto, summary, pricing, attempts, unfinished_reason(Path(campaign_dir)))
+
+
+# ---- comparison across archives --------------------------------------------------------
+
+def run_comparison(archives: list[str], fields: dict, runs_root: Path, now: datetime | None = None) -> dict:
+    """The Compare screen's comparison of ``archives`` (paths of evidence archives) for the
+    ``fields`` typed (load in items, deadline, window_start; ISO), written to
+    <runs_root>/compare/<UTC time>/: {"path", "decision", "files"}. Raises CompareError for a
+    bad load (and what lab.compare.compare_to_folder raises)."""
+    from lab.compare import CompareError, compare_to_folder
+    from lab.compare.tables import decision_markdown
+
+    load = fields.get("load", "").strip().replace(",", "").replace("_", "")
+    if not load.isdigit():
+        raise CompareError(f"load {fields.get('load', '')!r} must be an integer >= 1 (items of the "
+                           "production load)")
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    c, files = compare_to_folder(archives, int(load), Path(runs_root) / "compare" / stamp,
+                                 deadline=fields.get("deadline") or None,
+                                 window_start=fields.get("window_start") or None,
+                                 allow_partial=bool(fields.get("allow_partial")),
+                                 allow_short=bool(fields.get("allow_short")))
+    return {"path": list(c.path), "banners": list(c.banners), "decision": decision_markdown(c),
+            "files": {k: str(v) for k, v in files.items()}}
+
+
+# ---- environment -----------------------------------------------------------------------
+
+def collect_environment() -> dict:
+    """Facts for the Environment screen and the plan's memory budget: gpu
+    (lab.inputs.manifest.gpu_facts), host RAM/disk/cores, doctor checks (no test container).
+
+    Returns {"backend", "gpu", "ram_total_bytes", "ram_available_bytes", "disk_free_bytes",
+    "disk_path", "cpu_cores", "checks": [{"name", "ok", "detail", "fix", "blocking"}]}.
+    """
+    import psutil
+
+    from lab.orchestration.doctor import doctor
+    from lab.inputs.manifest import gpu_facts
+
+    gpu = gpu_facts()
+    if gpu["count"] and gpu.get("hip_runtime", "absent") != "absent":
+        backend = "rocm"
+    elif gpu["count"]:
+        backend = "cuda"
+    else:
+        backend = "cpu"
+    root = runs_root()
+    probe = root if root.exists() else root.parent if root.parent.exists() else Path(os.getcwd())
+    vm = psutil.virtual_memory()
+    checks = [c.to_json() for c in doctor(container_test=False)]
+    return {"backend": backend, "gpu": gpu, "ram_total_bytes": vm.total,
+            "ram_available_bytes": vm.available, "disk_free_bytes": shutil.disk_usage(probe).free,
+            "disk_path": str(probe), "cpu_cores": os.cpu_count(), "checks": checks}
