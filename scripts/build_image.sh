@@ -24,4 +24,6 @@ case "$vendor" in
   *) echo "build_image.sh: unknown vendor '$vendor'; use cpu, nvidia or rocm" >&2; exit 2 ;;
 esac
 echo "building $tag from $base ($file)"
-docker build --build-arg BASE_IMAGE="$base" -f "$file" -t "$tag" .
+# labelled with the lab sources' sha256: the launcher refuses an image built from another version
+docker build --build-arg BASE_IMAGE="$base" --label iteralab.lab-sha256="$(python3 -m lab.facts.files)" \
+  -f "$file" -t "$tag" .

@@ -103,7 +103,8 @@ if [[ "$have" != "$inputs" ]]; then
         -cf - images/cpu/Dockerfile images/requirements-cpu.txt pyproject.toml lab .cache/wheelhouse \
       | docker build --network host -q -f images/cpu/Dockerfile \
           --build-arg BASE_IMAGE="$LOCAL_BASE_IMAGE" --build-arg WHEELHOUSE=wheelhouse \
-          --label iteralab.inputs="$inputs" -t "$CPU_IMAGE" - >/dev/null \
+          --label iteralab.inputs="$inputs" --label iteralab.lab-sha256="$(cd "$ROOT" && python3 -m lab.facts.files)" \
+          -t "$CPU_IMAGE" - >/dev/null \
           2> >(grep -v -e "legacy builder is deprecated" -e "BuildKit is currently disabled" \
                        -e "environment-variable" >&2)
     # the previous build of this image, now untagged (only images this script labelled)

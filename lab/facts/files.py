@@ -31,6 +31,24 @@ def sha256_lines(lines: Iterable[str]) -> str:
     return h.hexdigest()
 
 
+LAB_SOURCE_SUFFIXES = (".py", ".csv", ".toml")
+"""What a pass image copies of lab/ and runs: the files ``lab_sources_sha256`` covers."""
+
+
+def lab_sources_sha256(root: Path = REPO_ROOT) -> str:
+    """Hex sha256 of the lab's sources under ``root/lab`` (files ending in LAB_SOURCE_SUFFIXES,
+    ``__pycache__`` excluded): each file's path relative to ``root`` and its sha256, one line
+    each, in byte order of the paths. A pass image is labelled with it when built
+    (``iteralab.lab-sha256``; scripts/build_image.sh, scripts/ci_docker.sh), so a launcher can
+    tell an image built from another version of the lab (lab.launchers.docker). Command line:
+    ``python3 -m lab.facts.files`` prints it for the repository it runs in (standard library only)."""
+    lines = []
+    for path in sorted((root / "lab").rglob("*"), key=lambda p: p.relative_to(root).as_posix().encode()):
+        if path.is_file() and path.suffix in LAB_SOURCE_SUFFIXES and "__pycache__" not in path.parts:
+            lines.append(f"{path.relative_to(root).as_posix()} {sha256_file(path)}\n")
+    return sha256_lines(lines)
+
+
 class HashingReader:
     """Read-only file-like over an open binary file ``fh`` that hashes exactly the bytes it
     hands out (to a tar writer, a spool...), so a stream is hashed in the same single read.
@@ -56,3 +74,7 @@ def sha256_file(path: str | Path) -> str:
         while reader.read(1 << 20):
             pass
     return reader.hexdigest()
+
+
+if __name__ == "__main__":
+    print(lab_sources_sha256())

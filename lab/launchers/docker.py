@@ -28,6 +28,8 @@ import uuid
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from lab.facts.errors import LabError
+from lab.facts.files import REPO_ROOT, lab_sources_sha256
 from lab.facts.host import (IMAGE_KEYS, NO_DRIVER_MARK, TOOLKIT_FIX, detect_vendor, read_pins,
                       rocm_device_gids)
 from lab.launchers.base import LaunchOutcome, LineSink, limit_reason
@@ -85,6 +87,26 @@ def unreadable_for(path: Path, uid: int, gid: int, limit: int = 3) -> list[str]:
 def _chown_tree(path: Path, uid: int, gid: int) -> None:
     for p in [path, *path.rglob("*")]:
         os.chown(p, uid, gid, follow_symlinks=False)
+
+
+LAB_SHA256_LABEL = "iteralab.lab-sha256"
+
+
+class ImageOutdated(LabError, RuntimeError):
+    """A pass image built from another version of the lab's sources than this bundle's."""
+
+
+def check_image_sources(image: str, labels: dict, root: Path = REPO_ROOT) -> None:
+    """Refuse an image whose ``iteralab.lab-sha256`` label (the lab sources it was built from,
+    lab.facts.files.lab_sources_sha256) is missing or is not this bundle's: its passes would run
+    other code than the one the campaign was locked with (every pass of a campaign crashed on a
+    pass spec the old code could not read). Raises ImageOutdated with the fix."""
+    have, want = labels.get(LAB_SHA256_LABEL), lab_sources_sha256(root)
+    if have != want:
+        built = f"lab sources {have[:12]}" if have else "no lab sources label"
+        raise ImageOutdated(f"image {image} was built from another version of the lab ({built}; this bundle's "
+                            f"are {want[:12]}); rebuild it: `make images` (or scripts/ci_docker.sh where no "
+                            "registry is reachable)")
 
 
 class DockerLauncher:
@@ -146,10 +168,12 @@ class DockerLauncher:
             raise RuntimeError(f"no Docker engine answers ({exc}); start dockerd, or use the local "
                                "launcher (no container isolation)") from None
         try:
-            return cls(image, vendor, mem_limit_bytes, client=client, **kw)
+            launcher = cls(image, vendor, mem_limit_bytes, client=client, **kw)
         except docker.errors.ImageNotFound:
             raise RuntimeError(f"image {image} is not built on this host; run `make images` "
                                "(or scripts/ci_docker.sh where no registry is reachable)") from None
+        check_image_sources(image, launcher.image.labels or {})
+        return launcher
 
     # ---- facts -----------------------------------------------------------------------
     def describe(self) -> dict:

@@ -112,20 +112,24 @@ def make_launcher(kind: str, memory_limit: int | None = None):
     """'local', 'docker' or 'auto' (docker when an engine and the image answer, else local).
 
     ``memory_limit``: bytes per pass (host memory). Raises CampaignError when 'docker' is
-    asked and unavailable, or when 'auto' would silently measure CPU passes on a GPU host.
+    asked and unavailable, when 'auto' would silently measure CPU passes on a GPU host, and
+    when the image was built from another version of the lab (either launcher kind: its passes
+    would run other code; lab.launchers.docker.check_image_sources).
     """
     from lab.launchers.local import LocalLauncher
 
     memory_limit = memory_limit_bytes(memory_limit)
     if kind in ("docker", "auto"):
         try:
-            from lab.launchers.docker import DockerLauncher
+            from lab.launchers.docker import DockerLauncher, ImageOutdated
         except ImportError as exc:
             if kind == "docker":
                 raise CampaignError(f"docker launcher unavailable ({exc}); use --launcher local") from None
         else:
             try:
                 return DockerLauncher.from_environment(mem_limit_bytes=memory_limit)
+            except ImageOutdated as exc:  # built for containers, but from other code: never a silent switch
+                raise CampaignError(f"{exc}, or run with --launcher local") from None
             except Exception as exc:  # engine unreachable or image missing
                 if kind == "docker":
                     raise CampaignError(f"docker launcher unavailable: {exc}") from None
