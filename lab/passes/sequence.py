@@ -227,7 +227,7 @@ class PassSequence:
         try:
             rows, which = card.rows(read_corpus(spec.corpus_path), job)
             res.update(which)
-            win = job.run_window(rows, device, self._on_batch, self._sink)
+            win = self.win = job.run_window(rows, device, self._on_batch, self._sink)
             inf.synchronize(device)
             self._phase("measured", t)
             res.update(card.at_window("end"))
@@ -236,7 +236,6 @@ class PassSequence:
             res["peaks"] = tracker.read().to_json()
             if dynamo:
                 res["recompiles_measured"], res["graph_breaks_measured"] = dynamo.read()
-        self.win = win
         res.update(items_completed=win.items_done, n_truncated=win.n_truncated, real_tokens=win.real_tokens,
                    padded_tokens=win.padded_tokens, batches=win.batches)
         if not card.one_of_many:

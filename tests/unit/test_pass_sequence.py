@@ -78,13 +78,14 @@ class FakeJob:
                                        batches=start // 2 + 1, tokens_kept=[1] * len(done),
                                        tokens_total=[1] * len(done), largest_batch=2)
             on_batch(len(done))
-            if self.fail:
+            if self.fail in FAILURES:
                 raise FAILURES[self.fail]()
         return sink["win"]
 
     def observe_window(self, win):
         self.calls.append("observe_window")
-        return {"batch_size": win.largest_batch, "window_items": win.items_done}
+        wider = 1 if self.fail == "batch_not_honoured" else 0  # the model saw bigger batches than declared
+        return {"batch_size": win.largest_batch + wider, "window_items": win.items_done}
 
     def self_metric(self, win):
         self.calls.append("self_metric")
@@ -200,6 +201,18 @@ def test_a_failure_is_classified_once_for_the_runner_and_a_card(fake, monkeypatc
     assert [e["event"] for e in failed] == [e["event"] for e in card_failed] == ([event] if event else [])
     assert [(e["kind"], e["items_done"]) for e in failed] == [(e["kind"], e["items_done"]) for e in card_failed]
     assert "measured" not in result.phases_s.to_json() and result.conditions and card.conditions
+
+
+def test_a_window_refused_after_it_ran_still_writes_its_predictions(fake, monkeypatch):
+    """The window's declared-value check fails after the window returned: both a not_honoured
+    failure with every item written, as before the sequence was shared."""
+    spec, _ = fake
+    code, result, _ = _run_runner(spec("one", "batch_not_honoured"))
+    card_code, card, _, card_preds = _run_card(spec("card", "batch_not_honoured"), monkeypatch)
+    assert code == card_code == 4 and result.failure_kind == card.failure_kind == FailureKind.NOT_HONOURED
+    assert "batch_size 2 declared" in result.error and result.error == card.error
+    assert result.items_completed == card.items_completed == 5 and "measured" in result.phases_s.to_json()
+    assert result.predictions_lines == card.predictions_lines == 5 and len(card_preds.read_text().splitlines()) == 5
 
 
 def test_the_classification_maps_each_exception_once():
