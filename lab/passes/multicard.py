@@ -36,6 +36,7 @@ from lab.facts.diskfull import atomic_write_text
 from lab.facts.errors import FailureKind
 from lab.facts.files import REPO_ROOT, sha256_lines
 from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventKind, EventWriter, PassStatus
+from lab.passes.failures import CARD_STOPPED
 from lab.passes.observed import combine_cards
 from lab.passes.records import CardRecord, Observed, PassResult, Phases, decode_card, write_record
 from lab.passes.spec import PassSpec
@@ -43,7 +44,6 @@ from lab.inputs.variants import Variant
 
 PEAK_KEYS = ("peak_allocated_bytes", "peak_reserved_bytes", "process_peak_rss_bytes", "device_used_bytes")
 STATUS_CODES = {PassStatus.OK: EXIT_OK, PassStatus.OOM: EXIT_OOM}
-CARD_STOPPED = "stopped"  # a card's own status when torchrun or the user stopped it (not a pass status)
 
 
 def _utc() -> str:

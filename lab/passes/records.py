@@ -84,7 +84,7 @@ class CardRecord(Record, frozen=True):
     world_size: int
     node_rank: int
     status: str
-    """A PassStatus word, or ``lab.passes.multicard.CARD_STOPPED`` for a card stopped from outside."""
+    """A PassStatus word, or ``lab.passes.failures.CARD_STOPPED`` for a card stopped from outside."""
     error: str
     phases_s: Phases
     items_total: int | None

@@ -2,25 +2,25 @@
 
     python -m torch.distributed.run --nproc_per_node N ... -m lab.passes.worker PASS_DIR/pass.json
 
-Reads RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE from torchrun's environment, joins
-the process group (``nccl`` on CUDA/ROCm, ``gloo`` on CPU), loads the model on its card
-(``cuda:LOCAL_RANK``, or CPU with ``threads // LOCAL_WORLD_SIZE`` threads: the declared
-``threads`` is for the pass, split per worker by ``lab.passes.distributed.threads_per_worker``)
-with the variant's attention and the campaign's pad token, warms up (the same protocol
-warm-up as a one-card pass), records what it observed and refuses a declared value it did
-not honour (``lab.passes.observed``, the one-card functions; again on its window after the
-measured window), releases freed memory and resets its peaks, then meets the other workers
-at a barrier. Its measured window starts when it leaves the barrier and ends when its
-shard's predictions are materialised on the host (device synchronized): read corpus,
-tokenize, shard (``lab.passes.distributed.shard_positions``), transfer, infer; the conditions
-of its window (lab.passes.conditions, as a one-card pass) are recorded on the card. The pass's
-window is the slowest card's (``lab.passes.multicard``).
+Reads RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE from torchrun's environment and runs
+its card of the pass sequence (lab.passes.sequence, the phases of a one-card pass) as a
+:class:`WorkerCard`: ``threads // LOCAL_WORLD_SIZE`` threads (the declared ``threads`` is for
+the pass, split per worker by ``lab.passes.distributed.threads_per_worker``), its card
+(``cuda:LOCAL_RANK``, or CPU), the process group (``nccl`` on CUDA/ROCm, ``gloo`` on CPU),
+then model load, warm-up and the declared-value check as a one-card pass; after the peaks
+are reset it meets the other workers at a barrier. Its measured window starts when it leaves
+the barrier and ends when its shard's predictions are materialised on the host (device
+synchronized): read corpus, tokenize, shard (``lab.passes.distributed.shard_positions``),
+transfer, infer; its window conditions are recorded on the card. No probe, no evaluation:
+the pass's window is the slowest card's and its figures are the merge's (lab.passes.multicard).
+Only rank 0 emits phase events (ends, and the window's start); every event carries ``rank``.
 
 Writes ``cards/card<RANK>.json`` and ``cards/card<RANK>.predictions.jsonl`` in the pass
 folder before any later collective, so they survive a failure elsewhere. On success the
 workers meet again and gather their records to rank 0, which writes those of cards on
-other hosts. SIGTERM (torchrun stops the others when one worker fails; or the user
-stops the pass) makes a worker write what it completed, status ``stopped``, and exit.
+other hosts. SIGTERM/SIGINT (torchrun stops the others when one worker fails; or the user
+stops the pass) raises ``WorkerStopped`` (failure kind interrupted): the worker writes what it
+completed, card status ``stopped`` (lab.passes.failures.CARD_STOPPED), and exits.
 Exit codes as the runner: 0 ok, 3 OOM, 4 error or stopped.
 
 Test-only hook: ``ITERALAB_TEST_ONLY_INJECT_OOM="RANK:BATCHES"`` raises
@@ -36,15 +36,14 @@ import os
 import signal
 import sys
 import time
-import traceback
 from datetime import timedelta
 from pathlib import Path
 
-from lab.facts.diskfull import atomic_write_text
-from lab.facts.errors import FailureKind, PassFailure
-from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EventKind, EventWriter, PassStatus
-from lab.passes.multicard import CARD_STOPPED
+from lab.diskfull import atomic_write_text
+from lab.errors import FailureKind, PassFailure
+from lab.passes.events import EXIT_BAD_SPEC, EXIT_OK, EventKind, EventWriter
 from lab.passes.records import CardRecord, build, write_record
+from lab.passes.sequence import Card, PassSequence
 from lab.passes.spec import PassSpec, read_spec_or_report
 
 _T_PROCESS = time.perf_counter()
@@ -107,147 +106,110 @@ def _injected_oom() -> tuple[int, int] | None:
     return int(rank), int(batches)
 
 
+class WorkerCard(Card):
+    """One card of a multi-card pass: rank and world from torchrun, its share of the threads,
+    ``cuda:LOCAL_RANK``, the process group, the barrier, its shard, the stop signal."""
+
+    one_of_many = True
+
+    def __init__(self, spec: PassSpec, rank: int, local_rank: int, world: int, local_world: int,
+                 stop: _StopSignal):
+        super().__init__(spec)
+        self.rank, self.local_rank, self.world, self.workers_on_host = rank, local_rank, world, local_world
+        self.stop = stop
+        self.inject = _injected_oom()
+        self.dist: Any = None  # torch.distributed once joined
+        self.lines: list[str] = []  # this card's prediction lines, once written (gathered to rank 0)
+
+    def fields(self) -> dict:
+        return {"rank": self.rank, "local_rank": self.local_rank, "world_size": self.world,
+                "node_rank": int(os.environ.get("GROUP_RANK", "0")), "positions": []}
+
+    def announces(self, phase: str, start: bool) -> bool:
+        """Rank 0 speaks for the cards: phase ends, and the start of the common window (the
+        launcher announced ``launch`` for the load and warm-up)."""
+        return self.rank == 0 and (not start or phase == "measured")
+
+    def threads(self) -> int:
+        from lab.passes.distributed import threads_per_worker
+
+        return threads_per_worker(self.spec.threads, self.workers_on_host)
+
+    def place(self, device: str) -> str:
+        if device.startswith("cuda"):
+            import torch
+
+            device = f"cuda:{self.local_rank}"
+            torch.cuda.set_device(device)
+        return device
+
+    def identity(self, device: str, backend: str) -> dict:
+        from lab.passes.distributed import BACKENDS, card_identity
+
+        return {"identity": card_identity(device, self.rank), "dist_backend": BACKENDS[backend],
+                "test_only_injected_oom": self.inject is not None and self.inject[0] == self.rank}
+
+    def join(self, backend: str) -> None:
+        import torch.distributed as dist
+
+        from lab.passes.distributed import BACKENDS
+
+        self.dist = dist
+        dist.init_process_group(BACKENDS[backend], timeout=timedelta(minutes=30))
+
+    def common_start(self) -> None:
+        wait_barrier(self.dist, self.stop)  # every card loaded and warm: the common start
+
+    def at_window(self, edge: str) -> dict:
+        return {f"window_{edge}_unix_s": time.time()}
+
+    def rows(self, rows: list[dict], job) -> tuple[list[dict], dict]:
+        """This card's shard (lab.passes.distributed.shard_positions; with bucketing balanced by
+        token count, so the corpus is tokenized here, inside the window)."""
+        from lab.passes import inference as inf
+        from lab.passes.distributed import shard_positions
+
+        bucketing = self.spec.variant.bucketing
+        lengths = ([len(x) for x in inf.tokenize([r["text"] for r in rows], job.tokenizer,
+                                                 self.spec.variant.max_length)[0]]
+                   if bucketing else [0] * len(rows))
+        mine = shard_positions(lengths, self.world, bucketing)[self.rank]
+        return [rows[i] for i in mine], {"positions": mine, "items_total": len(mine)}
+
+    def after_batch(self, batches: int) -> None:
+        if self.inject and self.inject[0] == self.rank and batches >= self.inject[1]:
+            import torch
+
+            raise torch.OutOfMemoryError(f"test-only injected out of memory on card {self.rank} after "
+                                         f"{batches} batches ({TEST_OOM_ENV})")
+
+    def quiet(self) -> None:
+        self.stop.raise_now = False  # the failure and the files are written whole
+
+    def after_predictions(self, path: Path) -> None:
+        self.lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+
+
 def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world: int,
              local_world: int, stop: _StopSignal) -> int:
-    """Run this worker's shard; write its card files; returns the exit code. Never raises."""
-    from lab.passes.distributed import (
-        BACKENDS,
-        card_identity,
-        shard_positions,
-        threads_per_worker,
-    )
-    from lab.passes.runner import failure_kind, failure_status, failure_text
-    from lab.passes.tasks import job_for
-
-    card: dict = {"rank": rank, "local_rank": local_rank, "world_size": world,
-                  "node_rank": int(os.environ.get("GROUP_RANK", "0")), "status": PassStatus.ERROR, "error": "",
-                  "phases_s": {}, "items_total": None, "items_completed": 0, "positions": []}
-    phases: dict = card["phases_s"]
-    sink: dict = {}
-    job = None
-    state: dict = {"done": 0, "batches": 0, "t0": None}
-    win, code = None, EXIT_ERROR
-    dist: Any = None  # torch.distributed once imported
-    inject = _injected_oom()
-
-    def phase(name: str, t0: float) -> None:
-        phases[name] = round(time.perf_counter() - t0, 6)
-        if rank == 0:
-            ev.emit(EventKind.PHASE, phase=name, state="end", duration_s=phases[name])
-
-    try:
-        import torch
-        import torch.distributed as dist
-        import transformers  # noqa: F401 - start-up cost, not model load
-
-        from lab.inputs.corpus import read_corpus
-        from lab.memory.observe import release_memory
-        from lab.memory.peaks import PeakTracker
-        from lab.passes import inference as inf
-        from lab.inputs.manifest import pass_environment
-        from lab.passes import observed
-        from lab.passes.conditions import WindowConditions
-
-        phases["startup"] = round(time.perf_counter() - _T_PROCESS, 6)
-        torch.manual_seed(spec.seed)
-        torch.set_num_threads(threads_per_worker(spec.threads, local_world))
-        torch.backends.cudnn.benchmark = False
-        device, backend = inf.resolve_device(spec.variant.device)
-        if device.startswith("cuda"):
-            device = f"cuda:{local_rank}"
-            torch.cuda.set_device(device)
-        card.update(device=device, backend=backend, torch_version=str(torch.__version__),
-                    threads=torch.get_num_threads(), identity=card_identity(device, rank),
-                    environment=pass_environment(),
-                    dist_backend=BACKENDS[backend], test_only_injected_oom=inject is not None and inject[0] == rank)
-        dist.init_process_group(BACKENDS[backend], timeout=timedelta(minutes=30))
-        t = time.perf_counter()
-        job = job_for(spec)
-        job.load(device)
-        inf.synchronize(device)
-        phase("model_load", t)
-        t = time.perf_counter()
-        job.warm_up(read_corpus(spec.corpus_path)[: spec.warmup_items], device)
-        phase("warmup", t)
-        card["observed"] = job.observe(spec.threads, local_world)  # as a one-card pass
-        observed.require_honoured(spec.variant, card["observed"], device)
-        tracker = PeakTracker(device)
-        release_memory(device)
-        tracker.reset()
-        inf.synchronize(device)
-        cond = WindowConditions(device, torch.get_num_threads(), local_world)
-        wait_barrier(dist, stop)  # every card loaded and warm: the common start
-        cond.start()
-        t = state["t0"] = time.perf_counter()
-        card["window_start_unix_s"] = time.time()
-        if rank == 0:
-            ev.emit(EventKind.PHASE, phase="measured", state="start")
-
-        def on_batch(done: int) -> None:
-            state["done"], state["batches"] = done, state["batches"] + 1
-            el = time.perf_counter() - state["t0"]
-            ev.progress(done, card["items_total"], done / el if el > 0 else 0.0)
-            if inject and inject[0] == rank and state["batches"] >= inject[1]:
-                raise torch.OutOfMemoryError(f"test-only injected out of memory on card {rank} after "
-                                             f"{state['batches']} batches ({TEST_OOM_ENV})")
-
-        try:
-            rows = read_corpus(spec.corpus_path)
-            bucketing = spec.variant.bucketing
-            lengths = ([len(x) for x in inf.tokenize([r["text"] for r in rows], job.tokenizer,
-                                                     spec.variant.max_length)[0]]
-                       if bucketing else [0] * len(rows))
-            mine = shard_positions(lengths, world, bucketing)[rank]
-            card["positions"], card["items_total"] = mine, len(mine)
-            win = job.run_window([rows[i] for i in mine], device, on_batch, sink)
-            inf.synchronize(device)
-            phase("measured", t)
-            card["window_end_unix_s"] = time.time()
-        finally:
-            card["conditions"] = cond.stop(round(time.perf_counter() - t, 6))
-            card["peaks"] = tracker.read().to_json()
-        card.update(items_completed=win.items_done, n_truncated=win.n_truncated, real_tokens=win.real_tokens,
-                    padded_tokens=win.padded_tokens, batches=win.batches)
-        card["observed"].update(job.observe_window(win))
-        observed.require_honoured(spec.variant, card["observed"], device)
-        card["status"] = PassStatus.OK
-        code = EXIT_OK
-    except BaseException as exc:  # noqa: BLE001 - every failure is recorded on the card
-        stop.raise_now = False
-        kind = failure_kind(exc)
-        card["failure_kind"] = kind
-        done = getattr(exc, "items_done", None)
-        card["items_completed"] = state["done"] if done is None else done
-        if kind == FailureKind.INTERRUPTED:  # a stopped card (not a pass status: the merge decides)
-            card["status"], code = CARD_STOPPED, EXIT_ERROR
-        else:
-            card["status"], code = failure_status(kind)
-            ev.emit(EventKind.OOM if kind == FailureKind.OOM else EventKind.ERROR, kind=kind,
-                    items_done=state["done"] if kind == FailureKind.OOM else card["items_completed"],
-                    message=(str(exc).splitlines()[0] if kind == FailureKind.OOM
-                             else f"{type(exc).__name__}: {exc}")[:300])
-        card["error"] = failure_text(exc)
-        traceback.print_exc(file=sys.stderr)
-    stop.raise_now = False  # the files below are written whole
-    t = time.perf_counter()
+    """Run this worker's card of the pass sequence (lab.passes.sequence) over its shard; write
+    its card files (``card_paths``) before any later collective; on success gather the records
+    to rank 0. Returns the exit code. Never raises."""
+    card = WorkerCard(spec, rank, local_rank, world, local_world, stop)
+    seq = PassSequence(spec, ev, card, _T_PROCESS)
+    code = seq.run()
     rec_path, pred_path = card_paths(spec.out_dir, rank)
     rec_path.parent.mkdir(parents=True, exist_ok=True)
-    win = win or sink.get("win")
-    lines: list[str] = []
-    if win is not None and job is not None:
-        card.update(job.write_predictions(pred_path, win))
-        lines = pred_path.read_text(encoding="utf-8").splitlines(keepends=True)
-    phases["writing"] = round(time.perf_counter() - t, 6)
-    card["exit_code"] = code
-    record = build(CardRecord, card)
+    seq.write_predictions(pred_path)
+    record = build(CardRecord, {**seq.fields, "exit_code": code})
     write_record(rec_path, record)
     ev.emit(EventKind.CARD, status=record.status, items_completed=record.items_completed,
             items_total=record.items_total, measured_s=record.phases_s.measured, device=record.device)
     if code == EXIT_OK and not stop.requested:
         stop.raise_now = True
         try:
-            _gather_to_rank0(dist, spec, rank, world, record, lines, stop)
-            dist.destroy_process_group()
+            _gather_to_rank0(card.dist, spec, rank, world, record, card.lines, stop)
+            card.dist.destroy_process_group()
         except WorkerStopped:
             pass  # this card's files are already written
         except Exception as exc:  # noqa: BLE001 - another card failed meanwhile: its record says why

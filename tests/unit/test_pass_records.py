@@ -13,7 +13,7 @@ from lab.orchestration.journal import SCHEMA_VERSION, Journal, JournalVersion
 from lab.passes.inference import DeviceUnavailable, NonFiniteLogits, WeightsNotLoaded
 from lab.passes.observed import NotHonoured
 from lab.passes.records import PassResult, Validation, build, decode_result, write_record
-from lab.passes.runner import failure_kind, failure_status
+from lab.passes.failures import failure_kind, failure_status
 from lab.passes.worker import WorkerStopped
 from lab.orchestration.schedule import pass_id_for
 from lab.inputs.variants import Variant

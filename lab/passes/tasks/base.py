@@ -1,9 +1,10 @@
 """The task interface: what a pass asks of the job it measures (SPEC 2: task).
 
-A task kind is one class that satisfies :class:`Job`. The pass sequence (lab.passes.runner
-and each card's lab.passes.worker) owns everything around it: corpus reading, ids, warm-up
-rule, the measured window's clock and device synchronisation, memory counters, events,
-failure rows and the result record. It calls the job for exactly these steps:
+A task kind is one class that satisfies :class:`Job`. The pass sequence
+(lab.passes.sequence, run by lab.passes.runner and by each card's lab.passes.worker) owns
+everything around it: corpus reading, ids, warm-up rule, the measured window's clock and
+device synchronisation, memory counters, events, failure rows and the result record. It
+calls the job for exactly these steps:
 
 1. ``load(device)`` -> (tokenizer, model): model load, timed as ``model_load``;
 2. ``warm_up(rows, device)``: the protocol's warm-up over ``rows`` (the first items);

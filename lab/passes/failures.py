@@ -1,0 +1,83 @@
+"""Why a pass or a card stopped: the one classification of its exception, for the one-card
+runner and every card of a multi-card pass (both run lab.passes.sequence).
+
+- :func:`failure_kind`: exception -> ``lab.errors.FailureKind``;
+- :func:`failure_status`: kind -> (status word, exit code), of a pass or of a card;
+- :func:`failure_text`: the record's ``error`` field;
+- :func:`report_failure`: the ``oom`` / ``error`` event a failure emits (none when stopped).
+
+Stopped from outside (kind ``interrupted``: Ctrl-C / SIGINT reaching a one-card pass as
+``KeyboardInterrupt``, or a worker's ``WorkerStopped`` on SIGTERM/SIGINT, sent when torchrun
+stops the cards after one failed, or when the pass is stopped): nothing went wrong in the
+pass itself, so no ``error`` event is emitted. A one-card pass then has the pass status
+``interrupted`` (the orchestrator runs its slot again); a card has the card status
+:data:`CARD_STOPPED` (``stopped``), which is no pass status: the merge
+(lab.passes.multicard.merge_cards) decides the pass's status from all its cards (interrupted
+only when every failure is a stopped card, else the failing card's). Both exit
+``EXIT_ERROR``.
+"""
+
+from __future__ import annotations
+
+from lab.diskfull import is_disk_full
+from lab.errors import FailureKind, PassFailure
+from lab.passes.events import EXIT_ERROR, EXIT_OOM, EventKind, EventWriter, PassStatus
+
+OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")
+CARD_STOPPED = "stopped"
+"""A card's own status when torchrun or the user stopped it (not a pass status: the merge decides)."""
+
+FAILURE_STATUS = {FailureKind.INTERRUPTED: (PassStatus.INTERRUPTED, EXIT_ERROR),
+                  FailureKind.OOM: (PassStatus.OOM, EXIT_OOM)}
+"""(pass status, exit code) of a failure kind; any other kind: (error, EXIT_ERROR)."""
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for CUDA/HIP OOM, Python MemoryError and torch's host allocator failures."""
+    if isinstance(exc, MemoryError):
+        return True
+    name = type(exc).__name__
+    return name == "OutOfMemoryError" or any(m in str(exc).lower() for m in OOM_MARKERS)
+
+
+def failure_kind(exc: BaseException) -> FailureKind:
+    """Why a pass stopped, from the exception it raised: a ``PassFailure``'s own kind (device
+    unavailable, not honoured, non-finite, weights not loaded, disk full, a stopped card), else
+    interrupted (KeyboardInterrupt), oom (``is_oom``), disk full (``is_disk_full``), timeout
+    (TimeoutError), error. The one classification for the runner and the multi-card worker."""
+    if isinstance(exc, PassFailure):
+        return exc.kind
+    if isinstance(exc, KeyboardInterrupt):
+        return FailureKind.INTERRUPTED
+    if is_oom(exc):
+        return FailureKind.OOM
+    if is_disk_full(exc):
+        return FailureKind.DISK_FULL
+    if isinstance(exc, TimeoutError):
+        return FailureKind.TIMEOUT
+    return FailureKind.ERROR
+
+
+def failure_status(kind: FailureKind, card: bool = False) -> tuple[str, int]:
+    """(status, exit code) of a pass (``card`` False: a ``PassStatus``, ``FAILURE_STATUS``) or of
+    one card of a multi-card pass (``card`` True: the same, except interrupted -> ``CARD_STOPPED``)
+    that failed with ``kind``."""
+    if card and kind == FailureKind.INTERRUPTED:
+        return CARD_STOPPED, EXIT_ERROR
+    return FAILURE_STATUS.get(kind, (PassStatus.ERROR, EXIT_ERROR))
+
+
+def failure_text(exc: BaseException) -> str:
+    """The ``error`` field of a failed pass or card: the class name and the first line (500 chars)."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]
+
+
+def report_failure(ev: EventWriter, exc: BaseException, kind: FailureKind, counted: int, items_done: int) -> None:
+    """Emit the failure's event: ``oom`` (``items_done`` = ``counted``, the window's own count,
+    and the message's first line), ``error`` (``items_done``: the exception's own count when it
+    has one, and "Class: message"), none for a pass or card stopped from outside. Messages are
+    cut at 300 characters; a bare ``MemoryError()`` has an empty message."""
+    if kind == FailureKind.OOM:
+        ev.emit(EventKind.OOM, items_done=counted, kind=kind, message=(str(exc).splitlines() or [""])[0][:300])
+    elif kind != FailureKind.INTERRUPTED:
+        ev.emit(EventKind.ERROR, items_done=items_done, kind=kind, message=f"{type(exc).__name__}: {exc}"[:300])
