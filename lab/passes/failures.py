@@ -1,7 +1,7 @@
 """Why a pass or a card stopped: the one classification of its exception, for the one-card
 runner and every card of a multi-card pass (both run lab.passes.sequence).
 
-- :func:`failure_kind`: exception -> ``lab.errors.FailureKind``;
+- :func:`failure_kind`: exception -> ``lab.facts.errors.FailureKind``;
 - :func:`failure_status`: kind -> (status word, exit code), of a pass or of a card;
 - :func:`failure_text`: the record's ``error`` field;
 - :func:`report_failure`: the ``oom`` / ``error`` event a failure emits (none when stopped).
@@ -19,8 +19,8 @@ only when every failure is a stopped card, else the failing card's). Both exit
 
 from __future__ import annotations
 
-from lab.diskfull import is_disk_full
-from lab.errors import FailureKind, PassFailure
+from lab.facts.diskfull import is_disk_full
+from lab.facts.errors import FailureKind, PassFailure
 from lab.passes.events import EXIT_ERROR, EXIT_OOM, EventKind, EventWriter, PassStatus
 
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")

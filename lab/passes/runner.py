@@ -22,7 +22,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from lab.diskfull import DiskFull
+from lab.facts.diskfull import DiskFull
 from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EventKind, EventWriter, PassStatus
 from lab.passes.records import PassResult, build, write_record
 from lab.passes.sequence import Card, PassSequence

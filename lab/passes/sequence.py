@@ -159,8 +159,8 @@ class PassSequence:
         import torch
         import transformers  # noqa: F401 - imported here so its start-up cost is not model load
 
-        from lab.corpus import read_corpus
-        from lab.manifest import pass_environment
+        from lab.inputs.corpus import read_corpus
+        from lab.inputs.manifest import pass_environment
         from lab.memory.observe import release_memory
         from lab.memory.peaks import PeakTracker
         from lab.passes import inference as inf
@@ -272,7 +272,7 @@ class PassSequence:
         result) to ``path`` and the task's files beside it, timed as ``writing``; their fields
         (``predictions_lines``, ``predictions_sha256``...) go into ``fields``. Returns whether
         there was anything to write (False: the pass stopped before its window, or no job).
-        Raises lab.diskfull.DiskFull when the disk is full."""
+        Raises lab.facts.diskfull.DiskFull when the disk is full."""
         self.card.quiet()
         t = time.perf_counter()
         self.win = self.win or self._sink.get("win")

@@ -39,8 +39,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from lab.diskfull import atomic_write_text
-from lab.errors import FailureKind, PassFailure
+from lab.facts.diskfull import atomic_write_text
+from lab.facts.errors import FailureKind, PassFailure
 from lab.passes.events import EXIT_BAD_SPEC, EXIT_OK, EventKind, EventWriter
 from lab.passes.records import CardRecord, build, write_record
 from lab.passes.sequence import Card, PassSequence
