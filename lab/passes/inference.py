@@ -143,6 +143,21 @@ class WindowResult:
     vectors: Any = None  # embedding: numpy float32 (items, width) in corpus order (lab.passes.tasks.embedding)
     norms: list = field(default_factory=list)  # embedding: each vector's L2 norm before normalisation
 
+    def count_batch(self, idx: list[int], lengths: list[int], shape: tuple[int, int], max_length: int) -> None:
+        """Account one batch the model received: ``idx`` its items (corpus positions), ``lengths``
+        every item's token count, ``shape`` the padded input's (B, T) in tokens. Adds the items
+        done, the batch, real and padded tokens, B * T**2 attention pairs, the largest B, and
+        whether T is ``max_length`` or the batch's longest item."""
+        b, t = shape
+        self.items_done += len(idx)
+        self.batches += 1
+        self.real_tokens += sum(lengths[i] for i in idx)
+        self.padded_tokens += b * t
+        self.largest_batch = max(self.largest_batch, b)
+        self.attention_pairs += b * t ** 2
+        self.batches_at_max_length += t == max_length
+        self.batches_at_longest += t == max(lengths[i] for i in idx)
+
 
 def tokenize(texts: list[str], tokenizer, max_length: int):
     """Tokenize without padding, truncating at ``max_length`` (specials included).
@@ -216,15 +231,7 @@ def run_batches(rows: list[dict], tokenizer, model, device: str, variant: Varian
             for j, (t, c, _) in enumerate(out):
                 pred[idx[j]] = int(t)
                 prob[idx[j]] = float(c)
-            win.items_done += len(idx)
-            win.batches += 1
-            win.real_tokens += sum(lengths[i] for i in idx)
-            win.padded_tokens += int(ids_t.numel())
-            win.largest_batch = max(win.largest_batch, int(ids_t.shape[0]))
-            width = int(ids_t.shape[1])
-            win.attention_pairs += int(ids_t.shape[0]) * width ** 2
-            win.batches_at_max_length += width == max_len
-            win.batches_at_longest += width == max(lengths[i] for i in idx)
+            win.count_batch(idx, lengths, (int(ids_t.shape[0]), int(ids_t.shape[1])), max_len)
             if on_batch:
                 on_batch(win.items_done)
     return win

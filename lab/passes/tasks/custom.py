@@ -57,6 +57,25 @@ def last_traceback_line(exc: BaseException) -> str:
     return (where + text)[:300]
 
 
+def _import_file(path: Path, mod_name: str, where: str, register: bool):
+    """The module of the user's file ``path`` (``where``: the campaign-file key it came from, for
+    the one-line errors); ``register`` also puts it in sys.modules under ``mod_name``. Raises
+    EntryNotLoadable when the file is missing, is not Python, or raises on import."""
+    if not path.is_file():
+        raise EntryNotLoadable(f"{where} file {path} not found; fix {where}")
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise EntryNotLoadable(f"{where} {path} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    if register:
+        sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:  # noqa: BLE001 - the user's import error, as one line
+        raise EntryNotLoadable(f"{where} {path.name} cannot be imported: {last_traceback_line(exc)}") from None
+    return module
+
+
 def load_entry(entry: str):
     """The class named by ``entry`` ("/abs/path/file.py:ClassName"), imported from its file.
 
@@ -64,18 +83,7 @@ def load_entry(entry: str):
     named), defines no such class, or the class lacks ``predict``."""
     file, _, name = entry.rpartition(":")
     path = Path(file)
-    if not path.is_file():
-        raise EntryNotLoadable(f"[task] entry file {path} not found; fix [task] entry")
-    mod_name = f"iteralab_entry_{path.stem}"
-    spec = importlib.util.spec_from_file_location(mod_name, path)
-    if spec is None or spec.loader is None:
-        raise EntryNotLoadable(f"[task] entry {path} is not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[mod_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException as exc:  # noqa: BLE001 - the user's import error, as one line
-        raise EntryNotLoadable(f"[task] entry {path.name} cannot be imported: {last_traceback_line(exc)}") from None
+    module = _import_file(path, f"iteralab_entry_{path.stem}", "[task] entry", register=True)
     cls = getattr(module, name, None)
     if not isinstance(cls, type):
         raise EntryNotLoadable(f"[task] entry {path.name} defines no class {name!r}; fix the name after ':'")
@@ -91,17 +99,7 @@ def load_function(ref: str, where: str = "[quality] metric"):
     Raises EntryNotLoadable (one line) as :func:`load_entry` does."""
     file, _, name = ref.rpartition(":")
     path = Path(file)
-    if not path.is_file():
-        raise EntryNotLoadable(f"{where} file {path} not found; fix {where}")
-    mod_name = f"iteralab_user_{path.stem}"
-    spec = importlib.util.spec_from_file_location(mod_name, path)
-    if spec is None or spec.loader is None:
-        raise EntryNotLoadable(f"{where} {path} is not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except BaseException as exc:  # noqa: BLE001
-        raise EntryNotLoadable(f"{where} {path.name} cannot be imported: {last_traceback_line(exc)}") from None
+    module = _import_file(path, f"iteralab_user_{path.stem}", where, register=False)
     fn = getattr(module, name, None)
     if not callable(fn):
         raise EntryNotLoadable(f"{where} {path.name} defines no function {name!r}; the protocol needs "

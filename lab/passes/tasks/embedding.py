@@ -148,15 +148,7 @@ class EmbeddingJob:
                 for j, i in enumerate(idx):
                     win.pred_index[i] = i
                     win.norms[i] = norms[j]
-                win.items_done += len(idx)
-                win.batches += 1
-                win.real_tokens += sum(lengths[i] for i in idx)
-                win.padded_tokens += int(ids_t.numel())
-                win.largest_batch = max(win.largest_batch, int(ids_t.shape[0]))
-                t = int(ids_t.shape[1])
-                win.attention_pairs += int(ids_t.shape[0]) * t ** 2
-                win.batches_at_max_length += t == v.max_length
-                win.batches_at_longest += t == max(lengths[i] for i in idx)
+                win.count_batch(idx, lengths, (int(ids_t.shape[0]), int(ids_t.shape[1])), v.max_length)
                 if on_batch:
                     on_batch(win.items_done)
         return win
