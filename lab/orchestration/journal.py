@@ -92,29 +92,22 @@ class _Connection(sqlite3.Connection):
     journal_path: Path
     wait_s: float
 
-    def execute(self, *args, **kw):
+    def _unless_busy(self, call, *args, **kw):
         try:
-            return super().execute(*args, **kw)
+            return call(*args, **kw)
         except sqlite3.OperationalError as exc:
             if _busy(exc):
                 raise JournalBusy(self.journal_path, self.wait_s) from None
             raise
+
+    def execute(self, *args, **kw):
+        return self._unless_busy(super().execute, *args, **kw)
 
     def executemany(self, *args, **kw):
-        try:
-            return super().executemany(*args, **kw)
-        except sqlite3.OperationalError as exc:
-            if _busy(exc):
-                raise JournalBusy(self.journal_path, self.wait_s) from None
-            raise
+        return self._unless_busy(super().executemany, *args, **kw)
 
     def executescript(self, *args, **kw):
-        try:
-            return super().executescript(*args, **kw)
-        except sqlite3.OperationalError as exc:
-            if _busy(exc):
-                raise JournalBusy(self.journal_path, self.wait_s) from None
-            raise
+        return self._unless_busy(super().executescript, *args, **kw)
 
 
 class Journal:
