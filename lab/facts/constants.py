@@ -35,6 +35,16 @@ needs before compare projects it (one pass has no spread; the worst of three is 
 worth sizing on). Below the default 5 repetitions on purpose, so one failed pass does not
 make a configuration unprojectable."""
 
+SYSTEMATIC_FAILURES = 3
+"""The campaign blocks (state ``blocked``, exit 5 headless) when this many consecutive passes, of
+at least two variants, end in the same error before any item is done: a fault of the host, the
+image or the inputs that every variant meets (a missing library, an unreadable model, a pass
+image built from other sources), not a measurement of a variant. Running the remaining slots
+would only add identical rows. Those passes become interrupted rows (kept, with their error; the
+slots run again on resume, once it is fixed). Out-of-memory, host-memory kills and
+not-honoured rows never count: they are what a variant does. Three, so one transient failure
+and a second coincidence do not stop a campaign."""
+
 VLLM_MEMORY_FRACTION = {"cpu": 0.1, "gpu": 0.9}
 """vLLM's ``gpu_memory_utilization`` when a vLLM variant leaves ``vllm_memory_fraction`` out, by
 where the engine runs: the fraction of device memory vLLM reserves up front for weights and KV

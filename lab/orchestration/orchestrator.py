@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from lab.inputs.corpus import read_corpus
+from lab.facts.constants import SYSTEMATIC_FAILURES
 from lab.facts.diskfull import DiskFull, atomic_write_text, is_disk_full
 from lab.facts.errors import FailureKind, LabError, ProtocolError
 from lab.facts.host_cards import check_cards_fit_host
@@ -82,6 +83,35 @@ class CampaignFolderLost(LabError, RuntimeError):
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+class SystematicFailures:
+    """Consecutive passes ending in the same error before any item (the rule and its reason:
+    lab.facts.constants.SYSTEMATIC_FAILURES). ``add`` takes each run_slot row in order and
+    returns the one-line reason to block the campaign, or ''; ``pass_ids`` are the streak's
+    passes (the orchestrator makes them interrupted rows: their slots run again on resume)."""
+
+    def __init__(self, limit: int = SYSTEMATIC_FAILURES):
+        self.limit = limit
+        self.rows: list[tuple[str, str, str]] = []  # (error, variant id, pass id) of the current streak
+
+    @property
+    def pass_ids(self) -> list[str]:
+        return [p for _, _, p in self.rows]
+
+    def add(self, row: dict, variant_id: str) -> str:
+        if row["status"] != PassStatus.ERROR or row.get("items") or not row.get("error"):
+            self.rows = []
+            return ""
+        if self.rows and self.rows[-1][0] != row["error"]:
+            self.rows = []
+        self.rows.append((row["error"], variant_id, row.get("pass_id", "")))
+        variants = {v for _, v, _ in self.rows}
+        if len(self.rows) < self.limit or len(variants) < 2:
+            return ""
+        return (f"{len(self.rows)} passes in a row, of {len(variants)} variants, failed the same way before "
+                f"any item ({row['error'][:160]}): a fault of the host, image or inputs, not of a variant; "
+                "fix it, then run the campaign again to resume")
 
 
 def campaign_dir_for(proto: Protocol, version: dict, runs_root: Path) -> Path:
@@ -292,6 +322,7 @@ class Orchestrator:
                     self.echo(f"leftover container {c['name']} of pass {c['pass']} ({c['status_before']}) "
                               "stopped and removed before the next pass")
         state = CampaignState.FINISHED
+        streak = SystematicFailures()
         for slot in self.pending():
             self.check_folder()
             if j.get_control("pause", False):
@@ -314,6 +345,16 @@ class Orchestrator:
                 raise DiskFull(self.dir / "passes" / row["pass_id"], "writing the pass's predictions")
             if row["status"] == PassStatus.ERROR and row["failure_kind"] == FailureKind.DEVICE_UNAVAILABLE:
                 j.set_control("blocked", row["notes"])
+                state = CampaignState.BLOCKED
+                break
+            why = streak.add(row, slot["variant_id"])
+            if why:  # not measurements of the variants: the rows stay (interrupted), their slots run again
+                j.interrupt(streak.pass_ids, "interrupted: the campaign blocked on this failure, repeated "
+                                             "across variants; slot run again on resume")
+                self.revalidate_all()
+                j.set_control("blocked", why)
+                if self.echo:
+                    self.echo(f"campaign blocked: {why}")
                 state = CampaignState.BLOCKED
                 break
         if state == CampaignState.FINISHED:
@@ -470,7 +511,9 @@ class Orchestrator:
             took = f", measured window {measured:.2f} s" if measured else ""
             self.echo(f"pass {slot['seq']}/{len(j.plan())} {pass_id}: {status}, {items} items{took}{m}"
                       + (f" ({'; '.join(notes)[:160]})" if status != PassStatus.OK and notes else ""))
-        return {"pass_id": pass_id, "status": status, "notes": "; ".join(notes),
+        return {"pass_id": pass_id, "status": status, "notes": "; ".join(notes), "items": items,
+                "error": (typed.error if typed is not None and typed.error else
+                          "; ".join(n for n in notes if not n.startswith("container "))),
                 "failure_kind": typed.failure_kind if typed is not None else None,
                 "disk_full": bool(last.get("disk_full")), "inputs_changed": changed}
 
