@@ -18,23 +18,23 @@
 #
 # Idempotent: each step is skipped when its result exists (image, stamp, input hash).
 # Needs root (debootstrap), docker, curl, gpg, python3 with pip. Prints each step's duration.
-#   bash scripts/build_cuda_local.sh        # CUDA_WHEELHOUSE=/big/disk/wheels to choose the folder
+#   bash scripts/build_cuda_local.sh    # CUDA_WHEELHOUSE=/big/disk/wheels to choose the folder,
+#                                       # CUDA_WHEEL_PORT=N if 127.0.0.1:8731 is taken
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 set -a; . images/pins.env; set +a
+IMAGES_LIB_NAME=build_cuda_local; . scripts/images_lib.sh
 CACHE=$ROOT/.cache/docker
 CUDA_WHEELHOUSE=${CUDA_WHEELHOUSE:-${XDG_CACHE_HOME:-$HOME/.cache}/iteralab/wheelhouse-cuda}
 UBUNTU_MIRROR=${UBUNTU_MIRROR:-http://archive.ubuntu.com/ubuntu}
+CUDA_WHEEL_PORT=${CUDA_WHEEL_PORT:-8731}   # where the wheelhouse is served during the build
 # ubuntu-keyring as Ubuntu 24.04 ships it, and the fingerprint of the key that signs noble's
 # archive ("Ubuntu Archive Automatic Signing Key (2018) <ftpmaster@ubuntu.com>").
 KEYRING_DEB=pool/main/u/ubuntu-keyring/ubuntu-keyring_2023.11.28.1_all.deb
 ARCHIVE_KEY_FPR=F6ECB3762474EDA9D21B7022871920D1991BC93C
 mkdir -p "$CACHE" "$CUDA_WHEELHOUSE"
 export DOCKER_BUILDKIT=0   # Debian's engine has no buildx; the classic builder is enough here
-step_t0=0
-step() { step_t0=$(date +%s); echo "== build_cuda_local: $*"; }
-done_step() { echo "   done in $(( $(date +%s) - step_t0 )) s"; }
 docker info >/dev/null 2>&1 || { echo "build_cuda_local: no Docker engine answers; start dockerd (scripts/ci_docker.sh does)" >&2; exit 2; }
 
 # 1. Ubuntu noble base without a registry -----------------------------------------------
@@ -43,10 +43,7 @@ if ! docker image inspect "$LOCAL_CUDA_BASE_IMAGE" >/dev/null 2>&1; then
     command -v debootstrap >/dev/null || { echo "build_cuda_local: debootstrap missing (apt-get install debootstrap)" >&2; exit 2; }
     work=$(mktemp -d "${TMPDIR:-/var/tmp}/iteralab-noble.XXXXXX")
     rootfs=$work/rootfs
-    cleanup_rootfs() {   # debootstrap mounts /proc and /sys inside the rootfs: unmount first
-        for m in proc sys dev/pts; do umount -l "$rootfs/$m" 2>/dev/null || true; done
-        rm -rf --one-file-system "$work"
-    }
+    cleanup_rootfs() { unmount_rootfs "$rootfs"; rm -rf --one-file-system "$work"; }
     trap cleanup_rootfs EXIT
     curl -fsS --retry 3 -o "$work/keyring.deb" "$UBUNTU_MIRROR/$KEYRING_DEB"
     dpkg-deb -x "$work/keyring.deb" "$work/keyring"
@@ -62,11 +59,7 @@ if ! docker image inspect "$LOCAL_CUDA_BASE_IMAGE" >/dev/null 2>&1; then
         --include=python3,python3-venv,ca-certificates \
         noble "$rootfs" "$UBUNTU_MIRROR" "$script" >"$CACHE/debootstrap-noble.log" 2>&1 \
         || { echo "debootstrap failed; see $CACHE/debootstrap-noble.log" >&2; exit 1; }
-    rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
-    tar -C "$rootfs" -c . | docker import \
-        --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-        --change 'ENV LANG=C.UTF-8' --change 'CMD ["python3"]' \
-        - "$LOCAL_CUDA_BASE_IMAGE" >/dev/null
+    import_rootfs "$rootfs" "$LOCAL_CUDA_BASE_IMAGE"
     cleanup_rootfs; trap - EXIT
 fi
 docker image inspect "$LOCAL_CUDA_BASE_IMAGE" --format '   {{.Id}} {{.Size}} bytes'
@@ -88,30 +81,31 @@ if [[ "$(cat "$CUDA_WHEELHOUSE/.stamp" 2>/dev/null)" != "$req_sha" ]]; then
         2> >(grep -v "^WARNING: Location 'file:" >&2)
     echo "$req_sha" >"$CUDA_WHEELHOUSE/.stamp"
 fi
-echo "   $(ls "$CUDA_WHEELHOUSE"/*.whl | wc -l) wheels, $(du -sh "$CUDA_WHEELHOUSE" | cut -f1)"
+wheelhouse_summary "$CUDA_WHEELHOUSE"
 done_step
 
 # 3. CUDA image -------------------------------------------------------------------------
 step "image $CUDA_IMAGE from $LOCAL_CUDA_BASE_IMAGE"
-inputs=$( { cat images/cuda/Dockerfile images/requirements-cuda.txt pyproject.toml;
-            find lab -name '*.py' -o -name '*.csv' -o -name '*.toml' | LC_ALL=C sort | xargs cat;
-            docker image inspect "$LOCAL_CUDA_BASE_IMAGE" --format '{{.Id}}'; } | sha256sum | cut -c1-64)
-have=$(docker image inspect "$CUDA_IMAGE" --format '{{index .Config.Labels "iteralab.inputs"}}' 2>/dev/null || true)
-if [[ "$have" != "$inputs" ]]; then
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+inputs=$(image_inputs "$LOCAL_CUDA_BASE_IMAGE" images/cuda/Dockerfile images/requirements-cuda.txt pyproject.toml)
+if ! image_is_current "$CUDA_IMAGE" "$inputs"; then
+    # A fixed port: WHEEL_URL is part of the build cache key, so the same URL lets a build
+    # where only lab/ changed reuse the venv layer (seconds, not minutes).
+    port=$CUDA_WHEEL_PORT
+    if curl -s -o /dev/null "http://127.0.0.1:$port/" 2>/dev/null; then
+        echo "build_cuda_local: port $port on 127.0.0.1 is taken; set CUDA_WHEEL_PORT to a free one" >&2; exit 2
+    fi
     python3 -m http.server --bind 127.0.0.1 --directory "$CUDA_WHEELHOUSE" "$port" >"$CACHE/wheel-server.log" 2>&1 &
     server=$!
     trap 'kill "$server" 2>/dev/null || true' EXIT
     for _ in $(seq 1 50); do curl -fsS -o /dev/null "http://127.0.0.1:$port/" 2>/dev/null && break; sleep 0.1; done
+    curl -fsS -o /dev/null "http://127.0.0.1:$port/" \
+        || { echo "build_cuda_local: the wheel server did not answer; see $CACHE/wheel-server.log" >&2; exit 1; }
     # The context is a tar stream of exactly what the Dockerfile needs (no .venv, no runs/).
     tar -C "$ROOT" --exclude=__pycache__ --exclude='*.pyc' \
         -cf - images/cuda/Dockerfile images/requirements-cuda.txt pyproject.toml lab \
-      | docker build --network host -q -f images/cuda/Dockerfile \
+      | quiet_build -f images/cuda/Dockerfile \
           --build-arg BASE_IMAGE="$LOCAL_CUDA_BASE_IMAGE" --build-arg WHEEL_URL="http://127.0.0.1:$port/" \
-          --label iteralab.inputs="$inputs" --label iteralab.lab-sha256="$(python3 -m lab.facts.files)" \
-          -t "$CUDA_IMAGE" - >/dev/null \
-          2> >(grep -v -e "legacy builder is deprecated" -e "BuildKit is currently disabled" \
-                       -e "environment-variable" >&2)
+          --label iteralab.inputs="$inputs" -t "$CUDA_IMAGE"
     kill "$server" 2>/dev/null || true; trap - EXIT
     # the previous build of this image, now untagged (only CUDA images this script labelled)
     docker image prune -f --filter label=iteralab.inputs --filter label=iteralab.kind=cuda >/dev/null
