@@ -107,9 +107,11 @@ memory: model
 	mkdir -p runs && $(PY) scripts/memory_lab.py --plot runs/memory_lab.png --json runs/memory_lab.json --csv runs/memory_lab.csv
 
 # The pass image of this host's GPU vendor (pinned base from its registry; without a
-# registry, the CPU image from a debootstrap base and a local wheelhouse). images/README.md.
+# registry, the CPU image from a debootstrap base and a local wheelhouse, and with
+# VENDOR=nvidia the CUDA image from a debootstrap'd Ubuntu base). images/README.md.
+VENDOR ?=
 images:
-	bash scripts/build_image.sh
+	bash scripts/build_image.sh $(VENDOR)
 
 clean:
 	rm -rf runs .pytest_cache

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build the pass image for this host's GPU vendor (or the one named: cpu, nvidia, rocm).
 # NVIDIA and AMD rentals pull the pinned base image from its registry; where no registry is
-# reachable (CI, development) the CPU image is built by scripts/ci_docker.sh instead.
+# reachable (CI, development) the CPU image is built by scripts/ci_docker.sh instead, and the
+# CUDA image by scripts/build_cuda_local.sh (same Dockerfile, a debootstrap'd Ubuntu base).
+#   bash scripts/build_image.sh [cpu|nvidia|rocm]      (make images VENDOR=nvidia)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 vendor=${1:-}
@@ -12,7 +14,13 @@ if [ -z "$vendor" ]; then
 fi
 set -a; . images/pins.env; set +a
 case "$vendor" in
-  nvidia) base=$CUDA_BASE_IMAGE; tag=$CUDA_IMAGE; file=images/cuda/Dockerfile ;;
+  nvidia)
+    if docker image inspect "$CUDA_BASE_IMAGE" >/dev/null 2>&1 || docker pull -q "$CUDA_BASE_IMAGE" >/dev/null 2>&1; then
+      base=$CUDA_BASE_IMAGE; tag=$CUDA_IMAGE; file=images/cuda/Dockerfile
+    else
+      echo "NVIDIA's registry is not reachable: building the CUDA image from a local Ubuntu base"
+      exec bash scripts/build_cuda_local.sh
+    fi ;;
   rocm)   base=$ROCM_BASE_IMAGE; tag=$ROCM_IMAGE; file=images/rocm/Dockerfile ;;
   cpu)
     if docker pull -q "$CPU_BASE_IMAGE" >/dev/null 2>&1; then

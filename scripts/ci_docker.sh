@@ -16,14 +16,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 set -a; . images/pins.env; set +a
+IMAGES_LIB_NAME=ci_docker; . scripts/images_lib.sh
 CACHE=$ROOT/.cache/docker
 WHEELHOUSE=$ROOT/.cache/wheelhouse
 TORCH_WHEEL_DIR=${TORCH_WHEEL_DIR:-/opt/wheels}
 mkdir -p "$CACHE" "$WHEELHOUSE"
 export DOCKER_BUILDKIT=0   # Debian's engine has no buildx; the classic builder is enough here
-step_t0=0
-step() { step_t0=$(date +%s); echo "== ci_docker: $*"; }
-done_step() { echo "   done in $(( $(date +%s) - step_t0 )) s"; }
 
 # 1. packages ---------------------------------------------------------------------------
 step "engine and debootstrap packages"
@@ -57,21 +55,14 @@ if ! docker image inspect "$LOCAL_BASE_IMAGE" >/dev/null 2>&1; then
     ca=${ca:-${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}}
     rootfs=$(mktemp -d "${TMPDIR:-/var/tmp}/iteralab-rootfs.XXXXXX")
     # debootstrap mounts /proc and /sys inside the rootfs: unmount before any removal.
-    cleanup_rootfs() {
-        for m in proc sys dev/pts; do umount -l "$rootfs/$m" 2>/dev/null || true; done
-        rm -rf --one-file-system "$rootfs"
-    }
+    cleanup_rootfs() { unmount_rootfs "$rootfs"; rm -rf --one-file-system "$rootfs"; }
     trap cleanup_rootfs EXIT
     debootstrap --variant=minbase --include=python3,python3-venv,python3-pip,ca-certificates \
         bookworm "$rootfs" "$mirror" >"$CACHE/debootstrap.log" 2>&1 \
         || { echo "debootstrap failed; see $CACHE/debootstrap.log" >&2; exit 1; }
     cp "$ca" "$rootfs/etc/ssl/certs/iteralab-host-ca.pem"
     printf '[global]\ncert = /etc/ssl/certs/iteralab-host-ca.pem\n' >"$rootfs/etc/pip.conf"
-    rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
-    tar -C "$rootfs" -c . | docker import \
-        --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-        --change 'ENV LANG=C.UTF-8' --change 'CMD ["python3"]' \
-        - "$LOCAL_BASE_IMAGE" >/dev/null
+    import_rootfs "$rootfs" "$LOCAL_BASE_IMAGE"
     cleanup_rootfs; trap - EXIT
 fi
 docker image inspect "$LOCAL_BASE_IMAGE" --format '   {{.Id}} {{.Size}} bytes'
@@ -87,26 +78,20 @@ if [[ "$(cat "$WHEELHOUSE/.stamp" 2>/dev/null)" != "$req_sha" ]]; then
         2> >(grep -v "^WARNING: Location 'file:" >&2)
     echo "$req_sha" >"$WHEELHOUSE/.stamp"
 fi
-echo "   $(ls "$WHEELHOUSE"/*.whl | wc -l) wheels, $(du -sh "$WHEELHOUSE" | cut -f1)"
+wheelhouse_summary "$WHEELHOUSE"
 done_step
 
 # 5. CPU image --------------------------------------------------------------------------
 step "image $CPU_IMAGE from $LOCAL_BASE_IMAGE"
-inputs=$( { cat images/cpu/Dockerfile images/requirements-cpu.txt pyproject.toml;
-            find lab -name '*.py' -o -name '*.csv' -o -name '*.toml' | LC_ALL=C sort | xargs cat;
-            docker image inspect "$LOCAL_BASE_IMAGE" --format '{{.Id}}'; } | sha256sum | cut -c1-64)
-have=$(docker image inspect "$CPU_IMAGE" --format '{{index .Config.Labels "iteralab.inputs"}}' 2>/dev/null || true)
-if [[ "$have" != "$inputs" ]]; then
+inputs=$(image_inputs "$LOCAL_BASE_IMAGE" images/cpu/Dockerfile images/requirements-cpu.txt pyproject.toml)
+if ! image_is_current "$CPU_IMAGE" "$inputs"; then
     # The context is a tar stream of exactly what the Dockerfile needs (no .venv, no runs/).
     tar -C "$ROOT" --exclude=__pycache__ --exclude='*.pyc' \
         --transform 's,^\.cache/wheelhouse,wheelhouse,' \
         -cf - images/cpu/Dockerfile images/requirements-cpu.txt pyproject.toml lab .cache/wheelhouse \
-      | docker build --network host -q -f images/cpu/Dockerfile \
+      | quiet_build -f images/cpu/Dockerfile \
           --build-arg BASE_IMAGE="$LOCAL_BASE_IMAGE" --build-arg WHEELHOUSE=wheelhouse \
-          --label iteralab.inputs="$inputs" --label iteralab.lab-sha256="$(cd "$ROOT" && python3 -m lab.facts.files)" \
-          -t "$CPU_IMAGE" - >/dev/null \
-          2> >(grep -v -e "legacy builder is deprecated" -e "BuildKit is currently disabled" \
-                       -e "environment-variable" >&2)
+          --label iteralab.inputs="$inputs" -t "$CPU_IMAGE"
     # the previous build of this image, now untagged (only images this script labelled)
     docker image prune -f --filter label=iteralab.inputs >/dev/null
 fi
