@@ -31,8 +31,13 @@ from lab.inputs.variants import Variant, VariantError
 METRICS = ("accuracy", "macro_f1")  # classification (and custom code that returns labels)
 # nn_accuracy: leave-one-out nearest-neighbour label accuracy (lab.passes.tasks.embedding_metrics)
 EMBEDDING_METRICS = ("nn_accuracy",)
-TASK_KINDS = ("classification", "embedding", "custom")
-KIND_METRICS = {"classification": METRICS, "embedding": EMBEDDING_METRICS, "custom": METRICS}
+# exact match after the declared normalisation, SQuAD token F1 (lab.passes.tasks.text_metrics); the
+# one [quality] names is judged, the other is reported beside it
+GENERATION_METRICS = ("exact_match", "token_f1")
+TASK_KINDS = ("classification", "embedding", "custom", "generation")
+KIND_METRICS = {"classification": METRICS, "embedding": EMBEDDING_METRICS, "custom": METRICS,
+                "generation": GENERATION_METRICS}
+GENERATION_KEYS = ("prompt", "max_new_tokens", "stop", "max_text_tokens", "decoding", "normalisation")
 POOLINGS = ("mean",)             # lab.passes.tasks.embedding.mean_pool: mean over the attention mask
 DIRECTIONS = ("higher", "lower")  # a user metric's better side
 ENTRY_RE = re.compile(r"^(?P<file>[^:]+\.py):(?P<name>[A-Za-z_][A-Za-z0-9_]*)$")
@@ -161,13 +166,24 @@ class TaskSection:
     ``embedding``: ``pooling`` ("mean": mean of the last hidden state over the attention mask)
     and ``normalize`` (L2, default true), recorded in each pass's result. ``custom``: ``entry``
     ``"path/to/file.py:ClassName"`` (the user's inference code, lab.passes.tasks.custom) and ``files``,
-    other files it reads (hashed into the lock with it). Raises ConfigError (one line)."""
+    other files it reads (hashed into the lock with it). ``generation``: ``prompt`` (template
+    holding ``{text}`` once), ``max_new_tokens``, ``stop`` strings, ``max_text_tokens`` (the
+    item's text cut to its first N tokens, 0 = whole), ``decoding`` ("greedy" only): the rule of
+    lab.passes.tasks.generation_core.GenerationRule, checked by it; ``normalisation``: how outputs
+    and reference answers are normalised before exact match (lab.passes.tasks.text_metrics
+    NORMALISATIONS, default its NORMALISATION). Raises ConfigError (one line)."""
 
     kind: str = "classification"
     pooling: str | None = None
     normalize: bool | None = None
     entry: str | None = None
     files: tuple[str, ...] = ()
+    prompt: str | None = None
+    max_new_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    max_text_tokens: int | None = None
+    decoding: str | None = None
+    normalisation: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in TASK_KINDS:
@@ -194,6 +210,41 @@ class TaskSection:
         elif self.entry is not None or self.files:
             raise ConfigError('[task] entry and files apply to kind = "custom" only; remove them, or set '
                               'kind = "custom"')
+        if self.kind == "generation":
+            self._check_generation()
+        else:
+            for key in GENERATION_KEYS:
+                if getattr(self, key) not in (None, ()):
+                    raise ConfigError(f'[task] {key} applies to kind = "generation" only; remove it')
+
+    def _check_generation(self) -> None:
+        from lab.passes.tasks.generation_core import GenerationRuleError
+        from lab.passes.tasks.text_metrics import NORMALISATION, MetricInputError, normaliser
+
+        if self.prompt is None or self.max_new_tokens is None:
+            raise ConfigError('[task] kind = "generation" needs prompt (with {text}) and max_new_tokens, e.g. '
+                              'prompt = "{text}\\nAnswer:" and max_new_tokens = 16')
+        object.__setattr__(self, "stop", tuple(self.stop))
+        object.__setattr__(self, "max_text_tokens", 0 if self.max_text_tokens is None else self.max_text_tokens)
+        object.__setattr__(self, "decoding", self.decoding or "greedy")
+        object.__setattr__(self, "normalisation", self.normalisation or NORMALISATION)
+        if self.decoding != "greedy":
+            raise ConfigError(f"[task] decoding {self.decoding!r} is not implemented; use \"greedy\" (argmax at "
+                              "every step, one beam, no sampling)")
+        try:
+            normaliser(self.normalisation or NORMALISATION)
+            self.rule()
+        except (GenerationRuleError, MetricInputError) as exc:
+            raise ConfigError(f"[task] {exc}") from None
+
+    def rule(self):
+        """The generation rule (lab.passes.tasks.generation_core.GenerationRule) this section
+        declares; raises GenerationRuleError (one line) for a value it cannot use."""
+        from lab.passes.tasks.generation_core import GenerationRule
+
+        return GenerationRule(prompt=self.prompt or "", max_new_tokens=self.max_new_tokens or 0,
+                              stop=tuple(self.stop), max_text_tokens=self.max_text_tokens or 0,
+                              decoding="greedy")  # _check_generation refuses any other decoding
 
 
 @dataclass(frozen=True)
@@ -226,7 +277,8 @@ class QualitySection:
         else:
             if self.metric not in known:
                 raise ConfigError(f"[quality] metric {self.metric!r} unknown; use {' or '.join(METRICS)}, "
-                                  f"{' or '.join(EMBEDDING_METRICS)} for embeddings, or \"file.py:function\"")
+                                  f"{' or '.join(EMBEDDING_METRICS)} for embeddings, "
+                                  f"{' or '.join(GENERATION_METRICS)} for generation, or \"file.py:function\"")
             if self.direction not in (None, "higher"):
                 raise ConfigError(f"[quality] direction: the built-in metric {self.metric!r} is higher-is-better; "
                                   "remove direction")
@@ -421,9 +473,9 @@ def parse_config(raw: dict) -> CampaignConfig:
     if not quality.user_metric and quality.metric not in KIND_METRICS[task.kind]:
         raise ConfigError(f"[quality] metric {quality.metric!r} does not judge a {task.kind} task; use "
                           f"{' or '.join(KIND_METRICS[task.kind])}, or your own \"file.py:function\"")
-    if quality.user_metric and task.kind == "embedding":
+    if quality.user_metric and task.kind in ("embedding", "generation"):
         raise ConfigError('[quality] metric "file.py:function" judges label outputs (classification or custom); '
-                          f"for embeddings use {' or '.join(EMBEDDING_METRICS)}")
+                          f"for a {task.kind} task use {' or '.join(KIND_METRICS[task.kind])}")
     cfg = CampaignConfig(defaults=check_defaults(raw.get("defaults", {})),
                          series=tuple(SeriesSection.parse(s, i) for i, s in enumerate(series, 1)),
                          **parsed)

@@ -34,7 +34,8 @@ from lab.passes.spec import PassSpec
 from lab.orchestration.protocol import Protocol, load_protocol, lock_path, locked_version
 from lab.orchestration.schedule import pass_id_for, rotated_schedule
 from lab.orchestration.status import CampaignState, etas, format_duration, process_create_time, typical_pass_s
-from lab.orchestration.validate import Validation, corpus_vectors, validate_embedding_pass, validate_pass
+from lab.orchestration.validate import (Validation, corpus_outputs, corpus_vectors, validate_embedding_pass,
+                                        validate_generation_pass, validate_pass)
 from lab.inputs.variants import Variant
 
 class Reference(NamedTuple):
@@ -583,7 +584,7 @@ class Orchestrator:
     def reference(self) -> Reference:
         """The reference variant's first valid pass (ok, ids and format matching the corpus, a
         metric): its predictions by id (for an embedding campaign its vectors in corpus order,
-        numpy (n, width)), metric and pass id; (None, None, "") while none.
+        numpy (n, width); for a generation campaign its outputs by id), metric and pass id; (None, None, "") while none.
 
         Found once and reused for every later validation of the campaign (its predictions are
         read from disk once), as long as that attempt stays ok; an attempt's stored
@@ -606,6 +607,15 @@ class Orchestrator:
                     self._reference = Reference(vectors, v.metric, a["pass_id"])
                     return self._reference
                 continue
+            if self.proto.task_kind == "generation":  # its outputs by id
+                v = (msgspec.convert(a["validation"], Validation) if a["validation"]
+                     else validate_generation_pass(self.corpus, path, self.proto.quality,
+                                                   self.proto.config.task.normalisation or ""))
+                outputs = corpus_outputs(self.corpus, path) if v.metric is not None else None
+                if outputs is not None:
+                    self._reference = Reference(outputs, v.metric, a["pass_id"])
+                    return self._reference
+                continue
             v = (msgspec.convert(a["validation"], Validation) if a["validation"]
                  else validate_pass(self.corpus, path, self.proto.quality, self.labels(),
                                     prob_required=self.proto.task_kind != "custom", metric_fn=self.metric_fn()))
@@ -626,6 +636,9 @@ class Orchestrator:
         a = next(x for x in self.journal.attempts() if x["pass_id"] == pass_id)
         if self.proto.task_kind == "embedding":
             v = validate_embedding_pass(self.corpus, path, self.proto.quality, ref.predictions, ref.metric)
+        elif self.proto.task_kind == "generation":
+            v = validate_generation_pass(self.corpus, path, self.proto.quality,
+                                         self.proto.config.task.normalisation or "", ref.predictions, ref.metric)
         else:
             v = validate_pass(self.corpus, path, self.proto.quality, self.labels(), ref.predictions, ref.metric,
                               prob_required=self.proto.task_kind != "custom", metric_fn=self.metric_fn())

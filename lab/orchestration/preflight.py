@@ -97,6 +97,11 @@ def check_card(card: Path | None, corpus: Path) -> str:
     return ""
 
 
+CAUSAL_LM_ARCHITECTURES = ("ForCausalLM", "LMHeadModel")
+"""Architecture name endings transformers' AutoModelForCausalLM loads (e.g. LlamaForCausalLM,
+GPT2LMHeadModel, the demo generator's BertLMHeadModel)."""
+
+
 def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
     ref = proto.model_ref
     m = proto.config.model
@@ -120,6 +125,12 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
                                                       f"width {width}, pooled by [task] pooling" if width else
                          f"model {Path(ref).name} declares no hidden_size; an encoder checkpoint is needed"))
         out.append(check_attention(proto, cfg))
+    elif proto.task_kind == "generation":  # a causal LM (lab.passes.tasks.generation: AutoModelForCausalLM)
+        causal = any(a.endswith(CAUSAL_LM_ARCHITECTURES) for a in archs)
+        out.append(Check("architecture", causal, ", ".join(archs) if causal else
+                         f"model {Path(ref).name} declares architectures {archs or 'none'}; a causal language "
+                         f"model ({' or '.join('…' + a for a in CAUSAL_LM_ARCHITECTURES)}) is needed for generation"))
+        out.append(check_attention(proto, cfg))
     elif not any(a.endswith("ForSequenceClassification") for a in archs):
         out.append(Check("architecture", False, f"model {Path(ref).name} declares architectures "
                                                 f"{archs or 'none'}; a sequence-classification checkpoint "
@@ -131,6 +142,8 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
     unknown = sorted(labels - names)
     if embedding:
         out.append(Check("labels", True, f"{len(labels)} corpus labels, used by the retrieval metric only"))
+    elif proto.task_kind == "generation":
+        out.append(Check("labels", True, f"{len(labels)} corpus labels, the reference answers of the metric"))
     elif unknown:
         shown = ", ".join(repr(n) for n in sorted(names)[:4]) + (", ..." if len(names) > 4 else "")
         out.append(Check("labels", False, f"corpus label(s) {', '.join(map(repr, unknown[:3]))} are not labels the "

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from lab.facts.errors import ProtocolError
 from lab.facts.diskfull import atomic_write_text
-from lab.orchestration.config import CampaignConfig, ConfigError, CostSection, parse_config
+from lab.orchestration.config import GENERATION_KEYS, CampaignConfig, ConfigError, CostSection, parse_config
 from lab.facts.files import REPO_ROOT, sha256_bytes
 from lab.inputs.variants import Variant, VariantError, expand_series, find_variant
 
@@ -101,7 +101,8 @@ class Protocol:
         task = self.config.task
         if task.kind == "classification":
             return {}
-        d = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(task).items()}
+        d = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(task).items()
+             if task.kind == "generation" or k not in GENERATION_KEYS}  # other kinds' pass.json as before
         if task.entry:
             d["entry"] = f"{self.task_files()['entry']}:{task.entry.rsplit(':', 1)[1]}"
         return {"task": d}
@@ -160,12 +161,16 @@ def load_protocol(path: str | Path, relative_to: str | Path | None = None) -> Pr
 
 def refuse_unsupported(proto: Protocol, path: Path) -> None:
     """One-line ProtocolError for a variant a non-classification task cannot run yet: more than
-    one card (the cards' vectors or outputs are not merged) or ``compile = true`` (the compile
-    phase builds the classifier's shapes)."""
+    one card (the cards' vectors or outputs are not merged), ``compile = true`` (the compile
+    phase builds the classifier's shapes), or a generation task on another engine than the
+    lab's own loop (generation on vllm is not wired in this lab yet)."""
     kind = proto.task_kind
     if kind == "classification":
         return
     for v in proto.variants:
+        if kind == "generation" and v.engine != "transformers":
+            raise ProtocolError(f"{path}: variant {v.name} has engine = {v.engine!r}: generation on {v.engine} is "
+                                "not wired in this lab yet; remove engine (the lab's own loop runs it)")
         if v.cards > 1:
             raise ProtocolError(f"{path}: variant {v.name} has cards = {v.cards}; a {kind} task runs on one card "
                                 "per pass in this lab; remove cards")

@@ -558,3 +558,121 @@ def validate_embedding_pass(corpus: list[dict], predictions_path: Path, quality:
                                    "extras": _first(c.extras), "format": fmt_errors[:5]},
         agreement_worst=worst, agreement_worst_id=worst_id,
         agreement_rule="per-id cosine with the reference variant's vectors: median; worst id apart")
+
+
+# ---- generation passes (lab.passes.tasks.generation writes them) -----------------------------------
+
+class _GeneratedRecord(msgspec.Struct):
+    """One generation prediction line (lab.passes.tasks.generation; other keys ignored)."""
+
+    id: str
+    output: str
+    input_tokens: Annotated[int, msgspec.Meta(ge=1)]
+    output_tokens: Annotated[int, msgspec.Meta(ge=0)]
+    stopped_by: str
+
+
+_GENERATED_LINE = msgspec.json.Decoder(_GeneratedRecord)
+
+
+def read_generation(predictions_path: Path) -> tuple[list[str], list[str], list[str]]:
+    """(ids, outputs, format errors) of a generation pass's ``predictions.jsonl``: each line
+    ``{"id", "output", "input_tokens" >= 1, "output_tokens" >= 0, "stopped_by"}`` with
+    ``stopped_by`` among lab.passes.tasks.generation_core.STOPPED_BY. Errors read 'line N: problem'."""
+    from lab.passes.tasks.generation_core import STOPPED_BY
+
+    path = Path(predictions_path)
+    if path.is_symlink() or not path.is_file():
+        return [], [], ["no predictions file" if not path.is_symlink() else "predictions file is a symbolic link"]
+    ids: list[str] = []
+    outputs: list[str] = []
+    errors: list[str] = []
+    for n, raw in enumerate(path.read_bytes().splitlines(), start=1):
+        try:
+            rec = _GENERATED_LINE.decode(raw)
+        except (msgspec.DecodeError, ValueError):
+            errors.append(f"line {n}: not a JSON object with string 'id' and 'output' and token counts")
+            continue
+        if rec.stopped_by not in STOPPED_BY:
+            errors.append(f"line {n}: 'stopped_by' {rec.stopped_by!r} is not one of {', '.join(STOPPED_BY)}")
+        ids.append(rec.id)
+        outputs.append(rec.output)
+    return ids, outputs, errors
+
+
+def corpus_outputs(corpus: list[dict], predictions_path: Path) -> dict[str, str] | None:
+    """A generation pass's {id: output}, or None when its ids or format do not match the corpus
+    (the reference is taken only from a complete pass)."""
+    ids, outputs, errors = read_generation(predictions_path)
+    if errors or not check_ids(corpus, ids, errors).ids_match:
+        return None
+    return dict(zip(ids, outputs, strict=True))
+
+
+def validate_generation_pass(corpus: list[dict], predictions_path: Path, quality: dict, normalisation: str,
+                             reference: dict[str, str] | None = None,
+                             reference_metric: float | None = None) -> Validation:
+    """Validate a generation pass: ids exact, format (read_generation), bucket coverage, the
+    metric ``quality["metric"]`` against the reference answers (each item's label: the demo's
+    newsgroup name) after ``normalisation`` (lab.passes.tasks.text_metrics.generation_metric,
+    overall and per bucket) against the threshold, the other generation metric reported beside
+    it (``second_metric``), the gap to the reference variant's metric within the tolerance,
+    and the per-id agreement with the reference variant's outputs (``reference``: {id: output};
+    the share of ids with equal outputs after normalisation, text_metrics.agreement; the first
+    differing ids in ``examples``). A corpus without labels leaves the metric empty with the
+    reason. Never raises for bad predictions."""
+    from lab.orchestration.config import GENERATION_METRICS
+    from lab.passes.tasks.text_metrics import agreement as output_agreement
+    from lab.passes.tasks.text_metrics import generation_metric
+
+    ids, outputs, fmt_errors = read_generation(Path(predictions_path))
+    c = check_ids(corpus, ids, fmt_errors)
+    reasons = list(c.reasons)
+    name = quality["metric"]
+    second_name = next(m for m in GENERATION_METRICS if m != name)
+    thr, tol = float(quality["threshold"]), float(quality["tolerance"])
+    metric = second = gap = agreement = None
+    threshold_ok = tolerance_ok = None
+    by_bucket: dict = {}
+    differing: tuple[str, ...] = ()
+    if c.ids_match and not fmt_errors and c.n:
+        by_id = dict(zip(ids, outputs, strict=True))
+        ordered = [by_id[i] for i in c.expected]
+        labels = [r.get("label") for r in corpus]
+        if any(lab is None for lab in labels):
+            reasons.append(f"{name} not computed: the corpus has items without a label (reference answer)")
+        else:
+            refs = [str(lab) for lab in labels]
+            metric = round(generation_metric(name, ordered, refs, normalisation), 6)
+            second = round(generation_metric(second_name, ordered, refs, normalisation), 6)
+            for k, b in enumerate(BUCKETS):
+                sub = np.flatnonzero(c.buckets == k)
+                if len(sub):
+                    by_bucket[b] = round(generation_metric(name, [ordered[i] for i in sub],
+                                                           [refs[i] for i in sub], normalisation), 6)
+            threshold_ok = metric >= thr
+            if not threshold_ok:
+                reasons.append(f"{name} {metric:.4f} < threshold {thr}")
+        if reference is not None and reference_metric is not None and metric is not None:
+            gap = round(metric - reference_metric, 6)
+            agree = output_agreement(by_id, reference, normalisation)
+            agreement, differing = round(agree.share, 6), agree.differing_ids
+            tolerance_ok = gap >= -tol - 1e-12
+            if not tolerance_ok:
+                reasons.append(f"{name} {-gap:.4f} below the reference, tolerance {tol}")
+        elif metric is not None:
+            reasons.append("reference variant has no validated pass yet: gap not computed")
+    else:
+        reasons.append("metric not computed: ids or format do not match the corpus")
+    accepted = bool(c.ids_match and not fmt_errors and c.coverage_ok and threshold_ok and tolerance_ok)
+    return Validation(
+        expected_ids=c.n, observed_ids=len(ids), duplicate_ids=len(c.duplicates), missing_ids=len(c.missing),
+        extra_ids=len(c.extras), ids_match=c.ids_match, format_ok=not fmt_errors, coverage=c.coverage,
+        coverage_ok=c.coverage_ok, metric_name=name, metric=metric, metric_by_bucket=by_bucket, threshold=thr,
+        threshold_ok=threshold_ok, reference_metric=reference_metric, gap_to_reference=gap,
+        agreement_with_reference=agreement, tolerance=tol, tolerance_ok=tolerance_ok, corpus_accepted=accepted,
+        reasons=reasons, examples={"duplicates": c.duplicates[:5], "missing": _first(c.missing),
+                                   "extras": _first(c.extras), "format": fmt_errors[:5],
+                                   "differing_from_reference": list(differing[:5])},
+        agreement_rule=f"share of ids whose output equals the reference variant's after {normalisation}",
+        second_metric_name=second_name if metric is not None else None, second_metric=second)

@@ -142,6 +142,7 @@ class WindowResult:
     largest_batch: int = 0  # most items the model received in one batch (its batch dimension)
     vectors: Any = None  # embedding: numpy float32 (items, width) in corpus order (lab.passes.tasks.embedding)
     norms: list = field(default_factory=list)  # embedding: each vector's L2 norm before normalisation
+    generated: list = field(default_factory=list)  # generation: a GeneratedItem per item (None: not done)
 
     def count_batch(self, idx: list[int], lengths: list[int], shape: tuple[int, int], max_length: int) -> None:
         """Account one batch the model received: ``idx`` its items (corpus positions), ``lengths``

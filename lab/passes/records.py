@@ -181,6 +181,11 @@ class PassResult(Record, frozen=True):
     # a custom entry's pass (lab.passes.tasks.custom): the entry and the settings it was built with
     entry: str | None = None
     entry_settings: dict[str, Any] | None = None
+    # a generation pass (lab.passes.tasks.generation): tokens fed and generated over the items
+    # written, and the rule as run (template, limits, stop strings, its sha256, normalisation)
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    generation: dict[str, Any] | None = None
     # a multi-card pass (lab.passes.multicard.merge_cards)
     threads_per_card: list[int | None] | None = None
     cards_declared: int | None = None
@@ -224,6 +229,8 @@ class Validation(Record, frozen=True):
     agreement_worst: float | None = None  # embedding: the lowest per-id cosine with the reference
     agreement_worst_id: str | None = None
     agreement_rule: str | None = None  # what agreement_with_reference measures, when not "same label"
+    second_metric_name: str | None = None  # generation: the figure reported beside the judged one
+    second_metric: float | None = None
 
     def verdict(self) -> str:
         """The pass's verdict in words: "accepted (accuracy 0.8123)" or "rejected: <reasons>"."""

@@ -82,11 +82,11 @@ def test_output_token_count_stops_at_eos_or_at_the_stop_string():
         return "".join(pieces[t] for t in toks if t != 9)
 
     # eos at position 2: 3 tokens counted (eos included), the padding after it not
-    assert _finished_length([1, 3, 9, 0, 0], {9}, (), decode) == (3, "abde")
+    assert _finished_length([1, 3, 9, 0, 0], {9}, (), decode) == (3, "abde", "eos")
     # the stop string completes inside token 2 (position 1): 2 tokens, text cut before "\n"
-    assert _finished_length([1, 2, 3, 9], {9}, ("\n",), decode) == (2, "abc")
+    assert _finished_length([1, 2, 3, 9], {9}, ("\n",), decode) == (2, "abc", "stop")
     # neither: every token counts
-    assert _finished_length([1, 3], {9}, ("\n",), decode) == (2, "abde")
+    assert _finished_length([1, 3], {9}, ("\n",), decode) == (2, "abde", "max_new_tokens")
 
 
 def test_a_prompt_past_the_models_positions_is_refused():

@@ -1,7 +1,7 @@
 """Task kinds (SPEC 2: task): the job a pass measures, one class per kind.
 
 :func:`job_for` picks the class from ``PassSpec.extra["task"]["kind"]`` (absent:
-classification). A new kind (generation) is one more module with a class satisfying
+classification). A new kind is one more module with a class satisfying
 :class:`lab.passes.tasks.base.Job`, and one more entry of :data:`KINDS`.
 """
 
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 KINDS = {"classification": "lab.passes.tasks.classification:ClassificationJob",
          "embedding": "lab.passes.tasks.embedding:EmbeddingJob",
-         "custom": "lab.passes.tasks.custom:CustomJob"}
+         "custom": "lab.passes.tasks.custom:CustomJob",
+         "generation": "lab.passes.tasks.generation:GenerationJob"}
 
 
 def job_for(spec):

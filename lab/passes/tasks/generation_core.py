@@ -90,15 +90,20 @@ class GenerationRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return sha256_bytes(blob.encode("utf-8"))
 
 
+STOPPED_BY = ("stop", "eos", "max_new_tokens")
+"""Why an item's generation ended: a stop string, the model's eos, or the token limit."""
+
+
 class GeneratedItem(msgspec.Struct, frozen=True):
     """One item's generation: ``text`` (decoded, cut before the first stop string, special
     tokens dropped), ``input_tokens`` (prompt tokens fed, padding excluded), ``output_tokens``
     (tokens generated up to and including the eos or the token completing a stop string;
-    the padding after a row finished excluded)."""
+    the padding after a row finished excluded), ``stopped_by`` (one of ``STOPPED_BY``)."""
 
     text: str
     input_tokens: int
     output_tokens: int
+    stopped_by: str = "max_new_tokens"
 
 
 def pad_token_id(tokenizer, model) -> int:
@@ -194,17 +199,18 @@ def require_positions(sequences: list[list[int]], rule: GenerationRule, max_posi
                 f"max_text_tokens (e.g. {max(1, max_positions - rule.max_new_tokens - 64)}) or a lower max_new_tokens")
 
 
-def _finished_length(tokens: list[int], eos: set[int], stop: tuple[str, ...], decode) -> tuple[int, str]:
-    """(output token count, output text) of one row's generated tokens."""
+def _finished_length(tokens: list[int], eos: set[int], stop: tuple[str, ...], decode) -> tuple[int, str, str]:
+    """(output token count, output text, what ended it: ``STOPPED_BY``) of one row's generated tokens."""
     n = len(tokens)
+    by = "max_new_tokens"
     for k, t in enumerate(tokens):
         if t in eos:
-            n = k + 1
+            n, by = k + 1, "eos"
             break
     text = decode(tokens[:n])
     hits = [text.find(s) for s in stop if s in text]
     if not hits:
-        return n, text
+        return n, text, by
     cut = min(hits)
     # the fewest tokens whose decode already holds a stop string (prefix decodes only grow)
     lo, hi = 1, n
@@ -214,7 +220,7 @@ def _finished_length(tokens: list[int], eos: set[int], stop: tuple[str, ...], de
             hi = mid
         else:
             lo = mid + 1
-    return lo, text[:cut]
+    return lo, text[:cut], "stop"
 
 
 def generate_padded(tokenizer, model, input_ids, attention_mask, rule: GenerationRule) -> list[GeneratedItem]:
@@ -247,8 +253,8 @@ def generate_padded(tokenizer, model, input_ids, attention_mask, rule: Generatio
 
     items = []
     for row, n_in in zip(new, fed, strict=True):
-        n_out, text = _finished_length(row, set(eos), rule.stop, decode)
-        items.append(GeneratedItem(text=text, input_tokens=int(n_in), output_tokens=n_out))
+        n_out, text, by = _finished_length(row, set(eos), rule.stop, decode)
+        items.append(GeneratedItem(text=text, input_tokens=int(n_in), output_tokens=n_out, stopped_by=by))
     return items
 
 
@@ -263,8 +269,20 @@ def generate_batch(tokenizer, model, device, texts: list[str], rule: GenerationR
     """
     if not texts:
         raise ValueError("generate_batch needs at least one text")
+    return generate_tokens(tokenizer, model, device, encode_prompts(tokenizer, texts, rule), rule)
+
+
+def encode_prompts(tokenizer, texts: list[str], rule: GenerationRule) -> list[list[int]]:
+    """Each item's prompt (``prompts_for``) as token ids, tokenized one by one with the
+    tokenizer's own special tokens, no padding; input order."""
+    return [tokenizer(p, verbose=False)["input_ids"] for p in prompts_for(tokenizer, texts, rule)]
+
+
+def generate_tokens(tokenizer, model, device, seqs: list[list[int]], rule: GenerationRule) -> list[GeneratedItem]:
+    """Greedy generation for prompts already tokenized (``encode_prompts``): positions checked
+    (``require_positions``), left-padded by the lab (``pad_left``), generated (``generate_padded``).
+    Returns ``len(seqs)`` ``GeneratedItem`` in input order; raises as ``generate_batch``."""
     pid = pad_token_id(tokenizer, model)
-    seqs = [tokenizer(p, verbose=False)["input_ids"] for p in prompts_for(tokenizer, texts, rule)]
     require_positions(seqs, rule, getattr(model.config, "max_position_embeddings", None))
     ids, mask = pad_left(seqs, pid)
     return generate_padded(tokenizer, model, ids.to(device), mask.to(device), rule)

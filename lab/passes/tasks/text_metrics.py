@@ -24,6 +24,8 @@ import re
 import string
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
+from typing import TypeVar
 
 import msgspec
 
@@ -98,6 +100,19 @@ def token_f1(outputs: Sequence[str], references: Sequence[str]) -> float:
     return sum(token_f1_one(o, r) for o, r in zip(outputs, references, strict=True)) / len(outputs)
 
 
+def generation_metric(name: str, outputs: Sequence[str], references: Sequence[str],
+                      normalisation: str = NORMALISATION) -> float:
+    """The generation metric ``name`` ("exact_match" after ``normalisation``, or "token_f1",
+    whose normalisation is SQuAD's own), in [0, 1]: the one rule validation and ``archive verify``
+    both apply (lab.orchestration.config.GENERATION_METRICS). Raises ``MetricInputError`` for an
+    unknown name and as ``exact_match``."""
+    if name == "exact_match":
+        return exact_match(outputs, references, normalisation)
+    if name == "token_f1":
+        return token_f1(outputs, references)
+    raise MetricInputError(f"unknown generation metric {name!r}; use exact_match or token_f1")
+
+
 class Agreement(msgspec.Struct, frozen=True):
     """Agreement with the reference variant: ``share`` in [0, 1] of ``items`` ids whose outputs
     are equal after normalisation; ``differing_ids``: the others, sorted."""
@@ -147,16 +162,19 @@ class TokenCounts(msgspec.Struct, frozen=True):
         """Output tokens per second of a measured window of ``window_s`` seconds (> 0)."""
         return self.output_tokens / _positive(window_s, "window_s")
 
-    def per_item(self, amount: float) -> float:
-        """``amount`` (a cost in USD, a duration in s) divided by the items (> 0)."""
+    def per_item(self, amount: float | Decimal) -> float | Decimal:
+        """``amount`` (a cost, a duration in s; a Decimal stays a Decimal) divided by the items (> 0)."""
         return amount / _positive(self.items, "items")
 
-    def per_million_output_tokens(self, amount: float) -> float:
+    def per_million_output_tokens(self, amount: float | Decimal) -> float | Decimal:
         """``amount`` (e.g. USD) per 10^6 output tokens (output tokens > 0)."""
         return amount * 1_000_000 / _positive(self.output_tokens, "output_tokens")
 
 
-def _positive(value: float, name: str) -> float:
+_N = TypeVar("_N", int, float)
+
+
+def _positive(value: _N, name: str) -> _N:
     if not value > 0:
         raise MetricInputError(f"{name} must be > 0 to divide by it, not {value!r}")
     return value

@@ -1,0 +1,190 @@
+"""Generation: text written by a causal language model after a prompt (``[task] kind = "generation"``).
+
+The model is loaded with transformers' ``AutoModelForCausalLM`` (no remote code). The declared
+rule ([task] prompt, max_new_tokens, stop, max_text_tokens, decoding: a
+lab.passes.tasks.generation_core.GenerationRule) and the normalisation for exact match reach the
+pass as ``PassSpec.extra["task"]`` and are recorded in result.json (``generation``, with the
+rule's sha256). Padding: the lab pads every batch on the LEFT itself
+(generation_core.pad_left; a right-padded batch is refused, generation_core.generate_padded), so
+a tokenizer declaring right padding cannot make wrong text; the pad token is the tokenizer's or
+``[model] pad_token``, and a model with neither is refused at load in one line
+(generation_core.PaddingError).
+
+The lab's own loop forms the batches (lab.passes.inference.batch_order over the prompts' token
+counts: corpus order, or ascending with bucketing); greedy decoding runs per batch
+(generation_core.generate_tokens). A failure mid-window keeps the items already done (the pass
+sequence writes them; ``items_completed`` counts them).
+
+On disk: ``predictions.jsonl``, one line per completed item in corpus order,
+``{"id", "output", "input_tokens", "output_tokens", "stopped_by"}`` (tokens: prompt tokens fed,
+padding excluded; tokens generated up to and including the eos or the token completing a stop
+string; ``stopped_by`` one of generation_core.STOPPED_BY). result.json adds ``input_tokens``
+and ``output_tokens`` (sums over the items written).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from lab.facts.diskfull import atomic_write_text
+from lab.facts.files import sha256_lines
+from lab.passes.tasks.generation_core import GenerationRule
+from lab.passes.tasks.text_metrics import NORMALISATION
+
+PADDING_RULE = "left: the lab pads every batch itself (generation_core.pad_left)"
+
+
+def rule_of(task: dict) -> GenerationRule:
+    """The GenerationRule of a pass's ``task`` extra (lab.orchestration.protocol.Protocol.task_extra)."""
+    return GenerationRule(prompt=task["prompt"], max_new_tokens=task["max_new_tokens"],
+                          stop=tuple(task.get("stop") or ()), max_text_tokens=task.get("max_text_tokens") or 0,
+                          decoding=task.get("decoding") or "greedy")
+
+
+def load_generator(model_ref: str, precision: str, device: str, pad_token: str | None = None,
+                   attention: str | None = None, revision: str | None = None):
+    """(tokenizer, causal LM) in eval mode at ``precision`` on ``device`` (AutoModelForCausalLM).
+
+    ``pad_token``: the campaign's declared pad token ([model] pad_token), set on the tokenizer.
+    The tokenizer's ``padding_side`` is set to "left" (the lab pads itself anyway). Raises
+    generation_core.PaddingError when no pad token is declared anywhere, and
+    lab.passes.inference.WeightsNotLoaded when the checkpoint lacks weights."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lab.passes.inference import DTYPES, check_weights_loaded
+    from lab.passes.tasks.generation_core import pad_token_id
+
+    tok = AutoTokenizer.from_pretrained(model_ref, revision=revision)
+    if pad_token:
+        tok.pad_token = pad_token
+    tok.padding_side = "left"
+    extra = {"attn_implementation": attention} if attention else {}
+    loaded: Any = AutoModelForCausalLM.from_pretrained(model_ref, revision=revision,
+                                                       dtype=getattr(torch, DTYPES[precision]),
+                                                       output_loading_info=True, **extra)
+    model, info = loaded
+    check_weights_loaded(info)
+    pad_token_id(tok, model)  # refused here, before any timing, when none is declared
+    model.eval().to(device)
+    return tok, model
+
+
+class GenerationJob:
+    """``[task] kind = "generation"``: greedy text per item under the declared rule."""
+
+    kind = "generation"
+
+    def __init__(self, spec):
+        self.spec = spec
+        task = spec.extra.get("task") or {}
+        self.rule = rule_of(task)
+        self.normalisation = task.get("normalisation") or NORMALISATION
+        self.tokenizer: Any = None
+        self.model: Any = None
+
+    def load(self, device: str) -> tuple:
+        s = self.spec
+        self.tokenizer, self.model = load_generator(s.model_ref, s.variant.precision, device,
+                                                    pad_token=s.extra.get("pad_token"),
+                                                    attention=s.variant.attention, revision=s.extra.get("revision"))
+        return self.tokenizer, self.model
+
+    def warm_up(self, rows: list[dict], device: str) -> float:
+        import time
+
+        from lab.passes.inference import synchronize
+
+        t0 = time.perf_counter()
+        for _ in range(self.spec.warmup_passes):
+            if self.spec.warmup_items > 0:
+                self.run_window(rows[: self.spec.warmup_items], device)
+        synchronize(device)
+        return time.perf_counter() - t0
+
+    def run_window(self, rows, device, on_batch=None, sink=None):
+        """Prompts, batches (the lab's rule), greedy generation per batch, outputs on the host.
+
+        Returns a WindowResult whose ``generated[i]`` is item i's GeneratedItem once done (and
+        ``pred_index[i]`` is i); ``tokens_kept`` are the prompts' token counts (the text cut to
+        max_text_tokens), ``tokens_total`` those of the uncut prompts. Raises
+        generation_core.GenerationRuleError for a prompt past the model's positions and lets
+        OOM errors propagate; the items done before stay in ``sink["win"]``."""
+        from lab.passes.inference import WindowResult, batch_order
+        from lab.passes.tasks.generation_core import encode_prompts, generate_tokens
+
+        v = self.spec.variant
+        n = len(rows)
+        texts = [r["text"] for r in rows]
+        seqs = encode_prompts(self.tokenizer, texts, self.rule)
+        lengths = [len(x) for x in seqs]
+        totals = ([len(self.tokenizer(self.rule.prompt.replace("{text}", t), verbose=False)["input_ids"])
+                   for t in texts] if self.rule.max_text_tokens else list(lengths))
+        order = batch_order(lengths, v.bucketing)
+        win = WindowResult([r["id"] for r in rows], [r.get("label") for r in rows], [None] * n, [None] * n,
+                           0, sum(1 for k, t in zip(lengths, totals, strict=True) if t > k),
+                           0, 0, 0, lengths, list(totals),
+                           order_sorted_by_length=order == sorted(range(n), key=lambda i: lengths[i]),
+                           order_is_corpus=order == list(range(n)))
+        win.generated = [None] * n
+        if sink is not None:
+            sink["win"] = win
+        for start in range(0, n, v.batch_size):
+            idx = order[start:start + v.batch_size]
+            batch = [seqs[i] for i in idx]
+            items = generate_tokens(self.tokenizer, self.model, device, batch, self.rule)
+            for i, g in zip(idx, items, strict=True):
+                win.generated[i] = g
+                win.pred_index[i] = i
+            win.count_batch(idx, lengths, (len(batch), max(lengths[i] for i in idx)), v.max_length)
+            if on_batch:
+                on_batch(win.items_done)
+        return win
+
+    def observe(self, threads: int, workers_on_host: int = 1) -> dict:
+        """The loaded model's observed record (lab.passes.observed.observe_model)."""
+        from lab.passes.observed import observe_model
+
+        return observe_model(self.model, threads, workers_on_host)
+
+    def observe_window(self, win) -> dict:
+        """The measured window's observed record (lab.passes.observed.observe_window): ``max_tokens``
+        is the longest prompt fed, ``padding`` "longest" (every batch is padded to its longest prompt)."""
+        from lab.passes.observed import observe_window
+
+        return observe_window(win, self.spec.variant.max_length)
+
+    def self_metric(self, win) -> float | None:
+        """Exact match (the declared normalisation) of the items done against their labels, or None."""
+        from lab.passes.tasks.text_metrics import exact_match
+
+        pairs = [(g.text, lab) for g, lab in zip(win.generated, win.labels, strict=True)
+                 if g is not None and lab is not None]
+        if not pairs:
+            return None
+        return round(exact_match([p[0] for p in pairs], [p[1] for p in pairs], self.normalisation), 6)
+
+    def write_predictions(self, path: Path, win) -> dict:
+        """predictions.jsonl of the completed items (module docstring); returns the result fields
+        (lines, sha256, token sums, the rule as run with its sha256)."""
+        lines, n_in, n_out = [], 0, 0
+        stopped: Counter = Counter()
+        for item_id, g in zip(win.ids, win.generated, strict=True):
+            if g is None:
+                continue
+            n_in += g.input_tokens
+            n_out += g.output_tokens
+            stopped[g.stopped_by] += 1
+            lines.append(json.dumps({"id": item_id, "output": g.text, "input_tokens": g.input_tokens,
+                                     "output_tokens": g.output_tokens, "stopped_by": g.stopped_by},
+                                    ensure_ascii=False) + "\n")
+        atomic_write_text(path, "".join(lines))
+        return {"predictions_lines": len(lines), "predictions_sha256": sha256_lines(lines),
+                "input_tokens": n_in, "output_tokens": n_out,
+                "generation": {"rule": self.rule.to_json(), "rule_sha256": self.rule.digest(),
+                               "normalisation": self.normalisation, "padding": PADDING_RULE,
+                               "pad_token": getattr(self.tokenizer, "pad_token", None),
+                               "stopped_by": dict(sorted(stopped.items()))}}
