@@ -165,13 +165,15 @@ def _catalog(top: Path, archive: Path) -> Catalog | None:
 
 
 def _read_predictions(path: Path) -> dict[str, str]:
-    """{id: predicted label}; {} for an embedding pass (its lines carry a vector row, no label)."""
+    """{id: predicted label}, or {id: output text} for a generation pass (lab.passes.tasks.generation);
+    {} for an embedding pass (its lines carry a vector row, no label)."""
     out: dict[str, str] = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         rec = json.loads(line)
-        if "pred" not in rec:
+        key = "pred" if "pred" in rec else "output" if "output" in rec else None
+        if key is None:
             return {}
-        out[str(rec["id"])] = str(rec["pred"])
+        out[str(rec["id"])] = str(rec[key])
     return out
 
 

@@ -11,7 +11,7 @@ import json
 import sqlite3
 
 from lab.evidence.format import JOURNAL, ArchiveError
-from lab.orchestration.config import EMBEDDING_METRICS
+from lab.orchestration.config import EMBEDDING_METRICS, GENERATION_METRICS
 from lab.orchestration.journal import Journal, JournalVersion
 from lab.passes.events import FINISHED, PassStatus
 
@@ -258,6 +258,8 @@ def _row_metric(row: dict, scan, gold: dict | None, problems: list[str]) -> floa
         return None
     if row.get("metric_name") in EMBEDDING_METRICS:
         return _check_embedding_metric(pid, row, scan, p, gold, problems)
+    if row.get("metric_name") in GENERATION_METRICS:
+        return _check_generation_metric(pid, row, scan, p, gold, problems)
     preds = _predictions(scan, p)
     if preds is None:
         if row.get("metric") not in (None, ""):
@@ -310,4 +312,69 @@ def _check_embedding_metric(pid: str, row: dict, scan, pred_rel: str, gold: dict
         if col in row and not _same_metric(value, row[col]):
             problems.append(f"pass {pid}: {col} {row[col] or 'empty'} in the raw table, {value} recomputed "
                             "from its vectors and the gold labels")
+    return recomputed
+
+
+def locked_normalisation(scan) -> str | None:
+    """The archived campaign file's [task] normalisation (text_metrics.NORMALISATION when it
+    names none); None when campaign.toml is missing or not TOML."""
+    import tomllib
+
+    from lab.passes.tasks.text_metrics import NORMALISATION
+
+    if "campaign.toml" not in scan.kept:
+        return None
+    try:
+        task = tomllib.loads(member_text(scan, "campaign.toml").removeprefix("\ufeff")).get("task") or {}
+    except tomllib.TOMLDecodeError:
+        return None
+    if not isinstance(task, dict):
+        return None
+    return task.get("normalisation") or NORMALISATION
+
+
+def _check_generation_metric(pid: str, row: dict, scan, pred_rel: str, gold: dict,
+                             problems: list[str]) -> float | None:
+    """A generation pass's metric recomputed from its archived outputs (``output`` of each
+    predictions line) against the gold labels (the reference answers), after the locked
+    campaign file's normalisation, with the rule validation used
+    (lab.passes.tasks.text_metrics.generation_metric), overall and per bucket."""
+    from lab.passes.tasks.text_metrics import MetricInputError, generation_metric
+
+    claimed = row.get("metric")
+    outputs: dict[str, str] = {}
+    try:
+        for line in member_text(scan, pred_rel).splitlines():
+            rec = json.loads(line)
+            if not (isinstance(rec.get("id"), str) and isinstance(rec.get("output"), str)) or rec["id"] in outputs:
+                raise ValueError
+            outputs[rec["id"]] = rec["output"]
+    except (json.JSONDecodeError, ValueError, AttributeError):
+        if claimed not in (None, ""):
+            problems.append(f"pass {pid}: metric {claimed} given, but its predictions file is malformed")
+        return None
+    if set(outputs) != set(gold):
+        if claimed not in (None, ""):
+            problems.append(f"pass {pid}: metric {claimed} given, but its predictions do not cover exactly the "
+                            "corpus's ids")
+        return None
+    norm = locked_normalisation(scan)
+    if norm is None:
+        problems.append(f"pass {pid}: campaign.toml missing or not TOML: the normalisation of its metric is not "
+                        "known, so the metric is not re-derived")
+        return None
+    ids = sorted(gold)
+    recomputed = None
+    checks = [("metric", ids)] + [(f"metric_{b}", [i for i in ids if gold[i][1] == b]) for b in BUCKETS]
+    for col, sub in checks:
+        try:
+            value = (round(generation_metric(row["metric_name"], [outputs[i] for i in sub],
+                                             [gold[i][0] for i in sub], norm), 6) if sub else None)
+        except MetricInputError as exc:
+            problems.append(f"pass {pid}: its metric cannot be re-derived ({exc})")
+            return None
+        recomputed = value if col == "metric" else recomputed
+        if col in row and not _same_metric(value, row[col]):
+            problems.append(f"pass {pid}: {col} {row[col] or 'empty'} in the raw table, {value} recomputed "
+                            "from its outputs and the gold labels")
     return recomputed

@@ -274,8 +274,33 @@ def _config_section(a: Assessment, deliverables: int) -> list[str]:
     per = (a.price_missing if q is None else
            money(a.cost_per_validated_corpus, q.currency) if a.cost_per_validated_corpus
            is not None else UNDEFINED)
-    lines += [f"- Cost per validated corpus: {per}", ""]
+    lines += [f"- Cost per validated corpus: {per}", *_generation_lines(a), ""]
     return lines
+
+
+def _generation_lines(a: Assessment) -> list[str]:
+    """A generation variant (output tokens counted): throughput in output tokens per second and
+    the cost per validated corpus divided per item and per million output tokens
+    (lab.passes.tasks.text_metrics.TokenCounts: the one division; the price rule stays
+    lab.cost.forfaits.cost_per_validated_corpus). No line for the other kinds."""
+    from lab.passes.tasks.text_metrics import TokenCounts
+
+    v, q = a.variant, a.quote
+    if v.output_tokens is None:
+        return []
+    rate = v.output_tokens_per_s_median
+    lines = [f"- Output tokens: {v.output_tokens} over {v.items_total} items; "
+             + (f"{rate:.1f} output tokens/s (median of passes ok)" if rate is not None
+                else "output tokens/s not measured")]
+    per = a.cost_per_validated_corpus
+    if q is None or per is None or not v.items_total or not v.output_tokens:
+        why = a.price_missing if q is None else UNDEFINED if per is None else "no item or output token counted"
+        return lines + [f"- Cost per item and per million output tokens: {why}"]
+    counts = TokenCounts(items=v.items_total, input_tokens=0, output_tokens=v.output_tokens)
+    per_item = Decimal(counts.per_item(per)).quantize(Decimal("0.000001"))
+    return lines + [f"- Cost per item: {per_item} {q.currency}; per million output tokens: "
+                    f"{money(Decimal(counts.per_million_output_tokens(per)), q.currency)} "
+                    "(cost per validated corpus / items, / output tokens x 10^6)"]
 
 
 def _cards_lines(v: VariantSummary, q: Quote | None) -> list[str]:

@@ -33,6 +33,10 @@ COMPILE = ("recompiles_measured", "graph_breaks_measured", "compile_shapes", "co
            "recompiles_warmup")
 PERF = ("model_flop", "achieved_flop_per_s", "ceiling_flop_per_s", "utilization", *COMPILE)
 NO_COMPILE = "empty compile cells: compile = false: no compile phase"
+# a generation pass (lab.passes.tasks.generation): prompt tokens fed and tokens generated over the
+# items written, and output tokens per second of the measured window
+GENERATED = ("input_tokens", "output_tokens", "output_tokens_per_s")
+NOT_GENERATED = "empty input/output-token cells: not a generation pass (no text generated)"
 PEAKS = ("peak_allocated_bytes", "peak_reserved_bytes", "process_peak_rss_bytes", "device_used_bytes")
 COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_name", "variant_label", "series",
             "batch_size", "precision", "padding", "max_length", "bucketing", "device", "backend",
@@ -42,7 +46,7 @@ COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_na
             "start_time", "end_time", "status", "exit_code"]
            + [f"{p}_s" for p in PHASES]
            + ["items_total", "items_completed", "items_per_s", "n_truncated", *TRUNCATED, "real_tokens",
-              "padded_tokens", *PERF, *CONDITIONS, "environment", "expected_ids", "observed_ids",
+              "padded_tokens", *GENERATED, *PERF, *CONDITIONS, "environment", "expected_ids", "observed_ids",
               "duplicate_ids", "missing_ids",
               "extra_ids", "ids_match", "format_ok", "coverage_ok", "metric_name", "metric",
               "metric_short", "metric_medium", "metric_long", "reference_metric",
@@ -109,8 +113,12 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
             "items_per_s": r.get("items_per_s") if a["status"] == PassStatus.OK else None,
             "n_truncated": r.get("n_truncated"), "real_tokens": r.get("real_tokens"),
             "padded_tokens": r.get("padded_tokens"),
+            "input_tokens": r.get("input_tokens"), "output_tokens": r.get("output_tokens"),
+            "output_tokens_per_s": output_tokens_per_s(r) if a["status"] == PassStatus.OK else None,
             "predictions_path": pred_path, "predictions_sha256": pred_sha,
         }
+        if a["status"] == PassStatus.OK and r.get("output_tokens") is None:
+            notes.append(NOT_GENERATED)
         obs = r.get("observed") or {}
         for k in OBSERVED:
             row[f"observed_{k}"] = obs.get(k)
@@ -161,6 +169,9 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
         if val.get("agreement_worst") is not None:  # an embedding pass: per-id cosine with the reference
             notes.append(f"agreement_with_reference is the median per-id cosine with the reference's vectors; "
                          f"worst id {val.get('agreement_worst_id')} at {val['agreement_worst']}")
+        if val.get("second_metric_name"):  # a generation pass: the figure beside the judged one
+            notes.append(f"{val['second_metric_name']} {val.get('second_metric')} beside {val.get('metric_name')} "
+                         f"(reported, not judged); agreement_with_reference is the {val.get('agreement_rule')}")
         if val.get("reasons"):
             notes.append("validation: " + "; ".join(val["reasons"]))
         for k in PEAKS:
@@ -177,6 +188,13 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
         row["notes"] = " | ".join(notes)
         rows.append(row)
     return rows
+
+
+def output_tokens_per_s(result: dict) -> float | None:
+    """Output tokens generated per second of the measured window (result.json's ``output_tokens``
+    over ``phases_s.measured``), rounded to 4 decimals; None when either is missing or the window is 0 s."""
+    out, window = result.get("output_tokens"), (result.get("phases_s") or {}).get("measured")
+    return round(out / window, 4) if out is not None and window else None
 
 
 def compile_notes(variant: dict, result: dict, status: str) -> list[str]:
@@ -220,7 +238,8 @@ def observed_cards(result: dict) -> dict:
 
 
 INT_COLUMNS = ("exit_code", "cards", "cards_observed", "items_total", "items_completed", "n_truncated",
-               "real_tokens", "padded_tokens", "recompiles_measured", "graph_breaks_measured",
+               "real_tokens", "padded_tokens", "input_tokens", "output_tokens", "recompiles_measured",
+               "graph_breaks_measured",
                "compile_frames", "recompiles_warmup",
                "expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids",
                "observed_threads_declared", "observed_threads", "observed_max_tokens",

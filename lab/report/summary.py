@@ -112,6 +112,14 @@ class VariantSummary:
     """Passes ok whose measured window included recompilation (recompiles_measured > 0): their
     durations are not steady-state (``durations_caveat``)."""
 
+    items_total: int | None = None
+    """Items of the corpus the variant's passes ok were given (None when none ran)."""
+    output_tokens: int | None = None
+    output_tokens_per_s_median: float | None = None
+    """A generation variant (lab.passes.tasks.generation): the most output tokens a pass ok
+    generated over the corpus, and the median over passes ok of output tokens per second of the
+    measured window; None for the other kinds (they generate no text)."""
+
     starved_passes: tuple[dict, ...] = ()
     """Passes ok (their durations are in ``durations_s``) whose measured window was starved of
     CPU (raw table ``starved``; lab.passes.conditions.starvation): {"pass_id", "reason"} each.
@@ -229,6 +237,10 @@ def summarize(rows: list[dict], feasibility: dict | None = None,
             **{k: max((float(r[k]) for r in rs if r.get(k) is not None), default=None)
                for k in ("truncated_short", "truncated_medium", "truncated_long")},
             "max_length": first.get("max_length"),
+            "items_total": items,
+            "output_tokens": max((int(r["output_tokens"]) for r in ok if _known(r.get("output_tokens"))),
+                                 default=None),
+            "output_tokens_per_s_median": _median_known([r.get("output_tokens_per_s") for r in ok]),
             "starved_passes": [{"pass_id": r["pass_id"], "reason": r.get("starved_reason") or ""}
                                for r in ok if is_starved(r)],
         })
@@ -257,6 +269,17 @@ def campaign_summary(rows: list[dict], attempts: list[dict]) -> list[VariantSumm
     validations = {a["pass_id"]: msgspec.convert(a["validation"], Validation) for a in attempts if a["validation"]}
     return summarize(rows, campaign_feasibility([{**r, "coverage": cov.get(r["pass_id"])} for r in rows]),
                      validations)
+
+
+def _known(value) -> bool:
+    """A figure present in a raw row (not None, not pandas' NA)."""
+    return value is not None and not pd.isna(value)
+
+
+def _median_known(values: list) -> float | None:
+    """Median of the known figures of ``values``, None when none is known."""
+    xs = [float(x) for x in values if _known(x)]
+    return statistics.median(xs) if xs else None
 
 
 def _perf_medians(ok: list[dict]) -> dict:
