@@ -15,9 +15,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / ".cache" / "models" / "demo-minilm-20ng"
+GEN_MODEL = REPO / ".cache" / "models" / "demo-gen-20ng"
 COMPARISON = REPO / "demo" / "corpus" / "comparison.jsonl"
 UNIT = Path(__file__).resolve().parent / "unit"
-NOT_IN_UNIT_TIER = {"model_dir", "small_campaign"}  # they build the demo model / run passes
+NOT_IN_UNIT_TIER = {"model_dir", "small_campaign", "gen_model_dir"}  # they build the demo model / run passes
 
 
 def pytest_collection_modifyitems(config, items):
@@ -37,6 +38,15 @@ def model_dir() -> Path:
         subprocess.run([sys.executable, "-m", "lab.cli", "model", "build-demo", "--out", str(MODEL)],
                        check=True, cwd=REPO)
     return MODEL
+
+
+@pytest.fixture(scope="session")
+def gen_model_dir() -> Path:
+    """The demo generator; built once (a few minutes) if `make model-gen` has not run."""
+    if not (GEN_MODEL / "config.json").is_file():
+        subprocess.run([sys.executable, "-m", "lab.cli", "model", "build-demo-gen", "--out", str(GEN_MODEL)],
+                       check=True, cwd=REPO)
+    return GEN_MODEL
 
 
 # ---- waiting ------------------------------------------------------------------------------

@@ -6,29 +6,14 @@ generated; the build's recorded exact match is what the saved checkpoint gives."
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import COMPARISON, REPO
+from conftest import COMPARISON
 from lab.inputs.corpus import read_corpus
 from lab.demo.generator import demo_rule
 from lab.passes.tasks.generation_core import GenerationRule, PaddingError, generate_batch, generate_padded
 from lab.passes.tasks.text_metrics import TokenCounts, exact_match
-
-GEN_MODEL = REPO / ".cache" / "models" / "demo-gen-20ng"
-
-
-@pytest.fixture(scope="session")
-def gen_model_dir() -> Path:
-    """The demo generator; built once (a few minutes) if `make model-gen` has not run."""
-    if not (GEN_MODEL / "config.json").is_file():
-        subprocess.run([sys.executable, "-m", "lab.cli", "model", "build-demo-gen", "--out", str(GEN_MODEL)],
-                       check=True, cwd=REPO)
-    return GEN_MODEL
-
 
 @pytest.fixture(scope="session")
 def generator(gen_model_dir):

@@ -1,0 +1,238 @@
+"""Generation task on the real product: a campaign over the demo generator locks, runs batch 1
+and batch 8 (the lab's own batches, left-padded by the lab), validates the outputs against the
+gold labels' names (exact match after the declared normalisation, token F1 beside it) and per id
+against the reference variant, reports input and output tokens per pass, archives and verifies;
+a consistent forgery of the metric is refused by verify; a pass that fails after 6 items keeps
+them. Small slices of the demo corpus keep it fast on 2 cores."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import json
+
+import pytest
+
+from conftest import cut_corpus, write_campaign
+from test_archive_evidence import edit_raw_table, member, read_members, write_members
+
+TASK = ('\n[task]\nkind = "generation"\nprompt = "{text}\\nNewsgroup:"\nmax_text_tokens = 64\n'
+        'max_new_tokens = 16\nstop = ["\\n"]\ndecoding = "greedy"\nnormalisation = "lowercase_space"\n')
+COST = '\n[cost]\ngpu = "rtx-4090"\ndays = 7\nlots = 1\n'
+
+
+def generation_campaign(folder, model_dir, corpus=None, task=TASK, values=(1, 8), name="gen", max_length=128):
+    corpus = corpus or cut_corpus(folder / "corpus.jsonl", 5, 3, 2)
+    f = write_campaign(folder, model_dir, corpus, name=name, repetitions=1, values=values, threshold=0.0,
+                       max_length=max_length)
+    f.write_text(f.read_text().replace('metric = "accuracy"', 'metric = "exact_match"') + task + COST)
+    return f
+
+
+def lines_of(orch, pass_id: str) -> list[dict]:
+    return [json.loads(x) for x in (orch.dir / "passes" / pass_id / "predictions.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def gen_run(tmp_path_factory, gen_model_dir):
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
+    from lab.report.build import build_report
+    from lab.service.campaigns import make_archive
+
+    d = tmp_path_factory.mktemp("gen")
+    f = generation_campaign(d, gen_model_dir)
+    lock(load_protocol(f))
+    orch = Orchestrator.prepare(f, d / "runs", LocalLauncher())
+    assert orch.run() == "finished"
+    build_report(orch.dir)
+    return orch, make_archive(orch.dir)
+
+
+def test_generation_passes_write_outputs_and_validate_against_the_label_names(gen_run):
+    from lab.inputs.corpus import read_corpus
+    from lab.passes.tasks.generation import rule_of
+    from lab.passes.tasks.text_metrics import exact_match, token_f1
+
+    orch, _ = gen_run
+    attempts = orch.journal.attempts()
+    assert [a["status"] for a in attempts] == ["ok", "ok"]
+    corpus = read_corpus(orch.proto.corpus_path)
+    labels = [r["label"] for r in corpus]
+    outputs = {}
+    for a in attempts:
+        res = json.loads((orch.dir / "passes" / a["pass_id"] / "result.json").read_text())
+        lines = lines_of(orch, a["pass_id"])
+        assert [x["id"] for x in lines] == [r["id"] for r in corpus]
+        assert all(x["stopped_by"] in ("stop", "eos", "max_new_tokens") and x["input_tokens"] > 0 for x in lines)
+        assert res["input_tokens"] == sum(x["input_tokens"] for x in lines)
+        assert res["output_tokens"] == sum(x["output_tokens"] for x in lines) > 0
+        rule = rule_of(orch.proto.task_extra()["task"])
+        assert res["generation"]["rule"] == json.loads(json.dumps(rule.to_json()))
+        assert res["generation"]["rule_sha256"] == rule.digest()
+        assert res["generation"]["normalisation"] == "lowercase_space"
+        assert res["observed"]["batch_size"] == min(res["variant"]["batch_size"], 10)
+        assert res["observed"]["padding"].startswith("longest")
+        texts = [x["output"] for x in lines]
+        v = a["validation"]
+        assert v["ids_match"] and v["format_ok"] and v["coverage_ok"] and v["corpus_accepted"], v["reasons"]
+        assert v["metric_name"] == "exact_match"
+        assert v["metric"] == round(exact_match(texts, labels, "lowercase_space"), 6)
+        assert v["second_metric_name"] == "token_f1" and v["second_metric"] == round(token_f1(texts, labels), 6)
+        assert set(v["metric_by_bucket"]) == {"short", "medium", "long"}
+        outputs[res["variant"]["batch_size"]] = {x["id"]: (x["output"], x["output_tokens"]) for x in lines}
+    # batched greedy at fp32, left-padded by the lab, equals unbatched per id, through the product
+    assert outputs[8] == outputs[1]
+    assert len({t for t, _ in outputs[1].values()}) > 1  # not one constant answer
+    assert [a["validation"]["agreement_with_reference"] for a in attempts] == [1.0, 1.0]
+
+
+def test_raw_table_has_input_and_output_tokens_per_pass_and_the_note_prices_them(gen_run):
+    orch, _ = gen_run
+    rows = list(csv.DictReader((orch.dir / "report" / "raw_table.csv").open(encoding="utf-8")))
+    assert len(rows) == 2
+    for r in rows:
+        res = json.loads((orch.dir / "passes" / r["pass_id"] / "result.json").read_text())
+        assert int(r["output_tokens"]) == res["output_tokens"] and int(r["input_tokens"]) == res["input_tokens"]
+        assert float(r["output_tokens_per_s"]) == pytest.approx(res["output_tokens"] / res["phases_s"]["measured"],
+                                                                rel=1e-3)
+        assert "token_f1" in r["notes"] and "not a generation pass" not in r["notes"]
+    note = (orch.dir / "report" / "decision_note.md").read_text()
+    assert note.count("- Cost per item: ") == 2 and "per million output tokens: " in note, note
+
+
+def test_a_classification_row_says_why_its_token_cells_are_empty(small_campaign):
+    rows = list(csv.DictReader((small_campaign.dir / "report" / "raw_table.csv").open(encoding="utf-8")))
+    assert rows and all(r["output_tokens"] == "" and "not a generation pass" in r["notes"] for r in rows)
+
+
+def test_generation_archive_verifies_and_a_forged_metric_is_refused(gen_run, tmp_path):
+    from lab.evidence.archive import verify
+
+    _, archive = gen_run
+    v = verify(archive)
+    assert v.ok, v.problems
+    files = read_members(archive)
+    pred = member(files, "/predictions.jsonl")
+    pid = pred.split("/")[-2]
+
+    # every output replaced by its gold label's name (a perfect score), hashed anew everywhere
+    gold = {g["id"]: g["label"] for g in map(json.loads, files[member(files, "/report/gold_labels.jsonl")]
+                                             .decode().splitlines())}
+    forged = [{**x, "output": " " + gold[x["id"]]} for x in map(json.loads, files[pred].decode().splitlines())]
+    files[pred] = "".join(json.dumps(x) + "\n" for x in forged).encode()
+    digest = hashlib.sha256(files[pred]).hexdigest()
+    res = member(files, f"/passes/{pid}/result.json")
+    files[res] = json.dumps({**json.loads(files[res]), "predictions_sha256": digest}).encode()
+    edit_raw_table(files, lambda rows: [r.update(metric="1.0", predictions_sha256=digest)
+                                        for r in rows if r["pass_id"] == pid])
+    bad = verify(write_members(tmp_path / "forged.tar.gz", files))
+    assert not bad.ok
+    assert any(p.startswith(f"pass {pid}: metric 1.0 in the raw table") and "in the journal" in p
+               for p in bad.problems), bad.problems
+
+    # the raw table's metric alone changed (the outputs untouched): recomputed from the outputs
+    files = read_members(archive)
+    edit_raw_table(files, lambda rows: [r.update(metric="0.99") for r in rows if r["pass_id"] == pid])
+    bad = verify(write_members(tmp_path / "forged2.tar.gz", files))
+    assert any(p.startswith(f"pass {pid}: metric 0.99 in the raw table") and "recomputed from its outputs" in p
+               for p in bad.problems), bad.problems
+
+
+def test_compare_refuses_generation_archives_of_another_prompt_or_decoding_rule(gen_run):
+    from lab.compare.comparability import check_comparable
+    from lab.compare.evidence import CompareError, load_evidence
+
+    _, archive = gen_run
+    ev = load_evidence(archive)
+    other_rows = [{**r, "pass_id": r["pass_id"] + "-b"} for r in ev.raw_rows]  # another rental's passes
+    task = ev.campaign["task"]
+    for key, value in (("prompt", "{text}\nGroup:"), ("max_new_tokens", 8), ("stop", ["."]),
+                       ("normalisation", "none")):
+        other = dataclasses.replace(ev, name="other", raw_rows=other_rows,
+                                    campaign={**ev.campaign, "task": {**task, key: value}})
+        with pytest.raises(CompareError) as exc:
+            check_comparable([ev, other])
+        msg = str(exc.value)
+        assert f"[task] {key} differs" in msg and "\n" not in msg, msg
+
+
+def test_a_failure_after_6_items_keeps_them(tmp_path, gen_model_dir):
+    """The 7th item's prompt (the text whole: max_text_tokens = 0) passes the model's 512
+    positions: the pass fails there, with the 6 items before it written."""
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
+
+    corpus = cut_corpus(tmp_path / "corpus.jsonl", 5, 3, 2)
+    rows = [json.loads(x) for x in corpus.read_text().splitlines()]
+    rows[6]["text"] = " ".join([rows[-1]["text"]] * 12)  # thousands of tokens
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    f = generation_campaign(tmp_path, gen_model_dir, corpus, task=TASK.replace("max_text_tokens = 64",
+                                                                              "max_text_tokens = 0"),
+                            values=(1,), name="genfail", max_length=512)  # warm-up: the first 2 items
+    lock(load_protocol(f))
+    orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
+    orch.run()
+    a = orch.journal.attempts()[0]
+    assert a["status"] != "ok" and a["items_completed"] == 6, a
+    res = json.loads((orch.dir / "passes" / a["pass_id"] / "result.json").read_text())
+    assert "positions" in res["error"] and "max_text_tokens" in res["error"], res["error"]
+    lines = lines_of(orch, a["pass_id"])
+    assert [x["id"] for x in lines] == [r["id"] for r in rows[:6]]  # the items completed are kept
+    assert res["output_tokens"] == sum(x["output_tokens"] for x in lines)
+
+
+@pytest.mark.parametrize("task, words", [
+    (TASK + "temperature = 0.7\n", "unknown key 'temperature'"),
+    (TASK.replace('decoding = "greedy"', 'decoding = "sample"'), "decoding 'sample' is not implemented"),
+    (TASK.replace("{text}", "no text field"), "must hold {text} exactly once"),
+    (TASK.replace("max_new_tokens = 16\n", ""), "needs prompt (with {text}) and max_new_tokens"),
+    (TASK.replace('"lowercase_space"', '"casefold"'), "unknown normalisation 'casefold'"),
+    ('\n[task]\nkind = "embedding"\nprompt = "{text}"\n', 'prompt applies to kind = "generation" only'),
+])
+def test_a_generation_task_that_cannot_be_used_is_refused_in_one_line(tmp_path, gen_model_dir, task, words):
+    from lab.orchestration.protocol import ProtocolError, load_protocol
+
+    f = generation_campaign(tmp_path, gen_model_dir, task=task)
+    if "embedding" in task:
+        f.write_text(f.read_text().replace('"exact_match"', '"nn_accuracy"'))
+    with pytest.raises(ProtocolError) as exc:
+        load_protocol(f)
+    assert words in str(exc.value) and "\n" not in str(exc.value), str(exc.value)
+
+
+def test_generation_on_vllm_is_refused_at_lock(tmp_path, gen_model_dir):
+    from lab.orchestration.protocol import ProtocolError, load_protocol
+
+    f = generation_campaign(tmp_path, gen_model_dir)
+    f.write_text(f.read_text().replace("[defaults]\n", '[defaults]\nengine = "vllm"\n'))
+    with pytest.raises(ProtocolError) as exc:
+        load_protocol(f)
+    assert "generation on vllm is not wired in this lab yet" in str(exc.value), str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_prompt_and_decoding_rule_are_in_the_lock_identity(tmp_path, gen_model_dir):
+    from lab.orchestration.identity import protocol_identity
+    from lab.orchestration.protocol import load_protocol
+
+    f = generation_campaign(tmp_path, gen_model_dir)
+    base = protocol_identity(load_protocol(f))["sha256"]
+    for old, new in (("Newsgroup:", "Group:"), ("max_new_tokens = 16", "max_new_tokens = 8"),
+                     ('stop = ["\\n"]', 'stop = ["."]'), ('"lowercase_space"', '"squad"')):
+        g = tmp_path / f"v{len(new)}.toml"
+        g.write_text(f.read_text().replace(old, new))
+        assert protocol_identity(load_protocol(g))["sha256"] != base, new
+
+
+def test_the_demo_generation_campaign_loads(gen_model_dir):
+    from conftest import REPO
+    from lab.orchestration.protocol import load_protocol
+
+    proto = load_protocol(REPO / "demo" / "campaign-generation.toml")
+    assert proto.task_kind == "generation" and proto.config.quality.metric == "exact_match"
+    assert {v.name for v in proto.variants} == {"batch/batch_size=1", "batch/batch_size=8",
+                                                "bucketing/bucketing=True"}
