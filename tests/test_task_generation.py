@@ -228,11 +228,14 @@ def test_prompt_and_decoding_rule_are_in_the_lock_identity(tmp_path, gen_model_d
         assert protocol_identity(load_protocol(g))["sha256"] != base, new
 
 
-def test_the_demo_generation_campaign_loads(gen_model_dir):
+def test_the_demo_generation_campaign_locks(tmp_path, gen_model_dir):
     from conftest import REPO
-    from lab.orchestration.protocol import load_protocol
+    from lab.orchestration.protocol import load_protocol, lock
 
-    proto = load_protocol(REPO / "demo" / "campaign-generation.toml")
+    f = tmp_path / "campaign-generation.toml"  # a copy: the lock file is written beside it
+    f.write_text((REPO / "demo" / "campaign-generation.toml").read_text())
+    proto = load_protocol(f)
+    lock(proto)
     assert proto.task_kind == "generation" and proto.config.quality.metric == "exact_match"
     assert {v.name for v in proto.variants} == {"batch/batch_size=1", "batch/batch_size=8",
                                                 "bucketing/bucketing=True"}
