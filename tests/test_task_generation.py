@@ -1,5 +1,5 @@
-"""Generation task on the real product: a campaign over the demo generator locks, runs batch 1
-and batch 8 (the lab's own batches, left-padded by the lab), validates the outputs against the
+"""Generation task on the real product: a campaign over the demo generator locks, runs batch 1,
+batch 8 and batch 8 bucketed (the lab's own batches, left-padded by the lab), validates the outputs against the
 gold labels' names (exact match after the declared normalisation, token F1 beside it) and per id
 against the reference variant, reports input and output tokens per pass, archives and verifies;
 a consistent forgery of the metric is refused by verify; a pass that fails after 6 items keeps
@@ -20,6 +20,7 @@ from test_archive_evidence import edit_raw_table, member, read_members, write_me
 TASK = ('\n[task]\nkind = "generation"\nprompt = "{text}\\nNewsgroup:"\nmax_text_tokens = 64\n'
         'max_new_tokens = 16\nstop = ["\\n"]\ndecoding = "greedy"\nnormalisation = "lowercase_space"\n')
 COST = '\n[cost]\ngpu = "rtx-4090"\ndays = 7\nlots = 1\n'
+BUCKETING = '\n[[series]]\nname = "bucketing"\nfactor = "bucketing"\nvalues = [true]\nbatch_size = 8\n'
 
 
 def generation_campaign(folder, model_dir, corpus=None, task=TASK, values=(1, 8), name="gen", max_length=128):
@@ -44,6 +45,7 @@ def gen_run(tmp_path_factory, gen_model_dir):
 
     d = tmp_path_factory.mktemp("gen")
     f = generation_campaign(d, gen_model_dir)
+    f.write_text(f.read_text() + BUCKETING)  # batch 1, batch 8, and batch 8 sorted by prompt length
     lock(load_protocol(f))
     orch = Orchestrator.prepare(f, d / "runs", LocalLauncher())
     assert orch.run() == "finished"
@@ -58,7 +60,7 @@ def test_generation_passes_write_outputs_and_validate_against_the_label_names(ge
 
     orch, _ = gen_run
     attempts = orch.journal.attempts()
-    assert [a["status"] for a in attempts] == ["ok", "ok"]
+    assert [a["status"] for a in attempts] == ["ok", "ok", "ok"]
     corpus = read_corpus(orch.proto.corpus_path)
     labels = [r["label"] for r in corpus]
     outputs = {}
@@ -82,17 +84,20 @@ def test_generation_passes_write_outputs_and_validate_against_the_label_names(ge
         assert v["metric"] == round(exact_match(texts, labels, "lowercase_space"), 6)
         assert v["second_metric_name"] == "token_f1" and v["second_metric"] == round(token_f1(texts, labels), 6)
         assert set(v["metric_by_bucket"]) == {"short", "medium", "long"}
-        outputs[res["variant"]["batch_size"]] = {x["id"]: (x["output"], x["output_tokens"]) for x in lines}
+        outputs[res["variant"]["name"]] = {x["id"]: (x["output"], x["output_tokens"]) for x in lines}
+        if res["variant"]["bucketing"]:
+            assert res["observed"]["bucketing"] == "sorted by token count"
     # batched greedy at fp32, left-padded by the lab, equals unbatched per id, through the product
-    assert outputs[8] == outputs[1]
-    assert len({t for t, _ in outputs[1].values()}) > 1  # not one constant answer
-    assert [a["validation"]["agreement_with_reference"] for a in attempts] == [1.0, 1.0]
+    one = outputs["batch/batch_size=1"]
+    assert outputs["batch/batch_size=8"] == one and outputs["bucketing/bucketing=True"] == one
+    assert len({t for t, _ in one.values()}) > 1  # not one constant answer
+    assert [a["validation"]["agreement_with_reference"] for a in attempts] == [1.0, 1.0, 1.0]
 
 
 def test_raw_table_has_input_and_output_tokens_per_pass_and_the_note_prices_them(gen_run):
     orch, _ = gen_run
     rows = list(csv.DictReader((orch.dir / "report" / "raw_table.csv").open(encoding="utf-8")))
-    assert len(rows) == 2
+    assert len(rows) == 3
     for r in rows:
         res = json.loads((orch.dir / "passes" / r["pass_id"] / "result.json").read_text())
         assert int(r["output_tokens"]) == res["output_tokens"] and int(r["input_tokens"]) == res["input_tokens"]
@@ -100,7 +105,7 @@ def test_raw_table_has_input_and_output_tokens_per_pass_and_the_note_prices_them
                                                                 rel=1e-3)
         assert "token_f1" in r["notes"] and "not a generation pass" not in r["notes"]
     note = (orch.dir / "report" / "decision_note.md").read_text()
-    assert note.count("- Cost per item: ") == 2 and "per million output tokens: " in note, note
+    assert note.count("- Cost per item: ") == 3 and "per million output tokens: " in note, note
 
 
 def test_a_classification_row_says_why_its_token_cells_are_empty(small_campaign):
