@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import hashlib
+import io
 import json
 
 import pytest
@@ -144,6 +145,31 @@ def test_generation_archive_verifies_and_a_forged_metric_is_refused(gen_run, tmp
     bad = verify(write_members(tmp_path / "forged2.tar.gz", files))
     assert any(p.startswith(f"pass {pid}: metric 0.99 in the raw table") and "recomputed from its outputs" in p
                for p in bad.problems), bad.problems
+
+
+def drop_columns(files, names):
+    name = member(files, "/report/raw_table.csv")
+    rows = list(csv.DictReader(io.StringIO(files[name].decode())))
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=[c for c in rows[0] if c not in names], extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    files[name] = out.getvalue().encode()
+
+
+def test_an_archive_made_before_the_token_columns_still_verifies(gen_run, small_campaign, tmp_path):
+    from lab.evidence.archive import verify
+    from lab.report.raw_table import GENERATED
+    from lab.service.campaigns import make_archive
+
+    files = read_members(make_archive(small_campaign.dir))  # classification: no text generated
+    drop_columns(files, GENERATED)
+    old = verify(write_members(tmp_path / "old.tar.gz", files))
+    assert old.ok, old.problems
+    files = read_members(gen_run[1])  # a generation archive must hold them
+    drop_columns(files, GENERATED)
+    bad = verify(write_members(tmp_path / "gen.tar.gz", files))
+    assert any("columns differ" in p and "output_tokens" in p for p in bad.problems), bad.problems
 
 
 def test_compare_refuses_generation_archives_of_another_prompt_or_decoding_rule(gen_run):
