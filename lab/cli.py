@@ -175,9 +175,9 @@ def cmd_campaign_control(a) -> int:
 
 
 def cmd_report(a) -> int:
-    from lab.report.build import build_report
+    from lab.service.views import rebuild_report
 
-    r = build_report(resolve_campaign_dir(a.target))
+    r = rebuild_report(resolve_campaign_dir(a.target))
     empty = " (no pass has run yet: the tables are empty, the decision note says why)" if not r["rows"] else ""
     print(f"report: {r['rows']} rows -> {r['report_dir']}{empty}")
     return 0

@@ -21,8 +21,7 @@ from textual.worker import NoActiveWorker, get_current_worker
 
 from lab.service.campaigns import (ONE_LINE_ERRORS, campaign_dir_of, campaign_name_of, request_control, runs_root,
                            start_campaign)
-from lab.passes.events import PassStatus
-from lab.orchestration.status import CampaignState
+from lab.service.live import CampaignState, JournalFeed, PassStatus
 from tui.messages import (CampaignSnapshot, CampaignStarted, ControlSent, PassFailed,
                           TelemetrySample)
 from tui.screens.archive_screen import ArchiveScreen
@@ -34,7 +33,6 @@ from tui.screens.plan_screen import PlanScreen
 from tui.screens.protocol_screen import ProtocolScreen
 from tui.screens.results_screen import ResultsScreen
 from tui.screens.runs_screen import RunsScreen
-from tui.widgets.journal_feed import JournalFeed
 from tui.widgets.screen_tabs import SCREENS
 from tui.widgets.telemetry import HostTelemetry, TelemetrySource
 from tui.widgets.whole_cell_scrollbar import install as whole_cell_scrollbars

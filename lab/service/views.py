@@ -5,6 +5,10 @@ with the engine's own modules, and returns plain data: the protocol and its lock
 plan with memory feasibility, the quote and decision note, the host's environment. No
 rendering here: ``tui/screens`` turn these into text. Slow (model shape, doctor probes):
 call them from a worker thread.
+
+Named here for the screens (defined where documented): ``PricingError`` (lab.cost.forfaits,
+which the Cost screen rewords for its field) and, for type checking, ``VariantSummary``
+(lab.report.summary, loaded only when a view needs it: the report modules import pandas).
 """
 
 from __future__ import annotations
@@ -17,12 +21,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lab.service.campaigns import runs_root
-from lab.orchestration.protocol import current_version, load_protocol, read_lock
+from lab.cost.forfaits import PricingError
 from lab.inputs.variants import series_names, variant_short
+from lab.orchestration.protocol import current_version, load_protocol, read_lock
+from lab.service.campaigns import runs_root
 
 if TYPE_CHECKING:  # the report modules import pandas: loaded when a view needs them
     from lab.report.summary import VariantSummary
+
+__all__ = ["PricingError", "VariantSummary", "archives_under", "budget_of", "build_plan", "collect_environment",
+           "cost_view", "declared_cost", "load_summary", "lock_protocol", "model_shape", "protocol_info",
+           "rebuild_report", "run_comparison", "validated_corpora"]
 
 _SHAPES: dict = {}
 _SHAPE_LOCK = threading.Lock()  # transformers' lazy imports are not thread-safe
@@ -148,7 +157,25 @@ def build_plan(campaign_file, facts: dict) -> dict:
     return out
 
 
+# ---- results ---------------------------------------------------------------------------
+
+def rebuild_report(campaign_dir: str | Path) -> dict:
+    """Rewrite the campaign folder's report/ from its journal (the Results screen, `iteralab
+    report`): lab.report.build.build_report's {"rows": n, "summary": [VariantSummary, ...],
+    "report_dir": Path, "orchestrator": dict}. Raises what it raises (DiskFull, one line, the
+    previous report kept)."""
+    from lab.report.build import build_report
+
+    return build_report(Path(campaign_dir))
+
+
 # ---- cost and decision ---------------------------------------------------------------
+
+def declared_cost(campaign_file: str | Path) -> dict:
+    """The campaign file's [cost] section as written ({key: value}; {} without one), which the
+    Cost screen's fields start from. Raises ProtocolError on an unusable file."""
+    return dict(load_protocol(campaign_file).raw.get("cost", {}))
+
 
 def load_summary(campaign_dir: Path | None) -> list[VariantSummary]:
     """The report's per-variant summary (report/summary.json, built when missing); [] without a campaign."""
@@ -158,9 +185,7 @@ def load_summary(campaign_dir: Path | None) -> list[VariantSummary]:
         return []
     p = Path(campaign_dir) / "report" / "summary.json"
     if not p.is_file():
-        from lab.report.build import build_report
-
-        return build_report(campaign_dir)["summary"]
+        return rebuild_report(campaign_dir)["summary"]
     return read_summary(p)
 
 
@@ -243,6 +268,14 @@ def _campaign_note(proto, summary, pricing: dict, campaign_dir: Path | None) -> 
 
 
 # ---- comparison across archives --------------------------------------------------------
+
+def archives_under(root: str | Path) -> list[Path]:
+    """The evidence archives under ``root`` (the runs folder) that the Compare screen offers:
+    lab.compare.list_archives (its order and rules)."""
+    from lab.compare import list_archives
+
+    return list_archives(Path(root))
+
 
 def run_comparison(archives: list[str], fields: dict, runs_root: Path, now: datetime | None = None) -> dict:
     """The Compare screen's comparison of ``archives`` (paths of evidence archives) for the

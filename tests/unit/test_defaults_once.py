@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 
-from conftest import REPO
+from conftest import REPO, engine_trees
 
 import lab.orchestration.config as config
 import lab.facts.constants as constants
@@ -22,10 +22,11 @@ def defaulted_fields() -> set[str]:
             if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
 
 
-def literal_defaults(source: str, fields: set[str]) -> list[tuple[int, str]]:
-    """``x.get("field", <non-None literal>)`` calls for the given field names."""
+def literal_defaults(source: str | ast.Module, fields: set[str]) -> list[tuple[int, str]]:
+    """``x.get("field", <non-None literal>)`` calls for the given field names (``source``: a
+    module's text or its parsed tree)."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(ast.parse(source) if isinstance(source, str) else source):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
                 and len(node.args) == 2 and isinstance(node.args[0], ast.Constant)
                 and node.args[0].value in fields and isinstance(node.args[1], ast.Constant)
@@ -35,16 +36,15 @@ def literal_defaults(source: str, fields: set[str]) -> list[tuple[int, str]]:
 
 
 def engine_sources():
-    for path in sorted([*(REPO / "lab").rglob("*.py"), *(REPO / "tui").rglob("*.py")]):
-        rel = path.relative_to(REPO).as_posix()
-        if rel not in ("lab/facts/constants.py", "lab/orchestration/config.py"):
-            yield rel, path.read_text()
+    """(path, source, tree) of every module of lab/ and tui/ but the two that define the defaults."""
+    return [m for m in engine_trees() if m[0] not in ("lab/facts/constants.py", "lab/orchestration/config.py")]
 
 
 def test_no_section_default_is_spelled_again():
     fields = defaulted_fields()
     assert {"threads", "lots", "seed", "repetitions"} <= fields  # the check looks at the real sections
-    found = [f"{rel}:{line}: {code}" for rel, text in engine_sources() for line, code in literal_defaults(text, fields)]
+    found = [f"{rel}:{line}: {code}" for rel, _, tree in engine_sources()
+             for line, code in literal_defaults(tree, fields)]
     assert not found, "a section default written again (read the section or lab.facts.constants):\n" + "\n".join(found)
 
 
@@ -52,7 +52,7 @@ def test_distinctive_constants_are_not_repeated():
     values = {name: str(v) for name, v in vars(constants).items()
               if name.isupper() and isinstance(v, int) and len(str(v)) >= 4}
     assert "CORPUS_SEED" in values
-    places = [*engine_sources(), ("Makefile", (REPO / "Makefile").read_text())]
+    places = [*((rel, text) for rel, text, _ in engine_sources()), ("Makefile", (REPO / "Makefile").read_text())]
     found = [f"{rel}: {name} = {value}" for rel, text in places for name, value in values.items() if value in text]
     assert not found, found
 

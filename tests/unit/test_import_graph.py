@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO
 
 SCRIPT = REPO / "scripts" / "import_graph.py"
@@ -18,8 +20,14 @@ def run_graph(cwd: Path, *packages: str) -> subprocess.CompletedProcess[str]:
                           cwd=cwd, timeout=120, check=False)
 
 
-def test_repository_import_graph_has_no_cycle():
-    r = run_graph(REPO)
+@pytest.fixture(scope="module")
+def repository_graph() -> subprocess.CompletedProcess[str]:
+    """One run of the script on the repository, read by both tests of the real graph."""
+    return run_graph(REPO)
+
+
+def test_repository_import_graph_has_no_cycle(repository_graph):
+    r = repository_graph
     assert r.returncode == 0, r.stdout + r.stderr
     modules = int(r.stdout.split("modules: ")[1].split()[0])
     assert modules > 50, r.stdout  # lab and tui really were walked
@@ -66,8 +74,8 @@ def test_missing_package_is_a_one_line_error(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
-def test_repository_has_no_cycle_between_packages():
-    r = run_graph(REPO)
+def test_repository_has_no_cycle_between_packages(repository_graph):
+    r = repository_graph
     assert r.returncode == 0, r.stdout + r.stderr
     assert "package cycles: 0" in r.stdout, r.stdout
     assert int(r.stdout.split("packages: ")[1].split()[0]) > 10, r.stdout  # lab's packages and modules

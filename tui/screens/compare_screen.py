@@ -17,7 +17,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Label, Static
 
 from lab.service.campaigns import ONE_LINE_ERRORS
-from lab.service.views import run_comparison
+from lab.service.views import archives_under, run_comparison
 from tui.messages import CompareReady
 from tui.screens.lab_screen import LabScreen
 from tui.widgets.archive_picker import ArchivePicker
@@ -72,12 +72,10 @@ class CompareScreen(LabScreen):
         self._head()
 
     def action_refresh(self) -> None:
-        from lab.compare import list_archives
-
         sl = self.query_one("#compare-archives", ArchivePicker)
         chosen = set(sl.selected)
         known = {str(o.value) for o in (sl.get_option_at_index(i) for i in range(sl.option_count))}
-        for p in list_archives(self.app.runs_root()):
+        for p in archives_under(self.app.runs_root()):
             if str(p) not in known:
                 sl.add_option((self._label(p), str(p), str(p) in chosen))
         if sl.highlighted is None and sl.option_count:

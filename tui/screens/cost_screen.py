@@ -12,11 +12,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Label, Markdown, Static
 
-from lab.service.campaigns import ONE_LINE_ERRORS
 from lab.facts.constants import DEFAULT_LOTS
-from lab.cost.forfaits import PricingError
-from lab.orchestration.protocol import ProtocolError, load_protocol
-from lab.service.views import cost_view
+from lab.service.campaigns import ONE_LINE_ERRORS
+from lab.service.views import PricingError, cost_view, declared_cost
 from tui.messages import CostReady
 from tui.screens.lab_screen import LabScreen
 
@@ -46,8 +44,8 @@ class CostScreen(LabScreen):
 
     def on_mount(self) -> None:
         try:
-            cost = load_protocol(self.app.campaign_file).raw.get("cost", {})
-        except ProtocolError:
+            cost = declared_cost(self.app.campaign_file)
+        except ONE_LINE_ERRORS:  # an unusable file: the fields start empty, Recompute says why
             cost = {}
         for key, _, _ in FIELDS:
             if key in cost:

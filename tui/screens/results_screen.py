@@ -1,6 +1,7 @@
 """Screen 5, Results: per variant the raw durations, median/min/max, successes/failures,
 quality verdicts, peaks, utilization, the "does not distinguish" flag and memory feasibility, from
-``lab.report.build.build_report`` (also rewrites the report folder), and a durations plot."""
+``lab.service.views.rebuild_report`` (lab.report.build.build_report: also rewrites the report
+folder), and a durations plot."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from lab.service.campaigns import ONE_LINE_ERRORS
+from lab.service.views import rebuild_report
 from tui.messages import ResultsReady
 from tui.screens.lab_screen import LabScreen
 from tui.widgets.durations_plot import DurationsPlot
 
 if TYPE_CHECKING:  # lab.report imports pandas; the records arrive built
-    from lab.report.summary import VariantSummary
+    from lab.service.views import VariantSummary
 
 
 def _s(x) -> str:
@@ -86,10 +88,8 @@ class ResultsScreen(LabScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False)
     def build(self, campaign_dir) -> None:
-        from lab.report.build import build_report
-
         try:
-            r = build_report(campaign_dir)
+            r = rebuild_report(campaign_dir)
             self.post_message(ResultsReady({"summary": r["summary"], "rows": r["rows"],
                                             "report_dir": str(r["report_dir"])}))
         except ONE_LINE_ERRORS as exc:  # shown in one line; the journal is untouched

@@ -12,7 +12,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, RichLog, Static
 
-from lab.orchestration.status import CampaignState, running_eta_text
+from lab.service.live import CampaignState, running_eta_text
 from tui.messages import CampaignSnapshot
 from tui.screens.lab_screen import LabScreen
 from tui.widgets.pass_table import PassTable, pass_rows
@@ -22,7 +22,7 @@ from tui.widgets.telemetry import Telemetry
 def status_line(snap: CampaignSnapshot | None, campaign_name: str, now: float | None = None) -> str:
     """Two lines (the status pane is always two rows high, so the table below never moves):
     campaign folder, state, passes finished/planned; then the running pass's and the campaign's
-    ETA (lab.orchestration.status.running_eta_text, the headless progress line's rule), the orchestrator and
+    ETA (lab.service.live.running_eta_text, the headless progress line's rule), the orchestrator and
     the next key. ``now``: epoch s (the app's clock)."""
     if snap is None or snap.status is None or snap.campaign_dir is None:
         return (f"[b]{escape(campaign_name)}[/b]: not started.\nPress [b]s[/b] to start "

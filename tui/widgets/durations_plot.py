@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from textual_plotext import PlotextPlot
 
 if TYPE_CHECKING:  # lab.report imports pandas; the records arrive built
-    from lab.report.summary import VariantSummary
+    from lab.service.views import VariantSummary
 
 
 class DurationsPlot(PlotextPlot):

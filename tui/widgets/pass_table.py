@@ -13,8 +13,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellDoesNotExist
 
-from lab.passes.events import FAILED, PassStatus
-from lab.inputs.variants import variant_short
+from lab.service.live import FAILED, PassStatus, variant_short
 
 COLUMNS = ("slot", "rep", "variant", "status", "progress", "it/s", "elapsed")
 FAIL_STYLE = "bold white on red"

@@ -1,9 +1,17 @@
-"""JournalFeed: reads a campaign's journal from a thread worker and builds UI snapshots.
+"""The live view of a campaign folder that a front end shows while it runs: the journal feed
+(events since the last read, failures as they happen, status, plan, the selected pass's log
+tail), the ETA line, and the status words a front end colours.
 
-No Textual import: the app's poller calls ``JournalFeed.read()`` every few hundred ms
-and posts the result as a ``CampaignSnapshot``. The feed keeps the last event id
-(``Journal.events_since``), the failures seen in oom/error events (known before the pass
-row is finished) and the last event lines. It only reads the journal.
+``JournalFeed`` was the UI's (tui/widgets/journal_feed.py); it has no Textual import and moved
+here so that the UI reads the journal through the service layer only (the import contract
+"The UI imports only ..." in pyproject.toml). The app's poller calls ``JournalFeed.read()``
+every few hundred ms from a thread worker and posts the result as a ``CampaignSnapshot``. The
+feed keeps the last event id (``Journal.events_since``), the failures seen in oom/error events
+(known before the pass row is finished) and the last event lines. It only reads the journal.
+
+The words are those of the engine, named here for the UI (one definition each, where they
+are documented): ``PassStatus``, ``FAILED``, ``EventKind`` (lab.passes.events),
+``CampaignState`` (lab.orchestration.status), and ``variant_short`` (lab.inputs.variants).
 """
 
 from __future__ import annotations
@@ -11,9 +19,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from lab.inputs.variants import variant_short
 from lab.orchestration.journal import Journal
+from lab.orchestration.status import CampaignState, campaign_status, running_eta_text
 from lab.passes.events import FAILED, EventKind, PassStatus, parse_event
-from lab.orchestration.status import campaign_status
+
+__all__ = ["FAILED", "LIVE_FAILURES", "SHOWN_EVENTS", "CampaignState", "EventKind", "JournalFeed", "PassStatus",
+           "campaign_status", "event_line", "log_tail", "readable", "running_eta_text", "variant_short"]
 
 SHOWN_EVENTS = (EventKind.START, EventKind.END, EventKind.OOM, EventKind.ERROR, EventKind.INTERRUPTED,
                 EventKind.LEFTOVER, EventKind.PHASE)
