@@ -95,7 +95,7 @@ class JournalFeed:
 
     def __init__(self, campaign_dir: Path, max_events: int = 200):
         self.dir = Path(campaign_dir)
-        self.journal = Journal(self.dir / "journal.sqlite")
+        self.journal = Journal.open_read_only(self.dir / "journal.sqlite")  # a reader: no DDL, no file created
         self.last_event_id = 0
         self.live_failures: dict[str, dict] = {}
         self.events: list[str] = []
