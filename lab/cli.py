@@ -12,6 +12,7 @@
     iteralab archive CAMPAIGN.toml|DIR [--partial] [--with-corpus]
                                                       pack the evidence archive (prints its sha256 and path)
     iteralab archive verify FILE.tar.gz               re-derive and check what the archive claims
+      [--metric-file F]                               (F: your metric function's file, hash-checked)
     iteralab compare A.tar.gz B.tar.gz --load ITEMS   one decision from several rentals' archives
     iteralab demo                                     the offline demo campaign, headless
     iteralab up                                       the UI (no terminal: ./campaign.toml or demo, headless)
@@ -192,7 +193,7 @@ def cmd_archive(a) -> int:
         from lab.evidence.archive import ArchiveError
 
         try:
-            v = verify(Path(a.archive))
+            v = verify(Path(a.archive), a.metric_file)
         except ArchiveError as exc:
             print(f"FAILED: {exc}")
             return 2
@@ -200,6 +201,8 @@ def cmd_archive(a) -> int:
             print(f"FAIL {p}")
         print(f"{'OK' if v.ok else 'FAILED'}: {v.files_checked} files, {v.rows_checked} rows checked")
         return 0 if v.ok else 1
+    if a.metric_file:
+        raise CliError("--metric-file goes with `iteralab archive verify FILE.tar.gz`; leave it out when packing")
     from lab.inputs.corpus import sha256_file
 
     path = make_archive(resolve_campaign_dir(a.target), a.partial, a.with_corpus)
@@ -349,6 +352,9 @@ def parser() -> argparse.ArgumentParser:
     ar.add_argument("--with-corpus", action="store_true",
                     help="put the corpus file in the archive (only if you may copy it): a replay then "
                          "needs only the archive and the model")
+    ar.add_argument("--metric-file", metavar="FILE",
+                    help="with verify: a local copy of the file of a [quality] metric = \"file.py:function\"; "
+                         "run (in a fresh process) to re-derive that metric only if its sha256 is the lock's")
     ar.set_defaults(fn=cmd_archive)
     co = sub.add_parser("compare", help="one decision from several rentals' evidence archives",
                         description="Verify each archive, refuse archives of different corpora, "

@@ -1,5 +1,6 @@
 """scripts/bench.py (`make bench`) on the real demo model, tiny: a run writes its result atomically
-and leaves no temporary folder; a folder that looks like a model but does not load is one line."""
+(the classification and the embedding contenders) and leaves no temporary folder; a folder that
+looks like a model but does not load is one line."""
 
 from __future__ import annotations
 
@@ -27,6 +28,15 @@ def test_tiny_run_writes_the_result_and_removes_its_temporary_folder(model_dir, 
     res = json.loads(out.read_text())
     assert res["items"] == 16 and res["rounds"] == 1 and res["same_predictions"] is True
     assert set(res["seconds"]) == {"bare", "lab", "pipeline", "bucketed"}
+    # the embedding contenders, same items: four vectors per item that agree (the same pooling
+    # rule through four code paths), and the output says why encode is set against bucketing
+    emb = res["embedding"]
+    assert set(emb["seconds"]) == {"emb_bare", "emb_lab", "emb_bucketed", "st_encode"}
+    assert all(len(v) == 1 for v in emb["seconds"].values())
+    assert min(emb["worst_cosine_with_bare"].values()) > 0.9999, emb["worst_cosine_with_bare"]
+    assert emb["emb_bucketed_over_encode"] > 0 and emb["emb_lab_over_bare"] > 0
+    assert emb["padding_waste_bucketed"] < emb["padding_waste_longest"]
+    assert "encode sorts by length on its own" in r.stdout and "emb_bucketed_over_encode" in r.stdout
     # the corpus subset's folder is gone (torch's own compile cache may stay: not the script's)
     assert [p.name for p in tmp_dir.iterdir() if not p.name.startswith("torchinductor")] == []
     assert list(out.parent.iterdir()) == [out]  # no .partial left

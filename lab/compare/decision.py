@@ -200,24 +200,55 @@ def prediction_agreement(a: dict[str, str], b: dict[str, str]) -> dict:
             "only_a": len(set(a) - common), "only_b": len(set(b) - common)}
 
 
+def vector_agreement(a: tuple, b: tuple, tolerance: float) -> dict:
+    """Per-id cosine of two hosts' vectors of one variant, ``a`` and ``b`` = (item ids, float
+    array (items, width)) (lab.compare.evidence.Evidence.vectors), by the rule validation uses
+    against the reference variant (lab.passes.tasks.embedding_metrics.cosine_agreement). An id
+    agrees when its cosine distance (1 - cosine) is <= ``tolerance`` (the [quality] tolerance,
+    a fraction); else it counts as a flip. Returns prediction_agreement's keys plus
+    "cosine_median", "cosine_worst" and "worst_id" (None without common ids)."""
+    import numpy as np
+
+    from lab.passes.tasks.embedding_metrics import cosine_agreement
+
+    (ids_a, va), (ids_b, vb) = a, b
+    at_b = {item: k for k, item in enumerate(ids_b)}
+    rows_a = [k for k, item in enumerate(ids_a) if item in at_b]
+    common = [ids_a[k] for k in rows_a]
+    out = {"ids": len(common), "only_a": len(ids_a) - len(common), "only_b": len(ids_b) - len(common),
+           "agree": 0, "flips": 0, "agreement": None, "cosine_median": None, "cosine_worst": None, "worst_id": None}
+    if not common:
+        return out
+    cos = cosine_agreement(va[rows_a], vb[[at_b[item] for item in common]])
+    agree = int(np.count_nonzero(1 - cos <= tolerance + 1e-12))
+    worst = int(np.argmin(cos))
+    return {**out, "agree": agree, "flips": len(common) - agree, "agreement": agree / len(common),
+            "cosine_median": round(float(np.median(cos)), 6), "cosine_worst": round(float(cos[worst]), 6),
+            "worst_id": common[worst]}
+
+
 def agreement_pairs(evidence: list[Evidence], projections: list[Projection], tags: list[str],
                     tolerance: float) -> list[dict]:
     """Same variant on two hosts: is it the same ML result? Per pair, the per-id agreement of
-    the two hosts' representative predictions (lab.compare.evidence: first accepted pass) and
-    the gap between their metric medians. Within the protocol's tolerance (seed: two
-    configurations may be equivalent without identical numbers, within a tolerance fixed
-    before timing) when the share of flipped ids and the metric gap are both <= the
-    [quality] tolerance, and both hosts predicted exactly the same ids."""
+    the two hosts' representative predictions (lab.compare.evidence: first accepted pass; for
+    embeddings, their vectors' per-id cosine, :func:`vector_agreement`) and the gap between
+    their metric medians. Within the protocol's tolerance (seed: two configurations may be
+    equivalent without identical numbers, within a tolerance fixed before timing) when the
+    share of flipped ids and the metric gap are both <= the [quality] tolerance, and both
+    hosts predicted exactly the same ids."""
     by = {(p.host, p.variant_id): p for p in projections}
     out = []
     for i, ea in enumerate(evidence):
         for j in range(i + 1, len(evidence)):
             eb = evidence[j]
-            for vid in ea.predictions.keys() & eb.predictions.keys():
+            shared = (ea.predictions.keys() & eb.predictions.keys()) | (ea.vectors.keys() & eb.vectors.keys())
+            for vid in sorted(shared):
                 pa, pb = by.get((tags[i], vid)), by.get((tags[j], vid))
                 if pa is None or pb is None:
                     continue
-                ag = prediction_agreement(ea.predictions[vid], eb.predictions[vid])
+                ag = (vector_agreement(ea.vectors[vid], eb.vectors[vid], tolerance)
+                      if vid in ea.vectors and vid in eb.vectors
+                      else prediction_agreement(ea.predictions[vid], eb.predictions[vid]))
                 gap = (abs(pa.metric_median - pb.metric_median)
                        if pa.metric_median is not None and pb.metric_median is not None else None)
                 flip_share = 1 - ag["agreement"] if ag["agreement"] is not None else None
@@ -233,14 +264,27 @@ def agreement_pairs(evidence: list[Evidence], projections: list[Projection], tag
 
 def agreement_text(x: dict) -> str:
     """'batch 1: A rtx-4090 vs B b200: 7 of 7 ids agree (100.0 %), 0 flips, metric gap 0.0000:
-    within the tolerance 0.05'."""
+    within the tolerance 0.05' (embeddings: the ids' cosine median and worst id too)."""
     if x["agreement"] is None:
         return f"{x['variant']}: {x['a']} vs {x['b']}: no common ids"
     gap = "not measured" if x["metric_gap"] is None else f"{x['metric_gap']:.4f}"
     extra = (f"; ids in one host only: {x['only_a']} and {x['only_b']}" if x["only_a"] or x["only_b"] else "")
-    return (f"{x['variant']}: {x['a']} vs {x['b']}: {x['agree']} of {x['ids']} ids agree "
-            f"({100 * x['agreement']:.1f} %), {x['flips']} flip(s), metric gap {gap}{extra}: "
+    return (f"{x['variant']}: {x['a']} vs {x['b']}: {ids_clause(x, share=True)}, metric gap {gap}{extra}: "
             + ("within" if x["within_tolerance"] else "BEYOND") + f" the tolerance {x['tolerance']}")
+
+
+def ids_clause(x: dict, share: bool = False) -> str:
+    """'7 of 7 ids agree, 0 flip(s)' of one agreement_pairs entry; for embeddings '7 of 7 ids
+    agree (cosine median 1.000000, worst 0.999998 at id x), 0 flip(s)' (``share``: the percentage too)."""
+    pct = f" ({100 * x['agreement']:.1f} %)" if share and x["agreement"] is not None else ""
+    return f"{x['agree']} of {x['ids']} ids agree{pct}{cosine_clause(x)}, {x['flips']} flip(s)"
+
+
+def cosine_clause(x: dict) -> str:
+    """' (per-id cosine median m, worst w at id i)' of an embedding agreement, else ''."""
+    if x.get("cosine_median") is None:
+        return ""
+    return f" (per-id cosine median {x['cosine_median']:.6f}, worst {x['cosine_worst']:.6f} at id {x['worst_id']})"
 
 
 def needed_throughput(p: Projection, budget, catalog: Catalog, load: int, hours_available,
@@ -514,7 +558,8 @@ def _stands_on(chosen: Projection, agreements: list[dict]) -> str:
     source = (f"the predictions of pass {chosen.prediction_pass}" if chosen.prediction_pass
               else "no predictions file in its archive")
     text = f"stands on {chosen.host}'s result for {chosen.label} ({source})"
-    agree = [f"{x['b'] if x['a'] == chosen.host else x['a']} ({x['agree']} of {x['ids']} ids agree, metric gap "
+    agree = [f"{x['b'] if x['a'] == chosen.host else x['a']} ({x['agree']} of {x['ids']} ids agree{cosine_clause(x)}, "
+             "metric gap "
              f"{'not measured' if x['metric_gap'] is None else format(x['metric_gap'], '.4f')})"
              for x in mine if x["within_tolerance"]]
     differ = [x for x in mine if not x["within_tolerance"]]
@@ -522,7 +567,7 @@ def _stands_on(chosen: Projection, agreements: list[dict]) -> str:
         text += f"; the same ML result on {', '.join(agree)} (within the tolerance)"
     if differ:
         text += "; NOT the same ML result on " + "; ".join(
-            f"{x['b'] if x['a'] == chosen.host else x['a']} ({x['flips']} flip(s) of {x['ids']} ids, "
+            f"{x['b'] if x['a'] == chosen.host else x['a']} ({x['flips']} flip(s) of {x['ids']} ids{cosine_clause(x)}, "
             f"metric gap {'not measured' if x['metric_gap'] is None else format(x['metric_gap'], '.4f')})"
             for x in differ)
     if not mine:

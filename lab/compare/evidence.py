@@ -13,9 +13,13 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+
 from lab.evidence.archive import ArchiveError, extract, verify
 from lab.evidence.format import ARCHIVE_INFO
-from lab.orchestration.config import CampaignConfig, ConfigError, CostSection, parse_config
+from lab.orchestration.config import EMBEDDING_METRICS, CampaignConfig, ConfigError, CostSection, parse_config
+from lab.passes.tasks.embedding import VECTORS_FILE
+from lab.passes.tasks.embedding_metrics import load_vectors
 from lab.cost.forfaits import Catalog, PricingError, load_catalog
 from lab.facts.errors import UserError
 from lab.facts.files import sha256_file
@@ -25,8 +29,8 @@ from lab.inputs.variants import expand_series
 NO_PACKAGE = "no package declared in [cost]"
 READ_MEMBERS = ("report/manifest.json", "campaign.lock.json", "corpus_card.json", "campaign.toml")
 """The members a comparison always reads; besides them only ARCHIVE.json, report/catalog.csv and
-the predictions of each variant's representative pass are unpacked (the raw table and the
-summary come re-derived from the journal by verify)."""
+the predictions of each variant's representative pass (and an embedding pass's vectors.npy)
+are unpacked (the raw table and the summary come re-derived from the journal by verify)."""
 
 
 class CompareError(UserError):
@@ -58,7 +62,10 @@ class Evidence:
     """{variant_id: {item id: prediction}} of the variant's first accepted pass (the first pass
     ok when none was accepted), from the pass's predictions file in the archive."""
     prediction_pass: dict = field(default_factory=dict)
-    """{variant_id: pass_id} the ``predictions`` come from."""
+    """{variant_id: pass_id} the ``predictions`` (or ``vectors``) come from."""
+    vectors: dict = field(default_factory=dict)
+    """An embedding archive's {variant_id: (item ids, float32 array (items, width))} of the same
+    representative pass, from its predictions' lines and vectors.npy (row k = line k)."""
 
     @property
     def partial(self) -> bool:
@@ -126,8 +133,11 @@ def load_evidence(archive: str | Path) -> Evidence:
     with tempfile.TemporaryDirectory(prefix="iteralab-compare-") as tmp:
         rows = v.rederived.raw_rows
         chosen = representative_passes(rows)
+        embedding = any(r.get("metric_name") in EMBEDDING_METRICS for r in rows)
+        vec_rels = {vid: str(Path(rel).parent / VECTORS_FILE) for vid, (_pid, rel) in chosen.items()} if embedding \
+            else {}
         top = extract(archive, Path(tmp), only=READ_MEMBERS + (ARCHIVE_INFO, "report/catalog.csv")
-                      + tuple(rel for _pid, rel in chosen.values()))
+                      + tuple(rel for _pid, rel in chosen.values()) + tuple(vec_rels.values()))
         manifest = _json(top, "report/manifest.json", archive)
         lock = _json(top, "campaign.lock.json", archive, required=False) or {}
         card = _json(top, "corpus_card.json", archive, required=False)
@@ -135,6 +145,8 @@ def load_evidence(archive: str | Path) -> Evidence:
         catalog = _catalog(top, archive)
         predictions = {vid: _read_predictions(top / rel) for vid, (_pid, rel) in chosen.items()
                        if (top / rel).is_file()}
+        vectors = {vid: _read_vectors(top / chosen[vid][1], top / vrel) for vid, vrel in vec_rels.items()
+                   if (top / vrel).is_file() and (top / chosen[vid][1]).is_file()}
         try:
             campaign = tomllib.loads((top / "campaign.toml").read_text(encoding="utf-8-sig"))
         except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -148,7 +160,14 @@ def load_evidence(archive: str | Path) -> Evidence:
     name = archive.name.removesuffix(".tar.gz")
     return Evidence(archive, name, manifest, v.rederived.summary, rows, campaign, lock, card,
                     v.files_checked, config, info, catalog, predictions,
-                    {vid: pid for vid, (pid, _rel) in chosen.items() if vid in predictions})
+                    {vid: pid for vid, (pid, _rel) in chosen.items() if vid in predictions}, vectors)
+
+
+def _read_vectors(predictions: Path, vectors: Path) -> tuple[tuple[str, ...], np.ndarray]:
+    """(ids in line order, float32 vectors) of an embedding pass whose files verify checked
+    (lines ``{"id", "row"}`` with row k on line k; vectors.npy float16 (lines, width))."""
+    ids = tuple(str(json.loads(line)["id"]) for line in predictions.read_text(encoding="utf-8").splitlines())
+    return ids, load_vectors(vectors.read_bytes()).astype(np.float32)
 
 
 def _catalog(top: Path, archive: Path) -> Catalog | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lab.compare.decision import Comparison, agreement_text, catalog_line
+from lab.compare.decision import Comparison, agreement_text, catalog_line, ids_clause
 from lab.compare.evidence import NO_PACKAGE
 from lab.compare.projection import Projection
 from lab.report.conditions import starved_text
@@ -75,8 +75,8 @@ def projection_row(p: Projection, c: Comparison | None = None) -> dict:
         "metric_max": p.metric_max, "reference_label": p.reference_label,
         "reference_metric_median": p.reference_metric_median, "metric_gap_to_reference": p.metric_gap,
         "same_result": "; ".join(
-            f"vs {x['b'] if x['a'] == p.host else x['a']}: {x['agree']} of {x['ids']} ids agree, "
-            f"{x['flips']} flip(s), {'within' if x['within_tolerance'] else 'BEYOND'} tolerance {x['tolerance']}"
+            f"vs {x['b'] if x['a'] == p.host else x['a']}: {ids_clause(x)}, "
+            f"{'within' if x['within_tolerance'] else 'BEYOND'} tolerance {x['tolerance']}"
             for x in agree),
         "items_per_pass": p.items_per_pass, "extrapolation": p.extrapolation,
         "long_passes": p.long_passes, "min_window_s": p.min_window_s,
@@ -156,7 +156,8 @@ def decision_markdown(c: Comparison) -> str:
     out += ["## Same ML result?", "",
             "Per host: the metric of the passes (median and range) and its gap to the archive's "
             "reference variant. Across hosts, same variant: the predictions of each host's first "
-            "accepted pass compared per id; the same ML result when the share of flipped ids and "
+            "accepted pass compared per id (embeddings: each id's vectors by cosine, a flip when "
+            "1 - cosine exceeds the tolerance); the same ML result when the share of flipped ids and "
             "the gap between the metric medians are both within the protocol's [quality] tolerance.", ""]
     out += [f"- {p.key}: {p.quality_text()}" for p in c.projections]
     out += [f"- {agreement_text(x)}" for x in c.agreements] or ["- no two hosts share predictions to compare"]

@@ -184,8 +184,9 @@ def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
     return f.read()
 
 
-def verify(archive: Path) -> Verification:
-    """Re-derive and check everything the archive claims; see lab.evidence.verify.verify_archive."""
+def verify(archive: Path, metric_file: Path | None = None) -> Verification:
+    """Re-derive and check everything the archive claims; see lab.evidence.verify.verify_archive
+    (``metric_file``: the opt-in that re-derives a user's own [quality] metric)."""
     from lab.evidence.verify import verify_archive
 
-    return verify_archive(Path(archive))
+    return verify_archive(Path(archive), None if metric_file is None else Path(metric_file))

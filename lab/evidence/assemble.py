@@ -35,6 +35,18 @@ def unfinished_reason(campaign_dir: Path) -> str:
 
 def corpus_file(campaign_dir: Path) -> Path:
     """The corpus file the campaign's passes read (its [corpus] path, resolved as at lock)."""
+    return campaign_protocol(campaign_dir).corpus_path
+
+
+def metric_file(campaign_dir: Path) -> Path | None:
+    """The file of the campaign's [quality] metric = "file.py:function" (resolved as at lock),
+    None for a built-in metric."""
+    return campaign_protocol(campaign_dir).task_files().get("metric")
+
+
+def campaign_protocol(campaign_dir: Path):
+    """The campaign folder's Protocol (its campaign.toml, paths resolved against the original
+    campaign file when it is still there, as at lock)."""
     from lab.orchestration.journal import Journal
     from lab.orchestration.protocol import load_protocol
 
@@ -43,9 +55,8 @@ def corpus_file(campaign_dir: Path) -> Path:
         original = j.get_control("campaign_file")
     finally:
         j.close()
-    proto = load_protocol(campaign_dir / "campaign.toml",
-                          relative_to=original if original and Path(original).is_file() else None)
-    return proto.corpus_path
+    return load_protocol(campaign_dir / "campaign.toml",
+                         relative_to=original if original and Path(original).is_file() else None)
 
 
 def archive_campaign(campaign_dir: Path, partial: bool = False, with_corpus: bool = False) -> Path:

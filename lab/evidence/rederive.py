@@ -111,7 +111,7 @@ def _same_metric(a, b) -> bool:
     return a is None and b is None
 
 
-def _predictions(scan, rel: str) -> dict[str, str] | None:
+def predictions_by_id(scan, rel: str) -> dict[str, str] | None:
     """{id: pred} of a predictions file; None when a line is not a JSON object with id and
     pred, or an id repeats."""
     out: dict[str, str] = {}
@@ -143,8 +143,10 @@ def read_gold(scan, problems: list[str]) -> dict[str, tuple[str, str]] | None:
     return gold
 
 
-def _check_metric(pid: str, row: dict, preds: dict[str, str], gold: dict, problems: list[str]) -> float | None:
-    """Compare the row's metric columns with the ones recomputed; returns the recomputed metric."""
+def _check_metric(pid: str, row: dict, preds: dict[str, str], gold: dict, problems: list[str],
+                  user_scores: dict | None = None) -> float | None:
+    """Compare the row's metric columns with the ones recomputed (a user's own metric: from
+    ``user_scores``, user_metric_scores); returns the recomputed metric."""
     from lab.orchestration.validate import METRICS
 
     claimed = row.get("metric")
@@ -157,27 +159,42 @@ def _check_metric(pid: str, row: dict, preds: dict[str, str], gold: dict, proble
         return None  # no metric claimed for predictions the validation refused
     fn = METRICS.get(row.get("metric_name", ""))
     if fn is None and ":" in row.get("metric_name", ""):
-        problems.append(f"pass {pid}: metric {row['metric_name']} is the user's own function; archive verify runs no "
-                        "code from an archive, so this metric is not re-derived (its file's sha256 is in the lock)")
-        return None
+        if user_scores is None:
+            problems.append(f"pass {pid}: metric {row['metric_name']} is the user's own function; archive verify runs "
+                            "no code from an archive, so it is not re-derived: give a local copy of that file with "
+                            "--metric-file FILE (its sha256 is checked against the lock's, then it runs in a fresh "
+                            "process)")
+            return None
+        return _compare_columns(pid, row, user_scores.get(pid, {}), problems)
     if fn is None:
         if claimed not in (None, ""):
             problems.append(f"pass {pid}: unknown metric name {row.get('metric_name')!r}")
         return None
     ids = sorted(gold)
-    recomputed = None
-    checks = [("metric", ids)] + [(f"metric_{b}", [i for i in ids if gold[i][1] == b]) for b in BUCKETS]
-    for col, sub in checks:
-        value = round(fn([gold[i][0] for i in sub], [preds[i] for i in sub]), 6) if sub else None
-        recomputed = value if col == "metric" else recomputed
+    values = {col: round(fn([gold[i][0] for i in sub], [preds[i] for i in sub]), 6) if sub else None
+              for col, sub in metric_subsets(ids, gold)}
+    return _compare_columns(pid, row, values, problems)
+
+
+def metric_subsets(ids: list[str], gold: dict) -> list[tuple[str, list[str]]]:
+    """(raw-table column, ids in ``ids``' order) for the metric and each bucket's metric."""
+    return [("metric", ids)] + [(f"metric_{b}", [i for i in ids if gold[i][1] == b]) for b in BUCKETS]
+
+
+def _compare_columns(pid: str, row: dict, values: dict, problems: list[str]) -> float | None:
+    """Each metric column of ``row`` against its recomputed value in ``values`` ({column:
+    value or None}); returns the overall metric recomputed."""
+    for col, value in values.items():
         if col in row and not _same_metric(value, row[col]):
             problems.append(f"pass {pid}: {col} {row[col] or 'empty'} in the raw table, {value} recomputed "
                             "from its predictions and the gold labels")
-    return recomputed
+    return values.get("metric")
 
 
-def check_acceptance(row: dict, recomputed: float | None, threshold: float | None, problems: list[str]) -> None:
-    """A row marked accepted must be an ok pass whose recomputed metric meets the locked threshold."""
+def check_acceptance(row: dict, recomputed: float | None, threshold: float | None, problems: list[str],
+                     higher: bool = True) -> None:
+    """A row marked accepted must be an ok pass whose recomputed metric meets the locked threshold
+    (``higher``: the [quality] direction, higher is better; else lower is)."""
     if row.get("corpus_accepted") != "True":
         return
     pid = row["pass_id"]
@@ -188,9 +205,9 @@ def check_acceptance(row: dict, recomputed: float | None, threshold: float | Non
                         "locked campaign file")
     if recomputed is None:
         problems.append(f"pass {pid}: marked accepted, but no metric can be recomputed from its predictions")
-    elif threshold is not None and recomputed < threshold:
-        problems.append(f"pass {pid}: marked accepted, but its recomputed metric {recomputed} is below the locked "
-                        f"threshold {threshold}")
+    elif threshold is not None and (recomputed < threshold if higher else recomputed > threshold):
+        problems.append(f"pass {pid}: marked accepted, but its recomputed metric {recomputed} is "
+                        f"{'below' if higher else 'above'} the locked threshold {threshold}")
 
 
 def check_cards(pid: str, scan, per_card: list, pred_rel: str, problems: list[str]) -> None:
@@ -217,9 +234,11 @@ def check_cards(pid: str, scan, per_card: list, pred_rel: str, problems: list[st
                         "(cards/card<r>.predictions.jsonl)")
 
 
-def check_row(row: dict, scan, gold: dict | None, threshold: float | None, problems: list[str]) -> None:
+def check_row(row: dict, scan, gold: dict | None, threshold: float | None, problems: list[str],
+              user_scores: dict | None = None, higher: bool = True) -> None:
     """Check one raw-table row against its files (see the module docstring). ``threshold``: the
-    locked campaign file's quality threshold (None when it cannot be read)."""
+    locked campaign file's quality threshold (None when it cannot be read); ``higher``: its
+    direction; ``user_scores``: a user's own metric recomputed (user_metric_scores), or None."""
     pid = row["pass_id"]
     result_rel = f"passes/{pid}/result.json"
     if result_rel in scan.kept:
@@ -238,12 +257,12 @@ def check_row(row: dict, scan, gold: dict | None, threshold: float | None, probl
                 problems.append(f"pass {pid}: vectors sha256 differs from the one its result.json recorded")
         if isinstance(result.get("per_card"), list) and pred_rel in scan.kept:
             check_cards(pid, scan, result["per_card"], pred_rel, problems)
-    recomputed = _row_metric(row, scan, gold, problems)
+    recomputed = _row_metric(row, scan, gold, problems, user_scores)
     if gold is not None:
-        check_acceptance(row, recomputed, threshold, problems)
+        check_acceptance(row, recomputed, threshold, problems, higher)
 
 
-def _row_metric(row: dict, scan, gold: dict | None, problems: list[str]) -> float | None:
+def _row_metric(row: dict, scan, gold: dict | None, problems: list[str], user_scores: dict | None) -> float | None:
     pid, p, digest = row["pass_id"], row.get("predictions_path"), row.get("predictions_sha256")
     if not p:
         if row.get("metric") not in (None, ""):
@@ -260,12 +279,12 @@ def _row_metric(row: dict, scan, gold: dict | None, problems: list[str]) -> floa
         return _check_embedding_metric(pid, row, scan, p, gold, problems)
     if row.get("metric_name") in GENERATION_METRICS:
         return _check_generation_metric(pid, row, scan, p, gold, problems)
-    preds = _predictions(scan, p)
+    preds = predictions_by_id(scan, p)
     if preds is None:
         if row.get("metric") not in (None, ""):
             problems.append(f"pass {pid}: metric {row['metric']} given, but its predictions file is malformed")
         return None
-    return _check_metric(pid, row, preds, gold, problems)
+    return _check_metric(pid, row, preds, gold, problems, user_scores)
 
 
 def _check_embedding_metric(pid: str, row: dict, scan, pred_rel: str, gold: dict,

@@ -13,7 +13,9 @@ gzip trailer (CRC and length) is read, so an archive cut short is refused. Check
 - each row's predictions sha256 against the file, and each ``result.json``'s too;
 - a multi-card pass's merged predictions against its cards' predictions and records;
 - each row's metric (and per-bucket metrics) recomputed from the predictions and the gold
-  labels the archive carries (``report/gold_labels.jsonl``);
+  labels the archive carries (``report/gold_labels.jsonl``); a user's own metric function only
+  with ``metric_file`` (the user's opt-in, checked against the lock's sha256, run in a fresh
+  process);
 - the raw table (one row per attempt, every cell) and the summary (summary.json and summary.csv,
   every field) re-derived from the journal and the pass records, and each ``result.json``
   against the journal's record (lab.evidence.tables); the Verification carries the re-derived
@@ -54,6 +56,7 @@ from lab.evidence.rederive import (
     read_journal,
 )
 from lab.evidence.tables import CAMPAIGN, MEMBERS, RAW_TABLE, check_tables
+from lab.evidence.user_metric import user_metric_ref, user_metric_scores
 from lab.facts.files import HashingReader
 
 PARSED_MAX_BYTES = 64 * 2**20
@@ -158,16 +161,17 @@ def _raw_rows(scan: _Scan) -> list[dict]:
     return list(reader)
 
 
-def _locked_threshold(scan: _Scan, problems: list[str]) -> float | None:
-    """[quality] threshold of the archived campaign file (None, with a problem, when unreadable)."""
+def _locked_threshold(scan: _Scan, problems: list[str]) -> tuple[float | None, bool]:
+    """([quality] threshold, higher is better) of the archived campaign file (threshold None,
+    with a problem, when unreadable; direction "lower" only for a user's own metric)."""
     import tomllib
 
     try:
-        value = tomllib.loads(member_text(scan, CAMPAIGN).removeprefix("\ufeff"))["quality"]["threshold"]
-        return float(value)
+        quality = tomllib.loads(member_text(scan, CAMPAIGN).removeprefix("\ufeff"))["quality"]
+        return float(quality["threshold"]), quality.get("direction") in (None, "higher")
     except (KeyError, TypeError, ValueError, tomllib.TOMLDecodeError):
         problems.append(f"{CAMPAIGN}: missing or without a [quality] threshold; acceptance not re-derived")
-        return None
+        return None, True
 
 
 def _check_bundled_corpus(scan: _Scan, rel: str, problems: list[str]) -> None:
@@ -188,11 +192,16 @@ def _check_bundled_corpus(scan: _Scan, rel: str, problems: list[str]) -> None:
         problems.append(f"{rel}: sha256 {scan.sha[rel]} is not the locked corpus sha256 {locked}")
 
 
-def verify_archive(archive: Path) -> Verification:
+def verify_archive(archive: Path, metric_file: Path | None = None) -> Verification:
     """Verify ``archive`` (see the module docstring). Returns a Verification whose
     ``problems`` are one line each (a content problem: the archive is not evidence as it stands).
     Raises ArchiveError (one line) when the file is missing, unreadable, cut short, unsafe,
-    or its SHA256SUMS or raw table is malformed."""
+    or its SHA256SUMS or raw table is malformed.
+
+    ``metric_file``: the user's opt-in to re-derive a ``[quality] metric = "file.py:function"``:
+    a local copy of that file, run (in a fresh process) only once its sha256 is the lock's;
+    MetricFileRefused (an ArchiveError) otherwise (lab.evidence.user_metric.user_metric_ref).
+    Without it, such a metric is one problem line per pass saying how to opt in."""
     if archive.is_dir():
         raise ArchiveError(f"{archive}: a folder, not an archive; give the path of an evidence archive (.tar.gz), "
                            "or pack the campaign folder with `iteralab archive DIR`")
@@ -234,9 +243,10 @@ def verify_archive(archive: Path) -> Verification:
         if journal is not None:
             compare_journal(*journal, rows, bool(info.get("partial")), problems)
         gold = read_gold(scan, problems)
-        threshold = _locked_threshold(scan, problems)
+        threshold, higher = _locked_threshold(scan, problems)
+        scores = user_metric_scores(scan, rows, gold, user_metric_ref(scan, metric_file), problems)
         for row in rows:
-            check_row(row, scan, gold, threshold, problems)
+            check_row(row, scan, gold, threshold, problems, scores, higher)
         rederived = check_tables(scan, info, rows, problems) if journal is not None else None
         row_ids = {r["pass_id"] for r in rows}
         folders = {rel.split("/")[1] for rel in scan.sha if rel.startswith("passes/") and rel.count("/") >= 2}

@@ -85,19 +85,28 @@ def task_fingerprint(files: dict[str, Path]) -> str | None:
     """sha256 over the JSON of task_files_sha256, None when the protocol runs no user file."""
     if not files:
         return None
-    return sha256_bytes(json.dumps(task_files_sha256(files), sort_keys=True).encode("utf-8"))
+    return digests_fingerprint(task_files_sha256(files))
+
+
+def digests_fingerprint(digests: dict[str, str]) -> str:
+    """The lock's ``task_sha256`` from the {role: sha256} of the user's files (task_files_sha256)."""
+    return sha256_bytes(json.dumps(digests, sort_keys=True).encode("utf-8"))
 
 
 def protocol_identity(proto) -> dict:
     """{"sha256": identity, "protocol_sha256", "corpus_sha256", "model_sha256"} of a Protocol
     whose corpus file exists (the caller checks), plus "task_sha256" (task_fingerprint) when it
-    runs the user's own code ([task] entry and files, [quality] metric = "file.py:function")."""
+    runs the user's own code ([task] entry and files, [quality] metric = "file.py:function"),
+    with "task_files_sha256" ({role: sha256}, task_files_sha256) beside it: recorded in the lock
+    and protocol_version.json so that `archive verify --metric-file` can check one file, but
+    not a part of the identity (task_sha256 already covers the files)."""
     parts = {"protocol_sha256": proto.digest(), "corpus_sha256": content_sha256(proto.corpus_path),
              "model_sha256": model_fingerprint(proto.model_ref, proto.config.model.revision)}
-    task = task_fingerprint(proto.task_files())
-    if task is not None:  # a custom entry or a user metric: its code is part of the protocol
-        parts["task_sha256"] = task
-    return {"sha256": sha256_bytes(json.dumps(parts, sort_keys=True).encode("utf-8")), **parts}
+    files = task_files_sha256(proto.task_files())
+    if files:  # a custom entry or a user metric: its code is part of the protocol
+        parts["task_sha256"] = digests_fingerprint(files)
+    ident = {"sha256": sha256_bytes(json.dumps(parts, sort_keys=True).encode("utf-8")), **parts}
+    return {**ident, "task_files_sha256": files} if files else ident
 
 
 # ---- secret-looking values -----------------------------------------------------------

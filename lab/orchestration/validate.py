@@ -222,18 +222,15 @@ class UserMetricFailed(UserError):
 def _user_metric_codes(metric_fn, code: dict):
     """The user's ``metric_fn(predictions, references) -> float`` (label lists) as a function of
     class-code arrays, as METRICS_CODES holds; raises UserMetricFailed (one line)."""
-    import math
+    from lab.passes.tasks.custom import user_metric_value
 
     names = {i: c for c, i in code.items()}
 
     def fn(gold: np.ndarray, pred: np.ndarray) -> float:
         try:
-            value = metric_fn([names[int(i)] for i in pred], [names[int(i)] for i in gold])
-        except Exception as exc:  # noqa: BLE001 - the user's code: its error is the reason
-            raise UserMetricFailed(f"metric function raised {type(exc).__name__}: {str(exc)[:200]}") from None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise UserMetricFailed(f"metric function returned {value!r}, not a finite number")
-        return float(value)
+            return user_metric_value(metric_fn, [names[int(i)] for i in pred], [names[int(i)] for i in gold])
+        except ValueError as exc:
+            raise UserMetricFailed(str(exc)) from None
 
     return fn
 

@@ -107,10 +107,73 @@ def load_function(ref: str, where: str = "[quality] metric"):
     return fn
 
 
+def user_metric_value(fn, predictions: list[str], references: list[str]) -> float:
+    """``fn(predictions, references)`` (label lists, corpus order) as a float. Raises ValueError
+    (one line) when it raises or returns something that is not a finite number (bool included)."""
+    import math
+
+    try:
+        value = fn(predictions, references)
+    except Exception as exc:  # noqa: BLE001 - the user's code: its error is the reason
+        raise ValueError(f"metric function raised {type(exc).__name__}: {str(exc)[:200]}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"metric function returned {value!r}, not a finite number")
+    return float(value)
+
+
+def _score_main(ref: str) -> int:
+    """The child of :func:`score_in_fresh_process`: stdin a JSON list of [predictions,
+    references] pairs; last stdout line {"values": [...]} (exit 0) or {"error": one line} (1)."""
+    import json
+
+    try:
+        fn = load_function(ref)
+        values = [user_metric_value(fn, p, r) for p, r in json.loads(sys.stdin.read())]
+    except (EntryNotLoadable, ValueError) as exc:
+        print(json.dumps({"error": str(exc)}))
+        return 1
+    print(json.dumps({"values": values}))
+    return 0
+
+
+def score_in_fresh_process(ref: str, pairs: list[tuple[list[str], list[str]]],
+                           timeout_s: float = 600.0) -> list[float]:
+    """The user's metric function ``ref`` ("/abs/path/file.py:name") over each (predictions,
+    references) pair, run in a new Python process (as the lock check imports it: this process
+    never imports the user's code). Returns one float per pair. Raises ValueError (one line)
+    when it cannot be imported, raises, returns a non-number or runs past ``timeout_s``."""
+    import json
+    import os
+    import subprocess
+
+    from lab.facts.files import REPO_ROOT
+
+    cmd = [sys.executable, "-m", "lab.passes.tasks.custom", "--score", ref]
+    try:
+        r = subprocess.run(cmd, input=json.dumps(pairs), capture_output=True, text=True, timeout=timeout_s,
+                           check=False, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    except subprocess.TimeoutExpired:
+        raise ValueError(f"{Path(ref.rpartition(':')[0]).name}: the metric ran past {timeout_s:g} s") from None
+    last = (r.stdout.strip().splitlines() or [""])[-1]
+    try:
+        out = json.loads(last)
+        values = out["values"] if r.returncode == 0 else None
+    except (json.JSONDecodeError, KeyError, TypeError):
+        out, values = {}, None
+    if values is None or len(values) != len(pairs):
+        why = out.get("error") if isinstance(out, dict) else None
+        tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ValueError(why or f"the metric's process exited {r.returncode}: {tail[:200]}")
+    return [float(v) for v in values]
+
+
 def check_main(argv: list[str]) -> int:
     """``python -m lab.passes.tasks.custom [--metric] REF``: import the entry class (or, with
     ``--metric``, the metric function) in this fresh process: the lock check
-    (:func:`check_in_fresh_process`). Prints IMPORTS_FINE or the one-line reason; exit 0 or 1."""
+    (:func:`check_in_fresh_process`). Prints IMPORTS_FINE or the one-line reason; exit 0 or 1.
+    ``--score REF``: :func:`_score_main` (``archive verify --metric-file``)."""
+    if argv[0] == "--score":
+        return _score_main(argv[1])
     try:
         if argv[0] == "--metric":
             load_function(argv[1])
