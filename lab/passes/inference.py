@@ -142,6 +142,7 @@ class WindowResult:
     largest_batch: int = 0  # most items the model received in one batch (its batch dimension)
     vectors: Any = None  # embedding: numpy float32 (items, width) in corpus order (lab.passes.tasks.embedding)
     norms: list = field(default_factory=list)  # embedding: each vector's L2 norm before normalisation
+    max_running: int | None = None  # vLLM: most sequences it ran in one engine step (None: not reported)
 
     def count_batch(self, idx: list[int], lengths: list[int], shape: tuple[int, int], max_length: int) -> None:
         """Account one batch the model received: ``idx`` its items (corpus positions), ``lengths``
@@ -157,6 +158,22 @@ class WindowResult:
         self.attention_pairs += b * t ** 2
         self.batches_at_max_length += t == max_length
         self.batches_at_longest += t == max(lengths[i] for i in idx)
+
+    def count_packed_call(self, idx: list[int], lengths: list[int], max_running: int | None) -> None:
+        """Account one call to an engine that packs sequences without padding (vLLM): ``idx`` its
+        items, ``lengths`` every item's token count, ``max_running`` the most sequences the engine
+        ran together in it (None: not reported). Padded tokens are the real tokens (none
+        computed), attention pairs the sum of each item's length squared, the largest batch
+        the items in the call (what the lab sent, not what the engine ran together)."""
+        real = sum(lengths[i] for i in idx)
+        self.items_done += len(idx)
+        self.batches += 1
+        self.real_tokens += real
+        self.padded_tokens += real
+        self.attention_pairs += sum(lengths[i] ** 2 for i in idx)
+        self.largest_batch = max(self.largest_batch, len(idx))
+        if max_running is not None:
+            self.max_running = max(self.max_running or 0, max_running)
 
 
 def tokenize(texts: list[str], tokenizer, max_length: int):
