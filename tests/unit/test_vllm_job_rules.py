@@ -105,3 +105,4 @@ def test_the_raw_table_states_the_vllm_scopes():
     assert "batch_size 8 is the most items the lab sent vLLM per call; vLLM ran at most 5" in text
     assert "fraction 0.1 of host RAM" in text and "never added to peak_allocated_bytes" in text
     assert "empty kv_cache_bytes cell: x" in text
+
