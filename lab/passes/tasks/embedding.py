@@ -13,6 +13,8 @@ On disk (the pass folder): ``predictions.jsonl``, one line per completed item in
 item's row in ``vectors.npy``, a float16 numpy array of shape (lines, hidden) (numpy's own
 ``.npy`` format, readable with ``numpy.load(allow_pickle=False)``); its sha256 is in
 result.json (``vectors_sha256``) and the predictions file's lines (``row``) point into it.
+``norm``: the vector's L2 norm before normalisation; null when the engine returns its vectors
+already normalised (a vLLM pass, lab.passes.tasks.vllm_job).
 """
 
 from __future__ import annotations
@@ -177,7 +179,8 @@ class EmbeddingJob:
         lines = []
         for row, i in enumerate(done):
             kept, total = win.tokens_kept[i], win.tokens_total[i]
-            lines.append(json.dumps({"id": win.ids[i], "row": row, "norm": round(win.norms[i], 6),
+            norm = None if win.norms[i] is None else round(win.norms[i], 6)
+            lines.append(json.dumps({"id": win.ids[i], "row": row, "norm": norm,
                                      "truncated": None if total is None else total > kept,
                                      "tokens_kept": kept, "tokens_total": total}, ensure_ascii=False) + "\n")
         buf = io.BytesIO()
