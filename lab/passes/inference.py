@@ -191,6 +191,23 @@ def tokenize(texts: list[str], tokenizer, max_length: int):
     return enc["input_ids"], totals
 
 
+def open_window(rows: list[dict], tokenizer, variant: Variant) -> tuple[WindowResult, list[list[int]], list[int]]:
+    """The start of every task's window: ``rows`` tokenized and truncated at the variant's
+    ``max_length`` (:func:`tokenize`), their processing order (:func:`batch_order`) and an
+    empty WindowResult (ids, labels, truncated count, tokens kept and total per item, whether
+    the order is the corpus's or sorted by length). Returns (win, input_ids, order)."""
+    n = len(rows)
+    input_ids, totals = tokenize([r["text"] for r in rows], tokenizer, variant.max_length)
+    lengths = [len(x) for x in input_ids]
+    order = batch_order(lengths, variant.bucketing)
+    win = WindowResult([r["id"] for r in rows], [r.get("label") for r in rows], [None] * n, [None] * n,
+                       0, sum(1 for k, t in zip(lengths, totals, strict=True) if t is not None and t > k),
+                       0, 0, 0, lengths, totals,
+                       order_sorted_by_length=order == sorted(range(n), key=lambda i: lengths[i]),
+                       order_is_corpus=order == list(range(n)))
+    return win, input_ids, order
+
+
 def batch_order(lengths: list[int], bucketing: bool) -> list[int]:
     """Processing order: corpus order, or ascending token count (stable) with bucketing."""
     idx = list(range(len(lengths)))
@@ -219,16 +236,8 @@ def run_batches(rows: list[dict], tokenizer, model, device: str, variant: Varian
 
     n = len(rows)
     bs, max_len = variant.batch_size, variant.max_length
-    input_ids, totals = tokenize([r["text"] for r in rows], tokenizer, max_len)
-    lengths = [len(x) for x in input_ids]
-    n_trunc = sum(1 for k, t in zip(lengths, totals, strict=True) if t is not None and t > k)
-    order = batch_order(lengths, variant.bucketing)
-    pred: list[int | None] = [None] * n
-    prob: list[float | None] = [None] * n
-    win = WindowResult([r["id"] for r in rows], [r.get("label") for r in rows], pred, prob,
-                       0, n_trunc, 0, 0, 0, lengths, totals,
-                       order_sorted_by_length=order == sorted(range(n), key=lambda i: lengths[i]),
-                       order_is_corpus=order == list(range(n)))
+    win, input_ids, order = open_window(rows, tokenizer, variant)
+    lengths, pred, prob = win.tokens_kept, win.pred_index, win.prob
     if sink is not None:
         sink["win"] = win
     with torch.inference_mode():

@@ -115,19 +115,13 @@ class EmbeddingJob:
         import numpy as np
         import torch
 
-        from lab.passes.inference import WindowResult, batch_order, pad_batch, tokenize
+        from lab.passes.inference import open_window, pad_batch
 
         v = self.spec.variant
         n = len(rows)
-        input_ids, totals = tokenize([r["text"] for r in rows], self.tokenizer, v.max_length)
-        lengths = [len(x) for x in input_ids]
-        order = batch_order(lengths, v.bucketing)
+        win, input_ids, order = open_window(rows, self.tokenizer, v)
+        lengths = win.tokens_kept
         width = int(self.model.config.hidden_size)
-        win = WindowResult([r["id"] for r in rows], [r.get("label") for r in rows], [None] * n, [None] * n,
-                           0, sum(1 for k, t in zip(lengths, totals, strict=True) if t is not None and t > k),
-                           0, 0, 0, lengths, totals,
-                           order_sorted_by_length=order == sorted(range(n), key=lambda i: lengths[i]),
-                           order_is_corpus=order == list(range(n)))
         win.vectors = np.zeros((n, width), np.float32)
         win.norms = [None] * n
         if sink is not None:

@@ -151,19 +151,13 @@ class VllmJob:
         import numpy as np
 
         from lab.engines.vllm import VllmFailure
-        from lab.passes.inference import NonFiniteLogits, WindowResult, batch_order, tokenize
+        from lab.passes.inference import NonFiniteLogits, open_window
         from lab.passes.tasks.embedding import NonFiniteVectors
 
         v = self.spec.variant
         n = len(rows)
-        input_ids, totals = tokenize([r["text"] for r in rows], self.tokenizer, v.max_length)
-        lengths = [len(x) for x in input_ids]
-        order = batch_order(lengths, v.bucketing)
-        win = WindowResult([r["id"] for r in rows], [r.get("label") for r in rows], [None] * n, [None] * n,
-                           0, sum(1 for k, t in zip(lengths, totals, strict=True) if t is not None and t > k),
-                           0, 0, 0, lengths, totals,
-                           order_sorted_by_length=order == sorted(range(n), key=lambda i: lengths[i]),
-                           order_is_corpus=order == list(range(n)))
+        win, input_ids, order = open_window(rows, self.tokenizer, v)
+        lengths = win.tokens_kept
         embed = self.kind == "embedding"
         if embed:
             win.norms = [None] * n
