@@ -263,6 +263,17 @@ def run_batches(rows: list[dict], tokenizer, model, device: str, variant: Varian
     return win
 
 
+def warm_up_window(run_window: Callable, rows: list[dict], device: str, items: int, passes: int) -> float:
+    """The protocol's warm-up for a job that warms up with its own window: ``passes`` runs of
+    ``run_window(rows, device)`` over the first ``items`` rows, device synchronized. Returns seconds."""
+    t0 = time.perf_counter()
+    for _ in range(passes):
+        if items > 0:
+            run_window(rows[:items], device)
+    synchronize(device)
+    return time.perf_counter() - t0
+
+
 def warm_up(rows: list[dict], tokenizer, model, device: str, variant: Variant,
             items: int, passes: int) -> float:
     """The protocol's warm-up: ``passes`` runs over the first ``items`` corpus items. Returns seconds."""

@@ -196,13 +196,9 @@ class CustomJob:
                 **observe_tf32(), "reported_by_entry": sorted(used)}
 
     def warm_up(self, rows: list[dict], device: str) -> float:
-        import time
+        from lab.passes.inference import warm_up_window
 
-        t0 = time.perf_counter()
-        for _ in range(self.spec.warmup_passes):
-            if self.spec.warmup_items > 0:
-                self.run_window(rows[: self.spec.warmup_items], device)
-        return time.perf_counter() - t0
+        return warm_up_window(self.run_window, rows, device, self.spec.warmup_items, self.spec.warmup_passes)
 
     def run_window(self, rows, device, on_batch=None, sink=None):
         """The lab's batches handed to ``predict``; labels in ``win.pred_index`` (corpus order).

@@ -95,16 +95,9 @@ class EmbeddingJob:
         return self.tokenizer, self.model
 
     def warm_up(self, rows: list[dict], device: str) -> float:
-        import time
+        from lab.passes.inference import warm_up_window
 
-        from lab.passes.inference import synchronize
-
-        t0 = time.perf_counter()
-        for _ in range(self.spec.warmup_passes):
-            if self.spec.warmup_items > 0:
-                self.run_window(rows[: self.spec.warmup_items], device)
-        synchronize(device)
-        return time.perf_counter() - t0
+        return warm_up_window(self.run_window, rows, device, self.spec.warmup_items, self.spec.warmup_passes)
 
     def run_window(self, rows, device, on_batch=None, sink=None):
         """Tokenize, batch (the lab's rule), encode, pool and bring the vectors to the host.

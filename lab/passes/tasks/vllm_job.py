@@ -31,7 +31,6 @@ group when its parent dies: lab.engines.vllm_worker.watch_parent).
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -135,11 +134,9 @@ class VllmJob:
     # -- the protocol's steps --------------------------------------------------------------------
 
     def warm_up(self, rows: list[dict], device: str) -> float:
-        t0 = time.perf_counter()
-        for _ in range(self.spec.warmup_passes):
-            if self.spec.warmup_items > 0:
-                self.run_window(rows[: self.spec.warmup_items], device)
-        return time.perf_counter() - t0
+        from lab.passes.inference import warm_up_window
+
+        return warm_up_window(self.run_window, rows, device, self.spec.warmup_items, self.spec.warmup_passes)
 
     def run_window(self, rows, device, on_batch=None, sink=None):
         """Tokenize (the lab's rule), send the ids in calls of ``batch_size`` items in the
