@@ -87,6 +87,7 @@ lint: $(DEV_STAMP)
 bench: model
 	mkdir -p runs && $(PY) scripts/bench.py
 	$(PY) scripts/bench_verify.py
+	$(PY) scripts/bench_vllm.py
 
 # optimum-benchmark's inference scenario against the lab's window, side by side (issue 13).
 # Its own venv (it needs transformers < 5): created here if missing, never the lab's .venv,

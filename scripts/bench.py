@@ -243,16 +243,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="result file (JSON); replaced only once the run is complete")
     a = ap.parse_args(argv)
     bench_args.require_at_least(a, 1, "items", "batch", "rounds", "threads")
-    from lab.inputs.variants import Variant, VariantError
-
-    try:  # the lab's own rule for a variant's max_length and batch size, in one place
-        Variant(batch_size=a.batch, padding="longest", max_length=a.max_length, bucketing=True)
-    except VariantError as e:
-        msg = str(e).replace("max_length ", "--max-length ", 1).replace("batch_size ", "--batch ", 1)
-        raise bench_args.UsageError(msg) from None
-    a.model_config = bench_args.check_model_folder(a.model)
-    bench_args.check_lengths_fit(a.model_config, [a.max_length], "--max-length")
-    a.out = bench_args.check_output_path(a.out)
+    bench_args.check_variant_and_files(a, padding="longest", bucketing=True)  # the lab's own rule, in one place
     return a
 
 

@@ -104,6 +104,24 @@ def check_lengths_fit(config: dict, lengths: list[int], flag: str) -> None:
                              f"(its config.json); use {limit} tokens or fewer")
 
 
+def check_variant_and_files(a: argparse.Namespace, **fields):
+    """The lab's own rule for a variant of ``a.batch`` items and ``a.max_length`` tokens (plus
+    ``fields``), then ``a.model`` and ``a.out``: sets ``a.model_config`` and ``a.out`` (a Path)
+    and returns the Variant. Raises UsageError (one line, the variant's message with the
+    script's flags)."""
+    from lab.inputs.variants import Variant, VariantError
+
+    try:
+        variant = Variant(batch_size=a.batch, max_length=a.max_length, **fields)
+    except VariantError as e:
+        msg = str(e).replace("max_length ", "--max-length ", 1).replace("batch_size ", "--batch ", 1)
+        raise UsageError(msg) from None
+    a.model_config = check_model_folder(a.model)
+    check_lengths_fit(a.model_config, [a.max_length], "--max-length")
+    a.out = check_output_path(a.out)
+    return variant
+
+
 def write_json_atomic(path: Path, obj) -> Path:
     """Write ``obj`` as indented JSON to ``path`` (folders created) through a temporary file and a
     rename: the previous file stays whole until the new one is complete. Raises OSError

@@ -5,9 +5,12 @@ and a precision series (batch 8, fp32 and bf16), GPU_CHECK_REPETITIONS passes pe
 (default 2); the memory lab on cuda; an OOM campaign (the demo corpus repeated with new ids,
 bucketing on, max_length 512, one batch per half of the corpus sized so that a batch of
 long items needs about twice the card's memory: the short half fits, the long half does
-not). Verdict: every ok row accepted, an OOM row with its items completed, peak allocated
-<= peak reserved <= device used on every row that has the three figures, the median
-measured window per variant. Exit 0 when every check holds, 1 otherwise.
+not); a vLLM series (issue 21: engine transformers and vllm at batch 8, one pass each; run
+when the vLLM venv is there, else the verdict says it was not run). Verdict: every ok row
+accepted, an OOM row with its items completed, peak allocated <= peak reserved <= device
+used on every row that has the three figures, both vLLM-series rows accepted with the vLLM
+row's engine_start_s, max_running and device-memory reservation, the median measured
+window per variant. Exit 0 when every check holds, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -39,6 +42,42 @@ def campaign_text(name: str, reps: int) -> str:
     text = _sub(text, 'device = "auto"', 'device = "cuda"')
     text = _sub(text, "repetitions = 5", f"repetitions = {reps}")
     return text + '\n[[series]]\nname = "precision"\nfactor = "precision"\nvalues = ["fp32", "bf16"]\nbatch_size = 8\n'
+
+
+def vllm_campaign_text(name: str) -> str:
+    """The demo campaign on cuda with one series over the engine (transformers, vllm) at batch 8,
+    one pass per variant, judged against the transformers variant (issue 21)."""
+    text = campaign_text(name, 1)
+    text = text[: text.index("[[series]]")]
+    text = _sub(text, 'reference_variant = "batch/batch_size=1"', 'reference_variant = "engine/engine=transformers"')
+    return text + ('[[series]]\nname = "engine"\nfactor = "engine"\nvalues = ["transformers", "vllm"]\n'
+                   "batch_size = 8\n")
+
+
+def vllm_series() -> tuple[list[dict], str]:
+    """(raw rows, '') of the vLLM series campaign, or ([], why it was not run): the vLLM venv
+    (lab.engines.vllm_env: ITERALAB_VLLM_VENV, e.g. the CUDA image's pinned vLLM) absent."""
+    from lab.engines import vllm_env
+
+    if not vllm_env.is_ready():
+        return [], f"not run: no vLLM venv at {vllm_env.venv_dir()} (make vllm-env, or ITERALAB_VLLM_VENV)"
+    f = OUT / "vllm_cuda.toml"
+    f.write_text(vllm_campaign_text("gpu-check-vllm-cuda"))
+    return run_campaign(f), ""
+
+
+def vllm_problems(rows: list[dict]) -> list[str]:
+    """What the vLLM series must show: both rows ok and accepted on cuda, the vLLM row with its
+    engine_start phase, what vLLM scheduled and its reservation of device memory."""
+    out = []
+    by = {r.get("engine"): r for r in rows}
+    if set(by) != {"transformers", "vllm"} or any(r.get("corpus_accepted") is not True for r in rows):
+        out.append(f"vLLM series rows not both accepted ({[(r.get('engine'), r.get('status')) for r in rows]})")
+    v = by.get("vllm") or {}
+    if v and (not v.get("engine_start_s") or v.get("observed_max_running") in (None, "")
+              or v.get("engine_reserved_of") != "device memory" or not v.get("engine_reserved_bytes")):
+        out.append("vLLM row lacks engine_start_s, observed_max_running or a device-memory reservation")
+    return out
 
 
 def oom_campaign(folder: Path, total: int) -> Path:
@@ -110,6 +149,11 @@ def main() -> int:
     oom = [r for r in oom_rows if r["status"] == "oom"]
     if not oom or oom[0].get("items_completed") is None:
         problems.append("no OOM row with items completed")
+    vrows, vwhy = vllm_series()
+    if vrows:
+        problems += vllm_problems(vrows)
+    vtext = vwhy or "; ".join(f"{r['engine']} {r['status']} agreement {r.get('agreement_with_reference')}"
+                              for r in vrows)
     order_bad = 0
     checked = 0
     for r in rows + oom_rows:
@@ -131,7 +175,7 @@ def main() -> int:
     print(f"gpu_check: {verdict}: {gpu}; demo rows accepted {accepted}/{len(rows)}; {oom_text}; "
           f"allocated<=reserved<=device used on {checked - order_bad}/{checked} rows; "
           f"median measured window: {timing}; utilization {min(util, default=0):.3f}-{max(util, default=0):.3f}; "
-          f"memory lab exit {mem.returncode}; {time.monotonic() - t0:.0f} s; outputs {OUT}")
+          f"memory lab exit {mem.returncode}; vLLM series: {vtext}; {time.monotonic() - t0:.0f} s; outputs {OUT}")
     return 0 if not problems else 1
 
 

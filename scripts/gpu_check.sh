@@ -5,6 +5,7 @@
 #   2. the memory lab on cuda (what `make memory` runs, with --device cuda);
 #   3. one pass that must run out of GPU memory (a batch sized from the card's memory, at
 #      max_length 512), kept as a failure row with its items completed;
+#   4. a vLLM series (engine = ["transformers", "vllm"], batch 8), when the vLLM venv is there;
 # then prints ONE verdict line (scripts/gpu_check.py). Outputs under runs/gpu_check/.
 # Without a CUDA GPU it says so in one line on stderr and exits 2 within seconds; exit 1 = checks failed.
 #   bash scripts/gpu_check.sh            # PYTHON=... to use another interpreter (needs CUDA torch)
@@ -12,7 +13,7 @@
 set -uo pipefail
 case "${1:-}" in
   -h|--help)
-    sed -n '2,11s/^# \{0,1\}//p' "$0"
+    sed -n '2,12s/^# \{0,1\}//p' "$0"
     echo "usage: bash scripts/gpu_check.sh   (no options; exit 0 = checks passed, 1 = checks failed, 2 = no usable CUDA GPU)"
     exit 0 ;;
   "") ;;

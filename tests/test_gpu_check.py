@@ -56,3 +56,26 @@ def test_prepared_campaigns_load_and_size_the_oom_batch(tmp_path, model_dir):
     assert v.batch_size * 512 * 1536 * 4 >= 2 * total  # a batch of long items needs twice the card
     n = len((tmp_path / "oom_corpus.jsonl").read_text().splitlines())
     assert n >= 2 * v.batch_size  # the short half completes before the long half fails
+
+
+def test_the_vllm_series_campaign_loads_with_an_engine_series(tmp_path, model_dir):
+    sys.path.insert(0, str(REPO / "scripts"))
+    import gpu_check
+
+    from lab.orchestration.protocol import load_protocol
+
+    f = tmp_path / "vllm_cuda.toml"
+    f.write_text(gpu_check.vllm_campaign_text("gpu-check-vllm-cuda"))
+    proto = load_protocol(f)
+    assert sorted(v.engine for v in proto.variants) == ["transformers", "vllm"]
+    assert {(v.device, v.batch_size) for v in proto.variants} == {("cuda", 8)}
+    assert proto.timing["repetitions"] == 1
+    assert proto.reference.engine == "transformers"
+    rows = [{"engine": "transformers", "status": "ok", "corpus_accepted": True},
+            {"engine": "vllm", "status": "ok", "corpus_accepted": True, "engine_start_s": 61.0,
+             "observed_max_running": 8, "engine_reserved_of": "host RAM", "engine_reserved_bytes": 1}]
+    assert gpu_check.vllm_problems(rows) == [
+        "vLLM row lacks engine_start_s, observed_max_running or a device-memory reservation"]
+    rows[1]["engine_reserved_of"] = "device memory"
+    assert gpu_check.vllm_problems(rows) == []
+

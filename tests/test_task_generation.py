@@ -242,7 +242,8 @@ def test_generation_on_vllm_is_refused_at_lock(tmp_path, gen_model_dir):
     f.write_text(f.read_text().replace("[defaults]\n", '[defaults]\nengine = "vllm"\n'))
     with pytest.raises(ProtocolError) as exc:
         load_protocol(f)
-    assert "generation on vllm is not wired in this lab yet" in str(exc.value), str(exc.value)
+    assert 'declares engine = "vllm", which runs classification and embedding tasks in this lab, not generation' \
+        in str(exc.value), str(exc.value)
     assert "\n" not in str(exc.value)
 
 

@@ -180,16 +180,18 @@ class VllmClient:
                 "compile": not s["enforce_eager"], "max_model_len": s["max_model_len"],
                 "max_num_batched_tokens": s["max_num_batched_tokens"], "max_running": self.max_running}
 
-    def close(self) -> None:
-        """Ask the engine to stop, then kill its whole process group (idempotent, never raises)."""
+    def close(self, grace_s: float = 10.0) -> None:
+        """Ask the engine to stop (it has ``grace_s`` s to answer; 0: not asked, for a pass being
+        stopped mid-call, when the worker reads no request until its call ends), then kill its
+        whole process group (idempotent, never raises)."""
         p, self.proc = self.proc, None
         if p is None:
             return
         try:
-            if p.poll() is None and p.stdin:
+            if grace_s > 0 and p.poll() is None and p.stdin:
                 p.stdin.write(json.dumps({"op": Op.CLOSE}) + "\n")
                 p.stdin.flush()
-                p.wait(timeout=10)
+                p.wait(timeout=grace_s)
         except (OSError, ValueError, subprocess.TimeoutExpired):
             pass
         kill_group(p.pid)
@@ -260,6 +262,38 @@ class VllmClient:
         if r.get("event") != event:
             raise VllmFailure(f"vLLM answered {r.get('event')!r} to {request['op']}, expected {event!r}")
         return r
+
+
+def reservation(ready: Ready, device: str) -> dict:
+    """vLLM's up-front reservation as a memory scope of its own (result.json ``engine_memory``),
+    never added to torch's peaks of the lab process (lab.memory.peaks) nor to the engine's RSS.
+
+    ``of``: "host RAM" on CPU, "device memory" on a GPU; ``fraction``: vLLM's
+    ``gpu_memory_utilization``; ``reserved_bytes``: that fraction of host RAM on CPU (what vLLM
+    sizes weights + KV cache against), on a GPU that fraction of the card's total memory as
+    torch reports it (None, with ``reasons``, when not known); ``kv_cache_bytes``: the CPU
+    backend's explicit KV cache size (None when vLLM sized it itself; the blocks say how much);
+    ``num_kv_blocks`` x ``block_size`` tokens of KV cache; ``engine_rss_bytes``: {pid: resident
+    bytes} of each engine process at ready (per process, never summed: shared pages)."""
+    m = ready.memory
+    reasons = {}
+    reserved = m.get("budget_bytes")
+    if reserved is None and device.startswith("cuda"):
+        try:
+            import torch
+
+            reserved = int(torch.cuda.get_device_properties(device).total_memory * m["gpu_memory_utilization"])
+        except Exception as exc:  # noqa: BLE001 - a figure missing, with its reason
+            reasons["reserved_bytes"] = f"device memory not read: {type(exc).__name__}"
+    elif reserved is None:
+        reasons["reserved_bytes"] = f"vLLM reported no budget on device {m.get('device')!r}"
+    if m.get("kv_cache_space_bytes") is None:
+        reasons["kv_cache_bytes"] = "vLLM sized the KV cache itself (num_kv_blocks x block_size tokens)"
+    return {"scope": "vLLM reservation: weights + KV cache, reserved up front by the engine process",
+            "of": "host RAM" if device == "cpu" else "device memory", "fraction": m["gpu_memory_utilization"],
+            "reserved_bytes": reserved, "kv_cache_bytes": m.get("kv_cache_space_bytes"),
+            "num_kv_blocks": m.get("num_kv_blocks"), "block_size": m.get("block_size"),
+            "engine_rss_bytes": {str(k): v for k, v in ready.rss_bytes.items()}, "reasons": reasons}
 
 
 def group_rss(pid: int) -> dict:

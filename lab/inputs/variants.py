@@ -119,6 +119,9 @@ class Variant:
             return
         if self.cards != 1:
             raise VariantError(f"engine vllm runs on one card per pass here (cards = {self.cards}); declare cards = 1")
+        if self.padding != "longest":  # vLLM packs sequences: it never pads to max_length
+            raise VariantError(f"padding {self.padding!r} with engine vllm: vLLM packs sequences without "
+                               "padding; declare padding = \"longest\" (the default) for a vLLM variant")
         if self.max_num_seqs is not None and self.max_num_seqs < 1:
             raise VariantError(f"max_num_seqs {self.max_num_seqs!r} must be an integer >= 1 (sequences vLLM "
                                "runs at once), or left out for vLLM's default")

@@ -75,3 +75,45 @@ def batch_fits(shape: EncoderShape, precision: str, bucket_max_tokens: dict[str,
         out[bucket] = BucketFit(bucket, s, int(best), budget_bytes, margin_fraction, usable, weights,
                                 per_item, variant_batch_size, fits)
     return out
+
+
+@dataclass(frozen=True)
+class ReservationFit:
+    """A vLLM variant under a budget: vLLM reserves ``fraction`` of the device's memory (on CPU
+    of host RAM) up front, ``reserved_bytes``, and must hold the weights and one sequence of
+    ``max_model_len`` tokens in it (the least it runs an item with); the rest is its KV cache
+    and batching room. ``fits``: ``needed_bytes`` <= the reservation less the margin."""
+
+    budget_bytes: int
+    fraction: float
+    reserved_bytes: int
+    margin_fraction: float
+    weights_bytes: int
+    needed_bytes: int
+    fits: bool
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def reservation_fits(shape: EncoderShape, precision: str, budget_bytes: int, fraction: float, max_model_len: int,
+                     margin_fraction: float = DEFAULT_MARGIN_FRACTION) -> ReservationFit:
+    """Feasibility of a vLLM variant (``engine = "vllm"``): its reservation, not a batch's peak.
+
+    ``reserved_bytes`` = ceil(``budget_bytes`` x ``fraction``) (vLLM's ``gpu_memory_utilization``:
+    on CPU, vLLM's CPU worker takes that fraction of host RAM, math.ceil of the product); the
+    variant fits when the weights plus one ``max_model_len``-token sequence's activations
+    (lab.memory.estimate) fit the reservation less ``margin_fraction``. The reservation is never
+    added to a transformers estimate (another scope). Raises ValueError for a budget <= 0, a
+    fraction outside (0, 1] or a margin outside [0, 1)."""
+    import math
+
+    if budget_bytes <= 0 or not 0 < fraction <= 1 or not 0 <= margin_fraction < 1:
+        raise ValueError(f"budget {budget_bytes} B must be > 0, fraction {fraction} in (0, 1] and margin "
+                         f"{margin_fraction} in [0, 1)")
+    reserved = math.ceil(budget_bytes * fraction)
+    weights = shape.n_params * bytes_per_element(precision)
+    needed = weights + activation_bytes_per_item(shape, precision, max_model_len)
+    return ReservationFit(budget_bytes, fraction, reserved, margin_fraction, weights, needed,
+                          needed <= int(reserved * (1 - margin_fraction)))
+

@@ -161,16 +161,20 @@ def load_protocol(path: str | Path, relative_to: str | Path | None = None) -> Pr
 
 def refuse_unsupported(proto: Protocol, path: Path) -> None:
     """One-line ProtocolError for a variant a non-classification task cannot run yet: more than
-    one card (the cards' vectors or outputs are not merged), ``compile = true`` (the compile
-    phase builds the classifier's shapes), or a generation task on another engine than the
-    lab's own loop (generation on vllm is not wired in this lab yet)."""
+    one card (the cards' vectors or outputs are not merged) or ``compile = true`` (the compile
+    phase builds the classifier's shapes); and for ``engine = "vllm"`` on a task kind other than
+    lab.passes.tasks.vllm_job.VLLM_KINDS (generation and custom entries run on transformers)."""
+    from lab.passes.tasks.vllm_job import VLLM_KINDS
+
     kind = proto.task_kind
+    vllm = [v.name for v in proto.variants if v.engine == "vllm"]
+    if vllm and kind not in VLLM_KINDS:
+        raise ProtocolError(f"{path}: variant {vllm[0]} declares engine = \"vllm\", which runs "
+                            f"{' and '.join(VLLM_KINDS)} tasks in this lab, not {kind}; declare "
+                            "engine = \"transformers\" for it")
     if kind == "classification":
         return
     for v in proto.variants:
-        if kind == "generation" and v.engine != "transformers":
-            raise ProtocolError(f"{path}: variant {v.name} has engine = {v.engine!r}: generation on {v.engine} is "
-                                "not wired in this lab yet; remove engine (the lab's own loop runs it)")
         if v.cards > 1:
             raise ProtocolError(f"{path}: variant {v.name} has cards = {v.cards}; a {kind} task runs on one card "
                                 "per pass in this lab; remove cards")

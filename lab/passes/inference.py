@@ -143,6 +143,7 @@ class WindowResult:
     vectors: Any = None  # embedding: numpy float32 (items, width) in corpus order (lab.passes.tasks.embedding)
     norms: list = field(default_factory=list)  # embedding: each vector's L2 norm before normalisation
     generated: list = field(default_factory=list)  # generation: a GeneratedItem per item (None: not done)
+    max_running: int | None = None  # vLLM: most sequences it ran in one engine step (None: not reported)
 
     def count_batch(self, idx: list[int], lengths: list[int], shape: tuple[int, int], max_length: int) -> None:
         """Account one batch the model received: ``idx`` its items (corpus positions), ``lengths``
@@ -159,6 +160,22 @@ class WindowResult:
         self.batches_at_max_length += t == max_length
         self.batches_at_longest += t == max(lengths[i] for i in idx)
 
+    def count_packed_call(self, idx: list[int], lengths: list[int], max_running: int | None) -> None:
+        """Account one call to an engine that packs sequences without padding (vLLM): ``idx`` its
+        items, ``lengths`` every item's token count, ``max_running`` the most sequences the engine
+        ran together in it (None: not reported). Padded tokens are the real tokens (none
+        computed), attention pairs the sum of each item's length squared, the largest batch
+        the items in the call (what the lab sent, not what the engine ran together)."""
+        real = sum(lengths[i] for i in idx)
+        self.items_done += len(idx)
+        self.batches += 1
+        self.real_tokens += real
+        self.padded_tokens += real
+        self.attention_pairs += sum(lengths[i] ** 2 for i in idx)
+        self.largest_batch = max(self.largest_batch, len(idx))
+        if max_running is not None:
+            self.max_running = max(self.max_running or 0, max_running)
+
 
 def tokenize(texts: list[str], tokenizer, max_length: int):
     """Tokenize without padding, truncating at ``max_length`` (specials included).
@@ -173,6 +190,23 @@ def tokenize(texts: list[str], tokenizer, max_length: int):
     specials = tokenizer.num_special_tokens_to_add(pair=False)
     totals = [len(e.ids) + sum(len(o.ids) - specials for o in e.overflowing) for e in enc.encodings]
     return enc["input_ids"], totals
+
+
+def open_window(rows: list[dict], tokenizer, variant: Variant) -> tuple[WindowResult, list[list[int]], list[int]]:
+    """The start of every task's window: ``rows`` tokenized and truncated at the variant's
+    ``max_length`` (:func:`tokenize`), their processing order (:func:`batch_order`) and an
+    empty WindowResult (ids, labels, truncated count, tokens kept and total per item, whether
+    the order is the corpus's or sorted by length). Returns (win, input_ids, order)."""
+    n = len(rows)
+    input_ids, totals = tokenize([r["text"] for r in rows], tokenizer, variant.max_length)
+    lengths = [len(x) for x in input_ids]
+    order = batch_order(lengths, variant.bucketing)
+    win = WindowResult([r["id"] for r in rows], [r.get("label") for r in rows], [None] * n, [None] * n,
+                       0, sum(1 for k, t in zip(lengths, totals, strict=True) if t is not None and t > k),
+                       0, 0, 0, lengths, totals,
+                       order_sorted_by_length=order == sorted(range(n), key=lambda i: lengths[i]),
+                       order_is_corpus=order == list(range(n)))
+    return win, input_ids, order
 
 
 def batch_order(lengths: list[int], bucketing: bool) -> list[int]:
@@ -203,16 +237,8 @@ def run_batches(rows: list[dict], tokenizer, model, device: str, variant: Varian
 
     n = len(rows)
     bs, max_len = variant.batch_size, variant.max_length
-    input_ids, totals = tokenize([r["text"] for r in rows], tokenizer, max_len)
-    lengths = [len(x) for x in input_ids]
-    n_trunc = sum(1 for k, t in zip(lengths, totals, strict=True) if t is not None and t > k)
-    order = batch_order(lengths, variant.bucketing)
-    pred: list[int | None] = [None] * n
-    prob: list[float | None] = [None] * n
-    win = WindowResult([r["id"] for r in rows], [r.get("label") for r in rows], pred, prob,
-                       0, n_trunc, 0, 0, 0, lengths, totals,
-                       order_sorted_by_length=order == sorted(range(n), key=lambda i: lengths[i]),
-                       order_is_corpus=order == list(range(n)))
+    win, input_ids, order = open_window(rows, tokenizer, variant)
+    lengths, pred, prob = win.tokens_kept, win.pred_index, win.prob
     if sink is not None:
         sink["win"] = win
     with torch.inference_mode():
@@ -236,6 +262,17 @@ def run_batches(rows: list[dict], tokenizer, model, device: str, variant: Varian
             if on_batch:
                 on_batch(win.items_done)
     return win
+
+
+def warm_up_window(run_window: Callable, rows: list[dict], device: str, items: int, passes: int) -> float:
+    """The protocol's warm-up for a job that warms up with its own window: ``passes`` runs of
+    ``run_window(rows, device)`` over the first ``items`` rows, device synchronized. Returns seconds."""
+    t0 = time.perf_counter()
+    for _ in range(passes):
+        if items > 0:
+            run_window(rows[:items], device)
+    synchronize(device)
+    return time.perf_counter() - t0
 
 
 def warm_up(rows: list[dict], tokenizer, model, device: str, variant: Variant,

@@ -111,7 +111,14 @@ def observe_window(win, max_length: int) -> dict:
             "batch_size": win.largest_batch, "window_items": win.items_done}
 
 
+PACKED = "packed (vLLM: no padding)"
+"""The observed padding of a vLLM window (lab.passes.tasks.vllm_job): sequences packed, no pad
+token computed; it honours a declared ``padding = "longest"`` (no pad token enters a result)."""
+
+
 def _padding_ok(declared: str, observed: str) -> bool:
+    if observed == PACKED:
+        return declared == "longest"
     return observed.startswith((declared, "max_length or longest")) or observed == "none observed"
 
 
@@ -138,7 +145,10 @@ def require_honoured(variant: Variant, observed: dict, device: str) -> None:
         bad.append(f"precision {variant.precision} declared, weights loaded as {observed['dtype']}")
     if "device" in observed and observed["device"] != device:
         bad.append(f"device {device} asked, weights on {observed['device']}")
-    if variant.attention and observed.get("attention", variant.attention) != variant.attention:
+    engine = observed.get("engine", "transformers")  # only lab.engines.vllm reports an engine
+    # attention is transformers' attn_implementation; vLLM picks its own backend (recorded, not compared)
+    if (variant.attention and engine == "transformers"
+            and observed.get("attention", variant.attention) != variant.attention):
         bad.append(f"attention {variant.attention} declared, the model reports {observed['attention']}")
     share = observed.get("threads_per_worker")
     if share and observed["threads"] != share:
@@ -162,7 +172,6 @@ def require_honoured(variant: Variant, observed: dict, device: str) -> None:
     if "bucketing" in observed and not (observed["bucketing"] != "corpus order" if variant.bucketing
                                         else observed["bucketing"].startswith("corpus order")):
         bad.append(f"bucketing {variant.bucketing} declared, processing order: {observed['bucketing']}")
-    engine = observed.get("engine", "transformers")  # only lab.engines.vllm reports an engine
     if engine != variant.engine:
         bad.append(f"engine {variant.engine} declared, the pass ran {engine}")
     if variant.max_num_seqs is not None and observed.get("max_num_seqs") != variant.max_num_seqs:

@@ -44,6 +44,7 @@ class Phases(Record, frozen=True):
 
     startup: float | None = None
     model_load: float | None = None
+    engine_start: float | None = None  # an engine in its own process (vLLM): spawn to ready
     compile: float | None = None
     warmup: float | None = None
     measured: float | None = None
@@ -74,6 +75,13 @@ class Observed(Record, frozen=True):
     bucketing: Cell = None
     batch_size: Cell = None
     window_items: Cell = None
+    # a vLLM pass (lab.engines.vllm.VllmClient.observed): what the engine resolved and scheduled
+    engine: Cell = None
+    max_num_seqs: Cell = None
+    max_num_batched_tokens: Cell = None
+    max_model_len: Cell = None
+    vllm_memory_fraction: Cell = None
+    max_running: Cell = None
 
 
 class CardRecord(Record, frozen=True):
@@ -178,6 +186,9 @@ class PassResult(Record, frozen=True):
     vectors_shape: list[int] | None = None
     vectors_dtype: str | None = None
     pooling: dict[str, Any] | None = None
+    # a vLLM pass (lab.passes.tasks.vllm_job): the engine as it resolved, and its reservation
+    engine: dict[str, Any] | None = None
+    engine_memory: dict[str, Any] | None = None
     # a custom entry's pass (lab.passes.tasks.custom): the entry and the settings it was built with
     entry: str | None = None
     entry_settings: dict[str, Any] | None = None

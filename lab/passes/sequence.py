@@ -10,7 +10,11 @@ timed with a host clock (``time.perf_counter``) into ``phases_s`` (seconds):
 1. ``startup``: process start (``t_process``, taken when the entry module was imported) to
    torch and transformers imported; then the seed, the threads (``Card.threads``), the device
    (``Card.place``), what the card is (``Card.identity``) and the process group (``Card.join``).
-2. ``model_load``: ``job.load(device)``, device synchronized.
+2. ``model_load``: ``job.load(device)``, device synchronized. A job whose engine runs in its
+   own process (lab.passes.tasks.vllm_job) starts it next, its own phase ``engine_start``
+   (``job.start_engine``: its fields go into the record), and closes it when the phases end,
+   failure included (``job.close``); such an engine compiles in its own start, so it has no
+   ``compile`` phase.
 3. ``compile`` (compile = true only; lab.passes.compile): every window batch shape known
    before the window; ``compile_frames``, ``recompiles_warmup`` and ``recompiles_measured``
    count dynamo's frames compiled in each phase (a variant refuses compile with cards > 1).
@@ -152,6 +156,10 @@ class PassSequence:
             self.fields["status"], self.code = PassStatus.OK, EXIT_OK
         except BaseException as exc:  # noqa: BLE001 - every failure becomes a record
             self._failed(exc)
+        finally:
+            close = getattr(self.job, "close", None)  # an engine process: gone on every path
+            if close is not None:
+                close()
         return self.code
 
     def _phases(self) -> None:
@@ -185,9 +193,17 @@ class PassSequence:
         tok, model = job.load(device)
         inf.synchronize(device)
         self._phase("model_load", t)
+        start_engine = getattr(job, "start_engine", None)  # an engine in its own process (vLLM)
+        if start_engine is not None:
+            self._start("engine_start")
+            t = time.perf_counter()
+            res.update(start_engine(device, Path(spec.out_dir)))
+            self._phase("engine_start", t)
 
         dynamo = None
-        if spec.variant.compile:  # every window batch shape known now is compiled here, not in the window
+        # every window batch shape known now is compiled here, not in the window (an engine of its
+        # own compiles in its start)
+        if spec.variant.compile and start_engine is None:
             from lab.passes.compile import DynamoCounters, compile_model
 
             dynamo = DynamoCounters()

@@ -23,9 +23,12 @@ from lab.report.conditions import CONDITIONS, INT_CONDITIONS, condition_cells
 OBSERVED = ("dtype", "device", "attention", "threads_declared", "threads", "compile", "quantization",
             "padding", "max_tokens", "bucketing", "batch_size",
             # TF32 (lab.passes.observed.observe_tf32): declared never on; observed torch settings
-            "float32_matmul_precision", "tf32_matmul_declared", "tf32_matmul", "tf32_cudnn")
+            "float32_matmul_precision", "tf32_matmul_declared", "tf32_matmul", "tf32_cudnn",
+            # a vLLM pass (lab.engines.vllm): the engine that ran, its scheduler limits, the most
+            # sequences it ran in one engine step (batch_size above: the most items the lab sent per call)
+            "engine", "max_num_seqs", "max_num_batched_tokens", "max_running")
 TRUNCATED = ("truncated_short", "truncated_medium", "truncated_long")
-PHASES = ("startup", "model_load", "compile", "warmup", "measured", "probe", "evaluation", "writing")
+PHASES = ("startup", "model_load", "engine_start", "compile", "warmup", "measured", "probe", "evaluation", "writing")
 # utilization (lab.passes.probe) and compilation (lab.passes.compile), from result.json: frames dynamo
 # compiled in the compile phase, the warm-up and the measured window; shapes compiled as "4x128; 3x128"
 # (items x tokens, "dynamic" tokens where the sequence dimension was compiled symbolically)
@@ -38,9 +41,14 @@ NO_COMPILE = "empty compile cells: compile = false: no compile phase"
 GENERATED = ("input_tokens", "output_tokens", "output_tokens_per_s")
 NOT_GENERATED = "empty input/output-token cells: not a generation pass (no text generated)"
 PEAKS = ("peak_allocated_bytes", "peak_reserved_bytes", "process_peak_rss_bytes", "device_used_bytes")
+ENGINE_MEMORY = ("engine_reserved_bytes", "engine_reserved_fraction", "engine_reserved_of", "engine_kv_blocks",
+                 "engine_rss_bytes")
+"""A vLLM pass's reservation (result.json ``engine_memory``, lab.engines.vllm.reservation): its own
+scope, next to the lab process's PEAKS and never added to them; ``engine_rss_bytes`` per engine
+process at ready (JSON {pid: bytes}, never summed)."""
 COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_name", "variant_label", "series",
             "batch_size", "precision", "padding", "max_length", "bucketing", "device", "backend",
-            "cards", "cards_observed", "devices_observed", "attention", "quantization", "compile"]
+            "cards", "cards_observed", "devices_observed", "attention", "quantization", "compile", "engine"]
            + [f"observed_{k}" for k in OBSERVED]
            + ["repetition", "order_position", "seq", "attempt", "launcher",
             "start_time", "end_time", "status", "exit_code"]
@@ -52,7 +60,7 @@ COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_na
               "metric_short", "metric_medium", "metric_long", "reference_metric",
               "gap_to_reference", "agreement_with_reference", "threshold", "tolerance",
               "corpus_accepted"]
-           + list(PEAKS)
+           + list(PEAKS) + list(ENGINE_MEMORY)
            + ["per_card_memory", "predictions_path", "predictions_sha256", "notes"])
 
 
@@ -104,7 +112,7 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
                                      "attention", "quantization", "compile")},
             "device": r.get("device") or f"{v.get('device')} (not resolved: pass ended first)",
             "backend": r.get("backend"),
-            "cards": v.get("cards", 1),
+            "cards": v.get("cards", 1), "engine": v.get("engine", "transformers"),
             **observed_cards(r),
             "repetition": a["repetition"], "order_position": a["position"], "seq": a["seq"],
             "attempt": a["attempt"], "launcher": a["launcher"], "start_time": a["start_time"],
@@ -137,7 +145,9 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
             row[b] = ((r.get("truncated_by_bucket") or {}).get(b.removeprefix("truncated_")) or {}).get("fraction")
         for p in PHASES:
             row[f"{p}_s"] = phases.get(p)
-        missing_phases = [p for p in PHASES if phases.get(p) is None and (p != "compile" or v.get("compile"))]
+        vllm = v.get("engine") == "vllm"
+        missing_phases = [p for p in PHASES if phases.get(p) is None and (p != "compile" or v.get("compile"))
+                          and (p != "engine_start" or vllm) and not (p == "compile" and vllm)]
         if a["status"] == PassStatus.OK and "probe" in missing_phases:
             missing_phases.remove("probe")
             notes.append("utilization not measured: " + (
@@ -158,7 +168,7 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
                          "or its runner predates it)")
         if r.get("probe_error"):
             notes.append(r["probe_error"])
-        notes += compile_notes(v, r, a["status"])
+        notes += engine_notes(r) if vllm else compile_notes(v, r, a["status"])
         for k in ("expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids",
                   "ids_match", "format_ok", "coverage_ok", "metric_name", "metric",
                   "reference_metric", "gap_to_reference", "agreement_with_reference",
@@ -176,6 +186,11 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
             notes.append("validation: " + "; ".join(val["reasons"]))
         for k in PEAKS:
             row[k] = peaks.get(k)
+        mem = r.get("engine_memory") or {}
+        row.update(engine_reserved_bytes=mem.get("reserved_bytes"), engine_reserved_fraction=mem.get("fraction"),
+                   engine_reserved_of=mem.get("of"), engine_kv_blocks=mem.get("num_kv_blocks"),
+                   engine_rss_bytes=json.dumps(mem["engine_rss_bytes"], sort_keys=True)
+                   if mem.get("engine_rss_bytes") else None)
         if r.get("cards_missing"):
             notes.append(f"cards {r['cards_missing']} left no record: their figures are not in this row")
         reasons = peaks.get("reasons") or {}
@@ -195,6 +210,29 @@ def output_tokens_per_s(result: dict) -> float | None:
     over ``phases_s.measured``), rounded to 4 decimals; None when either is missing or the window is 0 s."""
     out, window = result.get("output_tokens"), (result.get("phases_s") or {}).get("measured")
     return round(out / window, 4) if out is not None and window else None
+
+
+def engine_notes(result: dict) -> list[str]:
+    """A vLLM pass's notes: where its weights were loaded, what its batch size means, what its
+    memory cells are (lab.passes.tasks.vllm_job, lab.engines.vllm.reservation)."""
+    out = ["vLLM pass: its weights load and its KV cache is reserved in engine_start_s (set-up, outside "
+           "the measured window); model_load_s is the lab's tokenizer; compile means vLLM's own "
+           "(enforce_eager false), no lab compile phase"]
+    obs = result.get("observed") or {}
+    if obs.get("batch_size") is not None:
+        ran = obs.get("max_running")
+        out.append(f"batch_size {obs['batch_size']} is the most items the lab sent vLLM per call; vLLM "
+                   + (f"ran at most {ran} sequences in one engine step" if ran is not None
+                      else "did not report how many sequences it ran together")
+                   + f" (its limits: max_num_seqs {obs.get('max_num_seqs')}, max_num_batched_tokens "
+                   f"{obs.get('max_num_batched_tokens')})")
+    mem = result.get("engine_memory") or {}
+    if mem:
+        out.append(f"engine_reserved_bytes: vLLM's up-front reservation (weights + KV cache), fraction "
+                   f"{mem.get('fraction')} of {mem.get('of')}, in the engine's own processes: never added to "
+                   "peak_allocated_bytes or process_peak_rss_bytes (the lab process's)")
+        out += [f"empty {k} cell: {why}" for k, why in sorted((mem.get("reasons") or {}).items())]
+    return out
 
 
 def compile_notes(variant: dict, result: dict, status: str) -> list[str]:
@@ -243,7 +281,8 @@ INT_COLUMNS = ("exit_code", "cards", "cards_observed", "items_total", "items_com
                "compile_frames", "recompiles_warmup",
                "expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids",
                "observed_threads_declared", "observed_threads", "observed_max_tokens",
-               "observed_batch_size") + INT_CONDITIONS + PEAKS
+               "observed_batch_size", "observed_max_num_seqs", "observed_max_num_batched_tokens",
+               "observed_max_running", "engine_reserved_bytes", "engine_kv_blocks") + INT_CONDITIONS + PEAKS
 
 
 def raw_table(rows: list[dict]) -> pd.DataFrame:

@@ -103,6 +103,8 @@ def budget_of(facts: dict) -> tuple[int | None, str]:
 def build_plan(campaign_file, facts: dict) -> dict:
     """{variants: [{name, variant_id, label, series, batch_size, fits: {bucket: max batch},
     peak_estimate_bytes: {bucket: weights + own batch's activations}, fits_all}],
+    a vLLM variant with ``reservation`` (lab.memory.feasibility.ReservationFit.to_json: what
+    vLLM reserves up front and whether weights + one sequence fit it) instead of ``fits``;
     schedule: [[short names per repetition]], passes, series, budget_bytes, budget_what, margin, note,
     cards: [cards per pass], checks: [(name, ok, detail)] of ``lab.orchestration.preflight.lock_checks``}.
 
@@ -122,9 +124,11 @@ def build_plan(campaign_file, facts: dict) -> dict:
     budget, what = budget_of(facts)
     out.update(budget_bytes=budget, budget_what=what, margin=None)
     fits: dict = {}
+    reserved: dict = {}
     try:
         from lab.inputs.corpus import read_corpus
-        from lab.memory.feasibility import DEFAULT_MARGIN_FRACTION, batch_fits
+        from lab.facts.constants import VLLM_MEMORY_FRACTION
+        from lab.memory.feasibility import DEFAULT_MARGIN_FRACTION, batch_fits, reservation_fits
 
         longest: dict[str, int] = {}
         for r in read_corpus(proto.corpus_path):
@@ -134,7 +138,10 @@ def build_plan(campaign_file, facts: dict) -> dict:
         shape = model_shape(proto.model_ref, proto.config.model.revision)
         out["margin"] = DEFAULT_MARGIN_FRACTION
         for v in proto.variants:
-            if budget and longest:
+            if budget and v.engine == "vllm":  # vLLM reserves up front: its reservation decides
+                fraction = v.vllm_memory_fraction or VLLM_MEMORY_FRACTION["gpu" if what.startswith("GPU") else "cpu"]
+                reserved[v.variant_id] = reservation_fits(shape, v.precision, budget, fraction, v.max_length)
+            elif budget and longest:
                 fits[v.variant_id] = batch_fits(shape, v.precision, longest, budget, v.max_length,
                                                 v.batch_size)
     except Exception as exc:  # no model/corpus yet: say why, keep the plan
@@ -147,6 +154,12 @@ def build_plan(campaign_file, facts: dict) -> dict:
         out["checks"] = [("lock checks", False, f"{type(exc).__name__}: {exc}"[:200])]
     for v in proto.variants:
         f = fits.get(v.variant_id) or {}
+        if v.variant_id in reserved:  # a vLLM variant: its reservation, not a batch's peak
+            r = reserved[v.variant_id]
+            out["variants"].append({"name": variant_short(v), "variant_id": v.variant_id, "label": v.label,
+                                    "series": v.series, "batch_size": v.batch_size, "fits": {},
+                                    "peak_estimate_bytes": {}, "reservation": r.to_json(), "fits_all": r.fits})
+            continue
         out["variants"].append({
             "name": variant_short(v), "variant_id": v.variant_id, "label": v.label,
             "series": v.series, "batch_size": v.batch_size,

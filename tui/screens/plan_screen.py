@@ -2,7 +2,8 @@
 cards per pass, memory feasibility per variant from the memory lab (``lab.service.views.build_plan``
 over ``lab.memory.feasibility.batch_fits``: largest batch per length bucket under the GPU's
 memory, estimate with its margin; without a GPU the estimated peak of the variant's own batch
-against host RAM, since a largest batch of thousands informs no choice), and the checks
+against host RAM, since a largest batch of thousands informs no choice; a vLLM variant: what
+vLLM reserves up front, lab.memory.feasibility.reservation_fits), and the checks
 `protocol lock` runs (``lab.orchestration.preflight.lock_checks``; "cards" refuses a campaign that asks for
 more cards than the host has, in one line)."""
 
@@ -79,7 +80,10 @@ class PlanScreen(LabScreen):
         rows = []
         for v in p["variants"]:
             fb = v["fits"]
-            if on_gpu:
+            if v.get("reservation"):  # vLLM: what it reserves up front, of the budget
+                r = v["reservation"]
+                cell = f"vLLM reserves {r['reserved_bytes'] / 2**20:,.0f} MiB ({r['fraction']:g})"
+            elif on_gpu:
                 cell = "/".join(str(fb[b]) if b in fb else "-" for b in ("short", "medium", "long")) or "-"
             else:
                 peak = (v.get("peak_estimate_bytes") or {}).get("long")

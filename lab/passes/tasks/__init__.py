@@ -1,7 +1,8 @@
 """Task kinds (SPEC 2: task): the job a pass measures, one class per kind.
 
 :func:`job_for` picks the class from ``PassSpec.extra["task"]["kind"]`` (absent:
-classification). A new kind is one more module with a class satisfying
+classification), or vLLM's job (lab.passes.tasks.vllm_job) for a variant declaring
+``engine = "vllm"``. A new kind is one more module with a class satisfying
 :class:`lab.passes.tasks.base.Job`, and one more entry of :data:`KINDS`.
 """
 
@@ -18,6 +19,10 @@ def job_for(spec):
     lab does not know (a pass.json written by another lab)."""
     import importlib
 
+    if spec.variant.engine == "vllm":  # classification or embedding, run by vLLM (its own refusals)
+        from lab.passes.tasks.vllm_job import VllmJob
+
+        return VllmJob(spec)
     kind = (spec.extra.get("task") or {}).get("kind", "classification")
     if kind not in KINDS:
         raise ValueError(f"task kind {kind!r} unknown to this lab; known: {', '.join(KINDS)}")

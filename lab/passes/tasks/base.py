@@ -16,6 +16,10 @@ calls the job for exactly these steps:
 6. ``write_predictions(path, win)`` -> dict of result fields (``predictions_lines``,
    ``predictions_sha256`` and what else the kind writes beside the predictions file).
 
+Two optional steps, for an engine that runs in its own process (lab.passes.tasks.vllm_job):
+``start_engine(device, pass_dir)`` -> dict of result fields, timed as ``engine_start`` right
+after ``model_load``, and ``close()``, called when the phases end on every path.
+
 The task itself (kind, pooling, entry) reaches the pass as ``PassSpec.extra["task"]``
 (lab.orchestration.protocol.Protocol.task_extra); a classification pass carries no such key, so its
 pass.json is unchanged.

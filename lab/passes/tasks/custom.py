@@ -259,29 +259,19 @@ class CustomJob:
                 **observe_tf32(), "reported_by_entry": sorted(used)}
 
     def warm_up(self, rows: list[dict], device: str) -> float:
-        import time
+        from lab.passes.inference import warm_up_window
 
-        t0 = time.perf_counter()
-        for _ in range(self.spec.warmup_passes):
-            if self.spec.warmup_items > 0:
-                self.run_window(rows[: self.spec.warmup_items], device)
-        return time.perf_counter() - t0
+        return warm_up_window(self.run_window, rows, device, self.spec.warmup_items, self.spec.warmup_passes)
 
     def run_window(self, rows, device, on_batch=None, sink=None):
         """The lab's batches handed to ``predict``; labels in ``win.pred_index`` (corpus order).
         Raises EntryFailed with the items of the batches completed before."""
-        from lab.passes.inference import WindowResult, batch_order, tokenize
+        from lab.passes.inference import open_window
 
         v = self.spec.variant
         n = len(rows)
-        input_ids, totals = tokenize([r["text"] for r in rows], self.tokenizer, v.max_length)
-        lengths = [len(x) for x in input_ids]
-        order = batch_order(lengths, v.bucketing)
-        win = WindowResult([r["id"] for r in rows], [r.get("label") for r in rows], [None] * n, [None] * n,
-                           0, sum(1 for k, t in zip(lengths, totals, strict=True) if t is not None and t > k),
-                           0, 0, 0, lengths, totals,
-                           order_sorted_by_length=order == sorted(range(n), key=lambda i: lengths[i]),
-                           order_is_corpus=order == list(range(n)))
+        win, _, order = open_window(rows, self.tokenizer, v)
+        lengths = win.tokens_kept
         if sink is not None:
             sink["win"] = win
         for start in range(0, n, v.batch_size):

@@ -13,6 +13,8 @@ On disk (the pass folder): ``predictions.jsonl``, one line per completed item in
 item's row in ``vectors.npy``, a float16 numpy array of shape (lines, hidden) (numpy's own
 ``.npy`` format, readable with ``numpy.load(allow_pickle=False)``); its sha256 is in
 result.json (``vectors_sha256``) and the predictions file's lines (``row``) point into it.
+``norm``: the vector's L2 norm before normalisation; null when the engine returns its vectors
+already normalised (a vLLM pass, lab.passes.tasks.vllm_job).
 """
 
 from __future__ import annotations
@@ -93,16 +95,9 @@ class EmbeddingJob:
         return self.tokenizer, self.model
 
     def warm_up(self, rows: list[dict], device: str) -> float:
-        import time
+        from lab.passes.inference import warm_up_window
 
-        from lab.passes.inference import synchronize
-
-        t0 = time.perf_counter()
-        for _ in range(self.spec.warmup_passes):
-            if self.spec.warmup_items > 0:
-                self.run_window(rows[: self.spec.warmup_items], device)
-        synchronize(device)
-        return time.perf_counter() - t0
+        return warm_up_window(self.run_window, rows, device, self.spec.warmup_items, self.spec.warmup_passes)
 
     def run_window(self, rows, device, on_batch=None, sink=None):
         """Tokenize, batch (the lab's rule), encode, pool and bring the vectors to the host.
@@ -113,19 +108,13 @@ class EmbeddingJob:
         import numpy as np
         import torch
 
-        from lab.passes.inference import WindowResult, batch_order, pad_batch, tokenize
+        from lab.passes.inference import open_window, pad_batch
 
         v = self.spec.variant
         n = len(rows)
-        input_ids, totals = tokenize([r["text"] for r in rows], self.tokenizer, v.max_length)
-        lengths = [len(x) for x in input_ids]
-        order = batch_order(lengths, v.bucketing)
+        win, input_ids, order = open_window(rows, self.tokenizer, v)
+        lengths = win.tokens_kept
         width = int(self.model.config.hidden_size)
-        win = WindowResult([r["id"] for r in rows], [r.get("label") for r in rows], [None] * n, [None] * n,
-                           0, sum(1 for k, t in zip(lengths, totals, strict=True) if t is not None and t > k),
-                           0, 0, 0, lengths, totals,
-                           order_sorted_by_length=order == sorted(range(n), key=lambda i: lengths[i]),
-                           order_is_corpus=order == list(range(n)))
         win.vectors = np.zeros((n, width), np.float32)
         win.norms = [None] * n
         if sink is not None:
@@ -177,7 +166,8 @@ class EmbeddingJob:
         lines = []
         for row, i in enumerate(done):
             kept, total = win.tokens_kept[i], win.tokens_total[i]
-            lines.append(json.dumps({"id": win.ids[i], "row": row, "norm": round(win.norms[i], 6),
+            norm = None if win.norms[i] is None else round(win.norms[i], 6)
+            lines.append(json.dumps({"id": win.ids[i], "row": row, "norm": norm,
                                      "truncated": None if total is None else total > kept,
                                      "tokens_kept": kept, "tokens_total": total}, ensure_ascii=False) + "\n")
         buf = io.BytesIO()

@@ -1,0 +1,216 @@
+"""A vLLM pass (``engine = "vllm"``): classification or embedding run by vLLM's offline engine,
+as a :class:`lab.passes.tasks.base.Job` on the one pass sequence (lab.passes.sequence).
+
+The engine is lab.engines.vllm.VllmClient: a child process in the vLLM venv, started in
+``start_engine`` (the sequence's ``engine_start`` phase: worker spawn, vLLM import, engine
+core start, weights loaded, KV cache reserved; set-up, never inside the measured window).
+``load`` loads only the lab's tokenizer (``model_load``) and, on the meta device (no weights),
+the model's shape for the probe phase's model FLOPs.
+
+The measured window covers what a transformers pass's covers: the corpus rows are tokenized
+and truncated by the lab (lab.passes.inference.tokenize, the transformers pass's rule), sent
+as token ids in calls of ``batch_size`` items (the declared batch size is items per call;
+vLLM schedules them continuously, up to its ``max_num_seqs`` / ``max_num_batched_tokens``, and
+what it scheduled is observed: ``max_running``), and the answers are materialized on the
+host (argmax and its probability per item; one vector per item). A call that fails leaves
+the items of the calls before it done (``VllmFailure.items_done``).
+
+vLLM packs sequences without padding: ``padded_tokens`` equals ``real_tokens`` and the
+observed padding is lab.passes.observed.PACKED, which honours a declared ``padding = "longest"`` (no pad
+token enters a result either way); ``padding = "max_length"`` is refused at lock
+(lab.inputs.variants). Predictions are written in the transformers job's format of the same
+kind (ClassificationJob / EmbeddingJob), so the same validation judges both engines: per id
+against the reference variant within the protocol's tolerance, never bit equality.
+
+The engine closes on every path: ``close()`` (the sequence calls it when the pass's phases
+end, failure included), SIGTERM (raised here as KeyboardInterrupt: the pass records
+``interrupted`` and closes the engine), and a killed pass (the worker kills its own process
+group when its parent dies: lab.engines.vllm_worker.watch_parent).
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+VLLM_KINDS = ("classification", "embedding")
+"""Task kinds a vLLM variant runs in this lab (generation and custom entries: transformers only)."""
+ATTENTION = "vLLM's own backend (see vllm.log)"
+"""The observed attention of a vLLM pass: ``attention`` declares transformers' implementation,
+which vLLM does not read (lab.passes.observed.require_honoured does not compare it)."""
+LOG_FILE = "vllm.log"  # the engine's own output, in the pass folder
+
+
+class VllmJob:
+    """A classification or embedding pass whose inference runs in vLLM (module docstring)."""
+
+    def __init__(self, spec):
+        from lab.passes.tasks.classification import ClassificationJob
+        from lab.passes.tasks.embedding import EmbeddingJob
+
+        self.spec = spec
+        self.kind = (spec.extra.get("task") or {}).get("kind", "classification")
+        if self.kind not in VLLM_KINDS:
+            raise ValueError(f"engine vllm runs task kinds {', '.join(VLLM_KINDS)} here, not {self.kind!r}")
+        # the transformers job of the same kind writes the predictions and the self metric: one format
+        self.writer: Any = ClassificationJob(spec) if self.kind == "classification" else EmbeddingJob(spec)
+        self.tokenizer: Any = None
+        self.shape_model: Any = None
+        self.client: Any = None
+        self.fields: dict = {}
+        self._sigterm: Any = None  # SIGTERM's handler before load()
+        self._stopping = False  # SIGTERM received
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def load(self, device: str) -> tuple:
+        """The lab's tokenizer and the model's shape (meta device: no weights); the weights are
+        vLLM's, loaded in ``start_engine``. Installs the SIGTERM handler (the engine closes)."""
+        import torch
+        from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+
+        self._sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+        s = self.spec
+        rev = s.extra.get("revision")
+        self.tokenizer = AutoTokenizer.from_pretrained(s.model_ref, revision=rev)
+        if s.extra.get("pad_token"):
+            self.tokenizer.pad_token = s.extra["pad_token"]
+        cfg = AutoConfig.from_pretrained(s.model_ref, revision=rev)
+        if self.kind == "classification":
+            self.writer.id2label = {int(k): v for k, v in cfg.id2label.items()}
+        auto = AutoModelForSequenceClassification if self.kind == "classification" else AutoModel
+        with torch.device("meta"):
+            self.shape_model = auto.from_config(cfg)
+        return self.tokenizer, self.shape_model
+
+    def start_engine(self, device: str, pass_dir: Path | None = None) -> dict:
+        """Start vLLM (its own phase, ``engine_start``); returns the result fields ``engine``
+        (what vLLM resolved: versions, architecture, pooling, scheduler limits, import and
+        LLM-build seconds) and ``engine_memory`` (lab.engines.vllm.reservation). Raises
+        VllmFailure (kind oom or error) when the engine does not start; VllmEnvError (one line)
+        when the venv cannot be had."""
+        from lab.engines.vllm import VllmClient, reservation, settings_for
+
+        s = self.spec
+        log = (pass_dir or Path(s.out_dir)) / LOG_FILE
+        self.client = VllmClient(settings_for(s.variant, s.model_ref, device, s.seed), log_path=log)
+        ready = self.client.start()
+        self.fields = {"engine": {"name": "vllm", "versions": ready.versions, "architecture": ready.architecture,
+                                  "pooling": ready.pooling, "scheduler": ready.scheduler,
+                                  "import_s": round(ready.import_s, 6),
+                                  "llm_build_s": round(ready.engine_start_s, 6), "log": LOG_FILE},
+                       "engine_memory": reservation(ready, device)}
+        if self.kind == "embedding":
+            self._check_pooling(ready.pooling)
+        return self.fields
+
+    def _check_pooling(self, pooling: dict | None) -> None:
+        """The declared pooling rule (mean, normalize) must be what vLLM applies to the model."""
+        from lab.passes.observed import NotHonoured
+
+        p = pooling or {}
+        kind = str(p.get("pooling_type") or p.get("seq_pooling_type") or "").upper()
+        norm = str(p.get("normalize") or p.get("use_activation") or "").lower()
+        want_norm = str(self.writer.normalize).lower()
+        if kind != self.writer.pooling.upper() or (norm not in ("", "none") and norm != want_norm):
+            raise NotHonoured(f"declared value not honoured: pooling {self.writer.pooling} normalize "
+                              f"{self.writer.normalize} declared, vLLM pools {pooling}")
+
+    def _on_sigterm(self, signum, frame) -> None:  # noqa: ARG002 - a signal handler's signature
+        self._stopping = True  # the engine may be mid-call: close() kills it without asking
+        raise KeyboardInterrupt("SIGTERM: the pass was stopped")
+
+    def close(self) -> None:
+        """Stop the engine (asked to close, 10 s; at once after SIGTERM: it may be mid-call), its
+        process group killed, and give SIGTERM its handler back (the files are written next: a
+        stop then ends the process as it ends a transformers pass); idempotent, never raises."""
+        if self.client is not None:
+            self.client.close(grace_s=0.0 if self._stopping else 10.0)
+        if self._sigterm is not None:
+            signal.signal(signal.SIGTERM, self._sigterm)
+            self._sigterm = None
+
+    # -- the protocol's steps --------------------------------------------------------------------
+
+    def warm_up(self, rows: list[dict], device: str) -> float:
+        from lab.passes.inference import warm_up_window
+
+        return warm_up_window(self.run_window, rows, device, self.spec.warmup_items, self.spec.warmup_passes)
+
+    def run_window(self, rows, device, on_batch=None, sink=None):
+        """Tokenize (the lab's rule), send the ids in calls of ``batch_size`` items in the
+        processing order (lab.passes.inference.batch_order), materialize the answers on the
+        host. Returns a WindowResult (classification: pred_index and prob; embedding: vectors
+        and pred_index[i] = i, norms None: vLLM returns its pooled vectors normalised). Raises
+        VllmFailure with the items done before the failing call; NonFiniteLogits /
+        NonFiniteVectors for a non-finite answer."""
+        import numpy as np
+
+        from lab.engines.vllm import VllmFailure
+        from lab.passes.inference import NonFiniteLogits, open_window
+        from lab.passes.tasks.embedding import NonFiniteVectors
+
+        v = self.spec.variant
+        n = len(rows)
+        win, input_ids, order = open_window(rows, self.tokenizer, v)
+        lengths = win.tokens_kept
+        embed = self.kind == "embedding"
+        if embed:
+            win.norms = [None] * n
+        if sink is not None:
+            sink["win"] = win
+        for start in range(0, n, v.batch_size):
+            idx = order[start:start + v.batch_size]
+            try:
+                out = (self.client.embed if embed else self.client.classify)([input_ids[i] for i in idx])
+            except VllmFailure as exc:
+                exc.items_done = win.items_done
+                raise
+            host = np.asarray(out.rows, dtype=np.float32)
+            bad = [rows[idx[j]]["id"] for j in range(len(idx)) if not np.isfinite(host[j]).all()]
+            if bad:
+                raise (NonFiniteVectors if embed else NonFiniteLogits)(bad, win.items_done)
+            if embed:
+                if win.vectors is None:
+                    win.vectors = np.zeros((n, host.shape[1]), np.float32)
+                win.vectors[idx] = host
+                for i in idx:
+                    win.pred_index[i] = i
+            else:
+                top = host.argmax(axis=1)
+                for j, i in enumerate(idx):
+                    win.pred_index[i], win.prob[i] = int(top[j]), float(host[j, top[j]])
+            win.count_packed_call(idx, lengths, out.max_running)
+            if on_batch:
+                on_batch(win.items_done)
+        return win
+
+    def observe(self, threads: int, workers_on_host: int = 1) -> dict:
+        """What vLLM resolved (lab.engines.vllm.VllmClient.observed: engine, dtype, compile,
+        scheduler limits, memory fraction) and the lab process's threads and TF32 settings."""
+        import torch
+
+        from lab.passes.observed import observe_tf32
+
+        obs = self.client.observed()
+        where = (self.client.ready.memory.get("device") or "") if self.client.ready else ""
+        return {**{k: v for k, v in obs.items() if k != "max_running"},
+                **({"device": where if where == "cpu" else f"{where}:0"} if where else {}),
+                "threads": torch.get_num_threads(), "threads_declared": threads, "quantization": "none",
+                "attention": ATTENTION, **observe_tf32()}
+
+    def observe_window(self, win) -> dict:
+        """The window's observed record: padding PACKED, the longest item kept, the order,
+        ``batch_size`` (the most items the lab sent in one call) and ``max_running`` (the most
+        sequences vLLM ran in one engine step, over the window; None when vLLM did not say)."""
+        from lab.passes.observed import PACKED, observe_window
+
+        rec = observe_window(win, self.spec.variant.max_length)
+        return {**rec, "padding": PACKED if win.batches else rec["padding"], "max_running": win.max_running}
+
+    def self_metric(self, win) -> float | None:
+        return self.writer.self_metric(win)
+
+    def write_predictions(self, path: Path, win) -> dict:
+        return self.writer.write_predictions(path, win)
