@@ -197,16 +197,22 @@ def open_window(rows: list[dict], tokenizer, variant: Variant) -> tuple[WindowRe
     ``max_length`` (:func:`tokenize`), their processing order (:func:`batch_order`) and an
     empty WindowResult (ids, labels, truncated count, tokens kept and total per item, whether
     the order is the corpus's or sorted by length). Returns (win, input_ids, order)."""
-    n = len(rows)
     input_ids, totals = tokenize([r["text"] for r in rows], tokenizer, variant.max_length)
     lengths = [len(x) for x in input_ids]
     order = batch_order(lengths, variant.bucketing)
-    win = WindowResult([r["id"] for r in rows], [r.get("label") for r in rows], [None] * n, [None] * n,
-                       0, sum(1 for k, t in zip(lengths, totals, strict=True) if t is not None and t > k),
-                       0, 0, 0, lengths, totals,
-                       order_sorted_by_length=order == sorted(range(n), key=lambda i: lengths[i]),
-                       order_is_corpus=order == list(range(n)))
-    return win, input_ids, order
+    return empty_window(rows, lengths, totals, order), input_ids, order
+
+
+def empty_window(rows: list[dict], lengths: list[int], totals: list, order: list[int]) -> WindowResult:
+    """The WindowResult a window starts from: ``rows``' ids and labels, no item done, ``lengths``
+    the tokens each item keeps, ``totals`` its untruncated token count (None: not known), the
+    truncated count, and whether ``order`` is the corpus's or ascending by length."""
+    n = len(rows)
+    return WindowResult([r["id"] for r in rows], [r.get("label") for r in rows], [None] * n, [None] * n,
+                        0, sum(1 for k, t in zip(lengths, totals, strict=True) if t is not None and t > k),
+                        0, 0, 0, lengths, list(totals),
+                        order_sorted_by_length=order == sorted(range(n), key=lambda i: lengths[i]),
+                        order_is_corpus=order == list(range(n)))
 
 
 def batch_order(lengths: list[int], bucketing: bool) -> list[int]:

@@ -94,16 +94,9 @@ class GenerationJob:
         return self.tokenizer, self.model
 
     def warm_up(self, rows: list[dict], device: str) -> float:
-        import time
+        from lab.passes.inference import warm_up_window
 
-        from lab.passes.inference import synchronize
-
-        t0 = time.perf_counter()
-        for _ in range(self.spec.warmup_passes):
-            if self.spec.warmup_items > 0:
-                self.run_window(rows[: self.spec.warmup_items], device)
-        synchronize(device)
-        return time.perf_counter() - t0
+        return warm_up_window(self.run_window, rows, device, self.spec.warmup_items, self.spec.warmup_passes)
 
     def run_window(self, rows, device, on_batch=None, sink=None):
         """Prompts, batches (the lab's rule), greedy generation per batch, outputs on the host.
@@ -113,7 +106,7 @@ class GenerationJob:
         max_text_tokens), ``tokens_total`` those of the uncut prompts. Raises
         generation_core.GenerationRuleError for a prompt past the model's positions and lets
         OOM errors propagate; the items done before stay in ``sink["win"]``."""
-        from lab.passes.inference import WindowResult, batch_order
+        from lab.passes.inference import batch_order, empty_window
         from lab.passes.tasks.generation_core import encode_prompts, generate_tokens
 
         v = self.spec.variant
@@ -124,11 +117,7 @@ class GenerationJob:
         totals = ([len(self.tokenizer(self.rule.prompt.replace("{text}", t), verbose=False)["input_ids"])
                    for t in texts] if self.rule.max_text_tokens else list(lengths))
         order = batch_order(lengths, v.bucketing)
-        win = WindowResult([r["id"] for r in rows], [r.get("label") for r in rows], [None] * n, [None] * n,
-                           0, sum(1 for k, t in zip(lengths, totals, strict=True) if t > k),
-                           0, 0, 0, lengths, list(totals),
-                           order_sorted_by_length=order == sorted(range(n), key=lambda i: lengths[i]),
-                           order_is_corpus=order == list(range(n)))
+        win = empty_window(rows, lengths, totals, order)
         win.generated = [None] * n
         if sink is not None:
             sink["win"] = win
