@@ -37,6 +37,7 @@ from lab.launchers.gpu_access import gpu_run_kwargs
 from lab.passes.spec import PassSpec
 
 C_PASS, C_DATA, C_MODEL, C_OUT = "/work/pass", "/data", "/models/model", "/work/out"
+C_TASK = "/work/task"  # a custom task's entry folder, read-only (its entry file and the files it declares)
 C_SPEC_NAME = "pass.container.json"
 LABEL_PREFIX = "iteralab"
 DEFAULT_MEMORY_FRACTION = 0.9     # of host RAM: a runaway pass cannot take the host down
@@ -270,6 +271,12 @@ class DockerLauncher:
             fields["model_ref"] = C_MODEL
         elif self.hf_home:
             vols[str(Path(self.hf_home).resolve())] = {"bind": "/models/hf-home", "mode": "ro"}
+        entry = (spec.extra.get("task") or {}).get("entry")
+        if entry:  # the user's code: its folder read-only, the entry named by its container path
+            file, _, cls = entry.rpartition(":")
+            host = Path(file).resolve()
+            vols[str(host.parent)] = {"bind": C_TASK, "mode": "ro"}
+            fields["extra"] = {**spec.extra, "task": {**spec.extra["task"], "entry": f"{C_TASK}/{host.name}:{cls}"}}
         out = Path(spec.out_dir).resolve()
         if out == pass_dir or pass_dir in out.parents:
             fields["out_dir"] = f"{C_PASS}/{out.relative_to(pass_dir)}".rstrip("/.")

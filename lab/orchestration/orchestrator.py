@@ -188,18 +188,30 @@ class Orchestrator:
         orch.journal.set_control("campaign_file", str(proto.path))
         return orch
 
+    def check_entry_mount(self) -> None:
+        """Raise ProtocolError (one line) when a [task] files item lies outside the [task] entry's
+        folder and passes run in containers: the Docker launcher mounts the entry's folder, read
+        only, and nothing else of the user's (lab.launchers.docker.C_TASK)."""
+        files = self.proto.task_files()
+        if self.launcher.name == "local" or "entry" not in files:
+            return
+        folder = files["entry"].resolve().parent
+        outside = [k.split(":", 1)[1] for k, p in files.items()
+                   if k.startswith("file:") and folder not in p.resolve().parents]
+        if outside:
+            raise ProtocolError(f"[task] files {outside[0]} lies outside the entry's folder {folder}, the only "
+                                f"folder of yours the {self.launcher.name} launcher mounts; move it there "
+                                "(and list it again) or use --launcher local")
+
     def check_launcher(self) -> None:
         """Raise ProtocolError (one line, with the fix) when a ``compile = true`` variant cannot
         compile where this launcher runs passes: torch.compile needs a C++ compiler for a CPU
         device and a C compiler for Triton on a GPU (lab.passes.compile.COMPILER_PROBE, run in
         the pass environment: the local Python or the pass image). Every pass of such a
         variant would fail at its compile phase. Nothing is probed without compile variants
-        or for a launcher without ``probe_compile_toolchain``. A user's own code ([task] entry,
-        [task] files) runs only where its host path is seen: with the local launcher."""
-        if self.proto.task_files() and self.launcher.name != "local" and self.proto.config.task.entry:
-            raise ProtocolError(f"[task] entry {self.proto.config.task.entry} runs only with the local launcher "
-                                f"in this lab (the {self.launcher.name} launcher does not mount it); use "
-                                "--launcher local")
+        or for a launcher without ``probe_compile_toolchain``. A user's own code: see
+        :meth:`check_entry_mount`."""
+        self.check_entry_mount()
         probe = getattr(self.launcher, "probe_compile_toolchain", None)
         if probe is None:
             return

@@ -102,14 +102,23 @@ def test_user_metric_is_judged_in_its_declared_direction(tmp_path):
                                                               for r in v.reasons)
 
 
-def test_custom_entry_is_refused_for_a_launcher_that_does_not_mount_it(tmp_path):
+def test_a_declared_file_outside_the_entry_folder_is_refused_for_a_launcher_that_mounts_the_folder(tmp_path):
     from types import SimpleNamespace
 
     from lab.orchestration.orchestrator import Orchestrator
 
-    (tmp_path / "entry.py").write_text("class C:\n    def predict(self, texts):\n        return texts\n")
-    proto = load_protocol(campaign(tmp_path, '\n[task]\nkind = "custom"\nentry = "entry.py:C"\n'))
-    with pytest.raises(ProtocolError, match="runs only with the local launcher") as e:
-        Orchestrator.check_launcher(SimpleNamespace(proto=proto, launcher=SimpleNamespace(name="docker")))
-    assert "\n" not in str(e.value)
-    Orchestrator.check_launcher(SimpleNamespace(proto=proto, launcher=SimpleNamespace(name="local")))
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "entry.py").write_text("class C:\n    def predict(self, texts):\n        return texts\n")
+    (code / "vocab.txt").write_text("a\n")
+    (tmp_path / "elsewhere.txt").write_text("b\n")
+    check = Orchestrator.check_entry_mount
+    inside = load_protocol(campaign(tmp_path, '\n[task]\nkind = "custom"\nentry = "code/entry.py:C"\n'
+                                              'files = ["code/vocab.txt"]\n'))
+    check(SimpleNamespace(proto=inside, launcher=SimpleNamespace(name="docker")))  # mounted with its folder
+    outside = load_protocol(campaign(tmp_path, '\n[task]\nkind = "custom"\nentry = "code/entry.py:C"\n'
+                                               'files = ["code/vocab.txt", "elsewhere.txt"]\n'))
+    with pytest.raises(ProtocolError, match="files elsewhere.txt lies outside the entry's folder") as e:
+        check(SimpleNamespace(proto=outside, launcher=SimpleNamespace(name="docker")))
+    assert "\n" not in str(e.value) and "--launcher local" in str(e.value)
+    check(SimpleNamespace(proto=outside, launcher=SimpleNamespace(name="local")))  # the host sees every path

@@ -1,0 +1,51 @@
+"""A custom task's entry through the Docker launcher (issue 20: Docker passes work for every
+kind): the entry's folder is mounted read-only at lab.launchers.docker.C_TASK, the pass imports
+the entry from there, and the container's predictions equal the host's per id; nothing else of
+the user's is mounted (a declared file outside that folder is refused at run start in one line:
+tests/unit/test_task_section.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from conftest import DOCKER_TEST_LABELS, REPO, cut_corpus
+from lab.facts.host import read_pins
+from lab.launchers.docker import C_TASK, DockerLauncher
+from lab.launchers.local import LocalLauncher
+from lab.orchestration.orchestrator import Orchestrator
+from lab.orchestration.protocol import load_protocol, lock
+from test_task_custom import custom_campaign
+
+
+def predictions(orch) -> dict[str, str]:
+    (a,) = orch.journal.attempts()
+    lines = (orch.dir / "passes" / a["pass_id"] / "predictions.jsonl").read_text().splitlines()
+    return {r["id"]: r["pred"] for r in map(json.loads, lines)}
+
+
+@pytest.mark.docker
+def test_custom_entry_runs_in_a_container_with_the_hosts_predictions(docker_client, tmp_path, model_dir):
+    image = read_pins()["CPU_IMAGE"]
+    try:
+        docker_client.images.get(image)
+    except Exception:
+        pytest.fail(f"image {image} is not built; run `bash scripts/ci_docker.sh` first")
+    code = tmp_path / "code"  # the user's own folder, outside the bundle
+    code.mkdir()
+    shutil.copyfile(REPO / "examples" / "custom_classifier.py", code / "custom_classifier.py")
+    f = custom_campaign(tmp_path, model_dir, "code/custom_classifier.py:DemoClassifier", values=(8,))
+    lock(load_protocol(f))
+    docker = DockerLauncher(image, "cpu", labels=DOCKER_TEST_LABELS, client=docker_client)
+    in_container = Orchestrator.prepare(f, tmp_path / "runs-docker", docker)
+    assert in_container.run() == "finished"
+    (a,) = in_container.journal.attempts()
+    assert a["status"] == "ok" and a["launcher"] == "docker", a["notes"]
+    assert a["validation"]["corpus_accepted"], a["validation"]["reasons"]
+    spec = json.loads((in_container.dir / "passes" / a["pass_id"] / "pass.container.json").read_text())
+    assert spec["extra"]["task"]["entry"] == f"{C_TASK}/custom_classifier.py:DemoClassifier"
+    on_host = Orchestrator.prepare(f, tmp_path / "runs-local", LocalLauncher())
+    assert on_host.run() == "finished"
+    assert predictions(in_container) == predictions(on_host) and len(predictions(on_host)) == 10
