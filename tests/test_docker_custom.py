@@ -2,7 +2,7 @@
 kind): the entry's folder is mounted read-only at lab.launchers.docker.C_TASK, the pass imports
 the entry from there, and the container's predictions equal the host's per id; nothing else of
 the user's is mounted (a declared file outside that folder is refused at run start in one line:
-tests/unit/test_task_section.py)."""
+tests/unit/test_task_section.py). An embedding campaign in a container gives the host's vectors."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from conftest import DOCKER_TEST_LABELS, REPO, cut_corpus
+from conftest import DOCKER_TEST_LABELS, REPO
 from lab.facts.host import read_pins
 from lab.launchers.docker import C_TASK, DockerLauncher
 from lab.launchers.local import LocalLauncher
@@ -49,3 +49,36 @@ def test_custom_entry_runs_in_a_container_with_the_hosts_predictions(docker_clie
     on_host = Orchestrator.prepare(f, tmp_path / "runs-local", LocalLauncher())
     assert on_host.run() == "finished"
     assert predictions(in_container) == predictions(on_host) and len(predictions(on_host)) == 10
+
+
+@pytest.mark.docker
+def test_embedding_passes_run_in_a_container_with_the_hosts_vectors(docker_client, tmp_path, model_dir):
+    import numpy as np
+
+    from test_task_embedding import embedding_campaign
+
+    image = read_pins()["CPU_IMAGE"]
+    f = embedding_campaign(tmp_path, model_dir)  # batch 1 and batch 8, one pass each
+    lock(load_protocol(f))
+    runs = {}
+    for name, launcher in (("docker", DockerLauncher(image, "cpu", labels=DOCKER_TEST_LABELS, client=docker_client)),
+                           ("local", LocalLauncher())):
+        orch = Orchestrator.prepare(f, tmp_path / f"runs-{name}", launcher)
+        assert orch.run() == "finished"
+        runs[name] = orch
+    for a in runs["docker"].journal.attempts():
+        assert a["status"] == "ok" and a["launcher"] == "docker", a["notes"]
+        assert a["validation"]["corpus_accepted"], a["validation"]["reasons"]
+    def vectors(orch):
+        out = {}
+        for a in orch.journal.attempts():
+            d = orch.dir / "passes" / a["pass_id"]
+            ids = [json.loads(x)["id"] for x in (d / "predictions.jsonl").read_text().splitlines()]
+            out[a["variant_id"]] = dict(zip(ids, np.load(d / "vectors.npy", allow_pickle=False), strict=True))
+        return out
+    host, ctr = vectors(runs["local"]), vectors(runs["docker"])
+    assert host.keys() == ctr.keys() and len(host) == 2
+    for vid in host:
+        assert host[vid].keys() == ctr[vid].keys() and len(host[vid]) == 10
+        cos = [float(np.dot(host[vid][i].astype(np.float32), ctr[vid][i].astype(np.float32))) for i in host[vid]]
+        assert min(cos) > 0.9999, (vid, min(cos))  # normalised vectors, the same torch build in both
