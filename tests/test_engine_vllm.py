@@ -255,6 +255,24 @@ def test_a_stale_stamp_is_not_ready(tmp_path):
     assert vllm_env.is_ready(venv)
 
 
+def test_the_requirements_file_follows_its_environment_variable(tmp_path, monkeypatch):
+    # the CUDA image's venv is stamped with images/requirements-cuda-vllm.txt, not requirements-vllm.txt
+    from lab.facts.files import REPO_ROOT, sha256_file
+
+    cuda_req = REPO_ROOT / "images" / "requirements-cuda-vllm.txt"
+    venv = tmp_path / "v"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    (venv / ".installed").write_text(sha256_file(cuda_req) + "\n")
+    assert not vllm_env.is_ready(venv)  # default: the CPU host's file, another sha256
+    monkeypatch.setenv(vllm_env.REQUIREMENTS_ENV, str(cuda_req))
+    assert vllm_env.requirements_file() == cuda_req and vllm_env.is_ready(venv)
+    monkeypatch.setenv(vllm_env.REQUIREMENTS_ENV, str(tmp_path / "missing.txt"))
+    assert not vllm_env.is_ready(venv)
+    with pytest.raises(vllm_env.VllmEnvError, match=r"missing\.txt"):
+        vllm_env.ensure_vllm_env(build_if_missing=False)
+
+
 # ---- no engine left behind --------------------------------------------------------------------
 
 PARENT = textwrap.dedent("""
