@@ -96,7 +96,20 @@ download_wheels images/requirements-cuda.txt "$CUDA_WHEELHOUSE" 28
 done_step
 if [[ "$CUDA_VLLM" == 1 ]]; then
     step "wheelhouse $CUDA_VLLM_WHEELHOUSE (the vLLM venv)"
-    cp -ln "$CUDA_WHEELHOUSE"/*.whl "$CUDA_VLLM_WHEELHOUSE"/ 2>/dev/null || true
+    # hard-link (or copy) the wheels both files pin at the same version
+    python3 - images/requirements-cuda-vllm.txt "$CUDA_WHEELHOUSE" "$CUDA_VLLM_WHEELHOUSE" <<'EOF'
+import os, re, shutil, sys
+req, src, dst = sys.argv[1:]
+norm = lambda s: re.sub(r"[-_.]+", "-", s).lower()
+pinned = {(norm(n), v) for n, v in re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", open(req).read(), re.M)}
+for f in sorted(os.listdir(src)):
+    name, version = (f.split("-") + [""])[:2]
+    if f.endswith(".whl") and (norm(name), version) in pinned and not os.path.exists(os.path.join(dst, f)):
+        try:
+            os.link(os.path.join(src, f), os.path.join(dst, f))
+        except OSError:
+            shutil.copy2(os.path.join(src, f), os.path.join(dst, f))
+EOF
     download_wheels images/requirements-cuda-vllm.txt "$CUDA_VLLM_WHEELHOUSE" 39
     done_step
 fi
