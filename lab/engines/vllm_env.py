@@ -76,15 +76,27 @@ def build(venv: Path | None = None, requirements: Path | None = None, python: st
     Steps: a fresh ``python -m venv``; ``pip install --require-hashes --no-deps -r
     requirements``; uninstall LEFT_OUT if present; ``import vllm`` as a check; the stamp.
     ``log``: a text file for pip's output (default ``<venv>.log``). Raises VllmEnvError (one
-    line naming the log) when a step fails; the half-built venv is removed.
+    line naming the log) when a step fails; the half-built venv is removed. Raises VllmEnvError
+    too when ``requirements`` is missing or the venv's folder is not writable (a pass image
+    built without a vLLM venv: the CUDA image with WITH_VLLM=0, the ROCm image).
     """
     v = venv or venv_dir()
     requirements = requirements or requirements_file()
     log_path = Path(log or f"{v}.log")
     t0 = time.monotonic()
-    if v.exists():
-        shutil.rmtree(v)
-    v.parent.mkdir(parents=True, exist_ok=True)
+    if not requirements.is_file():
+        raise VllmEnvError(f"the vLLM environment {v} is missing and cannot be built here: its requirements "
+                           f"file {requirements} is missing (an image without a vLLM venv); declare "
+                           "engine = \"transformers\" or run where a vLLM venv is provided")
+    try:
+        if v.exists():
+            shutil.rmtree(v)
+        v.parent.mkdir(parents=True, exist_ok=True)
+        log_path.touch()
+    except OSError as exc:
+        raise VllmEnvError(f"the vLLM environment {v} is missing and cannot be built here ({exc.strerror}: "
+                           f"{exc.filename}); declare engine = \"transformers\" or run where a vLLM venv "
+                           "is provided") from None
     pip = [str(venv_python(v)), "-m", "pip", "--disable-pip-version-check"]
     steps = [
         ("create the venv", [python or sys.executable, "-m", "venv", str(v)]),
