@@ -8,6 +8,7 @@ import functools
 import gc
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -157,6 +158,21 @@ def wait_until(cond, timeout_s: float, what: str, interval_s: float = 0.2, detai
                                  + (f":\n{detail()}" if detail else ""))
         time.sleep(interval_s)
     return value
+
+
+PIN = re.compile(r"^([A-Za-z0-9_.-]+)==([^\s\\]+)")
+
+
+def pins(path: Path) -> dict[str, str]:
+    """{canonical name: version} of a requirements file's ``name==version`` lines."""
+    from packaging.utils import canonicalize_name
+
+    out = {}
+    for line in path.read_text().splitlines():
+        m = PIN.match(line)
+        if m:
+            out[canonicalize_name(m.group(1))] = m.group(2)
+    return out
 
 
 def demo_rows() -> list[dict]:

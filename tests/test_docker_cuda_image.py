@@ -7,6 +7,11 @@ Skipped, with the reason, when no engine answers or when the image is not built:
 build it (images/README.md says why); `bash scripts/build_cuda_local.sh` builds it on a host
 without NVIDIA's registry. An image built from other lab sources fails here with the fix
 (DockerLauncher.from_environment refuses it, as it would refuse it for a campaign).
+
+The image's vLLM venv (/opt/vllm-venv, images/requirements-cuda-vllm.txt; issue 21 part 2) is
+checked as far as a host without a GPU allows: it is found ready by the lab's own stamp check,
+``import vllm`` works, and the lab's architecture probe says the demo classifier is supported.
+No vLLM pass runs here: vLLM's CUDA build needs a GPU for an engine (images/README.md).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import uuid
 
 import pytest
 
-from conftest import DOCKER_TEST_LABELS
+from conftest import DOCKER_TEST_LABELS, REPO, pins
 from lab.facts.host import read_pins
 from lab.inputs.variants import Variant
 from lab.launchers.docker import DockerLauncher
@@ -25,6 +30,22 @@ from lab.passes.events import EXIT_OK
 from test_docker_launcher import CORPUS, make_spec, model_dir, run_pass, stratified_30, subset
 
 __all__ = ["model_dir"]  # the demo model, copied world-readable (a fixture of test_docker_launcher)
+
+# What the image's lab process reports about its vLLM venv: the lab's own functions, no network.
+VLLM_CHECK = """
+import json, subprocess, sys
+import transformers
+from lab.engines import vllm_env
+from lab.engines.vllm import probe_model
+py = vllm_env.ensure_vllm_env(build_if_missing=False)
+mods = "vllm, torch, transformers, numpy, torchvision, torchaudio, torchcodec"
+versions = subprocess.run([str(py), "-P", "-c", f"import json, {mods}; from vllm import LLM; print(json.dumps("
+                           f"{{m.__name__: m.__version__ for m in ({mods})}}))"],
+                          capture_output=True, text=True, check=True).stdout
+print(json.dumps({"venv": str(vllm_env.venv_dir()), "python": str(py), "ready": vllm_env.is_ready(),
+                  "venv_versions": json.loads(versions), "lab_transformers": transformers.__version__,
+                  "probe": probe_model(sys.argv[1], build_if_missing=False)}))
+"""
 
 
 @pytest.fixture(scope="module")
@@ -71,3 +92,50 @@ def test_cpu_pass_in_the_cuda_image(docker_client, cuda_image, model_dir, tmp_pa
     assert result["self_accuracy"] == host_result["self_accuracy"]
     print(f"cuda image {cuda_image}: torch {result['torch_version']}, 30 items, "
           f"self_accuracy {result['self_accuracy']:.4f}, measured {result['phases_s']}")
+
+
+def run_in_image(docker_client, image: str, command: list[str], volumes: dict | None = None) -> tuple[int, str]:
+    """(exit code, stdout + stderr) of ``command`` in a fresh container of ``image``, no network."""
+    ctr = docker_client.containers.run(image, command, detach=True, network_disabled=True,
+                                       volumes=volumes or {}, labels=DOCKER_TEST_LABELS)
+    try:
+        code = ctr.wait(timeout=600)["StatusCode"]
+        return code, ctr.logs().decode("utf-8", "replace")
+    finally:
+        ctr.remove(force=True)
+
+
+@pytest.fixture(scope="module")
+def vllm_venv(docker_client, cuda_image):
+    """The image's ITERALAB_VLLM_VENV; skip, saying why, when the image was built without it."""
+    env = dict(e.split("=", 1) for e in docker_client.images.get(cuda_image).attrs["Config"]["Env"])
+    venv = env.get("ITERALAB_VLLM_VENV")
+    code, _ = run_in_image(docker_client, cuda_image, ["test", "-x", f"{venv}/bin/python"]) if venv else (1, "")
+    if code != 0:
+        pytest.skip(f"image {cuda_image} has no vLLM venv ({venv or 'ITERALAB_VLLM_VENV unset'}): built with "
+                    "CUDA_VLLM=0 or before images/requirements-cuda-vllm.txt; rebuild with "
+                    "`bash scripts/build_cuda_local.sh`")
+    return venv
+
+
+@pytest.mark.docker
+def test_the_cuda_images_vllm_venv_imports_vllm_and_supports_the_demo_model(docker_client, cuda_image,
+                                                                            vllm_venv, model_dir):
+    code, out = run_in_image(docker_client, cuda_image, ["python", "-c", VLLM_CHECK, "/models/demo"],
+                             volumes={str(model_dir): {"bind": "/models/demo", "mode": "ro"}})
+    assert code == 0, out[-2000:]
+    report = json.loads(out.strip().splitlines()[-1])
+    want, lab = pins(REPO / "images" / "requirements-cuda-vllm.txt"), pins(REPO / "images" / "requirements-cuda.txt")
+    assert report["ready"] and report["python"] == f"{vllm_venv}/bin/python", report
+    # the venv holds the pinned vLLM and its own transformers; the lab's venv keeps the lab's
+    # (torchvision, torchaudio and torchcodec included: PyPI's CUDA builds import beside vllm)
+    versions = report["venv_versions"]
+    assert {m: v.split("+")[0] for m, v in versions.items()} == {m: want[m] for m in versions}, report
+    assert len(versions) == 7 and all("+cu" in versions[m] for m in ("torch", "torchvision", "torchaudio")), report
+    assert report["lab_transformers"] == lab["transformers"] != want["transformers"], report
+    # the lab's architecture probe, run in that venv: vLLM resolves the demo classifier
+    probe = report["probe"]
+    assert probe["vllm"] == want["vllm"] and probe["resolved"], probe
+    assert probe["architectures"] == json.loads((model_dir / "config.json").read_text())["architectures"], probe
+    print(f"cuda image {cuda_image}: vLLM venv {vllm_venv}, versions {report['venv_versions']}, "
+          f"probe {probe}")

@@ -255,6 +255,42 @@ def test_a_stale_stamp_is_not_ready(tmp_path):
     assert vllm_env.is_ready(venv)
 
 
+def test_the_requirements_file_follows_its_environment_variable(tmp_path, monkeypatch):
+    # the CUDA image's venv is stamped with images/requirements-cuda-vllm.txt, not requirements-vllm.txt
+    from lab.facts.files import REPO_ROOT, sha256_file
+
+    cuda_req = REPO_ROOT / "images" / "requirements-cuda-vllm.txt"
+    venv = tmp_path / "v"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    (venv / ".installed").write_text(sha256_file(cuda_req) + "\n")
+    assert not vllm_env.is_ready(venv)  # default: the CPU host's file, another sha256
+    monkeypatch.setenv(vllm_env.REQUIREMENTS_ENV, str(cuda_req))
+    assert vllm_env.requirements_file() == cuda_req and vllm_env.is_ready(venv)
+    monkeypatch.setenv(vllm_env.REQUIREMENTS_ENV, str(tmp_path / "missing.txt"))
+    assert not vllm_env.is_ready(venv)
+    with pytest.raises(vllm_env.VllmEnvError, match=r"missing\.txt"):
+        vllm_env.ensure_vllm_env(build_if_missing=False)
+    # an image without a vLLM venv (no requirements file there): one line, nothing built
+    monkeypatch.setenv(vllm_env.VENV_ENV, str(tmp_path / "none"))
+    with pytest.raises(vllm_env.VllmEnvError, match=r"cannot be built here: .*missing\.txt is missing") as err:
+        vllm_env.ensure_vllm_env(build_if_missing=True)
+    assert "\n" not in str(err.value) and not (tmp_path / "none").exists()
+
+
+def test_a_venv_folder_that_cannot_be_written_is_refused_in_one_line(tmp_path, monkeypatch):
+    # the CUDA image built with WITH_VLLM=0: /opt/vllm-venv under a folder the pass user cannot
+    # write. Tests may run as root, who writes anywhere, so a file stands where the venv's parent
+    # folder would be: the same OSError path
+    locked = tmp_path / "opt"
+    locked.mkdir()
+    (locked / "file").write_text("")
+    monkeypatch.setenv(vllm_env.VENV_ENV, str(locked / "file" / "vllm-venv"))
+    with pytest.raises(vllm_env.VllmEnvError, match=r"cannot be built here \(") as err:
+        vllm_env.ensure_vllm_env(build_if_missing=True)
+    assert "\n" not in str(err.value)
+
+
 # ---- no engine left behind --------------------------------------------------------------------
 
 PARENT = textwrap.dedent("""

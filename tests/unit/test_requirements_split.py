@@ -6,25 +6,15 @@ from __future__ import annotations
 import re
 import tomllib
 
-from conftest import REPO
+from conftest import REPO, pins
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-PIN = re.compile(r"^([A-Za-z0-9_.-]+)==([^\s\\]+)")
 DEV_TOOLS = {"pytest", "pytest-asyncio", "pytest-textual-snapshot", "pytest-timeout", "ruff", "mypy",
              "import-linter", "grimp", "nbclient", "nbformat", "ipykernel", "tornado", "syrupy"}
 # Wheels only a vendor image needs (the CUDA runtime libraries, triton; setuptools, which torch's
 # wheel metadata names and a venv already holds).
 IMAGE_ONLY = re.compile(r"^(cuda-|nvidia-(?!ml-py)|triton$|setuptools$)")
-
-
-def pins(path) -> dict[str, str]:
-    out = {}
-    for line in path.read_text().splitlines():
-        m = PIN.match(line)
-        if m:
-            out[canonicalize_name(m.group(1))] = m.group(2)
-    return out
 
 
 def project() -> dict:
@@ -69,3 +59,16 @@ def test_pass_images_install_only_the_runtime_at_its_versions():
         dockerfile = (REPO / "images" / vendor / "Dockerfile").read_text()
         assert f"images/requirements-{vendor}.txt" in dockerfile and "requirements-dev" not in dockerfile
         assert "requirements.lock" not in dockerfile.split("COPY", 1)[1]
+
+
+def test_the_cuda_images_vllm_venv_is_hashed_and_shares_the_images_torch():
+    path = REPO / "images" / "requirements-cuda-vllm.txt"
+    vllm, image = pins(path), pins(REPO / "images" / "requirements-cuda.txt")
+    assert "vllm" in vllm and len(vllm) > 100  # the whole resolved set, not a stub
+    assert path.read_text().count("--hash=sha256:") == len(vllm)
+    # the same torch build and CUDA runtime wheels as the lab's venv in the image; cuda-bindings
+    # (Python bindings, no runtime) may differ: cuda-python, which flashinfer needs, pins ~=13.4.4
+    shared = [n for n in image if n == "torch" or (IMAGE_ONLY.match(n) and n != "cuda-bindings")]
+    assert "torch" in shared and len(shared) > 10
+    assert {n: vllm.get(n) for n in shared} == {n: image[n] for n in shared}
+    assert "images/requirements-cuda-vllm.txt" in (REPO / "images" / "cuda" / "Dockerfile").read_text()
