@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from lab.facts.errors import LabError
 from lab.facts.files import REPO_ROOT, lab_sources_sha256
@@ -265,7 +265,7 @@ class DockerLauncher:
         corpus = Path(spec.corpus_path).resolve()
         c_corpus = f"{C_DATA}/{corpus.name}"
         vols[str(corpus)] = {"bind": c_corpus, "mode": "ro"}
-        fields = {"corpus_path": c_corpus, "model_ref": spec.model_ref}
+        fields: dict[str, Any] = {"corpus_path": c_corpus, "model_ref": spec.model_ref}
         if Path(spec.model_ref).is_dir():
             vols[str(Path(spec.model_ref).resolve())] = {"bind": C_MODEL, "mode": "ro"}
             fields["model_ref"] = C_MODEL
