@@ -36,7 +36,7 @@ def test_custom_entry_runs_in_a_container_with_the_hosts_predictions(docker_clie
     code = tmp_path / "code"  # the user's own folder, outside the bundle
     code.mkdir()
     shutil.copyfile(REPO / "examples" / "custom_classifier.py", code / "custom_classifier.py")
-    f = custom_campaign(tmp_path, model_dir, "code/custom_classifier.py:DemoClassifier", values=(8,))
+    f = custom_campaign(tmp_path, model_dir, "code/custom_classifier.py:DemoClassifier", values=(1,))
     lock(load_protocol(f))
     docker = DockerLauncher(image, "cpu", labels=DOCKER_TEST_LABELS, client=docker_client)
     in_container = Orchestrator.prepare(f, tmp_path / "runs-docker", docker)
