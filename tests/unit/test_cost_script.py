@@ -27,10 +27,10 @@ def folder(tmp_path):
 
 
 def run(folder, *args, python=sys.executable):
-    # -I: isolated (no PYTHONPATH, no user site, script dir not on sys.path): the
-    # script can only use the standard library.
+    # -I: isolated (no PYTHONPATH, no user site, script dir not on sys.path); -S: no site
+    # module, so not even the venv's site-packages: the script can only use the standard library.
     env = {"PATH": os.environ.get("PATH", ""), "LC_ALL": "C.UTF-8"}
-    return subprocess.run([str(python), "-I", "calcul_forfaits.py", *args], cwd=folder,
+    return subprocess.run([str(python), "-I", "-S", "calcul_forfaits.py", *args], cwd=folder,
                           capture_output=True, text=True, env=env, timeout=60)
 
 
