@@ -445,6 +445,30 @@ class _VectorRecord(msgspec.Struct):
 _VECTOR_LINE = msgspec.json.Decoder(_VectorRecord)
 
 
+def _within_tolerance(name: str, gap: float, tol: float, reasons: list[str]) -> bool:
+    """Whether a higher-is-better metric's ``gap`` to the reference (metric - reference) is within
+    ``tol`` below it; a reason is appended to ``reasons`` when not."""
+    ok = gap >= -tol - 1e-12
+    if not ok:
+        reasons.append(f"{name} {-gap:.4f} below the reference, tolerance {tol}")
+    return ok
+
+
+def _judged(c: IdChecks, observed: int, fmt_errors: list[str], examples: dict | None = None,
+            **fields) -> Validation:
+    """The Validation of an embedding or generation pass: the id checks ``c`` (``observed`` ids
+    read, ``fmt_errors``) and the judged ``fields`` (metric, threshold, reference, ...); the
+    corpus is accepted when ids, format, coverage, threshold and tolerance all hold."""
+    accepted = bool(c.ids_match and not fmt_errors and c.coverage_ok and fields["threshold_ok"]
+                    and fields["tolerance_ok"])
+    return Validation(
+        expected_ids=c.n, observed_ids=observed, duplicate_ids=len(c.duplicates), missing_ids=len(c.missing),
+        extra_ids=len(c.extras), ids_match=c.ids_match, format_ok=not fmt_errors, coverage=c.coverage,
+        coverage_ok=c.coverage_ok, corpus_accepted=accepted,
+        examples={"duplicates": c.duplicates[:5], "missing": _first(c.missing), "extras": _first(c.extras),
+                  "format": fmt_errors[:5], **(examples or {})}, **fields)
+
+
 def read_embedding(predictions_path: Path) -> tuple[list[str], np.ndarray | None, list[str]]:
     """(ids, vectors, format errors) of an embedding pass: ``predictions.jsonl`` lines
     ``{"id", "row", ...}`` where line k has row k, and ``vectors.npy`` beside it, a float16
@@ -537,24 +561,16 @@ def validate_embedding_pass(corpus: list[dict], predictions_path: Path, quality:
             cos = cosine_agreement(ordered, reference)
             agreement, worst = round(float(np.median(cos)), 6), round(float(cos.min()), 6)
             worst_id = c.expected[int(np.argmin(cos))]
-            tolerance_ok = gap >= -tol - 1e-12
-            if not tolerance_ok:
-                reasons.append(f"{name} {-gap:.4f} below the reference, tolerance {tol}")
+            tolerance_ok = _within_tolerance(name, gap, tol, reasons)
         elif metric is not None:
             reasons.append("reference variant has no validated pass yet: gap not computed")
     else:
         reasons.append("metric not computed: ids or format do not match the corpus")
-    accepted = bool(c.ids_match and not fmt_errors and c.coverage_ok and threshold_ok and tolerance_ok)
-    return Validation(
-        expected_ids=c.n, observed_ids=len(ids), duplicate_ids=len(c.duplicates), missing_ids=len(c.missing),
-        extra_ids=len(c.extras), ids_match=c.ids_match, format_ok=not fmt_errors, coverage=c.coverage,
-        coverage_ok=c.coverage_ok, metric_name=name, metric=metric, metric_by_bucket=by_bucket, threshold=thr,
-        threshold_ok=threshold_ok, reference_metric=reference_metric, gap_to_reference=gap,
-        agreement_with_reference=agreement, tolerance=tol, tolerance_ok=tolerance_ok, corpus_accepted=accepted,
-        reasons=reasons, examples={"duplicates": c.duplicates[:5], "missing": _first(c.missing),
-                                   "extras": _first(c.extras), "format": fmt_errors[:5]},
-        agreement_worst=worst, agreement_worst_id=worst_id,
-        agreement_rule="per-id cosine with the reference variant's vectors: median; worst id apart")
+    return _judged(c, len(ids), fmt_errors, metric_name=name, metric=metric, metric_by_bucket=by_bucket, threshold=thr,
+                   threshold_ok=threshold_ok, reference_metric=reference_metric, gap_to_reference=gap,
+                   agreement_with_reference=agreement, tolerance=tol, tolerance_ok=tolerance_ok, reasons=reasons,
+                   agreement_worst=worst, agreement_worst_id=worst_id,
+                   agreement_rule="per-id cosine with the reference variant's vectors: median; worst id apart")
 
 
 # ---- generation passes (lab.passes.tasks.generation writes them) -----------------------------------
@@ -654,22 +670,14 @@ def validate_generation_pass(corpus: list[dict], predictions_path: Path, quality
             gap = round(metric - reference_metric, 6)
             agree = output_agreement(by_id, reference, normalisation)
             agreement, differing = round(agree.share, 6), agree.differing_ids
-            tolerance_ok = gap >= -tol - 1e-12
-            if not tolerance_ok:
-                reasons.append(f"{name} {-gap:.4f} below the reference, tolerance {tol}")
+            tolerance_ok = _within_tolerance(name, gap, tol, reasons)
         elif metric is not None:
             reasons.append("reference variant has no validated pass yet: gap not computed")
     else:
         reasons.append("metric not computed: ids or format do not match the corpus")
-    accepted = bool(c.ids_match and not fmt_errors and c.coverage_ok and threshold_ok and tolerance_ok)
-    return Validation(
-        expected_ids=c.n, observed_ids=len(ids), duplicate_ids=len(c.duplicates), missing_ids=len(c.missing),
-        extra_ids=len(c.extras), ids_match=c.ids_match, format_ok=not fmt_errors, coverage=c.coverage,
-        coverage_ok=c.coverage_ok, metric_name=name, metric=metric, metric_by_bucket=by_bucket, threshold=thr,
-        threshold_ok=threshold_ok, reference_metric=reference_metric, gap_to_reference=gap,
-        agreement_with_reference=agreement, tolerance=tol, tolerance_ok=tolerance_ok, corpus_accepted=accepted,
-        reasons=reasons, examples={"duplicates": c.duplicates[:5], "missing": _first(c.missing),
-                                   "extras": _first(c.extras), "format": fmt_errors[:5],
-                                   "differing_from_reference": list(differing[:5])},
-        agreement_rule=f"share of ids whose output equals the reference variant's after {normalisation}",
-        second_metric_name=second_name if metric is not None else None, second_metric=second)
+    return _judged(c, len(ids), fmt_errors, {"differing_from_reference": list(differing[:5])}, metric_name=name,
+                   metric=metric, metric_by_bucket=by_bucket, threshold=thr, threshold_ok=threshold_ok,
+                   reference_metric=reference_metric, gap_to_reference=gap, agreement_with_reference=agreement,
+                   tolerance=tol, tolerance_ok=tolerance_ok, reasons=reasons,
+                   agreement_rule=f"share of ids whose output equals the reference variant's after {normalisation}",
+                   second_metric_name=second_name if metric is not None else None, second_metric=second)
