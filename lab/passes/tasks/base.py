@@ -28,7 +28,7 @@ pass.json is unchanged.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 
 class Job(Protocol):
@@ -66,3 +66,42 @@ class Job(Protocol):
         """The predictions file at ``path`` (and the kind's files beside it), written whole;
         returns the result fields (``predictions_lines``, ``predictions_sha256``, ...)."""
         ...
+
+
+class ModelSteps:
+    """The steps a job running a transformers model in the lab's own window shares: ``load`` by
+    the job's ``loader`` (a function (model_ref, precision, device, pad_token=, attention=,
+    revision=) -> (tokenizer, model)), the warm-up over its own window
+    (lab.passes.inference.warm_up_window) and the observed records (lab.passes.observed).
+    The job sets ``spec``, and ``run_window`` for the warm-up."""
+
+    spec: Any
+    tokenizer: Any = None
+    model: Any = None
+    loader: Callable[..., tuple]
+
+    def load(self, device: str) -> tuple:
+        s = self.spec
+        self.tokenizer, self.model = type(self).loader(s.model_ref, s.variant.precision, device,
+                                                       pad_token=s.extra.get("pad_token"),
+                                                       attention=s.variant.attention,
+                                                       revision=s.extra.get("revision"))
+        return self.tokenizer, self.model
+
+    def warm_up(self, rows: list[dict], device: str) -> float:
+        from lab.passes.inference import warm_up_window
+
+        return warm_up_window(self.run_window, rows, device,  # type: ignore[attr-defined]
+                              self.spec.warmup_items, self.spec.warmup_passes)
+
+    def observe(self, threads: int, workers_on_host: int = 1) -> dict:
+        """The loaded model's observed record (lab.passes.observed.observe_model)."""
+        from lab.passes.observed import observe_model
+
+        return observe_model(self.model, threads, workers_on_host)
+
+    def observe_window(self, win) -> dict:
+        """The measured window's observed record (lab.passes.observed.observe_window)."""
+        from lab.passes.observed import observe_window
+
+        return observe_window(win, self.spec.variant.max_length)

@@ -27,6 +27,7 @@ from typing import Any
 from lab.facts.diskfull import atomic_write_text
 from lab.facts.errors import FailureKind, PassFailure
 from lab.facts.files import sha256_bytes, sha256_lines
+from lab.passes.tasks.base import ModelSteps
 
 VECTORS_FILE = "vectors.npy"
 VECTORS_DTYPE = "float16"  # 2 bytes per value: 1000 items x 384 values = 768 KB per pass
@@ -74,10 +75,11 @@ def mean_pool(hidden, mask, normalize: bool):
     return torch.nn.functional.normalize(vec, p=2.0, dim=1) if normalize else vec
 
 
-class EmbeddingJob:
+class EmbeddingJob(ModelSteps):
     """``[task] kind = "embedding"``: vectors pooled by the declared rule."""
 
     kind = "embedding"
+    loader = load_encoder
 
     def __init__(self, spec):
         self.spec = spec
@@ -86,18 +88,6 @@ class EmbeddingJob:
         self.normalize = bool(task.get("normalize", True))
         self.tokenizer: Any = None
         self.model: Any = None
-
-    def load(self, device: str) -> tuple:
-        s = self.spec
-        self.tokenizer, self.model = load_encoder(s.model_ref, s.variant.precision, device,
-                                                  pad_token=s.extra.get("pad_token"),
-                                                  attention=s.variant.attention, revision=s.extra.get("revision"))
-        return self.tokenizer, self.model
-
-    def warm_up(self, rows: list[dict], device: str) -> float:
-        from lab.passes.inference import warm_up_window
-
-        return warm_up_window(self.run_window, rows, device, self.spec.warmup_items, self.spec.warmup_passes)
 
     def run_window(self, rows, device, on_batch=None, sink=None):
         """Tokenize, batch (the lab's rule), encode, pool and bring the vectors to the host.
@@ -141,18 +131,6 @@ class EmbeddingJob:
                 if on_batch:
                     on_batch(win.items_done)
         return win
-
-    def observe(self, threads: int, workers_on_host: int = 1) -> dict:
-        """The loaded model's observed record (lab.passes.observed.observe_model)."""
-        from lab.passes.observed import observe_model
-
-        return observe_model(self.model, threads, workers_on_host)
-
-    def observe_window(self, win) -> dict:
-        """The measured window's observed record (lab.passes.observed.observe_window)."""
-        from lab.passes.observed import observe_window
-
-        return observe_window(win, self.spec.variant.max_length)
 
     def self_metric(self, win) -> float | None:
         return None  # the label-based retrieval metric needs every vector: lab.orchestration.validate computes it

@@ -31,6 +31,7 @@ from typing import Any
 
 from lab.facts.diskfull import atomic_write_text
 from lab.facts.files import sha256_lines
+from lab.passes.tasks.base import ModelSteps
 from lab.passes.tasks.generation_core import GenerationRule
 from lab.passes.tasks.text_metrics import NORMALISATION
 
@@ -73,10 +74,11 @@ def load_generator(model_ref: str, precision: str, device: str, pad_token: str |
     return tok, model
 
 
-class GenerationJob:
+class GenerationJob(ModelSteps):
     """``[task] kind = "generation"``: greedy text per item under the declared rule."""
 
     kind = "generation"
+    loader = load_generator
 
     def __init__(self, spec):
         self.spec = spec
@@ -85,18 +87,6 @@ class GenerationJob:
         self.normalisation = task.get("normalisation") or NORMALISATION
         self.tokenizer: Any = None
         self.model: Any = None
-
-    def load(self, device: str) -> tuple:
-        s = self.spec
-        self.tokenizer, self.model = load_generator(s.model_ref, s.variant.precision, device,
-                                                    pad_token=s.extra.get("pad_token"),
-                                                    attention=s.variant.attention, revision=s.extra.get("revision"))
-        return self.tokenizer, self.model
-
-    def warm_up(self, rows: list[dict], device: str) -> float:
-        from lab.passes.inference import warm_up_window
-
-        return warm_up_window(self.run_window, rows, device, self.spec.warmup_items, self.spec.warmup_passes)
 
     def run_window(self, rows, device, on_batch=None, sink=None):
         """Prompts, batches (the lab's rule), greedy generation per batch, outputs on the host.
@@ -132,19 +122,6 @@ class GenerationJob:
             if on_batch:
                 on_batch(win.items_done)
         return win
-
-    def observe(self, threads: int, workers_on_host: int = 1) -> dict:
-        """The loaded model's observed record (lab.passes.observed.observe_model)."""
-        from lab.passes.observed import observe_model
-
-        return observe_model(self.model, threads, workers_on_host)
-
-    def observe_window(self, win) -> dict:
-        """The measured window's observed record (lab.passes.observed.observe_window): ``max_tokens``
-        is the longest prompt fed, ``padding`` "longest" (every batch is padded to its longest prompt)."""
-        from lab.passes.observed import observe_window
-
-        return observe_window(win, self.spec.variant.max_length)
 
     def self_metric(self, win) -> float | None:
         """Exact match (the declared normalisation) of the items done against their labels, or None."""
