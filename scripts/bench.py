@@ -68,12 +68,13 @@ def bare(ctx):
     return preds, None
 
 
-def _lab(ctx, bucketing: bool):
+def _lab_scope(ctx, run):
+    """The lab's scope around a window, as a pass has it: events written, peaks reset and read,
+    device synchronised, the corpus read inside the clock; ``run(rows, on_batch)`` is the window."""
     from lab.inputs.corpus import read_corpus
     from lab.memory.peaks import PeakTracker
     from lab.passes.events import EventWriter
-    from lab.passes.inference import run_batches, synchronize
-    from lab.inputs.variants import Variant
+    from lab.passes.inference import synchronize
 
     with open(os.devnull, "w") as sink:
         ev = EventWriter(sink)
@@ -82,12 +83,19 @@ def _lab(ctx, bucketing: bool):
         synchronize("cpu")
         t0 = time.perf_counter()
         rows = read_corpus(ctx["path"])
-        win = run_batches(rows, ctx["tok"], ctx["model"], "cpu",
-                          Variant(batch_size=ctx["batch"], padding="longest",
-                                  max_length=ctx["max_length"], bucketing=bucketing),
-                          lambda d: ev.progress(d, len(rows), d / (time.perf_counter() - t0)))
+        win = run(rows, lambda d: ev.progress(d, len(rows), d / (time.perf_counter() - t0)))
         synchronize("cpu")
         tracker.read()
+    return win
+
+
+def _lab(ctx, bucketing: bool):
+    from lab.inputs.variants import Variant
+    from lab.passes.inference import run_batches
+
+    variant = Variant(batch_size=ctx["batch"], padding="longest", max_length=ctx["max_length"], bucketing=bucketing)
+    win = _lab_scope(ctx, lambda rows, on_batch: run_batches(rows, ctx["tok"], ctx["model"], "cpu", variant,
+                                                             on_batch))
     return win.pred_index, win
 
 
@@ -132,11 +140,7 @@ def emb_bare(ctx):
 def _emb_lab(ctx, bucketing: bool):
     from types import SimpleNamespace
 
-    from lab.inputs.corpus import read_corpus
     from lab.inputs.variants import Variant
-    from lab.memory.peaks import PeakTracker
-    from lab.passes.events import EventWriter
-    from lab.passes.inference import synchronize
     from lab.passes.tasks.embedding import EmbeddingJob
 
     spec = SimpleNamespace(extra={"task": {"kind": "embedding", "pooling": "mean", "normalize": True}},
@@ -144,16 +148,7 @@ def _emb_lab(ctx, bucketing: bool):
                                            max_length=ctx["max_length"], bucketing=bucketing))
     job = EmbeddingJob(spec)
     job.tokenizer, job.model = ctx["enc_tok"], ctx["encoder"]  # loaded once, as for the other contenders
-    with open(os.devnull, "w") as sink:
-        ev = EventWriter(sink)
-        tracker = PeakTracker("cpu")
-        tracker.reset()
-        synchronize("cpu")
-        t0 = time.perf_counter()
-        rows = read_corpus(ctx["path"])
-        win = job.run_window(rows, "cpu", lambda d: ev.progress(d, len(rows), d / (time.perf_counter() - t0)))
-        synchronize("cpu")
-        tracker.read()
+    win = _lab_scope(ctx, lambda rows, on_batch: job.run_window(rows, "cpu", on_batch))
     return win.vectors, win
 
 
