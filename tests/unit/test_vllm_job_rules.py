@@ -106,3 +106,55 @@ def test_the_raw_table_states_the_vllm_scopes():
     assert "fraction 0.1 of host RAM" in text and "never added to peak_allocated_bytes" in text
     assert "empty kv_cache_bytes cell: x" in text
 
+
+
+# ---- generation on vLLM -------------------------------------------------------------------------
+
+GEN_TASK = {"kind": "generation", "prompt": "{text}\nNewsgroup:", "max_new_tokens": 16, "stop": ["\n"]}
+
+
+def test_a_generation_variant_asks_vllm_for_greedy_with_room_for_its_tokens():
+    from lab.engines.vllm import settings_for
+
+    v = Variant(engine="vllm", max_length=128)
+    pooled = settings_for(v, "m", "cpu")
+    assert (pooled.runner, pooled.max_model_len, pooled.max_new_tokens, pooled.stop) == ("pooling", 128, None, ())
+    gen = settings_for(v, "m", "cpu", max_new_tokens=16, stop=("\n",))
+    # max_length is the longest prompt; vLLM's max_model_len holds it and the generated tokens
+    assert (gen.runner, gen.max_model_len, gen.max_new_tokens, gen.stop) == ("generate", 144, 16, ("\n",))
+
+
+def ready_client(settings):
+    """A client whose engine reported ready (no process: the checks before a call need none)."""
+    from lab.engines.vllm import Ready, VllmClient
+
+    client = VllmClient(settings)
+    client.ready = Ready(import_s=0.0, engine_start_s=0.0, architecture=[], pooling=None,
+                         scheduler={"max_model_len": settings.max_model_len}, memory={}, versions={},
+                         setup_s=0.0, rss_bytes={})
+    return client
+
+
+def test_generate_refuses_a_prompt_without_room_for_max_new_tokens_before_vllm():
+    from lab.engines.vllm import settings_for
+
+    client = ready_client(settings_for(Variant(engine="vllm", max_length=8), "m", "cpu", max_new_tokens=4))
+    with pytest.raises(ValueError, match=r"item 1 has 9 prompt tokens, and with max_new_tokens 4 that passes "
+                                         r"max_model_len 12; vLLM would end it there"):
+        client.generate([[1] * 8, [1] * 9])
+    pooled = ready_client(settings_for(Variant(engine="vllm", max_length=8), "m", "cpu"))
+    with pytest.raises(RuntimeError, match="generate\\(\\) on an engine started with runner 'pooling'"):
+        pooled.generate([[1]])
+
+
+def test_vllm_sampling_is_recorded_as_vllm_holds_it():
+    from lab.engines.vllm_worker import Op, Reply, _sampling
+
+    assert (Op.GENERATE, Reply.GENERATED) == ("generate", "generated")
+    assert _sampling(None) is None
+
+    class Greedy:  # the attributes vLLM's SamplingParams has; an enum for its sampling type
+        temperature, max_tokens, stop = 0.0, 16, ["\n"]
+        sampling_type = type("T", (), {"name": "GREEDY"})()
+
+    assert _sampling(Greedy()) == {"temperature": 0.0, "max_tokens": 16, "stop": ["\n"], "sampling_type": "GREEDY"}
