@@ -79,7 +79,8 @@ def test_a_vllm_variant_of_a_custom_task_is_refused_at_load(tmp_path, fake_model
     f.write_text(text + '\n[task]\nkind = "custom"\nentry = "entry.py:Job"\n')
     with pytest.raises(ProtocolError) as e:
         load_protocol(f)
-    assert 'declares engine = "vllm", which runs classification and embedding tasks' in str(e.value)
+    assert 'declares engine = "vllm", which runs classification, embedding, generation tasks in this lab, not custom' \
+        in str(e.value)
     assert "\n" not in str(e.value)
 
 
@@ -122,6 +123,17 @@ def test_a_generation_variant_asks_vllm_for_greedy_with_room_for_its_tokens():
     gen = settings_for(v, "m", "cpu", max_new_tokens=16, stop=("\n",))
     # max_length is the longest prompt; vLLM's max_model_len holds it and the generated tokens
     assert (gen.runner, gen.max_model_len, gen.max_new_tokens, gen.stop) == ("generate", 144, 16, ("\n",))
+
+
+def test_a_generation_variant_gets_the_vllm_job_and_runner():
+    from lab.passes.tasks.vllm_job import runner_for
+
+    v = Variant(engine="vllm", max_length=128)
+    assert [runner_for(k) for k in ("classification", "embedding", "generation")] == ["pooling", "pooling", "generate"]
+    job = job_for(PassSpec(campaign="c", pass_id="p", variant=v, corpus_path="x.jsonl", model_ref="m",
+                           out_dir="/tmp", extra={"task": GEN_TASK}))
+    assert isinstance(job, VllmJob) and job.kind == "generation"
+    assert type(job.writer).__name__ == "GenerationJob" and job.writer.rule.stop == ("\n",)
 
 
 def ready_client(settings):
