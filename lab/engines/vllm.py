@@ -380,7 +380,7 @@ def probe_model(model_dir: str | Path, build_if_missing: bool = True, runner: st
         raise UserError(f"the vLLM probe could not read the model: {answer['error']}")
     cause = ROOT_CAUSE.search(r.stderr or "") if load and not answer["resolved"] else None
     if cause:  # the engine core's own error: the exception the probe caught only says it failed
-        answer["reason"] = f"loading it failed; the engine's log: {cause.group(1)[:200]}"
+        answer["reason"] = f"loading it failed; the engine's log: {cause.group(1).split('. ')[0][:200]}"
     return answer
 
 
