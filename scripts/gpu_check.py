@@ -5,8 +5,10 @@ and a precision series (batch 8, fp32 and bf16), GPU_CHECK_REPETITIONS passes pe
 (default 2); the memory lab on cuda; an OOM campaign (the demo corpus repeated with new ids,
 bucketing on, max_length 512, one batch per half of the corpus sized so that a batch of
 long items needs about twice the card's memory: the short half fits, the long half does
-not); a vLLM series (issue 21: engine transformers and vllm at batch 8, one pass each; run
-when the vLLM venv is there, else the verdict says it was not run). Verdict: every ok row
+not); a vLLM series (issue 21: engine transformers and vllm at batch 8, one pass each, the
+demo classifier; no generation pass: the pinned vLLM cannot load the demo generator, a BERT
+decoder, and the lock refuses it; run when the vLLM venv is there, else the verdict says it
+was not run). Verdict: every ok row
 accepted, an OOM row with its items completed, peak allocated <= peak reserved <= device
 used on every row that has the three figures, both vLLM-series rows accepted with the vLLM
 row's engine_start_s, max_running and device-memory reservation, the median measured

@@ -9,7 +9,7 @@ Interface (what a pass job calls, in this order)::
 
     client = VllmClient(settings_for(variant, model_dir, device), log_path=pass_dir / "vllm.log")
     ready = client.start()                # set-up: engine start + model load, timed apart
-    out = client.classify(token_ids)      # or client.embed(token_ids); once per chunk
+    out = client.classify(token_ids)      # or client.embed / client.generate; once per chunk
     client.observed()                     # what vLLM ran, for lab.passes.observed.require_honoured
     client.close()                        # also on exception (a context manager), and on signal
 
@@ -29,13 +29,14 @@ import atexit
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from lab.facts.constants import DEFAULT_SEED, VLLM_MEMORY_FRACTION
 from lab.engines.vllm_env import VllmEnvError, ensure_vllm_env
@@ -68,22 +69,33 @@ class VllmSettings:
     max_num_seqs: int | None = None
     seed: int = DEFAULT_SEED
     runner: str = "pooling"
+    max_new_tokens: int | None = None  # runner "generate": vLLM's max_tokens
+    stop: tuple[str, ...] = ()  # runner "generate": stop strings (kept in the output; the lab cuts)
 
 
-def settings_for(variant: Variant, model: str | Path, device: str, seed: int = DEFAULT_SEED) -> VllmSettings:
+def settings_for(variant: Variant, model: str | Path, device: str, seed: int = DEFAULT_SEED,
+                 max_new_tokens: int | None = None, stop: tuple[str, ...] = ()) -> VllmSettings:
     """The settings a vLLM variant declares: ``max_length`` -> max_model_len, ``precision`` ->
     dtype, ``compile = false`` -> enforce_eager, ``vllm_memory_fraction`` (else
     lab.facts.constants.VLLM_MEMORY_FRACTION for ``device``: "cpu" or a GPU) and ``max_num_seqs``.
-    Raises UserError (one line) for a variant whose engine is not vllm."""
+
+    With ``max_new_tokens`` (a generation task's rule) the runner is "generate", greedy, with
+    ``stop``; ``max_length`` is then the longest prompt (tokens) and max_model_len holds the
+    prompt and the generated tokens: ``max_length + max_new_tokens`` (vLLM would otherwise end
+    a sequence at max_model_len, a silent cut). Raises UserError (one line) for a variant whose
+    engine is not vllm."""
     if variant.engine != "vllm":
         raise UserError(f"variant {variant.name or variant.variant_id} declares engine {variant.engine!r}, "
                         "not vllm; run it with the transformers pass")
     fraction = variant.vllm_memory_fraction
     if fraction is None:
         fraction = VLLM_MEMORY_FRACTION["cpu" if device == "cpu" else "gpu"]
-    return VllmSettings(model=str(model), dtype=DTYPES[variant.precision], max_model_len=variant.max_length,
+    return VllmSettings(model=str(model), dtype=DTYPES[variant.precision],
+                        max_model_len=variant.max_length + (max_new_tokens or 0),
                         enforce_eager=not variant.compile, gpu_memory_utilization=fraction,
-                        max_num_seqs=variant.max_num_seqs, seed=seed)
+                        max_num_seqs=variant.max_num_seqs, seed=seed,
+                        runner="pooling" if max_new_tokens is None else "generate",
+                        max_new_tokens=max_new_tokens, stop=tuple(stop))
 
 
 @dataclass(frozen=True)
@@ -105,14 +117,15 @@ class Ready:
     versions: dict
     setup_s: float  # from spawning the worker to "ready", as the lab saw it
     rss_bytes: dict
+    sampling: dict | None = None  # runner "generate": vLLM's SamplingParams as it holds them
 
 
 @dataclass(frozen=True)
 class Output:
     """One call's answer: ``rows`` (per item, in the order sent: class probabilities for
-    classify, a vector for embed), ``infer_s`` (the call inside vLLM, s), ``max_running`` (most
-    sequences vLLM ran in one engine step during the call, None when not reported), ``steps``
-    (engine steps that produced output)."""
+    classify, a vector for embed, ``{"token_ids", "finish"}`` for generate), ``infer_s`` (the
+    call inside vLLM, s), ``max_running`` (most sequences vLLM ran in one engine step during
+    the call, None when not reported), ``steps`` (engine steps that produced output)."""
 
     rows: list
     infer_s: float
@@ -152,20 +165,34 @@ class VllmClient:
         except BaseException:
             self.close()
             raise
-        self.ready = Ready(setup_s=time.perf_counter() - t0, rss_bytes=group_rss(self.proc.pid), **{k: r[k] for k in (
-            "import_s", "engine_start_s", "architecture", "pooling", "scheduler", "memory", "versions")})
+        self.ready = Ready(setup_s=time.perf_counter() - t0, rss_bytes=group_rss(self.proc.pid),
+                           sampling=r.get("sampling"), **{k: r[k] for k in (
+                               "import_s", "engine_start_s", "architecture", "pooling", "scheduler", "memory",
+                               "versions")})
         return self.ready
 
     def classify(self, token_ids: list[list[int]]) -> Output:
         """Class probabilities per item (softmax over the model's labels, as vLLM's classify
         returns them), in the order sent. Raises ValueError for an item longer than
         max_model_len (vLLM refuses, never truncates), VllmFailure when the engine fails."""
-        return self._call(Op.CLASSIFY, Reply.CLASSIFIED, "probs", token_ids)
+        return self._call(Op.CLASSIFY, Reply.CLASSIFIED, token_ids, lambda r: r["probs"])
 
     def embed(self, token_ids: list[list[int]]) -> Output:
         """One vector per item, with the pooling vLLM applies to the model (``Ready.pooling``:
         read from the checkpoint's sentence-transformers files; MEAN and normalised for MiniLM)."""
-        return self._call(Op.EMBED, Reply.EMBEDDED, "vectors", token_ids)
+        return self._call(Op.EMBED, Reply.EMBEDDED, token_ids, lambda r: r["vectors"])
+
+    def generate(self, token_ids: list[list[int]]) -> Output:
+        """Greedy generation (runner "generate", the settings' max_new_tokens and stop strings):
+        ``rows`` per item, in the order sent, ``{"token_ids": [generated ids], "finish": vLLM's
+        finish reason}``; the ids include the eos or the token completing a stop string, and no
+        text is returned: the caller decodes and cuts them by its own rule. Raises as classify,
+        and RuntimeError when the engine was not started for generation."""
+        if self.settings.runner != "generate":
+            raise RuntimeError("generate() on an engine started with runner "
+                               f"{self.settings.runner!r}; give settings_for max_new_tokens")
+        return self._call(Op.GENERATE, Reply.GENERATED, token_ids, lambda r: [
+            {"token_ids": t, "finish": f} for t, f in zip(r["tokens"], r["finish"], strict=True)])
 
     def observed(self) -> dict:
         """What vLLM ran, in the keys of lab.passes.observed.require_honoured: engine,
@@ -211,18 +238,23 @@ class VllmClient:
 
     # -- internals --------------------------------------------------------------------------
 
-    def _call(self, op: Op, event: Reply, key: str, token_ids: list[list[int]]) -> Output:
+    def _call(self, op: Op, event: Reply, token_ids: list[list[int]], rows: Callable[[dict], list]) -> Output:
         if self.ready is None:
             raise RuntimeError(f"{op}() before start()")
         limit = self.ready.scheduler["max_model_len"]
-        long = next((i for i, ids in enumerate(token_ids) if len(ids) > limit), None)
+        room = self.settings.max_new_tokens if op == Op.GENERATE else None  # generated tokens need room too
+        long = next((i for i, ids in enumerate(token_ids) if len(ids) + (room or 0) > limit), None)
+        if long is not None and room:
+            raise ValueError(f"item {long} has {len(token_ids[long])} prompt tokens, and with max_new_tokens "
+                             f"{room} that passes max_model_len {limit}; vLLM would end it there, not at the "
+                             "lab's rule: declare a larger max_length or cut the text (max_text_tokens)")
         if long is not None:
             raise ValueError(f"item {long} has {len(token_ids[long])} tokens, over max_model_len {limit}; "
                              "truncate with lab.passes.inference.tokenize at the variant's max_length")
         r = self._ask({"op": op, "prompts": token_ids}, event, CALL_TIMEOUT_S)
         if r.get("max_running") is not None:
             self.max_running = max(self.max_running or 0, r["max_running"])
-        return Output(rows=r[key], infer_s=r["infer_s"], max_running=r.get("max_running"), steps=r["steps"])
+        return Output(rows=rows(r), infer_s=r["infer_s"], max_running=r.get("max_running"), steps=r["steps"])
 
     def _read(self) -> None:
         p = self.proc
@@ -323,16 +355,21 @@ def kill_group(pgid: int) -> None:
         pass
 
 
-def probe_model(model_dir: str | Path, build_if_missing: bool = True) -> dict:
-    """Ask the pinned vLLM (in its venv) whether it resolves the model, as a pooling model.
+def probe_model(model_dir: str | Path, build_if_missing: bool = True, runner: str = "pooling",
+                load_fraction: float | None = None) -> dict:
+    """Ask the pinned vLLM (in its venv) whether it resolves the model for ``runner``
+    ("pooling": classification and embedding; "generate": generation), and with
+    ``load_fraction`` (a ``gpu_memory_utilization``) whether it loads it and generates a token
+    (lab/engines/vllm_probe.py; the engine's own root cause, read from its log, ends ``reason``).
 
     Returns ``{"architectures", "resolved", "reason", "vllm"}`` (lab/engines/vllm_probe.py:
     ``resolved`` is the architecture vLLM would run, None with vLLM's ``reason``). Raises
     VllmEnvError (one line) when the venv is missing and cannot be built, UserError (one line)
     when the probe fails."""
     python = ensure_vllm_env(build_if_missing)
-    r = subprocess.run([str(python), "-P", str(PROBE), str(model_dir)], capture_output=True, text=True,
-                       timeout=PROBE_TIMEOUT_S, check=False)
+    load = [] if load_fraction is None else [str(load_fraction)]
+    r = subprocess.run([str(python), "-P", str(PROBE), str(model_dir), runner, *load], capture_output=True,
+                       text=True, timeout=PROBE_TIMEOUT_S, check=False)
     try:
         answer = json.loads(r.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -341,16 +378,26 @@ def probe_model(model_dir: str | Path, build_if_missing: bool = True) -> dict:
                         "`make vllm-env` to rebuild the vLLM environment") from None
     if "error" in answer:
         raise UserError(f"the vLLM probe could not read the model: {answer['error']}")
+    cause = ROOT_CAUSE.search(r.stderr or "") if load and not answer["resolved"] else None
+    if cause:  # the engine core's own error: the exception the probe caught only says it failed
+        answer["reason"] = f"loading it failed; the engine's log: {cause.group(1).split('. ')[0][:200]}"
     return answer
 
 
-def vllm_refusal(model_dir: str | Path, build_if_missing: bool = True) -> str:
-    """'' when a vLLM variant of this model can run here; else the one-line reason (lock).
+ROOT_CAUSE = re.compile(r"^.*ERROR.*\] (\w*Error: .*)$", re.MULTILINE)
+"""The first ``...Error: message`` line vLLM's engine processes log when they fail to start."""
+
+
+def vllm_refusal(model_dir: str | Path, build_if_missing: bool = True, runner: str = "pooling",
+                 load_fraction: float | None = None) -> str:
+    """'' when a vLLM variant of this model can run here with ``runner`` (probe_model, loading
+    it with ``load_fraction``); else the one-line reason (lock).
 
     Refused: the vLLM environment missing and not buildable; a model whose config.json
-    architectures the pinned vLLM does not resolve (asked of vLLM in its venv, not guessed)."""
+    architectures the pinned vLLM does not resolve for that runner (asked of vLLM in its venv,
+    not guessed)."""
     try:
-        answer = probe_model(model_dir, build_if_missing)
+        answer = probe_model(model_dir, build_if_missing, runner, load_fraction)
     except VllmEnvError as exc:
         return f"engine vllm: {exc}"
     except UserError as exc:
@@ -358,5 +405,5 @@ def vllm_refusal(model_dir: str | Path, build_if_missing: bool = True) -> str:
     if not answer["resolved"]:
         return (f"engine vllm: model {Path(model_dir).name} declares architectures "
                 f"{answer['architectures'] or 'none'}, none of which vLLM {answer['vllm']} supports "
-                f"({answer['reason']}); declare engine = \"transformers\" for it")
+                f"as a {runner} model ({answer['reason']}); declare engine = \"transformers\" for it")
     return ""

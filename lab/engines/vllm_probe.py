@@ -7,10 +7,18 @@ asks vLLM's model registry (native models, adapters, its transformers back-end) 
 no architecture resolves. Loads no weights and starts no engine (10 s to minutes: the import
 of vLLM on a loaded 2-core machine).
 
-Usage: ``python -P vllm_probe.py MODEL_DIR [RUNNER]`` (RUNNER: "pooling" by default). Prints
-one JSON object on stdout: ``{"architectures": [...], "resolved": str | null, "reason": str,
-"vllm": version}`` (``reason``: vLLM's own words, one line, when nothing resolved), or
-``{"error": one line}`` with exit 1 when the config cannot be read.
+Usage: ``python -P vllm_probe.py MODEL_DIR [RUNNER [LOAD_FRACTION]]`` (RUNNER: "pooling" by
+default). Prints one JSON object on stdout: ``{"architectures": [...], "resolved": str | null,
+"reason": str, "vllm": version}`` (``reason``: vLLM's own words, one line, when nothing
+resolved), or ``{"error": one line}`` with exit 1 when the config cannot be read.
+
+With LOAD_FRACTION (a ``gpu_memory_utilization``; the lab asks it for generation) a resolved
+model is also loaded: the engine is started as a pass would start it (fp32, eager,
+``max_model_len`` 64) and one token generated from the first token id the tokenizer has; a
+failure sets ``resolved`` to null and ``reason`` to vLLM's error, one line. Resolving is not
+loading: the pinned vLLM resolves a BERT decoder (BertLMHeadModel) through its transformers
+back-end, which then has no parameter for BERT's LM head weights (``cls.*``). 35-60 s on
+2 cores (the engine's start).
 """
 
 from __future__ import annotations
@@ -28,10 +36,10 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 def main(argv: list[str]) -> int:
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)  # whatever vLLM prints on import goes to stderr, not into the answer
-    if len(argv) not in (1, 2):
-        out.write(json.dumps({"error": "usage: vllm_probe.py MODEL_DIR [RUNNER]"}) + "\n")
+    if len(argv) not in (1, 2, 3):
+        out.write(json.dumps({"error": "usage: vllm_probe.py MODEL_DIR [RUNNER [LOAD_FRACTION]]"}) + "\n")
         return 1
-    runner = argv[1] if len(argv) == 2 else "pooling"
+    runner = argv[1] if len(argv) >= 2 else "pooling"
     cfg_path = Path(argv[0]) / "config.json"
     try:
         archs = list(json.loads(cfg_path.read_text(encoding="utf-8")).get("architectures") or [])
@@ -47,10 +55,28 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # vLLM's refusal (a pydantic ValidationError around a ValueError)
         text = " ".join(str(exc).split())
         reason = text.split("Value error, ", 1)[-1].split(" Supported architectures:", 1)[0][:300]
+    if resolved and len(argv) == 3:
+        reason = load_and_generate(argv[0], runner, float(argv[2]))
+        resolved = None if reason else resolved
     out.write(json.dumps({"architectures": archs, "resolved": resolved, "reason": reason,
                           "vllm": vllm.__version__}) + "\n")
     out.flush()
     return 0
+
+
+def load_and_generate(model: str, runner: str, fraction: float) -> str:
+    """'' when vLLM starts an engine for ``model`` and generates one token; else its error, one line."""
+    try:
+        from vllm import LLM, SamplingParams
+
+        llm = LLM(model=model, runner=runner, dtype="float32", max_model_len=64, enforce_eager=True,
+                  gpu_memory_utilization=fraction)
+        first = min(llm.get_tokenizer().get_vocab().values())
+        llm.generate([{"prompt_token_ids": [first]}], SamplingParams(temperature=0.0, max_tokens=1), use_tqdm=False)
+    except Exception as exc:  # the engine's refusal, whatever its type: reported, never raised
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        return f"loading it failed: {type(exc).__name__}: {text[:300]}"
+    return ""
 
 
 if __name__ == "__main__":

@@ -12,16 +12,24 @@ Protocol: JSON lines. Requests on stdin, one object a line; replies on the proto
 (the process's original stdout; fd 1 is pointed at stderr before vLLM is imported, so nothing
 vLLM or its engine-core process prints can corrupt the channel). Every reply has ``"event"``.
 
-- ``{"op": "start", "model": str, "runner": "pooling", "dtype": str, "max_model_len": int,
-  "enforce_eager": bool, "gpu_memory_utilization": float, "max_num_seqs": int | null,
-  "seed": int}`` -> ``{"event": "ready", "import_s", "engine_start_s", "architecture",
-  "pooling", "scheduler": {...}, "memory": {...}, "versions": {...}}``. ``engine_start_s``
-  (s): ``LLM(...)`` built, i.e. engine-core process started, weights loaded, memory profiled
-  and reserved: set-up, never in a measured window.
+- ``{"op": "start", "model": str, "runner": "pooling" | "generate", "dtype": str,
+  "max_model_len": int, "enforce_eager": bool, "gpu_memory_utilization": float,
+  "max_num_seqs": int | null, "seed": int, "max_new_tokens": int | null, "stop": [str, ...]}``
+  -> ``{"event": "ready", "import_s", "engine_start_s", "architecture", "pooling",
+  "scheduler": {...}, "memory": {...}, "versions": {...}, "sampling": {...} | null}``.
+  ``engine_start_s`` (s): ``LLM(...)`` built, i.e. engine-core process started, weights
+  loaded, memory profiled and reserved: set-up, never in a measured window. ``sampling``
+  (runner "generate" only): the ``SamplingParams`` every generate call uses, as vLLM resolved
+  them (greedy: temperature 0, ``max_tokens`` = max_new_tokens, the stop strings kept in the
+  output so the lab can cut by its own rule).
 - ``{"op": "classify", "prompts": [[token id, ...], ...]}`` -> ``{"event": "classified",
   "probs": [[p per class, ...], ...], "infer_s", "max_running"}``.
 - ``{"op": "embed", "prompts": [...]}`` -> ``{"event": "embedded", "vectors": [[...], ...],
   "infer_s", "max_running"}``.
+- ``{"op": "generate", "prompts": [...]}`` -> ``{"event": "generated", "tokens": [[generated
+  token id, ...], ...], "finish": [vLLM's finish reason per item: "stop" | "length" | ...],
+  "infer_s", "max_running"}``: the generated ids only (eos and the token completing a stop
+  string included), never text: the lab decodes and cuts them by its own rule.
 - ``{"op": "close"}`` -> ``{"event": "closed"}``, then exit 0.
 - Any failure -> ``{"event": "failed", "why": "oom" | "refused" | "other", "message": one
   line}``; after a failed start the process exits 3.
@@ -56,6 +64,7 @@ class Op(StrEnum):
     START = "start"
     CLASSIFY = "classify"
     EMBED = "embed"
+    GENERATE = "generate"
     CLOSE = "close"
 
 
@@ -65,6 +74,7 @@ class Reply(StrEnum):
     READY = "ready"
     CLASSIFIED = "classified"
     EMBEDDED = "embedded"
+    GENERATED = "generated"
     CLOSED = "closed"
     FAILED = "failed"
 
@@ -115,6 +125,16 @@ class Engine:
         self.llm = LLM(**kwargs)
         self.engine_start_s = time.perf_counter() - t1
         self.versions = {"vllm": vllm.__version__, **_versions("torch", "transformers")}
+        self.sampling = None
+        if req["runner"] == "generate":
+            from vllm import SamplingParams
+
+            # greedy: temperature 0 is vLLM's greedy sampling (argmax, one sequence); the stop
+            # strings end a sequence early, as transformers' stop_strings do, and stay in the
+            # output so the lab's rule (not vLLM's text) cuts both engines' outputs
+            self.sampling = SamplingParams(temperature=0.0, max_tokens=req["max_new_tokens"],
+                                           stop=list(req.get("stop") or ()) or None,
+                                           include_stop_str_in_output=True)
 
     def facts(self) -> dict:
         """What vLLM resolved and reserved: scheduler limits, memory, architecture, pooling."""
@@ -134,16 +154,25 @@ class Engine:
                               "max_model_len": model.max_model_len,
                               "dtype": str(model.dtype).removeprefix("torch."),
                               "enforce_eager": model.enforce_eager},
-                "memory": memory}
+                "memory": memory, "sampling": _sampling(self.sampling)}
 
     def run(self, op: str, prompts: list) -> dict:
         items = [{"prompt_token_ids": list(map(int, p))} for p in prompts]
         watch = RunningWatch(self.llm)
         t0 = time.perf_counter()
         with watch:
-            outs = self.llm.classify(items, use_tqdm=False) if op == Op.CLASSIFY else \
-                self.llm.embed(items, use_tqdm=False)
+            if op == Op.GENERATE:
+                outs = self.llm.generate(items, self.sampling, use_tqdm=False)
+            elif op == Op.CLASSIFY:
+                outs = self.llm.classify(items, use_tqdm=False)
+            else:
+                outs = self.llm.embed(items, use_tqdm=False)
         infer_s = time.perf_counter() - t0
+        if op == Op.GENERATE:
+            done = [o.outputs[0] for o in outs]
+            return {"event": Reply.GENERATED, "tokens": [list(map(int, c.token_ids)) for c in done],
+                    "finish": [c.finish_reason for c in done],
+                    "infer_s": infer_s, "max_running": watch.max_running, "steps": watch.steps}
         if op == Op.CLASSIFY:
             return {"event": Reply.CLASSIFIED, "probs": [list(map(float, o.outputs.probs)) for o in outs],
                     "infer_s": infer_s, "max_running": watch.max_running, "steps": watch.steps}
@@ -221,6 +250,19 @@ def _budget(fraction: float, device: str) -> int | None:
     return math.ceil(psutil.virtual_memory().total * fraction)
 
 
+def _sampling(params) -> dict | None:
+    """The sampling parameters as vLLM holds them (None: a pooling runner): its sampling type
+    (GREEDY for temperature 0) and the fields that decide which tokens come out."""
+    if params is None:
+        return None
+    keys = ("n", "temperature", "top_p", "top_k", "min_p", "seed", "max_tokens", "min_tokens", "stop",
+            "stop_token_ids", "ignore_eos", "include_stop_str_in_output", "skip_special_tokens",
+            "repetition_penalty", "presence_penalty", "frequency_penalty")
+    out = {k: getattr(params, k) for k in keys if hasattr(params, k)}
+    out["sampling_type"] = getattr(getattr(params, "sampling_type", None), "name", None)
+    return json.loads(json.dumps(out, default=str))
+
+
 def _pooling(pooler) -> dict | None:
     if pooler is None:
         return None
@@ -262,7 +304,7 @@ def main() -> int:
                 engine = Engine(req)
                 send(channel, Reply.READY, import_s=engine.import_s, engine_start_s=engine.engine_start_s,
                      versions=engine.versions, **engine.facts())
-            elif op in (Op.CLASSIFY, Op.EMBED):
+            elif op in (Op.CLASSIFY, Op.EMBED, Op.GENERATE):
                 if engine is None:
                     raise RuntimeError(f"{op} before start")
                 reply = engine.run(op, req["prompts"])

@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.inputs.corpus import BUCKETS, CorpusError, count_tokens, load_items, read_corpus
+from lab.facts.constants import VLLM_MEMORY_FRACTION
 from lab.facts.files import sha256_file
 from lab.facts.host import gpu_count
 from lab.engines.vllm import vllm_refusal
 from lab.inputs.models import ModelFolderError, local_checkpoint_config, model_folder, tokenizer_fingerprint
+from lab.passes.tasks.vllm_job import runner_for
 
 DEVICE_RE = re.compile(r"^(auto|cpu|cuda|rocm|gpu|cuda:\d+)$")
 
@@ -291,17 +293,26 @@ def check_projection_rule(proto, items: int | None = None) -> list[Check]:
 def check_engine(proto) -> list[Check]:
     """Variants declaring engine = "vllm": the vLLM environment can be had (built on first
     need, lab.engines.vllm_env) and the pinned vLLM supports the model's architecture, asked
-    of vLLM in its own venv (lab.engines.vllm.vllm_refusal). [] without such a variant."""
-    names = [v.name or v.variant_id for v in proto.variants if v.engine == "vllm"]
+    of vLLM in its own venv (lab.engines.vllm.vllm_refusal) for the runner the task needs
+    (lab.passes.tasks.vllm_job.runner_for); for generation vLLM also loads it and generates a
+    token (its transformers back-end resolves decoders it cannot load), with the first vLLM
+    variant's memory fraction (else lab.facts.constants.VLLM_MEMORY_FRACTION: on CPU for a
+    ``device = "cpu"`` variant or a host without GPUs, else on a GPU).
+    [] without such a variant."""
+    vllm = [v for v in proto.variants if v.engine == "vllm"]
+    names = [v.name or v.variant_id for v in vllm]
     if not names:
         return []
     try:
         folder = model_folder(proto.model_ref, proto.config.model.revision)
     except ModelFolderError:
         return []  # check_model refused the model already
-    why = vllm_refusal(folder)
+    runner = runner_for(proto.task_kind)
+    on_cpu = vllm[0].device == "cpu" or not gpu_count()[0]
+    fraction = vllm[0].vllm_memory_fraction or VLLM_MEMORY_FRACTION["cpu" if on_cpu else "gpu"]
+    why = vllm_refusal(folder, runner=runner, load_fraction=fraction if runner == "generate" else None)
     return [Check("engine", False, why) if why else
-            Check("engine", True, f"vllm for {', '.join(names)}: {folder.name} supported")]
+            Check("engine", True, f"vllm for {', '.join(names)}: {folder.name} supported ({runner})")]
 
 
 def lock_checks(proto) -> list[Check]:

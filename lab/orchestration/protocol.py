@@ -163,14 +163,14 @@ def refuse_unsupported(proto: Protocol, path: Path) -> None:
     """One-line ProtocolError for a variant a non-classification task cannot run yet: more than
     one card (the cards' vectors or outputs are not merged) or ``compile = true`` (the compile
     phase builds the classifier's shapes); and for ``engine = "vllm"`` on a task kind other than
-    lab.passes.tasks.vllm_job.VLLM_KINDS (generation and custom entries run on transformers)."""
+    lab.passes.tasks.vllm_job.VLLM_KINDS (custom entries run the user's own code)."""
     from lab.passes.tasks.vllm_job import VLLM_KINDS
 
     kind = proto.task_kind
     vllm = [v.name for v in proto.variants if v.engine == "vllm"]
     if vllm and kind not in VLLM_KINDS:
         raise ProtocolError(f"{path}: variant {vllm[0]} declares engine = \"vllm\", which runs "
-                            f"{' and '.join(VLLM_KINDS)} tasks in this lab, not {kind}; declare "
+                            f"{', '.join(VLLM_KINDS)} tasks in this lab, not {kind}; declare "
                             "engine = \"transformers\" for it")
     if kind == "classification":
         return

@@ -107,3 +107,21 @@ def test_build_demo_gen_refuses_a_missing_corpus_in_one_line(tmp_path, capsys):
     assert rc == 2 and err.count("\n") == 1
     assert f"--tuning {tmp_path / 'none.jsonl'}: no such file" in err
     assert not (tmp_path / "m").exists()
+
+
+def test_one_stop_rule_cuts_any_engines_ids():
+    # vLLM returns a row's ids without padding, ending at the eos or at the token that completed
+    # a stop string; transformers' rows carry padding after they finish: one rule cuts both alike
+    from lab.passes.tasks.generation_core import GeneratedItem, finish_generated
+
+    pieces = {1: "ab", 2: "c\n", 3: "de", 9: "", 0: ""}  # 9 = eos, 0 = pad, decoded as nothing
+
+    class Tok:
+        def decode(self, toks, skip_special_tokens=True):
+            return "".join(pieces[t] for t in toks)
+
+    rule = GenerationRule(prompt="{text}", max_new_tokens=4, stop=("\n",))
+    padded = finish_generated(Tok(), [1, 3, 9, 0], 5, [9], rule)
+    packed = finish_generated(Tok(), [1, 3, 9], 5, [9], rule)
+    assert padded == packed == GeneratedItem(text="abde", input_tokens=5, output_tokens=3, stopped_by="eos")
+    assert finish_generated(Tok(), [1, 2], 5, [9], rule) == GeneratedItem("abc", 5, 2, "stop")

@@ -79,7 +79,8 @@ def test_a_vllm_variant_of_a_custom_task_is_refused_at_load(tmp_path, fake_model
     f.write_text(text + '\n[task]\nkind = "custom"\nentry = "entry.py:Job"\n')
     with pytest.raises(ProtocolError) as e:
         load_protocol(f)
-    assert 'declares engine = "vllm", which runs classification and embedding tasks' in str(e.value)
+    assert 'declares engine = "vllm", which runs classification, embedding, generation tasks in this lab, not custom' \
+        in str(e.value)
     assert "\n" not in str(e.value)
 
 
@@ -106,3 +107,66 @@ def test_the_raw_table_states_the_vllm_scopes():
     assert "fraction 0.1 of host RAM" in text and "never added to peak_allocated_bytes" in text
     assert "empty kv_cache_bytes cell: x" in text
 
+
+
+# ---- generation on vLLM -------------------------------------------------------------------------
+
+GEN_TASK = {"kind": "generation", "prompt": "{text}\nNewsgroup:", "max_new_tokens": 16, "stop": ["\n"]}
+
+
+def test_a_generation_variant_asks_vllm_for_greedy_with_room_for_its_tokens():
+    from lab.engines.vllm import settings_for
+
+    v = Variant(engine="vllm", max_length=128)
+    pooled = settings_for(v, "m", "cpu")
+    assert (pooled.runner, pooled.max_model_len, pooled.max_new_tokens, pooled.stop) == ("pooling", 128, None, ())
+    gen = settings_for(v, "m", "cpu", max_new_tokens=16, stop=("\n",))
+    # max_length is the longest prompt; vLLM's max_model_len holds it and the generated tokens
+    assert (gen.runner, gen.max_model_len, gen.max_new_tokens, gen.stop) == ("generate", 144, 16, ("\n",))
+
+
+def test_a_generation_variant_gets_the_vllm_job_and_runner():
+    from lab.passes.tasks.vllm_job import runner_for
+
+    v = Variant(engine="vllm", max_length=128)
+    assert [runner_for(k) for k in ("classification", "embedding", "generation")] == ["pooling", "pooling", "generate"]
+    job = job_for(PassSpec(campaign="c", pass_id="p", variant=v, corpus_path="x.jsonl", model_ref="m",
+                           out_dir="/tmp", extra={"task": GEN_TASK}))
+    assert isinstance(job, VllmJob) and job.kind == "generation"
+    assert type(job.writer).__name__ == "GenerationJob" and job.writer.rule.stop == ("\n",)
+
+
+def ready_client(settings):
+    """A client whose engine reported ready (no process: the checks before a call need none)."""
+    from lab.engines.vllm import Ready, VllmClient
+
+    client = VllmClient(settings)
+    client.ready = Ready(import_s=0.0, engine_start_s=0.0, architecture=[], pooling=None,
+                         scheduler={"max_model_len": settings.max_model_len}, memory={}, versions={},
+                         setup_s=0.0, rss_bytes={})
+    return client
+
+
+def test_generate_refuses_a_prompt_without_room_for_max_new_tokens_before_vllm():
+    from lab.engines.vllm import settings_for
+
+    client = ready_client(settings_for(Variant(engine="vllm", max_length=8), "m", "cpu", max_new_tokens=4))
+    with pytest.raises(ValueError, match=r"item 1 has 9 prompt tokens, and with max_new_tokens 4 that passes "
+                                         r"max_model_len 12; vLLM would end it there"):
+        client.generate([[1] * 8, [1] * 9])
+    pooled = ready_client(settings_for(Variant(engine="vllm", max_length=8), "m", "cpu"))
+    with pytest.raises(RuntimeError, match="generate\\(\\) on an engine started with runner 'pooling'"):
+        pooled.generate([[1]])
+
+
+def test_vllm_sampling_is_recorded_as_vllm_holds_it():
+    from lab.engines.vllm_worker import Op, Reply, _sampling
+
+    assert (Op.GENERATE, Reply.GENERATED) == ("generate", "generated")
+    assert _sampling(None) is None
+
+    class Greedy:  # the attributes vLLM's SamplingParams has; an enum for its sampling type
+        temperature, max_tokens, stop = 0.0, 16, ["\n"]
+        sampling_type = type("T", (), {"name": "GREEDY"})()
+
+    assert _sampling(Greedy()) == {"temperature": 0.0, "max_tokens": 16, "stop": ["\n"], "sampling_type": "GREEDY"}

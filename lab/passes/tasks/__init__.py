@@ -19,7 +19,7 @@ def job_for(spec):
     lab does not know (a pass.json written by another lab)."""
     import importlib
 
-    if spec.variant.engine == "vllm":  # classification or embedding, run by vLLM (its own refusals)
+    if spec.variant.engine == "vllm":  # classification, embedding or generation, run by vLLM (its own refusals)
         from lab.passes.tasks.vllm_job import VllmJob
 
         return VllmJob(spec)

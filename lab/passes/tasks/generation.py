@@ -74,6 +74,27 @@ def load_generator(model_ref: str, precision: str, device: str, pad_token: str |
     return tok, model
 
 
+def open_generation_window(rows: list[dict], tokenizer, rule: GenerationRule, bucketing: bool):
+    """The start of a generation window, whichever engine generates: each item's prompt
+    tokenized once by the lab (generation_core.encode_prompts: the text cut to max_text_tokens,
+    the template, the tokenizer's own special tokens, no padding), the processing order
+    (lab.passes.inference.batch_order over the prompts' token counts) and an empty WindowResult
+    (``tokens_kept``: the prompts' token counts; ``tokens_total``: those of the uncut prompts;
+    ``generated``: None per item). Returns (win, prompt token ids per item, order)."""
+    from lab.passes.inference import batch_order, empty_window
+    from lab.passes.tasks.generation_core import TEXT_FIELD, encode_prompts
+
+    texts = [r["text"] for r in rows]
+    seqs = encode_prompts(tokenizer, texts, rule)
+    lengths = [len(x) for x in seqs]
+    totals = ([len(tokenizer(rule.prompt.replace(TEXT_FIELD, t), verbose=False)["input_ids"]) for t in texts]
+              if rule.max_text_tokens else list(lengths))
+    order = batch_order(lengths, bucketing)
+    win = empty_window(rows, lengths, totals, order)
+    win.generated = [None] * len(rows)
+    return win, seqs, order
+
+
 class GenerationJob(ModelSteps):
     """``[task] kind = "generation"``: greedy text per item under the declared rule."""
 
@@ -96,19 +117,12 @@ class GenerationJob(ModelSteps):
         max_text_tokens), ``tokens_total`` those of the uncut prompts. Raises
         generation_core.GenerationRuleError for a prompt past the model's positions and lets
         OOM errors propagate; the items done before stay in ``sink["win"]``."""
-        from lab.passes.inference import batch_order, empty_window
-        from lab.passes.tasks.generation_core import encode_prompts, generate_tokens
+        from lab.passes.tasks.generation_core import generate_tokens
 
         v = self.spec.variant
+        win, seqs, order = open_generation_window(rows, self.tokenizer, self.rule, v.bucketing)
+        lengths = win.tokens_kept
         n = len(rows)
-        texts = [r["text"] for r in rows]
-        seqs = encode_prompts(self.tokenizer, texts, self.rule)
-        lengths = [len(x) for x in seqs]
-        totals = ([len(self.tokenizer(self.rule.prompt.replace("{text}", t), verbose=False)["input_ids"])
-                   for t in texts] if self.rule.max_text_tokens else list(lengths))
-        order = batch_order(lengths, v.bucketing)
-        win = empty_window(rows, lengths, totals, order)
-        win.generated = [None] * n
         if sink is not None:
             sink["win"] = win
         for start in range(0, n, v.batch_size):

@@ -248,14 +248,23 @@ def generate_padded(tokenizer, model, input_ids, attention_mask, rule: Generatio
     new = out[:, width:].tolist()
     fed = attention_mask.sum(dim=1).tolist()
 
+    return [finish_generated(tokenizer, row, int(n_in), eos, rule) for row, n_in in zip(new, fed, strict=True)]
+
+
+def finish_generated(tokenizer, tokens: list[int], input_tokens: int, eos: list[int],
+                     rule: GenerationRule) -> GeneratedItem:
+    """The lab's one stop rule, for every engine: one row's generated token ids (``tokens``,
+    prompt excluded; any padding after the row finished included) cut at the first of ``eos``
+    (eos_token_ids) or after the fewest tokens whose decode holds one of ``rule.stop``, decoded
+    with the tokenizer (special tokens dropped), the text ended before the first stop string.
+    ``output_tokens`` counts the kept tokens (the eos or the token completing a stop string
+    included); ``input_tokens`` is the prompt's count, passed through."""
+
     def decode(toks: list[int]) -> str:
         return tokenizer.decode(toks, skip_special_tokens=True)
 
-    items = []
-    for row, n_in in zip(new, fed, strict=True):
-        n_out, text, by = _finished_length(row, set(eos), rule.stop, decode)
-        items.append(GeneratedItem(text=text, input_tokens=int(n_in), output_tokens=n_out, stopped_by=by))
-    return items
+    n_out, text, by = _finished_length(list(tokens), set(eos), rule.stop, decode)
+    return GeneratedItem(text=text, input_tokens=input_tokens, output_tokens=n_out, stopped_by=by)
 
 
 def generate_batch(tokenizer, model, device, texts: list[str], rule: GenerationRule) -> list[GeneratedItem]:

@@ -1,5 +1,6 @@
-"""A vLLM pass (``engine = "vllm"``): classification or embedding run by vLLM's offline engine,
-as a :class:`lab.passes.tasks.base.Job` on the one pass sequence (lab.passes.sequence).
+"""A vLLM pass (``engine = "vllm"``): classification, embedding or generation run by vLLM's
+offline engine, as a :class:`lab.passes.tasks.base.Job` on the one pass sequence
+(lab.passes.sequence).
 
 The engine is lab.engines.vllm.VllmClient: a child process in the vLLM venv, started in
 ``start_engine`` (the sequence's ``engine_start`` phase: worker spawn, vLLM import, engine
@@ -15,11 +16,20 @@ what it scheduled is observed: ``max_running``), and the answers are materialize
 host (argmax and its probability per item; one vector per item). A call that fails leaves
 the items of the calls before it done (``VllmFailure.items_done``).
 
+Generation: the prompts are tokenized once by the transformers job's rule
+(lab.passes.tasks.generation.open_generation_window), vLLM generates greedily from those ids
+(runner "generate", ``SamplingParams(temperature=0, max_tokens=max_new_tokens, stop=...)``,
+recorded in the engine record as vLLM holds them) and returns token ids only; the lab decodes
+and cuts them by its one stop rule (generation_core.finish_generated, the transformers job's
+too), so both engines' texts and ``output_tokens`` (counted up to that cut) come from one rule.
+``max_length`` is then the longest prompt; vLLM's max_model_len adds max_new_tokens to it
+(lab.engines.vllm.settings_for). vLLM's own finish reasons are counted in the engine record.
+
 vLLM packs sequences without padding: ``padded_tokens`` equals ``real_tokens`` and the
 observed padding is lab.passes.observed.PACKED, which honours a declared ``padding = "longest"`` (no pad
 token enters a result either way); ``padding = "max_length"`` is refused at lock
 (lab.inputs.variants). Predictions are written in the transformers job's format of the same
-kind (ClassificationJob / EmbeddingJob), so the same validation judges both engines: per id
+kind (ClassificationJob / EmbeddingJob / GenerationJob), so the same validation judges both engines: per id
 against the reference variant within the protocol's tolerance, never bit equality.
 
 The engine closes on every path: ``close()`` (the sequence calls it when the pass's phases
@@ -31,11 +41,19 @@ group when its parent dies: lab.engines.vllm_worker.watch_parent).
 from __future__ import annotations
 
 import signal
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-VLLM_KINDS = ("classification", "embedding")
-"""Task kinds a vLLM variant runs in this lab (generation and custom entries: transformers only)."""
+VLLM_KINDS = ("classification", "embedding", "generation")
+"""Task kinds a vLLM variant runs in this lab (custom entries: transformers only, the user's code)."""
+PACKED_PROMPTS = "none: vLLM packs the prompts' token ids (no pad token enters)"
+"""A vLLM generation pass's ``generation.padding`` (the transformers job's is its left padding)."""
+
+
+def runner_for(kind: str) -> str:
+    """vLLM's runner for a task kind: "generate" for generation, "pooling" for the others."""
+    return "generate" if kind == "generation" else "pooling"
 ATTENTION = "vLLM's own backend (see vllm.log)"
 """The observed attention of a vLLM pass: ``attention`` declares transformers' implementation,
 which vLLM does not read (lab.passes.observed.require_honoured does not compare it)."""
@@ -43,18 +61,22 @@ LOG_FILE = "vllm.log"  # the engine's own output, in the pass folder
 
 
 class VllmJob:
-    """A classification or embedding pass whose inference runs in vLLM (module docstring)."""
+    """A classification, embedding or generation pass whose inference runs in vLLM (module docstring)."""
 
     def __init__(self, spec):
         from lab.passes.tasks.classification import ClassificationJob
         from lab.passes.tasks.embedding import EmbeddingJob
+        from lab.passes.tasks.generation import GenerationJob
 
         self.spec = spec
         self.kind = (spec.extra.get("task") or {}).get("kind", "classification")
         if self.kind not in VLLM_KINDS:
             raise ValueError(f"engine vllm runs task kinds {', '.join(VLLM_KINDS)} here, not {self.kind!r}")
         # the transformers job of the same kind writes the predictions and the self metric: one format
-        self.writer: Any = ClassificationJob(spec) if self.kind == "classification" else EmbeddingJob(spec)
+        self.writer: Any = {"classification": ClassificationJob, "embedding": EmbeddingJob,
+                            "generation": GenerationJob}[self.kind](spec)
+        self.eos: list[int] = []  # generation: the ids that end an output (generation_core.eos_token_ids)
+        self.finish: Counter = Counter()  # generation: vLLM's finish reasons over the window
         self.tokenizer: Any = None
         self.shape_model: Any = None
         self.client: Any = None
@@ -68,7 +90,8 @@ class VllmJob:
         """The lab's tokenizer and the model's shape (meta device: no weights); the weights are
         vLLM's, loaded in ``start_engine``. Installs the SIGTERM handler (the engine closes)."""
         import torch
-        from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification,
+                                  AutoTokenizer)
 
         self._sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
         s = self.spec
@@ -79,10 +102,29 @@ class VllmJob:
         cfg = AutoConfig.from_pretrained(s.model_ref, revision=rev)
         if self.kind == "classification":
             self.writer.id2label = {int(k): v for k, v in cfg.id2label.items()}
-        auto = AutoModelForSequenceClassification if self.kind == "classification" else AutoModel
+        auto = {"classification": AutoModelForSequenceClassification,
+                "generation": AutoModelForCausalLM}.get(self.kind, AutoModel)
         with torch.device("meta"):
             self.shape_model = auto.from_config(cfg)
+        if self.kind == "generation":
+            self._load_generation(s.model_ref, rev)
         return self.tokenizer, self.shape_model
+
+    def _load_generation(self, model_ref: str, revision: str | None) -> None:
+        """The eos ids the lab's stop rule cuts at, from the checkpoint's generation_config.json
+        as transformers' from_pretrained reads it (else the model config's), and the writer's
+        tokenizer (it records the pad token)."""
+        from transformers import GenerationConfig
+
+        from lab.passes.tasks.generation_core import eos_token_ids
+
+        try:
+            self.shape_model.generation_config = GenerationConfig.from_pretrained(model_ref,
+                                                                                  revision=revision or "main")
+        except OSError:
+            pass  # no generation_config.json: the one built from the model's config stands
+        self.eos = eos_token_ids(self.tokenizer, self.shape_model)
+        self.writer.tokenizer = self.tokenizer
 
     def start_engine(self, device: str, pass_dir: Path | None = None) -> dict:
         """Start vLLM (its own phase, ``engine_start``); returns the result fields ``engine``
@@ -94,12 +136,15 @@ class VllmJob:
 
         s = self.spec
         log = (pass_dir or Path(s.out_dir)) / LOG_FILE
-        self.client = VllmClient(settings_for(s.variant, s.model_ref, device, s.seed), log_path=log)
+        gen = ({"max_new_tokens": self.writer.rule.max_new_tokens, "stop": self.writer.rule.stop}
+               if self.kind == "generation" else {})
+        self.client = VllmClient(settings_for(s.variant, s.model_ref, device, s.seed, **gen), log_path=log)
         ready = self.client.start()
         self.fields = {"engine": {"name": "vllm", "versions": ready.versions, "architecture": ready.architecture,
                                   "pooling": ready.pooling, "scheduler": ready.scheduler,
                                   "import_s": round(ready.import_s, 6),
-                                  "llm_build_s": round(ready.engine_start_s, 6), "log": LOG_FILE},
+                                  "llm_build_s": round(ready.engine_start_s, 6), "log": LOG_FILE,
+                                  **({"sampling": ready.sampling} if ready.sampling is not None else {})},
                        "engine_memory": reservation(ready, device)}
         if self.kind == "embedding":
             self._check_pooling(ready.pooling)
@@ -153,6 +198,8 @@ class VllmJob:
 
         v = self.spec.variant
         n = len(rows)
+        if self.kind == "generation":
+            return self._generate_window(rows, on_batch, sink)
         win, input_ids, order = open_window(rows, self.tokenizer, v)
         lengths = win.tokens_kept
         embed = self.kind == "embedding"
@@ -186,6 +233,37 @@ class VllmJob:
                 on_batch(win.items_done)
         return win
 
+    def _generate_window(self, rows, on_batch, sink):
+        """Generation's window: prompts tokenized once by the lab, sent in calls of ``batch_size``
+        items in the processing order, the generated ids cut by the lab's stop rule
+        (generation_core.finish_generated). ``win.generated[i]`` is item i's GeneratedItem;
+        vLLM's finish reasons are counted in ``self.finish``. Raises VllmFailure with the items
+        done before the failing call; ValueError for a prompt with no room for max_new_tokens."""
+        from lab.engines.vllm import VllmFailure
+        from lab.passes.tasks.generation import open_generation_window
+        from lab.passes.tasks.generation_core import finish_generated
+
+        v, rule = self.spec.variant, self.writer.rule
+        win, seqs, order = open_generation_window(rows, self.tokenizer, rule, v.bucketing)
+        if sink is not None:
+            sink["win"] = win
+        self.finish = Counter()
+        for start in range(0, len(rows), v.batch_size):
+            idx = order[start:start + v.batch_size]
+            try:
+                out = self.client.generate([seqs[i] for i in idx])
+            except VllmFailure as exc:
+                exc.items_done = win.items_done
+                raise
+            for i, row in zip(idx, out.rows, strict=True):
+                win.generated[i] = finish_generated(self.tokenizer, row["token_ids"], len(seqs[i]), self.eos, rule)
+                win.pred_index[i] = i
+                self.finish[str(row["finish"])] += 1
+            win.count_packed_call(idx, win.tokens_kept, out.max_running)
+            if on_batch:
+                on_batch(win.items_done)
+        return win
+
     def observe(self, threads: int, workers_on_host: int = 1) -> dict:
         """What vLLM resolved (lab.engines.vllm.VllmClient.observed: engine, dtype, compile,
         scheduler limits, memory fraction) and the lab process's threads and TF32 settings."""
@@ -213,4 +291,11 @@ class VllmJob:
         return self.writer.self_metric(win)
 
     def write_predictions(self, path: Path, win) -> dict:
-        return self.writer.write_predictions(path, win)
+        """The transformers job's predictions and fields; for generation its ``padding`` says
+        vLLM packed the prompts, and the engine record counts vLLM's finish reasons over the
+        measured window (``finish_reasons``: its own words, beside the lab's ``stopped_by``)."""
+        fields = self.writer.write_predictions(path, win)
+        if self.kind == "generation":
+            fields["generation"] = {**fields["generation"], "padding": PACKED_PROMPTS}
+            fields["engine"] = {**self.fields["engine"], "finish_reasons": dict(sorted(self.finish.items()))}
+        return fields
