@@ -1,10 +1,11 @@
-"""Multi-card passes for every task kind (issue 20): an embedding campaign whose series varies
-``cards`` over 1 and 2 locks, runs (torchrun workers on CPU, one thread each), validates,
-reports, archives and verifies; the 2-card pass gives what the 1-card pass gives per id (the
-cosine of each item's vectors), and its self metric is the kind's own. Its cards each keep their
-own vector shard, the merge copies them into one vectors.npy in corpus order, and verify refuses
-a shard or a merge edited consistently (SHA256SUMS re-hashed). Small slices of the demo corpus
-keep it fast on 2 cores.
+"""Multi-card passes for every task kind (issue 20): embedding, generation and custom campaigns
+whose series varies ``cards`` over 1 and 2 lock, run (torchrun workers on CPU, one thread each),
+validate, report, archive and verify; the 2-card pass gives what the 1-card pass gives per id
+(embedding: the cosine of each item's vectors; generation: outputs and token counts; custom:
+labels), and its self metric is the kind's own over the merged lines. An embedding pass's cards
+each keep their own vector shard, the merge copies them into one vectors.npy in corpus order,
+and verify refuses a shard or a merge edited consistently (SHA256SUMS re-hashed). Small slices
+of the demo corpus keep it fast on 2 cores.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ import json
 
 import numpy as np
 import pytest
+from conftest import REPO
 from test_archive_evidence import member, read_members, write_members
 from test_multicard import _campaign
+from test_task_generation import TASK as GENERATION
 
 EMBEDDING = '\n[task]\nkind = "embedding"\npooling = "mean"\nnormalize = true\n'
+CUSTOM = f'\n[task]\nkind = "custom"\nentry = "{REPO / "examples" / "custom_classifier.py"}:DemoClassifier"\n'
 
 
 def _run(folder, model, name: str, metric: str, task: str, items=(4, 3, 3)):
@@ -147,3 +151,25 @@ def test_verify_refuses_an_edited_vector_shard_or_merge(embedding_cards, tmp_pat
     bad = verify(write_members(tmp_path / "merge.tar.gz", files))
     assert any(f"pass {pid}: its vectors.npy is not the merge of its cards' vector shards" in p
                and "2 row(s) differ" in p for p in bad.problems), bad.problems
+
+
+def test_two_card_generation_writes_the_one_card_outputs_and_tokens(tmp_path, gen_model_dir):
+    orch, by_cards, archive = _run(tmp_path, gen_model_dir, "gencards", "exact_match", GENERATION)
+    _accepted_and_verified(orch, by_cards, archive)
+    one, two = (_lines(orch, by_cards[c]) for c in (1, 2))
+    assert two == one  # output, input and output tokens, stopped_by: per id, in corpus order
+    r1, r2 = _result(orch, by_cards[1]), _result(orch, by_cards[2])
+    assert r2["output_tokens"] == r1["output_tokens"] == sum(x["output_tokens"] for x in two) > 0
+    assert r2["input_tokens"] == r1["input_tokens"] and r2["generation"] == r1["generation"]
+    assert r2["self_accuracy"] == r1["self_accuracy"] is not None  # exact match, the kind's own rule
+    assert by_cards[2]["validation"]["metric"] == by_cards[1]["validation"]["metric"]
+
+
+def test_two_card_custom_entry_gives_the_one_card_labels(tmp_path, model_dir):
+    orch, by_cards, archive = _run(tmp_path, model_dir, "customcards", "accuracy", CUSTOM)
+    _accepted_and_verified(orch, by_cards, archive)
+    one, two = ({x["id"]: x["pred"] for x in _lines(orch, by_cards[c])} for c in (1, 2))
+    assert two == one
+    r1, r2 = _result(orch, by_cards[1]), _result(orch, by_cards[2])
+    assert r2["entry"] == r1["entry"] and r2["entry_settings"]["model_path"] == r1["entry_settings"]["model_path"]
+    assert r2["self_accuracy"] == r1["self_accuracy"] is not None
