@@ -13,6 +13,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import socket
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -110,6 +114,57 @@ def test_two_card_embedding_merges_the_shards_into_the_one_card_vectors(embeddin
         for x in card_lines:
             assert np.array_equal(vecs[2][merged_at[x["id"]]], shard[x["row"]])
     assert two["validation"]["metric"] == pytest.approx(by_cards[1]["validation"]["metric"], abs=0.11)
+
+
+def test_two_hosts_over_loopback_gather_the_vector_shards(embedding_cards, tmp_path):
+    """The 2-card embedding pass over two torchrun "hosts" (separate processes and pass folders,
+    127.0.0.1): rank 0's host receives the other card's record, lines and vector shard, merges
+    them, and its vectors are the one-host pass's per id."""
+    from test_multicard import _kill_tree
+
+    from lab.passes.tasks.embedding_metrics import cosine_agreement, load_vectors
+
+    orch, by_cards, _ = embedding_cards
+    one_host = orch.dir / "passes" / by_cards[2]["pass_id"]
+    spec = json.loads((one_host / "pass.json").read_text())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs, dirs = [], []
+    try:
+        for node in (0, 1):
+            pd = tmp_path / f"host{node}"
+            pd.mkdir()
+            (pd / "pass.json").write_text(json.dumps({**spec, "out_dir": str(pd)}))
+            dirs.append(pd)
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "lab.passes.runner", str(pd / "pass.json"), "--nnodes", "2", "--node-rank",
+                 str(node), "--rdzv-endpoint", f"127.0.0.1:{port}", "--local-addr", "127.0.0.1"],
+                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True))
+        end = time.monotonic() + 300
+        outs = [p.communicate(timeout=max(1.0, end - time.monotonic())) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                _kill_tree(p)
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-1500:] for o in outs]
+    merged = [pd for pd in dirs if (pd / "result.json").is_file()]
+    assert len(merged) == 1
+    result = json.loads((merged[0] / "result.json").read_text())
+    assert result["status"] == "ok" and result["cards_observed"] == 2
+    gathered = [json.loads(p.read_text()) for p in (merged[0] / "cards").glob("card*.json")]
+    other = [r for r in gathered if r.get("written_by") == "rank 0 (gathered)"]
+    assert len(other) == 1  # the other host's card: its record, lines and shard came over
+    shard = (merged[0] / "cards" / other[0]["vectors_path"]).read_bytes()
+    assert hashlib.sha256(shard).hexdigest() == other[0]["vectors_sha256"]
+    two_hosts, ids = load_vectors((merged[0] / "vectors.npy").read_bytes()), _lines_at(merged[0])
+    one = load_vectors((one_host / "vectors.npy").read_bytes())
+    assert ids == _lines_at(one_host)  # corpus order, every id once
+    assert cosine_agreement(two_hosts, one).min() > 0.9999  # 2 threads per worker here, 1 on one host
+
+
+def _lines_at(pass_dir) -> list[str]:
+    return [json.loads(x)["id"] for x in (pass_dir / "predictions.jsonl").read_text().splitlines()]
 
 
 def _npy(arr) -> bytes:
