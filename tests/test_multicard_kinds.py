@@ -13,16 +13,12 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import socket
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 from conftest import REPO
 from test_archive_evidence import member, read_members, write_members
-from test_multicard import _campaign
+from test_multicard import _campaign, run_on_two_hosts
 from test_task_generation import TASK as GENERATION
 
 EMBEDDING = '\n[task]\nkind = "embedding"\npooling = "mean"\nnormalize = true\n'
@@ -120,34 +116,12 @@ def test_two_hosts_over_loopback_gather_the_vector_shards(embedding_cards, tmp_p
     """The 2-card embedding pass over two torchrun "hosts" (separate processes and pass folders,
     127.0.0.1): rank 0's host receives the other card's record, lines and vector shard, merges
     them, and its vectors are the one-host pass's per id."""
-    from test_multicard import _kill_tree
-
     from lab.passes.tasks.embedding_metrics import cosine_agreement, load_vectors
 
     orch, by_cards, _ = embedding_cards
     one_host = orch.dir / "passes" / by_cards[2]["pass_id"]
     spec = json.loads((one_host / "pass.json").read_text())
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs, dirs = [], []
-    try:
-        for node in (0, 1):
-            pd = tmp_path / f"host{node}"
-            pd.mkdir()
-            (pd / "pass.json").write_text(json.dumps({**spec, "out_dir": str(pd)}))
-            dirs.append(pd)
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "lab.passes.runner", str(pd / "pass.json"), "--nnodes", "2", "--node-rank",
-                 str(node), "--rdzv-endpoint", f"127.0.0.1:{port}", "--local-addr", "127.0.0.1"],
-                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True))
-        end = time.monotonic() + 300
-        outs = [p.communicate(timeout=max(1.0, end - time.monotonic())) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                _kill_tree(p)
-    assert [p.returncode for p in procs] == [0, 0], [o[1][-1500:] for o in outs]
+    dirs = run_on_two_hosts(spec, tmp_path)
     merged = [pd for pd in dirs if (pd / "result.json").is_file()]
     assert len(merged) == 1
     result = json.loads((merged[0] / "result.json").read_text())
