@@ -277,10 +277,9 @@ def test_memory_failure_on_one_card_is_an_oom_row_with_items_completed(tmp_path,
     assert r["measured_s"] == ""  # no window for a failed pass
 
 
-def test_two_hosts_over_loopback_give_the_same_predictions(cards_campaign, tmp_path):
-    d = cards_campaign["dir"]
-    rows = {r["cards"]: r for r in csv.DictReader((d / "report" / "raw_table.csv").read_text().splitlines())}
-    spec = json.loads((d / rows["2"]["predictions_path"]).parent.joinpath("pass.json").read_text())
+def run_on_two_hosts(spec: dict, tmp_path: Path) -> list[Path]:
+    """Run the pass ``spec`` (a pass.json's dict) over two torchrun "hosts" on 127.0.0.1: separate
+    runner processes, pass folders ``tmp_path/host0`` and ``host1`` (returned); both must exit 0."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -302,6 +301,14 @@ def test_two_hosts_over_loopback_give_the_same_predictions(cards_campaign, tmp_p
             if p.poll() is None:
                 _kill_tree(p)
     assert [p.returncode for p in procs] == [0, 0], [o[1][-1500:] for o in outs]
+    return dirs
+
+
+def test_two_hosts_over_loopback_give_the_same_predictions(cards_campaign, tmp_path):
+    d = cards_campaign["dir"]
+    rows = {r["cards"]: r for r in csv.DictReader((d / "report" / "raw_table.csv").read_text().splitlines())}
+    spec = json.loads((d / rows["2"]["predictions_path"]).parent.joinpath("pass.json").read_text())
+    dirs = run_on_two_hosts(spec, tmp_path)
     merged = [pd for pd in dirs if (pd / "result.json").is_file()]
     assert len(merged) == 1  # the host where rank 0 ran merges; the other keeps its own card
     result = json.loads((merged[0] / "result.json").read_text())

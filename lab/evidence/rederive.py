@@ -210,11 +210,14 @@ def check_acceptance(row: dict, recomputed: float | None, threshold: float | Non
                         f"{'below' if higher else 'above'} the locked threshold {threshold}")
 
 
-def check_cards(pid: str, scan, per_card: list, pred_rel: str, problems: list[str]) -> None:
+def check_cards(pid: str, scan, per_card: list, pred_rel: str, problems: list[str], vectors: bool = False) -> None:
     """A multi-card pass (lab.passes.multicard): each card's record and predictions are in the
     archive, each card's predictions match the sha256 its record gives, and the pass's
-    predictions file is exactly the merge of its cards' lines (as a multiset of lines)."""
+    predictions file is exactly the merge of its cards' lines (as a multiset of lines); an
+    embedding pass (``vectors``): its lines and vectors against its cards' lines and vector
+    shards (lab.evidence.card_vectors.check_card_vectors)."""
     merged: list[str] = []
+    found: list[tuple] = []  # (rank, record, lines) of each card whose files are here
     for c in per_card:
         rank = c.get("card") if isinstance(c, dict) else None
         rec_rel, card_pred = f"passes/{pid}/cards/card{rank}.json", f"passes/{pid}/cards/card{rank}.predictions.jsonl"
@@ -229,7 +232,13 @@ def check_cards(pid: str, scan, per_card: list, pred_rel: str, problems: list[st
             problems.append(f"pass {pid}: card {rank}'s predictions sha256 differs from the one its record gives")
         if card_pred in scan.kept:
             merged += member_text(scan, card_pred).splitlines()
-    if sorted(merged) != sorted(member_text(scan, pred_rel).splitlines()):
+            found.append((rank, rec, member_text(scan, card_pred).splitlines()))
+    if vectors:
+        from lab.evidence.card_vectors import check_card_vectors
+
+        if len(found) == len(per_card):  # else a card's files are missing, said above
+            check_card_vectors(pid, scan, found, pred_rel, member_text(scan, pred_rel).splitlines(), problems)
+    elif sorted(merged) != sorted(member_text(scan, pred_rel).splitlines()):
         problems.append(f"pass {pid}: its predictions are not the merge of its cards' predictions "
                         "(cards/card<r>.predictions.jsonl)")
 
@@ -256,7 +265,7 @@ def check_row(row: dict, scan, gold: dict | None, threshold: float | None, probl
             elif scan.sha[vec_rel] != result["vectors_sha256"]:
                 problems.append(f"pass {pid}: vectors sha256 differs from the one its result.json recorded")
         if isinstance(result.get("per_card"), list) and pred_rel in scan.kept:
-            check_cards(pid, scan, result["per_card"], pred_rel, problems)
+            check_cards(pid, scan, result["per_card"], pred_rel, problems, bool(result.get("vectors_sha256")))
     recomputed = _row_metric(row, scan, gold, problems, user_scores)
     if gold is not None:
         check_acceptance(row, recomputed, threshold, problems, higher)

@@ -11,7 +11,8 @@ gzip trailer (CRC and length) is read, so an archive cut short is refused. Check
 - the journal's attempts against the raw table: same passes, statuses, items completed and
   metric; a final archive has a finished attempt for every planned slot and none running;
 - each row's predictions sha256 against the file, and each ``result.json``'s too;
-- a multi-card pass's merged predictions against its cards' predictions and records;
+- a multi-card pass's merged predictions (an embedding's vectors too) against its cards'
+  predictions, vector shards and records;
 - each row's metric (and per-bucket metrics) recomputed from the predictions and the gold
   labels the archive carries (``report/gold_labels.jsonl``); a user's own metric function only
   with ``metric_file`` (the user's opt-in, checked against the lock's sha256, run in a fresh
@@ -69,7 +70,8 @@ RAW_REQUIRED = ("pass_id", "status", "items_completed", "predictions_path", "pre
 def _parsed(rel: str) -> bool:
     return (rel in (SUMS, GOLD_LABELS, ARCHIVE_INFO, *MEMBERS)
             or (rel.startswith("passes/") and rel.endswith(("/result.json", "/predictions.jsonl", "/vectors.npy")))
-            or (rel.startswith("passes/") and "/cards/card" in rel and rel.endswith((".json", ".predictions.jsonl"))))
+            or (rel.startswith("passes/") and "/cards/card" in rel
+                and rel.endswith((".json", ".predictions.jsonl", ".vectors.npy"))))
 
 
 class _Scan:

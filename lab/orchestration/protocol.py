@@ -160,10 +160,10 @@ def load_protocol(path: str | Path, relative_to: str | Path | None = None) -> Pr
 
 
 def refuse_unsupported(proto: Protocol, path: Path) -> None:
-    """One-line ProtocolError for a variant a non-classification task cannot run yet: more than
-    one card (the cards' vectors or outputs are not merged) or ``compile = true`` (the compile
-    phase builds the classifier's shapes); and for ``engine = "vllm"`` on a task kind other than
-    lab.passes.tasks.vllm_job.VLLM_KINDS (custom entries run the user's own code)."""
+    """One-line ProtocolError for a variant a non-classification task cannot run yet:
+    ``compile = true`` (the compile phase builds the classifier's shapes); and for
+    ``engine = "vllm"`` on a task kind other than lab.passes.tasks.vllm_job.VLLM_KINDS
+    (custom entries run the user's own code)."""
     from lab.passes.tasks.vllm_job import VLLM_KINDS
 
     kind = proto.task_kind
@@ -174,10 +174,7 @@ def refuse_unsupported(proto: Protocol, path: Path) -> None:
                             "engine = \"transformers\" for it")
     if kind == "classification":
         return
-    for v in proto.variants:
-        if v.cards > 1:
-            raise ProtocolError(f"{path}: variant {v.name} has cards = {v.cards}; a {kind} task runs on one card "
-                                "per pass in this lab; remove cards")
+    for v in proto.variants:  # cards > 1 runs for every kind (lab.passes.multicard merges by the kind)
         if v.compile:
             raise ProtocolError(f"{path}: variant {v.name} has compile = true; a {kind} task has no compile "
                                 "phase in this lab; remove compile")

@@ -40,6 +40,8 @@ from lab.passes.failures import CARD_STOPPED
 from lab.passes.observed import combine_cards
 from lab.passes.records import CardRecord, Observed, PassResult, Phases, decode_card, write_record
 from lab.passes.spec import PassSpec
+from lab.passes.tasks import job_for
+from lab.passes.tasks.base import CardsNotMerged
 from lab.inputs.variants import Variant
 
 PEAK_KEYS = ("peak_allocated_bytes", "peak_reserved_bytes", "process_peak_rss_bytes", "device_used_bytes")
@@ -196,7 +198,12 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
     ``result.json`` (both written atomically); returns the PassResult.
 
     Predictions: every card's lines, ordered by corpus position (ids the corpus lacks last,
-    duplicates kept, so validation sees exactly what the cards produced). Status: ok when
+    duplicates kept, so validation sees exactly what the cards produced), merged by the task
+    kind's own step (``job.merge_cards``, lab.passes.tasks.base): label and generation lines
+    unchanged; an embedding's lines renumbered into one ``vectors.npy`` copied from the cards'
+    shards. The kind's result fields (vectors, tokens, rule, entry) and ``self_accuracy`` come
+    from that step, by the kind's own rule over the merged lines. A card whose files cannot be
+    merged (CardsNotMerged) makes the pass an error, no predictions written. Status: ok when
     every card wrote an ok record; else oom when any card ran out of memory; else error
     (a card error, or a card with no record: killed before writing, or on another host);
     interrupted when the only failures are cards stopped from outside. Durations: the
@@ -220,36 +227,41 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
     for r in range(cards):
         p = out / "cards" / f"card{r}.json"
         (recs.append(decode_card(p.read_bytes())) if p.is_file() else missing.append(r))
-    merged: list[tuple[float, str]] = []
+    merged: list[tuple[float, int, str]] = []
     for c in recs:
         p = out / "cards" / f"card{c.rank}.predictions.jsonl"
         if p.is_file():
             for line in p.read_text(encoding="utf-8").splitlines(keepends=True):
-                merged.append((pos.get(json.loads(line)["id"], math.inf), line))
+                merged.append((pos.get(json.loads(line)["id"], math.inf), c.rank, line))
     merged.sort(key=lambda x: x[0])
     pred_path = out / "predictions.jsonl"
-    merged_lines = [line for _, line in merged]
+    labels = [rows[int(k)].get("label") if k != math.inf else None for k, _, _ in merged]
+    merge_error = ""
+    try:  # the kind's own merge: its lines, what it writes beside them, its self metric
+        merged_lines, kind_fields = job_for(spec).merge_cards(out / "cards", pred_path,
+                                                              [(r, line) for _, r, line in merged], recs, labels)
+    except CardsNotMerged as exc:
+        merged_lines, kind_fields, merge_error = [], {}, f"merge: {exc}"
     atomic_write_text(pred_path, "".join(merged_lines))  # whole or absent
     predictions_sha256 = sha256_lines(merged_lines)
     recs = _check_cards(spec.variant, recs)
     statuses = [c.status for c in recs]
     failing = [c for c in recs if c.status not in (PassStatus.OK, CARD_STOPPED)]
-    if not missing and all(s == PassStatus.OK for s in statuses):
+    if not merge_error and not missing and all(s == PassStatus.OK for s in statuses):
         status = PassStatus.OK
     elif PassStatus.OOM in statuses:
         status = PassStatus.OOM
-    elif failing or missing:
+    elif failing or missing or merge_error:
         status = PassStatus.ERROR
     else:
         status = PassStatus.INTERRUPTED
     errors = [f"card {c.rank}: {c.error}" for c in failing + [c for c in recs if c.status == CARD_STOPPED]]
     errors += [f"card {r}: no record written (killed before writing, or on another host)" for r in missing]
+    errors += [merge_error] if merge_error else []
     phases = Phases(**{k: _max(getattr(c.phases_s, k) for c in recs)
                        for k in ("startup", "model_load", "warmup", "writing")},
                     measured=_max(c.phases_s.measured for c in recs) if status == PassStatus.OK else None)
     items = sum(c.items_completed or 0 for c in recs)
-    gold = [(rows[int(k)].get("label"), json.loads(line)["pred"]) for k, line in merged
-            if k != math.inf and rows[int(k)].get("label") is not None]
     per_card = [{"card": c.rank, "status": c.status, "device": c.device,
                  "items_total": c.items_total, "items_completed": c.items_completed,
                  "measured_s": c.phases_s.measured, "threads": c.threads,
@@ -288,12 +300,11 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
         conditions=worst_conditions(recs),
         environment=next((c.environment for c in recs if c.environment is not None), None),
         truncated_by_bucket=_truncation(rows, pos, merged_lines),
-        self_accuracy=round(sum(a == b for a, b in gold) / len(gold), 6) if gold else None,
         deterministic={"torch.manual_seed": spec.seed, "cudnn.benchmark": False,
                        "use_deterministic_algorithms": False},
-        predictions_path=pred_path.name, predictions_lines=len(merged), predictions_sha256=predictions_sha256,
+        predictions_path=pred_path.name, predictions_lines=len(merged_lines), predictions_sha256=predictions_sha256,
         torchrun_exit_code=torchrun_code,
         torchrun_wall_s=torchrun_wall_s,  # launcher start to exit: rendezvous, workers, shutdown
-        exit_code=STATUS_CODES.get(status, EXIT_ERROR))
+        exit_code=STATUS_CODES.get(status, EXIT_ERROR), **kind_fields)
     write_record(out / "result.json", res)
     return res

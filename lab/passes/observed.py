@@ -44,10 +44,6 @@ def observe_model(model, threads_declared: int, workers_on_host: int = 1) -> dic
     worker's share, threads // workers, the count :func:`require_honoured` checks) and
     ``threads_split`` (the rule in words).
     """
-    import torch
-
-    from lab.passes.distributed import threads_per_worker
-
     params = list(model.parameters())
     dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in params if p.is_floating_point()})
     quantized = sorted({str(p.dtype).removeprefix("torch.") for p in params if not p.is_floating_point()})
@@ -55,10 +51,21 @@ def observe_model(model, threads_declared: int, workers_on_host: int = 1) -> dic
     compiled = type(model).__name__ == "OptimizedModule" or bool(getattr(model, "_compiled_call_impl", None))
     return {"dtype": "/".join(dtypes) or "none", "device": str(params[0].device) if params else "none",
             "attention": getattr(model.config, "_attn_implementation", None) or "unknown",
-            "threads": torch.get_num_threads(), "threads_declared": threads_declared,
+            **observe_threads(threads_declared, workers_on_host),
             "compile": compiled,
             "quantization": "none" if not (quantized or qconf) else (str(qconf) if qconf else "/".join(quantized)),
-            **observe_tf32(),
+            **observe_tf32()}
+
+
+def observe_threads(threads_declared: int, workers_on_host: int = 1) -> dict:
+    """{threads (torch's count in this process), threads_declared (the pass's)}; with
+    ``workers_on_host`` > 1 (a multi-card worker) also ``threads_per_worker`` (this worker's
+    share, the count :func:`require_honoured` checks) and ``threads_split`` (the rule in words)."""
+    import torch
+
+    from lab.passes.distributed import threads_per_worker
+
+    return {"threads": torch.get_num_threads(), "threads_declared": threads_declared,
             **({} if workers_on_host <= 1 else _split(threads_declared, workers_on_host, threads_per_worker))}
 
 

@@ -118,6 +118,19 @@ class CardRecord(Record, frozen=True):
     batches: int | None = None
     predictions_lines: int | None = None
     predictions_sha256: str | None = None
+    # what the task kind writes beside the card's predictions (its job's write_predictions), as a
+    # one-card pass's result.json holds it: an embedding card's vector shard (``card<r>.vectors.npy``),
+    # a generation card's tokens and rule, a custom card's entry
+    vectors_path: str | None = None
+    vectors_sha256: str | None = None
+    vectors_shape: list[int] | None = None
+    vectors_dtype: str | None = None
+    pooling: dict[str, Any] | None = None
+    entry: str | None = None
+    entry_settings: dict[str, Any] | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    generation: dict[str, Any] | None = None
     exit_code: int | None = None
     written_by: str | None = None
 

@@ -16,9 +16,10 @@ the pass's window is the slowest card's and its figures are the merge's (lab.pas
 Only rank 0 emits phase events (ends, and the window's start); every event carries ``rank``.
 
 Writes ``cards/card<RANK>.json`` and ``cards/card<RANK>.predictions.jsonl`` in the pass
-folder before any later collective, so they survive a failure elsewhere. On success the
-workers meet again and gather their records to rank 0, which writes those of cards on
-other hosts. SIGTERM/SIGINT (torchrun stops the others when one worker fails; or the user
+folder (and what its task kind writes beside them: an embedding card's ``card<RANK>.vectors.npy``)
+before any later collective, so they survive a failure elsewhere. On success the
+workers meet again and gather their records, lines and vector shards to rank 0, which writes
+those of cards on other hosts. SIGTERM/SIGINT (torchrun stops the others when one worker fails; or the user
 stops the pass) raises ``WorkerStopped`` (failure kind interrupted): the worker writes what it
 completed, card status ``stopped`` (lab.passes.failures.CARD_STOPPED), and exits.
 Exit codes as the runner: 0 ok, 3 OOM, 4 error or stopped.
@@ -220,16 +221,24 @@ def run_card(spec: PassSpec, ev: EventWriter, rank: int, local_rank: int, world:
 
 def _gather_to_rank0(dist, spec: PassSpec, rank: int, world: int, card: CardRecord, lines: list[str],
                      stop: _StopSignal) -> None:
-    """All cards succeeded: rank 0 writes the records of cards whose files it lacks (other hosts)."""
+    """All cards succeeded: rank 0 writes the files of cards it lacks (other hosts): the record,
+    the prediction lines and an embedding card's vector shard (``vectors_path``, its bytes as
+    written, so the record's ``vectors_sha256`` still holds)."""
     wait_barrier(dist, stop)
+    cards_dir = card_paths(spec.out_dir, rank)[0].parent
+    shard = (cards_dir / card.vectors_path).read_bytes() if card.vectors_path else None
     got: list | None = [None] * world if rank == 0 else None
-    dist.gather_object((card, lines), got, dst=0)
+    dist.gather_object((card, lines, shard), got, dst=0)
     if rank != 0 or got is None:
         return
     stop.raise_now = False
-    for other, other_lines in got:
+    for other, other_lines, other_shard in got:
         rec_path, pred_path = card_paths(spec.out_dir, other.rank)
         if not rec_path.is_file():
+            if other.vectors_path and other_shard is not None:  # whole or absent, as the card wrote it
+                tmp = cards_dir / (other.vectors_path + ".tmp")
+                tmp.write_bytes(other_shard)
+                tmp.replace(cards_dir / other.vectors_path)
             atomic_write_text(pred_path, "".join(other_lines))
             write_record(rec_path, other.replace(written_by="rank 0 (gathered)"))
 

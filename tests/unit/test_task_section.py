@@ -51,12 +51,13 @@ def test_bad_task_section_one_line(tmp_path, extra, edit, message):
     assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 
-def test_embedding_with_two_cards_is_refused_in_one_line(tmp_path):
+def test_every_kind_may_declare_two_cards(tmp_path):
+    """Multi-card passes merge by the task kind (lab.passes.multicard, tests/test_multicard_kinds.py):
+    the lock no longer refuses cards > 1 for embedding, generation or custom."""
     f = campaign(tmp_path, '\n[task]\nkind = "embedding"\n', ('metric = "accuracy"', 'metric = "nn_accuracy"'))
     f.write_text(f.read_text().replace("[defaults]\n", "[defaults]\ncards = 2\n"))
-    with pytest.raises(ProtocolError, match="a embedding task runs on one card per pass") as e:
-        load_protocol(f)
-    assert "\n" not in str(e.value)
+    proto = load_protocol(f)
+    assert proto.task_kind == "embedding" and {v.cards for v in proto.variants} == {2}
 
 
 def test_entry_and_metric_files_enter_the_lock_identity(tmp_path, fake_model):

@@ -16,6 +16,14 @@ calls the job for exactly these steps:
 6. ``write_predictions(path, win)`` -> dict of result fields (``predictions_lines``,
    ``predictions_sha256`` and what else the kind writes beside the predictions file).
 
+A multi-card pass (lab.passes.multicard.merge_cards) asks one more step of the job, built
+there without loading anything: ``merge_cards(cards_dir, pred_path, merged, cards, labels)``
+-> (lines, result fields): the merged pass's prediction lines (corpus order) and what the kind
+writes beside them (an embedding's one ``vectors.npy`` from the cards' shards), with
+``self_accuracy`` computed over the merged lines by the kind's own rule (the one ``self_metric``
+applies in a one-card pass). Raises :class:`CardsNotMerged` (one line) when a card's files cannot
+be merged. :class:`LabelLines` is this step for kinds whose lines are labels.
+
 Two optional steps, for an engine that runs in its own process (lab.passes.tasks.vllm_job):
 ``start_engine(device, pass_dir)`` -> dict of result fields, timed as ``engine_start`` right
 after ``model_load``, and ``close()``, called when the phases end on every path.
@@ -29,6 +37,8 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Callable, Protocol
+
+from lab.facts.errors import LabError
 
 
 class Job(Protocol):
@@ -66,6 +76,35 @@ class Job(Protocol):
         """The predictions file at ``path`` (and the kind's files beside it), written whole;
         returns the result fields (``predictions_lines``, ``predictions_sha256``, ...)."""
         ...
+
+
+class CardsNotMerged(LabError, ValueError):
+    """A card's files cannot be merged into its pass (a shard missing or unreadable); one line."""
+
+
+def label_accuracy(pairs) -> float | None:
+    """Fraction of ``pairs`` (gold, predicted) that are equal, rounded to 6 decimals (the in-pass
+    ``self_accuracy`` of a label task); None for no pairs."""
+    pairs = list(pairs)
+    return round(sum(a == b for a, b in pairs) / len(pairs), 6) if pairs else None
+
+
+class LabelLines:
+    """``merge_cards`` of a kind whose prediction lines carry a label (``pred``): the cards' lines
+    unchanged, in corpus order; ``self_accuracy`` by :func:`label_accuracy` over them.
+    ``merged_fields`` (the kind's own result fields, from its card records) is empty here."""
+
+    def merged_fields(self, cards: list) -> dict:
+        return {}
+
+    def merge_cards(self, cards_dir: Path, pred_path: Path, merged: list[tuple[int, str]], cards: list,
+                    labels: list) -> tuple[list[str], dict]:
+        import json
+
+        lines = [line for _, line in merged]
+        pairs = [(gold, json.loads(line)["pred"]) for line, gold in zip(lines, labels, strict=True)
+                 if gold is not None]
+        return lines, {**self.merged_fields(cards), "self_accuracy": label_accuracy(pairs)}
 
 
 class ModelSteps:

@@ -10,6 +10,7 @@ from typing import Any
 
 from lab.facts.diskfull import atomic_write_text
 from lab.facts.files import sha256_lines
+from lab.passes.tasks.base import LabelLines, label_accuracy
 
 
 def write_label_predictions(path: Path, win, id2label: dict | None) -> tuple[int, str]:
@@ -31,7 +32,7 @@ def write_label_predictions(path: Path, win, id2label: dict | None) -> tuple[int
     return len(lines), sha256_lines(lines)
 
 
-class ClassificationJob:
+class ClassificationJob(LabelLines):
     """A sequence classifier: ``[task]`` absent or ``kind = "classification"``."""
 
     kind = "classification"
@@ -77,8 +78,8 @@ class ClassificationJob:
         return observe_window(win, self.spec.variant.max_length)
 
     def self_metric(self, win) -> float | None:
-        gold = [(g, self.id2label[p]) for g, p in zip(win.labels, win.pred_index, strict=True) if g is not None]
-        return round(sum(a == b for a, b in gold) / len(gold), 6) if gold else None
+        return label_accuracy((g, self.id2label[p]) for g, p in zip(win.labels, win.pred_index, strict=True)
+                              if g is not None)
 
     def write_predictions(self, path: Path, win) -> dict:
         lines, digest = write_label_predictions(path, win, self.id2label)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.facts.errors import FailureKind, PassFailure
+from lab.passes.tasks.base import LabelLines, label_accuracy
 
 PROTOCOL_METHODS = ("predict",)
 IMPORTS_FINE = "entry imports and has the protocol"  # the check process's last line when it does
@@ -204,7 +205,7 @@ def check_in_fresh_process(ref: str, metric: bool = False, timeout_s: float = 30
     return "" if r.returncode == 0 and lines[-1] == IMPORTS_FINE else lines[-1][:300]
 
 
-class CustomJob:
+class CustomJob(LabelLines):
     """``[task] kind = "custom"``: batches the lab forms, handed to the user's ``predict``."""
 
     kind = "custom"
@@ -240,9 +241,7 @@ class CustomJob:
 
     def observe(self, threads: int, workers_on_host: int = 1) -> dict:
         """The observed record: what ``settings_used()`` reports, NOT_OBSERVABLE for the rest."""
-        import torch
-
-        from lab.passes.observed import NOT_OBSERVABLE, observe_tf32
+        from lab.passes.observed import NOT_OBSERVABLE, observe_tf32, observe_threads
 
         used = {}
         if callable(getattr(self.code, "settings_used", None)):
@@ -253,7 +252,7 @@ class CustomJob:
                                                                    "fp16": "float16"}.get(precision, precision),
                 "device": str(used.get("device", NOT_OBSERVABLE)),
                 "attention": used.get("attention", NOT_OBSERVABLE) if v.attention else "unknown",
-                "threads": torch.get_num_threads(), "threads_declared": threads,
+                **observe_threads(threads, workers_on_host),
                 "compile": used.get("compile", NOT_OBSERVABLE),
                 "quantization": used.get("quantization", NOT_OBSERVABLE),
                 **observe_tf32(), "reported_by_entry": sorted(used)}
@@ -314,8 +313,12 @@ class CustomJob:
                 "batch_size": win.largest_batch, "window_items": win.items_done}
 
     def self_metric(self, win) -> float | None:
-        gold = [(g, p) for g, p in zip(win.labels, win.pred_index, strict=True) if g is not None]
-        return round(sum(a == b for a, b in gold) / len(gold), 6) if gold else None
+        return label_accuracy((g, p) for g, p in zip(win.labels, win.pred_index, strict=True) if g is not None)
+
+    def merged_fields(self, cards: list) -> dict:
+        """The entry and its settings, as every card recorded them (the same spec built each)."""
+        first = next((c for c in cards if c.entry), None)
+        return {"entry": first.entry, "entry_settings": first.entry_settings} if first else {}
 
     def write_predictions(self, path: Path, win) -> dict:
         from lab.passes.tasks.classification import write_label_predictions

@@ -15,6 +15,13 @@ item's row in ``vectors.npy``, a float16 numpy array of shape (lines, hidden) (n
 result.json (``vectors_sha256``) and the predictions file's lines (``row``) point into it.
 ``norm``: the vector's L2 norm before normalisation; null when the engine returns its vectors
 already normalised (a vLLM pass, lab.passes.tasks.vllm_job).
+
+A card of a multi-card pass writes the same beside its own predictions: ``cards/card<r>.vectors.npy``
+(its shard, rows as its lines say; :func:`vectors_name`). The merge
+(:meth:`EmbeddingJob.merge_cards`) copies each merged line's row out of its card's shard into the
+pass's one ``vectors.npy`` in corpus order (float16 to float16: the values are the cards', bit for
+bit) and renumbers ``row``; ``archive verify`` checks the merge against the shards
+(lab.evidence.card_vectors).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from typing import Any
 from lab.facts.diskfull import atomic_write_text
 from lab.facts.errors import FailureKind, PassFailure
 from lab.facts.files import sha256_bytes, sha256_lines
-from lab.passes.tasks.base import ModelSteps
+from lab.passes.tasks.base import CardsNotMerged, ModelSteps
 
 VECTORS_FILE = "vectors.npy"
 VECTORS_DTYPE = "float16"  # 2 bytes per value: 1000 items x 384 values = 768 KB per pass
@@ -41,6 +48,31 @@ class NonFiniteVectors(PassFailure, RuntimeError):
     def __init__(self, ids: list[str], items_done: int):
         super().__init__(f"non-finite embedding for {len(ids)} item(s), first {ids[0]!r}", items_done=items_done)
         self.ids = ids
+
+
+def vectors_name(pred_path: Path) -> str:
+    """The vectors file's name beside the predictions file ``pred_path``: ``vectors.npy`` beside a
+    pass's ``predictions.jsonl``, ``card<r>.vectors.npy`` beside a card's ``card<r>.predictions.jsonl``."""
+    return pred_path.name.removesuffix("predictions.jsonl") + VECTORS_FILE
+
+
+def write_vectors(pred_path: Path, lines: list[str], vectors) -> dict:
+    """Write ``vectors`` ((lines, width), stored as float16) beside ``pred_path`` (:func:`vectors_name`),
+    then ``lines`` to ``pred_path``, each whole or absent; returns the result fields (lines, both
+    sha256, the vectors' name, shape and dtype)."""
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(vectors).astype(VECTORS_DTYPE), allow_pickle=False)
+    data = buf.getvalue()
+    name = vectors_name(pred_path)
+    tmp = pred_path.parent / (name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(pred_path.parent / name)
+    atomic_write_text(pred_path, "".join(lines))
+    return {"predictions_lines": len(lines), "predictions_sha256": sha256_lines(lines),
+            "vectors_path": name, "vectors_sha256": sha256_bytes(data),
+            "vectors_shape": [len(lines), int(np.asarray(vectors).shape[1])], "vectors_dtype": VECTORS_DTYPE}
 
 
 def load_encoder(model_ref: str, precision: str, device: str, pad_token: str | None = None,
@@ -138,8 +170,6 @@ class EmbeddingJob(ModelSteps):
     def write_predictions(self, path: Path, win) -> dict:
         """predictions.jsonl and vectors.npy (float16) of the completed items; returns the
         result fields (lines, both sha256, the pooling rule, the vectors' shape and dtype)."""
-        import numpy as np
-
         done = [i for i, p in enumerate(win.pred_index) if p is not None]
         lines = []
         for row, i in enumerate(done):
@@ -148,16 +178,42 @@ class EmbeddingJob(ModelSteps):
             lines.append(json.dumps({"id": win.ids[i], "row": row, "norm": norm,
                                      "truncated": None if total is None else total > kept,
                                      "tokens_kept": kept, "tokens_total": total}, ensure_ascii=False) + "\n")
-        buf = io.BytesIO()
-        np.save(buf, win.vectors[done].astype(VECTORS_DTYPE), allow_pickle=False)
-        data = buf.getvalue()
-        vec_path = path.parent / VECTORS_FILE
-        tmp = vec_path.with_suffix(".npy.tmp")
-        tmp.write_bytes(data)
-        tmp.replace(vec_path)
-        atomic_write_text(path, "".join(lines))
-        return {"predictions_lines": len(lines), "predictions_sha256": sha256_lines(lines),
-                "vectors_path": VECTORS_FILE, "vectors_sha256": sha256_bytes(data),
-                "vectors_shape": [len(done), int(win.vectors.shape[1])], "vectors_dtype": VECTORS_DTYPE,
+        return {**write_vectors(path, lines, win.vectors[done]),
                 "pooling": {"rule": self.pooling, "mask": "attention_mask", "normalize": self.normalize,
                             "dtype": "float32 before storage"}}
+
+    def merge_cards(self, cards_dir: Path, pred_path: Path, merged: list[tuple[int, str]], cards: list,
+                    labels: list) -> tuple[list[str], dict]:
+        """The pass's lines and ``vectors.npy`` from its cards' (module docstring): merged line k
+        gets ``row`` k and the vector its card's shard holds for it. ``self_accuracy`` as a one-card
+        pass has it (:meth:`self_metric`: None; validation computes the retrieval metric from the
+        merged vectors). Raises CardsNotMerged when a card with lines has no readable shard."""
+        import numpy as np
+
+        from lab.passes.tasks.embedding_metrics import load_vectors
+
+        shards = {}
+        for c in cards:
+            if not c.vectors_path:
+                continue
+            try:
+                shards[c.rank] = load_vectors((cards_dir / c.vectors_path).read_bytes())
+            except (OSError, ValueError) as exc:
+                raise CardsNotMerged(f"card {c.rank}: its vectors {c.vectors_path} cannot be read ({exc})") from None
+        lines: list[str] = []
+        rows: list = []
+        for rank, line in merged:
+            rec = json.loads(line)
+            shard = shards.get(rank)
+            if shard is None or not isinstance(rec.get("row"), int) or not 0 <= rec["row"] < len(shard):
+                raise CardsNotMerged(f"card {rank}: item {rec.get('id')!r} has no row in its card's vectors")
+            rows.append(shard[rec["row"]])
+            lines.append(json.dumps({**rec, "row": len(lines)}, ensure_ascii=False) + "\n")
+        if not shards:
+            return lines, {"self_accuracy": None}
+        width = next(iter(shards.values())).shape[1]
+        vectors = np.stack(rows) if rows else np.zeros((0, width), np.float16)
+        pooling = next((c.pooling for c in cards if c.pooling), None)
+        written = write_vectors(pred_path, lines, vectors)  # the predictions' own fields are the merge's
+        return lines, {**{k: v for k, v in written.items() if not k.startswith("predictions_")},
+                       "pooling": pooling, "self_accuracy": self.self_metric(None)}

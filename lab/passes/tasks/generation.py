@@ -139,32 +139,47 @@ class GenerationJob(ModelSteps):
 
     def self_metric(self, win) -> float | None:
         """Exact match (the declared normalisation) of the items done against their labels, or None."""
+        return self.exact_match_of([(g.text, lab) for g, lab in zip(win.generated, win.labels, strict=True)
+                                    if g is not None])
+
+    def exact_match_of(self, pairs: list[tuple[str, str | None]]) -> float | None:
+        """Exact match (the declared normalisation) over the (output, label) pairs whose label is
+        known, rounded to 6 decimals; None when there is none."""
         from lab.passes.tasks.text_metrics import exact_match
 
-        pairs = [(g.text, lab) for g, lab in zip(win.generated, win.labels, strict=True)
-                 if g is not None and lab is not None]
-        if not pairs:
+        known = [(out, gold) for out, gold in pairs if gold is not None]
+        if not known:
             return None
-        return round(exact_match([p[0] for p in pairs], [p[1] for p in pairs], self.normalisation), 6)
+        return round(exact_match([p[0] for p in known], [p[1] for p in known], self.normalisation), 6)
+
+    def _fields(self, recs: list[dict], pad_token) -> dict:
+        """The result fields of the written items ``recs`` (their prediction lines, decoded)."""
+        stopped = Counter(r["stopped_by"] for r in recs)
+        return {"input_tokens": sum(r["input_tokens"] for r in recs),
+                "output_tokens": sum(r["output_tokens"] for r in recs),
+                "generation": {"rule": self.rule.to_json(), "rule_sha256": self.rule.digest(),
+                               "normalisation": self.normalisation, "padding": PADDING_RULE,
+                               "pad_token": pad_token, "stopped_by": dict(sorted(stopped.items()))}}
 
     def write_predictions(self, path: Path, win) -> dict:
         """predictions.jsonl of the completed items (module docstring); returns the result fields
         (lines, sha256, token sums, the rule as run with its sha256)."""
-        lines, n_in, n_out = [], 0, 0
-        stopped: Counter = Counter()
-        for item_id, g in zip(win.ids, win.generated, strict=True):
-            if g is None:
-                continue
-            n_in += g.input_tokens
-            n_out += g.output_tokens
-            stopped[g.stopped_by] += 1
-            lines.append(json.dumps({"id": item_id, "output": g.text, "input_tokens": g.input_tokens,
-                                     "output_tokens": g.output_tokens, "stopped_by": g.stopped_by},
-                                    ensure_ascii=False) + "\n")
+        recs = [{"id": item_id, "output": g.text, "input_tokens": g.input_tokens, "output_tokens": g.output_tokens,
+                 "stopped_by": g.stopped_by} for item_id, g in zip(win.ids, win.generated, strict=True)
+                if g is not None]
+        lines = [json.dumps(r, ensure_ascii=False) + "\n" for r in recs]
         atomic_write_text(path, "".join(lines))
         return {"predictions_lines": len(lines), "predictions_sha256": sha256_lines(lines),
-                "input_tokens": n_in, "output_tokens": n_out,
-                "generation": {"rule": self.rule.to_json(), "rule_sha256": self.rule.digest(),
-                               "normalisation": self.normalisation, "padding": PADDING_RULE,
-                               "pad_token": getattr(self.tokenizer, "pad_token", None),
-                               "stopped_by": dict(sorted(stopped.items()))}}
+                **self._fields(recs, getattr(self.tokenizer, "pad_token", None))}
+
+    def merge_cards(self, cards_dir: Path, pred_path: Path, merged: list[tuple[int, str]], cards: list,
+                    labels: list) -> tuple[list[str], dict]:
+        """The cards' lines unchanged (corpus order); token sums and the rule over them as a
+        one-card pass writes them, the pad token as the cards recorded it; ``self_accuracy`` by
+        :meth:`exact_match_of` over the merged outputs."""
+        lines = [line for _, line in merged]
+        recs = [json.loads(line) for line in lines]
+        pad = next(((c.generation or {}).get("pad_token") for c in cards if c.generation), None)
+        return lines, {**self._fields(recs, pad),
+                       "self_accuracy": self.exact_match_of([(r["output"], gold)
+                                                             for r, gold in zip(recs, labels, strict=True)])}
