@@ -279,14 +279,3 @@ def warm_up_window(run_window: Callable, rows: list[dict], device: str, items: i
             run_window(rows[:items], device)
     synchronize(device)
     return time.perf_counter() - t0
-
-
-def warm_up(rows: list[dict], tokenizer, model, device: str, variant: Variant,
-            items: int, passes: int) -> float:
-    """The protocol's warm-up: ``passes`` runs over the first ``items`` corpus items. Returns seconds."""
-    t0 = time.perf_counter()
-    for _ in range(passes):
-        if items > 0:
-            run_batches(rows[:items], tokenizer, model, device, variant)
-    synchronize(device)
-    return time.perf_counter() - t0

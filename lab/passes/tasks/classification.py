@@ -10,7 +10,8 @@ from typing import Any
 
 from lab.facts.diskfull import atomic_write_text
 from lab.facts.files import sha256_lines
-from lab.passes.tasks.base import LabelLines, label_accuracy
+from lab.passes.inference import load_model
+from lab.passes.tasks.base import LabelLines, ModelSteps, label_accuracy
 
 
 def write_label_predictions(path: Path, win, id2label: dict | None) -> tuple[int, str]:
@@ -32,10 +33,12 @@ def write_label_predictions(path: Path, win, id2label: dict | None) -> tuple[int
     return len(lines), sha256_lines(lines)
 
 
-class ClassificationJob(LabelLines):
-    """A sequence classifier: ``[task]`` absent or ``kind = "classification"``."""
+class ClassificationJob(LabelLines, ModelSteps):
+    """A sequence classifier: ``[task]`` absent or ``kind = "classification"``. Load, warm-up
+    (its own window over the first items), compile and observed records: ModelSteps."""
 
     kind = "classification"
+    loader = load_model
 
     def __init__(self, spec):
         self.spec = spec
@@ -44,38 +47,14 @@ class ClassificationJob(LabelLines):
         self.id2label: dict = {}
 
     def load(self, device: str) -> tuple:
-        from lab.passes import inference as inf
-
-        s = self.spec
-        self.tokenizer, self.model = inf.load_model(s.model_ref, s.variant.precision, device,
-                                                    pad_token=s.extra.get("pad_token"),
-                                                    revision=s.extra.get("revision"),
-                                                    attention=s.variant.attention)
+        super().load(device)
         self.id2label = {int(k): v for k, v in self.model.config.id2label.items()}
         return self.tokenizer, self.model
-
-    def warm_up(self, rows: list[dict], device: str) -> float:
-        from lab.passes import inference as inf
-
-        s = self.spec
-        return inf.warm_up(rows, self.tokenizer, self.model, device, s.variant, s.warmup_items, s.warmup_passes)
 
     def run_window(self, rows, device, on_batch=None, sink=None):
         from lab.passes import inference as inf
 
         return inf.run_batches(rows, self.tokenizer, self.model, device, self.spec.variant, on_batch, sink)
-
-    def observe(self, threads: int, workers_on_host: int = 1) -> dict:
-        """The loaded model's observed record (lab.passes.observed.observe_model)."""
-        from lab.passes.observed import observe_model
-
-        return observe_model(self.model, threads, workers_on_host)
-
-    def observe_window(self, win) -> dict:
-        """The measured window's observed record (lab.passes.observed.observe_window)."""
-        from lab.passes.observed import observe_window
-
-        return observe_window(win, self.spec.variant.max_length)
 
     def self_metric(self, win) -> float | None:
         return label_accuracy((g, self.id2label[p]) for g, p in zip(win.labels, win.pred_index, strict=True)
