@@ -160,10 +160,10 @@ def load_protocol(path: str | Path, relative_to: str | Path | None = None) -> Pr
 
 
 def refuse_unsupported(proto: Protocol, path: Path) -> None:
-    """One-line ProtocolError for a variant a non-classification task cannot run yet:
-    ``compile = true`` (the compile phase builds the classifier's shapes); and for
-    ``engine = "vllm"`` on a task kind other than lab.passes.tasks.vllm_job.VLLM_KINDS
-    (custom entries run the user's own code)."""
+    """One-line ProtocolError for a variant the task cannot run: ``engine = "vllm"`` on a task
+    kind other than lab.passes.tasks.vllm_job.VLLM_KINDS (custom entries run the user's own
+    code). cards > 1 and compile = true run for every kind (lab.passes.multicard merges by the
+    kind; lab.passes.compile compiles by the job's own step, a custom entry compiles itself)."""
     from lab.passes.tasks.vllm_job import VLLM_KINDS
 
     kind = proto.task_kind
@@ -172,12 +172,6 @@ def refuse_unsupported(proto: Protocol, path: Path) -> None:
         raise ProtocolError(f"{path}: variant {vllm[0]} declares engine = \"vllm\", which runs "
                             f"{', '.join(VLLM_KINDS)} tasks in this lab, not {kind}; declare "
                             "engine = \"transformers\" for it")
-    if kind == "classification":
-        return
-    for v in proto.variants:  # cards > 1 runs for every kind (lab.passes.multicard merges by the kind)
-        if v.compile:
-            raise ProtocolError(f"{path}: variant {v.name} has compile = true; a {kind} task has no compile "
-                                "phase in this lab; remove compile")
 
 
 # ---- lock and versions -------------------------------------------------------------

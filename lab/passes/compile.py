@@ -1,26 +1,37 @@
 """``compile = true`` variants: ``torch.compile`` as a declared factor.
 
 Compilation is its own phase, outside the measured window (seed: compilation belongs to
-set-up, "avvio"): the model is wrapped with ``nn.Module.compile`` (default inductor backend,
-default dynamic-shape policy) and the compile phase runs one forward pass for every batch
-shape the measured window's batching will produce that can be known before it
-(``window_batch_sizes``): the full batch and the final short batch (``n_items % batch_size``,
-known from the corpus size), and the warm-up's batches (its items cut the same way).
-With padding "max_length" that is every shape of the window.
-With padding "longest" (bucketing or not) the sequence length depends on each batch's
-longest item, so the compile inputs' sequence dimension (and their batch dimension, when
-it is 2 or more) are marked dynamic with ``torch._dynamo.maybe_mark_dynamic``: dynamo
-traces them symbolically, so any later length reuses the graph. ``maybe_`` rather than
-``mark_dynamic``: should the model's code specialize a dimension, dynamo compiles a static
-graph instead of failing the pass, and any compilation that still lands in the warm-up or
-the window is counted (``DynamoCounters``: ``recompiles_warmup``, ``recompiles_measured``)
-and reported beside the durations (lab.report). A size-1 dimension is never marked:
-dynamo specializes sizes 0 and 1, which is why a final batch of one item gets its own
-compile. A compile failure propagates as an exception: the runner turns it into a failure
-row with the reason.
+set-up, "avvio"): the model is wrapped with ``nn.Module.compile`` (default inductor backend)
+and the compile phase runs the job's own batch step once for every batch size the measured
+window's batching will produce that can be known before it (``window_batch_sizes``): the
+full batch and the final short batch (``n_items % batch_size``, known from the corpus size),
+and the warm-up's batches (its items cut the same way). :func:`compile_batches` is that
+phase, written once; each task kind gives its step (lab.passes.tasks.base.Job.compile):
+
+- a forward over token ids (classification, embedding: :func:`compile_model`): with padding
+  "max_length" every shape of the window is compiled. With padding "longest" (bucketing or
+  not) the sequence length depends on each batch's longest item, so the compile inputs'
+  sequence dimension (and their batch dimension, when it is 2 or more) are marked dynamic
+  with ``torch._dynamo.maybe_mark_dynamic``: dynamo traces them symbolically, so any later
+  length reuses the graph. ``maybe_`` rather than ``mark_dynamic``: should the model's code
+  specialize a dimension, dynamo compiles a static graph instead of failing the pass.
+- generation (lab.passes.tasks.generation): the model's forward that ``generate`` calls at
+  every decoding step is compiled, and the step is one whole greedy generation of the batch
+  (the prompt, then one token per step, the cache growing by one position each step). Those
+  tensors are made inside ``generate``, where no dimension can be marked, so the module is
+  compiled with ``dynamic=True`` (every size symbolic from the first trace).
+
+Any compilation that still lands in the warm-up or the window is counted
+(``DynamoCounters``: ``recompiles_warmup``, ``recompiles_measured``) and reported beside the
+durations (lab.report), however many there are. A size-1 dimension is never symbolic: dynamo
+specializes sizes 0 and 1, which is why a final batch of one item (and a decoding step's one
+new token) gets its own compile. A compile failure propagates as an exception: the runner
+turns it into a failure row with the reason.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 from lab.inputs.variants import Variant
 
@@ -36,27 +47,45 @@ def window_batch_sizes(n_items: int, batch_size: int) -> list[int]:
     return sizes
 
 
-def compile_model(model, rows: list[dict], tokenizer, device: str, variant: Variant,
-                  n_items: int) -> list[list]:
-    """Compile ``model`` in place on every batch shape of a ``n_items`` window and of the
-    warm-up over ``rows`` (see the module), so that neither phase compiles what can be known now.
+def compile_batches(model, rows: list[dict], device: str, variant: Variant, n_items: int,
+                    step: Callable[[list[str]], list], dynamic: bool | None = None) -> list[list]:
+    """The compile phase (see the module): compile ``model`` in place
+    (``nn.Module.compile``; ``dynamic``: torch.compile's, None for its default policy), then
+    run ``step(texts)`` once per batch size a ``n_items`` window and the warm-up over ``rows``
+    will run, device synchronized at the end.
 
-    ``rows``: the warm-up items (at least one; repeated to fill a batch). Returns the shapes
-    compiled, [[items, tokens], ...] with tokens "dynamic" where the sequence dimension was
-    marked dynamic. Raises ValueError with no rows, and whatever dynamo/inductor raise.
+    ``rows``: the warm-up items (at least one; repeated to fill a batch); ``step`` runs one
+    batch of those texts as the window will and returns the shape it ran, [items, tokens]
+    (tokens "dynamic" when symbolic). Returns the shapes in order. Raises ValueError with no
+    rows, and whatever dynamo/inductor or the step raise.
     """
-    import torch
-
-    from lab.passes.inference import pad_batch, synchronize, tokenize
+    from lab.passes.inference import synchronize
 
     if not rows:
         raise ValueError("compile = true needs warm-up items to compile on; set [timing] warmup_items >= 1")
-    dynamic_length = variant.padding != "max_length"
-    model.compile()
-    shapes: list[list] = []
+    model.compile(**({} if dynamic is None else {"dynamic": dynamic}))
     sizes = window_batch_sizes(n_items, variant.batch_size) + window_batch_sizes(len(rows), variant.batch_size)
-    for size in dict.fromkeys(sizes):
-        texts = [rows[i % len(rows)]["text"] for i in range(size)]
+    shapes = [step([rows[i % len(rows)]["text"] for i in range(size)]) for size in dict.fromkeys(sizes)]
+    synchronize(device)
+    return shapes
+
+
+def compile_model(model, rows: list[dict], tokenizer, device: str, variant: Variant,
+                  n_items: int) -> list[list]:
+    """The compile phase of a job whose window calls ``model(input_ids=, attention_mask=)``
+    on batches tokenized and padded by lab.passes.inference (classification, embedding): that
+    forward over every batch shape of a ``n_items`` window and of the warm-up over ``rows``
+    (:func:`compile_batches`; padding "longest": the token and batch dimensions marked
+    dynamic). Returns [[items, tokens], ...], tokens "dynamic" where the sequence dimension
+    was marked. Raises as :func:`compile_batches`.
+    """
+    import torch
+
+    from lab.passes.inference import pad_batch, tokenize
+
+    dynamic_length = variant.padding != "max_length"
+
+    def forward(texts: list[str]) -> list:
         ids, _ = tokenize(texts, tokenizer, variant.max_length)
         # tensors made under inference_mode, as run_batches makes them: dynamo guards on the
         # dispatch keys, so a normal tensor here would compile a graph the window never reuses
@@ -67,12 +96,19 @@ def compile_model(model, rows: list[dict], tokenizer, device: str, variant: Vari
             if dynamic_length:
                 for t in (ids_t, mask_t):
                     torch._dynamo.maybe_mark_dynamic(t, 1)
-                    if size > 1:
+                    if len(texts) > 1:
                         torch._dynamo.maybe_mark_dynamic(t, 0)
             model(input_ids=ids_t, attention_mask=mask_t)
-        shapes.append([size, "dynamic" if dynamic_length else int(ids_t.shape[1])])
-    synchronize(device)
-    return shapes
+        return [len(texts), "dynamic" if dynamic_length else int(ids_t.shape[1])]
+
+    return compile_batches(model, rows, device, variant, n_items, forward)
+
+
+NO_LAB_COMPILE = ("no lab compile phase: the lab cannot compile a custom entry's code; compile = true reached the "
+                  "entry in its settings, so any compile time falls where the entry compiles (model_load, warmup "
+                  "or the window); observed_compile is what the entry reports, else declared, not observable")
+"""result.json's ``compile_phase`` for a compile = true pass whose job has no ``compile`` step
+(lab.passes.tasks.base: a custom entry), shown in the raw table's notes (lab.report.raw_table)."""
 
 
 class DynamoCounters:

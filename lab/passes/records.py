@@ -166,6 +166,7 @@ class PassResult(Record, frozen=True):
     threads: int | str | None = None
     deterministic: dict[str, Any] | None = None
     compile_shapes: list[list[int | str]] | None = None
+    compile_phase: str | None = None  # no lab compile phase (a custom entry): why (lab.passes.compile.NO_LAB_COMPILE)
     compile_frames: int | None = None
     recompiles_warmup: int | None = None
     recompiles_measured: int | None = None

@@ -15,9 +15,11 @@ timed with a host clock (``time.perf_counter``) into ``phases_s`` (seconds):
    (``job.start_engine``: its fields go into the record), and closes it when the phases end,
    failure included (``job.close``); such an engine compiles in its own start, so it has no
    ``compile`` phase.
-3. ``compile`` (compile = true only; lab.passes.compile): every window batch shape known
-   before the window; ``compile_frames``, ``recompiles_warmup`` and ``recompiles_measured``
-   count dynamo's frames compiled in each phase (a variant refuses compile with cards > 1).
+3. ``compile`` (compile = true only; lab.passes.compile): ``job.compile`` runs the job's batch
+   step over every window batch shape known before the window; ``compile_frames``,
+   ``recompiles_warmup`` and ``recompiles_measured`` count dynamo's frames compiled in each
+   phase (a variant refuses compile with cards > 1). A job without ``compile`` has no such
+   phase (a custom entry compiles itself, if at all: recorded as declared, not observable).
 4. ``warmup``: ``job.warm_up`` over the first ``warmup_items`` corpus rows; then what the
    job observed (``job.observe``) is checked against the declared variant
    (lab.passes.observed.require_honoured).
@@ -190,7 +192,7 @@ class PassSequence:
         self._start("model_load", device=device)
         self.job = job = job_for(spec)
         t = time.perf_counter()
-        tok, model = job.load(device)
+        model = job.load(device)[1]
         inf.synchronize(device)
         self._phase("model_load", t)
         start_engine = getattr(job, "start_engine", None)  # an engine in its own process (vLLM)
@@ -201,20 +203,24 @@ class PassSequence:
             self._phase("engine_start", t)
 
         dynamo = None
-        # every window batch shape known now is compiled here, not in the window (an engine of its
-        # own compiles in its start)
-        if spec.variant.compile and start_engine is None:
-            from lab.passes.compile import DynamoCounters, compile_model
+        # every window batch shape known now is compiled here, not in the window, by the job's own
+        # step (a job without one: an engine of its own compiles in its start, custom code itself)
+        compile_step = getattr(job, "compile", None)
+        if spec.variant.compile and compile_step is not None and start_engine is None:
+            from lab.passes.compile import DynamoCounters
 
             dynamo = DynamoCounters()
             self._start("compile")
             corpus = read_corpus(spec.corpus_path)
             dynamo.start()
             t = time.perf_counter()
-            res["compile_shapes"] = compile_model(model, corpus[: spec.warmup_items], tok, device,
-                                                  spec.variant, len(corpus))
+            res["compile_shapes"] = compile_step(corpus[: spec.warmup_items], device, len(corpus))
             self._phase("compile", t)
             res["compile_frames"] = dynamo.read()[0]
+        elif spec.variant.compile and start_engine is None:
+            from lab.passes.compile import NO_LAB_COMPILE
+
+            res["compile_phase"] = NO_LAB_COMPILE
 
         self._start("warmup")
         warm_rows = read_corpus(spec.corpus_path)[: spec.warmup_items]

@@ -146,7 +146,8 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
         for p in PHASES:
             row[f"{p}_s"] = phases.get(p)
         vllm = v.get("engine") == "vllm"
-        missing_phases = [p for p in PHASES if phases.get(p) is None and (p != "compile" or v.get("compile"))
+        lab_compiled = v.get("compile") and not r.get("compile_phase")  # a custom entry compiles itself
+        missing_phases = [p for p in PHASES if phases.get(p) is None and (p != "compile" or lab_compiled)
                           and (p != "engine_start" or vllm) and not (p == "compile" and vllm)]
         if a["status"] == PassStatus.OK and "probe" in missing_phases:
             missing_phases.remove("probe")
@@ -241,6 +242,8 @@ def compile_notes(variant: dict, result: dict, status: str) -> list[str]:
     warm-up or inside the measured window (the durations are then not steady-state)."""
     if not variant.get("compile"):
         return [NO_COMPILE]
+    if result.get("compile_phase"):  # a custom entry's pass: the lab compiled nothing
+        return [result["compile_phase"]]
     notes = []
     if status == PassStatus.OK and result.get("recompiles_measured") is None:
         notes.append("recompilations not counted: torch._dynamo counters not read")

@@ -28,6 +28,14 @@ Two optional steps, for an engine that runs in its own process (lab.passes.tasks
 ``start_engine(device, pass_dir)`` -> dict of result fields, timed as ``engine_start`` right
 after ``model_load``, and ``close()``, called when the phases end on every path.
 
+One optional step for a job whose model the lab compiles itself (``compile = true``):
+``compile(rows, device, n_items)`` -> the shapes compiled, timed as ``compile`` after the
+load (lab.passes.compile.compile_batches with the job's own batch step; ``rows`` are the
+warm-up items, ``n_items`` the window's). A job without it has no compile phase: an engine
+of its own compiles in its start, and a custom entry gets the declared ``compile`` in its
+settings and compiles (or not) itself, which the lab records as declared, not observable
+unless the entry reports it (lab.passes.tasks.custom).
+
 The task itself (kind, pooling, entry) reaches the pass as ``PassSpec.extra["task"]``
 (lab.orchestration.protocol.Protocol.task_extra); a classification pass carries no such key, so its
 pass.json is unchanged.
@@ -132,6 +140,12 @@ class ModelSteps:
 
         return warm_up_window(self.run_window, rows, device,  # type: ignore[attr-defined]
                               self.spec.warmup_items, self.spec.warmup_passes)
+
+    def compile(self, rows: list[dict], device: str, n_items: int) -> list:
+        """The compile phase of the window's forward (lab.passes.compile.compile_model)."""
+        from lab.passes.compile import compile_model
+
+        return compile_model(self.model, rows, self.tokenizer, device, self.spec.variant, n_items)
 
     def observe(self, threads: int, workers_on_host: int = 1) -> dict:
         """The loaded model's observed record (lab.passes.observed.observe_model)."""

@@ -137,6 +137,27 @@ class GenerationJob(ModelSteps):
                 on_batch(win.items_done)
         return win
 
+    def compile(self, rows: list[dict], device: str, n_items: int) -> list:
+        """The compile phase (lab.passes.compile.compile_batches): the model's forward, the one
+        ``generate`` calls for the prompt and at every decoding step, compiled with dynamic
+        shapes (the step's tensors are made inside ``generate``, where no dimension can be
+        marked, and the cache grows a position per step), then whole greedy generations per
+        window batch size, as the window runs them: for 2 items or more, one batch of prompts of
+        one length and one left-padded batch (its first prompt holds only its text's first
+        word), since transformers takes another path when the mask has padding.
+        Returns [[items, "dynamic"], ...]."""
+        from lab.passes.compile import compile_batches
+        from lab.passes.tasks.generation_core import generate_batch
+
+        def generate(texts: list[str]) -> list:
+            same = [texts[0]] * len(texts)
+            generate_batch(self.tokenizer, self.model, device, same, self.rule)
+            if len(texts) > 1 and texts[0].split():
+                generate_batch(self.tokenizer, self.model, device, [texts[0].split()[0], *same[1:]], self.rule)
+            return [len(texts), "dynamic"]
+
+        return compile_batches(self.model, rows, device, self.spec.variant, n_items, generate, dynamic=True)
+
     def self_metric(self, win) -> float | None:
         """Exact match (the declared normalisation) of the items done against their labels, or None."""
         return self.exact_match_of([(g.text, lab) for g, lab in zip(win.generated, win.labels, strict=True)
