@@ -14,6 +14,7 @@
     iteralab archive verify FILE.tar.gz               re-derive and check what the archive claims
       [--metric-file F]                               (F: your metric function's file, hash-checked)
     iteralab compare A.tar.gz B.tar.gz --load ITEMS   one decision from several rentals' archives
+      [--metric-file F]                               (F: your metric function's file, hash-checked)
     iteralab demo                                     the offline demo campaign, headless
     iteralab up                                       the UI (no terminal: ./campaign.toml or demo, headless)
     iteralab doctor                                   environment checks
@@ -217,7 +218,7 @@ def cmd_compare(a) -> int:
     c, paths = compare_to_folder(a.archives, a.load, a.out, deadline=a.deadline,
                                  window_start=a.window_start, tz=a.tz, catalog_path=a.catalog,
                                  max_lots=a.max_lots, allow_partial=a.allow_partial,
-                                 allow_short=a.allow_short)
+                                 allow_short=a.allow_short, metric_file=a.metric_file)
     for i, line in enumerate(c.path, 1):
         print(f"{i}. {line}")
     for key in ("decision", "csv", "html"):
@@ -376,6 +377,9 @@ def parser() -> argparse.ArgumentParser:
                          "min_accepted_passes (excluded otherwise; every output says so)")
     co.add_argument("--max-lots", type=int, default=8,
                     help="most lots considered per package, 1 to 100 (default 8); break-even loads are within it")
+    co.add_argument("--metric-file", metavar="FILE",
+                    help="a local copy of the file of the archives' [quality] metric = \"file.py:function\"; run "
+                         "(in a fresh process) to re-derive that metric only if its sha256 is every archive's lock's")
     co.add_argument("--out", default="compare", help="output folder")
     co.set_defaults(fn=cmd_compare)
     for name, fn, what in (("demo", cmd_demo, "run the offline demo campaign headless; prints the archive path"),

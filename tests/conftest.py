@@ -280,11 +280,12 @@ def small_campaign(tmp_path_factory, model_dir):
 
 
 def run_rental(folder: Path, model: Path, corpus: Path, *, threads: int, gpu: str | None,
-               repetitions: int = 2, values=(1, 4), passes: int | None = None) -> Path:
+               repetitions: int = 2, values=(1, 4), passes: int | None = None, edit=None) -> Path:
     """One rental's campaign run by the real product (lock, local passes, archive): the
     same campaign file except ``[timing] threads`` (recorded in the manifest) and ``[cost]``
     (``gpu`` None: no [cost] section, no package declared). ``passes``: run only the first
-    that many planned passes and pack the archive labelled partial (an unfinished campaign)."""
+    that many planned passes and pack the archive labelled partial (an unfinished campaign).
+    ``edit``: a function (campaign file text -> text) applied before the lock."""
     from lab.service.campaigns import make_archive
     from lab.launchers.local import LocalLauncher
     from lab.orchestration.orchestrator import Orchestrator
@@ -294,6 +295,8 @@ def run_rental(folder: Path, model: Path, corpus: Path, *, threads: int, gpu: st
     f = write_campaign(folder, model, corpus, name="rental", repetitions=repetitions, values=values)
     f.write_text(f.read_text().replace("threads = 1", f"threads = {threads}")
                  + (f'\n[cost]\ngpu = "{gpu}"\ndays = 7\nlots = 1\n' if gpu else ""))
+    if edit is not None:
+        f.write_text(edit(f.read_text()))
     lock(load_protocol(f))
     orch = Orchestrator.prepare(f, folder / "runs", LocalLauncher())
     if passes is not None:

@@ -349,11 +349,12 @@ def compare_archives(archives: list[str | Path], load_items: int, *, deadline: s
                      window_start: str | None = None, tz: str | None = None,
                      catalog_path: str | None = None, max_lots: int = DEFAULT_MAX_LOTS,
                      now: datetime | None = None, allow_partial: bool = False,
-                     allow_short: bool = False) -> Comparison:
-    """Verify each archive (lab.compare.evidence.load_evidence), then :func:`compare_evidence`.
-    Raises CompareError, ArchiveError, PricingError as that function does."""
+                     allow_short: bool = False, metric_file: str | Path | None = None) -> Comparison:
+    """Verify each archive (lab.compare.evidence.load_evidence, ``metric_file``: the opt-in that
+    re-derives a user's own [quality] metric, hash-checked against every archive's lock), then
+    :func:`compare_evidence`. Raises CompareError, ArchiveError, PricingError as that function does."""
     _check_load(load_items, max_lots)
-    return compare_evidence([load_evidence(a) for a in archives], load_items, deadline=deadline,
+    return compare_evidence([load_evidence(a, metric_file) for a in archives], load_items, deadline=deadline,
                             window_start=window_start, tz=tz, catalog_path=catalog_path,
                             max_lots=max_lots, now=now, allow_partial=allow_partial,
                             allow_short=allow_short)

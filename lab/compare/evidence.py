@@ -121,11 +121,30 @@ def _json(top: Path, rel: str, archive: Path, required: bool = True):
     return json.loads(p.read_text(encoding="utf-8"))
 
 
-def load_evidence(archive: str | Path) -> Evidence:
+def load_evidence(archive: str | Path, metric_file: str | Path | None = None) -> Evidence:
     """Verify ``archive`` (lab.evidence.archive.verify) and read it. Raises ArchiveError for an
-    unreadable file, CompareError for one that does not verify or lacks a report file."""
+    unreadable file, CompareError for one that does not verify or lacks a report file.
+
+    ``metric_file``: the user's opt-in for an archive whose [quality] metric is their own
+    function ("file.py:function"), as for ``archive verify --metric-file``: a local copy of that
+    file, run in a fresh process to re-derive the metric only when its sha256 is the one the
+    archive's lock recorded (lab.evidence.user_metric.user_metric_ref). CompareError (one line
+    naming the archive) when it is not, when the archive's metric is built-in, or when such a
+    metric is met without the opt-in (the line says how to opt in)."""
+    from lab.evidence.user_metric import MetricFileRefused
+
     archive = Path(archive)
-    v = verify(archive)
+    try:
+        v = verify(archive, None if metric_file is None else Path(metric_file))
+    except MetricFileRefused as exc:
+        raise CompareError(f"{archive.name}: {exc}") from None
+    own = sorted({r.get("metric_name", "") for r in (v.rederived.raw_rows if v.rederived else [])
+                  if ":" in r.get("metric_name", "")})
+    if own and metric_file is None and not v.ok:
+        raise CompareError(f"{archive.name}: its [quality] metric {own[0]} is your own function, and compare runs "
+                           "no code from an archive unless you opt in: give a local copy of that file with "
+                           "--metric-file FILE (its sha256 is checked against each archive's lock, then it runs in "
+                           "a fresh process)")
     if not v.ok or v.rederived is None:
         raise CompareError(f"{archive.name}: does not verify ({len(v.problems)} problem(s), first: "
                            f"{(v.problems or ['figures not re-derived'])[0]}); download it again or re-pack it "

@@ -292,9 +292,10 @@ def archives_under(root: str | Path) -> list[Path]:
 
 def run_comparison(archives: list[str], fields: dict, runs_root: Path, now: datetime | None = None) -> dict:
     """The Compare screen's comparison of ``archives`` (paths of evidence archives) for the
-    ``fields`` typed (load in items, deadline, window_start; ISO), written to
-    <runs_root>/compare/<UTC time>/: {"path", "decision", "files"}. Raises CompareError for a
-    bad load (and what lab.compare.compare_to_folder raises)."""
+    ``fields`` typed (load in items, deadline, window_start; ISO; metric_file: the local copy of
+    the archives' own [quality] metric file, the opt-in of ``iteralab compare --metric-file``),
+    written to <runs_root>/compare/<UTC time>/: {"path", "decision", "files"}. Raises
+    CompareError for a bad load (and what lab.compare.compare_to_folder raises)."""
     from lab.compare import CompareError, compare_to_folder
     from lab.compare.tables import decision_markdown
 
@@ -307,7 +308,8 @@ def run_comparison(archives: list[str], fields: dict, runs_root: Path, now: date
                                  deadline=fields.get("deadline") or None,
                                  window_start=fields.get("window_start") or None,
                                  allow_partial=bool(fields.get("allow_partial")),
-                                 allow_short=bool(fields.get("allow_short")))
+                                 allow_short=bool(fields.get("allow_short")),
+                                 metric_file=(fields.get("metric_file") or "").strip() or None)
     return {"path": list(c.path), "banners": list(c.banners), "decision": decision_markdown(c),
             "files": {k: str(v) for k, v in files.items()}}
 

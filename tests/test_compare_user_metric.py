@@ -1,0 +1,103 @@
+"""`iteralab compare` of archives judged by the user's own metric ([quality] metric =
+"file.py:function"), on real archives: two rentals of one campaign compare with `--metric-file`
+(the file's sha256 checked against each archive's lock, the function run in a fresh process, as
+`archive verify` does); another file is refused in one line before anything runs; an archive
+whose lock holds another metric file is refused in one line naming it; without the option the
+one line says how to opt in. The CLI and the UI's service take the same option."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, cut_corpus, run_rental
+from test_verify_user_metric import METRIC
+
+WINDOW = {"window_start": "2026-12-01T09:00+01:00", "deadline": "2026-12-05T09:00+01:00", "allow_short": True}
+
+
+def judged_by(text: str) -> str:
+    return text.replace('metric = "accuracy"', 'metric = "mymetric.py:share_right"\ndirection = "higher"')
+
+
+@pytest.fixture(scope="module")
+def metric_rentals(tmp_path_factory, model_dir) -> dict:
+    """Three archives of a 4-item campaign judged by mymetric.py (batch 1, one pass): threads 1
+    priced rtx-4090 and threads 2 priced b200 with the same metric file, and one (b200) whose
+    metric file has one more comment line (another sha256)."""
+    d = tmp_path_factory.mktemp("metric-rentals")
+    corpus = cut_corpus(d / "corpus.jsonl", 2, 1, 1)
+    out = {}
+    for key, threads, gpu, code in (("rtx", 1, "rtx-4090", METRIC), ("b200", 2, "b200", METRIC),
+                                    ("changed", 2, "b200", METRIC + "# changed since\n")):
+        sub = d / key
+        sub.mkdir()
+        (sub / "corpus.jsonl").write_bytes(corpus.read_bytes())
+        (sub / "mymetric.py").write_text(code)
+        out[key] = run_rental(sub, model_dir, sub / "corpus.jsonl", threads=threads, gpu=gpu, repetitions=1,
+                              values=(1,), edit=judged_by)
+    out["file"] = d / "rtx" / "mymetric.py"
+    return out
+
+
+def cli_compare(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lab.cli", "compare", *map(str, args)], capture_output=True,
+                          text=True, cwd=REPO, check=False, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_archives_judged_by_the_users_metric_compare_with_the_metric_file(metric_rentals, tmp_path):
+    from lab.compare import compare_archives
+
+    pair = [metric_rentals["rtx"], metric_rentals["b200"]]
+    c = compare_archives(pair, 1000, metric_file=metric_rentals["file"], **WINDOW)
+    assert sorted(a["name"] for a in c.archives) == sorted(p.name.removesuffix(".tar.gz") for p in pair)
+    assert len(c.projections) == 2 and c.chosen is not None, c.path  # both measured, one chosen
+    r = cli_compare(*pair, "--load", 1000, "--window-start", WINDOW["window_start"], "--deadline",
+                    WINDOW["deadline"], "--allow-short", "--metric-file", metric_rentals["file"],
+                    "--out", tmp_path / "o")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "o" / "decision.md").is_file()
+
+
+def test_without_the_metric_file_one_line_says_how_to_opt_in(metric_rentals, tmp_path):
+    from lab.compare import CompareError, compare_archives
+
+    pair = [metric_rentals["rtx"], metric_rentals["b200"]]
+    with pytest.raises(CompareError, match=r"its \[quality\] metric mymetric\.py:share_right is your own function.*"
+                                           r"--metric-file FILE") as err:
+        compare_archives(pair, 1000, **WINDOW)
+    assert "\n" not in str(err.value) and str(err.value).startswith(metric_rentals["rtx"].name)
+    r = cli_compare(*pair, "--load", 1000, "--out", tmp_path / "o")
+    assert r.returncode == 2 and "--metric-file FILE" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_another_metric_file_is_refused_before_it_runs(metric_rentals, tmp_path):
+    from lab.compare import CompareError, compare_archives
+
+    other = tmp_path / "mymetric.py"
+    other.write_text(METRIC + f"\nopen({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    pair = [metric_rentals["rtx"], metric_rentals["b200"]]
+    with pytest.raises(CompareError, match=r"^[^\n]+\.tar\.gz: --metric-file .*: sha256 [0-9a-f]{64} is not the"):
+        compare_archives(pair, 1000, metric_file=other, **WINDOW)
+    assert not (tmp_path / "ran").exists()
+
+
+def test_an_archive_locked_with_another_metric_file_is_named(metric_rentals, tmp_path):
+    from lab.compare import CompareError, compare_archives
+    from lab.service.views import run_comparison
+
+    changed = metric_rentals["changed"]
+    with pytest.raises(CompareError, match=rf"^{changed.name}: --metric-file .*: sha256 [0-9a-f]{{64}} is not the"):
+        compare_archives([metric_rentals["rtx"], changed], 1000, metric_file=metric_rentals["file"], **WINDOW)
+    fields = {"load": "1000", "deadline": WINDOW["deadline"], "window_start": WINDOW["window_start"],
+              "allow_short": True}
+    with pytest.raises(CompareError, match=rf"^{changed.name}: --metric-file"):  # the UI's service: the same
+        run_comparison([str(metric_rentals["rtx"]), str(changed)],
+                       {**fields, "metric_file": str(metric_rentals["file"])}, tmp_path / "runs")
+    out = run_comparison([str(metric_rentals["rtx"]), str(metric_rentals["b200"])],
+                         {**fields, "metric_file": str(metric_rentals["file"])}, tmp_path / "runs")
+    assert out["decision"] and out["files"]
