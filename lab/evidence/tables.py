@@ -23,9 +23,12 @@ import tomllib
 from collections import Counter
 from pathlib import Path
 
+import msgspec
+
 from lab.evidence.format import JOURNAL, Rederived
 from lab.evidence.rederive import member_object, member_text
 from lab.orchestration.journal import Journal, JournalVersion
+from lab.passes.records import Attempt
 
 RAW_TABLE = "report/raw_table.csv"
 SUMMARY_JSON = "report/summary.json"
@@ -41,29 +44,28 @@ REL_TOL = 1e-9
 SHOWN = 60  # characters of a value shown in a problem line
 
 
-def _attempts(scan, problems: list[str]) -> list[dict] | None:
-    """Journal attempts as lab.orchestration.journal.Journal.attempts gives them (JSON columns decoded), read
-    from the archived copy without writing to it; None (with a problem) when unreadable."""
+def _attempts(scan, problems: list[str]) -> list[Attempt] | None:
+    """The journal's typed attempts (lab.orchestration.journal.Journal.attempts), read from the
+    archived copy without writing to it; None (with a problem) when one is not a pass record."""
     if scan.journal is None:
         return None  # lab.evidence.rederive.read_journal names it
     try:
         j = Journal.open_read_only(scan.journal)
         try:
-            out = j.attempts()
+            return j.attempts()
         finally:
             j.close()
     except (sqlite3.Error, JournalVersion):
         return None  # read_journal names it
-    except (json.JSONDecodeError, TypeError) as exc:
-        problems.append(f"{JOURNAL}: an attempt's variant, result or validation is not JSON ({exc}); "
-                        "the raw table and the summary cannot be re-derived")
+    except (json.JSONDecodeError, msgspec.ValidationError) as exc:
+        problems.append(_no_raw_table(exc))
         return None
-    for d in out:
-        if not all(isinstance(d[k], dict | None) for k in ("variant", "result", "validation")):
-            problems.append(f"{JOURNAL}: pass {d.get('pass_id')}: variant, result or validation is not a JSON "
-                            "object; the raw table and the summary cannot be re-derived")
-            return None
-    return out
+
+
+def _no_raw_table(exc: Exception) -> str:
+    """The one problem line of a journal whose attempts cannot be re-derived into a raw table."""
+    return (f"{JOURNAL}: its attempts do not give a raw table ({type(exc).__name__}: {str(exc)[:SHOWN]}); "
+            "the raw table and the summary are not re-derived")
 
 
 def _identity(scan, problems: list[str]) -> tuple[str | None, int | None]:
@@ -92,7 +94,7 @@ def _csv_rows(df) -> list[dict]:
     return list(csv.DictReader(io.StringIO(buf.getvalue(), newline="")))
 
 
-def rederive_tables(scan, info: dict, attempts: list[dict], problems: list[str]) -> Rederived:
+def rederive_tables(scan, info: dict, attempts: list[Attempt], problems: list[str]) -> Rederived:
     """The raw table and summary rebuilt from the archived journal's ``attempts`` and the pass
     records (see the module docstring); ``info``: ARCHIVE.json (its links skipped)."""
     from lab.report.raw_table import LINKED, NO_PREDICTIONS, raw_rows, raw_table
@@ -226,22 +228,22 @@ def _compare_variants(rel: str, claimed: list[dict], derived: list[dict], proble
                                 "re-derived from the journal and the pass records")
 
 
-def check_results(scan, attempts: list[dict], problems: list[str]) -> None:
+def check_results(scan, attempts: list[Attempt], problems: list[str]) -> None:
     """Each pass's result.json equals the journal's record of it (the result the orchestrator
     read, less its ``launch`` record)."""
     for a in attempts:
-        recorded = {k: v for k, v in (a["result"] or {}).items() if k != "launch"}
-        rel = f"passes/{a['pass_id']}/result.json"
+        recorded = a.result.to_json() if a.result is not None else {}
+        rel = f"passes/{a.pass_id}/result.json"
         if rel not in scan.kept:
             if recorded:
-                problems.append(f"pass {a['pass_id']}: the journal holds its result but {rel} is not in the archive")
+                problems.append(f"pass {a.pass_id}: the journal holds its result but {rel} is not in the archive")
             continue
         result = member_object(scan, rel)
         if result is None:
             continue  # lab.evidence.rederive.check_row names it
         for key in sorted(set(result) | set(recorded)):
             if key not in result or key not in recorded or not same(result[key], recorded[key]):
-                problems.append(f"pass {a['pass_id']}: result.json {key} {_shown(result.get(key))}, "
+                problems.append(f"pass {a.pass_id}: result.json {key} {_shown(result.get(key))}, "
                                 f"{_shown(recorded.get(key))} in the journal's record of the pass")
 
 
@@ -254,8 +256,7 @@ def check_tables(scan, info: dict, rows: list[dict], problems: list[str]) -> Red
     try:
         rederived = rederive_tables(scan, info, attempts, problems)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # an odd or forged journal: a line
-        problems.append(f"{JOURNAL}: its attempts do not give a raw table ({type(exc).__name__}: "
-                        f"{str(exc)[:SHOWN]}); the raw table and the summary are not re-derived")
+        problems.append(_no_raw_table(exc))
         return None
     check_raw_table(rows, rederived.raw_rows, problems)
     check_summary(scan, rederived.summary, problems, pre_fix_verdicts(rederived.raw_rows))

@@ -50,6 +50,19 @@ JSON_COLUMNS = ("variant_json", "result_json", "validation_json")
 ``validation``."""
 
 
+def attempt_record(row: dict) -> Attempt:
+    """One attempts row (``Journal.attempt_rows``: the JSON columns as text) as an Attempt. The
+    result column holds the pass's ``result.json`` with the orchestrator's ``launch`` beside it
+    (``Orchestrator.run_slot``); a row with no result, or only a launch, has ``result`` None.
+    Raises json.JSONDecodeError / msgspec.ValidationError (naming the field) for a damaged row."""
+    d = dict(row)
+    for k in JSON_COLUMNS:
+        d[k[:-5]] = json.loads(d.pop(k)) if d.get(k) else None
+    result = d["result"]
+    launch = result.pop("launch", None) if isinstance(result, dict) else None
+    return msgspec.convert({**d, "result": result or None, "launch": launch}, Attempt)
+
+
 class JournalVersion(UserError, RuntimeError):
     """A journal written by a newer lab (its schema version is beyond ``SCHEMA_VERSION``)."""
 
@@ -203,26 +216,11 @@ class Journal:
         """All attempts in schedule order, as stored (JSON columns as text)."""
         return [dict(r) for r in self.db.execute("SELECT * FROM attempts ORDER BY seq, attempt")]
 
-    def attempts(self) -> list[dict]:
-        """All attempts in schedule order, JSON columns decoded (``JSON_COLUMNS``). Raises
-        json.JSONDecodeError for a column that is not JSON."""
-        out = []
-        for d in self.attempt_rows():
-            for k in JSON_COLUMNS:
-                d[k[:-5]] = json.loads(d.pop(k)) if d.get(k) else None
-            out.append(d)
-        return out
-
-    def records(self) -> list[Attempt]:
-        """All attempts in schedule order as typed records (lab.passes.records.Attempt), decoded
-        strictly. Raises json.JSONDecodeError / msgspec.ValidationError for a damaged journal."""
-        out = []
-        for a in self.attempts():
-            result = dict(a["result"] or {})
-            launch = result.pop("launch", None)
-            out.append(msgspec.convert({**a, "result": result if "status" in result else None, "launch": launch},
-                                       Attempt))
-        return out
+    def attempts(self) -> list[Attempt]:
+        """All attempts in schedule order as typed records (lab.passes.records.Attempt), each
+        decoded strictly from its row (``attempt_record``). Raises json.JSONDecodeError for a
+        JSON column that is not JSON, msgspec.ValidationError for one that is not the record."""
+        return [attempt_record(row) for row in self.attempt_rows()]
 
     def mark_running_interrupted(self, note: str) -> list[str]:
         """Attempts left 'running' by a dead orchestrator become 'interrupted' rows (kept)."""
