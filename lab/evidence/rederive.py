@@ -39,7 +39,11 @@ def member_object(scan, rel: str) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def read_journal(scan, problems: list[str]) -> tuple[list[Attempt], list[dict], set[str]] | None:
+JournalRead = tuple[list[Attempt], list[dict], set[str]]
+"""What read_journal gives: the typed attempts, the plan rows, the pass ids of damaged attempt rows."""
+
+
+def read_journal(scan, problems: list[str]) -> JournalRead | None:
     """(typed attempts, plan rows, pass ids whose attempt row is damaged) of the archived journal,
     read without writing to it; each row decoded on its own (lab.orchestration.journal.attempt_record),
     a damaged one named in ``problems``. None (with a problem) when there is no readable journal."""
@@ -62,7 +66,7 @@ def read_journal(scan, problems: list[str]) -> tuple[list[Attempt], list[dict], 
     for row in rows:
         try:
             attempts.append(attempt_record(row))
-        except (json.JSONDecodeError, msgspec.ValidationError) as exc:
+        except msgspec.DecodeError as exc:  # not JSON, or not the record (ValidationError)
             damaged.add(row["pass_id"])
             problems.append(f"pass {row['pass_id']}: its attempt in the journal is not a pass record "
                             f"({type(exc).__name__}: {exc})")

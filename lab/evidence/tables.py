@@ -18,16 +18,12 @@ import csv
 import io
 import json
 import math
-import sqlite3
 import tomllib
 from collections import Counter
 from pathlib import Path
 
-import msgspec
-
 from lab.evidence.format import JOURNAL, Rederived
-from lab.evidence.rederive import member_object, member_text
-from lab.orchestration.journal import Journal, JournalVersion
+from lab.evidence.rederive import JournalRead, member_object, member_text
 from lab.passes.records import Attempt
 
 RAW_TABLE = "report/raw_table.csv"
@@ -42,30 +38,6 @@ CHECKED_ELSEWHERE = ("status", "items_completed", "corpus_accepted", "metric", "
 (one problem line per difference, not two)."""
 REL_TOL = 1e-9
 SHOWN = 60  # characters of a value shown in a problem line
-
-
-def _attempts(scan, problems: list[str]) -> list[Attempt] | None:
-    """The journal's typed attempts (lab.orchestration.journal.Journal.attempts), read from the
-    archived copy without writing to it; None (with a problem) when one is not a pass record."""
-    if scan.journal is None:
-        return None  # lab.evidence.rederive.read_journal names it
-    try:
-        j = Journal.open_read_only(scan.journal)
-        try:
-            return j.attempts()
-        finally:
-            j.close()
-    except (sqlite3.Error, JournalVersion):
-        return None  # read_journal names it
-    except (json.JSONDecodeError, msgspec.ValidationError) as exc:
-        problems.append(_no_raw_table(exc))
-        return None
-
-
-def _no_raw_table(exc: Exception) -> str:
-    """The one problem line of a journal whose attempts cannot be re-derived into a raw table."""
-    return (f"{JOURNAL}: its attempts do not give a raw table ({type(exc).__name__}: {str(exc)[:SHOWN]}); "
-            "the raw table and the summary are not re-derived")
 
 
 def _identity(scan, problems: list[str]) -> tuple[str | None, int | None]:
@@ -247,16 +219,22 @@ def check_results(scan, attempts: list[Attempt], problems: list[str]) -> None:
                                 f"{_shown(recorded.get(key))} in the journal's record of the pass")
 
 
-def check_tables(scan, info: dict, rows: list[dict], problems: list[str]) -> Rederived | None:
-    """Re-derive the raw table and summary, compare them and the pass records with the archive's
-    copies (module docstring); returns the re-derived figures (None when they cannot be)."""
-    attempts = _attempts(scan, problems)
-    if attempts is None:
+def check_tables(scan, info: dict, rows: list[dict], journal: JournalRead,
+                 problems: list[str]) -> Rederived | None:
+    """Re-derive the raw table and summary from the archived journal as
+    lab.evidence.rederive.read_journal read it (once, for both checks), compare them and the pass
+    records with the archive's copies (module docstring); returns the re-derived figures (None
+    when they cannot be: an attempt row that is no pass record, already named by read_journal)."""
+    attempts, _, damaged = journal
+    if damaged:
+        problems.append(f"{JOURNAL}: its attempts do not give a raw table ({len(damaged)} attempt row(s) not a "
+                        "pass record, named above); the raw table and the summary are not re-derived")
         return None
     try:
         rederived = rederive_tables(scan, info, attempts, problems)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # an odd or forged journal: a line
-        problems.append(_no_raw_table(exc))
+        problems.append(f"{JOURNAL}: its attempts do not give a raw table ({type(exc).__name__}: "
+                        f"{str(exc)[:SHOWN]}); the raw table and the summary are not re-derived")
         return None
     check_raw_table(rows, rederived.raw_rows, problems)
     check_summary(scan, rederived.summary, problems, pre_fix_verdicts(rederived.raw_rows))

@@ -20,12 +20,13 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
 from lab.facts.errors import LabError, UserError
 from lab.passes.events import EventKind, PassStatus
-from lab.passes.records import Attempt
+from lab.passes.records import Attempt, Validation, decode_result
 from lab.inputs.variants import Variant
 
 SCHEMA = """
@@ -51,16 +52,18 @@ JSON_COLUMNS = ("variant_json", "result_json", "validation_json")
 
 
 def attempt_record(row: dict) -> Attempt:
-    """One attempts row (``Journal.attempt_rows``: the JSON columns as text) as an Attempt. The
-    result column holds the pass's ``result.json`` with the orchestrator's ``launch`` beside it
-    (``Orchestrator.run_slot``); a row with no result, or only a launch, has ``result`` None.
-    Raises json.JSONDecodeError / msgspec.ValidationError (naming the field) for a damaged row."""
-    d = dict(row)
-    for k in JSON_COLUMNS:
-        d[k[:-5]] = json.loads(d.pop(k)) if d.get(k) else None
-    result = d["result"]
-    launch = result.pop("launch", None) if isinstance(result, dict) else None
-    return msgspec.convert({**d, "result": result or None, "launch": launch}, Attempt)
+    """One attempts row (``Journal.attempt_rows``: the JSON columns as text) as an Attempt, each
+    JSON column decoded straight into its type (no dict in between): the variant as its
+    ``Variant.to_json`` dict, the result as a PassResult (None when the column holds only the
+    launch record, or nothing), the validation as a Validation. Raises msgspec.DecodeError (not
+    JSON) / msgspec.ValidationError (naming the field) for a damaged row."""
+    text, variant, validation = row["result_json"], row["variant_json"], row["validation_json"]
+    stored = msgspec.json.decode(text, type=dict[str, Any]) if text else {}  # its keys: a record beside the launch?
+    return msgspec.convert({  # the plain columns checked strictly too (SQLite keeps any type in any column)
+        **{k: row[k] for k in row if k not in JSON_COLUMNS}, "launch": stored.get("launch"),
+        "variant": msgspec.json.decode(variant, type=dict[str, Any]) if variant else None,
+        "result": decode_result(text) if set(stored) - {"launch"} else None,
+        "validation": msgspec.json.decode(validation, type=Validation) if validation else None}, Attempt)
 
 
 class JournalVersion(UserError, RuntimeError):
@@ -218,8 +221,8 @@ class Journal:
 
     def attempts(self) -> list[Attempt]:
         """All attempts in schedule order as typed records (lab.passes.records.Attempt), each
-        decoded strictly from its row (``attempt_record``). Raises json.JSONDecodeError for a
-        JSON column that is not JSON, msgspec.ValidationError for one that is not the record."""
+        decoded strictly from its row (``attempt_record``). Raises msgspec.DecodeError for a JSON
+        column that is not JSON, msgspec.ValidationError for one that is not its record."""
         return [attempt_record(row) for row in self.attempt_rows()]
 
     def mark_running_interrupted(self, note: str) -> list[str]:

@@ -29,7 +29,7 @@ from lab.inputs.manifest import record_host_facts
 from lab.orchestration.journal import Journal
 from lab.passes.distributed import ProgressTally
 from lab.passes.events import FINISHED, EventKind, PassStatus, parse_event
-from lab.passes.records import PassResult
+from lab.passes.records import PassResult, decode_result
 from lab.passes.spec import PassSpec
 from lab.orchestration.protocol import Protocol, load_protocol, lock_path, locked_version
 from lab.orchestration.schedule import pass_id_for, rotated_schedule
@@ -474,19 +474,17 @@ class Orchestrator:
         self.check_folder()  # the folder may have gone while the pass ran: read nothing from it
         changed = self.watch.stat_change() if self.watch is not None else ""
         self._ran.append(pass_id)
-        result = None  # result.json as written (kept whole in the journal)
-        typed: PassResult | None = None  # the same, strictly decoded: what is read from it here
+        typed: PassResult | None = None  # result.json decoded strictly, once: read here, kept in the journal
         notes = []
         links = sorted(p.name for p in pass_dir.iterdir() if p.is_symlink())
         if links:  # a pass (or container) wrote links: never followed, never read
             notes.append(f"symbolic link(s) in the pass folder not followed: {', '.join(links)}")
         if (pass_dir / "result.json").is_file() and not (pass_dir / "result.json").is_symlink():
             try:
-                result = json.loads((pass_dir / "result.json").read_text())
-                typed = msgspec.convert(result, PassResult)
+                typed = decode_result((pass_dir / "result.json").read_bytes())
                 PassStatus(typed.status)
-            except (json.JSONDecodeError, msgspec.ValidationError, ValueError) as exc:
-                result, typed = None, None
+            except (msgspec.DecodeError, ValueError) as exc:  # DecodeError: not JSON, or not the record
+                typed = None
                 notes.append(f"result.json not a pass result ({str(exc)[:120]}): not read")
         if changed:  # the pass may have read the changed file: never accepted, slot run again
             status = PassStatus.INTERRUPTED
@@ -515,7 +513,8 @@ class Orchestrator:
         if outcome.container_id:
             notes.append(f"container {outcome.container_id[:12]}")
         j.finish_attempt(pass_id, status, utc_now(), outcome.exit_code, items,
-                         {**(result or {}), "launch": outcome.__dict__}, "; ".join(notes))
+                         {**(typed.to_json() if typed is not None else {}), "launch": outcome.__dict__},
+                         "; ".join(notes))
         j.add_event(pass_id, EventKind.END, {"status": status, "items_completed": items, "notes": notes})
         v = self.validate_attempt(pass_id)
         if self.echo:
