@@ -163,9 +163,8 @@ def cmd_campaign_status(a) -> int:
     else:
         print("  nothing running: no orchestrator and no pass process of this campaign")
     for r in st["attempts"]:
-        name = (r["variant"] or {}).get("name") or r["variant_id"]
-        print(f"  {r['pass_id']:<32} {name:<22} {r['status']:<11} {r['items_completed']}/{r['items_total']}"
-              f"  {r['verdict']}")
+        name = (r.variant or {}).get("name") or r.variant_id
+        print(f"  {r.pass_id:<32} {name:<22} {r.status:<11} {r.items_completed}/{r.items_total}  {r.verdict}")
     return 0
 
 

@@ -361,7 +361,7 @@ def test_links_written_into_a_pass_folder_are_never_read(model_dir, tmp_path):
     orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
     assert orch.run() == "finished"
     [a] = orch.journal.attempts()
-    pdir = orch.dir / "passes" / a["pass_id"]
+    pdir = orch.dir / "passes" / a.pass_id
     forged = tmp_path / "perfect.jsonl"
     forged.write_text("".join(json.dumps({"id": r["id"], "pred": r["label"], "prob": 1.0}) + "\n"
                               for r in map(json.loads, corpus.read_text().splitlines())))

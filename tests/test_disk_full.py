@@ -84,7 +84,7 @@ def test_disk_full_during_a_pass_stops_in_one_line_and_resumes(tmp_path, small_f
     launcher.filler.unlink()  # space freed: the same campaign resumes
     orch2 = Orchestrator.prepare(f, small_fs, LocalLauncher())
     assert orch2.run() == "finished"
-    statuses = [a["status"] for a in orch2.journal.attempts()]
+    statuses = [a.status for a in orch2.journal.attempts()]
     assert statuses == ["interrupted", "ok"], statuses  # the interrupted row stays, the slot ran again
     assert partials(small_fs) == []
 

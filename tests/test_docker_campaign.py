@@ -107,23 +107,23 @@ def test_campaign_through_docker_with_a_pass_killed_for_host_memory(client, tmp_
     assert orch.run() == "finished"
 
     rows = orch.journal.attempts()
-    assert len(rows) == 4 and {r["launcher"] for r in rows} == {"docker"}
-    by_batch: dict[int, list[dict]] = {}
+    assert len(rows) == 4 and {r.launcher for r in rows} == {"docker"}
+    by_batch: dict[int, list] = {}
     for r in rows:
-        by_batch.setdefault(r["variant"]["batch_size"], []).append(r)
+        by_batch.setdefault(r.variant["batch_size"], []).append(r)
     ok, killed = by_batch[1], by_batch[OOM_BATCH]
     assert len(ok) == len(killed) == 2
     for r in ok:
-        assert r["status"] == "ok" and r["items_completed"] == 64, r
-        assert r["validation"]["corpus_accepted"] is True, r["validation"]
+        assert r.status == "ok" and r.items_completed == 64, r
+        assert r.validation.corpus_accepted is True, r.validation
     for r in killed:
-        assert r["status"] == "killed", r
-        assert "killed, host memory" in r["notes"] and "container " in r["notes"]
+        assert r.status == "killed", r
+        assert "killed, host memory" in r.notes and "container " in r.notes
         # items completed so far (the first batch, short items), from the streamed progress
-        assert r["items_completed"] == OOM_BATCH, r
-        v = r["validation"]
-        assert v["corpus_accepted"] is False and "pass status killed" in v["reasons"][0]
-        launch = r["result"]["launch"]
+        assert r.items_completed == OOM_BATCH, r
+        v = r.validation
+        assert v.corpus_accepted is False and "pass status killed" in v.reasons[0]
+        launch = r.launch
         assert launch["killed_host_memory"] and launch["extra"]["oom_killed"] is True
     kinds = {e["kind"] for e in orch.journal.events_since(0)}
     assert {"start", "phase", "progress", "end"} <= kinds

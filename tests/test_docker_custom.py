@@ -22,7 +22,7 @@ from test_task_custom import custom_campaign
 
 def predictions(orch) -> dict[str, str]:
     (a,) = orch.journal.attempts()
-    lines = (orch.dir / "passes" / a["pass_id"] / "predictions.jsonl").read_text().splitlines()
+    lines = (orch.dir / "passes" / a.pass_id / "predictions.jsonl").read_text().splitlines()
     return {r["id"]: r["pred"] for r in map(json.loads, lines)}
 
 
@@ -42,9 +42,9 @@ def test_custom_entry_runs_in_a_container_with_the_hosts_predictions(docker_clie
     in_container = Orchestrator.prepare(f, tmp_path / "runs-docker", docker)
     assert in_container.run() == "finished"
     (a,) = in_container.journal.attempts()
-    assert a["status"] == "ok" and a["launcher"] == "docker", a["notes"]
-    assert a["validation"]["corpus_accepted"], a["validation"]["reasons"]
-    spec = json.loads((in_container.dir / "passes" / a["pass_id"] / "pass.container.json").read_text())
+    assert a.status == "ok" and a.launcher == "docker", a.notes
+    assert a.validation.corpus_accepted, a.validation.reasons
+    spec = json.loads((in_container.dir / "passes" / a.pass_id / "pass.container.json").read_text())
     assert spec["extra"]["task"]["entry"] == f"{C_TASK}/custom_classifier.py:DemoClassifier"
     on_host = Orchestrator.prepare(f, tmp_path / "runs-local", LocalLauncher())
     assert on_host.run() == "finished"
@@ -67,14 +67,14 @@ def test_embedding_passes_run_in_a_container_with_the_hosts_vectors(docker_clien
         assert orch.run() == "finished"
         runs[name] = orch
     for a in runs["docker"].journal.attempts():
-        assert a["status"] == "ok" and a["launcher"] == "docker", a["notes"]
-        assert a["validation"]["corpus_accepted"], a["validation"]["reasons"]
+        assert a.status == "ok" and a.launcher == "docker", a.notes
+        assert a.validation.corpus_accepted, a.validation.reasons
     def vectors(orch):
         out = {}
         for a in orch.journal.attempts():
-            d = orch.dir / "passes" / a["pass_id"]
+            d = orch.dir / "passes" / a.pass_id
             ids = [json.loads(x)["id"] for x in (d / "predictions.jsonl").read_text().splitlines()]
-            out[a["variant_id"]] = dict(zip(ids, np.load(d / "vectors.npy", allow_pickle=False), strict=True))
+            out[a.variant_id] = dict(zip(ids, np.load(d / "vectors.npy", allow_pickle=False), strict=True))
         return out
     host, ctr = vectors(runs["local"]), vectors(runs["docker"])
     assert host.keys() == ctr.keys() and len(host) == 2

@@ -329,7 +329,7 @@ def test_resumed_campaign_stops_the_previous_pass_container_first(client, image,
     assert rec["id"] == old.id and rec["status_before"] == "running" and rec["stopped"] and rec["removed"]
     assert rec["pass"] == "p001-r1-v-old"
     assert not client.containers.list(all=True, filters={"id": old.id})
-    assert [a["status"] for a in orch.journal.attempts()] == ["ok"]
+    assert [a.status for a in orch.journal.attempts()] == ["ok"]
 
 
 @pytest.mark.docker

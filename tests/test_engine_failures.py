@@ -35,9 +35,9 @@ def test_non_finite_logit_fails_the_pass(tmp_path, model_dir):
     orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
     orch.run()
     [a] = orch.journal.attempts()
-    assert a["status"] == "error" and a["exit_code"] == 4
-    assert "NonFiniteLogits" in a["notes"] and a["items_completed"] == 0
-    assert a["validation"]["corpus_accepted"] is False
+    assert a.status == "error" and a.exit_code == 4
+    assert "NonFiniteLogits" in a.notes and a.items_completed == 0
+    assert a.validation.corpus_accepted is False
 
 
 def test_real_host_oom_leaves_a_row_with_items_completed(tmp_path, model_dir, one_malloc_arena):
@@ -51,7 +51,7 @@ def test_real_host_oom_leaves_a_row_with_items_completed(tmp_path, model_dir, on
     lock(load_protocol(f))
     free = Orchestrator.prepare(f, tmp_path / "free", LocalLauncher())
     assert free.run() == "finished"
-    peaks = {a["variant"]["batch_size"]: a["result"]["process_peak_vm_bytes"] for a in free.journal.attempts()}
+    peaks = {a.variant["batch_size"]: a.result.process_peak_vm_bytes for a in free.journal.attempts()}
     assert peaks[8] > peaks[1]
     limit = as_limit_above(peaks[1])
     orch = Orchestrator.prepare(f, tmp_path / "limited", LocalLauncher(address_space_limit_bytes=limit,
@@ -102,7 +102,7 @@ def test_killed_campaign_resumes_and_keeps_the_interrupted_row(tmp_path, model_d
         if not found:
             return False
         journal_path = found[0]
-        return any(a["status"] == "running" and a["items_completed"] > 0
+        return any(a.status == "running" and a.items_completed > 0
                    for a in Journal(journal_path).attempts())
 
     def kill_all() -> None:
@@ -126,24 +126,24 @@ def test_killed_campaign_resumes_and_keeps_the_interrupted_row(tmp_path, model_d
         # kill the orchestrator and its pass, as a host reboot or a lost session would
         kill_all()
         before = Journal(journal_path).attempts()
-        assert [a["status"] for a in before][-1] == "running", before
-        assert all(a["status"] == "ok" for a in before[:-1]), before
-        caught = before[-1]["seq"]
+        assert [a.status for a in before][-1] == "running", before
+        assert all(a.status == "ok" for a in before[:-1]), before
+        caught = before[-1].seq
 
         orch = Orchestrator.prepare(f, runs, LocalLauncher())
         assert orch.run() == "finished"
         attempts = orch.journal.attempts()
         expected = [(seq, 1, "ok") for seq in range(1, caught)] + [(caught, 1, "interrupted"), (caught, 2, "ok")]
         expected += [(seq, 1, "ok") for seq in range(caught + 1, 3)]
-        assert [(a["seq"], a["attempt"], a["status"]) for a in attempts] == expected
+        assert [(a.seq, a.attempt, a.status) for a in attempts] == expected
         interrupted = attempts[caught - 1]
-        assert attempts[caught]["pass_id"].endswith("-a2")
-        assert interrupted["items_completed"] > 0  # the progress made before the kill stays on its row
+        assert attempts[caught].pass_id.endswith("-a2")
+        assert interrupted.items_completed > 0  # the progress made before the kill stays on its row
         report = build_report(orch.dir)
         assert report["rows"] == 3
         assert "interrupted" in [e["kind"] for e in orch.journal.events_since(0)]
         summary = {s.variant_id: s for s in report["summary"]}
-        first = summary[interrupted["variant_id"]]
+        first = summary[interrupted.variant_id]
         assert first.failures == 1 and first.successes == 1
     finally:
         if orch_proc.poll() is None:

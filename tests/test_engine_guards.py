@@ -53,7 +53,7 @@ def test_gpu_variant_without_gpu_blocks_after_one_pass(tmp_path, model_dir):
     orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
     assert orch.run() == "blocked"
     [a] = orch.journal.attempts()
-    assert a["status"] == "error" and "DeviceUnavailable" in a["notes"] and "torch sees no GPU" in a["notes"]
+    assert a.status == "error" and "DeviceUnavailable" in a.notes and "torch sees no GPU" in a.notes
 
 
 def test_unreadable_archives_are_one_line_errors(tmp_path):

@@ -11,8 +11,8 @@ from lab.orchestration.validate import macro_f1, validate_pass
 
 def _case(small_campaign, tmp_path, edit):
     orch = small_campaign
-    a = next(x for x in orch.journal.attempts() if x["status"] == "ok")
-    lines = (orch.dir / "passes" / a["pass_id"] / "predictions.jsonl").read_text().splitlines()
+    a = next(x for x in orch.journal.attempts() if x.status == "ok")
+    lines = (orch.dir / "passes" / a.pass_id / "predictions.jsonl").read_text().splitlines()
     p = tmp_path / "pred.jsonl"
     p.write_text("\n".join(edit(lines)) + "\n")
     ref, ref_metric, _ = orch.reference()

@@ -57,8 +57,8 @@ def by_engine(orch) -> dict:
     """{engine: (attempt, result.json)} of a finished campaign."""
     out = {}
     for a in orch.journal.attempts():
-        res = json.loads((orch.dir / "passes" / a["pass_id"] / "result.json").read_text())
-        out[a["variant"]["engine"]] = (a, res)
+        res = json.loads((orch.dir / "passes" / a.pass_id / "result.json").read_text())
+        out[a.variant["engine"]] = (a, res)
     return out
 
 
@@ -118,23 +118,23 @@ def embedding_run(tmp_path_factory):
 def test_classifier_series_over_the_engine(classifier_run):
     orch = classifier_run
     runs = by_engine(orch)
-    assert [a["status"] for a, _ in runs.values()] == ["ok", "ok"], [a["notes"] for a, _ in runs.values()]
+    assert [a.status for a, _ in runs.values()] == ["ok", "ok"], [a.notes for a, _ in runs.values()]
     (ta, tres), (va, vres) = runs["transformers"], runs["vllm"]
-    val = va["validation"]
+    val = va.validation
     # judged by the protocol's rule against the transformers reference, per id, not bit equality
-    assert val["reference_pass"] == ta["pass_id"] and val["corpus_accepted"], val["reasons"]
-    assert val["agreement_with_reference"] >= 0.99, val
-    assert abs(val["gap_to_reference"]) <= val["tolerance"]
+    assert val.reference_pass == ta.pass_id and val.corpus_accepted, val.reasons
+    assert val.agreement_with_reference >= 0.99, val
+    assert abs(val.gap_to_reference) <= val.tolerance
     row = raw_rows(orch)
     check_vllm_pass(vres, row["vllm"], 20, 4)
     assert row["transformers"]["engine_start_s"] == "" and row["transformers"]["engine_reserved_bytes"] == ""
-    t_ids = [json.loads(x)["tokens_kept"] for x in (orch.dir / "passes" / ta["pass_id"] / "predictions.jsonl")
+    t_ids = [json.loads(x)["tokens_kept"] for x in (orch.dir / "passes" / ta.pass_id / "predictions.jsonl")
              .read_text().splitlines()]
-    v_ids = [json.loads(x)["tokens_kept"] for x in (orch.dir / "passes" / va["pass_id"] / "predictions.jsonl")
+    v_ids = [json.loads(x)["tokens_kept"] for x in (orch.dir / "passes" / va.pass_id / "predictions.jsonl")
              .read_text().splitlines()]
     assert t_ids == v_ids  # the same token ids went to both engines (the lab's one tokenize)
-    report("classifier", agreement=val["agreement_with_reference"], accuracy=val["metric"],
-           reference_accuracy=val["reference_metric"], engine_start_s=vres["phases_s"]["engine_start"],
+    report("classifier", agreement=val.agreement_with_reference, accuracy=val.metric,
+           reference_accuracy=val.reference_metric, engine_start_s=vres["phases_s"]["engine_start"],
            llm_build_s=vres["engine"]["llm_build_s"], vllm_measured_s=vres["phases_s"]["measured"],
            transformers_measured_s=tres["phases_s"]["measured"], max_running=vres["observed"]["max_running"],
            reserved_bytes=vres["engine_memory"]["reserved_bytes"])
@@ -143,14 +143,14 @@ def test_classifier_series_over_the_engine(classifier_run):
 def test_embedding_series_over_the_engine(embedding_run):
     orch = embedding_run
     runs = by_engine(orch)
-    assert [a["status"] for a, _ in runs.values()] == ["ok", "ok"], [a["notes"] for a, _ in runs.values()]
+    assert [a.status for a, _ in runs.values()] == ["ok", "ok"], [a.notes for a, _ in runs.values()]
     (ta, tres), (va, vres) = runs["transformers"], runs["vllm"]
-    val = va["validation"]
-    assert val["reference_pass"] == ta["pass_id"] and val["corpus_accepted"], val["reasons"]
-    assert val["agreement_with_reference"] >= 0.9999 and val["agreement_worst"] >= 0.999, val
+    val = va.validation
+    assert val.reference_pass == ta.pass_id and val.corpus_accepted, val.reasons
+    assert val.agreement_with_reference >= 0.9999 and val.agreement_worst >= 0.999, val
     assert vres["vectors_shape"] == [20, 384] and vres["pooling"]["rule"] == "mean"
     check_vllm_pass(vres, raw_rows(orch)["vllm"], 20, 4)
-    report("embedding", median_cosine=val["agreement_with_reference"], worst_cosine=val["agreement_worst"],
+    report("embedding", median_cosine=val.agreement_with_reference, worst_cosine=val.agreement_worst,
            engine_start_s=vres["phases_s"]["engine_start"], vllm_measured_s=vres["phases_s"]["measured"],
            transformers_measured_s=tres["phases_s"]["measured"], max_running=vres["observed"]["max_running"])
 
@@ -192,9 +192,9 @@ def test_a_vllm_pass_stopped_mid_window_leaves_no_engine_process(tmp_path, model
                "every engine process gone after the pass was stopped",
                detail=lambda: str([(p.pid, p.name()) for p in engine if p.is_running()]))
     [a] = orch.journal.attempts()
-    res = json.loads((orch.dir / "passes" / a["pass_id"] / "result.json").read_text())
-    assert a["status"] == "interrupted" and res["failure_kind"] == "interrupted"
+    res = json.loads((orch.dir / "passes" / a.pass_id / "result.json").read_text())
+    assert a.status == "interrupted" and res["failure_kind"] == "interrupted"
     assert 1 <= res["items_completed"] < 400
-    lines = (orch.dir / "passes" / a["pass_id"] / "predictions.jsonl").read_text().splitlines()
+    lines = (orch.dir / "passes" / a.pass_id / "predictions.jsonl").read_text().splitlines()
     assert len(lines) == res["items_completed"]  # the items done before the stop are kept
     report("stopped mid-window", items_completed=res["items_completed"], engine_processes=len(engine))

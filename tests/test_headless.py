@@ -70,7 +70,7 @@ def test_sigterm_mid_pass_leaves_no_pass_process_and_records_the_slot_interrupte
         def items_done() -> int:
             j = Journal(d / "journal.sqlite")
             try:
-                return max((a["items_completed"] or 0 for a in j.attempts()), default=0)
+                return max((a.items_completed or 0 for a in j.attempts()), default=0)
             finally:
                 j.close()
 
@@ -87,8 +87,8 @@ def test_sigterm_mid_pass_leaves_no_pass_process_and_records_the_slot_interrupte
     assert pass_processes(d) == []
     st = campaign_status(d)
     assert st["state"] == "interrupted" and not st["alive"]
-    assert [a["status"] for a in st["attempts"]] == ["interrupted"]
-    assert "SIGTERM" in st["attempts"][0]["notes"]
+    assert [a.status for a in st["attempts"]] == ["interrupted"]
+    assert "SIGTERM" in st["attempts"][0].notes
     r = subprocess.run([sys.executable, "-m", "lab.cli", "campaign", "status", str(d)], capture_output=True,
                        text=True, cwd=b, env={**os.environ, "PYTHONPATH": str(b), "ITERALAB_RUNS": str(runs)},
                        timeout=120)

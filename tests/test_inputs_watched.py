@@ -58,7 +58,7 @@ def rewrite_texts(corpus) -> None:
 
 
 def accepted(orch) -> dict[str, bool]:
-    return {a["pass_id"]: bool((a["validation"] or {}).get("corpus_accepted")) for a in orch.journal.attempts()}
+    return {a.pass_id: a.validation is not None and a.validation.corpus_accepted for a in orch.journal.attempts()}
 
 
 def test_corpus_rewritten_during_pass_2_stops_the_campaign_naming_the_file(tmp_path, model_dir):
@@ -71,16 +71,16 @@ def test_corpus_rewritten_during_pass_2_stops_the_campaign_naming_the_file(tmp_p
     assert type(err.value).__name__ == "InputsChanged"  # a ProtocolError: the CLI prints it as one line
     assert "\n" not in line and line.startswith(f"corpus {corpus} changed while the campaign ran")
     first, second = orch.journal.attempts()  # the third pass never started
-    assert first["status"] == PassStatus.OK and second["status"] == PassStatus.INTERRUPTED
-    assert "corpus" in second["notes"] and "during this pass" in second["notes"]
-    assert accepted(orch) == {first["pass_id"]: True, second["pass_id"]: False}
+    assert first.status == PassStatus.OK and second.status == PassStatus.INTERRUPTED
+    assert "corpus" in second.notes and "during this pass" in second.notes
+    assert accepted(orch) == {first.pass_id: True, second.pass_id: False}
     assert orch.journal.get_control("state") == "stopped" and orch.journal.get_control("inputs_changed") == line
     # restored, the campaign resumes: the slot runs again, the interrupted row stays unaccepted
     corpus.write_bytes(original)
     again = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
     assert again.run() == "finished"
     rows = again.journal.attempts()
-    assert len(rows) == 4 and accepted(again)[second["pass_id"]] is False
+    assert len(rows) == 4 and accepted(again)[second.pass_id] is False
     assert sum(accepted(again).values()) == 3
 
 
@@ -99,7 +99,7 @@ def test_weights_overwritten_during_pass_1_stop_the_campaign(tmp_path, model_dir
     with pytest.raises(ProtocolError, match=named):
         orch.run()
     [only] = orch.journal.attempts()
-    assert only["status"] == PassStatus.INTERRUPTED and accepted(orch) == {only["pass_id"]: False}
+    assert only.status == PassStatus.INTERRUPTED and accepted(orch) == {only.pass_id: False}
 
 
 def test_an_edit_that_restores_size_and_mtime_is_found_by_the_full_hash_after_the_last_pass(tmp_path, model_dir):
@@ -118,6 +118,6 @@ def test_an_edit_that_restores_size_and_mtime_is_found_by_the_full_hash_after_th
     with pytest.raises(ProtocolError, match="found by the full hash after the last pass"):
         orch.run()
     [only] = orch.journal.attempts()
-    assert only["status"] == PassStatus.INTERRUPTED and "found after the last pass" in only["notes"]
-    assert accepted(orch) == {only["pass_id"]: False}
+    assert only.status == PassStatus.INTERRUPTED and "found after the last pass" in only.notes
+    assert accepted(orch) == {only.pass_id: False}
     assert orch.journal.get_control("state") == "stopped"

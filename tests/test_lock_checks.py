@@ -100,7 +100,7 @@ def test_tokenizer_without_padding_token_needs_a_declared_choice(tmp_path, model
     # and the pass uses it: a real batch-8 pass pads with it and finishes
     orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
     assert orch.run() == "finished"
-    assert {a["status"] for a in orch.journal.attempts()} == {"ok"}
+    assert {a.status for a in orch.journal.attempts()} == {"ok"}
 
 
 @pytest.mark.parametrize("device, message", [

@@ -584,11 +584,12 @@ def test_merge_names_the_card_that_did_not_honour_a_declared_value(tmp_path):
 
     from lab.report.raw_table import raw_rows, raw_table
 
-    attempt = {"pass_id": "merge", "variant_id": "v", "variant": spec.variant.to_json(), "result": res.to_json(),
-               "validation": {},
-               "notes": "", "repetition": 0, "position": 0, "seq": 0, "attempt": 1, "launcher": "local",
-               "start_time": "", "end_time": "", "status": res.status, "exit_code": res.exit_code,
-               "items_total": 2, "items_completed": 2}
+    from lab.passes.records import Attempt
+
+    attempt = Attempt(pass_id="merge", variant_id="v", variant=spec.variant.to_json(), result=res,
+                      notes="", repetition=0, position=0, seq=0, attempt=1, launcher="local",
+                      start_time="", end_time="", status=res.status, exit_code=res.exit_code,
+                      items_total=2, items_completed=2)
     row = raw_table(raw_rows([attempt], "c", 1, tmp_path)).iloc[0]
     assert row["observed_threads"] is pd.NA and row["observed_dtype"] == "card 0: float32; card 1: bfloat16"
     assert "observed threads differs between cards: card 0: 1; card 1: 2" in row["notes"]

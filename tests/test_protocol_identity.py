@@ -34,8 +34,8 @@ def test_same_text_over_other_corpora_locks_apart_and_runs_apart(model_dir, tmp_
     assert texts[0] == texts[1]
     for orch, items in ((a, 4), (b, 4)):
         [att] = orch.journal.attempts()
-        assert att["status"] == "ok" and att["items_completed"] == items
-        assert att["validation"]["corpus_accepted"], att["validation"]["reasons"]
+        assert att.status == "ok" and att.items_completed == items
+        assert att.validation.corpus_accepted, att.validation.reasons
     lock_a = json.loads((a.dir / "campaign.lock.json").read_text())["versions"][0]
     assert lock_a["corpus_sha256"] == json.loads((a.dir / "protocol_version.json").read_text())["corpus_sha256"]
     assert lock_a["corpus_sha256"] != json.loads((b.dir / "protocol_version.json").read_text())["corpus_sha256"]

@@ -73,8 +73,8 @@ def test_stopped_runner_is_killed_by_the_stall_rule(tmp_path, model_dir):
         assert out == ["finished"] and time.monotonic() - t0 < 100
         assert StoppingLauncher.stopped_pids, "the pass was never stopped"
         [a] = Journal(orch.dir / "journal.sqlite").attempts()
-        assert a["status"] == "error"
-        assert "stalled: no event for 15 s ([timing] stall_s)" in a["notes"]
+        assert a.status == "error"
+        assert "stalled: no event for 15 s ([timing] stall_s)" in a.notes
         st = campaign_status(orch.dir)
         assert st["state"] == "finished" and not st["alive"]
         assert Journal(orch.dir / "journal.sqlite").get_control("pass_limits") == {"timeout_s": 21600.0,

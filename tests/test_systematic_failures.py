@@ -35,14 +35,14 @@ def test_identical_failures_block_the_campaign_then_it_resumes(tmp_path, model_d
     assert orch.run() == CampaignState.BLOCKED
     assert broken.launched == 3  # not 6: the remaining slots were not run
     rows = orch.journal.attempts()
-    assert [a["status"] for a in rows] == ["interrupted"] * 3  # kept, not counted against a variant
-    assert all("No module named 'transformers'" in a["notes"] for a in rows)
-    assert len({a["variant_id"] for a in rows}) == 2
+    assert [a.status for a in rows] == ["interrupted"] * 3  # kept, not counted against a variant
+    assert all("No module named 'transformers'" in a.notes for a in rows)
+    assert len({a.variant_id for a in rows}) == 2
     why = orch.journal.get_control("blocked", "")
     assert "\n" not in why and why.startswith("3 passes in a row, of 2 variants, failed the same way")
     assert "No module named 'transformers'" in why
     orch2 = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())  # fixed: the same campaign resumes
     assert orch2.run() == CampaignState.FINISHED
     attempts = orch2.journal.attempts()
-    assert sorted(a["status"] for a in attempts) == ["interrupted"] * 3 + ["ok"] * 6  # the rows stay
-    assert {a["seq"] for a in attempts if a["status"] == "ok"} == {s["seq"] for s in orch2.journal.plan()}
+    assert sorted(a.status for a in attempts) == ["interrupted"] * 3 + ["ok"] * 6  # the rows stay
+    assert {a.seq for a in attempts if a.status == "ok"} == {s["seq"] for s in orch2.journal.plan()}

@@ -40,8 +40,8 @@ def custom_run(tmp_path_factory, model_dir):
 
 
 def preds(orch, variant_name: str) -> dict[str, str]:
-    a = next(a for a in orch.journal.attempts() if a["variant"]["name"] == variant_name)
-    lines = (orch.dir / "passes" / a["pass_id"] / "predictions.jsonl").read_text().splitlines()
+    a = next(a for a in orch.journal.attempts() if a.variant["name"] == variant_name)
+    lines = (orch.dir / "passes" / a.pass_id / "predictions.jsonl").read_text().splitlines()
     return {r["id"]: r["pred"] for r in map(json.loads, lines)}
 
 
@@ -52,11 +52,11 @@ def test_example_entry_gives_the_builtin_predictions_and_verifies(custom_run, sm
     orch, archive, lock_entry = custom_run
     assert lock_entry["task_sha256"]  # the entry file's sha256 is in the lock identity
     attempts = orch.journal.attempts()
-    assert [a["status"] for a in attempts] == ["ok", "ok"]
+    assert [a.status for a in attempts] == ["ok", "ok"]
     for a in attempts:
-        v = a["validation"]
-        assert v["ids_match"] and v["format_ok"] and v["corpus_accepted"], v["reasons"]
-        res = json.loads((orch.dir / "passes" / a["pass_id"] / "result.json").read_text())
+        v = a.validation
+        assert v.ids_match and v.format_ok and v.corpus_accepted, v.reasons
+        res = json.loads((orch.dir / "passes" / a.pass_id / "result.json").read_text())
         assert res["observed"]["batch_size"] == min(res["variant"]["batch_size"], 10)
         assert res["observed"]["dtype"] == "float32"  # reported by settings_used()
         assert res["observed"]["max_tokens"] == "declared, not observable"
@@ -96,10 +96,10 @@ def test_entry_raising_on_item_7_is_a_failure_row_with_7_items(tmp_path, model_d
     orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
     orch.run()
     a = orch.journal.attempts()[0]
-    assert a["status"] == "error" and a["items_completed"] == 7, a
-    res = json.loads((orch.dir / "passes" / a["pass_id"] / "result.json").read_text())
+    assert a.status == "error" and a.items_completed == 7, a
+    res = json.loads((orch.dir / "passes" / a.pass_id / "result.json").read_text())
     assert "raising.py, line 7, in predict: ValueError: item 7 refused by the entry" in res["error"], res["error"]
-    lines = (orch.dir / "passes" / a["pass_id"] / "predictions.jsonl").read_text().splitlines()
+    lines = (orch.dir / "passes" / a.pass_id / "predictions.jsonl").read_text().splitlines()
     assert len(lines) == 7  # the items completed are kept
 
 

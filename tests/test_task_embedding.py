@@ -48,10 +48,10 @@ def test_embedding_passes_store_vectors_and_validate_from_them(embedding_run):
 
     orch, _ = embedding_run
     attempts = orch.journal.attempts()
-    assert [a["status"] for a in attempts] == ["ok", "ok"]
+    assert [a.status for a in attempts] == ["ok", "ok"]
     corpus = read_corpus(orch.proto.corpus_path)
     for a in attempts:
-        pdir = orch.dir / "passes" / a["pass_id"]
+        pdir = orch.dir / "passes" / a.pass_id
         res = json.loads((pdir / "result.json").read_text())
         data = (pdir / "vectors.npy").read_bytes()
         assert res["vectors_sha256"] == hashlib.sha256(data).hexdigest()
@@ -61,14 +61,14 @@ def test_embedding_passes_store_vectors_and_validate_from_them(embedding_run):
         assert res["pooling"]["rule"] == "mean" and res["pooling"]["normalize"] is True
         lines = [json.loads(x) for x in (pdir / "predictions.jsonl").read_text().splitlines()]
         assert [x["id"] for x in lines] == [r["id"] for r in corpus] and [x["row"] for x in lines] == list(range(10))
-        v = a["validation"]
-        assert v["ids_match"] and v["format_ok"] and v["coverage_ok"] and v["corpus_accepted"], v["reasons"]
-        assert v["metric_name"] == "nn_accuracy"
-        assert v["metric"] == round(nn_accuracy(vec, [r["label"] for r in corpus]), 6)
-        assert set(v["metric_by_bucket"]) == {"short", "medium", "long"}
+        v = a.validation
+        assert v.ids_match and v.format_ok and v.coverage_ok and v.corpus_accepted, v.reasons
+        assert v.metric_name == "nn_accuracy"
+        assert v.metric == round(nn_accuracy(vec, [r["label"] for r in corpus]), 6)
+        assert set(v.metric_by_bucket) == {"short", "medium", "long"}
         # batch 8 pads where batch 1 does not; mean pooling over the mask keeps the vectors
-        assert v["agreement_with_reference"] > 0.9999 and v["agreement_worst"] > 0.999, v
-        assert v["agreement_worst_id"] in {r["id"] for r in corpus}
+        assert v.agreement_with_reference > 0.9999 and v.agreement_worst > 0.999, v
+        assert v.agreement_worst_id in {r["id"] for r in corpus}
         assert res["observed"]["batch_size"] == min(res["variant"]["batch_size"], 10)
 
 

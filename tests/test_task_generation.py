@@ -61,13 +61,13 @@ def test_generation_passes_write_outputs_and_validate_against_the_label_names(ge
 
     orch, _ = gen_run
     attempts = orch.journal.attempts()
-    assert [a["status"] for a in attempts] == ["ok", "ok", "ok"]
+    assert [a.status for a in attempts] == ["ok", "ok", "ok"]
     corpus = read_corpus(orch.proto.corpus_path)
     labels = [r["label"] for r in corpus]
     outputs = {}
     for a in attempts:
-        res = json.loads((orch.dir / "passes" / a["pass_id"] / "result.json").read_text())
-        lines = lines_of(orch, a["pass_id"])
+        res = json.loads((orch.dir / "passes" / a.pass_id / "result.json").read_text())
+        lines = lines_of(orch, a.pass_id)
         assert [x["id"] for x in lines] == [r["id"] for r in corpus]
         assert all(x["stopped_by"] in ("stop", "eos", "max_new_tokens") and x["input_tokens"] > 0 for x in lines)
         assert res["input_tokens"] == sum(x["input_tokens"] for x in lines)
@@ -79,12 +79,12 @@ def test_generation_passes_write_outputs_and_validate_against_the_label_names(ge
         assert res["observed"]["batch_size"] == min(res["variant"]["batch_size"], 10)
         assert res["observed"]["padding"].startswith("longest")
         texts = [x["output"] for x in lines]
-        v = a["validation"]
-        assert v["ids_match"] and v["format_ok"] and v["coverage_ok"] and v["corpus_accepted"], v["reasons"]
-        assert v["metric_name"] == "exact_match"
-        assert v["metric"] == round(exact_match(texts, labels, "lowercase_space"), 6)
-        assert v["second_metric_name"] == "token_f1" and v["second_metric"] == round(token_f1(texts, labels), 6)
-        assert set(v["metric_by_bucket"]) == {"short", "medium", "long"}
+        v = a.validation
+        assert v.ids_match and v.format_ok and v.coverage_ok and v.corpus_accepted, v.reasons
+        assert v.metric_name == "exact_match"
+        assert v.metric == round(exact_match(texts, labels, "lowercase_space"), 6)
+        assert v.second_metric_name == "token_f1" and v.second_metric == round(token_f1(texts, labels), 6)
+        assert set(v.metric_by_bucket) == {"short", "medium", "long"}
         outputs[res["variant"]["name"]] = {x["id"]: (x["output"], x["output_tokens"]) for x in lines}
         if res["variant"]["bucketing"]:
             assert res["observed"]["bucketing"] == "sorted by token count"
@@ -92,7 +92,7 @@ def test_generation_passes_write_outputs_and_validate_against_the_label_names(ge
     one = outputs["batch/batch_size=1"]
     assert outputs["batch/batch_size=8"] == one and outputs["bucketing/bucketing=True"] == one
     assert len({t for t, _ in one.values()}) > 1  # not one constant answer
-    assert [a["validation"]["agreement_with_reference"] for a in attempts] == [1.0, 1.0, 1.0]
+    assert [a.validation.agreement_with_reference for a in attempts] == [1.0, 1.0, 1.0]
 
 
 def test_raw_table_has_input_and_output_tokens_per_pass_and_the_note_prices_them(gen_run):
@@ -208,10 +208,10 @@ def test_a_failure_after_6_items_keeps_them(tmp_path, gen_model_dir):
     orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
     orch.run()
     a = orch.journal.attempts()[0]
-    assert a["status"] != "ok" and a["items_completed"] == 6, a
-    res = json.loads((orch.dir / "passes" / a["pass_id"] / "result.json").read_text())
+    assert a.status != "ok" and a.items_completed == 6, a
+    res = json.loads((orch.dir / "passes" / a.pass_id / "result.json").read_text())
     assert "positions" in res["error"] and "max_text_tokens" in res["error"], res["error"]
-    lines = lines_of(orch, a["pass_id"])
+    lines = lines_of(orch, a.pass_id)
     assert [x["id"] for x in lines] == [r["id"] for r in rows[:6]]  # the items completed are kept
     assert res["output_tokens"] == sum(x["output_tokens"] for x in lines)
 

@@ -90,8 +90,8 @@ def calibrated_limit(folder: Path) -> int:
     orch = Orchestrator.prepare(f, folder / "runs", LocalLauncher())
     assert orch.run() == "finished"
     a = orch.journal.attempts()[0]
-    assert a["status"] == "ok", a["notes"]
-    return as_limit_above(a["result"]["process_peak_vm_bytes"])
+    assert a.status == "ok", a.notes
+    return as_limit_above(a.result.process_peak_vm_bytes)
 
 
 # ---- deterministic UI fixtures --------------------------------------------------------
@@ -133,6 +133,7 @@ def synthetic_running_journal(campaign_file: Path, runs_root: Path) -> Path:
     from lab.orchestration.orchestrator import campaign_dir_for
     from lab.orchestration.protocol import load_protocol, lock
     from lab.orchestration.schedule import rotated_schedule
+    from lab.passes.records import PassResult, Phases
 
     proto = load_protocol(campaign_file)
     d = campaign_dir_for(proto, lock(proto), runs_root)
@@ -148,7 +149,10 @@ def synthetic_running_journal(campaign_file: Path, runs_root: Path) -> Path:
         j.start_attempt(pid, p.seq, 1, p.repetition, p.position, p.variant, starts[i], "local", 1000)
         if i < 2:
             j.update_progress(pid, 1000, rate)
-            j.finish_attempt(pid, "ok", ends[i], 0, 1000, {"status": "ok"}, "")
+            result = PassResult(pass_id=pid, campaign=proto.name, variant=p.variant.to_json(), start_time=starts[i],
+                                end_time=ends[i], status="ok", error="", phases_s=Phases(), items_total=1000,
+                                items_completed=1000, predictions_path="predictions.jsonl", exit_code=0)
+            j.finish_attempt(pid, "ok", ends[i], 0, 1000, result.to_json(), "")
         else:
             j.update_progress(pid, 600, rate)
             j.add_event(pid, "oom", {"items_done": 600, "message": "DefaultCPUAllocator: can't allocate memory"})

@@ -39,7 +39,7 @@ def make_app(campaign_file: Path, limit: int) -> IteraLabApp:
 
 def statuses(app) -> dict:
     s = app.snapshot
-    return {a["pass_id"]: a["status"] for a in s.status["attempts"]} if s and s.status else {}
+    return {a.pass_id: a.status for a in s.status["attempts"]} if s and s.status else {}
 
 
 @pytest.fixture()

@@ -89,9 +89,9 @@ def test_bucketing_series_rows_carry_utilization(tmp_path, model_dir):
     # model FLOPs = 2 N sum(B*T) + 4 L d_attn sum(B*T^2) with 1 <= T <= max_length (lab.passes.probe)
     by_pass = {row["pass_id"]: row for row in rows.values()}
     for a in orch.journal.attempts():
-        res, row = a["result"], by_pass[a["pass_id"]]
-        matmul = 2 * res["matmul_parameters"] * row["padded_tokens"]
-        attention = 4 * res["n_layers"] * res["d_attn"] * row["padded_tokens"]
+        res, row = a.result, by_pass[a.pass_id]
+        matmul = 2 * res.matmul_parameters * row["padded_tokens"]
+        attention = 4 * res.n_layers * res.d_attn * row["padded_tokens"]
         assert matmul + attention <= row["model_flop"] <= matmul + attention * 128
     csv = (orch.dir / "report" / "raw_table.csv").read_text().splitlines()[0].split(",")
     assert {"achieved_flop_per_s", "ceiling_flop_per_s", "utilization", "probe_s"} <= set(csv)

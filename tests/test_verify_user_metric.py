@@ -58,10 +58,10 @@ def test_the_lock_records_the_metric_file_sha256_and_the_passes_are_judged_by_it
     orch, _, entry, metric_file = metric_run
     assert entry["task_files_sha256"] == {"metric": sha256_file(metric_file)}
     attempts = orch.journal.attempts()
-    assert [a["status"] for a in attempts] == ["ok", "ok"]
+    assert [a.status for a in attempts] == ["ok", "ok"]
     for a in attempts:
-        assert a["validation"]["metric_name"] == "mymetric.py:share_right"
-        assert a["validation"]["metric"] is not None
+        assert a.validation.metric_name == "mymetric.py:share_right"
+        assert a.validation.metric is not None
 
 
 def test_without_the_opt_in_verify_says_how_and_with_it_verifies_clean(metric_run):
@@ -86,7 +86,7 @@ def test_a_forged_metric_is_refused_with_the_metric_file(metric_run, tmp_path):
     pid = member(files, "/predictions.jsonl").split("/")[-2]
     edit_raw_table(files, lambda rows: [r.update(metric="0.99") for r in rows if r["pass_id"] == pid])
     bad = verify(write_members(tmp_path / "forged.tar.gz", files), metric_file)
-    real = next(a for a in orch.journal.attempts() if a["pass_id"] == pid)["validation"]["metric"]
+    real = next(a for a in orch.journal.attempts() if a.pass_id == pid).validation.metric
     assert f"pass {pid}: metric 0.99 in the raw table, {real} recomputed from its predictions and the gold labels" \
         in bad.problems, bad.problems
 

@@ -27,6 +27,6 @@ def test_weights_of_another_model_fail_the_pass_instead_of_running_random_weight
     orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
     orch.run()
     [a] = orch.journal.attempts()
-    assert a["status"] == "error" and a["items_completed"] == 0
-    assert "WeightsNotLoaded" in a["notes"] and "does not hold this model's weights" in a["notes"], a["notes"]
-    assert "first: bert." in a["notes"]
+    assert a.status == "error" and a.items_completed == 0
+    assert "WeightsNotLoaded" in a.notes and "does not hold this model's weights" in a.notes, a.notes
+    assert "first: bert." in a.notes

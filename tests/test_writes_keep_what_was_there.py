@@ -105,7 +105,7 @@ def test_archive_while_a_pass_runs_is_refused_in_one_line(tmp_path, model_dir, r
         assert launcher.started.wait(120), "the pass never started"
         from lab.orchestration.status import campaign_status
 
-        wait_until(lambda: any(a["status"] == "running" for a in campaign_status(orch.dir)["attempts"]), 60,
+        wait_until(lambda: any(a.status == "running" for a in campaign_status(orch.dir)["attempts"]), 60,
                    "the running attempt in the journal")
         assert cli("report", orch.dir, runs=runs_root).returncode == 0
         line = one_line(cli("archive", orch.dir, "--partial", runs=runs_root))

@@ -224,7 +224,7 @@ class IteraLabApp(LabApp):
                                         r["log_tail"])
                 st = r["status"]
                 sig = (st["state"], st["alive"], feed.last_event_id, r["log_tail"],
-                       tuple((a["pass_id"], a["status"], a["items_completed"], a["validation"] is None)
+                       tuple((a.pass_id, a.status, a.items_completed, a.validation is None)
                              for a in st["attempts"]))
             running = bool(snap.status and snap.status["state"] == CampaignState.RUNNING)
             if sig != last_sig or self.snapshot is None or (running and time.monotonic() - last_post > 1):

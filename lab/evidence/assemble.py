@@ -23,7 +23,7 @@ def unfinished_reason(campaign_dir: Path) -> str:
     from lab.orchestration.status import CampaignState, campaign_status
 
     st = campaign_status(Path(campaign_dir))
-    running = [a["pass_id"] for a in st["attempts"] if a["status"] == PassStatus.RUNNING]
+    running = [a.pass_id for a in st["attempts"] if a.status == PassStatus.RUNNING]
     if st["alive"]:
         why = f"still running (orchestrator pid {st['orchestrator'].get('pid')})"
     elif st["state"] != CampaignState.FINISHED or st["finished"] < st["planned"] or running:
@@ -115,7 +115,7 @@ def _attempts_state(campaign_dir: Path) -> tuple[tuple, bool]:
     from lab.orchestration.status import campaign_status
 
     st = campaign_status(campaign_dir)
-    return tuple((a["pass_id"], str(a["status"]), a["items_completed"]) for a in st["attempts"]), st["alive"]
+    return tuple((a.pass_id, str(a.status), a.items_completed) for a in st["attempts"]), st["alive"]
 
 
 def _running_pass(state: tuple[tuple, bool]) -> str:

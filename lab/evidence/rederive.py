@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 import sqlite3
 
+import msgspec
+
 from lab.evidence.format import JOURNAL, ArchiveError
 from lab.orchestration.config import EMBEDDING_METRICS, GENERATION_METRICS
-from lab.orchestration.journal import Journal, JournalVersion
+from lab.orchestration.journal import Journal, JournalVersion, attempt_record
 from lab.passes.events import FINISHED, PassStatus
+from lab.passes.records import Attempt
 
 GOLD_LABELS = "report/gold_labels.jsonl"
 BUCKETS = ("short", "medium", "long")
@@ -36,14 +39,21 @@ def member_object(scan, rel: str) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def read_journal(scan, problems: list[str]) -> tuple[list[dict], list[dict]] | None:
+JournalRead = tuple[list[Attempt], list[dict], set[str]]
+"""What read_journal gives: the typed attempts, the plan rows, the pass ids of damaged attempt rows."""
+
+
+def read_journal(scan, problems: list[str]) -> JournalRead | None:
+    """(typed attempts, plan rows, pass ids whose attempt row is damaged) of the archived journal,
+    read without writing to it; each row decoded on its own (lab.orchestration.journal.attempt_record),
+    a damaged one named in ``problems``. None (with a problem) when there is no readable journal."""
     if scan.journal is None:
         problems.append(f"{JOURNAL} missing: the journal's attempts cannot be compared with the raw table")
         return None
     try:
         j = Journal.open_read_only(scan.journal)
         try:
-            attempts, plan = j.attempt_rows(), j.plan()
+            rows, plan = j.attempt_rows(), j.plan()
         finally:
             j.close()
     except JournalVersion as exc:
@@ -52,43 +62,49 @@ def read_journal(scan, problems: list[str]) -> tuple[list[dict], list[dict]] | N
     except sqlite3.Error as exc:
         problems.append(f"{JOURNAL}: not a readable campaign journal ({exc}); empty or damaged")
         return None
-    return attempts, plan
+    attempts, damaged = [], set()
+    for row in rows:
+        try:
+            attempts.append(attempt_record(row))
+        except msgspec.DecodeError as exc:  # not JSON, or not the record (ValidationError)
+            damaged.add(row["pass_id"])
+            problems.append(f"pass {row['pass_id']}: its attempt in the journal is not a pass record "
+                            f"({type(exc).__name__}: {exc})")
+    return attempts, plan, damaged
 
 
-def compare_journal(attempts: list[dict], plan: list[dict], rows: list[dict], partial: bool,
-                     problems: list[str]) -> None:
+def compare_journal(attempts: list[Attempt], plan: list[dict], damaged: set[str], rows: list[dict], partial: bool,
+                    problems: list[str]) -> None:
+    """The journal's attempts against the raw table's rows (CSV strings): one row per attempt, the
+    same status, items completed, acceptance and metric; unless ``partial``, no attempt left
+    running and every planned slot finished. ``damaged``: pass ids read_journal already named."""
     by_row = {r["pass_id"]: r for r in rows}
-    by_att = {a["pass_id"]: a for a in attempts}
+    by_att = {a.pass_id: a for a in attempts}
     for pid in sorted(set(by_att) - set(by_row), key=str):
         problems.append(f"pass {pid}: in the journal but not in the raw table")
-    for pid in sorted(set(by_row) - set(by_att), key=str):
+    for pid in sorted(set(by_row) - set(by_att) - damaged, key=str):
         problems.append(f"pass {pid}: in the raw table but not in the journal")
     for pid in sorted(set(by_row) & set(by_att), key=str):
         a, r = by_att[pid], by_row[pid]
-        if a["status"] != r["status"]:
-            problems.append(f"pass {pid}: status {r['status']!r} in the raw table, {a['status']!r} in the journal")
-        if ("" if a["items_completed"] is None else str(a["items_completed"])) != r["items_completed"]:
+        if a.status != r["status"]:
+            problems.append(f"pass {pid}: status {r['status']!r} in the raw table, {a.status!r} in the journal")
+        if ("" if a.items_completed is None else str(a.items_completed)) != r["items_completed"]:
             problems.append(f"pass {pid}: {r['items_completed']} items completed in the raw table, "
-                            f"{a['items_completed']} in the journal")
-        try:
-            val = json.loads(a["validation_json"]) if a["validation_json"] else {}
-        except (json.JSONDecodeError, TypeError):
-            val = None
-        if not isinstance(val, dict):
-            problems.append(f"pass {pid}: its validation in the journal is not a JSON object")
-            continue
-        if str(bool(val.get("corpus_accepted"))) != (r.get("corpus_accepted") or "False"):
+                            f"{a.items_completed} in the journal")
+        accepted = a.validation is not None and a.validation.corpus_accepted
+        metric = a.validation.metric if a.validation is not None else None
+        if str(accepted) != (r.get("corpus_accepted") or "False"):
             problems.append(f"pass {pid}: corpus_accepted {r.get('corpus_accepted') or 'empty'} in the raw table, "
-                            f"{bool(val.get('corpus_accepted'))} in the journal")
-        if not _same_metric(val.get("metric"), r.get("metric")):
+                            f"{accepted} in the journal")
+        if not _same_metric(metric, r.get("metric")):
             problems.append(f"pass {pid}: metric {r.get('metric') or 'empty'} in the raw table, "
-                            f"{val.get('metric')} in the journal")
+                            f"{metric} in the journal")
     if partial:
         return
-    done = {a["seq"] for a in attempts if a["status"] in FINISHED}
+    done = {a.seq for a in attempts if a.status in FINISHED}
     for a in attempts:
-        if a["status"] == PassStatus.RUNNING:
-            problems.append(f"pass {a['pass_id']}: still 'running' in the journal of an archive not marked partial")
+        if a.status == PassStatus.RUNNING:
+            problems.append(f"pass {a.pass_id}: still 'running' in the journal of an archive not marked partial")
     missing = [p["seq"] for p in plan if p["seq"] not in done]
     if missing:
         problems.append(f"{len(missing)} planned slot(s) without a finished attempt (first seq {missing[0]}) in an "

@@ -18,14 +18,13 @@ import csv
 import io
 import json
 import math
-import sqlite3
 import tomllib
 from collections import Counter
 from pathlib import Path
 
 from lab.evidence.format import JOURNAL, Rederived
-from lab.evidence.rederive import member_object, member_text
-from lab.orchestration.journal import Journal, JournalVersion
+from lab.evidence.rederive import JournalRead, member_object, member_text
+from lab.passes.records import Attempt
 
 RAW_TABLE = "report/raw_table.csv"
 SUMMARY_JSON = "report/summary.json"
@@ -39,31 +38,6 @@ CHECKED_ELSEWHERE = ("status", "items_completed", "corpus_accepted", "metric", "
 (one problem line per difference, not two)."""
 REL_TOL = 1e-9
 SHOWN = 60  # characters of a value shown in a problem line
-
-
-def _attempts(scan, problems: list[str]) -> list[dict] | None:
-    """Journal attempts as lab.orchestration.journal.Journal.attempts gives them (JSON columns decoded), read
-    from the archived copy without writing to it; None (with a problem) when unreadable."""
-    if scan.journal is None:
-        return None  # lab.evidence.rederive.read_journal names it
-    try:
-        j = Journal.open_read_only(scan.journal)
-        try:
-            out = j.attempts()
-        finally:
-            j.close()
-    except (sqlite3.Error, JournalVersion):
-        return None  # read_journal names it
-    except (json.JSONDecodeError, TypeError) as exc:
-        problems.append(f"{JOURNAL}: an attempt's variant, result or validation is not JSON ({exc}); "
-                        "the raw table and the summary cannot be re-derived")
-        return None
-    for d in out:
-        if not all(isinstance(d[k], dict | None) for k in ("variant", "result", "validation")):
-            problems.append(f"{JOURNAL}: pass {d.get('pass_id')}: variant, result or validation is not a JSON "
-                            "object; the raw table and the summary cannot be re-derived")
-            return None
-    return out
 
 
 def _identity(scan, problems: list[str]) -> tuple[str | None, int | None]:
@@ -92,7 +66,7 @@ def _csv_rows(df) -> list[dict]:
     return list(csv.DictReader(io.StringIO(buf.getvalue(), newline="")))
 
 
-def rederive_tables(scan, info: dict, attempts: list[dict], problems: list[str]) -> Rederived:
+def rederive_tables(scan, info: dict, attempts: list[Attempt], problems: list[str]) -> Rederived:
     """The raw table and summary rebuilt from the archived journal's ``attempts`` and the pass
     records (see the module docstring); ``info``: ARCHIVE.json (its links skipped)."""
     from lab.report.raw_table import LINKED, NO_PREDICTIONS, raw_rows, raw_table
@@ -226,30 +200,35 @@ def _compare_variants(rel: str, claimed: list[dict], derived: list[dict], proble
                                 "re-derived from the journal and the pass records")
 
 
-def check_results(scan, attempts: list[dict], problems: list[str]) -> None:
+def check_results(scan, attempts: list[Attempt], problems: list[str]) -> None:
     """Each pass's result.json equals the journal's record of it (the result the orchestrator
     read, less its ``launch`` record)."""
     for a in attempts:
-        recorded = {k: v for k, v in (a["result"] or {}).items() if k != "launch"}
-        rel = f"passes/{a['pass_id']}/result.json"
+        recorded = a.result.to_json() if a.result is not None else {}
+        rel = f"passes/{a.pass_id}/result.json"
         if rel not in scan.kept:
             if recorded:
-                problems.append(f"pass {a['pass_id']}: the journal holds its result but {rel} is not in the archive")
+                problems.append(f"pass {a.pass_id}: the journal holds its result but {rel} is not in the archive")
             continue
         result = member_object(scan, rel)
         if result is None:
             continue  # lab.evidence.rederive.check_row names it
         for key in sorted(set(result) | set(recorded)):
             if key not in result or key not in recorded or not same(result[key], recorded[key]):
-                problems.append(f"pass {a['pass_id']}: result.json {key} {_shown(result.get(key))}, "
+                problems.append(f"pass {a.pass_id}: result.json {key} {_shown(result.get(key))}, "
                                 f"{_shown(recorded.get(key))} in the journal's record of the pass")
 
 
-def check_tables(scan, info: dict, rows: list[dict], problems: list[str]) -> Rederived | None:
-    """Re-derive the raw table and summary, compare them and the pass records with the archive's
-    copies (module docstring); returns the re-derived figures (None when they cannot be)."""
-    attempts = _attempts(scan, problems)
-    if attempts is None:
+def check_tables(scan, info: dict, rows: list[dict], journal: JournalRead,
+                 problems: list[str]) -> Rederived | None:
+    """Re-derive the raw table and summary from the archived journal as
+    lab.evidence.rederive.read_journal read it (once, for both checks), compare them and the pass
+    records with the archive's copies (module docstring); returns the re-derived figures (None
+    when they cannot be: an attempt row that is no pass record, already named by read_journal)."""
+    attempts, _, damaged = journal
+    if damaged:
+        problems.append(f"{JOURNAL}: its attempts do not give a raw table ({len(damaged)} attempt row(s) not a "
+                        "pass record, named above); the raw table and the summary are not re-derived")
         return None
     try:
         rederived = rederive_tables(scan, info, attempts, problems)

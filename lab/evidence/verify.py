@@ -249,7 +249,7 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
         scores = user_metric_scores(scan, rows, gold, user_metric_ref(scan, metric_file), problems)
         for row in rows:
             check_row(row, scan, gold, threshold, problems, scores, higher)
-        rederived = check_tables(scan, info, rows, problems) if journal is not None else None
+        rederived = check_tables(scan, info, rows, journal, problems) if journal is not None else None
         row_ids = {r["pass_id"] for r in rows}
         folders = {rel.split("/")[1] for rel in scan.sha if rel.startswith("passes/") and rel.count("/") >= 2}
         for pid in sorted(folders - row_ids):

@@ -20,12 +20,13 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
 from lab.facts.errors import LabError, UserError
 from lab.passes.events import EventKind, PassStatus
-from lab.passes.records import Attempt
+from lab.passes.records import Attempt, Validation, decode_result
 from lab.inputs.variants import Variant
 
 SCHEMA = """
@@ -48,6 +49,21 @@ SCHEMA_VERSION = 1
 JSON_COLUMNS = ("variant_json", "result_json", "validation_json")
 """The attempts' columns holding JSON; ``Journal.attempts`` decodes them as ``variant``, ``result``,
 ``validation``."""
+
+
+def attempt_record(row: dict) -> Attempt:
+    """One attempts row (``Journal.attempt_rows``: the JSON columns as text) as an Attempt, each
+    JSON column decoded straight into its type (no dict in between): the variant as its
+    ``Variant.to_json`` dict, the result as a PassResult (None when the column holds only the
+    launch record, or nothing), the validation as a Validation. Raises msgspec.DecodeError (not
+    JSON) / msgspec.ValidationError (naming the field) for a damaged row."""
+    text, variant, validation = row["result_json"], row["variant_json"], row["validation_json"]
+    stored = msgspec.json.decode(text, type=dict[str, Any]) if text else {}  # its keys: a record beside the launch?
+    return msgspec.convert({  # the plain columns checked strictly too (SQLite keeps any type in any column)
+        **{k: row[k] for k in row if k not in JSON_COLUMNS}, "launch": stored.get("launch"),
+        "variant": msgspec.json.decode(variant, type=dict[str, Any]) if variant else None,
+        "result": decode_result(text) if set(stored) - {"launch"} else None,
+        "validation": msgspec.json.decode(validation, type=Validation) if validation else None}, Attempt)
 
 
 class JournalVersion(UserError, RuntimeError):
@@ -203,26 +219,11 @@ class Journal:
         """All attempts in schedule order, as stored (JSON columns as text)."""
         return [dict(r) for r in self.db.execute("SELECT * FROM attempts ORDER BY seq, attempt")]
 
-    def attempts(self) -> list[dict]:
-        """All attempts in schedule order, JSON columns decoded (``JSON_COLUMNS``). Raises
-        json.JSONDecodeError for a column that is not JSON."""
-        out = []
-        for d in self.attempt_rows():
-            for k in JSON_COLUMNS:
-                d[k[:-5]] = json.loads(d.pop(k)) if d.get(k) else None
-            out.append(d)
-        return out
-
-    def records(self) -> list[Attempt]:
-        """All attempts in schedule order as typed records (lab.passes.records.Attempt), decoded
-        strictly. Raises json.JSONDecodeError / msgspec.ValidationError for a damaged journal."""
-        out = []
-        for a in self.attempts():
-            result = dict(a["result"] or {})
-            launch = result.pop("launch", None)
-            out.append(msgspec.convert({**a, "result": result if "status" in result else None, "launch": launch},
-                                       Attempt))
-        return out
+    def attempts(self) -> list[Attempt]:
+        """All attempts in schedule order as typed records (lab.passes.records.Attempt), each
+        decoded strictly from its row (``attempt_record``). Raises msgspec.DecodeError for a JSON
+        column that is not JSON, msgspec.ValidationError for one that is not its record."""
+        return [attempt_record(row) for row in self.attempt_rows()]
 
     def mark_running_interrupted(self, note: str) -> list[str]:
         """Attempts left 'running' by a dead orchestrator become 'interrupted' rows (kept)."""

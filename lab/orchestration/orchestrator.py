@@ -29,7 +29,7 @@ from lab.inputs.manifest import record_host_facts
 from lab.orchestration.journal import Journal
 from lab.passes.distributed import ProgressTally
 from lab.passes.events import FINISHED, EventKind, PassStatus, parse_event
-from lab.passes.records import PassResult
+from lab.passes.records import PassResult, decode_result
 from lab.passes.spec import PassSpec
 from lab.orchestration.protocol import Protocol, load_protocol, lock_path, locked_version
 from lab.orchestration.schedule import pass_id_for, rotated_schedule
@@ -263,7 +263,7 @@ class Orchestrator:
     # ---- running ---------------------------------------------------------------------
     def pending(self) -> list[dict]:
         """Planned slots without a finished attempt (interrupted ones are run again)."""
-        done = {a["seq"] for a in self.journal.attempts() if a["status"] in FINISHED}
+        done = {a.seq for a in self.journal.attempts() if a.status in FINISHED}
         return [p for p in self.journal.plan() if p["seq"] not in done]
 
     def run(self) -> str:
@@ -420,7 +420,7 @@ class Orchestrator:
     def run_slot(self, slot: dict) -> dict:
         """Run one attempt of a planned slot and record its row, events and validation."""
         j = self.journal
-        attempt = 1 + sum(1 for a in j.attempts() if a["seq"] == slot["seq"])
+        attempt = 1 + sum(1 for a in j.attempts() if a.seq == slot["seq"])
         # the locked protocol's own Variant (ids are content-derived, so the plan row's id names
         # exactly this configuration): no JSON -> dict -> Variant round trip per pass
         variant = self.variant_for(slot)
@@ -474,19 +474,17 @@ class Orchestrator:
         self.check_folder()  # the folder may have gone while the pass ran: read nothing from it
         changed = self.watch.stat_change() if self.watch is not None else ""
         self._ran.append(pass_id)
-        result = None  # result.json as written (kept whole in the journal)
-        typed: PassResult | None = None  # the same, strictly decoded: what is read from it here
+        typed: PassResult | None = None  # result.json decoded strictly, once: read here, kept in the journal
         notes = []
         links = sorted(p.name for p in pass_dir.iterdir() if p.is_symlink())
         if links:  # a pass (or container) wrote links: never followed, never read
             notes.append(f"symbolic link(s) in the pass folder not followed: {', '.join(links)}")
         if (pass_dir / "result.json").is_file() and not (pass_dir / "result.json").is_symlink():
             try:
-                result = json.loads((pass_dir / "result.json").read_text())
-                typed = msgspec.convert(result, PassResult)
+                typed = decode_result((pass_dir / "result.json").read_bytes())
                 PassStatus(typed.status)
-            except (json.JSONDecodeError, msgspec.ValidationError, ValueError) as exc:
-                result, typed = None, None
+            except (msgspec.DecodeError, ValueError) as exc:  # DecodeError: not JSON, or not the record
+                typed = None
                 notes.append(f"result.json not a pass result ({str(exc)[:120]}): not read")
         if changed:  # the pass may have read the changed file: never accepted, slot run again
             status = PassStatus.INTERRUPTED
@@ -515,7 +513,8 @@ class Orchestrator:
         if outcome.container_id:
             notes.append(f"container {outcome.container_id[:12]}")
         j.finish_attempt(pass_id, status, utc_now(), outcome.exit_code, items,
-                         {**(result or {}), "launch": outcome.__dict__}, "; ".join(notes))
+                         {**(typed.to_json() if typed is not None else {}), "launch": outcome.__dict__},
+                         "; ".join(notes))
         j.add_event(pass_id, EventKind.END, {"status": status, "items_completed": items, "notes": notes})
         v = self.validate_attempt(pass_id)
         if self.echo:
@@ -603,32 +602,34 @@ class Orchestrator:
         validation stands for its checks, so only an attempt not yet validated is validated here.
         """
         ref_id = self.proto.reference.variant_id
-        attempts = {a["pass_id"]: a for a in self.journal.attempts()}
-        if self._reference is not None and attempts.get(self._reference.pass_id, {}).get("status") == PassStatus.OK:
-            return self._reference
+        attempts = {a.pass_id: a for a in self.journal.attempts()}
+        if self._reference is not None:
+            kept = attempts.get(self._reference.pass_id)
+            if kept is not None and kept.status == PassStatus.OK:
+                return self._reference
         self._reference = None
         for a in attempts.values():
-            if a["variant_id"] != ref_id or a["status"] != PassStatus.OK:
+            if a.variant_id != ref_id or a.status != PassStatus.OK:
                 continue
-            path = self.dir / "passes" / a["pass_id"] / "predictions.jsonl"
+            path = self.dir / "passes" / a.pass_id / "predictions.jsonl"
             if self.proto.task_kind == "embedding":  # its vectors in corpus order
-                v = (msgspec.convert(a["validation"], Validation) if a["validation"]
+                v = (a.validation if a.validation is not None
                      else validate_embedding_pass(self.corpus, path, self.proto.quality))
                 vectors = corpus_vectors(self.corpus, path) if v.metric is not None else None
                 if vectors is not None:
-                    self._reference = Reference(vectors, v.metric, a["pass_id"])
+                    self._reference = Reference(vectors, v.metric, a.pass_id)
                     return self._reference
                 continue
             if self.proto.task_kind == "generation":  # its outputs by id
-                v = (msgspec.convert(a["validation"], Validation) if a["validation"]
+                v = (a.validation if a.validation is not None
                      else validate_generation_pass(self.corpus, path, self.proto.quality,
                                                    self.proto.config.task.normalisation or ""))
                 outputs = corpus_outputs(self.corpus, path) if v.metric is not None else None
                 if outputs is not None:
-                    self._reference = Reference(outputs, v.metric, a["pass_id"])
+                    self._reference = Reference(outputs, v.metric, a.pass_id)
                     return self._reference
                 continue
-            v = (msgspec.convert(a["validation"], Validation) if a["validation"]
+            v = (a.validation if a.validation is not None
                  else validate_pass(self.corpus, path, self.proto.quality, self.labels(),
                                     prob_required=self.proto.task_kind != "custom", metric_fn=self.metric_fn()))
             if v.ids_match and v.format_ok and v.metric is not None:
@@ -636,7 +637,7 @@ class Orchestrator:
                 for line in path.read_text(encoding="utf-8").splitlines():
                     rec = json.loads(line)
                     preds[rec["id"]] = rec["pred"]
-                self._reference = Reference(preds, v.metric, a["pass_id"])
+                self._reference = Reference(preds, v.metric, a.pass_id)
                 return self._reference
         return Reference(None, None, "")
 
@@ -645,7 +646,7 @@ class Orchestrator:
         An attempt whose status is not ok is never accepted (its status is the first reason)."""
         ref = ref or self.reference()
         path = self.dir / "passes" / pass_id / "predictions.jsonl"
-        a = next(x for x in self.journal.attempts() if x["pass_id"] == pass_id)
+        a = next(x for x in self.journal.attempts() if x.pass_id == pass_id)
         if self.proto.task_kind == "embedding":
             v = validate_embedding_pass(self.corpus, path, self.proto.quality, ref.predictions, ref.metric)
         elif self.proto.task_kind == "generation":
@@ -655,8 +656,8 @@ class Orchestrator:
             v = validate_pass(self.corpus, path, self.proto.quality, self.labels(), ref.predictions, ref.metric,
                               prob_required=self.proto.task_kind != "custom", metric_fn=self.metric_fn())
         v = v.replace(reference_pass=ref.pass_id)
-        if a["status"] != PassStatus.OK:
-            v = v.replace(corpus_accepted=False, reasons=[f"pass status {a['status']}", *v.reasons])
+        if a.status != PassStatus.OK:
+            v = v.replace(corpus_accepted=False, reasons=[f"pass status {a.status}", *v.reasons])
         self.journal.set_validation(pass_id, v.to_json())
         return v
 
@@ -664,4 +665,4 @@ class Orchestrator:
         """Validate every attempt against the same reference pass (run at campaign end)."""
         ref = self.reference()
         for a in self.journal.attempts():
-            self.validate_attempt(a["pass_id"], ref)
+            self.validate_attempt(a.pass_id, ref)

@@ -5,11 +5,9 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 
-import msgspec
-
 from lab.orchestration.journal import Journal
 from lab.passes.events import FINISHED
-from lab.passes.records import Validation
+from lab.passes.records import Attempt
 
 
 class CampaignState(StrEnum):
@@ -63,12 +61,6 @@ def orchestrator_alive(info: dict | None) -> bool:
         return False
 
 
-def verdict(a: dict) -> str:
-    """An attempt's verdict in words (lab.passes.records.Validation.verdict); "" before it was validated."""
-    v = a.get("validation")
-    return msgspec.convert(v, Validation).verdict() if v else ""
-
-
 def format_duration(seconds: float | None) -> str:
     """'42 s', '4 min 10 s', '2 h 05 min'; 'unknown' for None."""
     if seconds is None:
@@ -79,13 +71,13 @@ def format_duration(seconds: float | None) -> str:
     return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
 
 
-def typical_pass_s(attempts: list[dict]) -> float | None:
+def typical_pass_s(attempts: list[Attempt]) -> float | None:
     """Median wall time (s) of the finished attempts (start to end), None when none finished."""
     import statistics
     from datetime import datetime
 
-    walls = [(datetime.fromisoformat(a["end_time"]) - datetime.fromisoformat(a["start_time"])).total_seconds()
-             for a in attempts if a["status"] in FINISHED and a.get("start_time") and a.get("end_time")]
+    walls = [(datetime.fromisoformat(a.end_time) - datetime.fromisoformat(a.start_time)).total_seconds()
+             for a in attempts if a.status in FINISHED and a.start_time and a.end_time]
     return statistics.median(walls) if walls else None
 
 
@@ -102,26 +94,28 @@ def etas(done: int, total: int, rate: float | None, elapsed_s: float, later_pass
     return pass_eta, campaign_eta
 
 
-def running_eta_text(attempts: list[dict], planned: int, finished: int, now: float) -> str:
+def running_eta_text(attempts: list[Attempt], planned: int, finished: int, now: float) -> str:
     """'pass ETA 21 s, campaign ETA 4 min 10 s' for the attempt now running ('' when none runs),
     from the journal's live progress (items done, items/s) and ``etas``; ``now``: epoch s."""
     from datetime import datetime
 
     from lab.passes.events import PassStatus
 
-    running = [a for a in attempts if a["status"] == PassStatus.RUNNING and a.get("start_time")]
+    running = [(a, a.start_time) for a in attempts if a.status == PassStatus.RUNNING and a.start_time]
     if not running:
         return ""
-    a = running[-1]
-    elapsed = max(0.0, now - datetime.fromisoformat(a["start_time"]).timestamp())
+    a, start = running[-1]
+    elapsed = max(0.0, now - datetime.fromisoformat(start).timestamp())
     later = max(0, planned - finished - 1)
-    pass_eta, campaign_eta = etas(a.get("items_completed") or 0, a.get("items_total") or 0,
-                                  a.get("items_per_s"), elapsed, later, typical_pass_s(attempts))
+    pass_eta, campaign_eta = etas(a.items_completed or 0, a.items_total or 0, a.items_per_s, elapsed, later,
+                                  typical_pass_s(attempts))
     return f"pass ETA {format_duration(pass_eta)}, campaign ETA {format_duration(campaign_eta)}"
 
 
 def campaign_status(campaign_dir: Path, journal: Journal | None = None) -> dict:
-    """{dir, state, planned, finished, attempts: [...], orchestrator} for a campaign folder.
+    """{dir, state, planned, finished, attempts, orchestrator, alive} for a campaign folder;
+    ``attempts``: the journal's typed attempts (lab.passes.records.Attempt, each with its
+    ``verdict``), in schedule order.
 
     ``state``: running (live orchestrator), paused, stopped, finished, interrupted (the
     journal says running but its orchestrator is gone) or not started.
@@ -143,9 +137,7 @@ def campaign_status(campaign_dir: Path, journal: Journal | None = None) -> dict:
     alive = orchestrator_alive(info)
     if state == CampaignState.RUNNING and not alive:
         state = CampaignState.INTERRUPTED
-    finished_slots = {a["seq"] for a in attempts if a["status"] in FINISHED}
-    for a in attempts:
-        a["verdict"] = verdict(a)
+    finished_slots = {a.seq for a in attempts if a.status in FINISHED}
     return {"dir": str(campaign_dir), "state": state, "planned": len(plan),
             "finished": len(finished_slots), "attempts": attempts, "orchestrator": info,
             "alive": alive}

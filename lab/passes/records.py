@@ -271,10 +271,10 @@ def rejected_text(reasons: list[str]) -> str:
 
 
 class Attempt(Record, frozen=True):
-    """One attempted pass as the journal holds it (lab.orchestration.journal): its slot, its variant (the
-    ``Variant.to_json`` dict), its result (None while running or when none was written), the
-    orchestrator's record of its ``launch`` (kept with the result in the journal's copy) and
-    its validation (None before it was validated)."""
+    """One attempted pass as the journal gives it (lab.orchestration.journal.Journal.attempts): its
+    slot, its variant (the ``Variant.to_json`` dict), its result (None while running or when none
+    was written), the orchestrator's record of its ``launch`` (kept with the result in the
+    journal's copy) and its validation (None before it was validated); ``verdict`` in words."""
 
     pass_id: str
     seq: int
@@ -301,6 +301,12 @@ class Attempt(Record, frozen=True):
     def failure_kind(self) -> FailureKind | None:
         """Why the pass did not finish, from its result (None when it did, or wrote none)."""
         return self.result.failure_kind if self.result is not None else None
+
+    @property
+    def verdict(self) -> str:
+        """The attempt's verdict in words (``Validation.verdict``, the one rule); "" before it was
+        validated. Read by ``iteralab campaign status`` and the Runs screen."""
+        return self.validation.verdict() if self.validation is not None else ""
 
 
 def build(cls: type[R], fields: dict) -> R:

@@ -17,6 +17,7 @@ from lab.orchestration.journal import Journal
 from lab.inputs.manifest import build_manifest
 from lab.inputs.models import model_revision
 from lab.passes.events import FINISHED
+from lab.passes.records import Attempt
 from lab.orchestration.protocol import load_protocol
 from lab.report.raw_table import raw_rows, write_raw_table
 from lab.report.summary import campaign_summary, write_summary
@@ -93,7 +94,7 @@ def copy_catalog(proto, dest: Path) -> dict:
     return {"path": str(src), "sha256": sha256_file(dest), "copy": f"report/{dest.name}"}
 
 
-def campaign_note(proto, summary, pricing: dict, attempts: list[dict], partial_reason: str = "",
+def campaign_note(proto, summary, pricing: dict, attempts: list[Attempt], partial_reason: str = "",
                   observed: bool = False) -> str:
     """The campaign's decision note (lab.report.decision.decision_note over every declared
     variant, so one not run yet is listed as not run) with its banners: partial evidence
@@ -105,7 +106,7 @@ def campaign_note(proto, summary, pricing: dict, attempts: list[dict], partial_r
 
     planned = [(v.variant_id, v.label) for v in proto.variants]
     note = decision_note(summary, decision_campaign(proto), pricing, planned=planned)
-    backends = sorted({(a["result"] or {}).get("backend", "") for a in attempts} - {""})
+    backends = sorted({a.result.backend or "" for a in attempts if a.result is not None} - {""})
     if pricing["gpu"] and ((backends and "cpu" in backends) or not backends):
         note += (f"\n\n**Measured hardware differs from the priced package.** The passes ran on "
                  f"{', '.join(backends) or 'no device (no pass got that far)'} (see the manifest), while the "
@@ -114,7 +115,7 @@ def campaign_note(proto, summary, pricing: dict, attempts: list[dict], partial_r
     if observed:
         note += ("\n\n_Campaign window: no window was declared in the campaign file; the window "
                  "above is the span of the passes actually run (first start to last end)._\n")
-    if not any(a["status"] in FINISHED for a in attempts):
+    if not any(a.status in FINISHED for a in attempts):
         note = ("> **No evidence yet.** no pass has finished in this campaign: the tables are empty "
                 "and no configuration can be judged.\n\n" + note)
     if partial_reason:
@@ -123,7 +124,7 @@ def campaign_note(proto, summary, pricing: dict, attempts: list[dict], partial_r
     return note
 
 
-def _write_report(out: Path, proto, version: dict, attempts: list[dict], described, launcher_info,
+def _write_report(out: Path, proto, version: dict, attempts: list[Attempt], described, launcher_info,
                   campaign_dir: Path, partial_reason: str = "", hosts: list[dict] | None = None,
                   launchers: list[dict] | None = None) -> dict:
     from lab.report.decision import decision_pricing
@@ -135,14 +136,14 @@ def _write_report(out: Path, proto, version: dict, attempts: list[dict], describ
     write_summary(summary, out / "summary.csv")
 
     catalog = copy_catalog(proto, out / "catalog.csv")
-    launcher = launcher_info or described or {"launcher": sorted({a["launcher"] for a in attempts}) or ["none"]}
-    if any(a["launcher"] == "local" for a in attempts):
+    launcher = launcher_info or described or {"launcher": sorted({a.launcher for a in attempts}) or ["none"]}
+    if any(a.launcher == "local" for a in attempts):
         launcher.setdefault("isolation", "no container isolation (local process)")
     manifest = build_manifest(
         campaign={"name": proto.name, "protocol_version": version["version"],
                   "protocol_sha256": version["sha256"], "locked_at": version["locked_at"],
                   "identity": {k: version.get(k) for k in ("protocol_sha256", "corpus_sha256", "model_sha256")},
-                  "order": [f"{a['seq']}:{a['variant_id']}" for a in attempts],
+                  "order": [f"{a.seq}:{a.variant_id}" for a in attempts],
                   "repetitions": proto.timing["repetitions"], "seed": proto.config.timing.seed,
                   "threads_requested": proto.config.timing.threads,
                   "deterministic": {"torch.manual_seed": proto.config.timing.seed,
@@ -151,9 +152,9 @@ def _write_report(out: Path, proto, version: dict, attempts: list[dict], describ
         launcher=launcher,
         model=model_revision(proto.model_ref, proto.config.model.revision),
         corpus=fingerprint(proto.corpus_path),
-        extra={"pass_backends": sorted({(a["result"] or {}).get("backend", "") for a in attempts} - {""}),
-               "pass_torch": sorted({(a["result"] or {}).get("torch_version", "") for a in attempts} - {""}),
-               "pass_threads": sorted({(a["result"] or {}).get("threads") for a in attempts} - {None}),
+        extra={"pass_backends": sorted({a.result.backend or "" for a in attempts if a.result is not None} - {""}),
+               "pass_torch": sorted({a.result.torch_version or "" for a in attempts if a.result is not None} - {""}),
+               "pass_threads": sorted({a.result.threads for a in attempts if a.result is not None} - {None}),
                "catalog": catalog,
                # every start's launcher when they differ (the "launcher" field is the last one's)
                "launchers_by_start": launchers if _differ(launchers or []) else []},
@@ -163,8 +164,8 @@ def _write_report(out: Path, proto, version: dict, attempts: list[dict], describ
     cost = asdict(proto.cost) if proto.cost is not None else {}  # no [cost]: no package declared
     if proto.catalog_path is not None:
         cost["catalog"] = str(proto.catalog_path)  # as resolved at lock, not from the working directory
-    starts = [a["start_time"] for a in attempts if a["start_time"]]
-    ends = [a["end_time"] for a in attempts if a["end_time"]]
+    starts = [a.start_time for a in attempts if a.start_time]
+    ends = [a.end_time for a in attempts if a.end_time]
     observed = bool(starts and ends) and not cost.get("window_start")
     pricing = decision_pricing(cost, (min(starts), max(ends)) if observed else None)
     note = campaign_note(proto, summary, pricing, attempts, partial_reason, observed)

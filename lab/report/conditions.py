@@ -27,10 +27,11 @@ NOT_RECORDED = ("window conditions not recorded: the pass ended before its measu
                 "(or its runner predates them)")
 
 
-def condition_cells(result: dict, running: bool) -> tuple[dict, list[str]]:
-    """({column: value} for ``CONDITIONS``, notes) from one pass's ``result``; every cell None
-    with one note when the pass recorded no conditions (``running``: no note yet)."""
-    c = result.get("conditions")
+def condition_cells(conditions: dict | None, running: bool) -> tuple[dict, list[str]]:
+    """({column: value} for ``CONDITIONS``, notes) from one pass's result ``conditions``
+    (lab.passes.records.PassResult.conditions); every cell None with one note when the pass
+    recorded no conditions (``running``: no note yet)."""
+    c = conditions
     if not c:
         return {k: None for k in CONDITIONS}, [] if running else [NOT_RECORDED]
     g0, g1 = c.get("gpu_start") or {}, c.get("gpu_end") or {}

@@ -18,6 +18,7 @@ import pandas as pd
 
 from lab.facts.files import sha256_file
 from lab.passes.events import PassStatus
+from lab.passes.records import Attempt, Observed, PassResult, Phases
 from lab.report.conditions import CONDITIONS, INT_CONDITIONS, condition_cells
 
 OBSERVED = ("dtype", "device", "attention", "threads_declared", "threads", "compile", "quantization",
@@ -91,112 +92,119 @@ def folder_predictions(campaign_dir: Path) -> PredictionsFile:
     return look
 
 
-def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaign_dir: Path,
+NO_RESULT = PassResult(pass_id="", campaign="", variant={}, start_time="", end_time="", status="", error="",
+                       phases_s=Phases(), items_total=None, items_completed=0, predictions_path="", exit_code=0)
+"""What ``raw_rows`` reads for an attempt without a result (running, or stopped before one was
+written): every figure None, never a row cell of its own (status, items and times come from the
+attempt)."""
+NOTHING_OBSERVED = Observed()
+
+
+def raw_rows(attempts: list[Attempt], campaign: str, protocol_version: int, campaign_dir: Path,
              predictions: PredictionsFile | None = None) -> list[dict]:
-    """Rows in schedule order from journal attempts (see lab.orchestration.journal). Units: seconds, bytes.
-    ``predictions``: where each pass's predictions file is (default: ``folder_predictions``
-    of ``campaign_dir``; ``archive verify`` gives the archive's members instead)."""
+    """Rows in schedule order from the journal's typed attempts (lab.orchestration.journal.Journal.attempts).
+    Units: seconds, bytes. ``predictions``: where each pass's predictions file is (default:
+    ``folder_predictions`` of ``campaign_dir``; ``archive verify`` gives the archive's members instead)."""
     predictions = predictions or folder_predictions(campaign_dir)
     rows = []
     for a in attempts:
-        pred_path, pred_sha, pred_note = predictions(a["pass_id"])
-        v, r, val = a["variant"] or {}, a["result"] or {}, a["validation"] or {}
-        phases = r.get("phases_s", {})
-        peaks = r.get("peaks") or {}
-        notes = [a["notes"]] if a.get("notes") else []
+        pred_path, pred_sha, pred_note = predictions(a.pass_id)
+        v, r, val = a.variant or {}, a.result or NO_RESULT, a.validation
+        ok, running = a.status == PassStatus.OK, a.status == PassStatus.RUNNING
+        phases = r.phases_s
+        peaks = r.peaks or {}
+        notes = [a.notes] if a.notes else []
         row = {
-            "campaign": campaign, "protocol_version": protocol_version, "pass_id": a["pass_id"],
-            "variant_id": a["variant_id"], "variant_name": v.get("name"), "variant_label": v.get("label"),
+            "campaign": campaign, "protocol_version": protocol_version, "pass_id": a.pass_id,
+            "variant_id": a.variant_id, "variant_name": v.get("name"), "variant_label": v.get("label"),
             "series": v.get("series"),
             **{k: v.get(k) for k in ("batch_size", "precision", "padding", "max_length", "bucketing",
                                      "attention", "quantization", "compile")},
-            "device": r.get("device") or f"{v.get('device')} (not resolved: pass ended first)",
-            "backend": r.get("backend"),
+            "device": r.device or f"{v.get('device')} (not resolved: pass ended first)",
+            "backend": r.backend,
             "cards": v.get("cards", 1), "engine": v.get("engine", "transformers"),
             **observed_cards(r),
-            "repetition": a["repetition"], "order_position": a["position"], "seq": a["seq"],
-            "attempt": a["attempt"], "launcher": a["launcher"], "start_time": a["start_time"],
-            "end_time": a["end_time"], "status": a["status"], "exit_code": a["exit_code"],
-            "items_total": a["items_total"], "items_completed": a["items_completed"],
-            "items_per_s": r.get("items_per_s") if a["status"] == PassStatus.OK else None,
-            "n_truncated": r.get("n_truncated"), "real_tokens": r.get("real_tokens"),
-            "padded_tokens": r.get("padded_tokens"),
-            "input_tokens": r.get("input_tokens"), "output_tokens": r.get("output_tokens"),
-            "output_tokens_per_s": output_tokens_per_s(r) if a["status"] == PassStatus.OK else None,
+            "repetition": a.repetition, "order_position": a.position, "seq": a.seq,
+            "attempt": a.attempt, "launcher": a.launcher, "start_time": a.start_time,
+            "end_time": a.end_time, "status": a.status, "exit_code": a.exit_code,
+            "items_total": a.items_total, "items_completed": a.items_completed,
+            "items_per_s": r.items_per_s if ok else None,
+            "n_truncated": r.n_truncated, "real_tokens": r.real_tokens,
+            "padded_tokens": r.padded_tokens,
+            "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
+            "output_tokens_per_s": output_tokens_per_s(r) if ok else None,
             "predictions_path": pred_path, "predictions_sha256": pred_sha,
         }
-        if a["status"] == PassStatus.OK and r.get("output_tokens") is None:
+        if ok and r.output_tokens is None:
             notes.append(NOT_GENERATED)
-        obs = r.get("observed") or {}
+        obs = r.observed or NOTHING_OBSERVED
+        seen = obs != NOTHING_OBSERVED
         for k in OBSERVED:
-            row[f"observed_{k}"] = obs.get(k)
-            if f"observed_{k}" in INT_COLUMNS and isinstance(obs.get(k), str):  # cards differ: "card 0: x; ..."
+            value = getattr(obs, k)
+            row[f"observed_{k}"] = value
+            if f"observed_{k}" in INT_COLUMNS and isinstance(value, str):  # cards differ: "card 0: x; ..."
                 row[f"observed_{k}"] = None
-                notes.append(f"observed {k} differs between cards: {obs[k]}")
-        if obs and "tf32_matmul" not in obs:
+                notes.append(f"observed {k} differs between cards: {value}")
+        if seen and obs.tf32_matmul is None:
             notes.append("empty observed TF32 cells: this pass's runner predates their observation")
-        if obs.get("threads_split"):
-            notes.append(f"threads: {obs['threads_split']}")
-        if not obs.get("padding") and a["status"] != PassStatus.RUNNING:
-            notes.append("observed values " + ("partly " if obs else "") + "not recorded: the pass ended before "
-                         + ("the end of the measured window" if obs else "the measured window")
+        if obs.threads_split:
+            notes.append(f"threads: {obs.threads_split}")
+        if not obs.padding and not running:
+            notes.append("observed values " + ("partly " if seen else "") + "not recorded: the pass ended before "
+                         + ("the end of the measured window" if seen else "the measured window")
                          + " (or its runner predates observation)")
         for b in TRUNCATED:
-            row[b] = ((r.get("truncated_by_bucket") or {}).get(b.removeprefix("truncated_")) or {}).get("fraction")
+            row[b] = ((r.truncated_by_bucket or {}).get(b.removeprefix("truncated_")) or {}).get("fraction")
         for p in PHASES:
-            row[f"{p}_s"] = phases.get(p)
+            row[f"{p}_s"] = getattr(phases, p)
         vllm = v.get("engine") == "vllm"
-        lab_compiled = v.get("compile") and not r.get("compile_phase")  # a custom entry compiles itself
-        missing_phases = [p for p in PHASES if phases.get(p) is None and (p != "compile" or lab_compiled)
+        lab_compiled = v.get("compile") and not r.compile_phase  # a custom entry compiles itself
+        missing_phases = [p for p in PHASES if getattr(phases, p) is None and (p != "compile" or lab_compiled)
                           and (p != "engine_start" or vllm) and not (p == "compile" and vllm)]
-        if a["status"] == PassStatus.OK and "probe" in missing_phases:
+        if ok and "probe" in missing_phases:
             missing_phases.remove("probe")
             notes.append("utilization not measured: " + (
                 "multi-card passes (lab.passes.multicard) run no probe phase" if int(v.get("cards") or 1) > 1
                 else "this pass's runner has no probe phase (an image older than it)"))
-        if missing_phases and a["status"] != PassStatus.RUNNING:
+        if missing_phases and not running:
             notes.append(f"no duration for {', '.join(missing_phases)}: pass ended before that phase")
         for k in PERF:
-            row[k] = r.get(k)
-        row["compile_shapes"] = "; ".join(f"{b}x{t}" for b, t in r["compile_shapes"]) \
-            if r.get("compile_shapes") else None
-        cells, cond_notes = condition_cells(r, a["status"] == PassStatus.RUNNING)
+            row[k] = getattr(r, k)
+        row["compile_shapes"] = "; ".join(f"{b}x{t}" for b, t in r.compile_shapes) if r.compile_shapes else None
+        cells, cond_notes = condition_cells(r.conditions, running)
         row.update(cells)
         notes += cond_notes
-        row["environment"] = json.dumps(r["environment"], sort_keys=True) if "environment" in r else None
-        if "environment" not in r and a["status"] != PassStatus.RUNNING:
+        row["environment"] = json.dumps(r.environment, sort_keys=True) if r.environment is not None else None
+        if r.environment is None and not running:
             notes.append("empty environment: not recorded (the pass ended before its device was resolved, "
                          "or its runner predates it)")
-        if r.get("probe_error"):
-            notes.append(r["probe_error"])
-        notes += engine_notes(r) if vllm else compile_notes(v, r, a["status"])
-        for k in ("expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids",
-                  "ids_match", "format_ok", "coverage_ok", "metric_name", "metric",
-                  "reference_metric", "gap_to_reference", "agreement_with_reference",
-                  "threshold", "tolerance", "corpus_accepted"):
-            row[k] = val.get(k)
+        if r.probe_error:
+            notes.append(r.probe_error)
+        notes += engine_notes(r.observed, r.engine_memory) if vllm else compile_notes(v, r, a.status)
+        for k in VALIDATION:
+            row[k] = getattr(val, k) if val is not None else None
         for b in ("short", "medium", "long"):
-            row[f"metric_{b}"] = (val.get("metric_by_bucket") or {}).get(b)
-        if val.get("agreement_worst") is not None:  # an embedding pass: per-id cosine with the reference
+            row[f"metric_{b}"] = (val.metric_by_bucket if val is not None else {}).get(b)
+        if val is not None and val.agreement_worst is not None:  # an embedding pass: per-id cosine with the reference
             notes.append(f"agreement_with_reference is the median per-id cosine with the reference's vectors; "
-                         f"worst id {val.get('agreement_worst_id')} at {val['agreement_worst']}")
-        if val.get("second_metric_name"):  # a generation pass: the figure beside the judged one
-            notes.append(f"{val['second_metric_name']} {val.get('second_metric')} beside {val.get('metric_name')} "
-                         f"(reported, not judged); agreement_with_reference is the {val.get('agreement_rule')}")
-        if val.get("reasons"):
-            notes.append("validation: " + "; ".join(val["reasons"]))
+                         f"worst id {val.agreement_worst_id} at {val.agreement_worst}")
+        if val is not None and val.second_metric_name:  # a generation pass: the figure beside the judged one
+            notes.append(f"{val.second_metric_name} {val.second_metric} beside {val.metric_name} "
+                         f"(reported, not judged); agreement_with_reference is the {val.agreement_rule}")
+        if val is not None and val.reasons:
+            notes.append("validation: " + "; ".join(val.reasons))
         for k in PEAKS:
             row[k] = peaks.get(k)
-        mem = r.get("engine_memory") or {}
+        mem = r.engine_memory or {}
         row.update(engine_reserved_bytes=mem.get("reserved_bytes"), engine_reserved_fraction=mem.get("fraction"),
                    engine_reserved_of=mem.get("of"), engine_kv_blocks=mem.get("num_kv_blocks"),
                    engine_rss_bytes=json.dumps(mem["engine_rss_bytes"], sort_keys=True)
                    if mem.get("engine_rss_bytes") else None)
-        if r.get("cards_missing"):
-            notes.append(f"cards {r['cards_missing']} left no record: their figures are not in this row")
+        if r.cards_missing:
+            notes.append(f"cards {r.cards_missing} left no record: their figures are not in this row")
         reasons = peaks.get("reasons") or {}
         why = {reasons[k] for k in PEAKS if k in reasons and peaks.get(k) is None}
-        if not peaks and a["status"] != PassStatus.RUNNING:
+        if not peaks and not running:
             why = {"memory not measured: pass ended before the measured window"}
         notes.extend(f"empty memory cells: {w}" for w in sorted(why))
         if pred_note:
@@ -206,28 +214,35 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
     return rows
 
 
-def output_tokens_per_s(result: dict) -> float | None:
-    """Output tokens generated per second of the measured window (result.json's ``output_tokens``
-    over ``phases_s.measured``), rounded to 4 decimals; None when either is missing or the window is 0 s."""
-    out, window = result.get("output_tokens"), (result.get("phases_s") or {}).get("measured")
+VALIDATION = ("expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids", "ids_match",
+              "format_ok", "coverage_ok", "metric_name", "metric", "reference_metric", "gap_to_reference",
+              "agreement_with_reference", "threshold", "tolerance", "corpus_accepted")
+"""The raw table's columns read from the attempt's Validation, one field each (same name)."""
+
+
+def output_tokens_per_s(result: PassResult) -> float | None:
+    """Output tokens generated per second of the measured window (``output_tokens`` over
+    ``phases_s.measured``), rounded to 4 decimals; None when either is missing or the window is 0 s."""
+    out, window = result.output_tokens, result.phases_s.measured
     return round(out / window, 4) if out is not None and window else None
 
 
-def engine_notes(result: dict) -> list[str]:
-    """A vLLM pass's notes: where its weights were loaded, what its batch size means, what its
-    memory cells are (lab.passes.tasks.vllm_job, lab.engines.vllm.reservation)."""
+def engine_notes(observed: Observed | None, engine_memory: dict | None) -> list[str]:
+    """A vLLM pass's notes (from its result's ``observed`` and ``engine_memory``): where its
+    weights were loaded, what its batch size means, what its memory cells are
+    (lab.passes.tasks.vllm_job, lab.engines.vllm.reservation)."""
     out = ["vLLM pass: its weights load and its KV cache is reserved in engine_start_s (set-up, outside "
            "the measured window); model_load_s is the lab's tokenizer; compile means vLLM's own "
            "(enforce_eager false), no lab compile phase"]
-    obs = result.get("observed") or {}
-    if obs.get("batch_size") is not None:
-        ran = obs.get("max_running")
-        out.append(f"batch_size {obs['batch_size']} is the most items the lab sent vLLM per call; vLLM "
+    obs = observed or NOTHING_OBSERVED
+    if obs.batch_size is not None:
+        ran = obs.max_running
+        out.append(f"batch_size {obs.batch_size} is the most items the lab sent vLLM per call; vLLM "
                    + (f"ran at most {ran} sequences in one engine step" if ran is not None
                       else "did not report how many sequences it ran together")
-                   + f" (its limits: max_num_seqs {obs.get('max_num_seqs')}, max_num_batched_tokens "
-                   f"{obs.get('max_num_batched_tokens')})")
-    mem = result.get("engine_memory") or {}
+                   + f" (its limits: max_num_seqs {obs.max_num_seqs}, max_num_batched_tokens "
+                   f"{obs.max_num_batched_tokens})")
+    mem = engine_memory or {}
     if mem:
         out.append(f"engine_reserved_bytes: vLLM's up-front reservation (weights + KV cache), fraction "
                    f"{mem.get('fraction')} of {mem.get('of')}, in the engine's own processes: never added to "
@@ -236,7 +251,7 @@ def engine_notes(result: dict) -> list[str]:
     return out
 
 
-def compile_notes(variant: dict, result: dict, status: str) -> list[str]:
+def compile_notes(variant: dict, result: PassResult, status: str) -> list[str]:
     """Why compile cells are empty, and when a phase's duration includes compile work that
     the compile phase did not take (lab.passes.compile): frames dynamo compiled in the
     warm-up or inside the measured window (the durations are then not steady-state)."""
@@ -245,29 +260,29 @@ def compile_notes(variant: dict, result: dict, status: str) -> list[str]:
     if result.get("compile_phase"):  # a custom entry's pass: the lab compiled nothing
         return [result["compile_phase"]]
     notes = []
-    if status == PassStatus.OK and result.get("recompiles_measured") is None:
+    if status == PassStatus.OK and result.recompiles_measured is None:
         notes.append("recompilations not counted: torch._dynamo counters not read")
-    if status == PassStatus.OK and result.get("recompiles_warmup") is None:
+    if status == PassStatus.OK and result.recompiles_warmup is None:
         notes.append("compile_frames and recompiles_warmup not counted: this pass's runner predates them")
-    if result.get("recompiles_warmup"):
-        notes.append(f"warm-up compiled {result['recompiles_warmup']} frame(s): warmup_s includes compile "
+    if result.recompiles_warmup:
+        notes.append(f"warm-up compiled {result.recompiles_warmup} frame(s): warmup_s includes compile "
                      "time that compile_s does not")
-    if result.get("recompiles_measured"):
-        notes.append(f"measured window includes recompilation ({result['recompiles_measured']} frame(s) "
+    if result.recompiles_measured:
+        notes.append(f"measured window includes recompilation ({result.recompiles_measured} frame(s) "
                      "compiled): measured_s, items_per_s and utilization are not steady-state")
     return notes
 
 
-def observed_cards(result: dict) -> dict:
+def observed_cards(result: PassResult) -> dict:
     """Cards a pass really used, from its result: ``cards_observed`` (count),
     ``devices_observed`` ("card R: device name [uuid] @host; ..."), and ``per_card_memory``
     (JSON list, one record per card with its own peaks in bytes; never added across cards).
     Empty cells when the pass ended before its devices were resolved.
     """
-    devices = result.get("devices") or []
-    per_card = result.get("per_card")
-    if per_card is None and result.get("peaks"):  # one card: its peaks are the card's
-        per_card = [{"card": 0, "device": result.get("device"), "peaks": result["peaks"]}]
+    devices = [d for d in result.devices or [] if d is not None]
+    per_card = result.per_card
+    if per_card is None and result.peaks:  # one card: its peaks are the card's
+        per_card = [{"card": 0, "device": result.device, "peaks": result.peaks}]
     mem = [{"card": c["card"], "device": c.get("device"),
             "scope": "this card's worker process and device only; never added across cards",
             **{k: (c.get("peaks") or {}).get(k) for k in PEAKS}} for c in per_card or []]

@@ -19,11 +19,10 @@ import statistics
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-import msgspec
 import pandas as pd
 
 from lab.passes.events import PassStatus
-from lab.passes.records import Validation, rejected_text
+from lab.passes.records import Attempt, Validation, rejected_text
 from lab.report.conditions import is_starved, starved_text
 from lab.report.distinguish import compare_durations
 from lab.inputs.variants import series_names
@@ -258,15 +257,15 @@ def quality_verdict(accepted: int, passes: int, validations: list[Validation | N
     return texts[0] if texts else rejected_text([])
 
 
-def campaign_summary(rows: list[dict], attempts: list[dict]) -> list[VariantSummary]:
+def campaign_summary(rows: list[dict], attempts: list[Attempt]) -> list[VariantSummary]:
     """``summarize`` of a campaign's raw rows (lab.report.raw_table.raw_rows of ``attempts``) with
     each variant's feasibility from lab.report.feasibility (memory before cost, SPEC 3.9), which
     reads the coverage of each attempt's validation. The one summary of the report and of
     ``archive verify``'s re-derivation."""
     from lab.report.feasibility import campaign_feasibility
 
-    cov = {a["pass_id"]: (a["validation"] or {}).get("coverage") for a in attempts}
-    validations = {a["pass_id"]: msgspec.convert(a["validation"], Validation) for a in attempts if a["validation"]}
+    validations = {a.pass_id: a.validation for a in attempts if a.validation is not None}
+    cov = {pid: v.coverage for pid, v in validations.items()}
     return summarize(rows, campaign_feasibility([{**r, "coverage": cov.get(r["pass_id"])} for r in rows]),
                      validations)
 

@@ -127,12 +127,12 @@ class JournalFeed:
         self.events = self.events[-self.max_events:]
         status = campaign_status(self.dir, self.journal)
         for a in status["attempts"]:
-            if a["status"] in FAILED and a["pass_id"] not in self.reported:
-                self.reported.add(a["pass_id"])
-                new.append((a["pass_id"], a["status"], a["items_completed"], a.get("notes") or ""))
+            if a.status in FAILED and a.pass_id not in self.reported:
+                self.reported.add(a.pass_id)
+                new.append((a.pass_id, a.status, a.items_completed, a.notes or ""))
         attempts = status["attempts"]
-        sel = selected_pass or next((a["pass_id"] for a in attempts if a["status"] == PassStatus.RUNNING),
-                                    attempts[-1]["pass_id"] if attempts else "")
+        sel = selected_pass or next((a.pass_id for a in attempts if a.status == PassStatus.RUNNING),
+                                    attempts[-1].pass_id if attempts else "")
         tail = log_tail(self.dir / "passes" / sel / "log.txt") if sel else ""
         return {"status": status, "plan": self.journal.plan(), "live_failures": dict(self.live_failures),
                 "events": list(self.events[-50:]), "log_tail": (sel, tail), "new_failures": new}

@@ -3,6 +3,9 @@ durations (raw table notes, summary, Results screen, decision note), compile cel
 say why they are empty. Synthetic journal attempts (the runner's result.json keys), no compile."""
 from __future__ import annotations
 
+import msgspec
+
+from lab.passes.records import Attempt
 from lab.report.decision import decision_note
 from lab.report.raw_table import NO_COMPILE, raw_rows, raw_table
 from lab.report.summary import summarize
@@ -13,18 +16,28 @@ PRICING = {"catalog_path": None, "gpu": "rtx-4090", "days": 7, "lots": 1,
            "window_start": None, "window_end": None, "tz": None}
 
 
-def attempt(seq: int, compile_: bool, measured_s: float, **compile_result) -> dict:
+def attempt(seq: int, compile_: bool, measured_s: float, **compile_result) -> Attempt:
     v = Variant(batch_size=8, device="cpu", compile=compile_)
     phases = {"startup": 1.0, "model_load": 1.0, "warmup": 2.0, "measured": measured_s, "probe": 0.1,
               "evaluation": 0.0, "writing": 0.0, **({"compile": 37.2} if compile_ else {})}
-    result = {"phases_s": phases, "items_per_s": 30 / measured_s, "utilization": 0.084,
+    result = {"pass_id": f"p{seq}", "campaign": "c", "variant": v.to_json(), "start_time": "", "end_time": "",
+              "status": "ok", "error": "", "items_total": 30, "items_completed": 30,
+              "predictions_path": "predictions.jsonl", "exit_code": 0,
+              "phases_s": phases, "items_per_s": 30 / measured_s, "utilization": 0.084,
               "achieved_flop_per_s": 1e9, "ceiling_flop_per_s": 1.2e10,
               "observed": {"padding": "longest"}, **compile_result}
-    return {"pass_id": f"p{seq}", "variant_id": v.variant_id, "variant": {**v.to_json(), "label": v.label},
-            "result": result,
-            "validation": {"corpus_accepted": True, "metric": 0.9}, "notes": "", "repetition": 0,
-            "position": seq, "seq": seq, "attempt": 1, "launcher": "local", "start_time": "",
-            "end_time": "", "status": "ok", "exit_code": 0, "items_total": 30, "items_completed": 30}
+    validation = {"expected_ids": 30, "observed_ids": 30, "duplicate_ids": 0, "missing_ids": 0, "extra_ids": 0,
+                  "ids_match": True, "format_ok": True, "coverage": {}, "coverage_ok": True,
+                  "metric_name": "accuracy", "metric": 0.9, "metric_by_bucket": {}, "threshold": 0.5,
+                  "threshold_ok": True, "reference_metric": 0.9, "gap_to_reference": 0.0,
+                  "agreement_with_reference": 1.0, "tolerance": 0.02, "tolerance_ok": True,
+                  "corpus_accepted": True}
+    return msgspec.convert({"pass_id": f"p{seq}", "variant_id": v.variant_id,
+                            "variant": {**v.to_json(), "label": v.label}, "result": result,
+                            "validation": validation, "notes": "", "repetition": 0,
+                            "position": seq, "seq": seq, "attempt": 1, "launcher": "local", "start_time": "",
+                            "end_time": "", "status": "ok", "exit_code": 0, "items_total": 30,
+                            "items_completed": 30}, Attempt)
 
 
 def rows(tmp_path, recompiles_measured: int) -> list[dict]:

@@ -88,7 +88,7 @@ def test_the_journal_has_a_schema_version_and_a_read_only_open(tmp_path):
     ro = Journal.open_read_only(path)
     try:
         assert ro.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
-        [a] = ro.records()
+        [a] = ro.attempts()
         assert a.pass_id == "p001" and a.status == "running" and a.result is None
         with pytest.raises(sqlite3.OperationalError, match="readonly"):
             ro.set_control("stop", True)

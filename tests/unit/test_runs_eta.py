@@ -9,16 +9,19 @@ from types import SimpleNamespace
 
 from lab.orchestration.orchestrator import progress_line
 from lab.orchestration.status import CampaignState, running_eta_text
+from lab.passes.records import Attempt
 from tui.screens.runs_screen import status_line
 
 START = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
 
 
-def attempts() -> list[dict]:
-    finished = {"status": "ok", "start_time": START.isoformat(),
-                "end_time": (START + timedelta(seconds=100)).isoformat()}
-    running = {"status": "running", "start_time": (START + timedelta(seconds=100)).isoformat(),
-               "end_time": None, "items_completed": 250, "items_total": 1000, "items_per_s": 10.0}
+def attempts() -> list[Attempt]:
+    slot = {"attempt": 1, "repetition": 1, "variant_id": "v"}
+    finished = Attempt(pass_id="p001", seq=1, position=1, **slot, status="ok", start_time=START.isoformat(),
+                       end_time=(START + timedelta(seconds=100)).isoformat())
+    running = Attempt(pass_id="p002", seq=2, position=2, **slot, status="running",
+                      start_time=(START + timedelta(seconds=100)).isoformat(), end_time=None,
+                      items_completed=250, items_total=1000, items_per_s=10.0)
     return [finished, running]
 
 

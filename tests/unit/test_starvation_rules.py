@@ -122,7 +122,7 @@ def test_a_throttled_window_reaches_the_raw_table_cells_and_notes(gpu_1_as_cuda0
     rec = w.stop(0.5)
     assert rec["gpu_start"]["sm_clock_mhz"] == 1980 and rec["gpu_end"]["sm_clock_mhz"] == 1200
     assert rec["cpus_needed"] == 1 and rec["cpu_time_s"] is not None
-    cells, notes = condition_cells({"conditions": rec}, running=False)
+    cells, notes = condition_cells(rec, running=False)
     assert cells["gpu_sm_clock_mhz_start"] == 1980 and cells["gpu_sm_clock_mhz_end"] == 1200
     assert (cells["gpu_throttle_start"], cells["gpu_throttle_end"]) == ("gpu_idle", "hw_thermal_slowdown")
     assert any(n.startswith("GPU throttled in the window: start gpu_idle, end hw_thermal_slowdown") for n in notes)
@@ -134,10 +134,10 @@ def test_a_cpu_pass_has_empty_gpu_cells_with_the_reason():
     w = WindowConditions("cpu", 1)
     w.start()
     rec = w.stop(0.01)
-    cells, notes = condition_cells({"conditions": rec}, running=False)
+    cells, notes = condition_cells(rec, running=False)
     assert cells["gpu_sm_clock_mhz_start"] is None and cells["gpu_throttle_end"] is None
     assert "empty GPU clock cells: cpu pass: no GPU clocks" in notes
-    assert condition_cells({}, running=False)[1] == [
+    assert condition_cells(None, running=False)[1] == [
         "window conditions not recorded: the pass ended before its measured window (or its runner predates them)"]
 
 

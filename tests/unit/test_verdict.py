@@ -9,9 +9,9 @@ reasons and nothing after them.
 from __future__ import annotations
 
 from lab.orchestration.journal import Journal
+from lab.passes.records import Attempt
 from lab.report.raw_table import raw_rows
 from lab.report.summary import campaign_summary
-from lab.orchestration.status import verdict
 from lab.inputs.variants import Variant
 
 REASONS = ["macro_f1 0.4000 below threshold 0.55", "macro_f1 0.1500 below the reference, tolerance 0.02"]
@@ -27,7 +27,7 @@ def _validation(accepted: bool, metric: float, reasons: list[str]) -> dict:
             "corpus_accepted": accepted, "reasons": reasons, "examples": {}, "reference_pass": "p001"}
 
 
-def _journal(tmp_path) -> list[dict]:
+def _journal(tmp_path) -> list[Attempt]:
     j = Journal(tmp_path / "journal.sqlite")
     try:
         for seq, (batch, accepted) in enumerate([(1, True), (8, False)], start=1):
@@ -36,8 +36,10 @@ def _journal(tmp_path) -> list[dict]:
             j.start_attempt(pid, seq, 1, 1, seq, v, "2026-01-01T00:00:00+00:00", "local", 4)
             # an ok pass whose figures are partly missing: its raw-table notes carry more after the reasons
             j.finish_attempt(pid, "ok", "2026-01-01T00:01:00+00:00", 0, 4,
-                             {"pass_id": pid, "campaign": "c", "status": "ok", "items_completed": 4,
-                              "phases_s": {"measured": 1.0 + seq}}, "")
+                             {"pass_id": pid, "campaign": "c", "variant": v.to_json(), "status": "ok",
+                              "start_time": "2026-01-01T00:00:00+00:00", "end_time": "2026-01-01T00:01:00+00:00",
+                              "error": "", "items_total": 4, "items_completed": 4, "predictions_path":
+                              "predictions.jsonl", "exit_code": 0, "phases_s": {"measured": 1.0 + seq}}, "")
             j.set_validation(pid, _validation(accepted, 0.6 if accepted else 0.4, [] if accepted else REASONS))
         return j.attempts()
     finally:
@@ -53,8 +55,8 @@ def test_a_rejected_variants_verdict_is_its_validation_reasons_and_nothing_after
     assert accepted_summary.quality_verdict == "accepted (1 of 1 passes)"
     assert rejected_summary.quality_verdict == "rejected: " + "; ".join(REASONS)
     # the attempt's own verdict (status, Runs screen): the same wording from the same record
-    assert verdict(attempts[1]) == "rejected: " + "; ".join(REASONS)
-    assert verdict(attempts[0]) == "accepted (macro_f1 0.6000)"
+    assert attempts[1].verdict == "rejected: " + "; ".join(REASONS)
+    assert attempts[0].verdict == "accepted (macro_f1 0.6000)"
 
 
 def test_an_archive_made_before_the_fix_keeps_verifying_with_its_older_wording(tmp_path):

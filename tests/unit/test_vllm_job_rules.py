@@ -96,12 +96,12 @@ def test_the_reservation_decides_a_vllm_variants_feasibility():
 
 
 def test_the_raw_table_states_the_vllm_scopes():
+    from lab.passes.records import Observed
     from lab.report.raw_table import COLUMNS, engine_notes
 
     assert {"engine", "engine_start_s", "observed_max_running", "engine_reserved_bytes"} <= set(COLUMNS)
-    notes = engine_notes({"observed": {"batch_size": 8, "max_running": 5, "max_num_seqs": 256,
-                                       "max_num_batched_tokens": 4096},
-                          "engine_memory": {"fraction": 0.1, "of": "host RAM", "reasons": {"kv_cache_bytes": "x"}}})
+    notes = engine_notes(Observed(batch_size=8, max_running=5, max_num_seqs=256, max_num_batched_tokens=4096),
+                         {"fraction": 0.1, "of": "host RAM", "reasons": {"kv_cache_bytes": "x"}})
     text = " | ".join(notes)
     assert "batch_size 8 is the most items the lab sent vLLM per call; vLLM ran at most 5" in text
     assert "fraction 0.1 of host RAM" in text and "never added to peak_allocated_bytes" in text

@@ -13,6 +13,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellDoesNotExist
 
+from lab.passes.records import Attempt
 from lab.service.live import FAILED, PassStatus, variant_short
 
 COLUMNS = ("slot", "rep", "variant", "status", "progress", "it/s", "elapsed")
@@ -29,12 +30,12 @@ def _ts(iso: str | None) -> float | None:
         return None
 
 
-def elapsed_s(row: dict, now: float) -> float | None:
+def elapsed_s(attempt: Attempt, now: float) -> float | None:
     """Seconds since start (running) or start to end (finished); None when never started."""
-    t0 = _ts(row.get("start_time"))
+    t0 = _ts(attempt.start_time)
     if t0 is None:
         return None
-    t1 = _ts(row.get("end_time")) if row.get("status") != PassStatus.RUNNING else now
+    t1 = _ts(attempt.end_time) if attempt.status != PassStatus.RUNNING else now
     return max(0.0, (t1 if t1 is not None else now) - t0)
 
 
@@ -52,16 +53,16 @@ def progress_bar(done: int, total: int, width: int = 8) -> str:
     return "█" * full + "░" * (width - full) + f" {done}/{total}"
 
 
-def pass_rows(attempts: list[dict], plan: list[dict], live_failures: dict, now: float) -> list[dict]:
+def pass_rows(attempts: list[Attempt], plan: list[dict], live_failures: dict, now: float) -> list[dict]:
     """Rows to display: {key, cells: tuple[str|Text], failed: bool}, in schedule order."""
     import json
 
-    rows = []
-    attempted = {a["seq"] for a in attempts}
+    rows: list[dict] = []
+    attempted = {a.seq for a in attempts}
     for a in attempts:
-        live = live_failures.get(a["pass_id"])
-        status = a["status"]
-        done, total = a["items_completed"] or 0, a["items_total"] or 0
+        live = live_failures.get(a.pass_id)
+        status = a.status
+        done, total = a.items_completed or 0, a.items_total or 0
         failed = status in FAILED or (status == PassStatus.RUNNING and live is not None)
         if failed:
             kind = live["kind"] if status == PassStatus.RUNNING and live is not None else status
@@ -70,10 +71,10 @@ def pass_rows(attempts: list[dict], plan: list[dict], live_failures: dict, now: 
             st = Text(f"{str(kind).upper()} @{done}", style=FAIL_STYLE)
         else:
             st = Text(status, style=STYLES.get(status, ""))
-        rate = a.get("items_per_s")
-        slot = f"{a['seq']}" + (f"a{a['attempt']}" if a["attempt"] > 1 else "")
-        rows.append({"key": a["pass_id"], "failed": failed, "cells": (
-            slot, str(a["repetition"]), variant_short(a.get("variant")), st,
+        rate = a.items_per_s
+        slot = f"{a.seq}" + (f"a{a.attempt}" if a.attempt > 1 else "")
+        rows.append({"key": a.pass_id, "failed": failed, "cells": (
+            slot, str(a.repetition), variant_short(a.variant), st,
             progress_bar(done, total), f"{rate:.1f}" if rate else "", fmt_elapsed(elapsed_s(a, now)))})
     for p in plan:
         if p["seq"] in attempted:
