@@ -257,8 +257,8 @@ def compile_notes(variant: dict, result: PassResult, status: str) -> list[str]:
     warm-up or inside the measured window (the durations are then not steady-state)."""
     if not variant.get("compile"):
         return [NO_COMPILE]
-    if result.get("compile_phase"):  # a custom entry's pass: the lab compiled nothing
-        return [result["compile_phase"]]
+    if result.compile_phase:  # a custom entry's pass: the lab compiled nothing
+        return [result.compile_phase]
     notes = []
     if status == PassStatus.OK and result.recompiles_measured is None:
         notes.append("recompilations not counted: torch._dynamo counters not read")
