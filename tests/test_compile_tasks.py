@@ -55,8 +55,8 @@ def run_campaign(folder, model, metric: str, task: str):
     build_report(orch.dir)
     passes = {}
     for a in orch.journal.attempts():
-        res = json.loads((orch.dir / "passes" / a["pass_id"] / "result.json").read_text())
-        passes[a["variant"]["name"]] = (res, a)
+        res = json.loads((orch.dir / "passes" / a.pass_id / "result.json").read_text())
+        passes[a.variant["name"]] = (res, a)
     assert set(passes) == {EAGER, COMPILED_NAME}
     print({k: {f: r.get(f) for f in ("status", "phases_s", "compile_shapes", "compile_frames", "recompiles_warmup",
                                      "recompiles_measured", "graph_breaks_measured")} for k, (r, _) in passes.items()})
@@ -86,7 +86,7 @@ def check_compile_phase(orch, passes) -> dict:
     assert float(row["compile_s"]) == res["phases_s"]["compile"]
     assert row["recompiles_measured"] == str(res["recompiles_measured"])
     assert "no duration for compile" not in row["notes"]
-    return attempt["validation"]
+    return attempt.validation
 
 
 def test_embedding_compile_variant_agrees_with_eager(tmp_path, model_dir):
@@ -95,8 +95,8 @@ def test_embedding_compile_variant_agrees_with_eager(tmp_path, model_dir):
     res = passes[COMPILED_NAME][0]
     # the forward's token and batch dimensions were marked dynamic: nothing compiled after the phase
     assert res["recompiles_warmup"] == 0 and res["recompiles_measured"] == 0
-    assert validation["agreement_worst"] > 0.999, validation  # cosine per id against the eager pass
-    vecs = {name: np.load(orch.dir / "passes" / a["pass_id"] / "vectors.npy").astype(np.float32)
+    assert validation.agreement_worst > 0.999, validation  # cosine per id against the eager pass
+    vecs = {name: np.load(orch.dir / "passes" / a.pass_id / "vectors.npy").astype(np.float32)
             for name, (_, a) in passes.items()}
     assert np.abs(vecs[COMPILED_NAME] - vecs[EAGER]).max() < 2e-3
 
@@ -110,11 +110,11 @@ def test_generation_compile_variant_agrees_with_eager(tmp_path, gen_model_dir):
     assert res["recompiles_warmup"] == 0 and res["recompiles_measured"] == 0, res
     outputs = {}
     for name, (_, a) in passes.items():
-        lines = (orch.dir / "passes" / a["pass_id"] / "predictions.jsonl").read_text().splitlines()
+        lines = (orch.dir / "passes" / a.pass_id / "predictions.jsonl").read_text().splitlines()
         outputs[name] = {x["id"]: (x["output"], x["output_tokens"]) for x in map(json.loads, lines)}
     assert outputs[COMPILED_NAME] == outputs[EAGER]  # greedy at fp32: the same text per id
     assert len(outputs[EAGER]) == 4
-    assert validation["agreement_with_reference"] == 1.0, validation
+    assert validation.agreement_with_reference == 1.0, validation
 
 
 def test_custom_compile_is_declared_not_observable_unless_reported(tmp_path, model_dir):

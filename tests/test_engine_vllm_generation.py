@@ -79,22 +79,22 @@ def test_generation_series_over_the_engine(generation_run):
 
     orch = generation_run
     runs = by_engine(orch)
-    assert [a["status"] for a, _ in runs.values()] == ["ok", "ok"], [a["notes"] for a, _ in runs.values()]
+    assert [a.status for a, _ in runs.values()] == ["ok", "ok"], [a.notes for a, _ in runs.values()]
     (ta, tres), (va, vres) = runs["transformers"], runs["vllm"]
-    t_lines, v_lines = lines_of(orch, ta["pass_id"]), lines_of(orch, va["pass_id"])
+    t_lines, v_lines = lines_of(orch, ta.pass_id), lines_of(orch, va.pass_id)
     ids = [r["id"] for r in read_corpus(orch.proto.corpus_path)]
     assert [x["id"] for x in v_lines] == [x["id"] for x in t_lines] == ids
     # the same prompt token ids went to both engines (the lab's one tokenize)
     assert [x["input_tokens"] for x in v_lines] == [x["input_tokens"] for x in t_lines]
     # judged by the protocol's rule against the transformers reference, per id, not bit equality
-    val = va["validation"]
-    assert val["reference_pass"] == ta["pass_id"] and val["corpus_accepted"], val["reasons"]
-    assert abs(val["gap_to_reference"]) <= val["tolerance"]
+    val = va.validation
+    assert val.reference_pass == ta.pass_id and val.corpus_accepted, val.reasons
+    assert abs(val.gap_to_reference) <= val.tolerance
     same = [t["id"] for t, v in zip(t_lines, v_lines, strict=True) if t["output"] == v["output"]]
-    assert val["agreement_with_reference"] == pytest.approx(len(same) / len(ids), abs=1e-6)
+    assert val.agreement_with_reference == pytest.approx(len(same) / len(ids), abs=1e-6)
     # exact match computed from the outputs, by the lab's metric
     labels = [r["label"] for r in read_corpus(orch.proto.corpus_path)]
-    assert val["metric"] == round(exact_match([x["output"] for x in v_lines], labels, "lowercase_space"), 6)
+    assert val.metric == round(exact_match([x["output"] for x in v_lines], labels, "lowercase_space"), 6)
     # output tokens per item by the lab's one stop rule: equal where the outputs agree
     t_by, v_by = {x["id"]: x for x in t_lines}, {x["id"]: x for x in v_lines}
     assert all(v_by[i]["output_tokens"] == t_by[i]["output_tokens"] and v_by[i]["stopped_by"] == t_by[i]["stopped_by"]
@@ -124,8 +124,8 @@ def test_generation_series_over_the_engine(generation_run):
     assert float(row["vllm"]["output_tokens_per_s"]) == pytest.approx(vres["output_tokens"] / ph["measured"], rel=1e-3)
     assert float(row["vllm"]["engine_start_s"]) == ph["engine_start"] and row["transformers"]["engine_start_s"] == ""
     differ = [i for i in ids if i not in same]
-    report("generation", agreement=val["agreement_with_reference"], differing_ids=len(differ), items=len(ids),
-           exact_match=val["metric"], reference_exact_match=val["reference_metric"],
+    report("generation", agreement=val.agreement_with_reference, differing_ids=len(differ), items=len(ids),
+           exact_match=val.metric, reference_exact_match=val.reference_metric,
            stopped_by=json.dumps(vres["generation"]["stopped_by"]), vllm_finish=json.dumps(eng["finish_reasons"]),
            output_tokens=vres["output_tokens"], reference_output_tokens=tres["output_tokens"],
            engine_start_s=ph["engine_start"], vllm_measured_s=ph["measured"],

@@ -40,26 +40,26 @@ def _run(folder, model, name: str, metric: str, task: str, items=(4, 3, 3)):
     orch = Orchestrator.prepare(f, folder / "runs", LocalLauncher())
     assert orch.run() == "finished"
     build_report(orch.dir)
-    by_cards = {a["variant"]["cards"]: a for a in orch.journal.attempts()}
+    by_cards = {a.variant["cards"]: a for a in orch.journal.attempts()}
     assert set(by_cards) == {1, 2}
     return orch, by_cards, make_archive(orch.dir)
 
 
 def _lines(orch, attempt) -> list[dict]:
-    return [json.loads(x) for x in (orch.dir / "passes" / attempt["pass_id"] / "predictions.jsonl")
+    return [json.loads(x) for x in (orch.dir / "passes" / attempt.pass_id / "predictions.jsonl")
             .read_text().splitlines()]
 
 
 def _result(orch, attempt) -> dict:
-    return json.loads((orch.dir / "passes" / attempt["pass_id"] / "result.json").read_text())
+    return json.loads((orch.dir / "passes" / attempt.pass_id / "result.json").read_text())
 
 
 def _accepted_and_verified(orch, by_cards, archive) -> None:
     from lab.evidence.archive import verify
 
     for a in by_cards.values():
-        v = a["validation"]
-        assert a["status"] == "ok" and v["ids_match"] and v["format_ok"] and v["corpus_accepted"], v["reasons"]
+        v = a.validation
+        assert a.status == "ok" and v.ids_match and v.format_ok and v.corpus_accepted, v.reasons
     corpus_ids = [r["id"] for r in map(json.loads, orch.proto.corpus_path.read_text().splitlines())]
     assert [x["id"] for x in _lines(orch, by_cards[2])] == corpus_ids  # merged in corpus order, every id once
     res = _result(orch, by_cards[2])
@@ -80,7 +80,7 @@ def test_two_card_embedding_merges_the_shards_into_the_one_card_vectors(embeddin
     _accepted_and_verified(orch, by_cards, archive)
     vecs, lines = {}, {}
     for cards, a in by_cards.items():
-        pdir = orch.dir / "passes" / a["pass_id"]
+        pdir = orch.dir / "passes" / a.pass_id
         data = (pdir / "vectors.npy").read_bytes()
         res = _result(orch, a)
         assert res["vectors_sha256"] == hashlib.sha256(data).hexdigest() and res["vectors_path"] == "vectors.npy"
@@ -96,7 +96,7 @@ def test_two_card_embedding_merges_the_shards_into_the_one_card_vectors(embeddin
     cos = cosine_agreement(vecs[2], one)
     assert cos.min() > 0.999, cos
     # each card wrote its own shard; the merged rows are those shards' rows, bit for bit
-    cards_dir = orch.dir / "passes" / two["pass_id"] / "cards"
+    cards_dir = orch.dir / "passes" / two.pass_id / "cards"
     merged_at = {x["id"]: k for k, x in enumerate(lines[2])}
     for c in res["per_card"]:
         rec = json.loads((cards_dir / f"card{c['card']}.json").read_text())
@@ -109,7 +109,7 @@ def test_two_card_embedding_merges_the_shards_into_the_one_card_vectors(embeddin
         assert len(card_lines) == len(shard) == 5
         for x in card_lines:
             assert np.array_equal(vecs[2][merged_at[x["id"]]], shard[x["row"]])
-    assert two["validation"]["metric"] == pytest.approx(by_cards[1]["validation"]["metric"], abs=0.11)
+    assert two.validation.metric == pytest.approx(by_cards[1].validation.metric, abs=0.11)
 
 
 def test_two_hosts_over_loopback_gather_the_vector_shards(embedding_cards, tmp_path):
@@ -119,7 +119,7 @@ def test_two_hosts_over_loopback_gather_the_vector_shards(embedding_cards, tmp_p
     from lab.passes.tasks.embedding_metrics import cosine_agreement, load_vectors
 
     orch, by_cards, _ = embedding_cards
-    one_host = orch.dir / "passes" / by_cards[2]["pass_id"]
+    one_host = orch.dir / "passes" / by_cards[2].pass_id
     spec = json.loads((one_host / "pass.json").read_text())
     dirs = run_on_two_hosts(spec, tmp_path)
     merged = [pd for pd in dirs if (pd / "result.json").is_file()]
@@ -152,7 +152,7 @@ def test_verify_refuses_an_edited_vector_shard_or_merge(embedding_cards, tmp_pat
     from lab.passes.tasks.embedding_metrics import load_vectors
 
     _, by_cards, archive = embedding_cards
-    pid = by_cards[2]["pass_id"]
+    pid = by_cards[2].pass_id
     files = read_members(archive)
     shard_name = member(files, f"/passes/{pid}/cards/card1.vectors.npy")
     rec_name = member(files, f"/passes/{pid}/cards/card1.json")
@@ -191,7 +191,7 @@ def test_two_card_generation_writes_the_one_card_outputs_and_tokens(tmp_path, ge
     assert r2["output_tokens"] == r1["output_tokens"] == sum(x["output_tokens"] for x in two) > 0
     assert r2["input_tokens"] == r1["input_tokens"] and r2["generation"] == r1["generation"]
     assert r2["self_accuracy"] == r1["self_accuracy"] is not None  # exact match, the kind's own rule
-    assert by_cards[2]["validation"]["metric"] == by_cards[1]["validation"]["metric"]
+    assert by_cards[2].validation.metric == by_cards[1].validation.metric
 
 
 def test_two_card_custom_entry_gives_the_one_card_labels(tmp_path, model_dir):
