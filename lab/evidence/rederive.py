@@ -175,12 +175,8 @@ def _check_metric(pid: str, row: dict, preds: dict[str, str], gold: dict, proble
         return None  # no metric claimed for predictions the validation refused
     fn = METRICS.get(row.get("metric_name", ""))
     if fn is None and ":" in row.get("metric_name", ""):
-        if user_scores is None:
-            problems.append(f"pass {pid}: metric {row['metric_name']} is the user's own function; archive verify runs "
-                            "no code from an archive, so it is not re-derived: give a local copy of that file with "
-                            "--metric-file FILE (its sha256 is checked against the lock's, then it runs in a fresh "
-                            "process)")
-            return None
+        if user_scores is None:  # not re-derived without the user's opt-in: said once by verify_archive
+            raise MetricNotRederived(row["metric_name"])
         return _compare_columns(pid, row, user_scores.get(pid, {}), problems)
     if fn is None:
         if claimed not in (None, ""):
@@ -208,9 +204,10 @@ def _compare_columns(pid: str, row: dict, values: dict, problems: list[str]) -> 
 
 
 def check_acceptance(row: dict, recomputed: float | None, threshold: float | None, problems: list[str],
-                     higher: bool = True) -> None:
+                     higher: bool = True, metric_rederived: bool = True) -> None:
     """A row marked accepted must be an ok pass whose recomputed metric meets the locked threshold
-    (``higher``: the [quality] direction, higher is better; else lower is)."""
+    (``higher``: the [quality] direction, higher is better; else lower is). ``metric_rederived``
+    False (a user's metric without the opt-in): status and threshold only."""
     if row.get("corpus_accepted") != "True":
         return
     pid = row["pass_id"]
@@ -219,6 +216,8 @@ def check_acceptance(row: dict, recomputed: float | None, threshold: float | Non
     if threshold is not None and not _same_metric(row.get("threshold"), threshold):
         problems.append(f"pass {pid}: threshold {row.get('threshold')} in the raw table, {threshold} in the "
                         "locked campaign file")
+    if not metric_rederived:
+        return
     if recomputed is None:
         problems.append(f"pass {pid}: marked accepted, but no metric can be recomputed from its predictions")
     elif threshold is not None and (recomputed < threshold if higher else recomputed > threshold):
@@ -259,8 +258,17 @@ def check_cards(pid: str, scan, per_card: list, pred_rel: str, problems: list[st
                         "(cards/card<r>.predictions.jsonl)")
 
 
+class MetricNotRederived(Exception):
+    """A pass's metric is the user's own function and verify was given no metric file (the opt-in):
+    not a problem of the archive, but a figure verify did not re-derive (Verification.not_rederived)."""
+
+    def __init__(self, metric: str) -> None:
+        super().__init__(metric)
+        self.metric = metric
+
+
 def check_row(row: dict, scan, gold: dict | None, threshold: float | None, problems: list[str],
-              user_scores: dict | None = None, higher: bool = True) -> None:
+              user_scores: dict | None = None, higher: bool = True, not_rederived: dict | None = None) -> None:
     """Check one raw-table row against its files (see the module docstring). ``threshold``: the
     locked campaign file's quality threshold (None when it cannot be read); ``higher``: its
     direction; ``user_scores``: a user's own metric recomputed (user_metric_scores), or None."""
@@ -282,7 +290,14 @@ def check_row(row: dict, scan, gold: dict | None, threshold: float | None, probl
                 problems.append(f"pass {pid}: vectors sha256 differs from the one its result.json recorded")
         if isinstance(result.get("per_card"), list) and pred_rel in scan.kept:
             check_cards(pid, scan, result["per_card"], pred_rel, problems, bool(result.get("vectors_sha256")))
-    recomputed = _row_metric(row, scan, gold, problems, user_scores)
+    try:
+        recomputed = _row_metric(row, scan, gold, problems, user_scores)
+    except MetricNotRederived as exc:  # its acceptance's metric part is not checked either, and said so
+        if not_rederived is not None:
+            not_rederived.setdefault(exc.metric, []).append(pid)
+        if gold is not None:
+            check_acceptance(row, None, threshold, problems, higher, metric_rederived=False)
+        return
     if gold is not None:
         check_acceptance(row, recomputed, threshold, problems, higher)
 

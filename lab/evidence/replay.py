@@ -246,7 +246,8 @@ def replay_archive(archive: str | Path, out: str | Path, *, corpus: str | None =
     except ArchiveError as exc:
         raise ReplayError(f"{archive.name} does not verify: {exc}") from None
     if not v.ok:
-        raise ReplayError(f"{archive.name} does not verify ({len(v.problems)} problem(s), first: {v.problems[0]}); "
+        raise ReplayError(f"{archive.name} does not verify ({len(v.problems)} problem(s), first: "
+                          f"{(v.problems or v.not_rederived)[0]}); "
                           "replay only an archive that `iteralab archive verify` accepts")
     archive_sha = sha256_file(archive)
     inputs = out.parent / f"{out.stem}-inputs"

@@ -25,6 +25,7 @@ from pathlib import Path
 from lab.evidence.format import JOURNAL, Rederived
 from lab.evidence.rederive import JournalRead, member_object, member_text
 from lab.passes.records import Attempt
+from lab.report.summary import QUALITY_FIELDS
 
 RAW_TABLE = "report/raw_table.csv"
 SUMMARY_JSON = "report/summary.json"
@@ -195,6 +196,8 @@ def _compare_variants(rel: str, claimed: list[dict], derived: list[dict], proble
         for key in [*d, *(k for k in v if k not in d)]:
             if key == "quality_verdict" and key in v and v[key] == pre_fix.get(str(vid)):
                 continue  # an archive made before the verdict came from the typed validation
+            if key not in v and key in QUALITY_FIELDS:
+                continue  # an archive made before the summary held the quality figures
             if key not in v or key not in d or not same(v[key], d[key]):
                 problems.append(f"variant {vid}: {key} {_shown(v.get(key))} in {rel}, {_shown(d.get(key))} "
                                 "re-derived from the journal and the pass records")

@@ -247,11 +247,16 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
         gold = read_gold(scan, problems)
         threshold, higher = _locked_threshold(scan, problems)
         scores = user_metric_scores(scan, rows, gold, user_metric_ref(scan, metric_file), problems)
+        opted_out: dict[str, list[str]] = {}
         for row in rows:
-            check_row(row, scan, gold, threshold, problems, scores, higher)
+            check_row(row, scan, gold, threshold, problems, scores, higher, opted_out)
+        not_rederived = [f"metric {name} is your own function: not re-derived for {len(pids)} pass(es), nor "
+                         "their acceptance (archive verify runs no code from an archive); give a local copy of "
+                         "that file with --metric-file FILE (its sha256 is checked against the lock's, then it "
+                         "runs in a fresh process)" for name, pids in sorted(opted_out.items())]
         rederived = check_tables(scan, info, rows, journal, problems) if journal is not None else None
         row_ids = {r["pass_id"] for r in rows}
         folders = {rel.split("/")[1] for rel in scan.sha if rel.startswith("passes/") and rel.count("/") >= 2}
         for pid in sorted(folders - row_ids):
             problems.append(f"pass {pid}: its folder is in the archive but the raw table has no row for it")
-    return Verification(len(listed), len(rows), problems, rederived)
+    return Verification(len(listed), len(rows), problems, rederived, not_rederived)

@@ -119,6 +119,21 @@ class VariantSummary:
     generated over the corpus, and the median over passes ok of output tokens per second of the
     measured window; None for the other kinds (they generate no text)."""
 
+    metric_name: str | None = None
+    threshold: float | None = None
+    agreement_median: float | None = None
+    agreement_worst: float | None = None
+    agreement_worst_id: str | None = None
+    agreement_rule: str | None = None
+    second_metric_name: str | None = None
+    second_metric_median: float | None = None
+    """The quality behind the verdict, from the passes' typed validations (lab.orchestration.validate):
+    the judged metric's name and the locked threshold; agreement with the reference variant, the
+    median over validated passes of each pass's figure (share of ids with the reference's label or
+    output, or the median per-id cosine for embeddings: ``agreement_rule`` says which, None = same
+    label) and the lowest figure seen (a pass's, or an embedding's worst id, ``agreement_worst_id``);
+    a generation's second metric (token F1 or exact match) as a median. None when no pass was validated."""
+
     starved_passes: tuple[dict, ...] = ()
     """Passes ok (their durations are in ``durations_s``) whose measured window was starved of
     CPU (raw table ``starved``; lab.passes.conditions.starvation): {"pass_id", "reason"} each.
@@ -132,6 +147,23 @@ class VariantSummary:
     def short_name(self) -> str:
         """'batch_size=8' from the variant name 'batch/batch_size=8', else the variant id."""
         return (self.variant_name or self.variant_id).split("/", 1)[-1]
+
+    def quality_text(self) -> str:
+        """One line: the judged metric's median over the variant's passes against its threshold, the
+        second metric beside it, and the agreement with the reference variant (median, lowest); or
+        why there is none. A method of the record, as utilization_text."""
+        if self.metric_name is None:
+            return "quality: no pass was validated"
+        m = "not computed" if self.metric_median is None else f"median {self.metric_median:.4f}"
+        text = f"quality: {self.metric_name} {m} (threshold {self.threshold:g})"
+        if self.second_metric_name and self.second_metric_median is not None:
+            text += f", {self.second_metric_name} median {self.second_metric_median:.4f}"
+        if self.agreement_median is None:
+            return text + "; agreement with the reference variant: not computed (no reference pass validated)"
+        rule = self.agreement_rule or "share of ids with the reference variant's label"
+        worst = f", lowest {self.agreement_worst:.4f}" if self.agreement_worst is not None else ""
+        worst += f" (id {self.agreement_worst_id})" if self.agreement_worst_id else ""
+        return text + f"; agreement with the reference variant ({rule}): median {self.agreement_median:.4f}{worst}"
 
     def utilization_text(self) -> str:
         """One line: 'utilization: achieved X GFLOP/s, matmul ceiling Y GFLOP/s, ratio Z %
@@ -240,11 +272,35 @@ def summarize(rows: list[dict], feasibility: dict | None = None,
             "output_tokens": max((int(r["output_tokens"]) for r in ok if _known(r.get("output_tokens"))),
                                  default=None),
             "output_tokens_per_s_median": _median_known([r.get("output_tokens_per_s") for r in ok]),
+            **_quality_figures([(validations or {}).get(r["pass_id"]) for r in rs if "pass_id" in r]),
             "starved_passes": [{"pass_id": r["pass_id"], "reason": r.get("starved_reason") or ""}
                                for r in ok if is_starved(r)],
         })
     _flag_indistinct(out)
     return [VariantSummary(**d) for d in out]
+
+
+QUALITY_FIELDS = ("metric_name", "threshold", "agreement_median", "agreement_worst", "agreement_worst_id",
+                  "agreement_rule", "second_metric_name", "second_metric_median")
+"""VariantSummary's quality fields, added to summary.json on 2026-12-01: an archive made before holds
+none of them, which archive verify accepts as absent (lab.evidence.tables), never as different."""
+
+
+def _quality_figures(validations: list[Validation | None]) -> dict:
+    """VariantSummary's quality fields from a variant's validations (see the field docstring)."""
+    vs = [v for v in validations if v is not None]
+    if not vs:
+        return {}
+    agree = [v.agreement_with_reference for v in vs if v.agreement_with_reference is not None]
+    lows = [(v.agreement_worst if v.agreement_worst is not None else v.agreement_with_reference,
+             v.agreement_worst_id or "") for v in vs if v.agreement_with_reference is not None]
+    low = min(lows, default=(None, ""), key=lambda x: x[0])
+    seconds = [v.second_metric for v in vs if v.second_metric is not None]
+    return {"metric_name": vs[0].metric_name, "threshold": vs[0].threshold,
+            "agreement_median": statistics.median(agree) if agree else None,
+            "agreement_worst": low[0], "agreement_worst_id": low[1] or None,
+            "agreement_rule": vs[0].agreement_rule, "second_metric_name": vs[0].second_metric_name,
+            "second_metric_median": statistics.median(seconds) if seconds else None}
 
 
 def quality_verdict(accepted: int, passes: int, validations: list[Validation | None]) -> str:

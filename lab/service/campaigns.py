@@ -347,7 +347,8 @@ def assemble_archive(campaign_dir: str | Path, partial: bool = False) -> dict:
     own = metric_file(Path(campaign_dir))  # moved away since: verify says how to opt in
     v = verify(path, own if own is not None and own.is_file() else None)
     return {"path": str(path), "size_bytes": path.stat().st_size, "sha256": sha256_file(path),
-            "ok": v.ok, "problems": list(v.problems), "files_checked": v.files_checked,
+            "ok": v.ok, "problems": list(v.problems), "not_rederived": list(v.not_rederived),
+            "files_checked": v.files_checked,
             "rows_checked": v.rows_checked, "partial": partial}
 
 

@@ -78,3 +78,32 @@ def test_an_archive_made_before_the_fix_keeps_verifying_with_its_older_wording(t
     claimed[1]["quality_verdict"] = "rejected: something else"
     _compare_variants("report/summary.json", claimed, derived, problems, old)
     assert len(problems) == 1 and "quality_verdict" in problems[0]
+
+
+def test_the_summary_says_the_quality_behind_the_verdict(tmp_path):
+    """Each configuration shows its metric against the threshold and its agreement with the
+    reference variant (decision note, summary.json), from the typed validations."""
+    attempts = _journal(tmp_path)
+    accepted, rejected = campaign_summary(raw_rows(attempts, "c", 1, tmp_path), attempts)
+    assert (accepted.metric_name, accepted.metric_median, accepted.threshold) == ("macro_f1", 0.6, 0.55)
+    assert accepted.agreement_median == 1.0 and accepted.agreement_worst == 1.0
+    assert accepted.quality_text() == ("quality: macro_f1 median 0.6000 (threshold 0.55); agreement with the "
+                                       "reference variant (share of ids with the reference variant's label): "
+                                       "median 1.0000, lowest 1.0000")
+    assert "macro_f1 median 0.4000 (threshold 0.55)" in rejected.quality_text()
+
+
+def test_an_archive_summary_without_the_quality_fields_still_verifies(tmp_path):
+    from lab.evidence.tables import _compare_variants
+    from lab.report.summary import QUALITY_FIELDS
+
+    attempts = _journal(tmp_path)
+    derived = [s.to_json() for s in campaign_summary(raw_rows(attempts, "c", 1, tmp_path), attempts)]
+    older = [{k: x for k, x in d.items() if k not in QUALITY_FIELDS} for d in derived]
+    problems: list[str] = []
+    _compare_variants("report/summary.json", older, derived, problems, {})
+    assert problems == []
+    forged = [dict(d) for d in derived]
+    forged[0]["agreement_median"] = 0.5  # present but different: a problem
+    _compare_variants("report/summary.json", forged, derived, problems, {})
+    assert len(problems) == 1 and "agreement_median" in problems[0]

@@ -50,6 +50,7 @@ def render_summary(summary: list[VariantSummary]) -> str:
                    + (f" ({', '.join(v.failure_kinds)})" if v.failure_kinds else ""))
         color = "green" if v.accepted_passes else "red"
         out.append(f"  quality: [{color}]{escape(v.quality_verdict)}[/{color}]")
+        out.append("  " + escape(v.quality_text()))
         out.append(f"  peaks: process RSS {_mib(v.peak_rss_bytes_max, 'no pass reached it')}; "
                    f"allocated {_mib(v.peak_allocated_bytes_max, 'no GPU')}; "
                    f"reserved {_mib(v.peak_reserved_bytes_max, 'no GPU')}")
