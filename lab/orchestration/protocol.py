@@ -15,7 +15,8 @@ from pathlib import Path
 
 from lab.facts.errors import ProtocolError
 from lab.facts.diskfull import atomic_write_text
-from lab.orchestration.config import GENERATION_KEYS, CampaignConfig, ConfigError, CostSection, parse_config
+from lab.orchestration.config import (GENERATION_KEYS, CampaignConfig, ConfigError, CostSection, parse_config,
+                                      with_article)
 from lab.facts.files import REPO_ROOT, sha256_bytes
 from lab.inputs.variants import Variant, VariantError, expand_series, find_variant
 
@@ -176,8 +177,8 @@ def refuse_unsupported(proto: Protocol, path: Path) -> None:
         return
     for v in proto.variants:  # cards > 1 runs for every kind (lab.passes.multicard merges by the kind)
         if v.compile:
-            raise ProtocolError(f"{path}: variant {v.name} has compile = true; a {kind} task has no compile "
-                                "phase in this lab; remove compile")
+            raise ProtocolError(f"{path}: variant {v.name} has compile = true; "
+                                f"{with_article(kind)} task has no compile phase in this lab; remove compile")
 
 
 # ---- lock and versions -------------------------------------------------------------

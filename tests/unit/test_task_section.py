@@ -38,7 +38,7 @@ def test_absent_task_is_classification_with_unchanged_ids_and_pass_spec(tmp_path
     ('\n[task]\nkind = "embeding"\n', None, "kind 'embeding' unknown; did you mean 'embedding'?"),
     ('\n[task]\nkind = "embedding"\npoolin = "mean"\n', None, "[task] unknown key 'poolin'; did you mean 'pooling'?"),
     ('\n[task]\nkind = "embedding"\npooling = "cls"\n', None, "pooling 'cls' is not implemented"),
-    ('\n[task]\nkind = "embedding"\n', None, "metric 'accuracy' does not judge a embedding task"),
+    ('\n[task]\nkind = "embedding"\n', None, "metric 'accuracy' does not judge an embedding task"),
     ('\n[task]\nkind = "custom"\n', None, 'needs entry = "path/to/file.py:ClassName"'),
     ('\n[task]\nkind = "custom"\nentry = "model.py"\n', None, 'is not "path/to/file.py:Name"'),
     ('\n[task]\npooling = "mean"\n', None, 'pooling applies to kind = "embedding" only'),
@@ -49,6 +49,37 @@ def test_bad_task_section_one_line(tmp_path, extra, edit, message):
     with pytest.raises(ProtocolError) as e:
         load_protocol(campaign(tmp_path, extra, edit))
     assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("kind, builtin", [("embedding", "nn_accuracy"), ("generation", "exact_match"),
+                                           ("custom", "accuracy")])
+def test_a_metric_refusal_suggests_only_what_the_next_check_accepts(tmp_path, kind, builtin):
+    """A refused [quality] metric's "use ..." names only what the lock then accepts: the user's own
+    "file.py:function" only for a kind that accepts it (fixmsg item 2)."""
+    task = f'\n[task]\nkind = "{kind}"\n' + {"custom": 'entry = "e.py:C"\n',
+                                               "generation": 'prompt = "{text}"\nmax_new_tokens = 4\n'}.get(kind, "")
+    (tmp_path / "a").mkdir()
+    with pytest.raises(ProtocolError) as e:
+        load_protocol(campaign(tmp_path / "a", task, ('metric = "accuracy"', 'metric = "no_such_metric"')
+                               if kind == "custom" else None))
+    message = str(e.value)
+    assert builtin in message and "\n" not in message, message
+    offered = '"file.py:function"' in message.split(" use ", 1)[1]
+    assert offered == (kind == "custom"), message
+    if not offered:  # the user's own metric is then refused, and its refusal offers no other way out
+        (tmp_path / "b").mkdir()
+        with pytest.raises(ProtocolError) as e2:
+            load_protocol(campaign(tmp_path / "b", task,
+                                   ('metric = "accuracy"', 'metric = "m.py:f"\ndirection = "higher"')))
+        assert "judges label outputs" in str(e2.value), str(e2.value)
+        assert '"file.py:function"' not in str(e2.value).split(" use ", 1)[1], str(e2.value)
+
+
+def test_indefinite_article_by_first_letter():
+    from lab.orchestration.config import with_article
+
+    assert [with_article(k) for k in ("embedding", "generation", "custom", "classification")] == [
+        "an embedding", "a generation", "a custom", "a classification"]
 
 
 def test_every_kind_may_declare_two_cards(tmp_path):
