@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 import typing
 from dataclasses import MISSING, dataclass, fields
@@ -251,7 +252,9 @@ class TaskSection:
 
 @dataclass(frozen=True)
 class QualitySection:
-    """[quality]: metric, absolute threshold and tolerance (fractions), reference variant.
+    """[quality]: metric, absolute threshold, tolerance, reference variant. The threshold is a fraction in
+    [0, 1] for a built-in metric, any finite number in the metric's unit for the user's own; the tolerance
+    is a fraction in [0, 1] (it bounds the share of flipped ids too, lab.compare.decision.agreement_pairs).
 
     ``metric``: a built-in name (lab.orchestration.config.KIND_METRICS for the task's kind) or the user's own
     procedure ``"path/to/file.py:function"`` (``function(predictions, references) -> float``,
@@ -273,9 +276,12 @@ class QualitySection:
         known = tuple(dict.fromkeys(m for ms in KIND_METRICS.values() for m in ms))
         if self.user_metric:
             parse_entry(self.metric, "[quality] metric")
-            if self.direction not in DIRECTIONS:
+            if self.direction is None:
                 raise ConfigError(f"[quality] metric {self.metric!r} is your own function: declare direction = "
                                   '"higher" or "lower" (which side is better)')
+            if self.direction not in DIRECTIONS:
+                raise ConfigError(f"[quality] direction = {self.direction!r} is not a direction; use "
+                                  '"higher" or "lower" (which side of your metric is better)')
         else:
             if self.metric not in known:
                 raise ConfigError(f"[quality] metric {self.metric!r} unknown; use {' or '.join(METRICS)} "
@@ -285,8 +291,16 @@ class QualitySection:
             if self.direction not in (None, "higher"):
                 raise ConfigError(f"[quality] direction: the built-in metric {self.metric!r} is higher-is-better; "
                                   "remove direction")
-        if not 0 <= self.threshold <= 1 or not 0 <= self.tolerance <= 1:
-            raise ConfigError("[quality] threshold and tolerance are fractions in [0, 1]")
+        if self.user_metric:  # in the metric's own unit: any finite number
+            if not math.isfinite(self.threshold):
+                raise ConfigError(f"[quality] threshold = {self.threshold!r} is not a finite number; declare your "
+                                  "metric's pass mark in its own unit")
+        elif not 0 <= self.threshold <= 1:
+            raise ConfigError(f"[quality] threshold = {self.threshold!r} is outside [0, 1]; the built-in metric "
+                              f"{self.metric!r} is a fraction")
+        if not 0 <= self.tolerance <= 1:  # it also bounds the share of flipped ids (compare.decision.agreements)
+            raise ConfigError(f"[quality] tolerance = {self.tolerance!r} is outside [0, 1]; it bounds the share of "
+                              "ids whose output differs, a fraction")
         if self.subgroups not in SUBGROUPS:
             raise ConfigError(f"[quality] subgroups {self.subgroups!r} is not implemented; use "
                               f"{' or '.join(map(repr, SUBGROUPS))} (metric per length bucket)")

@@ -5,11 +5,13 @@ No model is loaded."""
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from conftest import cut_corpus, write_campaign
+from lab.orchestration.config import parse_config
 from lab.orchestration.protocol import ProtocolError, load_protocol
 from lab.orchestration.validate import validate_pass
 
@@ -73,6 +75,31 @@ def test_a_metric_refusal_suggests_only_what_the_next_check_accepts(tmp_path, ki
                                    ('metric = "accuracy"', 'metric = "m.py:f"\ndirection = "higher"')))
         assert "judges label outputs" in str(e2.value), str(e2.value)
         assert '"file.py:function"' not in str(e2.value).split(" use ", 1)[1], str(e2.value)
+
+
+USER_METRIC = ('metric = "accuracy"', 'metric = "m.py:score"\ndirection = "lower"')
+
+
+@pytest.mark.parametrize("edit, message", [
+    (("threshold = 0.2", "threshold = 55"), "[quality] threshold = 55 is outside [0, 1]"),
+    (("tolerance = 0.05", "tolerance = 2"), "[quality] tolerance = 2 is outside [0, 1]"),
+    (("threshold = 0.2", "threshold = nan"), "[quality] threshold = nan is not a finite number"),
+    (('direction = "lower"', 'direction = "down"'), "[quality] direction = 'down' is not a direction; use"),
+])
+def test_quality_refusals_name_the_key_and_its_value(tmp_path, edit, message):
+    """Each [quality] number refused names its key and value; a wrong direction reads as a wrong value,
+    not a missing key (fixmsg item 4)."""
+    f = campaign(tmp_path, "", USER_METRIC if "nan" in edit[1] or "direction" in edit[0] else None)
+    f.write_text(f.read_text().replace(*edit))
+    with pytest.raises(ProtocolError) as e:
+        load_protocol(f)
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_a_user_metric_threshold_is_any_finite_number_in_its_unit(tmp_path):
+    f = campaign(tmp_path, "", USER_METRIC)
+    f.write_text(f.read_text().replace("threshold = 0.2", "threshold = 55"))
+    assert parse_config(tomllib.loads(f.read_text())).quality.threshold == 55
 
 
 def test_indefinite_article_by_first_letter():
