@@ -307,6 +307,17 @@ def lock_warnings(proto: Protocol, now: datetime | None = None) -> list[str]:
     return out
 
 
+def changed_task_files(files: dict[str, Path], entry: dict, now: dict[str, str]) -> list[Path]:
+    """Of the user's ``files`` ({role: path}, Protocol.task_files), those whose sha256 in ``now``
+    ({role: sha256}, lab.orchestration.identity.task_files_sha256) differs from the lock ``entry``'s
+    ``task_files_sha256``; every file when the entry predates that map (it kept only their joint
+    ``task_sha256``)."""
+    locked = entry.get("task_files_sha256")
+    if not isinstance(locked, dict):
+        return list(files.values())
+    return [files[role] for role in sorted(files) if locked.get(role) != now.get(role)] or list(files.values())
+
+
 def locked_version(proto: Protocol) -> dict:
     """The lock entry matching the file, its corpus and its model files as they are now.
 
@@ -327,9 +338,10 @@ def locked_version(proto: Protocol) -> dict:
     nxt = f"run `iteralab protocol lock {proto.path}` to make version {len(versions) + 1}"
     if same:
         last = same[-1]
+        code = changed_task_files(proto.task_files(), last, ident.get("task_files_sha256", {}))
         what = (f"corpus {proto.corpus_path.name}" if last.get("corpus_sha256") != ident["corpus_sha256"]
                 else "model files" if last.get("model_sha256") != ident["model_sha256"]
-                else f"task code ({', '.join(str(p) for p in proto.task_files().values())})")
+                else f"task code ({', '.join(map(str, code))})")
         raise ProtocolError(f"{proto.path.name}: {what} changed since lock (version {last['version']}); restore "
                             f"it, or {nxt} (results of versions never mix)")
     raise ProtocolError(

@@ -77,6 +77,29 @@ def test_a_metric_refusal_suggests_only_what_the_next_check_accepts(tmp_path, ki
         assert '"file.py:function"' not in str(e2.value).split(" use ", 1)[1], str(e2.value)
 
 
+@pytest.mark.parametrize("edited", [("m.py",), ("entry.py",), ("entry.py", "m.py")])
+def test_task_code_changed_since_lock_names_only_the_files_whose_sha256_changed(tmp_path, fake_model, edited):
+    """The lock keeps each user file's sha256 (task_files_sha256): the refusal names the edited ones only;
+    an entry locked before that map (only task_sha256) names them all (fixmsg item 1)."""
+    from lab.orchestration.protocol import changed_task_files, lock, locked_version
+
+    (tmp_path / "entry.py").write_text("class C:\n    def predict(self, texts):\n        return texts\n")
+    (tmp_path / "m.py").write_text("def score(p, r):\n    return 0.5\n")
+    f = write_campaign(tmp_path, fake_model, cut_corpus(tmp_path / "c.jsonl", 2, 1, 1))
+    f.write_text(f.read_text().replace('metric = "accuracy"', 'metric = "m.py:score"\ndirection = "lower"')
+                 + '\n[task]\nkind = "custom"\nentry = "entry.py:C"\n')
+    entry = lock(load_protocol(f), check=False)
+    for name in edited:
+        (tmp_path / name).write_text((tmp_path / name).read_text() + "# edited\n")
+    with pytest.raises(ProtocolError) as e:
+        locked_version(load_protocol(f))
+    named = str(e.value).split("task code (", 1)[1].split(")", 1)[0].split(", ")
+    assert sorted(Path(n).name for n in named) == sorted(edited), str(e.value)
+    files = load_protocol(f).task_files()
+    old = {k: v for k, v in entry.items() if k != "task_files_sha256"}
+    assert changed_task_files(files, old, {}) == list(files.values())
+
+
 USER_METRIC = ('metric = "accuracy"', 'metric = "m.py:score"\ndirection = "lower"')
 
 
