@@ -162,7 +162,8 @@ def load_protocol(path: str | Path, relative_to: str | Path | None = None) -> Pr
 
 def refuse_unsupported(proto: Protocol, path: Path) -> None:
     """One-line ProtocolError for a variant a non-classification task cannot run yet:
-    ``compile = true`` (the compile phase builds the classifier's shapes); and for
+    ``compile = true`` (the compile phase builds the classifier's shapes); a declared value the task's
+    job always overrides (generation's padding: lab.passes.tasks.generation.PADDING_HONOURED); and for
     ``engine = "vllm"`` on a task kind other than lab.passes.tasks.vllm_job.VLLM_KINDS
     (custom entries run the user's own code)."""
     from lab.passes.tasks.vllm_job import VLLM_KINDS
@@ -175,6 +176,14 @@ def refuse_unsupported(proto: Protocol, path: Path) -> None:
                             "engine = \"transformers\" for it")
     if kind == "classification":
         return
+    if kind == "generation":  # the job always pads each batch on the left to its longest prompt
+        from lab.passes.tasks.generation import PADDING_HONOURED
+
+        for v in proto.variants:
+            if v.padding != PADDING_HONOURED:
+                raise ProtocolError(f"{path}: variant {v.name} declares padding = \"{v.padding}\"; a generation "
+                                    f"task pads each batch on the left to its longest prompt, never to max_length; "
+                                    f"declare padding = \"{PADDING_HONOURED}\" (the default)")
     for v in proto.variants:  # cards > 1 runs for every kind (lab.passes.multicard merges by the kind)
         if v.compile:
             raise ProtocolError(f"{path}: variant {v.name} has compile = true; "

@@ -100,6 +100,19 @@ def test_task_code_changed_since_lock_names_only_the_files_whose_sha256_changed(
     assert changed_task_files(files, old, {}) == list(files.values())
 
 
+def test_generation_refuses_at_lock_a_padding_its_job_never_applies(tmp_path):
+    """A generation pass pads each batch on the left to its longest prompt: padding = "max_length" is
+    refused when the file is loaded, in one line, not by every pass at run (fixmsg item 3)."""
+    task = '\n[task]\nkind = "generation"\nprompt = "{text}"\nmax_new_tokens = 4\n'
+    f = campaign(tmp_path, task, ('metric = "accuracy"', 'metric = "exact_match"'))
+    assert {v.padding for v in load_protocol(f).variants} == {"longest"}
+    f.write_text(f.read_text().replace('padding = "longest"', 'padding = "max_length"'))
+    with pytest.raises(ProtocolError) as e:
+        load_protocol(f)
+    assert 'declares padding = "max_length"' in str(e.value) and 'declare padding = "longest"' in str(e.value)
+    assert "\n" not in str(e.value)
+
+
 USER_METRIC = ('metric = "accuracy"', 'metric = "m.py:score"\ndirection = "lower"')
 
 
