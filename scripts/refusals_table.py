@@ -24,8 +24,9 @@ MODEL = REPO / ".cache" / "models" / "demo-minilm-20ng"
 CORPUS = REPO / "demo" / "corpus" / "comparison.jsonl"
 OUT = REPO / "docs" / "refusals.md"
 
-# (what the user wrote, old text in demo.toml, new text); "MODEL:<edit>" / "CORPUS:<edit>" edit those.
-CASES = [
+# (what the user wrote, old text in demo.toml, new text); "MODEL:<edit>" / "CORPUS:<edit>" edit those;
+# a tuple of old texts and a tuple of new ones make several edits.
+CASES: list[tuple[str, str | tuple[str, ...], str | tuple[str, ...]]] = [
     ("misspelt key in [defaults]", 'precision = "fp32"', 'precison = "bf16"'),
     ("misspelt key in [defaults]", 'padding = "longest"', "batch_sise = 8"),
     ("misspelt key in [timing]", "repetitions = 5", "repetitons = 5"),
@@ -94,6 +95,31 @@ CASES = [
     ("corpus card of another corpus file", "CARD:other-corpus", ""),
     ("projection rule: a negative minimum window", "repetitions = 5", "repetitions = 5\nmin_window_s = -1"),
     ("projection rule: no accepted pass asked", "repetitions = 5", "repetitions = 5\nmin_accepted_passes = 0"),
+    # [task] kinds, the user's own code and metric, generation, embedding, vLLM (several edits: tuples)
+    ("[task] kind misspelt", "[corpus]", '[task]\nkind = "embeding"\n[corpus]'),
+    ("unknown key in [task]", "[corpus]", '[task]\nkind = "embedding"\npoolin = "mean"\n[corpus]'),
+    ("embedding pooling not implemented", "[corpus]", '[task]\nkind = "embedding"\npooling = "cls"\n[corpus]'),
+    ("a metric that does not judge the task kind", "[corpus]", '[task]\nkind = "embedding"\n[corpus]'),
+    ("your own metric for an embedding task", ("[corpus]", 'metric = "accuracy"'),
+     ('[task]\nkind = "embedding"\n[corpus]', 'metric = "m.py:score"\ndirection = "higher"')),
+    ("your own metric without its direction", 'metric = "accuracy"', 'metric = "m.py:score"'),
+    ("your own metric with a wrong direction", 'metric = "accuracy"', 'metric = "m.py:score"\ndirection = "down"'),
+    ("your own metric's file missing", 'metric = "accuracy"', 'metric = "missing.py:score"\ndirection = "higher"'),
+    ("custom task without an entry", "[corpus]", '[task]\nkind = "custom"\n[corpus]'),
+    ("custom entry not file.py:Name", "[corpus]", '[task]\nkind = "custom"\nentry = "model.py"\n[corpus]'),
+    ("custom entry file missing", "[corpus]", '[task]\nkind = "custom"\nentry = "missing.py:Model"\n[corpus]'),
+    ("generation without prompt and max_new_tokens", "[corpus]", '[task]\nkind = "generation"\n[corpus]'),
+    ("generation decoding other than greedy", "[corpus]",
+     '[task]\nkind = "generation"\nprompt = "{text}"\nmax_new_tokens = 4\ndecoding = "beam"\n[corpus]'),
+    ("generation with padding to max_length", ("[corpus]", 'metric = "accuracy"', 'padding = "longest"'),
+     ('[task]\nkind = "generation"\nprompt = "{text}"\nmax_new_tokens = 4\n[corpus]', 'metric = "exact_match"',
+      'padding = "max_length"')),
+    ("compile for an embedding task", ("[corpus]", 'metric = "accuracy"', 'padding = "longest"'),
+     ('[task]\nkind = "embedding"\n[corpus]', 'metric = "nn_accuracy"', 'padding = "longest"\ncompile = true')),
+    ("vLLM for a custom task", ("[corpus]", 'padding = "longest"'),
+     ('[task]\nkind = "custom"\nentry = "model.py:Model"\n[corpus]', 'padding = "longest"\nengine = "vllm"')),
+    ("vLLM with padding to max_length", 'padding = "longest"', 'padding = "max_length"\nengine = "vllm"'),
+    ("a vLLM option on a transformers variant", 'padding = "longest"', 'padding = "longest"\nmax_num_seqs = 8'),
 ]
 
 # Values that lock but are unusual: `protocol lock` succeeds (exit 0) and prints one warning line each.
@@ -126,8 +152,15 @@ def model_copy(work: Path, edit: str) -> Path:
     return out
 
 
-def case_file(work: Path, i: int, old: str, new: str) -> tuple[Path, str]:
+def case_file(work: Path, i: int, old: str | tuple[str, ...], new: str | tuple[str, ...]) -> tuple[Path, str]:
     text = DEMO.read_text()
+    if isinstance(old, tuple) or isinstance(new, tuple):  # several edits, in order
+        assert isinstance(old, tuple) and isinstance(new, tuple), (old, new)
+        for o, n in zip(old, new, strict=True):
+            assert o in text, o
+            text = text.replace(o, n, 1)
+        shown = " ⏎ ".join(new)
+        return write_case(work, i, text), shown
     shown = new
     if old.startswith("MODEL:"):
         (work / str(i)).mkdir()
@@ -164,10 +197,14 @@ def case_file(work: Path, i: int, old: str, new: str) -> tuple[Path, str]:
     else:
         assert old in text, old
         text = text.replace(old, new, 1)
+    return write_case(work, i, text), shown
+
+
+def write_case(work: Path, i: int, text: str) -> Path:
     f = work / f"case{i:02d}" / "campaign.toml"
     f.parent.mkdir(parents=True, exist_ok=True)
     f.write_text(text)
-    return f, shown
+    return f
 
 
 def main() -> int:
@@ -193,7 +230,8 @@ def main() -> int:
           "Every refusal is one line on stderr and exit code 2; nothing is locked. The checks live in",
           "`lab/orchestration/config.py` (the campaign file), `lab/orchestration/identity.py` "
           "(secret-looking keys and values, named",
-          "by place, never by value) and `lab/orchestration/preflight.py` (corpus, model, host); the Plan screen",
+          "by place, never by value), `lab/orchestration/protocol.py` (what a task kind cannot run) and",
+          "`lab/orchestration/preflight.py` (corpus, model, host, the user's code); the Plan screen",
           "shows the same checks before locking.", "",
           "| case | input | line printed | exit |", "|---|---|---|---|"]
     esc = lambda s: s.replace("|", "\\|").replace("\n", " ⏎ ")  # noqa: E731

@@ -123,5 +123,6 @@ def test_compare_refuses_an_embedding_and_a_classification_archive_in_one_line(e
     with pytest.raises(CompareError) as exc:
         check_comparable([load_evidence(cls), load_evidence(emb)])
     msg = str(exc.value)
-    assert "[task] kind differs" in msg and '"classification"' in msg and '"embedding"' in msg, msg
-    assert "[quality] metric differs" in msg and "\n" not in msg, msg
+    assert msg.startswith(f"not comparable: different task kinds: {load_evidence(cls).name} is classification, "
+                          f"{load_evidence(emb).name} is embedding"), msg
+    assert "quality rule" in msg and "\n" not in msg, msg

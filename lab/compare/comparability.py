@@ -109,6 +109,27 @@ def _differ(field: str, a: Evidence, va: str, b: Evidence, vb: str) -> str:
     return f"{field} differs: {a.name} has {va}, {b.name} has {vb}"
 
 
+def task_kind(ev: Evidence) -> str:
+    """The archive's task kind ([task] kind; "classification" when absent, as in task_rule)."""
+    return str(json.loads(task_rule(ev))["kind"])
+
+
+def refuse_other_kinds(evidence: list[Evidence]) -> None:
+    """CompareError leading with the difference that matters when the archives hold different task
+    kinds: 'different task kinds: A is embedding, B is generation', then only the names of the other
+    fields that differ (KEYS), never their values (every rule of another kind differs anyway)."""
+    kinds = {e.name: task_kind(e) for e in evidence}
+    if len(set(kinds.values())) < 2:
+        return
+    first = evidence[0]
+    others = [field for field, get in KEYS if field != "task rule"
+              and any(get(e) != get(first) for e in evidence[1:])]
+    tail = f"; their {' and '.join(others)} {'differ' if len(others) > 1 else 'differs'} too" if others else ""
+    raise CompareError(f"not comparable: different task kinds: "
+                       f"{', '.join(f'{n} is {k}' for n, k in kinds.items())}{tail}; compare only archives "
+                       "of one task kind, the same campaign file run on each rental")
+
+
 def pass_record(ev: Evidence) -> tuple:
     """The passes an archive holds, as (pass_id, start_time) pairs: two archives with the same
     record hold the same campaign's passes (a copy, or the same campaign packed twice)."""
@@ -139,6 +160,7 @@ def check_comparable(evidence: list[Evidence]) -> dict:
                                "archive once")
         seen[rec] = e.name
     first = evidence[0]
+    refuse_other_kinds(evidence)
     differences, two_models = [], []
     for field, get in KEYS:
         ref = get(first)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 import typing
 from dataclasses import MISSING, dataclass, fields
@@ -40,6 +41,8 @@ KIND_METRICS = {"classification": METRICS, "embedding": EMBEDDING_METRICS, "cust
 GENERATION_KEYS = ("prompt", "max_new_tokens", "stop", "max_text_tokens", "decoding", "normalisation")
 POOLINGS = ("mean",)             # lab.passes.tasks.embedding.mean_pool: mean over the attention mask
 DIRECTIONS = ("higher", "lower")  # a user metric's better side
+# kinds whose outputs are labels a user's own "file.py:function" metric judges (parse_config)
+USER_METRIC_KINDS = ("classification", "custom")
 ENTRY_RE = re.compile(r"^(?P<file>[^:]+\.py):(?P<name>[A-Za-z_][A-Za-z0-9_]*)$")
 ROTATIONS = ("cyclic",)          # lab.orchestration.schedule.rotated_schedule: repetition r rotated by r-1
 SUBGROUPS = ("buckets",)         # lab.orchestration.validate: metric and coverage per length bucket
@@ -249,7 +252,9 @@ class TaskSection:
 
 @dataclass(frozen=True)
 class QualitySection:
-    """[quality]: metric, absolute threshold and tolerance (fractions), reference variant.
+    """[quality]: metric, absolute threshold, tolerance, reference variant. The threshold is a fraction in
+    [0, 1] for a built-in metric, any finite number in the metric's unit for the user's own; the tolerance
+    is a fraction in [0, 1] (it bounds the share of flipped ids too, lab.compare.decision.agreement_pairs).
 
     ``metric``: a built-in name (lab.orchestration.config.KIND_METRICS for the task's kind) or the user's own
     procedure ``"path/to/file.py:function"`` (``function(predictions, references) -> float``,
@@ -271,19 +276,31 @@ class QualitySection:
         known = tuple(dict.fromkeys(m for ms in KIND_METRICS.values() for m in ms))
         if self.user_metric:
             parse_entry(self.metric, "[quality] metric")
-            if self.direction not in DIRECTIONS:
+            if self.direction is None:
                 raise ConfigError(f"[quality] metric {self.metric!r} is your own function: declare direction = "
                                   '"higher" or "lower" (which side is better)')
+            if self.direction not in DIRECTIONS:
+                raise ConfigError(f"[quality] direction = {self.direction!r} is not a direction; use "
+                                  '"higher" or "lower" (which side of your metric is better)')
         else:
             if self.metric not in known:
-                raise ConfigError(f"[quality] metric {self.metric!r} unknown; use {' or '.join(METRICS)}, "
+                raise ConfigError(f"[quality] metric {self.metric!r} unknown; use {' or '.join(METRICS)} "
+                                  "(or your own \"file.py:function\") for classification or custom, "
                                   f"{' or '.join(EMBEDDING_METRICS)} for embeddings, "
-                                  f"{' or '.join(GENERATION_METRICS)} for generation, or \"file.py:function\"")
+                                  f"{' or '.join(GENERATION_METRICS)} for generation")
             if self.direction not in (None, "higher"):
                 raise ConfigError(f"[quality] direction: the built-in metric {self.metric!r} is higher-is-better; "
                                   "remove direction")
-        if not 0 <= self.threshold <= 1 or not 0 <= self.tolerance <= 1:
-            raise ConfigError("[quality] threshold and tolerance are fractions in [0, 1]")
+        if self.user_metric:  # in the metric's own unit: any finite number
+            if not math.isfinite(self.threshold):
+                raise ConfigError(f"[quality] threshold = {self.threshold!r} is not a finite number; declare your "
+                                  "metric's pass mark in its own unit")
+        elif not 0 <= self.threshold <= 1:
+            raise ConfigError(f"[quality] threshold = {self.threshold!r} is outside [0, 1]; the built-in metric "
+                              f"{self.metric!r} is a fraction")
+        if not 0 <= self.tolerance <= 1:  # it also bounds the share of flipped ids (compare.decision.agreements)
+            raise ConfigError(f"[quality] tolerance = {self.tolerance!r} is outside [0, 1]; it bounds the share of "
+                              "ids whose output differs, a fraction")
         if self.subgroups not in SUBGROUPS:
             raise ConfigError(f"[quality] subgroups {self.subgroups!r} is not implemented; use "
                               f"{' or '.join(map(repr, SUBGROUPS))} (metric per length bucket)")
@@ -453,6 +470,20 @@ class CampaignConfig:
     task: TaskSection = TaskSection()
 
 
+def with_article(word: str) -> str:
+    """``word`` after its indefinite article ("a custom", "an embedding"), by its first letter
+    (a vowel takes "an"; the task kinds and engine names this lab prints need no other rule)."""
+    return ("an " if word[:1].lower() in "aeiou" else "a ") + word
+
+
+def metric_choices(kind: str) -> str:
+    """The [quality] metrics a task of ``kind`` accepts, as a message's "use ..." tail: its built-in
+    names (KIND_METRICS), and the user's own "file.py:function" only for USER_METRIC_KINDS
+    (parse_config refuses it for the others)."""
+    names = " or ".join(KIND_METRICS[kind])
+    return names + (', or your own "file.py:function"' if kind in USER_METRIC_KINDS else "")
+
+
 def parse_config(raw: dict) -> CampaignConfig:
     """Typed configuration from the parsed TOML ``raw``; raises ConfigError (one line)."""
     check_keys(raw, TOP_KEYS, "top level:")
@@ -471,11 +502,12 @@ def parse_config(raw: dict) -> CampaignConfig:
         raise ConfigError("series must be declared as [[series]] tables")
     task, quality = parsed["task"], parsed["quality"]
     if not quality.user_metric and quality.metric not in KIND_METRICS[task.kind]:
-        raise ConfigError(f"[quality] metric {quality.metric!r} does not judge a {task.kind} task; use "
-                          f"{' or '.join(KIND_METRICS[task.kind])}, or your own \"file.py:function\"")
-    if quality.user_metric and task.kind in ("embedding", "generation"):
-        raise ConfigError('[quality] metric "file.py:function" judges label outputs (classification or custom); '
-                          f"for a {task.kind} task use {' or '.join(KIND_METRICS[task.kind])}")
+        raise ConfigError(f"[quality] metric {quality.metric!r} does not judge {with_article(task.kind)} task; "
+                          f"use {metric_choices(task.kind)}")
+    if quality.user_metric and task.kind not in USER_METRIC_KINDS:
+        raise ConfigError(f'[quality] metric "file.py:function" judges label outputs '
+                          f"({' or '.join(USER_METRIC_KINDS)}); for {with_article(task.kind)} task use "
+                          f"{metric_choices(task.kind)}")
     cfg = CampaignConfig(defaults=check_defaults(raw.get("defaults", {})),
                          series=tuple(SeriesSection.parse(s, i) for i, s in enumerate(series, 1)),
                          **parsed)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from lab.facts.errors import ProtocolError
 from lab.facts.diskfull import atomic_write_text
-from lab.orchestration.config import GENERATION_KEYS, CampaignConfig, ConfigError, CostSection, parse_config
+from lab.orchestration.config import (GENERATION_KEYS, CampaignConfig, ConfigError, CostSection,
+                                      parse_config)
 from lab.facts.files import REPO_ROOT, sha256_bytes
 from lab.inputs.variants import Variant, VariantError, expand_series, find_variant
 
@@ -162,8 +163,10 @@ def load_protocol(path: str | Path, relative_to: str | Path | None = None) -> Pr
 def refuse_unsupported(proto: Protocol, path: Path) -> None:
     """One-line ProtocolError for a variant the task cannot run: ``engine = "vllm"`` on a task
     kind other than lab.passes.tasks.vllm_job.VLLM_KINDS (custom entries run the user's own
-    code). cards > 1 and compile = true run for every kind (lab.passes.multicard merges by the
-    kind; lab.passes.compile compiles by the job's own step, a custom entry compiles itself)."""
+    code), and a declared value the task's job always overrides (generation's padding:
+    lab.passes.tasks.generation.PADDING_HONOURED). cards > 1 and compile = true run for every kind
+    (lab.passes.multicard merges by the kind; lab.passes.compile compiles by the job's own step, a
+    custom entry compiles itself)."""
     from lab.passes.tasks.vllm_job import VLLM_KINDS
 
     kind = proto.task_kind
@@ -172,6 +175,14 @@ def refuse_unsupported(proto: Protocol, path: Path) -> None:
         raise ProtocolError(f"{path}: variant {vllm[0]} declares engine = \"vllm\", which runs "
                             f"{', '.join(VLLM_KINDS)} tasks in this lab, not {kind}; declare "
                             "engine = \"transformers\" for it")
+    if kind == "generation":  # the job always pads each batch on the left to its longest prompt
+        from lab.passes.tasks.generation import PADDING_HONOURED
+
+        for v in proto.variants:
+            if v.padding != PADDING_HONOURED:
+                raise ProtocolError(f"{path}: variant {v.name} declares padding = \"{v.padding}\"; a generation "
+                                    f"task pads each batch on the left to its longest prompt, never to max_length; "
+                                    f"declare padding = \"{PADDING_HONOURED}\" (the default)")
 
 
 # ---- lock and versions -------------------------------------------------------------
@@ -300,6 +311,17 @@ def lock_warnings(proto: Protocol, now: datetime | None = None) -> list[str]:
     return out
 
 
+def changed_task_files(files: dict[str, Path], entry: dict, now: dict[str, str]) -> list[Path]:
+    """Of the user's ``files`` ({role: path}, Protocol.task_files), those whose sha256 in ``now``
+    ({role: sha256}, lab.orchestration.identity.task_files_sha256) differs from the lock ``entry``'s
+    ``task_files_sha256``; every file when the entry predates that map (it kept only their joint
+    ``task_sha256``)."""
+    locked = entry.get("task_files_sha256")
+    if not isinstance(locked, dict):
+        return list(files.values())
+    return [files[role] for role in sorted(files) if locked.get(role) != now.get(role)] or list(files.values())
+
+
 def locked_version(proto: Protocol) -> dict:
     """The lock entry matching the file, its corpus and its model files as they are now.
 
@@ -320,9 +342,10 @@ def locked_version(proto: Protocol) -> dict:
     nxt = f"run `iteralab protocol lock {proto.path}` to make version {len(versions) + 1}"
     if same:
         last = same[-1]
+        code = changed_task_files(proto.task_files(), last, ident.get("task_files_sha256", {}))
         what = (f"corpus {proto.corpus_path.name}" if last.get("corpus_sha256") != ident["corpus_sha256"]
                 else "model files" if last.get("model_sha256") != ident["model_sha256"]
-                else f"task code ({', '.join(str(p) for p in proto.task_files().values())})")
+                else f"task code ({', '.join(map(str, code))})")
         raise ProtocolError(f"{proto.path.name}: {what} changed since lock (version {last['version']}); restore "
                             f"it, or {nxt} (results of versions never mix)")
     raise ProtocolError(

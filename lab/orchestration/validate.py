@@ -23,6 +23,7 @@ import numpy as np
 
 from lab.inputs.corpus import BUCKETS
 from lab.facts.errors import UserError
+from lab.facts.numbers import beside
 from lab.passes.records import Validation
 
 
@@ -407,14 +408,15 @@ def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
     if metric is not None:
         threshold_ok = metric >= thr if higher else metric <= thr
         if not threshold_ok:
-            reasons.append(f"{name} {metric:.4f} {'<' if higher else '>'} threshold {thr}")
+            reasons.append(f"{name} {beside(metric, thr, 4)} {'<' if higher else '>'} threshold {thr}")
         if reference is not None and reference_metric is not None:
             gap = round(metric - reference_metric, 6)
             ref = _reference_codes(reference, expected, code)
             agreement = round(float(np.count_nonzero(ref == pred)) / n, 6)
             tolerance_ok = gap >= -tol - 1e-12 if higher else gap <= tol + 1e-12
             if not tolerance_ok:
-                reasons.append(f"{name} {abs(gap):.4f} {'below' if higher else 'above'} the reference, "
+                reasons.append(f"{name} {beside(abs(gap), tol, 4)} {'below' if higher else 'above'} "
+                               "the reference, "
                                f"tolerance {tol}")
         else:
             reasons.append("reference variant has no validated pass yet: gap not computed")
@@ -450,7 +452,7 @@ def _within_tolerance(name: str, gap: float, tol: float, reasons: list[str]) -> 
     ``tol`` below it; a reason is appended to ``reasons`` when not."""
     ok = gap >= -tol - 1e-12
     if not ok:
-        reasons.append(f"{name} {-gap:.4f} below the reference, tolerance {tol}")
+        reasons.append(f"{name} {beside(-gap, tol, 4)} below the reference, tolerance {tol}")
     return ok
 
 
@@ -555,7 +557,7 @@ def validate_embedding_pass(corpus: list[dict], predictions_path: Path, quality:
         if metric is not None:
             threshold_ok = metric >= thr
             if not threshold_ok:
-                reasons.append(f"{name} {metric:.4f} < threshold {thr}")
+                reasons.append(f"{name} {beside(metric, thr, 4)} < threshold {thr}")
         if reference is not None and reference_metric is not None and metric is not None:
             gap = round(metric - reference_metric, 6)
             cos = cosine_agreement(ordered, reference)
@@ -665,7 +667,7 @@ def validate_generation_pass(corpus: list[dict], predictions_path: Path, quality
                                                            [refs[i] for i in sub], normalisation), 6)
             threshold_ok = metric >= thr
             if not threshold_ok:
-                reasons.append(f"{name} {metric:.4f} < threshold {thr}")
+                reasons.append(f"{name} {beside(metric, thr, 4)} < threshold {thr}")
         if reference is not None and reference_metric is not None and metric is not None:
             gap = round(metric - reference_metric, 6)
             agree = output_agreement(by_id, reference, normalisation)

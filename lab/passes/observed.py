@@ -148,15 +148,19 @@ def require_honoured(variant: Variant, observed: dict, device: str) -> None:
     """
     bad = []
     observed = {k: v for k, v in observed.items() if v != NOT_OBSERVABLE}  # custom code: recorded, not claimed
+    # custom code: the lab never saw its weights or batches, only what its settings_used() reported
+    entry = "the entry's settings_used() reported" if "reported_by_entry" in observed else ""
     if "dtype" in observed and observed["dtype"] != DTYPES[variant.precision]:
-        bad.append(f"precision {variant.precision} declared, weights loaded as {observed['dtype']}")
+        bad.append(f"precision {variant.precision} declared, "
+                   + (f"{entry} {observed['dtype']}" if entry else f"weights loaded as {observed['dtype']}"))
     if "device" in observed and observed["device"] != device:
-        bad.append(f"device {device} asked, weights on {observed['device']}")
+        bad.append(f"device {device} asked, "
+                   + (f"{entry} device {observed['device']}" if entry else f"weights on {observed['device']}"))
     engine = observed.get("engine", "transformers")  # only lab.engines.vllm reports an engine
     # attention is transformers' attn_implementation; vLLM picks its own backend (recorded, not compared)
     if (variant.attention and engine == "transformers"
             and observed.get("attention", variant.attention) != variant.attention):
-        bad.append(f"attention {variant.attention} declared, the model reports {observed['attention']}")
+        bad.append(f"attention {variant.attention} declared, {entry or 'the model reports'} {observed['attention']}")
     share = observed.get("threads_per_worker")
     if share and observed["threads"] != share:
         bad.append(f"threads {observed['threads_declared']} declared for the pass = {share} per worker "
@@ -169,11 +173,11 @@ def require_honoured(variant: Variant, observed: dict, device: str) -> None:
                    f"allow_tf32 {observed['tf32_matmul']}, float32 matmul precision "
                    f"{observed.get('float32_matmul_precision')}; TORCH_ALLOW_TF32_CUBLAS_OVERRIDE?)")
     if variant.compile != observed.get("compile", variant.compile):
-        bad.append(f"compile {variant.compile} declared, compiled module: {observed['compile']}")
+        bad.append(f"compile {variant.compile} declared, {entry or 'compiled module:'} {observed['compile']}")
     if variant.quantization == "none" and observed.get("quantization", "none") != "none":
-        bad.append(f"quantization none declared, weights are {observed['quantization']}")
+        bad.append(f"quantization none declared, {entry or 'weights are'} {observed['quantization']}")
     if "padding" in observed and not _padding_ok(variant.padding, observed["padding"]):
-        bad.append(f"padding {variant.padding} declared, batches padded: {observed['padding']}")
+        bad.append(f"padding {variant.padding} declared, {entry or 'batches padded:'} {observed['padding']}")
     if "max_tokens" in observed and observed["max_tokens"] > variant.max_length:
         bad.append(f"max_length {variant.max_length} declared, an item kept {observed['max_tokens']} tokens")
     if "bucketing" in observed and not (observed["bucketing"] != "corpus order" if variant.bucketing

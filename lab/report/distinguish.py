@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass
 from itertools import combinations
 from math import comb
 
+from lab.facts.numbers import beside
+
 ALPHA = 0.05
 MAX_EXACT_SPLITS = 200_000  # C(n+m, n) above this is not enumerated (20 vs 20 would be 1.4e11)
 
@@ -114,7 +116,8 @@ def compare_durations(a: list[float], b: list[float]) -> PairVerdict:
         return PairVerdict(len(a), len(b), disjoint, u, p, False,
                            f"not enough passes to distinguish: n = {len(a)} and {len(b)} "
                            f"(smallest p the exact test can give with these sizes: "
-                           f"{smallest_p(len(a), len(b)):.3f} > {ALPHA}; 4 and 4 or 3 and 5 can reach it)")
+                           f"{beside(smallest_p(len(a), len(b)), ALPHA, 3)} > {ALPHA}; "
+                           "4 and 4 or 3 and 5 can reach it)")
     u, p = exact_mann_whitney(a, b)
     if disjoint:
         faster = "first" if max(a) < min(b) else "second"
@@ -123,7 +126,7 @@ def compare_durations(a: list[float], b: list[float]) -> PairVerdict:
                            f"exact Mann-Whitney p = {p:.3f}")
     if p <= ALPHA:
         return PairVerdict(len(a), len(b), False, u, p, True,
-                           f"ranges overlap but exact Mann-Whitney p = {p:.3f} <= {ALPHA}")
+                           f"ranges overlap but exact Mann-Whitney p = {beside(p, ALPHA, 3)} <= {ALPHA}")
     return PairVerdict(len(a), len(b), False, u, p, False,
-                       f"ranges overlap and exact Mann-Whitney p = {p:.3f} > {ALPHA}: "
+                       f"ranges overlap and exact Mann-Whitney p = {beside(p, ALPHA, 3)} > {ALPHA}: "
                        "spread comparable to the gap, not distinguished")

@@ -19,6 +19,7 @@ import pandas as pd
 from lab.facts.files import sha256_file
 from lab.passes.events import PassStatus
 from lab.passes.records import Attempt, Observed, PassResult, Phases
+from lab.passes.observed import NOT_OBSERVABLE
 from lab.report.conditions import CONDITIONS, INT_CONDITIONS, condition_cells
 
 OBSERVED = ("dtype", "device", "attention", "threads_declared", "threads", "compile", "quantization",
@@ -63,6 +64,16 @@ COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_na
               "corpus_accepted"]
            + list(PEAKS) + list(ENGINE_MEMORY)
            + ["per_card_memory", "predictions_path", "predictions_sha256", "notes"])
+
+
+
+def unreadable_count_note(key: str, value: str) -> str:
+    """The raw table's note for an observed count (``key``) recorded as text, its cell left empty:
+    NOT_OBSERVABLE (custom code applies it itself: recorded, never claimed), else the per-card
+    values of a multi-card pass that differ ("card 0: x; card 1: y")."""
+    if value == NOT_OBSERVABLE:
+        return f"observed {key}: not observable, the entry's own code applies it"
+    return f"observed {key} differs between cards: {value}"
 
 
 def _sha256(path: Path) -> str:
@@ -144,7 +155,7 @@ def raw_rows(attempts: list[Attempt], campaign: str, protocol_version: int, camp
             row[f"observed_{k}"] = value
             if f"observed_{k}" in INT_COLUMNS and isinstance(value, str):  # cards differ: "card 0: x; ..."
                 row[f"observed_{k}"] = None
-                notes.append(f"observed {k} differs between cards: {value}")
+                notes.append(unreadable_count_note(k, value))
         if seen and obs.tf32_matmul is None:
             notes.append("empty observed TF32 cells: this pass's runner predates their observation")
         if obs.threads_split:

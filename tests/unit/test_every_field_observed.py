@@ -73,3 +73,17 @@ def test_a_contradicted_vllm_option_is_named(field_name):
     with pytest.raises(NotHonoured, match="declared value not honoured: ") as e:
         require_honoured(VLLM, {**VLLM_HONOURED, **change}, "cpu")
     assert words in str(e.value)
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"dtype": "bfloat16"}, "precision fp32 declared, the entry's settings_used() reported bfloat16"),
+    ({"device": "cuda:0"}, "device cpu asked, the entry's settings_used() reported device cuda:0"),
+    ({"padding": "max_length"}, "padding longest declared, the entry's settings_used() reported max_length"),
+])
+def test_a_custom_entry_contradiction_says_what_the_entry_reported(change, words):
+    """Custom code: the lab never saw its weights or batches, only its settings_used() (fixmsg item 6)."""
+    declared = replace(DECLARED, precision="fp32")
+    seen = {**HONOURED, "dtype": "float32", "reported_by_entry": sorted(change), **change}
+    with pytest.raises(NotHonoured) as e:
+        require_honoured(declared, seen, "cpu")
+    assert words in str(e.value) and "weights" not in str(e.value) and "batches padded" not in str(e.value)

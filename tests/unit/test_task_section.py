@@ -5,11 +5,13 @@ No model is loaded."""
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from conftest import cut_corpus, write_campaign
+from lab.orchestration.config import parse_config
 from lab.orchestration.protocol import ProtocolError, load_protocol
 from lab.orchestration.validate import validate_pass
 
@@ -38,7 +40,7 @@ def test_absent_task_is_classification_with_unchanged_ids_and_pass_spec(tmp_path
     ('\n[task]\nkind = "embeding"\n', None, "kind 'embeding' unknown; did you mean 'embedding'?"),
     ('\n[task]\nkind = "embedding"\npoolin = "mean"\n', None, "[task] unknown key 'poolin'; did you mean 'pooling'?"),
     ('\n[task]\nkind = "embedding"\npooling = "cls"\n', None, "pooling 'cls' is not implemented"),
-    ('\n[task]\nkind = "embedding"\n', None, "metric 'accuracy' does not judge a embedding task"),
+    ('\n[task]\nkind = "embedding"\n', None, "metric 'accuracy' does not judge an embedding task"),
     ('\n[task]\nkind = "custom"\n', None, 'needs entry = "path/to/file.py:ClassName"'),
     ('\n[task]\nkind = "custom"\nentry = "model.py"\n', None, 'is not "path/to/file.py:Name"'),
     ('\n[task]\npooling = "mean"\n', None, 'pooling applies to kind = "embedding" only'),
@@ -49,6 +51,98 @@ def test_bad_task_section_one_line(tmp_path, extra, edit, message):
     with pytest.raises(ProtocolError) as e:
         load_protocol(campaign(tmp_path, extra, edit))
     assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("kind, builtin", [("embedding", "nn_accuracy"), ("generation", "exact_match"),
+                                           ("custom", "accuracy")])
+def test_a_metric_refusal_suggests_only_what_the_next_check_accepts(tmp_path, kind, builtin):
+    """A refused [quality] metric's "use ..." names only what the lock then accepts: the user's own
+    "file.py:function" only for a kind that accepts it (fixmsg item 2)."""
+    task = f'\n[task]\nkind = "{kind}"\n' + {"custom": 'entry = "e.py:C"\n',
+                                               "generation": 'prompt = "{text}"\nmax_new_tokens = 4\n'}.get(kind, "")
+    (tmp_path / "a").mkdir()
+    with pytest.raises(ProtocolError) as e:
+        load_protocol(campaign(tmp_path / "a", task, ('metric = "accuracy"', 'metric = "no_such_metric"')
+                               if kind == "custom" else None))
+    message = str(e.value)
+    assert builtin in message and "\n" not in message, message
+    offered = '"file.py:function"' in message.split(" use ", 1)[1]
+    assert offered == (kind == "custom"), message
+    if not offered:  # the user's own metric is then refused, and its refusal offers no other way out
+        (tmp_path / "b").mkdir()
+        with pytest.raises(ProtocolError) as e2:
+            load_protocol(campaign(tmp_path / "b", task,
+                                   ('metric = "accuracy"', 'metric = "m.py:f"\ndirection = "higher"')))
+        assert "judges label outputs" in str(e2.value), str(e2.value)
+        assert '"file.py:function"' not in str(e2.value).split(" use ", 1)[1], str(e2.value)
+
+
+@pytest.mark.parametrize("edited", [("m.py",), ("entry.py",), ("entry.py", "m.py")])
+def test_task_code_changed_since_lock_names_only_the_files_whose_sha256_changed(tmp_path, fake_model, edited):
+    """The lock keeps each user file's sha256 (task_files_sha256): the refusal names the edited ones only;
+    an entry locked before that map (only task_sha256) names them all (fixmsg item 1)."""
+    from lab.orchestration.protocol import changed_task_files, lock, locked_version
+
+    (tmp_path / "entry.py").write_text("class C:\n    def predict(self, texts):\n        return texts\n")
+    (tmp_path / "m.py").write_text("def score(p, r):\n    return 0.5\n")
+    f = write_campaign(tmp_path, fake_model, cut_corpus(tmp_path / "c.jsonl", 2, 1, 1))
+    f.write_text(f.read_text().replace('metric = "accuracy"', 'metric = "m.py:score"\ndirection = "lower"')
+                 + '\n[task]\nkind = "custom"\nentry = "entry.py:C"\n')
+    entry = lock(load_protocol(f), check=False)
+    for name in edited:
+        (tmp_path / name).write_text((tmp_path / name).read_text() + "# edited\n")
+    with pytest.raises(ProtocolError) as e:
+        locked_version(load_protocol(f))
+    named = str(e.value).split("task code (", 1)[1].split(")", 1)[0].split(", ")
+    assert sorted(Path(n).name for n in named) == sorted(edited), str(e.value)
+    files = load_protocol(f).task_files()
+    old = {k: v for k, v in entry.items() if k != "task_files_sha256"}
+    assert changed_task_files(files, old, {}) == list(files.values())
+
+
+def test_generation_refuses_at_lock_a_padding_its_job_never_applies(tmp_path):
+    """A generation pass pads each batch on the left to its longest prompt: padding = "max_length" is
+    refused when the file is loaded, in one line, not by every pass at run (fixmsg item 3)."""
+    task = '\n[task]\nkind = "generation"\nprompt = "{text}"\nmax_new_tokens = 4\n'
+    f = campaign(tmp_path, task, ('metric = "accuracy"', 'metric = "exact_match"'))
+    assert {v.padding for v in load_protocol(f).variants} == {"longest"}
+    f.write_text(f.read_text().replace('padding = "longest"', 'padding = "max_length"'))
+    with pytest.raises(ProtocolError) as e:
+        load_protocol(f)
+    assert 'declares padding = "max_length"' in str(e.value) and 'declare padding = "longest"' in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+USER_METRIC = ('metric = "accuracy"', 'metric = "m.py:score"\ndirection = "lower"')
+
+
+@pytest.mark.parametrize("edit, message", [
+    (("threshold = 0.2", "threshold = 55"), "[quality] threshold = 55 is outside [0, 1]"),
+    (("tolerance = 0.05", "tolerance = 2"), "[quality] tolerance = 2 is outside [0, 1]"),
+    (("threshold = 0.2", "threshold = nan"), "[quality] threshold = nan is not a finite number"),
+    (('direction = "lower"', 'direction = "down"'), "[quality] direction = 'down' is not a direction; use"),
+])
+def test_quality_refusals_name_the_key_and_its_value(tmp_path, edit, message):
+    """Each [quality] number refused names its key and value; a wrong direction reads as a wrong value,
+    not a missing key (fixmsg item 4)."""
+    f = campaign(tmp_path, "", USER_METRIC if "nan" in edit[1] or "direction" in edit[0] else None)
+    f.write_text(f.read_text().replace(*edit))
+    with pytest.raises(ProtocolError) as e:
+        load_protocol(f)
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_a_user_metric_threshold_is_any_finite_number_in_its_unit(tmp_path):
+    f = campaign(tmp_path, "", USER_METRIC)
+    f.write_text(f.read_text().replace("threshold = 0.2", "threshold = 55"))
+    assert parse_config(tomllib.loads(f.read_text())).quality.threshold == 55
+
+
+def test_indefinite_article_by_first_letter():
+    from lab.orchestration.config import with_article
+
+    assert [with_article(k) for k in ("embedding", "generation", "custom", "classification")] == [
+        "an embedding", "a generation", "a custom", "a classification"]
 
 
 def test_every_kind_may_declare_two_cards(tmp_path):

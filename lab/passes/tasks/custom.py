@@ -51,8 +51,12 @@ class EntryNotLoadable(PassFailure):
 
 
 def last_traceback_line(exc: BaseException) -> str:
-    """'File "x.py", line N, in f: Error: message' for the innermost frame of ``exc``."""
-    frames = traceback.extract_tb(exc.__traceback__)
+    """'x.py, line N, in f: Error: message' for the innermost frame of ``exc`` in a real file (Python's
+    own "<frozen importlib...>" frames skipped); a SyntaxError names its own file and line, the
+    user's, where Python reports it (SyntaxError.filename, .lineno), not the importer's frame."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{Path(exc.filename).name}, line {exc.lineno}: {type(exc).__name__}: {exc.msg}"[:300]
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
     where = f'{Path(frames[-1].filename).name}, line {frames[-1].lineno}, in {frames[-1].name}: ' if frames else ""
     text = traceback.format_exception_only(type(exc), exc)[-1].strip()
     return (where + text)[:300]

@@ -36,6 +36,9 @@ from lab.passes.tasks.generation_core import GenerationRule
 from lab.passes.tasks.text_metrics import NORMALISATION
 
 PADDING_RULE = "left: the lab pads every batch itself (generation_core.pad_left)"
+#: The one declared padding this job honours: every batch is padded (left) to its longest prompt, never to
+#: max_length (lab.orchestration.protocol.refuse_unsupported refuses any other at lock).
+PADDING_HONOURED = "longest"
 
 
 def rule_of(task: dict) -> GenerationRule:
