@@ -114,8 +114,6 @@ CASES: list[tuple[str, str | tuple[str, ...], str | tuple[str, ...]]] = [
     ("generation with padding to max_length", ("[corpus]", 'metric = "accuracy"', 'padding = "longest"'),
      ('[task]\nkind = "generation"\nprompt = "{text}"\nmax_new_tokens = 4\n[corpus]', 'metric = "exact_match"',
       'padding = "max_length"')),
-    ("compile for an embedding task", ("[corpus]", 'metric = "accuracy"', 'padding = "longest"'),
-     ('[task]\nkind = "embedding"\n[corpus]', 'metric = "nn_accuracy"', 'padding = "longest"\ncompile = true')),
     ("vLLM for a custom task", ("[corpus]", 'padding = "longest"'),
      ('[task]\nkind = "custom"\nentry = "model.py:Model"\n[corpus]', 'padding = "longest"\nengine = "vllm"')),
     ("vLLM with padding to max_length", 'padding = "longest"', 'padding = "max_length"\nengine = "vllm"'),

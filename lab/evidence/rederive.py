@@ -13,6 +13,7 @@ import sqlite3
 import msgspec
 
 from lab.evidence.format import JOURNAL, ArchiveError
+from lab.facts.errors import LabError
 from lab.orchestration.config import EMBEDDING_METRICS, GENERATION_METRICS
 from lab.orchestration.journal import Journal, JournalVersion, attempt_record
 from lab.passes.events import FINISHED, PassStatus
@@ -258,7 +259,7 @@ def check_cards(pid: str, scan, per_card: list, pred_rel: str, problems: list[st
                         "(cards/card<r>.predictions.jsonl)")
 
 
-class MetricNotRederived(Exception):
+class MetricNotRederived(LabError):
     """A pass's metric is the user's own function and verify was given no metric file (the opt-in):
     not a problem of the archive, but a figure verify did not re-derive (Verification.not_rederived)."""
 
