@@ -18,6 +18,7 @@ import pandas as pd
 
 from lab.facts.files import sha256_file
 from lab.passes.events import PassStatus
+from lab.passes.records import PHASES
 from lab.report.conditions import CONDITIONS, INT_CONDITIONS, condition_cells
 
 OBSERVED = ("dtype", "device", "attention", "threads_declared", "threads", "compile", "quantization",
@@ -28,7 +29,6 @@ OBSERVED = ("dtype", "device", "attention", "threads_declared", "threads", "comp
             # sequences it ran in one engine step (batch_size above: the most items the lab sent per call)
             "engine", "max_num_seqs", "max_num_batched_tokens", "max_running")
 TRUNCATED = ("truncated_short", "truncated_medium", "truncated_long")
-PHASES = ("startup", "model_load", "engine_start", "compile", "warmup", "measured", "probe", "evaluation", "writing")
 # utilization (lab.passes.probe) and compilation (lab.passes.compile), from result.json: frames dynamo
 # compiled in the compile phase, the warm-up and the measured window; shapes compiled as "4x128; 3x128"
 # (items x tokens, "dynamic" tokens where the sequence dimension was compiled symbolically)
