@@ -168,7 +168,7 @@ def raw_rows(attempts: list[dict], campaign: str, protocol_version: int, campaig
                          "or its runner predates it)")
         if r.get("probe_error"):
             notes.append(r["probe_error"])
-        notes += engine_notes(r) if vllm else compile_notes(v, r, a["status"])
+        notes += engine_notes(v, r) if vllm else compile_notes(v, r, a["status"])
         for k in ("expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids",
                   "ids_match", "format_ok", "coverage_ok", "metric_name", "metric",
                   "reference_metric", "gap_to_reference", "agreement_with_reference",
@@ -212,12 +212,18 @@ def output_tokens_per_s(result: dict) -> float | None:
     return round(out / window, 4) if out is not None and window else None
 
 
-def engine_notes(result: dict) -> list[str]:
-    """A vLLM pass's notes: where its weights were loaded, what its batch size means, what its
-    memory cells are (lab.passes.tasks.vllm_job, lab.engines.vllm.reservation)."""
+def engine_notes(variant: dict, result: dict) -> list[str]:
+    """A vLLM pass's notes: where its weights were loaded, what compile was declared and what vLLM
+    ran (result.json's ``engine.scheduler.enforce_eager``; lab.engines.vllm.settings_for maps
+    ``compile = false`` to ``enforce_eager``), what its batch size means, what its memory cells are
+    (lab.passes.tasks.vllm_job, lab.engines.vllm.reservation). ``variant``: the lock's variant fields."""
+    declared = "true" if variant.get("compile") else "false"
+    eager = ((result.get("engine") or {}).get("scheduler") or {}).get("enforce_eager")
+    eager_text = ("vLLM did not record its enforce_eager" if eager is None
+                  else f"vLLM ran enforce_eager {'true' if eager else 'false'}")
     out = ["vLLM pass: its weights load and its KV cache is reserved in engine_start_s (set-up, outside "
-           "the measured window); model_load_s is the lab's tokenizer; compile means vLLM's own "
-           "(enforce_eager false), no lab compile phase"]
+           f"the measured window); model_load_s is the lab's tokenizer; compile = {declared} was declared, "
+           f"{eager_text} (vLLM's own compilation, no lab compile phase)"]
     obs = result.get("observed") or {}
     if obs.get("batch_size") is not None:
         ran = obs.get("max_running")
