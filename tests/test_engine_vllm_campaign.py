@@ -95,6 +95,12 @@ def check_vllm_pass(res: dict, row: dict, items: int, batch: int) -> None:
     assert int(row["engine_reserved_bytes"]) == mem["reserved_bytes"] and row["engine_reserved_of"] == "host RAM"
     assert "never added to peak_allocated_bytes" in row["notes"]
     assert row["engine_reserved_bytes"] != row["process_peak_rss_bytes"]
+    # the window's CPU: the work is in the engine's processes (the worker and what vLLM spawns),
+    # counted beside the pass process's, so the row is not "starved" for the client's idle wait
+    c = res["conditions"]
+    assert c["engine_processes"] >= 2 and c["engine_cpu_time_s"] > c["cpu_time_s"], c
+    assert float(row["engine_cpu_time_s"]) == c["engine_cpu_time_s"]
+    assert row["starved"] == "False", row["starved_reason"]
 
 
 @pytest.fixture(scope="module")

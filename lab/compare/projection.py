@@ -3,7 +3,8 @@ the user's declared load, from measured figures only.
 
 - Throughput: items/s of each successful pass's measured window (raw table). The median
   pass and the worst (slowest) pass are both projected; packages are sized on the worst.
-- Setup: the largest measured startup + model load + warm-up of a successful pass, once per lot.
+- Setup: the largest sum of a successful pass's set-up phases (lab.passes.records.SETUP_PHASES:
+  start-up, model load, an engine's start, compile, warm-up), once per lot.
 - Lots: k lots are k separate rentals, each processing 1/k of the load with the measured
   configuration (an offline corpus splits by items; no interconnect is assumed).
 - Cards: a lot whose cards outnumber the cards a pass used is never assumed to scale
@@ -34,6 +35,7 @@ from lab.compare.evidence import NO_PACKAGE, Evidence
 from lab.cost.forfaits import Catalog, PricingError, Quote, cost_per_validated_corpus, quote
 from lab.cost.sizing import Sizing, cheapest_covering
 from lab.passes.events import PassStatus
+from lab.passes.records import SETUP_PHASES
 from lab.report.summary import median_pass_throughput, recompilation_caveat
 
 
@@ -188,7 +190,7 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
     rows = [r for r in ev.raw_rows if r["variant_id"] == vid]
     ok = [r for r in rows if r["status"] == PassStatus.OK and _f(r.get("items_per_s"))]
     rates: list[float] = [x for r in ok if (x := _f(r["items_per_s"]))]
-    setups = [sum(_f(r.get(f"{p}_s")) or 0.0 for p in ("startup", "model_load", "warmup")) for r in ok]
+    setups = [sum(_f(r.get(f"{p}_s")) or 0.0 for p in SETUP_PHASES) for r in ok]
     cost, gpu = ev.cost, ev.gpu
     why: list[str] = []
     q = own = None

@@ -13,6 +13,7 @@ import pandas as pd
 from lab.compare.decision import Comparison, agreement_text, catalog_line, ids_clause
 from lab.compare.evidence import NO_PACKAGE
 from lab.compare.projection import Projection
+from lab.passes.records import SETUP_PHASES
 from lab.report.conditions import starved_text
 
 CSV_COLUMNS = ("banner", "host", "archive", "hardware", "threads", "gpu_priced", "variant_id", "variant_label",
@@ -134,7 +135,7 @@ def decision_markdown(c: Comparison) -> str:
             f"- Packages considered: every package of the catalog for the archive's GPU, 1 to "
             f"{c.max_lots} lots; catalog {c.catalog_path}.",
             "- k lots are k rentals each processing 1/k of the load at the worst measured pass's "
-            "throughput, after the largest measured setup (start-up, model load, warm-up).", "",
+            f"throughput, after the largest measured setup (its phases {', '.join(SETUP_PHASES)}).", "",
             "## Archives", ""]
     for a in c.archives:
         k = a["cost"]

@@ -26,6 +26,11 @@ PADDINGS = ("longest", "max_length")
 ENGINES = ("transformers", "vllm")
 """Inference engines a variant can declare (SPEC section 2, "engine"); the first is the default."""
 VLLM_ONLY = ("max_num_seqs", "vllm_memory_fraction")  # engine options that only vLLM reads
+VLLM_ONLY_WHERE = ('set {option} only where engine = "vllm": a [[series]] of its own with engine = "vllm" '
+                   'among its fixed fields (e.g. factor = "{option}", values = [{value}], engine = "vllm"), '
+                   'or remove {option}')
+"""How to give a vLLM option to the vLLM variants only: [defaults] and a series' fixed fields apply to
+every variant they make (lab.inputs.variants.expand_series, lab.orchestration.config.check_defaults)."""
 SERIES_SEP = "+"  # joins the names of the series a shared variant belongs to
 DERIVED_KEYS = ("variant_id", "label")  # written by Variant.to_json, recomputed from the fields
 ID_FIELDS = ("batch_size", "precision", "padding", "max_length", "bucketing", "device", "compile",
@@ -251,9 +256,20 @@ def expand_series(defaults: Variant, series: Iterable[SeriesDecl]) -> list[Varia
         bad = set(fixed) - known
         if bad:
             raise VariantError(f"series {name!r}: unknown field(s) {', '.join(sorted(bad))}")
-        base = replace(defaults, **fixed)
         for value in values:
-            v = replace(base, **{factor: value}, series=name, name=f"{name}/{factor}={value}")
+            vname = f"{name}/{factor}={value}"
+            try:
+                v = replace(defaults, **fixed, **{factor: value}, series=name, name=vname)
+            except VariantError as exc:
+                engine = value if factor == "engine" else fixed.get("engine", defaults.engine)
+                opt = next((f for f in VLLM_ONLY if f in fixed), None)
+                if opt is None or engine == "vllm":
+                    raise VariantError(f"variant {vname}: {exc}") from None
+                raise VariantError(
+                    f"variant {vname}: {opt} = {fixed[opt]!r}, fixed by series {name!r} for every value of "
+                    f"{factor}, is a vLLM option but this variant's engine = {engine!r}; a series cannot fix a "
+                    "field for one of its values only: " + VLLM_ONLY_WHERE.format(option=opt, value=fixed[opt])
+                ) from None
             if v.variant_id not in seen:
                 seen.add(v.variant_id)
                 out.append(v)

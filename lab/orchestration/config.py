@@ -27,7 +27,7 @@ from lab.facts.constants import (DEFAULT_DELIVERABLES, DEFAULT_LOTS, DEFAULT_MIN
 from lab.facts.errors import UserError
 from lab.facts.typecheck import type_name as _type_name
 from lab.facts.typecheck import type_ok as _type_ok
-from lab.inputs.variants import Variant, VariantError
+from lab.inputs.variants import VLLM_ONLY, VLLM_ONLY_WHERE, Variant, VariantError
 
 METRICS = ("accuracy", "macro_f1")  # classification (and custom code that returns labels)
 # nn_accuracy: leave-one-out nearest-neighbour label accuracy (lab.passes.tasks.embedding_metrics)
@@ -410,7 +410,14 @@ def check_defaults(table: Any) -> Variant:
     try:
         return Variant(**table)
     except VariantError as exc:
-        raise ConfigError(f"[defaults] {exc}") from None
+        engine = table.get("engine", Variant.engine)
+        opt = next((f for f in VLLM_ONLY if f in table), None)
+        if opt is None or engine == "vllm":
+            raise ConfigError(f"[defaults] {exc}") from None
+        raise ConfigError(f"[defaults] {opt} = {table[opt]!r} is a vLLM option, and [defaults] applies to every "
+                          f"variant, whose engine here is {engine!r}"
+                          + ("" if "engine" in table else " (the default)") + "; "
+                          + VLLM_ONLY_WHERE.format(option=opt, value=table[opt])) from None
 
 
 @dataclass(frozen=True)

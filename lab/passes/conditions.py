@@ -8,6 +8,13 @@ each pass records, around its measured window (:class:`WindowConditions`):
 - ``cpu_time_s``: the pass process's CPU time (user + system, every thread) over the window
   (``time.process_time``: CLOCK_PROCESS_CPUTIME_ID, nanoseconds; psutil's ``cpu_times`` count
   whole 10 ms ticks, too coarse for a 0.1 s window), next to its wall time and the torch threads;
+- ``engine_cpu_time_s``: for a pass whose engine runs in its own processes (vLLM:
+  lab.passes.tasks.vllm_job's ``engine_pid``), the CPU time of that process and every
+  descendant over the window (:func:`tree_cpu_times`, read at the window's start and end), counted
+  in the CPU share beside ``cpu_time_s``: the pass process only sends the engine its requests;
+  ``engine_processes`` / ``engine_processes_exited`` / ``engine_processes_missed``: how many were
+  read at the end, how many read at the start were gone by then, and how many of those could not
+  be counted (:func:`tree_cpu_seconds`: their window time is left out, never guessed);
 - ``cpu_affinity``: the CPUs the process may run on (``os.sched_getaffinity``);
   ``cpu_quota``: the CPUs its cgroup quota allows (:func:`cpu_quota`, cgroup v2 ``cpu.max``
   or v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``; None with the reason when no quota
@@ -70,14 +77,18 @@ def starvation(cond: dict) -> str:
     A figure that was not measured (None) proves nothing either way and triggers no rule.
     """
     why = []
+    engine = cond.get("engine_cpu_time_s")
+    got = (cond.get("cpu_time_s") or 0.0) + (engine or 0.0)
+    of = "" if engine is None else (f" ({cond.get('cpu_time_s'):.3f} s the pass process, {engine:.3f} s its "
+                                    f"engine's {cond.get('engine_processes')} process(es))")
     need, avail = cond.get("cpus_needed"), cond.get("cpus_available")
     if need is not None and avail is not None and avail < need:
         why.append(f"{need} CPU(s) needed ({cond.get('needs', 'threads')}), {avail:g} available "
                    f"({cond.get('available_from', 'affinity and quota')})")
     share = cond.get("cpu_share")
     if share is not None and not str(cond.get("device", "cpu")).startswith("cuda") and share < STARVED_SHARE:
-        why.append(f"CPU share {share:.2f} < {STARVED_SHARE}: the window got {cond.get('cpu_time_s'):.3f} s of "
-                   f"CPU time in {cond.get('wall_s'):.3f} s on {cond.get('cpus_usable', 1):g} usable CPU(s)")
+        why.append(f"CPU share {share:.2f} < {STARVED_SHARE}: the window got {got:.3f} s of CPU time{of} in "
+                   f"{cond.get('wall_s'):.3f} s on {cond.get('cpus_usable', 1):g} usable CPU(s)")
     steal = cond.get("steal_share")
     if steal is not None and steal >= STARVED_STEAL:
         why.append(f"the hypervisor stole {steal:.0%} of the CPUs' time (>= {STARVED_STEAL:.0%})")
@@ -94,6 +105,55 @@ def cpu_share(cpu_time_s: float | None, wall_s: float | None, cpus_needed: float
         return None
     usable = min(float(cpus_needed), cpus_available) if cpus_available else float(cpus_needed)
     return round(cpu_time_s / (wall_s * usable), 4) if usable > 0 else None
+
+
+def tree_cpu_times(pid: int | None) -> dict[int, tuple[float, float, int]]:
+    """{pid: (create time, CPU s, parent pid)} of process ``pid`` and all its descendants
+    (psutil ``children(recursive=True)``); CPU s is user + system + the times of the children it
+    has reaped (Linux ``utime + stime + cutime + cstime``, whole clock ticks: 10 ms). A process
+    that vanishes or refuses while being read is left out. {} for None or a gone ``pid``."""
+    if pid is None:
+        return {}
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return {}
+    out = {}
+    for p in procs:
+        try:
+            with p.oneshot():
+                t = p.cpu_times()
+                out[p.pid] = (p.create_time(), t.user + t.system + t.children_user + t.children_system, p.ppid())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out
+
+
+def tree_cpu_seconds(start: dict[int, tuple[float, float, int]],
+                     end: dict[int, tuple[float, float, int]]) -> tuple[float, int, int]:
+    """(CPU s the process tree used between two :func:`tree_cpu_times` readings, processes of
+    ``start`` gone at ``end``, of which missed). A process read at both (same pid and create
+    time) counts its difference; one started in between counts all its time; one that exited in
+    between is counted through its parent's children times when its parent is still in the tree
+    (its parent reaped it: its whole time moved there, so its ``start`` reading, the part before
+    the window, is taken off); one whose parent is gone too is missed: its time in the window is
+    not counted (an undercount, never a guess), and the missed count says how many."""
+    total, gone, missed = 0.0, 0, 0
+    for pid, (created, cpu, _) in end.items():
+        before = start.get(pid)
+        total += cpu - before[1] if before and before[0] == created else cpu
+    for pid, (created, cpu, parent) in start.items():
+        after = end.get(pid)
+        if after is None or after[0] != created:
+            gone += 1
+            if parent in end and end[parent][0] == start.get(parent, end[parent])[0]:
+                total -= cpu
+            else:
+                missed += 1
+    return round(total, 4), gone, missed
 
 
 def _read(path: Path) -> str | None:
@@ -245,22 +305,34 @@ class WindowConditions:
     window's wall seconds right after its last; :meth:`stop` returns the record (module doc).
     """
 
-    def __init__(self, device: str, threads: int, workers_on_host: int = 1):
+    def __init__(self, device: str, threads: int, workers_on_host: int = 1, engine_pid: int | None = None):
         self.device, self.threads, self.workers = device, threads, max(1, workers_on_host)
+        self.engine_pid = engine_pid
         self._t0: dict = {}
 
     def start(self) -> None:
         self._t0 = {"gpu": gpu_state(self.device), "load": _load(), "stat": proc_stat_ticks(),
-                    "cpu": time.process_time()}
+                    "engine": tree_cpu_times(self.engine_pid), "cpu": time.process_time()}
 
     def stop(self, wall_s: float | None) -> dict:
-        cpu_end, stat_end, load_end = time.process_time(), proc_stat_ticks(), _load()
+        cpu_end, engine_end = time.process_time(), tree_cpu_times(self.engine_pid)
+        stat_end, load_end = proc_stat_ticks(), _load()
         gpu_end = gpu_state(self.device)
         t0 = self._t0
         reasons: dict[str, str] = {}
         cpu_s = round(cpu_end - t0["cpu"], 4) if t0 and wall_s is not None else None
         if cpu_s is None:
             reasons["cpu_time_s"] = "window not completed: no end reading"
+        engine: dict[str, float | int | None] = {}
+        if self.engine_pid is not None:
+            engine = {"engine_cpu_time_s": None, "engine_processes": len(engine_end), "engine_processes_exited": None,
+                      "engine_processes_missed": None}
+            if cpu_s is not None and t0.get("engine") and engine_end:
+                (engine["engine_cpu_time_s"], engine["engine_processes_exited"],
+                 engine["engine_processes_missed"]) = tree_cpu_seconds(t0["engine"], engine_end)
+            else:
+                reasons["engine_cpu_time_s"] = (f"the engine's process {self.engine_pid} could not be read at the "
+                                                "window's " + ("start" if not t0.get("engine") else "end"))
         affinity, _ = cpu_affinity()
         quota, quota_src = cpu_quota()
         if quota is None:
@@ -290,7 +362,10 @@ class WindowConditions:
                "available_from": f"affinity {affinity}" + (f", quota {quota:g} CPU" if quota is not None else
                                                            ", no quota"),
                "cpus_usable": round(usable, 4),
-               "cpu_share": cpu_share(cpu_s, wall_s, per_worker, avail / self.workers if avail else None),
+               **engine,
+               "cpu_share": cpu_share(cpu_s + engine["engine_cpu_time_s"] if engine.get("engine_cpu_time_s") is not None
+                                      and cpu_s is not None else cpu_s,
+                                      wall_s, per_worker, avail / self.workers if avail else None),
                "load_1m_start": t0.get("load"), "load_1m_end": load_end, "steal_share": steal,
                "gpu_start": t0.get("gpu"), "gpu_end": gpu_end, "rule": "lab.passes.conditions.starvation"}
         rec["starved_reason"] = starvation(rec)

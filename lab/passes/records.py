@@ -53,6 +53,13 @@ class Phases(Record, frozen=True):
     writing: float | None = None
 
 
+# The phases before the measured window (SPEC: set-up / warm-up, "timed separately, never inside
+# the measured window"): a lot pays them once, whatever it measures. compare sums them per pass
+# (lab.compare.projection); the rest of Phases (measured, probe, evaluation, writing) is not set-up.
+SETUP_PHASES = ("startup", "model_load", "engine_start", "compile", "warmup")
+PHASES = tuple(Phases.__struct_fields__)  # every phase, in the sequence's order
+
+
 class Observed(Record, frozen=True):
     """What actually ran (lab.passes.observed): after the warm-up (model fields) and after the
     window (window fields). Over several cards a value that differs is "card 0: x; card 1: y"."""

@@ -239,7 +239,8 @@ class PassSequence:
         tracker.reset()
         if dynamo:
             dynamo.start()
-        cond = WindowConditions(device, torch.get_num_threads(), workers)
+        engine_pid = getattr(job, "engine_pid", None)  # an engine in its own processes (vLLM): their CPU counts
+        cond = WindowConditions(device, torch.get_num_threads(), workers, engine_pid() if engine_pid else None)
         inf.synchronize(device)
         card.common_start()
         cond.start()

@@ -4,8 +4,10 @@ Cells (``CONDITIONS``, read from ``result.json`` ``conditions``, written by
 lab.passes.conditions.WindowConditions around the measured window):
 
 - ``cpu_time_s``: the pass process's CPU time (user + system, all threads) over the window;
-- ``cpu_share``: ``cpu_time_s`` / (window wall s x min(CPUs needed, CPUs available)); CPUs
-  needed = torch's threads on a CPU device, 1 on a GPU;
+- ``engine_cpu_time_s``: a pass whose engine runs in its own processes (vLLM): the CPU time of
+  that process tree over the window (empty for an engine in the pass process);
+- ``cpu_share``: (``cpu_time_s`` + ``engine_cpu_time_s``) / (window wall s x min(CPUs needed, CPUs
+  available)); CPUs needed = torch's threads on a CPU device, 1 on a GPU;
 - ``cpu_affinity``: CPUs the process could run on; ``cpu_quota``: CPUs its cgroup quota
   allows (empty: no quota, reason in notes); ``cpus_available``: the smaller of the two;
 - ``load_1m_start`` / ``load_1m_end``: the host's 1-minute load average;
@@ -19,8 +21,8 @@ A cell that was not measured is empty, and ``notes`` says why (SPEC 3.10).
 
 from __future__ import annotations
 
-CONDITIONS = ("cpu_time_s", "cpu_share", "cpu_affinity", "cpu_quota", "cpus_available", "load_1m_start",
-              "load_1m_end", "steal_share", "starved", "starved_reason", "gpu_sm_clock_mhz_start",
+CONDITIONS = ("cpu_time_s", "engine_cpu_time_s", "cpu_share", "cpu_affinity", "cpu_quota", "cpus_available",
+              "load_1m_start", "load_1m_end", "steal_share", "starved", "starved_reason", "gpu_sm_clock_mhz_start",
               "gpu_sm_clock_mhz_end", "gpu_throttle_start", "gpu_throttle_end")
 INT_CONDITIONS = ("cpu_affinity", "gpu_sm_clock_mhz_start", "gpu_sm_clock_mhz_end")
 NOT_RECORDED = ("window conditions not recorded: the pass ended before its measured window "
@@ -35,8 +37,8 @@ def condition_cells(conditions: dict | None, running: bool) -> tuple[dict, list[
     if not c:
         return {k: None for k in CONDITIONS}, [] if running else [NOT_RECORDED]
     g0, g1 = c.get("gpu_start") or {}, c.get("gpu_end") or {}
-    cells = {k: c.get(k) for k in ("cpu_time_s", "cpu_share", "cpu_affinity", "cpu_quota", "cpus_available",
-                                   "load_1m_start", "load_1m_end", "steal_share")}
+    cells = {k: c.get(k) for k in ("cpu_time_s", "engine_cpu_time_s", "cpu_share", "cpu_affinity", "cpu_quota",
+                                   "cpus_available", "load_1m_start", "load_1m_end", "steal_share")}
     cells.update(starved=bool(c.get("starved")), starved_reason=c.get("starved_reason") or None,
                  gpu_sm_clock_mhz_start=g0.get("sm_clock_mhz"), gpu_sm_clock_mhz_end=g1.get("sm_clock_mhz"),
                  gpu_throttle_start=_reasons(g0), gpu_throttle_end=_reasons(g1))
@@ -52,6 +54,11 @@ def condition_cells(conditions: dict | None, running: bool) -> tuple[dict, list[
                      ("steal_share", "steal_share")):
         if cells.get(key) is None and reasons.get(key):
             notes.append(f"empty {col}: {reasons[key]}")
+    if c.get("engine_cpu_time_s") is None and reasons.get("engine_cpu_time_s"):
+        notes.append(f"empty engine_cpu_time_s (cpu_share is the pass process's alone): {reasons['engine_cpu_time_s']}")
+    if c.get("engine_processes_missed"):
+        notes.append(f"engine_cpu_time_s leaves out {c['engine_processes_missed']} engine process(es) that exited "
+                     "in the window with their parent (lab.passes.conditions.tree_cpu_seconds)")
     gpu_why = sorted({reasons[k] for k in ("gpu_start", "gpu_end") if reasons.get(k)})
     notes += [f"empty GPU clock cells: {w}" for w in gpu_why]
     if g1.get("throttled") or g0.get("throttled"):

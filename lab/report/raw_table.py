@@ -18,8 +18,8 @@ import pandas as pd
 
 from lab.facts.files import sha256_file
 from lab.passes.events import PassStatus
-from lab.passes.records import Attempt, Observed, PassResult, Phases
 from lab.passes.observed import NOT_OBSERVABLE
+from lab.passes.records import PHASES, Attempt, Observed, PassResult, Phases
 from lab.report.conditions import CONDITIONS, INT_CONDITIONS, condition_cells
 
 OBSERVED = ("dtype", "device", "attention", "threads_declared", "threads", "compile", "quantization",
@@ -30,7 +30,6 @@ OBSERVED = ("dtype", "device", "attention", "threads_declared", "threads", "comp
             # sequences it ran in one engine step (batch_size above: the most items the lab sent per call)
             "engine", "max_num_seqs", "max_num_batched_tokens", "max_running")
 TRUNCATED = ("truncated_short", "truncated_medium", "truncated_long")
-PHASES = ("startup", "model_load", "engine_start", "compile", "warmup", "measured", "probe", "evaluation", "writing")
 # utilization (lab.passes.probe) and compilation (lab.passes.compile), from result.json: frames dynamo
 # compiled in the compile phase, the warm-up and the measured window; shapes compiled as "4x128; 3x128"
 # (items x tokens, "dynamic" tokens where the sequence dimension was compiled symbolically)
@@ -191,7 +190,7 @@ def raw_rows(attempts: list[Attempt], campaign: str, protocol_version: int, camp
                          "or its runner predates it)")
         if r.probe_error:
             notes.append(r.probe_error)
-        notes += engine_notes(r.observed, r.engine_memory) if vllm else compile_notes(v, r, a.status)
+        notes += engine_notes(v, r) if vllm else compile_notes(v, r, a.status)
         for k in VALIDATION:
             row[k] = getattr(val, k) if val is not None else None
         for b in ("short", "medium", "long"):
@@ -238,14 +237,20 @@ def output_tokens_per_s(result: PassResult) -> float | None:
     return round(out / window, 4) if out is not None and window else None
 
 
-def engine_notes(observed: Observed | None, engine_memory: dict | None) -> list[str]:
-    """A vLLM pass's notes (from its result's ``observed`` and ``engine_memory``): where its
-    weights were loaded, what its batch size means, what its memory cells are
-    (lab.passes.tasks.vllm_job, lab.engines.vllm.reservation)."""
+def engine_notes(variant: dict, result: PassResult) -> list[str]:
+    """A vLLM pass's notes: where its weights were loaded, what compile was declared and what vLLM
+    ran (the record's ``engine.scheduler.enforce_eager``; lab.engines.vllm.settings_for maps
+    ``compile = false`` to ``enforce_eager``), what its batch size means, what its memory cells are
+    (``engine_memory``; lab.passes.tasks.vllm_job, lab.engines.vllm.reservation). ``variant``: the
+    lock's variant fields."""
+    declared = "true" if variant.get("compile") else "false"
+    eager = ((result.engine or {}).get("scheduler") or {}).get("enforce_eager")
+    eager_text = ("vLLM did not record its enforce_eager" if eager is None
+                  else f"vLLM ran enforce_eager {'true' if eager else 'false'}")
     out = ["vLLM pass: its weights load and its KV cache is reserved in engine_start_s (set-up, outside "
-           "the measured window); model_load_s is the lab's tokenizer; compile means vLLM's own "
-           "(enforce_eager false), no lab compile phase"]
-    obs = observed or NOTHING_OBSERVED
+           f"the measured window); model_load_s is the lab's tokenizer; compile = {declared} was declared, "
+           f"{eager_text} (vLLM's own compilation, no lab compile phase)"]
+    obs = result.observed or NOTHING_OBSERVED
     if obs.batch_size is not None:
         ran = obs.max_running
         out.append(f"batch_size {obs.batch_size} is the most items the lab sent vLLM per call; vLLM "
@@ -253,7 +258,7 @@ def engine_notes(observed: Observed | None, engine_memory: dict | None) -> list[
                       else "did not report how many sequences it ran together")
                    + f" (its limits: max_num_seqs {obs.max_num_seqs}, max_num_batched_tokens "
                    f"{obs.max_num_batched_tokens})")
-    mem = engine_memory or {}
+    mem = result.engine_memory or {}
     if mem:
         out.append(f"engine_reserved_bytes: vLLM's up-front reservation (weights + KV cache), fraction "
                    f"{mem.get('fraction')} of {mem.get('of')}, in the engine's own processes: never added to "

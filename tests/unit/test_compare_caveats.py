@@ -61,3 +61,17 @@ def test_a_recompiled_variant_is_flagged_in_every_file_of_a_comparison():
     b_section = md.split("### B rtx-4090 / batch 8, compile", 1)[1].split("##", 1)[0]
     assert "**Not steady-state:** " + CAVEAT in a_section
     assert "Not steady-state" not in b_section
+
+
+def test_setup_sums_every_set_up_phase_of_the_record_engine_start_and_compile_included():
+    ev = evidence("vllm")
+    # a vLLM pass: 1 s start-up + 2 s tokenizer + 61.9 s engine start + 3 s warm-up; a compile phase of
+    # 4 s on another pass; the measured window and after are not set-up
+    rows = [dict(r, engine_start_s="61.9", measured_s=r["measured_s"], evaluation_s="50.0", writing_s="9.0")
+            for r in ev.raw_rows]
+    rows[0]["compile_s"] = "4.0"
+    ev = Evidence(path=None, name="vllm", manifest=ev.manifest, summary=[], raw_rows=rows, campaign={}, lock={},
+                  corpus_card=None, files_checked=1, config=ev.config)
+    p = project(ev, variant(0), load_catalog(None), 1000, None, 2)
+    assert p.setup_s == 1.0 + 2.0 + 61.9 + 4.0 + 3.0
+    assert projection_row(p)["setup_s"] == p.setup_s

@@ -74,3 +74,29 @@ def test_a_campaign_file_refuses_a_misspelt_engine_in_one_line():
     with pytest.raises(ValueError, match="engine 'vlm' unknown") as e:
         parse_config(tomllib.loads(text))
     assert "\n" not in str(e.value)
+
+
+def test_a_vllm_option_on_a_transformers_variant_names_the_variant_and_how_to_set_it():
+    text = DEMO_CAMPAIGN.read_text()
+    series = '[[series]]\nname = "engine"\nfactor = "engine"\nvalues = ["transformers", "vllm"]\n'
+    cfg = parse_config(tomllib.loads(text + series + "vllm_memory_fraction = 0.2\n"))
+    with pytest.raises(VariantError) as e:
+        expand_series(cfg.defaults, cfg.series)
+    msg = str(e.value)
+    assert msg.startswith("variant engine/engine=transformers: vllm_memory_fraction = 0.2, fixed by series "
+                          "'engine' for every value of engine, is a vLLM option but this variant's engine = "
+                          "'transformers'"), msg
+    assert 'a [[series]] of its own with engine = "vllm"' in msg and "values = [0.2]" in msg and "\n" not in msg
+    # the way the message gives: a series of its own, the vLLM option reaching the vLLM variant only
+    fixed = tomllib.loads(text + series + '[[series]]\nname = "vllm-memory"\nfactor = "vllm_memory_fraction"\n'
+                          'values = [0.2]\nengine = "vllm"\n')
+    cfg = parse_config(fixed)
+    variants = expand_series(cfg.defaults, cfg.series)
+    assert [(v.name, v.engine) for v in variants if v.vllm_memory_fraction == 0.2] == [
+        ("vllm-memory/vllm_memory_fraction=0.2", "vllm")]
+    assert all(v.vllm_memory_fraction is None for v in variants if v.engine == "transformers")
+    with pytest.raises(ValueError) as d:  # [defaults]: every variant, transformers by default
+        parse_config(tomllib.loads(text.replace("[defaults]", "[defaults]\nvllm_memory_fraction = 0.2", 1)))
+    assert str(d.value).startswith("[defaults] vllm_memory_fraction = 0.2 is a vLLM option, and [defaults] "
+                                   "applies to every variant, whose engine here is 'transformers' (the default); "
+                                   'set vllm_memory_fraction only where engine = "vllm"'), str(d.value)

@@ -227,3 +227,54 @@ def test_window_record_share_and_verdict(monkeypatch, threads, workers, affinity
     rec = w.stop(1.0)
     assert rec["cpu_share"] == share and rec["starved"] is starved, rec
     assert rec["cpus_needed"] == threads * workers and rec["cpus_available"] == min(affinity, quota or affinity)
+
+
+BUSY = "import time\nt = time.process_time()\nwhile time.process_time() - t < 30: pass\n"
+# the engine's root process starts a busy descendant and is busy itself (vLLM: the worker and its engine core)
+ENGINE = ("import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', sys.argv[1]])\n" + BUSY)
+
+
+def test_an_engine_in_its_own_processes_counts_their_cpu_time_in_the_window(monkeypatch):
+    import subprocess
+    import time
+
+    import psutil
+
+    monkeypatch.setattr(cond, "cpu_affinity", lambda: (1, "test"))
+    monkeypatch.setattr(cond, "cpu_quota", lambda: (None, "not in a CPU quota (test)"))
+    engine = subprocess.Popen([sys.executable, "-c", ENGINE, BUSY])
+    try:
+        deadline = time.monotonic() + 30
+        while len(psutil.Process(engine.pid).children()) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with_engine, alone = WindowConditions("cpu", 1, engine_pid=engine.pid), WindowConditions("cpu", 1)
+        with_engine.start(), alone.start()
+        t = time.perf_counter()
+        time.sleep(1.0)  # the pass process waits on its engine, as a vLLM client does
+        wall = time.perf_counter() - t
+        rec, own = with_engine.stop(wall), alone.stop(wall)
+    finally:
+        for p in psutil.Process(engine.pid).children(recursive=True):
+            p.kill()
+        engine.kill()
+        engine.wait()
+    assert rec["engine_processes"] == 2 and rec["engine_processes_exited"] == 0
+    assert rec["engine_processes_missed"] == 0
+    assert rec["engine_cpu_time_s"] > 0.2, rec  # two busy processes for 1 s, even on a loaded host
+    assert rec["cpu_share"] == round((rec["cpu_time_s"] + rec["engine_cpu_time_s"]) / wall, 4)
+    assert own["cpu_share"] < 0.1 and "engine_cpu_time_s" not in own  # a transformers pass: unchanged
+    if rec["starved"]:
+        assert "s its engine's 2 process(es)" in rec["starved_reason"]
+
+
+def test_engine_processes_that_start_or_exit_in_the_window():
+    start = {1: (100.0, 5.0, 0), 2: (100.0, 3.0, 1), 3: (100.0, 1.0, 1), 5: (100.0, 0.5, 3)}
+    # 1 ran 2 s more and reaped 3 (3's 1.5 s total, 1.0 s of it before the window, now in 1's
+    # children times); 2 ran 0.5 s; 4 started in the window and ran 0.25 s; 5 exited with its
+    # parent 3 gone too: missed (its window time not counted)
+    end = {1: (100.0, 5.0 + 2.0 + 1.5, 0), 2: (100.0, 3.5, 1), 4: (101.0, 0.25, 1)}
+    assert cond.tree_cpu_seconds(start, end) == (2.0 + 0.5 + 0.5 + 0.25, 2, 1)
+    # pid 2 exited and was reaped by 1 (+3.25 s in 1's children times); a new process took pid 2
+    reused = {1: (100.0, 5.0 + 3.25, 0), 2: (102.0, 0.5, 1), 3: (100.0, 1.0, 1), 5: (100.0, 0.5, 3)}
+    assert cond.tree_cpu_seconds(start, reused) == (0.25 + 0.5, 1, 0)
+    assert cond.tree_cpu_seconds({}, {}) == (0.0, 0, 0)

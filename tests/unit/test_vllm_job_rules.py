@@ -100,13 +100,20 @@ def test_the_raw_table_states_the_vllm_scopes():
     from lab.report.raw_table import COLUMNS, engine_notes
 
     assert {"engine", "engine_start_s", "observed_max_running", "engine_reserved_bytes"} <= set(COLUMNS)
-    notes = engine_notes(Observed(batch_size=8, max_running=5, max_num_seqs=256, max_num_batched_tokens=4096),
-                         {"fraction": 0.1, "of": "host RAM", "reasons": {"kv_cache_bytes": "x"}})
+    notes = engine_notes({"compile": False},
+                         _result(observed=Observed(batch_size=8, max_running=5, max_num_seqs=256,
+                                                   max_num_batched_tokens=4096),
+                                 engine={"scheduler": {"enforce_eager": True}},
+                                 engine_memory={"fraction": 0.1, "of": "host RAM", "reasons": {"kv_cache_bytes": "x"}}))
     text = " | ".join(notes)
+    # what was declared and what vLLM ran, from the record (not a fixed sentence)
+    assert "compile = false was declared, vLLM ran enforce_eager true" in text
+    compiled = " | ".join(engine_notes({"compile": True}, _result(engine={"scheduler": {"enforce_eager": False}})))
+    assert "compile = true was declared, vLLM ran enforce_eager false" in compiled
+    assert "vLLM did not record its enforce_eager" in " | ".join(engine_notes({}, _result()))
     assert "batch_size 8 is the most items the lab sent vLLM per call; vLLM ran at most 5" in text
     assert "fraction 0.1 of host RAM" in text and "never added to peak_allocated_bytes" in text
     assert "empty kv_cache_bytes cell: x" in text
-
 
 
 # ---- generation on vLLM -------------------------------------------------------------------------
@@ -170,3 +177,12 @@ def test_vllm_sampling_is_recorded_as_vllm_holds_it():
         sampling_type = type("T", (), {"name": "GREEDY"})()
 
     assert _sampling(Greedy()) == {"temperature": 0.0, "max_tokens": 16, "stop": ["\n"], "sampling_type": "GREEDY"}
+
+
+def _result(**fields):
+    """A vLLM pass's record with only what the note reads besides the always-written fields."""
+    from lab.passes.records import PassResult, Phases
+
+    return PassResult(pass_id="p", campaign="c", variant={"engine": "vllm"}, start_time="t0", end_time="t1",
+                      status="ok", error="", phases_s=Phases(), items_total=8, items_completed=8,
+                      predictions_path="predictions.jsonl", exit_code=0, **fields)

@@ -24,9 +24,11 @@ writes beside them (an embedding's one ``vectors.npy`` from the cards' shards), 
 applies in a one-card pass). Raises :class:`CardsNotMerged` (one line) when a card's files cannot
 be merged. :class:`LabelLines` is this step for kinds whose lines are labels.
 
-Two optional steps, for an engine that runs in its own process (lab.passes.tasks.vllm_job):
+Three optional steps, for an engine that runs in its own process (lab.passes.tasks.vllm_job):
 ``start_engine(device, pass_dir)`` -> dict of result fields, timed as ``engine_start`` right
-after ``model_load``, and ``close()``, called when the phases end on every path.
+after ``model_load``; ``engine_pid()`` -> the engine's root process id (None: not running), whose
+process tree's CPU time the window's conditions count (lab.passes.conditions); and ``close()``,
+called when the phases end on every path.
 
 One optional step for a job whose model the lab compiles itself (``compile = true``):
 ``compile(rows, device, n_items)`` -> the shapes compiled, timed as ``compile`` after the

@@ -150,6 +150,12 @@ class VllmJob:
             self._check_pooling(ready.pooling)
         return self.fields
 
+    def engine_pid(self) -> int | None:
+        """The engine worker's process id (its descendants are vLLM's engine processes); None
+        before :meth:`start_engine` or after :meth:`close`."""
+        proc = self.client.proc if self.client is not None else None
+        return proc.pid if proc is not None else None
+
     def _check_pooling(self, pooling: dict | None) -> None:
         """The declared pooling rule (mean, normalize) must be what vLLM applies to the model."""
         from lab.passes.observed import NotHonoured
