@@ -172,6 +172,23 @@ def test_an_archive_made_before_the_token_columns_still_verifies(gen_run, small_
     assert any("columns differ" in p and "output_tokens" in p for p in bad.problems), bad.problems
 
 
+def test_an_archive_made_before_any_later_column_still_verifies_while_the_column_is_empty(small_campaign, tmp_path):
+    """The kind of the token-columns case: any column added since (here the engine's CPU time,
+    empty for a transformers pass) is accepted as absent from an older archive's raw table, and a
+    column that re-derives a value is still required."""
+    from lab.evidence.archive import verify
+    from lab.service.campaigns import make_archive
+
+    files = read_members(make_archive(small_campaign.dir))
+    drop_columns(files, ("engine_cpu_time_s",))
+    old = verify(write_members(tmp_path / "old.tar.gz", files))
+    assert old.ok, old.problems
+    files = read_members(make_archive(small_campaign.dir))
+    drop_columns(files, ("cpu_time_s",))  # measured for every pass: an archive cannot leave it out
+    bad = verify(write_members(tmp_path / "bad.tar.gz", files))
+    assert any("columns differ" in p and "cpu_time_s" in p for p in bad.problems), bad.problems
+
+
 def test_compare_refuses_generation_archives_of_another_prompt_or_decoding_rule(gen_run):
     from lab.compare.comparability import check_comparable
     from lab.compare.evidence import CompareError, load_evidence

@@ -117,18 +117,19 @@ def check_raw_table(rows: list[dict], derived: list[dict], problems: list[str]) 
     for pid, n in sorted(Counter(r["pass_id"] for r in rows).items()):
         if n > 1:
             problems.append(f"pass {pid}: {n} rows in the raw table; it holds one row per attempt")
-    from lab.report.raw_table import GENERATED
-
     columns = list(derived[0]) if derived else []
     by_pass = {r["pass_id"]: r for r in derived}
-    # an archive made before the generation columns: accepted without them while no pass generated text
-    before_generation = ([c for c in columns if c not in GENERATED] == list(rows[0]) if rows else False) and not any(
-        by_pass.get(r["pass_id"], {}).get("output_tokens") not in (None, "") for r in rows)
-    if rows and columns and list(rows[0]) != columns and not before_generation:
-        extra = [str(c) if c is not None else "cells beyond the header" for c in rows[0] if c not in columns]
-        problems.append(f"{RAW_TABLE}: columns differ from the ones the report writes "
-                        f"(missing: {', '.join(c for c in columns if c not in rows[0]) or 'none'}; extra: "
-                        f"{', '.join(extra) or 'none'})")
+    if rows and columns and list(rows[0]) != columns:
+        header = list(rows[0])
+        # an archive made before a column existed: accepted without it while that column re-derives
+        # empty for every one of its rows (nothing claimed, nothing to re-derive), in the same order
+        later = [c for c in columns if c not in header and all(
+            by_pass.get(r["pass_id"], {}).get(c) in (None, "") for r in rows)]
+        if [c for c in columns if c not in later] != header:
+            extra = [str(c) if c is not None else "cells beyond the header" for c in header if c not in columns]
+            problems.append(f"{RAW_TABLE}: columns differ from the ones the report writes "
+                            f"(missing: {', '.join(c for c in columns if c not in header) or 'none'}; extra: "
+                            f"{', '.join(extra) or 'none'})")
     seen: set[str] = set()
     for row in rows:
         pid = row["pass_id"]
