@@ -71,9 +71,10 @@ doctor: $(STAMP)
 test: model $(DEV_STAMP)
 	$(VENV)/bin/pytest -q
 
-# Unit tier: no model, no engine, seconds (tests/unit/).
+# Unit tier: no model, no engine, seconds (tests/unit/), one pytest-xdist worker per CPU: on 2 cores
+# 26.2, 27.5 and 27.4 s with two workers against 37.3 s in one process (2026-12-01, idle machine).
 test-fast: $(DEV_STAMP)
-	$(VENV)/bin/pytest -q tests/unit
+	$(VENV)/bin/pytest -q -n auto tests/unit
 
 # Checked boundaries: import graph without cycle, modules and packages as units
 # (scripts/import_graph.py), import contracts (pyproject [tool.importlinter]), ruff on lab/, tui/,

@@ -33,12 +33,21 @@ try:  # Ctrl-C while the engine loads (the first few tenths of a second): one li
     import os
     from pathlib import Path
 
-    from lab.service.campaigns import (LAUNCHERS, ONE_LINE_ERRORS, make_archive, make_launcher, request_control,
-                               resolve_campaign_dir, run_demo, runs_root, spawn_detached)
     from lab.facts.constants import CORPUS_SEED
-    from lab.inputs.corpus import DEFAULT_CORPUS_ITEMS
     from lab.facts.errors import EXIT_USER, UserError
     from lab.facts.files import REPO_ROOT
+    from lab.inputs.corpus import DEFAULT_CORPUS_ITEMS
+    from lab.service.campaigns import (
+        LAUNCHERS,
+        ONE_LINE_ERRORS,
+        make_archive,
+        make_launcher,
+        request_control,
+        resolve_campaign_dir,
+        run_demo,
+        runs_root,
+        spawn_detached,
+    )
 except KeyboardInterrupt:
     print(INTERRUPTED, file=sys.stderr)
     raise SystemExit(130) from None
@@ -145,9 +154,7 @@ def cmd_campaign_replay(a) -> int:
 
 
 def cmd_campaign_status(a) -> int:
-    from lab.orchestration.status import campaign_status
-
-    from lab.orchestration.status import pass_processes
+    from lab.orchestration.status import campaign_status, pass_processes
 
     d = resolve_campaign_dir(a.target)
     st = campaign_status(d)
@@ -188,9 +195,7 @@ def cmd_archive(a) -> int:
     if a.target == "verify":
         if not a.archive:
             raise CliError("usage: iteralab archive verify FILE.tar.gz")
-        from lab.evidence.archive import verify
-
-        from lab.evidence.archive import ArchiveError
+        from lab.evidence.archive import ArchiveError, verify
 
         try:
             v = verify(Path(a.archive), a.metric_file)

@@ -108,8 +108,8 @@ def oom_campaign(folder: Path, total: int) -> Path:
 
 
 def run_campaign(f: Path) -> list[dict]:
-    from lab.orchestration.journal import Journal
     from lab.launchers.local import LocalLauncher
+    from lab.orchestration.journal import Journal
     from lab.orchestration.orchestrator import Orchestrator
     from lab.orchestration.protocol import load_protocol, lock
     from lab.report.build import build_report

@@ -286,10 +286,10 @@ def run_rental(folder: Path, model: Path, corpus: Path, *, threads: int, gpu: st
     (``gpu`` None: no [cost] section, no package declared). ``passes``: run only the first
     that many planned passes and pack the archive labelled partial (an unfinished campaign).
     ``edit``: a function (campaign file text -> text) applied before the lock."""
-    from lab.service.campaigns import make_archive
     from lab.launchers.local import LocalLauncher
     from lab.orchestration.orchestrator import Orchestrator
     from lab.orchestration.protocol import load_protocol, lock
+    from lab.service.campaigns import make_archive
 
     folder.mkdir(parents=True, exist_ok=True)
     f = write_campaign(folder, model, corpus, name="rental", repetitions=repetitions, values=values)

@@ -14,10 +14,10 @@ import sys
 import tarfile
 
 import pytest
-
-from lab.evidence.archive import ArchiveError, extract, verify
-from lab.cli import make_archive
 from conftest import REPO, cut_corpus, write_campaign
+
+from lab.cli import make_archive
+from lab.evidence.archive import ArchiveError, extract, verify
 
 
 def cli(*args, **kw) -> subprocess.CompletedProcess:
@@ -109,8 +109,8 @@ def test_links_in_the_campaign_folder_are_never_followed(small_campaign, tmp_pat
 
 
 def test_unfinished_campaign_is_refused_or_packed_labelled_partial(model_dir, tmp_path, runs_root):
-    from lab.orchestration.journal import Journal
     from lab.launchers.local import LocalLauncher
+    from lab.orchestration.journal import Journal
     from lab.orchestration.orchestrator import Orchestrator
     from lab.orchestration.protocol import load_protocol, lock
 

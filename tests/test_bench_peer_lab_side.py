@@ -9,7 +9,6 @@ import re
 import sys
 
 import pytest
-
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "scripts"))

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from lab.evidence.archive import extract
 from lab.compare import CompareError, compare_archives
 from lab.cost.forfaits import load_catalog, quote
+from lab.evidence.archive import extract
 
 REPO = Path(__file__).resolve().parents[1]
 # the test passes last well under a second: below the projection rule, projected with --allow-short

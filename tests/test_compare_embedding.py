@@ -13,7 +13,6 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import cut_corpus, write_campaign
 
 WINDOW = dict(window_start="2026-12-01T09:00+01:00", deadline="2026-12-05T09:00+01:00")

@@ -12,7 +12,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, cut_corpus, run_rental
 from test_verify_user_metric import METRIC
 

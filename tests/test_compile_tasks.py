@@ -12,7 +12,6 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import REPO, cut_corpus, write_campaign
 
 pytestmark = pytest.mark.slow

@@ -13,8 +13,8 @@ import sys
 import pytest
 from conftest import REPO, cut_corpus
 
-from lab.passes.spec import PassSpec
 from lab.inputs.variants import Variant
+from lab.passes.spec import PassSpec
 
 pytestmark = pytest.mark.slow
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from lab.inputs.variants import Variant
 from lab.orchestration.config import VARIANT_KEYS, check_defaults
 from lab.orchestration.protocol import DEMO_CAMPAIGN, ProtocolError, load_protocol
-from lab.inputs.variants import Variant
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = DEMO_CAMPAIGN.read_text()

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, demo_rows, write_campaign
+
 from lab.inputs.corpus import BuildSpec, CorpusError, build_corpus, load_items
 from lab.inputs.models import encoder_tokenizer
 from lab.orchestration.protocol import ProtocolError, load_protocol, lock

@@ -22,8 +22,8 @@ def runs_as_formula(cell: str) -> bool:
 
 
 def test_formula_like_names_are_neutralised_in_raw_table_and_summary(model_dir, tmp_path):
-    from lab.evidence.archive import verify
     from lab.cli import make_archive
+    from lab.evidence.archive import verify
     from lab.launchers.local import LocalLauncher
     from lab.orchestration.orchestrator import Orchestrator
     from lab.orchestration.protocol import load_protocol, lock

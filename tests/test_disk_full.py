@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, cut_corpus, write_campaign
+
 from lab.facts.diskfull import DiskFull
 from lab.launchers.local import LocalLauncher
 from lab.orchestration.orchestrator import Orchestrator

@@ -16,8 +16,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from conftest import DOCKER_TEST_LABELS, OOM_BATCH, OOM_LIMIT_BYTES, oom_corpus_rows
+
 from lab.facts.host import read_pins
 from lab.launchers.docker import DockerLauncher
 from lab.orchestration.orchestrator import Orchestrator

@@ -20,14 +20,14 @@ import json
 import uuid
 
 import pytest
-
 from conftest import DOCKER_TEST_LABELS, REPO, pins
+from test_docker_launcher import CORPUS, make_spec, model_dir, run_pass, stratified_30, subset
+
 from lab.facts.host import read_pins
 from lab.inputs.variants import Variant
 from lab.launchers.docker import DockerLauncher
 from lab.launchers.local import LocalLauncher
 from lab.passes.events import EXIT_OK
-from test_docker_launcher import CORPUS, make_spec, model_dir, run_pass, stratified_30, subset
 
 __all__ = ["model_dir"]  # the demo model, copied world-readable (a fixture of test_docker_launcher)
 

@@ -10,14 +10,14 @@ import json
 import shutil
 
 import pytest
-
 from conftest import DOCKER_TEST_LABELS, REPO
+from test_task_custom import custom_campaign
+
 from lab.facts.host import read_pins
 from lab.launchers.docker import C_TASK, DockerLauncher
 from lab.launchers.local import LocalLauncher
 from lab.orchestration.orchestrator import Orchestrator
 from lab.orchestration.protocol import load_protocol, lock
-from test_task_custom import custom_campaign
 
 
 def predictions(orch) -> dict[str, str]:
@@ -54,7 +54,6 @@ def test_custom_entry_runs_in_a_container_with_the_hosts_predictions(docker_clie
 @pytest.mark.docker
 def test_embedding_passes_run_in_a_container_with_the_hosts_vectors(docker_client, tmp_path, model_dir):
     import numpy as np
-
     from test_task_embedding import embedding_campaign
 
     image = read_pins()["CPU_IMAGE"]

@@ -15,13 +15,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from conftest import DOCKER_TEST_LABELS, OOM_BATCH, OOM_LIMIT_BYTES, oom_corpus_rows
+
 from lab.facts.host import read_pins
+from lab.inputs.variants import Variant
 from lab.launchers.docker import DockerLauncher, iter_lines, unreadable_for
 from lab.passes.events import EXIT_OK, parse_event
 from lab.passes.spec import PassSpec
-from lab.inputs.variants import Variant
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "demo" / "corpus" / "comparison.jsonl"
@@ -305,6 +305,7 @@ def test_pass_container_is_confined(client, image, model_dir, rows, tmp_path):
 @pytest.mark.docker
 def test_resumed_campaign_stops_the_previous_pass_container_first(client, image, model_dir, tmp_path):
     from conftest import cut_corpus, write_campaign
+
     from lab.orchestration.orchestrator import Orchestrator
     from lab.orchestration.protocol import load_protocol, lock
 

@@ -19,8 +19,8 @@ def test_toolkit_probe_on_a_real_engine_without_the_toolkit():
     """The engine here has no NVIDIA runtime: the probe's test container must fail as on a
     rental whose toolkit is missing, and the doctor must give the exact fix."""
     docker = pytest.importorskip("docker")
-    from lab.orchestration.doctor import _engine_probes
     from lab.facts.host import read_pins
+    from lab.orchestration.doctor import _engine_probes
 
     try:
         client = docker.from_env(timeout=30)

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import REPO, demo_rows
 
 from lab.inputs.corpus import BucketLimits, BuildSpec, CorpusError, build_corpus, load_items, sha256_file
-from conftest import REPO, demo_rows
 
 SOURCE = REPO.parent / "shared" / "data" / "20newsgroups" / "20news-bydate-test.jsonl"
 

@@ -10,10 +10,10 @@ import sys
 
 import psutil
 import pytest
-
 from conftest import REPO, as_limit_above, cut_corpus, wait_until, write_campaign
-from lab.orchestration.journal import Journal
+
 from lab.launchers.local import LocalLauncher
+from lab.orchestration.journal import Journal
 from lab.orchestration.orchestrator import Orchestrator
 from lab.orchestration.protocol import load_protocol, lock
 from lab.report.build import build_report

@@ -10,8 +10,8 @@ import json
 import tarfile
 
 import pytest
-
 from conftest import cut_corpus, write_campaign
+
 from lab.evidence.archive import ArchiveError, verify
 from lab.inputs.corpus import BuildSpec, CorpusError, build_corpus
 from lab.launchers.local import LocalLauncher

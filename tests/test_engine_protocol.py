@@ -6,10 +6,10 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, cut_corpus, write_campaign
-from lab.orchestration.orchestrator import Orchestrator
+
 from lab.launchers.local import LocalLauncher
+from lab.orchestration.orchestrator import Orchestrator
 from lab.orchestration.protocol import ProtocolError, load_protocol, lock, locked_version, read_lock
 
 

@@ -10,8 +10,8 @@ import tarfile
 import pytest
 
 from lab.evidence.archive import ArchiveError, extract, verify
-from lab.service.campaigns import make_archive
 from lab.report.raw_table import COLUMNS
+from lab.service.campaigns import make_archive
 
 
 def test_raw_table_one_row_per_pass_with_empty_cells_explained(small_campaign):

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import REPO, demo_rows, wait_until
+
 from lab.engines import vllm_env
 from lab.engines.vllm import VllmClient, VllmSettings, settings_for
 from lab.inputs.variants import Variant

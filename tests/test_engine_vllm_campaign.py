@@ -16,8 +16,8 @@ import os
 
 import psutil
 import pytest
-
 from conftest import cut_corpus, demo_rows, wait_until, write_campaign
+
 from lab.engines import vllm_env
 
 pytestmark = pytest.mark.skipif(not vllm_env.is_ready(), reason=(

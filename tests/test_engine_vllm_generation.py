@@ -23,11 +23,11 @@ import json
 import shutil
 
 import pytest
-
 from conftest import cut_corpus
-from lab.engines import vllm_env
 from test_engine_vllm_campaign import SERIES, by_engine, raw_rows, report, run_campaign
 from test_task_generation import generation_campaign, lines_of
+
+from lab.engines import vllm_env
 
 pytestmark = pytest.mark.skipif(not vllm_env.is_ready(), reason=(
     f"the vLLM venv {vllm_env.venv_dir()} is absent or older than requirements-vllm.txt; run "

@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import COMPARISON
-from lab.inputs.corpus import read_corpus
+
 from lab.demo.generator import demo_rule
+from lab.inputs.corpus import read_corpus
 from lab.passes.tasks.generation_core import GenerationRule, PaddingError, generate_batch, generate_padded
 from lab.passes.tasks.text_metrics import TokenCounts, exact_match
+
 
 @pytest.fixture(scope="session")
 def generator(gen_model_dir):

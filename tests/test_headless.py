@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import psutil
-
 from conftest import REPO, cut_corpus, wait_until, write_campaign
+
 from lab.orchestration.journal import Journal
 from lab.orchestration.status import campaign_status, pass_processes
 

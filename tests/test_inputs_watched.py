@@ -13,13 +13,13 @@ import re
 import shutil
 
 import pytest
+from conftest import cut_corpus, write_campaign
 
 from lab.facts.errors import ProtocolError
 from lab.launchers.local import LocalLauncher
 from lab.orchestration.orchestrator import Orchestrator
-from lab.passes.events import PassStatus
 from lab.orchestration.protocol import load_protocol, lock
-from conftest import cut_corpus, write_campaign
+from lab.passes.events import PassStatus
 
 
 class EditDuringPass(LocalLauncher):

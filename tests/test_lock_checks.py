@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, cut_corpus, write_campaign
-from lab.launchers.local import LocalLauncher
-from lab.orchestration.orchestrator import Orchestrator
+
 from lab.facts.files import sha256_file
 from lab.inputs.models import tokenizer_fingerprint
+from lab.launchers.local import LocalLauncher
+from lab.orchestration.orchestrator import Orchestrator
 from lab.orchestration.preflight import lock_checks
 from lab.orchestration.protocol import ProtocolError, load_protocol, lock
 

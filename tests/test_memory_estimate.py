@@ -22,6 +22,7 @@ def test_shape_from_checkpoint_without_loading_weights_matches_the_loaded_model(
 
 def test_the_plan_reads_the_reservation_for_a_vllm_variant(tmp_path, model_dir, monkeypatch):
     from conftest import cut_corpus, write_campaign
+
     from lab.orchestration import preflight
     from lab.service.views import build_plan
 

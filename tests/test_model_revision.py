@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, cut_corpus
+
 from lab.facts.files import sha256_file
 from lab.orchestration.identity import model_fingerprint
 from lab.orchestration.protocol import load_protocol, read_lock

@@ -21,16 +21,16 @@ from pathlib import Path
 import pytest
 from conftest import REPO, cut_corpus, settle, wait_until
 
-from lab.orchestration.config import SeriesSection
 from lab.facts.host_cards import CardsBeyondHost, check_cards_fit_host, host_card_count
+from lab.inputs.variants import Variant, VariantError, expand_series
+from lab.orchestration.config import SeriesSection
+from lab.orchestration.protocol import ProtocolError, load_protocol
 from lab.passes.distributed import (
     ProgressTally,
     shard_positions,
     threads_per_worker,
     torchrun_command,
 )
-from lab.orchestration.protocol import ProtocolError, load_protocol
-from lab.inputs.variants import Variant, VariantError, expand_series
 
 CAMPAIGN = """
 [campaign]
@@ -469,7 +469,6 @@ def test_compare_reads_the_cards_each_pass_measured(cards_campaign, tmp_path):
     import shutil
 
     from lab.compare.decision import compare_archives
-
     from lab.compare.evidence import CompareError, load_evidence
     from lab.compare.projection import project
     from lab.cost.forfaits import load_catalog
@@ -582,9 +581,8 @@ def test_merge_names_the_card_that_did_not_honour_a_declared_value(tmp_path):
     # the raw table: an integer observation that differs between cards is an empty cell, the values in notes
     import pandas as pd
 
-    from lab.report.raw_table import raw_rows, raw_table
-
     from lab.passes.records import Attempt
+    from lab.report.raw_table import raw_rows, raw_table
 
     attempt = Attempt(pass_id="merge", variant_id="v", variant=spec.variant.to_json(), result=res,
                       notes="", repetition=0, position=0, seq=0, attempt=1, launcher="local",
@@ -598,8 +596,9 @@ def test_merge_names_the_card_that_did_not_honour_a_declared_value(tmp_path):
 def test_verify_rederives_a_two_card_pass_from_its_cards(cards_campaign, tmp_path):
     """verify accepts the 2-card campaign (must-show fixture) and refuses a consistent edit of one
     card's predictions (SHA256SUMS re-hashed) that the merged predictions do not reflect."""
-    from lab.evidence.archive import verify
     from test_archive_evidence import read_members, write_members
+
+    from lab.evidence.archive import verify
 
     assert verify(cards_campaign["archive"]).ok
     files = read_members(cards_campaign["archive"])

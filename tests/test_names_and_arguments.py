@@ -14,7 +14,6 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, cut_corpus, write_campaign
 
 

@@ -7,7 +7,6 @@ import csv
 import json
 
 import pytest
-
 from conftest import cut_corpus, write_campaign
 
 
@@ -75,9 +74,9 @@ def test_truncation_is_visible_per_item_per_bucket_and_in_the_decision_note(atte
 def test_a_declared_value_the_model_contradicts_is_refused(model_dir):
     from dataclasses import replace
 
+    from lab.inputs.variants import Variant
     from lab.passes.inference import load_model
     from lab.passes.observed import NotHonoured, observe_model, require_honoured
-    from lab.inputs.variants import Variant
 
     _, model = load_model(str(model_dir), "fp32", "cpu", attention="eager")
     seen = observe_model(model, 0)

@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import psutil
-
 from conftest import REPO, cut_corpus, wait_until, write_campaign
 
 

@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, cut_corpus, write_campaign
 
 OLD_ID = "v-0000000000"  # what another id derivation would have planned
@@ -56,11 +55,11 @@ def test_cli_campaign_run_refuses_a_plan_with_an_unknown_variant_id(model_dir, t
 
 
 def test_the_orchestrator_and_the_service_layer_raise_protocol_error(model_dir, tmp_path, monkeypatch):
-    from lab.service.campaigns import spawn_detached
     from lab.facts.errors import ProtocolError
     from lab.launchers.local import LocalLauncher
     from lab.orchestration.orchestrator import Orchestrator
     from lab.orchestration.protocol import load_protocol, locked_version
+    from lab.service.campaigns import spawn_detached
 
     f, d = planned_with_an_unknown_id(tmp_path, model_dir)
     monkeypatch.setenv("ITERALAB_RUNS", str(tmp_path / "runs"))

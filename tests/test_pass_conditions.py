@@ -24,17 +24,16 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, cut_corpus, write_campaign
 
 
 @pytest.fixture(scope="module")
 def one_cpu_campaign(model_dir, tmp_path_factory):
     """threads 2, batch 1 and 4, 2 repetitions, every pass pinned to one CPU; reported and archived."""
-    from lab.service.campaigns import make_archive
     from lab.launchers.local import LocalLauncher
     from lab.orchestration.orchestrator import Orchestrator
     from lab.orchestration.protocol import load_protocol, lock
+    from lab.service.campaigns import make_archive
 
     d = tmp_path_factory.mktemp("one_cpu")
     corpus = cut_corpus(d / "corpus.jsonl", 3, 2, 1)
@@ -107,8 +106,8 @@ def test_tf32_settings_and_environment_are_recorded_per_pass_and_in_the_manifest
 
 
 def _pass_dir(model_dir: Path, tmp_path: Path, name: str, items: tuple[int, int, int], threads: int = 1) -> Path:
-    from lab.passes.spec import PassSpec
     from lab.inputs.variants import Variant
+    from lab.passes.spec import PassSpec
 
     corpus = cut_corpus(tmp_path / "corpus.jsonl", *items)
     out = tmp_path / name

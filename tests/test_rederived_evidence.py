@@ -13,19 +13,19 @@ import json
 import tarfile
 
 import pytest
-
-from lab.evidence.archive import verify
-from lab.compare import CompareError, compare_archives
 from conftest import cut_corpus, write_campaign
+
+from lab.compare import CompareError, compare_archives
+from lab.evidence.archive import verify
 
 WINDOW = dict(window_start="2026-12-01T09:00+01:00", deadline="2026-12-01T21:00+01:00")  # 12 h
 
 
 def _archive(folder, model, corpus, gpu: str, threshold: float):
-    from lab.service.campaigns import make_archive
     from lab.launchers.local import LocalLauncher
     from lab.orchestration.orchestrator import Orchestrator
     from lab.orchestration.protocol import load_protocol, lock
+    from lab.service.campaigns import make_archive
 
     folder.mkdir(parents=True)
     c = folder / "corpus.jsonl"

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from lab.service.campaigns import make_archive
 from lab.compare import compare_to_folder
+from lab.evidence.replay import ReplayError, replay_archive
 from lab.launchers.local import LocalLauncher
 from lab.orchestration.orchestrator import Orchestrator
-from lab.evidence.replay import ReplayError, replay_archive
+from lab.service.campaigns import make_archive
 
 WINDOW = {"window_start": "2026-12-01T09:00+01:00", "deadline": "2026-12-20T09:00+01:00", "allow_short": True}
 

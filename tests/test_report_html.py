@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from lab.evidence.archive import extract
 from lab.compare import compare_archives
 from lab.compare.tables import write_comparison
+from lab.evidence.archive import extract
 
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("browser_check", REPO / "scripts" / "browser_check.py")

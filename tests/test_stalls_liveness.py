@@ -10,11 +10,11 @@ import threading
 import time
 
 import psutil
-
 from conftest import cut_corpus, write_campaign
-from lab.orchestration.journal import Journal
+
 from lab.launchers.base import limit_reason
 from lab.launchers.local import LocalLauncher
+from lab.orchestration.journal import Journal
 from lab.orchestration.orchestrator import Orchestrator
 from lab.orchestration.protocol import load_protocol, lock
 from lab.orchestration.status import campaign_status, orchestrator_alive

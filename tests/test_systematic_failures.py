@@ -6,6 +6,7 @@ of memory) never block it (tests/unit/test_systematic_failures_rule.py)."""
 from __future__ import annotations
 
 from conftest import cut_corpus, write_campaign
+
 from lab.launchers.base import LaunchOutcome
 from lab.launchers.local import LocalLauncher
 from lab.orchestration.orchestrator import Orchestrator

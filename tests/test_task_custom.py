@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import REPO, cut_corpus, write_campaign
 from test_archive_evidence import edit_raw_table, member, read_members, write_members
 
@@ -24,11 +23,11 @@ def custom_campaign(folder, model_dir, entry: str, values=(1, 8)):
 
 @pytest.fixture(scope="module")
 def custom_run(tmp_path_factory, model_dir):
-    from lab.service.campaigns import make_archive
     from lab.launchers.local import LocalLauncher
     from lab.orchestration.orchestrator import Orchestrator
     from lab.orchestration.protocol import load_protocol, lock
     from lab.report.build import build_report
+    from lab.service.campaigns import make_archive
 
     d = tmp_path_factory.mktemp("custom")
     f = custom_campaign(d, model_dir, f"{EXAMPLE}:DemoClassifier")

@@ -11,7 +11,6 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import cut_corpus, write_campaign
 from test_archive_evidence import edit_raw_table, member, read_members, write_members
 
@@ -27,11 +26,11 @@ def embedding_campaign(folder, model_dir):
 
 @pytest.fixture(scope="module")
 def embedding_run(tmp_path_factory, model_dir):
-    from lab.service.campaigns import make_archive
     from lab.launchers.local import LocalLauncher
     from lab.orchestration.orchestrator import Orchestrator
     from lab.orchestration.protocol import load_protocol, lock
     from lab.report.build import build_report
+    from lab.service.campaigns import make_archive
 
     d = tmp_path_factory.mktemp("emb")
     f = embedding_campaign(d, model_dir)
@@ -114,9 +113,9 @@ def test_embedding_archive_verifies_and_a_forged_metric_is_refused(embedding_run
 
 
 def test_compare_refuses_an_embedding_and_a_classification_archive_in_one_line(embedding_run, small_campaign):
-    from lab.service.campaigns import make_archive
     from lab.compare.comparability import check_comparable
     from lab.compare.evidence import CompareError, load_evidence
+    from lab.service.campaigns import make_archive
 
     _, emb = embedding_run
     cls = make_archive(small_campaign.dir)

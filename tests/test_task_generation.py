@@ -14,7 +14,6 @@ import io
 import json
 
 import pytest
-
 from conftest import cut_corpus, write_campaign
 from test_archive_evidence import edit_raw_table, member, read_members, write_members
 
@@ -284,6 +283,7 @@ def test_prompt_and_decoding_rule_are_in_the_lock_identity(tmp_path, gen_model_d
 
 def test_the_demo_generation_campaign_locks(tmp_path, gen_model_dir):
     from conftest import REPO
+
     from lab.orchestration.protocol import load_protocol, lock
 
     f = tmp_path / "campaign-generation.toml"  # a copy: the lock file is written beside it

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_tui_campaigns import demo_copy
 from conftest import settle, wait_until
+from test_tui_campaigns import demo_copy
 from test_tui_screens import make_app, runs, text_of  # noqa: F401 - runs is a fixture
 
 from lab.compare import compare_archives

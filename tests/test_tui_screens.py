@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_scp_lines, settle
-from test_tui_campaigns import (CLOCK, FACTS, SAMPLE, demo_copy, finished_campaign,
-                                synthetic_running_journal)
+from test_tui_campaigns import CLOCK, FACTS, SAMPLE, demo_copy, finished_campaign, synthetic_running_journal
 
 from lab.orchestration.journal import Journal
 from lab.orchestration.protocol import load_protocol, read_lock

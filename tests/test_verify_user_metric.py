@@ -12,7 +12,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, cut_corpus, write_campaign
 from test_archive_evidence import edit_raw_table, member, read_members, write_members
 

@@ -14,7 +14,6 @@ import sys
 import threading
 from pathlib import Path
 
-
 from conftest import COMPARISON, REPO, cut_corpus, wait_until, write_campaign
 from test_disk_full import fill, small_fs  # noqa: F401  (the tmpfs fixture)
 

@@ -18,10 +18,19 @@ import os
 import sys
 from pathlib import Path
 
-from lab.service.campaigns import (HEADLESS_EXIT, LAUNCHERS, ONE_LINE_ERRORS, CampaignInterrupted,
-                                   default_campaign_file, interrupt_on_signals, memory_limit_bytes, run_demo,
-                                   run_headless, runs_root)
 from lab.facts.errors import EXIT_USER
+from lab.service.campaigns import (
+    HEADLESS_EXIT,
+    LAUNCHERS,
+    ONE_LINE_ERRORS,
+    CampaignInterrupted,
+    default_campaign_file,
+    interrupt_on_signals,
+    memory_limit_bytes,
+    run_demo,
+    run_headless,
+    runs_root,
+)
 
 
 def parser() -> argparse.ArgumentParser:

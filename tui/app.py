@@ -19,11 +19,16 @@ from textual.keys import _character_to_key
 from textual.widgets import Input
 from textual.worker import NoActiveWorker, get_current_worker
 
-from lab.service.campaigns import (ONE_LINE_ERRORS, campaign_dir_of, campaign_name_of, request_control, runs_root,
-                           start_campaign)
+from lab.service.campaigns import (
+    ONE_LINE_ERRORS,
+    campaign_dir_of,
+    campaign_name_of,
+    request_control,
+    runs_root,
+    start_campaign,
+)
 from lab.service.live import CampaignState, JournalFeed, PassStatus
-from tui.messages import (CampaignSnapshot, CampaignStarted, ControlSent, PassFailed,
-                          TelemetrySample)
+from tui.messages import CampaignSnapshot, CampaignStarted, ControlSent, PassFailed, TelemetrySample
 from tui.screens.archive_screen import ArchiveScreen
 from tui.screens.compare_screen import CompareScreen
 from tui.screens.cost_screen import CostScreen
@@ -36,6 +41,7 @@ from tui.screens.runs_screen import RunsScreen
 from tui.widgets.screen_tabs import SCREENS
 from tui.widgets.telemetry import HostTelemetry, TelemetrySource
 from tui.widgets.whole_cell_scrollbar import install as whole_cell_scrollbars
+
 
 def _esc_characters() -> dict[str, str]:
     """{character: key} for the Esc+key sequences Textual turns into a character (macOS Option

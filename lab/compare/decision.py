@@ -21,8 +21,8 @@ from lab.compare.comparability import check_comparable
 from lab.compare.evidence import NO_PACKAGE, CompareError, Evidence, load_evidence
 from lab.compare.projection import Projection, capacity_items, lot_hours, project
 from lab.cost.forfaits import Catalog, load_catalog, parse_instant, quote
-from lab.facts.files import sha256_file
 from lab.cost.sizing import cheapest_covering, package_limits
+from lab.facts.files import sha256_file
 from lab.report.conditions import starved_text
 from lab.report.distinguish import compare_durations
 

@@ -15,16 +15,16 @@ from pathlib import Path
 
 import numpy as np
 
+from lab.cost.forfaits import Catalog, PricingError, load_catalog
 from lab.evidence.archive import ArchiveError, extract, verify
 from lab.evidence.format import ARCHIVE_INFO
-from lab.orchestration.config import EMBEDDING_METRICS, CampaignConfig, ConfigError, CostSection, parse_config
-from lab.passes.tasks.embedding import VECTORS_FILE
-from lab.passes.tasks.embedding_metrics import load_vectors
-from lab.cost.forfaits import Catalog, PricingError, load_catalog
 from lab.facts.errors import UserError
 from lab.facts.files import sha256_file
-from lab.passes.events import PassStatus
 from lab.inputs.variants import expand_series
+from lab.orchestration.config import EMBEDDING_METRICS, CampaignConfig, ConfigError, CostSection, parse_config
+from lab.passes.events import PassStatus
+from lab.passes.tasks.embedding import VECTORS_FILE
+from lab.passes.tasks.embedding_metrics import load_vectors
 
 NO_PACKAGE = "no package declared in [cost]"
 READ_MEMBERS = ("report/manifest.json", "campaign.lock.json", "corpus_card.json", "campaign.toml")

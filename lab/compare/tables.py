@@ -221,8 +221,8 @@ def _first_per_host(projections) -> list[Projection]:
 
 def write_comparison(c: Comparison, out_dir: str | Path) -> dict:
     """Write decision.md, compare.csv and report.html under ``out_dir``; returns their paths."""
-    from lab.report.csv_safe import write_csv
     from lab.compare.html import comparison_report
+    from lab.report.csv_safe import write_csv
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

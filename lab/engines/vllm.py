@@ -38,11 +38,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from lab.facts.constants import DEFAULT_SEED, VLLM_MEMORY_FRACTION
 from lab.engines.vllm_env import VllmEnvError, ensure_vllm_env
+from lab.engines.vllm_worker import Op, Reply, Why
+from lab.facts.constants import DEFAULT_SEED, VLLM_MEMORY_FRACTION
 from lab.facts.errors import FailureKind, PassFailure, UserError
 from lab.inputs.variants import DTYPES, Variant
-from lab.engines.vllm_worker import Op, Reply, Why
 
 WORKER = Path(__file__).with_name("vllm_worker.py")
 PROBE = Path(__file__).with_name("vllm_probe.py")

@@ -35,7 +35,6 @@ from lab.evidence.format import (
 from lab.facts.diskfull import DiskFull, is_disk_full
 from lab.facts.files import HashingReader, sha256_bytes
 
-
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".tar.partial")  # an archive, or one being packed
 
 

@@ -19,8 +19,8 @@ INCLUDE = ["campaign.toml", "campaign.lock.json", "corpus_card.json", "protocol_
 
 def unfinished_reason(campaign_dir: Path) -> str:
     """'' when the campaign is final, else one line saying why it is not."""
-    from lab.passes.events import PassStatus
     from lab.orchestration.status import CampaignState, campaign_status
+    from lab.passes.events import PassStatus
 
     st = campaign_status(Path(campaign_dir))
     running = [a.pass_id for a in st["attempts"] if a.status == PassStatus.RUNNING]

@@ -30,8 +30,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from lab.facts.errors import LabError
 from lab.facts.files import REPO_ROOT, lab_sources_sha256
-from lab.facts.host import (IMAGE_KEYS, NO_DRIVER_MARK, TOOLKIT_FIX, detect_vendor, read_pins,
-                      rocm_device_gids)
+from lab.facts.host import IMAGE_KEYS, NO_DRIVER_MARK, TOOLKIT_FIX, detect_vendor, read_pins, rocm_device_gids
 from lab.launchers.base import LaunchOutcome, LineSink, limit_reason
 from lab.launchers.gpu_access import gpu_run_kwargs
 from lab.passes.spec import PassSpec

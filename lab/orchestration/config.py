@@ -22,8 +22,14 @@ import typing
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
-from lab.facts.constants import (DEFAULT_DELIVERABLES, DEFAULT_LOTS, DEFAULT_MIN_ACCEPTED_PASSES,
-                           DEFAULT_MIN_WINDOW_S, DEFAULT_REPETITIONS, DEFAULT_SEED)
+from lab.facts.constants import (
+    DEFAULT_DELIVERABLES,
+    DEFAULT_LOTS,
+    DEFAULT_MIN_ACCEPTED_PASSES,
+    DEFAULT_MIN_WINDOW_S,
+    DEFAULT_REPETITIONS,
+    DEFAULT_SEED,
+)
 from lab.facts.errors import UserError
 from lab.facts.typecheck import type_name as _type_name
 from lab.facts.typecheck import type_ok as _type_ok

@@ -25,9 +25,9 @@ from typing import Any
 import msgspec
 
 from lab.facts.errors import LabError, UserError
+from lab.inputs.variants import Variant
 from lab.passes.events import EventKind, PassStatus
 from lab.passes.records import Attempt, Validation, decode_result
-from lab.inputs.variants import Variant
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS attempts (

@@ -19,24 +19,31 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from lab.inputs.corpus import read_corpus
 from lab.facts.constants import SYSTEMATIC_FAILURES
 from lab.facts.diskfull import DiskFull, atomic_write_text, is_disk_full
 from lab.facts.errors import FailureKind, LabError, ProtocolError
 from lab.facts.host_cards import check_cards_fit_host
-from lab.orchestration.identity import InputsChanged, InputWatch
+from lab.inputs.corpus import read_corpus
 from lab.inputs.manifest import record_host_facts
+from lab.inputs.variants import Variant
+from lab.orchestration.identity import InputsChanged, InputWatch
 from lab.orchestration.journal import Journal
+from lab.orchestration.protocol import Protocol, load_protocol, lock_path, locked_version
+from lab.orchestration.schedule import pass_id_for, rotated_schedule
+from lab.orchestration.status import CampaignState, etas, format_duration, process_create_time, typical_pass_s
+from lab.orchestration.validate import (
+    Validation,
+    corpus_outputs,
+    corpus_vectors,
+    validate_embedding_pass,
+    validate_generation_pass,
+    validate_pass,
+)
 from lab.passes.distributed import ProgressTally
 from lab.passes.events import FINISHED, EventKind, PassStatus, parse_event
 from lab.passes.records import PassResult, decode_result
 from lab.passes.spec import PassSpec
-from lab.orchestration.protocol import Protocol, load_protocol, lock_path, locked_version
-from lab.orchestration.schedule import pass_id_for, rotated_schedule
-from lab.orchestration.status import CampaignState, etas, format_duration, process_create_time, typical_pass_s
-from lab.orchestration.validate import (Validation, corpus_outputs, corpus_vectors, validate_embedding_pass,
-                                        validate_generation_pass, validate_pass)
-from lab.inputs.variants import Variant
+
 
 class Reference(NamedTuple):
     """The reference variant's pass validations compare with: ``predictions`` {id: pred} (None

@@ -17,11 +17,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.inputs.corpus import BUCKETS, CorpusError, count_tokens, load_items, read_corpus
+from lab.engines.vllm import vllm_refusal
 from lab.facts.constants import VLLM_MEMORY_FRACTION
 from lab.facts.files import sha256_file
 from lab.facts.host import gpu_count
-from lab.engines.vllm import vllm_refusal
+from lab.inputs.corpus import BUCKETS, CorpusError, count_tokens, load_items, read_corpus
 from lab.inputs.models import ModelFolderError, local_checkpoint_config, model_folder, tokenizer_fingerprint
 from lab.passes.tasks.vllm_job import runner_for
 

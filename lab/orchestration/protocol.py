@@ -13,12 +13,11 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from lab.facts.errors import ProtocolError
 from lab.facts.diskfull import atomic_write_text
-from lab.orchestration.config import (GENERATION_KEYS, CampaignConfig, ConfigError, CostSection,
-                                      parse_config)
+from lab.facts.errors import ProtocolError
 from lab.facts.files import REPO_ROOT, sha256_bytes
 from lab.inputs.variants import Variant, VariantError, expand_series, find_variant
+from lab.orchestration.config import GENERATION_KEYS, CampaignConfig, ConfigError, CostSection, parse_config
 
 DEMO_CAMPAIGN = Path(__file__).resolve().parents[1] / "defaults" / "demo.toml"
 
@@ -282,10 +281,9 @@ def lock_warnings(proto: Protocol, now: datetime | None = None) -> list[str]:
     projection rule that this campaign cannot meet (lab.orchestration.preflight.check_projection_rule)."""
     import os
 
-    from lab.orchestration.preflight import check_projection_rule
-
-    from lab.orchestration.config import UNUSUAL_REPETITIONS
     from lab.inputs.variants import UNUSUAL_BATCH_SIZE
+    from lab.orchestration.config import UNUSUAL_REPETITIONS
+    from lab.orchestration.preflight import check_projection_rule
 
     now = now or datetime.now(timezone.utc)
     t, out = proto.config.timing, []

@@ -21,11 +21,10 @@ from typing import Annotated, Iterator
 import msgspec
 import numpy as np
 
-from lab.inputs.corpus import BUCKETS
 from lab.facts.errors import UserError
 from lab.facts.numbers import beside
+from lab.inputs.corpus import BUCKETS
 from lab.passes.records import Validation
-
 
 _GET_ID, _GET_LABEL = operator.itemgetter("id"), operator.itemgetter("label")
 CHUNK_BYTES = 4 << 20  # bytes read per block (whole lines): memory stays bounded whatever the corpus size

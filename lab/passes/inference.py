@@ -19,7 +19,6 @@ from lab.facts.errors import FailureKind, PassFailure
 from lab.inputs.variants import DTYPES, Variant
 
 
-
 class NonFiniteLogits(PassFailure, RuntimeError):
     """Raised when a batch produced NaN or inf logits; carries the items completed before it."""
 

@@ -35,6 +35,7 @@ import msgspec
 from lab.facts.diskfull import atomic_write_text
 from lab.facts.errors import FailureKind
 from lab.facts.files import REPO_ROOT, sha256_lines
+from lab.inputs.variants import Variant
 from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventKind, EventWriter, PassStatus
 from lab.passes.failures import CARD_STOPPED
 from lab.passes.observed import combine_cards
@@ -42,7 +43,6 @@ from lab.passes.records import CardRecord, Observed, PassResult, Phases, decode_
 from lab.passes.spec import PassSpec
 from lab.passes.tasks import job_for
 from lab.passes.tasks.base import CardsNotMerged
-from lab.inputs.variants import Variant
 
 PEAK_KEYS = ("peak_allocated_bytes", "peak_reserved_bytes", "process_peak_rss_bytes", "device_used_bytes")
 STATUS_CODES = {PassStatus.OK: EXIT_OK, PassStatus.OOM: EXIT_OOM}

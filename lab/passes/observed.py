@@ -24,8 +24,7 @@ from __future__ import annotations
 import json
 
 from lab.facts.errors import FailureKind, PassFailure
-from lab.inputs.variants import DTYPES
-from lab.inputs.variants import Variant
+from lab.inputs.variants import DTYPES, Variant
 
 BUCKETS = ("short", "medium", "long")
 

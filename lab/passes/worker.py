@@ -31,14 +31,13 @@ Test-only hook: ``ITERALAB_TEST_ONLY_INJECT_OOM="RANK:BATCHES"`` raises
 
 from __future__ import annotations
 
-from typing import Any
-
 import os
 import signal
 import sys
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from lab.facts.diskfull import atomic_write_text
 from lab.facts.errors import FailureKind, PassFailure

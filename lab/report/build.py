@@ -11,14 +11,14 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
-from lab.inputs.corpus import fingerprint
 from lab.facts.diskfull import DiskFull, is_disk_full, swap_folder
-from lab.orchestration.journal import Journal
+from lab.inputs.corpus import fingerprint
 from lab.inputs.manifest import build_manifest
 from lab.inputs.models import model_revision
+from lab.orchestration.journal import Journal
+from lab.orchestration.protocol import load_protocol
 from lab.passes.events import FINISHED
 from lab.passes.records import Attempt
-from lab.orchestration.protocol import load_protocol
 from lab.report.raw_table import raw_rows, write_raw_table
 from lab.report.summary import campaign_summary, write_summary
 

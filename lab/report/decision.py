@@ -10,16 +10,28 @@ re-implements the pricing rule.
 from __future__ import annotations
 
 import re
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
+from lab.cost.forfaits import (
+    PACKAGE_HOURS,
+    Catalog,
+    Coverage,
+    PricingError,
+    Quote,
+    Window,
+    cost_per_validated_corpus,
+    coverage,
+    format_hours,
+    load_catalog,
+    money,
+    parse_instant,
+    parse_window,
+    quote,
+)
 from lab.facts.constants import DEFAULT_DELIVERABLES, DEFAULT_LOTS
-from lab.cost.forfaits import (PACKAGE_HOURS, Catalog, Coverage, PricingError, Quote, Window,
-                               cost_per_validated_corpus, coverage, format_hours, load_catalog,
-                               money, parse_instant, parse_window, quote)
 from lab.report.distinguish import compare_durations
 from lab.report.summary import VariantSummary
 

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from lab.inputs.variants import series_names
 from lab.passes.events import PassStatus
 from lab.passes.records import Attempt, Validation, rejected_text
 from lab.report.conditions import is_starved, starved_text
 from lab.report.distinguish import compare_durations
-from lab.inputs.variants import series_names
 
 
 def recompilation_caveat(recompiled_passes: int, successes: int, frames_max: int | None) -> str:

@@ -126,8 +126,8 @@ def build_plan(campaign_file, facts: dict) -> dict:
     fits: dict = {}
     reserved: dict = {}
     try:
-        from lab.inputs.corpus import read_corpus
         from lab.facts.constants import VLLM_MEMORY_FRACTION
+        from lab.inputs.corpus import read_corpus
         from lab.memory.feasibility import DEFAULT_MARGIN_FRACTION, batch_fits, reservation_fits
 
         longest: dict[str, int] = {}
@@ -325,8 +325,8 @@ def collect_environment() -> dict:
     """
     import psutil
 
-    from lab.orchestration.doctor import doctor
     from lab.inputs.manifest import gpu_facts
+    from lab.orchestration.doctor import doctor
 
     gpu = gpu_facts()
     if gpu["count"] and gpu.get("hip_runtime", "absent") != "absent":

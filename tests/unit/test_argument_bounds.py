@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import cut_corpus, write_campaign
+
 from lab.orchestration.protocol import load_protocol
 
 REPO = Path(__file__).resolve().parents[2]

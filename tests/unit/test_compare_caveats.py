@@ -11,8 +11,8 @@ from lab.compare.decision import Comparison, steady_state_caveats
 from lab.compare.evidence import Evidence
 from lab.compare.projection import project
 from lab.compare.tables import decision_markdown, projection_row
-from lab.orchestration.config import parse_config
 from lab.cost.forfaits import load_catalog
+from lab.orchestration.config import parse_config
 from lab.orchestration.protocol import DEMO_CAMPAIGN
 
 CAVEAT = "these durations include recompilation: dynamo compiled inside the measured window of 2 of 5"

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import msgspec
 
+from lab.inputs.variants import Variant
 from lab.passes.records import Attempt
 from lab.report.decision import decision_note
 from lab.report.raw_table import NO_COMPILE, raw_rows, raw_table
 from lab.report.summary import summarize
-from lab.inputs.variants import Variant
 
 CAMPAIGN = {"name": "c", "question": "q", "deadline": None, "deliverables": 1}
 PRICING = {"catalog_path": None, "gpu": "rtx-4090", "days": 7, "lots": 1,

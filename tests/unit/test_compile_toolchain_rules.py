@@ -1,8 +1,8 @@
 """Which compiler a compile = true variant needs where its passes run (lab.passes.compile)."""
 from __future__ import annotations
 
-from lab.passes.compile import compile_kinds, parse_compiler_probe
 from lab.inputs.variants import Variant
+from lab.passes.compile import compile_kinds, parse_compiler_probe
 
 
 def test_compile_kinds_follow_the_device_and_name_the_first_variant():

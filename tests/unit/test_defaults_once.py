@@ -10,8 +10,8 @@ import dataclasses
 
 from conftest import REPO, engine_trees
 
-import lab.orchestration.config as config
 import lab.facts.constants as constants
+import lab.orchestration.config as config
 
 SECTIONS = (config.CampaignSection, config.CorpusSection, config.ModelSection, config.QualitySection,
             config.TimingSection, config.CostSection, config.SeriesSection)

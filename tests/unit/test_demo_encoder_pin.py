@@ -11,8 +11,13 @@ import pytest
 from conftest import REPO
 
 import lab.inputs.models
-from lab.demo.model import (ENCODER_VERSION, ENCODER_WEIGHTS_SHA256, EncoderWeightsChanged, build_demo_model,
-                            check_encoder_weights)
+from lab.demo.model import (
+    ENCODER_VERSION,
+    ENCODER_WEIGHTS_SHA256,
+    EncoderWeightsChanged,
+    build_demo_model,
+    check_encoder_weights,
+)
 from lab.facts.errors import UserError
 from lab.facts.files import sha256_file
 from lab.inputs.models import ENCODER_PACKAGE, encoder_path

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-from lab.orchestration.doctor import (ROCM_MATRIX_VERSION, Probes, blocking_failures, detect_vendor, evaluate,
-                        format_checks, gfx_name, min_driver_for_cuda)
+from lab.orchestration.doctor import (
+    ROCM_MATRIX_VERSION,
+    Probes,
+    blocking_failures,
+    detect_vendor,
+    evaluate,
+    format_checks,
+    gfx_name,
+    min_driver_for_cuda,
+)
 
 SMI_2xH100_570 = ("0, NVIDIA H100 80GB HBM3, 570.124.06\n"
                   "1, NVIDIA H100 80GB HBM3, 570.124.06\n")

@@ -8,9 +8,9 @@ import tomllib
 
 import pytest
 
+from lab.inputs.variants import ENGINES, Variant, VariantError, expand_series
 from lab.orchestration.config import parse_config
 from lab.orchestration.protocol import DEMO_CAMPAIGN, load_protocol
-from lab.inputs.variants import ENGINES, Variant, VariantError, expand_series
 
 # Computed on main at b44749c (before the engine field) from a copy of its lab/ tree:
 # `{v.name: v.variant_id for v in load_protocol(DEMO_CAMPAIGN).variants}`.

@@ -11,8 +11,8 @@ from dataclasses import fields, replace
 
 import pytest
 
-from lab.passes.observed import NotHonoured, require_honoured
 from lab.inputs.variants import NAME_FIELDS, Variant
+from lab.passes.observed import NotHonoured, require_honoured
 
 CHECKED_ELSEWHERE = {"cards": "lab.passes.multicard: cards_observed against cards declared"}
 DECLARED = Variant(batch_size=4, precision="bf16", padding="longest", max_length=64, bucketing=True,

@@ -9,9 +9,9 @@ import tomllib
 
 import pytest
 
-from lab.service.campaigns import CampaignInterrupted, interrupt_on_signals
-from lab.orchestration.orchestrator import progress_line
 from lab.evidence.replay import dumps_campaign
+from lab.orchestration.orchestrator import progress_line
+from lab.service.campaigns import CampaignInterrupted, interrupt_on_signals
 
 
 def test_progress_line_gives_items_rate_and_both_etas():

@@ -18,8 +18,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
 from conftest import cut_corpus, write_campaign
+
 from lab.evidence.format import MAX_JOURNAL_BYTES, MAX_TRAILER_BYTES
 
 REPO = Path(__file__).resolve().parents[2]

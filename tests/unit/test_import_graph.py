@@ -9,7 +9,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
 
 SCRIPT = REPO / "scripts" / "import_graph.py"

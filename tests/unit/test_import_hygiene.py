@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO
 
 UI_AND_ENGINE_CLIENTS = ("textual", "textual_plotext", "docker", "tui")

@@ -11,7 +11,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
 
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"

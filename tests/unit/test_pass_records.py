@@ -9,14 +9,14 @@ import pytest
 
 from lab.facts.diskfull import DiskFull
 from lab.facts.errors import FailureKind, PassFailure
+from lab.inputs.variants import Variant
 from lab.orchestration.journal import SCHEMA_VERSION, Journal, JournalVersion
+from lab.orchestration.schedule import pass_id_for
+from lab.passes.failures import failure_kind, failure_status
 from lab.passes.inference import DeviceUnavailable, NonFiniteLogits, WeightsNotLoaded
 from lab.passes.observed import NotHonoured
 from lab.passes.records import PassResult, Validation, build, decode_result, write_record
-from lab.passes.failures import failure_kind, failure_status
 from lab.passes.worker import WorkerStopped
-from lab.orchestration.schedule import pass_id_for
-from lab.inputs.variants import Variant
 
 RESULT = {"pass_id": "p001-r1-v", "campaign": "c", "variant": {"batch_size": 8}, "start_time": "t0",
           "end_time": "t1", "status": "ok", "error": "", "phases_s": {"measured": 1.5}, "items_total": 4,

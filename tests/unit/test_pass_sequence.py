@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from lab.facts.errors import FailureKind
+from lab.inputs.variants import Variant
 from lab.passes import sequence
 from lab.passes.events import EventWriter
 from lab.passes.failures import CARD_STOPPED, failure_kind, failure_status, report_failure
@@ -23,7 +24,6 @@ from lab.passes.records import decode_card
 from lab.passes.runner import run_pass
 from lab.passes.spec import PassSpec
 from lab.passes.worker import CardEvents, WorkerStopped, _StopSignal, card_paths, run_card
-from lab.inputs.variants import Variant
 
 ROWS = [{"id": f"i{k}", "text": "x " * (k + 1), "label": "a" if k % 2 else "b",
          "bucket": ("short", "medium", "long")[k % 3]} for k in range(5)]

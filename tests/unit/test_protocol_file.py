@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import cut_corpus, write_campaign
+
 from lab.orchestration.protocol import ProtocolError, load_protocol
 
 UNBUILT_MODEL = Path("/nonexistent/model-not-needed-to-parse")

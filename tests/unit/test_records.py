@@ -9,13 +9,13 @@ import sqlite3
 
 import pytest
 
-from lab.service.campaigns import runs_root
 from lab.facts.constants import DEFAULT_LOTS
 from lab.facts.files import REPO_ROOT, sha256_bytes, sha256_file
 from lab.facts.host import IMAGE_KEYS, read_pins
 from lab.passes.events import EXIT_NAMES, FAILED, FINISHED, PassStatus
 from lab.report.decision import decision_pricing
 from lab.report.summary import VariantSummary, read_summary, summarize, write_summary
+from lab.service.campaigns import runs_root
 
 
 def test_pass_statuses_are_the_plain_strings_stored_in_json_and_sqlite():

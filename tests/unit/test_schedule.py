@@ -1,8 +1,8 @@
+import pytest
+
+from lab.inputs.variants import Variant, VariantError, expand_series
 from lab.orchestration.config import SeriesSection
 from lab.orchestration.schedule import rotated_schedule
-from lab.inputs.variants import Variant, VariantError, expand_series
-
-import pytest
 
 
 def test_rotation_148_481_814():

@@ -142,8 +142,8 @@ def test_a_cpu_pass_has_empty_gpu_cells_with_the_reason():
 
 
 def test_tf32_on_an_fp32_cuda_pass_is_not_honoured():
-    from lab.passes.observed import NotHonoured, require_honoured
     from lab.inputs.variants import Variant
+    from lab.passes.observed import NotHonoured, require_honoured
 
     v = Variant(batch_size=1, precision="fp32", device="cuda")
     obs = {"dtype": "float32", "device": "cuda:0", "attention": "sdpa", "threads_declared": 0, "threads": 4,

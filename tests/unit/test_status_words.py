@@ -17,8 +17,8 @@ import ast
 
 from conftest import engine_trees
 
-from lab.passes.events import PassStatus
 from lab.orchestration.status import CampaignState
+from lab.passes.events import PassStatus
 
 STATUS_WORDS = {str(s) for s in PassStatus} | {str(s) for s in CampaignState}
 DEFINITIONS = {"lab/passes/events.py", "lab/orchestration/status.py"}

@@ -9,8 +9,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-
 from conftest import cut_corpus, write_campaign
+
 from lab.orchestration.config import parse_config
 from lab.orchestration.protocol import ProtocolError, load_protocol
 from lab.orchestration.validate import validate_pass

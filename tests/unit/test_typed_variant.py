@@ -12,12 +12,12 @@ import tomllib
 from dataclasses import fields
 
 import pytest
-
 from conftest import REPO
-from lab.orchestration.config import SeriesSection, parse_config
-from lab.passes.spec import PassSpec
-from lab.orchestration.protocol import DEMO_CAMPAIGN, load_protocol
+
 from lab.inputs.variants import Variant, VariantError, expand_series
+from lab.orchestration.config import SeriesSection, parse_config
+from lab.orchestration.protocol import DEMO_CAMPAIGN, load_protocol
+from lab.passes.spec import PassSpec
 
 # Computed with the code BEFORE PassSpec.variant became a Variant and expand_series took the
 # typed sections (main at 45a3b0a, `load_protocol(DEMO_CAMPAIGN).variants`). Ids are derived

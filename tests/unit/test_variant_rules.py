@@ -11,13 +11,12 @@ import sys
 from dataclasses import dataclass, fields, replace
 
 import pytest
-
 from conftest import REPO
-from lab.passes.spec import PassSpec
-from lab.orchestration.protocol import DEMO_CAMPAIGN, load_protocol
-from lab.inputs.variants import ID_FIELDS, Variant, VariantError
-
 from test_typed_variant import DEMO_IDS_BEFORE, spec_for
+
+from lab.inputs.variants import ID_FIELDS, Variant, VariantError
+from lab.orchestration.protocol import DEMO_CAMPAIGN, load_protocol
+from lab.passes.spec import PassSpec
 
 # The fields of Variant when ids were first defined (lab/inputs/variants.py at 8867912, "Engine core").
 ORIGINAL_FIELDS = ("batch_size", "precision", "padding", "max_length", "bucketing", "device", "compile",

@@ -8,11 +8,11 @@ reasons and nothing after them.
 
 from __future__ import annotations
 
+from lab.inputs.variants import Variant
 from lab.orchestration.journal import Journal
 from lab.passes.records import Attempt
 from lab.report.raw_table import raw_rows
 from lab.report.summary import campaign_summary
-from lab.inputs.variants import Variant
 
 REASONS = ["macro_f1 0.4000 below threshold 0.55", "macro_f1 0.1500 below the reference, tolerance 0.02"]
 

@@ -69,6 +69,7 @@ def test_max_length_padding_is_refused_for_vllm_in_one_line():
 
 def test_a_vllm_variant_of_a_custom_task_is_refused_at_load(tmp_path, fake_model):
     from conftest import cut_corpus, write_campaign
+
     from lab.orchestration.protocol import load_protocol
 
     corpus = cut_corpus(tmp_path / "corpus.jsonl", 2, 1, 1)

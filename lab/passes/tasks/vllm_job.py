@@ -90,8 +90,13 @@ class VllmJob:
         """The lab's tokenizer and the model's shape (meta device: no weights); the weights are
         vLLM's, loaded in ``start_engine``. Installs the SIGTERM handler (the engine closes)."""
         import torch
-        from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification,
-                                  AutoTokenizer)
+        from transformers import (
+            AutoConfig,
+            AutoModel,
+            AutoModelForCausalLM,
+            AutoModelForSequenceClassification,
+            AutoTokenizer,
+        )
 
         self._sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
         s = self.spec
