@@ -98,4 +98,5 @@ def test_an_embedding_archive_and_a_classification_archive_are_refused_in_one_li
     with pytest.raises(CompareError) as e:
         compare_archives([archives["a"], archives["cls"]], 50000, allow_short=True, **WINDOW)
     msg = str(e.value)
-    assert "\n" not in msg and '[task] kind differs' in msg and '"embedding"' in msg, msg
+    assert "\n" not in msg and msg.startswith("not comparable: different task kinds: "), msg
+    assert " is embedding, " in msg and " is classification; " in msg, msg
