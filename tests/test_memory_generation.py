@@ -1,7 +1,14 @@
-"""The Plan screen's feasibility (lab.service.views.build_plan) for a generation campaign on the
-demo generator: the peak estimate holds the KV cache of max_length + max_new_tokens positions and
-grows with max_new_tokens and the batch; a classification campaign keeps the encoder estimate."""
+"""Memory for generation on the demo generator. The Plan screen's feasibility
+(lab.service.views.build_plan): the peak estimate holds the KV cache of max_length +
+max_new_tokens positions and grows with max_new_tokens and the batch; a classification campaign
+keeps the encoder estimate. scripts/memory_lab.py --task generation observes real greedy
+generations against the estimate."""
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from test_task_generation import TASK, generation_campaign
@@ -56,3 +63,23 @@ def test_a_classification_plan_keeps_the_encoder_estimate(tmp_path, model_dir):
     for v in plan["variants"]:
         for bucket, peak in v["peak_estimate_bytes"].items():
             assert peak == estimate(shape, "fp32", v["batch_size"], min(longest[bucket], 128)).total_bytes
+
+
+@pytest.mark.slow
+def test_the_memory_lab_observes_greedy_generation_against_the_generation_estimate(tmp_path, gen_model_dir):
+    repo = Path(__file__).resolve().parents[1]
+    js = tmp_path / "g.json"
+    p = subprocess.run([sys.executable, str(repo / "scripts/memory_lab.py"), "--task", "generation", "--device", "cpu",
+                        "--model", str(gen_model_dir), "--batches", "1,2", "--lengths", "16", "--max-new-tokens", "4",
+                        "--threads", "2", "--plot", str(tmp_path / "g.png"), "--json", str(js)],
+                       capture_output=True, text=True, timeout=300, cwd=repo)
+    assert p.returncode == 0, p.stderr
+    assert "exactly 4 new tokens per item" in p.stdout
+    shape = DecoderShape.from_pretrained(str(gen_model_dir))
+    rows = json.loads(js.read_text())["rows"]
+    assert [(r["batch_size"], r["seq_len_tokens"], r["max_new_tokens"]) for r in rows] == [(1, 16, 4), (2, 16, 4)]
+    for r in rows:
+        assert r["estimate"] == estimate_generation(shape, "fp32", r["batch_size"], 16, 4).to_json()
+        assert r["observation"]["process_rss_rise_bytes"] > 0
+        assert r["comparison"]["estimate_bytes"] == r["estimate"]["activation_bytes"]
+        assert isinstance(r["comparison"]["error_fraction"], float)
