@@ -10,6 +10,11 @@ with a budget, the largest batch per length bucket (lab.memory.feasibility).
     python scripts/memory_lab.py                       # demo model, auto device
     python scripts/memory_lab.py --batches 1,8 --lengths 128,512 --plot out.png --json out.json
     python scripts/memory_lab.py --device cuda --precision bf16 --budget-bytes 24e9
+    python scripts/memory_lab.py --task generation --batches 1,8 --lengths 64,128 --max-new-tokens 16
+
+``--task generation``: the demo generator (a causal LM) by default; each cell is one greedy
+``generate`` of exactly ``--max-new-tokens`` tokens after prompts of each length, against
+lab.memory.estimate.estimate_generation (weights + KV cache + prefill activations + logits).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 DEMO_MODEL = ROOT / ".cache/models/demo-minilm-20ng"
+DEMO_GENERATOR = ROOT / ".cache/models/demo-gen-20ng"
 DEMO_CORPUS = ROOT / "demo/corpus/comparison.jsonl"
 MB = 2**20
 
@@ -67,7 +73,8 @@ def check_environment(args) -> dict:
     if device.startswith("cuda"):
         env["gpu"] = torch.cuda.get_device_name(device)
     if not (Path(args.model) / "config.json").exists() and args.model.count("/") != 1:
-        fail(f"model {args.model} not found; build the demo model with `make model` or pass --model")
+        target = "model-gen" if args.task == "generation" else "model"
+        fail(f"model {args.model} not found; build the demo model with `make {target}` or pass --model")
     if not Path(args.corpus).exists():
         fail(f"corpus {args.corpus} not found; pass --corpus (JSONL with text and bucket)")
     if args.precision != "fp32" and device == "cpu":
@@ -142,7 +149,10 @@ def plot(rows: list[dict], path: str, title: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=str(DEMO_MODEL), help="checkpoint folder or hub id (default: demo model)")
+    ap.add_argument("--task", default="classification", choices=("classification", "generation"),
+                    help="classification: one forward (encoder estimate); generation: greedy generate")
+    ap.add_argument("--model", help="checkpoint folder or hub id (default: the demo model of --task)")
+    ap.add_argument("--max-new-tokens", type=int, default=16, help="--task generation: tokens written per item")
     ap.add_argument("--corpus", default=str(DEMO_CORPUS), help="JSONL corpus; long-bucket texts feed the batches")
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "rocm"))
     ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"))
@@ -155,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--margin", type=float, default=0.10, help="fraction of the budget kept free (default 0.10)")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (torch.set_num_threads); 0 = torch default")
     args = ap.parse_args(argv)
+    gen = args.task == "generation"
+    args.model = args.model or str(DEMO_GENERATOR if gen else DEMO_MODEL)
+    if gen and args.max_new_tokens < 1:
+        fail(f"--max-new-tokens {args.max_new_tokens}: give an integer >= 1")
 
     env = check_environment(args)
     import torch
@@ -163,40 +177,52 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
         env["threads"] = args.threads
     print("environment: " + ", ".join(f"{k}={v}" for k, v in env.items()))
-    from lab.memory.estimate import EncoderShape
-    from lab.memory.feasibility import batch_fits, device_budget_bytes
+    from lab.memory.estimate import DecoderShape, EncoderShape
+    from lab.memory.feasibility import batch_fits, device_budget_bytes, generation_fits
     from lab.memory.observe import observe_grid
     from lab.passes.inference import load_model
+    from lab.passes.tasks.generation import load_generator
 
-    tok, model = load_model(args.model, args.precision, env["device"])
+    new = args.max_new_tokens if gen else 0
+    tok, model = (load_generator if gen else load_model)(args.model, args.precision, env["device"])
     limit = getattr(model.config, "max_position_embeddings", None)
-    if limit and max(args.lengths) > limit:
-        fail(f"length {max(args.lengths)} exceeds the model's max_position_embeddings {limit}; lower --lengths")
+    if limit and max(args.lengths) + new > limit:
+        fail(f"length {max(args.lengths)}" + (f" + {new} new tokens" if gen else "")
+             + f" exceeds the model's max_position_embeddings {limit}; lower --lengths")
     texts, longest = load_texts(args.corpus, "long")
     order = {"short": 0, "medium": 1, "long": 2}
     longest = dict(sorted(longest.items(), key=lambda kv: order.get(kv[0], 9)))
-    rows = observe_grid(model, tok, texts, args.batches, args.lengths, env["device"], args.precision, args.model)
+    rows = observe_grid(model, tok, texts, args.batches, args.lengths, env["device"], args.precision, args.model,
+                        max_new_tokens=new or None)
+    if gen:
+        print(f"generation: greedy, exactly {new} new tokens per item; len = prompt tokens; "
+              "est_act = KV cache + prefill activations + logits")
     print(table(rows))
     errs = [r["comparison"]["error_fraction"] for r in rows
             if r["comparison"] and r["comparison"]["error_fraction"] is not None]
     if errs:
         print(f"estimate error: min {100 * min(errs):+.1f}%, max {100 * max(errs):+.1f}% over {len(errs)} cells")
 
-    shape = EncoderShape.from_model(model)
     budget, why = (int(args.budget_bytes), "") if args.budget_bytes else device_budget_bytes(env["device"])
     fits = None
     if budget is None:
         print(f"feasibility: not computed ({why})")
     else:
-        fits = {b: f.to_json() for b, f in batch_fits(shape, args.precision, longest, budget,
-                                                      max_length=limit, margin_fraction=args.margin).items()}
+        if gen:  # the longest prompt of the grid, in every bucket
+            found = generation_fits(DecoderShape.from_model(model), args.precision, list(longest), budget,
+                                    max(args.lengths), new, margin_fraction=args.margin)
+        else:
+            found = batch_fits(EncoderShape.from_model(model), args.precision, longest, budget,
+                               max_length=limit, margin_fraction=args.margin)
+        fits = {b: f.to_json() for b, f in found.items()}
         print(f"feasibility: budget {budget / MB:.0f} MiB, margin {args.margin:.0%} kept free -> usable "
               f"{next(iter(fits.values()))['usable_bytes'] / MB:.0f} MiB" if fits else "feasibility: no buckets")
         for b, f in fits.items():
             print(f"  {b:>6}: {f['seq_len_tokens']} tokens -> largest batch {f['max_batch_size']}")
 
     where = env["gpu"] or platform.processor() or "cpu"
-    title = f"{Path(args.model).name}, {args.precision}, {env['device']} ({where})"
+    title = f"{Path(args.model).name}, {args.precision}, {env['device']} ({where})" + (
+        f", generate {new} new tokens" if gen else "")
     plot(rows, args.plot, title)
     print(f"plot: {args.plot}")
     if args.json:

@@ -2,7 +2,8 @@
 kind): the entry's folder is mounted read-only at lab.launchers.docker.C_TASK, the pass imports
 the entry from there, and the container's predictions equal the host's per id; nothing else of
 the user's is mounted (a declared file outside that folder is refused at run start in one line:
-tests/unit/test_task_section.py). An embedding campaign in a container gives the host's vectors."""
+tests/unit/test_task_section.py). An embedding campaign in a container gives the host's vectors,
+a generation campaign the host's outputs."""
 
 from __future__ import annotations
 
@@ -81,3 +82,24 @@ def test_embedding_passes_run_in_a_container_with_the_hosts_vectors(docker_clien
         assert host[vid].keys() == ctr[vid].keys() and len(host[vid]) == 10
         cos = [float(np.dot(host[vid][i].astype(np.float32), ctr[vid][i].astype(np.float32))) for i in host[vid]]
         assert min(cos) > 0.9999, (vid, min(cos))  # normalised vectors, the same torch build in both
+
+
+@pytest.mark.docker
+def test_generation_passes_run_in_a_container_with_the_hosts_outputs(docker_client, tmp_path, gen_model_dir):
+    """The demo generator in the CPU image: the same outputs, token counts and stop reasons per
+    id as on the host (greedy decoding, fp32, the same torch build in both)."""
+    from test_task_generation import generation_campaign, lines_of
+
+    image = read_pins()["CPU_IMAGE"]
+    f = generation_campaign(tmp_path, gen_model_dir, values=(1,))
+    lock(load_protocol(f))
+    outputs = {}
+    for name, launcher in (("docker", DockerLauncher(image, "cpu", labels=DOCKER_TEST_LABELS, client=docker_client)),
+                           ("local", LocalLauncher())):
+        orch = Orchestrator.prepare(f, tmp_path / f"runs-{name}", launcher)
+        assert orch.run() == "finished"
+        (a,) = orch.journal.attempts()
+        assert a.status == "ok" and a.launcher == name, a.notes
+        assert a.validation.ids_match and a.validation.format_ok, a.validation.reasons
+        outputs[name] = {x["id"]: (x["output"], x["output_tokens"], x["stopped_by"]) for x in lines_of(orch, a.pass_id)}
+    assert outputs["docker"] == outputs["local"] and len(outputs["local"]) >= 10

@@ -35,6 +35,9 @@ Left out (stated, not hidden): the CUDA/HIP context and kernels (visible only in
 device-level counter), allocator rounding and caching (visible in peak reserved),
 the embedding lookup output, logits (b x labels), input ids, framework workspaces
 (oneDNN / cuBLAS scratch), the Python interpreter and libraries (in process RSS).
+
+Generation (``[task] kind = "generation"``, greedy ``generate`` of a causal LM):
+``estimate_generation``, whose formula and sources are in its docstring.
 """
 
 from __future__ import annotations
@@ -126,3 +129,114 @@ def estimate(shape: EncoderShape, precision: str, batch_size: int, seq_len_token
     weights = shape.n_params * bytes_per_element(precision)
     act = batch_size * activation_bytes_per_item(shape, precision, seq_len_tokens)
     return Estimate(precision, batch_size, seq_len_tokens, shape.attention, weights, act, weights + act)
+
+
+@dataclass(frozen=True)
+class DecoderShape:
+    """What the generation estimate needs from a causal LM's config, sizes in elements.
+
+    ``layer``: the transformer layer's sizes and ``n_params`` (the causal LM's parameters, its
+    LM head included); ``num_key_value_heads`` (config's, else the attention heads: no grouped
+    attention), ``head_dim`` (config's, else hidden / heads), ``vocab_size``;
+    ``logits_last_only``: the model's ``forward`` takes ``logits_to_keep``, so transformers'
+    ``generate`` computes the prefill's logits at the last position only."""
+
+    layer: EncoderShape
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    logits_last_only: bool
+
+    @classmethod
+    def from_model(cls, model) -> "DecoderShape":
+        """From a loaded (or meta-device) transformers causal LM."""
+        import inspect
+
+        cfg = model.config
+        heads = cfg.num_attention_heads
+        return cls(EncoderShape.from_model(model),
+                   getattr(cfg, "num_key_value_heads", None) or heads,
+                   getattr(cfg, "head_dim", None) or cfg.hidden_size // heads, cfg.vocab_size,
+                   "logits_to_keep" in inspect.signature(model.forward).parameters)
+
+    @classmethod
+    def from_pretrained(cls, model_ref: str, revision: str | None = None) -> "DecoderShape":
+        """From a checkpoint (a hub id at ``revision``) without loading weights: the
+        ``AutoModelForCausalLM`` is built on the meta device."""
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        cfg = AutoConfig.from_pretrained(model_ref, revision=revision)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(cfg)
+        return cls.from_model(model)
+
+
+@dataclass(frozen=True)
+class GenerationEstimate:
+    """Estimated peak of one greedy generation of a batch, in bytes.
+
+    ``activation_bytes`` = ``kv_cache_bytes`` + ``prefill_activation_bytes`` + ``logits_bytes``
+    (all the generation adds above the weights; the figure compared with an observed rise);
+    ``total_bytes`` = ``weights_bytes`` + ``activation_bytes``. ``seq_len_tokens`` is the prompt's
+    length (the prefill forward's)."""
+
+    precision: str
+    batch_size: int
+    seq_len_tokens: int
+    max_new_tokens: int
+    attention: str
+    weights_bytes: int
+    kv_cache_bytes: int
+    prefill_activation_bytes: int
+    logits_bytes: int
+    activation_bytes: int
+    total_bytes: int
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def estimate_generation(shape: DecoderShape, precision: str, batch_size: int, prompt_tokens: int,
+                        max_new_tokens: int) -> GenerationEstimate:
+    """Estimate for greedy generation: (model shape, precision, batch in items, prompt length and
+    ``max_new_tokens`` in tokens). All terms are linear in the batch.
+
+    Formula (bytes; ``e`` bytes per element, ``b`` batch, ``p`` prompt tokens, ``m``
+    max_new_tokens, ``L`` layers, ``g`` key/value heads, ``d`` head size, ``V`` vocabulary)::
+
+        weights_bytes            = N * e
+        kv_cache_bytes           = 2 * L * g * d * (p + m) * b * e
+        prefill_activation_bytes = b * activation_bytes_per_item(layer, precision, p)
+        logits_bytes             = b * V * (k * e + 4),  k = 1 if logits_last_only else p
+        total_bytes              = weights + kv_cache + prefill_activation + logits
+
+    Sources: the KV cache holds one key and one value tensor (b, g, positions, d) per layer
+    (transformers' ``DynamicCache``: ``DynamicLayer.update`` concatenates each step's keys and
+    values along the positions), and greedy decoding with ``max_new_tokens`` fills p + m
+    positions at most (counted as if no row stops early: the worst case). The prefill forward
+    over the p prompt tokens is the largest forward of the generation; its per-layer
+    activations are the encoder estimate's (Korthikanti et al. 2022 adapted to inference, this
+    module's docstring), one layer at a time. Logits: transformers 5.23 ``generate``
+    (generation/utils.py) sets ``logits_to_keep = 1`` when the model's ``forward`` accepts it
+    (BertLMHeadModel, Llama, ... do), so the prefill's logits are (b, 1, V), else (b, p, V); it
+    then copies the last position's logits to float32 (``outputs.logits[:, -1].to(copy=True,
+    dtype=torch.float32)``): the ``+ 4`` per vocabulary entry.
+
+    Left out (stated): the decoding steps' own activations (one position each, far below the
+    prefill's), the transient copy ``torch.cat`` makes of one layer's cache when it grows, the
+    output ids (b x (p + m) int64), and what the encoder estimate leaves out. Raises ValueError
+    for an unknown precision or a non-positive batch size, prompt or max_new_tokens."""
+    if batch_size < 1 or prompt_tokens < 1 or max_new_tokens < 1:
+        raise ValueError(f"batch_size {batch_size}, prompt_tokens {prompt_tokens} and max_new_tokens "
+                         f"{max_new_tokens} must be >= 1")
+    e = bytes_per_element(precision)
+    b, p, m, layer = batch_size, prompt_tokens, max_new_tokens, shape.layer
+    weights = layer.n_params * e
+    kv = 2 * layer.num_hidden_layers * shape.num_key_value_heads * shape.head_dim * (p + m) * b * e
+    act = b * activation_bytes_per_item(layer, precision, p)
+    kept = 1 if shape.logits_last_only else p
+    logits = b * shape.vocab_size * (kept * e + BYTES_PER_ELEMENT["fp32"])
+    added = kv + act + logits
+    return GenerationEstimate(precision, b, p, m, layer.attention, weights, kv, act, logits, added,
+                              weights + added)

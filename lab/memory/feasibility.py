@@ -17,7 +17,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from lab.memory.estimate import EncoderShape, activation_bytes_per_item, bytes_per_element
+from lab.memory.estimate import (
+    DecoderShape,
+    EncoderShape,
+    activation_bytes_per_item,
+    bytes_per_element,
+    estimate_generation,
+)
 
 DEFAULT_MARGIN_FRACTION = 0.10
 LONG = "long"
@@ -25,7 +31,10 @@ LONG = "long"
 
 @dataclass(frozen=True)
 class BucketFit:
-    """Largest batch (items) of one length bucket under a budget; 0 when nothing fits."""
+    """Largest batch (items) of one length bucket under a budget; 0 when nothing fits.
+
+    ``activation_bytes_per_item``: the bytes one more item adds (everything linear in the batch:
+    an encoder's activations; for generation, KV cache + prefill activations + logits)."""
 
     bucket: str
     seq_len_tokens: int
@@ -62,19 +71,46 @@ def batch_fits(shape: EncoderShape, precision: str, bucket_max_tokens: dict[str,
     floor((usable - weights) / activation per item). Raises ValueError for a budget <= 0
     or a margin outside [0, 1).
     """
-    if budget_bytes <= 0 or not 0 <= margin_fraction < 1:
-        raise ValueError(f"budget {budget_bytes} B must be > 0 and margin {margin_fraction} in [0, 1)")
-    usable = int(budget_bytes * (1 - margin_fraction))
+    _check_budget(budget_bytes, margin_fraction)
     weights = shape.n_params * bytes_per_element(precision)
     out = {}
     for bucket, n in bucket_max_tokens.items():
         s = min(n, max_length) if max_length else n
-        per_item = activation_bytes_per_item(shape, precision, s)
-        best = max(0, (usable - weights) // per_item)
-        fits = None if variant_batch_size is None else variant_batch_size <= best
-        out[bucket] = BucketFit(bucket, s, int(best), budget_bytes, margin_fraction, usable, weights,
-                                per_item, variant_batch_size, fits)
+        out[bucket] = _fit(bucket, s, weights, activation_bytes_per_item(shape, precision, s), budget_bytes,
+                           variant_batch_size, margin_fraction)
     return out
+
+
+def _check_budget(budget_bytes: int, margin_fraction: float) -> None:
+    if budget_bytes <= 0 or not 0 <= margin_fraction < 1:
+        raise ValueError(f"budget {budget_bytes} B must be > 0 and margin {margin_fraction} in [0, 1)")
+
+
+def _fit(bucket: str, s: int, weights: int, per_item: int, budget_bytes: int, variant_batch_size: int | None,
+         margin_fraction: float) -> BucketFit:
+    """The largest batch floor((usable - weights) / per_item) of a peak linear in the batch."""
+    usable = int(budget_bytes * (1 - margin_fraction))
+    best = max(0, (usable - weights) // per_item)
+    fits = None if variant_batch_size is None else variant_batch_size <= best
+    return BucketFit(bucket, s, int(best), budget_bytes, margin_fraction, usable, weights, per_item,
+                     variant_batch_size, fits)
+
+
+def generation_fits(shape: DecoderShape, precision: str, buckets: list[str], budget_bytes: int, prompt_tokens: int,
+                    max_new_tokens: int, variant_batch_size: int | None = None,
+                    margin_fraction: float = DEFAULT_MARGIN_FRACTION) -> dict[str, BucketFit]:
+    """{bucket: BucketFit} for one generation variant (``[task] kind = "generation"``).
+
+    Every bucket is judged at ``prompt_tokens`` (the variant's max_length: the longest prompt
+    the lab sends, whatever the text's bucket) plus ``max_new_tokens``, with
+    ``lab.memory.estimate.estimate_generation`` (weights + KV cache + prefill activations +
+    logits); its terms are linear in the batch, so the largest batch is floor((usable -
+    weights) / bytes per item). Raises ValueError for a budget <= 0, a margin outside [0, 1) or
+    a length < 1."""
+    _check_budget(budget_bytes, margin_fraction)
+    one = estimate_generation(shape, precision, 1, prompt_tokens, max_new_tokens)
+    return {b: _fit(b, prompt_tokens, one.weights_bytes, one.activation_bytes, budget_bytes, variant_batch_size,
+                    margin_fraction) for b in buckets}
 
 
 @dataclass(frozen=True)

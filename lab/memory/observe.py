@@ -3,7 +3,9 @@
 One observation = (model, precision, batch size, length): a warm-up forward at the same
 shape, then a release step, a peak reset, and one measured forward (inputs built and
 transferred, forward under ``torch.inference_mode``, logits materialized on the host,
-device synchronized). Counters (scopes in ``lab.memory.peaks.SCOPES``):
+device synchronized); for a causal LM (``observe_generation``), one greedy ``generate`` of
+``max_new_tokens`` after prompts of that length, measured the same way. Counters (scopes in
+``lab.memory.peaks.SCOPES``):
 
 - ``peak_allocated_bytes`` / ``peak_reserved_bytes``: torch CUDA/ROCm allocator peaks
   (tensors / caching allocator). Separate figures; their peaks may happen at different
@@ -28,7 +30,7 @@ import gc
 import time
 from dataclasses import asdict, dataclass, field
 
-from lab.memory.peaks import SCOPES, PeakTracker, current_rss_bytes
+from lab.memory.peaks import SCOPES, Peaks, PeakTracker, current_rss_bytes
 
 SCOPES_HERE = {**SCOPES,
                "process_rss_before_bytes": "host: this process's RSS right after the peak reset",
@@ -103,16 +105,9 @@ def _forward(model, inputs: dict, device: str):
     return logits
 
 
-def observe(model, tokenizer, texts: list[str], batch_size: int, seq_len_tokens: int,
-            device: str, precision: str, model_ref: str = "", warmup: bool = True) -> Observation:
-    """Measure one forward of ``batch_size`` items x ``seq_len_tokens`` tokens on ``device``.
-
-    ``model`` is already at ``precision`` on ``device`` (``lab.passes.inference.load_model``).
-    On CPU the GPU counters are None with the reason. Lets torch's OOM error propagate.
-    """
-    inputs = make_inputs(tokenizer, texts, batch_size, seq_len_tokens)
-    if warmup:
-        _forward(model, inputs, device)
+def _measure(step, device: str) -> tuple[Peaks, int | None, int | None, float, str]:
+    """Release, reset the peaks, run ``step()`` once: (peak readings, RSS at reset, allocated
+    bytes before the step on a GPU, duration in s, what the release did)."""
     release = release_memory(device)
     tracker = PeakTracker(device)
     tracker.reset()
@@ -123,24 +118,84 @@ def observe(model, tokenizer, texts: list[str], batch_size: int, seq_len_tokens:
 
         weights = int(torch.cuda.memory_allocated(device))
     t0 = time.perf_counter()
-    _forward(model, inputs, device)
+    step()
     duration = time.perf_counter() - t0
-    peaks = tracker.read()
+    return tracker.read(), before, weights, duration, release
+
+
+def _observation(model_ref: str, precision: str, device: str, batch_size: int, seq_len_tokens: int,
+                 measured: tuple) -> Observation:
+    peaks, before, weights, duration, release = measured
     reasons = dict(peaks.reasons, release=release)
-    used = peaks.device_used_bytes
     if weights is None:
         reasons["weights_allocated_bytes"] = reasons.get("peak_allocated_bytes", "not a GPU pass")
     if before is None:
         reasons["process_rss_before_bytes"] = "no /proc/self/status (not Linux)"
     reasons = {k: v for k, v in reasons.items() if v}
     return Observation(model_ref, precision, device, batch_size, seq_len_tokens,
-                       peaks.peak_allocated_bytes, peaks.peak_reserved_bytes, used,
+                       peaks.peak_allocated_bytes, peaks.peak_reserved_bytes, peaks.device_used_bytes,
                        peaks.process_peak_rss_bytes, before, weights, round(duration, 6), reasons)
+
+
+def observe(model, tokenizer, texts: list[str], batch_size: int, seq_len_tokens: int,
+            device: str, precision: str, model_ref: str = "", warmup: bool = True) -> Observation:
+    """Measure one forward of ``batch_size`` items x ``seq_len_tokens`` tokens on ``device``.
+
+    ``model`` is already at ``precision`` on ``device`` (``lab.passes.inference.load_model``).
+    On CPU the GPU counters are None with the reason. Lets torch's OOM error propagate.
+    """
+    inputs = make_inputs(tokenizer, texts, batch_size, seq_len_tokens)
+    if warmup:
+        _forward(model, inputs, device)
+    measured = _measure(lambda: _forward(model, inputs, device), device)
+    return _observation(model_ref, precision, device, batch_size, seq_len_tokens, measured)
+
+
+def _generate(model, inputs: dict, device: str, max_new_tokens: int, pad_token_id: int):
+    """Greedy generation of exactly ``max_new_tokens`` tokens per row (``min_new_tokens`` too, so
+    no eos ends it early: the estimate's worst case); the ids on the host. Raises RuntimeError
+    when the output is not prompt + max_new_tokens long."""
+    import torch
+    from transformers import GenerationConfig
+
+    cfg = GenerationConfig(max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False,
+                           num_beams=1, pad_token_id=pad_token_id)
+    with torch.inference_mode():
+        moved = {k: v.to(device) for k, v in inputs.items()}
+        out = model.generate(**moved, generation_config=cfg).cpu()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+    if out.shape[1] != inputs["input_ids"].shape[1] + max_new_tokens:
+        raise RuntimeError(f"generate wrote {out.shape[1] - inputs['input_ids'].shape[1]} tokens, not {max_new_tokens}")
+    return out
+
+
+def observe_generation(model, tokenizer, texts: list[str], batch_size: int, prompt_tokens: int,
+                       max_new_tokens: int, device: str, precision: str, model_ref: str = "",
+                       warmup: bool = True) -> Observation:
+    """Measure one greedy ``generate`` of ``batch_size`` prompts of ``prompt_tokens`` tokens
+    (texts cycled, truncated, left-padded to that length) writing ``max_new_tokens`` each, as
+    ``observe`` measures a forward (warm-up at the same shape, release, peak reset, one run).
+
+    ``model``: a causal LM at ``precision`` on ``device``; ``tokenizer`` must have a pad token.
+    ``seq_len_tokens`` of the Observation is the prompt's length. Lets torch's OOM error propagate."""
+    tokenizer.padding_side = "left"
+    inputs = make_inputs(tokenizer, texts, batch_size, prompt_tokens)
+    pid = tokenizer.pad_token_id
+
+    def step():
+        return _generate(model, inputs, device, max_new_tokens, pid)
+
+    if warmup:
+        step()
+    return _observation(model_ref, precision, device, batch_size, prompt_tokens, _measure(step, device))
 
 
 def compare(est, obs: Observation) -> dict:
     """Estimate vs observation on counters of the same scope; error = (est - obs) / obs.
 
+    ``est``: an Estimate or a GenerationEstimate (whose ``activation_bytes`` is all it adds
+    above the weights: KV cache, prefill activations, logits).
     On a GPU: ``total_bytes`` (weights + activations) against ``peak_allocated_bytes``
     (tensors). On CPU: ``activation_bytes`` against ``process_rss_rise_bytes`` (RSS also
     holds the interpreter, libraries and weights, which the estimate does not model).
@@ -159,23 +214,45 @@ def compare(est, obs: Observation) -> dict:
 
 
 def observe_grid(model, tokenizer, texts: list[str], batches: list[int], lengths: list[int],
-                 device: str, precision: str, model_ref: str = "") -> list[dict]:
+                 device: str, precision: str, model_ref: str = "", max_new_tokens: int | None = None) -> list[dict]:
     """Estimate and observe every (length, batch) of the grid; one dict per cell, in order.
 
     Each dict: batch_size, seq_len_tokens, estimate (Estimate.to_json), observation
-    (Observation.to_json), comparison (``compare``). An OOM becomes a row with
-    observation None and ``error`` set; the grid goes on (torch frees the failed batch).
+    (Observation.to_json), comparison (``compare``). With ``max_new_tokens`` (a causal LM,
+    ``[task] kind = "generation"``): greedy generation of that many tokens after prompts of each
+    length (``observe_generation``, ``lab.memory.estimate.estimate_generation``), and the dict
+    adds max_new_tokens. An OOM becomes a row with observation None and ``error`` set; the grid
+    goes on (torch frees the failed batch).
     """
-    from lab.memory.estimate import EncoderShape, estimate
+    from lab.memory.estimate import (
+        DecoderShape,
+        EncoderShape,
+        Estimate,
+        GenerationEstimate,
+        estimate,
+        estimate_generation,
+    )
 
+    gen = DecoderShape.from_model(model) if max_new_tokens else None
     shape = EncoderShape.from_model(model)
     rows = []
     for s in lengths:
         for b in batches:
-            est = estimate(shape, precision, b, s)
-            row = {"batch_size": b, "seq_len_tokens": s, "estimate": est.to_json()}
+            row: dict
+            est: Estimate | GenerationEstimate
+            if gen is not None and max_new_tokens:
+                est = estimate_generation(gen, precision, b, s, max_new_tokens)
+                row = {"batch_size": b, "seq_len_tokens": s, "max_new_tokens": max_new_tokens,
+                       "estimate": est.to_json()}
+            else:
+                est = estimate(shape, precision, b, s)
+                row = {"batch_size": b, "seq_len_tokens": s, "estimate": est.to_json()}
             try:
-                obs = observe(model, tokenizer, texts, b, s, device, precision, model_ref)
+                if max_new_tokens:
+                    obs = observe_generation(model, tokenizer, texts, b, s, max_new_tokens, device, precision,
+                                             model_ref)
+                else:
+                    obs = observe(model, tokenizer, texts, b, s, device, precision, model_ref)
             except (RuntimeError, MemoryError) as exc:
                 if "out of memory" not in str(exc).lower() and not isinstance(exc, MemoryError):
                     raise

@@ -35,6 +35,8 @@ import os
 import time
 from pathlib import Path
 
+from lab.facts.numbers import beside
+
 STARVED_SHARE = 0.5
 """A CPU pass whose window CPU share (:func:`cpu_share`) is below this fraction was starved."""
 STARVED_STEAL = 0.1
@@ -87,8 +89,8 @@ def starvation(cond: dict) -> str:
                    f"({cond.get('available_from', 'affinity and quota')})")
     share = cond.get("cpu_share")
     if share is not None and not str(cond.get("device", "cpu")).startswith("cuda") and share < STARVED_SHARE:
-        why.append(f"CPU share {share:.2f} < {STARVED_SHARE}: the window got {got:.3f} s of CPU time{of} in "
-                   f"{cond.get('wall_s'):.3f} s on {cond.get('cpus_usable', 1):g} usable CPU(s)")
+        why.append(f"CPU share {beside(share, STARVED_SHARE)} < {STARVED_SHARE}: the window got {got:.3f} s of "
+                   f"CPU time{of} in {cond.get('wall_s'):.3f} s on {cond.get('cpus_usable', 1):g} usable CPU(s)")
     steal = cond.get("steal_share")
     if steal is not None and steal >= STARVED_STEAL:
         why.append(f"the hypervisor stole {steal:.0%} of the CPUs' time (>= {STARVED_STEAL:.0%})")

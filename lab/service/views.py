@@ -79,15 +79,16 @@ def lock_protocol(campaign_file) -> tuple[dict, bool]:
 
 # ---- plan ----------------------------------------------------------------------------
 
-def model_shape(model_ref: str, revision: str | None = None):
+def model_shape(model_ref: str, revision: str | None = None, decoder: bool = False):
     """EncoderShape of a checkpoint, a hub id at ``revision`` (meta device; cached: building it
-    takes seconds)."""
-    from lab.memory.estimate import EncoderShape
+    takes seconds); with ``decoder``, its DecoderShape (a causal LM: generation)."""
+    from lab.memory.estimate import DecoderShape, EncoderShape
 
+    key = (model_ref, revision, decoder)
     with _SHAPE_LOCK:
-        if (model_ref, revision) not in _SHAPES:
-            _SHAPES[(model_ref, revision)] = EncoderShape.from_pretrained(model_ref, revision)
-        return _SHAPES[(model_ref, revision)]
+        if key not in _SHAPES:
+            _SHAPES[key] = (DecoderShape if decoder else EncoderShape).from_pretrained(model_ref, revision)
+        return _SHAPES[key]
 
 
 def budget_of(facts: dict) -> tuple[int | None, str]:
@@ -102,7 +103,9 @@ def budget_of(facts: dict) -> tuple[int | None, str]:
 
 def build_plan(campaign_file, facts: dict) -> dict:
     """{variants: [{name, variant_id, label, series, batch_size, fits: {bucket: max batch},
-    peak_estimate_bytes: {bucket: weights + own batch's activations}, fits_all}],
+    peak_estimate_bytes: {bucket: weights + own batch's activations}, fits_all}] (a generation
+    campaign: lab.memory.feasibility.generation_fits, weights + KV cache for max_length +
+    [task] max_new_tokens positions + prefill activations + logits, the same in every bucket),
     a vLLM variant with ``reservation`` (lab.memory.feasibility.ReservationFit.to_json: what
     vLLM reserves up front and whether weights + one sequence fit it) instead of ``fits``;
     schedule: [[short names per repetition]], passes, series, budget_bytes, budget_what, margin, note,
@@ -128,19 +131,24 @@ def build_plan(campaign_file, facts: dict) -> dict:
     try:
         from lab.facts.constants import VLLM_MEMORY_FRACTION
         from lab.inputs.corpus import read_corpus
-        from lab.memory.feasibility import DEFAULT_MARGIN_FRACTION, batch_fits, reservation_fits
+        from lab.memory.feasibility import DEFAULT_MARGIN_FRACTION, batch_fits, generation_fits, reservation_fits
 
         longest: dict[str, int] = {}
         for r in read_corpus(proto.corpus_path):
             b, n = r.get("bucket"), r.get("n_tokens")
             if b and n:
                 longest[b] = max(longest.get(b, 0), int(n))
+        generation = proto.task_kind == "generation"
         shape = model_shape(proto.model_ref, proto.config.model.revision)
         out["margin"] = DEFAULT_MARGIN_FRACTION
         for v in proto.variants:
             if budget and v.engine == "vllm":  # vLLM reserves up front: its reservation decides
                 fraction = v.vllm_memory_fraction or VLLM_MEMORY_FRACTION["gpu" if what.startswith("GPU") else "cpu"]
                 reserved[v.variant_id] = reservation_fits(shape, v.precision, budget, fraction, v.max_length)
+            elif budget and longest and generation:  # decoding holds the KV cache of every layer
+                fits[v.variant_id] = generation_fits(
+                    model_shape(proto.model_ref, proto.config.model.revision, decoder=True), v.precision,
+                    list(longest), budget, v.max_length, proto.config.task.max_new_tokens or 0, v.batch_size)
             elif budget and longest:
                 fits[v.variant_id] = batch_fits(shape, v.precision, longest, budget, v.max_length,
                                                 v.batch_size)

@@ -63,6 +63,7 @@ def test_the_starvation_rule():
     assert "2 CPU(s) needed" in starvation({**base, "cpus_available": 1})  # threads 2 on 1 CPU
     assert "0.15 available" in starvation({**base, "cpus_needed": 1, "cpus_available": 0.15})  # quota
     assert "CPU share 0.30 < 0.5" in starvation({**base, "cpu_share": 0.3})  # competing load
+    assert "CPU share 0.496 < 0.5" in starvation({**base, "cpu_share": 0.496})  # never "0.50 < 0.5"
     assert starvation({**base, "cpu_share": 0.3, "device": "cuda:0"}) == ""  # a GPU's host waits by design
     assert "stole 20%" in starvation({**base, "steal_share": 0.2})
     none = {k: None for k in base}
