@@ -27,6 +27,19 @@ def predictions(orch) -> dict[str, str]:
     return {r["id"]: r["pred"] for r in map(json.loads, lines)}
 
 
+def in_container_and_on_host(f, docker_client, runs_root) -> dict:
+    """{"docker": Orchestrator, "local": Orchestrator}: the locked campaign ``f`` run to the end in
+    the CPU image and on the host, each in its own runs folder under ``runs_root``."""
+    image = read_pins()["CPU_IMAGE"]
+    runs = {}
+    for name, launcher in (("docker", DockerLauncher(image, "cpu", labels=DOCKER_TEST_LABELS, client=docker_client)),
+                           ("local", LocalLauncher())):
+        orch = Orchestrator.prepare(f, runs_root / f"runs-{name}", launcher)
+        assert orch.run() == "finished"
+        runs[name] = orch
+    return runs
+
+
 @pytest.mark.docker
 def test_custom_entry_runs_in_a_container_with_the_hosts_predictions(docker_client, tmp_path, model_dir):
     image = read_pins()["CPU_IMAGE"]
@@ -57,15 +70,9 @@ def test_embedding_passes_run_in_a_container_with_the_hosts_vectors(docker_clien
     import numpy as np
     from test_task_embedding import embedding_campaign
 
-    image = read_pins()["CPU_IMAGE"]
     f = embedding_campaign(tmp_path, model_dir)  # batch 1 and batch 8, one pass each
     lock(load_protocol(f))
-    runs = {}
-    for name, launcher in (("docker", DockerLauncher(image, "cpu", labels=DOCKER_TEST_LABELS, client=docker_client)),
-                           ("local", LocalLauncher())):
-        orch = Orchestrator.prepare(f, tmp_path / f"runs-{name}", launcher)
-        assert orch.run() == "finished"
-        runs[name] = orch
+    runs = in_container_and_on_host(f, docker_client, tmp_path)
     for a in runs["docker"].journal.attempts():
         assert a.status == "ok" and a.launcher == "docker", a.notes
         assert a.validation.corpus_accepted, a.validation.reasons
@@ -90,14 +97,10 @@ def test_generation_passes_run_in_a_container_with_the_hosts_outputs(docker_clie
     id as on the host (greedy decoding, fp32, the same torch build in both)."""
     from test_task_generation import generation_campaign, lines_of
 
-    image = read_pins()["CPU_IMAGE"]
     f = generation_campaign(tmp_path, gen_model_dir, values=(1,))
     lock(load_protocol(f))
     outputs = {}
-    for name, launcher in (("docker", DockerLauncher(image, "cpu", labels=DOCKER_TEST_LABELS, client=docker_client)),
-                           ("local", LocalLauncher())):
-        orch = Orchestrator.prepare(f, tmp_path / f"runs-{name}", launcher)
-        assert orch.run() == "finished"
+    for name, orch in in_container_and_on_host(f, docker_client, tmp_path).items():
         (a,) = orch.journal.attempts()
         assert a.status == "ok" and a.launcher == name, a.notes
         assert a.validation.ids_match and a.validation.format_ok, a.validation.reasons

@@ -240,7 +240,7 @@ def _config_section(a: Assessment, deliverables: int) -> list[str]:
     durations = ", ".join(f"{d:.3f}" for d in v.durations_s) or "none"
     lines = [f"### {v.label} (`{v.variant_id}`, series {v.series or '-'})", "",
              f"- Quality verdict: {_verdict_with_count(v)}",
-             f"- {v.quality_text()[0].upper()}{v.quality_text()[1:]}",
+             f"- Q{v.quality_text()[1:]}",  # "quality: ..." as a sentence of the note
              f"- Raw durations, measured window, passes ok (s): {durations}"
              + (f". **Not steady-state:** {v.durations_caveat()}" if v.recompiled_passes else ""),
              *(["- **Starved passes** (lab.passes.conditions.starvation): "
