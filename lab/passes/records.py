@@ -89,6 +89,9 @@ class Observed(Record, frozen=True):
     max_model_len: Cell = None
     vllm_memory_fraction: Cell = None
     max_running: Cell = None
+    # a custom entry (lab.passes.tasks.custom): the settings its settings_used() reported, comma-joined;
+    # present (even empty) means the values above came from the user's code, not from the lab's sight
+    reported_by_entry: Cell = None
 
 
 class CardRecord(Record, frozen=True):

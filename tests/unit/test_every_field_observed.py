@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 
+import msgspec
 import pytest
 
 from lab.inputs.variants import NAME_FIELDS, Variant
 from lab.passes.observed import NotHonoured, require_honoured
+from lab.passes.records import Observed
 
 CHECKED_ELSEWHERE = {"cards": "lab.passes.multicard: cards_observed against cards declared"}
 DECLARED = Variant(batch_size=4, precision="bf16", padding="longest", max_length=64, bucketing=True,
@@ -83,7 +85,21 @@ def test_a_contradicted_vllm_option_is_named(field_name):
 def test_a_custom_entry_contradiction_says_what_the_entry_reported(change, words):
     """Custom code: the lab never saw its weights or batches, only its settings_used() (fixmsg item 6)."""
     declared = replace(DECLARED, precision="fp32")
-    seen = {**HONOURED, "dtype": "float32", "reported_by_entry": sorted(change), **change}
+    seen = {**HONOURED, "dtype": "float32", "reported_by_entry": ", ".join(sorted(change)), **change}
     with pytest.raises(NotHonoured) as e:
         require_honoured(declared, seen, "cpu")
     assert words in str(e.value) and "weights" not in str(e.value) and "batches padded" not in str(e.value)
+    # a multi-card pass checks each card's typed record (lab.passes.multicard): the same words after it
+    card = msgspec.convert(seen, Observed).to_json()
+    with pytest.raises(NotHonoured) as e:
+        require_honoured(declared, card, "cpu")
+    assert words in str(e.value) and "weights" not in str(e.value)
+
+
+def test_every_key_the_check_reads_survives_the_typed_record():
+    """The typed Observed drops a key it does not declare (old archives decode), so a key
+    require_honoured reads but Observed lacks is lost on the multi-card path, where each card's
+    record is checked after decoding: the custom entry's contradiction read "weights loaded as"."""
+    custom = {"reported_by_entry": "precision"}
+    for seen in (HONOURED, VLLM_HONOURED, custom):
+        assert set(seen) <= set(Observed.__struct_fields__), set(seen) - set(Observed.__struct_fields__)

@@ -259,7 +259,7 @@ class CustomJob(LabelLines):
                 **observe_threads(threads, workers_on_host),
                 "compile": used.get("compile", NOT_OBSERVABLE),
                 "quantization": used.get("quantization", NOT_OBSERVABLE),
-                **observe_tf32(), "reported_by_entry": sorted(used)}
+                **observe_tf32(), "reported_by_entry": ", ".join(sorted(used))}
 
     def warm_up(self, rows: list[dict], device: str) -> float:
         from lab.passes.inference import warm_up_window
