@@ -66,3 +66,32 @@ def test_ordinary_campaign_has_no_secret_looking_value():
 
     assert secret_looking(tomllib.loads(DEMO_CAMPAIGN.read_text())) == []
     assert secret_looking({"model": {"tokenizer": "x", "max_tokens": 3, "pad_token": "[PAD]"}}) == []
+
+
+def test_a_model_file_changed_after_lock_is_named(model_dir, tmp_path):
+    """The lock keeps each model file's sha256 beside the joint fingerprint, so the refusal names
+    the file that changed (it said only "model files"); a lock entry without the map still refuses."""
+    from lab.facts.errors import ProtocolError
+    from lab.orchestration.identity import InputsChanged, InputWatch
+    from lab.orchestration.protocol import load_protocol, lock, locked_version
+
+    model = tmp_path / "model"
+    model.mkdir()
+    for p in model_dir.iterdir():  # links, except the file this test edits
+        if p.is_file() and p.name != "config.json":
+            (model / p.name).symlink_to(p)
+    (model / "config.json").write_text((model_dir / "config.json").read_text())
+    corpus = cut_corpus(tmp_path / "corpus.jsonl", 2, 1, 1)
+    f = write_campaign(tmp_path, model, corpus, name="named", values=(1,))
+    v = lock(load_protocol(f), check=False)
+    assert "config.json" in v["model_files_sha256"] and "model.safetensors" in v["model_files_sha256"]
+    (model / "config.json").write_text((model_dir / "config.json").read_text() + "\n")
+    proto = load_protocol(f)
+    with pytest.raises(ProtocolError, match=r"model files \(config.json\) changed since lock") as e:
+        locked_version(proto)
+    assert "model.safetensors" not in str(e.value)
+    with pytest.raises(InputsChanged, match=r"model files \(config.json\) in .* changed since lock"):
+        InputWatch(proto, v)
+    old = {k: x for k, x in v.items() if k != "model_files_sha256"}  # a lock written before the map
+    with pytest.raises(InputsChanged, match=r"model files in .* changed since lock"):
+        InputWatch(proto, old)

@@ -100,13 +100,29 @@ def protocol_identity(proto) -> dict:
     with "task_files_sha256" ({role: sha256}, task_files_sha256) beside it: recorded in the lock
     and protocol_version.json so that `archive verify --metric-file` can check one file, but
     not a part of the identity (task_sha256 already covers the files)."""
+    folder = model_folder_or_none(proto.model_ref, proto.config.model.revision)
+    model_files = model_file_hashes(folder) if folder is not None else None
     parts = {"protocol_sha256": proto.digest(), "corpus_sha256": content_sha256(proto.corpus_path),
-             "model_sha256": model_fingerprint(proto.model_ref, proto.config.model.revision)}
+             "model_sha256": fingerprint_of(model_files, proto.model_ref, proto.config.model.revision)}
     files = task_files_sha256(proto.task_files())
     if files:  # a custom entry or a user metric: its code is part of the protocol
         parts["task_sha256"] = digests_fingerprint(files)
     ident = {"sha256": sha256_bytes(json.dumps(parts, sort_keys=True).encode("utf-8")), **parts}
+    if model_files is not None:  # per file, to name the one that changed (model_sha256 covers them)
+        ident["model_files_sha256"] = model_files
     return {**ident, "task_files_sha256": files} if files else ident
+
+
+def changed_model_files(entry: dict, now: dict[str, str] | None) -> str:
+    """"model files" followed by the names whose sha256 in ``now`` ({file name: sha256},
+    model_file_hashes) differs from the lock ``entry``'s ``model_files_sha256`` (a file added or
+    removed counts); plain "model files" when either map is absent (a lock written before the map,
+    or a hub model the cache does not hold)."""
+    locked = entry.get("model_files_sha256")
+    if not isinstance(locked, dict) or now is None:
+        return "model files"
+    names = sorted(n for n in set(locked) | set(now) if locked.get(n) != now.get(n))
+    return f"model files ({', '.join(names)})" if names else "model files"
 
 
 # ---- secret-looking values -----------------------------------------------------------
@@ -194,8 +210,10 @@ class InputWatch:
         if self.hashes.get(self.corpus) != version.get("corpus_sha256"):
             raise InputsChanged(self._line(self.corpus, "its sha256 differs from the lock's", "since lock"))
         if model != version.get("model_sha256"):
-            raise InputsChanged(f"model files in {self.model_dir or self.model_ref} changed since lock (their "
-                                f"sha256 differ from the lock's); restore them, or lock a new version")
+            now = ({p.name: h for p, h in self.hashes.items() if p != self.corpus}
+                   if self.model_dir is not None else None)
+            raise InputsChanged(f"{changed_model_files(version, now)} in {self.model_dir or self.model_ref} changed "
+                                "since lock (their sha256 differ from the lock's); restore them, or lock a new version")
 
     def _hashes(self, cached: bool) -> dict[Path, str]:
         out = {self.corpus: content_sha256(self.corpus) if cached else sha256_file(self.corpus)}

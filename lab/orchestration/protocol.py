@@ -339,10 +339,13 @@ def locked_version(proto: Protocol) -> dict:
     same = [v for v in versions if v.get("protocol_sha256") == ident["protocol_sha256"]]
     nxt = f"run `iteralab protocol lock {proto.path}` to make version {len(versions) + 1}"
     if same:
+        from lab.orchestration.identity import changed_model_files
+
         last = same[-1]
         code = changed_task_files(proto.task_files(), last, ident.get("task_files_sha256", {}))
         what = (f"corpus {proto.corpus_path.name}" if last.get("corpus_sha256") != ident["corpus_sha256"]
-                else "model files" if last.get("model_sha256") != ident["model_sha256"]
+                else changed_model_files(last, ident.get("model_files_sha256"))
+                if last.get("model_sha256") != ident["model_sha256"]
                 else f"task code ({', '.join(map(str, code))})")
         raise ProtocolError(f"{proto.path.name}: {what} changed since lock (version {last['version']}); restore "
                             f"it, or {nxt} (results of versions never mix)")
