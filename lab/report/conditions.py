@@ -29,10 +29,12 @@ NOT_RECORDED = ("window conditions not recorded: the pass ended before its measu
                 "(or its runner predates them)")
 
 
-def condition_cells(conditions: dict | None, running: bool) -> tuple[dict, list[str]]:
+def condition_cells(conditions: dict | None, running: bool, own_engine: bool = False) -> tuple[dict, list[str]]:
     """({column: value} for ``CONDITIONS``, notes) from one pass's result ``conditions``
     (lab.passes.records.PassResult.conditions); every cell None with one note when the pass
-    recorded no conditions (``running``: no note yet)."""
+    recorded no conditions (``running``: no note yet). ``own_engine``: the pass's engine runs in
+    its own processes (a variant with engine "vllm"), so an empty ``engine_cpu_time_s`` needs its reason
+    even when the runner that wrote the pass predates the engine's reading."""
     c = conditions
     if not c:
         return {k: None for k in CONDITIONS}, [] if running else [NOT_RECORDED]
@@ -56,6 +58,9 @@ def condition_cells(conditions: dict | None, running: bool) -> tuple[dict, list[
             notes.append(f"empty {col}: {reasons[key]}")
     if c.get("engine_cpu_time_s") is None and reasons.get("engine_cpu_time_s"):
         notes.append(f"empty engine_cpu_time_s (cpu_share is the pass process's alone): {reasons['engine_cpu_time_s']}")
+    elif own_engine and "engine_processes" not in c:
+        notes.append("empty engine_cpu_time_s (cpu_share is the pass process's alone): the engine's processes "
+                     "were not read; the runner that wrote this pass predates that reading")
     if c.get("engine_processes_missed"):
         notes.append(f"engine_cpu_time_s leaves out {c['engine_processes_missed']} engine process(es) that exited "
                      "in the window with their parent (lab.passes.conditions.tree_cpu_seconds)")

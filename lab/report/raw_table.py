@@ -181,7 +181,7 @@ def raw_rows(attempts: list[Attempt], campaign: str, protocol_version: int, camp
         for k in PERF:
             row[k] = getattr(r, k)
         row["compile_shapes"] = "; ".join(f"{b}x{t}" for b, t in r.compile_shapes) if r.compile_shapes else None
-        cells, cond_notes = condition_cells(r.conditions, running)
+        cells, cond_notes = condition_cells(r.conditions, running, own_engine=vllm)
         row.update(cells)
         notes += cond_notes
         row["environment"] = json.dumps(r.environment, sort_keys=True) if r.environment is not None else None

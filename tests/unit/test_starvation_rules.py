@@ -5,6 +5,8 @@ The real passes are in tests/test_pass_conditions.py."""
 
 from __future__ import annotations
 
+import os
+
 import sys
 import types
 from pathlib import Path
@@ -140,6 +142,30 @@ def test_a_cpu_pass_has_empty_gpu_cells_with_the_reason():
     assert "empty GPU clock cells: cpu pass: no GPU clocks" in notes
     assert condition_cells(None, running=False)[1] == [
         "window conditions not recorded: the pass ended before its measured window (or its runner predates them)"]
+
+
+def test_an_empty_engine_cpu_time_always_has_its_reason():
+    """A vLLM pass recorded before the engine's processes were read (no ``engine_processes``) has
+    an empty engine_cpu_time_s with a note saying why; an engine read at both ends gives a value
+    and no such note; a transformers pass (the engine is the pass process) needs none."""
+    from lab.report.conditions import condition_cells
+
+    w = WindowConditions("cpu", 1)
+    w.start()
+    old = w.stop(0.01)  # what a runner without the engine reading wrote: no engine keys
+    assert "engine_cpu_time_s" not in old and "engine_processes" not in old
+    cells, notes = condition_cells(old, running=False, own_engine=True)
+    assert cells["engine_cpu_time_s"] is None
+    assert [n for n in notes if n.startswith("empty engine_cpu_time_s")] == [
+        "empty engine_cpu_time_s (cpu_share is the pass process's alone): the engine's processes were not read; "
+        "the runner that wrote this pass predates that reading"]
+    assert not [n for n in condition_cells(old, running=False)[1] if "engine_cpu_time_s" in n]
+    w = WindowConditions("cpu", 1, engine_pid=os.getpid())
+    w.start()
+    sum(range(100_000))
+    read = w.stop(0.01)
+    cells, notes = condition_cells(read, running=False, own_engine=True)
+    assert cells["engine_cpu_time_s"] is not None and not [n for n in notes if "engine_cpu_time_s" in n]
 
 
 def test_tf32_on_an_fp32_cuda_pass_is_not_honoured():
