@@ -6,7 +6,6 @@ The real passes are in tests/test_pass_conditions.py."""
 from __future__ import annotations
 
 import os
-
 import sys
 import types
 from pathlib import Path
