@@ -206,6 +206,8 @@ def cmd_archive(a) -> int:
             print(f"FAIL {p}")
         for p in v.not_rederived:
             print(f"NOT RE-DERIVED {p}")
+        for p in v.lab_apart:
+            print(f"NOTE {p}")
         print(f"{v.outcome}: {v.files_checked} files, {v.rows_checked} rows checked"
               + ("; nothing contradicted, but not every claim was re-derived" if v.outcome == "INCOMPLETE" else ""))
         return 0 if v.ok else 1

@@ -178,3 +178,43 @@ def test_a_journal_whose_attempts_give_no_raw_table_is_a_problem_line(archives, 
     assert any(p.startswith("journal.sqlite: its attempts do not give a raw table (") for p in v.problems), \
         v.problems
     assert v.rederived is None
+
+
+def test_an_archive_from_another_lab_version_is_judged_on_its_figures_not_its_wording(archives, tmp_path):
+    """An archive written by another version of the lab's sources (ARCHIVE.json lab_sources_sha256)
+    whose notes and verdict wording differ from what this lab writes verifies on every figure, and
+    says so in one NOTE line naming what it did not compare; the same edits in an archive this lab
+    wrote are a forgery, and a figure edit is refused whichever lab wrote the archive."""
+    from lab.facts.files import lab_sources_sha256
+
+    path = archives["accepted", "rtx"]
+    files = members(path)
+    info_name = member(files, "/ARCHIVE.json")
+    info = json.loads(files[info_name])
+    assert info["lab_sources_sha256"] == lab_sources_sha256()
+    assert verify(path).lab_apart == []  # the same lab: nothing to say
+
+    name, rows = table(files)
+    pid = rows[0]["pass_id"]
+    reworded = [{**r, "notes": r["notes"] + " | worded by an older lab"} for r in rows]
+    put_table(files, name, reworded)
+    sname = member(files, "/report/summary.json")
+    summary = json.loads(files[sname])
+    files[sname] = json.dumps([{**s, "quality_verdict": "accepted (worded otherwise)"} for s in summary]).encode()
+
+    same_lab = verify(repack(tmp_path / "same-lab.tar.gz", dict(files)))
+    assert same_lab.outcome == "FAILED" and any(p.startswith(f"pass {pid}: notes ") for p in same_lab.problems)
+
+    for older in ({**info, "lab_sources_sha256": "0" * 64}, {k: x for k, x in info.items()
+                                                             if k != "lab_sources_sha256"}):
+        files[info_name] = json.dumps(older).encode()
+        v = verify(repack(tmp_path / "older.tar.gz", dict(files)))
+        assert v.outcome == "OK" and v.problems == [], v.problems
+        [line] = v.lab_apart
+        assert f"pass {pid} notes" in line and "quality_verdict" in line and "not compared" in line
+        assert ("lab sources 000000000000" in line) == ("lab_sources_sha256" in older)
+
+    items = [{**r, "items_per_s": str(float(r["items_per_s"]) * 2)} for r in reworded]  # a figure
+    put_table(files, name, items)
+    v = verify(repack(tmp_path / "figure.tar.gz", dict(files)))
+    assert v.outcome == "FAILED" and any(p.startswith(f"pass {pid}: items_per_s ") for p in v.problems), v.problems

@@ -33,7 +33,7 @@ from lab.evidence.format import (
     check_member,
 )
 from lab.facts.diskfull import DiskFull, is_disk_full
-from lab.facts.files import HashingReader, sha256_bytes
+from lab.facts.files import HashingReader, lab_sources_sha256, sha256_bytes
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".tar.partial")  # an archive, or one being packed
 
@@ -105,7 +105,9 @@ def pack(campaign_dir: Path, out_path: Path, include: list[str], partial: str = 
     info_doc = {"made_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "campaign_dir": campaign_dir.name, "partial": bool(partial), "partial_reason": partial,
                 "journal": "snapshot taken with SQLite's backup API (write-ahead log included)",
-                "skipped": skipped}
+                "skipped": skipped,
+                # which lab wrote the report it packs: archive verify compares prose only with the same
+                "lab_sources_sha256": lab_sources_sha256()}
     sources = {rel: campaign_dir / rel for rel in files}
     for rel, src in (extra or {}).items():
         sources[rel] = Path(src)

@@ -61,6 +61,10 @@ class Verification:
     not_rederived: list = field(default_factory=list)
     """Figures verify left unchecked on purpose, one line each with how to check them (a user's own
     metric without ``--metric-file``): not a problem of the archive, but not verified either."""
+    lab_apart: list = field(default_factory=list)
+    """Lines saying the archive was written by another version of the lab's sources than the one
+    that verified it, and which prose fields (lab.evidence.tables.PROSE) are worded differently:
+    not compared, and not a problem; empty when the same lab wrote and verified it."""
 
     @property
     def ok(self) -> bool:

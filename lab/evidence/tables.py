@@ -37,6 +37,13 @@ MEMBERS = (RAW_TABLE, SUMMARY_JSON, SUMMARY_CSV, PROTOCOL_VERSION, CAMPAIGN)
 CHECKED_ELSEWHERE = ("status", "items_completed", "corpus_accepted", "metric", "predictions_sha256")
 """Raw-table columns lab.evidence.rederive already compares with the journal or the files
 (one problem line per difference, not two)."""
+PROSE = ("notes", "starved_reason", "quality_verdict", "infeasible_reason")
+"""Raw-table and summary fields that say in words what the figures show, worded by the lab that
+re-derives them. An archive written by another version of the lab's sources (ARCHIVE.json
+``lab_sources_sha256``; absent in archives made before it was recorded) is compared on every other
+field, and a difference in these is listed (``worded``), not a problem: a lab update that words a
+note better must not make older evidence fail. Every figure, status and flag behind them
+(items, metric, ``corpus_accepted``, ``accepted_passes``) is still compared."""
 REL_TOL = 1e-9
 SHOWN = 60  # characters of a value shown in a problem line
 
@@ -112,8 +119,10 @@ def same(a, b) -> bool:
     return x == y or math.isclose(x, y, rel_tol=REL_TOL, abs_tol=1e-12)
 
 
-def check_raw_table(rows: list[dict], derived: list[dict], problems: list[str]) -> None:
-    """One row per attempt, and every cell equal to its re-derived value."""
+def check_raw_table(rows: list[dict], derived: list[dict], problems: list[str],
+                    worded: list[str] | None = None) -> None:
+    """One row per attempt, and every cell equal to its re-derived value (a PROSE cell of an
+    archive from another lab version: its pass named in ``worded`` instead, when that is a list)."""
     for pid, n in sorted(Counter(r["pass_id"] for r in rows).items()):
         if n > 1:
             problems.append(f"pass {pid}: {n} rows in the raw table; it holds one row per attempt")
@@ -140,6 +149,9 @@ def check_raw_table(rows: list[dict], derived: list[dict], problems: list[str]) 
             if col in CHECKED_ELSEWHERE or col not in row:
                 continue
             if not same(row[col], by_pass[pid][col]):
+                if worded is not None and col in PROSE:
+                    worded.append(f"pass {pid} {col}")
+                    continue
                 problems.append(f"pass {pid}: {col} {_shown(row[col])} in the raw table, "
                                 f"{_shown(by_pass[pid][col])} re-derived from the journal and the pass records")
 
@@ -157,9 +169,11 @@ def pre_fix_verdicts(raw_rows: list[dict]) -> dict[str, str]:
             for vid, rs in by.items() if not any(str(r.get("corpus_accepted")) == "True" for r in rs)}
 
 
-def check_summary(scan, derived: list[dict], problems: list[str], pre_fix: dict[str, str] | None = None) -> None:
+def check_summary(scan, derived: list[dict], problems: list[str], pre_fix: dict[str, str] | None = None,
+                  worded: list[str] | None = None) -> None:
     """Every field of summary.json and every cell of summary.csv equal to the re-derived summary
-    (``pre_fix``: the older wording of a rejected variant's verdict also accepted, ``pre_fix_verdicts``)."""
+    (``pre_fix``: the older wording of a rejected variant's verdict also accepted, ``pre_fix_verdicts``;
+    ``worded``: as for check_raw_table)."""
     if SUMMARY_JSON not in scan.kept:
         problems.append(f"{SUMMARY_JSON} missing: the summary a comparison reads cannot be checked")
     else:
@@ -170,17 +184,17 @@ def check_summary(scan, derived: list[dict], problems: list[str], pre_fix: dict[
         if not (isinstance(claimed, list) and all(isinstance(v, dict) for v in claimed)):
             problems.append(f"{SUMMARY_JSON}: not a JSON list of variant objects")
         else:
-            _compare_variants(SUMMARY_JSON, claimed, derived, problems, pre_fix or {})
+            _compare_variants(SUMMARY_JSON, claimed, derived, problems, pre_fix or {}, worded)
     if SUMMARY_CSV in scan.kept:
         from lab.report.summary import VariantSummary, summary_table
 
         table = summary_table([VariantSummary.from_json(d) for d in derived])
         claimed = list(csv.DictReader(io.StringIO(member_text(scan, SUMMARY_CSV), newline="")))
-        _compare_variants(SUMMARY_CSV, claimed, _csv_rows(table), problems, pre_fix or {})
+        _compare_variants(SUMMARY_CSV, claimed, _csv_rows(table), problems, pre_fix or {}, worded)
 
 
 def _compare_variants(rel: str, claimed: list[dict], derived: list[dict], problems: list[str],
-                      pre_fix: dict[str, str]) -> None:
+                      pre_fix: dict[str, str], worded: list[str] | None = None) -> None:
     ids = [v.get("variant_id") for v in claimed]
     by_id = {v["variant_id"]: v for v in derived}
     for twice, n in Counter(map(str, ids)).items():
@@ -199,6 +213,9 @@ def _compare_variants(rel: str, claimed: list[dict], derived: list[dict], proble
                 continue  # an archive made before the verdict came from the typed validation
             if key not in v and key in QUALITY_FIELDS:
                 continue  # an archive made before the summary held the quality figures
+            if key in v and key in d and worded is not None and key in PROSE and not same(v[key], d[key]):
+                worded.append(f"variant {vid} {key} ({rel})")
+                continue
             if key not in v or key not in d or not same(v[key], d[key]):
                 problems.append(f"variant {vid}: {key} {_shown(v.get(key))} in {rel}, {_shown(d.get(key))} "
                                 "re-derived from the journal and the pass records")
@@ -224,11 +241,12 @@ def check_results(scan, attempts: list[Attempt], problems: list[str]) -> None:
 
 
 def check_tables(scan, info: dict, rows: list[dict], journal: JournalRead,
-                 problems: list[str]) -> Rederived | None:
+                 problems: list[str], worded: list[str] | None = None) -> Rederived | None:
     """Re-derive the raw table and summary from the archived journal as
     lab.evidence.rederive.read_journal read it (once, for both checks), compare them and the pass
     records with the archive's copies (module docstring); returns the re-derived figures (None
-    when they cannot be: an attempt row that is no pass record, already named by read_journal)."""
+    when they cannot be: an attempt row that is no pass record, already named by read_journal).
+    ``worded``: a list for an archive written by another lab version (PROSE)."""
     attempts, _, damaged = journal
     if damaged:
         problems.append(f"{JOURNAL}: its attempts do not give a raw table ({len(damaged)} attempt row(s) not a "
@@ -240,8 +258,8 @@ def check_tables(scan, info: dict, rows: list[dict], journal: JournalRead,
         problems.append(f"{JOURNAL}: its attempts do not give a raw table ({type(exc).__name__}: "
                         f"{str(exc)[:SHOWN]}); the raw table and the summary are not re-derived")
         return None
-    check_raw_table(rows, rederived.raw_rows, problems)
-    check_summary(scan, rederived.summary, problems, pre_fix_verdicts(rederived.raw_rows))
+    check_raw_table(rows, rederived.raw_rows, problems, worded)
+    check_summary(scan, rederived.summary, problems, pre_fix_verdicts(rederived.raw_rows), worded)
     check_results(scan, attempts, problems)
     return rederived
 

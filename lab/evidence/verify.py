@@ -58,7 +58,7 @@ from lab.evidence.rederive import (
 )
 from lab.evidence.tables import CAMPAIGN, MEMBERS, RAW_TABLE, check_tables
 from lab.evidence.user_metric import user_metric_ref, user_metric_scores
-from lab.facts.files import HashingReader
+from lab.facts.files import HashingReader, lab_sources_sha256
 
 PARSED_MAX_BYTES = 64 * 2**20
 CHUNK_BYTES = 1 << 20
@@ -254,9 +254,23 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
                          "their acceptance (archive verify runs no code from an archive); give a local copy of "
                          "that file with --metric-file FILE (its sha256 is checked against the lock's, then it "
                          "runs in a fresh process)" for name, pids in sorted(opted_out.items())]
-        rederived = check_tables(scan, info, rows, journal, problems) if journal is not None else None
+        written_by, here = info.get("lab_sources_sha256"), lab_sources_sha256()
+        worded: list[str] | None = None if written_by == here else []
+        rederived = check_tables(scan, info, rows, journal, problems, worded) if journal is not None else None
+        lab_apart = [] if worded is None else [lab_apart_line(written_by, here, worded)]
         row_ids = {r["pass_id"] for r in rows}
         folders = {rel.split("/")[1] for rel in scan.sha if rel.startswith("passes/") and rel.count("/") >= 2}
         for pid in sorted(folders - row_ids):
             problems.append(f"pass {pid}: its folder is in the archive but the raw table has no row for it")
-    return Verification(len(listed), len(rows), problems, rederived, not_rederived)
+    return Verification(len(listed), len(rows), problems, rederived, not_rederived, lab_apart)
+
+
+def lab_apart_line(written_by, here: str, worded: list[str]) -> str:
+    """One line: the lab sources that wrote the archive (ARCHIVE.json ``lab_sources_sha256``) and
+    this lab's, and the prose fields worded differently (lab.evidence.tables.PROSE), not compared."""
+    who = (f"lab sources {str(written_by)[:12]}" if written_by
+           else "a lab that did not record its sources (an older archive)")
+    shown = "; ".join(worded[:4]) + (f"; and {len(worded) - 4} more" if len(worded) > 4 else "")
+    return (f"written by {who}, re-derived by this lab ({here[:12]}): every figure, status and flag is compared; "
+            + (f"prose worded differently, not compared: {shown}" if worded
+               else "its notes and verdicts read the same"))

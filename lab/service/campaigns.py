@@ -348,6 +348,7 @@ def assemble_archive(campaign_dir: str | Path, partial: bool = False) -> dict:
     v = verify(path, own if own is not None and own.is_file() else None)
     return {"path": str(path), "size_bytes": path.stat().st_size, "sha256": sha256_file(path),
             "ok": v.ok, "problems": list(v.problems), "not_rederived": list(v.not_rederived),
+            "lab_apart": list(v.lab_apart),
             "files_checked": v.files_checked,
             "rows_checked": v.rows_checked, "partial": partial}
 
