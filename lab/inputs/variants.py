@@ -87,11 +87,7 @@ class Variant:
     name: str = ""
 
     def __post_init__(self) -> None:
-        for name, hint in _field_types(type(self)).items():
-            value = getattr(self, name)
-            if not type_ok(value, hint):
-                raise VariantError(f"variant field {name} = {value!r} has the wrong type; expected "
-                                   f"{type_name(hint)}")
+        self._check_types()
         if self.batch_size < 1:  # types were checked above: these are the ranges
             raise VariantError(f"batch_size {self.batch_size!r} must be an integer >= 1")
         if self.batch_size > MAX_BATCH_SIZE:
@@ -181,15 +177,35 @@ class Variant:
             raise VariantError(record_refusal(cls, str(exc))) from None
         return cls.from_record(record)
 
+    def _check_types(self) -> None:
+        for name, hint in _field_types(type(self)).items():
+            value = getattr(self, name)
+            if not type_ok(value, hint):
+                raise VariantError(f"variant field {name} = {value!r} has the wrong type; expected "
+                                   f"{type_name(hint)}")
+
     @classmethod
-    def from_record(cls, record: Any) -> "Variant":
+    @classmethod
+    def from_record(cls, record: Any, rules: bool = True) -> "Variant":
         """The Variant a decoded record (an instance of :func:`record_type`) holds, object to
         object: its set fields given to the constructor (which checks every type and range),
         the others at their defaults (a record older than a field). Raises VariantError (one
         line) for a ``variant_id`` its fields do not give (an edited record, or one written by
-        a lab version that derives ids differently)."""
+        a lab version that derives ids differently).
+
+        ``rules`` False (the journal's record of a pass that ran, read as evidence): types and
+        ``variant_id`` are checked, today's ranges and cross-field rules are not, so a rule added
+        after a journal was written does not make its rows damaged (``pass.json``, the input of a
+        pass about to run, keeps them)."""
         names = [f.name for f in fields(cls)]
-        v = cls(**{n: getattr(record, n) for n in names if getattr(record, n) is not msgspec.UNSET})
+        given = {n: getattr(record, n) for n in names if getattr(record, n) is not msgspec.UNSET}
+        if rules:
+            v = cls(**given)
+        else:
+            v = object.__new__(cls)
+            for f in fields(cls):
+                object.__setattr__(v, f.name, given.get(f.name, f.default))
+            v._check_types()
         claimed = record.variant_id
         if claimed is not msgspec.UNSET and claimed != v.variant_id:
             raise VariantError(f"variant_id {claimed!r} does not match its fields "

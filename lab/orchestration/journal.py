@@ -63,7 +63,7 @@ def attempt_record(row: dict) -> Attempt:
     stored = msgspec.json.decode(text, type=dict[str, Any]) if text else {}  # its keys: a record beside the launch?
     record: Any = msgspec.json.decode(variant, type=record_type()) if variant else None
     try:
-        declared = Variant.from_record(record) if record is not None else None
+        declared = Variant.from_record(record, rules=False) if record is not None else None  # evidence
     except VariantError as exc:  # a damaged row, as msgspec names one
         raise msgspec.ValidationError(f"{exc} - at `variant_json`") from None
     label = record.label if record is not None and record.label is not msgspec.UNSET else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -71,8 +72,8 @@ class PassSpec:
             record: Any = msgspec.json.decode(data, type=record_type())
         except msgspec.ValidationError as exc:  # an unknown key, or no JSON object (a DecodeError too: first)
             raise ValueError(_refusal(str(exc))) from None
-        except msgspec.DecodeError as exc:  # not JSON
-            raise ValueError(str(exc)) from None
+        except msgspec.DecodeError as exc:  # not JSON: msgspec names the byte, a reader wants the line
+            raise ValueError(with_line(str(exc), data)) from None
         given = {f.name: getattr(record, f.name) for f in fields(cls) if getattr(record, f.name) is not msgspec.UNSET}
         missing = [f.name for f in fields(cls)
                    if f.name not in given and f.default is MISSING and f.default_factory is MISSING]
@@ -142,3 +143,15 @@ def read_spec_or_report(path: str, ev) -> "PassSpec | None":
     except (OSError, ValueError, TypeError) as exc:
         ev.emit(EventKind.ERROR, items_done=0, message=f"bad pass spec {path}: {exc}")
         return None
+
+
+def with_line(message: str, data: bytes) -> str:
+    """msgspec's DecodeError ``message`` ("JSON is malformed: ... (byte 12)") with the line and
+    column of that byte in ``data`` added (1-based, as an editor counts), so the user can find it."""
+    m = re.search(r"\(byte (\d+)\)$", message)
+    if m is None:
+        return message
+    at = min(int(m.group(1)), len(data))
+    line = data.count(b"\n", 0, at) + 1
+    column = at - (data.rfind(b"\n", 0, at) + 1) + 1
+    return f"{message[:m.start()]}(line {line}, column {column})"

@@ -137,3 +137,33 @@ def test_the_journal_gives_each_attempt_its_typed_variant_with_no_dict(tmp_path,
 
 
 _real_convert = msgspec.convert
+
+
+def test_a_rule_added_after_a_journal_was_written_does_not_damage_its_rows(tmp_path):
+    """The journal records passes that ran: its variants are evidence, read with their types and
+    ids checked but not today's rules (compile with cards > 1 stands for any rule added later);
+    the same variant in a pass.json, a pass about to run, is refused by that rule."""
+    import sqlite3
+
+    from lab.orchestration.journal import Journal
+
+    fields_of = {**Variant(batch_size=4).to_json(), "compile": True, "cards": 2}
+    fields_of.pop("variant_id"), fields_of.pop("label")
+    old = Variant.from_record(msgspec.json.decode(json.dumps(fields_of), type=record_type()), rules=False)
+    with pytest.raises(VariantError, match="compile = true runs on one card only"):
+        Variant.from_record(msgspec.json.decode(json.dumps(fields_of), type=record_type()))
+    path = tmp_path / "journal.sqlite"
+    j = Journal(path)
+    j.start_attempt("p001", 1, 1, 1, 1, Variant(batch_size=4), "t0", "local", 4)
+    db = sqlite3.connect(path)  # the row as a lab without that rule wrote it
+    db.execute("UPDATE attempts SET variant_json = ? WHERE seq = 1",
+               (json.dumps({**fields_of, "variant_id": old.variant_id, "label": "batch 4, compiled, 2 cards"}),))
+    db.commit()
+    [a] = j.attempts()
+    assert a.variant.compile is True and a.variant.cards == 2 and a.variant.variant_id == old.variant_id
+    db.execute("UPDATE attempts SET variant_json = json_set(variant_json, '$.batch_size', 'four') WHERE seq = 1")
+    db.commit()
+    with pytest.raises(msgspec.ValidationError, match="wrong type"):  # types are still checked
+        j.attempts()
+    db.close()
+    j.close()
