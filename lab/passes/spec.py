@@ -73,7 +73,7 @@ class PassSpec:
         except msgspec.ValidationError as exc:  # an unknown key, or no JSON object (a DecodeError too: first)
             raise ValueError(_refusal(str(exc))) from None
         except msgspec.DecodeError as exc:  # not JSON: msgspec names the byte, a reader wants the line
-            raise ValueError(with_line(str(exc), data)) from None
+            raise ValueError(with_line(str(exc), data.encode() if isinstance(data, str) else data)) from None
         given = {f.name: getattr(record, f.name) for f in fields(cls) if getattr(record, f.name) is not msgspec.UNSET}
         missing = [f.name for f in fields(cls)
                    if f.name not in given and f.default is MISSING and f.default_factory is MISSING]
