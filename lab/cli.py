@@ -170,7 +170,7 @@ def cmd_campaign_status(a) -> int:
     else:
         print("  nothing running: no orchestrator and no pass process of this campaign")
     for r in st["attempts"]:
-        name = (r.variant or {}).get("name") or r.variant_id
+        name = (r.variant.name if r.variant is not None else "") or r.variant_id
         print(f"  {r.pass_id:<32} {name:<22} {r.status:<11} {r.items_completed}/{r.items_total}  {r.verdict}")
     return 0
 

@@ -584,7 +584,7 @@ def test_merge_names_the_card_that_did_not_honour_a_declared_value(tmp_path):
     from lab.passes.records import Attempt
     from lab.report.raw_table import raw_rows, raw_table
 
-    attempt = Attempt(pass_id="merge", variant_id="v", variant=spec.variant.to_json(), result=res,
+    attempt = Attempt(pass_id="merge", variant_id="v", variant=spec.variant, result=res,
                       notes="", repetition=0, position=0, seq=0, attempt=1, launcher="local",
                       start_time="", end_time="", status=res.status, exit_code=res.exit_code,
                       items_total=2, items_completed=2)

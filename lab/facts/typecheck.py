@@ -4,11 +4,13 @@ Used by :mod:`lab.orchestration.config` (campaign-file sections) and :class:`lab
 field, however the Variant is built: campaign file, ``pass.json``, journal rows). Standard
 library only. The rule: JSON/TOML values against resolved type hints (``typing.get_type_hints``,
 since annotations may be strings); ``bool`` is never an ``int`` or a ``float`` (``true`` is not
-the batch size 1), an ``int`` is a ``float``.
+the batch size 1), an ``int`` is a ``float``. :func:`decode_refusal` reads the one-line refusal of a
+strict msgspec decode (the records of ``pass.json`` and the journal: lab.inputs.variants.record_type).
 """
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from typing import Any
@@ -39,3 +41,18 @@ def type_name(hint: Any) -> str:
         return " or ".join(type_name(a) for a in args)
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
         hint, "a list" if typing.get_origin(hint) in (tuple, list) else getattr(hint, "__name__", str(hint)))
+
+
+_REFUSAL = re.compile(r"(?:Object contains unknown field `(?P<unknown>[^`]*)`"
+                      r"|Expected `object`, got `(?P<got>\w+)`|.*?)(?: - at `(?P<at>[^`]*)`)?")
+
+
+def decode_refusal(message: str) -> tuple[str | None, str | None, str]:
+    """(unknown key, JSON type given where an object was expected, path) from the one-line
+    message of ``msgspec.ValidationError`` (msgspec 0.22: "Object contains unknown field `k` -
+    at `$.variant`", "Expected `object`, got `array`"), so a strict decode's refusal can name the
+    nearest valid key. None for a part the message does not hold; the path is "$" at the top."""
+    m = _REFUSAL.fullmatch(message)
+    if m is None:  # a message of another shape: nothing recognised
+        return None, None, "$"
+    return m["unknown"], m["got"], m["at"] or "$"

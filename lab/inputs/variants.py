@@ -13,9 +13,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Protocol
 
+import msgspec
+
 from lab.facts.errors import UserError
 from lab.facts.files import sha256_bytes
-from lab.facts.typecheck import type_name, type_ok
+from lab.facts.typecheck import decode_refusal, type_name, type_ok
 
 MAX_BATCH_SIZE = 65536  # items per batch: beyond it no accelerator holds one batch of even the shortest texts
 UNUSUAL_BATCH_SIZE = 1024  # above it a warning at lock
@@ -85,11 +87,7 @@ class Variant:
     name: str = ""
 
     def __post_init__(self) -> None:
-        for name, hint in _field_types(type(self)).items():
-            value = getattr(self, name)
-            if not type_ok(value, hint):
-                raise VariantError(f"variant field {name} = {value!r} has the wrong type; expected "
-                                   f"{type_name(hint)}")
+        self._check_types()
         if self.batch_size < 1:  # types were checked above: these are the ranges
             raise VariantError(f"batch_size {self.batch_size!r} must be an integer >= 1")
         if self.batch_size > MAX_BATCH_SIZE:
@@ -165,28 +163,89 @@ class Variant:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Variant":
-        """The Variant that :meth:`to_json` wrote (``pass.json``, ``result.json``, journal rows).
+        """The Variant that :meth:`to_json` wrote, from its dict (the same rule as
+        :meth:`from_record`, through ``msgspec.convert`` into :func:`record_type`).
 
         Fields missing from ``d`` take their defaults (a record older than a field). Raises
         VariantError (one line) when ``d`` is not a JSON object, holds a key that is neither a
-        field nor a derived key (``variant_id``, ``label``; the nearest field is named), or
-        holds a ``variant_id`` that its fields do not give (an edited record, or one written
-        by a lab version that derives ids differently).
+        field nor a derived key (``variant_id``, ``label``; the nearest field is named), a value
+        of the wrong type, or a ``variant_id`` that its fields do not give.
         """
-        if not isinstance(d, Mapping):
-            raise VariantError(f"a variant must be a JSON object of its fields, got {type(d).__name__}")
+        try:
+            record: Any = msgspec.convert(d, record_type(cls))
+        except msgspec.ValidationError as exc:
+            raise VariantError(record_refusal(cls, str(exc))) from None
+        return cls.from_record(record)
+
+    def _check_types(self) -> None:
+        for name, hint in _field_types(type(self)).items():
+            value = getattr(self, name)
+            if not type_ok(value, hint):
+                raise VariantError(f"variant field {name} = {value!r} has the wrong type; expected "
+                                   f"{type_name(hint)}")
+
+    @classmethod
+    @classmethod
+    def from_record(cls, record: Any, rules: bool = True) -> "Variant":
+        """The Variant a decoded record (an instance of :func:`record_type`) holds, object to
+        object: its set fields given to the constructor (which checks every type and range),
+        the others at their defaults (a record older than a field). Raises VariantError (one
+        line) for a ``variant_id`` its fields do not give (an edited record, or one written by
+        a lab version that derives ids differently).
+
+        ``rules`` False (the journal's record of a pass that ran, read as evidence): types and
+        ``variant_id`` are checked, today's ranges and cross-field rules are not, so a rule added
+        after a journal was written does not make its rows damaged (``pass.json``, the input of a
+        pass about to run, keeps them)."""
         names = [f.name for f in fields(cls)]
-        unknown = sorted(set(d) - set(names) - set(DERIVED_KEYS))
-        if unknown:
-            close = difflib.get_close_matches(unknown[0], names, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"known fields: {', '.join(names)}"
-            raise VariantError(f"unknown variant field {unknown[0]!r} ({hint}); the record was edited or "
-                               "written by another lab version")
-        v = cls(**{k: d[k] for k in names if k in d})
-        if "variant_id" in d and d["variant_id"] != v.variant_id:
-            raise VariantError(f"variant_id {d['variant_id']!r} does not match its fields "
+        given = {n: getattr(record, n) for n in names if getattr(record, n) is not msgspec.UNSET}
+        if rules:
+            v = cls(**given)
+        else:
+            v = object.__new__(cls)
+            for f in fields(cls):
+                object.__setattr__(v, f.name, given.get(f.name, f.default))
+            v._check_types()
+        claimed = record.variant_id
+        if claimed is not msgspec.UNSET and claimed != v.variant_id:
+            raise VariantError(f"variant_id {claimed!r} does not match its fields "
                                f"({v.variant_id}); the record was edited or written by another lab version")
         return v
+
+
+_RECORD_TYPES: dict[type, type] = {}
+
+
+def record_type(cls: type = Variant) -> type:
+    """The strict decoding type of a Variant class's JSON record (:meth:`Variant.to_json`, as
+    ``pass.json`` and the journal hold it), generated once from the dataclass's own fields, so
+    a field is declared in one place: a frozen ``msgspec.Struct`` with every field and
+    DERIVED_KEYS, each optional (``msgspec.UNSET`` when absent) and of any JSON type (the
+    Variant's constructor checks types, one rule for every route), and
+    ``forbid_unknown_fields`` (msgspec decodes a dataclass by type but ignores unknown keys;
+    this refuses them). Decode with ``msgspec.json.decode(data, type=record_type())``, then
+    :meth:`Variant.from_record`; no dict in between."""
+    if cls not in _RECORD_TYPES:
+        names = [f.name for f in fields(cls)] + list(DERIVED_KEYS)
+        _RECORD_TYPES[cls] = msgspec.defstruct(f"{cls.__name__}Record", [(n, Any, msgspec.UNSET) for n in names],
+                                               frozen=True, forbid_unknown_fields=True, module=__name__)
+    return _RECORD_TYPES[cls]
+
+
+def record_refusal(cls: type, message: str) -> str:
+    """One line for msgspec's refusal ``message`` of a Variant record (:func:`record_type`): an
+    unknown field with the nearest one named, a value that is no JSON object, else msgspec's
+    own line (it names the path)."""
+    unknown, got, _ = decode_refusal(message)
+    names = [f.name for f in fields(cls)]
+    if unknown is not None:
+        close = difflib.get_close_matches(unknown, names, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known fields: {', '.join(names)}"
+        return (f"unknown variant field {unknown!r} ({hint}); the record was edited or written by another "
+                "lab version")
+    if got is not None:
+        return f"a variant must be a JSON object of its fields, got {got}"
+    return message
 
 
 _FIELD_TYPES: dict[type, dict[str, Any]] = {}

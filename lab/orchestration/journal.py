@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 
 from lab.facts.errors import LabError, UserError
-from lab.inputs.variants import Variant
+from lab.inputs.variants import Variant, VariantError, record_type
 from lab.passes.events import EventKind, PassStatus
 from lab.passes.records import Attempt, Validation, decode_result
 
@@ -53,15 +53,23 @@ JSON_COLUMNS = ("variant_json", "result_json", "validation_json")
 
 def attempt_record(row: dict) -> Attempt:
     """One attempts row (``Journal.attempt_rows``: the JSON columns as text) as an Attempt, each
-    JSON column decoded straight into its type (no dict in between): the variant as its
-    ``Variant.to_json`` dict, the result as a PassResult (None when the column holds only the
-    launch record, or nothing), the validation as a Validation. Raises msgspec.DecodeError (not
-    JSON) / msgspec.ValidationError (naming the field) for a damaged row."""
+    JSON column decoded straight into its type (no dict in between): the variant into its record
+    (``lab.inputs.variants.record_type``: unknown keys refused) and then a ``Variant`` (its types,
+    ranges and ``variant_id`` checked; its stored ``label`` kept as ``variant_label``), the result
+    as a PassResult (None when the column holds only the launch record, or nothing), the
+    validation as a Validation. Raises msgspec.DecodeError (not JSON) / msgspec.ValidationError
+    (naming the field, or the Variant's refusal) for a damaged row."""
     text, variant, validation = row["result_json"], row["variant_json"], row["validation_json"]
     stored = msgspec.json.decode(text, type=dict[str, Any]) if text else {}  # its keys: a record beside the launch?
+    record: Any = msgspec.json.decode(variant, type=record_type()) if variant else None
+    try:
+        declared = Variant.from_record(record, rules=False) if record is not None else None  # evidence
+    except VariantError as exc:  # a damaged row, as msgspec names one
+        raise msgspec.ValidationError(f"{exc} - at `variant_json`") from None
+    label = record.label if record is not None and record.label is not msgspec.UNSET else None
     return msgspec.convert({  # the plain columns checked strictly too (SQLite keeps any type in any column)
         **{k: row[k] for k in row if k not in JSON_COLUMNS}, "launch": stored.get("launch"),
-        "variant": msgspec.json.decode(variant, type=dict[str, Any]) if variant else None,
+        "variant": declared, "variant_label": label,
         "result": decode_result(text) if set(stored) - {"launch"} else None,
         "validation": msgspec.json.decode(validation, type=Validation) if validation else None}, Attempt)
 

@@ -21,6 +21,7 @@ import msgspec
 
 from lab.facts.diskfull import atomic_write_text
 from lab.facts.errors import FailureKind
+from lab.inputs.variants import Variant
 
 R = TypeVar("R", bound="Record")
 Number = int | float
@@ -282,9 +283,12 @@ def rejected_text(reasons: list[str]) -> str:
 
 class Attempt(Record, frozen=True):
     """One attempted pass as the journal gives it (lab.orchestration.journal.Journal.attempts): its
-    slot, its variant (the ``Variant.to_json`` dict), its result (None while running or when none
-    was written), the orchestrator's record of its ``launch`` (kept with the result in the
-    journal's copy) and its validation (None before it was validated); ``verdict`` in words."""
+    slot, its declared ``variant`` (a typed, frozen ``lab.inputs.variants.Variant``, decoded from the
+    row with no dict in between) and ``variant_label``, the label stored with it (``Variant.label``
+    as the lab that wrote the row words it: a re-derived raw table of an older archive keeps its
+    labels), its result (None while running or when none was written), the orchestrator's record
+    of its ``launch`` (kept with the result in the journal's copy) and its validation (None before
+    it was validated); ``verdict`` in words."""
 
     pass_id: str
     seq: int
@@ -303,7 +307,8 @@ class Attempt(Record, frozen=True):
     launcher: str | None = None
     notes: str | None = None
     updated: float | None = None
-    variant: dict[str, Any] | None = None
+    variant: Variant | None = None
+    variant_label: str | None = None
     result: PassResult | None = None
     validation: Validation | None = None
 

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
+from typing import Any
+
+import msgspec
 
 from lab.facts.constants import DEFAULT_SEED
 from lab.facts.diskfull import atomic_write_text
-from lab.inputs.variants import Variant, VariantError
+from lab.facts.typecheck import decode_refusal
+from lab.inputs.variants import Variant, VariantError, record_refusal
+from lab.inputs.variants import record_type as variant_record_type
 
 
 @dataclass(frozen=True)
@@ -17,7 +23,7 @@ class PassSpec:
     """One pass. Paths are as seen by the pass process (inside a container: mount points).
 
     ``variant``: the typed Variant; it becomes JSON only in :meth:`to_json`/:meth:`write`
-    (``Variant.to_json``, with its id and label) and a Variant again in :meth:`read`.
+    (``Variant.to_json``, with its id and label) and a Variant again in :meth:`read` (:meth:`decode`).
     ``warmup_items``: first N corpus items; ``warmup_passes``: forward passes over them.
     ``threads``: torch CPU threads (0 = torch default). Raises TypeError when ``variant``
     is not a Variant (a caller still passing a dict).
@@ -39,7 +45,7 @@ class PassSpec:
         if not isinstance(self.variant, Variant):
             raise TypeError("PassSpec.variant must be a lab.inputs.variants.Variant, got "
                             f"{type(self.variant).__name__} "
-                            "(rebuild one from JSON with Variant.from_json)")
+                            "(rebuild one from its record with Variant.from_record or Variant.from_json)")
 
     def to_json(self) -> dict:
         """The spec as ``pass.json`` holds it: plain fields, ``variant`` as ``Variant.to_json()``."""
@@ -51,43 +57,78 @@ class PassSpec:
         atomic_write_text(path, json.dumps(self.to_json(), indent=1) + "\n")
 
     @classmethod
-    def from_json(cls, d: object) -> "PassSpec":
-        """Rebuild a spec from :meth:`to_json`'s dict.
+    def decode(cls, data: bytes | str) -> "PassSpec":
+        """The spec that :meth:`write` wrote, from ``pass.json``'s bytes, decoded straight into
+        typed objects (``msgspec.json.decode(data, type=record_type())``, its ``variant`` into
+        ``lab.inputs.variants.record_type()`` in the same decode; then the PassSpec and its
+        Variant are built object to object): no dict in between.
 
-        Raises ValueError (one line; lab.inputs.variants.VariantError for the variant) on a value
-        that is not a JSON object, an unknown key (the nearest valid key named), a missing
-        key, or a value of the wrong JSON type. The runner maps it to EXIT_BAD_SPEC.
+        Raises ValueError (one line; lab.inputs.variants.VariantError for the variant) on bytes
+        that are not JSON, a value that is not a JSON object, an unknown key (the nearest valid
+        key named), a missing key, or a value of the wrong JSON type. The runner maps it to
+        EXIT_BAD_SPEC.
         """
-        if not isinstance(d, dict):
-            raise ValueError(f"a pass spec must be a JSON object, got {type(d).__name__}")
-        spec_fields = {f.name: f for f in fields(cls)}
-        for key in d:
-            if key not in spec_fields:
-                close = difflib.get_close_matches(key, spec_fields, n=1)
-                hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(spec_fields)}"
-                raise ValueError(f"unknown key {key!r} ({hint})")
-        missing = [n for n, f in spec_fields.items()
-                   if n not in d and f.default is MISSING and f.default_factory is MISSING]
+        try:
+            record: Any = msgspec.json.decode(data, type=record_type())
+        except msgspec.ValidationError as exc:  # an unknown key, or no JSON object (a DecodeError too: first)
+            raise ValueError(_refusal(str(exc))) from None
+        except msgspec.DecodeError as exc:  # not JSON: msgspec names the byte, a reader wants the line
+            raise ValueError(with_line(str(exc), data.encode() if isinstance(data, str) else data)) from None
+        given = {f.name: getattr(record, f.name) for f in fields(cls) if getattr(record, f.name) is not msgspec.UNSET}
+        missing = [f.name for f in fields(cls)
+                   if f.name not in given and f.default is MISSING and f.default_factory is MISSING]
         if missing:
             raise ValueError(f"missing key(s) {', '.join(missing)}")
         for name, want in _JSON_TYPES.items():
-            if name in d and (not isinstance(d[name], want) or (want is int and isinstance(d[name], bool))):
-                raise ValueError(f"{name} must be a JSON {_JSON_NAMES[want]}, got {d[name]!r}")
+            if name in given and (not isinstance(given[name], want) or (want is int and isinstance(given[name], bool))):
+                raise ValueError(f"{name} must be a JSON {_JSON_NAMES[want]}, got {given[name]!r}")
         try:
-            variant = Variant.from_json(d["variant"])
+            variant = Variant.from_record(record.variant)
         except VariantError as exc:
             raise VariantError(f"variant: {exc}") from None
-        return cls(**{**d, "variant": variant})
+        return cls(**{**given, "variant": variant})
 
     @classmethod
     def read(cls, path: str | Path) -> "PassSpec":
-        """:meth:`from_json` of the file at ``path``; raises OSError, ValueError (bad JSON or spec)."""
-        return cls.from_json(json.loads(Path(path).read_text()))
+        """:meth:`decode` of the bytes of the file at ``path``; raises OSError, ValueError (bad JSON or spec)."""
+        return cls.decode(Path(path).read_bytes())
 
 
 _JSON_TYPES: dict[str, type] = {"campaign": str, "pass_id": str, "corpus_path": str, "model_ref": str, "out_dir": str,
                                 "warmup_items": int, "warmup_passes": int, "seed": int, "threads": int, "extra": dict}
 _JSON_NAMES = {str: "string", int: "integer", dict: "object"}
+_RECORD: list[type] = []
+
+
+def record_type() -> type:
+    """The strict decoding type of ``pass.json``, generated once from PassSpec's own fields (one
+    declaration): a frozen ``msgspec.Struct`` with ``forbid_unknown_fields``, each field optional
+    (``msgspec.UNSET`` when absent, so :meth:`PassSpec.decode` names every missing key) and of any
+    JSON type (checked against ``_JSON_TYPES`` with a message a user can act on), except
+    ``variant``: ``lab.inputs.variants.record_type()``."""
+    if not _RECORD:
+        variant = variant_record_type()
+        _RECORD.append(msgspec.defstruct(
+            "PassSpecRecord", [(f.name, (variant | msgspec.UnsetType) if f.name == "variant" else Any, msgspec.UNSET)
+                               for f in fields(PassSpec)], frozen=True, forbid_unknown_fields=True, module=__name__))
+    return _RECORD[0]
+
+
+def _refusal(message: str) -> str:
+    """One line for msgspec's refusal of ``pass.json`` (lab.facts.typecheck.decode_refusal): the
+    variant's in lab.inputs.variants.record_refusal's words after ``variant: ``, an unknown key with
+    the nearest valid one, a value that is no JSON object, else msgspec's own line."""
+    unknown, got, at = decode_refusal(message)
+    if at.startswith("$.variant"):
+        return "variant: " + record_refusal(Variant, message)
+    keys = [f.name for f in fields(PassSpec)]
+    if unknown is not None:
+        close = difflib.get_close_matches(unknown, keys, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(keys)}"
+        return f"unknown key {unknown!r} ({hint})"
+    if got is not None and at == "$":
+        return f"a pass spec must be a JSON object, got {got}"
+    return message
 
 
 def read_spec_or_report(path: str, ev) -> "PassSpec | None":
@@ -102,3 +143,15 @@ def read_spec_or_report(path: str, ev) -> "PassSpec | None":
     except (OSError, ValueError, TypeError) as exc:
         ev.emit(EventKind.ERROR, items_done=0, message=f"bad pass spec {path}: {exc}")
         return None
+
+
+def with_line(message: str, data: bytes) -> str:
+    """msgspec's DecodeError ``message`` ("JSON is malformed: ... (byte 12)") with the line and
+    column of that byte in ``data`` added (1-based, as an editor counts), so the user can find it."""
+    m = re.search(r"\(byte (\d+)\)$", message)
+    if m is None:
+        return message
+    at = min(int(m.group(1)), len(data))
+    line = data.count(b"\n", 0, at) + 1
+    column = at - (data.rfind(b"\n", 0, at) + 1) + 1
+    return f"{message[:m.start()]}(line {line}, column {column})"

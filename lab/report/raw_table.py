@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from lab.facts.files import sha256_file
+from lab.inputs.variants import Variant
 from lab.passes.events import PassStatus
 from lab.passes.observed import NOT_OBSERVABLE
 from lab.passes.records import PHASES, Attempt, Observed, PassResult, Phases
@@ -119,20 +120,21 @@ def raw_rows(attempts: list[Attempt], campaign: str, protocol_version: int, camp
     rows = []
     for a in attempts:
         pred_path, pred_sha, pred_note = predictions(a.pass_id)
-        v, r, val = a.variant or {}, a.result or NO_RESULT, a.validation
+        v, r, val = a.variant, a.result or NO_RESULT, a.validation
         ok, running = a.status == PassStatus.OK, a.status == PassStatus.RUNNING
         phases = r.phases_s
         peaks = r.peaks or {}
         notes = [a.notes] if a.notes else []
         row = {
             "campaign": campaign, "protocol_version": protocol_version, "pass_id": a.pass_id,
-            "variant_id": a.variant_id, "variant_name": v.get("name"), "variant_label": v.get("label"),
-            "series": v.get("series"),
-            **{k: v.get(k) for k in ("batch_size", "precision", "padding", "max_length", "bucketing",
-                                     "attention", "quantization", "compile")},
-            "device": r.device or f"{v.get('device')} (not resolved: pass ended first)",
+            "variant_id": a.variant_id, "variant_name": _declared(v, "name"),
+            "variant_label": a.variant_label or (v.label if v is not None else None),
+            "series": _declared(v, "series"),
+            **{k: _declared(v, k) for k in ("batch_size", "precision", "padding", "max_length", "bucketing",
+                                            "attention", "quantization", "compile")},
+            "device": r.device or f"{_declared(v, 'device')} (not resolved: pass ended first)",
             "backend": r.backend,
-            "cards": v.get("cards", 1), "engine": v.get("engine", "transformers"),
+            "cards": _declared(v, "cards"), "engine": _declared(v, "engine"),
             **observed_cards(r),
             "repetition": a.repetition, "order_position": a.position, "seq": a.seq,
             "attempt": a.attempt, "launcher": a.launcher, "start_time": a.start_time,
@@ -167,14 +169,14 @@ def raw_rows(attempts: list[Attempt], campaign: str, protocol_version: int, camp
             row[b] = ((r.truncated_by_bucket or {}).get(b.removeprefix("truncated_")) or {}).get("fraction")
         for p in PHASES:
             row[f"{p}_s"] = getattr(phases, p)
-        vllm = v.get("engine") == "vllm"
-        lab_compiled = v.get("compile") and not r.compile_phase  # a custom entry compiles itself
+        vllm = _declared(v, "engine") == "vllm"
+        lab_compiled = _declared(v, "compile") and not r.compile_phase  # a custom entry compiles itself
         missing_phases = [p for p in PHASES if getattr(phases, p) is None and (p != "compile" or lab_compiled)
                           and (p != "engine_start" or vllm) and not (p == "compile" and vllm)]
         if ok and "probe" in missing_phases:
             missing_phases.remove("probe")
             notes.append("utilization not measured: " + (
-                "multi-card passes (lab.passes.multicard) run no probe phase" if int(v.get("cards") or 1) > 1
+                "multi-card passes (lab.passes.multicard) run no probe phase" if (_declared(v, "cards") or 1) > 1
                 else "this pass's runner has no probe phase (an image older than it)"))
         if missing_phases and not running:
             notes.append(f"no duration for {', '.join(missing_phases)}: pass ended before that phase")
@@ -237,13 +239,19 @@ def output_tokens_per_s(result: PassResult) -> float | None:
     return round(out / window, 4) if out is not None and window else None
 
 
-def engine_notes(variant: dict, result: PassResult) -> list[str]:
+def _declared(variant: Variant | None, field: str):
+    """A declared field of the attempt's typed Variant (``batch_size``: items per batch), None when
+    the attempt holds no variant (its declared cells are then empty, never a default)."""
+    return getattr(variant, field) if variant is not None else None
+
+
+def engine_notes(variant: Variant | None, result: PassResult) -> list[str]:
     """A vLLM pass's notes: where its weights were loaded, what compile was declared and what vLLM
     ran (the record's ``engine.scheduler.enforce_eager``; lab.engines.vllm.settings_for maps
     ``compile = false`` to ``enforce_eager``), what its batch size means, what its memory cells are
     (``engine_memory``; lab.passes.tasks.vllm_job, lab.engines.vllm.reservation). ``variant``: the
-    lock's variant fields."""
-    declared = "true" if variant.get("compile") else "false"
+    attempt's declared Variant (None: no declared cells)."""
+    declared = "true" if _declared(variant, "compile") else "false"
     eager = ((result.engine or {}).get("scheduler") or {}).get("enforce_eager")
     eager_text = ("vLLM did not record its enforce_eager" if eager is None
                   else f"vLLM ran enforce_eager {'true' if eager else 'false'}")
@@ -267,11 +275,11 @@ def engine_notes(variant: dict, result: PassResult) -> list[str]:
     return out
 
 
-def compile_notes(variant: dict, result: PassResult, status: str) -> list[str]:
+def compile_notes(variant: Variant | None, result: PassResult, status: str) -> list[str]:
     """Why compile cells are empty, and when a phase's duration includes compile work that
     the compile phase did not take (lab.passes.compile): frames dynamo compiled in the
     warm-up or inside the measured window (the durations are then not steady-state)."""
-    if not variant.get("compile"):
+    if not _declared(variant, "compile"):
         return [NO_COMPILE]
     if result.compile_phase:  # a custom entry's pass: the lab compiled nothing
         return [result.compile_phase]

@@ -17,7 +17,7 @@ CARD_ENV = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE
 @pytest.mark.parametrize("module, env", [("lab.passes.runner", {}), ("lab.passes.worker", CARD_ENV)])
 @pytest.mark.parametrize("content, words", [
     (None, "No such file or directory"),
-    ("{not json", "Expecting property name"),
+    ("{not json", "(line 1, column 2)"),  # msgspec names the byte; the line and column are added
     ('{"campaign": "t"}', "missing key(s) pass_id, variant"),
 ])
 def test_a_bad_pass_json_is_one_error_event_and_exit_2(tmp_path, module, env, content, words):

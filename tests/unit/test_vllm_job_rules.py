@@ -101,7 +101,7 @@ def test_the_raw_table_states_the_vllm_scopes():
     from lab.report.raw_table import COLUMNS, engine_notes
 
     assert {"engine", "engine_start_s", "observed_max_running", "engine_reserved_bytes"} <= set(COLUMNS)
-    notes = engine_notes({"compile": False},
+    notes = engine_notes(Variant(engine="vllm", compile=False),
                          _result(observed=Observed(batch_size=8, max_running=5, max_num_seqs=256,
                                                    max_num_batched_tokens=4096),
                                  engine={"scheduler": {"enforce_eager": True}},
@@ -109,9 +109,10 @@ def test_the_raw_table_states_the_vllm_scopes():
     text = " | ".join(notes)
     # what was declared and what vLLM ran, from the record (not a fixed sentence)
     assert "compile = false was declared, vLLM ran enforce_eager true" in text
-    compiled = " | ".join(engine_notes({"compile": True}, _result(engine={"scheduler": {"enforce_eager": False}})))
+    compiled = " | ".join(engine_notes(Variant(engine="vllm", compile=True),
+                                       _result(engine={"scheduler": {"enforce_eager": False}})))
     assert "compile = true was declared, vLLM ran enforce_eager false" in compiled
-    assert "vLLM did not record its enforce_eager" in " | ".join(engine_notes({}, _result()))
+    assert "vLLM did not record its enforce_eager" in " | ".join(engine_notes(Variant(engine="vllm"), _result()))
     assert "batch_size 8 is the most items the lab sent vLLM per call; vLLM ran at most 5" in text
     assert "fraction 0.1 of host RAM" in text and "never added to peak_allocated_bytes" in text
     assert "empty kv_cache_bytes cell: x" in text
