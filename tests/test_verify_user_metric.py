@@ -107,3 +107,39 @@ def test_the_ui_service_verifies_with_the_campaign_own_metric_file(metric_run):
     orch, _, _, _ = metric_run
     out = assemble_archive(orch.dir)
     assert out["ok"], out["problems"]
+
+
+def test_the_archive_screen_says_not_fully_verified_when_the_metric_file_is_gone(metric_run, tmp_path, monkeypatch):
+    """The campaign's metric file moved away since the lock: the UI's service packs and verifies
+    without it, nothing contradicted but the metric not re-derived (Verification.incomplete), and
+    the Archive screen says "not fully verified" with verify's line, neither verified nor FAILED."""
+    import asyncio
+
+    from conftest import settle
+    from test_tui_campaigns import demo_copy
+    from test_tui_screens import make_app, text_of
+
+    from lab.service.campaigns import assemble_archive
+    from tui.messages import ArchiveReady
+
+    orch, _, _, own = metric_run
+    away = tmp_path / "away.py"
+    own.rename(away)
+    try:
+        out = assemble_archive(orch.dir)
+    finally:
+        away.rename(own)
+    assert out["incomplete"] and not out["ok"] and out["problems"] == [], out
+    assert out["not_rederived"][0].startswith("metric mymetric.py:share_right is your own function")
+    monkeypatch.setenv("ITERALAB_RUNS", str(tmp_path / "runs"))
+
+    async def go():
+        app = make_app(demo_copy(tmp_path / "ui"), start_screen="archive")
+        async with app.run_test(size=(80, 24)) as pilot:
+            app.screen.post_message(ArchiveReady(out))
+            await settle(pilot, lambda: out["path"] in text_of(app, "#archive-info").replace("\n", ""),
+                         "the archive's verdict")
+            return text_of(app, "#archive-info")
+    info = " ".join(asyncio.run(go()).split())
+    assert "not fully verified: metric mymetric.py:share_right is your own function" in info, info
+    assert "FAILED" not in info and "verified:" not in info.replace("not fully verified:", "")
