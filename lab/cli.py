@@ -209,7 +209,7 @@ def cmd_archive(a) -> int:
         for p in v.lab_apart:
             print(f"NOTE {p}")
         print(f"{v.outcome}: {v.files_checked} files, {v.rows_checked} rows checked"
-              + ("; nothing contradicted, but not every claim was re-derived" if v.outcome == "INCOMPLETE" else ""))
+              + ("; nothing contradicted, but not every claim was re-derived" if v.incomplete else ""))
         return 0 if v.ok else 1
     if a.metric_file:
         raise CliError("--metric-file goes with `iteralab archive verify FILE.tar.gz`; leave it out when packing")

@@ -336,6 +336,49 @@ def rental_archives(tmp_path_factory, model_dir) -> dict:
     return out
 
 
+# A user's own [quality] metric file (mymetric.py), for the campaigns judged by it (judged_by).
+METRIC = '''"""A user's evaluation procedure: the share of exact label matches, counted by hand."""
+
+
+def share_right(predictions, references):
+    assert len(predictions) == len(references)
+    return sum(p == r for p, r in zip(predictions, references)) / len(references)
+'''
+
+
+def judged_by(text: str) -> str:
+    """A campaign file's text judged by mymetric.py:share_right (METRIC) instead of accuracy."""
+    return text.replace('metric = "accuracy"', 'metric = "mymetric.py:share_right"\ndirection = "higher"')
+
+
+def another_metric_file(folder: Path) -> Path:
+    """<folder>/mymetric.py: METRIC's function and one more line, so another sha256, that would
+    leave <folder>/ran if it were ever run (a refused file must not be)."""
+    other = folder / "mymetric.py"
+    other.write_text(METRIC + f"\nopen({str(folder / 'ran')!r}, 'w').close()\n")
+    return other
+
+
+@pytest.fixture(scope="session")
+def metric_rentals(tmp_path_factory, model_dir) -> dict:
+    """Three archives of a 4-item campaign judged by mymetric.py (batch 1, one pass): threads 1
+    priced rtx-4090 and threads 2 priced b200 with the same metric file, and one (b200) whose
+    metric file has one more comment line (another sha256)."""
+    d = tmp_path_factory.mktemp("metric-rentals")
+    corpus = cut_corpus(d / "corpus.jsonl", 2, 1, 1)
+    out = {}
+    for key, threads, gpu, code in (("rtx", 1, "rtx-4090", METRIC), ("b200", 2, "b200", METRIC),
+                                    ("changed", 2, "b200", METRIC + "# changed since\n")):
+        sub = d / key
+        sub.mkdir()
+        (sub / "corpus.jsonl").write_bytes(corpus.read_bytes())
+        (sub / "mymetric.py").write_text(code)
+        out[key] = run_rental(sub, model_dir, sub / "corpus.jsonl", threads=threads, gpu=gpu, repetitions=1,
+                              values=(1,), edit=judged_by)
+    out["file"] = d / "rtx" / "mymetric.py"
+    return out
+
+
 @pytest.fixture(scope="session")
 def two_rentals(tmp_path_factory, model_dir) -> list[Path]:
     """Two real evidence archives of one tiny campaign (4 items, batch 1, one pass each),

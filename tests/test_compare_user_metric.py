@@ -12,34 +12,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, cut_corpus, run_rental
-from test_verify_user_metric import METRIC
+from conftest import REPO, another_metric_file
 
 WINDOW = {"window_start": "2026-12-01T09:00+01:00", "deadline": "2026-12-05T09:00+01:00", "allow_short": True}
-
-
-def judged_by(text: str) -> str:
-    return text.replace('metric = "accuracy"', 'metric = "mymetric.py:share_right"\ndirection = "higher"')
-
-
-@pytest.fixture(scope="module")
-def metric_rentals(tmp_path_factory, model_dir) -> dict:
-    """Three archives of a 4-item campaign judged by mymetric.py (batch 1, one pass): threads 1
-    priced rtx-4090 and threads 2 priced b200 with the same metric file, and one (b200) whose
-    metric file has one more comment line (another sha256)."""
-    d = tmp_path_factory.mktemp("metric-rentals")
-    corpus = cut_corpus(d / "corpus.jsonl", 2, 1, 1)
-    out = {}
-    for key, threads, gpu, code in (("rtx", 1, "rtx-4090", METRIC), ("b200", 2, "b200", METRIC),
-                                    ("changed", 2, "b200", METRIC + "# changed since\n")):
-        sub = d / key
-        sub.mkdir()
-        (sub / "corpus.jsonl").write_bytes(corpus.read_bytes())
-        (sub / "mymetric.py").write_text(code)
-        out[key] = run_rental(sub, model_dir, sub / "corpus.jsonl", threads=threads, gpu=gpu, repetitions=1,
-                              values=(1,), edit=judged_by)
-    out["file"] = d / "rtx" / "mymetric.py"
-    return out
 
 
 def cli_compare(*args) -> subprocess.CompletedProcess:
@@ -77,8 +52,7 @@ def test_without_the_metric_file_one_line_says_how_to_opt_in(metric_rentals, tmp
 def test_another_metric_file_is_refused_before_it_runs(metric_rentals, tmp_path):
     from lab.compare import CompareError, compare_archives
 
-    other = tmp_path / "mymetric.py"
-    other.write_text(METRIC + f"\nopen({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    other = another_metric_file(tmp_path)
     pair = [metric_rentals["rtx"], metric_rentals["b200"]]
     with pytest.raises(CompareError, match=r"^[^\n]+\.tar\.gz: --metric-file .*: sha256 [0-9a-f]{64} is not the"):
         compare_archives(pair, 1000, metric_file=other, **WINDOW)

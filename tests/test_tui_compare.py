@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import settle, wait_until
+from conftest import another_metric_file, settle, wait_until
+from test_compare_user_metric import WINDOW
 from test_tui_campaigns import demo_copy
 from test_tui_screens import make_app, runs, text_of  # noqa: F401 - runs is a fixture
 
@@ -77,6 +78,76 @@ def test_compare_screen_shows_a_refusal_in_one_line(tmp_path, runs, rental_archi
             await settle(pilot, lambda: "corpus sha256 differs" in
                          str(app.screen.query_one("#compare-result").render()), "the refusal")
     asyncio.run(go())
+
+
+def compare_on_screen(tmp_path, archives, metric_files) -> list[tuple[str, str, dict | None]]:
+    """The Compare screen at 80x24 with ``archives`` added by path, load and window typed; for
+    each entry of ``metric_files`` (a path, or "" for the empty field): that text typed in the
+    metric file field and c pressed. Returns per compare (the result area's text, the status
+    line, the result or None)."""
+    from textual.widgets import Input
+
+    from tui.widgets.tick import Tick
+
+    async def go():
+        app = make_app(demo_copy(tmp_path), start_screen="compare")
+        seen = []
+        async with app.run_test(size=(80, 24)) as pilot:
+            for archive in archives:
+                field = app.screen.query_one("#c-add", Input)
+                field.focus()
+                field.value = str(archive)
+                await pilot.press("enter")
+            for key, value in (("load", "1000"), ("deadline", WINDOW["deadline"]),
+                               ("window_start", WINDOW["window_start"])):
+                app.screen.query_one(f"#c-{key}", Input).value = value
+            app.screen.query_one("#c-allow_short", Tick).value = True  # sub-second test passes
+            for metric_file in metric_files:
+                field = app.screen.query_one("#c-metric_file", Input)
+                field.focus()
+                field.value = str(metric_file)
+                app.screen.result = None
+                await pilot.press("enter")  # Enter in a field compares
+                await settle(pilot, lambda: "comparing" not in text_of(app, "#compare-result"), "the comparison")
+                seen.append((text_of(app, "#compare-result"), text_of(app, "#compare-status"), app.screen.result))
+        return seen
+    return asyncio.run(go())
+
+
+def test_compare_screen_metric_file_field_opts_in_to_the_users_metric(tmp_path, runs, metric_rentals):
+    """Archives judged by the user's own metric: the field empty, the service's one line saying
+    how to opt in is the screen's error; the right file typed in the field, the same
+    comparison as ``compare_archives(..., metric_file=...)``, written under runs/compare/."""
+    from lab.compare import CompareError
+
+    pair = [metric_rentals["rtx"], metric_rentals["b200"]]
+    (without, status, none), (with_file, _, result) = compare_on_screen(tmp_path, pair, ["", metric_rentals["file"]])
+    with pytest.raises(CompareError) as refused:
+        compare_archives(pair, 1000, **WINDOW)
+    assert none is None and without == str(refused.value)  # the service's own line, nothing else
+    assert "\n" not in without and "your own function" in without and "--metric-file FILE" in without
+    assert status.startswith("not compared")
+    same = compare_archives(pair, 1000, metric_file=metric_rentals["file"], **WINDOW)
+    assert result is not None and result["path"] == list(same.path) and same.chosen is not None
+    assert "Decision path" in with_file and "mymetric.py:share_right" in with_file
+    for p in result["files"].values():
+        assert Path(p).is_file() and Path(p).parent.parent == runs / "compare"
+
+
+def test_compare_screen_refuses_another_metric_file_in_one_line(tmp_path, runs, metric_rentals):
+    """A metric file whose sha256 is not the archives' lock's: refused in the service's one line
+    naming the archive, before the file runs; nothing written under runs/compare/."""
+    from lab.compare import CompareError
+
+    other = another_metric_file(tmp_path)
+    pair = [metric_rentals["rtx"], metric_rentals["b200"]]
+    [(text, status, result)] = compare_on_screen(tmp_path / "app", pair, [other])
+    with pytest.raises(CompareError) as refused:
+        compare_archives(pair, 1000, metric_file=other, **WINDOW)
+    assert result is None and text == str(refused.value) and "\n" not in text
+    assert text.startswith(f"{metric_rentals['rtx'].name}: --metric-file {other}: sha256 ")
+    assert "is not the locked metric file's" in text and status.startswith("not compared")
+    assert not (tmp_path / "ran").exists() and not (runs / "compare").exists()
 
 
 def test_compare_screen_on_arrival_space_selects_and_marks_read_as_text(tmp_path, runs, rental_archives):

@@ -76,8 +76,8 @@ def test_snapshot_runs_live_oom(snap_compare, demo):
 
 ARCHIVE = {"path": "/srv/rentals/iteragpu-lab/runs/sentiment-reviews/sentiment-reviews-v3-0a1b2c3d-"
                    "20261201T093012Z.tar.gz",
-           "size_bytes": 48_213_771, "sha256": "5" * 64, "ok": True, "problems": [], "files_checked": 412,
-           "rows_checked": 20, "partial": False}
+           "size_bytes": 48_213_771, "sha256": "5" * 64, "ok": True, "incomplete": False, "problems": [],
+           "not_rederived": [], "files_checked": 412, "rows_checked": 20, "partial": False}
 
 
 def test_snapshot_archive_scp_lines_fit_80_columns(snap_compare, demo, monkeypatch):

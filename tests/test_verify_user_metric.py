@@ -12,16 +12,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, cut_corpus, write_campaign
+from conftest import METRIC, REPO, another_metric_file, cut_corpus, judged_by, write_campaign
 from test_archive_evidence import edit_raw_table, member, read_members, write_members
-
-METRIC = '''"""A user's evaluation procedure: the share of exact label matches, counted by hand."""
-
-
-def share_right(predictions, references):
-    assert len(predictions) == len(references)
-    return sum(p == r for p, r in zip(predictions, references)) / len(references)
-'''
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +28,7 @@ def metric_run(tmp_path_factory, model_dir):
     (d / "mymetric.py").write_text(METRIC)
     corpus = cut_corpus(d / "corpus.jsonl", 5, 3, 2)
     f = write_campaign(d, model_dir, corpus, name="umetric", repetitions=1, values=(1, 8))
-    f.write_text(f.read_text().replace('metric = "accuracy"',
-                                       'metric = "mymetric.py:share_right"\ndirection = "higher"'))
+    f.write_text(judged_by(f.read_text()))
     entry = lock(load_protocol(f))
     orch = Orchestrator.prepare(f, d / "runs", LocalLauncher())
     assert orch.run() == "finished"
@@ -100,9 +91,7 @@ def test_another_metric_file_is_refused_in_one_line_before_it_runs(metric_run, t
     from lab.evidence.user_metric import MetricFileRefused
 
     archive = metric_run[1]
-    other = tmp_path / "mymetric.py"
-    # same function, one more line, and it would leave a trace if it were ever run
-    other.write_text(METRIC + f"\nopen({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    other = another_metric_file(tmp_path)
     with pytest.raises(MetricFileRefused, match=r"^--metric-file .*: sha256 [0-9a-f]{64} is not the locked"):
         verify(archive, other)
     r = cli_verify(archive, "--metric-file", str(other))
@@ -118,3 +107,39 @@ def test_the_ui_service_verifies_with_the_campaign_own_metric_file(metric_run):
     orch, _, _, _ = metric_run
     out = assemble_archive(orch.dir)
     assert out["ok"], out["problems"]
+
+
+def test_the_archive_screen_says_not_fully_verified_when_the_metric_file_is_gone(metric_run, tmp_path, monkeypatch):
+    """The campaign's metric file moved away since the lock: the UI's service packs and verifies
+    without it, nothing contradicted but the metric not re-derived (Verification.incomplete), and
+    the Archive screen says "not fully verified" with verify's line, neither verified nor FAILED."""
+    import asyncio
+
+    from conftest import settle
+    from test_tui_campaigns import demo_copy
+    from test_tui_screens import make_app, text_of
+
+    from lab.service.campaigns import assemble_archive
+    from tui.messages import ArchiveReady
+
+    orch, _, _, own = metric_run
+    away = tmp_path / "away.py"
+    own.rename(away)
+    try:
+        out = assemble_archive(orch.dir)
+    finally:
+        away.rename(own)
+    assert out["incomplete"] and not out["ok"] and out["problems"] == [], out
+    assert out["not_rederived"][0].startswith("metric mymetric.py:share_right is your own function")
+    monkeypatch.setenv("ITERALAB_RUNS", str(tmp_path / "runs"))
+
+    async def go():
+        app = make_app(demo_copy(tmp_path / "ui"), start_screen="archive")
+        async with app.run_test(size=(80, 24)) as pilot:
+            app.screen.post_message(ArchiveReady(out))
+            await settle(pilot, lambda: out["path"] in text_of(app, "#archive-info").replace("\n", ""),
+                         "the archive's verdict")
+            return text_of(app, "#archive-info")
+    info = " ".join(asyncio.run(go()).split())
+    assert "not fully verified: metric mymetric.py:share_right is your own function" in info, info
+    assert "FAILED" not in info and "verified:" not in info.replace("not fully verified:", "")

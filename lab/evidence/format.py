@@ -72,10 +72,16 @@ class Verification:
         return not self.problems and not self.not_rederived
 
     @property
+    def incomplete(self) -> bool:
+        """Nothing contradicted, something not re-derived (``not_rederived``): the INCOMPLETE
+        outcome, neither a verified archive nor a failed one."""
+        return not self.problems and bool(self.not_rederived)
+
+    @property
     def outcome(self) -> str:
-        """The one word the CLI prints: OK, FAILED (a problem) or INCOMPLETE (nothing contradicted,
-        something not re-derived)."""
-        return "FAILED" if self.problems else "INCOMPLETE" if self.not_rederived else "OK"
+        """The one word the CLI prints: OK, FAILED (a problem) or INCOMPLETE (``incomplete``);
+        the only place these words are spelled (tests/unit/test_verify_outcome.py)."""
+        return "FAILED" if self.problems else "INCOMPLETE" if self.incomplete else "OK"
 
 
 def check_member(m: tarfile.TarInfo, tops: set[str]) -> str:

@@ -335,7 +335,8 @@ def make_archive(campaign_dir: str | Path, partial: bool = False, with_corpus: b
 
 def assemble_archive(campaign_dir: str | Path, partial: bool = False) -> dict:
     """Pack (``partial``: a campaign not finished, labelled partial) and verify:
-    {path, size_bytes, sha256, ok, problems, files_checked, rows_checked, partial}.
+    {path, size_bytes, sha256, ok, incomplete, problems, not_rederived, files_checked, rows_checked,
+    partial} (ok and incomplete: lab.evidence.format.Verification's).
 
     A [quality] metric = "file.py:function" is re-derived with the campaign's own metric file
     (the one this machine's passes were validated with): verify still checks its sha256 against
@@ -347,8 +348,8 @@ def assemble_archive(campaign_dir: str | Path, partial: bool = False) -> dict:
     own = metric_file(Path(campaign_dir))  # moved away since: verify says how to opt in
     v = verify(path, own if own is not None and own.is_file() else None)
     return {"path": str(path), "size_bytes": path.stat().st_size, "sha256": sha256_file(path),
-            "ok": v.ok, "problems": list(v.problems), "not_rederived": list(v.not_rederived),
-            "lab_apart": list(v.lab_apart),
+            "ok": v.ok, "incomplete": v.incomplete, "problems": list(v.problems),
+            "not_rederived": list(v.not_rederived), "lab_apart": list(v.lab_apart),
             "files_checked": v.files_checked,
             "rows_checked": v.rows_checked, "partial": partial}
 

@@ -300,8 +300,9 @@ def archives_under(root: str | Path) -> list[Path]:
 
 def run_comparison(archives: list[str], fields: dict, runs_root: Path, now: datetime | None = None) -> dict:
     """The Compare screen's comparison of ``archives`` (paths of evidence archives) for the
-    ``fields`` typed (load in items, deadline, window_start; ISO; metric_file: the local copy of
-    the archives' own [quality] metric file, the opt-in of ``iteralab compare --metric-file``),
+    ``fields`` typed (load in items, deadline, window_start; ISO; metric_file: the path, ~ expanded,
+    of the local copy of the archives' own [quality] metric file, the opt-in of ``iteralab compare
+    --metric-file``; empty: none),
     written to <runs_root>/compare/<UTC time>/: {"path", "decision", "files"}. Raises
     CompareError for a bad load (and what lab.compare.compare_to_folder raises)."""
     from lab.compare import CompareError, compare_to_folder
@@ -311,13 +312,14 @@ def run_comparison(archives: list[str], fields: dict, runs_root: Path, now: date
     if not load.isdigit():
         raise CompareError(f"load {fields.get('load', '')!r} must be an integer >= 1 (items of the "
                            "production load)")
+    metric_file = (fields.get("metric_file") or "").strip()
     stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
     c, files = compare_to_folder(archives, int(load), Path(runs_root) / "compare" / stamp,
                                  deadline=fields.get("deadline") or None,
                                  window_start=fields.get("window_start") or None,
                                  allow_partial=bool(fields.get("allow_partial")),
                                  allow_short=bool(fields.get("allow_short")),
-                                 metric_file=(fields.get("metric_file") or "").strip() or None)
+                                 metric_file=Path(metric_file).expanduser() if metric_file else None)
     return {"path": list(c.path), "banners": list(c.banners), "decision": decision_markdown(c),
             "files": {k: str(v) for k, v in files.items()}}
 

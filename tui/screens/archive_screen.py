@@ -161,8 +161,8 @@ class ArchiveScreen(LabScreen):
             return
         a = self.archive = msg.archive
         verdict = (f"[green]verified[/green]: {a['files_checked']} files, {a['rows_checked']} rows" if a["ok"]
-                   else "[red]verification FAILED[/red]: " + escape("; ".join(a["problems"][:3])) if a["problems"]
-                   else "[yellow]not fully verified[/yellow]: " + escape("; ".join(a.get("not_rederived", [])[:3])))
+                   else "[yellow]not fully verified[/yellow]: " + escape("; ".join(a["not_rederived"][:3]))
+                   if a["incomplete"] else "[red]verification FAILED[/red]: " + escape("; ".join(a["problems"][:3])))
         label = "[b]PARTIAL[/b] " if a.get("partial") else ""
         info.update(f"{label}[b]Archive[/b] {escape(a['path'])}\n[b]Size[/b]    {a['size_bytes']:,} bytes "
                     f"({a['size_bytes'] / 2**20:.2f} MiB)\n[b]sha256[/b]  {a['sha256']}\n{verdict}")

@@ -1,5 +1,6 @@
 """Screen 8, Compare: the evidence archives under runs/ (and any the user adds by path),
-the declared load, deadline and window start; builds the same comparison as
+the declared load, deadline and window start, and the local copy of the archives' own
+[quality] metric file when they are judged by one (``--metric-file``); builds the same comparison as
 `iteralab compare` (``lab.service.views.run_comparison`` over ``lab.compare.compare_to_folder``) in a
 thread worker and shows the decision path and the decision; the files land in
 runs/compare/<UTC time>/."""
@@ -26,7 +27,10 @@ from tui.widgets.tick import Tick
 FIELDS = (("add", "add archive", "path of another .tar.gz, Enter"),
           ("load", "load (items)", "production load, e.g. 2000000"),
           ("deadline", "deadline", "ISO, e.g. 2026-12-04T09:00+01:00"),
-          ("window_start", "window start", "ISO (default: now)"))
+          ("window_start", "window start", "ISO (default: now)"),
+          # the opt-in of `iteralab compare --metric-file`: the service checks its sha256 against
+          # each archive's lock and says, in one line, when it is missing or differs
+          ("metric_file", "metric file", "your [quality] metric's .py (--metric-file)"))
 # Overrides of compare's refusals (lab.compare.decision.compare_evidence); every output names them.
 ALLOW = (("allow_partial", "allow partial evidence (--allow-partial)"),
          ("allow_short", "allow passes too short to project (--allow-short)"))
