@@ -123,6 +123,10 @@ class CardRecord(Record, frozen=True):
     real_tokens: int | None = None
     padded_tokens: int | None = None
     batches: int | None = None
+    # tokens per item of ``positions`` (same order) after and before truncation, as the card's window
+    # counted them (lab.passes.inference.WindowResult; None: unknown): the merge's truncation per bucket
+    tokens_kept: list[int] | None = None
+    tokens_total: list[int | None] | None = None
     predictions_lines: int | None = None
     predictions_sha256: str | None = None
     # what the task kind writes beside the card's predictions (its job's write_predictions), as a

@@ -32,8 +32,11 @@ timed with a host clock (``time.perf_counter``) into ``phases_s`` (seconds):
    the window's observed record (``job.observe_window``) is checked again.
 6. One-card pass only (``Card.one_of_many`` false): ``probe`` (matmul ceiling and the pass's
    model FLOP/s, lab.passes.probe), ``evaluation`` (``job.self_metric``), ``items_per_s`` and
-   truncation per bucket; a multi-card pass's merge (lab.passes.multicard) derives its own
-   from the cards' records and prediction lines, and probes nothing.
+   truncation per bucket (lab.passes.observed.truncation_by_bucket over the window's tokens
+   kept and total per item, whatever the kind); a card of several records those per-item
+   counts instead (``tokens_kept``, ``tokens_total``, in its ``positions`` order), and the
+   multi-card merge (lab.passes.multicard) derives the pass's figures from the cards' records
+   and prediction lines by the same rules, and probes nothing.
 7. ``writing`` (:meth:`PassSequence.write_predictions`, called by the entry point with its
    path): ``job.write_predictions``, the items completed, also after a failure.
 
@@ -261,7 +264,9 @@ class PassSequence:
                 res["recompiles_measured"], res["graph_breaks_measured"] = dynamo.read()
         res.update(items_completed=win.items_done, n_truncated=win.n_truncated, real_tokens=win.real_tokens,
                    padded_tokens=win.padded_tokens, batches=win.batches)
-        if not card.one_of_many:
+        if card.one_of_many:  # the merge counts truncation per bucket over every card's items
+            res.update(tokens_kept=list(win.tokens_kept), tokens_total=list(win.tokens_total))
+        else:
             res["items_per_s"] = round(win.items_done / phases["measured"], 4)
             res["truncated_by_bucket"] = observed.truncation_by_bucket(rows, win)
         res["observed"].update(job.observe_window(win))
