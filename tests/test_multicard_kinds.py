@@ -231,3 +231,6 @@ def test_two_card_custom_entry_gives_the_one_card_labels(tmp_path, model_dir):
     assert r2["entry"] == r1["entry"] and r2["entry_settings"]["model_path"] == r1["entry_settings"]["model_path"]
     assert r2["self_accuracy"] == r1["self_accuracy"] is not None
     _same_truncation(orch, by_cards)  # the lab's tokenizer at max_length 128, as one card counts it
+    # dynamo's counters read in each card's process, summed; the example entry compiles nothing
+    assert r2["compile_phase"] == r1["compile_phase"] and r2["recompiles_measured"] == r1["recompiles_measured"] == 0
+    assert r2["compile_frames"] == r1["compile_frames"] == 0

@@ -173,6 +173,20 @@ def _truncation(rows: list[dict], recs: list[CardRecord]) -> dict | None:
     return truncation_counts(rows, kept, total) if counted else None
 
 
+COMPILE_COUNTS = ("compile_frames", "recompiles_warmup", "recompiles_measured", "graph_breaks_measured")
+
+
+def compile_counts(recs: list[CardRecord]) -> dict:
+    """The pass's dynamo counts (a custom entry's cards: lab.passes.compile.DynamoCounters per
+    card process) and its ``compile_phase``: each count summed over the cards, None unless every
+    card recorded it (a sum over some cards would be taken for the pass's)."""
+    out: dict = {"compile_phase": next((c.compile_phase for c in recs if c.compile_phase), None)}
+    for k in COMPILE_COUNTS:
+        vals = [getattr(c, k) for c in recs]
+        out[k] = sum(vals) if vals and all(v is not None for v in vals) else None
+    return out
+
+
 def worst_conditions(recs: list[CardRecord]) -> dict | None:
     """The pass's window conditions: those of its worst card (a starved one first, then the
     lowest CPU share), with ``card`` (its rank) and ``starved_cards`` (ranks of every starved
@@ -220,7 +234,8 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
     declared value makes the pass an error with the reason naming the card. Truncation per
     bucket: from the cards' tokens kept and total per item (``_truncation``), for every kind.
     Window conditions (lab.passes.conditions): the worst card's (``worst_conditions``), each
-    card's in ``per_card``. Memory: per-card records in ``per_card`` (scope kept); the pass-level peaks are the
+    card's in ``per_card``. Compile counts (a custom entry's cards): summed (``compile_counts``).
+    Memory: per-card records in ``per_card`` (scope kept); the pass-level peaks are the
     largest single card's, never a sum. Items completed: sum over cards (each item once).
     """
     from lab.inputs.corpus import read_corpus
@@ -311,6 +326,6 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
         predictions_path=pred_path.name, predictions_lines=len(merged_lines), predictions_sha256=predictions_sha256,
         torchrun_exit_code=torchrun_code,
         torchrun_wall_s=torchrun_wall_s,  # launcher start to exit: rendezvous, workers, shutdown
-        exit_code=STATUS_CODES.get(status, EXIT_ERROR), **kind_fields)
+        exit_code=STATUS_CODES.get(status, EXIT_ERROR), **compile_counts(recs), **kind_fields)
     write_record(out / "result.json", res)
     return res
