@@ -3,8 +3,9 @@ and a compiled variant (batch 4 both) locks, runs and validates. Embedding and g
 compiled pass has its own compile phase over the window's batch shapes, counts what dynamo
 compiled in the warm-up and the window, and its outputs agree per id with the eager pass's.
 Custom: the lab compiles nothing; the setting reaches the entry and is recorded as declared, not
-observable, unless the entry reports it. torch.compile on CPU builds C++ with the host compiler:
-4-item slices keep each campaign to a few minutes on 2 cores."""
+observable, unless the entry reports it; dynamo's frames compiled by the entry's own code are
+counted around its build, warm-up and window, compile declared or not. torch.compile on CPU
+builds C++ with the host compiler: 4-item slices keep each campaign to a few minutes on 2 cores."""
 
 from __future__ import annotations
 
@@ -33,6 +34,29 @@ class Reporting:
 
     def settings_used(self):
         return {"compile": self.compile}
+'''
+
+
+COMPILES_ITSELF = '''"""A custom entry whose own code calls torch.compile: in its constructor, again in the window."""
+import torch
+
+
+def double(x):
+    return x * 2 + 1
+
+
+class CompilesItself:
+    def __init__(self, settings, device):
+        self.fn = torch.compile(double, backend="eager")  # dynamo's frames only, no C++ build
+        self.fn(torch.ones(3))  # compiled while the lab builds the entry: 1 frame
+        self.calls = 0
+
+    def predict(self, texts):
+        # call 1 is the warm-up's one batch (2 items, batch 4): float32, the graph built above reused;
+        # from call 2 on (the window's batches) float64: a new dtype, 1 frame recompiled in the window
+        self.calls += 1
+        self.fn(torch.ones(3, dtype=torch.float32 if self.calls == 1 else torch.float64))
+        return ["sci.space"] * len(texts)
 '''
 
 
@@ -127,10 +151,12 @@ def test_custom_compile_is_declared_not_observable_unless_reported(tmp_path, mod
     assert res["status"] == "ok" and "compile" not in res["phases_s"]  # the lab compiled nothing
     assert res["entry_settings"]["compile"] is True  # the declared setting reached the entry
     assert res["observed"]["compile"] == NOT_OBSERVABLE and res["compile_phase"] == NO_LAB_COMPILE
-    assert "compile_frames" not in res and "recompiles_measured" not in res  # nothing claimed
+    for r in (res, passes[EAGER][0]):  # the example runs eagerly: dynamo counted, nothing compiled
+        assert (r["compile_frames"], r["recompiles_warmup"], r["recompiles_measured"]) == (0, 0, 0), r
     row = raw_row(orch, COMPILED_NAME)
     assert row["observed_compile"] == NOT_OBSERVABLE and NO_LAB_COMPILE in row["notes"]
     assert row["compile_s"] == "" and "no duration for compile" not in row["notes"]
+    assert row["recompiles_measured"] == "0" and "recompilation" not in row["notes"].replace(NO_LAB_COMPILE, "")
     assert passes[EAGER][0]["observed"]["compile"] == NOT_OBSERVABLE
 
     other = tmp_path / "reporting"
@@ -140,3 +166,28 @@ def test_custom_compile_is_declared_not_observable_unless_reported(tmp_path, mod
                              f'\n[task]\nkind = "custom"\nentry = "{other / "reporting.py"}:Reporting"\n')
     assert passes[COMPILED_NAME][0]["observed"]["compile"] is True  # reported by the entry: recorded
     assert passes[EAGER][0]["observed"]["compile"] is False
+
+
+def test_custom_entry_that_compiles_itself_has_its_frames_counted(tmp_path, model_dir):
+    """An entry calling torch.compile in its own code (in the pass process): dynamo's counters are
+    read around its build, warm-up and window, for the compiled and the eager variant alike (the
+    entry compiles whatever is declared); the compile setting stays what the entry reports
+    (nothing here: declared, not observable), the frames are observed beside it."""
+    from lab.passes.compile import NO_LAB_COMPILE
+    from lab.passes.observed import NOT_OBSERVABLE
+
+    (tmp_path / "compiles.py").write_text(COMPILES_ITSELF)
+    orch, passes = run_campaign(tmp_path, model_dir, "accuracy",
+                                f'\n[task]\nkind = "custom"\nentry = "{tmp_path / "compiles.py"}:CompilesItself"\n')
+    for name, (res, _) in passes.items():
+        assert res["status"] == "ok" and "compile" not in res["phases_s"], res.get("error")
+        assert res["compile_phase"] == NO_LAB_COMPILE and res["observed"]["compile"] == NOT_OBSERVABLE
+        assert res["compile_frames"] == 1  # in model_load, while the entry was built
+        assert res["recompiles_warmup"] == 0 and res["recompiles_measured"] == 1, res  # float64 in the window
+        assert res["graph_breaks_measured"] == 0
+        row = raw_row(orch, name)
+        assert (row["compile_frames"], row["recompiles_warmup"], row["recompiles_measured"]) == ("1", "0", "1")
+        assert "the entry's build compiled 1 frame(s): model_load_s includes compile time" in row["notes"]
+        assert "measured window includes recompilation (1 frame(s) compiled)" in row["notes"]
+    summary = json.loads((orch.dir / "report" / "summary.json").read_text())  # the variants' caveat
+    assert [(v["recompiles_measured_max"], v["recompiled_passes"]) for v in summary] == [(1, 1), (1, 1)]

@@ -559,7 +559,8 @@ def test_merge_names_the_card_that_did_not_honour_a_declared_value(tmp_path):
 
     def write(obs1: dict) -> dict:
         for r, obs in ((0, base), (1, obs1)):
-            (tmp_path / "cards" / f"card{r}.json").write_text(json.dumps(_card(r, items, [r], obs)))
+            card = {**_card(r, items, [r], obs), "tokens_kept": [128], "tokens_total": [128 + r]}
+            (tmp_path / "cards" / f"card{r}.json").write_text(json.dumps(card))
             (tmp_path / "cards" / f"card{r}.predictions.jsonl").write_text(json.dumps(
                 {"id": items[r]["id"], "pred": "x", "prob": 0.5, "truncated": r == 1, "tokens_kept": 128,
                  "tokens_total": 128 + r}) + "\n")

@@ -2,10 +2,11 @@
 whose series varies ``cards`` over 1 and 2 lock, run (torchrun workers on CPU, one thread each),
 validate, report, archive and verify; the 2-card pass gives what the 1-card pass gives per id
 (embedding: the cosine of each item's vectors; generation: outputs and token counts; custom:
-labels), and its self metric is the kind's own over the merged lines. An embedding pass's cards
-each keep their own vector shard, the merge copies them into one vectors.npy in corpus order,
-and verify refuses a shard or a merge edited consistently (SHA256SUMS re-hashed). Small slices
-of the demo corpus keep it fast on 2 cores.
+labels), and its self metric is the kind's own over the merged lines; its truncation per
+bucket is the 1-card pass's (each card's per-item token counts merged, whatever the kind). An
+embedding pass's cards each keep their own vector shard, the merge copies them into one
+vectors.npy in corpus order, and verify refuses a shard or a merge edited consistently
+(SHA256SUMS re-hashed). Small slices of the demo corpus keep it fast on 2 cores.
 """
 
 from __future__ import annotations
@@ -68,6 +69,25 @@ def _accepted_and_verified(orch, by_cards, archive) -> None:
     assert v.ok, v.problems
 
 
+def _same_truncation(orch, by_cards) -> dict:
+    """The 2-card pass's truncation per bucket is the 1-card pass's on the same items (the
+    cards' per-item counts merged, CardRecord tokens_kept/tokens_total), some items cut, and the
+    raw table shows both; returns the figures."""
+    import csv
+
+    one, two = (_result(orch, by_cards[c])["truncated_by_bucket"] for c in (1, 2))
+    assert set(two) == {"short", "medium", "long"} and two == one, (one, two)
+    assert all(two[b]["fraction"] is not None for b in two) and two["long"]["fraction"] > 0, two
+    cards_dir = orch.dir / "passes" / by_cards[2].pass_id / "cards"
+    recs = [json.loads(p.read_text()) for p in sorted(cards_dir.glob("card?.json"))]
+    assert sorted(p for r in recs for p in r["positions"]) == list(range(10))
+    assert all(len(r["tokens_kept"]) == len(r["tokens_total"]) == len(r["positions"]) for r in recs)
+    rows = {r["cards"]: r for r in csv.DictReader((orch.dir / "report" / "raw_table.csv").open(encoding="utf-8"))}
+    for b in ("short", "medium", "long"):
+        assert float(rows["2"][f"truncated_{b}"]) == float(rows["1"][f"truncated_{b}"]) == two[b]["fraction"], b
+    return two
+
+
 @pytest.fixture(scope="module")
 def embedding_cards(tmp_path_factory, model_dir):
     return _run(tmp_path_factory.mktemp("emb-cards"), model_dir, "embcards", "nn_accuracy", EMBEDDING)
@@ -110,6 +130,11 @@ def test_two_card_embedding_merges_the_shards_into_the_one_card_vectors(embeddin
         for x in card_lines:
             assert np.array_equal(vecs[2][merged_at[x["id"]]], shard[x["row"]])
     assert two.validation.metric == pytest.approx(by_cards[1].validation.metric, abs=0.11)
+
+
+def test_two_card_embedding_counts_truncation_per_bucket_as_one_card(embedding_cards):
+    orch, by_cards, _ = embedding_cards
+    _same_truncation(orch, by_cards)  # max_length 128: the demo's long items are cut
 
 
 def test_two_hosts_over_loopback_gather_the_vector_shards(embedding_cards, tmp_path):
@@ -192,6 +217,9 @@ def test_two_card_generation_writes_the_one_card_outputs_and_tokens(tmp_path, ge
     assert r2["input_tokens"] == r1["input_tokens"] and r2["generation"] == r1["generation"]
     assert r2["self_accuracy"] == r1["self_accuracy"] is not None  # exact match, the kind's own rule
     assert by_cards[2].validation.metric == by_cards[1].validation.metric
+    # truncation is the prompt's text cut at max_text_tokens (64): the lines carry no token counts
+    assert not any("tokens_kept" in x for x in two)
+    _same_truncation(orch, by_cards)
 
 
 def test_two_card_custom_entry_gives_the_one_card_labels(tmp_path, model_dir):
@@ -202,3 +230,7 @@ def test_two_card_custom_entry_gives_the_one_card_labels(tmp_path, model_dir):
     r1, r2 = _result(orch, by_cards[1]), _result(orch, by_cards[2])
     assert r2["entry"] == r1["entry"] and r2["entry_settings"]["model_path"] == r1["entry_settings"]["model_path"]
     assert r2["self_accuracy"] == r1["self_accuracy"] is not None
+    _same_truncation(orch, by_cards)  # the lab's tokenizer at max_length 128, as one card counts it
+    # dynamo's counters read in each card's process, summed; the example entry compiles nothing
+    assert r2["compile_phase"] == r1["compile_phase"] and r2["recompiles_measured"] == r1["recompiles_measured"] == 0
+    assert r2["compile_frames"] == r1["compile_frames"] == 0

@@ -104,21 +104,38 @@ def compile_model(model, rows: list[dict], tokenizer, device: str, variant: Vari
     return compile_batches(model, rows, device, variant, n_items, forward)
 
 
-NO_LAB_COMPILE = ("no lab compile phase: the lab cannot compile a custom entry's code; compile = true reached the "
-                  "entry in its settings, so any compile time falls where the entry compiles (model_load, warmup "
-                  "or the window); observed_compile is what the entry reports, else declared, not observable")
-"""result.json's ``compile_phase`` for a compile = true pass whose job has no ``compile`` step
-(lab.passes.tasks.base: a custom entry), shown in the raw table's notes (lab.report.raw_table)."""
+NO_LAB_COMPILE = ("no lab compile phase: the lab compiles nothing of a custom entry's code; the declared compile "
+                  "reached the entry in its settings, so any compile time falls where the entry compiles "
+                  "(model_load, warmup or the window); counted there: frames torch._dynamo compiled in the pass "
+                  "process, whoever called torch.compile (compile_frames: while the entry was built; "
+                  "recompiles_warmup; recompiles_measured), not compilation in another process or by another "
+                  "compiler; observed_compile is what the entry reports, else declared, not observable")
+"""result.json's ``compile_phase`` for a pass whose job has no ``compile`` step and runs in the
+pass process (lab.passes.tasks.base: a custom entry), compile declared or not; shown in the raw
+table's notes (lab.report.raw_table)."""
 
 
 class DynamoCounters:
-    """Frames dynamo compiled and graph breaks between ``start()`` and ``read()`` (torch._dynamo)."""
+    """Frames dynamo compiled and graph breaks between ``start()`` and ``read()``, in this
+    process (``torch._dynamo.utils.counters``: ``frames["total"]``, every frame it compiled,
+    recompilations included; the sum of ``graph_break``).
+
+    The counters are process-wide: they count every ``torch.compile``'d frame, whoever compiled
+    it (the lab's compile step, or a custom entry's own code). While ``torch._dynamo`` is not
+    imported both counts are 0, observed, not assumed: ``torch.compile`` imports it before it
+    compiles a frame, so a process without it compiled none, and reading the counters never
+    imports it (no import cost, nothing changed in the user's process). Not counted: code
+    compiled in another process, or by another compiler (TorchScript, TensorRT, ...)."""
 
     def __init__(self) -> None:
         self._start = (0, 0)
 
     @staticmethod
     def _now() -> tuple[int, int]:
+        import sys
+
+        if "torch._dynamo" not in sys.modules:
+            return 0, 0
         from torch._dynamo.utils import counters
 
         return (sum(counters["frames"].get(k, 0) for k in ("total",)),

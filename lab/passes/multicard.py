@@ -154,17 +154,37 @@ def _check_cards(variant: Variant, recs: list[CardRecord]) -> list[CardRecord]:
     return [checked(c) for c in recs]
 
 
-def _truncation(rows: list[dict], pos: dict, lines: list[str]) -> dict:
-    """Truncation per bucket from the merged prediction lines (tokens_kept/tokens_total per item)."""
+def _truncation(rows: list[dict], recs: list[CardRecord]) -> dict | None:
+    """Truncation per bucket of the merged pass, the one-card pass's rule on the same counts:
+    each card's tokens kept and total per item (CardRecord ``tokens_kept``/``tokens_total``, in
+    its ``positions`` order, whatever the task kind) put at their corpus positions, then
+    lab.passes.observed.truncation_counts over the corpus rows. Items of a card that recorded
+    none (it stopped before the end of its window), or counts not one per position, are
+    unknown; None when no card recorded them."""
     from lab.passes.observed import truncation_counts
 
     kept: list = [None] * len(rows)
     total: list = [None] * len(rows)
-    for line in lines:
-        rec = json.loads(line)
-        if rec["id"] in pos:
-            kept[pos[rec["id"]]], total[pos[rec["id"]]] = rec.get("tokens_kept"), rec.get("tokens_total")
-    return truncation_counts(rows, kept, total)
+    counted = [c for c in recs if c.tokens_kept is not None and c.tokens_total is not None
+               and len(c.tokens_kept) == len(c.tokens_total) == len(c.positions)]
+    for c in counted:
+        for p, k, t in zip(c.positions, c.tokens_kept or [], c.tokens_total or [], strict=True):
+            kept[p], total[p] = k, t
+    return truncation_counts(rows, kept, total) if counted else None
+
+
+COMPILE_COUNTS = ("compile_frames", "recompiles_warmup", "recompiles_measured", "graph_breaks_measured")
+
+
+def compile_counts(recs: list[CardRecord]) -> dict:
+    """The pass's dynamo counts (a custom entry's cards: lab.passes.compile.DynamoCounters per
+    card process) and its ``compile_phase``: each count summed over the cards, None unless every
+    card recorded it (a sum over some cards would be taken for the pass's)."""
+    out: dict = {"compile_phase": next((c.compile_phase for c in recs if c.compile_phase), None)}
+    for k in COMPILE_COUNTS:
+        vals = [getattr(c, k) for c in recs]
+        out[k] = sum(vals) if vals and all(v is not None for v in vals) else None
+    return out
 
 
 def worst_conditions(recs: list[CardRecord]) -> dict | None:
@@ -212,9 +232,10 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
     Observed values (lab.passes.observed): combined over the cards (``combine_cards``), each
     ok card checked by the one-card rule (``require_honoured``): a card that did not honour a
     declared value makes the pass an error with the reason naming the card. Truncation per
-    bucket: from the merged lines' ``tokens_kept``/``tokens_total``.
+    bucket: from the cards' tokens kept and total per item (``_truncation``), for every kind.
     Window conditions (lab.passes.conditions): the worst card's (``worst_conditions``), each
-    card's in ``per_card``. Memory: per-card records in ``per_card`` (scope kept); the pass-level peaks are the
+    card's in ``per_card``. Compile counts (a custom entry's cards): summed (``compile_counts``).
+    Memory: per-card records in ``per_card`` (scope kept); the pass-level peaks are the
     largest single card's, never a sum. Items completed: sum over cards (each item once).
     """
     from lab.inputs.corpus import read_corpus
@@ -299,12 +320,12 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
         observed=msgspec.convert(observed, Observed) if observed else None,
         conditions=worst_conditions(recs),
         environment=next((c.environment for c in recs if c.environment is not None), None),
-        truncated_by_bucket=_truncation(rows, pos, merged_lines),
+        truncated_by_bucket=_truncation(rows, recs),
         deterministic={"torch.manual_seed": spec.seed, "cudnn.benchmark": False,
                        "use_deterministic_algorithms": False},
         predictions_path=pred_path.name, predictions_lines=len(merged_lines), predictions_sha256=predictions_sha256,
         torchrun_exit_code=torchrun_code,
         torchrun_wall_s=torchrun_wall_s,  # launcher start to exit: rendezvous, workers, shutdown
-        exit_code=STATUS_CODES.get(status, EXIT_ERROR), **kind_fields)
+        exit_code=STATUS_CODES.get(status, EXIT_ERROR), **compile_counts(recs), **kind_fields)
     write_record(out / "result.json", res)
     return res

@@ -127,6 +127,10 @@ class CardRecord(Record, frozen=True):
     real_tokens: int | None = None
     padded_tokens: int | None = None
     batches: int | None = None
+    # tokens per item of ``positions`` (same order) after and before truncation, as the card's window
+    # counted them (lab.passes.inference.WindowResult; None: unknown): the merge's truncation per bucket
+    tokens_kept: list[int] | None = None
+    tokens_total: list[int | None] | None = None
     predictions_lines: int | None = None
     predictions_sha256: str | None = None
     # what the task kind writes beside the card's predictions (its job's write_predictions), as a
@@ -142,6 +146,13 @@ class CardRecord(Record, frozen=True):
     input_tokens: int | None = None
     output_tokens: int | None = None
     generation: dict[str, Any] | None = None
+    # a custom entry's card: dynamo's frames compiled in this card's process per phase, as a
+    # one-card pass records them (lab.passes.sequence, lab.passes.compile.DynamoCounters)
+    compile_phase: str | None = None
+    compile_frames: int | None = None
+    recompiles_warmup: int | None = None
+    recompiles_measured: int | None = None
+    graph_breaks_measured: int | None = None
     exit_code: int | None = None
     written_by: str | None = None
 
@@ -178,6 +189,9 @@ class PassResult(Record, frozen=True):
     deterministic: dict[str, Any] | None = None
     compile_shapes: list[list[int | str]] | None = None
     compile_phase: str | None = None  # no lab compile phase (a custom entry): why (lab.passes.compile.NO_LAB_COMPILE)
+    # frames torch._dynamo compiled in the pass process (lab.passes.compile.DynamoCounters): in the
+    # compile phase (a custom entry: while it was built, in model_load), the warm-up and the window;
+    # over several cards, the sum over the cards' processes
     compile_frames: int | None = None
     recompiles_warmup: int | None = None
     recompiles_measured: int | None = None

@@ -18,8 +18,12 @@ timed with a host clock (``time.perf_counter``) into ``phases_s`` (seconds):
 3. ``compile`` (compile = true only; lab.passes.compile): ``job.compile`` runs the job's batch
    step over every window batch shape known before the window; ``compile_frames``,
    ``recompiles_warmup`` and ``recompiles_measured`` count dynamo's frames compiled in each
-   phase (a variant refuses compile with cards > 1). A job without ``compile`` has no such
-   phase (a custom entry compiles itself, if at all: recorded as declared, not observable).
+   phase (lab.passes.compile.DynamoCounters; a variant refuses compile with cards > 1). A job
+   without ``compile`` and without an engine of its own (a custom entry: the user's code in
+   this process) has no such phase and compiles itself, if at all, compile declared or not:
+   the same counters are read around its build (``compile_frames``: ``model_load``), its
+   warm-up and its window, and ``compile_phase`` says so (lab.passes.compile.NO_LAB_COMPILE);
+   its ``observed`` compile stays what the entry reports, else declared, not observable.
 4. ``warmup``: ``job.warm_up`` over the first ``warmup_items`` corpus rows; then what the
    job observed (``job.observe``) is checked against the declared variant
    (lab.passes.observed.require_honoured).
@@ -32,8 +36,11 @@ timed with a host clock (``time.perf_counter``) into ``phases_s`` (seconds):
    the window's observed record (``job.observe_window``) is checked again.
 6. One-card pass only (``Card.one_of_many`` false): ``probe`` (matmul ceiling and the pass's
    model FLOP/s, lab.passes.probe), ``evaluation`` (``job.self_metric``), ``items_per_s`` and
-   truncation per bucket; a multi-card pass's merge (lab.passes.multicard) derives its own
-   from the cards' records and prediction lines, and probes nothing.
+   truncation per bucket (lab.passes.observed.truncation_by_bucket over the window's tokens
+   kept and total per item, whatever the kind); a card of several records those per-item
+   counts instead (``tokens_kept``, ``tokens_total``, in its ``positions`` order), and the
+   multi-card merge (lab.passes.multicard) derives the pass's figures from the cards' records
+   and prediction lines by the same rules, and probes nothing.
 7. ``writing`` (:meth:`PassSequence.write_predictions`, called by the entry point with its
    path): ``job.write_predictions``, the items completed, also after a failure.
 
@@ -191,24 +198,30 @@ class PassSequence:
         workers = card.workers_on_host
         self._start("model_load", device=device)
         self.job = job = job_for(spec)
+        start_engine = getattr(job, "start_engine", None)  # an engine in its own process (vLLM)
+        # every window batch shape known now is compiled here, not in the window, by the job's own
+        # step (a job without one: an engine of its own compiles in its start, custom code itself)
+        compile_step = getattr(job, "compile", None)
+        from lab.passes.compile import NO_LAB_COMPILE, DynamoCounters
+
+        dynamo = None
+        if compile_step is None and start_engine is None:  # the user's code, in this process
+            dynamo = DynamoCounters()  # whatever compile declares: its own torch.compile is counted
+            res["compile_phase"] = NO_LAB_COMPILE
+            dynamo.start()
         t = time.perf_counter()
         model = job.load(device)[1]
         inf.synchronize(device)
         self._phase("model_load", t)
-        start_engine = getattr(job, "start_engine", None)  # an engine in its own process (vLLM)
+        if dynamo:
+            res["compile_frames"] = dynamo.read()[0]  # while the entry was built
         if start_engine is not None:
             self._start("engine_start")
             t = time.perf_counter()
             res.update(start_engine(device, Path(spec.out_dir)))
             self._phase("engine_start", t)
 
-        dynamo = None
-        # every window batch shape known now is compiled here, not in the window, by the job's own
-        # step (a job without one: an engine of its own compiles in its start, custom code itself)
-        compile_step = getattr(job, "compile", None)
         if spec.variant.compile and compile_step is not None and start_engine is None:
-            from lab.passes.compile import DynamoCounters
-
             dynamo = DynamoCounters()
             self._start("compile")
             corpus = read_corpus(spec.corpus_path)
@@ -217,10 +230,6 @@ class PassSequence:
             res["compile_shapes"] = compile_step(corpus[: spec.warmup_items], device, len(corpus))
             self._phase("compile", t)
             res["compile_frames"] = dynamo.read()[0]
-        elif spec.variant.compile and start_engine is None:
-            from lab.passes.compile import NO_LAB_COMPILE
-
-            res["compile_phase"] = NO_LAB_COMPILE
 
         self._start("warmup")
         warm_rows = read_corpus(spec.corpus_path)[: spec.warmup_items]
@@ -261,7 +270,9 @@ class PassSequence:
                 res["recompiles_measured"], res["graph_breaks_measured"] = dynamo.read()
         res.update(items_completed=win.items_done, n_truncated=win.n_truncated, real_tokens=win.real_tokens,
                    padded_tokens=win.padded_tokens, batches=win.batches)
-        if not card.one_of_many:
+        if card.one_of_many:  # the merge counts truncation per bucket over every card's items
+            res.update(tokens_kept=list(win.tokens_kept), tokens_total=list(win.tokens_total))
+        else:
             res["items_per_s"] = round(win.items_done / phases["measured"], 4)
             res["truncated_by_bucket"] = observed.truncation_by_bucket(rows, win)
         res["observed"].update(job.observe_window(win))

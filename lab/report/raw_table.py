@@ -278,19 +278,24 @@ def engine_notes(variant: Variant | None, result: PassResult) -> list[str]:
 def compile_notes(variant: Variant | None, result: PassResult, status: str) -> list[str]:
     """Why compile cells are empty, and when a phase's duration includes compile work that
     the compile phase did not take (lab.passes.compile): frames dynamo compiled in the
-    warm-up or inside the measured window (the durations are then not steady-state)."""
-    if not _declared(variant, "compile"):
-        return [NO_COMPILE]
-    if result.compile_phase:  # a custom entry's pass: the lab compiled nothing
-        return [result.compile_phase]
+    warm-up or inside the measured window (the durations are then not steady-state). A custom
+    entry's pass (``compile_phase`` set, compile declared or not): why the lab has no compile
+    phase, then the frames counted in its build, warm-up and window."""
     notes = []
+    if result.compile_phase:  # a custom entry's pass: the lab compiled nothing, dynamo counted around the entry
+        notes.append(result.compile_phase)
+        if result.compile_frames:
+            notes.append(f"the entry's build compiled {result.compile_frames} frame(s): model_load_s includes "
+                         "compile time")
+    elif not _declared(variant, "compile"):
+        return [NO_COMPILE]
     if status == PassStatus.OK and result.recompiles_measured is None:
         notes.append("recompilations not counted: torch._dynamo counters not read")
     if status == PassStatus.OK and result.recompiles_warmup is None:
         notes.append("compile_frames and recompiles_warmup not counted: this pass's runner predates them")
     if result.recompiles_warmup:
-        notes.append(f"warm-up compiled {result.recompiles_warmup} frame(s): warmup_s includes compile "
-                     "time that compile_s does not")
+        notes.append(f"warm-up compiled {result.recompiles_warmup} frame(s): warmup_s includes compile time"
+                     + ("" if result.compile_phase else " that compile_s does not"))
     if result.recompiles_measured:
         notes.append(f"measured window includes recompilation ({result.recompiles_measured} frame(s) "
                      "compiled): measured_s, items_per_s and utilization are not steady-state")

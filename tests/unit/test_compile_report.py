@@ -84,3 +84,22 @@ def test_no_caveat_when_the_window_did_not_recompile(tmp_path):
     assert s_comp.recompiled_passes == 0 and s_comp.durations_caveat() == ""
     assert "no recompilation in the measured window" in s_comp.utilization_text()
     assert "not steady-state" not in decision_note(summarize(r), CAMPAIGN, PRICING)
+
+
+def test_custom_entry_counts_are_noted_whatever_compile_declares(tmp_path):
+    """A custom entry's pass (``compile_phase`` set by the sequence, compile declared or not): the
+    reason the lab has no compile phase, then the frames its own code compiled in each phase."""
+    from lab.passes.compile import NO_LAB_COMPILE
+
+    counts = {"compile_phase": NO_LAB_COMPILE, "compile_frames": 1, "recompiles_warmup": 2,
+              "recompiles_measured": 1, "graph_breaks_measured": 0}
+    eager, compiled = raw_rows([attempt(0, False, 5.3, **counts), attempt(1, True, 5.3, **counts)], "c", 1, tmp_path)
+    for r in (eager, compiled):
+        assert NO_COMPILE not in r["notes"] and NO_LAB_COMPILE in r["notes"]
+        assert "the entry's build compiled 1 frame(s): model_load_s includes compile time" in r["notes"]
+        assert "warm-up compiled 2 frame(s): warmup_s includes compile time |" in r["notes"] + " |"
+        assert "measured window includes recompilation (1 frame(s) compiled)" in r["notes"]
+        assert "no duration for compile" not in r["notes"]
+    quiet = raw_rows([attempt(0, False, 5.3, **{**counts, "compile_frames": 0, "recompiles_warmup": 0,
+                                               "recompiles_measured": 0})], "c", 1, tmp_path)[0]
+    assert NO_LAB_COMPILE in quiet["notes"] and "compiled" not in quiet["notes"].replace(NO_LAB_COMPILE, "")
