@@ -79,7 +79,7 @@ def run_campaign(folder, model, metric: str, task: str):
     passes = {}
     for a in orch.journal.attempts():
         res = json.loads((orch.dir / "passes" / a.pass_id / "result.json").read_text())
-        passes[a.variant["name"]] = (res, a)
+        passes[a.variant.name] = (res, a)
     assert set(passes) == {EAGER, COMPILED_NAME}
     print({k: {f: r.get(f) for f in ("status", "phases_s", "compile_shapes", "compile_frames", "recompiles_warmup",
                                      "recompiles_measured", "graph_breaks_measured")} for k, (r, _) in passes.items()})

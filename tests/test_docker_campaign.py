@@ -110,7 +110,7 @@ def test_campaign_through_docker_with_a_pass_killed_for_host_memory(client, tmp_
     assert len(rows) == 4 and {r.launcher for r in rows} == {"docker"}
     by_batch: dict[int, list] = {}
     for r in rows:
-        by_batch.setdefault(r.variant["batch_size"], []).append(r)
+        by_batch.setdefault(r.variant.batch_size, []).append(r)
     ok, killed = by_batch[1], by_batch[OOM_BATCH]
     assert len(ok) == len(killed) == 2
     for r in ok:

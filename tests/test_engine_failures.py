@@ -51,7 +51,7 @@ def test_real_host_oom_leaves_a_row_with_items_completed(tmp_path, model_dir, on
     lock(load_protocol(f))
     free = Orchestrator.prepare(f, tmp_path / "free", LocalLauncher())
     assert free.run() == "finished"
-    peaks = {a.variant["batch_size"]: a.result.process_peak_vm_bytes for a in free.journal.attempts()}
+    peaks = {a.variant.batch_size: a.result.process_peak_vm_bytes for a in free.journal.attempts()}
     assert peaks[8] > peaks[1]
     limit = as_limit_above(peaks[1])
     orch = Orchestrator.prepare(f, tmp_path / "limited", LocalLauncher(address_space_limit_bytes=limit,

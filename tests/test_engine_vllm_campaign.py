@@ -58,7 +58,7 @@ def by_engine(orch) -> dict:
     out = {}
     for a in orch.journal.attempts():
         res = json.loads((orch.dir / "passes" / a.pass_id / "result.json").read_text())
-        out[a.variant["engine"]] = (a, res)
+        out[a.variant.engine] = (a, res)
     return out
 
 

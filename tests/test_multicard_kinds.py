@@ -41,7 +41,7 @@ def _run(folder, model, name: str, metric: str, task: str, items=(4, 3, 3)):
     orch = Orchestrator.prepare(f, folder / "runs", LocalLauncher())
     assert orch.run() == "finished"
     build_report(orch.dir)
-    by_cards = {a.variant["cards"]: a for a in orch.journal.attempts()}
+    by_cards = {a.variant.cards: a for a in orch.journal.attempts()}
     assert set(by_cards) == {1, 2}
     return orch, by_cards, make_archive(orch.dir)
 
@@ -69,10 +69,11 @@ def _accepted_and_verified(orch, by_cards, archive) -> None:
     assert v.ok, v.problems
 
 
-def _same_truncation(orch, by_cards) -> dict:
+def _same_truncation(orch, by_cards, claimed: bool = True) -> dict:
     """The 2-card pass's truncation per bucket is the 1-card pass's on the same items (the
     cards' per-item counts merged, CardRecord tokens_kept/tokens_total), some items cut, and the
-    raw table shows both; returns the figures."""
+    raw table shows both (``claimed`` False, a custom entry's: both cells empty with the reason,
+    the entry cuts its texts itself); returns the figures."""
     import csv
 
     one, two = (_result(orch, by_cards[c])["truncated_by_bucket"] for c in (1, 2))
@@ -84,7 +85,14 @@ def _same_truncation(orch, by_cards) -> dict:
     assert all(len(r["tokens_kept"]) == len(r["tokens_total"]) == len(r["positions"]) for r in recs)
     rows = {r["cards"]: r for r in csv.DictReader((orch.dir / "report" / "raw_table.csv").open(encoding="utf-8"))}
     for b in ("short", "medium", "long"):
-        assert float(rows["2"][f"truncated_{b}"]) == float(rows["1"][f"truncated_{b}"]) == two[b]["fraction"], b
+        if claimed:
+            assert float(rows["2"][f"truncated_{b}"]) == float(rows["1"][f"truncated_{b}"]) == two[b]["fraction"], b
+        else:
+            assert rows["2"][f"truncated_{b}"] == rows["1"][f"truncated_{b}"] == "", b
+    if not claimed:
+        from lab.report.raw_table import ENTRY_CUTS_NOTE
+
+        assert all(ENTRY_CUTS_NOTE in rows[c]["notes"] for c in ("1", "2"))
     return two
 
 
@@ -230,7 +238,7 @@ def test_two_card_custom_entry_gives_the_one_card_labels(tmp_path, model_dir):
     r1, r2 = _result(orch, by_cards[1]), _result(orch, by_cards[2])
     assert r2["entry"] == r1["entry"] and r2["entry_settings"]["model_path"] == r1["entry_settings"]["model_path"]
     assert r2["self_accuracy"] == r1["self_accuracy"] is not None
-    _same_truncation(orch, by_cards)  # the lab's tokenizer at max_length 128, as one card counts it
+    _same_truncation(orch, by_cards, claimed=False)  # the lab's tokenizer at max_length 128: recorded, not claimed
     # dynamo's counters read in each card's process, summed; the example entry compiles nothing
     assert r2["compile_phase"] == r1["compile_phase"] and r2["recompiles_measured"] == r1["recompiles_measured"] == 0
     assert r2["compile_frames"] == r1["compile_frames"] == 0

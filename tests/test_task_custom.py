@@ -39,7 +39,7 @@ def custom_run(tmp_path_factory, model_dir):
 
 
 def preds(orch, variant_name: str) -> dict[str, str]:
-    a = next(a for a in orch.journal.attempts() if a.variant["name"] == variant_name)
+    a = next(a for a in orch.journal.attempts() if a.variant.name == variant_name)
     lines = (orch.dir / "passes" / a.pass_id / "predictions.jsonl").read_text().splitlines()
     return {r["id"]: r["pred"] for r in map(json.loads, lines)}
 

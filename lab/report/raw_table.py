@@ -31,6 +31,13 @@ OBSERVED = ("dtype", "device", "attention", "threads_declared", "threads", "comp
             # sequences it ran in one engine step (batch_size above: the most items the lab sent per call)
             "engine", "max_num_seqs", "max_num_batched_tokens", "max_running")
 TRUNCATED = ("truncated_short", "truncated_medium", "truncated_long")
+ENTRY_CUTS = ("n_truncated", *TRUNCATED, "real_tokens", "padded_tokens")
+"""Token counts a custom entry's pass leaves empty: the entry receives whole texts and applies
+max_length, padding and truncation in its own code, so the counts of the lab's tokenizer (which
+forms its buckets; kept in result.json) are not what ran (issue 20: "declared, not observable")."""
+ENTRY_CUTS_NOTE = ("empty n_truncated, truncated_*, real_tokens and padded_tokens: the entry receives whole texts "
+                   "and cuts and pads them in its own code, not observable (the lab's tokenizer counts, which form "
+                   "its buckets, are in result.json)")
 # utilization (lab.passes.probe) and compilation (lab.passes.compile), from result.json: frames dynamo
 # compiled in the compile phase, the warm-up and the measured window; shapes compiled as "4x128; 3x128"
 # (items x tokens, "dynamic" tokens where the sequence dimension was compiled symbolically)
@@ -167,6 +174,9 @@ def raw_rows(attempts: list[Attempt], campaign: str, protocol_version: int, camp
                          + " (or its runner predates observation)")
         for b in TRUNCATED:
             row[b] = ((r.truncated_by_bucket or {}).get(b.removeprefix("truncated_")) or {}).get("fraction")
+        if r.entry is not None and any(row[k] is not None for k in ENTRY_CUTS):
+            row.update(dict.fromkeys(ENTRY_CUTS))  # result.json keeps the lab tokenizer's count, never claimed
+            notes.append(ENTRY_CUTS_NOTE)
         for p in PHASES:
             row[f"{p}_s"] = getattr(phases, p)
         vllm = _declared(v, "engine") == "vllm"
