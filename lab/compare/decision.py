@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab.compare.comparability import check_comparable
-from lab.compare.evidence import NO_PACKAGE, CompareError, Evidence, load_evidence
+from lab.compare.evidence import NO_PACKAGE, CompareError, Evidence, read_evidence
 from lab.compare.projection import Projection, capacity_items, exclusion_counts, exclusion_kind, lot_hours, project
 from lab.cost.forfaits import Catalog, load_catalog, parse_instant, quote
 from lab.cost.sizing import cheapest_covering, package_limits
@@ -351,12 +351,13 @@ def compare_archives(archives: list[str | Path], load_items: int, *, deadline: s
                      now: datetime | None = None, allow_partial: bool = False,
                      allow_short: bool = False, metric_file: str | Path | None = None) -> Comparison:
     """Check the load and the dates (:func:`calendar`), verify each archive
-    (lab.compare.evidence.load_evidence, ``metric_file``: the opt-in that re-derives a user's own
-    [quality] metric, hash-checked against every archive's lock), then :func:`compare_evidence`.
-    Raises CompareError, ArchiveError, PricingError as that function does."""
+    (lab.compare.evidence.read_evidence, ``metric_file``: the opt-in that re-derives a user's own
+    [quality] metric, hash-checked against every archive's lock; its refusals are held back until
+    the set is found comparable), then :func:`compare_evidence`. Raises CompareError, ArchiveError,
+    PricingError as that function does."""
     _check_load(load_items, max_lots)
     calendar(deadline, window_start, tz, now)  # bad dates refused before any archive is verified
-    return compare_evidence([load_evidence(a, metric_file) for a in archives], load_items, deadline=deadline,
+    return compare_evidence([read_evidence(a, metric_file) for a in archives], load_items, deadline=deadline,
                             window_start=window_start, tz=tz, catalog_path=catalog_path,
                             max_lots=max_lots, now=now, allow_partial=allow_partial,
                             allow_short=allow_short)
@@ -393,6 +394,27 @@ def calendar(deadline: str | None, window_start: str | None, tz: str | None = No
     return start, dl, hours
 
 
+def refuse_prerequisites(evidence: list[Evidence], allow_partial: bool) -> None:
+    """CompareError, one line naming every archive's own prerequisite not met: partial evidence
+    without ``allow_partial``, and each refusal read_evidence held back (``Evidence.held_back``:
+    the --metric-file opt-in); archives with the same refusal are named together. Called once
+    the set is comparable (lab.compare.comparability.check_comparable), so that every advice
+    given can be followed: none is refused by the whole-set checks after it."""
+    parts = []
+    partial = [f"{ev.name} ({ev.info.get('partial_reason') or 'unfinished campaign'})"
+               for ev in evidence if ev.partial]
+    if partial and not allow_partial:
+        parts.append(f"partial evidence refused: {'; '.join(partial)}; finish the campaign and "
+                     "archive it again, or pass --allow-partial (every output then says so)")
+    held: dict[str, list[str]] = {}
+    for ev in evidence:
+        if ev.held_back:
+            held.setdefault(ev.held_back, []).append(ev.path.name)
+    parts += [f"{', '.join(names)}: {text}" for text, names in held.items()]
+    if parts:
+        raise CompareError("; ".join(parts))
+
+
 def partial_banner(evidence: list[Evidence], tags: list[str]) -> str:
     """'' when every archive is final; else one line naming each partial archive, why, and
     the declared variants it never ran."""
@@ -420,28 +442,20 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
     (refused otherwise); ``allow_short``: keep configurations whose passes fail the validity
     rule ([timing] min_window_s, min_accepted_passes) eligible; both are named in every output.
     Raises CompareError (not comparable, partial, catalogs in conflict, bad load or window),
-    PricingError (catalog, dates).
+    PricingError (catalog, dates). Refusals of the whole set (check_comparable) come before any
+    archive's own prerequisite (:func:`refuse_prerequisites`: --allow-partial, --metric-file).
     """
     _check_load(load_items, max_lots)
     evidence = host_order(evidence)
     tags = [host_tag(i, ev) for i, ev in enumerate(evidence)]
-    partial = [f"{ev.name} ({ev.info.get('partial_reason') or 'unfinished campaign'})"
-               for ev in evidence if ev.partial]
-    if partial and not allow_partial:
-        refusal = (f"partial evidence refused: {'; '.join(partial)}; finish the campaign and "
-                   "archive it again, or pass --allow-partial (every output then says so)")
-        try:
-            check_comparable(evidence)
-        except CompareError as exc:  # one line naming every problem, not only the first kind
-            refusal += f"; and {exc}"
-        raise CompareError(refusal)
+    identity = check_comparable(evidence)  # the whole set first: no archive's own prerequisite before it
+    refuse_prerequisites(evidence, allow_partial)
     banners = [b for b in (partial_banner(evidence, tags),) if b]
     path = []
     for ev in evidence:
         path.append(f"verified {ev.name}: {ev.files_checked} files, {len(ev.raw_rows)} raw rows; "
                     f"{ev.hardware}, threads {ev.threads}, {priced_as(ev)}"
                     + (" (PARTIAL)" if ev.partial else ""))
-    identity = check_comparable(evidence)
     if identity["two_models"]:
         path.append(f"comparable as TWO MODELS, not two rentals of one question ({'; '.join(identity['two_models'])}): "
                     f"corpus sha256 {identity['corpus_sha256'][:16]}..., same quality and timing rules; "
