@@ -100,3 +100,35 @@ def test_an_embedding_archive_and_a_classification_archive_are_refused_in_one_li
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith("not comparable: different task kinds: "), msg
     assert " is embedding, " in msg and " is classification; " in msg, msg
+
+
+def test_different_task_kinds_are_said_first_with_or_without_the_metric_file(archives, metric_rentals, tmp_path):
+    """A new user's case (issue 20's story): an embedding archive (built-in nn_accuracy) and one judged
+    by the user's own metric file. Without --metric-file compare asked for it; given it, the embedding
+    archive refused it ("leave --metric-file out"): a circle. The whole set is refused first, in the
+    one 'different task kinds' line, whatever the option; nothing is written."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    from lab.compare import CompareError, compare_archives
+
+    pair = [archives["a"], metric_rentals["rtx"]]
+    lines = []
+    for option in ({}, {"metric_file": metric_rentals["file"]}):
+        with pytest.raises(CompareError) as e:
+            compare_archives(pair, 1000, **option)
+        lines.append(str(e.value))
+    for msg in lines:
+        assert "\n" not in msg and msg.startswith("not comparable: different task kinds: "), msg
+        assert " is embedding, " in msg and " is classification" in msg and "--metric-file" not in msg, msg
+    assert lines[0] == lines[1]
+    r = subprocess.run([sys.executable, "-m", "lab.cli", "compare", *map(str, pair), "--load", "1000",
+                        "--metric-file", str(metric_rentals["file"]), "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True, cwd=REPO, check=False, timeout=600,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    assert r.stderr.strip().splitlines() == [f"iteralab: error: {lines[1]}"], r.stderr
+    assert not (tmp_path / "o").exists()

@@ -218,3 +218,39 @@ def test_an_archive_from_another_lab_version_is_judged_on_its_figures_not_its_wo
     put_table(files, name, items)
     v = verify(repack(tmp_path / "figure.tar.gz", dict(files)))
     assert v.outcome == "FAILED" and any(p.startswith(f"pass {pid}: items_per_s ") for p in v.problems), v.problems
+
+
+def test_no_decision_says_why_in_one_line_counted_from_the_exclusions(archives, tmp_path):
+    """Every pass misses the 0.99 threshold (a new user's case: decision none, the reason only in
+    decision.md, and a headline naming a deadline never given). The terminal's last line and the
+    UI's Compare screen (the service's decision paragraph) count the configurations excluded per
+    reason, the same counts as compare.csv's exclusions cells; "before the deadline" only with one."""
+    import os
+    import subprocess
+    import sys
+    from collections import Counter
+
+    from conftest import REPO
+
+    from lab.service.views import run_comparison
+
+    pair = [archives["rejected", "rtx"], archives["rejected", "b200"]]
+    r = subprocess.run([sys.executable, "-m", "lab.cli", "compare", *map(str, pair), "--load", "2000000",
+                        "--allow-short", "--out", str(tmp_path / "o")], capture_output=True, text=True, cwd=REPO,
+                       check=False, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    with open(tmp_path / "o" / "compare.csv", newline="") as f:
+        cells = [row["exclusions"] for row in csv.DictReader(f)]
+    kinds = Counter(k for cell in cells for k in dict.fromkeys(x.split(":", 1)[0] for x in cell.split("; ") if x))
+    assert kinds["quality"] == 2 and all("rejected: accuracy" in cell for cell in cells), cells
+    counts = f"2 of 2 excluded: {', '.join(f'{k} {n}' for k, n in kinds.most_common())}"
+    last = r.stdout.splitlines()[-4]  # then the three "wrote" lines
+    assert last.startswith(f"8. decision: none: {counts} (each configuration's reasons in decision.md)"), r.stdout
+    assert "deadline" not in r.stdout, r.stdout  # none was given
+    md = (tmp_path / "o" / "decision.md").read_text()
+    assert f"**Decision: none.** no configuration is accepted, feasible and covered by a package ({counts}): " in md
+    fields = {"load": "1000", **WINDOW}  # a deadline, and the 7-item passes too short without --allow-short
+    out = run_comparison([str(p) for p in pair], fields, tmp_path / "runs")
+    assert out["path"][-1].startswith("decision: none: 2 of 2 excluded: quality 2, validity 2 ("), out["path"]
+    assert ("**Decision: none.** no configuration is accepted, feasible and covered by a package before the "
+            "deadline (2 of 2 excluded: quality 2, validity 2): ") in out["decision"]

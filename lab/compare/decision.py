@@ -18,8 +18,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab.compare.comparability import check_comparable
-from lab.compare.evidence import NO_PACKAGE, CompareError, Evidence, load_evidence
-from lab.compare.projection import Projection, capacity_items, lot_hours, project
+from lab.compare.evidence import NO_PACKAGE, CompareError, Evidence, read_evidence
+from lab.compare.projection import Projection, capacity_items, exclusion_counts, exclusion_kind, lot_hours, project
 from lab.cost.forfaits import Catalog, load_catalog, parse_instant, quote
 from lab.cost.sizing import cheapest_covering, package_limits
 from lab.facts.files import sha256_file
@@ -320,7 +320,7 @@ def per_host_lines(cands: list[Projection], projections: list[Projection], chose
             continue
         best = next((p for p in cands if p.host == host), None)
         if best is None:
-            why = sorted({x.split(":", 1)[0] for p in projections if p.host == host for x in p.exclusions})
+            why = sorted({exclusion_kind(x) for p in projections if p.host == host for x in p.exclusions})
             lines.append(f"best on {host}: none eligible ({', '.join(why) or 'no configuration'})")
             continue
         assert best.sizing is not None
@@ -350,11 +350,14 @@ def compare_archives(archives: list[str | Path], load_items: int, *, deadline: s
                      catalog_path: str | None = None, max_lots: int = DEFAULT_MAX_LOTS,
                      now: datetime | None = None, allow_partial: bool = False,
                      allow_short: bool = False, metric_file: str | Path | None = None) -> Comparison:
-    """Verify each archive (lab.compare.evidence.load_evidence, ``metric_file``: the opt-in that
-    re-derives a user's own [quality] metric, hash-checked against every archive's lock), then
-    :func:`compare_evidence`. Raises CompareError, ArchiveError, PricingError as that function does."""
+    """Check the load and the dates (:func:`calendar`), verify each archive
+    (lab.compare.evidence.read_evidence, ``metric_file``: the opt-in that re-derives a user's own
+    [quality] metric, hash-checked against every archive's lock; its refusals are held back until
+    the set is found comparable), then :func:`compare_evidence`. Raises CompareError, ArchiveError,
+    PricingError as that function does."""
     _check_load(load_items, max_lots)
-    return compare_evidence([load_evidence(a, metric_file) for a in archives], load_items, deadline=deadline,
+    calendar(deadline, window_start, tz, now)  # bad dates refused before any archive is verified
+    return compare_evidence([read_evidence(a, metric_file) for a in archives], load_items, deadline=deadline,
                             window_start=window_start, tz=tz, catalog_path=catalog_path,
                             max_lots=max_lots, now=now, allow_partial=allow_partial,
                             allow_short=allow_short)
@@ -367,6 +370,49 @@ def _check_load(load_items: int, max_lots: int) -> None:
     if isinstance(max_lots, bool) or not isinstance(max_lots, int) or not 1 <= max_lots <= MAX_LOTS:
         raise CompareError(f"--max-lots must be an integer from 1 to {MAX_LOTS} (lots considered per "
                            f"package), got {max_lots!r}; give a value in that range (default {DEFAULT_MAX_LOTS})")
+
+
+def calendar(deadline: str | None, window_start: str | None, tz: str | None = None,
+             now: datetime | None = None) -> tuple[datetime, datetime | None, float | None]:
+    """(window start, deadline or None, hours from the start to the deadline or None) of the
+    user's ISO date-times (naive ones placed in IANA zone ``tz``); the window starts ``now``
+    (default: the current UTC time, to the second) when ``window_start`` is None. Hours are
+    real elapsed time (both ends in UTC). Raises PricingError for a malformed date
+    (lab.cost.forfaits.parse_instant) and CompareError when the deadline is not after the
+    window start: the fix is an earlier window start or a later deadline."""
+    start = parse_instant(window_start, tz, "window start") if window_start else \
+        (now or datetime.now(timezone.utc)).replace(microsecond=0)
+    dl = parse_instant(deadline, tz, "deadline") if deadline else None
+    if dl is None:
+        return start, None, None
+    hours = (dl.astimezone(timezone.utc) - start.astimezone(timezone.utc)).total_seconds() / 3600
+    if hours <= 0:
+        starts = f"the window start {start.isoformat()}" if window_start else \
+            f"now ({start.isoformat()}; no --window-start given, the window starts now)"
+        raise CompareError(f"deadline {dl.isoformat()} is not after {starts}; give an earlier --window-start "
+                           "or a later --deadline")
+    return start, dl, hours
+
+
+def refuse_prerequisites(evidence: list[Evidence], allow_partial: bool) -> None:
+    """CompareError, one line naming every archive's own prerequisite not met: partial evidence
+    without ``allow_partial``, and each refusal read_evidence held back (``Evidence.held_back``:
+    the --metric-file opt-in); archives with the same refusal are named together. Called once
+    the set is comparable (lab.compare.comparability.check_comparable), so that every advice
+    given can be followed: none is refused by the whole-set checks after it."""
+    parts = []
+    partial = [f"{ev.name} ({ev.info.get('partial_reason') or 'unfinished campaign'})"
+               for ev in evidence if ev.partial]
+    if partial and not allow_partial:
+        parts.append(f"partial evidence refused: {'; '.join(partial)}; finish the campaign and "
+                     "archive it again, or pass --allow-partial (every output then says so)")
+    held: dict[str, list[str]] = {}
+    for ev in evidence:
+        if ev.held_back:
+            held.setdefault(ev.held_back, []).append(ev.path.name)
+    parts += [f"{', '.join(names)}: {text}" for text, names in held.items()]
+    if parts:
+        raise CompareError("; ".join(parts))
 
 
 def partial_banner(evidence: list[Evidence], tags: list[str]) -> str:
@@ -396,28 +442,20 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
     (refused otherwise); ``allow_short``: keep configurations whose passes fail the validity
     rule ([timing] min_window_s, min_accepted_passes) eligible; both are named in every output.
     Raises CompareError (not comparable, partial, catalogs in conflict, bad load or window),
-    PricingError (catalog, dates).
+    PricingError (catalog, dates). Refusals of the whole set (check_comparable) come before any
+    archive's own prerequisite (:func:`refuse_prerequisites`: --allow-partial, --metric-file).
     """
     _check_load(load_items, max_lots)
     evidence = host_order(evidence)
     tags = [host_tag(i, ev) for i, ev in enumerate(evidence)]
-    partial = [f"{ev.name} ({ev.info.get('partial_reason') or 'unfinished campaign'})"
-               for ev in evidence if ev.partial]
-    if partial and not allow_partial:
-        refusal = (f"partial evidence refused: {'; '.join(partial)}; finish the campaign and "
-                   "archive it again, or pass --allow-partial (every output then says so)")
-        try:
-            check_comparable(evidence)
-        except CompareError as exc:  # one line naming every problem, not only the first kind
-            refusal += f"; and {exc}"
-        raise CompareError(refusal)
+    identity = check_comparable(evidence)  # the whole set first: no archive's own prerequisite before it
+    refuse_prerequisites(evidence, allow_partial)
     banners = [b for b in (partial_banner(evidence, tags),) if b]
     path = []
     for ev in evidence:
         path.append(f"verified {ev.name}: {ev.files_checked} files, {len(ev.raw_rows)} raw rows; "
                     f"{ev.hardware}, threads {ev.threads}, {priced_as(ev)}"
                     + (" (PARTIAL)" if ev.partial else ""))
-    identity = check_comparable(evidence)
     if identity["two_models"]:
         path.append(f"comparable as TWO MODELS, not two rentals of one question ({'; '.join(identity['two_models'])}): "
                     f"corpus sha256 {identity['corpus_sha256'][:16]}..., same quality and timing rules; "
@@ -425,15 +463,7 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
     else:
         path.append(f"comparable: corpus sha256 {identity['corpus_sha256'][:16]}..., same model files, "
                     f"quality and timing rules; {len(identity['common_variants'])} common variant(s)")
-    start = parse_instant(window_start, tz, "window start") if window_start else \
-        (now or datetime.now(timezone.utc)).replace(microsecond=0)
-    dl = parse_instant(deadline, tz, "deadline") if deadline else None
-    hours_available = None
-    if dl is not None:
-        hours_available = (dl.astimezone(timezone.utc) - start.astimezone(timezone.utc)).total_seconds() / 3600
-        if hours_available <= 0:
-            raise CompareError(f"deadline {dl.isoformat()} is not after the window start "
-                               f"{start.isoformat()}; give a later --deadline or --window-start")
+    start, dl, hours_available = calendar(deadline, window_start, tz, now)
     catalog, catalog_info = choose_catalog(evidence, catalog_path)
     path.append(catalog_line(catalog_info))
     timing = evidence[0].config.timing
@@ -486,8 +516,9 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
     per_host: list[str] = []
     stands_on = ""
     if chosen is None:
-        motivation.append("no configuration is accepted, feasible and covered by a package before "
-                          "the deadline: commit no package on this evidence")
+        motivation.append("no configuration is accepted, feasible and covered by a package"
+                          + (" before the deadline" if dl is not None else "")
+                          + f" ({exclusion_counts(projections)}): commit no package on this evidence")
         if unpriced:
             motivation.append(f"{', '.join(unpriced)} not considered: {NO_PACKAGE}")
         if short and not allow_short:
@@ -534,7 +565,8 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
     if chosen is None:
         hint = (f"; {len(short)} configuration(s) too short to project: --allow-short projects them, "
                 "named in every output" if short and not allow_short else "")
-        path.append(f"decision: none (see the exclusions in decision.md){hint}")
+        path.append(f"decision: none: {exclusion_counts(projections)} (each configuration's reasons in "
+                    f"decision.md){hint}")
     path = banners + path
     archives_info = tuple({"name": e.name, "host": tag, "path": str(e.path), "hardware": e.hardware,
                            "threads": e.threads, "gpu": e.gpu,

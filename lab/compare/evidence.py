@@ -66,6 +66,12 @@ class Evidence:
     vectors: dict = field(default_factory=dict)
     """An embedding archive's {variant_id: (item ids, float32 array (items, width))} of the same
     representative pass, from its predictions' lines and vectors.npy (row k = line k)."""
+    held_back: str = ""
+    """'' or this archive's own prerequisite refusal (one phrase, without the archive's name): its
+    user metric not re-derived without ``--metric-file``, or the ``--metric-file`` given refused for
+    it. Held back by :func:`read_evidence` so that a refusal of the whole set (archives not
+    comparable, lab.compare.comparability) is said first: the opt-in advice is given only where
+    following it can help (lab.compare.decision.compare_evidence raises it after those checks)."""
 
     @property
     def partial(self) -> bool:
@@ -122,33 +128,46 @@ def _json(top: Path, rel: str, archive: Path, required: bool = True):
 
 
 def load_evidence(archive: str | Path, metric_file: str | Path | None = None) -> Evidence:
+    """:func:`read_evidence`, raising at once the prerequisite it holds back (``Evidence.held_back``):
+    one archive read on its own, for callers that compare nothing. Raises what read_evidence raises,
+    and CompareError (one line naming the archive) for a held-back refusal."""
+    ev = read_evidence(archive, metric_file)
+    if ev.held_back:
+        raise CompareError(f"{ev.path.name}: {ev.held_back}")
+    return ev
+
+
+def read_evidence(archive: str | Path, metric_file: str | Path | None = None) -> Evidence:
     """Verify ``archive`` (lab.evidence.archive.verify) and read it. Raises ArchiveError for an
     unreadable file, CompareError for one that does not verify or lacks a report file.
 
     ``metric_file``: the user's opt-in for an archive whose [quality] metric is their own
     function ("file.py:function"), as for ``archive verify --metric-file``: a local copy of that
     file, run in a fresh process to re-derive the metric only when its sha256 is the one the
-    archive's lock recorded (lab.evidence.user_metric.user_metric_ref). CompareError (one line
-    naming the archive) when it is not, when the archive's metric is built-in, or when such a
-    metric is met without the opt-in (the line says how to opt in)."""
+    archive's lock recorded (lab.evidence.user_metric.user_metric_ref). When it is not, when the
+    archive's metric is built-in, or when such a metric is met without the opt-in, the archive is
+    verified without the file (everything but that metric) and the refusal, saying how to fix it,
+    is held back in ``Evidence.held_back``: it is the archive's own prerequisite, said only once
+    the whole set was found comparable (a set of different task kinds is refused as such, whatever
+    the option)."""
     from lab.evidence.user_metric import MetricFileRefused
 
     archive = Path(archive)
+    held = ""
     try:
         v = verify(archive, None if metric_file is None else Path(metric_file))
     except MetricFileRefused as exc:
-        raise CompareError(f"{archive.name}: {exc}") from None
-    own = sorted({r.get("metric_name", "") for r in (v.rederived.raw_rows if v.rederived else [])
-                  if ":" in r.get("metric_name", "")})
-    if own and metric_file is None and not v.ok:
-        raise CompareError(f"{archive.name}: its [quality] metric {own[0]} is your own function, and compare runs "
-                           "no code from an archive unless you opt in: give a local copy of that file with "
-                           "--metric-file FILE (its sha256 is checked against each archive's lock, then it runs in "
-                           "a fresh process)")
-    if not v.ok or v.rederived is None:
+        held = str(exc)
+        v = verify(archive)
+    if v.problems or v.rederived is None:
         raise CompareError(f"{archive.name}: does not verify ({len(v.problems)} problem(s), first: "
                            f"{(v.problems or ['figures not re-derived'])[0]}); download it again or re-pack it "
                            "before comparing")
+    own = sorted({r.get("metric_name", "") for r in v.rederived.raw_rows if ":" in r.get("metric_name", "")})
+    if v.not_rederived and not held:
+        held = (f"its [quality] metric {own[0]} is your own function, and compare runs no code from an archive "
+                "unless you opt in: give a local copy of that file with --metric-file FILE (its sha256 is checked "
+                "against each archive's lock, then it runs in a fresh process)" if own else v.not_rederived[0])
     with tempfile.TemporaryDirectory(prefix="iteralab-compare-") as tmp:
         rows = v.rederived.raw_rows
         chosen = representative_passes(rows)
@@ -179,7 +198,7 @@ def load_evidence(archive: str | Path, metric_file: str | Path | None = None) ->
     name = archive.name.removesuffix(".tar.gz")
     return Evidence(archive, name, manifest, v.rederived.summary, rows, campaign, lock, card,
                     v.files_checked, config, info, catalog, predictions,
-                    {vid: pid for vid, (pid, _rel) in chosen.items() if vid in predictions}, vectors)
+                    {vid: pid for vid, (pid, _rel) in chosen.items() if vid in predictions}, vectors, held)
 
 
 def _read_vectors(predictions: Path, vectors: Path) -> tuple[tuple[str, ...], np.ndarray]:
