@@ -1,0 +1,30 @@
+"""Messages and hints a new user found wrong (issue 20's story): each case as the user met it."""
+
+from __future__ import annotations
+
+from lab.orchestration.orchestrator import pass_line
+from lab.passes.events import PassStatus
+from lab.passes.records import Validation
+
+
+def _validation(accepted: bool, reasons: list[str]) -> Validation:
+    return Validation(expected_ids=40, observed_ids=40, duplicate_ids=0, missing_ids=0, extra_ids=0, ids_match=True,
+                      format_ok=True, coverage={}, coverage_ok=True, metric_name="nn_accuracy", metric=0.35,
+                      metric_by_bucket={}, threshold=0.5, threshold_ok=accepted, reference_metric=None,
+                      gap_to_reference=None, agreement_with_reference=None, tolerance=0.02, tolerance_ok=None,
+                      corpus_accepted=accepted, reasons=reasons)
+
+
+def test_an_ok_pass_rejected_on_quality_says_so_in_the_status_lines_words():
+    v = _validation(False, ["nn_accuracy 0.3500 < threshold 0.5"])
+    line = pass_line("pass 1/3 p001", PassStatus.OK, 40, 3.91, v, [])
+    assert line == "pass 1/3 p001: ok, 40 items, measured window 3.91 s, rejected: nn_accuracy 0.3500 < threshold 0.5"
+    assert line.endswith(v.verdict())  # the wording `campaign status` prints (Attempt.verdict)
+    accepted = pass_line("pass 2/3 p002", PassStatus.OK, 40, None, _validation(True, []), [])
+    assert accepted == "pass 2/3 p002: ok, 40 items, accepted (nn_accuracy 0.3500)"
+
+
+def test_a_failed_pass_line_carries_its_notes_not_a_verdict():
+    v = _validation(False, ["pass status error", "40 ids missing"])
+    line = pass_line("pass 1/3 p001", PassStatus.ERROR, 0, None, v, ["crashed: exit code 1, no result written"])
+    assert line == "pass 1/3 p001: error, 0 items (crashed: exit code 1, no result written)"
