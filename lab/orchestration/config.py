@@ -45,6 +45,9 @@ TASK_KINDS = ("classification", "embedding", "custom", "generation")
 KIND_METRICS = {"classification": METRICS, "embedding": EMBEDDING_METRICS, "custom": METRICS,
                 "generation": GENERATION_METRICS}
 GENERATION_KEYS = ("prompt", "max_new_tokens", "stop", "max_text_tokens", "decoding", "normalisation")
+# [task] keys each kind reads besides ``kind`` (TaskSection checks that no other kind's key is set)
+KIND_KEYS = {"classification": (), "embedding": ("pooling", "normalize"), "custom": ("entry", "files"),
+             "generation": GENERATION_KEYS}
 POOLINGS = ("mean",)             # lab.passes.tasks.embedding.mean_pool: mean over the attention mask
 DIRECTIONS = ("higher", "lower")  # a user metric's better side
 # kinds whose outputs are labels a user's own "file.py:function" metric judges (parse_config)
@@ -92,6 +95,10 @@ def parse_section(cls, table: Any, section: str):
     if not isinstance(table, dict):
         raise ConfigError(f"[{section}] must be a table, got {table!r}")
     hints = typing.get_type_hints(cls)
+    if cls is TaskSection:  # a key no kind reads: name the keys of the declared kind only
+        kind = table.get("kind", "classification")
+        check_keys({k: v for k, v in table.items() if k not in hints}, ("kind", *KIND_KEYS.get(kind, ())),
+                   f"[{section}] (kind = {json.dumps(kind, default=str)})")
     check_keys(table, hints, f"[{section}]")
     for f in fields(cls):
         if f.name not in table:
@@ -199,7 +206,7 @@ class TaskSection:
             raise ConfigError(f"[task] kind {self.kind!r} unknown; {nearest(self.kind, TASK_KINDS)} "
                               f"(kinds: {', '.join(TASK_KINDS)})")
         object.__setattr__(self, "files", tuple(self.files))
-        if self.kind == "embedding":
+        if self.kind == "embedding":  # KIND_KEYS["embedding"]
             object.__setattr__(self, "pooling", self.pooling or "mean")
             object.__setattr__(self, "normalize", True if self.normalize is None else self.normalize)
             if self.pooling not in POOLINGS:

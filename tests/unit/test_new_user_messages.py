@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from lab.orchestration.config import ConfigError, TaskSection, parse_section
 from lab.orchestration.orchestrator import pass_line
 from lab.passes.events import PassStatus
 from lab.passes.records import Validation
@@ -28,3 +31,18 @@ def test_a_failed_pass_line_carries_its_notes_not_a_verdict():
     v = _validation(False, ["pass status error", "40 ids missing"])
     line = pass_line("pass 1/3 p001", PassStatus.ERROR, 0, None, v, ["crashed: exit code 1, no result written"])
     assert line == "pass 1/3 p001: error, 0 items (crashed: exit code 1, no result written)"
+
+
+def test_an_unknown_task_key_lists_the_declared_kinds_keys_only():
+    with pytest.raises(ConfigError) as exc:
+        parse_section(TaskSection, {"kind": "generation", "prompt": "{text}", "max_new_tokens": 4,
+                                    "temperature": 0.7}, "task")
+    msg = str(exc.value)
+    assert "'temperature'" in msg and "kind = \"generation\"" in msg
+    listed = set(msg.split("valid keys: ")[1].split(", "))
+    assert listed == {"kind", "prompt", "max_new_tokens", "stop", "max_text_tokens", "decoding", "normalisation"}
+    with pytest.raises(ConfigError, match="did you mean 'pooling'"):
+        parse_section(TaskSection, {"kind": "embedding", "poling": "mean"}, "task")
+    # another kind's key keeps its own refusal (it applies to that kind only)
+    with pytest.raises(ConfigError, match='applies to kind = "embedding" only'):
+        parse_section(TaskSection, {"kind": "classification", "pooling": "mean"}, "task")
