@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from lab.evidence.format import skipped_missing
+from lab.evidence.rederive import check_row
 from lab.orchestration.config import ConfigError, TaskSection, parse_section
 from lab.orchestration.orchestrator import pass_line
 from lab.passes.events import PassStatus
@@ -31,6 +35,30 @@ def test_a_failed_pass_line_carries_its_notes_not_a_verdict():
     v = _validation(False, ["pass status error", "40 ids missing"])
     line = pass_line("pass 1/3 p001", PassStatus.ERROR, 0, None, v, ["crashed: exit code 1, no result written"])
     assert line == "pass 1/3 p001: error, 0 items (crashed: exit code 1, no result written)"
+
+
+def test_a_missing_member_is_named_missing_once_and_never_malformed():
+    pid = "p001"
+    preds = "\n".join(json.dumps({"id": f"i{k}", "row": k}) for k in range(3)) + "\n"
+    result = {"predictions_path": "predictions.jsonl", "vectors_sha256": "ab" * 32, "vectors_path": "vectors.npy"}
+
+    class Scan:  # what verify's one forward pass keeps (lab.evidence.verify._Scan), vectors.npy deleted
+        kept = {f"passes/{pid}/result.json": json.dumps(result).encode(),
+                f"passes/{pid}/predictions.jsonl": preds.encode()}
+        sha = {rel: "x" for rel in kept}
+        too_large: list[str] = []
+
+    Scan.sha[f"passes/{pid}/predictions.jsonl"] = "cd" * 32
+    row = {"pass_id": pid, "predictions_path": f"passes/{pid}/predictions.jsonl", "predictions_sha256": "cd" * 32,
+           "metric_name": "nn_accuracy", "metric": "0.35", "corpus_accepted": "True", "status": "ok",
+           "threshold": "0.5"}
+    problems: list[str] = []
+    gold = {f"i{k}": ("a", "short") for k in range(3)}
+    check_row(row, Scan(), gold, 0.5, problems)
+    vec = f"passes/{pid}/vectors.npy"
+    assert problems == [skipped_missing(f"pass {pid}", "vectors sha256 check", vec),
+                        skipped_missing(f"pass {pid}", "metric check", vec)]
+    assert all("malformed" not in p and p.endswith(f"{vec} is missing") for p in problems)
 
 
 def test_an_unknown_task_key_lists_the_declared_kinds_keys_only():
