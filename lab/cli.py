@@ -136,6 +136,7 @@ def cmd_campaign_run(a) -> int:
 
 def cmd_campaign_replay(a) -> int:
     from lab.evidence.replay import replay_archive
+    from lab.facts.host import iteralab_command
 
     cost = {"gpu": a.gpu, "days": a.days, "lots": a.lots, "catalog": a.catalog,
             "window_start": a.window_start, "window_end": a.window_end, "tz": a.tz}
@@ -149,7 +150,7 @@ def cmd_campaign_replay(a) -> int:
           f"{e['replays']['archive']} (sha256 {e['replays']['archive_sha256'][:16]}...), {what}, "
           f"question version {r.question_version}")
     runs = f"ITERALAB_RUNS={Path(a.runs).resolve()} " if a.runs else ""
-    print(f"next: {runs}.venv/bin/iteralab campaign run {r.campaign_file}")
+    print(f"next: {runs}{iteralab_command()} campaign run {r.campaign_file}")
     return 0
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
 from lab.evidence.format import skipped_missing
 from lab.evidence.rederive import check_row
+from lab.facts.host import iteralab_command
 from lab.orchestration.config import ConfigError, TaskSection, parse_section
 from lab.orchestration.orchestrator import pass_line
 from lab.passes.events import PassStatus
@@ -35,6 +38,33 @@ def test_a_failed_pass_line_carries_its_notes_not_a_verdict():
     v = _validation(False, ["pass status error", "40 ids missing"])
     line = pass_line("pass 1/3 p001", PassStatus.ERROR, 0, None, v, ["crashed: exit code 1, no result written"])
     assert line == "pass 1/3 p001: error, 0 items (crashed: exit code 1, no result written)"
+
+
+def test_next_step_names_an_executable_that_works_from_any_folder(tmp_path):
+    venv_bin = tmp_path / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "iteralab").write_text("")
+    # started as .venv/bin/iteralab from the bundle, none on PATH: the absolute path
+    import os
+
+    here = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        shown = iteralab_command(".venv/bin/iteralab", on_path="")
+    finally:
+        os.chdir(here)
+    assert shown == str((venv_bin / "iteralab").resolve()) and Path(shown).is_absolute()
+    # the one on PATH is the one running: its plain name
+    assert iteralab_command(str(venv_bin / "iteralab"), on_path=str(venv_bin / "iteralab")) == "iteralab"
+    # run as python -m lab.cli with none on PATH: this interpreter, absolute, and -m lab.cli
+    assert iteralab_command("-m", on_path="") == f"{Path(sys.executable).resolve()} -m lab.cli"
+
+
+def test_no_printed_next_step_names_the_bundle_relative_executable():
+    lab = Path(__file__).resolve().parents[2] / "lab"
+    hits = [f"{p}" for p in lab.rglob("*.py") if ".venv/bin/iteralab" in p.read_text()
+            and p.name != "host.py"]  # host.py's docstring says why it is never printed
+    assert hits == []
 
 
 def test_a_missing_member_is_named_missing_once_and_never_malformed():
