@@ -13,6 +13,8 @@ from lab.evidence.rederive import check_row
 from lab.facts.host import iteralab_command
 from lab.orchestration.config import ConfigError, TaskSection, parse_section
 from lab.orchestration.orchestrator import pass_line
+from lab.orchestration.preflight import repo_hint
+from lab.orchestration.protocol import ProtocolError, load_protocol, refusal_name
 from lab.passes.events import PassStatus
 from lab.passes.records import Validation
 
@@ -104,3 +106,20 @@ def test_an_unknown_task_key_lists_the_declared_kinds_keys_only():
     # another kind's key keeps its own refusal (it applies to that kind only)
     with pytest.raises(ConfigError, match='applies to kind = "embedding" only'):
         parse_section(TaskSection, {"kind": "classification", "pooling": "mean"}, "task")
+
+
+def test_a_campaign_file_is_named_by_its_full_path_in_every_refusal(tmp_path):
+    bad = tmp_path / "g4.toml"
+    bad.write_text("[campaign\n")
+    with pytest.raises(ProtocolError) as exc:
+        load_protocol(bad)
+    assert str(exc.value).startswith(f"{refusal_name(bad)}: ") and refusal_name(bad) == str(bad.resolve())
+    lock_refusals = (Path(__file__).resolve().parents[2] / "lab" / "orchestration" / "protocol.py").read_text()
+    assert "{proto.path.name}: " not in lock_refusals and 'f"{path}: ' not in lock_refusals
+
+
+def test_an_entry_found_under_the_bundle_gets_the_repo_prefix_hint(tmp_path):
+    written = "examples/custom_classifier.py"
+    assert repo_hint(written, tmp_path / written) == 'did you mean "@repo/examples/custom_classifier.py"?'
+    assert repo_hint("examples/no_such.py", tmp_path / "examples/no_such.py") == ""
+    assert repo_hint("@repo/examples/x.py", tmp_path / "x.py") == ""
