@@ -157,7 +157,7 @@ def cmd_campaign_replay(a) -> int:
 def cmd_campaign_status(a) -> int:
     from lab.orchestration.status import campaign_status, pass_processes
 
-    d = resolve_campaign_dir(a.target)
+    d = resolve_campaign_dir(a.target, "campaign status")
     st = campaign_status(d)
     print(f"{st['dir']}  state: {st['state']}  passes: {st['finished']}/{st['planned']} finished")
     live = pass_processes(d)
@@ -177,7 +177,7 @@ def cmd_campaign_status(a) -> int:
 
 
 def cmd_campaign_control(a) -> int:
-    d = resolve_campaign_dir(a.target)
+    d = resolve_campaign_dir(a.target, f"campaign {a.verb}")
     request_control(d, a.verb)
     print(f"{a.verb} requested: {d}")
     return 0
@@ -186,7 +186,7 @@ def cmd_campaign_control(a) -> int:
 def cmd_report(a) -> int:
     from lab.service.views import rebuild_report
 
-    r = rebuild_report(resolve_campaign_dir(a.target))
+    r = rebuild_report(resolve_campaign_dir(a.target, "report"))
     empty = " (no pass has run yet: the tables are empty, the decision note says why)" if not r["rows"] else ""
     print(f"report: {r['rows']} rows -> {r['report_dir']}{empty}")
     return 0
@@ -216,7 +216,7 @@ def cmd_archive(a) -> int:
         raise CliError("--metric-file goes with `iteralab archive verify FILE.tar.gz`; leave it out when packing")
     from lab.inputs.corpus import sha256_file
 
-    path = make_archive(resolve_campaign_dir(a.target), a.partial, a.with_corpus)
+    path = make_archive(resolve_campaign_dir(a.target, "archive"), a.partial, a.with_corpus)
     print(f"sha256 {sha256_file(path)} (record it elsewhere: it is what proves the archive unchanged)")
     print(path)
     return 0
@@ -350,13 +350,13 @@ def parser() -> argparse.ArgumentParser:
                            ("pause", cmd_campaign_control, "pause after the current pass"),
                            ("stop", cmd_campaign_control, "stop now (the running pass becomes an interrupted row)")):
         s = ca.add_parser(verb, help=what)
-        s.add_argument("target", help=TARGET_HELP)
+        s.add_argument("target", nargs="?", help=TARGET_HELP)
         s.set_defaults(fn=fn)
     rp = sub.add_parser("report", help="write raw table, summary, manifest and decision note")
-    rp.add_argument("target", help=TARGET_HELP)
+    rp.add_argument("target", nargs="?", help=TARGET_HELP)
     rp.set_defaults(fn=cmd_report)
     ar = sub.add_parser("archive", help="pack the evidence archive, or `archive verify FILE`")
-    ar.add_argument("target", help="campaign file or folder, or 'verify'")
+    ar.add_argument("target", nargs="?", help="campaign file or folder, or 'verify'")
     ar.add_argument("archive", nargs="?")
     ar.add_argument("--partial", action="store_true",
                     help="archive a campaign that has not finished, labelled partial")

@@ -14,7 +14,7 @@ from lab.facts.host import iteralab_command
 from lab.orchestration.config import ConfigError, TaskSection, parse_section
 from lab.orchestration.orchestrator import pass_line
 from lab.orchestration.preflight import repo_hint
-from lab.orchestration.protocol import ProtocolError, load_protocol, refusal_name
+from lab.orchestration.protocol import DEMO_CAMPAIGN, ProtocolError, load_protocol, refusal_name
 from lab.passes.events import PassStatus
 from lab.passes.records import Validation
 
@@ -123,3 +123,31 @@ def test_an_entry_found_under_the_bundle_gets_the_repo_prefix_hint(tmp_path):
     assert repo_hint(written, tmp_path / written) == 'did you mean "@repo/examples/custom_classifier.py"?'
     assert repo_hint("examples/no_such.py", tmp_path / "examples/no_such.py") == ""
     assert repo_hint("@repo/examples/x.py", tmp_path / "x.py") == ""
+
+
+def test_status_of_the_demo_file_finds_the_copy_the_demo_ran(tmp_path, monkeypatch):
+    from lab.service import campaigns
+
+    monkeypatch.setenv("ITERALAB_RUNS", str(tmp_path))
+    with pytest.raises(campaigns.CampaignError) as exc:  # not run yet: where the demo campaign lives
+        campaigns.resolve_campaign_dir(DEMO_CAMPAIGN)
+    assert str(campaigns.demo_copy()) in str(exc.value) and "protocol not locked" not in str(exc.value)
+    ran = tmp_path / "demo-20newsgroups" / "v1-0a1b2c3d"
+    ran.mkdir(parents=True)
+    (ran / "journal.sqlite").write_bytes(b"")
+    monkeypatch.setattr(campaigns, "campaign_dir_of",
+                        lambda f: ran if Path(f) == campaigns.demo_copy() else None)
+    assert campaigns._demo_target(DEMO_CAMPAIGN) == campaigns.demo_copy()
+
+
+def test_a_bare_target_command_says_what_to_pass(tmp_path, monkeypatch, capsys):
+    from lab.cli import main
+
+    monkeypatch.setenv("ITERALAB_RUNS", str(tmp_path))
+    ran = tmp_path / "demo-20newsgroups" / "v1-0a1b2c3d"
+    ran.mkdir(parents=True)
+    (ran / "journal.sqlite").write_bytes(b"")
+    assert main(["campaign", "status"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "required" not in err
+    assert "campaign status: give a campaign file or campaign folder" in err and str(ran) in err
