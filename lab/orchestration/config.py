@@ -67,19 +67,20 @@ class ConfigError(UserError):
     """A campaign-file value that cannot be used; one line naming the key and the fix."""
 
 
-def nearest(key: str, valid: typing.Iterable[str]) -> str:
-    """'; did you mean 'x'?' for the closest valid key (difflib), else the list of valid keys."""
+def nearest(key: str, valid: typing.Iterable[str], listed: str = "valid keys") -> str:
+    """'; did you mean 'x'?' for the closest valid key (difflib), else the list of valid keys
+    (``listed``: the words before it, e.g. 'valid keys for kind = "generation"')."""
     valid = sorted(valid)
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(valid)}"
+    return f"did you mean {close[0]!r}?" if close else f"{listed}: {', '.join(valid)}"
 
 
-def check_keys(table: dict, valid: typing.Iterable[str], where: str) -> None:
-    """Raise ConfigError on the first key of ``table`` not in ``valid``."""
+def check_keys(table: dict, valid: typing.Iterable[str], where: str, listed: str = "valid keys") -> None:
+    """Raise ConfigError on the first key of ``table`` not in ``valid`` (``listed``: see ``nearest``)."""
     valid = set(valid)
     for key in table:
         if key not in valid:
-            raise ConfigError(f"{where} unknown key {key!r}; {nearest(key, valid)}")
+            raise ConfigError(f"{where} unknown key {key!r}; {nearest(key, valid, listed)}")
 
 
 def check_value(value: Any, hint: Any, where: str) -> None:
@@ -98,7 +99,7 @@ def parse_section(cls, table: Any, section: str):
     if cls is TaskSection:  # a key no kind reads: name the keys of the declared kind only
         kind = table.get("kind", "classification")
         check_keys({k: v for k, v in table.items() if k not in hints}, ("kind", *KIND_KEYS.get(kind, ())),
-                   f"[{section}] (kind = {json.dumps(kind, default=str)})")
+                   f"[{section}]", f"valid keys for kind = {json.dumps(kind, default=str)}")
     check_keys(table, hints, f"[{section}]")
     for f in fields(cls):
         if f.name not in table:
