@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import sys
 
+from lab.facts.host import iteralab_command  # stdlib only: the executable every printed next step names
+
 INTERRUPTED = "iteralab: interrupted; nothing half-written is kept; run the same command again"
 
 try:  # Ctrl-C while the engine loads (the first few tenths of a second): one line, never a traceback
@@ -136,7 +138,6 @@ def cmd_campaign_run(a) -> int:
 
 def cmd_campaign_replay(a) -> int:
     from lab.evidence.replay import replay_archive
-    from lab.facts.host import iteralab_command
 
     cost = {"gpu": a.gpu, "days": a.days, "lots": a.lots, "catalog": a.catalog,
             "window_start": a.window_start, "window_end": a.window_end, "tz": a.tz}
@@ -167,7 +168,7 @@ def cmd_campaign_status(a) -> int:
     elif live:
         for p in live:
             print(f"  STILL RUNNING with no orchestrator watching it: pass {p['pass_id']} (pid {p['pid']}); "
-                  f"`iteralab campaign run` kills it before resuming, or `kill {p['pid']}`")
+                  f"`{iteralab_command()} campaign run` kills it before resuming, or `kill {p['pid']}`")
     else:
         print("  nothing running: no orchestrator and no pass process of this campaign")
     for r in st["attempts"]:
@@ -433,7 +434,8 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (lab.service.campaigns.CampaignInterrupted)
         if args.fn in (cmd_campaign_run, cmd_demo):
             print(f"iteralab: interrupted ({getattr(exc, 'reason', 'SIGINT')}): the running pass was killed and "
-                  "recorded interrupted; `iteralab campaign run` resumes where it stopped", file=sys.stderr)
+                  f"recorded interrupted; `{iteralab_command()} campaign run` resumes where it stopped",
+                  file=sys.stderr)
         else:
             print(INTERRUPTED, file=sys.stderr)
         return 128 + getattr(exc, "signum", 2)

@@ -16,6 +16,7 @@ from pathlib import Path
 from lab.facts.diskfull import atomic_write_text
 from lab.facts.errors import ProtocolError
 from lab.facts.files import REPO_ROOT, sha256_bytes
+from lab.facts.host import iteralab_command
 from lab.inputs.variants import Variant, VariantError, expand_series, find_variant
 from lab.orchestration.config import GENERATION_KEYS, CampaignConfig, ConfigError, CostSection, parse_config
 
@@ -338,7 +339,7 @@ def locked_version(proto: Protocol) -> dict:
     versions = read_lock(proto.path)
     if not versions:
         raise ProtocolError(
-            f"{refusal_name(proto.path)}: protocol not locked; run `iteralab protocol lock {proto.path}` "
+            f"{refusal_name(proto.path)}: protocol not locked; run `{iteralab_command()} protocol lock {proto.path}` "
             "before any pass")
     if not proto.corpus_path.is_file():
         raise ProtocolError(f"{refusal_name(proto.path)}: corpus {proto.corpus_path} not found; "

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from lab.facts.errors import LabError, UserError
 from lab.facts.files import REPO_ROOT, sha256_file
+from lab.facts.host import iteralab_command
 from lab.orchestration.protocol import DEMO_CAMPAIGN, ProtocolError, load_protocol, lock, locked_version, read_lock
 from lab.orchestration.status import CampaignState
 
@@ -72,8 +73,6 @@ def no_target_hint(verb: str) -> str:
     folders = campaign_folders()
     seen = (f"; campaigns under {runs_root()}: {', '.join(str(f) for f in folders)}" if folders
             else f"; no campaign folder under {runs_root()} yet")
-    from lab.facts.host import iteralab_command
-
     example = folders[0] if folders else "CAMPAIGN.toml"
     return f"{verb}: give a campaign file or campaign folder, e.g. `{iteralab_command()} {verb} {example}`{seen}"
 
@@ -114,7 +113,8 @@ def resolve_campaign_dir(target: str | Path | None, verb: str = "campaign status
         proto = load_protocol(p)
         d = campaign_dir_for(proto, locked_version(proto), runs_root())
         if not (d / "journal.sqlite").exists():
-            raise CampaignError(f"{p}: no campaign run yet for this protocol version; `iteralab campaign run {p}`")
+            raise CampaignError(f"{p}: no campaign run yet for this protocol version; "
+                                f"`{iteralab_command()} campaign run {p}`")
         return d.resolve()
     raise CampaignError(f"{target}: neither a campaign file nor a campaign folder (one holding journal.sqlite)")
 

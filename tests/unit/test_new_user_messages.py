@@ -151,3 +151,15 @@ def test_a_bare_target_command_says_what_to_pass(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "required" not in err
     assert "campaign status: give a campaign file or campaign folder" in err and str(ran) in err
+
+
+def test_the_not_locked_refusal_names_the_running_executable(tmp_path, monkeypatch):
+    from lab.orchestration.protocol import locked_version
+
+    copy = tmp_path / "demo.toml"
+    copy.write_text(DEMO_CAMPAIGN.read_text())
+    monkeypatch.setattr(sys, "argv", [str(tmp_path / "venv" / "bin" / "iteralab")])
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # none on PATH: the absolute path is the only one that works
+    with pytest.raises(ProtocolError) as exc:
+        locked_version(load_protocol(copy))
+    assert f"run `{tmp_path / 'venv' / 'bin' / 'iteralab'} protocol lock {copy.resolve()}`" in str(exc.value)
