@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import sys
 
+from lab.facts.host import iteralab_command  # stdlib only: the executable every printed next step names
+
 INTERRUPTED = "iteralab: interrupted; nothing half-written is kept; run the same command again"
 
 try:  # Ctrl-C while the engine loads (the first few tenths of a second): one line, never a traceback
@@ -149,14 +151,14 @@ def cmd_campaign_replay(a) -> int:
           f"{e['replays']['archive']} (sha256 {e['replays']['archive_sha256'][:16]}...), {what}, "
           f"question version {r.question_version}")
     runs = f"ITERALAB_RUNS={Path(a.runs).resolve()} " if a.runs else ""
-    print(f"next: {runs}.venv/bin/iteralab campaign run {r.campaign_file}")
+    print(f"next: {runs}{iteralab_command()} campaign run {r.campaign_file}")
     return 0
 
 
 def cmd_campaign_status(a) -> int:
     from lab.orchestration.status import campaign_status, pass_processes
 
-    d = resolve_campaign_dir(a.target)
+    d = resolve_campaign_dir(a.target, "campaign status")
     st = campaign_status(d)
     print(f"{st['dir']}  state: {st['state']}  passes: {st['finished']}/{st['planned']} finished")
     live = pass_processes(d)
@@ -166,7 +168,7 @@ def cmd_campaign_status(a) -> int:
     elif live:
         for p in live:
             print(f"  STILL RUNNING with no orchestrator watching it: pass {p['pass_id']} (pid {p['pid']}); "
-                  f"`iteralab campaign run` kills it before resuming, or `kill {p['pid']}`")
+                  f"`{iteralab_command()} campaign run` kills it before resuming, or `kill {p['pid']}`")
     else:
         print("  nothing running: no orchestrator and no pass process of this campaign")
     for r in st["attempts"]:
@@ -176,7 +178,7 @@ def cmd_campaign_status(a) -> int:
 
 
 def cmd_campaign_control(a) -> int:
-    d = resolve_campaign_dir(a.target)
+    d = resolve_campaign_dir(a.target, f"campaign {a.verb}")
     request_control(d, a.verb)
     print(f"{a.verb} requested: {d}")
     return 0
@@ -185,7 +187,7 @@ def cmd_campaign_control(a) -> int:
 def cmd_report(a) -> int:
     from lab.service.views import rebuild_report
 
-    r = rebuild_report(resolve_campaign_dir(a.target))
+    r = rebuild_report(resolve_campaign_dir(a.target, "report"))
     empty = " (no pass has run yet: the tables are empty, the decision note says why)" if not r["rows"] else ""
     print(f"report: {r['rows']} rows -> {r['report_dir']}{empty}")
     return 0
@@ -215,7 +217,7 @@ def cmd_archive(a) -> int:
         raise CliError("--metric-file goes with `iteralab archive verify FILE.tar.gz`; leave it out when packing")
     from lab.inputs.corpus import sha256_file
 
-    path = make_archive(resolve_campaign_dir(a.target), a.partial, a.with_corpus)
+    path = make_archive(resolve_campaign_dir(a.target, "archive"), a.partial, a.with_corpus)
     print(f"sha256 {sha256_file(path)} (record it elsewhere: it is what proves the archive unchanged)")
     print(path)
     return 0
@@ -349,13 +351,13 @@ def parser() -> argparse.ArgumentParser:
                            ("pause", cmd_campaign_control, "pause after the current pass"),
                            ("stop", cmd_campaign_control, "stop now (the running pass becomes an interrupted row)")):
         s = ca.add_parser(verb, help=what)
-        s.add_argument("target", help=TARGET_HELP)
+        s.add_argument("target", nargs="?", help=TARGET_HELP)
         s.set_defaults(fn=fn)
     rp = sub.add_parser("report", help="write raw table, summary, manifest and decision note")
-    rp.add_argument("target", help=TARGET_HELP)
+    rp.add_argument("target", nargs="?", help=TARGET_HELP)
     rp.set_defaults(fn=cmd_report)
     ar = sub.add_parser("archive", help="pack the evidence archive, or `archive verify FILE`")
-    ar.add_argument("target", help="campaign file or folder, or 'verify'")
+    ar.add_argument("target", nargs="?", help="campaign file or folder, or 'verify'")
     ar.add_argument("archive", nargs="?")
     ar.add_argument("--partial", action="store_true",
                     help="archive a campaign that has not finished, labelled partial")
@@ -432,7 +434,8 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (lab.service.campaigns.CampaignInterrupted)
         if args.fn in (cmd_campaign_run, cmd_demo):
             print(f"iteralab: interrupted ({getattr(exc, 'reason', 'SIGINT')}): the running pass was killed and "
-                  "recorded interrupted; `iteralab campaign run` resumes where it stopped", file=sys.stderr)
+                  f"recorded interrupted; `{iteralab_command()} campaign run` resumes where it stopped",
+                  file=sys.stderr)
         else:
             print(INTERRUPTED, file=sys.stderr)
         return 128 + getattr(exc, "signum", 2)

@@ -14,6 +14,7 @@ import json
 
 import numpy as np
 
+from lab.evidence.format import skipped_missing
 from lab.passes.tasks.embedding_metrics import load_vectors
 
 MERGE_RULE = "(cards/card<r>.predictions.jsonl and cards/card<r>.vectors.npy)"
@@ -34,7 +35,7 @@ def _card_items(pid: str, scan, cards: list[tuple[int, dict, list[str]]],
             continue
         shard_rel = f"passes/{pid}/cards/{rec['vectors_path']}"
         if shard_rel not in scan.kept:
-            problems.append(f"pass {pid}: card {rank}'s vectors {shard_rel} are missing from the archive")
+            problems.append(skipped_missing(f"pass {pid}", f"card {rank}'s vectors check", shard_rel))
             ok = False
             continue
         if scan.sha.get(shard_rel) != rec.get("vectors_sha256"):

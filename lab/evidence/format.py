@@ -31,6 +31,14 @@ MAX_TRAILER_BYTES = 2**20
 """Bytes after the tar's end blocks (read to reach the gzip trailer): tar pads to 10 KiB records."""
 
 
+def skipped_missing(subject: str, check: str, rel: str) -> str:
+    """The one problem line of a check that needs member ``rel`` and could not run because the
+    member is not in the archive: "pass p001: metric check skipped: passes/p001/vectors.npy is
+    missing" (``subject`` "pass p001", ``check`` "metric check"). A missing member is named
+    missing, never "malformed"; the SHA256SUMS line naming it is verify's own."""
+    return f"{subject}: {check} skipped: {rel} is missing"
+
+
 class ArchiveError(UserError):
     """A corrupt, unsafe or malformed archive, or a campaign that cannot be archived as asked;
     one line naming the member (or campaign) and the problem."""

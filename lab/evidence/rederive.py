@@ -12,7 +12,7 @@ import sqlite3
 
 import msgspec
 
-from lab.evidence.format import JOURNAL, ArchiveError
+from lab.evidence.format import JOURNAL, ArchiveError, skipped_missing
 from lab.facts.errors import LabError
 from lab.orchestration.config import EMBEDDING_METRICS, GENERATION_METRICS
 from lab.orchestration.journal import Journal, JournalVersion, attempt_record
@@ -238,7 +238,7 @@ def check_cards(pid: str, scan, per_card: list, pred_rel: str, problems: list[st
         rank = c.get("card") if isinstance(c, dict) else None
         rec_rel, card_pred = f"passes/{pid}/cards/card{rank}.json", f"passes/{pid}/cards/card{rank}.predictions.jsonl"
         if rec_rel not in scan.kept:
-            problems.append(f"pass {pid}: card {rank}'s record {rec_rel} missing from the archive")
+            problems.append(skipped_missing(f"pass {pid}", f"card {rank}'s check", rec_rel))
             continue
         rec = member_object(scan, rec_rel)
         if rec is None:
@@ -257,6 +257,12 @@ def check_cards(pid: str, scan, per_card: list, pred_rel: str, problems: list[st
     elif sorted(merged) != sorted(member_text(scan, pred_rel).splitlines()):
         problems.append(f"pass {pid}: its predictions are not the merge of its cards' predictions "
                         "(cards/card<r>.predictions.jsonl)")
+
+
+class MemberMissing(LabError):
+    """A member a pass's metric is recomputed from is not in the archive: its check was skipped
+    (said once, by ``skipped_missing``), so acceptance is checked on status and threshold only,
+    never flagged as "no metric can be recomputed" a second time for the same cause."""
 
 
 class MetricNotRederived(LabError):
@@ -286,15 +292,16 @@ def check_row(row: dict, scan, gold: dict | None, threshold: float | None, probl
         if result.get("vectors_sha256"):  # an embedding pass (lab.passes.tasks.embedding)
             vec_rel = f"passes/{pid}/{result.get('vectors_path') or 'vectors.npy'}"
             if vec_rel not in scan.sha:
-                problems.append(f"pass {pid}: its vectors {vec_rel} are missing from the archive")
+                problems.append(skipped_missing(f"pass {pid}", "vectors sha256 check", vec_rel))
             elif scan.sha[vec_rel] != result["vectors_sha256"]:
                 problems.append(f"pass {pid}: vectors sha256 differs from the one its result.json recorded")
         if isinstance(result.get("per_card"), list) and pred_rel in scan.kept:
             check_cards(pid, scan, result["per_card"], pred_rel, problems, bool(result.get("vectors_sha256")))
     try:
         recomputed = _row_metric(row, scan, gold, problems, user_scores)
-    except MetricNotRederived as exc:  # its acceptance's metric part is not checked either, and said so
-        if not_rederived is not None:
+    except (MetricNotRederived, MemberMissing) as exc:  # its acceptance's metric part is not checked
+        # either, and said so (a user's metric: Verification.not_rederived; a missing member: skipped)
+        if isinstance(exc, MetricNotRederived) and not_rederived is not None:
             not_rederived.setdefault(exc.metric, []).append(pid)
         if gold is not None:
             check_acceptance(row, None, threshold, problems, higher, metric_rederived=False)
@@ -310,8 +317,8 @@ def _row_metric(row: dict, scan, gold: dict | None, problems: list[str], user_sc
             problems.append(f"pass {pid}: a metric without a predictions file")
         return None
     if p not in scan.sha:
-        problems.append(f"row {pid}: predictions {p} missing from the archive")
-        return None
+        problems.append(skipped_missing(f"pass {pid}", "predictions sha256 and metric check", p))
+        raise MemberMissing(p)
     if scan.sha[p] != digest:
         problems.append(f"row {pid}: predictions sha256 differs from the raw table")
     if gold is None or p not in scan.kept:
@@ -346,7 +353,10 @@ def _check_embedding_metric(pid: str, row: dict, scan, pred_rel: str, gold: dict
             if not isinstance(rec.get("id"), str) or rec.get("row") != len(ids):
                 raise ValueError
             ids.append(rec["id"])
-        vectors = load_vectors(scan.kept[vec_rel]) if vec_rel in scan.kept else None
+        if vec_rel not in scan.kept:  # its absence is said once, as missing (verify, check_row)
+            problems.append(skipped_missing(f"pass {pid}", "metric check", vec_rel))
+            raise MemberMissing(vec_rel)
+        vectors = load_vectors(scan.kept[vec_rel])
     except (json.JSONDecodeError, ValueError, AttributeError):
         ids, vectors = [], None
     if vectors is None or len(vectors) != len(ids) or len(set(ids)) != len(ids):

@@ -85,3 +85,22 @@ def gpu_count() -> tuple[int, str]:
             pynvml.nvmlShutdown()
     except Exception:  # no NVML library or no driver: torch's 0 stands
         return 0, "torch.cuda.device_count()"
+
+
+def iteralab_command(argv0: str | None = None, on_path: str | None = None) -> str:
+    """The executable a printed next-step command names, so that it works from the user's current
+    directory: ``iteralab`` when the one on PATH is the one running (``shutil.which``), else the
+    absolute path of the running one (``argv0``, default ``sys.argv[0]``; a relative
+    ``.venv/bin/iteralab`` works from the bundle folder only); run as ``python -m lab.cli`` with none
+    on PATH: that interpreter's absolute path and ``-m lab.cli``. ``on_path`` replaces the PATH
+    look-up (tests). Stdlib only."""
+    import sys
+
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    running = Path(argv0).resolve() if argv0 and Path(argv0).name == "iteralab" else None
+    found = shutil.which("iteralab") if on_path is None else on_path
+    if found and (running is None or Path(found).resolve() == running):
+        return "iteralab"
+    if running is not None:
+        return str(running)
+    return "iteralab" if found else f"{Path(sys.executable).resolve()} -m lab.cli"

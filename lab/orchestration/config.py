@@ -45,6 +45,9 @@ TASK_KINDS = ("classification", "embedding", "custom", "generation")
 KIND_METRICS = {"classification": METRICS, "embedding": EMBEDDING_METRICS, "custom": METRICS,
                 "generation": GENERATION_METRICS}
 GENERATION_KEYS = ("prompt", "max_new_tokens", "stop", "max_text_tokens", "decoding", "normalisation")
+# [task] keys each kind reads besides ``kind`` (TaskSection checks that no other kind's key is set)
+KIND_KEYS = {"classification": (), "embedding": ("pooling", "normalize"), "custom": ("entry", "files"),
+             "generation": GENERATION_KEYS}
 POOLINGS = ("mean",)             # lab.passes.tasks.embedding.mean_pool: mean over the attention mask
 DIRECTIONS = ("higher", "lower")  # a user metric's better side
 # kinds whose outputs are labels a user's own "file.py:function" metric judges (parse_config)
@@ -64,19 +67,20 @@ class ConfigError(UserError):
     """A campaign-file value that cannot be used; one line naming the key and the fix."""
 
 
-def nearest(key: str, valid: typing.Iterable[str]) -> str:
-    """'; did you mean 'x'?' for the closest valid key (difflib), else the list of valid keys."""
+def nearest(key: str, valid: typing.Iterable[str], listed: str = "valid keys") -> str:
+    """'; did you mean 'x'?' for the closest valid key (difflib), else the list of valid keys
+    (``listed``: the words before it, e.g. 'valid keys for kind = "generation"')."""
     valid = sorted(valid)
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(valid)}"
+    return f"did you mean {close[0]!r}?" if close else f"{listed}: {', '.join(valid)}"
 
 
-def check_keys(table: dict, valid: typing.Iterable[str], where: str) -> None:
-    """Raise ConfigError on the first key of ``table`` not in ``valid``."""
+def check_keys(table: dict, valid: typing.Iterable[str], where: str, listed: str = "valid keys") -> None:
+    """Raise ConfigError on the first key of ``table`` not in ``valid`` (``listed``: see ``nearest``)."""
     valid = set(valid)
     for key in table:
         if key not in valid:
-            raise ConfigError(f"{where} unknown key {key!r}; {nearest(key, valid)}")
+            raise ConfigError(f"{where} unknown key {key!r}; {nearest(key, valid, listed)}")
 
 
 def check_value(value: Any, hint: Any, where: str) -> None:
@@ -92,6 +96,10 @@ def parse_section(cls, table: Any, section: str):
     if not isinstance(table, dict):
         raise ConfigError(f"[{section}] must be a table, got {table!r}")
     hints = typing.get_type_hints(cls)
+    if cls is TaskSection:  # a key no kind reads: name the keys of the declared kind only
+        kind = table.get("kind", "classification")
+        check_keys({k: v for k, v in table.items() if k not in hints}, ("kind", *KIND_KEYS.get(kind, ())),
+                   f"[{section}]", f"valid keys for kind = {json.dumps(kind, default=str)}")
     check_keys(table, hints, f"[{section}]")
     for f in fields(cls):
         if f.name not in table:
@@ -199,7 +207,7 @@ class TaskSection:
             raise ConfigError(f"[task] kind {self.kind!r} unknown; {nearest(self.kind, TASK_KINDS)} "
                               f"(kinds: {', '.join(TASK_KINDS)})")
         object.__setattr__(self, "files", tuple(self.files))
-        if self.kind == "embedding":
+        if self.kind == "embedding":  # KIND_KEYS["embedding"]
             object.__setattr__(self, "pooling", self.pooling or "mean")
             object.__setattr__(self, "normalize", True if self.normalize is None else self.normalize)
             if self.pooling not in POOLINGS:

@@ -147,6 +147,18 @@ def model_labels(model_ref: str, revision: str | None = None) -> set[str] | None
     return None
 
 
+def pass_line(head: str, status: str, items: int | None, measured_s: float | None, v: Validation,
+              notes: list[str]) -> str:
+    """The one live line of a finished pass (CLI progress, headless ``make up``, the UI's log):
+    "pass 1/3 p001: ok, 40 items, measured window 3.91 s, rejected: nn_accuracy 0.3500 < threshold
+    0.5". A pass that ran ok may still be rejected on quality, so an ok line carries the verdict in
+    the one wording the status lines read (lab.passes.records Validation.verdict); another status
+    carries its notes (at most 160 characters)."""
+    took = f", measured window {measured_s:.2f} s" if measured_s else ""
+    tail = f", {v.verdict()}" if status == PassStatus.OK else (f" ({'; '.join(notes)[:160]})" if notes else "")
+    return f"{head}: {status}, {items} items{took}{tail}"
+
+
 class Orchestrator:
     """Runs the schedule of one protocol version in ``campaign_dir`` through ``launcher``."""
 
@@ -525,11 +537,9 @@ class Orchestrator:
         j.add_event(pass_id, EventKind.END, {"status": status, "items_completed": items, "notes": notes})
         v = self.validate_attempt(pass_id)
         if self.echo:
-            m = f", {v.metric_name} {v.metric:.4f}" if v.metric is not None else ""
             measured = typed.phases_s.measured if typed is not None else None
-            took = f", measured window {measured:.2f} s" if measured else ""
-            self.echo(f"pass {slot['seq']}/{len(j.plan())} {pass_id}: {status}, {items} items{took}{m}"
-                      + (f" ({'; '.join(notes)[:160]})" if status != PassStatus.OK and notes else ""))
+            self.echo(pass_line(f"pass {slot['seq']}/{len(j.plan())} {pass_id}", status, items, measured, v,
+                                notes))
         return {"pass_id": pass_id, "status": status, "notes": "; ".join(notes), "items": items,
                 "error": (typed.error if typed is not None and typed.error else
                           "; ".join(n for n in notes if not n.startswith("container "))),

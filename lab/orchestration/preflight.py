@@ -19,7 +19,7 @@ from pathlib import Path
 
 from lab.engines.vllm import vllm_refusal
 from lab.facts.constants import VLLM_MEMORY_FRACTION
-from lab.facts.files import sha256_file
+from lab.facts.files import REPO_ROOT, sha256_file
 from lab.facts.host import gpu_count
 from lab.inputs.corpus import BUCKETS, CorpusError, count_tokens, load_items, read_corpus
 from lab.inputs.models import ModelFolderError, local_checkpoint_config, model_folder, tokenizer_fingerprint
@@ -341,13 +341,28 @@ def check_user_code(proto) -> list[Check]:
     for role, ref in (("entry", proto.config.task.entry), ("metric", proto.config.quality.metric)):
         if role not in files or ref is None:
             continue
+        hint = repo_hint(ref.rsplit(":", 1)[0], files[role])
+        if hint:
+            where = "[task] entry" if role == "entry" else "[quality] metric"
+            out.append(Check(role, False, f"{where} {ref!r}: {files[role]} not found; {hint}"))
+            continue
         full = f"{files[role]}:{ref.rsplit(':', 1)[1]}"
         why = check_in_fresh_process(full, metric=role == "metric")
         out.append(Check(role, not why, why or f"{ref} imports in a fresh process and has the protocol"))
     for role, path in files.items():
         if role.startswith("file:") and not path.is_file():
-            out.append(Check("files", False, f"[task] files {role[5:]!r}: {path} not found; fix the path"))
+            out.append(Check("files", False, f"[task] files {role[5:]!r}: {path} not found; "
+                                             f"{repo_hint(role[5:], path) or 'fix the path'}"))
     return out
+
+
+def repo_hint(written: str, resolved: Path) -> str:
+    """'did you mean "@repo/<written>"?' when the relative path ``written`` (as in the campaign
+    file) is not found where it resolved (``resolved``: next to the campaign file) but is a file
+    under the bundle, where the documented ``@repo/`` prefix (README, custom task) points; else ""."""
+    if resolved.is_file() or written.startswith("@repo/") or Path(written).expanduser().is_absolute():
+        return ""
+    return f'did you mean "@repo/{written}"?' if (REPO_ROOT / written).is_file() else ""
 
 
 def first_refusal(checks: list[Check]) -> Check | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from lab.facts.diskfull import atomic_write_text
 from lab.facts.errors import ProtocolError
 from lab.facts.files import REPO_ROOT, sha256_bytes
+from lab.facts.host import iteralab_command
 from lab.inputs.variants import Variant, VariantError, expand_series, find_variant
 from lab.orchestration.config import GENERATION_KEYS, CampaignConfig, ConfigError, CostSection, parse_config
 
@@ -126,6 +127,12 @@ def _resolve(p: str, campaign_file: Path) -> Path:
     return q if q.is_absolute() else (campaign_file.parent / q)
 
 
+def refusal_name(path: str | Path) -> str:
+    """How a campaign file is named at the start of a refusal (parser, lock, model and entry
+    checks alike): its full path, so the line says which file from any folder."""
+    return str(Path(path).resolve())
+
+
 def load_protocol(path: str | Path, relative_to: str | Path | None = None) -> Protocol:
     """Parse and check a campaign file (lab.orchestration.config: typed sections, unknown keys and wrong
     types refused). Raises ProtocolError with one line on any problem.
@@ -137,10 +144,10 @@ def load_protocol(path: str | Path, relative_to: str | Path | None = None) -> Pr
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8-sig"))  # -sig: an editor's BOM, as for corpus and catalog
     except FileNotFoundError:
-        raise ProtocolError(f"{path}: no such campaign file; check the path, or start from "
+        raise ProtocolError(f"{refusal_name(path)}: no such campaign file; check the path, or start from "
                             f"{DEMO_CAMPAIGN.relative_to(REPO_ROOT)}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
+        raise ProtocolError(f"{refusal_name(path)}: not valid TOML ({exc}); fix the syntax") from None
     refuse_secrets(raw, path)
     home = Path(relative_to).resolve() if relative_to else path
     try:
@@ -149,12 +156,12 @@ def load_protocol(path: str | Path, relative_to: str | Path | None = None) -> Pr
             cfg.cost.check(str(_resolve(cfg.cost.catalog, home)) if cfg.cost.catalog else None)
         variants = tuple(expand_series(cfg.defaults, cfg.series))
     except (ConfigError, VariantError) as exc:
-        raise ProtocolError(f"{path}: {exc}") from None
+        raise ProtocolError(f"{refusal_name(path)}: {exc}") from None
     proto = Protocol(home, raw, variants, cfg)
     ref = cfg.quality.reference_variant
     if find_variant(variants, ref) is None:
         names = ", ".join(v.name for v in variants)
-        raise ProtocolError(f"{path}: reference_variant {ref!r} is not a declared variant ({names})")
+        raise ProtocolError(f"{refusal_name(path)}: reference_variant {ref!r} is not a declared variant ({names})")
     refuse_unsupported(proto, path)
     return proto
 
@@ -171,7 +178,7 @@ def refuse_unsupported(proto: Protocol, path: Path) -> None:
     kind = proto.task_kind
     vllm = [v.name for v in proto.variants if v.engine == "vllm"]
     if vllm and kind not in VLLM_KINDS:
-        raise ProtocolError(f"{path}: variant {vllm[0]} declares engine = \"vllm\", which runs "
+        raise ProtocolError(f"{refusal_name(path)}: variant {vllm[0]} declares engine = \"vllm\", which runs "
                             f"{', '.join(VLLM_KINDS)} tasks in this lab, not {kind}; declare "
                             "engine = \"transformers\" for it")
     if kind == "generation":  # the job always pads each batch on the left to its longest prompt
@@ -179,7 +186,8 @@ def refuse_unsupported(proto: Protocol, path: Path) -> None:
 
         for v in proto.variants:
             if v.padding != PADDING_HONOURED:
-                raise ProtocolError(f"{path}: variant {v.name} declares padding = \"{v.padding}\"; a generation "
+                raise ProtocolError(f"{refusal_name(path)}: variant {v.name} declares padding = \"{v.padding}\"; "
+                                    "a generation "
                                     f"task pads each batch on the left to its longest prompt, never to max_length; "
                                     f"declare padding = \"{PADDING_HONOURED}\" (the default)")
 
@@ -206,7 +214,7 @@ def refuse_secrets(raw: dict, path: Path) -> None:
     places = secret_looking(raw)
     if places:
         raise ProtocolError(
-            f"{path}: {', '.join(places)} looks like a secret (token, key or password); remove it "
+            f"{refusal_name(path)}: {', '.join(places)} looks like a secret (token, key or password); remove it "
             "from the campaign file and give it through the environment (e.g. HF_TOKEN), which is never recorded")
 
 
@@ -237,13 +245,14 @@ def lock(proto: Protocol, check: bool = True, replays: dict | None = None,
     refuse_secrets(proto.raw, proto.path)  # load_protocol refused them already; a Protocol built otherwise
     versions = read_lock(proto.path)
     if not proto.corpus_path.is_file():
-        raise ProtocolError(f"{proto.path}: corpus {proto.corpus_path} not found; build it before locking")
+        raise ProtocolError(f"{refusal_name(proto.path)}: corpus {proto.corpus_path} not found; "
+                            "build it before locking")
     if check:
         from lab.orchestration.preflight import first_refusal, lock_checks
 
         refused = first_refusal(lock_checks(proto))
         if refused is not None:
-            raise ProtocolError(f"{proto.path.name}: {refused.detail}")
+            raise ProtocolError(f"{refusal_name(proto.path)}: {refused.detail}")
     found, ident = current_version(proto, versions)
     if found:
         return found
@@ -269,7 +278,7 @@ def refuse_past_deadline(proto: Protocol, now: datetime) -> None:
 
     at = parse_instant(deadline, None, "[campaign] deadline")
     if at <= now:
-        raise ProtocolError(f"{proto.path.name}: [campaign] deadline {deadline} is already past (now "
+        raise ProtocolError(f"{refusal_name(proto.path)}: [campaign] deadline {deadline} is already past (now "
                             f"{now.isoformat(timespec='minutes')}); give the date the load must be done by, "
                             "or remove deadline")
 
@@ -330,9 +339,11 @@ def locked_version(proto: Protocol) -> dict:
     versions = read_lock(proto.path)
     if not versions:
         raise ProtocolError(
-            f"{proto.path.name}: protocol not locked; run `iteralab protocol lock {proto.path}` before any pass")
+            f"{refusal_name(proto.path)}: protocol not locked; run `{iteralab_command()} protocol lock {proto.path}` "
+            "before any pass")
     if not proto.corpus_path.is_file():
-        raise ProtocolError(f"{proto.path.name}: corpus {proto.corpus_path} not found; restore it or fix [corpus] path")
+        raise ProtocolError(f"{refusal_name(proto.path)}: corpus {proto.corpus_path} not found; "
+                            "restore it or fix [corpus] path")
     found, ident = current_version(proto, versions)
     if found:
         return found
@@ -347,8 +358,9 @@ def locked_version(proto: Protocol) -> dict:
                 else changed_model_files(last, ident.get("model_files_sha256"))
                 if last.get("model_sha256") != ident["model_sha256"]
                 else f"task code ({', '.join(map(str, code))})")
-        raise ProtocolError(f"{proto.path.name}: {what} changed since lock (version {last['version']}); restore "
+        raise ProtocolError(f"{refusal_name(proto.path)}: {what} changed since lock (version {last['version']}); "
+                            "restore "
                             f"it, or {nxt} (results of versions never mix)")
     raise ProtocolError(
-        f"{proto.path.name}: edited after lock (version {versions[-1]['version']}), or locked by an older "
+        f"{refusal_name(proto.path)}: edited after lock (version {versions[-1]['version']}), or locked by an older "
         f"IteraGPU Lab; {nxt} (results of versions never mix)")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from lab.facts.errors import LabError, UserError
 from lab.facts.files import REPO_ROOT, sha256_file
+from lab.facts.host import iteralab_command
 from lab.orchestration.protocol import DEMO_CAMPAIGN, ProtocolError, load_protocol, lock, locked_version, read_lock
 from lab.orchestration.status import CampaignState
 
@@ -58,26 +59,69 @@ def campaign_name_of(campaign_file: str | Path) -> str:
         return Path(campaign_file).name
 
 
-def resolve_campaign_dir(target: str | Path) -> Path:
+def campaign_folders(limit: int = 5) -> list[Path]:
+    """Up to ``limit`` campaign folders (holding journal.sqlite) under ``runs_root()``, newest
+    first (runs/<name>/v<N>-<hash>/, lab.orchestration.orchestrator.campaign_dir_for)."""
+    found = sorted(runs_root().glob("*/*/journal.sqlite"), key=lambda j: j.stat().st_mtime, reverse=True)
+    return [j.parent for j in found[:limit]]
+
+
+def no_target_hint(verb: str) -> str:
+    """The one line of a TARGET command given no target: what to pass, and the campaign folders
+    found under runs/ (``campaign_folders``), e.g. "give a campaign file or folder: `iteralab
+    campaign status runs/demo/v1-0a1b2c3d` (campaigns under runs/: ...)"."""
+    folders = campaign_folders()
+    seen = (f"; campaigns under {runs_root()}: {', '.join(str(f) for f in folders)}" if folders
+            else f"; no campaign folder under {runs_root()} yet")
+    example = folders[0] if folders else "CAMPAIGN.toml"
+    return f"{verb}: give a campaign file or campaign folder, e.g. `{iteralab_command()} {verb} {example}`{seen}"
+
+
+def demo_copy() -> Path:
+    """Where ``make up`` and ``iteralab demo`` put the demo campaign they lock and run: a copy of
+    lab/defaults/demo.toml in <runs>/demo/ (so its lock lives beside it), not created here."""
+    return runs_root() / "demo" / "demo.toml"
+
+
+def _demo_target(p: Path) -> Path:
+    """``p``, or the demo's copy (``demo_copy``) when ``p`` is lab/defaults/demo.toml and only the
+    copy was run (the file the README names; ``make up`` locks the copy). Raises CampaignError
+    (one line saying where the demo campaign lives) when neither was run."""
+    if p.resolve() != DEMO_CAMPAIGN.resolve() or campaign_dir_of(p) is not None:
+        return p
+    if campaign_dir_of(demo_copy()) is not None:
+        return demo_copy()
+    raise CampaignError(f"{p}: the demo campaign is locked and run from its copy {demo_copy()} (by `make up` or "
+                        "`iteralab demo`), which has not run yet; run the demo first")
+
+
+def resolve_campaign_dir(target: str | Path | None, verb: str = "campaign status") -> Path:
     """A campaign folder (one holding journal.sqlite), or the folder of a campaign file's
-    current locked version. Raises CampaignError (or ProtocolError for a bad file)."""
+    current locked version; lab/defaults/demo.toml stands for the copy the demo ran
+    (``_demo_target``). Raises CampaignError (or ProtocolError for a bad file); no ``target``:
+    CampaignError with ``no_target_hint(verb)`` (``verb``: the command, for its example)."""
     from lab.orchestration.orchestrator import campaign_dir_for
 
+    if target is None:
+        raise CampaignError(no_target_hint(verb))
     p = Path(target)
+    if p.is_file():
+        p = _demo_target(p)
     if p.is_dir() and (p / "journal.sqlite").exists():
         return p.resolve()  # '.', '..': the folder's own name (the archive is named after it)
     if p.is_file():
         proto = load_protocol(p)
         d = campaign_dir_for(proto, locked_version(proto), runs_root())
         if not (d / "journal.sqlite").exists():
-            raise CampaignError(f"{p}: no campaign run yet for this protocol version; `iteralab campaign run {p}`")
+            raise CampaignError(f"{p}: no campaign run yet for this protocol version; "
+                                f"`{iteralab_command()} campaign run {p}`")
         return d.resolve()
     raise CampaignError(f"{target}: neither a campaign file nor a campaign folder (one holding journal.sqlite)")
 
 
 def demo_campaign_file() -> Path:
     """The demo campaign copied into <runs>/demo/ (so its lock lives beside it)."""
-    copy = runs_root() / "demo" / "demo.toml"
+    copy = demo_copy()
     copy.parent.mkdir(parents=True, exist_ok=True)
     if not copy.exists():
         shutil.copyfile(DEMO_CAMPAIGN, copy)

@@ -1,0 +1,165 @@
+"""Messages and hints a new user found wrong (issue 20's story): each case as the user met it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.evidence.format import skipped_missing
+from lab.evidence.rederive import check_row
+from lab.facts.host import iteralab_command
+from lab.orchestration.config import ConfigError, TaskSection, parse_section
+from lab.orchestration.orchestrator import pass_line
+from lab.orchestration.preflight import repo_hint
+from lab.orchestration.protocol import DEMO_CAMPAIGN, ProtocolError, load_protocol, refusal_name
+from lab.passes.events import PassStatus
+from lab.passes.records import Validation
+
+
+def _validation(accepted: bool, reasons: list[str]) -> Validation:
+    return Validation(expected_ids=40, observed_ids=40, duplicate_ids=0, missing_ids=0, extra_ids=0, ids_match=True,
+                      format_ok=True, coverage={}, coverage_ok=True, metric_name="nn_accuracy", metric=0.35,
+                      metric_by_bucket={}, threshold=0.5, threshold_ok=accepted, reference_metric=None,
+                      gap_to_reference=None, agreement_with_reference=None, tolerance=0.02, tolerance_ok=None,
+                      corpus_accepted=accepted, reasons=reasons)
+
+
+def test_an_ok_pass_rejected_on_quality_says_so_in_the_status_lines_words():
+    v = _validation(False, ["nn_accuracy 0.3500 < threshold 0.5"])
+    line = pass_line("pass 1/3 p001", PassStatus.OK, 40, 3.91, v, [])
+    assert line == "pass 1/3 p001: ok, 40 items, measured window 3.91 s, rejected: nn_accuracy 0.3500 < threshold 0.5"
+    assert line.endswith(v.verdict())  # the wording `campaign status` prints (Attempt.verdict)
+    accepted = pass_line("pass 2/3 p002", PassStatus.OK, 40, None, _validation(True, []), [])
+    assert accepted == "pass 2/3 p002: ok, 40 items, accepted (nn_accuracy 0.3500)"
+
+
+def test_a_failed_pass_line_carries_its_notes_not_a_verdict():
+    v = _validation(False, ["pass status error", "40 ids missing"])
+    line = pass_line("pass 1/3 p001", PassStatus.ERROR, 0, None, v, ["crashed: exit code 1, no result written"])
+    assert line == "pass 1/3 p001: error, 0 items (crashed: exit code 1, no result written)"
+
+
+def test_next_step_names_an_executable_that_works_from_any_folder(tmp_path):
+    venv_bin = tmp_path / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "iteralab").write_text("")
+    # started as .venv/bin/iteralab from the bundle, none on PATH: the absolute path
+    import os
+
+    here = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        shown = iteralab_command(".venv/bin/iteralab", on_path="")
+    finally:
+        os.chdir(here)
+    assert shown == str((venv_bin / "iteralab").resolve()) and Path(shown).is_absolute()
+    # the one on PATH is the one running: its plain name
+    assert iteralab_command(str(venv_bin / "iteralab"), on_path=str(venv_bin / "iteralab")) == "iteralab"
+    # run as python -m lab.cli with none on PATH: this interpreter, absolute, and -m lab.cli
+    assert iteralab_command("-m", on_path="") == f"{Path(sys.executable).resolve()} -m lab.cli"
+
+
+def test_no_printed_next_step_names_the_bundle_relative_executable():
+    lab = Path(__file__).resolve().parents[2] / "lab"
+    hits = [f"{p}" for p in lab.rglob("*.py") if ".venv/bin/iteralab" in p.read_text()
+            and p.name != "host.py"]  # host.py's docstring says why it is never printed
+    assert hits == []
+
+
+def test_a_missing_member_is_named_missing_once_and_never_malformed():
+    pid = "p001"
+    preds = "\n".join(json.dumps({"id": f"i{k}", "row": k}) for k in range(3)) + "\n"
+    result = {"predictions_path": "predictions.jsonl", "vectors_sha256": "ab" * 32, "vectors_path": "vectors.npy"}
+
+    class Scan:  # what verify's one forward pass keeps (lab.evidence.verify._Scan), vectors.npy deleted
+        kept = {f"passes/{pid}/result.json": json.dumps(result).encode(),
+                f"passes/{pid}/predictions.jsonl": preds.encode()}
+        sha = {rel: "x" for rel in kept}
+        too_large: list[str] = []
+
+    Scan.sha[f"passes/{pid}/predictions.jsonl"] = "cd" * 32
+    row = {"pass_id": pid, "predictions_path": f"passes/{pid}/predictions.jsonl", "predictions_sha256": "cd" * 32,
+           "metric_name": "nn_accuracy", "metric": "0.35", "corpus_accepted": "True", "status": "ok",
+           "threshold": "0.5"}
+    problems: list[str] = []
+    gold = {f"i{k}": ("a", "short") for k in range(3)}
+    check_row(row, Scan(), gold, 0.5, problems)
+    vec = f"passes/{pid}/vectors.npy"
+    assert problems == [skipped_missing(f"pass {pid}", "vectors sha256 check", vec),
+                        skipped_missing(f"pass {pid}", "metric check", vec)]
+    assert all("malformed" not in p and p.endswith(f"{vec} is missing") for p in problems)
+
+
+def test_an_unknown_task_key_lists_the_declared_kinds_keys_only():
+    with pytest.raises(ConfigError) as exc:
+        parse_section(TaskSection, {"kind": "generation", "prompt": "{text}", "max_new_tokens": 4,
+                                    "temperature": 0.7}, "task")
+    msg = str(exc.value)
+    assert msg.startswith("[task] unknown key 'temperature'; valid keys for kind = \"generation\": ")
+    listed = set(msg.split(": ", 1)[1].split(", "))
+    assert listed == {"kind", "prompt", "max_new_tokens", "stop", "max_text_tokens", "decoding", "normalisation"}
+    with pytest.raises(ConfigError, match="did you mean 'pooling'"):
+        parse_section(TaskSection, {"kind": "embedding", "poling": "mean"}, "task")
+    # another kind's key keeps its own refusal (it applies to that kind only)
+    with pytest.raises(ConfigError, match='applies to kind = "embedding" only'):
+        parse_section(TaskSection, {"kind": "classification", "pooling": "mean"}, "task")
+
+
+def test_a_campaign_file_is_named_by_its_full_path_in_every_refusal(tmp_path):
+    bad = tmp_path / "g4.toml"
+    bad.write_text("[campaign\n")
+    with pytest.raises(ProtocolError) as exc:
+        load_protocol(bad)
+    assert str(exc.value).startswith(f"{refusal_name(bad)}: ") and refusal_name(bad) == str(bad.resolve())
+    lock_refusals = (Path(__file__).resolve().parents[2] / "lab" / "orchestration" / "protocol.py").read_text()
+    assert "{proto.path.name}: " not in lock_refusals and 'f"{path}: ' not in lock_refusals
+
+
+def test_an_entry_found_under_the_bundle_gets_the_repo_prefix_hint(tmp_path):
+    written = "examples/custom_classifier.py"
+    assert repo_hint(written, tmp_path / written) == 'did you mean "@repo/examples/custom_classifier.py"?'
+    assert repo_hint("examples/no_such.py", tmp_path / "examples/no_such.py") == ""
+    assert repo_hint("@repo/examples/x.py", tmp_path / "x.py") == ""
+
+
+def test_status_of_the_demo_file_finds_the_copy_the_demo_ran(tmp_path, monkeypatch):
+    from lab.service import campaigns
+
+    monkeypatch.setenv("ITERALAB_RUNS", str(tmp_path))
+    with pytest.raises(campaigns.CampaignError) as exc:  # not run yet: where the demo campaign lives
+        campaigns.resolve_campaign_dir(DEMO_CAMPAIGN)
+    assert str(campaigns.demo_copy()) in str(exc.value) and "protocol not locked" not in str(exc.value)
+    ran = tmp_path / "demo-20newsgroups" / "v1-0a1b2c3d"
+    ran.mkdir(parents=True)
+    (ran / "journal.sqlite").write_bytes(b"")
+    monkeypatch.setattr(campaigns, "campaign_dir_of",
+                        lambda f: ran if Path(f) == campaigns.demo_copy() else None)
+    assert campaigns._demo_target(DEMO_CAMPAIGN) == campaigns.demo_copy()
+
+
+def test_a_bare_target_command_says_what_to_pass(tmp_path, monkeypatch, capsys):
+    from lab.cli import main
+
+    monkeypatch.setenv("ITERALAB_RUNS", str(tmp_path))
+    ran = tmp_path / "demo-20newsgroups" / "v1-0a1b2c3d"
+    ran.mkdir(parents=True)
+    (ran / "journal.sqlite").write_bytes(b"")
+    assert main(["campaign", "status"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "required" not in err
+    assert "campaign status: give a campaign file or campaign folder" in err and str(ran) in err
+
+
+def test_the_not_locked_refusal_names_the_running_executable(tmp_path, monkeypatch):
+    from lab.orchestration.protocol import locked_version
+
+    copy = tmp_path / "demo.toml"
+    copy.write_text(DEMO_CAMPAIGN.read_text())
+    monkeypatch.setattr(sys, "argv", [str(tmp_path / "venv" / "bin" / "iteralab")])
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # none on PATH: the absolute path is the only one that works
+    with pytest.raises(ProtocolError) as exc:
+        locked_version(load_protocol(copy))
+    assert f"run `{tmp_path / 'venv' / 'bin' / 'iteralab'} protocol lock {copy.resolve()}`" in str(exc.value)
