@@ -136,7 +136,7 @@ def test_compare_screen_metric_file_field_opts_in_to_the_users_metric(tmp_path, 
 
 def test_compare_screen_refuses_another_metric_file_in_one_line(tmp_path, runs, metric_rentals):
     """A metric file whose sha256 is not the archives' lock's: refused in the service's one line
-    naming the archive, before the file runs; nothing written under runs/compare/."""
+    naming the archives, before the file runs; nothing written under runs/compare/."""
     from lab.compare import CompareError
 
     other = another_metric_file(tmp_path)
@@ -145,7 +145,9 @@ def test_compare_screen_refuses_another_metric_file_in_one_line(tmp_path, runs, 
     with pytest.raises(CompareError) as refused:
         compare_archives(pair, 1000, metric_file=other, **WINDOW)
     assert result is None and text == str(refused.value) and "\n" not in text
-    assert text.startswith(f"{metric_rentals['rtx'].name}: --metric-file {other}: sha256 ")
+    # both archives refuse the same file: named together in the one line (lab.compare.evidence)
+    assert text.startswith(f"{metric_rentals['rtx'].name}, {metric_rentals['b200'].name}: --metric-file {other}: "
+                           "sha256 ")
     assert "is not the locked metric file's" in text and status.startswith("not compared")
     assert not (tmp_path / "ran").exists() and not (runs / "compare").exists()
 

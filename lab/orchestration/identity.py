@@ -100,10 +100,10 @@ def protocol_identity(proto) -> dict:
     with "task_files_sha256" ({role: sha256}, task_files_sha256) beside it: recorded in the lock
     and protocol_version.json so that `archive verify --metric-file` can check one file, but
     not a part of the identity (task_sha256 already covers the files)."""
-    folder = model_folder_or_none(proto.model_ref, proto.config.model.revision)
-    model_files = model_file_hashes(folder) if folder is not None else None
     parts = {"protocol_sha256": proto.digest(), "corpus_sha256": content_sha256(proto.corpus_path),
-             "model_sha256": fingerprint_of(model_files, proto.model_ref, proto.config.model.revision)}
+             "model_sha256": model_fingerprint(proto.model_ref, proto.config.model.revision)}
+    folder = model_folder_or_none(proto.model_ref, proto.config.model.revision)
+    model_files = model_file_hashes(folder) if folder is not None else None  # cached: hashed once
     files = task_files_sha256(proto.task_files())
     if files:  # a custom entry or a user metric: its code is part of the protocol
         parts["task_sha256"] = digests_fingerprint(files)
