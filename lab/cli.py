@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import sys
 
-from lab.facts.host import iteralab_command  # stdlib only: the executable every printed next step names
-
 INTERRUPTED = "iteralab: interrupted; nothing half-written is kept; run the same command again"
 
 try:  # Ctrl-C while the engine loads (the first few tenths of a second): one line, never a traceback
@@ -38,6 +36,7 @@ try:  # Ctrl-C while the engine loads (the first few tenths of a second): one li
     from lab.facts.constants import CORPUS_SEED
     from lab.facts.errors import EXIT_USER, UserError
     from lab.facts.files import REPO_ROOT
+    from lab.facts.host import iteralab_command  # the executable every printed next step names
     from lab.inputs.corpus import DEFAULT_CORPUS_ITEMS
     from lab.service.campaigns import (
         LAUNCHERS,

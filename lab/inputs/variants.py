@@ -185,7 +185,6 @@ class Variant:
                                    f"{type_name(hint)}")
 
     @classmethod
-    @classmethod
     def from_record(cls, record: Any, rules: bool = True) -> "Variant":
         """The Variant a decoded record (an instance of :func:`record_type`) holds, object to
         object: its set fields given to the constructor (which checks every type and range),

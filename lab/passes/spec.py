@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
 from dataclasses import MISSING, dataclass, field, fields
@@ -97,21 +98,17 @@ class PassSpec:
 _JSON_TYPES: dict[str, type] = {"campaign": str, "pass_id": str, "corpus_path": str, "model_ref": str, "out_dir": str,
                                 "warmup_items": int, "warmup_passes": int, "seed": int, "threads": int, "extra": dict}
 _JSON_NAMES = {str: "string", int: "integer", dict: "object"}
-_RECORD: list[type] = []
-
-
+@functools.cache
 def record_type() -> type:
     """The strict decoding type of ``pass.json``, generated once from PassSpec's own fields (one
     declaration): a frozen ``msgspec.Struct`` with ``forbid_unknown_fields``, each field optional
     (``msgspec.UNSET`` when absent, so :meth:`PassSpec.decode` names every missing key) and of any
     JSON type (checked against ``_JSON_TYPES`` with a message a user can act on), except
     ``variant``: ``lab.inputs.variants.record_type()``."""
-    if not _RECORD:
-        variant = variant_record_type()
-        _RECORD.append(msgspec.defstruct(
-            "PassSpecRecord", [(f.name, (variant | msgspec.UnsetType) if f.name == "variant" else Any, msgspec.UNSET)
-                               for f in fields(PassSpec)], frozen=True, forbid_unknown_fields=True, module=__name__))
-    return _RECORD[0]
+    variant = variant_record_type()
+    return msgspec.defstruct(
+        "PassSpecRecord", [(f.name, (variant | msgspec.UnsetType) if f.name == "variant" else Any, msgspec.UNSET)
+                           for f in fields(PassSpec)], frozen=True, forbid_unknown_fields=True, module=__name__)
 
 
 def _refusal(message: str) -> str:
