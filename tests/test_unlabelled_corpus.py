@@ -133,3 +133,33 @@ def test_the_archive_verifies_and_a_forged_agreement_is_refused(unlabelled_run, 
                for p in bad.problems), bad.problems
     assert any(p.startswith(f"pass {pid}: marked accepted, but its recomputed metric") for p in bad.problems), \
         bad.problems
+
+
+def test_two_rentals_judged_by_agreement_compare_and_show_the_same_vectors(tmp_path, model_dir):
+    """Compare prices two unlabelled embedding rentals and says whether they gave the same vectors
+    (the cross-host per-id cosine), each host's quality being its agreement with its own reference."""
+    from lab.compare import compare_archives
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
+    from lab.service.campaigns import make_archive
+
+    corpus = unlabelled_corpus(tmp_path)
+    archives = []
+    for host, gpu, threads in (("a", "rtx-4090", 1), ("b", "b200", 2)):
+        d = tmp_path / host
+        d.mkdir()
+        f = write_campaign(d, model_dir, corpus, name="nolab", values=(1, 4), threshold=0.9)
+        f.write_text(f.read_text().replace('metric = "accuracy"', 'metric = "agreement"')
+                     .replace("threads = 1", f"threads = {threads}") + TASKS["embedding"]
+                     + f'\n[cost]\ngpu = "{gpu}"\ndays = 7\nlots = 1\n')
+        lock(load_protocol(f))
+        orch = Orchestrator.prepare(f, d / "runs", LocalLauncher())
+        assert orch.run() == "finished"
+        archives.append(make_archive(orch.dir))
+    c = compare_archives(archives, 50000, allow_short=True, window_start="2026-12-01T09:00+01:00",
+                         deadline="2026-12-05T09:00+01:00")
+    assert len(c.agreements) == 2
+    assert all(x["ids"] == 10 and x["cosine_worst"] > 0.999 and x["within_tolerance"] for x in c.agreements), \
+        c.agreements
+    assert all(p.metric_name == "agreement" and p.metric_median >= 0.9 for p in c.projections), c.projections
