@@ -78,6 +78,8 @@ CASES: list[tuple[str, str | tuple[str, ...], str | tuple[str, ...]]] = [
     ("model folder missing", 'path = "@repo/.cache/models/demo-minilm-20ng"', 'path = "no-such-model"'),
     ("model is not a sequence classifier", "MODEL:architectures", ""),
     ("corpus labels the model cannot produce (integers vs names)", "CORPUS:integer-labels", ""),
+    ("a label metric on a corpus without labels", "CORPUS:no-labels", ""),
+    ("a corpus labelled only in part", "CORPUS:half-labels", ""),
     ("max_length above the model's positions", "max_length = 256", "max_length = 1024"),
     ("tokenizer without padding token", "MODEL:no-pad", ""),
     ("declared pad_token not in the vocabulary", "MODEL:no-pad", '[model]\npad_token = "<pad>"'),
@@ -171,13 +173,17 @@ def case_file(work: Path, i: int, old: str | tuple[str, ...], new: str | tuple[s
                  "MODEL:truncated-weights": "model.safetensors holds only its first half"}.get(
                      old, "tokenizer has pad_token = null")
         shown = f"[model] path = a checkpoint whose {whose}" + (f"; {new.splitlines()[1]}" if new else "")
-    elif old == "CORPUS:integer-labels":
+    elif old.startswith("CORPUS:"):
         rows = [json.loads(x) for x in CORPUS.read_text(encoding="utf-8").splitlines()]
+        label = {"CORPUS:integer-labels": lambda k, r: str(k % 20), "CORPUS:no-labels": lambda k, r: None,
+                 "CORPUS:half-labels": lambda k, r: r["label"] if k % 2 else None}[old]
         c = work / f"corpus-{i}.jsonl"
-        c.write_text("".join(json.dumps({**r, "label": str(k % 20)}) + "\n" for k, r in enumerate(rows)))
+        c.write_text("".join(json.dumps({**r, "label": label(k, r)}) + "\n" for k, r in enumerate(rows)))
         text = text.replace('path = "@repo/demo/corpus/comparison.jsonl"', f'path = "{c}"').replace(
             'card = "@repo/demo/corpus/corpus_card.json"\n', "")
-        shown = '[corpus] path = a corpus whose labels are "0".."19"'
+        shown = {"CORPUS:integer-labels": '[corpus] path = a corpus whose labels are "0".."19"',
+                 "CORPUS:no-labels": '[corpus] path = a corpus built with --no-labels; metric = "accuracy"',
+                 "CORPUS:half-labels": "[corpus] path = a corpus where every other item has no label"}[old]
     elif old == "CARD:other-corpus":
         card = json.loads((REPO / "demo" / "corpus" / "corpus_card.json").read_text())
         card["comparison"]["sha256"] = "0" * 64

@@ -70,7 +70,7 @@ def check_corpus(proto) -> tuple[list[Check], dict[str, str]]:
         return [Check("corpus", False, str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}")], {}
     q = proto.config.quality
     if not with_labels and q.metric != AGREEMENT:
-        return [Check("corpus", False, f"{path.name} has no labels (built with --no-labels): [quality] metric "
+        return [Check("corpus", False, f"{path.name} has no labels (every item's label is null): [quality] metric "
                                        f"{q.metric!r} compares predictions with labels; use metric = "
                                        f'"{AGREEMENT}" (each pass against the reference variant\'s first valid '
                                        "pass), or build the corpus from a source with labels")], {}
