@@ -22,6 +22,8 @@ their old built-in base (``ValueError``/``RuntimeError``) so existing ``except``
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from enum import StrEnum
 
 EXIT_USER = 2
@@ -75,3 +77,11 @@ def one_line(exc: BaseException) -> str:
     first = (str(exc).strip().splitlines() or [""])[0]
     return (f"unexpected {type(exc).__name__}: {first} (a defect of the lab, not of your input: please "
             "report it with the campaign folder)")
+
+
+def did_you_mean(word: str, valid: Iterable[str], otherwise: str) -> str:
+    """The hint of a one-line refusal of an unknown ``word``: "did you mean 'x'?" for the closest
+    of ``valid`` (difflib.get_close_matches, its default cutoff 0.6), else ``otherwise`` (the
+    list of what is valid, worded by the caller). The one place that wording is built."""
+    close = difflib.get_close_matches(word, list(valid), n=1)
+    return f"did you mean {close[0]!r}?" if close else otherwise

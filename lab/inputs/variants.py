@@ -6,7 +6,6 @@ serie è il batch"); length bucketing or another precision is a new declared var
 
 from __future__ import annotations
 
-import difflib
 import json
 import typing
 from collections.abc import Iterable, Mapping
@@ -15,7 +14,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from lab.facts.errors import UserError
+from lab.facts.errors import UserError, did_you_mean
 from lab.facts.files import sha256_bytes
 from lab.facts.typecheck import decode_refusal, type_name, type_ok
 
@@ -111,8 +110,7 @@ class Variant:
     def _check_engine(self) -> None:
         """The engine and its options: one line each (VariantError)."""
         if self.engine not in ENGINES:
-            close = difflib.get_close_matches(self.engine.lower(), ENGINES, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"use one of {', '.join(ENGINES)}"
+            hint = did_you_mean(self.engine.lower(), ENGINES, f"use one of {', '.join(ENGINES)}")
             raise VariantError(f"engine {self.engine!r} unknown ({hint})")
         if self.engine != "vllm":
             bad = [f for f in VLLM_ONLY if getattr(self, f) is not None]
@@ -238,8 +236,7 @@ def record_refusal(cls: type, message: str) -> str:
     unknown, got, _ = decode_refusal(message)
     names = [f.name for f in fields(cls)]
     if unknown is not None:
-        close = difflib.get_close_matches(unknown, names, n=1)
-        hint = f"did you mean {close[0]!r}?" if close else f"known fields: {', '.join(names)}"
+        hint = did_you_mean(unknown, names, f"known fields: {', '.join(names)}")
         return (f"unknown variant field {unknown!r} ({hint}); the record was edited or written by another "
                 "lab version")
     if got is not None:

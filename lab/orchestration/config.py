@@ -14,7 +14,6 @@ Errors: :class:`ConfigError`, one line naming the section, the key and the fix.
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import re
@@ -30,7 +29,7 @@ from lab.facts.constants import (
     DEFAULT_REPETITIONS,
     DEFAULT_SEED,
 )
-from lab.facts.errors import UserError
+from lab.facts.errors import UserError, did_you_mean
 from lab.facts.typecheck import type_name as _type_name
 from lab.facts.typecheck import type_ok as _type_ok
 from lab.inputs.variants import VLLM_ONLY, VLLM_ONLY_WHERE, Variant, VariantError
@@ -75,8 +74,7 @@ def nearest(key: str, valid: typing.Iterable[str], listed: str = "valid keys") -
     """'; did you mean 'x'?' for the closest valid key (difflib), else the list of valid keys
     (``listed``: the words before it, e.g. 'valid keys for kind = "generation"')."""
     valid = sorted(valid)
-    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}?" if close else f"{listed}: {', '.join(valid)}"
+    return did_you_mean(key, valid, f"{listed}: {', '.join(valid)}")
 
 
 def check_keys(table: dict, valid: typing.Iterable[str], where: str, listed: str = "valid keys") -> None:

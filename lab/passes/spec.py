@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
 import json
 import re
@@ -14,6 +13,7 @@ import msgspec
 
 from lab.facts.constants import DEFAULT_SEED
 from lab.facts.diskfull import atomic_write_text
+from lab.facts.errors import did_you_mean
 from lab.facts.typecheck import decode_refusal
 from lab.inputs.variants import Variant, VariantError, record_refusal
 from lab.inputs.variants import record_type as variant_record_type
@@ -120,8 +120,7 @@ def _refusal(message: str) -> str:
         return "variant: " + record_refusal(Variant, message)
     keys = [f.name for f in fields(PassSpec)]
     if unknown is not None:
-        close = difflib.get_close_matches(unknown, keys, n=1)
-        hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(keys)}"
+        hint = did_you_mean(unknown, keys, f"valid keys: {', '.join(keys)}")
         return f"unknown key {unknown!r} ({hint})"
     if got is not None and at == "$":
         return f"a pass spec must be a JSON object, got {got}"
