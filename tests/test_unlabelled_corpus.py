@@ -1,4 +1,4 @@
-"""A corpus without labels on the real product, for each task kind: `corpus build --no-labels`
+"""A corpus without labels on the real product, for each task kind (the user's own entry too): `corpus build --no-labels`
 draws it by bucket only, a campaign judged by [quality] metric = "agreement" locks, runs batch 1
 (the reference variant) and batch 8, judges each pass against the reference variant's first
 valid pass, reports (the decision note says the reference's own figure holds by definition),
@@ -14,12 +14,13 @@ import json
 
 import numpy as np
 import pytest
-from conftest import demo_rows, write_campaign
+from conftest import REPO, demo_rows, write_campaign
 from test_archive_evidence import edit_raw_table, member, read_members, write_members
 from test_task_generation import TASK as GENERATION_TASK
 
 TASKS = {"classification": "", "embedding": '\n[task]\nkind = "embedding"\npooling = "mean"\nnormalize = true\n',
-         "generation": GENERATION_TASK}
+         "generation": GENERATION_TASK,
+         "custom": f'\n[task]\nkind = "custom"\nentry = "{REPO / "examples" / "custom_classifier.py"}:DemoClassifier"\n'}
 
 
 def unlabelled_corpus(folder):
