@@ -1,5 +1,5 @@
-"""A corpus without labels on the real product, for each task kind (the user's own entry too): `corpus build --no-labels`
-draws it by bucket only, a campaign judged by [quality] metric = "agreement" locks, runs batch 1
+"""A corpus without labels on the real product, for each task kind (the user's own entry too):
+`corpus build --no-labels` draws it by bucket only, a campaign judged by [quality] metric = "agreement" locks, runs batch 1
 (the reference variant) and batch 8, judges each pass against the reference variant's first
 valid pass, reports (the decision note says the reference's own figure holds by definition),
 archives and verifies; a forged agreement is refused by verify, recomputed from the passes'
@@ -20,7 +20,7 @@ from test_task_generation import TASK as GENERATION_TASK
 
 TASKS = {"classification": "", "embedding": '\n[task]\nkind = "embedding"\npooling = "mean"\nnormalize = true\n',
          "generation": GENERATION_TASK,
-         "custom": f'\n[task]\nkind = "custom"\nentry = "{REPO / "examples" / "custom_classifier.py"}:DemoClassifier"\n'}
+         "custom": f'\n[task]\nkind = "custom"\nentry = "{REPO}/examples/custom_classifier.py:DemoClassifier"\n'}
 
 
 def unlabelled_corpus(folder):
