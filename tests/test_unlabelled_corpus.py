@@ -1,9 +1,9 @@
 """A corpus without labels on the real product, for each task kind (the user's own entry too):
-`corpus build --no-labels` draws it by bucket only, a campaign judged by [quality] metric =
-"agreement" locks, runs batch 1 (the reference variant) and batch 8, judges each pass against the reference variant's first
-valid pass, reports (the decision note says the reference's own figure holds by definition),
-archives and verifies; a forged agreement is refused by verify, recomputed from the passes'
-files. Small slices of the demo corpus keep it fast on 2 cores."""
+`corpus build --no-labels` draws it by bucket only; a campaign judged by [quality] metric =
+"agreement" locks, runs batch 1 (the reference variant) and batch 8, judges each pass against
+the reference variant's first valid pass, reports (the decision note says the reference's own
+figure holds by definition), archives and verifies; a forged agreement is refused by verify,
+recomputed from the passes' files. Small slices of the demo corpus keep it fast on 2 cores."""
 
 from __future__ import annotations
 
