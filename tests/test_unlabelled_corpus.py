@@ -136,6 +136,25 @@ def test_the_archive_verifies_and_a_forged_agreement_is_refused(unlabelled_run, 
         bad.problems
 
 
+def test_a_pass_judged_before_the_reference_existed_is_judged_once_it_does(unlabelled_run):
+    """Rotation may run batch 8 before the reference variant: that pass is validated without a
+    reference (not accepted, "not computed yet"); the reference's first pass then judges it at once."""
+    from lab.orchestration.orchestrator import Reference
+
+    kind, orch, _ = unlabelled_run
+    attempts = orch.journal.attempts()
+    ref = next(a for a in attempts if a.variant.batch_size == 1).pass_id
+    other = next(a for a in attempts if a.variant.batch_size == 8).pass_id
+    before = orch.validate_attempt(other, Reference(None, None, ""))
+    assert not before.corpus_accepted and before.metric is None and not before.reference_pass
+    said: list[str] = []
+    orch.echo = said.append
+    orch.judge_waiting(ref)
+    after = next(a for a in orch.journal.attempts() if a.pass_id == other).validation
+    assert after.corpus_accepted and after.reference_pass == ref and after.metric >= 0.9
+    assert said == [f"pass {other} judged against reference pass {ref}: {after.verdict()}"]
+
+
 def test_two_rentals_judged_by_agreement_compare_and_show_the_same_vectors(tmp_path, model_dir):
     """Compare prices two unlabelled embedding rentals and says whether they gave the same vectors
     (the cross-host per-id cosine), each host's quality being its agreement with its own reference."""

@@ -541,6 +541,8 @@ class Orchestrator:
             measured = typed.phases_s.measured if typed is not None else None
             self.echo(pass_line(f"pass {slot['seq']}/{len(j.plan())} {pass_id}", status, items, measured, v,
                                 notes))
+        if v.reference_pass == pass_id:
+            self.judge_waiting(pass_id)
         return {"pass_id": pass_id, "status": status, "notes": "; ".join(notes), "items": items,
                 "error": (typed.error if typed is not None and typed.error else
                           "; ".join(n for n in notes if not n.startswith("container "))),
@@ -681,6 +683,19 @@ class Orchestrator:
             v = v.replace(corpus_accepted=False, reasons=[f"pass status {a.status}", *v.reasons])
         self.journal.set_validation(pass_id, v.to_json())
         return v
+
+    def judge_waiting(self, reference_pass: str) -> None:
+        """Pass ``reference_pass`` has just become the reference: the passes validated before it
+        existed (their gap or agreement "not computed yet") are judged against it now, not only
+        at the campaign's end, so status and the Runs screen show their verdict while it runs;
+        a changed verdict is echoed (headless)."""
+        ref = self.reference()
+        for a in self.journal.attempts():
+            if a.pass_id == reference_pass or a.validation is None or a.validation.reference_pass:
+                continue
+            v = self.validate_attempt(a.pass_id, ref)
+            if self.echo and v.corpus_accepted != a.validation.corpus_accepted:
+                self.echo(f"pass {a.pass_id} judged against reference pass {reference_pass}: {v.verdict()}")
 
     def revalidate_all(self) -> None:
         """Validate every attempt against the same reference pass (run at campaign end)."""
