@@ -431,6 +431,8 @@ def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
                   metric_fn=None) -> Validation:
     """Validate a pass's predictions against the corpus and the locked quality rules.
 
+    With [quality] metric = "agreement" (judged_by_agreement) the judged metric is the share of
+    ids whose label equals the reference pass's, per bucket too, against the threshold alone.
     ``prob_required`` False (a custom task): a line's ``prob`` may be null. ``metric_fn``: the
     user's own metric ([quality] metric = "file.py:function", lab.passes.tasks.custom.load_function),
     called as ``metric_fn(predictions, references)`` with label lists in corpus order and
@@ -615,7 +617,9 @@ def validate_embedding_pass(corpus: list[dict], predictions_path: Path, quality:
     (lab.passes.tasks.embedding_metrics.nn_accuracy, overall and per bucket) against the threshold,
     its gap to the reference variant's within the tolerance, and the per-id cosine agreement
     with the reference's vectors (``reference``: corpus order, (n, width); the median is
-    ``agreement_with_reference``, the worst id is named). Never raises for bad predictions."""
+    ``agreement_with_reference``, the worst id is named). With [quality] metric = "agreement"
+    (judged_by_agreement) that median is the judged metric itself, per bucket too, against the
+    threshold alone (agreement_judged_fields). Never raises for bad predictions."""
     from lab.passes.tasks.embedding_metrics import cosine_agreement, nn_accuracy
 
     ids, vectors, fmt_errors = read_embedding(Path(predictions_path))
@@ -730,8 +734,9 @@ def validate_generation_pass(corpus: list[dict], predictions_path: Path, quality
     it (``second_metric``), the gap to the reference variant's metric within the tolerance,
     and the per-id agreement with the reference variant's outputs (``reference``: {id: output};
     the share of ids with equal outputs after normalisation, text_metrics.agreement; the first
-    differing ids in ``examples``). A corpus without labels leaves the metric empty with the
-    reason. Never raises for bad predictions."""
+    differing ids in ``examples``). With [quality] metric = "agreement" (judged_by_agreement:
+    the one metric a corpus without labels accepts at lock) that share is the judged metric itself,
+    per bucket too, against the threshold alone. Never raises for bad predictions."""
     from lab.orchestration.config import GENERATION_METRICS
     from lab.passes.tasks.text_metrics import agreement as output_agreement
     from lab.passes.tasks.text_metrics import generation_metric, output_equality
