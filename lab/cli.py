@@ -74,10 +74,13 @@ def cmd_corpus_build(a) -> int:
     spec = BuildSpec(sizes={b: given.get(b, 0) for b in ("short", "medium", "long")} if given else None,
                      items=a.items, tuning_size=a.tuning, seed=a.seed,
                      limits=BucketLimits(a.short_below, a.long_above))
-    card = build_corpus(a.source, a.out, tok, info, spec, a.id_field, a.text_field, a.label_field)
+    if a.no_labels and a.label_field != "label":
+        raise CliError(f"--no-labels with --label-field {a.label_field}: give one (--no-labels reads no label)")
+    card = build_corpus(a.source, a.out, tok, info, spec, a.id_field, a.text_field,
+                        None if a.no_labels else a.label_field)
     sizes = ", ".join(f"{n} {b}" for b, n in card["sizes"].items())
-    print(f"corpus: {card['comparison']['items']} items ({sizes}), tuning split {card['tuning']['items']} "
-          f"-> {a.out}")
+    print(f"corpus: {card['comparison']['items']} items ({sizes}), tuning split {card['tuning']['items']}"
+          f"{'' if card['comparison']['labels'] else ', no labels'} -> {a.out}")
     return 0
 
 
@@ -287,6 +290,10 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--id-field", default="id", help="field holding the stable item id")
     b.add_argument("--text-field", default="text", help="field holding the text")
     b.add_argument("--label-field", default="label", help="field holding the gold label")
+    b.add_argument("--no-labels", action="store_true",
+                   help="the source has no labels (no reference answers): items are drawn by length bucket "
+                        "only, and the campaign is judged by [quality] metric = \"agreement\" with its "
+                        "reference variant")
     b.add_argument("--items", type=int, default=None,
                    help=f"comparison corpus size, drawn in the source's own length-bucket shares (default: "
                         f"{DEFAULT_CORPUS_ITEMS:,}, or the whole source when it has fewer)")

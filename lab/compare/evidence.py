@@ -22,7 +22,7 @@ from lab.facts.errors import UserError
 from lab.facts.files import sha256_file
 from lab.facts.host import iteralab_command
 from lab.inputs.variants import expand_series
-from lab.orchestration.config import EMBEDDING_METRICS, CampaignConfig, ConfigError, CostSection, parse_config
+from lab.orchestration.config import CampaignConfig, ConfigError, CostSection, parse_config
 from lab.passes.events import PassStatus
 from lab.passes.tasks.embedding import VECTORS_FILE
 from lab.passes.tasks.embedding_metrics import load_vectors
@@ -172,9 +172,9 @@ def read_evidence(archive: str | Path, metric_file: str | Path | None = None) ->
     with tempfile.TemporaryDirectory(prefix="iteralab-compare-") as tmp:
         rows = v.rederived.raw_rows
         chosen = representative_passes(rows)
-        embedding = any(r.get("metric_name") in EMBEDDING_METRICS for r in rows)
-        vec_rels = {vid: str(Path(rel).parent / VECTORS_FILE) for vid, (_pid, rel) in chosen.items()} if embedding \
-            else {}
+        # an embedding pass's vectors beside its predictions (a member the archive lacks is not extracted;
+        # whatever its metric: nn_accuracy or agreement)
+        vec_rels = {vid: str(Path(rel).parent / VECTORS_FILE) for vid, (_pid, rel) in chosen.items()}
         top = extract(archive, Path(tmp), only=READ_MEMBERS + (ARCHIVE_INFO, "report/catalog.csv")
                       + tuple(rel for _pid, rel in chosen.values()) + tuple(vec_rels.values()))
         manifest = _json(top, "report/manifest.json", archive)

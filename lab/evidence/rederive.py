@@ -14,7 +14,7 @@ import msgspec
 
 from lab.evidence.format import JOURNAL, ArchiveError, skipped_missing
 from lab.facts.errors import LabError
-from lab.orchestration.config import EMBEDDING_METRICS, GENERATION_METRICS
+from lab.orchestration.config import AGREEMENT, EMBEDDING_METRICS, GENERATION_METRICS
 from lab.orchestration.journal import Journal, JournalVersion, attempt_record
 from lab.passes.events import FINISHED, PassStatus
 from lab.passes.records import Attempt
@@ -143,7 +143,9 @@ def predictions_by_id(scan, rel: str) -> dict[str, str] | None:
     return out
 
 
-def read_gold(scan, problems: list[str]) -> dict[str, tuple[str, str]] | None:
+def read_gold(scan, problems: list[str]) -> dict[str, tuple[str | None, str]] | None:
+    """{id: (label, bucket)} of the archived corpus in its order (label None: a corpus without
+    labels); None, with a problem, when the file is missing or a line is malformed."""
     if GOLD_LABELS not in scan.kept:
         problems.append(f"{GOLD_LABELS} missing: metrics cannot be recomputed from the predictions")
         return None
@@ -151,11 +153,12 @@ def read_gold(scan, problems: list[str]) -> dict[str, tuple[str, str]] | None:
     for n, line in enumerate(member_text(scan, GOLD_LABELS).splitlines(), start=1):
         try:
             rec = json.loads(line)
-            if not (isinstance(rec["id"], str) and isinstance(rec["label"], str)):
+            if not (isinstance(rec["id"], str) and (rec["label"] is None or isinstance(rec["label"], str))):
                 raise TypeError
             gold[rec["id"]] = (rec["label"], rec.get("bucket") or "")
         except (json.JSONDecodeError, KeyError, TypeError):
-            problems.append(f"{GOLD_LABELS} line {n}: not a JSON object with string id and label")
+            problems.append(f"{GOLD_LABELS} line {n}: not a JSON object with string id and label (null: a corpus "
+                            "without labels)")
             return None
     return gold
 
@@ -275,10 +278,13 @@ class MetricNotRederived(LabError):
 
 
 def check_row(row: dict, scan, gold: dict | None, threshold: float | None, problems: list[str],
-              user_scores: dict | None = None, higher: bool = True, not_rederived: dict | None = None) -> None:
+              user_scores: dict | None = None, higher: bool = True, not_rederived: dict | None = None,
+              references: dict | None = None) -> None:
     """Check one raw-table row against its files (see the module docstring). ``threshold``: the
     locked campaign file's quality threshold (None when it cannot be read); ``higher``: its
-    direction; ``user_scores``: a user's own metric recomputed (user_metric_scores), or None."""
+    direction; ``user_scores``: a user's own metric recomputed (user_metric_scores), or None;
+    ``references``: {pass id: its reference pass's id} from the archived journal (the agreement
+    metric is recomputed against that pass's files; reference_passes)."""
     pid = row["pass_id"]
     result_rel = f"passes/{pid}/result.json"
     if result_rel in scan.kept:
@@ -298,7 +304,7 @@ def check_row(row: dict, scan, gold: dict | None, threshold: float | None, probl
         if isinstance(result.get("per_card"), list) and pred_rel in scan.kept:
             check_cards(pid, scan, result["per_card"], pred_rel, problems, bool(result.get("vectors_sha256")))
     try:
-        recomputed = _row_metric(row, scan, gold, problems, user_scores)
+        recomputed = _row_metric(row, scan, gold, problems, user_scores, references)
     except (MetricNotRederived, MemberMissing) as exc:  # its acceptance's metric part is not checked
         # either, and said so (a user's metric: Verification.not_rederived; a missing member: skipped)
         if isinstance(exc, MetricNotRederived) and not_rederived is not None:
@@ -310,7 +316,8 @@ def check_row(row: dict, scan, gold: dict | None, threshold: float | None, probl
         check_acceptance(row, recomputed, threshold, problems, higher)
 
 
-def _row_metric(row: dict, scan, gold: dict | None, problems: list[str], user_scores: dict | None) -> float | None:
+def _row_metric(row: dict, scan, gold: dict | None, problems: list[str], user_scores: dict | None,
+                references: dict | None = None) -> float | None:
     pid, p, digest = row["pass_id"], row.get("predictions_path"), row.get("predictions_sha256")
     if not p:
         if row.get("metric") not in (None, ""):
@@ -323,6 +330,8 @@ def _row_metric(row: dict, scan, gold: dict | None, problems: list[str], user_sc
         problems.append(f"row {pid}: predictions sha256 differs from the raw table")
     if gold is None or p not in scan.kept:
         return None
+    if row.get("metric_name") == AGREEMENT:
+        return _check_agreement_metric(pid, row, scan, gold, problems, (references or {}).get(pid) or "")
     if row.get("metric_name") in EMBEDDING_METRICS:
         return _check_embedding_metric(pid, row, scan, p, gold, problems)
     if row.get("metric_name") in GENERATION_METRICS:
@@ -385,12 +394,10 @@ def _check_embedding_metric(pid: str, row: dict, scan, pred_rel: str, gold: dict
     return recomputed
 
 
-def locked_normalisation(scan) -> str | None:
-    """The archived campaign file's [task] normalisation (text_metrics.NORMALISATION when it
-    names none); None when campaign.toml is missing or not TOML."""
+def locked_task(scan) -> dict | None:
+    """The archived campaign file's [task] table ({} when it declares none: classification); None
+    when campaign.toml is missing, not TOML, or its [task] is not a table."""
     import tomllib
-
-    from lab.passes.tasks.text_metrics import NORMALISATION
 
     if "campaign.toml" not in scan.kept:
         return None
@@ -398,9 +405,133 @@ def locked_normalisation(scan) -> str | None:
         task = tomllib.loads(member_text(scan, "campaign.toml").removeprefix("\ufeff")).get("task") or {}
     except tomllib.TOMLDecodeError:
         return None
-    if not isinstance(task, dict):
+    return task if isinstance(task, dict) else None
+
+
+def locked_normalisation(scan) -> str | None:
+    """The archived campaign file's [task] normalisation (text_metrics.NORMALISATION when it
+    names none); None when campaign.toml is missing or not TOML."""
+    from lab.passes.tasks.text_metrics import NORMALISATION
+
+    task = locked_task(scan)
+    return None if task is None else task.get("normalisation") or NORMALISATION
+
+
+def reference_passes(attempts: list[Attempt], rows: list[dict], reference_variant: str | None,
+                     problems: list[str]) -> dict[str, str]:
+    """{pass id: the reference pass its validation compared it with} from the archived journal's
+    attempts, checked for a campaign judged by agreement: every pass names the same reference, a
+    pass of the locked reference variant (``reference_variant``: its name or id; None when the
+    campaign file cannot be read) that is ok with its ids and format right (raw table ``rows``),
+    and no earlier such pass of that variant (the rule: its first valid pass). Problems name the pass."""
+    refs = {a.pass_id: a.validation.reference_pass or "" for a in attempts if a.validation is not None}
+    named = sorted({r for r in refs.values() if r})
+    if len(named) > 1:
+        problems.append(f"passes compared with {len(named)} different reference passes ({', '.join(named[:3])}); "
+                        "one campaign has one reference pass")
+    if not named:
+        return refs
+    from lab.inputs.variants import find_variant
+
+    ref = named[0]
+    by_pid = {r["pass_id"]: r for r in rows}
+    variant_of = {a.pass_id: a.variant_id for a in attempts}
+    locked = None if reference_variant is None else find_variant([a.variant for a in attempts], reference_variant)
+    if reference_variant is not None and (locked is None or locked.variant_id != variant_of.get(ref)):
+        problems.append(f"reference pass {ref} is not a pass of the locked reference variant {reference_variant}")
+        return refs
+    valid = [a for a in sorted(attempts, key=lambda a: a.seq) if variant_of[a.pass_id] == variant_of.get(ref)
+             and by_pid.get(a.pass_id, {}).get("status") == PassStatus.OK
+             and by_pid[a.pass_id].get("ids_match") == "True" and by_pid[a.pass_id].get("format_ok") == "True"]
+    if valid and valid[0].pass_id != ref:
+        problems.append(f"reference pass {ref} is not the reference variant's first valid pass ({valid[0].pass_id})")
+    elif not valid:
+        problems.append(f"reference pass {ref} is not an ok pass with its ids and format right")
+    return refs
+
+
+def _pass_predictions(scan, pid: str, kind: str, ids: list[str]):
+    """Pass ``pid``'s predictions in the order of ``ids`` (the archived corpus's): an embedding's
+    vectors (float32 (n, width)), else {id: label or output}; MemberMissing when a file is absent,
+    ValueError when malformed or not exactly the corpus's ids."""
+    import numpy as np
+
+    from lab.passes.tasks.embedding_metrics import load_vectors
+
+    pred_rel = f"passes/{pid}/predictions.jsonl"
+    if pred_rel not in scan.kept:
+        raise MemberMissing(pred_rel)
+    lines = [json.loads(line) for line in member_text(scan, pred_rel).splitlines()]
+    if not all(isinstance(rec, dict) and isinstance(rec.get("id"), str) for rec in lines):
+        raise ValueError("a line without a string id")
+    got = [rec["id"] for rec in lines]
+    if len(set(got)) != len(got) or set(got) != set(ids):
+        raise ValueError("its predictions do not cover exactly the corpus's ids")
+    if kind == "embedding":
+        vec_rel = f"passes/{pid}/vectors.npy"
+        if vec_rel not in scan.kept:
+            raise MemberMissing(vec_rel)
+        vectors = load_vectors(scan.kept[vec_rel])
+        if len(vectors) != len(lines) or any(rec.get("row") != k for k, rec in enumerate(lines)):
+            raise ValueError("its lines and vectors.npy rows differ")
+        at = {i: k for k, i in enumerate(got)}
+        return vectors[[at[i] for i in ids]].astype(np.float32)
+    key = "output" if kind == "generation" else "pred"
+    if not all(isinstance(rec.get(key), str) for rec in lines):
+        raise ValueError(f"a line without a string {key!r}")
+    return {rec["id"]: rec[key] for rec in lines}
+
+
+def _check_agreement_metric(pid: str, row: dict, scan, gold: dict, problems: list[str], ref: str) -> float | None:
+    """A pass judged by agreement: recomputed from its archived predictions and its reference pass's
+    (``ref``, from the journal: reference_passes), per id by its kind's rule and summarised as
+    validation does (lab.orchestration.validate.agreement_figures), overall and per bucket; the
+    agreement_with_reference column must equal it too."""
+    import numpy as np
+
+    from lab.inputs.corpus import BUCKETS as CORPUS_BUCKETS
+    from lab.orchestration.validate import agreement_figures
+    from lab.passes.tasks.embedding_metrics import cosine_agreement
+    from lab.passes.tasks.text_metrics import NORMALISATION, output_equality
+
+    claimed = row.get("metric")
+    if not ref:
+        if claimed not in (None, ""):
+            problems.append(f"pass {pid}: agreement {claimed} given, but the journal names no reference pass for it")
         return None
-    return task.get("normalisation") or NORMALISATION
+    task = locked_task(scan)
+    if task is None:
+        problems.append(f"pass {pid}: campaign.toml missing or not TOML: its task kind is not known, so its "
+                        "agreement is not re-derived")
+        return None
+    kind = task.get("kind") or "classification"
+    ids = list(gold)
+    try:
+        mine, theirs = _pass_predictions(scan, pid, kind, ids), _pass_predictions(scan, ref, kind, ids)
+    except MemberMissing as exc:
+        problems.append(skipped_missing(f"pass {pid}", "agreement check", str(exc)))
+        raise
+    except (json.JSONDecodeError, ValueError) as exc:
+        if claimed not in (None, ""):
+            problems.append(f"pass {pid}: agreement {claimed} given, but it cannot be recomputed from its predictions "
+                            f"and reference pass {ref}'s ({exc})")
+        return None
+    if kind == "embedding":
+        per_id = cosine_agreement(mine, theirs)
+    elif kind == "generation":
+        per_id = output_equality(mine, theirs, ids, task.get("normalisation") or NORMALISATION)
+    else:
+        per_id = np.fromiter((mine[i] == theirs[i] for i in ids), np.float64, len(ids))
+    code = {b: k for k, b in enumerate(CORPUS_BUCKETS)}
+    buckets = np.array([code.get(gold[i][1], -1) for i in ids], np.int8)
+    fig = agreement_figures(per_id, buckets, ids, median=kind == "embedding")
+    values = {"metric": fig.value, "agreement_with_reference": fig.value,
+              **{f"metric_{b}": fig.by_bucket.get(b) for b in BUCKETS}}
+    for col, value in values.items():
+        if col in row and not _same_metric(value, row[col]):
+            problems.append(f"pass {pid}: {col} {row[col] or 'empty'} in the raw table, {value} recomputed from its "
+                            f"predictions and reference pass {ref}'s")
+    return fig.value
 
 
 def _check_generation_metric(pid: str, row: dict, scan, pred_rel: str, gold: dict,

@@ -55,11 +55,13 @@ from lab.evidence.rederive import (
     member_text,
     read_gold,
     read_journal,
+    reference_passes,
 )
 from lab.evidence.tables import CAMPAIGN, MEMBERS, RAW_TABLE, check_tables
 from lab.evidence.user_metric import user_metric_ref, user_metric_scores
 from lab.facts.files import HashingReader, lab_sources_sha256
 from lab.facts.host import iteralab_command
+from lab.orchestration.config import AGREEMENT
 
 PARSED_MAX_BYTES = 64 * 2**20
 CHUNK_BYTES = 1 << 20
@@ -177,6 +179,18 @@ def _locked_threshold(scan: _Scan, problems: list[str]) -> tuple[float | None, b
         return None, True
 
 
+def _locked_reference(scan: _Scan) -> str | None:
+    """The archived campaign file's [quality] reference_variant (None when unreadable: the
+    threshold's problem line already says the campaign file is)."""
+    import tomllib
+
+    try:
+        ref = tomllib.loads(member_text(scan, CAMPAIGN).removeprefix("\ufeff"))["quality"]["reference_variant"]
+    except (KeyError, TypeError, tomllib.TOMLDecodeError):
+        return None
+    return ref if isinstance(ref, str) else None
+
+
 def _check_bundled_corpus(scan: _Scan, rel: str, problems: list[str]) -> None:
     """The corpus of an archive packed ``--with-corpus`` (ARCHIVE.json ``corpus``) is there and
     is the locked one (protocol_version.json ``corpus_sha256``); its SHA256SUMS line is checked
@@ -248,9 +262,11 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
         gold = read_gold(scan, problems)
         threshold, higher = _locked_threshold(scan, problems)
         scores = user_metric_scores(scan, rows, gold, user_metric_ref(scan, metric_file), problems)
+        refs = (reference_passes(journal[0], rows, _locked_reference(scan), problems)
+                if journal is not None and any(r.get("metric_name") == AGREEMENT for r in rows) else None)
         opted_out: dict[str, list[str]] = {}
         for row in rows:
-            check_row(row, scan, gold, threshold, problems, scores, higher, opted_out)
+            check_row(row, scan, gold, threshold, problems, scores, higher, opted_out, refs)
         not_rederived = [f"metric {name} is your own function: not re-derived for {len(pids)} pass(es), nor "
                          "their acceptance (archive verify runs no code from an archive); give a local copy of "
                          "that file with --metric-file FILE (its sha256 is checked against the lock's, then it "

@@ -2,10 +2,12 @@
 
 A corpus item is ``{"id": str, "text": str, "label": str}``; the built comparison
 corpus adds ``bucket`` (short / medium / long) and ``n_tokens`` (tokenizer count,
-special tokens excluded). Source rule: seed, "Esempio: classificare gli stessi 1.000
-testi" (600 short, 300 medium, 100 long, class-representative, limits set with the
-chosen tokenizer); tuning data kept apart from the comparison corpus (seed,
-"Preparare gli input").
+special tokens excluded). A corpus built without labels (``--no-labels``: no reference
+answers) has ``"label": null`` on every item, is drawn by bucket only, and is judged by the
+``agreement`` metric (each pass against the reference variant's first valid pass).
+Source rule: seed, "Esempio: classificare gli stessi 1.000 testi" (600 short, 300 medium,
+100 long, class-representative, limits set with the chosen tokenizer); tuning data kept
+apart from the comparison corpus (seed, "Preparare gli input").
 """
 
 from __future__ import annotations
@@ -50,7 +52,26 @@ class BucketLimits:
 class Item:
     id: str
     text: str
-    label: str
+    label: str | None  # None: a corpus without labels (load_items with label_field None)
+
+
+NO_LABEL = "(no label)"  # the class name an unlabelled corpus's counts are kept under (corpus card)
+NO_LABELS_HINT = ("or --no-labels for a corpus without reference answers (judged by agreement with the "
+                  "reference variant)")
+
+
+def labelled(rows: Iterable[dict]) -> bool:
+    """Whether a built corpus's ``rows`` carry labels: True when every item has one, False when
+    none has (built with --no-labels). Raises CorpusError (one line) for a corpus that mixes both:
+    a metric on labels would silently skip the items without one."""
+    has = [r.get("label") is not None for r in rows]
+    if all(has):
+        return True
+    if not any(has):
+        return False
+    first = next(r for r, h in zip(rows, has, strict=True) if not h)
+    raise CorpusError(f"item {first.get('id')!r} has no label while {sum(has)} other(s) have one; label every item, "
+                      "or rebuild the corpus with --no-labels (judged by agreement with the reference variant)")
 
 
 def item_hash(item: dict) -> str:
@@ -69,15 +90,18 @@ def _decode(raw: bytes, path: Path, lineno: int) -> str:
         ) from None
 
 
-def _check(rec: dict, fields: tuple[str, str, str], path: Path, lineno: int,
+def _check(rec: dict, fields: tuple[str, str, str | None], path: Path, lineno: int,
            seen: dict[str, int]) -> Item:
     id_f, text_f, label_f = fields
-    for f in fields:
+    named = [f for f in fields if f is not None]
+    for f in named:
         if f not in rec or rec[f] is None:
             raise CorpusError(
-                f"{path}:{lineno}: missing field '{f}'; every item needs {', '.join(fields)}"
-                " (set other names with --id-field/--text-field/--label-field)")
-    item_id, text, label = str(rec[id_f]), rec[text_f], str(rec[label_f])
+                f"{path}:{lineno}: missing field '{f}'; every item needs {', '.join(named)}"
+                " (set other names with --id-field/--text-field/--label-field"
+                + (f", {NO_LABELS_HINT})" if f == label_f else ")"))
+    item_id, text = str(rec[id_f]), rec[text_f]
+    label = None if label_f is None else str(rec[label_f])
     if not isinstance(text, str):
         raise CorpusError(f"{path}:{lineno}: text of id '{item_id}' is {type(text).__name__} {str(text)[:40]!r}, "
                           f"not a string; write it as a JSON string (in quotes)")
@@ -93,10 +117,12 @@ def _check(rec: dict, fields: tuple[str, str, str], path: Path, lineno: int,
 
 
 def load_items(path: str | Path, id_field: str = "id", text_field: str = "text",
-               label_field: str = "label") -> list[Item]:
+               label_field: str | None = "label") -> list[Item]:
     """Read a JSONL (one object per line) or CSV (header row) source.
 
-    Returns items in file order. Raises CorpusError (one line, with the line number)
+    Returns items in file order; ``label_field`` None reads no label (every Item.label None:
+    a corpus without reference answers, ``corpus build --no-labels``). Raises CorpusError (one
+    line, with the line number)
     on non-UTF-8 bytes, malformed JSON, a missing field, an empty text or id, or a
     duplicate id.
     """
@@ -115,11 +141,12 @@ def load_items(path: str | Path, id_field: str = "id", text_field: str = "text",
             _decode(raw, path, i)
         reader = csv.DictReader(io.StringIO(data.decode("utf-8"), newline=""))
         csv.field_size_limit(max(csv.field_size_limit(), len(data)))  # a long text is one field
-        missing = [f for f in fields if f not in (reader.fieldnames or [])]
+        missing = [f for f in fields if f is not None and f not in (reader.fieldnames or [])]
         if missing:
             raise CorpusError(
                 f"{path}:1: header has no column '{missing[0]}' (columns: {', '.join(reader.fieldnames or [])});"
-                " set --id-field/--text-field/--label-field")
+                " set --id-field/--text-field/--label-field"
+                + (f", {NO_LABELS_HINT}" if missing[0] == label_field else ""))
         for rec in reader:
             items.append(_check(rec, fields, path, reader.line_num, seen))
     else:
@@ -230,7 +257,8 @@ def stratified_split(items: list[Item], n_tokens: list[int], spec: BuildSpec
                      ) -> tuple[list[dict], list[dict]]:
     """Draw the comparison corpus (per bucket, class-stratified) and a disjoint tuning split.
 
-    Class weights are the classes' shares in the whole source, so the drawn corpus keeps a
+    Class weights are the classes' shares in the whole source (a corpus without labels is one
+    class, label None: strata are the buckets alone), so the drawn corpus keeps a
     representative class distribution. Deterministic for a given seed and source order.
     Returns (comparison, tuning), each a list of dicts with bucket and n_tokens.
     """
@@ -286,7 +314,8 @@ def counts_by_bucket_class(rows: list[dict]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {b: {} for b in BUCKETS}
     for r in rows:
         d = out.setdefault(r["bucket"], {})
-        d[r["label"]] = d.get(r["label"], 0) + 1
+        label = NO_LABEL if r["label"] is None else r["label"]
+        d[label] = d.get(label, 0) + 1
     return {b: dict(sorted(d.items())) for b, d in out.items()}
 
 
@@ -296,7 +325,8 @@ def corpus_card(comparison_path: Path, tuning_path: Path, comparison: list[dict]
     return {
         "source": {"path": source.name, "sha256": sha256_file(source)},
         "comparison": {"file": comparison_path.name, "sha256": sha256_file(comparison_path),
-                       "items": len(comparison), "counts": counts_by_bucket_class(comparison)},
+                       "items": len(comparison), "counts": counts_by_bucket_class(comparison),
+                       "labels": all(r["label"] is not None for r in comparison)},
         "tuning": {"file": tuning_path.name, "sha256": sha256_file(tuning_path),
                    "items": len(tuning)},
         "disjoint": not ({r["id"] for r in comparison} & {r["id"] for r in tuning}),
@@ -310,10 +340,12 @@ def corpus_card(comparison_path: Path, tuning_path: Path, comparison: list[dict]
 
 def build_corpus(source: str | Path, out_dir: str | Path, tokenizer, tokenizer_info: dict,
                  spec: BuildSpec = BuildSpec(), id_field: str = "id", text_field: str = "text",
-                 label_field: str = "label") -> dict:
+                 label_field: str | None = "label") -> dict:
     """Build ``comparison.jsonl``, ``tuning.jsonl`` and ``corpus_card.json`` in ``out_dir``.
 
-    Returns the corpus card. Raises CorpusError on bad input or too few items per bucket.
+    ``label_field`` None: a corpus without labels (each item ``"label": null``; the draw is
+    stratified by bucket only, the card says ``"labels": false``). Returns the corpus card. Raises CorpusError on bad
+    input or too few items per bucket.
     """
     source = Path(source)
     out = Path(out_dir)

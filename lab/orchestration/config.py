@@ -41,9 +41,13 @@ EMBEDDING_METRICS = ("nn_accuracy",)
 # exact match after the declared normalisation, SQuAD token F1 (lab.passes.tasks.text_metrics); the
 # one [quality] names is judged, the other is reported beside it
 GENERATION_METRICS = ("exact_match", "token_f1")
+# every kind's per-id agreement with the reference variant's first valid pass, judged against the
+# threshold (no labels needed: a corpus built with --no-labels is judged by it alone):
+# lab.orchestration.validate.agreement_figures says the rule per kind
+AGREEMENT = "agreement"
 TASK_KINDS = ("classification", "embedding", "custom", "generation")
-KIND_METRICS = {"classification": METRICS, "embedding": EMBEDDING_METRICS, "custom": METRICS,
-                "generation": GENERATION_METRICS}
+KIND_METRICS = {"classification": (*METRICS, AGREEMENT), "embedding": (*EMBEDDING_METRICS, AGREEMENT),
+                "custom": (*METRICS, AGREEMENT), "generation": (*GENERATION_METRICS, AGREEMENT)}
 GENERATION_KEYS = ("prompt", "max_new_tokens", "stop", "max_text_tokens", "decoding", "normalisation")
 # [task] keys each kind reads besides ``kind`` (TaskSection checks that no other kind's key is set)
 KIND_KEYS = {"classification": (), "embedding": ("pooling", "normalize"), "custom": ("entry", "files"),
@@ -301,7 +305,8 @@ class QualitySection:
                 raise ConfigError(f"[quality] metric {self.metric!r} unknown; use {' or '.join(METRICS)} "
                                   "(or your own \"file.py:function\") for classification or custom, "
                                   f"{' or '.join(EMBEDDING_METRICS)} for embeddings, "
-                                  f"{' or '.join(GENERATION_METRICS)} for generation")
+                                  f"{' or '.join(GENERATION_METRICS)} for generation, or {AGREEMENT} for any "
+                                  "task (with the reference variant; no labels needed)")
             if self.direction not in (None, "higher"):
                 raise ConfigError(f"[quality] direction: the built-in metric {self.metric!r} is higher-is-better; "
                                   "remove direction")

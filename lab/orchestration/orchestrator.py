@@ -36,6 +36,7 @@ from lab.orchestration.validate import (
     Validation,
     corpus_outputs,
     corpus_vectors,
+    judged_by_agreement,
     validate_embedding_pass,
     validate_generation_pass,
     validate_pass,
@@ -627,6 +628,9 @@ class Orchestrator:
             if kept is not None and kept.status == PassStatus.OK:
                 return self._reference
         self._reference = None
+        # judged by agreement: a pass with ids and format right is the reference (its metric, its agreement
+        # with itself, is only known once it is the reference); else it also needs its metric
+        by_agreement = judged_by_agreement(self.proto.quality)
         for a in attempts.values():
             if a.variant_id != ref_id or a.status != PassStatus.OK:
                 continue
@@ -634,7 +638,7 @@ class Orchestrator:
             if self.proto.task_kind == "embedding":  # its vectors in corpus order
                 v = (a.validation if a.validation is not None
                      else validate_embedding_pass(self.corpus, path, self.proto.quality))
-                vectors = corpus_vectors(self.corpus, path) if v.metric is not None else None
+                vectors = corpus_vectors(self.corpus, path) if v.metric is not None or by_agreement else None
                 if vectors is not None:
                     self._reference = Reference(vectors, v.metric, a.pass_id)
                     return self._reference
@@ -643,7 +647,7 @@ class Orchestrator:
                 v = (a.validation if a.validation is not None
                      else validate_generation_pass(self.corpus, path, self.proto.quality,
                                                    self.proto.config.task.normalisation or ""))
-                outputs = corpus_outputs(self.corpus, path) if v.metric is not None else None
+                outputs = corpus_outputs(self.corpus, path) if v.metric is not None or by_agreement else None
                 if outputs is not None:
                     self._reference = Reference(outputs, v.metric, a.pass_id)
                     return self._reference
@@ -651,7 +655,7 @@ class Orchestrator:
             v = (a.validation if a.validation is not None
                  else validate_pass(self.corpus, path, self.proto.quality, self.labels(),
                                     prob_required=self.proto.task_kind != "custom", metric_fn=self.metric_fn()))
-            if v.ids_match and v.format_ok and v.metric is not None:
+            if v.ids_match and v.format_ok and (v.metric is not None or by_agreement):
                 preds = {}
                 for line in path.read_text(encoding="utf-8").splitlines():
                     rec = json.loads(line)

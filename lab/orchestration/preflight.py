@@ -21,8 +21,9 @@ from lab.engines.vllm import vllm_refusal
 from lab.facts.constants import VLLM_MEMORY_FRACTION
 from lab.facts.files import REPO_ROOT, sha256_file
 from lab.facts.host import gpu_count, iteralab_command
-from lab.inputs.corpus import BUCKETS, CorpusError, count_tokens, load_items, read_corpus
+from lab.inputs.corpus import BUCKETS, CorpusError, count_tokens, labelled, load_items, read_corpus
 from lab.inputs.models import ModelFolderError, local_checkpoint_config, model_folder, tokenizer_fingerprint
+from lab.orchestration.config import AGREEMENT
 from lab.passes.tasks.vllm_job import runner_for
 
 DEVICE_RE = re.compile(r"^(auto|cpu|cuda|rocm|gpu|cuda:\d+)$")
@@ -61,10 +62,18 @@ def check_corpus(proto) -> tuple[list[Check], dict[str, str]]:
         return [Check("corpus", False, f"corpus {path} not found; build it (`{iteralab_command()} corpus build`) "
                                        "or fix [corpus] path")], {}
     try:
-        items = load_items(path)
+        load_items(path, label_field=None)  # JSON lines, ids and texts; labels next
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        with_labels = labelled(rows)
+        items = load_items(path, label_field="label" if with_labels else None)
     except CorpusError as exc:
-        return [Check("corpus", False, str(exc))], {}
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return [Check("corpus", False, str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}")], {}
+    q = proto.config.quality
+    if not with_labels and q.metric != AGREEMENT:
+        return [Check("corpus", False, f"{path.name} has no labels (built with --no-labels): [quality] metric "
+                                       f"{q.metric!r} compares predictions with labels; use metric = "
+                                       f'"{AGREEMENT}" (each pass against the reference variant\'s first valid '
+                                       "pass), or build the corpus from a source with labels")], {}
     for r in rows:
         if r.get("bucket") not in BUCKETS:
             return [Check("corpus", False, f"{path.name}: item {r.get('id')!r} has bucket {r.get('bucket')!r}, "
@@ -74,7 +83,8 @@ def check_corpus(proto) -> tuple[list[Check], dict[str, str]]:
     card_problem = check_card(proto.card_path, path)
     if card_problem:
         return [Check("corpus", False, card_problem)], {}
-    return [Check("corpus", True, f"{len(items)} items, {len(labels)} labels")], {it.id: it.text for it in items}
+    return ([Check("corpus", True, f"{len(items)} items, {f'{len(labels)} labels' if with_labels else 'no labels'}")],
+            {it.id: it.text for it in items})
 
 
 def check_card(card: Path | None, corpus: Path) -> str:
@@ -143,7 +153,10 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
         out.append(check_attention(proto, cfg))
     names = {str(v) for v in (getattr(cfg, "id2label", None) or {}).values()}
     unknown = sorted(labels - names)
-    if embedding:
+    if not labels:  # check_corpus let it through only with the agreement metric
+        out.append(Check("labels", True, "no corpus labels: each pass is judged by its agreement with the "
+                                         "reference variant's first valid pass"))
+    elif embedding:
         out.append(Check("labels", True, f"{len(labels)} corpus labels, used by the retrieval metric only"))
     elif proto.task_kind == "generation":
         out.append(Check("labels", True, f"{len(labels)} corpus labels, the reference answers of the metric"))
@@ -322,7 +335,7 @@ def lock_checks(proto) -> list[Check]:
     corpus or model when later checks need them."""
     checks, texts = check_corpus(proto)
     if checks[-1].ok:
-        labels = {r["label"] for r in read_corpus(proto.corpus_path)}
+        labels = {r["label"] for r in read_corpus(proto.corpus_path) if r.get("label") is not None}
         checks += check_model(proto, texts, labels)
     checks += check_user_code(proto)
     checks += check_devices(proto)

@@ -355,6 +355,75 @@ def check_ids(corpus: list[dict], observed: list[str], fmt_errors: list[str]) ->
     return IdChecks(expected, n, pos, buckets, dups, missing, extras, ids_match, coverage, coverage_ok, reasons)
 
 
+# ---- agreement with the reference variant as the judged metric ([quality] metric = "agreement") ----
+
+LABEL_AGREEMENT_RULE = "share of ids with the reference variant's label"
+EMBEDDING_AGREEMENT_RULE = "per-id cosine with the reference variant's vectors: median; worst id apart"
+
+
+def generation_agreement_rule(normalisation: str) -> str:
+    """What a generation pass's agreement measures (its ``agreement_rule``)."""
+    return f"share of ids whose output equals the reference variant's after {normalisation}"
+
+
+@dataclass(frozen=True)
+class AgreementFigures:
+    """A pass's per-id agreement with the reference pass, summarised: ``value`` overall and
+    ``by_bucket`` ({bucket: value}, buckets that hold items), both rounded to 6 decimals; the
+    lowest per-id figure and its id (``worst``, ``worst_id``: embeddings only, None otherwise);
+    ``differing``: the ids whose figure is below 1 (labels and outputs: the ids that differ)."""
+
+    value: float
+    by_bucket: dict
+    worst: float | None
+    worst_id: str | None
+    differing: tuple
+
+
+def agreement_figures(per_id: np.ndarray, buckets: np.ndarray, ids: list[str], median: bool) -> AgreementFigures:
+    """Summarise ``per_id`` (shape (n,), n >= 1, corpus order: 1.0/0.0 for an equal/different
+    label or output, the cosine for an embedding) by the rule of its kind: the median with the
+    worst id apart (``median``: embeddings, whose per-id cosine is continuous), else the mean (the
+    share of equal ids). ``buckets``: each item's bucket code (index into BUCKETS, -1: none).
+    The one rule validation and ``archive verify`` (lab.evidence.rederive) both apply."""
+    stat = np.median if median else np.mean
+    by_bucket = {b: round(float(stat(per_id[buckets == k])), 6) for k, b in enumerate(BUCKETS)
+                 if (buckets == k).any()}
+    low = int(np.argmin(per_id))
+    return AgreementFigures(round(float(stat(per_id)), 6), by_bucket,
+                            round(float(per_id[low]), 6) if median else None, ids[low] if median else None,
+                            tuple(sorted(ids[k] for k in np.flatnonzero(per_id < 1.0))) if not median else ())
+
+
+def judged_by_agreement(quality: dict) -> bool:
+    """Whether the locked [quality] judges passes by their agreement with the reference variant."""
+    from lab.orchestration.config import AGREEMENT
+
+    return quality["metric"] == AGREEMENT
+
+
+NO_REFERENCE_YET = "reference variant has no valid pass yet: agreement not computed"
+
+
+def agreement_judged_fields(fig: AgreementFigures | None, quality: dict, reasons: list[str], rule: str) -> dict:
+    """The judged fields of a Validation whose metric is the agreement (``fig``; None while the
+    reference variant has no valid pass, a reason is appended): the metric and its buckets are the
+    agreement, judged against the threshold alone (the tolerance bounds a gap to the reference's
+    metric, and the reference's agreement with itself is 1 by definition: no gap is computed)."""
+    thr, tol = float(quality["threshold"]), float(quality["tolerance"])
+    fields = dict(metric_name=quality["metric"], threshold=thr, tolerance=tol, reference_metric=None,
+                  gap_to_reference=None, agreement_rule=rule)
+    if fig is None:
+        reasons.append(NO_REFERENCE_YET)
+        return {**fields, "metric": None, "metric_by_bucket": {}, "threshold_ok": None, "tolerance_ok": None,
+                "agreement_with_reference": None}
+    ok = fig.value >= thr
+    if not ok:
+        reasons.append(f"{quality['metric']} {beside(fig.value, thr, 4)} < threshold {thr}")
+    return {**fields, "metric": fig.value, "metric_by_bucket": fig.by_bucket, "threshold_ok": ok, "tolerance_ok": True,
+            "agreement_with_reference": fig.value, "agreement_worst": fig.worst, "agreement_worst_id": fig.worst_id}
+
+
 def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
                   labels: set[str] | None = None,
                   reference: dict[str, str] | None = None,
@@ -389,6 +458,18 @@ def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
     thr, tol = float(quality["threshold"]), float(quality["tolerance"])
     threshold_ok = tolerance_ok = None
     gap = agreement = None
+    if judged_by_agreement(quality):
+        if not (ids_match and not fmt_errors and n):
+            reasons.append("metric not computed: ids or format do not match the corpus")
+            return _judged(ids, len(cols.ids), fmt_errors, reasons=reasons, **_unjudged(quality, LABEL_AGREEMENT_RULE))
+        code = {c: i for i, c in enumerate(cols.classes)}
+        pred = np.empty(n, dtype=np.int32)
+        pred[pos] = cols.pred
+        fig = None if reference is None else agreement_figures(
+            (_reference_codes(reference, expected, code) == pred).astype(np.float64), buckets, expected, False)
+        differing = {"differing_from_reference": list(fig.differing[:5]) if fig else []}
+        return _judged(ids, len(cols.ids), fmt_errors, differing, reasons=reasons,
+                       **agreement_judged_fields(fig, quality, reasons, LABEL_AGREEMENT_RULE))
     if ids_match and not fmt_errors and n:
         code = {c: i for i, c in enumerate(cols.classes)}
         pred = np.empty(n, dtype=np.int32)
@@ -470,6 +551,13 @@ def _judged(c: IdChecks, observed: int, fmt_errors: list[str], examples: dict | 
                   "format": fmt_errors[:5], **(examples or {})}, **fields)
 
 
+def _unjudged(quality: dict, rule: str) -> dict:
+    """The judged fields of a pass whose metric could not be computed (ids or format wrong)."""
+    return dict(metric_name=quality["metric"], metric=None, metric_by_bucket={}, threshold=float(quality["threshold"]),
+                threshold_ok=None, reference_metric=None, gap_to_reference=None, agreement_with_reference=None,
+                tolerance=float(quality["tolerance"]), tolerance_ok=None, agreement_rule=rule)
+
+
 def read_embedding(predictions_path: Path) -> tuple[list[str], np.ndarray | None, list[str]]:
     """(ids, vectors, format errors) of an embedding pass: ``predictions.jsonl`` lines
     ``{"id", "row", ...}`` where line k has row k, and ``vectors.npy`` beside it, a float16
@@ -540,6 +628,16 @@ def validate_embedding_pass(corpus: list[dict], predictions_path: Path, quality:
     threshold_ok = tolerance_ok = None
     by_bucket: dict = {}
     labels = [r.get("label") for r in corpus]
+    if judged_by_agreement(quality):
+        if not (c.ids_match and not fmt_errors and vectors is not None and c.n):
+            reasons.append("metric not computed: ids or format do not match the corpus")
+            return _judged(c, len(ids), fmt_errors, reasons=reasons, **_unjudged(quality, EMBEDDING_AGREEMENT_RULE))
+        ordered = np.empty((c.n, vectors.shape[1]), np.float32)
+        ordered[c.positions] = vectors
+        fig = None if reference is None else agreement_figures(cosine_agreement(ordered, reference), c.buckets,
+                                                               c.expected, True)
+        return _judged(c, len(ids), fmt_errors, reasons=reasons,
+                       **agreement_judged_fields(fig, quality, reasons, EMBEDDING_AGREEMENT_RULE))
     if c.ids_match and not fmt_errors and vectors is not None and c.n:
         ordered = np.empty((c.n, vectors.shape[1]), np.float32)
         ordered[c.positions] = vectors
@@ -570,8 +668,7 @@ def validate_embedding_pass(corpus: list[dict], predictions_path: Path, quality:
     return _judged(c, len(ids), fmt_errors, metric_name=name, metric=metric, metric_by_bucket=by_bucket, threshold=thr,
                    threshold_ok=threshold_ok, reference_metric=reference_metric, gap_to_reference=gap,
                    agreement_with_reference=agreement, tolerance=tol, tolerance_ok=tolerance_ok, reasons=reasons,
-                   agreement_worst=worst, agreement_worst_id=worst_id,
-                   agreement_rule="per-id cosine with the reference variant's vectors: median; worst id apart")
+                   agreement_worst=worst, agreement_worst_id=worst_id, agreement_rule=EMBEDDING_AGREEMENT_RULE)
 
 
 # ---- generation passes (lab.passes.tasks.generation writes them) -----------------------------------
@@ -637,7 +734,7 @@ def validate_generation_pass(corpus: list[dict], predictions_path: Path, quality
     reason. Never raises for bad predictions."""
     from lab.orchestration.config import GENERATION_METRICS
     from lab.passes.tasks.text_metrics import agreement as output_agreement
-    from lab.passes.tasks.text_metrics import generation_metric
+    from lab.passes.tasks.text_metrics import generation_metric, output_equality
 
     ids, outputs, fmt_errors = read_generation(Path(predictions_path))
     c = check_ids(corpus, ids, fmt_errors)
@@ -649,6 +746,16 @@ def validate_generation_pass(corpus: list[dict], predictions_path: Path, quality
     threshold_ok = tolerance_ok = None
     by_bucket: dict = {}
     differing: tuple[str, ...] = ()
+    if judged_by_agreement(quality):
+        rule = generation_agreement_rule(normalisation)
+        if not (c.ids_match and not fmt_errors and c.n):
+            reasons.append("metric not computed: ids or format do not match the corpus")
+            return _judged(c, len(ids), fmt_errors, reasons=reasons, **_unjudged(quality, rule))
+        fig = None if reference is None else agreement_figures(
+            output_equality(dict(zip(ids, outputs, strict=True)), reference, c.expected, normalisation),
+            c.buckets, c.expected, False)
+        return _judged(c, len(ids), fmt_errors, {"differing_from_reference": list(fig.differing[:5]) if fig else []},
+                       reasons=reasons, **agreement_judged_fields(fig, quality, reasons, rule))
     if c.ids_match and not fmt_errors and c.n:
         by_id = dict(zip(ids, outputs, strict=True))
         ordered = [by_id[i] for i in c.expected]
@@ -680,5 +787,5 @@ def validate_generation_pass(corpus: list[dict], predictions_path: Path, quality
                    metric=metric, metric_by_bucket=by_bucket, threshold=thr, threshold_ok=threshold_ok,
                    reference_metric=reference_metric, gap_to_reference=gap, agreement_with_reference=agreement,
                    tolerance=tol, tolerance_ok=tolerance_ok, reasons=reasons,
-                   agreement_rule=f"share of ids whose output equals the reference variant's after {normalisation}",
+                   agreement_rule=generation_agreement_rule(normalisation),
                    second_metric_name=second_name if metric is not None else None, second_metric=second)

@@ -32,6 +32,7 @@ from lab.cost.forfaits import (
     quote,
 )
 from lab.facts.constants import DEFAULT_DELIVERABLES, DEFAULT_LOTS
+from lab.orchestration.config import AGREEMENT
 from lab.report.distinguish import compare_durations
 from lab.report.exclusions import exclusion_counts
 from lab.report.summary import VariantSummary
@@ -150,6 +151,7 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
            "- **Pricing rule.** Committed budget = package price per lot x lots (seed: \"Calcolare "
            "il costo impegnato\"); a short run does not turn a package into an hourly bill. "
            f"Catalog: {', '.join(sorted({c.path for c in catalogs.values()})) or 'not loaded'}.",
+           *agreement_rule_lines(records),
            "", "## Configurations", ""]
     for a in rows:
         out += _config_section(a, deliverables)
@@ -175,6 +177,20 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
                     f"{len(not_run) + len(rows)} have not run ({', '.join(not_run)}).", ""] + decision
     out += ["", "## Decision", ""] + decision
     return "\n".join(out) + "\n"
+
+
+def agreement_rule_lines(records: Sequence[VariantSummary]) -> list[str]:
+    """The note's quality-rule line when passes are judged by agreement ([quality] metric =
+    "agreement", lab.orchestration.config.AGREEMENT): what is measured, and that the reference
+    variant's own figure holds by definition (its first valid pass is the reference); [] otherwise."""
+    judged = next((v for v in records if v.metric_name == AGREEMENT), None)
+    if judged is None:
+        return []
+    return [f"- **Quality rule.** Agreement with the reference variant ({judged.agreement_rule or 'per id'}), "
+            f"judged against the locked threshold {judged.threshold:g}: every pass is compared id by id with the "
+            "reference variant's first valid pass. That pass agrees with itself by definition, so the reference "
+            "variant's figure says only how its later passes repeat its first one; it measures sameness, not "
+            "correctness: no reference answers were compared."]
 
 
 def _assess(v: VariantSummary, p: dict, deadline_at: datetime | None, deliverables: int,

@@ -18,9 +18,10 @@ import pandas as pd
 
 from lab.facts.files import sha256_file
 from lab.inputs.variants import Variant
+from lab.orchestration.config import AGREEMENT
 from lab.passes.events import PassStatus
 from lab.passes.observed import NOT_OBSERVABLE
-from lab.passes.records import PHASES, Attempt, Observed, PassResult, Phases
+from lab.passes.records import PHASES, Attempt, Observed, PassResult, Phases, Validation
 from lab.report.conditions import CONDITIONS, INT_CONDITIONS, condition_cells
 
 OBSERVED = ("dtype", "device", "attention", "threads_declared", "threads", "compile", "quantization",
@@ -207,7 +208,9 @@ def raw_rows(attempts: list[Attempt], campaign: str, protocol_version: int, camp
             row[k] = getattr(val, k) if val is not None else None
         for b in ("short", "medium", "long"):
             row[f"metric_{b}"] = (val.metric_by_bucket if val is not None else {}).get(b)
-        if val is not None and val.agreement_worst is not None:  # an embedding pass: per-id cosine with the reference
+        if val is not None and val.metric_name == AGREEMENT and val.reference_pass:
+            notes.append(agreement_note(val, a.pass_id))
+        elif val is not None and val.agreement_worst is not None:  # an embedding pass: per-id cosine with the reference
             notes.append(f"agreement_with_reference is the median per-id cosine with the reference's vectors; "
                          f"worst id {val.agreement_worst_id} at {val.agreement_worst}")
         if val is not None and val.second_metric_name:  # a generation pass: the figure beside the judged one
@@ -234,6 +237,19 @@ def raw_rows(attempts: list[Attempt], campaign: str, protocol_version: int, camp
         row["notes"] = " | ".join(notes)
         rows.append(row)
     return rows
+
+
+def agreement_note(val: Validation, pass_id: str) -> str:
+    """The raw table's note of a pass judged by agreement ([quality] metric = "agreement"): what the
+    figure measures, against which pass, and, for the reference pass itself, that it holds by
+    definition (its first valid pass is the reference, so it agrees with itself)."""
+    worst = (f"; worst id {val.agreement_worst_id} at {val.agreement_worst}"
+             if val.agreement_worst is not None else "")
+    if val.reference_pass == pass_id:
+        return (f"the reference pass: the reference variant's first valid pass, so its agreement "
+                f"({val.agreement_rule}) with itself is 1 by definition, not a measurement; the others are "
+                "judged against it")
+    return f"agreement is the judged metric: {val.agreement_rule}, against reference pass {val.reference_pass}{worst}"
 
 
 VALIDATION = ("expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids", "ids_match",

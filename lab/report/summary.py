@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from lab.inputs.variants import series_names
+from lab.orchestration.config import AGREEMENT
 from lab.passes.events import PassStatus
 from lab.passes.records import Attempt, Validation, rejected_text
 from lab.report.conditions import is_starved, starved_text
@@ -155,6 +156,12 @@ class VariantSummary:
         if self.metric_name is None:
             return "quality: no pass was validated"
         m = "not computed" if self.metric_median is None else f"median {self.metric_median:.4f}"
+        if self.metric_name == AGREEMENT:  # the judged metric is the agreement itself: said once
+            worst = "" if self.agreement_worst is None or self.metric_median is None else \
+                f", lowest {self.agreement_worst:.4f}" + (f" (id {self.agreement_worst_id})"
+                                                         if self.agreement_worst_id else "")
+            return (f"quality: agreement with the reference variant ({self.agreement_rule or 'per id'}) {m} "
+                    f"(threshold {self.threshold:g}){worst}")
         text = f"quality: {self.metric_name} {m} (threshold {self.threshold:g})"
         if self.second_metric_name and self.second_metric_median is not None:
             text += f", {self.second_metric_name} median {self.second_metric_median:.4f}"

@@ -28,6 +28,7 @@ from decimal import Decimal
 from typing import TypeVar
 
 import msgspec
+import numpy as np
 
 from lab.facts.errors import UserError
 
@@ -128,7 +129,6 @@ def agreement(outputs: Mapping[str, str], reference_outputs: Mapping[str, str],
 
     The ids must be the same set (ids exact): ``MetricInputError`` naming how many are missing
     or extra otherwise, or when there is none."""
-    norm = normaliser(normalisation)
     missing = reference_outputs.keys() - outputs.keys()
     extra = outputs.keys() - reference_outputs.keys()
     if missing or extra:
@@ -137,8 +137,19 @@ def agreement(outputs: Mapping[str, str], reference_outputs: Mapping[str, str],
                                "the same corpus")
     if not outputs:
         raise MetricInputError("no items to compare; agreement needs at least one id")
-    differing = tuple(sorted(i for i in outputs if norm(outputs[i]) != norm(reference_outputs[i])))
+    ids = list(outputs)
+    same = output_equality(outputs, reference_outputs, ids, normalisation)
+    differing = tuple(sorted(ids[k] for k in np.flatnonzero(same == 0.0)))
     return Agreement(share=1 - len(differing) / len(outputs), items=len(outputs), differing_ids=differing)
+
+
+def output_equality(outputs: Mapping[str, str], reference_outputs: Mapping[str, str], ids: Sequence[str],
+                    normalisation: str = NORMALISATION) -> np.ndarray:
+    """Per id of ``ids`` (in that order, each in both mappings): 1.0 when the output equals the
+    reference variant's after ``normalisation``, else 0.0; shape (len(ids),) float64 (the per-id
+    figure the agreement metric summarises, lab.orchestration.validate.agreement_figures)."""
+    norm = normaliser(normalisation)
+    return np.fromiter((norm(outputs[i]) == norm(reference_outputs[i]) for i in ids), np.float64, len(ids))
 
 
 class TokenCounts(msgspec.Struct, frozen=True):

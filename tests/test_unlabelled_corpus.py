@@ -1,0 +1,165 @@
+"""A corpus without labels on the real product, for each task kind: `corpus build --no-labels`
+draws it by bucket only, a campaign judged by [quality] metric = "agreement" locks, runs batch 1
+(the reference variant) and batch 8, judges each pass against the reference variant's first
+valid pass, reports (the decision note says the reference's own figure holds by definition),
+archives and verifies; a forged agreement is refused by verify, recomputed from the passes'
+files. Small slices of the demo corpus keep it fast on 2 cores."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+
+import numpy as np
+import pytest
+from conftest import demo_rows, write_campaign
+from test_archive_evidence import edit_raw_table, member, read_members, write_members
+from test_task_generation import TASK as GENERATION_TASK
+
+TASKS = {"classification": "", "embedding": '\n[task]\nkind = "embedding"\npooling = "mean"\nnormalize = true\n',
+         "generation": GENERATION_TASK}
+
+
+def unlabelled_corpus(folder):
+    """`corpus build --no-labels` over the demo texts without their labels: 5 short, 3 medium, 2 long."""
+    from lab.cli import main
+
+    rows = demo_rows()
+    src = folder / "source.jsonl"
+    src.write_text("".join(json.dumps({"id": r["id"], "text": r["text"]}) + "\n" for r in rows[:400]))
+    assert main(["corpus", "build", "--source", str(src), "--out", str(folder / "corpus"), "--no-labels",
+                 "--short", "5", "--medium", "3", "--long", "2"]) == 0
+    return folder / "corpus" / "comparison.jsonl"
+
+
+@pytest.fixture(scope="module", params=sorted(TASKS))
+def unlabelled_run(request, tmp_path_factory, model_dir, gen_model_dir):
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
+    from lab.report.build import build_report
+    from lab.service.campaigns import make_archive
+
+    kind = request.param
+    d = tmp_path_factory.mktemp(f"unlabelled-{kind}")
+    corpus = unlabelled_corpus(d)
+    f = write_campaign(d, gen_model_dir if kind == "generation" else model_dir, corpus, name=f"nolab-{kind}",
+                       threshold=0.9)
+    f.write_text(f.read_text().replace('metric = "accuracy"', 'metric = "agreement"') + TASKS[kind])
+    lock(load_protocol(f))
+    orch = Orchestrator.prepare(f, d / "runs", LocalLauncher())
+    assert orch.run() == "finished"
+    build_report(orch.dir)
+    return kind, orch, make_archive(orch.dir)
+
+
+def test_the_corpus_is_built_without_labels_and_by_bucket(tmp_path):
+    path = unlabelled_corpus(tmp_path)
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    assert len(rows) == 10 and all(r["label"] is None for r in rows)
+    assert [sum(r["bucket"] == b for r in rows) for b in ("short", "medium", "long")] == [5, 3, 2]
+    card = json.loads((path.parent / "corpus_card.json").read_text())
+    assert card["comparison"]["labels"] is False and card["comparison"]["counts"]["long"] == {"(no label)": 2}
+
+
+def test_each_pass_is_judged_by_its_agreement_with_the_reference_variants_first_pass(unlabelled_run):
+    kind, orch, _ = unlabelled_run
+    attempts = orch.journal.attempts()
+    assert [a.status for a in attempts] == ["ok", "ok"]
+    ref = next(a for a in attempts if a.variant.batch_size == 1)
+    other = next(a for a in attempts if a.variant.batch_size == 8)
+    assert ref.validation.reference_pass == other.validation.reference_pass == ref.pass_id
+    assert ref.validation.metric == 1.0 and ref.validation.corpus_accepted  # itself, by definition
+    v = other.validation
+    assert v.metric_name == "agreement" and v.metric == v.agreement_with_reference, v
+    assert v.metric >= 0.9 and v.corpus_accepted, v.reasons  # batch 8 gives batch 1's predictions
+    assert set(v.metric_by_bucket) == {"short", "medium", "long"} and v.gap_to_reference is None
+    if kind == "embedding":
+        assert v.agreement_worst > 0.999 and v.agreement_worst_id is not None
+    raw = list(csv.DictReader((orch.dir / "report" / "raw_table.csv").open()))
+    notes = {r["pass_id"]: r["notes"] for r in raw}
+    assert "the reference pass:" in notes[ref.pass_id] and "with itself is 1 by definition" in notes[ref.pass_id]
+    assert f"against reference pass {ref.pass_id}" in notes[other.pass_id]
+    note = (orch.dir / "report" / "decision_note.md").read_text()
+    assert "**Quality rule.** Agreement with the reference variant" in note
+    assert "agrees with itself by definition" in note and "no reference answers were compared" in note
+
+
+def test_the_archive_verifies_and_a_forged_agreement_is_refused(unlabelled_run, tmp_path):
+    from lab.evidence.archive import verify
+
+    kind, orch, archive = unlabelled_run
+    assert verify(archive).ok, verify(archive).problems
+    other = next(a for a in orch.journal.attempts() if a.variant.batch_size == 8)
+    ref = other.validation.reference_pass
+    pid = other.pass_id
+
+    # the raw table alone claims a better agreement: recomputed from the two passes' files
+    files = read_members(archive)
+    edit_raw_table(files, lambda rows: [r.update(metric_short="0.5") for r in rows if r["pass_id"] == pid])
+    bad = verify(write_members(tmp_path / "forged.tar.gz", files))
+    assert any(p.startswith(f"pass {pid}: metric_short 0.5 in the raw table")
+               and f"recomputed from its predictions and reference pass {ref}'s" in p for p in bad.problems), \
+        bad.problems
+
+    # the pass's predictions replaced (hashes made consistent): its agreement drops, the claim stays
+    files = read_members(archive)
+    pred = member(files, f"/passes/{pid}/predictions.jsonl")
+    if kind == "embedding":
+        vec = member(files, f"/passes/{pid}/vectors.npy")
+        arr = np.load(io.BytesIO(files[vec]))
+        buf = io.BytesIO()
+        np.save(buf, -arr, allow_pickle=False)  # every vector the other way: cosine -1 per id
+        files[vec] = buf.getvalue()
+        res = member(files, f"/passes/{pid}/result.json")
+        files[res] = json.dumps({**json.loads(files[res]), "vectors_sha256": hashlib.sha256(files[vec]).hexdigest()}
+                                ).encode()
+    else:
+        key = "output" if kind == "generation" else "pred"
+        lines = [json.loads(x) for x in files[pred].decode().splitlines()]
+        others = sorted({x[key] for x in lines})
+        for x in lines:  # another answer for every id
+            x[key] = "forged" if kind == "generation" else next(o for o in others + ["comp.graphics"] if o != x[key])
+        files[pred] = "".join(json.dumps(x) + "\n" for x in lines).encode()
+        digest = hashlib.sha256(files[pred]).hexdigest()
+        res = member(files, f"/passes/{pid}/result.json")
+        files[res] = json.dumps({**json.loads(files[res]), "predictions_sha256": digest}).encode()
+        edit_raw_table(files, lambda rows: [r.update(predictions_sha256=digest) for r in rows if r["pass_id"] == pid])
+    bad = verify(write_members(tmp_path / "forged2.tar.gz", files))
+    assert not bad.ok
+    assert any(p.startswith(f"pass {pid}: metric ") and "recomputed from its predictions and reference pass" in p
+               for p in bad.problems), bad.problems
+    assert any(p.startswith(f"pass {pid}: marked accepted, but its recomputed metric") for p in bad.problems), \
+        bad.problems
+
+
+def test_two_rentals_judged_by_agreement_compare_and_show_the_same_vectors(tmp_path, model_dir):
+    """Compare prices two unlabelled embedding rentals and says whether they gave the same vectors
+    (the cross-host per-id cosine), each host's quality being its agreement with its own reference."""
+    from lab.compare import compare_archives
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
+    from lab.service.campaigns import make_archive
+
+    corpus = unlabelled_corpus(tmp_path)
+    archives = []
+    for host, gpu, threads in (("a", "rtx-4090", 1), ("b", "b200", 2)):
+        d = tmp_path / host
+        d.mkdir()
+        f = write_campaign(d, model_dir, corpus, name="nolab", values=(1, 4), threshold=0.9)
+        f.write_text(f.read_text().replace('metric = "accuracy"', 'metric = "agreement"')
+                     .replace("threads = 1", f"threads = {threads}") + TASKS["embedding"]
+                     + f'\n[cost]\ngpu = "{gpu}"\ndays = 7\nlots = 1\n')
+        lock(load_protocol(f))
+        orch = Orchestrator.prepare(f, d / "runs", LocalLauncher())
+        assert orch.run() == "finished"
+        archives.append(make_archive(orch.dir))
+    c = compare_archives(archives, 50000, allow_short=True, window_start="2026-12-01T09:00+01:00",
+                         deadline="2026-12-05T09:00+01:00")
+    assert len(c.agreements) == 2
+    assert all(x["ids"] == 10 and x["cosine_worst"] > 0.999 and x["within_tolerance"] for x in c.agreements), \
+        c.agreements
+    assert all(p.metric_name == "agreement" and p.metric_median >= 0.9 for p in c.projections), c.projections
