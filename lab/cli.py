@@ -216,7 +216,8 @@ def cmd_archive(a) -> int:
               + ("; nothing contradicted, but not every claim was re-derived" if v.incomplete else ""))
         return 0 if v.ok else 1
     if a.metric_file:
-        raise CliError("--metric-file goes with `iteralab archive verify FILE.tar.gz`; leave it out when packing")
+        raise CliError(f"--metric-file goes with `{iteralab_command()} archive verify FILE.tar.gz`; leave it out when "
+                       "packing")
     from lab.inputs.corpus import sha256_file
 
     path = make_archive(resolve_campaign_dir(a.target, "archive"), a.partial, a.with_corpus)

@@ -19,6 +19,12 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from lab.facts.host import iteralab_command  # noqa: E402  (the repository's own lab, not an installed one)
+
+# the executable the hints of a `python -m lab.cli` child name on this machine (an absolute path
+# when no iteralab is on PATH): the doc shows the plain `iteralab` a user types, never this machine's path
+MACHINE_COMMAND = iteralab_command(str(REPO / "lab" / "cli.py"))
 DEMO = REPO / "lab" / "defaults" / "demo.toml"
 MODEL = REPO / ".cache" / "models" / "demo-minilm-20ng"
 CORPUS = REPO / "demo" / "corpus" / "comparison.jsonl"
@@ -204,6 +210,12 @@ def case_file(work: Path, i: int, old: str | tuple[str, ...], new: str | tuple[s
     return write_case(work, i, text), shown
 
 
+def as_typed(line: str) -> str:
+    """``line`` with the hints' executable as a user types it: `iteralab ...` in place of
+    :data:`MACHINE_COMMAND` (this machine's absolute path)."""
+    return line if MACHINE_COMMAND == "iteralab" else line.replace(f"`{MACHINE_COMMAND} ", "`iteralab ")
+
+
 def write_case(work: Path, i: int, text: str) -> Path:
     f = work / f"case{i:02d}" / "campaign.toml"
     f.parent.mkdir(parents=True, exist_ok=True)
@@ -221,7 +233,7 @@ def main() -> int:
                                check=False, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
             lines = r.stderr.strip().splitlines()
             line = (lines[-1] if lines else r.stdout.strip()).replace(str(f.parent) + "/", "").replace(str(work), "…")
-            line = line.replace(str(REPO) + "/", "")
+            line = as_typed(line.replace(str(REPO) + "/", ""))
             if r.returncode == 0 or len(lines) != 1:
                 print(f"case {what!r}: not a one-line refusal (exit {r.returncode}): {r.stderr[-300:]}",
                       file=sys.stderr)
@@ -268,7 +280,7 @@ def warnings_rows() -> list[tuple] | None:
                 print(f"warning case {what!r}: not one warning line (exit {r.returncode}): {r.stderr[-300:]}",
                       file=sys.stderr)
                 return None
-            rows.append((what, shown, lines[0].replace(str(f.parent) + "/", ""), r.returncode))
+            rows.append((what, shown, as_typed(lines[0].replace(str(f.parent) + "/", "")), r.returncode))
             print(f"{r.returncode}  {lines[0][:110]}")
     return rows
 

@@ -7,6 +7,7 @@ Real demo model (config + tokenizer, weights linked), real corpora cut from the 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import pytest
 from conftest import REPO, cut_corpus, write_campaign
 
 from lab.facts.files import sha256_file
+from lab.facts.host import iteralab_command
 from lab.inputs.models import tokenizer_fingerprint
 from lab.launchers.local import LocalLauncher
 from lab.orchestration.orchestrator import Orchestrator
@@ -141,11 +143,14 @@ def test_card_counted_with_another_tokenizer(tmp_path, model_dir):
     assert lock(load_protocol(f))["version"] == 1
 
 
+SHOWN = re.escape(iteralab_command())  # the executable a hint names (works from the user's folder)
+
+
 @pytest.mark.parametrize("card_text, message", [
-    (None, r"\[corpus\] card .*/corpus_card.json not found; rebuild it with `iteralab corpus build` or remove "
+    (None, rf"\[corpus\] card .*/corpus_card.json not found; rebuild it with `{SHOWN} corpus build` or remove "
            r"\[corpus\] card"),
     ('{"tokenizer": {}}', r"corpus card corpus_card.json has no comparison sha256 \(not written by "
-                          r"`iteralab corpus build`\)"),
+                          rf"`{SHOWN} corpus build`\)"),
     ('{"comparison": {"sha256": "%s"}}' % ("ab" * 32), r"corpus card corpus_card.json describes another file "
                                                        r"\(sha256 abababababab...\), not \[corpus\] path c.jsonl"),
 ])

@@ -13,6 +13,8 @@ import sys
 import pytest
 from conftest import REPO, cut_corpus, write_campaign
 
+from lab.facts.host import iteralab_command
+
 OLD_ID = "v-0000000000"  # what another id derivation would have planned
 
 
@@ -50,7 +52,8 @@ def test_cli_campaign_run_refuses_a_plan_with_an_unknown_variant_id(model_dir, t
     assert "Traceback" not in r.stderr and "KeyError" not in r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
-    assert OLD_ID in lines[0] and "(slot 2)" in lines[0] and "iteralab protocol lock" in lines[0]
+    shown = iteralab_command(str(REPO / "lab" / "cli.py"))  # what the child (python -m lab.cli) names
+    assert OLD_ID in lines[0] and "(slot 2)" in lines[0] and f"`{shown} protocol lock" in lines[0]
     assert attempts(d) == 0 and not any((d / "passes").iterdir())  # nothing ran, nothing was written
 
 

@@ -127,16 +127,21 @@ def synthetic_running_journal(campaign_file: Path, runs_root: Path) -> Path:
 
     Pass 1 ok (1000/1000 items, 40 it/s, 25 s), pass 2 ok (1000, 80 it/s, 13 s), pass 3
     running and already reported out of memory at 600 items (oom event, row not finished).
-    The orchestrator pid is 1 (always alive): the state reads "running". Returns the folder.
+    Passes 1 and 2 are validated as the orchestrator validates a finished pass
+    (``Orchestrator.validate_attempt`` on predictions written here): pass 1, the reference
+    variant, right on 81 % of the items (accepted), pass 2 on 35 % (rejected on accuracy and
+    on its gap to the reference). The orchestrator pid is 1 (always alive): the state reads
+    "running". Returns the folder.
     """
     from lab.orchestration.journal import Journal
-    from lab.orchestration.orchestrator import campaign_dir_for
+    from lab.orchestration.orchestrator import Orchestrator, campaign_dir_for
     from lab.orchestration.protocol import load_protocol, lock
     from lab.orchestration.schedule import rotated_schedule
     from lab.passes.records import PassResult, Phases
 
     proto = load_protocol(campaign_file)
-    d = campaign_dir_for(proto, lock(proto), runs_root)
+    version = lock(proto)
+    d = campaign_dir_for(proto, version, runs_root)
     (d / "passes").mkdir(parents=True, exist_ok=True)
     j = Journal(d / "journal.sqlite")
     plan = rotated_schedule(list(proto.variants), proto.timing["repetitions"])
@@ -152,6 +157,7 @@ def synthetic_running_journal(campaign_file: Path, runs_root: Path) -> Path:
             result = PassResult(pass_id=pid, campaign=proto.name, variant=p.variant.to_json(), start_time=starts[i],
                                 end_time=ends[i], status="ok", error="", phases_s=Phases(), items_total=1000,
                                 items_completed=1000, predictions_path="predictions.jsonl", exit_code=0)
+            _write_predictions(d / "passes" / pid / "predictions.jsonl", proto.corpus_path, (81, 35)[i])
             j.finish_attempt(pid, "ok", ends[i], 0, 1000, result.to_json(), "")
         else:
             j.update_progress(pid, 600, rate)
@@ -159,6 +165,10 @@ def synthetic_running_journal(campaign_file: Path, runs_root: Path) -> Path:
             (d / "passes" / pid / "log.txt").write_text(
                 "phase model_load end 2.41 s\nphase warmup end 0.88 s\nprogress 600/1000\n"
                 "RuntimeError: DefaultCPUAllocator: can't allocate memory\n")
+    orch = Orchestrator(d, proto, None, version)
+    for p in plan[:2]:
+        orch.validate_attempt(p.pass_id)
+    orch.journal.close()
     j.set_control("state", "running")
     import psutil  # a live orchestrator: pid 1 with its own start time (liveness is pid + start time)
 
@@ -166,6 +176,17 @@ def synthetic_running_journal(campaign_file: Path, runs_root: Path) -> Path:
                                    "started": T0, "launcher": "local"})
     j.close()
     return d
+
+
+def _write_predictions(path: Path, corpus: Path, right_percent: int) -> None:
+    """A predictions file over every item of ``corpus``: item k's label when k % 100 <
+    ``right_percent``, else the next label in sorted order (always wrong)."""
+    items = [json.loads(line) for line in corpus.read_text().splitlines() if line.strip()]
+    labels = sorted({it["label"] for it in items})
+    wrong = {a: b for a, b in zip(labels, labels[1:] + labels[:1], strict=True)}
+    path.write_text("".join(json.dumps({"id": it["id"], "pred": it["label"] if k % 100 < right_percent
+                                        else wrong[it["label"]], "prob": 0.9}) + "\n"
+                            for k, it in enumerate(items)))
 
 
 def finished_campaign(folder: Path) -> Path:

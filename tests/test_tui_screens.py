@@ -138,7 +138,14 @@ def test_runs_screen_not_started_then_live_rows_pause_stop(tmp_path, runs, size)
             assert "running" in st and "2/20 passes" in st and "pid 1;" in st
             table = app.screen.query_one(PassTable)
             keys = [k.value for k in table.rows]
-            assert str(table.get_cell(keys[0], "status")) == "ok"
+            # ran ok and validated: the verdict in the engine's short words, never a bare "ok"
+            # (pass 2 ran ok but its accuracy is below the threshold and the reference's)
+            assert str(table.get_cell(keys[0], "status")) == "accepted"
+            assert str(table.get_cell(keys[1], "status")) == "rejected: accuracy; reference"
+            rejected = Journal(d / "journal.sqlite").attempts()[1]
+            assert rejected.verdict == ("rejected: accuracy 0.3500 < threshold 0.55; accuracy 0.4600 below "
+                                        "the reference, tolerance 0.01")  # what `campaign status` prints
+            assert table.max_scroll_x == 0  # a long verdict is cut in its cell, the row never scrolls sideways
             assert str(table.get_cell(keys[0], "elapsed")) == "0:25"
             assert str(table.get_cell(keys[0], "it/s")) == "40.0"
             assert str(table.get_cell(keys[2], "status")) == "OOM @600"  # live, row still running

@@ -19,12 +19,13 @@ from pathlib import Path
 
 from lab.compare.comparability import check_comparable
 from lab.compare.evidence import NO_PACKAGE, CompareError, Evidence, read_evidence
-from lab.compare.projection import Projection, capacity_items, exclusion_counts, exclusion_kind, lot_hours, project
+from lab.compare.projection import Projection, capacity_items, lot_hours, project
 from lab.cost.forfaits import Catalog, load_catalog, parse_instant, quote
 from lab.cost.sizing import cheapest_covering, package_limits
 from lab.facts.files import sha256_file
 from lab.report.conditions import starved_text
 from lab.report.distinguish import compare_durations
+from lab.report.exclusions import exclusion_counts, exclusion_kind
 
 DEFAULT_MAX_LOTS = 8
 MAX_LOTS = 100  # --max-lots above it: the break-even search grows with its square (issue 23 part 3)

@@ -20,6 +20,7 @@ from lab.evidence.archive import ArchiveError, extract, verify
 from lab.evidence.format import ARCHIVE_INFO
 from lab.facts.errors import UserError
 from lab.facts.files import sha256_file
+from lab.facts.host import iteralab_command
 from lab.inputs.variants import expand_series
 from lab.orchestration.config import CampaignConfig, ConfigError, CostSection, parse_config
 from lab.passes.events import PassStatus
@@ -122,7 +123,7 @@ def _json(top: Path, rel: str, archive: Path, required: bool = True):
     if not p.is_file():
         if required:
             raise CompareError(f"{archive.name}: {rel} missing from the archive; pack it again "
-                               "with `iteralab archive` (it rebuilds the report)")
+                               f"with `{iteralab_command()} archive` (it rebuilds the report)")
         return None
     return json.loads(p.read_text(encoding="utf-8"))
 

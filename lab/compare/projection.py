@@ -28,7 +28,6 @@ the user's declared load, from measured figures only.
 from __future__ import annotations
 
 import statistics
-from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -293,23 +292,6 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
         min_accepted_passes=timing.min_accepted_passes, too_short=short,
         prediction_pass=ev.prediction_pass.get(vid, ""), decision_quote=q, price_note=price_note,
         starved_passes=tuple(variant.get("starved_passes") or ()))
-
-
-def exclusion_kind(reason: str) -> str:
-    """The kind of one ``Projection.exclusions`` entry, the word before its first ':' (``project``
-    writes quality, memory, failures, validity, price or calendar)."""
-    return reason.split(":", 1)[0]
-
-
-def exclusion_counts(projections: list[Projection]) -> str:
-    """'6 of 6 excluded: quality 6' or '6 of 6 excluded: quality 4, price 2': how many
-    configurations are excluded, then per kind (:func:`exclusion_kind`) how many it excludes,
-    most first (a configuration excluded for two kinds counts in each); read from the same
-    ``exclusions`` decision.md lists per configuration. '0 of N excluded' when none is."""
-    counts = Counter(k for p in projections for k in dict.fromkeys(exclusion_kind(x) for x in p.exclusions))
-    excluded = sum(1 for p in projections if p.exclusions)
-    text = f"{excluded} of {len(projections)} excluded"
-    return text + (": " + ", ".join(f"{k} {n}" for k, n in counts.most_common()) if counts else "")
 
 
 def capacity_items(p: Projection, days_limit_hours: float, lots: int) -> int:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lab.evidence.archive import ArchiveError, pack
+from lab.facts.host import iteralab_command
 
 INCLUDE = ["campaign.toml", "campaign.lock.json", "corpus_card.json", "protocol_version.json",
            "journal.sqlite", "orchestrator.log", "passes/", "report/"]
@@ -73,14 +74,14 @@ def archive_campaign(campaign_dir: Path, partial: bool = False, with_corpus: boo
     campaign_dir = Path(campaign_dir).resolve()  # '.' or '..' has no name to give the archive
     reason = unfinished_reason(campaign_dir)
     if reason and not partial:
-        raise ArchiveError(f"{campaign_dir}: {reason}; wait for it to finish (`iteralab campaign status`), "
+        raise ArchiveError(f"{campaign_dir}: {reason}; wait for it to finish (`{iteralab_command()} campaign status`), "
                            "or pass --partial for an archive labelled partial")
     before = _attempts_state(campaign_dir)
     running = _running_pass(before)
     if running:
         raise ArchiveError(f"{campaign_dir}: pass {running} is running: its row would differ between the "
-                           "report and the journal packed after it; wait for it to end, or `iteralab campaign "
-                           "pause` and archive once it has ended")
+                           f"report and the journal packed after it; wait for it to end, or `{iteralab_command()} "
+                           "campaign pause` and archive once it has ended")
     build_report(campaign_dir, partial_reason=reason)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     stem = f"{campaign_dir.parent.name}-{campaign_dir.name}-{stamp}"
@@ -105,7 +106,7 @@ def archive_campaign(campaign_dir: Path, partial: bool = False, with_corpus: boo
     if _attempts_state(campaign_dir) != before:  # a pass started or ended between the report and the journal copy
         path.unlink(missing_ok=True)
         raise ArchiveError(f"{campaign_dir}: a pass started or ended while the archive was packed, so its "
-                           "report and journal would disagree; run the same command again (or `iteralab "
+                           f"report and journal would disagree; run the same command again (or `{iteralab_command()} "
                            "campaign pause` first)")
     return path
 

@@ -29,6 +29,7 @@ from lab.evidence.archive import extract, verify
 from lab.evidence.format import ArchiveError
 from lab.facts.errors import ProtocolError
 from lab.facts.files import REPO_ROOT, sha256_file
+from lab.facts.host import iteralab_command
 
 BUNDLED_CORPUS = "corpus/"
 """Folder of an archive packed ``--with-corpus`` (lab.evidence.assemble) holding the corpus file."""
@@ -248,7 +249,7 @@ def replay_archive(archive: str | Path, out: str | Path, *, corpus: str | None =
     if not v.ok:
         raise ReplayError(f"{archive.name} does not verify ({len(v.problems)} problem(s), first: "
                           f"{(v.problems or v.not_rederived)[0]}); "
-                          "replay only an archive that `iteralab archive verify` accepts")
+                          f"replay only an archive that `{iteralab_command()} archive verify` accepts")
     archive_sha = sha256_file(archive)
     inputs = out.parent / f"{out.stem}-inputs"
     made_inputs = not inputs.exists()

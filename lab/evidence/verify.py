@@ -60,6 +60,7 @@ from lab.evidence.rederive import (
 from lab.evidence.tables import CAMPAIGN, MEMBERS, RAW_TABLE, check_tables
 from lab.evidence.user_metric import user_metric_ref, user_metric_scores
 from lab.facts.files import HashingReader, lab_sources_sha256
+from lab.facts.host import iteralab_command
 from lab.orchestration.config import AGREEMENT
 
 PARSED_MAX_BYTES = 64 * 2**20
@@ -220,7 +221,7 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
     Without it, such a metric is one problem line per pass saying how to opt in."""
     if archive.is_dir():
         raise ArchiveError(f"{archive}: a folder, not an archive; give the path of an evidence archive (.tar.gz), "
-                           "or pack the campaign folder with `iteralab archive DIR`")
+                           f"or pack the campaign folder with `{iteralab_command()} archive DIR`")
     if not archive.is_file():
         raise ArchiveError(f"{archive}: no such file; give the path of an evidence archive (.tar.gz)")
     problems: list[str] = []

@@ -20,9 +20,6 @@ from lab.facts.files import REPO_ROOT
 PINS_FILE = REPO_ROOT / "images" / "pins.env"
 IMAGE_KEYS = {"cpu": "CPU_IMAGE", "nvidia": "CUDA_IMAGE", "rocm": "ROCM_IMAGE"}
 NO_DRIVER_MARK = "could not select device driver"
-TOOLKIT_FIX = ("install and register the NVIDIA Container Toolkit: `sudo apt-get install -y "
-               "nvidia-container-toolkit && sudo nvidia-ctk runtime configure --runtime=docker "
-               "&& sudo systemctl restart docker`, then run `iteralab doctor` again")
 
 
 def read_pins(path: Path = PINS_FILE) -> dict[str, str]:
@@ -85,6 +82,15 @@ def gpu_count() -> tuple[int, str]:
             pynvml.nvmlShutdown()
     except Exception:  # no NVML library or no driver: torch's 0 stands
         return 0, "torch.cuda.device_count()"
+
+
+def toolkit_fix() -> str:
+    """The fix for a host whose Docker cannot reach its NVIDIA GPUs: install and register the NVIDIA
+    Container Toolkit (source: its install guide, see the module docstring), then run the doctor
+    again (named by :func:`iteralab_command`, so the line works from the user's directory)."""
+    return ("install and register the NVIDIA Container Toolkit: `sudo apt-get install -y "
+            "nvidia-container-toolkit && sudo nvidia-ctk runtime configure --runtime=docker "
+            f"&& sudo systemctl restart docker`, then run `{iteralab_command()} doctor` again")
 
 
 def iteralab_command(argv0: str | None = None, on_path: str | None = None) -> str:

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from lab.facts.errors import LabError
 from lab.facts.files import REPO_ROOT, lab_sources_sha256
-from lab.facts.host import IMAGE_KEYS, NO_DRIVER_MARK, TOOLKIT_FIX, detect_vendor, read_pins, rocm_device_gids
+from lab.facts.host import IMAGE_KEYS, NO_DRIVER_MARK, detect_vendor, read_pins, rocm_device_gids, toolkit_fix
 from lab.launchers.base import LaunchOutcome, LineSink, limit_reason
 from lab.launchers.gpu_access import gpu_run_kwargs
 from lab.passes.spec import PassSpec
@@ -398,7 +398,7 @@ class DockerLauncher:
         except Exception as exc:  # engine error: a failure row, never an exception
             note = f"docker error: {type(exc).__name__}: {exc}"[:300]
             if NO_DRIVER_MARK in str(exc):
-                note += "; " + TOOLKIT_FIX
+                note += "; " + toolkit_fix()
             return LaunchOutcome(None, container_id=container.id if container else "",
                                  isolation=self._isolation(), note=note)
         finally:

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lab.facts import host
-from lab.facts.host import IMAGE_KEYS, NO_DRIVER_MARK, TOOLKIT_FIX, read_pins
+from lab.facts.host import IMAGE_KEYS, NO_DRIVER_MARK, read_pins, toolkit_fix
 
 CUDA_MIN_DRIVER = {13: "580.65.06", 12: "525.60.13", 11: "450.80.02"}
 ROCM_MATRIX_VERSION = "7.1.1"
@@ -190,7 +190,7 @@ def _nvidia_checks(p: Probes) -> list[Check]:
         out.append(Check("nvidia container toolkit", registered,
                          "nvidia runtime " + ("registered with the engine (GPU test container not run)"
                                               if registered else "not registered with the engine"),
-                         "" if registered else TOOLKIT_FIX, blocking=not registered))
+                         "" if registered else toolkit_fix(), blocking=not registered))
     elif t[0]:
         out.append(Check("nvidia container toolkit", True, f"a test container sees the GPU: {t[1].strip()[:120]}"))
     else:
@@ -199,8 +199,8 @@ def _nvidia_checks(p: Probes) -> list[Check]:
                          ("Docker answered \"could not select device driver\": the NVIDIA Container Toolkit "
                           "is not installed or not registered with Docker") if no_driver
                          else f"a test container did not see the GPU: {t[1].strip()[:200]}",
-                         TOOLKIT_FIX if no_driver else "check `docker run --rm --gpus all <image> nvidia-smi`; "
-                         + TOOLKIT_FIX, blocking=True))
+                         toolkit_fix() if no_driver else "check `docker run --rm --gpus all <image> nvidia-smi`; "
+                         + toolkit_fix(), blocking=True))
     return out
 
 

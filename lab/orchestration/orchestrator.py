@@ -22,6 +22,7 @@ import msgspec
 from lab.facts.constants import SYSTEMATIC_FAILURES
 from lab.facts.diskfull import DiskFull, atomic_write_text, is_disk_full
 from lab.facts.errors import FailureKind, LabError, ProtocolError
+from lab.facts.host import iteralab_command
 from lab.facts.host_cards import check_cards_fit_host
 from lab.inputs.corpus import read_corpus
 from lab.inputs.manifest import record_host_facts
@@ -271,7 +272,7 @@ class Orchestrator:
                 f"{self.dir / 'journal.sqlite'}: its plan names variant {vid!r} (slot {slot.get('seq')}), which "
                 f"{self.proto.path.name} no longer gives (ids derived by another lab version, or an edited journal); "
                 "finish this campaign with the lab version that planned it, or make a new protocol version "
-                "(change the campaign file, e.g. [campaign] name, then `iteralab protocol lock "
+                f"(change the campaign file, e.g. [campaign] name, then `{iteralab_command()} protocol lock "
                 f"{self.proto.path}`) planned afresh") from None
 
     @property
@@ -303,7 +304,8 @@ class Orchestrator:
             info = self.journal.get_control("orchestrator", {}) or {}
             lock_file.close()
             raise CampaignBusy(f"{self.dir}: another orchestrator (pid {info.get('pid')}) is running this "
-                               "campaign; watch it with `iteralab campaign status` or stop it first") from None
+                               f"campaign; watch it with `{iteralab_command()} campaign status` or stop it "
+                               "first") from None
         try:
             return self._run()
         except Exception as exc:  # a full disk under the journal or a pass folder: one line, resumable
@@ -423,7 +425,7 @@ class Orchestrator:
         if not same:
             raise CampaignFolderLost(
                 f"{self.dir}: campaign folder or its journal was deleted or replaced while the campaign ran; "
-                "stopped (nothing more is written). Run `iteralab campaign run` again to start afresh")
+                f"stopped (nothing more is written). Run `{iteralab_command()} campaign run` again to start afresh")
 
     def apply_limits(self) -> None:
         """Give the launcher the campaign's pass timeout and stall rule ([timing]); a stricter

@@ -20,7 +20,7 @@ from pathlib import Path
 from lab.engines.vllm import vllm_refusal
 from lab.facts.constants import VLLM_MEMORY_FRACTION
 from lab.facts.files import REPO_ROOT, sha256_file
-from lab.facts.host import gpu_count
+from lab.facts.host import gpu_count, iteralab_command
 from lab.inputs.corpus import BUCKETS, CorpusError, count_tokens, labelled, load_items, read_corpus
 from lab.inputs.models import ModelFolderError, local_checkpoint_config, model_folder, tokenizer_fingerprint
 from lab.orchestration.config import AGREEMENT
@@ -59,7 +59,7 @@ def _load_model_facts(model_ref: str, revision: str | None = None):
 def check_corpus(proto) -> tuple[list[Check], dict[str, str]]:
     path = proto.corpus_path
     if not path.is_file():
-        return [Check("corpus", False, f"corpus {path} not found; build it (`iteralab corpus build`) "
+        return [Check("corpus", False, f"corpus {path} not found; build it (`{iteralab_command()} corpus build`) "
                                        "or fix [corpus] path")], {}
     try:
         load_items(path, label_field=None)  # JSON lines, ids and texts; labels next
@@ -78,7 +78,7 @@ def check_corpus(proto) -> tuple[list[Check], dict[str, str]]:
         if r.get("bucket") not in BUCKETS:
             return [Check("corpus", False, f"{path.name}: item {r.get('id')!r} has bucket {r.get('bucket')!r}, "
                                            f"not one of {', '.join(BUCKETS)}; build the corpus with "
-                                           "`iteralab corpus build`")], {}
+                                           f"`{iteralab_command()} corpus build`")], {}
     labels = {it.label for it in items}
     card_problem = check_card(proto.card_path, path)
     if card_problem:
@@ -95,13 +95,14 @@ def check_card(card: Path | None, corpus: Path) -> str:
     another corpus."""
     if card is None:
         return ""
-    fix = "rebuild it with `iteralab corpus build` or remove [corpus] card"
+    fix = f"rebuild it with `{iteralab_command()} corpus build` or remove [corpus] card"
     if not card.is_file():
         return f"[corpus] card {card} not found; {fix}"
     try:
         described = json.loads(card.read_text(encoding="utf-8"))["comparison"]["sha256"]
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
-        return f"corpus card {card.name} has no comparison sha256 (not written by `iteralab corpus build`); {fix}"
+        return (f"corpus card {card.name} has no comparison sha256 (not written by `{iteralab_command()} corpus "
+                f"build`); {fix}")
     actual = sha256_file(corpus)
     if described != actual:
         return (f"corpus card {card.name} describes another file (sha256 {str(described)[:12]}...), not [corpus] "
@@ -205,12 +206,13 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
         fp = recorded.get("fingerprint")
         if fp is None:
             out.append(Check("tokenizer", None, f"corpus card {card.name} records no tokenizer fingerprint; "
-                                                "rebuild it with `iteralab corpus build --tokenizer MODEL` to check"))
+                                                f"rebuild it with `{iteralab_command()} corpus build --tokenizer "
+                                                "MODEL` to check"))
         elif fp != tokenizer_fingerprint(tok):
             out.append(Check("tokenizer", False, f"corpus card {card.name} counted tokens with "
                                                  f"{recorded.get('name') or recorded.get('path')!r}, not the model's "
                                                  f"tokenizer ({Path(ref).name}): length buckets would be wrong; "
-                                                 f"rebuild with `iteralab corpus build --tokenizer {ref}`"))
+                                                 f"rebuild with `{iteralab_command()} corpus build --tokenizer {ref}`"))
         else:
             out.append(Check("tokenizer", True, "corpus buckets counted with the model's tokenizer"))
     return out

@@ -348,7 +348,7 @@ def locked_version(proto: Protocol) -> dict:
     if found:
         return found
     same = [v for v in versions if v.get("protocol_sha256") == ident["protocol_sha256"]]
-    nxt = f"run `iteralab protocol lock {proto.path}` to make version {len(versions) + 1}"
+    nxt = f"run `{iteralab_command()} protocol lock {proto.path}` to make version {len(versions) + 1}"
     if same:
         from lab.orchestration.identity import changed_model_files
 

@@ -288,6 +288,32 @@ class Validation(Record, frozen=True):
             return f"accepted ({self.metric_name} {self.metric:.4f})" if self.metric is not None else "accepted"
         return rejected_text(self.reasons)
 
+    def failed_checks(self) -> list[str]:
+        """The acceptance checks this pass failed, by name, in the rule's order (SPEC section 3
+        rule 2): "ids", "format", "coverage", the metric's name (``metric_name``: below its
+        threshold, or not computed on matching ids and format), "reference" (gap beyond the
+        tolerance, or not computed for want of a reference pass); [] when accepted. Read from the
+        typed checks, never from the ``reasons`` text."""
+        if self.corpus_accepted:
+            return []
+        failed = [name for name, ok in (("ids", self.ids_match), ("format", self.format_ok),
+                                        ("coverage", self.coverage_ok)) if not ok]
+        if self.threshold_ok is False or (self.threshold_ok is None and self.ids_match and self.format_ok):
+            failed.append(self.metric_name)
+        if self.tolerance_ok is False or (self.tolerance_ok is None and self.metric is not None):
+            failed.append("reference")
+        return failed
+
+    def verdict_short(self) -> str:
+        """The verdict in a table cell's width (the Runs screen's status cell): "accepted", or the
+        one rejection wording (:func:`rejected_text`) of the checks failed
+        (:meth:`failed_checks`): "rejected: accuracy", "rejected: ids; coverage". The full words
+        with the figures are :meth:`verdict`'s (used as is when no named check failed)."""
+        if self.corpus_accepted:
+            return "accepted"
+        failed = self.failed_checks()
+        return rejected_text(failed) if failed else self.verdict()
+
 
 def rejected_text(reasons: list[str]) -> str:
     """The one wording of a rejection: "rejected: " and the validation's reasons, "; "-joined
@@ -334,8 +360,14 @@ class Attempt(Record, frozen=True):
     @property
     def verdict(self) -> str:
         """The attempt's verdict in words (``Validation.verdict``, the one rule); "" before it was
-        validated. Read by ``iteralab campaign status`` and the Runs screen."""
+        validated. Read by ``iteralab campaign status``."""
         return self.validation.verdict() if self.validation is not None else ""
+
+    @property
+    def verdict_short(self) -> str:
+        """The attempt's verdict in a table cell's width (``Validation.verdict_short``); "" before
+        it was validated. Read by the Runs screen's status cell."""
+        return self.validation.verdict_short() if self.validation is not None else ""
 
 
 def build(cls: type[R], fields: dict) -> R:

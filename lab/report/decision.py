@@ -34,6 +34,7 @@ from lab.cost.forfaits import (
 from lab.facts.constants import DEFAULT_DELIVERABLES, DEFAULT_LOTS
 from lab.orchestration.config import AGREEMENT
 from lab.report.distinguish import compare_durations
+from lab.report.exclusions import exclusion_counts
 from lab.report.summary import VariantSummary
 
 UNDEFINED = "undefined: no accepted corpus"
@@ -170,7 +171,7 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
                     f"can be compared and none is claimed. {len(unpriced)} configuration(s) pass the quality, "
                     f"memory and failure checks: {names}. Add [cost] (gpu, days, lots) to price them."]
     else:
-        decision = _decision(eligible, deliverables, deadline_at, len(not_run))
+        decision = _decision(eligible, exclusion_counts(rows), deliverables, deadline_at, len(not_run))
     if not_run:
         decision = [f"**Not a decision over every declared configuration:** {len(not_run)} of "
                     f"{len(not_run) + len(rows)} have not run ({', '.join(not_run)}).", ""] + decision
@@ -380,10 +381,13 @@ def distinguished(a: VariantSummary, b: VariantSummary) -> bool:
     return compare_durations(list(a.durations_s), list(b.durations_s)).distinguished
 
 
-def _decision(eligible: list[Assessment], deliverables: int,
+def _decision(eligible: list[Assessment], counts: str, deliverables: int,
               deadline_at: datetime | None, not_run: int = 0) -> list[str]:
+    """The note's Decision section. ``counts``: how many configurations are excluded, per kind
+    (lab.report.exclusions.exclusion_counts, the line ``iteralab compare`` prints), said when none
+    is eligible."""
     if not eligible:
-        return ["No configuration is eligible (see the exclusions above): no package should be "
+        return [f"No configuration is eligible ({counts}; see the exclusions above): no package should be "
                 "committed on this evidence."]
     best = eligible[0]
     v, q = best.variant, best.quote

@@ -92,7 +92,7 @@ def _demo_target(p: Path) -> Path:
     if campaign_dir_of(demo_copy()) is not None:
         return demo_copy()
     raise CampaignError(f"{p}: the demo campaign is locked and run from its copy {demo_copy()} (by `make up` or "
-                        "`iteralab demo`), which has not run yet; run the demo first")
+                        f"`{iteralab_command()} demo`), which has not run yet; run the demo first")
 
 
 def resolve_campaign_dir(target: str | Path | None, verb: str = "campaign status") -> Path:
@@ -216,7 +216,7 @@ def spawn_detached(campaign: str | Path, launcher: str, memory_limit: int | None
     orch = Orchestrator.prepare(campaign, runs_root(), make_launcher(launcher, memory_limit))
     if campaign_status(orch.dir)["alive"]:
         raise CampaignError(f"{orch.dir}: an orchestrator is already running this campaign; "
-                            "`iteralab campaign status` shows it")
+                            f"`{iteralab_command()} campaign status` shows it")
     orch.check_launcher()  # here, so that the UI shows it: the detached process would only log it
     cmd = [sys.executable, "-m", "lab.cli", "campaign", "run", str(campaign), "--launcher", launcher]
     if memory_limit:
@@ -355,7 +355,8 @@ def run_headless(campaign_file: str | Path, launcher: str = "auto", echo=None,
     else:
         why = f" ({str(orch.journal.get_control('blocked', ''))[:200]})" if state == CampaignState.BLOCKED else ""
         out["line"] = (f"{state}: {st['finished']} of {st['planned']} passes finished{why}; run the same command "
-                       "again to resume (no archive packed: `iteralab archive --partial` packs one labelled partial)")
+                       f"again to resume (no archive packed: `{iteralab_command()} archive --partial` packs one "
+                       "labelled partial)")
     return out
 
 

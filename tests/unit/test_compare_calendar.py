@@ -1,7 +1,7 @@
 """compare's calendar and its "no decision" line, without archives: a deadline before the window
 start asks for an earlier window start or a later deadline (never a later window start, which
 only widens the inversion); the exclusions are counted per kind from each configuration's own
-exclusion records (lab.compare.projection.exclusion_counts)."""
+exclusion records (lab.report.exclusions.exclusion_counts)."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,7 +11,8 @@ import pytest
 
 from lab.compare.decision import calendar
 from lab.compare.evidence import CompareError
-from lab.compare.projection import Projection, exclusion_counts, exclusion_kind
+from lab.compare.projection import Projection
+from lab.report.exclusions import exclusion_counts, exclusion_kind
 
 
 def test_a_deadline_before_the_window_start_asks_for_an_earlier_start_or_a_later_deadline():

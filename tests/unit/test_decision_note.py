@@ -158,6 +158,32 @@ def test_dst_week_exceeds_7_days_and_is_excluded_on_calendar():
     assert "No configuration is eligible" in note
 
 
+def test_no_eligible_configuration_says_the_exclusion_counts_compare_prints():
+    """The campaign's decision.md counts its exclusions per kind with the function behind
+    `iteralab compare`'s line (lab.report.exclusions.exclusion_counts), from the same entries
+    its "Excluded configurations" list shows."""
+    from types import SimpleNamespace
+
+    from lab.report.exclusions import exclusion_counts
+
+    rejected = dict(accepted_passes=0, quality_verdict="rejected: nn_accuracy 0.3500 < threshold 0.5")
+    note = decision_note([variant("b1", "batch 1", **rejected), variant("b8", "batch 8", **rejected)],
+                         CAMPAIGN, PRICING)
+    decision = note[note.index("## Decision"):]
+    assert "No configuration is eligible (2 of 2 excluded: quality 2; see the exclusions above)" in decision
+    both = decision_note([variant("b1", "batch 1", **rejected),
+                          variant("b8", "batch 8", **rejected, feasible=False,
+                                  infeasible_reason="peak 30 GiB > 24 GiB"),
+                          variant("b4", "batch 4", feasible=False, infeasible_reason="peak 25 GiB > 24 GiB")],
+                         CAMPAIGN, PRICING)
+    listed = both[both.index("## Excluded configurations"):both.index("## Not run")]
+    entries = [line.split("`): ", 1)[1].split("; ") for line in listed.splitlines() if line.startswith("- **")]
+    assert len(entries) == 3
+    counts = exclusion_counts([SimpleNamespace(exclusions=tuple(e)) for e in entries])
+    assert counts == "3 of 3 excluded: quality 2, memory 2"
+    assert f"No configuration is eligible ({counts}; see the exclusions above)" in both
+
+
 def test_no_window_means_deadline_not_checked():
     pricing = {**PRICING, "window_start": None, "window_end": None}
     note = decision_note([variant("v1", "batch 8")], CAMPAIGN, pricing)

@@ -62,6 +62,38 @@ def test_next_step_names_an_executable_that_works_from_any_folder(tmp_path):
     assert iteralab_command("-m", on_path="") == f"{Path(sys.executable).resolve()} -m lab.cli"
 
 
+def test_every_next_step_hint_names_the_executable_that_works_from_here(tmp_path, monkeypatch):
+    """Hints of preflight, doctor, the orchestrator, the service and the archive once printed a
+    bare `iteralab ...`, which a user who ran .venv/bin/iteralab (none on PATH) cannot paste: each
+    names lab.facts.host.iteralab_command(), as replay, status and resume hints did."""
+    import ast
+    import shutil as shutil_module
+
+    from lab.facts.host import toolkit_fix
+    from lab.orchestration.preflight import check_card
+
+    monkeypatch.setattr(shutil_module, "which", lambda name: None)  # none on PATH
+    monkeypatch.setattr(sys, "argv", [str(tmp_path / ".venv" / "bin" / "iteralab")])
+    shown = iteralab_command()
+    assert shown == str(tmp_path / ".venv" / "bin" / "iteralab")
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("")
+    missing_card = check_card(tmp_path / "card.json", corpus)
+    assert f"rebuild it with `{shown} corpus build` or remove [corpus] card" in missing_card
+    assert toolkit_fix().endswith(f"then run `{shown} doctor` again")
+    # no other message spells the command itself; a pass process (lab/passes) is not on the user's host
+    lab = Path(__file__).resolve().parents[2] / "lab"
+    bare = []
+    for p in sorted(lab.rglob("*.py")):
+        if p.relative_to(lab).parts[0] == "passes":
+            continue
+        tree = ast.parse(p.read_text())
+        docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+        bare += [f"{p.relative_to(lab)}:{n.lineno}" for n in ast.walk(tree) if isinstance(n, ast.Constant)
+                 and isinstance(n.value, str) and id(n) not in docs and "`iteralab " in n.value]
+    assert bare == []
+
+
 def test_no_printed_next_step_names_the_bundle_relative_executable():
     lab = Path(__file__).resolve().parents[2] / "lab"
     hits = [f"{p}" for p in lab.rglob("*.py") if ".venv/bin/iteralab" in p.read_text()

@@ -72,6 +72,31 @@ def test_verdict_wording_is_one_function_of_the_validation():
     assert v.replace(corpus_accepted=True, reasons=[]).verdict() == "accepted (accuracy 0.5000)"
 
 
+def test_the_short_verdict_names_the_failed_checks_from_the_typed_record():
+    """The Runs screen's status cell (Validation.verdict_short): "accepted", or the one rejection
+    wording of the checks failed, read from the booleans, in the rule's order."""
+    fields = {"expected_ids": 4, "observed_ids": 4, "duplicate_ids": 0, "missing_ids": 0, "extra_ids": 0,
+              "ids_match": True, "format_ok": True, "coverage": {}, "coverage_ok": True,
+              "metric_name": "nn_accuracy", "metric": 0.35, "metric_by_bucket": {}, "threshold": 0.5,
+              "threshold_ok": False, "reference_metric": 0.36, "gap_to_reference": -0.01,
+              "agreement_with_reference": 0.9, "tolerance": 0.02, "tolerance_ok": True,
+              "corpus_accepted": False, "reasons": ["nn_accuracy 0.3500 < threshold 0.5"]}
+    v = msgspec.convert(fields, Validation)
+    assert v.failed_checks() == ["nn_accuracy"] and v.verdict_short() == "rejected: nn_accuracy"
+    assert v.verdict() == "rejected: nn_accuracy 0.3500 < threshold 0.5"  # the full words stay the CLI's
+    assert v.replace(tolerance_ok=False).verdict_short() == "rejected: nn_accuracy; reference"
+    no_ref = v.replace(threshold_ok=True, tolerance_ok=None, gap_to_reference=None)
+    assert no_ref.verdict_short() == "rejected: reference"  # no reference pass yet: gap not computed
+    ids = v.replace(ids_match=False, coverage_ok=False, metric=None, threshold_ok=None, tolerance_ok=None)
+    assert ids.verdict_short() == "rejected: ids; coverage"  # a metric never computed is not a second failure
+    assert v.replace(format_ok=False, metric=None, threshold_ok=None, tolerance_ok=None).failed_checks() == ["format"]
+    accepted = v.replace(threshold_ok=True, corpus_accepted=True, reasons=[], metric=0.8)
+    assert accepted.failed_checks() == [] and accepted.verdict_short() == "accepted"
+    # a rejection no named check explains (a status that was not ok): the full words
+    odd = v.replace(threshold_ok=True, reasons=["pass status oom"])
+    assert odd.verdict_short() == odd.verdict() == "rejected: pass status oom"
+
+
 def test_pass_id_format_is_written_once():
     assert pass_id_for(7, 2, "v-1") == "p007-r2-v-1"
     assert pass_id_for(7, 2, "v-1", attempt=3) == "p007-r2-v-1-a3"

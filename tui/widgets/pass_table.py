@@ -2,7 +2,9 @@
 
 Columns: slot (seq, attempt), repetition, variant, status, progress bar with items,
 items/s, elapsed. OOMs and failures are shown in red the moment the journal's oom/error
-event arrives (before the pass row is finished), with the items completed.
+event arrives (before the pass row is finished), with the items completed. A pass that ran
+ok and was validated shows its verdict instead of "ok" (``Attempt.verdict_short``, the
+engine's words: "accepted", "rejected: accuracy"), so a pass rejected on quality never reads ok.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ FAIL_STYLE = "bold white on red"
 PENDING = "pending"  # a planned slot with no attempt yet: a display label, not a PassStatus
 STYLES = {PassStatus.OK: "green", PassStatus.RUNNING: "bold yellow", PassStatus.INTERRUPTED: "magenta",
           PENDING: "dim"}
+VERDICT_STYLES = {True: "bold green", False: "bold red"}  # a validated pass: accepted / rejected
 
 
 def _ts(iso: str | None) -> float | None:
@@ -54,7 +57,9 @@ def progress_bar(done: int, total: int, width: int = 8) -> str:
 
 
 def pass_rows(attempts: list[Attempt], plan: list[dict], live_failures: dict, now: float) -> list[dict]:
-    """Rows to display: {key, cells: tuple[str|Text], failed: bool}, in schedule order."""
+    """Rows to display: {key, cells: tuple[str|Text], failed: bool}, in schedule order. The
+    status cell: a failure's kind and items done, a validated ok pass's verdict
+    (``Attempt.verdict_short``), else the status word."""
     import json
 
     rows: list[dict] = []
@@ -69,6 +74,9 @@ def pass_rows(attempts: list[Attempt], plan: list[dict], live_failures: dict, no
             if live and live.get("items_done") is not None and status == PassStatus.RUNNING:
                 done = live["items_done"]
             st = Text(f"{str(kind).upper()} @{done}", style=FAIL_STYLE)
+        elif status == PassStatus.OK and a.validation is not None:
+            st = Text(a.verdict_short, style=VERDICT_STYLES[a.validation.corpus_accepted],
+                      no_wrap=True, overflow="ellipsis")  # cut with "…" where the table's room ends
         else:
             st = Text(status, style=STYLES.get(status, ""))
         rate = a.items_per_s
@@ -96,6 +104,7 @@ class PassTable(DataTable):
 
     user_moved = False
     _widths: tuple[int, ...] = ()  # the columns' widths as last given (column_widths)
+    _rows: list[dict] = []  # the rows as last shown (shown again when the table is resized)
 
     def action_cursor_up(self) -> None:
         self.user_moved = True
@@ -110,20 +119,38 @@ class PassTable(DataTable):
         self.zebra_stripes = False
 
     @staticmethod
-    def column_widths(rows: list[dict]) -> tuple[int, ...]:
+    def column_widths(rows: list[dict], room: int | None = None) -> tuple[int, ...]:
         """Each column's width in cells: its widest value or its label. Given explicitly to the
         table, so the layout follows the rows only (DataTable's own auto widths are updated on
-        idle and could be drawn half-updated)."""
+        idle and could be drawn half-updated). ``room``: the cells the columns may use side by
+        side (None: unbounded); when they need more, the status column gives up the excess
+        (down to its label's width), its verdicts cut with "…", so the row never scrolls sideways
+        for a verdict."""
         from rich.cells import cell_len
 
-        return tuple(max([cell_len(c)] + [cell_len(str(r["cells"][i])) for r in rows])
-                     for i, c in enumerate(COLUMNS))
+        widths = [max([cell_len(c)] + [cell_len(str(r["cells"][i])) for r in rows]) for i, c in enumerate(COLUMNS)]
+        k = COLUMNS.index("status")
+        if room is not None and sum(widths) > room:
+            widths[k] = max(cell_len(COLUMNS[k]), widths[k] - (sum(widths) - room))
+        return tuple(widths)
+
+    def room(self) -> int | None:
+        """Cells the columns' contents may use without scrolling sideways: the table's width less
+        the vertical scrollbar and each column's padding; None before the table is laid out."""
+        if not self.size.width:
+            return None
+        return self.size.width - self.styles.scrollbar_size_vertical - 2 * self.cell_padding * len(COLUMNS)
+
+    def on_resize(self) -> None:
+        if self._rows:
+            self.show(self._rows)
 
     def show(self, rows: list[dict]) -> None:
+        self._rows = rows
         keys = [r["key"] for r in rows]
         current = [k.value for k in self.rows]
         cursor = self.cursor_row
-        widths = self.column_widths(rows)
+        widths = self.column_widths(rows, self.room())
         if widths != self._widths:
             self.clear(columns=True)
             for c, w in zip(COLUMNS, widths, strict=True):
