@@ -147,6 +147,7 @@ def test_a_pass_judged_before_the_reference_existed_is_judged_once_it_does(unlab
     other = next(a for a in attempts if a.variant.batch_size == 8).pass_id
     before = orch.validate_attempt(other, Reference(None, None, ""))
     assert not before.corpus_accepted and before.metric is None and not before.reference_pass
+    assert before.verdict_short() == "rejected: reference", kind  # waiting for it, not below its threshold
     said: list[str] = []
     orch.echo = said.append
     orch.judge_waiting(ref)

@@ -13,8 +13,9 @@ import sqlite3
 import msgspec
 
 from lab.evidence.format import JOURNAL, ArchiveError, skipped_missing
+from lab.facts.constants import AGREEMENT
 from lab.facts.errors import LabError
-from lab.orchestration.config import AGREEMENT, EMBEDDING_METRICS, GENERATION_METRICS
+from lab.orchestration.config import EMBEDDING_METRICS, GENERATION_METRICS
 from lab.orchestration.journal import Journal, JournalVersion, attempt_record
 from lab.passes.events import FINISHED, PassStatus
 from lab.passes.records import Attempt

@@ -59,9 +59,9 @@ from lab.evidence.rederive import (
 )
 from lab.evidence.tables import CAMPAIGN, MEMBERS, RAW_TABLE, check_tables
 from lab.evidence.user_metric import user_metric_ref, user_metric_scores
+from lab.facts.constants import AGREEMENT
 from lab.facts.files import HashingReader, lab_sources_sha256
 from lab.facts.host import iteralab_command
-from lab.orchestration.config import AGREEMENT
 
 PARSED_MAX_BYTES = 64 * 2**20
 CHUNK_BYTES = 1 << 20

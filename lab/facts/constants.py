@@ -52,3 +52,9 @@ cache. On CPU it is a fraction of host RAM, and vLLM's own default (0.92) is ref
 where other processes hold memory; 0.1 starts on a shared 2-core development machine
 (../shared/VLLM-HERE.md). On a rented GPU only the pass uses the card: 0.9 leaves room for the
 CUDA context. The value used is recorded with the pass (lab.engines.vllm)."""
+
+AGREEMENT = "agreement"
+"""The [quality] metric that judges every task kind by its per-id agreement with the reference
+variant's first valid pass (no labels needed: the one metric a corpus built with --no-labels
+accepts at lock; lab.orchestration.validate.agreement_figures gives the rule per kind). Here, not
+in lab.orchestration.config, so that the pass records (lab.passes.records) can name it too."""

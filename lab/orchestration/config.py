@@ -22,6 +22,7 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 from lab.facts.constants import (
+    AGREEMENT,
     DEFAULT_DELIVERABLES,
     DEFAULT_LOTS,
     DEFAULT_MIN_ACCEPTED_PASSES,
@@ -40,10 +41,6 @@ EMBEDDING_METRICS = ("nn_accuracy",)
 # exact match after the declared normalisation, SQuAD token F1 (lab.passes.tasks.text_metrics); the
 # one [quality] names is judged, the other is reported beside it
 GENERATION_METRICS = ("exact_match", "token_f1")
-# every kind's per-id agreement with the reference variant's first valid pass, judged against the
-# threshold (no labels needed: a corpus built with --no-labels is judged by it alone):
-# lab.orchestration.validate.agreement_figures says the rule per kind
-AGREEMENT = "agreement"
 TASK_KINDS = ("classification", "embedding", "custom", "generation")
 KIND_METRICS = {"classification": (*METRICS, AGREEMENT), "embedding": (*EMBEDDING_METRICS, AGREEMENT),
                 "custom": (*METRICS, AGREEMENT), "generation": (*GENERATION_METRICS, AGREEMENT)}

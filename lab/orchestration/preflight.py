@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.engines.vllm import vllm_refusal
-from lab.facts.constants import VLLM_MEMORY_FRACTION
+from lab.facts.constants import AGREEMENT, VLLM_MEMORY_FRACTION
 from lab.facts.files import REPO_ROOT, sha256_file
 from lab.facts.host import gpu_count, iteralab_command
 from lab.inputs.corpus import BUCKETS, CorpusError, count_tokens, labelled, load_items, read_corpus
 from lab.inputs.models import ModelFolderError, local_checkpoint_config, model_folder, tokenizer_fingerprint
-from lab.orchestration.config import AGREEMENT
 from lab.passes.tasks.vllm_job import runner_for
 
 DEVICE_RE = re.compile(r"^(auto|cpu|cuda|rocm|gpu|cuda:\d+)$")

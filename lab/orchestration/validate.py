@@ -397,7 +397,7 @@ def agreement_figures(per_id: np.ndarray, buckets: np.ndarray, ids: list[str], m
 
 def judged_by_agreement(quality: dict) -> bool:
     """Whether the locked [quality] judges passes by their agreement with the reference variant."""
-    from lab.orchestration.config import AGREEMENT
+    from lab.facts.constants import AGREEMENT
 
     return quality["metric"] == AGREEMENT
 

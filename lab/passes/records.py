@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from lab.facts.constants import AGREEMENT
 from lab.facts.diskfull import atomic_write_text
 from lab.facts.errors import FailureKind
 from lab.inputs.variants import Variant
@@ -292,12 +293,15 @@ class Validation(Record, frozen=True):
         """The acceptance checks this pass failed, by name, in the rule's order (SPEC section 3
         rule 2): "ids", "format", "coverage", the metric's name (``metric_name``: below its
         threshold, or not computed on matching ids and format), "reference" (gap beyond the
-        tolerance, or not computed for want of a reference pass); [] when accepted. Read from the
-        typed checks, never from the ``reasons`` text."""
+        tolerance, or not computed for want of a reference pass: for the agreement metric, that
+        alone); [] when accepted. Read from the typed checks, never from the ``reasons`` text."""
         if self.corpus_accepted:
             return []
         failed = [name for name, ok in (("ids", self.ids_match), ("format", self.format_ok),
                                         ("coverage", self.coverage_ok)) if not ok]
+        if self.metric_name == AGREEMENT and self.metric is None and not self.reference_pass \
+                and self.ids_match and self.format_ok:  # the agreement waits for a reference pass
+            return [*failed, "reference"]
         if self.threshold_ok is False or (self.threshold_ok is None and self.ids_match and self.format_ok):
             failed.append(self.metric_name)
         if self.tolerance_ok is False or (self.tolerance_ok is None and self.metric is not None):

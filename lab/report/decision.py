@@ -31,8 +31,7 @@ from lab.cost.forfaits import (
     parse_window,
     quote,
 )
-from lab.facts.constants import DEFAULT_DELIVERABLES, DEFAULT_LOTS
-from lab.orchestration.config import AGREEMENT
+from lab.facts.constants import AGREEMENT, DEFAULT_DELIVERABLES, DEFAULT_LOTS
 from lab.report.distinguish import compare_durations
 from lab.report.exclusions import exclusion_counts
 from lab.report.summary import VariantSummary

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from lab.facts.constants import AGREEMENT
 from lab.facts.files import sha256_file
 from lab.inputs.variants import Variant
-from lab.orchestration.config import AGREEMENT
 from lab.passes.events import PassStatus
 from lab.passes.observed import NOT_OBSERVABLE
 from lab.passes.records import PHASES, Attempt, Observed, PassResult, Phases, Validation

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from lab.facts.constants import AGREEMENT
 from lab.inputs.variants import series_names
-from lab.orchestration.config import AGREEMENT
 from lab.passes.events import PassStatus
 from lab.passes.records import Attempt, Validation, rejected_text
 from lab.report.conditions import is_starved, starved_text
