@@ -125,3 +125,26 @@ def test_compare_refuses_an_embedding_and_a_classification_archive_in_one_line(e
     assert msg.startswith(f"not comparable: different task kinds: {load_evidence(cls).name} is classification, "
                           f"{load_evidence(emb).name} is embedding"), msg
     assert "quality rule" in msg and "\n" not in msg, msg
+
+
+def test_a_vector_turned_around_is_found_by_the_reported_agreement_too(embedding_run, tmp_path):
+    """A label-metric campaign reports its per-id cosine with the reference (not judged by it):
+    verify recomputes that figure and the journal's worst id from both passes' vectors."""
+    from lab.evidence.archive import verify
+
+    orch, archive = embedding_run
+    ref = next(a for a in orch.journal.attempts() if a.variant.batch_size == 1).pass_id
+    pid = next(a for a in orch.journal.attempts() if a.pass_id != ref).pass_id
+    files = read_members(archive)
+    vec = member(files, f"/passes/{pid}/vectors.npy")
+    arr = np.load(io.BytesIO(files[vec]))
+    arr[3] = -arr[3]
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    files[vec] = buf.getvalue()
+    res = member(files, f"/passes/{pid}/result.json")
+    files[res] = json.dumps({**json.loads(files[res]), "vectors_sha256": hashlib.sha256(files[vec]).hexdigest()}
+                            ).encode()
+    bad = verify(write_members(tmp_path / "turned.tar.gz", files))
+    assert any(p.startswith(f"pass {pid}: worst id ") and f"recomputed from its vectors and reference pass {ref}'s"
+               in p for p in bad.problems), bad.problems

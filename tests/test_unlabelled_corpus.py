@@ -134,6 +134,9 @@ def test_the_archive_verifies_and_a_forged_agreement_is_refused(unlabelled_run, 
                for p in bad.problems), bad.problems
     assert any(p.startswith(f"pass {pid}: marked accepted, but its recomputed metric") for p in bad.problems), \
         bad.problems
+    if kind == "embedding":  # the journal's worst id is recomputed too, not only the judged figure
+        assert any(p.startswith(f"pass {pid}: worst id ") and "in the journal" in p and "at -1.0 recomputed" in p
+                   for p in bad.problems), bad.problems
 
 
 def test_a_pass_judged_before_the_reference_existed_is_judged_once_it_does(unlabelled_run):

@@ -284,8 +284,9 @@ def check_row(row: dict, scan, gold: dict | None, threshold: float | None, probl
     """Check one raw-table row against its files (see the module docstring). ``threshold``: the
     locked campaign file's quality threshold (None when it cannot be read); ``higher``: its
     direction; ``user_scores``: a user's own metric recomputed (user_metric_scores), or None;
-    ``references``: {pass id: its reference pass's id} from the archived journal (the agreement
-    metric is recomputed against that pass's files; reference_passes)."""
+    ``references``: {pass id: its Validation} from the archived journal: the agreement with the
+    reference pass it names is recomputed from both passes' files (check_agreement), judged or
+    reported; None when the journal is unreadable."""
     pid = row["pass_id"]
     result_rel = f"passes/{pid}/result.json"
     if result_rel in scan.kept:
@@ -315,6 +316,12 @@ def check_row(row: dict, scan, gold: dict | None, threshold: float | None, probl
         return
     if gold is not None:
         check_acceptance(row, recomputed, threshold, problems, higher)
+    if gold is not None and references is not None and row.get("metric_name") != AGREEMENT \
+            and pid in references and row.get("predictions_path") in scan.kept:
+        try:  # a reported figure beside a label metric (the judged one is checked in _row_metric)
+            check_agreement(pid, row, scan, gold, problems, references[pid])
+        except MemberMissing:
+            pass  # said once, by check_agreement
 
 
 def _row_metric(row: dict, scan, gold: dict | None, problems: list[str], user_scores: dict | None,
@@ -332,7 +339,7 @@ def _row_metric(row: dict, scan, gold: dict | None, problems: list[str], user_sc
     if gold is None or p not in scan.kept:
         return None
     if row.get("metric_name") == AGREEMENT:
-        return _check_agreement_metric(pid, row, scan, gold, problems, (references or {}).get(pid) or "")
+        return check_agreement(pid, row, scan, gold, problems, (references or {}).get(pid))
     if row.get("metric_name") in EMBEDDING_METRICS:
         return _check_embedding_metric(pid, row, scan, p, gold, problems)
     if row.get("metric_name") in GENERATION_METRICS:
@@ -418,20 +425,20 @@ def locked_normalisation(scan) -> str | None:
     return None if task is None else task.get("normalisation") or NORMALISATION
 
 
-def reference_passes(attempts: list[Attempt], rows: list[dict], reference_variant: str | None,
-                     problems: list[str]) -> dict[str, str]:
-    """{pass id: the reference pass its validation compared it with} from the archived journal's
-    attempts, checked for a campaign judged by agreement: every pass names the same reference, a
-    pass of the locked reference variant (``reference_variant``: its name or id; None when the
-    campaign file cannot be read) that is ok with its ids and format right (raw table ``rows``),
-    and no earlier such pass of that variant (the rule: its first valid pass). Problems name the pass."""
+def check_reference_pass(attempts: list[Attempt], rows: list[dict], reference_variant: str | None,
+                         problems: list[str]) -> None:
+    """The reference pass the archived journal's validations name, for a campaign judged by
+    agreement: every pass names the same one, a pass of the locked reference variant
+    (``reference_variant``: its name or id; None when the campaign file cannot be read) that is
+    ok with its ids and format right (raw table ``rows``), and no earlier such pass of that
+    variant (the rule: its first valid pass). Problems name the pass."""
     refs = {a.pass_id: a.validation.reference_pass or "" for a in attempts if a.validation is not None}
     named = sorted({r for r in refs.values() if r})
     if len(named) > 1:
         problems.append(f"passes compared with {len(named)} different reference passes ({', '.join(named[:3])}); "
                         "one campaign has one reference pass")
     if not named:
-        return refs
+        return
     from lab.inputs.variants import find_variant
 
     ref = named[0]
@@ -440,7 +447,7 @@ def reference_passes(attempts: list[Attempt], rows: list[dict], reference_varian
     locked = None if reference_variant is None else find_variant([a.variant for a in attempts], reference_variant)
     if reference_variant is not None and (locked is None or locked.variant_id != variant_of.get(ref)):
         problems.append(f"reference pass {ref} is not a pass of the locked reference variant {reference_variant}")
-        return refs
+        return
     valid = [a for a in sorted(attempts, key=lambda a: a.seq) if variant_of[a.pass_id] == variant_of.get(ref)
              and by_pid.get(a.pass_id, {}).get("status") == PassStatus.OK
              and by_pid[a.pass_id].get("ids_match") == "True" and by_pid[a.pass_id].get("format_ok") == "True"]
@@ -448,7 +455,6 @@ def reference_passes(attempts: list[Attempt], rows: list[dict], reference_varian
         problems.append(f"reference pass {ref} is not the reference variant's first valid pass ({valid[0].pass_id})")
     elif not valid:
         problems.append(f"reference pass {ref} is not an ok pass with its ids and format right")
-    return refs
 
 
 def _pass_predictions(scan, pid: str, kind: str, ids: list[str]):
@@ -483,11 +489,13 @@ def _pass_predictions(scan, pid: str, kind: str, ids: list[str]):
     return {rec["id"]: rec[key] for rec in lines}
 
 
-def _check_agreement_metric(pid: str, row: dict, scan, gold: dict, problems: list[str], ref: str) -> float | None:
-    """A pass judged by agreement: recomputed from its archived predictions and its reference pass's
-    (``ref``, from the journal: reference_passes), per id by its kind's rule and summarised as
-    validation does (lab.orchestration.validate.agreement_figures), overall and per bucket; the
-    agreement_with_reference column must equal it too."""
+def check_agreement(pid: str, row: dict, scan, gold: dict, problems: list[str], validation) -> float | None:
+    """A pass's agreement with the reference pass its journal validation names, recomputed from
+    both passes' archived predictions (vectors), per id by its kind's rule and summarised as
+    validation does (lab.orchestration.validate.agreement_figures): the raw table's
+    ``agreement_with_reference`` and, judged by agreement, its metric columns overall and per
+    bucket; an embedding's worst id and cosine against the journal's. Returns the judged figure
+    for the agreement metric, else None. MemberMissing (said once) when a file is absent."""
     import numpy as np
 
     from lab.inputs.corpus import BUCKETS as CORPUS_BUCKETS
@@ -495,11 +503,15 @@ def _check_agreement_metric(pid: str, row: dict, scan, gold: dict, problems: lis
     from lab.passes.tasks.embedding_metrics import cosine_agreement
     from lab.passes.tasks.text_metrics import NORMALISATION, output_equality
 
-    claimed = row.get("metric")
+    judged = row.get("metric_name") == AGREEMENT
+    claimed = row.get("metric") if judged else row.get("agreement_with_reference")
+    ref = getattr(validation, "reference_pass", None) or ""
     if not ref:
-        if claimed not in (None, ""):
+        if judged and claimed not in (None, ""):
             problems.append(f"pass {pid}: agreement {claimed} given, but the journal names no reference pass for it")
         return None
+    if not judged and claimed in (None, ""):
+        return None  # no agreement reported (its ids or format did not match)
     task = locked_task(scan)
     if task is None:
         problems.append(f"pass {pid}: campaign.toml missing or not TOML: its task kind is not known, so its "
@@ -508,7 +520,10 @@ def _check_agreement_metric(pid: str, row: dict, scan, gold: dict, problems: lis
     kind = task.get("kind") or "classification"
     ids = list(gold)
     try:
-        mine, theirs = _pass_predictions(scan, pid, kind, ids), _pass_predictions(scan, ref, kind, ids)
+        cache = getattr(scan, "derived", {})  # the reference pass is read once for every pass compared with it
+        if ("predictions", ref) not in cache:
+            cache[("predictions", ref)] = _pass_predictions(scan, ref, kind, ids)
+        mine, theirs = _pass_predictions(scan, pid, kind, ids), cache[("predictions", ref)]
     except MemberMissing as exc:
         problems.append(skipped_missing(f"pass {pid}", "agreement check", str(exc)))
         raise
@@ -525,14 +540,20 @@ def _check_agreement_metric(pid: str, row: dict, scan, gold: dict, problems: lis
         per_id = np.fromiter((mine[i] == theirs[i] for i in ids), np.float64, len(ids))
     code = {b: k for k, b in enumerate(CORPUS_BUCKETS)}
     buckets = np.array([code.get(gold[i][1], -1) for i in ids], np.int8)
-    fig = agreement_figures(per_id, buckets, ids, median=kind == "embedding")
-    values = {"metric": fig.value, "agreement_with_reference": fig.value,
-              **{f"metric_{b}": fig.by_bucket.get(b) for b in BUCKETS}}
+    fig = agreement_figures(per_id, buckets, ids, cosine=kind == "embedding")
+    values = {"agreement_with_reference": fig.typical}
+    if judged:
+        values |= {"metric": fig.value, **{f"metric_{b}": fig.by_bucket.get(b) for b in BUCKETS}}
     for col, value in values.items():
         if col in row and not _same_metric(value, row[col]):
             problems.append(f"pass {pid}: {col} {row[col] or 'empty'} in the raw table, {value} recomputed from its "
                             f"predictions and reference pass {ref}'s")
-    return fig.value
+    worst = getattr(validation, "agreement_worst", None)
+    if fig.worst is not None and worst is not None and (not _same_metric(worst, fig.worst)
+                                                        or validation.agreement_worst_id != fig.worst_id):
+        problems.append(f"pass {pid}: worst id {validation.agreement_worst_id} at {worst} in the journal, "
+                        f"{fig.worst_id} at {fig.worst} recomputed from its vectors and reference pass {ref}'s")
+    return fig.value if judged else None
 
 
 def _check_generation_metric(pid: str, row: dict, scan, pred_rel: str, gold: dict,

@@ -50,12 +50,12 @@ from lab.evidence.format import (
 )
 from lab.evidence.rederive import (
     GOLD_LABELS,
+    check_reference_pass,
     check_row,
     compare_journal,
     member_text,
     read_gold,
     read_journal,
-    reference_passes,
 )
 from lab.evidence.tables import CAMPAIGN, MEMBERS, RAW_TABLE, check_tables
 from lab.evidence.user_metric import user_metric_ref, user_metric_scores
@@ -86,6 +86,7 @@ class _Scan:
         self.too_large: list[str] = []
         self.journal: Path | None = None
         self.work = work
+        self.derived: dict = {}  # figures read from kept members once (the reference pass's predictions)
 
     def add(self, rel: str, fh) -> None:
         reader = HashingReader(fh)
@@ -262,8 +263,9 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
         gold = read_gold(scan, problems)
         threshold, higher = _locked_threshold(scan, problems)
         scores = user_metric_scores(scan, rows, gold, user_metric_ref(scan, metric_file), problems)
-        refs = (reference_passes(journal[0], rows, _locked_reference(scan), problems)
-                if journal is not None and any(r.get("metric_name") == AGREEMENT for r in rows) else None)
+        refs = None if journal is None else {a.pass_id: a.validation for a in journal[0] if a.validation is not None}
+        if journal is not None and any(r.get("metric_name") == AGREEMENT for r in rows):
+            check_reference_pass(journal[0], rows, _locked_reference(scan), problems)
         opted_out: dict[str, list[str]] = {}
         for row in rows:
             check_row(row, scan, gold, threshold, problems, scores, higher, opted_out, refs)

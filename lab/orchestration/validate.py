@@ -359,6 +359,8 @@ def check_ids(corpus: list[dict], observed: list[str], fmt_errors: list[str]) ->
 
 LABEL_AGREEMENT_RULE = "share of ids with the reference variant's label"
 EMBEDDING_AGREEMENT_RULE = "per-id cosine with the reference variant's vectors: median; worst id apart"
+EMBEDDING_JUDGED_RULE = ("per-id cosine with the reference variant's vectors: the lowest id's is judged (every id "
+                         "must reach the threshold), the median beside it")
 
 
 def generation_agreement_rule(normalisation: str) -> str:
@@ -368,31 +370,36 @@ def generation_agreement_rule(normalisation: str) -> str:
 
 @dataclass(frozen=True)
 class AgreementFigures:
-    """A pass's per-id agreement with the reference pass, summarised: ``value`` overall and
-    ``by_bucket`` ({bucket: value}, buckets that hold items), both rounded to 6 decimals; the
-    lowest per-id figure and its id (``worst``, ``worst_id``: embeddings only, None otherwise);
-    ``differing``: the ids whose figure is below 1 (labels and outputs: the ids that differ)."""
+    """A pass's per-id agreement with the reference pass, summarised (rounded to 6 decimals):
+    ``value`` is the judged figure and ``by_bucket`` the same per bucket ({bucket: value}, buckets
+    that hold items); ``typical`` the figure reported as ``agreement_with_reference``; for
+    embeddings the lowest per-id cosine and its id (``worst``, ``worst_id``; None otherwise);
+    ``differing``: labels and outputs, the ids that differ from the reference's."""
 
     value: float
     by_bucket: dict
+    typical: float
     worst: float | None
     worst_id: str | None
     differing: tuple
 
 
-def agreement_figures(per_id: np.ndarray, buckets: np.ndarray, ids: list[str], median: bool) -> AgreementFigures:
+def agreement_figures(per_id: np.ndarray, buckets: np.ndarray, ids: list[str], cosine: bool) -> AgreementFigures:
     """Summarise ``per_id`` (shape (n,), n >= 1, corpus order: 1.0/0.0 for an equal/different
-    label or output, the cosine for an embedding) by the rule of its kind: the median with the
-    worst id apart (``median``: embeddings, whose per-id cosine is continuous), else the mean (the
-    share of equal ids). ``buckets``: each item's bucket code (index into BUCKETS, -1: none).
-    The one rule validation and ``archive verify`` (lab.evidence.rederive) both apply."""
-    stat = np.median if median else np.mean
+    label or output, the cosine for an embedding, ``cosine``) by the rule of its kind. Labels and
+    outputs: the share of equal ids, judged and reported. Embeddings: the lowest id's cosine is
+    judged (overall and per bucket: a median would hide a third of the vectors turned around),
+    the median is reported, the worst id named. ``buckets``: each item's bucket code (index into
+    BUCKETS, -1: none). The one rule validation and ``archive verify`` (lab.evidence.rederive)
+    both apply."""
+    stat = np.min if cosine else np.mean
     by_bucket = {b: round(float(stat(per_id[buckets == k])), 6) for k, b in enumerate(BUCKETS)
                  if (buckets == k).any()}
     low = int(np.argmin(per_id))
-    return AgreementFigures(round(float(stat(per_id)), 6), by_bucket,
-                            round(float(per_id[low]), 6) if median else None, ids[low] if median else None,
-                            tuple(sorted(ids[k] for k in np.flatnonzero(per_id < 1.0))) if not median else ())
+    typical = float(np.median(per_id)) if cosine else float(np.mean(per_id))
+    return AgreementFigures(round(float(stat(per_id)), 6), by_bucket, round(typical, 6),
+                            round(float(per_id[low]), 6) if cosine else None, ids[low] if cosine else None,
+                            () if cosine else tuple(sorted(ids[k] for k in np.flatnonzero(per_id < 1.0))))
 
 
 def judged_by_agreement(quality: dict) -> bool:
@@ -421,7 +428,7 @@ def agreement_judged_fields(fig: AgreementFigures | None, quality: dict, reasons
     if not ok:
         reasons.append(f"{quality['metric']} {beside(fig.value, thr, 4)} < threshold {thr}")
     return {**fields, "metric": fig.value, "metric_by_bucket": fig.by_bucket, "threshold_ok": ok, "tolerance_ok": True,
-            "agreement_with_reference": fig.value, "agreement_worst": fig.worst, "agreement_worst_id": fig.worst_id}
+            "agreement_with_reference": fig.typical, "agreement_worst": fig.worst, "agreement_worst_id": fig.worst_id}
 
 
 def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
@@ -618,8 +625,9 @@ def validate_embedding_pass(corpus: list[dict], predictions_path: Path, quality:
     its gap to the reference variant's within the tolerance, and the per-id cosine agreement
     with the reference's vectors (``reference``: corpus order, (n, width); the median is
     ``agreement_with_reference``, the worst id is named). With [quality] metric = "agreement"
-    (judged_by_agreement) that median is the judged metric itself, per bucket too, against the
-    threshold alone (agreement_judged_fields). Never raises for bad predictions."""
+    (judged_by_agreement) the lowest id's cosine is the judged metric, per bucket too, against the
+    threshold alone, the median beside it (agreement_figures, agreement_judged_fields). Never
+    raises for bad predictions."""
     from lab.passes.tasks.embedding_metrics import cosine_agreement, nn_accuracy
 
     ids, vectors, fmt_errors = read_embedding(Path(predictions_path))
@@ -635,13 +643,13 @@ def validate_embedding_pass(corpus: list[dict], predictions_path: Path, quality:
     if judged_by_agreement(quality):
         if not (c.ids_match and not fmt_errors and vectors is not None and c.n):
             reasons.append("metric not computed: ids or format do not match the corpus")
-            return _judged(c, len(ids), fmt_errors, reasons=reasons, **_unjudged(quality, EMBEDDING_AGREEMENT_RULE))
+            return _judged(c, len(ids), fmt_errors, reasons=reasons, **_unjudged(quality, EMBEDDING_JUDGED_RULE))
         ordered = np.empty((c.n, vectors.shape[1]), np.float32)
         ordered[c.positions] = vectors
         fig = None if reference is None else agreement_figures(cosine_agreement(ordered, reference), c.buckets,
                                                                c.expected, True)
         return _judged(c, len(ids), fmt_errors, reasons=reasons,
-                       **agreement_judged_fields(fig, quality, reasons, EMBEDDING_AGREEMENT_RULE))
+                       **agreement_judged_fields(fig, quality, reasons, EMBEDDING_JUDGED_RULE))
     if c.ids_match and not fmt_errors and vectors is not None and c.n:
         ordered = np.empty((c.n, vectors.shape[1]), np.float32)
         ordered[c.positions] = vectors

@@ -32,15 +32,15 @@ def write_labels(path, corpus, preds):
     return path
 
 
-def test_agreement_figures_mean_for_equalities_median_for_cosines():
+def test_agreement_figures_judge_the_share_of_equal_ids_and_the_lowest_cosine():
     ids = ["a", "b", "c", "d"]
     buckets = np.array([0, 0, 1, 2], np.int8)
-    eq = agreement_figures(np.array([1.0, 0.0, 1.0, 1.0]), buckets, ids, median=False)
-    assert eq.value == 0.75 and eq.by_bucket == {"short": 0.5, "medium": 1.0, "long": 1.0}
+    eq = agreement_figures(np.array([1.0, 0.0, 1.0, 1.0]), buckets, ids, cosine=False)
+    assert eq.value == eq.typical == 0.75 and eq.by_bucket == {"short": 0.5, "medium": 1.0, "long": 1.0}
     assert eq.differing == ("b",) and eq.worst is None and eq.worst_id is None
-    cos = agreement_figures(np.array([0.99, 0.5, 0.98, 0.97]), buckets, ids, median=True)
-    assert cos.value == 0.975 and cos.worst == 0.5 and cos.worst_id == "b"
-    assert cos.by_bucket["short"] == 0.745
+    cos = agreement_figures(np.array([0.99, 0.5, 0.98, 0.97]), buckets, ids, cosine=True)
+    assert cos.value == cos.worst == 0.5 and cos.worst_id == "b" and cos.typical == 0.975  # median beside
+    assert cos.by_bucket == {"short": 0.5, "medium": 0.98, "long": 0.97}
 
 
 def test_label_agreement_is_judged_against_the_threshold_once_a_reference_exists(tmp_path):
@@ -76,23 +76,27 @@ def write_vectors(folder, corpus, vectors):
     return folder / "predictions.jsonl"
 
 
-def test_embedding_agreement_is_the_median_cosine_with_the_worst_id_named(tmp_path):
+def test_embedding_agreement_judges_the_lowest_ids_cosine_with_the_median_beside(tmp_path):
+    """A median would hide vectors turned around: one id at cosine -1 rejects the pass."""
     corpus = corpus_of(6)
     rng = np.random.default_rng(0)
     reference = rng.normal(size=(6, 8)).astype(np.float32)
-    moved = reference.copy()
-    moved[4] = -moved[4]  # one item's vector points the other way
-    path = write_vectors(tmp_path / "p", corpus, moved)
+    close = reference + rng.normal(scale=1e-3, size=reference.shape).astype(np.float32)
+    path = write_vectors(tmp_path / "p", corpus, close)
     v = validate_embedding_pass(corpus, path, Q)
     assert v.metric is None and "reference variant has no valid pass yet: agreement not computed" in v.reasons
     v = validate_embedding_pass(corpus, path, Q, reference=reference)
-    assert v.metric == v.agreement_with_reference and v.metric > 0.999 and v.corpus_accepted, v.reasons
-    assert v.agreement_worst_id == "i4" and v.agreement_worst < -0.999
-    assert v.agreement_rule.startswith("per-id cosine") and v.reference_metric is None
-    moved[:4] = -moved[:4]  # most items the other way: the median falls below the threshold
+    assert v.metric > 0.999 and v.metric == v.agreement_worst and v.corpus_accepted, v.reasons
+    assert v.agreement_with_reference >= v.metric and v.reference_metric is None
+    assert v.agreement_rule.startswith("per-id cosine") and "lowest id's is judged" in v.agreement_rule
+    moved = close.copy()
+    moved[4] = -moved[4]  # one item's vector points the other way
     path = write_vectors(tmp_path / "q", corpus, moved)
     v = validate_embedding_pass(corpus, path, Q, reference=reference)
-    assert v.metric < 0 and not v.corpus_accepted and any("< threshold 0.9" in r for r in v.reasons), v.reasons
+    assert v.agreement_with_reference > 0.999  # the median does not see it
+    assert v.metric < -0.999 and v.agreement_worst_id == "i4" and not v.corpus_accepted
+    assert any(r.startswith("agreement -1.0000 < threshold 0.9") for r in v.reasons), v.reasons
+    assert v.metric_by_bucket["medium"] < -0.999 and v.metric_by_bucket["short"] > 0.999  # i4: 4 % 3 = medium
 
 
 def test_generation_agreement_compares_outputs_after_the_normalisation(tmp_path):
