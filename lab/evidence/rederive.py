@@ -541,7 +541,7 @@ def check_agreement(pid: str, row: dict, scan, gold: dict, problems: list[str], 
     code = {b: k for k, b in enumerate(CORPUS_BUCKETS)}
     buckets = np.array([code.get(gold[i][1], -1) for i in ids], np.int8)
     fig = agreement_figures(per_id, buckets, ids, cosine=kind == "embedding")
-    values = {"agreement_with_reference": fig.typical}
+    values: dict[str, float | None] = {"agreement_with_reference": fig.typical}
     if judged:
         values |= {"metric": fig.value, **{f"metric_{b}": fig.by_bucket.get(b) for b in BUCKETS}}
     for col, value in values.items():
