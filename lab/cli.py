@@ -74,13 +74,16 @@ def cmd_corpus_build(a) -> int:
     spec = BuildSpec(sizes={b: given.get(b, 0) for b in ("short", "medium", "long")} if given else None,
                      items=a.items, tuning_size=a.tuning, seed=a.seed,
                      limits=BucketLimits(a.short_below, a.long_above))
-    if a.no_labels and a.label_field != "label":
+    if a.no_labels and a.label_field is not None:
         raise CliError(f"--no-labels with --label-field {a.label_field}: give one (--no-labels reads no label)")
     card = build_corpus(a.source, a.out, tok, info, spec, a.id_field, a.text_field,
-                        None if a.no_labels else a.label_field)
+                        None if a.no_labels else a.label_field or "label")
     sizes = ", ".join(f"{n} {b}" for b, n in card["sizes"].items())
+    ignored = card.get("source_labels_ignored")
+    unlabelled = (f", no labels ({ignored} item(s) of the source had a 'label', set aside by --no-labels)"
+                  if ignored else ", no labels")
     print(f"corpus: {card['comparison']['items']} items ({sizes}), tuning split {card['tuning']['items']}"
-          f"{'' if card['comparison']['labels'] else ', no labels'} -> {a.out}")
+          f"{'' if card['comparison']['labels'] else unlabelled} -> {a.out}")
     return 0
 
 
@@ -266,6 +269,14 @@ def cmd_doctor(a) -> int:
     return 1 if blocking_failures(checks) else 0
 
 
+class DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
+    """Help with each option's default, except a None one ("not given": the option's own help
+    says what happens then, e.g. --items; argparse would print "(default: None)" after it)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse with its usage errors in one line (the command's name, the problem, where the
     help is), exit 2, like every other error of the CLI; sub-commands inherit it."""
@@ -284,12 +295,12 @@ def parser() -> argparse.ArgumentParser:
                      description="Count tokens with --tokenizer (default: the demo encoder's), bucket by length "
                                  "(short < --short-below <= medium <= --long-above < long, in tokens), "
                                  "draw a seeded class-stratified comparison corpus and a disjoint tuning split.",
-                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                     formatter_class=DefaultsShown)
     b.add_argument("--source", required=True, help="JSONL (one object per line) or CSV (header row)")
     b.add_argument("--out", required=True, help="output folder (comparison.jsonl, tuning.jsonl, corpus_card.json)")
     b.add_argument("--id-field", default="id", help="field holding the stable item id")
     b.add_argument("--text-field", default="text", help="field holding the text")
-    b.add_argument("--label-field", default="label", help="field holding the gold label")
+    b.add_argument("--label-field", default=None, help="field holding the gold label (default: label)")
     b.add_argument("--no-labels", action="store_true",
                    help="the source has no labels (no reference answers): items are drawn by length bucket "
                         "only, and the campaign is judged by [quality] metric = \"agreement\" with its "

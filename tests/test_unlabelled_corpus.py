@@ -74,7 +74,11 @@ def test_each_pass_is_judged_by_its_agreement_with_the_reference_variants_first_
     assert ref.validation.reference_pass == other.validation.reference_pass == ref.pass_id
     assert ref.validation.metric == 1.0 and ref.validation.corpus_accepted  # itself, by definition
     v = other.validation
-    assert v.metric_name == "agreement" and v.metric == v.agreement_with_reference, v
+    assert v.metric_name == "agreement", v
+    if kind == "embedding":  # the lowest id's cosine is judged, the median reported beside it
+        assert v.metric == v.agreement_worst <= v.agreement_with_reference, v
+    else:
+        assert v.metric == v.agreement_with_reference, v
     assert v.metric >= 0.9 and v.corpus_accepted, v.reasons  # batch 8 gives batch 1's predictions
     assert set(v.metric_by_bucket) == {"short", "medium", "long"} and v.gap_to_reference is None
     if kind == "embedding":
@@ -187,3 +191,37 @@ def test_two_rentals_judged_by_agreement_compare_and_show_the_same_vectors(tmp_p
     assert all(x["ids"] == 10 and x["cosine_worst"] > 0.999 and x["within_tolerance"] for x in c.agreements), \
         c.agreements
     assert all(p.metric_name == "agreement" and p.metric_median >= 0.9 for p in c.projections), c.projections
+    texts = [p.quality_text() for p in c.projections]
+    assert all("with this host's reference" in t and "gap" not in t for t in texts), texts
+    assert sum("1 by definition" in t for t in texts) == 2, texts  # the reference variant, on each host
+
+
+def test_a_reference_variant_that_never_passes_ends_with_the_fix_not_a_wait(tmp_path, model_dir):
+    """A reference variant whose every pass fails (the user's entry cannot start at batch 1): the
+    campaign's end says no reference pass came and how to go on (fix it, or another
+    reference_variant), not "not computed yet"."""
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
+
+    (tmp_path / "entry.py").write_text(
+        "class OneLabel:\n"
+        "    def __init__(self, settings, device):\n"
+        "        if settings['batch_size'] == 1:\n"
+        "            raise RuntimeError('this entry cannot run one item at a time')\n"
+        "    def predict(self, texts):\n"
+        "        return ['alt.atheism'] * len(texts)\n")
+    f = write_campaign(tmp_path, model_dir, unlabelled_corpus(tmp_path), name="noref", threshold=0.9)
+    f.write_text(f.read_text().replace('metric = "accuracy"', 'metric = "agreement"')
+                 + f'\n[task]\nkind = "custom"\nentry = "{tmp_path / "entry.py"}:OneLabel"\n')
+    lock(load_protocol(f))
+    orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
+    orch.run()
+    ref_id = orch.proto.reference.variant_id
+    assert all(a.status != "ok" for a in orch.journal.attempts() if a.variant_id == ref_id)
+    other = next(a for a in orch.journal.attempts() if a.variant_id != ref_id)
+    assert other.status == "ok" and not other.validation.corpus_accepted
+    assert any(r.startswith("the reference variant has no valid pass: agreement not computed; fix what fails it, "
+                            "or name another [quality] reference_variant") for r in other.validation.reasons), \
+        other.validation.reasons
+    assert not any("yet" in r for r in other.validation.reasons), other.validation.reasons

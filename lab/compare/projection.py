@@ -34,6 +34,7 @@ from decimal import Decimal
 from lab.compare.evidence import NO_PACKAGE, Evidence
 from lab.cost.forfaits import Catalog, PricingError, Quote, cost_per_validated_corpus, quote
 from lab.cost.sizing import Sizing, cheapest_covering
+from lab.facts.constants import AGREEMENT
 from lab.passes.events import PassStatus
 from lab.passes.records import SETUP_PHASES
 from lab.report.summary import median_pass_throughput, recompilation_caveat
@@ -124,6 +125,10 @@ class Projection:
             return f"{self.metric_name or 'metric'}: not measured"
         text = (f"{self.metric_name} {self.metric_median:.4f} (range {self.metric_min:.4f}-"
                 f"{self.metric_max:.4f})")
+        if self.metric_name == AGREEMENT:  # with this archive's own reference pass: no gap to a reference metric
+            return text + (f" with this host's reference {self.reference_label}'s first valid pass"
+                           + ("; for the reference variant itself that pass is 1 by definition, its others "
+                              "measure how it repeats" if self.label == self.reference_label else ""))
         if self.reference_metric_median is not None:
             gap = self.metric_gap
             assert gap is not None

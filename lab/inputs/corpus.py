@@ -60,11 +60,17 @@ NO_LABELS_HINT = ("or --no-labels for a corpus without reference answers (judged
                   "reference variant)")
 
 
+def has_label(value) -> bool:
+    """Whether a corpus item's ``label`` value is a label: not absent, null, or blank (an empty
+    string would otherwise be one more class, and every metric on it trivially true)."""
+    return value is not None and bool(str(value).strip())
+
+
 def labelled(rows: Iterable[dict]) -> bool:
     """Whether a built corpus's ``rows`` carry labels: True when every item has one, False when
     none has (built with --no-labels). Raises CorpusError (one line) for a corpus that mixes both:
     a metric on labels would silently skip the items without one."""
-    has = [r.get("label") is not None for r in rows]
+    has = [has_label(r.get("label")) for r in rows]
     if all(has):
         return True
     if not any(has):
@@ -95,9 +101,11 @@ def _check(rec: dict, fields: tuple[str, str, str | None], path: Path, lineno: i
     id_f, text_f, label_f = fields
     named = [f for f in fields if f is not None]
     for f in named:
-        if f not in rec or rec[f] is None:
+        if f not in rec or rec[f] is None or (f == label_f and not has_label(rec[f])):
+            what = (f"missing field '{f}'" if f not in rec else f"field '{f}' is null" if rec[f] is None
+                    else f"field '{f}' is empty")
             raise CorpusError(
-                f"{path}:{lineno}: missing field '{f}'; every item needs {', '.join(named)}"
+                f"{path}:{lineno}: {what}; every item needs {', '.join(named)}"
                 " (set other names with --id-field/--text-field/--label-field"
                 + (f", {NO_LABELS_HINT})" if f == label_f else ")"))
     item_id, text = str(rec[id_f]), rec[text_f]
@@ -117,14 +125,15 @@ def _check(rec: dict, fields: tuple[str, str, str | None], path: Path, lineno: i
 
 
 def load_items(path: str | Path, id_field: str = "id", text_field: str = "text",
-               label_field: str | None = "label") -> list[Item]:
+               label_field: str | None = "label", labels_ignored: list[str] | None = None) -> list[Item]:
     """Read a JSONL (one object per line) or CSV (header row) source.
 
     Returns items in file order; ``label_field`` None reads no label (every Item.label None:
-    a corpus without reference answers, ``corpus build --no-labels``). Raises CorpusError (one
-    line, with the line number)
-    on non-UTF-8 bytes, malformed JSON, a missing field, an empty text or id, or a
-    duplicate id.
+    a corpus without reference answers, ``corpus build --no-labels``), and the ids of items
+    whose ``label`` field holds one all the same are appended to ``labels_ignored`` when given
+    (so the build can say what it set aside). Raises CorpusError (one line, with the line
+    number) on non-UTF-8 bytes, malformed JSON, a missing, null or (label) blank field, an
+    empty text or id, or a duplicate id.
     """
     path = Path(path)
     if not path.is_file():
@@ -149,6 +158,8 @@ def load_items(path: str | Path, id_field: str = "id", text_field: str = "text",
                 + (f", {NO_LABELS_HINT}" if missing[0] == label_field else ""))
         for rec in reader:
             items.append(_check(rec, fields, path, reader.line_num, seen))
+            if labels_ignored is not None and label_field is None and has_label(rec.get("label")):
+                labels_ignored.append(items[-1].id)
     else:
         for i, raw in enumerate(data.split(b"\n"), start=1):
             line = _decode(raw, path, i).strip()
@@ -161,6 +172,8 @@ def load_items(path: str | Path, id_field: str = "id", text_field: str = "text",
             if not isinstance(rec, dict):
                 raise CorpusError(f"{path}:{i}: expected a JSON object per line")
             items.append(_check(rec, fields, path, i, seen))
+            if labels_ignored is not None and label_field is None and has_label(rec.get("label")):
+                labels_ignored.append(items[-1].id)
     if not items:
         raise CorpusError(f"{path}: no items; the corpus file is empty")
     return items
@@ -344,7 +357,9 @@ def build_corpus(source: str | Path, out_dir: str | Path, tokenizer, tokenizer_i
     """Build ``comparison.jsonl``, ``tuning.jsonl`` and ``corpus_card.json`` in ``out_dir``.
 
     ``label_field`` None: a corpus without labels (each item ``"label": null``; the draw is
-    stratified by bucket only, the card says ``"labels": false``). Returns the corpus card. Raises CorpusError on bad
+    stratified by bucket only, the card says ``"labels": false``; the labels the source carried
+    all the same are counted in the returned card's ``source_labels_ignored``, not written). Returns
+    the corpus card. Raises CorpusError on bad
     input or too few items per bucket.
     """
     source = Path(source)
@@ -362,7 +377,8 @@ def build_corpus(source: str | Path, out_dir: str | Path, tokenizer, tokenizer_i
                           "need 0 < short_below <= long_above + 1 tokens")
     if out.exists() and not out.is_dir():
         raise CorpusError(f"--out {out}: exists and is not a folder; choose a folder path")
-    items = load_items(source, id_field, text_field, label_field)
+    ignored: list[str] = []
+    items = load_items(source, id_field, text_field, label_field, ignored)
     n_tokens = count_tokens([it.text for it in items], tokenizer)
     empty = [it.id for it, n in zip(items, n_tokens, strict=True) if n == 0]
     if empty:
@@ -373,7 +389,8 @@ def build_corpus(source: str | Path, out_dir: str | Path, tokenizer, tokenizer_i
     comparison, tuning = stratified_split(items, n_tokens, spec)
     drawn = {b: sum(1 for r in comparison if r["bucket"] == b) for b in BUCKETS}
     # the card records the sizes drawn (those given, or the source's shares of --items)
-    return _write_corpus(out, comparison, tuning, source, tokenizer_info, replace(spec, sizes=drawn))
+    card = _write_corpus(out, comparison, tuning, source, tokenizer_info, replace(spec, sizes=drawn))
+    return {**card, "source_labels_ignored": len(ignored)} if ignored else card
 
 
 def _write_corpus(out: Path, comparison: list[dict], tuning: list[dict], source: Path, tokenizer_info: dict,

@@ -310,8 +310,10 @@ class QualitySection:
                 raise ConfigError(f"[quality] threshold = {self.threshold!r} is not a finite number; declare your "
                                   "metric's pass mark in its own unit")
         elif not 0 <= self.threshold <= 1:
-            raise ConfigError(f"[quality] threshold = {self.threshold!r} is outside [0, 1]; the built-in metric "
-                              f"{self.metric!r} is a fraction")
+            unit = ("the least share of ids equal to the reference's, or for embeddings the least cosine of "
+                    "every id with it" if self.metric == AGREEMENT else f"the built-in metric {self.metric!r} is a "
+                    "fraction")
+            raise ConfigError(f"[quality] threshold = {self.threshold!r} is outside [0, 1]; {unit}")
         if not 0 <= self.tolerance <= 1:  # it also bounds the share of flipped ids (compare.decision.agreements)
             raise ConfigError(f"[quality] tolerance = {self.tolerance!r} is outside [0, 1]; it bounds the share of "
                               "ids whose output differs, a fraction")

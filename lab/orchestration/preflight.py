@@ -21,7 +21,7 @@ from lab.engines.vllm import vllm_refusal
 from lab.facts.constants import AGREEMENT, VLLM_MEMORY_FRACTION
 from lab.facts.files import REPO_ROOT, sha256_file
 from lab.facts.host import gpu_count, iteralab_command
-from lab.inputs.corpus import BUCKETS, CorpusError, count_tokens, labelled, load_items, read_corpus
+from lab.inputs.corpus import BUCKETS, CorpusError, count_tokens, has_label, labelled, load_items, read_corpus
 from lab.inputs.models import ModelFolderError, local_checkpoint_config, model_folder, tokenizer_fingerprint
 from lab.passes.tasks.vllm_job import runner_for
 
@@ -69,7 +69,7 @@ def check_corpus(proto) -> tuple[list[Check], dict[str, str]]:
         return [Check("corpus", False, str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}")], {}
     q = proto.config.quality
     if not with_labels and q.metric != AGREEMENT:
-        return [Check("corpus", False, f"{path.name} has no labels (every item's label is null): [quality] metric "
+        return [Check("corpus", False, f"{path.name} has no labels (no item has one): [quality] metric "
                                        f"{q.metric!r} compares predictions with labels; use metric = "
                                        f'"{AGREEMENT}" (each pass against the reference variant\'s first valid '
                                        "pass), or build the corpus from a source with labels")], {}
@@ -334,7 +334,7 @@ def lock_checks(proto) -> list[Check]:
     corpus or model when later checks need them."""
     checks, texts = check_corpus(proto)
     if checks[-1].ok:
-        labels = {r["label"] for r in read_corpus(proto.corpus_path) if r.get("label") is not None}
+        labels = {r["label"] for r in read_corpus(proto.corpus_path) if has_label(r.get("label"))}
         checks += check_model(proto, texts, labels)
     checks += check_user_code(proto)
     checks += check_devices(proto)

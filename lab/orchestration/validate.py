@@ -410,6 +410,18 @@ def judged_by_agreement(quality: dict) -> bool:
 
 
 NO_REFERENCE_YET = "reference variant has no valid pass yet: agreement not computed"
+NO_REFERENCE_GAP_YET = "reference variant has no validated pass yet: gap not computed"
+NO_REFERENCE_LEFT = ("the reference variant has no valid pass: {what} not computed; fix what fails it, or name "
+                     "another [quality] reference_variant (a new protocol version)")
+
+
+def no_reference_left(reasons: list[str]) -> list[str]:
+    """``reasons`` of a pass validated when the campaign has ended without a reference pass: the
+    "not computed yet" of NO_REFERENCE_YET / NO_REFERENCE_GAP_YET become the end of it, with the fix
+    (NO_REFERENCE_LEFT); the other reasons unchanged."""
+    final = {NO_REFERENCE_YET: NO_REFERENCE_LEFT.format(what="agreement"),
+             NO_REFERENCE_GAP_YET: NO_REFERENCE_LEFT.format(what="gap to it")}
+    return [final.get(r, r) for r in reasons]
 
 
 def agreement_judged_fields(fig: AgreementFigures | None, quality: dict, reasons: list[str], rule: str) -> dict:
@@ -508,7 +520,7 @@ def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
                                "the reference, "
                                f"tolerance {tol}")
         else:
-            reasons.append("reference variant has no validated pass yet: gap not computed")
+            reasons.append(NO_REFERENCE_GAP_YET)
     elif not (ids_match and not fmt_errors and n):
         reasons.append("metric not computed: ids or format do not match the corpus")
     accepted = bool(ids_match and not fmt_errors and coverage_ok and threshold_ok and tolerance_ok)
@@ -674,7 +686,7 @@ def validate_embedding_pass(corpus: list[dict], predictions_path: Path, quality:
             worst_id = c.expected[int(np.argmin(cos))]
             tolerance_ok = _within_tolerance(name, gap, tol, reasons)
         elif metric is not None:
-            reasons.append("reference variant has no validated pass yet: gap not computed")
+            reasons.append(NO_REFERENCE_GAP_YET)
     else:
         reasons.append("metric not computed: ids or format do not match the corpus")
     return _judged(c, len(ids), fmt_errors, metric_name=name, metric=metric, metric_by_bucket=by_bucket, threshold=thr,
@@ -793,7 +805,7 @@ def validate_generation_pass(corpus: list[dict], predictions_path: Path, quality
             agreement, differing = round(agree.share, 6), agree.differing_ids
             tolerance_ok = _within_tolerance(name, gap, tol, reasons)
         elif metric is not None:
-            reasons.append("reference variant has no validated pass yet: gap not computed")
+            reasons.append(NO_REFERENCE_GAP_YET)
     else:
         reasons.append("metric not computed: ids or format do not match the corpus")
     return _judged(c, len(ids), fmt_errors, {"differing_from_reference": list(differing[:5])}, metric_name=name,
