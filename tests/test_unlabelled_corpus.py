@@ -23,15 +23,17 @@ TASKS = {"classification": "", "embedding": '\n[task]\nkind = "embedding"\npooli
          "custom": f'\n[task]\nkind = "custom"\nentry = "{REPO}/examples/custom_classifier.py:DemoClassifier"\n'}
 
 
-def unlabelled_corpus(folder):
-    """`corpus build --no-labels` over the demo texts without their labels: 5 short, 3 medium, 2 long."""
+def unlabelled_corpus(folder, tokenizer=None):
+    """`corpus build --no-labels` over the demo texts without their labels: 5 short, 3 medium, 2 long
+    (tokens counted by ``tokenizer``'s model folder, default the demo encoder's)."""
     from lab.cli import main
 
     rows = demo_rows()
     src = folder / "source.jsonl"
     src.write_text("".join(json.dumps({"id": r["id"], "text": r["text"]}) + "\n" for r in rows[:400]))
     assert main(["corpus", "build", "--source", str(src), "--out", str(folder / "corpus"), "--no-labels",
-                 "--short", "5", "--medium", "3", "--long", "2"]) == 0
+                 "--short", "5", "--medium", "3", "--long", "2",
+                 *(["--tokenizer", str(tokenizer)] if tokenizer else [])]) == 0
     return folder / "corpus" / "comparison.jsonl"
 
 
@@ -45,10 +47,11 @@ def unlabelled_run(request, tmp_path_factory, model_dir, gen_model_dir):
 
     kind = request.param
     d = tmp_path_factory.mktemp(f"unlabelled-{kind}")
-    corpus = unlabelled_corpus(d)
+    corpus = unlabelled_corpus(d, gen_model_dir if kind == "generation" else None)
     f = write_campaign(d, gen_model_dir if kind == "generation" else model_dir, corpus, name=f"nolab-{kind}",
                        threshold=0.9)
-    f.write_text(f.read_text().replace('metric = "accuracy"', 'metric = "agreement"') + TASKS[kind])
+    f.write_text(f.read_text().replace('metric = "accuracy"', 'metric = "agreement"')
+                 .replace("[corpus]\n", f'[corpus]\ncard = "{corpus.parent / "corpus_card.json"}"\n') + TASKS[kind])
     lock(load_protocol(f))
     orch = Orchestrator.prepare(f, d / "runs", LocalLauncher())
     assert orch.run() == "finished"
@@ -100,6 +103,15 @@ def test_the_archive_verifies_and_a_forged_agreement_is_refused(unlabelled_run, 
     other = next(a for a in orch.journal.attempts() if a.variant.batch_size == 8)
     ref = other.validation.reference_pass
     pid = other.pass_id
+
+    # labels written into the archived gold labels of a corpus locked without any: the card says otherwise
+    files = read_members(archive)
+    gold = member(files, "/report/gold_labels.jsonl")
+    files[gold] = "".join(json.dumps({**json.loads(x), "label": "alt.atheism"}) + "\n"
+                          for x in files[gold].decode().splitlines()).encode()
+    bad = verify(write_members(tmp_path / "labels.tar.gz", files))
+    assert "report/gold_labels.jsonl: has labels, while corpus_card.json says the corpus has none" in bad.problems
+    assert any("differ from corpus_card.json's counts" in p for p in bad.problems), bad.problems
 
     # the raw table alone claims a better agreement: recomputed from the two passes' files
     files = read_members(archive)

@@ -53,6 +53,7 @@ from lab.evidence.rederive import (
     check_reference_pass,
     check_row,
     compare_journal,
+    member_object,
     member_text,
     read_gold,
     read_journal,
@@ -70,8 +71,14 @@ RAW_REQUIRED = ("pass_id", "status", "items_completed", "predictions_path", "pre
                 "metric_name", "metric")
 
 
+CARD = "corpus_card.json"
+"""The corpus card a campaign declared ([corpus] card), archived with it; cross-checked against the
+locked corpus and the gold labels (check_corpus_card) unless larger than PARSED_MAX_BYTES (its
+per-item hashes grow with the corpus; no figure is derived from it)."""
+
+
 def _parsed(rel: str) -> bool:
-    return (rel in (SUMS, GOLD_LABELS, ARCHIVE_INFO, *MEMBERS)
+    return (rel in (SUMS, GOLD_LABELS, ARCHIVE_INFO, CARD, *MEMBERS)
             or (rel.startswith("passes/") and rel.endswith(("/result.json", "/predictions.jsonl", "/vectors.npy")))
             or (rel.startswith("passes/") and "/cards/card" in rel
                 and rel.endswith((".json", ".predictions.jsonl", ".vectors.npy"))))
@@ -210,6 +217,40 @@ def _check_bundled_corpus(scan: _Scan, rel: str, problems: list[str]) -> None:
         problems.append(f"{rel}: sha256 {scan.sha[rel]} is not the locked corpus sha256 {locked}")
 
 
+def check_corpus_card(scan: _Scan, gold: dict | None, problems: list[str]) -> None:
+    """The archived corpus card (when the campaign declared one) against what it describes: the
+    locked corpus (protocol_version.json ``corpus_sha256`` is the card's ``comparison.sha256``),
+    and the gold labels (``report/gold_labels.jsonl``: its items per bucket and class are the
+    card's ``counts``, lab.inputs.corpus.counts_by_bucket_class; labelled or not as the card's
+    ``labels`` says). A card or gold labels edited apart from the other fail here."""
+    from lab.evidence.tables import PROTOCOL_VERSION
+    from lab.inputs.corpus import counts_by_bucket_class
+
+    if CARD not in scan.kept:
+        return
+    card = member_object(scan, CARD)
+    comparison = card.get("comparison") if card is not None else None
+    if not isinstance(comparison, dict):
+        problems.append(f"{CARD}: not a corpus card (no comparison object)")
+        return
+    version = member_object(scan, PROTOCOL_VERSION) if PROTOCOL_VERSION in scan.kept else None
+    locked = (version or {}).get("corpus_sha256")
+    if locked and comparison.get("sha256") != locked:
+        problems.append(f"{CARD}: describes the corpus file sha256 {str(comparison.get('sha256'))[:12]}..., not the "
+                        f"locked corpus {str(locked)[:12]}...")
+    if gold is None:
+        return
+    counts = counts_by_bucket_class([{"label": label, "bucket": bucket} for label, bucket in gold.values()])
+    claimed = comparison.get("counts")
+    if isinstance(claimed, dict) and {b: c for b, c in counts.items() if c} != {b: c for b, c in claimed.items() if c}:
+        problems.append(f"{GOLD_LABELS}: its items per bucket and class differ from {CARD}'s counts (the labels "
+                        "or buckets of the corpus were edited)")
+    with_labels = any(label is not None for label, _ in gold.values())
+    if isinstance(comparison.get("labels"), bool) and comparison["labels"] != with_labels:
+        problems.append(f"{GOLD_LABELS}: {'has' if with_labels else 'has no'} labels, while {CARD} says the corpus "
+                        f"{'has none' if with_labels else 'is labelled'}")
+
+
 def verify_archive(archive: Path, metric_file: Path | None = None) -> Verification:
     """Verify ``archive`` (see the module docstring). Returns a Verification whose
     ``problems`` are one line each (a content problem: the archive is not evidence as it stands).
@@ -239,7 +280,8 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
             elif scan.sha[rel] != digest:
                 problems.append(f"{rel}: sha256 does not match {SUMS}")
         problems += [f"{rel}: not listed in {SUMS}" for rel in scan.sha if rel != SUMS and rel not in listed]
-        problems += [f"{rel}: larger than {PARSED_MAX_BYTES} bytes, not re-derived" for rel in scan.too_large]
+        problems += [f"{rel}: larger than {PARSED_MAX_BYTES} bytes, not re-derived" for rel in scan.too_large
+                     if rel != CARD]
         info = {}
         if ARCHIVE_INFO in scan.kept:
             try:
@@ -261,6 +303,7 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
         if journal is not None:
             compare_journal(*journal, rows, bool(info.get("partial")), problems)
         gold = read_gold(scan, problems)
+        check_corpus_card(scan, gold, problems)
         threshold, higher = _locked_threshold(scan, problems)
         scores = user_metric_scores(scan, rows, gold, user_metric_ref(scan, metric_file), problems)
         refs = None if journal is None else {a.pass_id: a.validation for a in journal[0] if a.validation is not None}
