@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Write docs/compare-cli-example.txt: four real `iteralab compare` runs, from real archives.
+"""Write docs/compare-cli-example.txt (four real `iteralab compare` runs, from real archives) and
+docs/compare-decision-example.md (the decision.md of the first `--allow-short` run).
 
 In a temporary folder, with the command lines a user types (README, "The same steps from the
 command line"): `corpus build` cuts 7 items out of the demo corpus; one tiny campaign (batch 1
@@ -9,7 +10,9 @@ b200 campaign run a third time is paused after its first pass and packed with
 `archive --partial`; the bundle's catalog (lab/cost/tarifs-forfaits.csv) is copied with
 rtx-4090's 7-day price and the version date changed. Then the four `iteralab compare`
 commands run in a subprocess each; the transcript holds each command line, its stdout and
-stderr lines in the order printed, and its exit status. Nothing in the file is typed by hand:
+stderr lines in the order printed, and its exit status; the decision.md that run DECISION_RUN
+wrote is kept as it was written. Temporary and repository paths are shown relative (the script
+fails if a /tmp/ or /work/ path is left in either file). Nothing in the files is typed by hand:
 run `python scripts/compare_example.py` again after changing compare. Needs the demo model
 (`make model`); about three and a half minutes on 2 busy cores.
 """
@@ -31,6 +34,7 @@ MODEL = REPO / ".cache" / "models" / "demo-minilm-20ng"
 SOURCE = REPO / "demo" / "corpus" / "comparison.jsonl"
 CATALOG = REPO / "lab" / "cost" / "tarifs-forfaits.csv"
 OUT = REPO / "docs" / "compare-cli-example.txt"
+DECISION_OUT = REPO / "docs" / "compare-decision-example.md"
 
 BUCKETS = {"short": 4, "medium": 2, "long": 1}  # items drawn per length bucket: 7 in all
 BATCHES, REPETITIONS, DAYS = [1, 4], 2, 7  # the campaign's series values, [timing] repetitions, [cost] days
@@ -49,6 +53,7 @@ COMPARES: list[tuple[list[str], str]] = [  # (arguments after `iteralab compare`
      f"# (the bundle catalog edited after the archives were made: {EDITED_GPU} {DAYS}-day package at "
      f"{EDITED_PRICE} {{currency}}, version {EDITED_VERSION})"),
 ]
+DECISION_RUN = 1  # the COMPARES entry whose compare/decision.md becomes DECISION_OUT (--allow-short, bundle catalog)
 
 CAMPAIGN = """[campaign]
 name = "rental"
@@ -163,19 +168,33 @@ def edited_catalog(path: Path) -> str:
     return hit[0]["currency"]
 
 
-def transcript(work: Path, currency: str) -> list[str]:
+def relative(text: str, work: Path) -> str:
+    """``text`` with the paths under ``work`` and under this checkout shown relative to them."""
+    text = text.replace(str(work.resolve()) + "/", "").replace(str(work) + "/", "")
+    return text.replace(str(REPO) + "/", "")
+
+
+def transcript(work: Path, currency: str) -> tuple[list[str], str]:
     """The four compare runs in ``work``: '$ iteralab compare ...', the comment, the output lines
-    (paths shown relative to ``work``), '(exit N)', a blank line."""
+    (paths shown relative to ``work``), '(exit N)', a blank line; and the text of the
+    compare/decision.md written by run DECISION_RUN (paths made relative the same way). Raises
+    SystemExit when that run wrote no decision.md."""
     out: list[str] = []
-    for args, comment in COMPARES:
+    decision = None
+    for i, (args, comment) in enumerate(COMPARES):
+        written = work / args[args.index("--out") + 1] / "decision.md"
+        written.unlink(missing_ok=True)  # an earlier run's file is never taken for this one's
         r = subprocess.run([sys.executable, "-m", "lab.cli", "compare", *args], cwd=work, env=env(),
                            check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        text = r.stdout.replace(str(work.resolve()) + "/", "").replace(str(work) + "/", "")
-        text = text.replace(str(REPO) + "/", "")
         out += [f"$ iteralab compare {' '.join(args)}", *([comment.format(currency=currency)] if comment else []),
-                *text.rstrip("\n").splitlines(), f"(exit {r.returncode})", ""]
+                *relative(r.stdout, work).rstrip("\n").splitlines(), f"(exit {r.returncode})", ""]
         print(f"compare {' '.join(args[:2])}: exit {r.returncode}")
-    return out[:-1]
+        if i == DECISION_RUN:
+            if r.returncode != 0 or not written.is_file():
+                raise SystemExit(f"compare run {i + 1}: exit {r.returncode}, no {written.relative_to(work)}")
+            decision = relative(written.read_text(encoding="utf-8"), work)
+    assert decision is not None  # DECISION_RUN indexes COMPARES
+    return out[:-1], decision
 
 
 def main() -> int:
@@ -189,11 +208,12 @@ def main() -> int:
         for name, threads, gpu, passes in RENTALS:
             make_rental(work, name, threads, gpu, passes)
             print(f"{name}.tar.gz packed")
-        lines = transcript(work, edited_catalog(work / EDITED))
-    leaked = [line for line in lines if "/tmp/" in line or "/work/" in line or tmp in line]
-    if leaked:
-        print(f"a long path left in the transcript: {leaked[0][:200]}", file=sys.stderr)
-        return 1
+        lines, decision = transcript(work, edited_catalog(work / EDITED))
+    for what, text in (("the transcript", lines), ("decision.md", decision.splitlines())):
+        leaked = [line for line in text if "/tmp/" in line or "/work/" in line or tmp in line]
+        if leaked:
+            print(f"a long path left in {what}: {leaked[0][:200]}", file=sys.stderr)
+            return 1
     made = "; ".join(f"threads {t} priced as {g}" for _, t, g, p in RENTALS if p is None)
     name, gpu, passes = next((n, g, p) for n, _, g, p in RENTALS if p is not None)
     about = (f"Real runs of `iteralab compare`, written by `python scripts/compare_example.py` (nothing typed "
@@ -207,6 +227,11 @@ def main() -> int:
     head = [f"# {line}".replace("\0", " ") for line in textwrap.wrap(about, 108)] + [""]
     OUT.write_text("\n".join(head + lines) + "\n", encoding="utf-8")
     print(f"{len(lines)} lines -> {OUT.relative_to(REPO)}")
+    note = (f"<!-- Written by `python scripts/compare_example.py`: the compare/decision.md of its run "
+            f"`iteralab compare {' '.join(COMPARES[DECISION_RUN][0])}` (the whole run in "
+            f"{OUT.relative_to(REPO)}); nothing typed by hand. -->")
+    DECISION_OUT.write_text(f"{note}\n\n{decision.rstrip()}\n", encoding="utf-8")
+    print(f"{len(decision.splitlines())} lines -> {DECISION_OUT.relative_to(REPO)}")
     return 0
 
 

@@ -586,7 +586,9 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
 
 def _stands_on(chosen: Projection, agreements: list[dict]) -> str:
     """Which result the decision stands on: the chosen host's predictions for its variant, and
-    every other host whose same variant agrees or disagrees beyond the tolerance."""
+    every other host whose same variant agrees or disagrees beyond the tolerance: 'stands on A
+    rtx-4090's result for batch 1 (the predictions of pass p001-...); the same ML result on B b200
+    (7 of 7 ids agree, metric gap 0.0000: within the tolerance)'."""
     mine = [x for x in agreements if x["variant_id"] == chosen.variant_id
             and chosen.host in (x["a"], x["b"])]
     source = (f"the predictions of pass {chosen.prediction_pass}" if chosen.prediction_pass
@@ -594,11 +596,11 @@ def _stands_on(chosen: Projection, agreements: list[dict]) -> str:
     text = f"stands on {chosen.host}'s result for {chosen.label} ({source})"
     agree = [f"{x['b'] if x['a'] == chosen.host else x['a']} ({x['agree']} of {x['ids']} ids agree{cosine_clause(x)}, "
              "metric gap "
-             f"{'not measured' if x['metric_gap'] is None else format(x['metric_gap'], '.4f')})"
+             f"{'not measured' if x['metric_gap'] is None else format(x['metric_gap'], '.4f')}: within the tolerance)"
              for x in mine if x["within_tolerance"]]
     differ = [x for x in mine if not x["within_tolerance"]]
     if agree:
-        text += f"; the same ML result on {', '.join(agree)} (within the tolerance)"
+        text += f"; the same ML result on {', '.join(agree)}"
     if differ:
         text += "; NOT the same ML result on " + "; ".join(
             f"{x['b'] if x['a'] == chosen.host else x['a']} ({x['flips']} flip(s) of {x['ids']} ids{cosine_clause(x)}, "
