@@ -96,9 +96,19 @@ def rederive_tables(scan, info: dict, attempts: list[Attempt], problems: list[st
                      summary=json.loads(json.dumps([s.to_json() for s in summary], default=str)))
 
 
-def _shown(value) -> str:
-    text = "empty" if value in ("", None) else str(value)
-    return text if len(text) <= SHOWN else text[:SHOWN] + "..."
+def _shown_pair(a, b) -> tuple[str, str]:
+    """Two values of a mismatch line, each cut to SHOWN characters around where they first differ
+    (two long notes cut at the same prefix would read the same: the difference is what to show)."""
+    ta, tb = ("empty" if v in ("", None) else str(v) for v in (a, b))
+    if len(ta) <= SHOWN and len(tb) <= SHOWN:
+        return ta, tb
+    k = next((i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y), min(len(ta), len(tb)))
+    start = max(0, k - 20)
+
+    def cut(t: str) -> str:
+        return ("..." if start else "") + t[start:start + SHOWN] + ("..." if len(t) > start + SHOWN else "")
+
+    return cut(ta), cut(tb)
 
 
 def same(a, b) -> bool:
@@ -152,8 +162,9 @@ def check_raw_table(rows: list[dict], derived: list[dict], problems: list[str],
                 if worded is not None and col in PROSE:
                     worded.append(f"pass {pid} {col}")
                     continue
-                problems.append(f"pass {pid}: {col} {_shown(row[col])} in the raw table, "
-                                f"{_shown(by_pass[pid][col])} re-derived from the journal and the pass records")
+                shown, derived = _shown_pair(row[col], by_pass[pid][col])
+                problems.append(f"pass {pid}: {col} {shown} in the raw table, "
+                                f"{derived} re-derived from the journal and the pass records")
 
 
 def pre_fix_verdicts(raw_rows: list[dict]) -> dict[str, str]:
@@ -217,7 +228,8 @@ def _compare_variants(rel: str, claimed: list[dict], derived: list[dict], proble
                 worded.append(f"variant {vid} {key} ({rel})")
                 continue
             if key not in v or key not in d or not same(v[key], d[key]):
-                problems.append(f"variant {vid}: {key} {_shown(v.get(key))} in {rel}, {_shown(d.get(key))} "
+                shown, derived = _shown_pair(v.get(key), d.get(key))
+                problems.append(f"variant {vid}: {key} {shown} in {rel}, {derived} "
                                 "re-derived from the journal and the pass records")
 
 
@@ -236,8 +248,9 @@ def check_results(scan, attempts: list[Attempt], problems: list[str]) -> None:
             continue  # lab.evidence.rederive.check_row names it
         for key in sorted(set(result) | set(recorded)):
             if key not in result or key not in recorded or not same(result[key], recorded[key]):
-                problems.append(f"pass {a.pass_id}: result.json {key} {_shown(result.get(key))}, "
-                                f"{_shown(recorded.get(key))} in the journal's record of the pass")
+                in_result, in_journal = _shown_pair(result.get(key), recorded.get(key))
+                problems.append(f"pass {a.pass_id}: result.json {key} {in_result}, "
+                                f"{in_journal} in the journal's record of the pass")
 
 
 def check_tables(scan, info: dict, rows: list[dict], journal: JournalRead,

@@ -31,3 +31,14 @@ def test_the_word_incomplete_is_spelled_only_where_verification_is_defined():
              for node in ast.walk(tree)
              if isinstance(node, ast.Constant) and isinstance(node.value, str) and "INCOMPLETE" in node.value]
     assert not found, f"verify's INCOMPLETE spelled out (read Verification.incomplete / outcome): {found}"
+
+
+def test_a_mismatch_line_shows_two_long_values_where_they_differ():
+    from lab.evidence.tables import SHOWN, _shown_pair
+
+    a = "empty input/output-token cells: not a generation pass (no text generated) | the reference pass: p001"
+    b = "empty input/output-token cells: not a generation pass (no text generated) | agreement is judged against p002"
+    shown_a, shown_b = _shown_pair(a, b)
+    assert shown_a != shown_b and "the reference pass" in shown_a and "agreement is judged" in shown_b
+    assert shown_a.startswith("...") and len(shown_a) <= SHOWN + 6
+    assert _shown_pair("0.5", None) == ("0.5", "empty")  # short values whole
