@@ -162,9 +162,9 @@ def check_raw_table(rows: list[dict], derived: list[dict], problems: list[str],
                 if worded is not None and col in PROSE:
                     worded.append(f"pass {pid} {col}")
                     continue
-                shown, derived = _shown_pair(row[col], by_pass[pid][col])
-                problems.append(f"pass {pid}: {col} {shown} in the raw table, "
-                                f"{derived} re-derived from the journal and the pass records")
+                in_table, in_journal = _shown_pair(row[col], by_pass[pid][col])
+                problems.append(f"pass {pid}: {col} {in_table} in the raw table, "
+                                f"{in_journal} re-derived from the journal and the pass records")
 
 
 def pre_fix_verdicts(raw_rows: list[dict]) -> dict[str, str]:
@@ -228,8 +228,8 @@ def _compare_variants(rel: str, claimed: list[dict], derived: list[dict], proble
                 worded.append(f"variant {vid} {key} ({rel})")
                 continue
             if key not in v or key not in d or not same(v[key], d[key]):
-                shown, derived = _shown_pair(v.get(key), d.get(key))
-                problems.append(f"variant {vid}: {key} {shown} in {rel}, {derived} "
+                in_file, in_journal = _shown_pair(v.get(key), d.get(key))
+                problems.append(f"variant {vid}: {key} {in_file} in {rel}, {in_journal} "
                                 "re-derived from the journal and the pass records")
 
 
