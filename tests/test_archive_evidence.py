@@ -327,7 +327,11 @@ def test_acceptance_is_re_derived_from_the_predictions_and_the_locked_threshold(
     v = verify(write_members(tmp_path / "accepted.tar.gz", files))
     assert f"pass {pid}: marked accepted, but its recomputed metric 0.0 is below the locked threshold 0.2" \
         in v.problems, v.problems
-    assert not any("recomputed from its predictions" in p for p in v.problems)  # the figures agree
+    # the metric figures agree; the agreement with the reference pass, left as it was, is recomputed too
+    assert not any("recomputed from its predictions" in p and "agreement_with_reference" not in p
+                   for p in v.problems), v.problems
+    assert any("agreement_with_reference" in p and "recomputed from its predictions and reference pass" in p
+               for p in v.problems), v.problems
 
     edit_raw_table(files, lambda rows: [r.update(corpus_accepted="False") for r in rows if r["pass_id"] != pid])
     v = verify(write_members(tmp_path / "flipped.tar.gz", files))
