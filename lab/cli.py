@@ -24,6 +24,7 @@ Errors print one line (what is wrong and how to fix it) and exit with status 2.
 
 from __future__ import annotations
 
+import os
 import sys
 
 INTERRUPTED = "iteralab: interrupted; nothing half-written is kept; run the same command again"
@@ -430,6 +431,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # before or after a verb's own handling (imports, parsing)
         print(INTERRUPTED, file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `iteralab campaign status | head -1`: the reader left; exit quietly
+        # (the Python documentation's recipe: stdout to devnull, so the interpreter's own flush at exit
+        # does not raise again)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a pipe's writer that stopped there
 
 
 def _main(argv: list[str] | None) -> int:
