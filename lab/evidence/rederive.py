@@ -198,13 +198,15 @@ def metric_subsets(ids: list[str], gold: dict) -> list[tuple[str, list[str]]]:
     return [("metric", ids)] + [(f"metric_{b}", [i for i in ids if gold[i][1] == b]) for b in BUCKETS]
 
 
-def _compare_columns(pid: str, row: dict, values: dict, problems: list[str]) -> float | None:
+def _compare_columns(pid: str, row: dict, values: dict, problems: list[str],
+                     source: str = "its predictions and the gold labels") -> float | None:
     """Each metric column of ``row`` against its recomputed value in ``values`` ({column:
-    value or None}); returns the overall metric recomputed."""
+    value or None}), a mismatch named with what it was recomputed from (``source``); returns the
+    overall metric recomputed."""
     for col, value in values.items():
         if col in row and not _same_metric(value, row[col]):
             problems.append(f"pass {pid}: {col} {row[col] or 'empty'} in the raw table, {value} recomputed "
-                            "from its predictions and the gold labels")
+                            f"from {source}")
     return values.get("metric")
 
 
@@ -544,10 +546,7 @@ def check_agreement(pid: str, row: dict, scan, gold: dict, problems: list[str], 
     values: dict[str, float | None] = {"agreement_with_reference": fig.typical}
     if judged:
         values |= {"metric": fig.value, **{f"metric_{b}": fig.by_bucket.get(b) for b in BUCKETS}}
-    for col, value in values.items():
-        if col in row and not _same_metric(value, row[col]):
-            problems.append(f"pass {pid}: {col} {row[col] or 'empty'} in the raw table, {value} recomputed from its "
-                            f"predictions and reference pass {ref}'s")
+    _compare_columns(pid, row, values, problems, f"its predictions and reference pass {ref}'s")
     worst = getattr(validation, "agreement_worst", None)
     if fig.worst is not None and worst is not None and (not _same_metric(worst, fig.worst)
                                                         or validation.agreement_worst_id != fig.worst_id):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lab.engines.vllm import vllm_refusal
@@ -61,13 +61,14 @@ def check_corpus(proto) -> tuple[list[Check], dict[str, str]]:
         return [Check("corpus", False, f"corpus {path} not found; build it (`{iteralab_command()} corpus build`) "
                                        "or fix [corpus] path")], {}
     try:
-        load_items(path, label_field=None)  # JSON lines, ids and texts; labels next
+        items = load_items(path, label_field=None)  # JSON lines, ids and texts; labels next, from the same lines
         rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        with_labels = labelled(rows)
-        items = load_items(path, label_field="label" if with_labels else None)
+        if labelled(rows):  # every row has one (labelled refuses a corpus labelled in part)
+            items = [replace(it, label=str(r["label"])) for it, r in zip(items, rows, strict=True)]
     except CorpusError as exc:
         return [Check("corpus", False, str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}")], {}
     q = proto.config.quality
+    with_labels = items[0].label is not None
     if not with_labels and q.metric != AGREEMENT:
         return [Check("corpus", False, f"{path.name} has no labels (no item has one): [quality] metric "
                                        f"{q.metric!r} compares predictions with labels; use metric = "
