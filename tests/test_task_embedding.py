@@ -1,6 +1,7 @@
 """Embedding task on the real product: a campaign locks, runs batch 1 and batch 8 (the lab's own
 batches over the real MiniLM encoder), validates from the vectors, reports, archives and
-verifies; a consistent forgery of a metric in the archive is refused by verify."""
+verifies; a consistent forgery of a metric in the archive is refused by verify; a pass that runs
+out of host memory is a failure row that keeps the vectors of the items it completed."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import cut_corpus, write_campaign
+from conftest import as_limit_above, cut_corpus, write_campaign
 from test_archive_evidence import edit_raw_table, member, read_members, write_members
 
 TASK = '\n[task]\nkind = "embedding"\npooling = "mean"\nnormalize = true\n'
@@ -148,3 +149,46 @@ def test_a_vector_turned_around_is_found_by_the_reported_agreement_too(embedding
     bad = verify(write_members(tmp_path / "turned.tar.gz", files))
     assert any(p.startswith(f"pass {pid}: worst id ") and f"recomputed from its vectors and reference pass {ref}'s"
                in p for p in bad.problems), bad.problems
+
+
+@pytest.mark.slow
+def test_an_embedding_pass_out_of_memory_keeps_the_vectors_it_completed(tmp_path, model_dir, one_malloc_arena):
+    """Batch 8 on long items at max_length 512 exceeds an address-space limit that batch 1 fits
+    in (calibrated from batch 1's own VmPeak, as for the classifier in test_engine_failures): the
+    row is an OOM with the items completed, and their lines and vectors are on disk, hashed."""
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
+    from lab.passes.tasks.embedding_metrics import load_vectors
+    from lab.report.raw_table import raw_rows
+
+    corpus = cut_corpus(tmp_path / "c.jsonl", 8, 0, 16)  # 8 short first, then 16 long
+    f = write_campaign(tmp_path, model_dir, corpus, name="embfail", values=(1, 8), threshold=0.0, max_length=512)
+    f.write_text(f.read_text().replace('metric = "accuracy"', 'metric = "nn_accuracy"') + TASK)
+    lock(load_protocol(f))
+    free = Orchestrator.prepare(f, tmp_path / "free", LocalLauncher())
+    assert free.run() == "finished"
+    peaks = {a.variant.batch_size: a.result.process_peak_vm_bytes for a in free.journal.attempts()}
+    assert peaks[8] > peaks[1], peaks
+    orch = Orchestrator.prepare(f, tmp_path / "limited",
+                                LocalLauncher(address_space_limit_bytes=as_limit_above(peaks[1]), timeout_s=300))
+    orch.run()
+    rows = {r["batch_size"]: r for r in raw_rows(orch.journal.attempts(), "t", 1, orch.dir)}
+    assert rows[1]["status"] == "ok" and rows[1]["items_completed"] == 24
+    b8 = rows[8]
+    assert b8["status"] == "oom" and b8["exit_code"] == 3 and b8["corpus_accepted"] is False, b8
+    assert b8["items_completed"] in (8, 16) and b8["measured_s"] is None, b8
+    pdir = orch.dir / b8["predictions_path"].rsplit("/", 1)[0]
+    res = json.loads((pdir / "result.json").read_text())
+    lines = [json.loads(x) for x in (pdir / "predictions.jsonl").read_text().splitlines()]
+    data = (pdir / "vectors.npy").read_bytes()
+    assert len(lines) == b8["items_completed"] and [x["row"] for x in lines] == list(range(len(lines)))
+    assert res["vectors_sha256"] == hashlib.sha256(data).hexdigest()
+    vec = load_vectors(data)
+    assert vec.shape == (len(lines), 384)
+    # the vectors kept are the ones batch 1 computed for the same items (padding is masked out)
+    ok_dir = orch.dir / rows[1]["predictions_path"].rsplit("/", 1)[0]
+    ok_vec = load_vectors((ok_dir / "vectors.npy").read_bytes())
+    cos = (vec.astype(np.float64) * ok_vec[: len(lines)].astype(np.float64)).sum(axis=1)
+    assert cos.min() > 0.999, cos
+    assert len(orch.journal.attempts()) == 2  # never retried with a smaller batch
