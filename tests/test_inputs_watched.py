@@ -1,7 +1,8 @@
 """Inputs cannot change under a running campaign (issue 23, part 2): the corpus rewritten during
 pass 2 (ids and labels kept), the model's weights overwritten during pass 1, and a corpus edit
-that restores its size and modification time are each found, the campaign stops with one line
-naming the file, and a pass that read changed inputs is never accepted. Real campaigns, the
+that restores its size and modification time are each found, and so is the user's own code (a
+custom entry or a metric file edited during a pass): the campaign stops with one line naming the
+file, and a pass that read changed inputs is never accepted. Real campaigns, the
 real demo model (copied, so the shared one is never touched), real local passes; the test only
 chooses the moment of the edit (the pass's first output line)."""
 
@@ -13,7 +14,7 @@ import re
 import shutil
 
 import pytest
-from conftest import cut_corpus, write_campaign
+from conftest import REPO, cut_corpus, write_campaign
 
 from lab.facts.errors import ProtocolError
 from lab.launchers.local import LocalLauncher
@@ -121,3 +122,32 @@ def test_an_edit_that_restores_size_and_mtime_is_found_by_the_full_hash_after_th
     assert only.status == PassStatus.INTERRUPTED and "found after the last pass" in only.notes
     assert accepted(orch) == {only.pass_id: False}
     assert orch.journal.get_control("state") == "stopped"
+
+
+@pytest.mark.parametrize("role", ["entry", "metric"])
+def test_the_users_code_edited_during_pass_1_stops_the_campaign(tmp_path, model_dir, role):
+    """A custom entry (or the [quality] metric function's file) edited while a pass runs: one
+    locked version would otherwise hold passes of two codes (a new user's trial: an entry that
+    always answered 'alt.atheism' from pass 2 on, and the archive verified)."""
+    entry = tmp_path / "my_entry.py"
+    shutil.copy(REPO / "examples" / "custom_classifier.py", entry)
+    metric = tmp_path / "my_metric.py"
+    metric.write_text("def accuracy(predictions, references):\n"
+                      "    return sum(p == r for p, r in zip(predictions, references)) / len(references)\n")
+    corpus = cut_corpus(tmp_path / "corpus.jsonl", 2, 1, 1)
+    f = write_campaign(tmp_path, model_dir, corpus, name="watched", values=(1, 4))
+    f.write_text(f.read_text().replace('metric = "accuracy"', 'metric = "my_metric.py:accuracy"\ndirection = "higher"')
+                 + '\n[task]\nkind = "custom"\nentry = "my_entry.py:DemoClassifier"\n')
+    lock(load_protocol(f))
+    edited = entry if role == "entry" else metric
+    orch = Orchestrator.prepare(f, tmp_path / "runs",
+                                EditDuringPass(1, lambda: edited.write_text(edited.read_text() + "\n# edited\n")))
+    with pytest.raises(ProtocolError) as err:
+        orch.run()
+    line = str(err.value)
+    assert "\n" not in line and line.startswith(f"task file ({role}) {edited} changed while the campaign ran"), line
+    [only] = orch.journal.attempts()  # the second pass never started
+    assert only.status == PassStatus.INTERRUPTED and accepted(orch) == {only.pass_id: False}
+    # a later run of the same version refuses before any pass: the lock names the code that changed
+    with pytest.raises(ProtocolError, match=f"task code \\({re.escape(str(edited))}\\) changed since lock"):
+        Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher()).run()

@@ -186,7 +186,9 @@ def _stat(path: Path) -> tuple | None:
 
 class InputWatch:
     """The inputs a locked protocol version reads, watched while its campaign runs (issue 23):
-    the corpus file and every file at the top of the model folder.
+    the corpus file, every file at the top of the model folder, and the user's code the
+    protocol runs (Protocol.task_files: a custom entry, its declared files, a [quality] metric
+    function's file; issue 20: a pass of one version never runs another code).
 
     - at the start: a stat fingerprint of each (device, inode, size, mtime_ns), and the sha256
       of the corpus and of the model's fingerprinted files, which must give the lock's digests;
@@ -200,29 +202,47 @@ class InputWatch:
         self.corpus = Path(proto.corpus_path)
         self.model_ref, self.revision = proto.model_ref, proto.config.model.revision
         self.model_dir = model_folder_or_none(self.model_ref, self.revision)
+        self.task_files = {Path(p): role for role, p in proto.task_files().items()}  # path -> role
+        self.model_paths: set[Path] = set()  # the model folder's fingerprinted files (set by _hashes)
         files = [self.corpus]
         if self.model_dir is not None:
             files += sorted(p for p in self.model_dir.iterdir() if p.is_file())
+        files += [p for p in self.task_files if p not in files]
         self.stats = {p: _stat(p) for p in files}
         self.hashes = self._hashes(cached=True)
-        model = fingerprint_of({p.name: h for p, h in self.hashes.items() if p != self.corpus}
-                               if self.model_dir is not None else None, self.model_ref, self.revision)
+        model = fingerprint_of(self._model_hashes(self.hashes), self.model_ref, self.revision)
         if self.hashes.get(self.corpus) != version.get("corpus_sha256"):
             raise InputsChanged(self._line(self.corpus, "its sha256 differs from the lock's", "since lock"))
         if model != version.get("model_sha256"):
-            now = ({p.name: h for p, h in self.hashes.items() if p != self.corpus}
-                   if self.model_dir is not None else None)
-            raise InputsChanged(f"{changed_model_files(version, now)} in {self.model_dir or self.model_ref} changed "
-                                "since lock (their sha256 differ from the lock's); restore them, or lock a new version")
+            raise InputsChanged(f"{changed_model_files(version, self._model_hashes(self.hashes))} in "
+                                f"{self.model_dir or self.model_ref} changed since lock (their sha256 differ from "
+                                "the lock's); restore them, or lock a new version")
+        locked = version.get("task_files_sha256")
+        for path, role in self.task_files.items():  # a lock before the per-file map: the joint sha256
+            if (self.hashes.get(path) != locked.get(role) if isinstance(locked, dict)
+                    else digests_fingerprint({r: self.hashes.get(p, "missing") for p, r in
+                                              self.task_files.items()}) != version.get("task_sha256")):
+                raise InputsChanged(self._line(path, "its sha256 differs from the lock's", "since lock"))
+
+    def _model_hashes(self, hashes: dict[Path, str]) -> dict[str, str] | None:
+        """{file name: sha256} of the model folder's files among ``hashes``; None for a hub id."""
+        if self.model_dir is None:
+            return None
+        return {p.name: h for p, h in hashes.items() if p in self.model_paths}
 
     def _hashes(self, cached: bool) -> dict[Path, str]:
         out = {self.corpus: content_sha256(self.corpus) if cached else sha256_file(self.corpus)}
         if self.model_dir is not None:
-            out.update({self.model_dir / n: h for n, h in model_file_hashes(self.model_dir, cached).items()})
+            model = {self.model_dir / n: h for n, h in model_file_hashes(self.model_dir, cached).items()}
+            self.model_paths = set(model)
+            out.update(model)
+        for p in self.task_files:  # a missing file reads 'missing', as in task_files_sha256
+            out[p] = (content_sha256(p) if cached else sha256_file(p)) if p.is_file() else "missing"
         return out
 
     def _line(self, path: Path, what: str, when: str = "while the campaign ran") -> str:
-        kind = "corpus" if path == self.corpus else "model file"
+        kind = ("corpus" if path == self.corpus else f"task file ({self.task_files[path]})"
+                if path in self.task_files else "model file")
         return (f"{kind} {path} changed {when} ({what}); campaign stopped, and the passes that may have read it "
                 "are never accepted: restore the file and run the campaign again (those slots run again), or "
                 "lock a new version for the new inputs")
