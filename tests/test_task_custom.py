@@ -100,6 +100,16 @@ def test_entry_raising_on_item_7_is_a_failure_row_with_7_items(tmp_path, model_d
     assert "raising.py, line 7, in predict: ValueError: item 7 refused by the entry" in res["error"], res["error"]
     lines = (orch.dir / "passes" / a.pass_id / "predictions.jsonl").read_text().splitlines()
     assert len(lines) == 7  # the items completed are kept
+    # an exception in the user's code is a failure, not a memory verdict (a new user's trial read
+    # "Memory: infeasible" for a ValueError)
+    from lab.report.build import build_report
+
+    [variant] = build_report(orch.dir)["summary"]
+    assert variant.failures == 1 and variant.feasible is True, variant
+    assert "not a memory failure" in variant.infeasible_reason, variant.infeasible_reason
+    note = (orch.dir / "report" / "decision_note.md").read_text()
+    assert "Memory: infeasible" not in note and "memory 1" not in note, note
+    assert variant.memory_verdict() == "not shown" and "- Memory: not shown (no pass judged yet" in note, note
 
 
 @pytest.mark.parametrize("entry, words", [("missing.py:Nope", "not found"),

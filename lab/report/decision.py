@@ -276,8 +276,8 @@ def _config_section(a: Assessment, deliverables: int) -> list[str]:
                      f"{'distinguished' if pair['distinguished'] else 'not distinguished'} "
                      f"({pair['reason']})")
     lines += _truncation_lines(v)
-    lines.append("- Memory: feasible" if v.feasible
-                 else f"- Memory: infeasible ({v.infeasible_reason or 'no reason given'})")
+    lines.append("- Memory: feasible" if v.memory_verdict() == "feasible"
+                 else f"- Memory: {v.memory_verdict()} ({v.infeasible_reason or 'no reason given'})")
     if a.window is None:
         lines.append("- Campaign window: not given")
     else:

@@ -4,12 +4,15 @@ The rule's planning half, (a), is ``lab.memory.feasibility`` (SPEC 3.9: memory i
 cost, and a variant is compared on cost only if it is feasible).
 
 A variant is infeasible when any of its passes that was not interrupted by the user ran out of
-memory (status "oom"), or did not complete the long bucket (coverage["long"] observed < expected;
-where a pass has no coverage, items_completed < items_total on a failed pass means the long
-items cannot be shown complete). Passes with status "interrupted" (stopped by the
-user) are left out of the judgement: they alone never make a variant infeasible.
-A crash after the long items were all completed is a validation failure, not a
-feasibility one; it is named in the reason but does not exclude the variant here.
+memory (status "oom"), or was killed for host memory (status "killed") before it completed the
+long bucket (coverage["long"] observed < expected; where a pass has no coverage,
+items_completed < items_total means the long items cannot be shown complete). Passes with
+status "interrupted" (stopped by the user) are left out of the judgement: they alone never make
+a variant infeasible. A pass that failed with any other error (status "error": an exception in
+the user's code, a bad output, a crash that is not a memory failure) is no memory evidence,
+before or after the long items: it shows neither that the variant fits nor that it does not, is
+named in the reason, and leaves the exclusion to the failure and validation verdicts (a
+new user's trial: a ValueError raised in a custom entry's predict read "Memory: infeasible").
 """
 
 from __future__ import annotations
@@ -40,9 +43,15 @@ def campaign_feasibility(passes: list[dict], long_bucket: str = LONG) -> dict[st
         n_int = len(rows) - len(judged)
         n_oom = sum(p["status"] == PassStatus.OOM for p in judged)
         incomplete, worst = 0, None
-        crash_after_long = 0
+        crash_after_long = errors_before_long = 0
         for p in judged:
             lc = _long_counts(p, long_bucket)
+            if p["status"] == PassStatus.ERROR:  # no memory evidence either way (module doc)
+                if (lc[0] < lc[1]) if lc is not None else p.get("items_completed", 0) < p.get("items_total", 0):
+                    errors_before_long += 1
+                else:
+                    crash_after_long += 1
+                continue
             if lc is not None:
                 short_of_long = lc[0] < lc[1]
                 if worst is None or lc[0] * worst[1] < worst[0] * lc[1]:
@@ -51,7 +60,7 @@ def campaign_feasibility(passes: list[dict], long_bucket: str = LONG) -> dict[st
                 short_of_long = p["status"] != PassStatus.OK and p.get("items_completed", 0) < p.get("items_total", 0)
             if short_of_long and p["status"] != PassStatus.OOM:
                 incomplete += 1
-            elif not short_of_long and p["status"] in (PassStatus.ERROR, PassStatus.KILLED):
+            elif not short_of_long and p["status"] == PassStatus.KILLED:
                 crash_after_long += 1
         parts = []
         if n_oom:
@@ -64,11 +73,15 @@ def campaign_feasibility(passes: list[dict], long_bucket: str = LONG) -> dict[st
         elif not feasible:
             parts.append(f"{long_bucket} items not shown complete (no coverage recorded)")
         if feasible:
-            if judged:
-                parts.append(f"{len(judged)} pass(es) judged, none ran out of memory or stopped before "
+            shown = len(judged) - errors_before_long
+            if shown:
+                parts.append(f"{shown} pass(es) judged, none ran out of memory or stopped before "
                              f"the {long_bucket} items")
             else:
                 parts.append("no pass judged yet (feasibility not shown, not refuted)")
+            if errors_before_long:
+                parts.append(f"{errors_before_long} pass(es) failed with an error that is not a memory failure "
+                             f"before the {long_bucket} items: no memory evidence (a failure verdict)")
             if crash_after_long:
                 parts.append(f"{crash_after_long} crash(es) after the {long_bucket} items: a validation matter")
         if n_int:

@@ -149,6 +149,15 @@ class VariantSummary:
         """'batch_size=8' from the variant name 'batch/batch_size=8', else the variant id."""
         return (self.variant_name or self.variant_id).split("/", 1)[-1]
 
+    def memory_verdict(self) -> str:
+        """The memory feasibility in one word (lab.report.feasibility): "infeasible" (an OOM, or a
+        pass killed for host memory before the long items), "feasible" (a pass completed), or
+        "not shown" (no pass completed and none ran out of memory: an error that is not a memory
+        failure shows neither; the failure verdict excludes the variant)."""
+        if not self.feasible:
+            return "infeasible"
+        return "feasible" if self.successes else "not shown"
+
     def quality_text(self) -> str:
         """One line: the judged metric's median over the variant's passes against its threshold, the
         second metric beside it, and the agreement with the reference variant (median, lowest); or

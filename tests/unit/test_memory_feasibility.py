@@ -42,9 +42,26 @@ def test_long_bucket_incomplete_without_oom_is_infeasible():
     assert out["b8"]["reason"] == "long items incomplete in 1 of 2 passes without OOM; long items completed 80/100"
 
 
-def test_failed_pass_without_coverage_cannot_show_its_long_items():
-    v = campaign_feasibility([row("b8", "error", done=500, coverage=False)])["b8"]
+def test_killed_pass_without_coverage_cannot_show_its_long_items():
+    v = campaign_feasibility([row("b8", "killed", done=500, coverage=False)])["b8"]
     assert v["feasible"] is False and "not shown complete" in v["reason"]
+
+
+@pytest.mark.parametrize("coverage", [True, False])
+def test_an_error_before_the_long_items_is_no_memory_evidence(coverage):
+    """An exception in the user's predict (status "error") stops a pass before its long items:
+    the variant is not infeasible for memory (its failure verdict excludes it), and says why."""
+    v = campaign_feasibility([row("b8", "error", long_obs=0, done=12, coverage=coverage)])["b8"]
+    assert v["feasible"] is True
+    assert v["reason"] == ("no pass judged yet (feasibility not shown, not refuted); 1 pass(es) failed with an error "
+                           "that is not a memory failure before the long items: no memory evidence (a failure verdict)")
+    # beside a pass that completed, the complete one is the evidence, the error is named
+    v = campaign_feasibility([row("b8", "ok"), row("b8", "error", long_obs=0, done=12, coverage=coverage)])["b8"]
+    assert v["feasible"] is True and v["reason"].startswith("1 pass(es) judged, none ran out of memory")
+    assert "1 pass(es) failed with an error that is not a memory failure" in v["reason"]
+    # an OOM in another pass still decides
+    v = campaign_feasibility([row("b8", "oom", long_obs=10, done=910), row("b8", "error", long_obs=0, done=12)])["b8"]
+    assert v["feasible"] is False and v["reason"].startswith("OOM in 1 of 2 passes")
 
 
 def test_crash_after_the_long_items_is_a_validation_matter_not_feasibility():

@@ -55,7 +55,8 @@ def render_summary(summary: list[VariantSummary]) -> str:
                    f"allocated {_mib(v.peak_allocated_bytes_max, 'no GPU')}; "
                    f"reserved {_mib(v.peak_reserved_bytes_max, 'no GPU')}")
         out.append("  " + escape(v.utilization_text()))
-        mem = "feasible" if v.feasible else "[red]NOT feasible[/red]"
+        mem = {"infeasible": "[red]NOT feasible[/red]", "not shown": "[yellow]not shown[/yellow]"}.get(
+            v.memory_verdict(), v.memory_verdict())
         out.append(f"  memory: {mem}: {escape(v.infeasible_reason)}")
         if v.does_not_distinguish:
             others = ", ".join(names.get(o, o) for o in v.does_not_distinguish_from)
