@@ -237,3 +237,55 @@ def test_a_reference_variant_that_never_passes_ends_with_the_fix_not_a_wait(tmp_
                             "or name another [quality] reference_variant") for r in other.validation.reasons), \
         other.validation.reasons
     assert not any("yet" in r for r in other.validation.reasons), other.validation.reasons
+
+
+def test_a_custom_entry_with_its_own_model_and_labels_runs_and_is_judged(tmp_path, model_dir, gen_model_dir):
+    """The user's code brings its own model and its own label names (a new user's trial: the lab
+    asked for a ...ForSequenceClassification checkpoint and refused 'x' / 'y' as 'not a known
+    label'). [model] names the demo generator (a causal LM: its tokenizer forms the buckets);
+    the entry answers 'short-text' or 'long-text' by length. Judged by agreement, it locks, runs
+    batch 1 and 8, is accepted and verifies; on a labelled corpus the same outputs are wrong
+    labels, counted in the accuracy, not a format failure."""
+    from conftest import cut_corpus
+
+    from lab.evidence.archive import verify
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
+    from lab.report.build import build_report
+    from lab.service.campaigns import make_archive
+
+    (tmp_path / "entry.py").write_text(
+        "class ByLength:\n"
+        "    def __init__(self, settings, device):\n"
+        "        self.cut = 400\n"
+        "    def predict(self, texts):\n"
+        "        return ['long-text' if len(t) > self.cut else 'short-text' for t in texts]\n")
+    task = f'\n[task]\nkind = "custom"\nentry = "{tmp_path / "entry.py"}:ByLength"\n'
+    f = write_campaign(tmp_path, gen_model_dir, unlabelled_corpus(tmp_path, gen_model_dir), name="ownlabels",
+                       threshold=0.9)
+    f.write_text(f.read_text().replace('metric = "accuracy"', 'metric = "agreement"') + task)
+    lock(load_protocol(f))
+    orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
+    assert orch.run() == "finished"
+    attempts = orch.journal.attempts()
+    assert [a.status for a in attempts] == ["ok", "ok"]
+    assert all(a.validation.format_ok and a.validation.corpus_accepted for a in attempts), \
+        [a.validation.reasons for a in attempts]
+    preds = {json.loads(x)["pred"] for a in attempts
+             for x in (orch.dir / "passes" / a.pass_id / "predictions.jsonl").read_text().splitlines()}
+    assert preds == {"long-text", "short-text"}
+    build_report(orch.dir)
+    v = verify(make_archive(orch.dir))
+    assert v.ok, v.problems
+
+    labelled = tmp_path / "labelled"
+    labelled.mkdir()
+    f = write_campaign(labelled, gen_model_dir, cut_corpus(labelled / "corpus.jsonl", 5, 3, 2), name="ownlabels2",
+                       values=(1,), threshold=0.0)
+    f.write_text(f.read_text() + task)
+    lock(load_protocol(f))
+    orch = Orchestrator.prepare(f, labelled / "runs", LocalLauncher())
+    assert orch.run() == "finished"
+    [a] = orch.journal.attempts()
+    assert a.status == "ok" and a.validation.format_ok and a.validation.metric == 0.0, a.validation

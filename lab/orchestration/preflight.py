@@ -144,6 +144,10 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
                          f"model {Path(ref).name} declares architectures {archs or 'none'}; a causal language "
                          f"model ({' or '.join('…' + a for a in CAUSAL_LM_ARCHITECTURES)}) is needed for generation"))
         out.append(check_attention(proto, cfg))
+    elif proto.task_kind == "custom":  # the user's code loads its own model: only the tokenizer is the lab's
+        out.append(Check("architecture", True, f"{', '.join(archs) or 'any'}: the custom entry loads what it "
+                                               "needs (model_path in its settings); the lab uses the [model] "
+                                               "tokenizer for the length buckets only"))
     elif not any(a.endswith("ForSequenceClassification") for a in archs):
         out.append(Check("architecture", False, f"model {Path(ref).name} declares architectures "
                                                 f"{archs or 'none'}; a sequence-classification checkpoint "
@@ -160,6 +164,9 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
         out.append(Check("labels", True, f"{len(labels)} corpus labels, used by the retrieval metric only"))
     elif proto.task_kind == "generation":
         out.append(Check("labels", True, f"{len(labels)} corpus labels, the reference answers of the metric"))
+    elif proto.task_kind == "custom":  # any string the entry returns is a label; one outside these is wrong
+        out.append(Check("labels", True, f"{len(labels)} corpus labels, the reference answers of the metric "
+                                         "(an output of the entry outside them counts as a wrong label)"))
     elif unknown:
         shown = ", ".join(repr(n) for n in sorted(names)[:4]) + (", ..." if len(names) > 4 else "")
         out.append(Check("labels", False, f"corpus label(s) {', '.join(map(repr, unknown[:3]))} are not labels the "
