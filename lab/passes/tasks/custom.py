@@ -125,9 +125,10 @@ def load_entry(entry: str):
     if lacking:
         raise EntryNotLoadable(f"[task] entry {path.name}:{name} has no {', '.join(lacking)} method; the protocol "
                                "needs predict(texts: list[str]) -> list[str]")
-    bound = isinstance(inspect.getattr_static(cls, "predict", None), (staticmethod, classmethod))
+    predict = getattr(cls, PROTOCOL_METHODS[0])
+    bound = isinstance(inspect.getattr_static(cls, "predict", None), (staticmethod, classmethod))  # no self
     why = (signature_refusal(cls, (None, None), f"{name}(settings, device)")
-           or signature_refusal(cls.predict, (None,) if bound else (None, None), f"{name}.predict(texts)"))
+           or signature_refusal(predict, (None,) if bound else (None, None), f"{name}.predict(texts)"))
     if why:
         raise EntryNotLoadable(f"[task] entry {path.name}:{name}: {why}; the protocol builds {name}(settings: dict, "
                                "device: str) and calls predict(texts: list[str]) -> list[str]")
