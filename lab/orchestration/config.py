@@ -170,8 +170,9 @@ def parse_entry(value: str, where: str) -> tuple[str, str]:
     """(file, name) of a ``"path/to/file.py:Name"`` reference; ConfigError (one line) otherwise."""
     m = ENTRY_RE.match(value)
     if not m:
+        what = "function" if where == "[quality] metric" else "class"  # an entry is a class, a metric a function
         raise ConfigError(f"{where} = {value!r} is not \"path/to/file.py:Name\"; give the Python file and the "
-                          "class or function it defines, separated by ':'")
+                          f"{what} it defines, separated by ':'")
     return m["file"], m["name"]
 
 
@@ -302,8 +303,9 @@ class QualitySection:
                                   f"{' or '.join(EMBEDDING_METRICS)} for embeddings, "
                                   f"{' or '.join(GENERATION_METRICS)} for generation, or {AGREEMENT} for any "
                                   "task (with the reference variant; no labels needed)")
-            if self.direction not in (None, "higher"):
-                raise ConfigError(f"[quality] direction: the built-in metric {self.metric!r} is higher-is-better; "
+            if self.direction is not None:  # direction is for the user's own metric only
+                raise ConfigError(f"[quality] direction = {self.direction!r} is for your own metric "
+                                  f"(\"file.py:function\"); the built-in metric {self.metric!r} is higher-is-better, "
                                   "remove direction")
         if self.user_metric:  # in the metric's own unit: any finite number
             if not math.isfinite(self.threshold):

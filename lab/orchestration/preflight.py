@@ -355,7 +355,8 @@ def lock_checks(proto) -> list[Check]:
 def check_user_code(proto) -> list[Check]:
     """The user's code the protocol runs ([task] entry, [quality] metric = "file.py:function"),
     each imported in a fresh Python process (lab.passes.tasks.custom.check_in_fresh_process): refused
-    in one line when it cannot be loaded or lacks the protocol."""
+    in one line when it cannot be loaded or lacks the protocol (signatures included), or is a folder;
+    each [task] files item refused when it is missing or a folder."""
     from lab.passes.tasks.custom import check_in_fresh_process
 
     out = []
@@ -372,7 +373,10 @@ def check_user_code(proto) -> list[Check]:
         why = check_in_fresh_process(full, metric=role == "metric")
         out.append(Check(role, not why, why or f"{ref} imports in a fresh process and has the protocol"))
     for role, path in files.items():
-        if role.startswith("file:") and not path.is_file():
+        if role.startswith("file:") and path.is_dir():
+            out.append(Check("files", False, f"[task] files {role[5:]!r}: {path} is a folder; list the files the "
+                                             "entry reads, one by one"))
+        elif role.startswith("file:") and not path.is_file():
             out.append(Check("files", False, f"[task] files {role[5:]!r}: {path} not found; "
                                              f"{repo_hint(role[5:], path) or 'fix the path'}"))
     return out

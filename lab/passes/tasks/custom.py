@@ -19,7 +19,9 @@ The lab owns the rest: corpus reading, ids, batching and bucketing (token counts
 [model] tokenizer), warm-up, the measured window and device synchronisation, memory counters,
 events, failure rows, predictions on disk (the classification format, ``prob`` null) and
 validation. An exception in ``predict`` is a failure row (:class:`EntryFailed`) with the items
-of the batches completed before it and the traceback's last line.
+of the batches completed before it and the traceback's last line; a return that is not a list of
+str, one per text (or a ``settings_used()`` that is not a dict of str keys), is one too, named as
+what it is; the batch is named "warm-up batch N" or "batch N of the measured window".
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ IMPORTS_FINE = "entry imports and has the protocol"  # the check process's last 
 
 
 class EntryFailed(PassFailure):
-    """The user's entry raised (or returned the wrong shape) in ``predict``; ``items_done`` counts
-    the items of the batches it completed before."""
+    """The user's entry raised, or returned what the protocol does not take, in ``predict`` or
+    ``settings_used``; ``items_done`` counts the measured window's items of the batches it
+    completed before (0 in the warm-up)."""
 
     kind = FailureKind.TASK_ERROR
 
@@ -66,6 +69,8 @@ def _import_file(path: Path, mod_name: str, where: str, register: bool):
     """The module of the user's file ``path`` (``where``: the campaign-file key it came from, for
     the one-line errors); ``register`` also puts it in sys.modules under ``mod_name``. Raises
     EntryNotLoadable when the file is missing, is not Python, or raises on import."""
+    if path.is_dir():
+        raise EntryNotLoadable(f"{where} {path} is a folder; give the Python file in it, \"path/to/file.py:Name\"")
     if not path.is_file():
         raise EntryNotLoadable(f"{where} file {path} not found; fix {where}")
     spec = importlib.util.spec_from_file_location(mod_name, path)
@@ -81,34 +86,71 @@ def _import_file(path: Path, mod_name: str, where: str, register: bool):
     return module
 
 
+def signature_refusal(fn, args: tuple, shown: str) -> str:
+    """'' when ``fn`` can be called with the positional ``args`` (inspect.signature bind; nothing
+    is called), else why not, in a few words: "``shown`` cannot take 2 positional argument(s): it
+    is (predictions)". A callable whose signature Python cannot read (some built-ins) passes."""
+    import inspect
+
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return ""
+    try:
+        sig.bind(*args)
+    except TypeError:
+        return f"{shown} cannot take {len(args)} positional argument(s): it is {sig}"
+    return ""
+
+
 def load_entry(entry: str):
     """The class named by ``entry`` ("/abs/path/file.py:ClassName"), imported from its file.
 
     Raises EntryNotLoadable (one line) when the file cannot be imported (its error's last line
-    named), defines no such class, or the class lacks ``predict``."""
+    named), defines no such class (a function of that name is named as one), the class lacks
+    ``predict``, or its signatures cannot take the protocol's calls: ``ClassName(settings,
+    device)`` and ``predict(texts)`` (read with inspect.signature; nothing is built or called)."""
+    import inspect
+
     file, _, name = entry.rpartition(":")
     path = Path(file)
     module = _import_file(path, f"iteralab_entry_{path.stem}", "[task] entry", register=True)
     cls = getattr(module, name, None)
     if not isinstance(cls, type):
+        if callable(cls):
+            raise EntryNotLoadable(f"[task] entry {path.name}:{name} is a {type(cls).__name__}, not a class; entry "
+                                   "names a class with predict(texts: list[str]) -> list[str]; give it after ':'")
         raise EntryNotLoadable(f"[task] entry {path.name} defines no class {name!r}; fix the name after ':'")
     lacking = [m for m in PROTOCOL_METHODS if not callable(getattr(cls, m, None))]
     if lacking:
         raise EntryNotLoadable(f"[task] entry {path.name}:{name} has no {', '.join(lacking)} method; the protocol "
                                "needs predict(texts: list[str]) -> list[str]")
+    predict = getattr(cls, PROTOCOL_METHODS[0])
+    bound = isinstance(inspect.getattr_static(cls, "predict", None), (staticmethod, classmethod))  # no self
+    why = (signature_refusal(cls, (None, None), f"{name}(settings, device)")
+           or signature_refusal(predict, (None,) if bound else (None, None), f"{name}.predict(texts)"))
+    if why:
+        raise EntryNotLoadable(f"[task] entry {path.name}:{name}: {why}; the protocol builds {name}(settings: dict, "
+                               "device: str) and calls predict(texts: list[str]) -> list[str]")
     return cls
 
 
 def load_function(ref: str, where: str = "[quality] metric"):
     """The function named by ``ref`` ("/abs/path/file.py:name"), imported from its file.
-    Raises EntryNotLoadable (one line) as :func:`load_entry` does."""
+    Raises EntryNotLoadable (one line) as :func:`load_entry` does, and when ``name`` is a class
+    or cannot be called with two positional arguments (inspect.signature; nothing is called)."""
     file, _, name = ref.rpartition(":")
     path = Path(file)
     module = _import_file(path, f"iteralab_user_{path.stem}", where, register=False)
     fn = getattr(module, name, None)
+    protocol = f"the protocol needs {name}(predictions: list[str], references: list[str]) -> float"
+    if isinstance(fn, type):
+        raise EntryNotLoadable(f"{where} {path.name}:{name} is a class; metric names a function, {protocol}")
     if not callable(fn):
-        raise EntryNotLoadable(f"{where} {path.name} defines no function {name!r}; the protocol needs "
-                               f"{name}(predictions: list[str], references: list[str]) -> float")
+        raise EntryNotLoadable(f"{where} {path.name} defines no function {name!r}; {protocol}")
+    why = signature_refusal(fn, (None, None), f"{name}(predictions, references)")
+    if why:
+        raise EntryNotLoadable(f"{where} {path.name}:{name}: {why}; {protocol}")
     return fn
 
 
@@ -209,6 +251,31 @@ def check_in_fresh_process(ref: str, metric: bool = False, timeout_s: float = 30
     return "" if r.returncode == 0 and lines[-1] == IMPORTS_FINE else lines[-1][:300]
 
 
+def _shown(value) -> str:
+    """``value`` for a one-line message: "None", else its type and repr cut to 60 characters
+    ("int 3", "str 'sci.space'")."""
+    if value is None:
+        return "None"
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def predict_refusal(out, n: int) -> tuple[str, list]:
+    """('', labels) when ``out`` (what predict returned for ``n`` texts) is a sequence of ``n``
+    str; else (what it is, in a few words: "None", "int 3 at position 0", "5 value(s) for 4
+    texts", []). A str, bytes or dict is named as such, never iterated; another iterable (a
+    tuple, a generator, an array of str) is read once here, so an error it raises is the user's."""
+    if out is None or isinstance(out, (str, bytes, dict)) or not hasattr(out, "__iter__"):
+        return _shown(out), []
+    labels = list(out)
+    if len(labels) != n:
+        return f"{len(labels)} value(s) for {n} texts", []
+    bad = next((j for j, o in enumerate(labels) if not isinstance(o, str)), None)
+    if bad is not None:
+        return f"{_shown(labels[bad])} at position {bad}", []
+    return "", labels
+
+
 class CustomJob(LabelLines):
     """``[task] kind = "custom"``: batches the lab forms, handed to the user's ``predict``."""
 
@@ -243,13 +310,33 @@ class CustomJob(LabelLines):
             raise EntryFailed(f"entry constructor raised: {last_traceback_line(exc)}", items_done=0) from None
         return self.tokenizer, None
 
+    def settings_used(self, items_done: int) -> dict:
+        """What the entry's optional ``settings_used()`` reports ({} without one; None reads as {}).
+        Raises EntryFailed (one line, ``items_done`` kept) when it raises or returns something
+        other than a dict of setting name (str) -> value."""
+        report = getattr(self.code, "settings_used", None)
+        if not callable(report):
+            return {}
+        try:
+            used = report()
+        except BaseException as exc:  # noqa: BLE001 - the user's code: a failure row
+            if isinstance(exc, (KeyboardInterrupt, MemoryError)):
+                raise
+            raise EntryFailed(f"settings_used() raised: {last_traceback_line(exc)}", items_done=items_done) from None
+        if used is None:
+            return {}
+        why = (f"returned {_shown(used)}" if not isinstance(used, dict) else
+               next((f"returned the key {k!r} ({type(k).__name__})" for k in used if not isinstance(k, str)), ""))
+        if why:
+            raise EntryFailed(f"settings_used() {why}; it must return a dict of setting name (str) -> value, "
+                              'e.g. {"precision": "fp32"}', items_done=items_done)
+        return dict(used)
+
     def observe(self, threads: int, workers_on_host: int = 1) -> dict:
         """The observed record: what ``settings_used()`` reports, NOT_OBSERVABLE for the rest."""
         from lab.passes.observed import NOT_OBSERVABLE, observe_tf32, observe_threads
 
-        used = {}
-        if callable(getattr(self.code, "settings_used", None)):
-            used = dict(self.code.settings_used() or {})
+        used = self.settings_used(0)
         v = self.spec.variant
         precision = used.get("precision")
         return {"dtype": NOT_OBSERVABLE if precision is None else {"fp32": "float32", "bf16": "bfloat16",
@@ -264,11 +351,16 @@ class CustomJob(LabelLines):
     def warm_up(self, rows: list[dict], device: str) -> float:
         from lab.passes.inference import warm_up_window
 
-        return warm_up_window(self.run_window, rows, device, self.spec.warmup_items, self.spec.warmup_passes)
+        def warm_window(r, d):
+            return self.run_window(r, d, warm_up=True)
 
-    def run_window(self, rows, device, on_batch=None, sink=None):
+        return warm_up_window(warm_window, rows, device, self.spec.warmup_items, self.spec.warmup_passes)
+
+    def run_window(self, rows, device, on_batch=None, sink=None, warm_up: bool = False):
         """The lab's batches handed to ``predict``; labels in ``win.pred_index`` (corpus order).
-        Raises EntryFailed with the items of the batches completed before."""
+        Raises EntryFailed (one line) with the items of the batches completed before when predict
+        raises or returns anything but a list of str, one per text; the batch is named "warm-up
+        batch N" (``warm_up``) or "batch N of the measured window"."""
         from lab.passes.inference import open_window
 
         v = self.spec.variant
@@ -279,17 +371,18 @@ class CustomJob(LabelLines):
             sink["win"] = win
         for start in range(0, n, v.batch_size):
             idx = order[start:start + v.batch_size]
+            where = f"warm-up batch {win.batches + 1}" if warm_up else f"batch {win.batches + 1} of the measured window"
             try:
-                out = list(self.code.predict([rows[i]["text"] for i in idx]))
+                out = self.code.predict([rows[i]["text"] for i in idx])
+                why, out = predict_refusal(out, len(idx))
             except BaseException as exc:  # noqa: BLE001 - the user's predict: a failure row
                 if isinstance(exc, (KeyboardInterrupt, MemoryError)) or type(exc).__name__ == "OutOfMemoryError":
                     raise
-                raise EntryFailed(f"predict raised on batch {win.batches + 1} (after {win.items_done} items): "
-                                  f"{last_traceback_line(exc)}", items_done=win.items_done) from None
-            if len(out) != len(idx) or not all(isinstance(o, str) for o in out):
-                raise EntryFailed(f"predict returned {len(out)} value(s) for {len(idx)} texts on batch "
-                                  f"{win.batches + 1}; it must return one label (str) per text",
-                                  items_done=win.items_done)
+                raise EntryFailed(f"predict raised on {where} (after {win.items_done}{' warm-up' * warm_up} items): "
+                                  f"{last_traceback_line(exc)}", items_done=0 if warm_up else win.items_done) from None
+            if why:
+                raise EntryFailed(f"predict returned {why} on {where}; it must return a list of str, one label "
+                                  "per text", items_done=0 if warm_up else win.items_done)
             for j, i in enumerate(idx):
                 win.pred_index[i] = out[j]
             win.items_done += len(idx)
@@ -311,7 +404,7 @@ class CustomJob(LabelLines):
         order = ("sorted by token count" if win.order_sorted_by_length and not win.order_is_corpus
                  else "corpus order" if win.order_is_corpus and not win.order_sorted_by_length
                  else "corpus order (already sorted by token count)")
-        used = dict(self.code.settings_used() or {}) if callable(getattr(self.code, "settings_used", None)) else {}
+        used = self.settings_used(win.items_done)
         return {"padding": used.get("padding", NOT_OBSERVABLE), "max_tokens": NOT_OBSERVABLE,
                 "max_length_used": used.get("max_length", NOT_OBSERVABLE), "bucketing": order,
                 "batch_size": win.largest_batch, "window_items": win.items_done}
