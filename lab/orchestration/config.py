@@ -203,8 +203,7 @@ class TaskSection:
 
     def __post_init__(self) -> None:
         if self.kind not in TASK_KINDS:
-            raise ConfigError(f"[task] kind {self.kind!r} unknown; {nearest(self.kind, TASK_KINDS)} "
-                              f"(kinds: {', '.join(TASK_KINDS)})")
+            raise ConfigError(f"[task] kind {self.kind!r} unknown; {nearest(self.kind, TASK_KINDS, 'valid kinds')}")
         object.__setattr__(self, "files", tuple(self.files))
         if self.kind == "embedding":  # KIND_KEYS["embedding"]
             object.__setattr__(self, "pooling", self.pooling or "mean")

@@ -53,6 +53,18 @@ def test_bad_task_section_one_line(tmp_path, extra, edit, message):
     assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize("kind, tail", [
+    ('""', "valid kinds: classification, custom, embedding, generation"),
+    ('"regression"', "valid kinds: classification, custom, embedding, generation"),
+    ('"generaton"', "did you mean 'generation'?"),
+])
+def test_an_unknown_kind_lists_the_kinds_once_or_names_the_nearest(tmp_path, kind, tail):
+    """The trial's `kind = ""`: one clean line, the valid kinds listed once and called kinds."""
+    with pytest.raises(ProtocolError) as e:
+        load_protocol(campaign(tmp_path, f"\n[task]\nkind = {kind}\n"))
+    assert str(e.value).endswith(f"[task] kind {tomllib.loads(f'k = {kind}')['k']!r} unknown; {tail}"), str(e.value)
+
+
 @pytest.mark.parametrize("kind, builtin", [("embedding", "nn_accuracy"), ("generation", "exact_match"),
                                            ("custom", "accuracy")])
 def test_a_metric_refusal_suggests_only_what_the_next_check_accepts(tmp_path, kind, builtin):
