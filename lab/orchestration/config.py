@@ -97,6 +97,7 @@ def parse_section(cls, table: Any, section: str):
     hints = typing.get_type_hints(cls)
     if cls is TaskSection:  # a key no kind reads: name the keys of the declared kind only
         kind = table.get("kind", "classification")
+        check_value(kind, hints["kind"], f"[{section}] kind")  # typed before it is looked up: ["x"] is unhashable
         check_keys({k: v for k, v in table.items() if k not in hints}, ("kind", *KIND_KEYS.get(kind, ())),
                    f"[{section}]", f"valid keys for kind = {json.dumps(kind, default=str)}")
     check_keys(table, hints, f"[{section}]")
