@@ -53,7 +53,7 @@ model-gen: $(GEN_MODEL)/config.json
 # seed is the CLI's default, lab.facts.constants.CORPUS_SEED. The demo's sizes are given here (the
 # CLI's defaults suit a user's own corpus: 1,000 items in its own bucket shares, no tuning split).
 corpus: $(STAMP)
-	$(LAB) corpus build --source ../shared/data/20newsgroups/20news-bydate-test.jsonl --out demo/corpus \
+	$(LAB) corpus build --source ../shared/data/20newsgroups/20news-bydate-test.jsonl --out demo/corpus --force \
 	  --short 600 --medium 300 --long 100 --tuning 1600
 
 # Main job: the UI on a terminal; without one, ./campaign.toml headless when it exists, else the

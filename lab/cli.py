@@ -78,7 +78,7 @@ def cmd_corpus_build(a) -> int:
     if a.no_labels and a.label_field is not None:
         raise CliError(f"--no-labels with --label-field {a.label_field}: give one (--no-labels reads no label)")
     card = build_corpus(a.source, a.out, tok, info, spec, a.id_field, a.text_field,
-                        None if a.no_labels else a.label_field or "label")
+                        None if a.no_labels else a.label_field or "label", force=a.force)
     sizes = ", ".join(f"{n} {b}" for b, n in card["sizes"].items())
     ignored = card.get("source_labels_ignored")
     unlabelled = (f", no labels ({ignored} item(s) of the source had a 'label', set aside by --no-labels)"
@@ -323,6 +323,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--tokenizer", default=None,
                    help="local checkpoint folder whose tokenizer counts tokens (the model the campaign "
                         "runs; recorded in the card, checked at lock); default: the demo encoder's")
+    b.add_argument("--force", action="store_true",
+                   help="replace a corpus already in --out whose files this build would change (refused "
+                        "without it: a campaign locked on that corpus would no longer verify)")
     b.set_defaults(fn=cmd_corpus_build)
     m = sub.add_parser("model", help="build the demo models").add_subparsers(dest="verb", required=True)
     mb = m.add_parser("build-demo", help="fit the demo head on the tuning split; save a transformers checkpoint")

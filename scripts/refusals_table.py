@@ -105,6 +105,7 @@ CASES: list[tuple[str, str | tuple[str, ...], str | tuple[str, ...]]] = [
     ("projection rule: no accepted pass asked", "repetitions = 5", "repetitions = 5\nmin_accepted_passes = 0"),
     # [task] kinds, the user's own code and metric, generation, embedding, vLLM (several edits: tuples)
     ("[task] kind misspelt", "[corpus]", '[task]\nkind = "embeding"\n[corpus]'),
+    ("[task] kind that is not a string", "[corpus]", '[task]\nkind = ["embedding"]\n[corpus]'),
     ("unknown key in [task]", "[corpus]", '[task]\nkind = "embedding"\npoolin = "mean"\n[corpus]'),
     ("embedding pooling not implemented", "[corpus]", '[task]\nkind = "embedding"\npooling = "cls"\n[corpus]'),
     ("a metric that does not judge the task kind", "[corpus]", '[task]\nkind = "embedding"\n[corpus]'),
@@ -119,6 +120,8 @@ CASES: list[tuple[str, str | tuple[str, ...], str | tuple[str, ...]]] = [
     ("generation without prompt and max_new_tokens", "[corpus]", '[task]\nkind = "generation"\n[corpus]'),
     ("generation decoding other than greedy", "[corpus]",
      '[task]\nkind = "generation"\nprompt = "{text}"\nmax_new_tokens = 4\ndecoding = "beam"\n[corpus]'),
+    ("generation stop string that is not a string", "[corpus]",
+     '[task]\nkind = "generation"\nprompt = "{text}"\nmax_new_tokens = 4\nstop = [1]\n[corpus]'),
     ("generation with padding to max_length", ("[corpus]", 'metric = "accuracy"', 'padding = "longest"'),
      ('[task]\nkind = "generation"\nprompt = "{text}"\nmax_new_tokens = 4\n[corpus]', 'metric = "exact_match"',
       'padding = "max_length"')),

@@ -115,6 +115,29 @@ def test_own_corpus_defaults_take_a_small_source_whole_with_no_tuning_split(tmp_
     assert out.startswith("corpus: 310 items (") and "tuning split 0" in out
 
 
+def test_a_build_that_would_change_the_corpus_already_in_out_is_refused_unless_forced(tmp_path, capsys):
+    """The trial's `corpus build --out c30copy --items 25` over a 30-item corpus replaced it silently,
+    breaking any campaign locked on it: refused in one line saying what is there and the two ways on,
+    the files untouched; the same build again passes; --force replaces it."""
+    from lab.cli import main
+
+    out = tmp_path / "c"
+    build = ["corpus", "build", "--source", str(_own_source(tmp_path, 310)), "--out", str(out), "--items"]
+    assert main([*build, "30"]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert main([*build, "30"]) == 0 and {p.name: p.read_bytes() for p in out.iterdir()} == before
+    capsys.readouterr()
+    assert main([*build, "25"]) == 2
+    sha = json.loads(before["corpus_card.json"])["comparison"]["sha256"]
+    assert capsys.readouterr().err.splitlines() == [
+        f"iteralab: error: --out {out} already holds a corpus of 30 items (comparison.jsonl sha256 {sha[:12]}), "
+        "and this build would change comparison.jsonl, corpus_card.json (a campaign locked on it would no longer "
+        "verify); give another --out, or add --force to replace it"]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing left behind either
+    assert main([*build, "25", "--force"]) == 0
+    assert json.loads((out / "corpus_card.json").read_text())["comparison"]["items"] == 25
+
+
 def test_own_corpus_items_are_drawn_in_the_source_bucket_shares(tmp_path, capsys):
     from lab.cli import main
 

@@ -208,7 +208,8 @@ def test_compare_refuses_generation_archives_of_another_prompt_or_decoding_rule(
 
 def test_a_failure_after_6_items_keeps_them(tmp_path, gen_model_dir):
     """The 7th item's prompt (the text whole: max_text_tokens = 0) passes the model's 512
-    positions: the pass fails there, with the 6 items before it written."""
+    positions: the pass fails there, with the 6 items before it written, and names the cut that fits
+    (the lock refuses such a corpus first: the test below; its checks are skipped here)."""
     from lab.launchers.local import LocalLauncher
     from lab.orchestration.orchestrator import Orchestrator
     from lab.orchestration.protocol import load_protocol, lock
@@ -220,13 +221,13 @@ def test_a_failure_after_6_items_keeps_them(tmp_path, gen_model_dir):
     f = generation_campaign(tmp_path, gen_model_dir, corpus, task=TASK.replace("max_text_tokens = 64",
                                                                               "max_text_tokens = 0"),
                             values=(1,), name="genfail", max_length=512)  # warm-up: the first 2 items
-    lock(load_protocol(f))
+    lock(load_protocol(f), check=False)  # the lock's own check refuses that prompt: here the pass's guard is tested
     orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
     orch.run()
     a = orch.journal.attempts()[0]
     assert a.status != "ok" and a.items_completed == 6, a
     res = json.loads((orch.dir / "passes" / a.pass_id / "result.json").read_text())
-    assert "positions" in res["error"] and "max_text_tokens" in res["error"], res["error"]
+    assert "passes the model's 512 positions; set max_text_tokens to at most" in res["error"], res["error"]
     lines = lines_of(orch, a.pass_id)
     assert [x["id"] for x in lines] == [r["id"] for r in rows[:6]]  # the items completed are kept
     assert res["output_tokens"] == sum(x["output_tokens"] for x in lines)
@@ -293,3 +294,39 @@ def test_the_demo_generation_campaign_locks(tmp_path, gen_model_dir):
     assert proto.task_kind == "generation" and proto.config.quality.metric == "exact_match"
     assert {v.name for v in proto.variants} == {"batch/batch_size=1", "batch/batch_size=8",
                                                 "bucketing/bucketing=True"}
+
+
+def test_max_new_tokens_past_the_models_positions_are_refused_at_lock_with_the_fix_that_works(tmp_path, gen_model_dir):
+    """The trial's `max_new_tokens = 100000000` on the demo generator: refused at lock, naming the
+    model's positions and the largest max_new_tokens the prompt template leaves room for (not a
+    cut of the text, which cannot help); a max_new_tokens that fits only with a shorter text is
+    refused naming max_text_tokens; the largest value named for each locks."""
+    import re
+
+    from transformers import AutoConfig, AutoTokenizer
+
+    from lab.orchestration.protocol import ProtocolError, load_protocol, lock
+
+    positions = AutoConfig.from_pretrained(gen_model_dir).max_position_embeddings
+    template = len(AutoTokenizer.from_pretrained(gen_model_dir)("\nNewsgroup:")["input_ids"])
+    whole_text = TASK.replace("max_text_tokens = 64\n", "")  # the longest prompt: the whole longest text
+
+    def refusal(folder, task):
+        folder.mkdir()
+        with pytest.raises(ProtocolError) as e:
+            lock(load_protocol(generation_campaign(folder, gen_model_dir, task=task)))
+        return str(e.value)
+
+    alone = refusal(tmp_path / "a", TASK.replace("max_new_tokens = 16", "max_new_tokens = 100000000"))
+    assert re.search(rf"\[task\] max_new_tokens 100000000 with the prompt of id '[^']+' \(\d+ tokens\) passes the "
+                     rf"model's {positions} positions; lower max_new_tokens to at most {positions - template - 1}$",
+                     alone), alone
+    most = positions - template - 64 - 8  # room for the 64-token cut, not for the whole longest text
+    cut = refusal(tmp_path / "b", whole_text.replace("max_new_tokens = 16", f"max_new_tokens = {most}"))
+    fit = re.search(r"set max_text_tokens to at most (\d+) \(the template holds \d+ tokens\) or a lower "
+                    r"max_new_tokens$", cut)
+    assert fit, cut
+    (tmp_path / "c").mkdir()
+    task = whole_text.replace("max_new_tokens = 16", f"max_new_tokens = {most}").replace(
+        "[task]\n", f"[task]\nmax_text_tokens = {fit[1]}\n")
+    assert lock(load_protocol(generation_campaign(tmp_path / "c", gen_model_dir, task=task)))["version"] == 1

@@ -48,7 +48,7 @@ def test_corpus_build_on_a_full_disk_leaves_the_existing_corpus_whole(small_fs, 
     assert sorted(before) == ["comparison.jsonl", "corpus_card.json", "tuning.jsonl"]
     filler = fill(small_fs)
     try:
-        line = one_line(cli("corpus", "build", "--source", source, "--out", out, *sizes, "--seed", "7"))
+        line = one_line(cli("corpus", "build", "--source", source, "--out", out, *sizes, "--seed", "7", "--force"))
         assert line.startswith(f"iteralab: error: no space left on device in {out} "), line
         after = {p.name: p.read_bytes() for p in out.iterdir()}
         assert after == before  # the old corpus, its card's sha256 still matching its files

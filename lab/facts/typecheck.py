@@ -25,8 +25,8 @@ def type_ok(value: Any, hint: Any) -> bool:
         return value is None
     if hint is Any:
         return True
-    if origin in (tuple, list):
-        return isinstance(value, (list, tuple))
+    if origin in (tuple, list):  # and every element of the declared type: stop = [1] is not a list of strings
+        return isinstance(value, (list, tuple)) and _elements_ok(value, hint)
     if hint is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is int:
@@ -34,13 +34,29 @@ def type_ok(value: Any, hint: Any) -> bool:
     return isinstance(value, hint)
 
 
+def _elements_ok(value: list | tuple, hint: Any) -> bool:
+    """Every element of ``value`` of its declared type: ``tuple[X, ...]`` and ``list[X]`` give X to
+    each, ``tuple[X, Y]`` one each (another length refused); a bare ``tuple``/``list`` any."""
+    args = typing.get_args(hint)
+    if not args:
+        return True
+    if args[-1] is Ellipsis or typing.get_origin(hint) is list:
+        return all(type_ok(v, args[0]) for v in value)
+    return len(args) == len(value) and all(type_ok(v, h) for v, h in zip(value, args, strict=True))
+
+
 def type_name(hint: Any) -> str:
-    """The expected type in words: 'an integer', 'a string', 'true or false', 'a list'..."""
+    """The expected type in words: 'an integer', 'a string', 'true or false', 'a list of strings'..."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
-    if args and typing.get_origin(hint) not in (tuple, list):
+    if typing.get_origin(hint) in (tuple, list):
+        one = {a for a in args if a is not Ellipsis}
+        plural: dict[Any, str] = {int: "integers", float: "numbers", str: "strings", bool: "true or false values"}
+        word = plural.get(next(iter(one))) if len(one) == 1 else None
+        return f"a list of {word}" if word else "a list"
+    if args:
         return " or ".join(type_name(a) for a in args)
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
-        hint, "a list" if typing.get_origin(hint) in (tuple, list) else getattr(hint, "__name__", str(hint)))
+        hint, getattr(hint, "__name__", str(hint)))
 
 
 _REFUSAL = re.compile(r"(?:Object contains unknown field `(?P<unknown>[^`]*)`"

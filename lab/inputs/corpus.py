@@ -353,14 +353,15 @@ def corpus_card(comparison_path: Path, tuning_path: Path, comparison: list[dict]
 
 def build_corpus(source: str | Path, out_dir: str | Path, tokenizer, tokenizer_info: dict,
                  spec: BuildSpec = BuildSpec(), id_field: str = "id", text_field: str = "text",
-                 label_field: str | None = "label") -> dict:
+                 label_field: str | None = "label", force: bool = False) -> dict:
     """Build ``comparison.jsonl``, ``tuning.jsonl`` and ``corpus_card.json`` in ``out_dir``.
 
     ``label_field`` None: a corpus without labels (each item ``"label": null``; the draw is
     stratified by bucket only, the card says ``"labels": false``; the labels the source carried
     all the same are counted in the returned card's ``source_labels_ignored``, not written). Returns
-    the corpus card. Raises CorpusError on bad
-    input or too few items per bucket.
+    the corpus card. Raises CorpusError on bad input, too few items per bucket, or (``force``
+    False) an ``out_dir`` already holding a corpus whose files this build would change (a locked
+    campaign reads them by sha256; building the same files again passes).
     """
     source = Path(source)
     out = Path(out_dir)
@@ -389,15 +390,16 @@ def build_corpus(source: str | Path, out_dir: str | Path, tokenizer, tokenizer_i
     comparison, tuning = stratified_split(items, n_tokens, spec)
     drawn = {b: sum(1 for r in comparison if r["bucket"] == b) for b in BUCKETS}
     # the card records the sizes drawn (those given, or the source's shares of --items)
-    card = _write_corpus(out, comparison, tuning, source, tokenizer_info, replace(spec, sizes=drawn))
+    card = _write_corpus(out, comparison, tuning, source, tokenizer_info, replace(spec, sizes=drawn), force)
     return {**card, "source_labels_ignored": len(ignored)} if ignored else card
 
 
 def _write_corpus(out: Path, comparison: list[dict], tuning: list[dict], source: Path, tokenizer_info: dict,
-                  spec: BuildSpec) -> dict:
+                  spec: BuildSpec, force: bool = False) -> dict:
     """Write the three files in a temporary folder inside ``out`` and rename each into place
     only once all are complete: a full disk (DiskFull, one line) or any failure leaves the
-    corpus that was there whole, card and files matching."""
+    corpus that was there whole, card and files matching; so does a refusal to change a corpus
+    already there (``force`` False: :func:`refuse_changed_corpus`)."""
     def refuse(exc: OSError) -> CorpusError:
         return CorpusError(f"--out {out}: cannot create the folder ({exc.strerror}); choose a folder you can "
                            "write to")
@@ -410,7 +412,30 @@ def _write_corpus(out: Path, comparison: list[dict], tuning: list[dict], source:
         card = corpus_card(cpath, tpath, comparison, tuning, source, tokenizer_info, spec)
         (tmp / "corpus_card.json").write_text(json.dumps(card, indent=1, ensure_ascii=False) + "\n",
                                               encoding="utf-8")
+        if not force:
+            refuse_changed_corpus(out, tmp)
     return card
+
+
+CORPUS_FILES = ("comparison.jsonl", "tuning.jsonl", "corpus_card.json")
+"""The files ``corpus build`` writes into its --out folder."""
+
+
+def refuse_changed_corpus(out: Path, built: Path) -> None:
+    """CorpusError (one line) when ``out`` already holds any of CORPUS_FILES whose bytes differ
+    from the same file in ``built`` (the new build): what is there (its items and sha256,
+    from the card when readable), and the two ways on (another --out, or --force)."""
+    changed = [n for n in CORPUS_FILES if (out / n).is_file() and (out / n).read_bytes() != (built / n).read_bytes()]
+    if not changed:
+        return
+    try:
+        old = json.loads((out / "corpus_card.json").read_text(encoding="utf-8"))["comparison"]
+        there = f"a corpus of {old['items']} items (comparison.jsonl sha256 {str(old['sha256'])[:12]})"
+    except (OSError, ValueError, KeyError, TypeError):
+        there = f"corpus files ({', '.join(n for n in CORPUS_FILES if (out / n).is_file())})"
+    raise CorpusError(f"--out {out} already holds {there}, and this build would change {', '.join(changed)} "
+                      "(a campaign locked on it would no longer verify); give another --out, or add --force "
+                      "to replace it")
 
 
 def fingerprint(path: str | Path) -> dict:

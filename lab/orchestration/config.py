@@ -97,6 +97,7 @@ def parse_section(cls, table: Any, section: str):
     hints = typing.get_type_hints(cls)
     if cls is TaskSection:  # a key no kind reads: name the keys of the declared kind only
         kind = table.get("kind", "classification")
+        check_value(kind, hints["kind"], f"[{section}] kind")  # typed before it is looked up: ["x"] is unhashable
         check_keys({k: v for k, v in table.items() if k not in hints}, ("kind", *KIND_KEYS.get(kind, ())),
                    f"[{section}]", f"valid keys for kind = {json.dumps(kind, default=str)}")
     check_keys(table, hints, f"[{section}]")
@@ -204,11 +205,10 @@ class TaskSection:
 
     def __post_init__(self) -> None:
         if self.kind not in TASK_KINDS:
-            raise ConfigError(f"[task] kind {self.kind!r} unknown; {nearest(self.kind, TASK_KINDS)} "
-                              f"(kinds: {', '.join(TASK_KINDS)})")
+            raise ConfigError(f"[task] kind {self.kind!r} unknown; {nearest(self.kind, TASK_KINDS, 'valid kinds')}")
         object.__setattr__(self, "files", tuple(self.files))
         if self.kind == "embedding":  # KIND_KEYS["embedding"]
-            object.__setattr__(self, "pooling", self.pooling or "mean")
+            object.__setattr__(self, "pooling", "mean" if self.pooling is None else self.pooling)  # "" is no pooling
             object.__setattr__(self, "normalize", True if self.normalize is None else self.normalize)
             if self.pooling not in POOLINGS:
                 raise ConfigError(f"[task] pooling {self.pooling!r} is not implemented; use "
@@ -243,13 +243,14 @@ class TaskSection:
                               'prompt = "{text}\\nAnswer:" and max_new_tokens = 16')
         object.__setattr__(self, "stop", tuple(self.stop))
         object.__setattr__(self, "max_text_tokens", 0 if self.max_text_tokens is None else self.max_text_tokens)
-        object.__setattr__(self, "decoding", self.decoding or "greedy")
-        object.__setattr__(self, "normalisation", self.normalisation or NORMALISATION)
+        object.__setattr__(self, "decoding", "greedy" if self.decoding is None else self.decoding)
+        norm = NORMALISATION if self.normalisation is None else self.normalisation  # "" is no normalisation
+        object.__setattr__(self, "normalisation", norm)
         if self.decoding != "greedy":
             raise ConfigError(f"[task] decoding {self.decoding!r} is not implemented; use \"greedy\" (argmax at "
                               "every step, one beam, no sampling)")
         try:
-            normaliser(self.normalisation or NORMALISATION)
+            normaliser(norm)
             self.rule()
         except (GenerationRuleError, MetricInputError) as exc:
             raise ConfigError(f"[task] {exc}") from None

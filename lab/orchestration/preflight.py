@@ -192,6 +192,8 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
                                               f"{x}; declare max_length <= {x}"))
     else:
         out.append(Check("max_length", True, ", ".join(f"{n} {x}" for n, x in limits) or "no limit declared"))
+    if proto.task_kind == "generation":
+        out.append(check_new_tokens(proto.config.task.rule(), tok, limit, texts))
     declared = m.pad_token
     if declared is not None:
         vocab = tok.get_vocab()
@@ -223,6 +225,37 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
         else:
             out.append(Check("tokenizer", True, "corpus buckets counted with the model's tokenizer"))
     return out
+
+
+def check_new_tokens(rule, tok, max_positions: int | None, texts: dict[str, str]) -> Check:
+    """Every item's prompt (``texts``: id -> text, cut and placed in the template as each pass
+    does, lab.passes.tasks.generation_core.encode_prompts) plus the rule's ``max_new_tokens``
+    fits the model's ``max_position_embeddings``; else passes would fail at that item's batch
+    (generation_core.require_positions). The refusal names the longest prompt and the fix that
+    can work (generation_core.positions_fix: a lower max_new_tokens when no cut of the text
+    leaves room, else max_text_tokens)."""
+    from lab.passes.tasks.generation_core import (
+        GenerationRuleError,
+        encode_prompts,
+        positions_fix,
+        template_tokens,
+    )
+
+    if not isinstance(max_positions, int) or max_positions <= 0 or not texts:
+        return Check("max_new_tokens", True, f"{rule.max_new_tokens}; the model declares no position limit")
+    try:
+        lengths = [len(s) for s in encode_prompts(tok, list(texts.values()), rule)]
+    except GenerationRuleError as exc:  # a cut the tokenizer cannot make
+        return Check("max_new_tokens", False, f"[task] {exc}")
+    longest = max(range(len(lengths)), key=lengths.__getitem__)
+    if lengths[longest] + rule.max_new_tokens > max_positions:
+        item = list(texts)[longest]
+        fix = positions_fix(rule, max_positions, template_tokens(tok, rule))
+        return Check("max_new_tokens", False, f"[task] max_new_tokens {rule.max_new_tokens} with the prompt of id "
+                                              f"{item!r} ({lengths[longest]} tokens) passes the model's "
+                                              f"{max_positions} positions; {fix}")
+    return Check("max_new_tokens", True, f"{rule.max_new_tokens} + the longest prompt's {lengths[longest]} tokens "
+                                         f"within the model's {max_positions} positions")
 
 
 def check_attention(proto, cfg) -> Check:

@@ -125,3 +125,22 @@ def test_one_stop_rule_cuts_any_engines_ids():
     packed = finish_generated(Tok(), [1, 3, 9], 5, [9], rule)
     assert padded == packed == GeneratedItem(text="abde", input_tokens=5, output_tokens=3, stopped_by="eos")
     assert finish_generated(Tok(), [1, 2], 5, [9], rule) == GeneratedItem("abc", 5, 2, "stop")
+
+
+def words(text, verbose=False):
+    """A tokenizer of one token per word and a leading bos, as the lab calls one."""
+    return {"input_ids": [0] + [1] * len(text.split())}
+
+
+def test_a_positions_refusal_names_the_knob_that_can_fix_it():
+    """The trial's max_new_tokens 100000000 on 512 positions: no cut of the text helps, so the fix
+    is a lower max_new_tokens (the template's own tokens and one of text left room); a long text
+    with a fitting max_new_tokens is cut with max_text_tokens, to the room actually left."""
+    too_many = GenerationRule(prompt="{text}\nAnswer in one word:", max_new_tokens=100_000_000)
+    with pytest.raises(GenerationRuleError, match=r"passes the model's 512 positions; lower max_new_tokens to at "
+                                                  r"most 506$"):  # 512 - 5 template tokens - 1 of text
+        require_positions([[1] * 40], too_many, 512, words)
+    fits = GenerationRule(prompt="{text}\nAnswer in one word:", max_new_tokens=16)
+    with pytest.raises(GenerationRuleError, match=r"; set max_text_tokens to at most 491 \(the template holds 5 "
+                                                  r"tokens\) or a lower max_new_tokens$"):
+        require_positions([[1] * 600], fits, 512, words)

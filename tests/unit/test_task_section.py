@@ -53,6 +53,33 @@ def test_bad_task_section_one_line(tmp_path, extra, edit, message):
     assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize("kind, tail", [
+    ('""', "valid kinds: classification, custom, embedding, generation"),
+    ('"regression"', "valid kinds: classification, custom, embedding, generation"),
+    ('"generaton"', "did you mean 'generation'?"),
+])
+def test_an_unknown_kind_lists_the_kinds_once_or_names_the_nearest(tmp_path, kind, tail):
+    """The trial's `kind = ""`: one clean line, the valid kinds listed once and called kinds."""
+    with pytest.raises(ProtocolError) as e:
+        load_protocol(campaign(tmp_path, f"\n[task]\nkind = {kind}\n"))
+    assert str(e.value).endswith(f"[task] kind {tomllib.loads(f'k = {kind}')['k']!r} unknown; {tail}"), str(e.value)
+
+
+@pytest.mark.parametrize("task, words", [
+    ('kind = "embedding"\npooling = ""', "[task] pooling '' is not implemented; use 'mean'"),
+    ('kind = "generation"\nprompt = "{text}"\nmax_new_tokens = 4\ndecoding = ""',
+     "[task] decoding '' is not implemented; use \"greedy\""),
+    ('kind = "generation"\nprompt = "{text}"\nmax_new_tokens = 4\nnormalisation = ""',
+     "[task] unknown normalisation ''; use one of"),
+])
+def test_an_empty_enumerated_value_is_refused_not_read_as_the_default(tmp_path, task, words):
+    """`pooling = ""` is a value the user wrote, not the key left out: refused like any unknown one."""
+    metric = "nn_accuracy" if "embedding" in task else "exact_match"
+    with pytest.raises(ProtocolError) as e:
+        load_protocol(campaign(tmp_path, f"\n[task]\n{task}\n", ('metric = "accuracy"', f'metric = "{metric}"')))
+    assert words in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
 @pytest.mark.parametrize("kind, builtin", [("embedding", "nn_accuracy"), ("generation", "exact_match"),
                                            ("custom", "accuracy")])
 def test_a_metric_refusal_suggests_only_what_the_next_check_accepts(tmp_path, kind, builtin):

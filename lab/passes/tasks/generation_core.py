@@ -185,18 +185,42 @@ def require_left_padded(attention_mask) -> None:
                            "(tokenizer.padding_side = \"left\")")
 
 
-def require_positions(sequences: list[list[int]], rule: GenerationRule, max_positions: int | None) -> None:
+def template_tokens(tokenizer, rule: GenerationRule) -> int:
+    """Tokens of the prompt template alone (its ``{text}`` empty, the tokenizer's own special
+    tokens included): what every prompt of ``rule`` holds besides its item's text."""
+    return len(tokenizer(rule.prompt.replace(TEXT_FIELD, ""), verbose=False)["input_ids"])
+
+
+def positions_fix(rule: GenerationRule, max_positions: int, template: int) -> str:
+    """The fix, as a refusal's tail, for prompts that with ``rule.max_new_tokens`` pass
+    ``max_positions`` (the model's ``max_position_embeddings``), given the template's own
+    ``template`` tokens (``template_tokens``): a lower max_new_tokens when even a one-token
+    text cannot fit (no cut of the text helps), else a cut of the text (max_text_tokens)."""
+    text_room = max_positions - template - rule.max_new_tokens  # text tokens that still fit
+    if max_positions - template < 2:
+        return (f"shorten [task] prompt: the template alone has {template} tokens of the model's "
+                f"{max_positions} positions")
+    if text_room < 1:
+        return f"lower max_new_tokens to at most {max_positions - template - 1}"
+    return (f"set max_text_tokens to at most {text_room} (the template holds {template} tokens) or a lower "
+            "max_new_tokens")
+
+
+def require_positions(sequences: list[list[int]], rule: GenerationRule, max_positions: int | None,
+                      tokenizer=None) -> None:
     """Refuse (``GenerationRuleError``, one line) a prompt whose tokens plus ``max_new_tokens``
     exceed ``max_positions`` (the model's ``max_position_embeddings``; ``None``: no limit known),
-    which would index past the position table instead of generating."""
+    which would index past the position table instead of generating. ``tokenizer``: the one
+    that made ``sequences``; the template's own tokens it gives (``template_tokens``, counted
+    only on refusal) choose the fix named (``positions_fix``); None: counted as 0."""
     if max_positions is None:
         return
     for i, seq in enumerate(sequences):
         if len(seq) + rule.max_new_tokens > max_positions:
             raise GenerationRuleError(
                 f"item {i} of the batch: its prompt has {len(seq)} tokens, and with max_new_tokens "
-                f"{rule.max_new_tokens} that passes the model's {max_positions} positions; set "
-                f"max_text_tokens (e.g. {max(1, max_positions - rule.max_new_tokens - 64)}) or a lower max_new_tokens")
+                f"{rule.max_new_tokens} that passes the model's {max_positions} positions; "
+                f"{positions_fix(rule, max_positions, template_tokens(tokenizer, rule) if tokenizer else 0)}")
 
 
 def _finished_length(tokens: list[int], eos: set[int], stop: tuple[str, ...], decode) -> tuple[int, str, str]:
@@ -292,6 +316,6 @@ def generate_tokens(tokenizer, model, device, seqs: list[list[int]], rule: Gener
     (``require_positions``), left-padded by the lab (``pad_left``), generated (``generate_padded``).
     Returns ``len(seqs)`` ``GeneratedItem`` in input order; raises as ``generate_batch``."""
     pid = pad_token_id(tokenizer, model)
-    require_positions(seqs, rule, getattr(model.config, "max_position_embeddings", None))
+    require_positions(seqs, rule, getattr(model.config, "max_position_embeddings", None), tokenizer)
     ids, mask = pad_left(seqs, pid)
     return generate_padded(tokenizer, model, ids.to(device), mask.to(device), rule)
