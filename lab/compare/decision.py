@@ -398,7 +398,8 @@ def calendar(deadline: str | None, window_start: str | None, tz: str | None = No
 def refuse_prerequisites(evidence: list[Evidence], allow_partial: bool) -> None:
     """CompareError, one line naming every archive's own prerequisite not met: partial evidence
     without ``allow_partial``, and each refusal read_evidence held back (``Evidence.held_back``:
-    the --metric-file opt-in); archives with the same refusal are named together. Called once
+    the --metric-file opt-in, worded for one archive); archives with the same refusal are named
+    together ('A.tar.gz: its [quality] metric ...; the same for B.tar.gz and C.tar.gz'). Called once
     the set is comparable (lab.compare.comparability.check_comparable), so that every advice
     given can be followed: none is refused by the whole-set checks after it."""
     parts = []
@@ -411,9 +412,15 @@ def refuse_prerequisites(evidence: list[Evidence], allow_partial: bool) -> None:
     for ev in evidence:
         if ev.held_back:
             held.setdefault(ev.held_back, []).append(ev.path.name)
-    parts += [f"{', '.join(names)}: {text}" for text, names in held.items()]
+    parts += [f"{names[0]}: {text}" + (f"; the same for {and_list(names[1:])}" if names[1:] else "")
+              for text, names in held.items()]  # one subject per refusal: "its ..." stays singular
     if parts:
         raise CompareError("; ".join(parts))
+
+
+def and_list(names: list[str]) -> str:
+    """'A', 'A and B', 'A, B and C'."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def partial_banner(evidence: list[Evidence], tags: list[str]) -> str:
