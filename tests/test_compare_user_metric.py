@@ -72,8 +72,8 @@ def test_an_archive_locked_with_another_metric_file_is_named(metric_rentals, tmp
     changed = metric_rentals["changed"]
     own_file = metric_rentals["file"].parent.parent / "changed" / "mymetric.py"
     # only the metric's file differs (same [task] entry): named under [quality], never as the task's code
-    differs = (rf"^not comparable: \[quality\] metric file sha256 differs: [^;]* {changed.name.removesuffix('.tar.gz')} "
-               r'has "[0-9a-f]{64}"; compare only')
+    differs = (r"^not comparable: \[quality\] metric file sha256 differs: [^;]* "
+               rf"{changed.name.removesuffix('.tar.gz')} " r'has "[0-9a-f]{64}"; compare only')
     for option in (metric_rentals["file"], own_file, None):
         with pytest.raises(CompareError, match=differs):
             compare_archives([metric_rentals["rtx"], changed], 1000, metric_file=option, **WINDOW)

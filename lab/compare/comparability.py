@@ -165,10 +165,11 @@ def _differ(field: str, a: Evidence, va: str, b: Evidence, vb: str, compact: boo
         ra, rb = json.loads(va), json.loads(vb)
         section = field.split()[0]
         keys = [k for k in sorted(set(ra) | set(rb)) if ra.get(k) != rb.get(k)
-                and not (compact and (k == "kind" or section == "task" and (k not in ra or k not in rb)))]
+                and not (compact and (k == "kind" or (section == "task" and (k not in ra or k not in rb))))]
+        verb = "" if compact else " differs"
         return "; ".join(
             f"[{section}] {k} differs" if compact and (_is_digest(k, ra.get(k)) or _is_digest(k, rb.get(k)))
-            else f"[{section}] {k}{'' if compact else ' differs'}: {a.name} has {_value(ra.get(k, 'absent'), compact)}, "
+            else f"[{section}] {k}{verb}: {a.name} has {_value(ra.get(k, 'absent'), compact)}, "
                  f"{b.name} has {_value(rb.get(k, 'absent'), compact)}" for k in keys)
     if compact:
         return f"{field} differs"
