@@ -20,7 +20,7 @@ from pathlib import Path
 from lab.compare.comparability import check_comparable
 from lab.compare.evidence import NO_PACKAGE, CompareError, Evidence, read_evidence
 from lab.compare.projection import Projection, capacity_items, lot_hours, project
-from lab.cost.forfaits import Catalog, load_catalog, parse_instant, quote
+from lab.cost.forfaits import Catalog, load_catalog, money, parse_instant, quote
 from lab.cost.sizing import cheapest_covering, package_limits
 from lab.facts.files import sha256_file
 from lab.report.conditions import starved_text
@@ -569,7 +569,7 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
         stands_on = _stands_on(chosen, agreements)
         path.append(f"decision: {chosen.key} ({chosen.archive}, {chosen.hardware}), {q.days}-day package x {q.lots} "
                     f"lot(s) of {q.gpu_name}, committed budget {q.committed_budget:.2f} {q.currency}, "
-                    f"covers {load_items} items; {chosen.spread_text()}; {stands_on}")
+                    f"covers {load_items} items{tokens_clause(chosen)}; {chosen.spread_text()}; {stands_on}")
     if chosen is None:
         hint = (f"; {len(short)} configuration(s) too short to project: --allow-short projects them, "
                 "named in every output" if short and not allow_short else "")
@@ -589,6 +589,15 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
                       hours_available, max_lots, catalog.path, chosen, tuple(motivation),
                       tuple(cross), tuple(change), tuple(path), tuple(banners), catalog_info,
                       tuple(agreements), tuple(per_host), stands_on)
+
+
+def tokens_clause(p: Projection) -> str:
+    """', 1,100,000 output tokens projected, 12.34 USD per million output tokens' for a generation
+    configuration priced at the load (Projection.cost_per_million_output_tokens); '' otherwise."""
+    if p.cost_per_million_output_tokens is None or p.sizing is None:
+        return ""
+    return (f", {p.output_tokens_at_load} output tokens projected, "
+            f"{money(p.cost_per_million_output_tokens, p.sizing.quote.currency)} per million output tokens")
 
 
 def _stands_on(chosen: Projection, agreements: list[dict]) -> str:
