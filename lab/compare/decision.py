@@ -592,7 +592,7 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
 
 
 def tokens_clause(p: Projection) -> str:
-    """', 1,100,000 output tokens projected, 12.34 USD per million output tokens' for a generation
+    """', 550000 output tokens projected, 200.00 USD per million output tokens' for a generation
     configuration priced at the load (Projection.cost_per_million_output_tokens); '' otherwise."""
     if p.cost_per_million_output_tokens is None or p.sizing is None:
         return ""
