@@ -45,6 +45,8 @@ def test_without_the_metric_file_one_line_says_how_to_opt_in(metric_rentals, tmp
                                            r"--metric-file FILE") as err:
         compare_archives(pair, 1000, **WINDOW)
     assert "\n" not in str(err.value) and str(err.value).startswith(metric_rentals["rtx"].name)
+    # both archives need it: one subject for "its", the other named after it (not "A, B: its ...")
+    assert str(err.value).endswith(f"; the same for {metric_rentals['b200'].name}"), str(err.value)
     r = cli_compare(*pair, "--load", 1000, "--out", tmp_path / "o")
     assert r.returncode == 2 and "--metric-file FILE" in r.stdout + r.stderr, r.stdout + r.stderr
     assert not (tmp_path / "o").exists()
@@ -69,7 +71,9 @@ def test_an_archive_locked_with_another_metric_file_is_named(metric_rentals, tmp
     # by the other archive: no advice to give one file per archive)
     changed = metric_rentals["changed"]
     own_file = metric_rentals["file"].parent.parent / "changed" / "mymetric.py"
-    differs = rf"^not comparable: \[task\] code_sha256 differs: .* {changed.name.removesuffix('.tar.gz')} has "
+    # only the metric's file differs (same [task] entry): named under [quality], never as the task's code
+    differs = (r"^not comparable: \[quality\] metric file sha256 differs: [^;]* "
+               rf"{changed.name.removesuffix('.tar.gz')} " r'has "[0-9a-f]{64}"; compare only')
     for option in (metric_rentals["file"], own_file, None):
         with pytest.raises(CompareError, match=differs):
             compare_archives([metric_rentals["rtx"], changed], 1000, metric_file=option, **WINDOW)

@@ -125,7 +125,7 @@ def test_compare_refuses_an_embedding_and_a_classification_archive_in_one_line(e
     msg = str(exc.value)
     assert msg.startswith(f"not comparable: different task kinds: {load_evidence(cls).name} is classification, "
                           f"{load_evidence(emb).name} is embedding"), msg
-    assert "quality rule" in msg and "\n" not in msg, msg
+    assert "[quality] metric: " in msg and "differs too" not in msg and "\n" not in msg, msg
 
 
 def test_a_vector_turned_around_is_found_by_the_reported_agreement_too(embedding_run, tmp_path):

@@ -206,6 +206,45 @@ def test_compare_refuses_generation_archives_of_another_prompt_or_decoding_rule(
         assert f"[task] {key} differs" in msg and "\n" not in msg, msg
 
 
+def test_compare_of_generation_rentals_shows_output_tokens_priced_as_each_campaigns_note(gen_run, tmp_path):
+    """Issue 17: two rentals' generation archives compared at a load of one corpus (each archive's own
+    package covers it) show, per host and configuration, the output tokens, output tokens/s and the cost
+    per item and per million output tokens, in compare.csv, decision.md and the printed decision: the
+    same figures as the campaign's own decision note (one division, lab.report.decision)."""
+    import re
+
+    from lab.compare.decision import compare_evidence
+    from lab.compare.evidence import load_evidence
+    from lab.compare.tables import comparison_table, write_comparison
+
+    orch, archive = gen_run
+    ev = load_evidence(archive)
+    other = dataclasses.replace(ev, name="other", raw_rows=[{**r, "pass_id": r["pass_id"] + "-b"} for r in ev.raw_rows])
+    corpus_items = ev.summary[0]["items_total"]
+    c = compare_evidence([ev, other], corpus_items, allow_short=True, window_start="2026-12-01T09:00+00:00",
+                         deadline="2026-12-05T09:00+00:00")
+    rows = comparison_table(c).to_dict("records")
+    by_id = {v["variant_id"]: v for v in ev.summary}
+    assert len(rows) == 2 * len(ev.summary)
+    for r in rows:
+        v = by_id[r["variant_id"]]
+        assert r["output_tokens"] == v["output_tokens"] > 0 and r["output_tokens_at_load"] == v["output_tokens"]
+        assert r["output_tokens_per_s_median"] == pytest.approx(v["output_tokens_per_s_median"], abs=1e-4)
+        assert r["cost_per_item"] > 0 and r["cost_per_million_output_tokens"] > 0 and not r["tokens_note"]
+    note = (orch.dir / "report" / "decision_note.md").read_text()
+    md = (write_comparison(c, tmp_path / "cmp")["decision"]).read_text()
+    costs = re.compile(r"[Cc]ost per item:? (\S+ \w+); per million output tokens:? (\S+ \w+) \(")
+    assert set(costs.findall(md)) == set(costs.findall(note)) and costs.findall(md), (md, note)
+    tokens = re.compile(r"- Output tokens: (.*?)\.?\n")
+    assert set(tokens.findall(md)) == set(tokens.findall(note)) and tokens.findall(md), (md, note)
+    decision = next(line for line in c.path if line.startswith("decision: "))
+    assert f"{c.chosen.output_tokens} output tokens projected" in decision and "per million output tokens" in decision
+    with (tmp_path / "cmp" / "compare.csv").open(encoding="utf-8") as f:
+        header = next(csv.reader(f))
+    assert {"output_tokens", "output_tokens_per_s_median", "cost_per_item",
+            "cost_per_million_output_tokens"} <= set(header)
+
+
 def test_a_failure_after_6_items_keeps_them(tmp_path, gen_model_dir):
     """The 7th item's prompt (the text whole: max_text_tokens = 0) passes the model's 512
     positions: the pass fails there, with the 6 items before it written, and names the cut that fits

@@ -3,8 +3,9 @@
 Must be equal (SPEC 3.1: results of different protocols are never mixed): the corpus
 (sha256 of the corpus file, from the manifest, cross-checked with the lock), the model
 files (sha256 of each weight/tokenizer/config file, or the hub id and revision), the
-task ([task]: kind, pooling, entry, and the sha256 of the user's code it runs), the
-quality rule ([quality]: metric, threshold, tolerance, reference variant, subgroups) and
+task ([task]: kind, pooling, entry, and the sha256 of each file of the user's code it runs:
+the entry, its files), the quality rule ([quality]: metric and the sha256 of its file when it is
+the user's function, threshold, tolerance, reference variant, subgroups) and
 the timing rule ([timing] without ``threads``: warm-up items and passes, repetitions,
 rotation, process policy, seed). The protocol hash cannot be the key: it covers the whole
 campaign file, including the ``[cost]`` that names each rental's package.
@@ -53,8 +54,13 @@ def model_identity(ev: Evidence) -> str:
     return f"{m.get('id')}@{m.get('revision')}"
 
 
-def quality_rule(ev: Evidence) -> str:
-    return json.dumps(ev.campaign.get("quality") or {}, sort_keys=True)
+def quality_rule(ev: Evidence, per_role: bool = True) -> str:
+    """The [quality] section, with the sha256 of its metric function's file ("metric file sha256",
+    the lock's ``task_files_sha256["metric"]``) when it is the user's own and ``per_role``
+    (:func:`user_code_sha256`)."""
+    code = user_code_sha256(ev, per_role)
+    metric = {"metric file sha256": code["metric"]} if "metric" in code else {}
+    return json.dumps({**(ev.campaign.get("quality") or {}), **metric}, sort_keys=True)
 
 
 def timing_rule(ev: Evidence) -> str:
@@ -81,31 +87,92 @@ def new_model_of(a: Evidence, b: Evidence) -> str:
     return ""
 
 
-def task_rule(ev: Evidence) -> str:
+JOINT_CODE = "code sha256 (entry, files and metric together)"
+"""The task rule's key for the lock's joint ``task_sha256``, when an archive's lock predates the
+per-file map (``task_files_sha256``)."""
+
+
+def user_code_sha256(ev: Evidence, per_role: bool = True) -> dict[str, str]:
+    """The sha256 of the user's code the archive's protocol runs, by file role: the lock's
+    ``task_files_sha256`` ({role: sha256}; roles ``entry``, ``file:<name>``, ``metric``;
+    lab.orchestration.identity.task_files_sha256) when ``per_role`` and the lock has it; else
+    {JOINT_CODE: the lock's joint ``task_sha256``} (a lock written before the map). {} when the
+    protocol runs no user code."""
+    entry = own_lock_entry(ev)
+    files = entry.get("task_files_sha256")
+    if per_role and isinstance(files, dict):
+        return {str(k): str(v) for k, v in files.items()}
+    return {JOINT_CODE: entry["task_sha256"]} if entry.get("task_sha256") else {}
+
+
+def per_role_comparable(evidence: list[Evidence]) -> bool:
+    """True when every archive that runs user code has the per-role map (``task_files_sha256``):
+    then the code is compared file by file; else by the joint ``task_sha256`` for all (the map
+    of one and the joint digest of another cannot be matched key by key)."""
+    return all(JOINT_CODE not in user_code_sha256(e) for e in evidence)
+
+
+def task_rule(ev: Evidence, per_role: bool = True) -> str:
     """The task ([task], kind "classification" when absent) and the sha256 of the user's code it
-    runs (the lock's ``task_sha256``: a custom entry, its files, a [quality] metric function)."""
+    runs, by file role (:func:`user_code_sha256`): "entry sha256", "file:<name> sha256"; the
+    metric's file belongs to the quality rule (:func:`quality_rule`). With ``per_role`` False (or
+    a lock predating the map), the joint digest of all of them under JOINT_CODE."""
     t = {"kind": "classification", **(ev.campaign.get("task") or {})}
-    code = own_lock_entry(ev).get("task_sha256")
-    return json.dumps({**t, **({"code_sha256": code} if code else {})}, sort_keys=True)
+    code = {k if k == JOINT_CODE else f"{k} sha256": v for k, v in user_code_sha256(ev, per_role).items()
+            if k != "metric"}
+    return json.dumps({**t, **code}, sort_keys=True)
 
 
-KEYS = (("corpus sha256", corpus_sha256), ("model files sha256", model_identity),
-        ("task rule", task_rule), ("quality rule", quality_rule), ("timing rule", timing_rule))
+def identities(evidence: list[Evidence]) -> list[tuple[str, list[str]]]:
+    """Each field that must be equal, with its value per archive (same order as ``evidence``):
+    corpus sha256, model files sha256, task rule, quality rule, timing rule. The user's code is
+    compared per file role when every archive's lock allows it (:func:`per_role_comparable`)."""
+    per_role = per_role_comparable(evidence)
+    return [("corpus sha256", [corpus_sha256(e) for e in evidence]),
+            ("model files sha256", [model_identity(e) for e in evidence]),
+            ("task rule", [task_rule(e, per_role) for e in evidence]),
+            ("quality rule", [quality_rule(e, per_role) for e in evidence]),
+            ("timing rule", [timing_rule(e) for e in evidence])]
 
 
-def _differ(field: str, a: Evidence, va: str, b: Evidence, vb: str) -> str:
-    """One clause: '<field> differs: <a> has <value>, <b> has <value>'."""
+def _is_digest(key: str, value) -> bool:
+    return "sha256" in key and isinstance(value, str) and len(value) == 64
+
+
+def _value(value, compact: bool) -> str:
+    """A rule's value as the line shows it, in JSON; cut to 40 characters when ``compact``."""
+    text = json.dumps(value)
+    return text[:39] + "…" if compact and len(text) > 40 else text
+
+
+def _differ(field: str, a: Evidence, va: str, b: Evidence, vb: str, compact: bool = False) -> str:
+    """The clauses naming how ``field`` differs between ``a`` and ``b``: '<field> differs: <a> has
+    <value>, <b> has <value>'; a rule ([task], [quality], [timing]) one clause per key that
+    differs ('[quality] metric differs: ...'). ``compact`` (archives of different task kinds,
+    :func:`refuse_other_kinds`): no digest values ('corpus sha256 differs', '[task] entry sha256
+    differs'), the other values cut short ('[quality] metric: A has "accuracy", B has "m.py:f"'),
+    and [task] keys only one of the two has left out (the kinds already say they differ)."""
     if field == "model files sha256" and va.startswith("{") and vb.startswith("{"):
         fa, fb = json.loads(va), json.loads(vb)
-        name = next((f for f in sorted(set(fa) | set(fb)) if fa.get(f) != fb.get(f)), "?")
+        names = [f for f in sorted(set(fa) | set(fb)) if fa.get(f) != fb.get(f)]
+        if compact:
+            more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+            return f"model file sha256 differs ({names[0] if names else '?'}{more})"
+        name = names[0] if names else "?"
         va, vb = f"{name} {fa.get(name, 'absent')}", f"{name} {fb.get(name, 'absent')}"
         field = "model file sha256"
     if field in ("task rule", "quality rule", "timing rule") and va.startswith("{") and vb.startswith("{"):
         ra, rb = json.loads(va), json.loads(vb)
-        keys = [k for k in sorted(set(ra) | set(rb)) if ra.get(k) != rb.get(k)]
         section = field.split()[0]
-        return "; ".join(f"[{section}] {k} differs: {a.name} has {json.dumps(ra.get(k, 'absent'))}, "
-                         f"{b.name} has {json.dumps(rb.get(k, 'absent'))}" for k in keys)
+        keys = [k for k in sorted(set(ra) | set(rb)) if ra.get(k) != rb.get(k)
+                and not (compact and (k == "kind" or (section == "task" and (k not in ra or k not in rb))))]
+        verb = "" if compact else " differs"
+        return "; ".join(
+            f"[{section}] {k} differs" if compact and (_is_digest(k, ra.get(k)) or _is_digest(k, rb.get(k)))
+            else f"[{section}] {k}{verb}: {a.name} has {_value(ra.get(k, 'absent'), compact)}, "
+                 f"{b.name} has {_value(rb.get(k, 'absent'), compact)}" for k in keys)
+    if compact:
+        return f"{field} differs"
     return f"{field} differs: {a.name} has {va}, {b.name} has {vb}"
 
 
@@ -116,18 +183,28 @@ def task_kind(ev: Evidence) -> str:
 
 def refuse_other_kinds(evidence: list[Evidence]) -> None:
     """CompareError leading with the difference that matters when the archives hold different task
-    kinds: 'different task kinds: A is embedding, B is generation', then only the names of the other
-    fields that differ (KEYS), never their values (every rule of another kind differs anyway)."""
+    kinds: 'different task kinds: A is embedding, B is generation', then every other difference
+    found, compactly (:func:`_differ` with ``compact``: digests named, not shown; '[quality]
+    metric: A has "accuracy", B has "m.py:f"')."""
     kinds = {e.name: task_kind(e) for e in evidence}
     if len(set(kinds.values())) < 2:
         return
-    first = evidence[0]
-    others = [field for field, get in KEYS if field != "task rule"
-              and any(get(e) != get(first) for e in evidence[1:])]
-    tail = f"; their {' and '.join(others)} {'differ' if len(others) > 1 else 'differs'} too" if others else ""
+    tail = "".join(f"; {clause}" for clause in _differences(evidence, compact=True) if clause)
     raise CompareError(f"not comparable: different task kinds: "
                        f"{', '.join(f'{n} is {k}' for n, k in kinds.items())}{tail}; compare only archives "
                        "of one task kind, the same campaign file run on each rental")
+
+
+def _differences(evidence: list[Evidence], compact: bool = False) -> list[str]:
+    """The clauses naming each field (:func:`identities`) where an archive differs from the first
+    (:func:`_differ`); a model-file difference declared as a new question version
+    (:func:`new_model_of`) is not one."""
+    first, out = evidence[0], []
+    for field, values in identities(evidence):
+        for other, val in zip(evidence[1:], values[1:], strict=True):
+            if val != values[0] and not (field == "model files sha256" and new_model_of(first, other)):
+                out.append(_differ(field, first, values[0], other, val, compact))
+    return out
 
 
 def pass_record(ev: Evidence) -> tuple:
@@ -161,16 +238,9 @@ def check_comparable(evidence: list[Evidence]) -> dict:
         seen[rec] = e.name
     first = evidence[0]
     refuse_other_kinds(evidence)
-    differences, two_models = [], []
-    for field, get in KEYS:
-        ref = get(first)
-        for other in evidence[1:]:
-            val = get(other)
-            link = new_model_of(first, other) if field == "model files sha256" and val != ref else ""
-            if link:  # a declared new question version: two models compared, never two rentals of one question
-                two_models.append(link)
-            elif val != ref:
-                differences.append(_differ(field, first, ref, other, val))
+    differences = _differences(evidence)
+    two_models = [link for other in evidence[1:] if (link := new_model_of(first, other))
+                  and model_identity(other) != model_identity(first)]
     if differences:
         raise CompareError(f"not comparable: {'; '.join(differences)}; compare only archives of the "
                            "same corpus, model and rules")

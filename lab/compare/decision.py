@@ -20,7 +20,7 @@ from pathlib import Path
 from lab.compare.comparability import check_comparable
 from lab.compare.evidence import NO_PACKAGE, CompareError, Evidence, read_evidence
 from lab.compare.projection import Projection, capacity_items, lot_hours, project
-from lab.cost.forfaits import Catalog, load_catalog, parse_instant, quote
+from lab.cost.forfaits import Catalog, load_catalog, money, parse_instant, quote
 from lab.cost.sizing import cheapest_covering, package_limits
 from lab.facts.files import sha256_file
 from lab.report.conditions import starved_text
@@ -398,7 +398,8 @@ def calendar(deadline: str | None, window_start: str | None, tz: str | None = No
 def refuse_prerequisites(evidence: list[Evidence], allow_partial: bool) -> None:
     """CompareError, one line naming every archive's own prerequisite not met: partial evidence
     without ``allow_partial``, and each refusal read_evidence held back (``Evidence.held_back``:
-    the --metric-file opt-in); archives with the same refusal are named together. Called once
+    the --metric-file opt-in, worded for one archive); archives with the same refusal are named
+    together ('A.tar.gz: its [quality] metric ...; the same for B.tar.gz and C.tar.gz'). Called once
     the set is comparable (lab.compare.comparability.check_comparable), so that every advice
     given can be followed: none is refused by the whole-set checks after it."""
     parts = []
@@ -411,9 +412,15 @@ def refuse_prerequisites(evidence: list[Evidence], allow_partial: bool) -> None:
     for ev in evidence:
         if ev.held_back:
             held.setdefault(ev.held_back, []).append(ev.path.name)
-    parts += [f"{', '.join(names)}: {text}" for text, names in held.items()]
+    parts += [f"{names[0]}: {text}" + (f"; the same for {and_list(names[1:])}" if names[1:] else "")
+              for text, names in held.items()]  # one subject per refusal: "its ..." stays singular
     if parts:
         raise CompareError("; ".join(parts))
+
+
+def and_list(names: list[str]) -> str:
+    """'A', 'A and B', 'A, B and C'."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def partial_banner(evidence: list[Evidence], tags: list[str]) -> str:
@@ -562,7 +569,7 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
         stands_on = _stands_on(chosen, agreements)
         path.append(f"decision: {chosen.key} ({chosen.archive}, {chosen.hardware}), {q.days}-day package x {q.lots} "
                     f"lot(s) of {q.gpu_name}, committed budget {q.committed_budget:.2f} {q.currency}, "
-                    f"covers {load_items} items; {chosen.spread_text()}; {stands_on}")
+                    f"covers {load_items} items{tokens_clause(chosen)}; {chosen.spread_text()}; {stands_on}")
     if chosen is None:
         hint = (f"; {len(short)} configuration(s) too short to project: --allow-short projects them, "
                 "named in every output" if short and not allow_short else "")
@@ -582,6 +589,15 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
                       hours_available, max_lots, catalog.path, chosen, tuple(motivation),
                       tuple(cross), tuple(change), tuple(path), tuple(banners), catalog_info,
                       tuple(agreements), tuple(per_host), stands_on)
+
+
+def tokens_clause(p: Projection) -> str:
+    """', 550000 output tokens projected, 200.00 USD per million output tokens' for a generation
+    configuration priced at the load (Projection.cost_per_million_output_tokens); '' otherwise."""
+    if p.cost_per_million_output_tokens is None or p.sizing is None:
+        return ""
+    return (f", {p.output_tokens_at_load} output tokens projected, "
+            f"{money(p.cost_per_million_output_tokens, p.sizing.quote.currency)} per million output tokens")
 
 
 def _stands_on(chosen: Projection, agreements: list[dict]) -> str:

@@ -18,6 +18,12 @@ the user's declared load, from measured figures only.
   with fewer accepted passes of at least min_window_s than the rule asks is "too short to
   project" and excluded unless the user allows it (``allow_short``), which the row then says.
   Every row states its extrapolation factor (load / items measured per pass).
+- Output tokens (a generation task): the variant's output tokens over the corpus and its median
+  output tokens/s (summary.json, as the campaign's decision note shows them); at the load, the
+  corpus's output tokens per item times the load (the load is items of the corpus's mix), and the
+  covering package's committed budget per item and per million of those output tokens, by the
+  decision note's division (lab.report.decision.generation_costs). Other kinds generate no
+  tokens: those cells stay empty, ``tokens_note`` says why.
 - Quality: the metric of each pass (median, min, max over the passes that have one) and the
   archive's reference variant's median, so each host's quality is shown, not asserted.
   An archive without [cost] declared no package: its measured figures are projected, its
@@ -37,6 +43,7 @@ from lab.cost.sizing import Sizing, cheapest_covering
 from lab.facts.constants import AGREEMENT
 from lab.passes.events import PassStatus
 from lab.passes.records import SETUP_PHASES
+from lab.report.decision import generation_costs
 from lab.report.summary import median_pass_throughput, recompilation_caveat
 
 
@@ -111,6 +118,18 @@ class Projection:
     """The archive's own package priced with the comparison's catalog."""
     price_note: str = ""
     """'' or where the archive's own price differs from the comparison catalog's."""
+    output_tokens: int | None = None
+    output_tokens_per_s_median: float | None = None
+    """A generation variant: its output tokens over the corpus (the most a pass ok generated) and
+    the median over passes ok of output tokens/s (summary.json); None for the other kinds."""
+    output_tokens_at_load: int | None = None
+    cost_per_item: Decimal | None = None
+    cost_per_million_output_tokens: Decimal | None = None
+    """At the declared load: the corpus's output tokens per item x ``load_items``, and the covering
+    package's committed budget per item and per million of those output tokens (catalog currency;
+    lab.report.decision.generation_costs). None when not a generation variant or not sized."""
+    tokens_note: str = ""
+    """'' or why the output-token cells are empty (another task kind, nothing sized or counted)."""
 
     @property
     def metric_gap(self) -> float | None:
@@ -272,6 +291,7 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
                        f"process {load_items} items {limit} at the worst pass's throughput")
     per_million = (sizing.quote.committed_budget * Decimal(1_000_000) / Decimal(load_items)
                    if sizing else None)
+    tokens = output_token_figures(ev.config.task.kind, variant, load_items, sizing)
     return Projection(
         archive=ev.name, host=host or ev.name, hardware=ev.hardware, threads=ev.threads, gpu=gpu, variant_id=vid,
         label=variant.get("label") or vid, accepted=accepted,
@@ -296,7 +316,31 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
         long_passes=len(long_ok), min_window_s=timing.min_window_s,
         min_accepted_passes=timing.min_accepted_passes, too_short=short,
         prediction_pass=ev.prediction_pass.get(vid, ""), decision_quote=q, price_note=price_note,
-        starved_passes=tuple(variant.get("starved_passes") or ()))
+        starved_passes=tuple(variant.get("starved_passes") or ()), **tokens)
+
+
+def output_token_figures(kind: str, variant: dict, load_items: int, sizing: Sizing | None) -> dict:
+    """The Projection's output-token fields of ``variant`` (a summary.json entry of a ``kind`` task)
+    at ``load_items`` items, the package ``sizing`` (None: not sized) priced: output_tokens,
+    output_tokens_per_s_median, output_tokens_at_load, cost_per_item, cost_per_million_output_tokens
+    and tokens_note (why a cell is empty)."""
+    out_tokens, items = variant.get("output_tokens"), variant.get("items_total")
+    figures = {"output_tokens": out_tokens, "output_tokens_per_s_median": variant.get("output_tokens_per_s_median")}
+    if out_tokens is None:
+        why = (f"no output tokens: a {kind} task generates no text" if kind != "generation"
+               else "no output tokens: no pass ok counted them")
+        return {**figures, "tokens_note": why}
+    if not items or not out_tokens:
+        return {**figures, "tokens_note": "no item or output token counted: nothing to divide by"}
+    at_load = round(out_tokens * load_items / items)
+    figures["output_tokens_at_load"] = at_load
+    if not at_load:
+        return {**figures, "tokens_note": "no output token at the load (fewer than one): nothing to divide by"}
+    if sizing is None:
+        return {**figures, "tokens_note": "cost per item and per million output tokens: no package sized "
+                                          "for the load (the row's exclusions say why)"}
+    per_item, per_million = generation_costs(sizing.quote.committed_budget, load_items, at_load)
+    return {**figures, "cost_per_item": per_item, "cost_per_million_output_tokens": per_million}
 
 
 def capacity_items(p: Projection, days_limit_hours: float, lots: int) -> int:

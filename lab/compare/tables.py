@@ -13,8 +13,10 @@ import pandas as pd
 from lab.compare.decision import Comparison, agreement_text, catalog_line, ids_clause
 from lab.compare.evidence import NO_PACKAGE
 from lab.compare.projection import Projection
+from lab.cost.forfaits import money
 from lab.passes.records import SETUP_PHASES
 from lab.report.conditions import starved_text
+from lab.report.decision import output_tokens_text
 
 CSV_COLUMNS = ("banner", "host", "archive", "hardware", "threads", "gpu_priced", "variant_id", "variant_label",
                "accepted", "verdict", "successes", "failures", "failure_kinds", "durations_s",
@@ -28,7 +30,9 @@ CSV_COLUMNS = ("banner", "host", "archive", "hardware", "threads", "gpu_priced",
                "reference_metric_median", "metric_gap_to_reference", "same_result",
                "items_per_pass", "extrapolation", "long_passes", "min_window_s",
                "min_accepted_passes", "too_short", "catalog_version", "catalog_sha256",
-               "archive_catalog_version", "price_note", "starved_passes")
+               "archive_catalog_version", "price_note", "starved_passes", "output_tokens",
+               "output_tokens_per_s_median", "output_tokens_at_load", "cost_per_item",
+               "cost_per_million_output_tokens", "tokens_note")
 
 
 def _rate(x: float | None) -> float | None:
@@ -86,6 +90,11 @@ def projection_row(p: Projection, c: Comparison | None = None) -> dict:
         "catalog_sha256": c.catalog.get("sha256") if c else None,
         "archive_catalog_version": own.get("catalog_version"), "price_note": p.price_note,
         "starved_passes": " ".join(x["pass_id"] for x in p.starved_passes),
+        "output_tokens": p.output_tokens,
+        "output_tokens_per_s_median": (None if p.output_tokens_per_s_median is None
+                                       else round(p.output_tokens_per_s_median, 4)),
+        "output_tokens_at_load": p.output_tokens_at_load, "cost_per_item": _money(p.cost_per_item),
+        "cost_per_million_output_tokens": _money(p.cost_per_million_output_tokens), "tokens_note": p.tokens_note,
     }
 
 
@@ -120,6 +129,7 @@ def decision_markdown(c: Comparison) -> str:
                 f"{_h(p.hours_worst)} at the worst pass (without setup).",
                 f"- Projection: {p.spread_text()}.",
                 f"- Cost per million items: {p.cost_per_million_items:.2f} {q.currency}.",
+                *[f"- {line}." for line in tokens_lines(p)],
                 f"- {p.cards_note}.", ""]
     if c.catalog:
         out += [f"- Prices: {catalog_line(c.catalog)}."]
@@ -198,6 +208,7 @@ def decision_markdown(c: Comparison) -> str:
                        f"{s.committed_budget:.2f} {s.currency} ({p.sizing.hours_needed:.2f} h per lot of "
                        f"{p.sizing.hours_allowed:.2f} h allowed); {p.cost_per_million_items:.2f} "
                        f"{s.currency} per million items")
+        out += [f"- {line}" for line in tokens_lines(p)]
         if p.exclusions:
             out.append("- Excluded: " + "; ".join(p.exclusions))
         out.append("")
@@ -213,6 +224,22 @@ def decision_markdown(c: Comparison) -> str:
                    f"{'distinguished' if x['distinguished'] else 'NOT distinguished'} ({x['reason']})")
     out += ["", "## Decision path", ""] + [f"{i}. {line}" for i, line in enumerate(c.path, 1)]
     return "\n".join(out) + "\n"
+
+
+def tokens_lines(p: Projection) -> list[str]:
+    """A generation configuration's output tokens (as the campaign's decision note says them,
+    lab.report.decision.output_tokens_text) and, at the load, the covering package's cost per item
+    and per million output tokens; [] for the other kinds (they generate no text)."""
+    if p.output_tokens is None:
+        return []
+    lines = [f"Output tokens: {output_tokens_text(p.output_tokens, p.items_per_pass, p.output_tokens_per_s_median)}"]
+    if p.cost_per_item is None or p.cost_per_million_output_tokens is None or p.sizing is None:
+        return lines + [f"At the load: {p.tokens_note}"]
+    currency = p.sizing.quote.currency
+    return lines + [f"At the load ({p.load_items} items, {p.output_tokens_at_load} output tokens projected): "
+                    f"cost per item {p.cost_per_item} {currency}; per million output tokens "
+                    f"{money(p.cost_per_million_output_tokens, currency)} (the covering package's committed "
+                    "budget / items, / output tokens x 10^6)"]
 
 
 def _first_per_host(projections) -> list[Projection]:

@@ -310,26 +310,44 @@ def _config_section(a: Assessment, deliverables: int) -> list[str]:
 def _generation_lines(a: Assessment) -> list[str]:
     """A generation variant (output tokens counted): throughput in output tokens per second and
     the cost per validated corpus divided per item and per million output tokens
-    (lab.passes.tasks.text_metrics.TokenCounts: the one division; the price rule stays
+    (:func:`generation_cost_lines`; the price rule stays
     lab.cost.forfaits.cost_per_validated_corpus). No line for the other kinds."""
-    from lab.passes.tasks.text_metrics import TokenCounts
-
     v, q = a.variant, a.quote
     if v.output_tokens is None:
         return []
-    rate = v.output_tokens_per_s_median
-    lines = [f"- Output tokens: {v.output_tokens} over {v.items_total} items; "
-             + (f"{rate:.1f} output tokens/s (median of passes ok)" if rate is not None
-                else "output tokens/s not measured")]
+    lines = [f"- Output tokens: {output_tokens_text(v.output_tokens, v.items_total, v.output_tokens_per_s_median)}"]
     per = a.cost_per_validated_corpus
     if q is None or per is None or not v.items_total or not v.output_tokens:
         why = a.price_missing if q is None else UNDEFINED if per is None else "no item or output token counted"
         return lines + [f"- Cost per item and per million output tokens: {why}"]
-    counts = TokenCounts(items=v.items_total, input_tokens=0, output_tokens=v.output_tokens)
-    per_item = Decimal(counts.per_item(per)).quantize(Decimal("0.000001"))
-    return lines + [f"- Cost per item: {per_item} {q.currency}; per million output tokens: "
-                    f"{money(Decimal(counts.per_million_output_tokens(per)), q.currency)} "
+    return lines + [f"- {generation_cost_text(per, v.items_total, v.output_tokens, q.currency)} "
                     "(cost per validated corpus / items, / output tokens x 10^6)"]
+
+
+def output_tokens_text(output_tokens: int, items: int | None, per_s_median: float | None) -> str:
+    """'110 over 20 items; 70.0 output tokens/s (median of passes ok)': a generation variant's
+    output tokens over the corpus's ``items`` and its median output tokens per second."""
+    return (f"{output_tokens} over {items} items; "
+            + (f"{per_s_median:.1f} output tokens/s (median of passes ok)" if per_s_median is not None
+               else "output tokens/s not measured"))
+
+
+def generation_costs(amount: Decimal, items: int, output_tokens: int) -> tuple[Decimal, Decimal]:
+    """(cost per item, cost per million output tokens) of ``amount`` (money, e.g. a cost per
+    validated corpus or a committed budget) spread over ``items`` items (> 0) that generated
+    ``output_tokens`` output tokens (> 0): the one division (lab.passes.tasks.text_metrics.
+    TokenCounts), the cost per item rounded to 6 decimals. Raises MetricInputError for a count <= 0."""
+    from lab.passes.tasks.text_metrics import TokenCounts
+
+    counts = TokenCounts(items=items, input_tokens=0, output_tokens=output_tokens)
+    return (Decimal(counts.per_item(amount)).quantize(Decimal("0.000001")),
+            Decimal(counts.per_million_output_tokens(amount)))
+
+
+def generation_cost_text(amount: Decimal, items: int, output_tokens: int, currency: str) -> str:
+    """'Cost per item: 0.110000 USD; per million output tokens: 19905.90 USD' (:func:`generation_costs`)."""
+    per_item, per_million = generation_costs(amount, items, output_tokens)
+    return f"Cost per item: {per_item} {currency}; per million output tokens: {money(per_million, currency)}"
 
 
 def _cards_lines(v: VariantSummary, q: Quote | None) -> list[str]:
