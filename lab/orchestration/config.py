@@ -299,11 +299,11 @@ class QualitySection:
                                   '"higher" or "lower" (which side of your metric is better)')
         else:
             if self.metric not in known:
-                raise ConfigError(f"[quality] metric {self.metric!r} unknown; use {' or '.join(METRICS)} "
-                                  "(or your own \"file.py:function\") for classification or custom, "
-                                  f"{' or '.join(EMBEDDING_METRICS)} for embeddings, "
-                                  f"{' or '.join(GENERATION_METRICS)} for generation, or {AGREEMENT} for any "
-                                  "task (with the reference variant; no labels needed)")
+                raise ConfigError(f"[quality] metric {self.metric!r} unknown; " + did_you_mean(
+                    self.metric, known,
+                    f"use {' or '.join(METRICS)} (or your own \"file.py:function\") for classification or custom, "
+                    f"{' or '.join(EMBEDDING_METRICS)} for embeddings, {' or '.join(GENERATION_METRICS)} for "
+                    f"generation, or {AGREEMENT} for any task (with the reference variant; no labels needed)"))
             if self.direction is not None:  # direction is for the user's own metric only
                 raise ConfigError(f"[quality] direction = {self.direction!r} is for your own metric "
                                   f"(\"file.py:function\"); the built-in metric {self.metric!r} is higher-is-better, "

@@ -14,7 +14,9 @@ UNBUILT_MODEL = Path("/nonexistent/model-not-needed-to-parse")
 
 
 @pytest.mark.parametrize("edit, message", [
-    (("metric = \"accuracy\"", "metric = \"bleu\""), "metric 'bleu' unknown"),
+    (("metric = \"accuracy\"", "metric = \"bleu\""), "metric 'bleu' unknown; use accuracy or macro_f1"),
+    (("metric = \"accuracy\"", "metric = \"acuracy\""), "metric 'acuracy' unknown; did you mean 'accuracy'\\?$"),
+    (("metric = \"accuracy\"", "metric = \"nn_acc\""), "metric 'nn_acc' unknown; did you mean 'nn_accuracy'\\?$"),
     (("reference_variant = \"batch/batch_size=1\"", "reference_variant = \"batch/batch_size=2\""),
      "is not a declared variant"),
     (("repetitions = 1", "repetitions = 0"), "repetitions must be >= 1"),
