@@ -146,8 +146,8 @@ def test_compare_screen_refuses_another_metric_file_in_one_line(tmp_path, runs, 
         compare_archives(pair, 1000, metric_file=other, **WINDOW)
     assert result is None and text == str(refused.value) and "\n" not in text
     # both archives refuse the same file: named together in the one line (lab.compare.evidence)
-    assert text.startswith(f"{metric_rentals['rtx'].name}, {metric_rentals['b200'].name}: --metric-file {other}: "
-                           "sha256 ")
+    assert text.startswith(f"{metric_rentals['rtx'].name}: --metric-file {other}: sha256 "), text
+    assert text.endswith(f"; the same for {metric_rentals['b200'].name}"), text
     assert "is not the locked metric file's" in text and status.startswith("not compared")
     assert not (tmp_path / "ran").exists() and not (runs / "compare").exists()
 
