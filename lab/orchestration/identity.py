@@ -217,12 +217,13 @@ class InputWatch:
             raise InputsChanged(f"{changed_model_files(version, self._model_hashes(self.hashes))} in "
                                 f"{self.model_dir or self.model_ref} changed since lock (their sha256 differ from "
                                 "the lock's); restore them, or lock a new version")
+        now = {role: self.hashes[path] for path, role in self.task_files.items()}
         locked = version.get("task_files_sha256")
-        for path, role in self.task_files.items():  # a lock before the per-file map: the joint sha256
-            if (self.hashes.get(path) != locked.get(role) if isinstance(locked, dict)
-                    else digests_fingerprint({r: self.hashes.get(p, "missing") for p, r in
-                                              self.task_files.items()}) != version.get("task_sha256")):
-                raise InputsChanged(self._line(path, "its sha256 differs from the lock's", "since lock"))
+        if not isinstance(locked, dict):  # a lock before the per-file map: every file against the joint sha256
+            locked = now if digests_fingerprint(now) == version.get("task_sha256") else {}
+        changed = next((p for p, role in self.task_files.items() if now[role] != locked.get(role)), None)
+        if changed is not None:
+            raise InputsChanged(self._line(changed, "its sha256 differs from the lock's", "since lock"))
 
     def _model_hashes(self, hashes: dict[Path, str]) -> dict[str, str] | None:
         """{file name: sha256} of the model folder's files among ``hashes``; None for a hub id."""

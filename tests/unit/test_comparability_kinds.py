@@ -79,13 +79,18 @@ def custom(name: str, files: dict | None, joint: str = "j" * 64) -> Evidence:
                    lock={"task_sha256": joint, **({"task_files_sha256": files} if files is not None else {})})
 
 
+def refusal(*archives) -> str:
+    """The one line check_comparable refuses ``archives`` with."""
+    with pytest.raises(CompareError) as e:
+        check_comparable(list(archives))
+    return str(e.value)
+
+
 def test_only_the_metric_file_differing_is_named_under_quality_not_as_the_task_code():
     """14b: same entry file, another metric file: the line names the metric file, under [quality]."""
     a = custom("a", {"entry": "e" * 64, "file:util.py": "u" * 64, "metric": "1" * 64}, "j" * 64)
     b = custom("b", {"entry": "e" * 64, "file:util.py": "u" * 64, "metric": "2" * 64}, "k" * 64)
-    with pytest.raises(CompareError) as e:
-        check_comparable([a, b])
-    msg = str(e.value)
+    msg = refusal(a, b)
     assert msg.startswith(f'not comparable: [quality] metric file sha256 differs: a has "{"1" * 64}", '
                           f'b has "{"2" * 64}"; compare only'), msg
     assert "[task]" not in msg and "code" not in msg, msg
@@ -94,9 +99,7 @@ def test_only_the_metric_file_differing_is_named_under_quality_not_as_the_task_c
 def test_each_file_of_the_task_code_is_named_by_its_role():
     a = custom("a", {"entry": "e" * 64, "file:util.py": "u" * 64, "metric": "1" * 64}, "j" * 64)
     b = custom("b", {"entry": "d" * 64, "file:util.py": "v" * 64, "metric": "1" * 64}, "k" * 64)
-    with pytest.raises(CompareError) as e:
-        check_comparable([a, b])
-    msg = str(e.value)
+    msg = refusal(a, b)
     assert f'[task] entry sha256 differs: a has "{"e" * 64}", b has "{"d" * 64}"' in msg, msg
     assert f'[task] file:util.py sha256 differs: a has "{"u" * 64}"' in msg and "[quality]" not in msg, msg
     same = custom("c", {"entry": "e" * 64, "file:util.py": "u" * 64, "metric": "1" * 64}, "j" * 64)
