@@ -25,7 +25,7 @@ What it does, in order:
    (``lab\\.x``), file paths (``lab/x.py``, ``"lab" / "x.py"``), all with word boundaries and
    longest names first, in one pass per file, so a rewritten name is never rewritten again. In
    a module moved by this run, ``Path(__file__)...parent`` gets one level more. Data files
-   (``demo/corpus/``) and UI snapshots (``tests/__snapshots__/``: regenerate them) are left alone.
+   (``demo/corpus/``) and UI snapshots (``tests/ui/__snapshots__/``: regenerate them) are left alone.
 4. Replaces the import-linter contracts that kept hand lists of module names (``REPLACED``,
    by name) with the folder contracts (``CONTRACTS``) in pyproject.toml; contracts with
    other names (the UI's layers, any added since) are kept as they are, rewritten like any
@@ -195,9 +195,9 @@ forbidden_modules = ["docker", "pandas", "transformers", "matplotlib"]
 assert not REPLACED & set(re.findall(r'^name = "([^"]*)"', CONTRACTS, re.MULTILINE)), "a new name reused"
 
 #: Tracked files never rewritten: data, not references. A UI snapshot is regenerated from the
-#: screen (``pytest tests/test_tui_snapshots.py --snapshot-update``), never edited: a longer name
+#: screen (``pytest tests/ui/test_tui_snapshots.py --snapshot-update``), never edited: a longer name
 #: on a screen changes its layout, not only its text.
-SKIP_PARTS = ("demo/corpus/", "tests/__snapshots__/")
+SKIP_PARTS = ("demo/corpus/", "tests/ui/__snapshots__/")
 #: The tool and its test name the old paths on purpose.
 SELF = {"scripts/layers_move.py", "tests/unit/test_layers_move.py"}
 MAX_BYTES = 2_000_000

@@ -21,18 +21,102 @@ REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / ".cache" / "models" / "demo-minilm-20ng"
 GEN_MODEL = REPO / ".cache" / "models" / "demo-gen-20ng"
 COMPARISON = REPO / "demo" / "corpus" / "comparison.jsonl"
-UNIT = Path(__file__).resolve().parent / "unit"
-NOT_IN_UNIT_TIER = {"model_dir", "small_campaign", "gen_model_dir"}  # they build the demo model / run passes
+TESTS = Path(__file__).resolve().parent
+
+# ---- tiers by cost (docs/testing.md) ---------------------------------------------------------
+# A test's tier is the folder it lives in; `make test-<tier>` runs one, `make test` all of them.
+TIERS = {
+    "unit": "no model, no engine, no terminal: seconds (make test-fast)",
+    "integration": "the demo models and real local passes (make test-integration)",
+    "ui": "the Textual screens, the terminal (tmux) and the report in Chromium (make test-ui)",
+    "docker": "a running Docker engine and the CPU image (make test-docker)",
+    "vllm": "the vLLM venv and its engines (make test-vllm)",
+}
+# Marks a test gets from the fixtures it uses, so `-m` selects by cost (`-m "not generator"`).
+FIXTURE_MARKS = {
+    "model_dir": "model", "small_campaign": "model", "rental_archives": "model",
+    "metric_rentals": "model", "two_rentals": "model",
+    "gen_model_dir": "generator",
+    "docker_client": "docker",
+}
+# What a tier may not ask for: the fixtures that build a model, run a campaign or need an engine
+# belong to the tiers named here (a unit test asking for one is refused before any is built).
+NOT_IN_TIER = {
+    "unit": {"model_dir", "small_campaign", "gen_model_dir", "rental_archives", "metric_rentals",
+             "two_rentals", "docker_client"},
+    "integration": {"docker_client"},
+    "ui": {"docker_client"},
+    "vllm": {"docker_client"},
+}
+# Session fixtures that several modules share: under pytest-xdist (--dist loadgroup) every test
+# using one runs on the worker that built it, so each is built once per run. Every other test
+# is grouped with its module, so module-scoped fixtures are built once too.
+SHARED_SESSION_FIXTURES = ("small_campaign", "rental_archives", "metric_rentals", "two_rentals")
+# Serial: tests whose verdict depends on the CPU they get or on wall-clock timing (CPU affinity
+# and starvation, address-space limits calibrated on an idle core, stall deadlines, signals
+# timed into a pass, two torchrun processes per test). `make test-integration` runs them after
+# the parallel part, in one process, alone on the machine.
+SERIAL_MODULES = {
+    "test_pass_conditions.py": "CPU affinity and starvation flags",
+    "test_utilization.py": "utilization against the CPU's measured ceiling",
+    "test_stalls_liveness.py": "stall deadlines in seconds",
+    "test_engine_failures.py": "RLIMIT_AS calibrated from a pass's own peak",
+    "test_task_embedding.py": "RLIMIT_AS calibrated from a pass's own peak",
+    "test_headless.py": "signals delivered into a running pass",
+    "test_multicard.py": "torchrun processes per test (2 cards, 2 hosts over loopback)",
+    "test_multicard_kinds.py": "torchrun processes per test",
+    "test_bench_script.py": "the overhead ratio bench against a bare loop",
+    "test_bench_peer_lab_side.py": "timed windows compared side by side",
+    "test_memory_observe.py": "memory peaks of one process",
+    "test_memory_script.py": "memory peaks of one process",
+    "test_tui_e2e.py": "a terminal (tmux) driven with timed keys",
+}
+
+
+# A test module may import a helper from another tier's module (`from test_task_embedding import
+# embedding_campaign`): pytest puts only the test's own folder on sys.path, so every tier folder
+# is appended here. Test file names are therefore unique across tiers (tests/unit/test_tiers.py).
+sys.path.extend(str(TESTS / tier) for tier in TIERS if str(TESTS / tier) not in sys.path)
+
+
+def tier_of(path: Path) -> str:
+    """The tier folder a test file lives in (tests/<tier>/...); UsageError for a test elsewhere."""
+    rel = Path(path).resolve().relative_to(TESTS)
+    if len(rel.parts) < 2 or rel.parts[0] not in TIERS:
+        raise pytest.UsageError(f"{rel} is in no tier: put it under tests/<tier>/, tier one of "
+                                f"{', '.join(TIERS)} (docs/testing.md says which)")
+    return rel.parts[0]
+
+
+def pytest_configure(config):
+    for tier, what in TIERS.items():
+        config.addinivalue_line("markers", f"{tier}: tier {tier}: {what}")
+    config.addinivalue_line("markers", "model: uses the demo classifier (built by `make model`)")
+    config.addinivalue_line("markers", "generator: uses the demo generator (built by `make model-gen`)")
+    config.addinivalue_line("markers", "serial: sensitive to CPU load or timing; run alone, never beside "
+                                       "another worker (conftest.SERIAL_MODULES says why)")
 
 
 def pytest_collection_modifyitems(config, items):
-    """tests/unit needs no model and no engine (`make test-fast`): refuse a unit test that asks
-    for the fixtures building them, before any is built."""
+    """Mark each test with its tier (its folder), with the cost of the fixtures it uses
+    (FIXTURE_MARKS) and ``serial`` where SERIAL_MODULES names its module; give it its
+    pytest-xdist group. Refuse a test that asks for a fixture its tier may not build
+    (NOT_IN_TIER), before any is built."""
     for item in items:
-        wanted = NOT_IN_UNIT_TIER & set(getattr(item, "fixturenames", ()))
-        if wanted and UNIT in Path(item.path).parents:
-            raise pytest.UsageError(f"{item.nodeid} uses {', '.join(sorted(wanted))}: the unit tier builds "
-                                    "no model and runs no campaign; move it to tests/")
+        tier = tier_of(item.path)
+        fixtures = set(getattr(item, "fixturenames", ()))
+        wanted = NOT_IN_TIER.get(tier, set()) & fixtures
+        if wanted:
+            raise pytest.UsageError(f"{item.nodeid} uses {', '.join(sorted(wanted))}: the {tier} tier "
+                                    f"({TIERS[tier]}) may not; move it to the tier that builds it")
+        item.add_marker(getattr(pytest.mark, tier))
+        for fixture, mark in FIXTURE_MARKS.items():
+            if fixture in fixtures:
+                item.add_marker(getattr(pytest.mark, mark))
+        if item.path.name in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
+        shared = next((f for f in SHARED_SESSION_FIXTURES if f in fixtures), None)
+        item.add_marker(pytest.mark.xdist_group(shared or item.path.name))
 
 
 def pytest_collection_finish(session):
@@ -59,19 +143,26 @@ def engine_trees() -> tuple[tuple[str, str, ast.Module], ...]:
 @pytest.fixture(scope="session")
 def model_dir() -> Path:
     """The demo model (MiniLM-L6 + fitted head); built once if `make model` has not run."""
-    if not (MODEL / "config.json").is_file():
-        subprocess.run([sys.executable, "-m", "lab.cli", "model", "build-demo", "--out", str(MODEL)],
-                       check=True, cwd=REPO)
-    return MODEL
+    return built_once(MODEL, "build-demo")
 
 
 @pytest.fixture(scope="session")
 def gen_model_dir() -> Path:
     """The demo generator; built once (a few minutes) if `make model-gen` has not run."""
-    if not (GEN_MODEL / "config.json").is_file():
-        subprocess.run([sys.executable, "-m", "lab.cli", "model", "build-demo-gen", "--out", str(GEN_MODEL)],
-                       check=True, cwd=REPO)
-    return GEN_MODEL
+    return built_once(GEN_MODEL, "build-demo-gen")
+
+
+def built_once(folder: Path, verb: str) -> Path:
+    """``folder``, built by ``iteralab model <verb>`` when it holds no config.json yet; under a
+    file lock, so pytest-xdist workers asking at once build it once and the others wait."""
+    from filelock import FileLock
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder.parent / f".{folder.name}.lock")):
+        if not (folder / "config.json").is_file():
+            subprocess.run([sys.executable, "-m", "lab.cli", "model", verb, "--out", str(folder)],
+                           check=True, cwd=REPO)
+    return folder
 
 
 # ---- waiting ------------------------------------------------------------------------------
@@ -239,6 +330,15 @@ def write_campaign(folder: Path, model: Path, corpus: Path, name: str = "t", rep
     return f
 
 
+def custom_campaign(folder: Path, model_dir: Path, entry: str, values=(1, 8)) -> Path:
+    """A campaign file of the custom task (the user's own inference code, ``entry`` as
+    "file.py:Class") over 10 demo items, batch sizes ``values``, one repetition."""
+    corpus = cut_corpus(folder / "corpus.jsonl", 5, 3, 2)
+    f = write_campaign(folder, model_dir, corpus, name="custom", repetitions=1, values=values)
+    f.write_text(f.read_text() + f'\n[task]\nkind = "custom"\nentry = "{entry}"\n')
+    return f
+
+
 @pytest.fixture()
 def fake_model(tmp_path) -> Path:
     """A folder that passes only the cheap model-folder check (lab.inputs.models.local_checkpoint_config:
@@ -336,6 +436,10 @@ def rental_archives(tmp_path_factory, model_dir) -> dict:
     return out
 
 
+# The rental window of the compare tests (compare's --window-start and --deadline; short allowed).
+WINDOW = {"window_start": "2026-12-01T09:00+01:00", "deadline": "2026-12-05T09:00+01:00", "allow_short": True}
+
+
 # A user's own [quality] metric file (mymetric.py), for the campaigns judged by it (judged_by).
 METRIC = '''"""A user's evaluation procedure: the share of exact label matches, counted by hand."""
 
@@ -395,7 +499,7 @@ def two_rentals(tmp_path_factory, model_dir) -> list[Path]:
     return out
 
 
-# ---- Docker tests (tests/test_docker_*.py) ------------------------------------------------
+# ---- Docker tests (tests/docker/test_docker_*.py) ------------------------------------------------
 DOCKER_TEST_LABEL = "iteralab.test"
 # This pytest session's value of that label. Teardown removes only this session's containers:
 # several sessions may share one engine, and removing by the bare label killed the passes of

@@ -2,7 +2,7 @@
 
 ``gpu_run_kwargs(vendor)`` gives the keyword arguments of the docker SDK's
 ``containers.create``/``run`` (plain values, no docker import) that hand the host's GPUs to
-a container. ``tests/test_gpu_access.py`` checks each vendor against the matching service
+a container. ``tests/unit/test_gpu_access.py`` checks each vendor against the matching service
 of ``compose.yaml``, so the launcher and ``docker compose`` cannot drift apart.
 
 Sources:

@@ -26,7 +26,7 @@ Exit codes as the runner: 0 ok, 3 OOM, 4 error or stopped.
 
 Test-only hook: ``ITERALAB_TEST_ONLY_INJECT_OOM="RANK:BATCHES"`` raises
 ``torch.OutOfMemoryError`` on worker RANK after BATCHES batches; the card record then says
-``test_only_injected_oom: true`` (tests/test_multicard.py; never set it in a campaign).
+``test_only_injected_oom: true`` (tests/integration/test_multicard.py; never set it in a campaign).
 """
 
 from __future__ import annotations

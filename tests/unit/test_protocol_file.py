@@ -1,5 +1,5 @@
 """The campaign file alone: parsing and its one-line errors. No model is built or loaded (the
-[model] path is never opened by parsing; locking checks the model, see tests/test_engine_protocol.py)."""
+[model] path is never opened by parsing; locking checks the model, see tests/integration/test_engine_protocol.py)."""
 
 from __future__ import annotations
 

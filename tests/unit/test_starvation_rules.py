@@ -1,7 +1,7 @@
 """Issue 19 part 6, the rules: the cgroup CPU quota (v1 and v2, fake trees), the one starvation
 rule, GPU clocks and throttle reasons through the stand-in NVML, TF32 declared vs observed, the
 environment allow-list, and how starved passes reach the summary's pairs and the decision note.
-The real passes are in tests/test_pass_conditions.py."""
+The real passes are in tests/integration/test_pass_conditions.py."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ NVML_GPUS = [{"uuid": "GPU-aaaaaaaa-0000-0000-0000-000000000000", "bus": "000000
 
 
 def fake_nvml(state: dict) -> types.ModuleType:
-    """The stand-in NVML of tests/test_gpu_map.py, with clocks and clock event reasons."""
+    """The stand-in NVML of tests/unit/test_gpu_map.py, with clocks and clock event reasons."""
     m = types.ModuleType("pynvml")
     m.NVML_CLOCK_SM, m.NVML_CLOCK_MEM = 1, 2
     m.nvmlInit = lambda: None

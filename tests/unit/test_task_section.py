@@ -173,7 +173,7 @@ def test_indefinite_article_by_first_letter():
 
 
 def test_every_kind_may_declare_two_cards(tmp_path):
-    """Multi-card passes merge by the task kind (lab.passes.multicard, tests/test_multicard_kinds.py):
+    """Multi-card passes merge by the task kind (lab.passes.multicard, tests/integration/test_multicard_kinds.py):
     the lock no longer refuses cards > 1 for embedding, generation or custom."""
     f = campaign(tmp_path, '\n[task]\nkind = "embedding"\n', ('metric = "accuracy"', 'metric = "nn_accuracy"'))
     f.write_text(f.read_text().replace("[defaults]\n", "[defaults]\ncards = 2\n"))

@@ -23,7 +23,7 @@ from lab.launchers.docker import DockerLauncher, iter_lines, unreadable_for
 from lab.passes.events import EXIT_OK, parse_event
 from lab.passes.spec import PassSpec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "demo" / "corpus" / "comparison.jsonl"
 MODEL = ROOT / ".cache" / "models" / "demo-minilm-20ng"
 

@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / ".cache" / "models" / "demo-minilm-20ng"
 CORPUS = REPO / "demo" / "corpus" / "comparison.jsonl"
 

@@ -23,7 +23,7 @@ from lab.launchers.docker import DockerLauncher
 from lab.orchestration.orchestrator import Orchestrator
 from lab.orchestration.protocol import load_protocol, lock
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / ".cache" / "models" / "demo-minilm-20ng"
 
 CAMPAIGN_TOML = """

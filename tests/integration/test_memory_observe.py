@@ -12,7 +12,7 @@ import pytest
 from lab.memory.estimate import EncoderShape, estimate
 from lab.memory.observe import Observation, compare
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / ".cache/models/demo-minilm-20ng"
 CORPUS = REPO / "demo/corpus/comparison.jsonl"
 MB = 2**20

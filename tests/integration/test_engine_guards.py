@@ -43,7 +43,7 @@ def test_corpus_changed_after_lock_is_refused(tmp_path, model_dir):
 
 
 def test_gpu_variant_without_gpu_blocks_after_one_pass(tmp_path, model_dir):
-    """Lock refuses it on this host (tests/test_lock_checks.py); a file locked on a GPU host
+    """Lock refuses it on this host (tests/integration/test_lock_checks.py); a file locked on a GPU host
     and run here still blocks after one pass (check=False stands for that other host)."""
     f = write_campaign(tmp_path, model_dir, cut_corpus(tmp_path / "c.jsonl", 2, 1, 1), repetitions=2)
     f.write_text(f.read_text().replace('padding = "longest"', 'padding = "longest"\ndevice = "cuda"'))

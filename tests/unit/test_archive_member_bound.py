@@ -16,7 +16,7 @@ from pathlib import Path
 
 from lab.evidence.format import MAX_MEMBERS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FSIZE_LIMIT = 64 * 2**20   # no file the child writes may pass 64 MiB
 AS_LIMIT = 2 * 2**30       # nor its address space 2 GiB
 

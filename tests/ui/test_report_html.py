@@ -13,7 +13,7 @@ from lab.compare import compare_archives
 from lab.compare.tables import write_comparison
 from lab.evidence.archive import extract
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("browser_check", REPO / "scripts" / "browser_check.py")
 browser_check = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(browser_check)

@@ -13,14 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import another_metric_file, settle, wait_until
-from test_compare_user_metric import WINDOW
+from conftest import WINDOW, another_metric_file, settle, wait_until
 from test_tui_campaigns import demo_copy
 from test_tui_screens import make_app, runs, text_of  # noqa: F401 - runs is a fixture
 
 from lab.compare import compare_archives
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_compare_screen_lists_archives_and_builds_the_cli_decision(tmp_path, runs, rental_archives):

@@ -13,9 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, another_metric_file
-
-WINDOW = {"window_start": "2026-12-01T09:00+01:00", "deadline": "2026-12-05T09:00+01:00", "allow_short": True}
+from conftest import REPO, WINDOW, another_metric_file
 
 
 def cli_compare(*args) -> subprocess.CompletedProcess:

@@ -21,7 +21,7 @@ from lab.compare import CompareError, compare_archives
 from lab.cost.forfaits import load_catalog, quote
 from lab.evidence.archive import extract
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # the test passes last well under a second: below the projection rule, projected with --allow-short
 WINDOW = ["--window-start", "2026-12-01T09:00+01:00", "--deadline", "2026-12-05T09:00+01:00",
           "--allow-short"]

@@ -293,7 +293,7 @@ def test_a_generation_task_that_cannot_be_used_is_refused_in_one_line(tmp_path, 
 
 def test_a_vllm_generation_variant_loads_and_runs_on_the_vllm_job(tmp_path, gen_model_dir):
     # generation on vLLM is no longer refused when the campaign loads; whether the pinned vLLM
-    # runs the model is the lock's probe (tests/test_engine_vllm_generation.py)
+    # runs the model is the lock's probe (tests/vllm/test_engine_vllm_generation.py)
     from lab.orchestration.protocol import load_protocol
     from lab.passes.tasks import job_for
     from lab.passes.tasks.vllm_job import VllmJob

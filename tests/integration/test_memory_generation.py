@@ -67,7 +67,7 @@ def test_a_classification_plan_keeps_the_encoder_estimate(tmp_path, model_dir):
 
 @pytest.mark.slow
 def test_the_memory_lab_observes_greedy_generation_against_the_generation_estimate(tmp_path, gen_model_dir):
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     js = tmp_path / "g.json"
     p = subprocess.run([sys.executable, str(repo / "scripts/memory_lab.py"), "--task", "generation", "--device", "cpu",
                         "--model", str(gen_model_dir), "--batches", "1,2", "--lengths", "16", "--max-new-tokens", "4",

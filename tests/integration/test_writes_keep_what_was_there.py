@@ -1,7 +1,7 @@
 """Issue 23 part 4: writes that fail never destroy what was there.
 
 A full disk is a real small filesystem (tmpfs, mounted as root; skipped with the reason
-elsewhere) filled by a filler file, as in tests/test_disk_full.py. A pass that runs while the
+elsewhere) filled by a filler file, as in tests/integration/test_disk_full.py. A pass that runs while the
 archive is asked for is a real pass held at its start by the launcher.
 """
 

@@ -16,7 +16,7 @@ from lab.inputs.variants import Variant
 from lab.orchestration.config import VARIANT_KEYS, check_defaults
 from lab.orchestration.protocol import DEMO_CAMPAIGN, ProtocolError, load_protocol
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BASE = DEMO_CAMPAIGN.read_text()
 
 

@@ -8,17 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import REPO, cut_corpus, write_campaign
+from conftest import REPO, custom_campaign
 from test_archive_evidence import edit_raw_table, member, read_members, write_members
 
 EXAMPLE = REPO / "examples" / "custom_classifier.py"
-
-
-def custom_campaign(folder, model_dir, entry: str, values=(1, 8)):
-    corpus = cut_corpus(folder / "corpus.jsonl", 5, 3, 2)
-    f = write_campaign(folder, model_dir, corpus, name="custom", repetitions=1, values=values)
-    f.write_text(f.read_text() + f'\n[task]\nkind = "custom"\nentry = "{entry}"\n')
-    return f
 
 
 @pytest.fixture(scope="module")

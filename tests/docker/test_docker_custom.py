@@ -11,8 +11,7 @@ import json
 import shutil
 
 import pytest
-from conftest import DOCKER_TEST_LABELS, REPO
-from test_task_custom import custom_campaign
+from conftest import DOCKER_TEST_LABELS, REPO, custom_campaign
 
 from lab.facts.host import read_pins
 from lab.launchers.docker import C_TASK, DockerLauncher

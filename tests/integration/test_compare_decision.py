@@ -20,7 +20,7 @@ from lab.compare.decision import compare_evidence
 from lab.compare.evidence import load_evidence
 from lab.cost import forfaits
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WINDOW = dict(window_start="2026-12-01T09:00+01:00", deadline="2026-12-05T09:00+01:00")
 BUNDLE_CATALOG = Path(forfaits.DEFAULT_CATALOG)  # before any test points the default elsewhere
 CLI_WINDOW = ["--window-start", WINDOW["window_start"], "--deadline", WINDOW["deadline"]]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from lab.memory.estimate import EncoderShape
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / ".cache/models/demo-minilm-20ng"
 MINILM_PARAMS = 22_720_916
 
