@@ -97,6 +97,7 @@ def pytest_configure(config):
                                        "another worker (conftest.SERIAL_MODULES says why)")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks (--dist loadgroup)
 def pytest_collection_modifyitems(config, items):
     """Mark each test with its tier (its folder), with the cost of the fixtures it uses
     (FIXTURE_MARKS) and ``serial`` where SERIAL_MODULES names its module; give it its
