@@ -53,22 +53,17 @@ NOT_IN_TIER = {
 # is grouped with its module, so module-scoped fixtures are built once too.
 SHARED_SESSION_FIXTURES = ("small_campaign", "rental_archives", "metric_rentals", "two_rentals")
 # Serial: tests whose verdict depends on the CPU they get or on wall-clock timing (CPU affinity
-# and starvation, address-space limits calibrated on an idle core, stall deadlines, signals
-# timed into a pass, two torchrun processes per test). `make test-integration` runs them after
+# and starvation, the CPU's measured ceiling, stall deadlines, signals timed into a pass, timed
+# windows side by side, keys typed into a terminal). Memory peaks and address-space limits are
+# per process and hold beside another worker (the RLIMIT_AS and multi-card tests run in parallel). `make test-integration` runs them after
 # the parallel part, in one process, alone on the machine.
 SERIAL_MODULES = {
     "test_pass_conditions.py": "CPU affinity and starvation flags",
     "test_utilization.py": "utilization against the CPU's measured ceiling",
     "test_stalls_liveness.py": "stall deadlines in seconds",
-    "test_engine_failures.py": "RLIMIT_AS calibrated from a pass's own peak",
-    "test_task_embedding.py": "RLIMIT_AS calibrated from a pass's own peak",
     "test_headless.py": "signals delivered into a running pass",
-    "test_multicard.py": "torchrun processes per test (2 cards, 2 hosts over loopback)",
-    "test_multicard_kinds.py": "torchrun processes per test",
     "test_bench_script.py": "the overhead ratio bench against a bare loop",
     "test_bench_peer_lab_side.py": "timed windows compared side by side",
-    "test_memory_observe.py": "memory peaks of one process",
-    "test_memory_script.py": "memory peaks of one process",
     "test_tui_e2e.py": "a terminal (tmux) driven with timed keys",
 }
 
