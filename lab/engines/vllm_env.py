@@ -88,10 +88,15 @@ def build(venv: Path | None = None, requirements: Path | None = None, python: st
         raise VllmEnvError(f"the vLLM environment {v} is missing and cannot be built here: its requirements "
                            f"file {requirements} is missing (an image without a vLLM venv); declare "
                            "engine = \"transformers\" or run where a vLLM venv is provided")
+    foreign = built_by_someone_else(v)
+    if foreign:
+        raise VllmEnvError(f"the vLLM environment {v} cannot be built there: that folder {foreign}, so the lab "
+                           f"will not delete it; set {VENV_ENV} to a new or empty folder, or remove it yourself")
     try:
         if v.exists():
             shutil.rmtree(v)
-        v.parent.mkdir(parents=True, exist_ok=True)
+        v.mkdir(parents=True)
+        (v / BUILT_MARK).write_text("built by the lab (lab/engines/vllm_env.py); deleted and rebuilt when stale\n")
         log_path.touch()
     except OSError as exc:
         raise VllmEnvError(f"the vLLM environment {v} is missing and cannot be built here ({exc.strerror}: "
@@ -116,6 +121,25 @@ def build(venv: Path | None = None, requirements: Path | None = None, python: st
                                    f"{requirements.name}'s pins); fix that and run `make vllm-env`")
     (v / STAMP_NAME).write_text(sha256_file(requirements) + "\n")
     return time.monotonic() - t0
+
+
+BUILT_MARK = ".built-by-iteralab"
+"""File the lab writes first into a vLLM venv folder it creates: the proof that it may delete
+that folder to rebuild it (a stamp, written last, proves it too)."""
+
+
+def built_by_someone_else(v: Path) -> str:
+    """'' when the lab may delete folder ``v`` to build the venv there (absent, empty, or
+    holding BUILT_MARK or a stamp); else what is there, for the refusal ("holds 3 entries
+    and no mark of the lab's": a folder the user named that the lab did not build)."""
+    if not v.exists():
+        return ""
+    if not v.is_dir() or v.is_symlink():
+        return "is not a folder the lab made"
+    entries = list(v.iterdir())
+    if not entries or (v / BUILT_MARK).is_file() or (v / STAMP_NAME).is_file():
+        return ""
+    return f"holds {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} and no mark of the lab's ({BUILT_MARK})"
 
 
 def ensure_vllm_env(build_if_missing: bool = True) -> Path:

@@ -59,6 +59,8 @@ PROCESS_POLICIES = ("fresh",)    # one new process (or container) per pass
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 MAX_REPETITIONS = 1000  # [timing] repetitions: beyond it a campaign of one variant outlives any rental
 MAX_THREADS = 4096      # [timing] threads: more CPU threads than any host has
+MAX_WARMUP_ITEMS = 10_000  # [timing] warmup_items: beyond it the warm-up is a pass of its own, untimed
+MAX_WARMUP_PASSES = 100    # [timing] warmup_passes: steady state comes within a few; beyond it, a typo
 UNUSUAL_REPETITIONS = 30  # above it a warning at lock: the rotation needs far fewer
 VARIANT_KEYS = tuple(f.name for f in fields(Variant) if f.name not in ("series", "name"))
 
@@ -358,6 +360,11 @@ class TimingSection:
         for key in ("warmup_items", "warmup_passes", "threads", "seed"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"[timing] {key} must be >= 0")
+        for key, bound in (("warmup_items", MAX_WARMUP_ITEMS), ("warmup_passes", MAX_WARMUP_PASSES)):
+            if getattr(self, key) > bound:
+                raise ConfigError(f"[timing] {key} = {getattr(self, key)} is beyond {bound} (a typo?): a warm-up "
+                                  "only brings the engine to steady state before the window; use a few batches' "
+                                  "worth of items and 1 to 3 passes over them")
         if self.rotation not in ROTATIONS:
             raise ConfigError(f"[timing] rotation {self.rotation!r} is not implemented; use "
                               f"{' or '.join(map(repr, ROTATIONS))} (1-4-8, 4-8-1, 8-1-4, ...)")

@@ -43,6 +43,8 @@ def test_a_campaign_file_with_a_byte_order_mark_parses_like_one_without(tmp_path
 @pytest.mark.parametrize("old, new, message", [
     ("repetitions = 1", "repetitions = 100000000", "[timing] repetitions = 100000000 is beyond 1000"),
     ("threads = 1", "threads = 100000", "[timing] threads = 100000 is beyond 4096"),
+    ("warmup_passes = 1", "warmup_passes = 1000000000", "[timing] warmup_passes = 1000000000 is beyond 100"),
+    ("warmup_items = 2", "warmup_items = 1000000000", "[timing] warmup_items = 1000000000 is beyond 10000"),
     ("values = [1, 8]", f"values = [1, {2**63 - 1}]", f"batch_size {2**63 - 1} is beyond 65,536"),
 ])
 def test_values_that_can_never_be_meant_are_refused_in_one_line(tmp_path, old, new, message):
