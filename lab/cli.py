@@ -19,7 +19,9 @@
     iteralab up                                       the UI (no terminal: ./campaign.toml or demo, headless)
     iteralab doctor                                   environment checks
 
-Errors print one line (what is wrong and how to fix it) and exit with status 2.
+Errors print one line (what is wrong and how to fix it) and exit with status 2. A campaign
+that finished with no accepted pass, and a compare with no eligible configuration
+("decision: none"), exit with status 6; a paused run 3, stopped 4, blocked 5.
 """
 
 from __future__ import annotations
@@ -138,8 +140,13 @@ def cmd_campaign_run(a) -> int:
         state = orch.run()  # CampaignBusy, CampaignFolderLost: LabErrors, one line (main)
     if state == CampaignState.BLOCKED:
         raise CliError(f"campaign stopped: {orch.journal.get_control('blocked', '')[:300]}")
-    print(f"campaign {state}: {orch.dir}")
-    return 0
+    from lab.orchestration.status import campaign_status
+    from lab.service.campaigns import accepted_passes, run_exit_status
+
+    accepted = accepted_passes(campaign_status(orch.dir, orch.journal)["attempts"])
+    print(f"campaign {state}: {orch.dir}" + ("" if accepted or state != CampaignState.FINISHED else
+                                             " (no pass accepted: nothing here can enter a decision)"))
+    return run_exit_status(state, accepted)
 
 
 def cmd_campaign_replay(a) -> int:
@@ -241,16 +248,18 @@ def cmd_compare(a) -> int:
         print(f"{i}. {line}")
     for key in ("decision", "csv", "html"):
         print(f"wrote {paths[key]}")
-    return 0
+    from lab.service.campaigns import NO_DECISION_EXIT
+
+    return 0 if c.chosen is not None else NO_DECISION_EXIT
 
 
 def cmd_demo(a) -> int:
-    from lab.service.campaigns import HEADLESS_EXIT, interrupt_on_signals
+    from lab.service.campaigns import interrupt_on_signals
 
     with interrupt_on_signals():
         r = run_demo(a.launcher, echo=lambda line: print(line, flush=True))
     print(r["line"])
-    return 0 if r["archive"] is not None else HEADLESS_EXIT.get(str(r["state"]), 1)
+    return r["exit"]
 
 
 def cmd_up(a) -> int:

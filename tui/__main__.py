@@ -5,7 +5,8 @@ demo campaign (the archive path is the last line printed when it finishes).
     python -m tui [--launcher auto|local|docker] [--memory-limit BYTES] [--headless] [CAMPAIGN.toml]
 
 Headless: one line per pass start and end, a progress line at least every 30 s of a pass
-(items, items/s, ETA of the pass and of the campaign); exit 0 when finished, 3 paused, 4
+(items, items/s, ETA of the pass and of the campaign); exit 0 when finished with an accepted
+pass, 6 when finished with none (lab.service.campaigns.run_exit_status), 3 paused, 4
 stopped, 5 blocked (with a line "paused: N of M passes ..."), 130 on Ctrl-C and 128 + N on
 signal N (SIGTERM, SIGHUP): the running pass is killed and recorded interrupted, never left
 running. Errors print one line and exit with status 2.
@@ -20,7 +21,6 @@ from pathlib import Path
 
 from lab.facts.errors import EXIT_USER
 from lab.service.campaigns import (
-    HEADLESS_EXIT,
     LAUNCHERS,
     ONE_LINE_ERRORS,
     CampaignInterrupted,
@@ -71,7 +71,7 @@ def headless(campaign: Path, launcher: str, memory_limit: int | None, demo: bool
               "`make up` (or the same command) resumes", sys.stderr)
         return 130
     _echo(r["line"])
-    return 0 if r["archive"] is not None else HEADLESS_EXIT.get(str(r["state"]), 1)
+    return r["exit"]
 
 
 def main(argv: list[str] | None = None) -> int:

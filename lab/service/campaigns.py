@@ -320,7 +320,28 @@ class interrupt_on_signals:
 
 
 HEADLESS_EXIT: dict[str, int] = {CampaignState.PAUSED: 3, CampaignState.STOPPED: 4, CampaignState.BLOCKED: 5}
-"""Exit status of a headless run that did not finish (finished: 0; bad input: 2; a signal: 128 + its number)."""
+"""Exit status of a headless run that did not finish (finished: 0, or NOTHING_ACCEPTED_EXIT; bad
+input: 2; a signal: 128 + its number)."""
+NOTHING_ACCEPTED_EXIT = 6
+"""Exit status of a campaign that finished with no accepted pass (every pass failed or was
+rejected): nothing it measured can enter a decision, and a script must be able to tell."""
+NO_DECISION_EXIT = 6
+"""Exit status of ``compare`` when no configuration is eligible (``decision: none``)."""
+
+
+def accepted_passes(attempts) -> int:
+    """How many of ``attempts`` (lab.passes.records.Attempt) were validated and accepted."""
+    return sum(1 for a in attempts if a.validation is not None and a.validation.corpus_accepted)
+
+
+def run_exit_status(state: str, accepted: int) -> int:
+    """The exit status of a campaign run that ended in ``state`` with ``accepted`` accepted
+    passes: 0 finished with at least one, NOTHING_ACCEPTED_EXIT finished with none, else
+    HEADLESS_EXIT's (1 for a state it does not name). The one rule of ``iteralab campaign run``,
+    ``iteralab demo`` and the headless ``make up``."""
+    if state == CampaignState.FINISHED:
+        return 0 if accepted else NOTHING_ACCEPTED_EXIT
+    return HEADLESS_EXIT.get(str(state), 1)
 
 
 def run_headless(campaign_file: str | Path, launcher: str = "auto", echo=None,
@@ -328,8 +349,9 @@ def run_headless(campaign_file: str | Path, launcher: str = "auto", echo=None,
     """Run a campaign in this process (no UI): lock it when it never was (as the UI's start
     does), run (or resume) its rotated schedule, and pack the archive when it finished.
 
-    Returns {state, dir, archive (Path or None), finished, planned, line}: ``line`` is the
-    archive's path when finished, else "paused: N of M passes ..." (or stopped, blocked).
+    Returns {state, dir, archive (Path or None), finished, planned, accepted, exit, line}:
+    ``exit`` is ``run_exit_status``'s; ``line`` is the archive's path when finished (after a line saying
+    so when no pass was accepted), else "paused: N of M passes ..." (or stopped, blocked).
     ``echo``: called with each progress line (None: silent). Raises CampaignBusy (a LabError) when
     another orchestrator runs it, CampaignFolderLost when its folder goes, ProtocolError for an
     unusable or edited campaign file, KeyboardInterrupt / CampaignInterrupted when interrupted (the
@@ -348,10 +370,15 @@ def run_headless(campaign_file: str | Path, launcher: str = "auto", echo=None,
         echo(f"campaign {proto.name}: {orch.dir}")
     state = orch.run()
     st = campaign_status(orch.dir)
-    out = {"state": state, "dir": orch.dir, "archive": None, "finished": st["finished"], "planned": st["planned"]}
+    accepted = accepted_passes(st["attempts"])
+    out = {"state": state, "dir": orch.dir, "archive": None, "finished": st["finished"], "planned": st["planned"],
+           "accepted": accepted, "exit": run_exit_status(state, accepted)}
     if state == CampaignState.FINISHED:
         out["archive"] = make_archive(orch.dir)
-        out["line"] = str(out["archive"])
+        out["line"] = str(out["archive"])  # the last line: scripts read the archive's path there
+        if not accepted:
+            out["line"] = (f"no pass of {st['finished']} was accepted: nothing here can enter a decision (each "
+                           f"pass's reasons: `{iteralab_command()} campaign status {proto.path}`)\n" + out["line"])
     else:
         why = f" ({str(orch.journal.get_control('blocked', ''))[:200]})" if state == CampaignState.BLOCKED else ""
         out["line"] = (f"{state}: {st['finished']} of {st['planned']} passes finished{why}; run the same command "

@@ -238,7 +238,7 @@ def test_no_decision_says_why_in_one_line_counted_from_the_exclusions(archives, 
     r = subprocess.run([sys.executable, "-m", "lab.cli", "compare", *map(str, pair), "--load", "2000000",
                         "--allow-short", "--out", str(tmp_path / "o")], capture_output=True, text=True, cwd=REPO,
                        check=False, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.returncode == 6, r.stdout + r.stderr  # decision: none (lab.service.campaigns.NO_DECISION_EXIT)
     with open(tmp_path / "o" / "compare.csv", newline="") as f:
         cells = [row["exclusions"] for row in csv.DictReader(f)]
     kinds = Counter(k for cell in cells for k in dict.fromkeys(x.split(":", 1)[0] for x in cell.split("; ") if x))
