@@ -55,8 +55,8 @@ SHARED_SESSION_FIXTURES = ("small_campaign", "rental_archives", "metric_rentals"
 # Serial: tests whose verdict depends on the CPU they get or on wall-clock timing (CPU affinity
 # and starvation, the CPU's measured ceiling, stall deadlines, signals timed into a pass, timed
 # windows side by side, keys typed into a terminal). Memory peaks and address-space limits are
-# per process and hold beside another worker (the RLIMIT_AS and multi-card tests run in parallel). `make test-integration` runs them after
-# the parallel part, in one process, alone on the machine.
+# per process and hold beside another worker (the RLIMIT_AS and multi-card tests run in
+# parallel). scripts/test_tiers.py runs the serial ones after the parallel part, in one process.
 SERIAL_MODULES = {
     "test_pass_conditions.py": "CPU affinity and starvation flags",
     "test_utilization.py": "utilization against the CPU's measured ceiling",
