@@ -8,6 +8,7 @@ planned slot has a finished attempt (ok, oom, error or killed); anything else is
 from __future__ import annotations
 
 import json
+import shlex
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -74,7 +75,8 @@ def archive_campaign(campaign_dir: Path, partial: bool = False, with_corpus: boo
     campaign_dir = Path(campaign_dir).resolve()  # '.' or '..' has no name to give the archive
     reason = unfinished_reason(campaign_dir)
     if reason and not partial:
-        raise ArchiveError(f"{campaign_dir}: {reason}; wait for it to finish (`{iteralab_command()} campaign status`), "
+        raise ArchiveError(f"{campaign_dir}: {reason}; wait for it to finish (`{iteralab_command()} campaign status "
+                           f"{shlex.quote(str(campaign_dir))}`), "
                            "or pass --partial for an archive labelled partial")
     before = _attempts_state(campaign_dir)
     running = _running_pass(before)

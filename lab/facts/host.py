@@ -11,6 +11,7 @@ Source of the NVIDIA Container Toolkit fix: NVIDIA Container Toolkit install gui
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from types import ModuleType
@@ -109,4 +110,6 @@ def iteralab_command(argv0: str | None = None, on_path: str | None = None) -> st
         return "iteralab"
     if running is not None:
         return str(running)
-    return "iteralab" if found else f"{Path(sys.executable).resolve()} -m lab.cli"
+    # the interpreter's own path, absolute but not resolved: a venv's bin/python is a link to the
+    # base interpreter, which lacks the venv's packages (its resolved path failed: no msgspec)
+    return "iteralab" if found else f"{os.path.abspath(sys.executable)} -m lab.cli"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shlex
 import shutil
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -305,7 +306,8 @@ class Orchestrator:
             info = self.journal.get_control("orchestrator", {}) or {}
             lock_file.close()
             raise CampaignBusy(f"{self.dir}: another orchestrator (pid {info.get('pid')}) is running this "
-                               f"campaign; watch it with `{iteralab_command()} campaign status` or stop it "
+                               "campaign; watch it with "
+                               f"`{iteralab_command()} campaign status {shlex.quote(str(self.dir))}` or stop it "
                                "first") from None
         try:
             return self._run()

@@ -10,6 +10,7 @@ are in ``lab/service/views.py``. Nothing here prints: functions return values or
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -216,7 +217,7 @@ def spawn_detached(campaign: str | Path, launcher: str, memory_limit: int | None
     orch = Orchestrator.prepare(campaign, runs_root(), make_launcher(launcher, memory_limit))
     if campaign_status(orch.dir)["alive"]:
         raise CampaignError(f"{orch.dir}: an orchestrator is already running this campaign; "
-                            f"`{iteralab_command()} campaign status` shows it")
+                            f"`{iteralab_command()} campaign status {shlex.quote(str(orch.dir))}` shows it")
     orch.check_launcher()  # here, so that the UI shows it: the detached process would only log it
     cmd = [sys.executable, "-m", "lab.cli", "campaign", "run", str(campaign), "--launcher", launcher]
     if memory_limit:
