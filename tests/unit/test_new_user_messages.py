@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -47,7 +48,6 @@ def test_next_step_names_an_executable_that_works_from_any_folder(tmp_path):
     venv_bin.mkdir(parents=True)
     (venv_bin / "iteralab").write_text("")
     # started as .venv/bin/iteralab from the bundle, none on PATH: the absolute path
-    import os
 
     here = Path.cwd()
     os.chdir(tmp_path)
@@ -58,8 +58,9 @@ def test_next_step_names_an_executable_that_works_from_any_folder(tmp_path):
     assert shown == str((venv_bin / "iteralab").resolve()) and Path(shown).is_absolute()
     # the one on PATH is the one running: its plain name
     assert iteralab_command(str(venv_bin / "iteralab"), on_path=str(venv_bin / "iteralab")) == "iteralab"
-    # run as python -m lab.cli with none on PATH: this interpreter, absolute, and -m lab.cli
-    assert iteralab_command("-m", on_path="") == f"{Path(sys.executable).resolve()} -m lab.cli"
+    # run as python -m lab.cli with none on PATH: this interpreter, absolute (a venv's link to the
+    # base interpreter kept: resolved, it lacks the venv's packages), and -m lab.cli
+    assert iteralab_command("-m", on_path="") == f"{os.path.abspath(sys.executable)} -m lab.cli"
 
 
 def test_every_next_step_hint_names_the_executable_that_works_from_here(tmp_path, monkeypatch):
