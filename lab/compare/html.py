@@ -50,6 +50,6 @@ def comparison_report(c: Comparison, md: str, table: pd.DataFrame) -> str:
                             "allows before the deadline (red)",
                             hline=[p.sizing.hours_allowed if p.sizing else None for p in ps],
                             hline_label="package hours allowed"),
-                "<h2>Details</h2>", markdown_html("## Declared load" + md.split("## Declared", 1)[1]),
+                "<h2>Details</h2>", markdown_html("## Declared" + md.split("## Declared", 1)[1]),
                 "<h2>Raw table (one row per archive x variant)</h2>", table_html(table)]
     return page("Comparison of rentals", sections)
