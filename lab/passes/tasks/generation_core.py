@@ -257,6 +257,7 @@ TOKEN_ID_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_
 taken from the checkpoint (eos_token_ids), the pad id is the lab's (pad_token_id)."""
 
 NOT_SETTINGS = (*TOKEN_ID_KEYS, "transformers_version", "_from_model_config")
+"""Fields of a checkpoint's generation config that checkpoint_overrides never names."""
 
 RECORDED_SETTINGS = ("do_sample", "num_beams", "max_new_tokens", "min_new_tokens", "min_length",
                      "temperature", "top_k", "top_p", "repetition_penalty", "no_repeat_ngram_size",
@@ -306,8 +307,10 @@ def checkpoint_overrides(checkpoint_cfg, lab_cfg) -> dict[str, dict[str, Any]]:
 
 
 def overrides_line(overrides: dict[str, dict[str, Any]]) -> str:
-    """The one wording of a checkpoint's overridden settings: "generation_config.json sets
-    repetition_penalty 1.5, ...; the lab runs 1.0, ... (the declared rule)"."""
+    """The one wording of the checkpoint's fields the lab sets aside (``checkpoint_overrides``):
+    "the checkpoint's generation_config.json sets repetition_penalty 1.8, ...; the lab hands
+    generate its own complete configuration for the declared rule (repetition_penalty 1.0, ...),
+    so these are not applied"."""
     keys = ", ".join(f"{k} {v['checkpoint']!r}" for k, v in overrides.items())
     run = ", ".join(f"{k} {v['run']!r}" for k, v in overrides.items())
     return (f"the checkpoint's {CHECKPOINT_GENERATION_FILE} sets {keys}; the lab hands generate its own "
