@@ -184,3 +184,19 @@ def test_a_prompt_holding_the_bos_the_tokenizer_adds_is_refused_at_lock(tmp_path
         lock(load_protocol(f))
     line = str(err.value)
     assert "\n" not in line and "[1, 1, ...]" in line and "remove '<s>' from [task] prompt" in line, line
+
+
+def test_a_corpus_text_holding_the_cls_the_tokenizer_adds_is_refused(model_dir):
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from lab.inputs.variants import Variant
+    from lab.orchestration.preflight import check_first_ids
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    proto = SimpleNamespace(task_kind="classification", variants=[Variant(batch_size=1, max_length=128)])
+    assert check_first_ids(proto, tok, {"a": "plain text", "b": "more text"}).ok
+    refused = check_first_ids(proto, tok, {"a": "plain text", "b": "[CLS] text that holds it"})
+    assert refused.ok is False and "'b'" in refused.detail and "'[CLS]' twice" in refused.detail, refused
+    assert "remove '[CLS]' from the corpus text" in refused.detail
