@@ -113,3 +113,34 @@ def iteralab_command(argv0: str | None = None, on_path: str | None = None) -> st
     # the interpreter's own path, absolute but not resolved: a venv's bin/python is a link to the
     # base interpreter, which lacks the venv's packages (its resolved path failed: no msgspec)
     return "iteralab" if found else f"{os.path.abspath(sys.executable)} -m lab.cli"
+
+
+ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+             "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve", "sve2")
+"""The CPU flags (/proc/cpuinfo "flags", or "Features" on ARM) that decide which kernels torch,
+oneDNN and MKL dispatch to: SSE4.2/AVX/AVX2/FMA (x86 baseline), AVX-512 with its VNNI, BF16 and
+FP16 parts, AMX (bf16 and int8 matmul tiles), NEON (asimd) and SVE on ARM."""
+
+
+def isa_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
+    """Of ``ISA_FLAGS``, those the first CPU of ``cpuinfo`` lists, in ISA_FLAGS' order; [] when
+    the file cannot be read (not Linux)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return []
+    line = next((x for x in text.splitlines() if x.split(":")[0].strip() in ("flags", "Features")), "")
+    have = set(line.split(":", 1)[-1].split())
+    return [f for f in ISA_FLAGS if f in have]
+
+
+def cpu_capability() -> str:
+    """The instruction set torch's CPU kernels dispatch to in this process
+    (``torch.backends.cpu.get_cpu_capability()``: "AVX512", "AVX2", "DEFAULT", ...), as the CPU
+    and ``ATEN_CPU_CAPABILITY`` set it; "unknown (torch: <error>)" when torch cannot say."""
+    try:
+        import torch
+
+        return str(torch.backends.cpu.get_cpu_capability())
+    except Exception as exc:  # torch missing or too old to report it
+        return f"unknown (torch: {type(exc).__name__})"

@@ -1,9 +1,10 @@
 """The manifest: what is needed to reproduce a campaign (SPEC 2: manifest; seed: "Preparare gli
 input, il riferimento e il manifesto").
 
-Only named facts are recorded. Environment variables are read from a short allow-list
-(``ENV_ALLOWED``: device selection and the settings that change numerics, speed or memory, such as
-``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE``); tokens and secrets are never read into the manifest. Each
+Only named facts are recorded. Environment variables are read from one list
+(lab.facts.environment: device selection and the settings that change numerics, speed or
+memory, each with its source); tokens and secrets are never read into the manifest. The CPU is
+recorded as the kernels see it: the instruction set torch dispatches to and the ISA flags. Each
 pass also records its own (``result.json`` ``environment``), with the conditions of its window
 (lab.passes.conditions).
 """
@@ -18,33 +19,16 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from lab.facts.environment import RECORDED_NAMES
 from lab.facts.files import REPO_ROOT
-from lab.facts.host import nvml
+from lab.facts.host import cpu_capability, isa_flags, nvml
 
 PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "pandas", "textual",
             "docker", "psutil", "nvidia-ml-py")
-ENV_ALLOWED = (
-    # which devices a pass sees
-    "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-    # numerics: TF32 turns "fp32" matmuls into 10-bit-mantissa ones on NVIDIA GPUs from Ampere on
-    "NVIDIA_TF32_OVERRIDE",              # 0: NVIDIA's libraries (cuBLAS, cuDNN) never use TF32
-    "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",  # 1: torch forces TF32 on cuBLAS, whatever the code sets
-    "HIPBLASLT_ALLOW_TF32",              # ROCm: torch allows TF32 on hipBLASLt only when set
-    "CUBLAS_WORKSPACE_CONFIG",           # deterministic cuBLAS (and its speed)
-    # speed: CPU threads, their placement and how they wait; kernel launch
-    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES",
-    "OMP_WAIT_POLICY", "KMP_AFFINITY", "KMP_BLOCKTIME", "GOMP_CPU_AFFINITY", "TOKENIZERS_PARALLELISM",
-    "CUDA_LAUNCH_BLOCKING", "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_MODULE_LOADING", "TORCH_CUDNN_V8_API_DISABLED",
-    # memory: allocators
-    "MALLOC_ARENA_MAX", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_NO_CUDA_MEMORY_CACHING",
-    # what is loaded
-    "HF_HUB_OFFLINE",
-)
-"""Environment variables that change a pass's numerics, speed or memory (or what it loads),
-recorded by name and value when set; nothing else of the environment is read (no secrets).
-Sources: torch's "CUDA Environment Variables" page (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE: forces TF32,
-overrides set_float32_matmul_precision), NVIDIA's TF32 documentation (NVIDIA_TF32_OVERRIDE=0
-disables TF32 in NVIDIA's libraries), the OpenMP/MKL thread settings."""
+ENV_ALLOWED = RECORDED_NAMES
+"""Environment variables that change a pass's numerics, speed or memory (or which devices and
+files it uses), recorded by name and value when set; nothing else of the environment is read
+(no secrets). The one list, with each variable's library and source: lab.facts.environment."""
 
 
 def pass_environment() -> dict:
@@ -110,7 +94,8 @@ HOST_KEYS = ("lab", "python", "packages", "os", "cpu", "ram_bytes", "gpu", "envi
 
 
 def host_facts() -> dict:
-    """The environment this process runs in: lab commit, Python, packages, OS, CPU, RAM, GPUs
+    """The environment this process runs in: lab commit, Python, packages, OS, CPU (name, cores,
+    torch's kernel capability and the ISA flags: lab.facts.host.cpu_capability, isa_flags), RAM, GPUs
     (lab.inputs.manifest.gpu_facts: torch and NVML), the allowed environment variables. Keys: HOST_KEYS.
     The orchestrator records it in the journal when it starts (``python -m lab.inputs.manifest``, a
     process of its own: querying torch.cuda there would hold a CUDA context on the device
@@ -122,7 +107,8 @@ def host_facts() -> dict:
         "python": sys.version.split()[0],
         "packages": {p: _pkg(p) for p in PACKAGES},
         "os": {"system": platform.system(), "release": platform.release(), "platform": platform.platform()},
-        "cpu": {"name": cpu_name(), "logical_cores": os.cpu_count()},
+        "cpu": {"name": cpu_name(), "logical_cores": os.cpu_count(), "capability": cpu_capability(),
+                "isa_flags": isa_flags()},
         "ram_bytes": psutil.virtual_memory().total,
         "gpu": gpu_facts(),
         "environment": pass_environment(),

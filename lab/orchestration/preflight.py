@@ -181,6 +181,8 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
                                           "control or zero-width characters?); remove the item or give it text"))
     else:
         out.append(Check("tokens", True, f"every text has >= 1 token (longest {max(counts)})"))
+    if proto.task_kind != "custom":  # a custom entry tokenizes in its own code
+        out.append(check_first_ids(proto, tok, texts))
     limit = getattr(cfg, "max_position_embeddings", None)
     tok_limit = getattr(tok, "model_max_length", None)
     limits = [(n, v) for n, v in (("max_position_embeddings", limit), ("tokenizer model_max_length", tok_limit))
@@ -194,6 +196,7 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
         out.append(Check("max_length", True, ", ".join(f"{n} {x}" for n, x in limits) or "no limit declared"))
     if proto.task_kind == "generation":
         out.append(check_new_tokens(proto.config.task.rule(), tok, limit, texts))
+        out.append(check_generation_config(ref, m.revision, proto.config.task.rule()))
     declared = m.pad_token
     if declared is not None:
         vocab = tok.get_vocab()
@@ -225,6 +228,65 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
         else:
             out.append(Check("tokenizer", True, "corpus buckets counted with the model's tokenizer"))
     return out
+
+
+FIRST_ITEMS = 8
+"""How many of the corpus's first items check_first_ids tokenizes at lock."""
+
+
+def check_first_ids(proto, tok, texts: dict[str, str]) -> Check:
+    """The first ``FIRST_ITEMS`` items tokenized as a pass will (generation: the prompt,
+    lab.passes.tasks.generation_core.encode_prompts; else the text, truncated at the first
+    variant's max_length), refused when one's ids start or end with the same special token twice:
+    the prompt or text holds a token the tokenizer adds itself (``"<s>{text}"`` on a tokenizer
+    that adds ``<s>``: ids ``[1, 1, ...]``; vLLM PR 16976, TRL issue 3853)."""
+    items = list(texts.items())[:FIRST_ITEMS]
+    if proto.task_kind == "generation":
+        from lab.passes.tasks.generation_core import encode_prompts
+
+        rule = proto.config.task.rule()
+        ids = encode_prompts(tok, [t for _, t in items], rule)
+        where = "[task] prompt"
+    else:
+        max_length = min(v.max_length for v in proto.variants)
+        ids = [tok(t, truncation=True, max_length=max_length)["input_ids"] for _, t in items]
+        where = "the corpus text"
+    special = set(tok.all_special_ids)
+    for (item_id, _), seq in zip(items, ids, strict=True):
+        ends = [(True, seq[:2]), (False, seq[-2:])] if len(seq) >= 2 else []
+        for first, pair in ends:
+            if pair[0] == pair[1] and pair[0] in special:
+                name = tok.convert_ids_to_tokens(pair[0])
+                shown = f"start [{pair[0]}, {pair[1]}, ...]" if first else f"end [..., {pair[0]}, {pair[1]}]"
+                return Check("token ids", False, f"the token ids of item {item_id!r} {shown}: {name!r} twice, "
+                                                 f"because {where} holds {name!r} and the tokenizer adds it itself; "
+                                                 f"remove {name!r} from {where}")
+    return Check("token ids", True, f"the first {len(items)} item(s) hold no special token twice")
+
+
+def check_generation_config(ref: str, revision: str | None, rule) -> Check:
+    """A warning naming the decoding fields of the checkpoint's generation_config.json that
+    would change a greedy output and that the lab's own configuration sets aside
+    (lab.passes.tasks.generation_core.checkpoint_overrides); passed when there are none."""
+    from transformers import GenerationConfig
+
+    from lab.passes.tasks.generation_core import (
+        CHECKPOINT_GENERATION_FILE,
+        checkpoint_overrides,
+        lab_generation_config,
+        overrides_line,
+    )
+
+    try:
+        own = GenerationConfig.from_pretrained(ref, revision=revision or "main", local_files_only=True)
+    except (OSError, ValueError):
+        return Check("generation settings", True, f"no {CHECKPOINT_GENERATION_FILE} in the checkpoint; the lab's "
+                                                  "own configuration for the declared rule")
+    overrides = checkpoint_overrides(own, lab_generation_config(rule))
+    if overrides:
+        return Check("generation settings", None, "warning: " + overrides_line(overrides))
+    return Check("generation settings", True, f"{CHECKPOINT_GENERATION_FILE} sets nothing the declared rule "
+                                              "does not; the lab hands generate its own configuration")
 
 
 def check_new_tokens(rule, tok, max_positions: int | None, texts: dict[str, str]) -> Check:

@@ -286,13 +286,15 @@ def refuse_past_deadline(proto: Protocol, now: datetime) -> None:
 def lock_warnings(proto: Protocol, now: datetime | None = None) -> list[str]:
     """Values that lock but are unusual (one line each, for the user to read before running):
     repetitions above config.UNUSUAL_REPETITIONS, threads above this host's CPUs, a batch size
-    above variants.UNUSUAL_BATCH_SIZE, a deadline more than a year ahead, and compare's
-    projection rule that this campaign cannot meet (lab.orchestration.preflight.check_projection_rule)."""
+    above variants.UNUSUAL_BATCH_SIZE, a deadline more than a year ahead, compare's
+    projection rule that this campaign cannot meet (lab.orchestration.preflight.check_projection_rule),
+    and a generation checkpoint's decoding settings the lab sets aside
+    (lab.orchestration.preflight.check_generation_config)."""
     import os
 
     from lab.inputs.variants import UNUSUAL_BATCH_SIZE
     from lab.orchestration.config import UNUSUAL_REPETITIONS
-    from lab.orchestration.preflight import check_projection_rule
+    from lab.orchestration.preflight import check_generation_config, check_projection_rule
 
     now = now or datetime.now(timezone.utc)
     t, out = proto.config.timing, []
@@ -314,7 +316,10 @@ def lock_warnings(proto: Protocol, now: datetime | None = None) -> list[str]:
         at = parse_instant(deadline, None, "[campaign] deadline")
         if (at - now).days > 366:
             out.append(f"[campaign] deadline {deadline} is more than a year ahead; check the year")
-    out += [f"{c.name}: {c.detail.removeprefix('warning: ')}" for c in check_projection_rule(proto)]
+    checks = check_projection_rule(proto)
+    if proto.task_kind == "generation":
+        checks.append(check_generation_config(proto.model_ref, proto.config.model.revision, proto.config.task.rule()))
+    out += [f"{c.name}: {c.detail.removeprefix('warning: ')}" for c in checks if c.ok is None]
     return out
 
 

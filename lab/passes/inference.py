@@ -118,6 +118,42 @@ def check_weights_loaded(info: dict) -> None:
                                "initialise them at random; give the checkpoint's complete folder")
 
 
+ENCODER_PADDING_SIDE = "right"
+"""The side the lab pads a classification or embedding batch on, whatever the tokenizer's
+``padding_side`` says (tokenizer_config.json). An encoder with absolute positions (BERT,
+MiniLM, RoBERTa) numbers positions from the first column: left padding shifts every real
+token's position and changes its outputs with no error (transformers issue 27502). A model
+with rotary or relative positions gives the same outputs either side under the attention mask,
+the classification head reads the last real token wherever it is, and mean pooling reads only
+the mask's tokens: right padding is right for every model these kinds load. A decoder's
+batched generation is padded on the left (lab.passes.tasks.generation_core.pad_left)."""
+
+NO_PADDING_SEEN = "none (no batch needed padding)"
+
+
+def padding_sides(attention_mask) -> set[str]:
+    """{"left", "right"} where the (B, T) ``attention_mask`` (torch tensor, 1 = token) holds
+    padding: "left" when some row's first column is padding, "right" when some row's last is."""
+    sides = set()
+    if attention_mask.shape[1]:
+        if not bool(attention_mask[:, 0].all()):
+            sides.add("left")
+        if not bool(attention_mask[:, -1].all()):
+            sides.add("right")
+    return sides
+
+
+def input_ids_digest(input_ids: list[list[int]]) -> str:
+    """sha256 (64 hex) of the window's token ids, one list per item in corpus order, as compact
+    JSON ("[[101,2023,...],...]"): equal ids, equal digests; a duplicated special token, another
+    tokenizer or another truncation changes it."""
+    import json
+
+    from lab.facts.files import sha256_bytes
+
+    return sha256_bytes(json.dumps(input_ids, separators=(",", ":")).encode())
+
+
 @dataclass
 class WindowResult:
     """Output of the measured window, in corpus order where it has one entry per item."""
@@ -143,6 +179,19 @@ class WindowResult:
     norms: list = field(default_factory=list)  # embedding: each vector's L2 norm before normalisation
     generated: list = field(default_factory=list)  # generation: a GeneratedItem per item (None: not done)
     max_running: int | None = None  # vLLM: most sequences it ran in one engine step (None: not reported)
+    padding_sides: set = field(default_factory=set)  # "left"/"right": where the batches' masks held padding
+    input_ids_sha256: str | None = None  # input_ids_digest of the window's token ids, corpus order
+    packed: bool = False  # an engine packed the sequences (count_packed_call): no padding side
+
+    def count_padding_side(self, attention_mask) -> None:
+        """Note where ``attention_mask`` ((B, T), 1 = token) holds padding: "left" when some row
+        starts with padding, "right" when some row ends with it (a batch of equal lengths: none)."""
+        self.padding_sides |= padding_sides(attention_mask)
+
+    def padding_side(self) -> str:
+        """The side the window's batches were padded on, as their masks show: "right", "left",
+        "left and right" (rows of both kinds), or NO_PADDING_SEEN."""
+        return " and ".join(sorted(self.padding_sides)) or NO_PADDING_SEEN
 
     def count_batch(self, idx: list[int], lengths: list[int], shape: tuple[int, int], max_length: int) -> None:
         """Account one batch the model received: ``idx`` its items (corpus positions), ``lengths``
@@ -166,6 +215,7 @@ class WindowResult:
         computed), attention pairs the sum of each item's length squared, the largest batch
         the items in the call (what the lab sent, not what the engine ran together)."""
         real = sum(lengths[i] for i in idx)
+        self.packed = True
         self.items_done += len(idx)
         self.batches += 1
         self.real_tokens += real
@@ -195,11 +245,13 @@ def open_window(rows: list[dict], tokenizer, variant: Variant) -> tuple[WindowRe
     """The start of every task's window: ``rows`` tokenized and truncated at the variant's
     ``max_length`` (:func:`tokenize`), their processing order (:func:`batch_order`) and an
     empty WindowResult (ids, labels, truncated count, tokens kept and total per item, whether
-    the order is the corpus's or sorted by length). Returns (win, input_ids, order)."""
+    the order is the corpus's or sorted by length, the ids' sha256). Returns (win, input_ids, order)."""
     input_ids, totals = tokenize([r["text"] for r in rows], tokenizer, variant.max_length)
     lengths = [len(x) for x in input_ids]
     order = batch_order(lengths, variant.bucketing)
-    return empty_window(rows, lengths, totals, order), input_ids, order
+    win = empty_window(rows, lengths, totals, order)
+    win.input_ids_sha256 = input_ids_digest(input_ids)
+    return win, input_ids, order
 
 
 def empty_window(rows: list[dict], lengths: list[int], totals: list, order: list[int]) -> WindowResult:
@@ -222,11 +274,12 @@ def batch_order(lengths: list[int], bucketing: bool) -> list[int]:
 
 def pad_batch(tokenizer, input_ids: list[list[int]], variant: Variant):
     """One batch padded as the variant declares: to ``max_length`` with padding "max_length",
-    else to the batch's longest item. Returns the tokenizer's BatchEncoding of int64 tensors
+    else to the batch's longest item, on ``ENCODER_PADDING_SIDE`` whatever the tokenizer's own
+    ``padding_side`` says. Returns the tokenizer's BatchEncoding of int64 tensors
     [items, tokens] (input_ids, attention_mask)."""
     pad_to = "max_length" if variant.padding == "max_length" else "longest"
     return tokenizer.pad({"input_ids": input_ids}, padding=pad_to, max_length=variant.max_length,
-                         return_attention_mask=True, return_tensors="pt")
+                         padding_side=ENCODER_PADDING_SIDE, return_attention_mask=True, return_tensors="pt")
 
 
 def run_batches(rows: list[dict], tokenizer, model, device: str, variant: Variant,
@@ -252,6 +305,7 @@ def run_batches(rows: list[dict], tokenizer, model, device: str, variant: Varian
             feats = pad_batch(tokenizer, [input_ids[i] for i in idx], variant)
             ids_t = feats["input_ids"].to(device, non_blocking=True)
             mask_t = feats["attention_mask"].to(device, non_blocking=True)
+            win.count_padding_side(feats["attention_mask"])
             logits = model(input_ids=ids_t, attention_mask=mask_t).logits
             p = logits.float().softmax(dim=-1)
             conf, top = p.max(dim=-1)

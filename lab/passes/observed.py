@@ -51,6 +51,7 @@ def observe_model(model, threads_declared: int, workers_on_host: int = 1) -> dic
     return {"dtype": "/".join(dtypes) or "none", "device": str(params[0].device) if params else "none",
             "attention": getattr(model.config, "_attn_implementation", None) or "unknown",
             **observe_threads(threads_declared, workers_on_host),
+            **observe_cpu(),
             "compile": compiled,
             "quantization": "none" if not (quantized or qconf) else (str(qconf) if qconf else "/".join(quantized)),
             **observe_tf32()}
@@ -66,6 +67,15 @@ def observe_threads(threads_declared: int, workers_on_host: int = 1) -> dict:
 
     return {"threads": torch.get_num_threads(), "threads_declared": threads_declared,
             **({} if workers_on_host <= 1 else _split(threads_declared, workers_on_host, threads_per_worker))}
+
+
+def observe_cpu() -> dict:
+    """{cpu_capability}: the instruction set torch's CPU kernels dispatch to in this process
+    (lab.facts.host.cpu_capability: "AVX512", "AVX2", "DEFAULT", ...; ATEN_CPU_CAPABILITY
+    lowers it)."""
+    from lab.facts.host import cpu_capability
+
+    return {"cpu_capability": cpu_capability()}
 
 
 TF32_DECLARED = False
@@ -98,9 +108,12 @@ def _split(declared: int, workers: int, share_of) -> dict:
 
 
 def observe_window(win, max_length: int) -> dict:
-    """{padding, max_tokens, bucketing, batch_size, window_items} observed in the measured window
-    (a WindowResult): ``batch_size`` is the largest batch dimension the model received,
-    ``window_items`` the items the window predicted."""
+    """{padding, max_tokens, bucketing, batch_size, window_items, padding_side, input_ids_sha256}
+    observed in the measured window (a WindowResult): ``batch_size`` is the largest batch
+    dimension the model received, ``window_items`` the items the window predicted,
+    ``padding_side`` the side its batches' masks held padding on (WindowResult.padding_side; left
+    out for an engine that packs sequences), ``input_ids_sha256`` the sha256 of the window's
+    token ids (lab.passes.inference.input_ids_digest; left out when the lab did not tokenize)."""
     at_max, at_longest, n = win.batches_at_max_length, win.batches_at_longest, win.batches
     if n and at_max == n and at_longest == n:
         padding = "max_length or longest (every batch reached max_length: indistinguishable)"
@@ -113,8 +126,10 @@ def observe_window(win, max_length: int) -> dict:
     order = ("sorted by token count" if win.order_sorted_by_length and not win.order_is_corpus
              else "corpus order" if win.order_is_corpus and not win.order_sorted_by_length
              else "corpus order (already sorted by token count)")
+    sides = {"padding_side": win.padding_side()} if win.batches and not win.packed else {}
+    digest = {"input_ids_sha256": win.input_ids_sha256} if win.input_ids_sha256 else {}
     return {"padding": padding, "max_tokens": max(win.tokens_kept, default=0), "bucketing": order,
-            "batch_size": win.largest_batch, "window_items": win.items_done}
+            "batch_size": win.largest_batch, "window_items": win.items_done, **sides, **digest}
 
 
 PACKED = "packed (vLLM: no padding)"

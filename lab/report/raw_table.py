@@ -25,7 +25,9 @@ from lab.passes.records import PHASES, Attempt, Observed, PassResult, Phases, Va
 from lab.report.conditions import CONDITIONS, INT_CONDITIONS, condition_cells
 
 OBSERVED = ("dtype", "device", "attention", "threads_declared", "threads", "compile", "quantization",
-            "padding", "max_tokens", "bucketing", "batch_size",
+            "padding", "padding_side", "max_tokens", "bucketing", "batch_size",
+            # what the kernels and the inputs were (lab.passes.observed.observe_cpu, input_ids_digest)
+            "cpu_capability", "input_ids_sha256",
             # TF32 (lab.passes.observed.observe_tf32): declared never on; observed torch settings
             "float32_matmul_precision", "tf32_matmul_declared", "tf32_matmul", "tf32_cudnn",
             # a vLLM pass (lab.engines.vllm): the engine that ran, its scheduler limits, the most

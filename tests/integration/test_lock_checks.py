@@ -57,8 +57,8 @@ def refused(f: Path, message: str) -> str:
 def test_demo_campaign_passes_every_check(tmp_path, model_dir):
     f = write_campaign(tmp_path, model_dir, cut_corpus(tmp_path / "c.jsonl", 2, 1, 1))
     checks = lock_checks(load_protocol(f))
-    assert [c.name for c in checks] == ["corpus", "architecture", "attention", "labels", "tokens", "max_length",
-                                         "pad_token", "device", "projection rule"]
+    assert [c.name for c in checks] == ["corpus", "architecture", "attention", "labels", "tokens", "token ids",
+                                         "max_length", "pad_token", "device", "projection rule"]
     assert all(c.ok for c in checks[:-1])
     # 1 repetition of 4 items: compare's projection rule can never be met, said at lock, not refused
     rule = checks[-1]

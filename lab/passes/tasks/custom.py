@@ -334,7 +334,7 @@ class CustomJob(LabelLines):
 
     def observe(self, threads: int, workers_on_host: int = 1) -> dict:
         """The observed record: what ``settings_used()`` reports, NOT_OBSERVABLE for the rest."""
-        from lab.passes.observed import NOT_OBSERVABLE, observe_tf32, observe_threads
+        from lab.passes.observed import NOT_OBSERVABLE, observe_cpu, observe_tf32, observe_threads
 
         used = self.settings_used(0)
         v = self.spec.variant
@@ -344,6 +344,7 @@ class CustomJob(LabelLines):
                 "device": str(used.get("device", NOT_OBSERVABLE)),
                 "attention": used.get("attention", NOT_OBSERVABLE) if v.attention else "unknown",
                 **observe_threads(threads, workers_on_host),
+                **observe_cpu(),
                 "compile": used.get("compile", NOT_OBSERVABLE),
                 "quantization": used.get("quantization", NOT_OBSERVABLE),
                 **observe_tf32(), "reported_by_entry": ", ".join(sorted(used))}

@@ -147,6 +147,7 @@ class EmbeddingJob(ModelSteps):
                 feats = pad_batch(self.tokenizer, [input_ids[i] for i in idx], v)
                 ids_t = feats["input_ids"].to(device, non_blocking=True)
                 mask_t = feats["attention_mask"].to(device, non_blocking=True)
+                win.count_padding_side(feats["attention_mask"])
                 hidden = self.model(input_ids=ids_t, attention_mask=mask_t).last_hidden_state
                 raw = mean_pool(hidden, mask_t, normalize=False)
                 vec = torch.nn.functional.normalize(raw, p=2.0, dim=1) if self.normalize else raw

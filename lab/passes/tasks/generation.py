@@ -83,8 +83,9 @@ def open_generation_window(rows: list[dict], tokenizer, rule: GenerationRule, bu
     the template, the tokenizer's own special tokens, no padding), the processing order
     (lab.passes.inference.batch_order over the prompts' token counts) and an empty WindowResult
     (``tokens_kept``: the prompts' token counts; ``tokens_total``: those of the uncut prompts;
-    ``generated``: None per item). Returns (win, prompt token ids per item, order)."""
-    from lab.passes.inference import batch_order, empty_window
+    ``generated``: None per item; ``input_ids_sha256``: the prompts' ids). Returns (win, prompt
+    token ids per item, order)."""
+    from lab.passes.inference import batch_order, empty_window, input_ids_digest
     from lab.passes.tasks.generation_core import TEXT_FIELD, encode_prompts
 
     texts = [r["text"] for r in rows]
@@ -95,6 +96,7 @@ def open_generation_window(rows: list[dict], tokenizer, rule: GenerationRule, bu
     order = batch_order(lengths, bucketing)
     win = empty_window(rows, lengths, totals, order)
     win.generated = [None] * len(rows)
+    win.input_ids_sha256 = input_ids_digest(seqs)
     return win, seqs, order
 
 
@@ -111,6 +113,26 @@ class GenerationJob(ModelSteps):
         self.normalisation = task.get("normalisation") or NORMALISATION
         self.tokenizer: Any = None
         self.model: Any = None
+        self.settings: dict[str, Any] | None = None
+        self.overrides: dict[str, Any] | None = None
+
+    def load(self, device: str) -> tuple:
+        """The model (ModelSteps.load), then the decoding settings ``generate`` will resolve for
+        the rule (``settings``) and the checkpoint's generation_config.json fields the lab's own
+        configuration sets aside (``overrides``), both recorded in ``generation``."""
+        from lab.passes.tasks.generation_core import (
+            checkpoint_overrides,
+            effective_settings,
+            eos_token_ids,
+            lab_generation_config,
+            pad_token_id,
+        )
+
+        tok, model = super().load(device)
+        self.settings = effective_settings(tok, model, self.rule)
+        lab_cfg = lab_generation_config(self.rule, pad_token_id(tok, model), eos_token_ids(tok, model))
+        self.overrides = checkpoint_overrides(getattr(model, "generation_config", None), lab_cfg)
+        return tok, model
 
     def run_window(self, rows, device, on_batch=None, sink=None):
         """Prompts, batches (the lab's rule), greedy generation per batch, outputs on the host.
@@ -131,7 +153,8 @@ class GenerationJob(ModelSteps):
         for start in range(0, n, v.batch_size):
             idx = order[start:start + v.batch_size]
             batch = [seqs[i] for i in idx]
-            items = generate_tokens(self.tokenizer, self.model, device, batch, self.rule)
+            items = generate_tokens(self.tokenizer, self.model, device, batch, self.rule,
+                                    on_mask=win.count_padding_side)
             for i, g in zip(idx, items, strict=True):
                 win.generated[i] = g
                 win.pred_index[i] = i
@@ -176,14 +199,25 @@ class GenerationJob(ModelSteps):
             return None
         return round(exact_match([p[0] for p in known], [p[1] for p in known], self.normalisation), 6)
 
-    def _fields(self, recs: list[dict], pad_token) -> dict:
-        """The result fields of the written items ``recs`` (their prediction lines, decoded)."""
+    def _fields(self, recs: list[dict], pad_token, settings=None, overrides=None) -> dict:
+        """The result fields of the written items ``recs`` (their prediction lines, decoded);
+        ``settings`` and ``overrides`` (the job's when None) as ``load`` read them, left out of
+        ``generation`` when no settings were read (a job that did not load the model: vLLM's)."""
+        from lab.passes.tasks.generation_core import CHECKPOINT_GENERATION_FILE
+
         stopped = Counter(r["stopped_by"] for r in recs)
+        settings = self.settings if settings is None else settings
+        overrides = self.overrides if overrides is None else overrides
+        # read only where this job loaded the model (transformers); another engine records its own
+        read = {} if settings is None else {
+            "settings": settings,
+            "checkpoint_settings_not_applied": {"file": CHECKPOINT_GENERATION_FILE, "fields": overrides}
+            if overrides else {}}
         return {"input_tokens": sum(r["input_tokens"] for r in recs),
                 "output_tokens": sum(r["output_tokens"] for r in recs),
                 "generation": {"rule": self.rule.to_json(), "rule_sha256": self.rule.digest(),
                                "normalisation": self.normalisation, "padding": PADDING_RULE,
-                               "pad_token": pad_token, "stopped_by": dict(sorted(stopped.items()))}}
+                               "pad_token": pad_token, "stopped_by": dict(sorted(stopped.items())), **read}}
 
     def write_predictions(self, path: Path, win) -> dict:
         """predictions.jsonl of the completed items (module docstring); returns the result fields
@@ -203,7 +237,8 @@ class GenerationJob(ModelSteps):
         :meth:`exact_match_of` over the merged outputs."""
         lines = [line for _, line in merged]
         recs = [json.loads(line) for line in lines]
-        pad = next(((c.generation or {}).get("pad_token") for c in cards if c.generation), None)
-        return lines, {**self._fields(recs, pad),
+        gen = next((c.generation for c in cards if c.generation), None) or {}
+        not_applied = gen.get("checkpoint_settings_not_applied") or {}
+        return lines, {**self._fields(recs, gen.get("pad_token"), gen.get("settings"), not_applied.get("fields") or {}),
                        "self_accuracy": self.exact_match_of([(r["output"], gold)
                                                              for r, gold in zip(recs, labels, strict=True)])}

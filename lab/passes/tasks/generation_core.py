@@ -18,6 +18,7 @@ one line (``PaddingError``).
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from typing import Any, Literal
 
 import msgspec
@@ -247,25 +248,118 @@ def _finished_length(tokens: list[int], eos: set[int], stop: tuple[str, ...], de
     return lo, text[:cut], "stop"
 
 
+CHECKPOINT_GENERATION_FILE = "generation_config.json"
+"""The checkpoint file whose decoding settings transformers merges into ``generate``'s own
+configuration (its unset fields) unless the caller hands it a complete one."""
+
+TOKEN_ID_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+"""Fields of a generation config that name token ids, not decoding settings: the eos ids are
+taken from the checkpoint (eos_token_ids), the pad id is the lab's (pad_token_id)."""
+
+NOT_SETTINGS = (*TOKEN_ID_KEYS, "transformers_version", "_from_model_config")
+"""Fields of a checkpoint's generation config that checkpoint_overrides never names."""
+
+RECORDED_SETTINGS = ("do_sample", "num_beams", "max_new_tokens", "min_new_tokens", "min_length",
+                     "temperature", "top_k", "top_p", "repetition_penalty", "no_repeat_ngram_size",
+                     "suppress_tokens", "begin_suppress_tokens", "bad_words_ids", "forced_bos_token_id",
+                     "forced_eos_token_id", "length_penalty", "stop_strings")
+"""The effective decoding settings a generation pass records (``generation.settings``): those
+that change a greedy output when a checkpoint sets them (transformers issues 34304, 29080)."""
+
+
+def lab_generation_config(rule: GenerationRule, pad_id: int | None = None, eos: list[int] | None = None):
+    """The complete transformers GenerationConfig the lab hands ``generate`` for ``rule``:
+    greedy (no sampling, one beam), ``max_new_tokens``, the stop strings, ``pad_id`` and the
+    ``eos`` ids, and every other decoding field at transformers' global default (no repetition
+    penalty, no n-gram ban, no minimum length, no suppressed token), so nothing of a
+    checkpoint's generation_config.json is merged in."""
+    from transformers import GenerationConfig
+
+    cfg = GenerationConfig(max_new_tokens=rule.max_new_tokens, do_sample=False, num_beams=1,
+                           pad_token_id=pad_id, eos_token_id=eos or None,
+                           stop_strings=list(rule.stop) or None)
+    defaults = {k: v for k, v in cfg._get_default_generation_params().items() if k != "max_length"}
+    cfg.update(**defaults, defaults_only=True)  # max_length: max_new_tokens bounds the output
+    return cfg
+
+
+def recorded_settings(cfg) -> dict[str, Any]:
+    """``RECORDED_SETTINGS`` of the GenerationConfig ``cfg`` as plain JSON values."""
+    return {k: _plain(getattr(cfg, k, None)) for k in RECORDED_SETTINGS}
+
+
+def _plain(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
+def checkpoint_overrides(checkpoint_cfg, lab_cfg) -> dict[str, dict[str, Any]]:
+    """The decoding fields the checkpoint's generation config (``checkpoint_cfg``, None: no file)
+    sets to a value other than the one the lab runs (``lab_cfg``, lab_generation_config):
+    {field: {"checkpoint": its value, "run": the lab's}}, sorted; token ids are not settings."""
+    if checkpoint_cfg is None:
+        return {}
+    out = {}
+    for k, v in sorted(checkpoint_cfg.to_diff_dict().items()):
+        run = _plain(getattr(lab_cfg, k, None))
+        if k not in NOT_SETTINGS and v is not None and _plain(v) != run:
+            out[k] = {"checkpoint": _plain(v), "run": run}
+    return out
+
+
+def overrides_line(overrides: dict[str, dict[str, Any]]) -> str:
+    """The one wording of the checkpoint's fields the lab sets aside (``checkpoint_overrides``):
+    "the checkpoint's generation_config.json sets repetition_penalty 1.8, ...; the lab hands
+    generate its own complete configuration for the declared rule (repetition_penalty 1.0, ...),
+    so these are not applied"."""
+    keys = ", ".join(f"{k} {v['checkpoint']!r}" for k, v in overrides.items())
+    run = ", ".join(f"{k} {v['run']!r}" for k, v in overrides.items())
+    return (f"the checkpoint's {CHECKPOINT_GENERATION_FILE} sets {keys}; the lab hands generate its own "
+            f"complete configuration for the declared rule ({run}), so these are not applied")
+
+
+@contextmanager
+def without_checkpoint_config(model):
+    """The model's own ``generation_config`` (read from the checkpoint's generation_config.json)
+    replaced by transformers' empty one for the duration: ``generate`` merges the model's into
+    every field its caller left unset, so only the caller's configuration applies inside."""
+    from transformers import GenerationConfig
+
+    own = model.generation_config
+    model.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        model.generation_config = own
+
+
+def effective_settings(tokenizer, model, rule: GenerationRule) -> dict[str, Any]:
+    """``RECORDED_SETTINGS`` as ``generate`` resolves them for ``rule`` on ``model``: the lab's
+    configuration after transformers' own merge (its ``_prepare_generation_config``, where
+    the pinned version has it; else the lab's configuration as handed over)."""
+    cfg = lab_generation_config(rule, pad_token_id(tokenizer, model), eos_token_ids(tokenizer, model))
+    prepare = getattr(model, "_prepare_generation_config", None)
+    if prepare is not None:
+        with without_checkpoint_config(model):
+            cfg = prepare(cfg)[0]
+    return recorded_settings(cfg)
+
+
 def generate_padded(tokenizer, model, input_ids, attention_mask, rule: GenerationRule) -> list[GeneratedItem]:
     """Greedy generation for a left-padded batch already on the model's device.
 
     ``input_ids``, ``attention_mask``: (B, T) int64. Returns B ``GeneratedItem`` in row order.
     Raises ``PaddingError`` for a right-padded mask or an undeclared pad token.
-    Greedy means argmax at every step: a fresh generation config (no sampling, one beam, no
-    repetition penalty), so a checkpoint's generation_config.json cannot change the rule; only
-    its eos ids are taken.
+    Greedy means argmax at every step: the lab's complete configuration
+    (``lab_generation_config``), and the model's own ``generation_config`` (the checkpoint's
+    generation_config.json, which transformers merges into the fields a caller left unset)
+    set aside during the call, so that file cannot change the rule; only its eos ids are taken.
     """
     import torch
-    from transformers import GenerationConfig
 
     require_left_padded(attention_mask)
-    pid = pad_token_id(tokenizer, model)
     eos = eos_token_ids(tokenizer, model)
-    cfg = GenerationConfig(max_new_tokens=rule.max_new_tokens, do_sample=False, num_beams=1,
-                           pad_token_id=pid, eos_token_id=eos or None,
-                           stop_strings=list(rule.stop) or None)
-    with torch.inference_mode():
+    cfg = lab_generation_config(rule, pad_token_id(tokenizer, model), eos)
+    with without_checkpoint_config(model), torch.inference_mode():
         out = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=cfg,
                              tokenizer=tokenizer if rule.stop else None)
     width = input_ids.shape[1]
@@ -311,11 +405,15 @@ def encode_prompts(tokenizer, texts: list[str], rule: GenerationRule) -> list[li
     return [tokenizer(p, verbose=False)["input_ids"] for p in prompts_for(tokenizer, texts, rule)]
 
 
-def generate_tokens(tokenizer, model, device, seqs: list[list[int]], rule: GenerationRule) -> list[GeneratedItem]:
+def generate_tokens(tokenizer, model, device, seqs: list[list[int]], rule: GenerationRule,
+                    on_mask=None) -> list[GeneratedItem]:
     """Greedy generation for prompts already tokenized (``encode_prompts``): positions checked
     (``require_positions``), left-padded by the lab (``pad_left``), generated (``generate_padded``).
+    ``on_mask``: called with the batch's (B, T) attention mask (the window notes its padding side).
     Returns ``len(seqs)`` ``GeneratedItem`` in input order; raises as ``generate_batch``."""
     pid = pad_token_id(tokenizer, model)
     require_positions(seqs, rule, getattr(model.config, "max_position_embeddings", None), tokenizer)
     ids, mask = pad_left(seqs, pid)
+    if on_mask is not None:
+        on_mask(mask)
     return generate_padded(tokenizer, model, ids.to(device), mask.to(device), rule)
