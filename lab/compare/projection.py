@@ -40,6 +40,7 @@ from decimal import Decimal
 from lab.compare.evidence import NO_PACKAGE, Evidence
 from lab.cost.forfaits import Catalog, PricingError, Quote, cost_per_validated_corpus, quote
 from lab.cost.sizing import Sizing, cheapest_covering
+from lab.cost.sizing import capacity_items as package_capacity
 from lab.facts.constants import AGREEMENT
 from lab.passes.events import PassStatus
 from lab.passes.records import SETUP_PHASES
@@ -346,7 +347,4 @@ def output_token_figures(kind: str, variant: dict, load_items: int, sizing: Sizi
 def capacity_items(p: Projection, days_limit_hours: float, lots: int) -> int:
     """Largest load (items) ``lots`` lots process within ``days_limit_hours`` at the worst
     pass's throughput after the measured setup (0 when the setup alone does not fit)."""
-    if not p.items_per_s_worst or p.setup_s is None:
-        return 0
-    secs = days_limit_hours * 3600 - p.setup_s
-    return max(0, int(secs * p.items_per_s_worst * lots))
+    return package_capacity(days_limit_hours, lots, p.items_per_s_worst, p.setup_s)

@@ -23,6 +23,15 @@ class Sizing:
     hours_allowed: float
 
 
+def capacity_items(hours: float, lots: int, items_per_s: float | None, setup_s: float | None = 0.0) -> int:
+    """Largest load (items) ``lots`` lots process in ``hours`` each at ``items_per_s`` after a
+    set-up of ``setup_s`` seconds per lot (0 when the set-up alone does not fit, or nothing was
+    measured). The one capacity rule of the decision note and of compare's sizing."""
+    if not items_per_s or setup_s is None:
+        return 0
+    return max(0, int((hours * 3600 - setup_s) * items_per_s * lots))
+
+
 def package_limits(catalog: Catalog, gpu: str, hours_available: float | None) -> list[tuple[int, float]]:
     """[(days, hours a lot may work)] for each package of ``gpu`` in the catalog, shortest first.
     ``hours_available``: hours from the window start to the deadline (None: no deadline)."""

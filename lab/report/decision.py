@@ -31,6 +31,7 @@ from lab.cost.forfaits import (
     parse_window,
     quote,
 )
+from lab.cost.sizing import capacity_items
 from lab.facts.constants import AGREEMENT, DEFAULT_DELIVERABLES, DEFAULT_LOTS
 from lab.report.distinguish import compare_durations
 from lab.report.exclusions import exclusion_counts
@@ -308,20 +309,30 @@ def _config_section(a: Assessment, deliverables: int) -> list[str]:
 
 
 def _generation_lines(a: Assessment) -> list[str]:
-    """A generation variant (output tokens counted): throughput in output tokens per second and
-    the cost per validated corpus divided per item and per million output tokens
-    (:func:`generation_cost_lines`; the price rule stays
-    lab.cost.forfaits.cost_per_validated_corpus). No line for the other kinds."""
+    """A generation variant (output tokens counted): its output tokens and output tokens per
+    second, and the cost per item and per million output tokens of the committed package at the
+    load it processes: its hours x lots at the slowest pass's throughput (lab.cost.sizing.
+    capacity_items, set-up not deducted: the summary does not hold it), the corpus's output tokens
+    per item times that load, divided by :func:`generation_costs` as compare divides at the user's
+    load. Never the package over one corpus's output tokens: that figure ignores the throughput.
+    No line for the other kinds."""
     v, q = a.variant, a.quote
     if v.output_tokens is None:
         return []
     lines = [f"- Output tokens: {output_tokens_text(v.output_tokens, v.items_total, v.output_tokens_per_s_median)}"]
-    per = a.cost_per_validated_corpus
-    if q is None or per is None or not v.items_total or not v.output_tokens:
-        why = a.price_missing if q is None else UNDEFINED if per is None else "no item or output token counted"
+    slowest = v.items_total / max(v.durations_s) if v.items_total and v.durations_s and max(v.durations_s) > 0 \
+        else None
+    load = capacity_items(q.package_hours, q.lots, slowest) if q is not None else 0
+    tokens = round(v.output_tokens * load / v.items_total) if v.items_total else 0
+    if q is None or a.cost_per_validated_corpus is None or not load or not tokens:
+        why = (a.price_missing if q is None else UNDEFINED if a.cost_per_validated_corpus is None
+               else "no item, output token or measured window counted")
         return lines + [f"- Cost per item and per million output tokens: {why}"]
-    return lines + [f"- {generation_cost_text(per, v.items_total, v.output_tokens, q.currency)} "
-                    "(cost per validated corpus / items, / output tokens x 10^6)"]
+    assert slowest is not None  # load > 0
+    return lines + [f"- {generation_cost_text(q.committed_budget, load, tokens, q.currency)} (at the package's "
+                    f"load: {load} items, {tokens} output tokens, in {q.package_hours} h x {q.lots} lot(s) at the "
+                    f"slowest pass's {slowest:.2f} items/s, set-up not deducted; a smaller load costs more per "
+                    "item: `compare --load ITEMS` sizes and prices your own)"]
 
 
 def output_tokens_text(output_tokens: int, items: int | None, per_s_median: float | None) -> str:
