@@ -27,11 +27,18 @@ FIELDS = (("catalog", "catalog CSV", "shipped catalog"), ("gpu", "GPU", "from [c
 
 
 class CostScreen(LabScreen):
-    """Enter in a field (or c outside the fields) recomputes; Esc leaves a field."""
+    """Enter in a field (or c outside the fields) recomputes; Esc leaves a field.
+
+    The fields follow the campaign the app shows: when its folder (a new protocol version run)
+    or its file's [cost] changes, they are filled again from that version and the accepted
+    count is cleared, so nothing typed for, or derived from, one version prices another. The
+    accepted field holds only what the user typed; the validated count is its placeholder."""
 
     NAME = "cost"
     AUTO_FOCUS = "#cost-scroll"
     BINDINGS = [Binding("c", "compute", "Recompute")]
+    filled_for: tuple | None = None
+    """(campaign folder, the file's [cost] items) the fields were last filled from."""
 
     def body(self) -> ComposeResult:
         with VerticalScroll(id="cost-scroll"):
@@ -43,15 +50,24 @@ class CostScreen(LabScreen):
             yield Markdown("", id="decision-note")
 
     def on_mount(self) -> None:
+        self.follow_campaign()
+
+    def follow_campaign(self) -> None:
+        """Fill the fields from the current version's [cost] (accepted cleared) unless they were
+        filled for this campaign folder and this [cost] already."""
         try:
             cost = declared_cost(self.app.campaign_file)
         except ONE_LINE_ERRORS:  # an unusable file: the fields start empty, Recompute says why
             cost = {}
+        source = (self.app.campaign_dir, tuple(sorted((k, str(v)) for k, v in cost.items())))
+        if source == self.filled_for:
+            return
+        self.filled_for = source
         for key, _, _ in FIELDS:
-            if key in cost:
-                self.query_one(f"#f-{key}", Input).value = str(cost[key])
+            self.query_one(f"#f-{key}", Input).value = str(cost[key]) if key in cost else ""
 
     def on_screen_resume(self) -> None:
+        self.follow_campaign()
         self.action_compute()
 
     def fields(self) -> dict:
@@ -81,7 +97,8 @@ class CostScreen(LabScreen):
         c = msg.cost
         self.cost = c
         acc = self.query_one("#f-accepted", Input)
-        if acc.value.strip() != str(c["accepted"]):
+        acc.placeholder = f"{c['validated']} validated; type fewer to price fewer"
+        if acc.value.strip() and acc.value.strip() != str(c["accepted"]):  # typed above the count: capped
             acc.value = str(c["accepted"])
         head = (f"[b]Validated corpora[/b] {c['validated']} (accepted used: {c['accepted']}; "
                 "editable only downward)\n")
