@@ -5,7 +5,8 @@ Must be equal (SPEC 3.1: results of different protocols are never mixed): the co
 files (sha256 of each weight/tokenizer/config file, or the hub id and revision), the
 task ([task]: kind, pooling, entry, and the sha256 of each file of the user's code it runs:
 the entry, its files), the quality rule ([quality]: metric and the sha256 of its file when it is
-the user's function, threshold, tolerance, reference variant, subgroups) and
+the user's function, threshold, tolerance, reference variant, subgroups, the agreement rule with its
+defaults filled in) and
 the timing rule ([timing] without ``threads``: warm-up items and passes, repetitions,
 rotation, process policy, seed). The protocol hash cannot be the key: it covers the whole
 campaign file, including the ``[cost]`` that names each rental's package.
@@ -60,7 +61,21 @@ def quality_rule(ev: Evidence, per_role: bool = True) -> str:
     (:func:`user_code_sha256`)."""
     code = user_code_sha256(ev, per_role)
     metric = {"metric file sha256": code["metric"]} if "metric" in code else {}
-    return json.dumps({**(ev.campaign.get("quality") or {}), **metric}, sort_keys=True)
+    quality = ev.campaign.get("quality") or {}
+    return json.dumps({**quality, **metric, **agreement_rule(ev, quality)}, sort_keys=True)
+
+
+def agreement_rule(ev: Evidence, quality: dict) -> dict:
+    """The agreement rule the archive's [quality] table ``quality`` locks, defaults filled in
+    (lab.orchestration.agreement.AgreementRule.of), so that a rule left to its default and the same
+    rule written out are one rule; {} when the table gives none (compare refuses it elsewhere)."""
+    from lab.orchestration.agreement import AgreementRule
+
+    try:
+        rule = AgreementRule.of(quality, (ev.campaign.get("task") or {}).get("kind") or "classification")
+    except (KeyError, TypeError, ValueError):
+        return {}
+    return {"max_differing": rule.max_differing, "min_cosine": rule.min_cosine}
 
 
 def timing_rule(ev: Evidence) -> str:

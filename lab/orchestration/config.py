@@ -271,7 +271,8 @@ class TaskSection:
 class QualitySection:
     """[quality]: metric, absolute threshold, tolerance, reference variant. The threshold is a fraction in
     [0, 1] for a built-in metric, any finite number in the metric's unit for the user's own; the tolerance
-    is a fraction in [0, 1] (it bounds the share of flipped ids too, lab.compare.decision.agreement_pairs).
+    is a fraction in [0, 1] (the largest gap of a pass's metric to the reference variant's; between two
+    rentals, of their metric medians, lab.compare.decision.agreement_pairs).
 
     ``metric``: a built-in name (lab.orchestration.config.KIND_METRICS for the task's kind) or the user's own
     procedure ``"path/to/file.py:function"`` (``function(predictions, references) -> float``,
@@ -327,9 +328,9 @@ class QualitySection:
                     "every id with it" if self.metric == AGREEMENT else f"the built-in metric {self.metric!r} is a "
                     "fraction")
             raise ConfigError(f"[quality] threshold = {self.threshold!r} is outside [0, 1]; {unit}")
-        if not 0 <= self.tolerance <= 1:  # it also bounds the share of flipped ids (compare.decision.agreements)
-            raise ConfigError(f"[quality] tolerance = {self.tolerance!r} is outside [0, 1]; it bounds the share of "
-                              "ids whose output differs, a fraction")
+        if not 0 <= self.tolerance <= 1:
+            raise ConfigError(f"[quality] tolerance = {self.tolerance!r} is outside [0, 1]; it bounds the gap of a "
+                              "pass's metric to the reference variant's, a fraction")
         if self.max_differing is not None and not 0 <= self.max_differing <= 1:
             raise ConfigError(f"[quality] max_differing = {self.max_differing!r} is outside [0, 1]; it is the largest "
                               "share of ids whose result may differ from the reference variant's (e.g. 0.05)")
