@@ -160,13 +160,19 @@ def _value(value, compact: bool) -> str:
     return text[:39] + "…" if compact and len(text) > 40 else text
 
 
+KIND_DEFAULTED = ("kind", "max_differing", "min_cosine")
+"""Rule keys left out of the compact line (archives of different task kinds): the kind itself, which
+the line leads with, and the agreement rule, whose defaults follow the kind."""
+
+
 def _differ(field: str, a: Evidence, va: str, b: Evidence, vb: str, compact: bool = False) -> str:
     """The clauses naming how ``field`` differs between ``a`` and ``b``: '<field> differs: <a> has
     <value>, <b> has <value>'; a rule ([task], [quality], [timing]) one clause per key that
     differs ('[quality] metric differs: ...'). ``compact`` (archives of different task kinds,
     :func:`refuse_other_kinds`): no digest values ('corpus sha256 differs', '[task] entry sha256
     differs'), the other values cut short ('[quality] metric: A has "accuracy", B has "m.py:f"'),
-    and [task] keys only one of the two has left out (the kinds already say they differ)."""
+    [task] keys only one of the two has left out and KIND_DEFAULTED (the kinds already say they
+    differ)."""
     if field == "model files sha256" and va.startswith("{") and vb.startswith("{"):
         fa, fb = json.loads(va), json.loads(vb)
         names = [f for f in sorted(set(fa) | set(fb)) if fa.get(f) != fb.get(f)]
@@ -180,7 +186,7 @@ def _differ(field: str, a: Evidence, va: str, b: Evidence, vb: str, compact: boo
         ra, rb = json.loads(va), json.loads(vb)
         section = field.split()[0]
         keys = [k for k in sorted(set(ra) | set(rb)) if ra.get(k) != rb.get(k)
-                and not (compact and (k == "kind" or (section == "task" and (k not in ra or k not in rb))))]
+                and not (compact and (k in KIND_DEFAULTED or (section == "task" and (k not in ra or k not in rb))))]
         verb = "" if compact else " differs"
         return "; ".join(
             f"[{section}] {k} differs" if compact and (_is_digest(k, ra.get(k)) or _is_digest(k, rb.get(k)))

@@ -207,20 +207,17 @@ def left_padded(tmp_path_factory, model_dir):
     return d
 
 
-def never_accepted_beyond_the_rule(folder, model, task: str = "") -> list:
+def batch_8_against_batch_1(folder, model, task: str = "") -> list:
     """Run batch 1 and 8 on 17 items with ``model``; each batch-8 pass compared with batch 1 is
     accepted only within the rule, and one beyond it is rejected with its figures. Returns the
-    batch-8 validations (or [] when the lab refuses the checkpoint at lock, naming the padding)."""
-    from lab.orchestration.protocol import ProtocolError
-
+    batch-8 validations."""
     corpus = cut_corpus(folder / "corpus.jsonl", 7, 6, 4)
     f = write_campaign(folder, model, corpus, name="left", values=(1, 8))
-    f.write_text(f.read_text() + task)
-    try:
-        orch = run_campaign(folder, f)
-    except ProtocolError as exc:  # a lab that refuses an encoder padded on the left says so in one line
-        assert "padding" in str(exc), exc
-        return []
+    text = f.read_text()
+    if "embedding" in task:
+        text = text.replace('metric = "accuracy"', 'metric = "nn_accuracy"')
+    f.write_text(text + task)
+    orch = run_campaign(folder, f)
     out = []
     for a in orch.journal.attempts():
         v = a.validation
@@ -233,19 +230,19 @@ def never_accepted_beyond_the_rule(folder, model, task: str = "") -> list:
             assert not v.corpus_accepted and "agreement" in v.failed_checks()
             assert any(r.startswith("not the same ML result: ") for r in v.reasons), v.reasons
         out.append(v)
+    assert out, "no batch-8 pass ran"
     return out
 
 
-def test_the_left_padded_classifier_is_never_accepted_while_its_labels_differ(left_padded, tmp_path):
-    found = never_accepted_beyond_the_rule(tmp_path, left_padded)
-    # today's lab pads as the checkpoint says: batch 8 differs from batch 1 and is rejected
-    assert all(v.agreement_differing == 0 or not v.corpus_accepted for v in found)
+def test_the_left_padded_classifier_is_padded_right_and_agrees(left_padded, tmp_path):
+    """The lab pads an encoder on the right whatever the checkpoint says (docs/observed.md), so
+    batch 8 agrees with batch 1 label for label and is accepted."""
+    for v in batch_8_against_batch_1(tmp_path, left_padded):
+        assert v.agreement_differing == 0 and v.corpus_accepted, v
 
 
-def test_the_left_padded_embedding_model_is_held_to_the_cosine_floor(left_padded, tmp_path):
+def test_the_left_padded_embedding_model_is_padded_right_and_reaches_the_cosine_floor(left_padded, tmp_path):
     task = '\n[task]\nkind = "embedding"\n'
-    f_text = task
-    found = never_accepted_beyond_the_rule(tmp_path, left_padded, f_text.replace("", "") if False else task)
-    for v in found:
-        assert v.agreement_min_cosine == 0.999
-        assert v.corpus_accepted == (v.agreement_worst >= 0.999 and v.threshold_ok and v.tolerance_ok), v
+    for v in batch_8_against_batch_1(tmp_path, left_padded, task):
+        assert v.agreement_min_cosine == 0.999 and v.agreement_differing == 0, v
+        assert v.corpus_accepted == (v.threshold_ok and v.tolerance_ok), v
