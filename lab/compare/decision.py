@@ -557,8 +557,9 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
     agreements = agreement_pairs(evidence, projections, tags, tolerance, same_rule,
                                  config.task.normalisation if config.task.kind == "generation" else None)
     beyond = [x for x in agreements if not x["within_tolerance"]]
+    rule_text = same_rule.text("the other host's")
     path.append(f"same ML result: {len(agreements) - len(beyond)} of {len(agreements)} host pair(s) x "
-                f"variant within the agreement rule ({same_rule.text()}) and the tolerance {tolerance} (metric gap)"
+                f"variant within the agreement rule ({rule_text}) and the tolerance {tolerance} (metric gap)"
                 + (f"; beyond them: {'; '.join(agreement_text(x) for x in beyond)}" if beyond else ""))
     chosen = cands[0] if cands else None
     motivation: list[str] = []

@@ -65,12 +65,12 @@ the compared ids whose result may differ from the reference variant's first vali
 agreement rule, lab.orchestration.agreement; checked in every pass beside the threshold).
 
 Labels and outputs, 0.05. A label flips only where two classes are nearly tied, so an honest
-variant flips a few: measured here on 250 demo-corpus items with the demo classifier, batch 8 in
-fp32 and batch 8 in bf16 each flipped 1 label of 250 (0.004) against batch 1 in fp32; 0.05 leaves
-ten times that margin. A variant that changes what the model computes flips many: the demo
-classifier with its tokenizer padding on the left (an encoder with absolute positions) flipped 4
-of 17 (0.24) at batch 8. Greedy generation diverges from the first changed token on, so a share
-of whole outputs, after the declared normalisation, is judged the same way.
+variant flips a few: measured by scripts/agreement_defaults.py (2026-12-03, 250 demo-corpus items,
+the demo classifier, against batch 1 in fp32): batch 8 in fp32 and in bf16 flipped none, batch 1 in
+bf16 one (0.004); 0.05 leaves more than ten times that margin. A variant that changes what the model
+computes flips many: the same checkpoint padded on the left (an encoder with absolute positions)
+flipped 44 of 250 (0.176). Greedy generation diverges from the first changed token on, so a share of
+whole outputs, after the declared normalisation, is judged the same way.
 
 Embeddings, 0.0: every id's vector must reach AGREEMENT_MIN_COSINE. A vector is the deliverable
 itself and its cosine is continuous, so an honest variant has no id near the floor (no near-tie to
@@ -79,8 +79,8 @@ around."""
 
 AGREEMENT_MIN_COSINE = 0.999
 """[quality] min_cosine of an embedding campaign that leaves it out: an id's vector differs from the
-reference variant's when their cosine is below it. Measured here on 250 demo-corpus items with the
-demo encoder (mean pooling, normalised) against batch 1 in fp32: batch 8 in fp32, lowest cosine
-0.99993; batch 8 in bf16, lowest 0.99989 (median 0.99996); storing vectors as float16 costs under
-1e-6. The floor leaves ten times the bf16 distance (1 - cosine 1.1e-4 against 1e-3); the left-padded
-encoder's lowest id is at 0.68."""
+reference variant's when their cosine is below it. Measured by scripts/agreement_defaults.py
+(2026-12-03, 250 demo-corpus items, mean pooled and normalised, against batch 1 in fp32): batch 8
+in fp32, lowest cosine 1.000000; batch 8 in bf16, lowest 0.999953 (median 0.999986). The floor
+leaves twenty times the bf16 distance (1 - cosine 4.7e-5 against 1e-3); padded on the left, the
+lowest id is at 0.37."""

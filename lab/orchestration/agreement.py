@@ -67,15 +67,15 @@ class AgreementRule:
     def noun(self) -> str:
         return NOUNS[self.kind]
 
-    def text(self) -> str:
+    def text(self, against: str = "the reference pass's") -> str:
         """The rule in words: 'at most 0.05 of the ids' labels differ from the reference pass's';
-        embeddings: 'every id's vector at cosine >= 0.999 with the reference pass's'."""
+        embeddings: 'every id's vector at cosine >= 0.999 with the reference pass's' (``against``:
+        what the ids are compared with, e.g. "the other host's" in compare)."""
         if self.min_cosine is None:
-            return f"at most {self.max_differing:g} of the ids' {self.noun} differ from the reference pass's"
+            return f"at most {self.max_differing:g} of the ids' {self.noun} differ from {against}"
         if self.max_differing == 0:
-            return f"every id's vector at cosine >= {self.min_cosine:g} with the reference pass's"
-        return (f"at most {self.max_differing:g} of the ids' vectors below cosine {self.min_cosine:g} with the "
-                "reference pass's")
+            return f"every id's vector at cosine >= {self.min_cosine:g} with {against}"
+        return f"at most {self.max_differing:g} of the ids' vectors below cosine {self.min_cosine:g} with {against}"
 
     def differs(self, per_id: np.ndarray) -> np.ndarray:
         """Which ids differ (bool, shape (n,)) given ``per_id``: 1.0/0.0 for an equal/different
