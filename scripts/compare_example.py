@@ -125,7 +125,10 @@ def run_paused_after(folder: Path, passes: int) -> None:
         lines.append(line)
         if line.startswith(f"pass {passes}/") and line.rstrip().endswith(" started"):
             iteralab(["campaign", "pause", "campaign.toml"], folder, folder / "runs")
-    if p.wait() != 0 or not lines or not lines[-1].startswith("campaign paused"):
+    from lab.orchestration.status import CampaignState
+    from lab.service.campaigns import HEADLESS_EXIT
+
+    if p.wait() != HEADLESS_EXIT[CampaignState.PAUSED] or not lines or not lines[-1].startswith("campaign paused"):
         raise SystemExit(f"campaign run in {folder.name}: not paused after pass {passes}:\n{''.join(lines)[-2000:]}")
 
 

@@ -5,7 +5,8 @@ Must be equal (SPEC 3.1: results of different protocols are never mixed): the co
 files (sha256 of each weight/tokenizer/config file, or the hub id and revision), the
 task ([task]: kind, pooling, entry, and the sha256 of each file of the user's code it runs:
 the entry, its files), the quality rule ([quality]: metric and the sha256 of its file when it is
-the user's function, threshold, tolerance, reference variant, subgroups) and
+the user's function, threshold, tolerance, reference variant, subgroups, the agreement rule with its
+defaults filled in) and
 the timing rule ([timing] without ``threads``: warm-up items and passes, repetitions,
 rotation, process policy, seed). The protocol hash cannot be the key: it covers the whole
 campaign file, including the ``[cost]`` that names each rental's package.
@@ -60,7 +61,21 @@ def quality_rule(ev: Evidence, per_role: bool = True) -> str:
     (:func:`user_code_sha256`)."""
     code = user_code_sha256(ev, per_role)
     metric = {"metric file sha256": code["metric"]} if "metric" in code else {}
-    return json.dumps({**(ev.campaign.get("quality") or {}), **metric}, sort_keys=True)
+    quality = ev.campaign.get("quality") or {}
+    return json.dumps({**quality, **metric, **agreement_rule(ev, quality)}, sort_keys=True)
+
+
+def agreement_rule(ev: Evidence, quality: dict) -> dict:
+    """The agreement rule the archive's [quality] table ``quality`` locks, defaults filled in
+    (lab.orchestration.agreement.AgreementRule.of), so that a rule left to its default and the same
+    rule written out are one rule; {} when the table gives none (compare refuses it elsewhere)."""
+    from lab.orchestration.agreement import AgreementRule
+
+    try:
+        rule = AgreementRule.of(quality, (ev.campaign.get("task") or {}).get("kind") or "classification")
+    except (KeyError, TypeError, ValueError):
+        return {}
+    return {"max_differing": rule.max_differing, "min_cosine": rule.min_cosine}
 
 
 def timing_rule(ev: Evidence) -> str:
@@ -145,13 +160,19 @@ def _value(value, compact: bool) -> str:
     return text[:39] + "…" if compact and len(text) > 40 else text
 
 
+KIND_DEFAULTED = ("kind", "max_differing", "min_cosine")
+"""Rule keys left out of the compact line (archives of different task kinds): the kind itself, which
+the line leads with, and the agreement rule, whose defaults follow the kind."""
+
+
 def _differ(field: str, a: Evidence, va: str, b: Evidence, vb: str, compact: bool = False) -> str:
     """The clauses naming how ``field`` differs between ``a`` and ``b``: '<field> differs: <a> has
     <value>, <b> has <value>'; a rule ([task], [quality], [timing]) one clause per key that
     differs ('[quality] metric differs: ...'). ``compact`` (archives of different task kinds,
     :func:`refuse_other_kinds`): no digest values ('corpus sha256 differs', '[task] entry sha256
     differs'), the other values cut short ('[quality] metric: A has "accuracy", B has "m.py:f"'),
-    and [task] keys only one of the two has left out (the kinds already say they differ)."""
+    [task] keys only one of the two has left out and KIND_DEFAULTED (the kinds already say they
+    differ)."""
     if field == "model files sha256" and va.startswith("{") and vb.startswith("{"):
         fa, fb = json.loads(va), json.loads(vb)
         names = [f for f in sorted(set(fa) | set(fb)) if fa.get(f) != fb.get(f)]
@@ -165,7 +186,7 @@ def _differ(field: str, a: Evidence, va: str, b: Evidence, vb: str, compact: boo
         ra, rb = json.loads(va), json.loads(vb)
         section = field.split()[0]
         keys = [k for k in sorted(set(ra) | set(rb)) if ra.get(k) != rb.get(k)
-                and not (compact and (k == "kind" or (section == "task" and (k not in ra or k not in rb))))]
+                and not (compact and (k in KIND_DEFAULTED or (section == "task" and (k not in ra or k not in rb))))]
         verb = "" if compact else " differs"
         return "; ".join(
             f"[{section}] {k} differs" if compact and (_is_digest(k, ra.get(k)) or _is_digest(k, rb.get(k)))

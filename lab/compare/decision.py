@@ -23,6 +23,7 @@ from lab.compare.projection import Projection, capacity_items, lot_hours, projec
 from lab.cost.forfaits import Catalog, load_catalog, money, parse_instant, quote
 from lab.cost.sizing import cheapest_covering, package_limits
 from lab.facts.files import sha256_file
+from lab.orchestration.agreement import AgreementCheck, AgreementRule, per_id_labels
 from lab.report.conditions import starved_text
 from lab.report.distinguish import compare_durations
 from lab.report.exclusions import exclusion_counts, exclusion_kind
@@ -190,53 +191,73 @@ def catalog_line(info: dict) -> str:
             f"{info['source']}; {why})" + (f"; also found: {', '.join(others)}" if others else ""))
 
 
-def prediction_agreement(a: dict[str, str], b: dict[str, str]) -> dict:
-    """Per-id agreement of two prediction maps {id: prediction}: {"ids": common ids,
-    "agree": ids with the same prediction, "flips": ids that differ, "agreement": agree/ids
-    (fraction, None without common ids), "only_a", "only_b": ids in one map only}."""
-    common = set(a) & set(b)
-    agree = sum(1 for i in common if a[i] == b[i])
-    return {"ids": len(common), "agree": agree, "flips": len(common) - agree,
-            "agreement": agree / len(common) if common else None,
-            "only_a": len(set(a) - common), "only_b": len(set(b) - common)}
+def prediction_agreement(a: dict[str, str], b: dict[str, str], rule: AgreementRule | None = None,
+                         normalisation: str | None = None) -> dict:
+    """Per-id agreement of two prediction maps {id: label, or a generation's output} by the
+    agreement rule ``rule`` (lab.orchestration.agreement; None: classification's default), outputs
+    compared after ``normalisation`` (lab.passes.tasks.text_metrics; None: as written). Returns
+    {"ids": common ids, "agree": ids with the same prediction, "flips": ids that differ,
+    "agreement": agree/ids (fraction, None without common ids), "only_a", "only_b": ids in one
+    map only} and the rule's figures (:func:`rule_figures`)."""
+    from lab.passes.tasks.text_metrics import output_equality
+
+    rule = rule or AgreementRule.of({}, "classification")
+    common = sorted(set(a) & set(b))
+    per_id = (output_equality(a, b, common, normalisation) if normalisation is not None
+              else per_id_labels(a, b, common))
+    check = rule.judge(per_id, common)
+    return {"ids": len(common), "agree": len(common) - check.differing, "flips": check.differing,
+            "agreement": (len(common) - check.differing) / len(common) if common else None,
+            "only_a": len(set(a) - set(common)), "only_b": len(set(b) - set(common)), **rule_figures(check)}
 
 
-def vector_agreement(a: tuple, b: tuple, tolerance: float) -> dict:
+def rule_figures(check: AgreementCheck) -> dict:
+    """An agreement_pairs entry's figures of the agreement rule: "share" of the ids that differ,
+    the rule ("max_differing", "min_cosine") and its verdict ("agreement_ok")."""
+    return {"share": check.share if check.ids else None, "max_differing": check.rule.max_differing,
+            "min_cosine": check.rule.min_cosine, "agreement_ok": check.ok}
+
+
+def vector_agreement(a: tuple, b: tuple, rule: AgreementRule | None = None) -> dict:
     """Per-id cosine of two hosts' vectors of one variant, ``a`` and ``b`` = (item ids, float
-    array (items, width)) (lab.compare.evidence.Evidence.vectors), by the rule validation uses
-    against the reference variant (lab.passes.tasks.embedding_metrics.cosine_agreement). An id
-    agrees when its cosine distance (1 - cosine) is <= ``tolerance`` (the [quality] tolerance,
-    a fraction); else it counts as a flip. Returns prediction_agreement's keys plus
-    "cosine_median", "cosine_worst" and "worst_id" (None without common ids)."""
+    array (items, width)) (lab.compare.evidence.Evidence.vectors), by the agreement rule validation
+    applies against the reference variant (lab.orchestration.agreement; None: the embedding
+    default): an id whose cosine is below ``rule.min_cosine`` counts as a flip. Returns
+    prediction_agreement's keys plus "cosine_median", "cosine_worst" and "worst_id" (None without
+    common ids)."""
     import numpy as np
 
     from lab.passes.tasks.embedding_metrics import cosine_agreement
 
+    rule = rule or AgreementRule.of({}, "embedding")
     (ids_a, va), (ids_b, vb) = a, b
     at_b = {item: k for k, item in enumerate(ids_b)}
     rows_a = [k for k, item in enumerate(ids_a) if item in at_b]
     common = [ids_a[k] for k in rows_a]
     out = {"ids": len(common), "only_a": len(ids_a) - len(common), "only_b": len(ids_b) - len(common),
-           "agree": 0, "flips": 0, "agreement": None, "cosine_median": None, "cosine_worst": None, "worst_id": None}
+           "agree": 0, "flips": 0, "agreement": None, "cosine_median": None, "cosine_worst": None, "worst_id": None,
+           **rule_figures(rule.judge(np.zeros(0), []))}
     if not common:
         return out
     cos = cosine_agreement(va[rows_a], vb[[at_b[item] for item in common]])
-    agree = int(np.count_nonzero(1 - cos <= tolerance + 1e-12))
-    worst = int(np.argmin(cos))
-    return {**out, "agree": agree, "flips": len(common) - agree, "agreement": agree / len(common),
-            "cosine_median": round(float(np.median(cos)), 6), "cosine_worst": round(float(cos[worst]), 6),
-            "worst_id": common[worst]}
+    check = rule.judge(cos, common)
+    agree = len(common) - check.differing
+    return {**out, "agree": agree, "flips": check.differing, "agreement": agree / len(common),
+            "cosine_median": round(float(np.median(cos)), 6), "cosine_worst": check.lowest_cosine,
+            "worst_id": check.lowest_id, **rule_figures(check)}
 
 
 def agreement_pairs(evidence: list[Evidence], projections: list[Projection], tags: list[str],
-                    tolerance: float) -> list[dict]:
+                    tolerance: float, rule: AgreementRule | None = None,
+                    normalisation: str | None = None) -> list[dict]:
     """Same variant on two hosts: is it the same ML result? Per pair, the per-id agreement of
     the two hosts' representative predictions (lab.compare.evidence: first accepted pass; for
-    embeddings, their vectors' per-id cosine, :func:`vector_agreement`) and the gap between
-    their metric medians. Within the protocol's tolerance (seed: two configurations may be
-    equivalent without identical numbers, within a tolerance fixed before timing) when the
-    share of flipped ids and the metric gap are both <= the [quality] tolerance, and both
-    hosts predicted exactly the same ids."""
+    embeddings, their vectors' per-id cosine, :func:`vector_agreement`; a generation's outputs
+    after its ``normalisation``) by the agreement rule ``rule`` the protocol locks (the one
+    validation applies inside a campaign, lab.orchestration.agreement), and the gap between their
+    metric medians. The same ML result (``within_tolerance``) when the rule holds, the metric gap is
+    <= the [quality] tolerance (seed: two configurations may be equivalent without identical numbers,
+    within a tolerance fixed before timing), and both hosts predicted exactly the same ids."""
     by = {(p.host, p.variant_id): p for p in projections}
     out = []
     for i, ea in enumerate(evidence):
@@ -247,14 +268,12 @@ def agreement_pairs(evidence: list[Evidence], projections: list[Projection], tag
                 pa, pb = by.get((tags[i], vid)), by.get((tags[j], vid))
                 if pa is None or pb is None:
                     continue
-                ag = (vector_agreement(ea.vectors[vid], eb.vectors[vid], tolerance)
+                ag = (vector_agreement(ea.vectors[vid], eb.vectors[vid], rule)
                       if vid in ea.vectors and vid in eb.vectors
-                      else prediction_agreement(ea.predictions[vid], eb.predictions[vid]))
+                      else prediction_agreement(ea.predictions[vid], eb.predictions[vid], rule, normalisation))
                 gap = (abs(pa.metric_median - pb.metric_median)
                        if pa.metric_median is not None and pb.metric_median is not None else None)
-                flip_share = 1 - ag["agreement"] if ag["agreement"] is not None else None
-                within = (flip_share is not None and gap is not None and not ag["only_a"]
-                          and not ag["only_b"] and flip_share <= tolerance + 1e-12
+                within = (ag["agreement_ok"] and gap is not None and not ag["only_a"] and not ag["only_b"]
                           and gap <= tolerance + 1e-12)
                 out.append({"variant": pa.label, "variant_id": vid, "a": pa.host, "b": pb.host,
                             "pass_a": ea.prediction_pass[vid], "pass_b": eb.prediction_pass[vid],
@@ -263,15 +282,35 @@ def agreement_pairs(evidence: list[Evidence], projections: list[Projection], tag
     return out
 
 
+def same_result_clause(x: dict) -> str:
+    """Whether one agreement_pairs entry is the same ML result, and by which rule: 'within the
+    agreement rule (at most 0.05 of ids differ) and the tolerance 0.05 (metric gap)', or 'BEYOND the
+    agreement rule (2 of 7 ids differ, allowed 0.05)' (and/or the tolerance, the same ids)."""
+    if x["within_tolerance"]:
+        rule = (f"at most {x['max_differing']:g} of ids differ" if x["min_cosine"] is None
+                else f"every id at cosine >= {x['min_cosine']:g}" if x["max_differing"] == 0
+                else f"at most {x['max_differing']:g} of ids below cosine {x['min_cosine']:g}")
+        return f"within the agreement rule ({rule}) and the tolerance {x['tolerance']} (metric gap)"
+    beyond = [f"the agreement rule ({x['flips']} of {x['ids']} ids differ, allowed {x['max_differing']:g})"
+              ] if not x["agreement_ok"] else []
+    if x["metric_gap"] is None or x["metric_gap"] > x["tolerance"] + 1e-12:
+        gap = "not measured" if x["metric_gap"] is None else f"{x['metric_gap']:.4f}"
+        beyond.append(f"the tolerance {x['tolerance']} (metric gap {gap})")
+    if x["only_a"] or x["only_b"]:
+        beyond.append("the same ids")
+    return "BEYOND " + " and ".join(beyond)
+
+
 def agreement_text(x: dict) -> str:
     """'batch 1: A rtx-4090 vs B b200: 7 of 7 ids agree (100.0 %), 0 flips, metric gap 0.0000:
-    within the tolerance 0.05' (embeddings: the ids' cosine median and worst id too)."""
+    within the agreement rule (...) and the tolerance 0.05 (metric gap)' (embeddings: the ids'
+    cosine median and worst id too; :func:`same_result_clause`)."""
     if x["agreement"] is None:
         return f"{x['variant']}: {x['a']} vs {x['b']}: no common ids"
     gap = "not measured" if x["metric_gap"] is None else f"{x['metric_gap']:.4f}"
     extra = (f"; ids in one host only: {x['only_a']} and {x['only_b']}" if x["only_a"] or x["only_b"] else "")
     return (f"{x['variant']}: {x['a']} vs {x['b']}: {ids_clause(x, share=True)}, metric gap {gap}{extra}: "
-            + ("within" if x["within_tolerance"] else "BEYOND") + f" the tolerance {x['tolerance']}")
+            + same_result_clause(x))
 
 
 def ids_clause(x: dict, share: bool = False) -> str:
@@ -512,12 +551,16 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
                 if hungry:  # a gap made by a host short of CPU is the host's, not the GPU's
                     pair["reason"] += "; " + starved_text(hungry)
                 cross.append({"variant": pa.label, "a": pa.host, "b": pb.host, **pair})
-    tolerance = float(evidence[0].config.quality.tolerance)
-    agreements = agreement_pairs(evidence, projections, tags, tolerance)
+    config = evidence[0].config
+    tolerance = float(config.quality.tolerance)
+    same_rule = AgreementRule.of(dataclasses.asdict(config.quality), config.task.kind)
+    agreements = agreement_pairs(evidence, projections, tags, tolerance, same_rule,
+                                 config.task.normalisation if config.task.kind == "generation" else None)
     beyond = [x for x in agreements if not x["within_tolerance"]]
+    rule_text = same_rule.text("the other host's")
     path.append(f"same ML result: {len(agreements) - len(beyond)} of {len(agreements)} host pair(s) x "
-                f"variant within the tolerance {tolerance} (per-id predictions and metric)"
-                + (f"; beyond it: {'; '.join(agreement_text(x) for x in beyond)}" if beyond else ""))
+                f"variant within the agreement rule ({rule_text}) and the tolerance {tolerance} (metric gap)"
+                + (f"; beyond them: {'; '.join(agreement_text(x) for x in beyond)}" if beyond else ""))
     chosen = cands[0] if cands else None
     motivation: list[str] = []
     change: list[str] = []
@@ -604,7 +647,7 @@ def _stands_on(chosen: Projection, agreements: list[dict]) -> str:
     """Which result the decision stands on: the chosen host's predictions for its variant, and
     every other host whose same variant agrees or disagrees beyond the tolerance: 'stands on A
     rtx-4090's result for batch 1 (the predictions of pass p001-...); the same ML result on B b200
-    (7 of 7 ids agree, metric gap 0.0000: within the tolerance)'."""
+    (7 of 7 ids agree, metric gap 0.0000: within the agreement rule and the tolerance)'."""
     mine = [x for x in agreements if x["variant_id"] == chosen.variant_id
             and chosen.host in (x["a"], x["b"])]
     source = (f"the predictions of pass {chosen.prediction_pass}" if chosen.prediction_pass
@@ -612,8 +655,8 @@ def _stands_on(chosen: Projection, agreements: list[dict]) -> str:
     text = f"stands on {chosen.host}'s result for {chosen.label} ({source})"
     agree = [f"{x['b'] if x['a'] == chosen.host else x['a']} ({x['agree']} of {x['ids']} ids agree{cosine_clause(x)}, "
              "metric gap "
-             f"{'not measured' if x['metric_gap'] is None else format(x['metric_gap'], '.4f')}: within the tolerance)"
-             for x in mine if x["within_tolerance"]]
+             f"{'not measured' if x['metric_gap'] is None else format(x['metric_gap'], '.4f')}: within the agreement "
+             "rule and the tolerance)" for x in mine if x["within_tolerance"]]
     differ = [x for x in mine if not x["within_tolerance"]]
     if agree:
         text += f"; the same ML result on {', '.join(agree)}"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lab.compare.decision import Comparison, agreement_text, catalog_line, ids_clause
+from lab.compare.decision import Comparison, agreement_text, catalog_line, ids_clause, same_result_clause
 from lab.compare.evidence import NO_PACKAGE
 from lab.compare.projection import Projection
 from lab.cost.forfaits import money
@@ -18,6 +18,12 @@ from lab.passes.records import SETUP_PHASES
 from lab.report.conditions import starved_text
 from lab.report.decision import output_tokens_text
 
+AGREEMENT_COLUMNS = ("agreement_vs", "agreement_ids", "agreement_differing", "agreement_share",
+                     "agreement_lowest_cosine", "agreement_max_differing", "agreement_min_cosine", "agreement_ok")
+"""compare.csv's agreement rule across rentals as numbers (lab.compare.decision.agreement_pairs), one
+value per other host sharing the row's variant, space-separated in ``same_result``'s order (the
+host tags in ``agreement_vs`` joined by "; "): ids compared, ids that differ, their share, the lowest
+per-id cosine (embeddings), the rule, its verdict. Empty when no other host has the variant."""
 CSV_COLUMNS = ("banner", "host", "archive", "hardware", "threads", "gpu_priced", "variant_id", "variant_label",
                "accepted", "verdict", "successes", "failures", "failure_kinds", "durations_s",
                "median_s", "min_s", "max_s", "items_per_s_median", "items_per_s_worst",
@@ -27,7 +33,7 @@ CSV_COLUMNS = ("banner", "host", "archive", "hardware", "threads", "gpu_priced",
                "package_cards", "hours_per_lot_worst", "hours_allowed", "committed_budget",
                "cost_per_million_items", "eligible", "exclusions", "durations_caveat",
                "metric_name", "metric_median", "metric_min", "metric_max", "reference_label",
-               "reference_metric_median", "metric_gap_to_reference", "same_result",
+               "reference_metric_median", "metric_gap_to_reference", "same_result", *AGREEMENT_COLUMNS,
                "items_per_pass", "extrapolation", "long_passes", "min_window_s",
                "min_accepted_passes", "too_short", "catalog_version", "catalog_sha256",
                "archive_catalog_version", "price_note", "starved_passes", "output_tokens",
@@ -80,9 +86,8 @@ def projection_row(p: Projection, c: Comparison | None = None) -> dict:
         "metric_max": p.metric_max, "reference_label": p.reference_label,
         "reference_metric_median": p.reference_metric_median, "metric_gap_to_reference": p.metric_gap,
         "same_result": "; ".join(
-            f"vs {x['b'] if x['a'] == p.host else x['a']}: {ids_clause(x)}, "
-            f"{'within' if x['within_tolerance'] else 'BEYOND'} tolerance {x['tolerance']}"
-            for x in agree),
+            f"vs {x['b'] if x['a'] == p.host else x['a']}: {ids_clause(x)}, {same_result_clause(x)}" for x in agree),
+        **agreement_cells(p.host, agree),
         "items_per_pass": p.items_per_pass, "extrapolation": p.extrapolation,
         "long_passes": p.long_passes, "min_window_s": p.min_window_s,
         "min_accepted_passes": p.min_accepted_passes, "too_short": p.too_short,
@@ -96,6 +101,21 @@ def projection_row(p: Projection, c: Comparison | None = None) -> dict:
         "output_tokens_at_load": p.output_tokens_at_load, "cost_per_item": _money(p.cost_per_item),
         "cost_per_million_output_tokens": _money(p.cost_per_million_output_tokens), "tokens_note": p.tokens_note,
     }
+
+
+def agreement_cells(host: str, pairs: list[dict]) -> dict:
+    """A compare.csv row's AGREEMENT_COLUMNS from its agreement_pairs entries ``pairs`` (``host``:
+    the row's host): one value per pair, space-separated; None when there is no pair."""
+    if not pairs:
+        return dict.fromkeys(AGREEMENT_COLUMNS)
+
+    def cells(key: str) -> str | None:
+        return " ".join("" if x.get(key) is None else str(x[key]) for x in pairs).strip() or None
+
+    return {"agreement_vs": "; ".join(x["b"] if x["a"] == host else x["a"] for x in pairs),
+            "agreement_ids": cells("ids"), "agreement_differing": cells("flips"), "agreement_share": cells("share"),
+            "agreement_lowest_cosine": cells("cosine_worst"), "agreement_max_differing": cells("max_differing"),
+            "agreement_min_cosine": cells("min_cosine"), "agreement_ok": cells("agreement_ok")}
 
 
 def comparison_table(c: Comparison) -> pd.DataFrame:
@@ -167,9 +187,11 @@ def decision_markdown(c: Comparison) -> str:
     out += ["## Same ML result?", "",
             "Per host: the metric of the passes (median and range) and its gap to the archive's "
             "reference variant. Across hosts, same variant: the predictions of each host's first "
-            "accepted pass compared per id (embeddings: each id's vectors by cosine, a flip when "
-            "1 - cosine exceeds the tolerance); the same ML result when the share of flipped ids and "
-            "the gap between the metric medians are both within the protocol's [quality] tolerance.", ""]
+            "accepted pass compared per id by the agreement rule the protocol locks, the one each campaign "
+            "applies against its reference variant ([quality] max_differing: the share of ids that may differ; "
+            "embeddings: an id differs when its vectors' cosine is below min_cosine); the same ML result when "
+            "the rule holds and the gap between the metric medians is within the protocol's [quality] "
+            "tolerance.", ""]
     out += [f"- {p.key}: {p.quality_text()}" for p in c.projections]
     out += [f"- {agreement_text(x)}" for x in c.agreements] or ["- no two hosts share predictions to compare"]
     out += ["", "## Configurations", ""]

@@ -404,18 +404,24 @@ def _check_embedding_metric(pid: str, row: dict, scan, pred_rel: str, gold: dict
     return recomputed
 
 
-def locked_task(scan) -> dict | None:
-    """The archived campaign file's [task] table ({} when it declares none: classification); None
-    when campaign.toml is missing, not TOML, or its [task] is not a table."""
+def _locked_table(scan, key: str) -> dict | None:
+    """The archived campaign file's ``[key]`` table ({} when it declares none); None when
+    campaign.toml is missing, not TOML, or that key is not a table."""
     import tomllib
 
     if "campaign.toml" not in scan.kept:
         return None
     try:
-        task = tomllib.loads(member_text(scan, "campaign.toml").removeprefix("\ufeff")).get("task") or {}
+        table = tomllib.loads(member_text(scan, "campaign.toml").removeprefix("\ufeff")).get(key) or {}
     except tomllib.TOMLDecodeError:
         return None
-    return task if isinstance(task, dict) else None
+    return table if isinstance(table, dict) else None
+
+
+def locked_task(scan) -> dict | None:
+    """The archived campaign file's [task] table ({} when it declares none: classification); None
+    when campaign.toml is missing, not TOML, or its [task] is not a table."""
+    return _locked_table(scan, "task")
 
 
 def locked_normalisation(scan) -> str | None:
@@ -430,9 +436,11 @@ def locked_normalisation(scan) -> str | None:
 def check_reference_pass(attempts: list[Attempt], rows: list[dict], reference_variant: str | None,
                          problems: list[str]) -> None:
     """The reference pass the archived journal's validations name, for a campaign judged by
-    agreement: every pass names the same one, a pass of the locked reference variant
+    agreement or by the agreement rule (every campaign since it; lab.orchestration.agreement):
+    every pass names the same one, a pass of the locked reference variant
     (``reference_variant``: its name or id; None when the campaign file cannot be read) that is
-    ok with its ids and format right (raw table ``rows``), and no earlier such pass of that
+    ok with its ids and format right (raw table ``rows``; a label metric's with its metric too, as
+    lab.orchestration.orchestrator.Orchestrator.reference picks it), and no earlier such pass of that
     variant (the rule: its first valid pass). Problems name the pass."""
     refs = {a.pass_id: a.validation.reference_pass or "" for a in attempts if a.validation is not None}
     named = sorted({r for r in refs.values() if r})
@@ -452,7 +460,9 @@ def check_reference_pass(attempts: list[Attempt], rows: list[dict], reference_va
         return
     valid = [a for a in sorted(attempts, key=lambda a: a.seq) if variant_of[a.pass_id] == variant_of.get(ref)
              and by_pid.get(a.pass_id, {}).get("status") == PassStatus.OK
-             and by_pid[a.pass_id].get("ids_match") == "True" and by_pid[a.pass_id].get("format_ok") == "True"]
+             and by_pid[a.pass_id].get("ids_match") == "True" and by_pid[a.pass_id].get("format_ok") == "True"
+             and (by_pid[a.pass_id].get("metric_name") == AGREEMENT  # a label metric's reference has its metric
+                  or by_pid[a.pass_id].get("metric") not in (None, ""))]
     if valid and valid[0].pass_id != ref:
         problems.append(f"reference pass {ref} is not the reference variant's first valid pass ({valid[0].pass_id})")
     elif not valid:
@@ -512,7 +522,7 @@ def check_agreement(pid: str, row: dict, scan, gold: dict, problems: list[str], 
         if judged and claimed not in (None, ""):
             problems.append(f"pass {pid}: agreement {claimed} given, but the journal names no reference pass for it")
         return None
-    if not judged and claimed in (None, ""):
+    if not judged and claimed in (None, "") and row.get("agreement_ok") in (None, ""):
         return None  # no agreement reported (its ids or format did not match)
     task = locked_task(scan)
     if task is None:
@@ -552,7 +562,45 @@ def check_agreement(pid: str, row: dict, scan, gold: dict, problems: list[str], 
                                                         or validation.agreement_worst_id != fig.worst_id):
         problems.append(f"pass {pid}: worst id {validation.agreement_worst_id} at {worst} in the journal, "
                         f"{fig.worst_id} at {fig.worst} recomputed from its vectors and reference pass {ref}'s")
+    check_agreement_rule(pid, row, scan, per_id, ids, kind, ref, problems)
     return fig.value if judged else None
+
+
+def check_agreement_rule(pid: str, row: dict, scan, per_id, ids: list[str], kind: str, ref: str,
+                         problems: list[str]) -> None:
+    """The agreement rule's verdict of a pass re-derived (lab.orchestration.agreement, the one
+    definition validation applied): the rule the archived campaign file locks (its kind's default
+    when it names none), applied to ``per_id`` (the pass against reference pass ``ref``, in the
+    order of ``ids``); its figures and verdict against the raw table's ``agreement_*`` cells, and a
+    pass marked accepted beyond the rule named. A raw table without those columns (an archive made
+    before the rule) is not checked; one with them whose cell is empty while the pass was compared
+    with its reference is a problem (the verdict was removed)."""
+    from lab.orchestration.agreement import AgreementRule
+
+    quality = _locked_table(scan, "quality")
+    if quality is None or "agreement_ok" not in row:
+        return  # no readable campaign file (said by locked_task's caller), or an archive older than the rule
+    try:
+        rule = AgreementRule.of(quality, kind)
+    except (KeyError, TypeError, ValueError):
+        problems.append(f"pass {pid}: campaign.toml's [quality] gives no agreement rule; the agreement "
+                        "verdict is not re-derived")
+        return
+    check = rule.judge(per_id, ids)
+    against = f"reference pass {ref}"
+    if row["agreement_ok"] in (None, ""):
+        problems.append(f"pass {pid}: agreement rule not checked in the raw table, but it was compared with "
+                        f"{against}: {check.figures(against)} recomputed, allowed {rule.max_differing:g}")
+        return
+    values = {"agreement_ids": check.ids, "agreement_differing": check.differing,
+              "agreement_max_differing": rule.max_differing, "agreement_min_cosine": rule.min_cosine}
+    _compare_columns(pid, row, values, problems, f"its predictions and {against}'s by the locked agreement rule")
+    if row["agreement_ok"] != str(check.ok):
+        problems.append(f"pass {pid}: agreement_ok {row['agreement_ok']} in the raw table, {check.ok} re-derived: "
+                        f"{check.figures(against)}, allowed {rule.max_differing:g}")
+    if row.get("corpus_accepted") == "True" and not check.ok:
+        problems.append(f"pass {pid}: marked accepted, but {check.reason(against)} (recomputed from its "
+                        "predictions)")
 
 
 def _check_generation_metric(pid: str, row: dict, scan, pred_rel: str, gold: dict,

@@ -307,7 +307,7 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
         threshold, higher = _locked_threshold(scan, problems)
         scores = user_metric_scores(scan, rows, gold, user_metric_ref(scan, metric_file), problems)
         refs = None if journal is None else {a.pass_id: a.validation for a in journal[0] if a.validation is not None}
-        if journal is not None and any(r.get("metric_name") == AGREEMENT for r in rows):
+        if journal is not None and any(r.get("metric_name") == AGREEMENT or r.get("agreement_ok") for r in rows):
             check_reference_pass(journal[0], rows, _locked_reference(scan), problems)
         opted_out: dict[str, list[str]] = {}
         for row in rows:

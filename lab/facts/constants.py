@@ -58,3 +58,29 @@ AGREEMENT = "agreement"
 variant's first valid pass (no labels needed: the one metric a corpus built with --no-labels
 accepts at lock; lab.orchestration.validate.agreement_figures gives the rule per kind). Here, not
 in lab.orchestration.config, so that the pass records (lab.passes.records) can name it too."""
+
+AGREEMENT_MAX_DIFFERING = {"classification": 0.05, "custom": 0.05, "generation": 0.05, "embedding": 0.0}
+"""[quality] max_differing when the campaign file leaves it out, by task kind: the largest share of
+the compared ids whose result may differ from the reference variant's first valid pass's (the
+agreement rule, lab.orchestration.agreement; checked in every pass beside the threshold).
+
+Labels and outputs, 0.05. A label flips only where two classes are nearly tied, so an honest
+variant flips a few: measured by scripts/agreement_defaults.py (2026-12-03, 250 demo-corpus items,
+the demo classifier, against batch 1 in fp32): batch 8 in fp32 and in bf16 flipped none, batch 1 in
+bf16 one (0.004); 0.05 leaves more than ten times that margin. A variant that changes what the model
+computes flips many: the same checkpoint padded on the left (an encoder with absolute positions)
+flipped 44 of 250 (0.176). Greedy generation diverges from the first changed token on, so a share of
+whole outputs, after the declared normalisation, is judged the same way.
+
+Embeddings, 0.0: every id's vector must reach AGREEMENT_MIN_COSINE. A vector is the deliverable
+itself and its cosine is continuous, so an honest variant has no id near the floor (no near-tie to
+forgive), and a share allowed below it would pass a run with that share of its vectors turned
+around."""
+
+AGREEMENT_MIN_COSINE = 0.999
+"""[quality] min_cosine of an embedding campaign that leaves it out: an id's vector differs from the
+reference variant's when their cosine is below it. Measured by scripts/agreement_defaults.py
+(2026-12-03, 250 demo-corpus items, mean pooled and normalised, against batch 1 in fp32): batch 8
+in fp32, lowest cosine 1.000000; batch 8 in bf16, lowest 0.999953 (median 0.999986). The floor
+leaves twenty times the bf16 distance (1 - cosine 4.7e-5 against 1e-3); padded on the left, the
+lowest id is at 0.37."""

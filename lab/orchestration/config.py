@@ -271,11 +271,18 @@ class TaskSection:
 class QualitySection:
     """[quality]: metric, absolute threshold, tolerance, reference variant. The threshold is a fraction in
     [0, 1] for a built-in metric, any finite number in the metric's unit for the user's own; the tolerance
-    is a fraction in [0, 1] (it bounds the share of flipped ids too, lab.compare.decision.agreement_pairs).
+    is a fraction in [0, 1] (the largest gap of a pass's metric to the reference variant's; between two
+    rentals, of their metric medians, lab.compare.decision.agreement_pairs).
 
     ``metric``: a built-in name (lab.orchestration.config.KIND_METRICS for the task's kind) or the user's own
     procedure ``"path/to/file.py:function"`` (``function(predictions, references) -> float``,
-    lab.passes.tasks.user_metric), whose ``direction`` ("higher" or "lower" is better) must be declared."""
+    lab.passes.tasks.user_metric), whose ``direction`` ("higher" or "lower" is better) must be declared.
+
+    The agreement rule (lab.orchestration.agreement), checked in every pass beside the threshold:
+    ``max_differing``, the largest share of ids whose result may differ from the reference pass's
+    (a fraction), and for embeddings ``min_cosine``, the per-id cosine below which a vector differs;
+    None takes the task kind's default (lab.facts.constants.AGREEMENT_MAX_DIFFERING,
+    AGREEMENT_MIN_COSINE)."""
 
     metric: str
     threshold: float
@@ -283,6 +290,8 @@ class QualitySection:
     reference_variant: str
     subgroups: str = "buckets"
     direction: str | None = None
+    max_differing: float | None = None
+    min_cosine: float | None = None
 
     @property
     def user_metric(self) -> bool:
@@ -319,9 +328,15 @@ class QualitySection:
                     "every id with it" if self.metric == AGREEMENT else f"the built-in metric {self.metric!r} is a "
                     "fraction")
             raise ConfigError(f"[quality] threshold = {self.threshold!r} is outside [0, 1]; {unit}")
-        if not 0 <= self.tolerance <= 1:  # it also bounds the share of flipped ids (compare.decision.agreements)
-            raise ConfigError(f"[quality] tolerance = {self.tolerance!r} is outside [0, 1]; it bounds the share of "
-                              "ids whose output differs, a fraction")
+        if not 0 <= self.tolerance <= 1:
+            raise ConfigError(f"[quality] tolerance = {self.tolerance!r} is outside [0, 1]; it bounds the gap of a "
+                              "pass's metric to the reference variant's, a fraction")
+        if self.max_differing is not None and not 0 <= self.max_differing <= 1:
+            raise ConfigError(f"[quality] max_differing = {self.max_differing!r} is outside [0, 1]; it is the largest "
+                              "share of ids whose result may differ from the reference variant's (e.g. 0.05)")
+        if self.min_cosine is not None and not 0 < self.min_cosine <= 1:
+            raise ConfigError(f"[quality] min_cosine = {self.min_cosine!r} is outside (0, 1]; it is the least cosine "
+                              "of an id's vector with the reference variant's (e.g. 0.999)")
         if self.subgroups not in SUBGROUPS:
             raise ConfigError(f"[quality] subgroups {self.subgroups!r} is not implemented; use "
                               f"{' or '.join(map(repr, SUBGROUPS))} (metric per length bucket)")
@@ -541,6 +556,10 @@ def parse_config(raw: dict) -> CampaignConfig:
         raise ConfigError(f'[quality] metric "file.py:function" judges label outputs '
                           f"({' or '.join(USER_METRIC_KINDS)}); for {with_article(task.kind)} task use "
                           f"{metric_choices(task.kind)}")
+    if quality.min_cosine is not None and task.kind != "embedding":
+        raise ConfigError(f'[quality] min_cosine applies to kind = "embedding" only (a vector\'s cosine with the '
+                          f"reference variant's); {with_article(task.kind)} task's agreement rule is max_differing "
+                          "alone, remove min_cosine")
     cfg = CampaignConfig(defaults=check_defaults(raw.get("defaults", {})),
                          series=tuple(SeriesSection.parse(s, i) for i, s in enumerate(series, 1)),
                          **parsed)

@@ -688,7 +688,8 @@ class Orchestrator:
                                          self.proto.config.task.normalisation or "", ref.predictions, ref.metric)
         else:
             v = validate_pass(self.corpus, path, self.proto.quality, self.labels(), ref.predictions, ref.metric,
-                              prob_required=self.proto.task_kind != "custom", metric_fn=self.metric_fn())
+                              prob_required=self.proto.task_kind != "custom", metric_fn=self.metric_fn(),
+                              kind=self.proto.task_kind)
         v = v.replace(reference_pass=ref.pass_id)
         if final and not ref.pass_id:
             v = v.replace(reasons=no_reference_left(v.reasons))

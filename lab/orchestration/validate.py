@@ -24,6 +24,7 @@ import numpy as np
 from lab.facts.errors import UserError
 from lab.facts.numbers import beside
 from lab.inputs.corpus import BUCKETS
+from lab.orchestration.agreement import AgreementRule
 from lab.passes.records import Validation
 
 _GET_ID, _GET_LABEL = operator.itemgetter("id"), operator.itemgetter("label")
@@ -443,12 +444,28 @@ def agreement_judged_fields(fig: AgreementFigures | None, quality: dict, reasons
             "agreement_with_reference": fig.typical, "agreement_worst": fig.worst, "agreement_worst_id": fig.worst_id}
 
 
+def agreement_rule_fields(per_id: np.ndarray, ids: list[str], quality: dict, kind: str, reasons: list[str]) -> dict:
+    """The agreement rule (lab.orchestration.agreement) applied to one pass: ``per_id`` in corpus
+    order (1.0/0.0 for an equal/different label or output, the cosine for an embedding), ``ids``
+    the corpus ids, the rule the locked [quality] table ``quality`` gives a task of ``kind``. Returns
+    the Validation's ``agreement_*`` fields; a pass beyond the rule gets its reason in ``reasons``
+    ("not the same ML result: 4 of 17 labels differ from batch/batch_size=1, allowed 0.05 ...")."""
+    check = AgreementRule.of(quality, kind).judge(per_id, ids)
+    if not check.ok:
+        reasons.append(check.reason(quality.get("reference_variant") or "the reference pass"))
+    return check.fields()
+
+
 def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
                   labels: set[str] | None = None,
                   reference: dict[str, str] | None = None,
                   reference_metric: float | None = None, prob_required: bool = True,
-                  metric_fn=None) -> Validation:
+                  metric_fn=None, kind: str = "classification") -> Validation:
     """Validate a pass's predictions against the corpus and the locked quality rules.
+
+    Beside the threshold, every pass compared with a reference pass is judged by the agreement
+    rule of ``kind`` ("classification" or "custom": the share of ids whose label differs from the
+    reference's, agreement_rule_fields); beyond it, the pass is rejected.
 
     With [quality] metric = "agreement" (judged_by_agreement) the judged metric is the share of
     ids whose label equals the reference pass's, per bucket too, against the threshold alone.
@@ -479,6 +496,7 @@ def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
     thr, tol = float(quality["threshold"]), float(quality["tolerance"])
     threshold_ok = tolerance_ok = None
     gap = agreement = None
+    rule: dict = {}
     if judged_by_agreement(quality):
         if not (ids_match and not fmt_errors and n):
             reasons.append("metric not computed: ids or format do not match the corpus")
@@ -486,11 +504,12 @@ def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
         code = {c: i for i, c in enumerate(cols.classes)}
         pred = np.empty(n, dtype=np.int32)
         pred[pos] = cols.pred
-        fig = None if reference is None else agreement_figures(
-            (_reference_codes(reference, expected, code) == pred).astype(np.float64), buckets, expected, False)
+        per_id = None if reference is None else (_reference_codes(reference, expected, code) == pred).astype(np.float64)
+        fig = None if per_id is None else agreement_figures(per_id, buckets, expected, False)
         differing = {"differing_from_reference": list(fig.differing[:5]) if fig else []}
-        return _judged(ids, len(cols.ids), fmt_errors, differing, reasons=reasons,
-                       **agreement_judged_fields(fig, quality, reasons, LABEL_AGREEMENT_RULE))
+        judged = agreement_judged_fields(fig, quality, reasons, LABEL_AGREEMENT_RULE)
+        rule = {} if per_id is None else agreement_rule_fields(per_id, expected, quality, kind, reasons)
+        return _judged(ids, len(cols.ids), fmt_errors, differing, reasons=reasons, **judged, **rule)
     if ids_match and not fmt_errors and n:
         code = {c: i for i, c in enumerate(cols.classes)}
         pred = np.empty(n, dtype=np.int32)
@@ -506,14 +525,17 @@ def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
         except UserMetricFailed as exc:
             metric, by_bucket = None, {}
             reasons.append(str(exc))
+    agree_with: np.ndarray | None = None
+    if reference is not None and ids_match and not fmt_errors and n:
+        agree_with = (_reference_codes(reference, expected, code) == pred).astype(np.float64)
     if metric is not None:
         threshold_ok = metric >= thr if higher else metric <= thr
         if not threshold_ok:
             reasons.append(f"{name} {beside(metric, thr, 4)} {'<' if higher else '>'} threshold {thr}")
         if reference is not None and reference_metric is not None:
             gap = round(metric - reference_metric, 6)
-            ref = _reference_codes(reference, expected, code)
-            agreement = round(float(np.count_nonzero(ref == pred)) / n, 6)
+            assert agree_with is not None  # a metric: ids and format match
+            agreement = round(float(agree_with.mean()), 6)
             tolerance_ok = gap >= -tol - 1e-12 if higher else gap <= tol + 1e-12
             if not tolerance_ok:
                 reasons.append(f"{name} {beside(abs(gap), tol, 4)} {'below' if higher else 'above'} "
@@ -523,7 +545,10 @@ def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
             reasons.append(NO_REFERENCE_GAP_YET)
     elif not (ids_match and not fmt_errors and n):
         reasons.append("metric not computed: ids or format do not match the corpus")
-    accepted = bool(ids_match and not fmt_errors and coverage_ok and threshold_ok and tolerance_ok)
+    if agree_with is not None:
+        rule = agreement_rule_fields(agree_with, expected, quality, kind, reasons)
+    accepted = bool(ids_match and not fmt_errors and coverage_ok and threshold_ok and tolerance_ok
+                    and rule.get("agreement_ok") is not False)
     return Validation(
         expected_ids=n, observed_ids=len(cols.ids), duplicate_ids=len(dups),
         missing_ids=len(missing), extra_ids=len(extras), ids_match=ids_match,
@@ -533,7 +558,7 @@ def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
         agreement_with_reference=agreement, tolerance=tol, tolerance_ok=tolerance_ok,
         corpus_accepted=accepted, reasons=reasons,
         examples={"duplicates": dups[:5], "missing": _first(missing), "extras": _first(extras),
-                  "format": fmt_errors[:5]})
+                  "format": fmt_errors[:5]}, **rule)
 
 
 # ---- embedding passes (lab.passes.tasks.embedding writes them) -------------------------------------
@@ -561,9 +586,10 @@ def _judged(c: IdChecks, observed: int, fmt_errors: list[str], examples: dict | 
             **fields) -> Validation:
     """The Validation of an embedding or generation pass: the id checks ``c`` (``observed`` ids
     read, ``fmt_errors``) and the judged ``fields`` (metric, threshold, reference, ...); the
-    corpus is accepted when ids, format, coverage, threshold and tolerance all hold."""
+    corpus is accepted when ids, format, coverage, threshold, tolerance and the agreement rule (when
+    checked: ``agreement_ok`` in ``fields``) all hold."""
     accepted = bool(c.ids_match and not fmt_errors and c.coverage_ok and fields["threshold_ok"]
-                    and fields["tolerance_ok"])
+                    and fields["tolerance_ok"] and fields.get("agreement_ok") is not False)
     return Validation(
         expected_ids=c.n, observed_ids=observed, duplicate_ids=len(c.duplicates), missing_ids=len(c.missing),
         extra_ids=len(c.extras), ids_match=c.ids_match, format_ok=not fmt_errors, coverage=c.coverage,
@@ -651,6 +677,7 @@ def validate_embedding_pass(corpus: list[dict], predictions_path: Path, quality:
     worst_id = None
     threshold_ok = tolerance_ok = None
     by_bucket: dict = {}
+    rule: dict = {}
     labels = [r.get("label") for r in corpus]
     if judged_by_agreement(quality):
         if not (c.ids_match and not fmt_errors and vectors is not None and c.n):
@@ -658,10 +685,11 @@ def validate_embedding_pass(corpus: list[dict], predictions_path: Path, quality:
             return _judged(c, len(ids), fmt_errors, reasons=reasons, **_unjudged(quality, EMBEDDING_JUDGED_RULE))
         ordered = np.empty((c.n, vectors.shape[1]), np.float32)
         ordered[c.positions] = vectors
-        fig = None if reference is None else agreement_figures(cosine_agreement(ordered, reference), c.buckets,
-                                                               c.expected, True)
-        return _judged(c, len(ids), fmt_errors, reasons=reasons,
-                       **agreement_judged_fields(fig, quality, reasons, EMBEDDING_JUDGED_RULE))
+        cos = None if reference is None else cosine_agreement(ordered, reference)
+        fig = None if cos is None else agreement_figures(cos, c.buckets, c.expected, True)
+        judged = agreement_judged_fields(fig, quality, reasons, EMBEDDING_JUDGED_RULE)
+        rule = {} if cos is None else agreement_rule_fields(cos, c.expected, quality, "embedding", reasons)
+        return _judged(c, len(ids), fmt_errors, reasons=reasons, **judged, **rule)
     if c.ids_match and not fmt_errors and vectors is not None and c.n:
         ordered = np.empty((c.n, vectors.shape[1]), np.float32)
         ordered[c.positions] = vectors
@@ -679,20 +707,22 @@ def validate_embedding_pass(corpus: list[dict], predictions_path: Path, quality:
             threshold_ok = metric >= thr
             if not threshold_ok:
                 reasons.append(f"{name} {beside(metric, thr, 4)} < threshold {thr}")
-        if reference is not None and reference_metric is not None and metric is not None:
+        cos = None if reference is None else cosine_agreement(ordered, reference)
+        if cos is not None and reference_metric is not None and metric is not None:
             gap = round(metric - reference_metric, 6)
-            cos = cosine_agreement(ordered, reference)
             agreement, worst = round(float(np.median(cos)), 6), round(float(cos.min()), 6)
             worst_id = c.expected[int(np.argmin(cos))]
             tolerance_ok = _within_tolerance(name, gap, tol, reasons)
         elif metric is not None:
             reasons.append(NO_REFERENCE_GAP_YET)
+        if cos is not None:
+            rule = agreement_rule_fields(cos, c.expected, quality, "embedding", reasons)
     else:
         reasons.append("metric not computed: ids or format do not match the corpus")
     return _judged(c, len(ids), fmt_errors, metric_name=name, metric=metric, metric_by_bucket=by_bucket, threshold=thr,
                    threshold_ok=threshold_ok, reference_metric=reference_metric, gap_to_reference=gap,
                    agreement_with_reference=agreement, tolerance=tol, tolerance_ok=tolerance_ok, reasons=reasons,
-                   agreement_worst=worst, agreement_worst_id=worst_id, agreement_rule=EMBEDDING_AGREEMENT_RULE)
+                   agreement_worst=worst, agreement_worst_id=worst_id, agreement_rule=EMBEDDING_AGREEMENT_RULE, **rule)
 
 
 # ---- generation passes (lab.passes.tasks.generation writes them) -----------------------------------
@@ -771,16 +801,19 @@ def validate_generation_pass(corpus: list[dict], predictions_path: Path, quality
     threshold_ok = tolerance_ok = None
     by_bucket: dict = {}
     differing: tuple[str, ...] = ()
+    checked: dict = {}
     if judged_by_agreement(quality):
         rule = generation_agreement_rule(normalisation)
         if not (c.ids_match and not fmt_errors and c.n):
             reasons.append("metric not computed: ids or format do not match the corpus")
             return _judged(c, len(ids), fmt_errors, reasons=reasons, **_unjudged(quality, rule))
-        fig = None if reference is None else agreement_figures(
-            output_equality(dict(zip(ids, outputs, strict=True)), reference, c.expected, normalisation),
-            c.buckets, c.expected, False)
+        same = None if reference is None else output_equality(dict(zip(ids, outputs, strict=True)), reference,
+                                                              c.expected, normalisation)
+        fig = None if same is None else agreement_figures(same, c.buckets, c.expected, False)
+        judged = agreement_judged_fields(fig, quality, reasons, rule)
+        checked = {} if same is None else agreement_rule_fields(same, c.expected, quality, "generation", reasons)
         return _judged(c, len(ids), fmt_errors, {"differing_from_reference": list(fig.differing[:5]) if fig else []},
-                       reasons=reasons, **agreement_judged_fields(fig, quality, reasons, rule))
+                       reasons=reasons, **judged, **checked)
     if c.ids_match and not fmt_errors and c.n:
         by_id = dict(zip(ids, outputs, strict=True))
         ordered = [by_id[i] for i in c.expected]
@@ -806,6 +839,9 @@ def validate_generation_pass(corpus: list[dict], predictions_path: Path, quality
             tolerance_ok = _within_tolerance(name, gap, tol, reasons)
         elif metric is not None:
             reasons.append(NO_REFERENCE_GAP_YET)
+        if reference is not None:
+            checked = agreement_rule_fields(output_equality(by_id, reference, c.expected, normalisation),
+                                            c.expected, quality, "generation", reasons)
     else:
         reasons.append("metric not computed: ids or format do not match the corpus")
     return _judged(c, len(ids), fmt_errors, {"differing_from_reference": list(differing[:5])}, metric_name=name,
@@ -813,4 +849,4 @@ def validate_generation_pass(corpus: list[dict], predictions_path: Path, quality
                    reference_metric=reference_metric, gap_to_reference=gap, agreement_with_reference=agreement,
                    tolerance=tol, tolerance_ok=tolerance_ok, reasons=reasons,
                    agreement_rule=generation_agreement_rule(normalisation),
-                   second_metric_name=second_name if metric is not None else None, second_metric=second)
+                   second_metric_name=second_name if metric is not None else None, second_metric=second, **checked)

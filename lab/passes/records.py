@@ -285,6 +285,15 @@ class Validation(Record, frozen=True):
     agreement_rule: str | None = None  # what agreement_with_reference measures, when not "same label"
     second_metric_name: str | None = None  # generation: the figure reported beside the judged one
     second_metric: float | None = None
+    # the agreement rule (lab.orchestration.agreement), checked beside the threshold: ids compared with
+    # the reference pass, of them those whose result differs (embedding: cosine below the floor), the
+    # rule applied; agreement_ok None = not checked (no reference pass yet, ids or format wrong, or a
+    # record written before the rule existed)
+    agreement_ids: int | None = None
+    agreement_differing: int | None = None
+    agreement_max_differing: float | None = None
+    agreement_min_cosine: float | None = None
+    agreement_ok: bool | None = None
 
     def verdict(self) -> str:
         """The pass's verdict in words: "accepted (accuracy 0.8123)" or "rejected: <reasons>"."""
@@ -297,7 +306,8 @@ class Validation(Record, frozen=True):
         rule 2): "ids", "format", "coverage", the metric's name (``metric_name``: below its
         threshold, or not computed on matching ids and format), "reference" (gap beyond the
         tolerance, or not computed for want of a reference pass: for the agreement metric, that
-        alone); [] when accepted. Read from the typed checks, never from the ``reasons`` text."""
+        alone), "agreement" (the agreement rule's share of differing ids beyond the allowed one);
+        [] when accepted. Read from the typed checks, never from the ``reasons`` text."""
         if self.corpus_accepted:
             return []
         failed = [name for name, ok in (("ids", self.ids_match), ("format", self.format_ok),
@@ -309,6 +319,8 @@ class Validation(Record, frozen=True):
             failed.append(self.metric_name)
         if self.tolerance_ok is False or (self.tolerance_ok is None and self.metric is not None):
             failed.append("reference")
+        if self.agreement_ok is False:
+            failed.append("agreement")
         return failed
 
     def verdict_short(self) -> str:

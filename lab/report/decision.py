@@ -180,13 +180,22 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
 
 
 def agreement_rule_lines(records: Sequence[VariantSummary]) -> list[str]:
-    """The note's quality-rule line when passes are judged by agreement ([quality] metric =
-    "agreement", lab.orchestration.config.AGREEMENT): what is measured, and that the reference
-    variant's own figure holds by definition (its first valid pass is the reference); [] otherwise."""
+    """The note's agreement-rule line (lab.orchestration.agreement: the rule, when a pass was checked)
+    and its quality-rule line when passes are judged by agreement ([quality] metric = "agreement",
+    lab.orchestration.config.AGREEMENT): what is measured, and that the reference variant's own
+    figure holds by definition (its first valid pass is the reference); [] for neither."""
+    checked = next((v for v in records if v.agreement_passes_checked), None)
+    rule = [] if checked is None else [
+        f"- **Agreement rule.** Every pass is compared id by id with the reference variant's first valid pass "
+        f"(the reference variant's later passes too): at most {checked.agreement_max_differing:g} of the ids may "
+        "differ from it" + ("" if checked.agreement_min_cosine is None else
+                            f" (a vector differs below cosine {checked.agreement_min_cosine:g})")
+        + ", locked with the protocol; a pass beyond it is rejected (not the same ML result) and its "
+        "configuration is judged on its other passes. Each configuration's figures are in its section."]
     judged = next((v for v in records if v.metric_name == AGREEMENT), None)
     if judged is None:
-        return []
-    return [f"- **Quality rule.** Agreement with the reference variant ({judged.agreement_rule or 'per id'}), "
+        return rule
+    return rule + [f"- **Quality rule.** Agreement with the reference variant ({judged.agreement_rule or 'per id'}), "
             f"judged against the locked threshold {judged.threshold:g}: every pass is compared id by id with the "
             "reference variant's first valid pass. That pass agrees with itself by definition, so the reference "
             "variant's figure says only how its later passes repeat its first one; it measures sameness, not "
@@ -258,6 +267,7 @@ def _config_section(a: Assessment, deliverables: int) -> list[str]:
     lines = [f"### {v.label} (`{v.variant_id}`, series {v.series or '-'})", "",
              f"- Quality verdict: {_verdict_with_count(v)}",
              f"- Q{v.quality_text()[1:]}",  # "quality: ..." as a sentence of the note
+             f"- A{v.agreement_rule_text()[1:]}",
              f"- Raw durations, measured window, passes ok (s): {durations}"
              + (f". **Not steady-state:** {v.durations_caveat()}" if v.recompiled_passes else ""),
              *(["- **Starved passes** (lab.passes.conditions.starvation): "

@@ -58,6 +58,11 @@ ENGINE_MEMORY = ("engine_reserved_bytes", "engine_reserved_fraction", "engine_re
 """A vLLM pass's reservation (result.json ``engine_memory``, lab.engines.vllm.reservation): its own
 scope, next to the lab process's PEAKS and never added to them; ``engine_rss_bytes`` per engine
 process at ready (JSON {pid: bytes}, never summed)."""
+AGREEMENT_RULE = ("agreement_ids", "agreement_differing", "agreement_max_differing", "agreement_min_cosine",
+                  "agreement_ok")
+"""The agreement rule's figures of a pass (lab.orchestration.agreement; Validation fields of the same
+names): ids compared with the reference pass, ids that differ, the rule applied, its verdict."""
+NOT_CHECKED_NOTE = "empty agreement cells: the agreement rule was not checked (a record written before it)"
 COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_name", "variant_label", "series",
             "batch_size", "precision", "padding", "max_length", "bucketing", "device", "backend",
             "cards", "cards_observed", "devices_observed", "attention", "quantization", "compile", "engine"]
@@ -70,7 +75,7 @@ COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_na
               "duplicate_ids", "missing_ids",
               "extra_ids", "ids_match", "format_ok", "coverage_ok", "metric_name", "metric",
               "metric_short", "metric_medium", "metric_long", "reference_metric",
-              "gap_to_reference", "agreement_with_reference", "threshold", "tolerance",
+              "gap_to_reference", "agreement_with_reference", *AGREEMENT_RULE, "threshold", "tolerance",
               "corpus_accepted"]
            + list(PEAKS) + list(ENGINE_MEMORY)
            + ["per_card_memory", "predictions_path", "predictions_sha256", "notes"])
@@ -218,6 +223,8 @@ def raw_rows(attempts: list[Attempt], campaign: str, protocol_version: int, camp
         if val is not None and val.second_metric_name:  # a generation pass: the figure beside the judged one
             notes.append(f"{val.second_metric_name} {val.second_metric} beside {val.metric_name} "
                          f"(reported, not judged); agreement_with_reference is the {val.agreement_rule}")
+        if val is not None and val.agreement_ok is None and val.reference_pass and val.ids_match and val.format_ok:
+            notes.append(NOT_CHECKED_NOTE)
         if val is not None and val.reasons:
             notes.append("validation: " + "; ".join(val.reasons))
         for k in PEAKS:
@@ -256,7 +263,7 @@ def agreement_note(val: Validation, pass_id: str) -> str:
 
 VALIDATION = ("expected_ids", "observed_ids", "duplicate_ids", "missing_ids", "extra_ids", "ids_match",
               "format_ok", "coverage_ok", "metric_name", "metric", "reference_metric", "gap_to_reference",
-              "agreement_with_reference", "threshold", "tolerance", "corpus_accepted")
+              "agreement_with_reference", *AGREEMENT_RULE, "threshold", "tolerance", "corpus_accepted")
 """The raw table's columns read from the attempt's Validation, one field each (same name)."""
 
 

@@ -134,6 +134,16 @@ class VariantSummary:
     output, or the median per-id cosine for embeddings: ``agreement_rule`` says which, None = same
     label) and the lowest figure seen (a pass's, or an embedding's worst id, ``agreement_worst_id``);
     a generation's second metric (token F1 or exact match) as a median. None when no pass was validated."""
+    agreement_max_differing: float | None = None
+    agreement_min_cosine: float | None = None
+    agreement_ids: int | None = None
+    agreement_differing_most: int | None = None
+    agreement_passes_checked: int | None = None
+    agreement_passes_beyond: int | None = None
+    """The agreement rule (lab.orchestration.agreement) over the variant's passes: the rule applied
+    (the largest share of differing ids allowed; embeddings: the per-id cosine floor), the most ids
+    that differed in one checked pass (of ``agreement_ids`` compared), the passes checked and those
+    beyond the rule. None when no pass was checked (no reference pass, or records older than the rule)."""
 
     starved_passes: tuple[dict, ...] = ()
     """Passes ok (their durations are in ``durations_s``) whose measured window was starved of
@@ -180,6 +190,21 @@ class VariantSummary:
         worst = f", lowest {self.agreement_worst:.4f}" if self.agreement_worst is not None else ""
         worst += f" (id {self.agreement_worst_id})" if self.agreement_worst_id else ""
         return text + f"; agreement with the reference variant ({rule}): median {self.agreement_median:.4f}{worst}"
+
+    def agreement_rule_text(self) -> str:
+        """One line: the agreement rule and the variant's figures against it, 'agreement rule (at
+        most 0.05 of the ids differ from the reference pass): at most 4 of 17 ids differed in a pass;
+        2 of 2 passes beyond it', or why it was not checked."""
+        if not self.agreement_passes_checked:
+            return ("agreement rule: not checked (no pass compared with a reference pass, or records written "
+                    "before the rule)")
+        floor = ("" if self.agreement_min_cosine is None
+                 else f"; an id differs below cosine {self.agreement_min_cosine:g}")
+        beyond = self.agreement_passes_beyond or 0
+        return (f"agreement rule (at most {self.agreement_max_differing:g} of the ids differ from the reference "
+                f"pass{floor}): at most {self.agreement_differing_most} of {self.agreement_ids} ids differed in "
+                f"a pass; {beyond} of {self.agreement_passes_checked} pass(es) checked beyond it"
+                + (": not the same ML result" if beyond else ""))
 
     def utilization_text(self) -> str:
         """One line: 'utilization: achieved X GFLOP/s, matmul ceiling Y GFLOP/s, ratio Z %
@@ -296,10 +321,14 @@ def summarize(rows: list[dict], feasibility: dict | None = None,
     return [VariantSummary(**d) for d in out]
 
 
+AGREEMENT_FIELDS = ("agreement_max_differing", "agreement_min_cosine", "agreement_ids", "agreement_differing_most",
+                    "agreement_passes_checked", "agreement_passes_beyond")
+"""VariantSummary's agreement-rule fields (issue 31)."""
 QUALITY_FIELDS = ("metric_name", "threshold", "agreement_median", "agreement_worst", "agreement_worst_id",
-                  "agreement_rule", "second_metric_name", "second_metric_median")
-"""VariantSummary's quality fields, added to summary.json on 2026-12-01: an archive made before holds
-none of them, which archive verify accepts as absent (lab.evidence.tables), never as different."""
+                  "agreement_rule", "second_metric_name", "second_metric_median", *AGREEMENT_FIELDS)
+"""VariantSummary's quality fields, added to summary.json on 2026-12-01 (the agreement rule's with
+issue 31): an archive made before holds none of them, which archive verify accepts as absent
+(lab.evidence.tables), never as different."""
 
 
 def _quality_figures(validations: list[Validation | None]) -> dict:
@@ -312,7 +341,13 @@ def _quality_figures(validations: list[Validation | None]) -> dict:
              v.agreement_worst_id or "") for v in vs if v.agreement_with_reference is not None]
     low = min(lows, default=(None, ""), key=lambda x: x[0])
     seconds = [v.second_metric for v in vs if v.second_metric is not None]
-    return {"metric_name": vs[0].metric_name, "threshold": vs[0].threshold,
+    checked = [v for v in vs if v.agreement_ok is not None]
+    most = max(checked, key=lambda v: (v.agreement_differing or 0, -(v.agreement_ids or 0)), default=None)
+    rule = {} if most is None else {
+        "agreement_max_differing": most.agreement_max_differing, "agreement_min_cosine": most.agreement_min_cosine,
+        "agreement_ids": most.agreement_ids, "agreement_differing_most": most.agreement_differing,
+        "agreement_passes_checked": len(checked), "agreement_passes_beyond": sum(not v.agreement_ok for v in checked)}
+    return {**rule, "metric_name": vs[0].metric_name, "threshold": vs[0].threshold,
             "agreement_median": statistics.median(agree) if agree else None,
             "agreement_worst": low[0], "agreement_worst_id": low[1] or None,
             "agreement_rule": vs[0].agreement_rule, "second_metric_name": vs[0].second_metric_name,

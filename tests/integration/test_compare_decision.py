@@ -69,7 +69,8 @@ def test_each_host_quality_and_the_cross_host_agreement_are_shown(rental_archive
     assert "A rtx-4090 vs B b200: 7 of 7 ids agree (100.0 %), 0 flip(s)" in md
     rows = list(csv.DictReader(open(out / "compare.csv")))
     assert all(row["metric_median"] and row["reference_metric_median"] for row in rows)
-    assert all("7 of 7 ids agree, 0 flip(s), within tolerance 0.05" in row["same_result"] for row in rows)
+    assert all("7 of 7 ids agree, 0 flip(s), within the agreement rule (at most 0.05 of ids differ) and the "
+               "tolerance 0.05 (metric gap)" in row["same_result"] for row in rows)
     html = (out / "report.html").read_text()
     assert "Same ML result?" in html and "7 of 7 ids agree" in html
     assert any(line.split(". ", 1)[1].startswith("same ML result: 2 of 2") for line in r.stdout.splitlines())
@@ -90,7 +91,7 @@ def test_a_host_that_disagrees_beyond_the_tolerance_is_named(evidence):
     assert "NOT the same ML result on B b200 (2 flip(s) of 7 ids" in c.stands_on
     assert c.stands_on.startswith("stands on A rtx-4090's result")
     same = next(line for line in c.path if line.startswith("same ML result"))
-    assert "0 of 2" in same and "BEYOND the tolerance 0.05" in same
+    assert "0 of 2" in same and "BEYOND the agreement rule (2 of 7 ids differ, allowed 0.05)" in same
 
 
 def test_partial_evidence_is_refused_in_one_line_unless_allowed(rental_archives, tmp_path):

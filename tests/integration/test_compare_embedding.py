@@ -67,8 +67,8 @@ def test_two_embedding_hosts_agree_per_id_by_cosine_within_the_tolerance(archive
     md = (tmp_path / "out" / "decision.md").read_text()
     assert "A rtx-4090 vs B b200: 6 of 6 ids agree (100.0 %) (per-id cosine median" in md
     rows = list(csv.DictReader(open(tmp_path / "out" / "compare.csv")))
-    assert all("6 of 6 ids agree (per-id cosine median" in r["same_result"] and "within tolerance 0.05"
-               in r["same_result"] for r in rows)
+    assert all("6 of 6 ids agree (per-id cosine median" in r["same_result"] and "within the agreement rule "
+               "(every id at cosine >= 0.999) and the tolerance 0.05" in r["same_result"] for r in rows)
 
 
 def test_a_vector_moved_on_one_host_is_named_beyond_the_tolerance(archives):
