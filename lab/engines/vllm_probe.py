@@ -73,13 +73,15 @@ def main(argv: list[str]) -> int:
 
 
 def _pooling(pooler) -> dict | None:
-    """The pooler vLLM resolved (lab/engines/vllm_worker.py ``_pooling``, the same fields: this
-    script imports no lab module)."""
-    if pooler is None:
-        return None
-    keys = ("pooling_type", "normalize", "activation", "softmax", "use_activation", "seq_pooling_type")
-    return {k: (str(getattr(pooler, k)) if getattr(pooler, k) is not None else None)
-            for k in keys if hasattr(pooler, k)}
+    """The pooler vLLM resolved, in the worker's fields (lab/engines/vllm_worker.py ``_pooling``,
+    loaded from its file: this script imports no ``lab`` package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("vllm_worker", Path(__file__).with_name("vllm_worker.py"))
+    assert spec is not None and spec.loader is not None
+    worker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(worker)
+    return worker._pooling(pooler)
 
 
 def load_and_generate(model: str, runner: str, fraction: float) -> str:
