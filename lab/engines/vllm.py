@@ -179,14 +179,16 @@ class VllmClient:
     def start(self) -> Ready:
         """Spawn the worker, start the engine and load the model (set-up, timed apart).
 
-        Raises VllmEnvError (one line) when the venv cannot be had, VllmFailure (kind oom,
+        Raises VllmEnvError (one line) when the venv cannot be had, UserError (one line) for
+        more declared threads than allowed CPUs (thread_binding), VllmFailure (kind oom,
         error...) when the engine does not start; the process group is gone either way."""
         python = self.python or ensure_vllm_env()
+        bind = thread_binding(self.settings.threads)  # refused (one line) before anything starts
         t0 = time.perf_counter()
         self._log = open(self.log_path, "a", encoding="utf-8") if self.log_path else None
         log = self._log if self._log is not None else subprocess.DEVNULL
         env = {**os.environ, "ITERALAB_WATCH_S": str(WATCH_S), "TOKENIZERS_PARALLELISM": "false",
-               **thread_binding(self.settings.threads)}
+               **bind}
         self.proc = subprocess.Popen([str(python), "-P", str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=log, text=True, bufsize=1, start_new_session=True, env=env)
         atexit.register(self.close)
@@ -488,7 +490,7 @@ def vllm_refusal(model_dir: str | Path, build_if_missing: bool = True, runner: s
                 f"as a {runner} model ({answer['reason']}); declare engine = \"transformers\" for it")
     differs = pooling_mismatch(*pooling, answer.get("pooling")) if pooling and runner == "pooling" else ""
     if differs:
-        return (f"engine vllm: model {Path(model_dir).name}: {differs}, and the lab passes vLLM no pooling "
-                f"of its own; declare engine = \"transformers\" for this embedding, or pooling = "
-                f"\"{(answer['pooling'] or {}).get('seq_pooling_type') or 'its pooling'}\" if the lab implements it")
+        return (f"engine vllm: model {Path(model_dir).name}: {differs}; vLLM reads its pooling from the "
+                "checkpoint (sentence-transformers files), so every pass would refuse it: declare "
+                "engine = \"transformers\" for this embedding model")
     return ""
