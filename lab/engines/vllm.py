@@ -446,19 +446,13 @@ def pooling_mismatch(pooling: str, normalize: bool, vllm_pooling: dict | None) -
 def probe_cache_key(model_dir: str | Path, *parts: object) -> str:
     """The key of one probe's answer: the model folder's files (path, size, mtime) and the vLLM
     venv's requirements, with ``parts`` (runner, fraction, dtype); a changed file is a new key."""
-    import hashlib
-
     from lab.engines.vllm_env import requirements_file
+    from lab.facts.files import sha256_lines
 
     req = requirements_file()
-    h = hashlib.sha256()
-    for f in sorted(Path(model_dir).rglob("*")):
-        if f.is_file():
-            st = f.stat()
-            h.update(f"{f.relative_to(model_dir)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-    h.update(req.read_bytes() if req.is_file() else b"")
-    h.update(repr(parts).encode())
-    return h.hexdigest()
+    files = [f"{f.relative_to(model_dir)} {f.stat().st_size} {f.stat().st_mtime_ns}\n"
+             for f in sorted(Path(model_dir).rglob("*")) if f.is_file()]
+    return sha256_lines([*files, req.read_text(encoding="utf-8") + "\n" if req.is_file() else "\n", repr(parts)])
 
 
 _PROBES: dict[str, dict] = {}

@@ -240,14 +240,11 @@ def _versions(*names: str) -> dict:
     return out
 
 
-class FieldMissing(RuntimeError):
-    """The pinned vLLM has no field the lab reads: a vLLM upgrade renamed or dropped it."""
-
-
 def _field(obj, name: str):
-    """``obj.name`` as vLLM holds it; FieldMissing (never a guessed default) when vLLM has no such field."""
+    """``obj.name`` as vLLM holds it; RuntimeError (never a guessed default) when vLLM has no such
+    field: a vLLM upgrade renamed or dropped it (the engine start then fails, naming it)."""
     if not hasattr(obj, name):
-        raise FieldMissing(f"vLLM's {type(obj).__name__} has no field {name!r} (this vLLM renamed or dropped it); "
+        raise RuntimeError(f"vLLM's {type(obj).__name__} has no field {name!r} (this vLLM renamed or dropped it); "
                            "update lab/engines/vllm_worker.py for it")
     return getattr(obj, name)
 
