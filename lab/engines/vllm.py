@@ -71,13 +71,16 @@ class VllmSettings:
     runner: str = "pooling"
     max_new_tokens: int | None = None  # runner "generate": vLLM's max_tokens
     stop: tuple[str, ...] = ()  # runner "generate": stop strings (kept in the output; the lab cuts)
+    prefix_caching: bool = False  # vLLM's enable_prefix_caching (lab.inputs.variants.Variant.prefix_caching)
+    threads: int = 0  # CPU threads the pass declares (0: none declared; vLLM binds its own): thread_binding
 
 
 def settings_for(variant: Variant, model: str | Path, device: str, seed: int = DEFAULT_SEED,
-                 max_new_tokens: int | None = None, stop: tuple[str, ...] = ()) -> VllmSettings:
+                 max_new_tokens: int | None = None, stop: tuple[str, ...] = (), threads: int = 0) -> VllmSettings:
     """The settings a vLLM variant declares: ``max_length`` -> max_model_len, ``precision`` ->
     dtype, ``compile = false`` -> enforce_eager, ``vllm_memory_fraction`` (else
-    lab.facts.constants.VLLM_MEMORY_FRACTION for ``device``: "cpu" or a GPU) and ``max_num_seqs``.
+    lab.facts.constants.VLLM_MEMORY_FRACTION for ``device``: "cpu" or a GPU), ``max_num_seqs``,
+    ``prefix_caching`` (None: off) and, on CPU, the pass's declared ``threads`` (thread_binding).
 
     With ``max_new_tokens`` (a generation task's rule) the runner is "generate", greedy, with
     ``stop``; ``max_length`` is then the longest prompt (tokens) and max_model_len holds the
@@ -95,7 +98,32 @@ def settings_for(variant: Variant, model: str | Path, device: str, seed: int = D
                         enforce_eager=not variant.compile, gpu_memory_utilization=fraction,
                         max_num_seqs=variant.max_num_seqs, seed=seed,
                         runner="pooling" if max_new_tokens is None else "generate",
-                        max_new_tokens=max_new_tokens, stop=tuple(stop))
+                        max_new_tokens=max_new_tokens, stop=tuple(stop),
+                        prefix_caching=bool(variant.prefix_caching), threads=threads if device == "cpu" else 0)
+
+
+def thread_binding(threads: int, allowed: set[int] | None = None) -> dict:
+    """The environment that makes vLLM's CPU backend run ``threads`` OpenMP threads: vLLM binds one
+    thread per CPU of ``VLLM_CPU_OMP_THREADS_BIND`` (its default "auto" takes every physical core
+    of a NUMA node, whatever the pass declares). {} for ``threads`` 0 (none declared: vLLM's own
+    binding, recorded). The CPUs are the first ``threads`` of those this process may run on
+    (``allowed``, default ``os.sched_getaffinity(0)``). Raises UserError (one line) when fewer
+    CPUs are allowed than declared."""
+    if threads <= 0:
+        return {}
+    cpus = sorted(allowed if allowed is not None else os.sched_getaffinity(0))
+    if len(cpus) < threads:
+        raise UserError(f"threads {threads} declared, but this process may run on {len(cpus)} CPU(s) "
+                        f"({','.join(map(str, cpus))}); declare threads <= {len(cpus)}")
+    return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cpus[:threads])), "OMP_NUM_THREADS": str(threads)}
+
+
+def bound_threads(binding: dict) -> int | None:
+    """The OpenMP threads vLLM runs the model with, read from its engine processes (the worker's
+    ``binding``): the fewest CPUs any engine process may run on, i.e. the process vLLM bound
+    (one thread per bound CPU); None when no process was seen (never a guessed value)."""
+    cpus = [len(p["cpus"]) for p in (binding.get("processes") or {}).values() if p.get("cpus")]
+    return min(cpus) if cpus else None
 
 
 @dataclass(frozen=True)
@@ -118,6 +146,8 @@ class Ready:
     setup_s: float  # from spawning the worker to "ready", as the lab saw it
     rss_bytes: dict
     sampling: dict | None = None  # runner "generate": vLLM's SamplingParams as it holds them
+    caching: dict = field(default_factory=dict)  # {"prefix_caching": vLLM's enable_prefix_caching}
+    binding: dict = field(default_factory=dict)  # lab/engines/vllm_worker.py _binding: the CPUs vLLM bound
 
 
 @dataclass(frozen=True)
@@ -149,13 +179,16 @@ class VllmClient:
     def start(self) -> Ready:
         """Spawn the worker, start the engine and load the model (set-up, timed apart).
 
-        Raises VllmEnvError (one line) when the venv cannot be had, VllmFailure (kind oom,
+        Raises VllmEnvError (one line) when the venv cannot be had, UserError (one line) for
+        more declared threads than allowed CPUs (thread_binding), VllmFailure (kind oom,
         error...) when the engine does not start; the process group is gone either way."""
         python = self.python or ensure_vllm_env()
+        bind = thread_binding(self.settings.threads)  # refused (one line) before anything starts
         t0 = time.perf_counter()
         self._log = open(self.log_path, "a", encoding="utf-8") if self.log_path else None
         log = self._log if self._log is not None else subprocess.DEVNULL
-        env = {**os.environ, "ITERALAB_WATCH_S": str(WATCH_S), "TOKENIZERS_PARALLELISM": "false"}
+        env = {**os.environ, "ITERALAB_WATCH_S": str(WATCH_S), "TOKENIZERS_PARALLELISM": "false",
+               **bind}
         self.proc = subprocess.Popen([str(python), "-P", str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=log, text=True, bufsize=1, start_new_session=True, env=env)
         atexit.register(self.close)
@@ -168,7 +201,7 @@ class VllmClient:
         self.ready = Ready(setup_s=time.perf_counter() - t0, rss_bytes=group_rss(self.proc.pid),
                            sampling=r.get("sampling"), **{k: r[k] for k in (
                                "import_s", "engine_start_s", "architecture", "pooling", "scheduler", "memory",
-                               "versions")})
+                               "versions", "caching", "binding")})
         return self.ready
 
     def classify(self, token_ids: list[list[int]]) -> Output:
@@ -197,15 +230,20 @@ class VllmClient:
     def observed(self) -> dict:
         """What vLLM ran, in the keys of lab.passes.observed.require_honoured: engine,
         max_num_seqs and vllm_memory_fraction as vLLM resolved them, dtype, compile (not
-        enforce_eager), max_model_len, max_num_batched_tokens, max_running (the most sequences
-        it ran in one step, over every call so far; None when not reported)."""
+        enforce_eager), max_model_len, max_num_batched_tokens, prefix_caching (read back from
+        vLLM's cache config), threads (the OpenMP threads vLLM bound: bound_threads; None when
+        not seen), threads_bind (the CPUs, "0,1", or vLLM's word when it bound none), max_running
+        (the most sequences it ran in one step, over every call so far; None when not reported)."""
         if self.ready is None:
             raise RuntimeError("observed() before start()")
         s = self.ready.scheduler
         return {"engine": "vllm", "max_num_seqs": s["max_num_seqs"],
                 "vllm_memory_fraction": self.ready.memory["gpu_memory_utilization"], "dtype": s["dtype"],
                 "compile": not s["enforce_eager"], "max_model_len": s["max_model_len"],
-                "max_num_batched_tokens": s["max_num_batched_tokens"], "max_running": self.max_running}
+                "max_num_batched_tokens": s["max_num_batched_tokens"],
+                "prefix_caching": self.ready.caching.get("prefix_caching"),
+                "threads": bound_threads(self.ready.binding),
+                "threads_bind": self.ready.binding.get("vllm_cpu_omp_threads_bind"), "max_running": self.max_running}
 
     def close(self, grace_s: float = 10.0) -> None:
         """Ask the engine to stop (it has ``grace_s`` s to answer; 0: not asked, for a pass being
@@ -320,7 +358,8 @@ def reservation(ready: Ready, device: str) -> dict:
     elif reserved is None:
         reasons["reserved_bytes"] = f"vLLM reported no budget on device {m.get('device')!r}"
     if m.get("kv_cache_space_bytes") is None:
-        reasons["kv_cache_bytes"] = "vLLM sized the KV cache itself (num_kv_blocks x block_size tokens)"
+        reasons["kv_cache_bytes"] = ("no explicit KV cache size (vLLM's kv_cache_memory_bytes None): vLLM sized it "
+                                     "from the fraction (num_kv_blocks x block_size tokens)")
     return {"scope": "vLLM reservation: weights + KV cache, reserved up front by the engine process",
             "of": "host RAM" if device == "cpu" else "device memory", "fraction": m["gpu_memory_utilization"],
             "reserved_bytes": reserved, "kv_cache_bytes": m.get("kv_cache_space_bytes"),
@@ -356,19 +395,21 @@ def kill_group(pgid: int) -> None:
 
 
 def probe_model(model_dir: str | Path, build_if_missing: bool = True, runner: str = "pooling",
-                load_fraction: float | None = None) -> dict:
+                load_fraction: float | None = None, dtype: str = "auto") -> dict:
     """Ask the pinned vLLM (in its venv) whether it resolves the model for ``runner``
     ("pooling": classification and embedding; "generate": generation), and with
     ``load_fraction`` (a ``gpu_memory_utilization``) whether it loads it and generates a token
     (lab/engines/vllm_probe.py; the engine's own root cause, read from its log, ends ``reason``).
 
-    Returns ``{"architectures", "resolved", "reason", "vllm"}`` (lab/engines/vllm_probe.py:
-    ``resolved`` is the architecture vLLM would run, None with vLLM's ``reason``). Raises
+    Returns ``{"architectures", "resolved", "reason", "vllm", "pooling", "dtype"}``
+    (lab/engines/vllm_probe.py: ``resolved`` is the architecture vLLM would run with ``dtype``,
+    None with vLLM's ``reason``; ``pooling`` the pooler it resolved). Raises
     VllmEnvError (one line) when the venv is missing and cannot be built, UserError (one line)
     when the probe fails."""
     python = ensure_vllm_env(build_if_missing)
     load = [] if load_fraction is None else [str(load_fraction)]
-    r = subprocess.run([str(python), "-P", str(PROBE), str(model_dir), runner, *load], capture_output=True,
+    r = subprocess.run([str(python), "-P", str(PROBE), str(model_dir), runner, *(load or ["-"]), dtype],
+                       capture_output=True,
                        text=True, timeout=PROBE_TIMEOUT_S, check=False)
     try:
         answer = json.loads(r.stdout.strip().splitlines()[-1])
@@ -388,22 +429,62 @@ ROOT_CAUSE = re.compile(r"^.*ERROR.*\] (\w*Error: .*)$", re.MULTILINE)
 """The first ``...Error: message`` line vLLM's engine processes log when they fail to start."""
 
 
+def pooling_mismatch(pooling: str, normalize: bool, vllm_pooling: dict | None) -> str:
+    """'' when vLLM's pooler (``vllm_pooling``: the worker's or the probe's ``pooling`` fields)
+    applies the declared embedding rule (``pooling``, e.g. "mean"; ``normalize``); else what
+    differs, one line: "pooling mean normalize True declared, vLLM pools CLS (normalize not said)".
+    The one comparison the lock (vllm_refusal) and a pass (lab.passes.tasks.vllm_job) make."""
+    p = vllm_pooling or {}
+    kind = str(p.get("pooling_type") or p.get("seq_pooling_type") or "").upper()
+    norm = str(p.get("normalize") or p.get("use_activation") or "").lower()
+    if kind == pooling.upper() and norm in ("", "none", str(normalize).lower()):
+        return ""
+    return (f"pooling {pooling} normalize {normalize} declared, vLLM pools {kind or 'unknown'} "
+            f"(normalize {norm if norm not in ('', 'none') else 'not said'})")
+
+
+def probe_cache_key(model_dir: str | Path, *parts: object) -> str:
+    """The key of one probe's answer: the model folder's files (path, size, mtime) and the vLLM
+    venv's requirements, with ``parts`` (runner, fraction, dtype); a changed file is a new key."""
+    from lab.engines.vllm_env import requirements_file
+    from lab.facts.files import sha256_lines
+
+    req = requirements_file()
+    files = [f"{f.relative_to(model_dir)} {f.stat().st_size} {f.stat().st_mtime_ns}\n"
+             for f in sorted(Path(model_dir).rglob("*")) if f.is_file()]
+    return sha256_lines([*files, req.read_text(encoding="utf-8") + "\n" if req.is_file() else "\n", repr(parts)])
+
+
+_PROBES: dict[str, dict] = {}
+"""Answers of probe_model in this process, by probe_cache_key (a test session, a UI session)."""
+
+
 def vllm_refusal(model_dir: str | Path, build_if_missing: bool = True, runner: str = "pooling",
-                 load_fraction: float | None = None) -> str:
+                 load_fraction: float | None = None, dtype: str = "auto",
+                 pooling: tuple[str, bool] | None = None) -> str:
     """'' when a vLLM variant of this model can run here with ``runner`` (probe_model, loading
     it with ``load_fraction``); else the one-line reason (lock).
 
     Refused: the vLLM environment missing and not buildable; a model whose config.json
-    architectures the pinned vLLM does not resolve for that runner (asked of vLLM in its venv,
-    not guessed)."""
+    architectures the pinned vLLM does not resolve for that runner, or with ``dtype`` (asked
+    of vLLM in its venv, not guessed); with ``pooling`` (the embedding rule: "mean", normalize)
+    a model vLLM pools otherwise (pooling_mismatch), which every pass would refuse after its
+    engine start. A probe's answer is kept for the process (probe_cache_key)."""
+    key = probe_cache_key(model_dir, runner, load_fraction, dtype)
     try:
-        answer = probe_model(model_dir, build_if_missing, runner, load_fraction)
+        answer = _PROBES.get(key) or probe_model(model_dir, build_if_missing, runner, load_fraction, dtype)
     except VllmEnvError as exc:
         return f"engine vllm: {exc}"
     except UserError as exc:
         return f"engine vllm: {exc}"
+    _PROBES[key] = answer
     if not answer["resolved"]:
         return (f"engine vllm: model {Path(model_dir).name} declares architectures "
                 f"{answer['architectures'] or 'none'}, none of which vLLM {answer['vllm']} supports "
                 f"as a {runner} model ({answer['reason']}); declare engine = \"transformers\" for it")
+    differs = pooling_mismatch(*pooling, answer.get("pooling")) if pooling and runner == "pooling" else ""
+    if differs:
+        return (f"engine vllm: model {Path(model_dir).name}: {differs}; vLLM reads its pooling from the "
+                "checkpoint (sentence-transformers files), so every pass would refuse it: declare "
+                "engine = \"transformers\" for this embedding model")
     return ""

@@ -7,10 +7,13 @@ asks vLLM's model registry (native models, adapters, its transformers back-end) 
 no architecture resolves. Loads no weights and starts no engine (10 s to minutes: the import
 of vLLM on a loaded 2-core machine).
 
-Usage: ``python -P vllm_probe.py MODEL_DIR [RUNNER [LOAD_FRACTION]]`` (RUNNER: "pooling" by
-default). Prints one JSON object on stdout: ``{"architectures": [...], "resolved": str | null,
-"reason": str, "vllm": version}`` (``reason``: vLLM's own words, one line, when nothing
-resolved), or ``{"error": one line}`` with exit 1 when the config cannot be read.
+Usage: ``python -P vllm_probe.py MODEL_DIR [RUNNER [LOAD_FRACTION [DTYPE]]]`` (RUNNER: "pooling"
+by default; LOAD_FRACTION "-": resolve only; DTYPE: vLLM's dtype, default "auto"). Prints one
+JSON object on stdout: ``{"architectures": [...], "resolved": str | null, "reason": str, "vllm":
+version, "pooling": {...} | null, "dtype": str | null}`` (``reason``: vLLM's own words, one line,
+when nothing resolved; ``pooling``: the pooler vLLM resolved for a pooling runner, the fields of
+lab/engines/vllm_worker.py ``_pooling``; ``dtype``: the dtype vLLM resolved), or ``{"error": one
+line}`` with exit 1 when the config cannot be read.
 
 With LOAD_FRACTION (a ``gpu_memory_utilization``; the lab asks it for generation) a resolved
 model is also loaded: the engine is started as a pass would start it (fp32, eager,
@@ -36,10 +39,12 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 def main(argv: list[str]) -> int:
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)  # whatever vLLM prints on import goes to stderr, not into the answer
-    if len(argv) not in (1, 2, 3):
-        out.write(json.dumps({"error": "usage: vllm_probe.py MODEL_DIR [RUNNER [LOAD_FRACTION]]"}) + "\n")
+    if len(argv) not in (1, 2, 3, 4):
+        out.write(json.dumps({"error": "usage: vllm_probe.py MODEL_DIR [RUNNER [LOAD_FRACTION [DTYPE]]]"}) + "\n")
         return 1
     runner = argv[1] if len(argv) >= 2 else "pooling"
+    load = argv[2] if len(argv) >= 3 and argv[2] != "-" else None
+    dtype = argv[3] if len(argv) == 4 else "auto"
     cfg_path = Path(argv[0]) / "config.json"
     try:
         archs = list(json.loads(cfg_path.read_text(encoding="utf-8")).get("architectures") or [])
@@ -49,19 +54,34 @@ def main(argv: list[str]) -> int:
     import vllm
     from vllm.config import ModelConfig
 
-    resolved, reason = None, ""
+    resolved, reason, pooling, resolved_dtype = None, "", None, None
     try:
-        resolved = ModelConfig(model=argv[0], runner=runner).architecture
+        cfg = ModelConfig(model=argv[0], runner=runner, dtype=dtype)
+        resolved = cfg.architecture
+        resolved_dtype = str(cfg.dtype).removeprefix("torch.")
+        pooling = _pooling(getattr(cfg, "pooler_config", None))
     except Exception as exc:  # vLLM's refusal (a pydantic ValidationError around a ValueError)
         text = " ".join(str(exc).split())
         reason = text.split("Value error, ", 1)[-1].split(" Supported architectures:", 1)[0][:300]
-    if resolved and len(argv) == 3:
-        reason = load_and_generate(argv[0], runner, float(argv[2]))
+    if resolved and load is not None:
+        reason = load_and_generate(argv[0], runner, float(load))
         resolved = None if reason else resolved
     out.write(json.dumps({"architectures": archs, "resolved": resolved, "reason": reason,
-                          "vllm": vllm.__version__}) + "\n")
+                          "vllm": vllm.__version__, "pooling": pooling, "dtype": resolved_dtype}) + "\n")
     out.flush()
     return 0
+
+
+def _pooling(pooler) -> dict | None:
+    """The pooler vLLM resolved, in the worker's fields (lab/engines/vllm_worker.py ``_pooling``,
+    loaded from its file: this script imports no ``lab`` package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("vllm_worker", Path(__file__).with_name("vllm_worker.py"))
+    assert spec is not None and spec.loader is not None
+    worker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(worker)
+    return worker._pooling(pooler)
 
 
 def load_and_generate(model: str, runner: str, fraction: float) -> str:

@@ -14,9 +14,16 @@ vLLM or its engine-core process prints can corrupt the channel). Every reply has
 
 - ``{"op": "start", "model": str, "runner": "pooling" | "generate", "dtype": str,
   "max_model_len": int, "enforce_eager": bool, "gpu_memory_utilization": float,
-  "max_num_seqs": int | null, "seed": int, "max_new_tokens": int | null, "stop": [str, ...]}``
+  "max_num_seqs": int | null, "seed": int, "max_new_tokens": int | null, "stop": [str, ...],
+  "prefix_caching": bool}``
   -> ``{"event": "ready", "import_s", "engine_start_s", "architecture", "pooling",
-  "scheduler": {...}, "memory": {...}, "versions": {...}, "sampling": {...} | null}``.
+  "scheduler": {...}, "memory": {...}, "caching": {...}, "binding": {...}, "versions": {...},
+  "sampling": {...} | null}``. ``memory.kv_cache_space_bytes``: vLLM's
+  ``cache_config.kv_cache_memory_bytes`` (the CPU backend sets it from ``VLLM_CPU_KVCACHE_SPACE``;
+  null: vLLM sized the KV cache from ``gpu_memory_utilization``); ``caching.prefix_caching``:
+  its ``enable_prefix_caching``; ``binding``: ``VLLM_CPU_OMP_THREADS_BIND`` as vLLM read it and
+  the CPUs each engine process may run on (``cpus``: the union over its threads' affinities;
+  ``threads``: its thread count).
   ``engine_start_s`` (s): ``LLM(...)`` built, i.e. engine-core process started, weights
   loaded, memory profiled and reserved: set-up, never in a measured window. ``sampling``
   (runner "generate" only): the ``SamplingParams`` every generate call uses, as vLLM resolved
@@ -118,7 +125,7 @@ class Engine:
         kwargs = {"model": req["model"], "runner": req["runner"], "dtype": req["dtype"],
                   "max_model_len": req["max_model_len"], "enforce_eager": req["enforce_eager"],
                   "gpu_memory_utilization": req["gpu_memory_utilization"], "seed": req["seed"],
-                  "disable_log_stats": False}
+                  "disable_log_stats": False, "enable_prefix_caching": bool(req.get("prefix_caching"))}
         if req.get("max_num_seqs") is not None:
             kwargs["max_num_seqs"] = req["max_num_seqs"]
         t1 = time.perf_counter()
@@ -154,7 +161,9 @@ class Engine:
                               "max_model_len": model.max_model_len,
                               "dtype": str(model.dtype).removeprefix("torch."),
                               "enforce_eager": model.enforce_eager},
-                "memory": memory, "sampling": _sampling(self.sampling)}
+                "memory": memory, "sampling": _sampling(self.sampling),
+                "caching": {"prefix_caching": _field(cache, "enable_prefix_caching")},
+                "binding": _binding()}
 
     def run(self, op: str, prompts: list) -> dict:
         items = [{"prompt_token_ids": list(map(int, p))} for p in prompts]
@@ -231,10 +240,47 @@ def _versions(*names: str) -> dict:
     return out
 
 
+def _field(obj, name: str):
+    """``obj.name`` as vLLM holds it; RuntimeError (never a guessed default) when vLLM has no such
+    field: a vLLM upgrade renamed or dropped it (the engine start then fails, naming it)."""
+    if not hasattr(obj, name):
+        raise RuntimeError(f"vLLM's {type(obj).__name__} has no field {name!r} (this vLLM renamed or dropped it); "
+                           "update lab/engines/vllm_worker.py for it")
+    return getattr(obj, name)
+
+
 def _cpu_kv_space(cache) -> int | None:
-    """Bytes vLLM's CPU backend set aside for the KV cache (its ``cpu_kvcache_space_bytes``), or None."""
-    v = getattr(cache, "cpu_kvcache_space_bytes", None)
+    """Bytes set aside for the KV cache when set explicitly (vLLM's ``kv_cache_memory_bytes``: the
+    CPU backend sets it from ``VLLM_CPU_KVCACHE_SPACE`` GiB), or None: sized from the memory fraction."""
+    v = _field(cache, "kv_cache_memory_bytes")
     return int(v) if v is not None else None
+
+
+def _binding() -> dict:
+    """``VLLM_CPU_OMP_THREADS_BIND`` as vLLM read it, and per engine process (this worker's
+    descendants: vLLM's engine core and its workers) its name, thread count and the CPUs its
+    threads may run on (the union of their affinities; a thread gone meanwhile is skipped)."""
+    import psutil
+
+    try:
+        import vllm.envs as envs
+
+        bind = envs.VLLM_CPU_OMP_THREADS_BIND
+    except (ImportError, AttributeError):
+        bind = None
+    procs = {}
+    for p in psutil.Process().children(recursive=True):
+        try:
+            cpus: set[int] = set()
+            for t in p.threads():
+                try:
+                    cpus |= os.sched_getaffinity(t.id)
+                except OSError:
+                    continue
+            procs[str(p.pid)] = {"name": p.name(), "threads": p.num_threads(), "cpus": sorted(cpus)}
+        except psutil.Error:
+            continue
+    return {"vllm_cpu_omp_threads_bind": bind, "processes": procs}
 
 
 def _budget(fraction: float, device: str) -> int | None:

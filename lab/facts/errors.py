@@ -79,6 +79,23 @@ def one_line(exc: BaseException) -> str:
             "report it with the campaign folder)")
 
 
+ELLIPSIS = " …"
+"""What ends a text clip() shortened."""
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` on one line (whitespace runs become one space) of at most ``limit`` characters:
+    unchanged when it fits, else cut at the last space before the limit and ended with ELLIPSIS,
+    never inside a word or value (a single word longer than the limit is cut at the limit)."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    room = max(limit - len(ELLIPSIS), 1)
+    head = flat[:room + 1]
+    cut = head.rfind(" ")
+    return (flat[:cut] if cut > 0 else flat[:room]).rstrip(" ,;:") + ELLIPSIS
+
+
 def did_you_mean(word: str, valid: Iterable[str], otherwise: str) -> str:
     """The hint of a one-line refusal of an unknown ``word``: "did you mean 'x'?" for the closest
     of ``valid`` (difflib.get_close_matches, its default cutoff 0.6), else ``otherwise`` (the

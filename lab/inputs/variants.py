@@ -26,7 +26,7 @@ DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 PADDINGS = ("longest", "max_length")
 ENGINES = ("transformers", "vllm")
 """Inference engines a variant can declare (SPEC section 2, "engine"); the first is the default."""
-VLLM_ONLY = ("max_num_seqs", "vllm_memory_fraction")  # engine options that only vLLM reads
+VLLM_ONLY = ("max_num_seqs", "vllm_memory_fraction", "prefix_caching")  # engine options that only vLLM reads
 VLLM_ONLY_WHERE = ('set {option} only where engine = "vllm": a [[series]] of its own with engine = "vllm" '
                    'among its fixed fields (e.g. factor = "{option}", values = [{value}], engine = "vllm"), '
                    'or remove {option}')
@@ -60,7 +60,10 @@ class Variant:
     ``compile = false`` its ``enforce_eager``. ``max_num_seqs`` caps the sequences vLLM runs at
     once (None: vLLM's own default, recorded); ``vllm_memory_fraction`` is the fraction of device
     memory (on CPU: of host RAM) vLLM reserves up front for weights and KV cache (None: the lab's
-    safe value, lab.facts.constants.VLLM_MEMORY_FRACTION, recorded). Both only with engine "vllm". Raises
+    safe value, lab.facts.constants.VLLM_MEMORY_FRACTION, recorded); ``prefix_caching`` is vLLM's
+    ``enable_prefix_caching`` (None: off, the lab's default for a measured pass: the warm-up items
+    are the window's first items, and their cached blocks would speed the window up; true: on,
+    vLLM's own default). All three only with engine "vllm". Raises
     VariantError (one line) for a value of the wrong type (checked for every field against its
     annotation; ``true`` is not an integer) or outside its range.
 
@@ -82,6 +85,7 @@ class Variant:
     engine: str = "transformers"
     max_num_seqs: int | None = None
     vllm_memory_fraction: float | None = None
+    prefix_caching: bool | None = None
     series: str = ""
     name: str = ""
 

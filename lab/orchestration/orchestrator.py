@@ -22,7 +22,7 @@ import msgspec
 
 from lab.facts.constants import SYSTEMATIC_FAILURES
 from lab.facts.diskfull import DiskFull, atomic_write_text, is_disk_full
-from lab.facts.errors import FailureKind, LabError, ProtocolError
+from lab.facts.errors import FailureKind, LabError, ProtocolError, clip
 from lab.facts.host import iteralab_command
 from lab.facts.host_cards import check_cards_fit_host
 from lab.inputs.corpus import read_corpus
@@ -122,7 +122,7 @@ class SystematicFailures:
         if len(self.rows) < self.limit or len(variants) < 2:
             return ""
         return (f"{len(self.rows)} passes in a row, of {len(variants)} variants, failed the same way before "
-                f"any item ({row['error'][:160]}): a fault of the host, image or inputs, not of a variant; "
+                f"any item ({clip(row['error'], 160)}): a fault of the host, image or inputs, not of a variant; "
                 "fix it, then run the campaign again to resume")
 
 

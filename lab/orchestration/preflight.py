@@ -23,6 +23,7 @@ from lab.facts.files import REPO_ROOT, sha256_file
 from lab.facts.host import gpu_count, iteralab_command
 from lab.inputs.corpus import BUCKETS, CorpusError, count_tokens, has_label, labelled, load_items, read_corpus
 from lab.inputs.models import ModelFolderError, local_checkpoint_config, model_folder, tokenizer_fingerprint
+from lab.inputs.variants import DTYPES
 from lab.passes.tasks.vllm_job import runner_for
 
 DEVICE_RE = re.compile(r"^(auto|cpu|cuda|rocm|gpu|cuda:\d+)$")
@@ -414,8 +415,10 @@ def check_engine(proto) -> list[Check]:
     (lab.passes.tasks.vllm_job.runner_for); for generation vLLM also loads it and generates a
     token (its transformers back-end resolves decoders it cannot load), with the first vLLM
     variant's memory fraction (else lab.facts.constants.VLLM_MEMORY_FRACTION: on CPU for a
-    ``device = "cpu"`` variant or a host without GPUs, else on a GPU).
-    [] without such a variant."""
+    ``device = "cpu"`` variant or a host without GPUs, else on a GPU). Each declared
+    precision's dtype is resolved, and for embedding the pooler vLLM would apply must be the
+    declared rule (lab.engines.vllm.pooling_mismatch): a variant that can never run is refused
+    here in one line, not in every pass after an engine start. [] without such a variant."""
     vllm = [v for v in proto.variants if v.engine == "vllm"]
     names = [v.name or v.variant_id for v in vllm]
     if not names:
@@ -427,7 +430,12 @@ def check_engine(proto) -> list[Check]:
     runner = runner_for(proto.task_kind)
     on_cpu = vllm[0].device == "cpu" or not gpu_count()[0]
     fraction = vllm[0].vllm_memory_fraction or VLLM_MEMORY_FRACTION["cpu" if on_cpu else "gpu"]
-    why = vllm_refusal(folder, runner=runner, load_fraction=fraction if runner == "generate" else None)
+    task = proto.config.task
+    pooling = (task.pooling, bool(task.normalize)) if proto.task_kind == "embedding" else None
+    dtypes = sorted({DTYPES[v.precision] for v in vllm})
+    why = next((w for d in dtypes if (w := vllm_refusal(
+        folder, runner=runner, load_fraction=fraction if runner == "generate" else None, dtype=d,
+        pooling=pooling))), "")
     return [Check("engine", False, why) if why else
             Check("engine", True, f"vllm for {', '.join(names)}: {folder.name} supported ({runner})")]
 

@@ -20,7 +20,7 @@ only when every failure is a stopped card, else the failing card's). Both exit
 from __future__ import annotations
 
 from lab.facts.diskfull import is_disk_full
-from lab.facts.errors import FailureKind, PassFailure
+from lab.facts.errors import FailureKind, PassFailure, clip
 from lab.passes.events import EXIT_ERROR, EXIT_OOM, EventKind, EventWriter, PassStatus
 
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")
@@ -68,16 +68,17 @@ def failure_status(kind: FailureKind, card: bool = False) -> tuple[str, int]:
 
 
 def failure_text(exc: BaseException) -> str:
-    """The ``error`` field of a failed pass or card: the class name and the first line (500 chars)."""
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]
+    """The ``error`` field of a failed pass or card: the class name and the first line (at most
+    500 characters, cut between words: lab.facts.errors.clip)."""
+    return clip(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", 500)
 
 
 def report_failure(ev: EventWriter, exc: BaseException, kind: FailureKind, counted: int, items_done: int) -> None:
     """Emit the failure's event: ``oom`` (``items_done`` = ``counted``, the window's own count,
     and the message's first line), ``error`` (``items_done``: the exception's own count when it
     has one, and "Class: message"), none for a pass or card stopped from outside. Messages are
-    cut at 300 characters; a bare ``MemoryError()`` has an empty message."""
+    cut between words at 300 characters (lab.facts.errors.clip); a bare ``MemoryError()`` has an empty message."""
     if kind == FailureKind.OOM:
-        ev.emit(EventKind.OOM, items_done=counted, kind=kind, message=(str(exc).splitlines() or [""])[0][:300])
+        ev.emit(EventKind.OOM, items_done=counted, kind=kind, message=clip((str(exc).splitlines() or [""])[0], 300))
     elif kind != FailureKind.INTERRUPTED:
-        ev.emit(EventKind.ERROR, items_done=items_done, kind=kind, message=f"{type(exc).__name__}: {exc}"[:300])
+        ev.emit(EventKind.ERROR, items_done=items_done, kind=kind, message=clip(f"{type(exc).__name__}: {exc}", 300))

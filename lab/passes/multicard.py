@@ -33,7 +33,7 @@ from pathlib import Path
 import msgspec
 
 from lab.facts.diskfull import atomic_write_text
-from lab.facts.errors import FailureKind
+from lab.facts.errors import FailureKind, clip
 from lab.facts.files import REPO_ROOT, sha256_lines
 from lab.inputs.variants import Variant
 from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EventKind, EventWriter, PassStatus
@@ -303,7 +303,7 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
     res = PassResult(
         pass_id=spec.pass_id, campaign=spec.campaign, variant=spec.variant.to_json(),
         start_time=start_time, end_time=_utc(), status=status,
-        failure_kind=_pass_failure(status, recs, missing), error="; ".join(errors)[:500],
+        failure_kind=_pass_failure(status, recs, missing), error=clip("; ".join(errors), 500),
         phases_s=phases, items_total=len(rows), items_completed=items,
         items_per_s=round(items / phases.measured, 4) if phases.measured else None,
         device=(f"{devs[0]} x{len(devs)}" if len(set(devs)) == 1 else "+".join(devs)) if devs else None,

@@ -206,6 +206,9 @@ def require_honoured(variant: Variant, observed: dict, device: str) -> None:
             and observed.get("vllm_memory_fraction") != variant.vllm_memory_fraction):
         bad.append(f"vllm_memory_fraction {variant.vllm_memory_fraction} declared, vLLM reserved "
                    f"{observed.get('vllm_memory_fraction')} of the memory")
+    if "prefix_caching" in observed and observed["prefix_caching"] != bool(variant.prefix_caching):
+        bad.append(f"prefix_caching {bool(variant.prefix_caching)} declared, vLLM's enable_prefix_caching "
+                   f"{observed['prefix_caching']}")
     n = observed.get("window_items") or 0
     if "batch_size" in observed and n and observed["batch_size"] != min(variant.batch_size, n):
         bad.append(f"batch_size {variant.batch_size} declared, the largest batch the model received held "

@@ -93,6 +93,8 @@ class Observed(Record, frozen=True):
     max_num_batched_tokens: Cell = None
     max_model_len: Cell = None
     vllm_memory_fraction: Cell = None
+    prefix_caching: Cell = None  # vLLM's enable_prefix_caching, read back from its cache config
+    threads_bind: Cell = None  # the CPUs vLLM bound its OpenMP threads to (lab.engines.vllm.ThreadBinding)
     max_running: Cell = None
     # a custom entry (lab.passes.tasks.custom): the settings its settings_used() reported, comma-joined;
     # present (even empty) means the values above came from the user's code, not from the lab's sight

@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab.facts.diskfull import DiskFull
+from lab.facts.errors import clip
 from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EventKind, EventWriter, PassStatus
 from lab.passes.records import PassResult, build, write_record
 from lab.passes.sequence import Card, PassSequence
@@ -75,7 +76,8 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, PassResult]:
         result = build(PassResult, res)
         write_record(out / "result.json", result)
     except DiskFull as exc:  # the orchestrator stops the campaign; the slot runs again on resume
-        ev.emit(EventKind.ERROR, items_done=res["items_completed"], kind=exc.kind, message=f"DiskFull: {exc}"[:300])
+        ev.emit(EventKind.ERROR, items_done=res["items_completed"], kind=exc.kind,
+                message=clip(f"DiskFull: {exc}", 300))
         return EXIT_ERROR, build(PassResult, {"predictions_path": "", "end_time": _utc(), **res,
                                               "status": PassStatus.ERROR, "failure_kind": exc.kind,
                                               "exit_code": EXIT_ERROR})

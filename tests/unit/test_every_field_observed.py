@@ -35,11 +35,13 @@ CONTRADICTIONS = {  # field: (observed values that contradict DECLARED, words of
     "engine": ({"engine": "vllm"}, "engine transformers declared, the pass ran vllm"),
 }
 VLLM = replace(DECLARED, engine="vllm", max_num_seqs=8, vllm_memory_fraction=0.1)
-VLLM_HONOURED = {**HONOURED, "engine": "vllm", "max_num_seqs": 8, "vllm_memory_fraction": 0.1}
+VLLM_HONOURED = {**HONOURED, "engine": "vllm", "max_num_seqs": 8, "vllm_memory_fraction": 0.1,
+                 "prefix_caching": False}
 VLLM_CONTRADICTIONS = {  # the vLLM options, declared on a vLLM variant
     "max_num_seqs": ({"max_num_seqs": 256}, "max_num_seqs 8 declared, vLLM scheduled at most 256 sequences"),
     "vllm_memory_fraction": ({"vllm_memory_fraction": 0.92}, "vllm_memory_fraction 0.1 declared, vLLM "
                                                                "reserved 0.92 of the memory"),
+    "prefix_caching": ({"prefix_caching": True}, "prefix_caching False declared, vLLM's enable_prefix_caching True"),
 }
 
 

@@ -143,12 +143,14 @@ class VllmJob:
         log = (pass_dir or Path(s.out_dir)) / LOG_FILE
         gen = ({"max_new_tokens": self.writer.rule.max_new_tokens, "stop": self.writer.rule.stop}
                if self.kind == "generation" else {})
-        self.client = VllmClient(settings_for(s.variant, s.model_ref, device, s.seed, **gen), log_path=log)
+        self.client = VllmClient(settings_for(s.variant, s.model_ref, device, s.seed, threads=s.threads or 0, **gen),
+                                 log_path=log)
         ready = self.client.start()
         self.fields = {"engine": {"name": "vllm", "versions": ready.versions, "architecture": ready.architecture,
                                   "pooling": ready.pooling, "scheduler": ready.scheduler,
                                   "import_s": round(ready.import_s, 6),
                                   "llm_build_s": round(ready.engine_start_s, 6), "log": LOG_FILE,
+                                  "caching": ready.caching, "binding": ready.binding,
                                   **({"sampling": ready.sampling} if ready.sampling is not None else {})},
                        "engine_memory": reservation(ready, device)}
         if self.kind == "embedding":
@@ -162,16 +164,14 @@ class VllmJob:
         return proc.pid if proc is not None else None
 
     def _check_pooling(self, pooling: dict | None) -> None:
-        """The declared pooling rule (mean, normalize) must be what vLLM applies to the model."""
+        """The declared pooling rule (mean, normalize) must be what vLLM applies to the model
+        (lab.engines.vllm.pooling_mismatch, the lock's comparison too)."""
+        from lab.engines.vllm import pooling_mismatch
         from lab.passes.observed import NotHonoured
 
-        p = pooling or {}
-        kind = str(p.get("pooling_type") or p.get("seq_pooling_type") or "").upper()
-        norm = str(p.get("normalize") or p.get("use_activation") or "").lower()
-        want_norm = str(self.writer.normalize).lower()
-        if kind != self.writer.pooling.upper() or (norm not in ("", "none") and norm != want_norm):
-            raise NotHonoured(f"declared value not honoured: pooling {self.writer.pooling} normalize "
-                              f"{self.writer.normalize} declared, vLLM pools {pooling}")
+        differs = pooling_mismatch(self.writer.pooling, self.writer.normalize, pooling)
+        if differs:
+            raise NotHonoured(f"declared value not honoured: {differs}")
 
     def _on_sigterm(self, signum, frame) -> None:  # noqa: ARG002 - a signal handler's signature
         self._stopping = True  # the engine may be mid-call: close() kills it without asking
@@ -277,16 +277,19 @@ class VllmJob:
 
     def observe(self, threads: int, workers_on_host: int = 1) -> dict:
         """What vLLM resolved (lab.engines.vllm.VllmClient.observed: engine, dtype, compile,
-        scheduler limits, memory fraction) and the lab process's threads and TF32 settings."""
+        scheduler limits, memory fraction, prefix caching, the OpenMP threads it bound on CPU)
+        and the lab process's TF32 settings. ``threads``: vLLM's bound threads on CPU (None when
+        not seen: a declared count is then not honoured), the lab process's torch threads on a GPU."""
         import torch
 
         from lab.passes.observed import observe_tf32
 
         obs = self.client.observed()
         where = (self.client.ready.memory.get("device") or "") if self.client.ready else ""
-        return {**{k: v for k, v in obs.items() if k != "max_running"},
+        used = obs["threads"] if where == "cpu" else torch.get_num_threads()
+        return {**{k: v for k, v in obs.items() if k not in ("max_running", "threads")},
                 **({"device": where if where == "cpu" else f"{where}:0"} if where else {}),
-                "threads": torch.get_num_threads(), "threads_declared": threads, "quantization": "none",
+                "threads": used, "threads_declared": threads, "quantization": "none",
                 "attention": ATTENTION, **observe_tf32()}
 
     def observe_window(self, win) -> dict:
