@@ -175,3 +175,69 @@ def test_archive_refuses_a_folder_whose_campaign_file_was_edited(two_rentals, tm
         make_archive(copy)
     assert not list(copy.parent.glob("*.tar*"))
 
+
+# ---- compare: the user's catalog prices; one campaign run is one rental ---------------------
+
+def test_compare_prices_with_the_users_catalog_never_an_archives_forged_one(two_rentals, tmp_path):
+    """One archive's report/catalog.csv forged (version 2099-12-31, b200 at 1.00) together with
+    the manifest's sha256 of it, so the archive still verifies: the bundle's catalog prices every
+    host, and the forged one is shown as that archive's own price only."""
+    from conftest import WINDOW
+
+    from lab.compare.decision import compare_archives
+
+    files = read_members(two_rentals[1])
+    name = member(files, "/report/catalog.csv")
+    files[name] = files[name].decode().replace("2026-09-24", "2099-12-31").replace("2071.00", "1.00").encode()
+    manifest_name = member(files, "/report/manifest.json")
+    manifest = json.loads(files[manifest_name])
+    manifest["catalog"]["sha256"] = hashlib.sha256(files[name]).hexdigest()
+    files[manifest_name] = json.dumps(manifest, indent=1).encode()
+    b200 = write_members(tmp_path / "B-newver.tar.gz", files)
+    assert verify(b200).ok, verify(b200).problems
+    c = compare_archives([two_rentals[0], b200], 1000, **WINDOW)
+    assert c.catalog["version"] == "2026-09-24" and c.catalog["source"] == "the bundle's catalog", c.catalog
+    line = next(x for x in c.path if x.startswith("priced with catalog version"))
+    assert "the default; an archive's own catalog prices only that archive's budget" in line
+    assert "B-newver's own catalog: 2099-12-31" in line  # found, shown, not chosen
+    forged = [p for p in c.projections if p.gpu == "b200"]
+    assert forged and all(p.decision_quote.committed_budget == 2071 for p in forged)
+    assert all("price differs" in p.price_note and "2099-12-31" in p.price_note for p in forged)
+    assert c.chosen is not None and c.chosen.gpu == "rtx-4090"
+
+
+@pytest.fixture(scope="module")
+def partial_and_final(tmp_path_factory, model_dir):
+    """One campaign run (2 passes) archived labelled partial after its first pass, then again once
+    finished: (partial archive, final archive)."""
+    from conftest import cut_corpus, write_campaign
+
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
+    from lab.service.campaigns import make_archive
+
+    d = tmp_path_factory.mktemp("one-run")
+    corpus = cut_corpus(d / "corpus.jsonl", 2, 1, 1)
+    f = write_campaign(d, model_dir, corpus, name="rental", repetitions=1, values=(1, 4))
+    f.write_text(f.read_text() + '\n[cost]\ngpu = "rtx-4090"\ndays = 7\nlots = 1\n')
+    lock(load_protocol(f))
+    orch = Orchestrator.prepare(f, d / "runs", LocalLauncher())
+    assert orch.run_slot(orch.pending()[0])["status"] == "ok"
+    partial = make_archive(orch.dir, partial=True)
+    assert orch.run() == "finished"
+    return partial, make_archive(orch.dir)
+
+
+def test_a_partial_and_a_final_archive_of_one_run_are_one_rental(partial_and_final):
+    from conftest import WINDOW
+
+    from lab.compare.decision import CompareError, compare_archives
+
+    partial, final = partial_and_final
+    assert verify(partial).problems == [] and verify(final).ok
+    with pytest.raises(CompareError) as err:
+        compare_archives([final, partial], 1000, allow_partial=True, **WINDOW)
+    msg = str(err.value)
+    assert "\n" not in msg and "hold the same campaign's passes (1 pass(es) in both, first p001" in msg, msg
+    assert final.name.removesuffix(".tar.gz") in msg and partial.name.removesuffix(".tar.gz") in msg
