@@ -229,9 +229,28 @@ def _differences(evidence: list[Evidence], compact: bool = False) -> list[str]:
 
 
 def pass_record(ev: Evidence) -> tuple:
-    """The passes an archive holds, as (pass_id, start_time) pairs: two archives with the same
-    record hold the same campaign's passes (a copy, or the same campaign packed twice)."""
-    return tuple(sorted((r.get("pass_id", ""), r.get("start_time", "")) for r in ev.raw_rows))
+    """The passes an archive holds, as (pass_id, start_time) pairs (a pass not started left out):
+    a pass run once has one such pair, whatever archive of its campaign holds it."""
+    return tuple(sorted((r.get("pass_id", ""), r.get("start_time", "")) for r in ev.raw_rows if r.get("start_time")))
+
+
+def refuse_one_run(evidence: list[Evidence]) -> None:
+    """CompareError (one line naming both archives) when two archives hold a pass in common (the
+    same pass id started at the same instant): archives of one campaign run, whatever subset of
+    its passes each holds (a copy, a re-pack, a partial and a later archive), are one rental,
+    never two. Two rentals of one locked campaign file share the lock but never a pass."""
+    seen: dict[tuple, str] = {}
+    for e in evidence:
+        record = pass_record(e)
+        for pair in record:
+            if pair in seen and seen[pair] != e.name:
+                both = sum(1 for p in record if seen.get(p) == seen[pair])
+                raise CompareError(f"{e.name} and {seen[pair]} hold the same campaign's passes ({both} pass(es) in "
+                                   f"both, first {pair[0]} started {pair[1]}: a copy, a re-pack, or a partial and a "
+                                   "later archive of one run), not two rentals; give each rental's archive once "
+                                   "(its latest)")
+        for pair in record:
+            seen.setdefault(pair, e.name)
 
 
 def check_comparable(evidence: list[Evidence]) -> dict:
@@ -249,14 +268,7 @@ def check_comparable(evidence: list[Evidence]) -> dict:
     names = [e.name for e in evidence]
     if len(set(names)) != len(names):
         raise CompareError("the same archive name is given twice; give each rental's archive once")
-    seen: dict[tuple, str] = {}
-    for e in evidence:  # independent evidence: never one campaign's passes counted as two rentals
-        rec = pass_record(e)
-        if rec in seen:
-            raise CompareError(f"{e.name} and {seen[rec]} hold the same campaign's passes (same pass ids and "
-                               "start times: a copy or a re-pack), not two rentals; give each rental's "
-                               "archive once")
-        seen[rec] = e.name
+    refuse_one_run(evidence)
     first = evidence[0]
     refuse_other_kinds(evidence)
     differences = _differences(evidence)

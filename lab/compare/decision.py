@@ -154,11 +154,13 @@ def steady_state_caveats(ranked: list[Projection]) -> list[str]:
 def choose_catalog(evidence: list[Evidence], catalog_path: str | None) -> tuple[Catalog, dict]:
     """The one catalog that prices a comparison, and what was found.
 
-    ``catalog_path`` given: that catalog. Otherwise the newest version (``Catalog.version``)
-    among the bundle's catalog and each archive's own report/catalog.csv; on a tie, the
-    bundle's. Two catalogs of the same version whose prices differ are refused (CompareError,
-    one line naming both): a version must name one price list. Returns (catalog, {"path",
-    "version", "sha256", "source", "found": [{"source", "version", "sha256"}]})."""
+    The user's own catalog prices every host: ``catalog_path`` when given, else the bundle's
+    (lab.cost.forfaits.load_catalog). Each archive's own report/catalog.csv is only found and
+    shown as that archive's own price (lab.compare.projection), never chosen for the others: a
+    catalog inside an archive is a member anyone can rewrite, whatever version it claims. Two
+    catalogs of the same version whose prices differ are refused (CompareError, one line naming
+    both): a version must name one price list. Returns (catalog, {"path", "version", "sha256",
+    "source", "found": [{"source", "version", "sha256"}]})."""
     bundle = load_catalog(catalog_path)
     bundle = dataclasses.replace(bundle, sha256=sha256_file(bundle.path))
     found = [("--catalog " + str(catalog_path) if catalog_path else "the bundle's catalog", bundle)]
@@ -172,19 +174,20 @@ def choose_catalog(evidence: list[Evidence], catalog_path: str | None) -> tuple[
             raise CompareError(f"two catalogs of version {cat.version} price differently: {seen[0]} "
                                f"(sha256 {seen[1].sha256[:16]}...) and {source} (sha256 {cat.sha256[:16]}...); {fix}")
         by_version.setdefault(cat.version, (source, cat))
-    if catalog_path:
-        source, chosen = found[0]
-    else:
-        source, chosen = max(found, key=lambda sc: (sc[1].version, sc[1] is bundle))
+    source, chosen = found[0]  # the user's own; the archives' are found, never chosen
     info = {"path": chosen.path, "version": chosen.version, "sha256": chosen.sha256, "source": source,
             "explicit": bool(catalog_path),
             "found": [{"source": src, "version": c.version, "sha256": c.sha256} for src, c in found]}
     return chosen, info
 
 
+CATALOG_DEFAULT = "the default; an archive's own catalog prices only that archive's budget"
+"""Why the bundle's catalog priced a comparison given no --catalog (choose_catalog)."""
+
+
 def catalog_line(info: dict) -> str:
     """One line: which catalog priced the decision, why, and the other versions found."""
-    why = "given with --catalog" if info.get("explicit") else "the newest version found"
+    why = "given with --catalog" if info.get("explicit") else CATALOG_DEFAULT
     others = sorted({f"{f['source']}: {f['version']}" for f in info.get("found", ())
                      if f["sha256"] != info["sha256"]})
     return (f"priced with catalog version {info['version']} (sha256 {info['sha256'][:16]}..., "
@@ -483,8 +486,8 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
 
     ``load_items``: production load in corpus items of the same mix (int >= 1).
     ``deadline``/``window_start``: ISO date-times (naive ones need ``tz``); the window starts
-    now (UTC) when not given. ``catalog_path``: None = the newest catalog version among the
-    bundle's and the archives' own (:func:`choose_catalog`). ``max_lots``: the most lots
+    now (UTC) when not given. ``catalog_path``: None = the bundle's catalog, never an archive's own
+    (:func:`choose_catalog`). ``max_lots``: the most lots
     considered per package. ``allow_partial``: compare archives of unfinished campaigns
     (refused otherwise); ``allow_short``: keep configurations whose passes fail the validity
     rule ([timing] min_window_s, min_accepted_passes) eligible; both are named in every output.

@@ -20,6 +20,7 @@ import sqlite3
 import stat
 import tarfile
 import tempfile
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -88,15 +89,17 @@ def _walk(campaign_dir: Path, include: list[str]) -> tuple[list[str], list[dict]
 
 
 def pack(campaign_dir: Path, out_path: Path, include: list[str], partial: str = "",
-         extra: dict[str, Path] | None = None) -> Path:
+         extra: dict[str, Path] | None = None, check: Callable[[Path], None] | None = None) -> Path:
     """Pack the files under ``campaign_dir`` whose relative path starts with one of ``include``,
     and ``extra`` ({member path: file outside the folder}, e.g. the corpus of ``archive
     --with-corpus``, named in ``ARCHIVE.json`` ``corpus``), hashed into ``SHA256SUMS`` like the rest.
 
     Members live under one top folder named after ``out_path``'s stem; ``SHA256SUMS`` lists
     every member, ``ARCHIVE.json`` says how the archive was made (journal snapshot, links
-    skipped, ``partial``: "" for a final archive, else why it is partial). Returns ``out_path``.
-    Raises ArchiveError when the journal cannot be read.
+    skipped, ``partial``: "" for a final archive, else why it is partial). ``check``: called with
+    the packed file before it takes ``out_path``'s name (lab.evidence.assemble verifies it there);
+    what it raises leaves nothing written. Returns ``out_path``. Raises ArchiveError when the
+    journal cannot be read.
     """
     campaign_dir = Path(campaign_dir)
     files, skipped = _walk(campaign_dir, include)
@@ -115,6 +118,8 @@ def pack(campaign_dir: Path, out_path: Path, include: list[str], partial: str = 
             info_doc["corpus"] = rel
     try:
         _write_tar(sources, skipped, tmp, top, info_doc)
+        if check is not None:
+            check(tmp)
         tmp.replace(out_path)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)  # never a half-written archive

@@ -104,13 +104,29 @@ def archive_campaign(campaign_dir: Path, partial: bool = False, with_corpus: boo
             raise ArchiveError(f"{campaign_dir}: --with-corpus: corpus {src} has sha256 {content_sha256(src)}, the "
                                f"campaign locked {locked}; restore the locked corpus, or archive without --with-corpus")
         extra[f"corpus/{src.name}"] = src
-    path = pack(campaign_dir, out, INCLUDE, partial=reason, extra=extra)
+    path = pack(campaign_dir, out, INCLUDE, partial=reason, extra=extra,
+                check=lambda packed: refuse_unverified(campaign_dir, packed))
     if _attempts_state(campaign_dir) != before:  # a pass started or ended between the report and the journal copy
         path.unlink(missing_ok=True)
         raise ArchiveError(f"{campaign_dir}: a pass started or ended while the archive was packed, so its "
                            f"report and journal would disagree; run the same command again (or `{iteralab_command()} "
                            "campaign pause` first)")
     return path
+
+
+def refuse_unverified(campaign_dir: Path, packed: Path) -> None:
+    """Verify the archive just packed from ``campaign_dir`` (lab.evidence.verify, a user metric with
+    the campaign's own file); ArchiveError (one line, its first problem) when a problem is found, so
+    an archive whose members disagree is never written. A user metric whose file is gone since is
+    not a problem here: verify names it as not re-derived."""
+    from lab.evidence.archive import verify
+
+    own = metric_file(campaign_dir)
+    v = verify(packed, own if own is not None and own.is_file() else None)
+    if v.problems:
+        raise ArchiveError(f"{campaign_dir}: the archive would not verify ({len(v.problems)} problem(s), first: "
+                           f"{v.problems[0]}); nothing was written: the campaign folder's files were changed after "
+                           "its passes ran; restore them, or run the campaign again")
 
 
 def _attempts_state(campaign_dir: Path) -> tuple[tuple, bool]:

@@ -20,10 +20,14 @@ gzip trailer (CRC and length) is read, so an archive cut short is refused. Check
 - the raw table (one row per attempt, every cell) and the summary (summary.json and summary.csv,
   every field) re-derived from the journal and the pass records, and each ``result.json``
   against the journal's record (lab.evidence.tables); the Verification carries the re-derived
-  figures, which a comparison reads instead of the archive's CSV.
+  figures, which a comparison reads instead of the archive's CSV;
+- every fact two members state (campaign file and lock, the lock re-hashed, protocol_version.json,
+  the manifest and the catalog copy, the journal's plan, each pass's spec) against the others
+  (lab.evidence.cross_check).
 
 It cannot detect a forger who rewrites every file consistently (predictions, labels,
-journal, raw table, checksums): only the archive's own sha256, recorded elsewhere, can.
+journal, raw table, lock, checksums): that makes a new archive, which only a signature or the
+archive's own sha256, recorded elsewhere, tells from the original.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ import tempfile
 import zlib
 from pathlib import Path
 
+from lab.evidence.cross_check import MEMBERS as CROSS_CHECKED
+from lab.evidence.cross_check import check_members_agree, pass_spec
 from lab.evidence.format import (
     ARCHIVE_INFO,
     JOURNAL,
@@ -78,7 +84,7 @@ per-item hashes grow with the corpus; no figure is derived from it)."""
 
 
 def _parsed(rel: str) -> bool:
-    return (rel in (SUMS, GOLD_LABELS, ARCHIVE_INFO, CARD, *MEMBERS)
+    return (rel in (SUMS, GOLD_LABELS, ARCHIVE_INFO, CARD, *MEMBERS, *CROSS_CHECKED) or pass_spec(rel)
             or (rel.startswith("passes/") and rel.endswith(("/result.json", "/predictions.jsonl", "/vectors.npy")))
             or (rel.startswith("passes/") and "/cards/card" in rel
                 and rel.endswith((".json", ".predictions.jsonl", ".vectors.npy"))))
@@ -302,6 +308,7 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
         journal = read_journal(scan, problems)
         if journal is not None:
             compare_journal(*journal, rows, bool(info.get("partial")), problems)
+        check_members_agree(scan, journal, problems)
         gold = read_gold(scan, problems)
         check_corpus_card(scan, gold, problems)
         threshold, higher = _locked_threshold(scan, problems)

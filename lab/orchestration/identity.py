@@ -107,10 +107,22 @@ def protocol_identity(proto) -> dict:
     files = task_files_sha256(proto.task_files())
     if files:  # a custom entry or a user metric: its code is part of the protocol
         parts["task_sha256"] = digests_fingerprint(files)
-    ident = {"sha256": sha256_bytes(json.dumps(parts, sort_keys=True).encode("utf-8")), **parts}
+    ident = {"sha256": identity_sha256(parts), **parts}
     if model_files is not None:  # per file, to name the one that changed (model_sha256 covers them)
         ident["model_files_sha256"] = model_files
     return {**ident, "task_files_sha256": files} if files else ident
+
+
+IDENTITY_PARTS = ("protocol_sha256", "corpus_sha256", "model_sha256", "task_sha256")
+"""The lock entry's fields its identity ``sha256`` covers (task_sha256 only when the protocol runs
+the user's own code)."""
+
+
+def identity_sha256(parts: dict) -> str:
+    """The lock's identity ``sha256`` (it names the results folder) from ``parts``, {field of
+    IDENTITY_PARTS: 64 hex} (a missing task_sha256: no user code)."""
+    return sha256_bytes(json.dumps({k: parts[k] for k in IDENTITY_PARTS if k in parts},
+                                   sort_keys=True).encode("utf-8"))
 
 
 def changed_model_files(entry: dict, now: dict[str, str] | None) -> str:

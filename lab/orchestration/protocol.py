@@ -115,9 +115,15 @@ class Protocol:
         return found
 
     def digest(self) -> str:
-        """sha256 of the canonical protocol (parsed TOML, sorted keys): comments do not count."""
-        blob = json.dumps(self.raw, sort_keys=True, ensure_ascii=False, default=str).encode()
-        return sha256_bytes(blob)
+        """sha256 of the canonical protocol (protocol_digest of the parsed TOML)."""
+        return protocol_digest(self.raw)
+
+
+def protocol_digest(raw: dict) -> str:
+    """The lock's ``protocol_sha256``: sha256 (64 hex) of the parsed campaign file ``raw`` as
+    JSON with sorted keys (comments and layout do not count; a TOML date counts as its text, so
+    the lock's JSON copy of the protocol re-hashes to the same value)."""
+    return sha256_bytes(json.dumps(raw, sort_keys=True, ensure_ascii=False, default=str).encode())
 
 
 def _resolve(p: str, campaign_file: Path) -> Path:

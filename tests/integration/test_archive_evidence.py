@@ -377,5 +377,8 @@ def test_links_written_into_a_pass_folder_are_never_read(model_dir, tmp_path):
         [row] = list(csv.DictReader(fh))
     assert row["corpus_accepted"] == "False" and row["metric"] == "" and row["predictions_path"] == ""
     assert "predictions file is a symbolic link: not followed" in row["notes"]
-    files = read_members(make_archive(orch.dir))
-    assert not any(n.endswith("predictions.jsonl") for n in files)
+    # packing verifies first: the pass recorded predictions the folder no longer holds, so no archive
+    with pytest.raises(ArchiveError, match=r"would not verify .*predictions sha256 differs from the one its "
+                                           r"result.json recorded\); nothing was written"):
+        make_archive(orch.dir)
+    assert not list(orch.dir.parent.glob("*.tar*"))
