@@ -327,9 +327,11 @@ def test_acceptance_is_re_derived_from_the_predictions_and_the_locked_threshold(
     v = verify(write_members(tmp_path / "accepted.tar.gz", files))
     assert f"pass {pid}: marked accepted, but its recomputed metric 0.0 is below the locked threshold 0.2" \
         in v.problems, v.problems
-    # the metric figures agree; the agreement with the reference pass, left as it was, is recomputed too
-    assert not any("recomputed from its predictions" in p and "agreement_with_reference" not in p
+    # the metric figures agree; the agreement with the reference pass, left as it was, is recomputed too,
+    # and the other pass, now beyond the agreement rule, is no longer the same ML result
+    assert not any("recomputed from its predictions" in p and "reference pass" not in p
                    for p in v.problems), v.problems
+    assert any("marked accepted, but not the same ML result" in p and pid in p for p in v.problems), v.problems
     assert any("agreement_with_reference" in p and "recomputed from its predictions and reference pass" in p
                for p in v.problems), v.problems
 
