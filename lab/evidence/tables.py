@@ -25,7 +25,6 @@ from pathlib import Path
 from lab.evidence.format import JOURNAL, Rederived
 from lab.evidence.rederive import JournalRead, member_object, member_text
 from lab.passes.records import Attempt
-from lab.report.summary import QUALITY_FIELDS
 
 RAW_TABLE = "report/raw_table.csv"
 SUMMARY_JSON = "report/summary.json"
@@ -206,6 +205,7 @@ def check_summary(scan, derived: list[dict], problems: list[str], pre_fix: dict[
 
 def _compare_variants(rel: str, claimed: list[dict], derived: list[dict], problems: list[str],
                       pre_fix: dict[str, str], worded: list[str] | None = None) -> None:
+    from lab.report.summary import QUALITY_FIELDS  # here: pandas loads only when a summary is compared
     ids = [v.get("variant_id") for v in claimed]
     by_id = {v["variant_id"]: v for v in derived}
     for twice, n in Counter(map(str, ids)).items():

@@ -71,7 +71,7 @@ from lab.facts.files import HashingReader, lab_sources_sha256
 from lab.facts.host import iteralab_command
 
 PARSED_MAX_BYTES = 64 * 2**20
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 1 << 17
 SUMS_LINE = re.compile(r"([0-9a-f]{64})  ([^\s*][^\t\r]*)")
 RAW_REQUIRED = ("pass_id", "status", "items_completed", "predictions_path", "predictions_sha256",
                 "metric_name", "metric")
@@ -128,7 +128,7 @@ def _scan(archive: Path, work: Path) -> _Scan:
     bounds = MemberBounds(archive)
     try:
         with open(archive, "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as gz:
-            with tarfile.open(fileobj=gz, mode="r|") as tar:
+            with tarfile.open(fileobj=gz, mode="r|", bufsize=CHUNK_BYTES) as tar:
                 for m in tar:
                     rel = check_member(m, tops)
                     bounds.check(m, rel)
