@@ -24,6 +24,10 @@ each pass records, around its measured window (:class:`WindowConditions`):
   (``/proc/stat`` steal column; None with the reason where the kernel does not report it);
 - ``gpu_start`` / ``gpu_end``: the GPU's SM and memory clocks and its throttle reasons
   (NVML on CUDA, amdsmi on ROCm; :func:`gpu_state`), so a throttled rental is visible;
+- ``limits``: every other limit the host or container puts on the pass, read where it runs
+  (:func:`host_limits`: the cgroup memory, swap and process limits, the resource limits, the
+  size of /dev/shm), ``{"values": {name: value or None}, "sources": {name: where read or why
+  None}}``;
 - ``starved`` and ``starved_reason``: :func:`starvation`, the one rule.
 
 Missing figures are None with a reason in ``reasons``, never 0 (SPEC 3.10).
@@ -165,6 +169,35 @@ def _read(path: Path) -> str | None:
         return None
 
 
+def _cgroup_place(controller: str, cgroup_root: Path, proc_cgroup: Path) -> tuple[str, Path, str] | str:
+    """("v1" or "v2", the controller's mount, the process's cgroup path in it) of ``controller``
+    for the process whose ``/proc/<pid>/cgroup`` is ``proc_cgroup``, or why none was found.
+    cgroup v1: the line ``N:...<controller>...:/path``, mounted as ``<root>/<controllers>`` (or
+    ``cpu,cpuacct`` / the controller's own name); cgroup v2: the line ``0::/path`` under the root."""
+    text = _read(proc_cgroup)
+    if text is None:
+        return f"{proc_cgroup} absent (not Linux)"
+    v1 = v2 = None
+    for line in text.splitlines():
+        parts = line.strip().split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            v2 = parts[2]
+        elif controller in parts[1].split(","):
+            v1 = (parts[1], parts[2])
+    if v1 is not None:
+        mounts = [cgroup_root / v1[0], *([cgroup_root / "cpu,cpuacct"] if controller == "cpu" else []),
+                  cgroup_root / controller]
+        mount = next((m for m in mounts if m.is_dir()), None)
+        if mount is None:
+            return f"cgroup v1 {controller} controller not mounted under {cgroup_root}"
+        return "v1", mount, v1[1]
+    if v2 is not None:
+        return "v2", cgroup_root, v2
+    return f"{proc_cgroup} names no {controller} controller"
+
+
 def cpu_quota(cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) -> tuple[float | None, str]:
     """(CPUs the cgroup CPU quota allows this process, where it was read), or (None, why none).
 
@@ -176,27 +209,13 @@ def cpu_quota(cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) 
     the mount's root; inside a container the mount's root is the container's own cgroup (its
     path under the host's hierarchy is not there), so that folder is read.
     """
-    text = _read(proc_cgroup)
-    if text is None:
-        return None, f"no CPU quota read: {proc_cgroup} absent (not Linux)"
-    v1 = v2 = None
-    for line in text.splitlines():
-        parts = line.strip().split(":", 2)
-        if len(parts) != 3:
-            continue
-        if parts[0] == "0" and parts[1] == "":
-            v2 = parts[2]
-        elif "cpu" in parts[1].split(","):
-            v1 = (parts[1], parts[2])
-    if v1 is not None:
-        mounts = [cgroup_root / v1[0], cgroup_root / "cpu,cpuacct", cgroup_root / "cpu"]
-        mount = next((m for m in mounts if (m / "cpu.cfs_quota_us").is_file()), None)
-        if mount is None:
-            return None, f"no CPU quota read: cgroup v1 cpu controller not mounted under {cgroup_root}"
-        return _smallest(mount, v1[1], _v1_quota, "cgroup v1 cpu.cfs_quota_us")
-    if v2 is not None:
-        return _smallest(cgroup_root, v2, _v2_quota, "cgroup v2 cpu.max")
-    return None, f"no CPU quota read: {proc_cgroup} names no cpu controller"
+    place = _cgroup_place("cpu", cgroup_root, proc_cgroup)
+    if isinstance(place, str):
+        return None, f"no CPU quota read: {place}"
+    version, mount, path = place
+    if version == "v1":
+        return _smallest(mount, path, _v1_quota, "cgroup v1 cpu.cfs_quota_us", "a CPU quota")
+    return _smallest(mount, path, _v2_quota, "cgroup v2 cpu.max", "a CPU quota")
 
 
 def _v1_quota(folder: Path) -> float | None:
@@ -217,14 +236,106 @@ def _v2_quota(folder: Path) -> float | None:
         return None
 
 
-def _smallest(mount: Path, path: str, read, what: str) -> tuple[float | None, str]:
+def _smallest(mount: Path, path: str, read, what: str, limit: str) -> tuple[float | None, str]:
     here = mount / path.strip("/")
     folders = [here, *[p for p in here.parents if p.is_relative_to(mount)]] if here.is_dir() else [mount]
     found = [(q, f) for f in folders if (q := read(f)) is not None]
     if not found:
-        return None, f"not in a CPU quota ({what}: none set from {folders[0]} up to {mount})"
+        return None, f"not in {limit} ({what}: none set from {folders[0]} up to {mount})"
     q, f = min(found, key=lambda x: x[0])
     return round(q, 4), f"{what} at {f}"
+
+
+V1_UNLIMITED = 1 << 62
+"""A cgroup v1 memory limit at or above this is the kernel's "no limit" (it writes
+PAGE_COUNTER_MAX rounded to pages, 9223372036854771712 on 4 KiB pages)."""
+
+CGROUP_LIMITS = {
+    # name: (controller, v1 file, v2 file)
+    "memory_max_bytes": ("memory", "memory.limit_in_bytes", "memory.max"),
+    "memory_swap_max_bytes": ("memory", "memory.memsw.limit_in_bytes", "memory.swap.max"),
+    "pids_max": ("pids", "pids.max", "pids.max"),
+}
+"""The cgroup limits a pass records besides the CPU quota (:func:`host_limits`): the smallest
+value from the process's cgroup up to the mount's root, as for ``cpu.max``. A container's
+memory limit (Docker's ``--memory``; the Docker launcher sets one, lab.launchers.docker) is
+``memory.max``; cgroup v1's ``memory.memsw`` counts memory and swap together."""
+
+RLIMITS = {"rlimit_as_bytes": "RLIMIT_AS", "rlimit_data_bytes": "RLIMIT_DATA", "rlimit_nofile": "RLIMIT_NOFILE",
+           "rlimit_nproc": "RLIMIT_NPROC"}
+"""The process resource limits a pass records (soft limits, ``resource.getrlimit``; setrlimit(2))."""
+
+FS_LIMITS = {"shm_bytes": Path("/dev/shm")}
+"""File systems whose size bounds a pass (``os.statvfs``): /dev/shm holds the shared memory that
+data-loader workers and multi-process engines pass tensors through (Docker's ``--shm-size``)."""
+
+
+def _cgroup_value(file: str):
+    def read(folder: Path) -> float | None:
+        text = (_read(folder / file) or "").strip()
+        if not text or text == "max":
+            return None
+        try:
+            v = int(text)
+        except ValueError:
+            return None
+        return None if v >= V1_UNLIMITED else v
+    return read
+
+
+def host_limits(cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP,
+                fs: dict[str, Path] | None = None) -> tuple[dict[str, int | None], dict[str, str]]:
+    """Every limit the host or container puts on this process besides the CPU quota, read where
+    the pass runs: ({name: value or None}, {name: where it was read, or why it is None}).
+
+    Names and units: ``CGROUP_LIMITS`` (bytes; ``pids_max`` processes), ``RLIMITS`` (bytes; files;
+    processes), ``FS_LIMITS`` (bytes). None: no limit set (the reason says "no limit" and where
+    it looked) or not readable (the reason says why); never 0 for "unknown" (SPEC 3.10)."""
+    values: dict[str, int | None] = {}
+    where: dict[str, str] = {}
+    for name, (controller, v1_file, v2_file) in CGROUP_LIMITS.items():
+        place = _cgroup_place(controller, cgroup_root, proc_cgroup)
+        if isinstance(place, str):
+            values[name], where[name] = None, f"not read: {place}"
+            continue
+        version, mount, path = place
+        file = v1_file if version == "v1" else v2_file
+        v, src = _smallest(mount, path, _cgroup_value(file), f"cgroup {version} {file}", "a limit")
+        values[name], where[name] = (int(v) if v is not None else None), src
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        resource = None  # type: ignore[assignment]
+    for name, const in RLIMITS.items():
+        if resource is None or not hasattr(resource, const):
+            values[name], where[name] = None, f"not read: no {const} on this system"
+            continue
+        soft, _hard = resource.getrlimit(getattr(resource, const))
+        unlimited = soft == resource.RLIM_INFINITY
+        values[name] = None if unlimited else int(soft)
+        where[name] = f"{const} soft limit" + (": unlimited" if unlimited else "")
+    for fs_name, fs_path in (FS_LIMITS if fs is None else fs).items():
+        try:
+            st = os.statvfs(fs_path)
+        except OSError as exc:
+            values[fs_name], where[fs_name] = None, f"not read: {fs_path}: {exc.strerror or exc}"
+            continue
+        values[fs_name], where[fs_name] = st.f_blocks * st.f_frsize, f"size of {fs_path} (statvfs)"
+    return values, where
+
+
+def limits_text(limits: dict | None) -> str | None:
+    """One cell: every limit set, ``name value`` joined by ", " (bytes as GiB/MiB), "none set" when
+    none is; None when the pass recorded no limits (its runner predates them)."""
+    if not limits:
+        return None
+    values = limits.get("values") or {}
+
+    def shown(name: str, v: int) -> str:
+        if not name.endswith("_bytes"):
+            return f"{name} {v}"
+        return f"{name.removesuffix('_bytes')} " + (f"{v / 2**30:.2f} GiB" if v >= 2**30 else f"{v / 2**20:.1f} MiB")
+    return ", ".join(shown(k, v) for k, v in values.items() if v is not None) or "none set"
 
 
 def cpu_affinity() -> tuple[int | None, str]:
@@ -370,6 +481,8 @@ class WindowConditions:
                                       wall_s, per_worker, avail / self.workers if avail else None),
                "load_1m_start": t0.get("load"), "load_1m_end": load_end, "steal_share": steal,
                "gpu_start": t0.get("gpu"), "gpu_end": gpu_end, "rule": "lab.passes.conditions.starvation"}
+        values, where = host_limits()
+        rec["limits"] = {"values": values, "sources": where}
         rec["starved_reason"] = starvation(rec)
         rec["starved"] = bool(rec["starved_reason"])
         rec["reasons"] = reasons

@@ -12,6 +12,10 @@ lab.passes.conditions.WindowConditions around the measured window):
   allows (empty: no quota, reason in notes); ``cpus_available``: the smaller of the two;
 - ``load_1m_start`` / ``load_1m_end``: the host's 1-minute load average;
 - ``steal_share``: share of all CPUs' time stolen by the hypervisor during the window;
+- ``memory_max_bytes`` / ``pids_max``: the cgroup memory and process limits the pass ran under
+  (empty: none set, where it looked in notes); ``limits``: every limit set, in one cell
+  (lab.passes.conditions.host_limits, limits_text); all three empty for a pass whose runner
+  predates them;
 - ``starved`` (True/False) and ``starved_reason``: lab.passes.conditions.starvation, the one rule;
 - ``gpu_sm_clock_mhz_start`` / ``_end`` and ``gpu_throttle_start`` / ``_end`` ("none" or the
   NVML clock event reasons joined by "+"): the device at both ends of the window.
@@ -21,10 +25,13 @@ A cell that was not measured is empty, and ``notes`` says why (SPEC 3.10).
 
 from __future__ import annotations
 
+from lab.passes.conditions import limits_text
+
 CONDITIONS = ("cpu_time_s", "engine_cpu_time_s", "cpu_share", "cpu_affinity", "cpu_quota", "cpus_available",
-              "load_1m_start", "load_1m_end", "steal_share", "starved", "starved_reason", "gpu_sm_clock_mhz_start",
+              "load_1m_start", "load_1m_end", "steal_share", "memory_max_bytes", "pids_max", "limits", "starved",
+              "starved_reason", "gpu_sm_clock_mhz_start",
               "gpu_sm_clock_mhz_end", "gpu_throttle_start", "gpu_throttle_end")
-INT_CONDITIONS = ("cpu_affinity", "gpu_sm_clock_mhz_start", "gpu_sm_clock_mhz_end")
+INT_CONDITIONS = ("cpu_affinity", "memory_max_bytes", "pids_max", "gpu_sm_clock_mhz_start", "gpu_sm_clock_mhz_end")
 NOT_RECORDED = ("window conditions not recorded: the pass ended before its measured window "
                 "(or its runner predates them)")
 
@@ -41,6 +48,9 @@ def condition_cells(conditions: dict | None, running: bool, own_engine: bool = F
     g0, g1 = c.get("gpu_start") or {}, c.get("gpu_end") or {}
     cells = {k: c.get(k) for k in ("cpu_time_s", "engine_cpu_time_s", "cpu_share", "cpu_affinity", "cpu_quota",
                                    "cpus_available", "load_1m_start", "load_1m_end", "steal_share")}
+    lim = c.get("limits") or {}
+    cells.update(memory_max_bytes=(lim.get("values") or {}).get("memory_max_bytes"),
+                 pids_max=(lim.get("values") or {}).get("pids_max"), limits=limits_text(lim))
     cells.update(starved=bool(c.get("starved")), starved_reason=c.get("starved_reason") or None,
                  gpu_sm_clock_mhz_start=g0.get("sm_clock_mhz"), gpu_sm_clock_mhz_end=g1.get("sm_clock_mhz"),
                  gpu_throttle_start=_reasons(g0), gpu_throttle_end=_reasons(g1))
@@ -56,6 +66,9 @@ def condition_cells(conditions: dict | None, running: bool, own_engine: bool = F
                      ("steal_share", "steal_share")):
         if cells.get(key) is None and reasons.get(key):
             notes.append(f"empty {col}: {reasons[key]}")
+    for key in ("memory_max_bytes", "pids_max"):
+        if lim and cells[key] is None:
+            notes.append(f"empty {key}: {(lim.get('sources') or {}).get(key) or 'not read'}")
     if c.get("engine_cpu_time_s") is None and reasons.get("engine_cpu_time_s"):
         notes.append(f"empty engine_cpu_time_s (cpu_share is the pass process's alone): {reasons['engine_cpu_time_s']}")
     elif own_engine and "engine_processes" not in c:

@@ -299,7 +299,14 @@ def test_pass_container_is_confined(client, image, model_dir, rows, tmp_path):
     # and a real pass runs under it
     outcome, lines, _ = run_pass(launcher, spec, pass_dir)
     assert outcome.exit_code == EXIT_OK, (outcome, lines[-5:])
-    assert json.loads((pass_dir / "result.json").read_text())["items_completed"] == 30
+    result = json.loads((pass_dir / "result.json").read_text())
+    assert result["items_completed"] == 30
+    # every limit the container puts on the pass is recorded, read inside it (issue 35)
+    lim = result["conditions"]["limits"]
+    page = os.sysconf("SC_PAGE_SIZE")  # the kernel keeps a memory limit in whole pages
+    assert lim["values"]["memory_max_bytes"] == launcher.mem_limit_bytes // page * page, lim
+    assert lim["values"]["pids_max"] == 4096 and lim["values"]["shm_bytes"] == launcher.shm_size_bytes, lim
+    assert lim["sources"]["memory_max_bytes"].startswith("cgroup v"), lim
 
 
 @pytest.mark.docker

@@ -27,7 +27,11 @@ CONDITIONS = {"cpu_time_s": 4.5, "cpu_share": 0.9, "cpu_affinity": 2, "cpu_quota
               "load_1m_start": 1.5, "load_1m_end": 2.0, "steal_share": 0.0, "starved": False,
               "starved_reason": "", "gpu_start": {"sm_clock_mhz": 1800, "throttle_reasons": []},
               "gpu_end": {"sm_clock_mhz": 1500, "sm_clock_max_mhz": 1980, "throttle_reasons": ["hw_slowdown"],
-                          "throttled": True}, "reasons": {"cpu_quota": "no cgroup quota"}}
+                          "throttled": True}, "reasons": {"cpu_quota": "no cgroup quota"},
+              "limits": {"values": {"memory_max_bytes": 4 * 2**30, "pids_max": None, "rlimit_nofile": 1024,
+                                    "shm_bytes": 64 * 2**20},
+                         "sources": {"memory_max_bytes": "cgroup v2 memory.max at /sys/fs/cgroup",
+                                     "pids_max": "not in a limit (cgroup v2 pids.max: none set)"}}}
 OBSERVED = {"dtype": "float32", "device": "cuda:0", "attention": "sdpa", "threads": 2, "threads_declared": 2,
             "compile": False, "quantization": "none", "float32_matmul_precision": "highest",
             "tf32_matmul_declared": False, "tf32_matmul": False, "tf32_cudnn": False, "padding": "longest",

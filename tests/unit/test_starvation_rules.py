@@ -304,3 +304,48 @@ def test_engine_processes_that_start_or_exit_in_the_window():
     reused = {1: (100.0, 5.0 + 3.25, 0), 2: (102.0, 0.5, 1), 3: (100.0, 1.0, 1), 5: (100.0, 0.5, 3)}
     assert cond.tree_cpu_seconds(start, reused) == (0.25 + 0.5, 1, 0)
     assert cond.tree_cpu_seconds({}, {}) == (0.0, 0, 0)
+
+
+def test_host_limits_read_the_smallest_cgroup_limit_and_say_where(tmp_path):
+    from lab.passes.conditions import host_limits, limits_text
+
+    proc = tmp_path / "proc_cgroup"
+    proc.write_text("0::/system.slice/pass.scope\n")
+    root = tmp_path / "cg"
+    _tree(root, {"system.slice/pass.scope/memory.max": "max\n", "system.slice/memory.max": "4294967296\n",
+                 "memory.max": "8589934592\n", "system.slice/pass.scope/pids.max": "256\n"})
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    values, where = host_limits(root, proc, {"shm_bytes": shm, "tmp_gone": tmp_path / "absent"})
+    assert values["memory_max_bytes"] == 4 * 2**30
+    assert where["memory_max_bytes"] == f"cgroup v2 memory.max at {root / 'system.slice'}"
+    assert values["pids_max"] == 256 and values["shm_bytes"] > 0
+    # no limit set is None with where it looked, never 0
+    assert values["memory_swap_max_bytes"] is None
+    assert where["memory_swap_max_bytes"].startswith("not in a limit (cgroup v2 memory.swap.max: none set from")
+    assert values["tmp_gone"] is None and where["tmp_gone"].startswith("not read: ")
+    # the process's own resource limits, as the kernel gives them
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert values["rlimit_nofile"] == (None if soft == resource.RLIM_INFINITY else soft)
+    text = limits_text({"values": values, "sources": where})
+    assert "memory_max 4.00 GiB" in text and "pids_max 256" in text and "memory_swap_max" not in text
+    assert limits_text({"values": {"pids_max": None}}) == "none set" and limits_text(None) is None
+
+
+def test_host_limits_under_cgroup_v1_and_without_cgroups(tmp_path):
+    from lab.passes.conditions import host_limits
+
+    proc = tmp_path / "proc_cgroup"
+    proc.write_text("5:pids:/docker/abc\n4:memory:/docker/abc\n2:cpu,cpuacct:/docker/abc\n")
+    root = tmp_path / "cg"
+    # a container: its cgroup is the mount's root; v1 writes "no limit" as a huge page-rounded number
+    _tree(root, {"memory/memory.limit_in_bytes": "9223372036854771712\n", "pids/pids.max": "4096\n"})
+    values, where = host_limits(root, proc, {})
+    assert values["memory_max_bytes"] is None and "cgroup v1 memory.limit_in_bytes" in where["memory_max_bytes"]
+    assert values["pids_max"] == 4096 and where["pids_max"] == f"cgroup v1 pids.max at {root / 'pids'}"
+    (root / "memory/memory.limit_in_bytes").write_text("1073741824\n")
+    assert host_limits(root, proc, {})[0]["memory_max_bytes"] == 2**30
+    values, where = host_limits(root, tmp_path / "absent", {})
+    assert values["memory_max_bytes"] is None and where["memory_max_bytes"].startswith("not read: ")
