@@ -7,6 +7,9 @@ up to ``PARSED_MAX_BYTES``; members, their sizes and the bytes read are bounded 
 gzip trailer (CRC and length) is read, so an archive cut short is refused. Checks:
 
 - exactly one top folder, no duplicate member names, no links, devices or '..';
+- nothing but zeros after the tar's last member (its end-of-archive blocks and padding), to the
+  end of the gzip stream, whatever gzip members it is made of: what ``tar --ignore-zeros`` would
+  unpack past the end is never left unchecked;
 - ``SHA256SUMS`` well formed ("<64 hex>  <path>" per line, UTF-8) and equal to every member;
 - the journal's attempts against the raw table: same passes, statuses, items completed and
   metric; a final archive has a finished attempt for every planned slot and none running;
@@ -122,27 +125,66 @@ class _Scan:
             self.kept[rel] = buf.getvalue()
 
 
+class _RecentReads:
+    """Read-only file-like over ``fh`` that counts the bytes handed out (``pos``) and keeps the
+    last three reads, so the bytes a reader took past a point but never used (tarfile's stream
+    read-ahead, at most one ``bufsize`` read) can still be checked."""
+
+    def __init__(self, fh):
+        self.fh, self.pos = fh, 0
+        self.recent: list[bytes] = []
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.fh.read(n)
+        self.pos += len(data)
+        self.recent = [*self.recent[-2:], data]
+        return data
+
+    def since(self, offset: int) -> bytes:
+        """The bytes handed out from ``offset`` on (ValueError when no longer kept)."""
+        kept = b"".join(self.recent)
+        if self.pos - offset > len(kept):
+            raise ValueError(f"bytes from {offset} are no longer kept")
+        return kept[len(kept) - (self.pos - offset):] if self.pos > offset else b""
+
+
+def _not_padding(archive: Path, at: int) -> ArchiveError:
+    return ArchiveError(f"{archive}: bytes other than zeros after the end of the tar (from byte {at:,} of "
+                        "the unpacked stream): `tar --ignore-zeros` would unpack what verify never checked; "
+                        "refusing the archive")
+
+
 def _scan(archive: Path, work: Path) -> _Scan:
     scan = _Scan(work)
     tops: set[str] = set()
     bounds = MemberBounds(archive)
     try:
         with open(archive, "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as gz:
-            with tarfile.open(fileobj=gz, mode="r|", bufsize=CHUNK_BYTES) as tar:
+            stream = _RecentReads(gz)
+            with tarfile.open(fileobj=stream, mode="r|", bufsize=CHUNK_BYTES) as tar:  # type: ignore[call-overload]
                 for m in tar:
                     rel = check_member(m, tops)
                     bounds.check(m, rel)
-                    tar.members.clear()  # type: ignore[attr-defined]  # streamed: keep no TarInfo per member
+                    tar.members.clear()  # streamed: keep no TarInfo per member
                     if not m.isfile():
                         continue
                     if rel in scan.sha:
                         raise ArchiveError(f"member {rel!r} appears twice: unpacking keeps the last copy "
                                            "while a check may read the first; refusing the archive")
                     scan.add(rel, tar.extractfile(m))
-            trailer = 0
-            while chunk := gz.read(CHUNK_BYTES):  # to the gzip trailer: its CRC and length are checked
+                end = tar.offset  # the block that ended the tar: its end-of-archive blocks, or not a header
+            # everything after the last member is zeros (tar pads with them); the part tarfile read
+            # ahead, then the rest of the gzip stream, to its trailer (CRC and length checked)
+            ahead = stream.since(end)
+            if ahead.strip(b"\0"):
+                raise _not_padding(archive, end + len(ahead) - len(ahead.lstrip(b"\0")))
+            trailer = len(ahead)
+            bounds.check_trailer(trailer)
+            while chunk := gz.read(CHUNK_BYTES):
                 trailer += len(chunk)
                 bounds.check_trailer(trailer)
+                if chunk.strip(b"\0"):
+                    raise _not_padding(archive, end + trailer - len(chunk.lstrip(b"\0")))
     except ArchiveError:
         raise
     except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:

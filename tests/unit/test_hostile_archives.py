@@ -122,6 +122,34 @@ def test_a_long_gzip_tail_after_the_end_of_the_tar_is_refused(tmp_path):
     assert f"more than {MAX_TRAILER_BYTES:,} bytes after the end of the tar" in out, out
 
 
+def _tar(members: dict[str, bytes]) -> bytes:
+    body = io.BytesIO()
+    with tarfile.open(fileobj=body, mode="w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return body.getvalue()
+
+
+@pytest.mark.parametrize("how", ["same gzip member", "second gzip member"])
+def test_a_tar_hidden_after_the_end_of_the_tar_is_refused(tmp_path, how):
+    """Bytes after the tar's end-of-archive blocks that are not zeros: `tar --ignore-zeros`
+    unpacks a member hidden there, which verify would never have checked (issue 35)."""
+    archive = tmp_path / "hidden.tar.gz"
+    first = _tar({"camp/SHA256SUMS": b""})
+    hidden = _tar({"camp/passes/p1/predictions.jsonl": b'{"id": "a", "pred": "forged"}\n'})
+    archive.write_bytes(gzip.compress(first + hidden) if how == "same gzip member"
+                        else gzip.compress(first) + gzip.compress(hidden))
+    if subprocess.run(["tar", "--version"], capture_output=True).returncode == 0:  # what a standard tool does
+        out = tmp_path / "out"
+        out.mkdir()
+        subprocess.run(["tar", "--ignore-zeros", "-xzf", str(archive), "-C", str(out)], check=True)
+        assert (out / "camp/passes/p1/predictions.jsonl").read_text().endswith('"forged"}\n')
+    out = one_line_refusal(iteralab("archive", "verify", str(archive), tmp=tmp_path))
+    assert "bytes other than zeros after the end of the tar" in out and "--ignore-zeros" in out, out
+
+
 def test_a_catalog_without_newlines_fails_fast_in_the_pricing_script(tmp_path):
     script = subprocess.run([sys.executable, "-I", str(REPO / "scripts" / "calcul_forfaits.py"),
                              "--catalog", "/dev/zero"], capture_output=True, text=True, timeout=120,
