@@ -139,12 +139,15 @@ def test_runs_screen_not_started_then_live_rows_pause_stop(tmp_path, runs, size)
             table = app.screen.query_one(PassTable)
             keys = [k.value for k in table.rows]
             # ran ok and validated: the verdict in the engine's short words, never a bare "ok"
-            # (pass 2 ran ok but its accuracy is below the threshold and the reference's)
+            # (pass 2 ran ok but its accuracy is below the threshold and the reference's, and its labels
+            # differ from the reference pass's beyond the agreement rule)
             assert str(table.get_cell(keys[0], "status")) == "accepted"
-            assert str(table.get_cell(keys[1], "status")) == "rejected: accuracy; reference"
+            assert str(table.get_cell(keys[1], "status")) == "rejected: accuracy; reference; agreement"
             rejected = Journal(d / "journal.sqlite").attempts()[1]
             assert rejected.verdict == ("rejected: accuracy 0.3500 < threshold 0.55; accuracy 0.4600 below "
-                                        "the reference, tolerance 0.01")  # what `campaign status` prints
+                                        "the reference, tolerance 0.01; not the same ML result: 460 of 1000 labels "
+                                        "differ from batch/batch_size=1, allowed 0.05 (share 0.4600)")
+            # (what `campaign status` prints)
             assert table.max_scroll_x == 0  # a long verdict is cut in its cell, the row never scrolls sideways
             assert str(table.get_cell(keys[0], "elapsed")) == "0:25"
             assert str(table.get_cell(keys[0], "it/s")) == "40.0"
