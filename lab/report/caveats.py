@@ -51,8 +51,9 @@ class Basis:
 
 
 def _who(bases: Sequence[Basis], flagged: Sequence[Basis]) -> str:
-    """'' when every basis has the flag (or there is one basis), else ' (A b200 / batch 1)'."""
-    return "" if len(flagged) == len(bases) else f" ({', '.join(b.tag for b in flagged)})"
+    """'' when every basis has the flag (or there is one basis), else ' (A b200 / batch 1; B b200 / batch 1)'
+    (a label may hold commas: tags are joined by semicolons)."""
+    return "" if len(flagged) == len(bases) else f" ({'; '.join(b.tag for b in flagged)})"
 
 
 def caveats(bases: Sequence[Basis], distinguished: bool | None = None) -> list[str]:
