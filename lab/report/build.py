@@ -113,7 +113,7 @@ def campaign_note(proto, summary, pricing: dict, attempts: list[Attempt], partia
 
     planned = [(v.variant_id, v.label) for v in proto.variants]
     cpu = cpu_priced_as(pricing, attempts)
-    note = decision_note(summary, decision_campaign(proto), pricing, planned=planned, cpu_priced_as=cpu)
+    note = decision_note(summary, decision_campaign(proto), pricing, planned=planned, measured_on_cpu=bool(cpu))
     backends = sorted({a.result.backend or "" for a in attempts if a.result is not None} - {""})
     if cpu:
         note += (f"\n\n**Measured hardware differs from the priced package.** The passes ran on "
