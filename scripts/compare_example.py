@@ -11,9 +11,12 @@ b200 campaign run a third time is paused after its first pass and packed with
 rtx-4090's 7-day price and the version date changed. Then the four `iteralab compare`
 commands run in a subprocess each; the transcript holds each command line, its stdout and
 stderr lines in the order printed, and its exit status; the decision.md that run DECISION_RUN
-wrote is kept as it was written. Temporary and repository paths are shown relative (the script
-fails if a /tmp/ or /work/ path is left in either file). Nothing in the files is typed by hand:
-run `python scripts/compare_example.py` again after changing compare. Needs the demo model
+wrote is kept as it was written, and its report.html photographed by headless Chromium
+(scripts/browser_check.py; the top SHOT_HEIGHT pixels: the decision and the first chart) into
+docs/compare-report.png (left as it was, and said, without Chromium). Temporary and repository
+paths are shown relative (the script fails if a /tmp/ or /work/ path is left in either file).
+Nothing in the files is typed by hand: run `python scripts/compare_example.py` again after
+changing compare. Needs the demo model
 (`make model`); about three and a half minutes on 2 busy cores.
 """
 
@@ -35,6 +38,7 @@ SOURCE = REPO / "demo" / "corpus" / "comparison.jsonl"
 CATALOG = REPO / "lab" / "cost" / "tarifs-forfaits.csv"
 OUT = REPO / "docs" / "compare-cli-example.txt"
 DECISION_OUT = REPO / "docs" / "compare-decision-example.md"
+SHOT_OUT, SHOT_WIDTH, SHOT_HEIGHT = REPO / "docs" / "compare-report.png", 1200, 1700
 
 BUCKETS = {"short": 4, "medium": 2, "long": 1}  # items drawn per length bucket: 7 in all
 BATCHES, REPETITIONS, DAYS = [1, 4], 2, 7  # the campaign's series values, [timing] repetitions, [cost] days
@@ -196,6 +200,7 @@ def transcript(work: Path, currency: str) -> tuple[list[str], str]:
             if r.returncode != 0 or not written.is_file():
                 raise SystemExit(f"compare run {i + 1}: exit {r.returncode}, no {written.relative_to(work)}")
             decision = relative(written.read_text(encoding="utf-8"), work)
+            shutil.copyfile(written.parent / "report.html", work / "decision-report.html")  # the later runs rewrite it
     assert decision is not None  # DECISION_RUN indexes COMPARES
     return out[:-1], decision
 
@@ -212,6 +217,7 @@ def main() -> int:
             make_rental(work, name, threads, gpu, passes)
             print(f"{name}.tar.gz packed")
         lines, decision = transcript(work, edited_catalog(work / EDITED))
+        shot = screenshot(work / "decision-report.html")
     for what, text in (("the transcript", lines), ("decision.md", decision.splitlines())):
         leaked = [line for line in text if "/tmp/" in line or "/work/" in line or tmp in line]
         if leaked:
@@ -235,6 +241,29 @@ def main() -> int:
             f"{OUT.relative_to(REPO)}); nothing typed by hand. -->")
     DECISION_OUT.write_text(f"{note}\n\n{decision.rstrip()}\n", encoding="utf-8")
     print(f"{len(decision.splitlines())} lines -> {DECISION_OUT.relative_to(REPO)}")
+    return shot
+
+
+def screenshot(page: Path) -> int:
+    """SHOT_OUT: the top SHOT_HEIGHT pixels of ``page`` at SHOT_WIDTH, by headless Chromium
+    (scripts/browser_check.py); 0 and SHOT_OUT left as it was when Chromium is missing, 1 when the
+    page fetched anything or logged an error."""
+    from PIL import Image
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from browser_check import check_html, find_chromium
+
+    if find_chromium() is None:
+        print(f"chromium not found: {SHOT_OUT.relative_to(REPO)} left as it was")
+        return 0
+    full = page.with_suffix(".png")
+    result = check_html(page, full, SHOT_WIDTH)
+    if result["requests"] or result["console_errors"]:
+        print(f"{page.name}: fetched {result['requests']} or logged {result['console_errors']}", file=sys.stderr)
+        return 1
+    with Image.open(full) as image:
+        image.crop((0, 0, SHOT_WIDTH, min(SHOT_HEIGHT, image.height))).save(SHOT_OUT)
+    print(f"report.html's top {SHOT_HEIGHT} px -> {SHOT_OUT.relative_to(REPO)}")
     return 0
 
 

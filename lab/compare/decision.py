@@ -24,6 +24,7 @@ from lab.cost.forfaits import Catalog, load_catalog, money, parse_instant, quote
 from lab.cost.sizing import cheapest_covering, package_limits
 from lab.facts.files import sha256_file
 from lab.orchestration.agreement import AgreementCheck, AgreementRule, per_id_labels
+from lab.report.caveats import rests_on, with_caveats
 from lab.report.conditions import starved_text
 from lab.report.distinguish import compare_durations
 from lab.report.exclusions import exclusion_counts, exclusion_kind
@@ -87,6 +88,14 @@ def host_tag(i: int, ev: Evidence) -> str:
     return f"{host_letter(i)} {ev.gpu or 'unpriced'}"
 
 
+def pair_caveats(a: Projection, b: Projection) -> str:
+    """The caveats of a figure that sets configuration ``a`` against ``b`` (a break-even load, a
+    budget ratio): both configurations' flags (Projection.basis) and whether their durations are
+    distinguished (lab.report.distinguish, the one rule); '' when clean (lab.report.caveats)."""
+    verdict = compare_durations(list(a.durations_s), list(b.durations_s))
+    return rests_on([a.basis, b.basis], verdict.distinguished)
+
+
 def _rank(p: Projection, sizing) -> tuple:
     return (sizing.quote.committed_budget, p.failures, -(p.items_per_s_median or 0.0))
 
@@ -108,7 +117,9 @@ def _winner_at(cands: list[Projection], catalog: Catalog, load: int, hours_avail
 def what_would_change(cands: list[Projection], chosen: Projection, catalog: Catalog, load: int,
                       hours_available, max_lots) -> list[str]:
     """Loads (items) at which another configuration becomes the choice, nearest above and
-    below the declared load, found at the capacity edges of every candidate package."""
+    below the declared load, found at the capacity edges of every candidate package. A break-even
+    line ends with the caveats of the two configurations it sets against each other
+    (:func:`pair_caveats`); a line about every candidate, with theirs."""
     edges = set()
     for p in cands:
         assert p.gpu is not None  # eligible: its archive declared a package
@@ -117,15 +128,16 @@ def what_would_change(cands: list[Projection], chosen: Projection, catalog: Cata
                 cap = capacity_items(p, limit, lots)
                 edges.update({cap, cap + 1})
     out = []
+    every = [p.basis for p in cands]
     for direction, loads in (("above", sorted(e for e in edges if e > load)),
                              ("below", sorted((e for e in edges if 0 < e < load), reverse=True))):
         for x in loads:
             w = _winner_at(cands, catalog, x, hours_available, max_lots)
             if w is None:
                 if direction == "above":
-                    out.append(f"above {x - 1} items no configuration covers the load "
-                               f"{'before the deadline' if hours_available else 'in any package'} "
-                               f"with 1 to {max_lots} lot(s) per package (--max-lots)")
+                    out.append(with_caveats(f"above {x - 1} items no configuration covers the load "
+                                            f"{'before the deadline' if hours_available else 'in any package'} "
+                                            f"with 1 to {max_lots} lot(s) per package (--max-lots)", every))
                     break
                 continue
             p, s = w
@@ -135,10 +147,11 @@ def what_would_change(cands: list[Projection], chosen: Projection, catalog: Cata
                            f"{load}) the choice becomes {p.key} on {p.hardware}: {q.days}-day "
                            f"package x {q.lots} lot(s) of {q.gpu_name}, committed "
                            f"{q.committed_budget:.2f} {q.currency} (packages of 1 to {max_lots} lot(s), "
-                           "--max-lots)")
+                           "--max-lots)" + (f"; {cav}" if (cav := pair_caveats(p, chosen)) else ""))
                 break
         else:
-            out.append(f"no load {direction} {load} items within the package edges changes the choice")
+            out.append(with_caveats(f"no load {direction} {load} items within the package edges changes the choice",
+                                    every))
     return out
 
 
@@ -354,7 +367,8 @@ def per_host_lines(cands: list[Projection], projections: list[Projection], chose
                    catalog: Catalog, load: int, hours_available, max_lots: int) -> list[str]:
     """The best eligible configuration on each host other than the chosen one's, with its
     committed budget and its ratio to the chosen budget; for the runner-up host, the
-    worst-pass throughput it would need to win. A host with nothing eligible says why."""
+    worst-pass throughput it would need to win. A host with nothing eligible says why. Each figure
+    ends with the caveats of what it rests on (:func:`pair_caveats`)."""
     assert chosen.sizing is not None
     budget = chosen.sizing.quote.committed_budget
     lines, runner_up = [], None
@@ -371,20 +385,23 @@ def per_host_lines(cands: list[Projection], projections: list[Projection], chose
         metric = ("metric not measured" if best.metric_median is None
                   else f"{best.metric_name} {best.metric_median:.4f}")
         lines.append(f"best on {host}: {best.label} at {q.committed_budget:.2f} {q.currency}, "
-                     f"{float(q.committed_budget / budget):.1f}x the chosen budget ({metric})")
+                     f"{float(q.committed_budget / budget):.1f}x the chosen budget ({metric})"
+                     + (f"; {cav}" if (cav := pair_caveats(best, chosen)) else ""))
         if runner_up is None:
             runner_up = best
     if runner_up is not None:
         need = needed_throughput(runner_up, budget, catalog, load, hours_available, max_lots)
         q = chosen.sizing.quote
         if need is None:
-            lines.append(f"{runner_up.host} cannot win at any throughput: no {runner_up.gpu} package of "
-                         f"1 to {max_lots} lot(s) costs less than {budget:.2f} {q.currency}")
+            lines.append(with_caveats(f"{runner_up.host} cannot win at any throughput: no {runner_up.gpu} package "
+                                      f"of 1 to {max_lots} lot(s) costs less than {budget:.2f} {q.currency}",
+                                      [chosen.basis]))
         else:
             lines.append(f"{runner_up.host} would need a worst pass of {need:.2f} items/s "
                          f"(measured {runner_up.items_per_s_worst or 0:.2f}, "
                          f"{need / (runner_up.items_per_s_worst or need):.1f}x) to win with a package "
-                         f"cheaper than {budget:.2f} {q.currency}")
+                         f"cheaper than {budget:.2f} {q.currency}"
+                         + (f"; {cav}" if (cav := pair_caveats(runner_up, chosen)) else ""))
     return lines
 
 
@@ -592,7 +609,8 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
             nq = nxt.sizing.quote
             v = compare_durations(list(chosen.durations_s), list(nxt.durations_s))
             if q.committed_budget < nq.committed_budget:
-                motivation.append(f"next: {nxt.key} at {nq.committed_budget:.2f} {nq.currency}")
+                motivation.append(f"next: {nxt.key} at {nq.committed_budget:.2f} {nq.currency}"
+                                  + (f" ({cav})" if (cav := pair_caveats(chosen, nxt)) else ""))
             elif chosen.failures < nxt.failures:
                 motivation.append(f"same budget as {nxt.key}; fewer failures ({chosen.failures} "
                                   f"vs {nxt.failures})")
@@ -615,7 +633,8 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
         stands_on = _stands_on(chosen, agreements)
         path.append(f"decision: {chosen.key} ({chosen.archive}, {chosen.hardware}), {q.days}-day package x {q.lots} "
                     f"lot(s) of {q.gpu_name}, committed budget {q.committed_budget:.2f} {q.currency}, "
-                    f"covers {load_items} items{tokens_clause(chosen)}; {chosen.spread_text()}; {stands_on}")
+                    f"covers {load_items} items{tokens_clause(chosen)}; {chosen.spread_text()}; {stands_on}"
+                    + (f"; {cav}" if (cav := rests_on([chosen.basis])) else ""))
     if chosen is None:
         hint = (f"; {len(short)} configuration(s) too short to project: --allow-short projects them, "
                 "named in every output" if short and not allow_short else "")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING
 
+from lab.report.caveats import chart_legend, chart_mark
 from lab.report.html import bars_figure, durations_figure, markdown_html, page, table_html
 
 if TYPE_CHECKING:
@@ -18,9 +19,11 @@ if TYPE_CHECKING:
 def comparison_report(c: Comparison, md: str, table: pd.DataFrame) -> str:
     """report.html of a comparison: decision first (``md``: its decision.md), durations per
     host x variant, throughput per host, cost per million items per host and package,
-    projected vs package hours, the raw rows (``table``: its compare.csv)."""
+    projected vs package hours, the raw rows (``table``: its compare.csv). Every chart label carries
+    its configuration's caveat marks and every caption their legend (lab.report.caveats)."""
     ps = list(c.projections)
-    labels = [f"{p.host}\n{p.label}" for p in ps]
+    labels = [f"{chart_mark(p.host, p.basis)}\n{p.label}" for p in ps]  # 'B b200 (CPU)*\nbatch 8'
+    note = chart_legend([p.basis for p in ps])
     head, _, rest = md.partition("## What would change the decision")
     cls = "decision" if c.chosen else "decision none"
     currency = next((p.sizing.quote.currency for p in ps if p.sizing), "")
@@ -34,22 +37,22 @@ def comparison_report(c: Comparison, md: str, table: pd.DataFrame) -> str:
                 "<h2>Durations per host and variant</h2>",
                 durations_figure([(lbl, list(p.durations_s), p.failures, list(p.failure_kinds))
                                   for lbl, p in zip(labels, ps, strict=True)],
-                                 "Measured window per pass on the comparison corpus, median marked"),
+                                 "Measured window per pass on the comparison corpus, median marked", note),
                 "<h2>Throughput per host</h2>",
                 bars_figure(labels, [p.items_per_s_median for p in ps], "items/s",
                             "Median pass items/s (bar: worst to best pass)",
-                            [p.items_per_s_worst for p in ps], [p.items_per_s_best for p in ps]),
+                            [p.items_per_s_worst for p in ps], [p.items_per_s_best for p in ps], note=note),
                 "<h2>Cost per million items</h2>",
                 bars_figure(labels, [float(p.cost_per_million_items) if p.cost_per_million_items is not None
                                      else None for p in ps], f"{currency} per million items",
                             f"Committed budget of the smallest covering package / {c.load_items} items "
-                            "x 1,000,000"),
+                            "x 1,000,000", note=note),
                 "<h2>Projected hours against package hours</h2>",
                 bars_figure(labels, [p.sizing.hours_needed if p.sizing else p.hours_worst for p in ps],
                             "hours per lot", "Worst-pass hours per lot (bars) and hours the package "
                             "allows before the deadline (red)",
                             hline=[p.sizing.hours_allowed if p.sizing else None for p in ps],
-                            hline_label="package hours allowed"),
+                            hline_label="package hours allowed", note=note),
                 "<h2>Details</h2>", markdown_html("## Declared" + md.split("## Declared", 1)[1]),
                 "<h2>Raw table (one row per archive x variant)</h2>", table_html(table)]
     return page("Comparison of rentals", sections)

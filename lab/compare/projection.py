@@ -44,6 +44,7 @@ from lab.cost.sizing import capacity_items as package_capacity
 from lab.facts.constants import AGREEMENT
 from lab.passes.events import PassStatus
 from lab.passes.records import SETUP_PHASES
+from lab.report.caveats import Basis
 from lab.report.decision import generation_costs
 from lab.report.summary import median_pass_throughput, recompilation_caveat
 
@@ -131,6 +132,15 @@ class Projection:
     lab.report.decision.generation_costs). None when not a generation variant or not sized."""
     tokens_note: str = ""
     """'' or why the output-token cells are empty (another task kind, nothing sized or counted)."""
+    measured_on_cpu: bool = False
+    """Its passes ran on CPU (no GPU device, or every pass's backend "cpu"), whatever it is priced as."""
+
+    @property
+    def basis(self) -> Basis:
+        """Its flags as a derived figure's caveats read them (lab.report.caveats)."""
+        return Basis(tag=self.key, passes=len(self.durations_s), starved=len(self.starved_passes),
+                     cpu_priced_as=(self.gpu or "") if self.measured_on_cpu else "",
+                     too_short=bool(self.too_short), not_steady=bool(self.durations_caveat))
 
     @property
     def metric_gap(self) -> float | None:
@@ -245,7 +255,8 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
     cards = measured_cards(rows)
     devs = ev.gpu_devices
     backends = {r.get("backend") for r in rows} - {"", None}
-    if not devs or backends <= {"cpu"}:
+    on_cpu = not devs or backends <= {"cpu"}
+    if on_cpu:
         cards_note = (f"measured on CPU ({ev.hardware}), priced as {gpu}: the projection says "
                       "nothing about that GPU" if gpu else f"measured on CPU ({ev.hardware}), not "
                       f"priced ({NO_PACKAGE})")
@@ -317,7 +328,7 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
         long_passes=len(long_ok), min_window_s=timing.min_window_s,
         min_accepted_passes=timing.min_accepted_passes, too_short=short,
         prediction_pass=ev.prediction_pass.get(vid, ""), decision_quote=q, price_note=price_note,
-        starved_passes=tuple(variant.get("starved_passes") or ()), **tokens)
+        starved_passes=tuple(variant.get("starved_passes") or ()), measured_on_cpu=on_cpu, **tokens)
 
 
 def output_token_figures(kind: str, variant: dict, load_items: int, sizing: Sizing | None) -> dict:

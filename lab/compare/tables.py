@@ -15,6 +15,7 @@ from lab.compare.evidence import NO_PACKAGE
 from lab.compare.projection import Projection
 from lab.cost.forfaits import money
 from lab.passes.records import SETUP_PHASES
+from lab.report.caveats import rests_on
 from lab.report.conditions import starved_text
 from lab.report.decision import output_tokens_text
 
@@ -31,7 +32,7 @@ CSV_COLUMNS = ("banner", "host", "archive", "hardware", "threads", "gpu_priced",
                "archive_committed_budget", "cost_per_validated_corpus", "currency",
                "load_items", "hours_median", "hours_worst", "package_days", "package_lots",
                "package_cards", "hours_per_lot_worst", "hours_allowed", "committed_budget",
-               "cost_per_million_items", "eligible", "exclusions", "durations_caveat",
+               "cost_per_million_items", "eligible", "exclusions", "caveats", "durations_caveat",
                "metric_name", "metric_median", "metric_min", "metric_max", "reference_label",
                "reference_metric_median", "metric_gap_to_reference", "same_result", *AGREEMENT_COLUMNS,
                "items_per_pass", "extrapolation", "long_passes", "min_window_s",
@@ -80,7 +81,7 @@ def projection_row(p: Projection, c: Comparison | None = None) -> dict:
         "hours_allowed": s.hours_allowed if s else None,
         "committed_budget": _money(s.quote.committed_budget) if s else None,
         "cost_per_million_items": _money(p.cost_per_million_items),
-        "eligible": p.eligible, "exclusions": "; ".join(p.exclusions),
+        "eligible": p.eligible, "exclusions": "; ".join(p.exclusions), "caveats": rests_on([p.basis]),
         "durations_caveat": p.durations_caveat,
         "metric_name": p.metric_name, "metric_median": p.metric_median, "metric_min": p.metric_min,
         "metric_max": p.metric_max, "reference_label": p.reference_label,
@@ -139,7 +140,8 @@ def decision_markdown(c: Comparison) -> str:
                 f"{q.days}-day package x "
                 f"{q.lots} lot(s) of {q.gpu_name} ({q.total_cards} card(s)), committed budget "
                 f"{q.committed_budget:.2f} {q.currency}, covering the declared load of "
-                f"{c.load_items} items.**", "",
+                f"{c.load_items} items.**" + (f" {cav[0].upper()}{cav[1:]}." if (cav := rests_on([p.basis])) else ""),
+                "",
                 f"**Quality.** {p.quality_text()}; {c.stands_on}.", "",
                 "**Motivation.** " + "; ".join(c.motivation) + ".", ""]
         out += [f"- {line}." for line in c.per_host]
@@ -229,7 +231,7 @@ def decision_markdown(c: Comparison) -> str:
             out.append(f"- Smallest covering package: {s.days} days x {s.lots} lot(s) = "
                        f"{s.committed_budget:.2f} {s.currency} ({p.sizing.hours_needed:.2f} h per lot of "
                        f"{p.sizing.hours_allowed:.2f} h allowed); {p.cost_per_million_items:.2f} "
-                       f"{s.currency} per million items")
+                       f"{s.currency} per million items" + (f"; {cav}" if (cav := rests_on([p.basis])) else ""))
         out += [f"- {line}" for line in tokens_lines(p)]
         if p.exclusions:
             out.append("- Excluded: " + "; ".join(p.exclusions))

@@ -94,6 +94,13 @@ def copy_catalog(proto, dest: Path) -> dict:
     return {"path": str(src), "sha256": sha256_file(dest), "copy": f"report/{dest.name}"}
 
 
+def cpu_priced_as(pricing: dict, attempts: list[Attempt]) -> str:
+    """The GPU a campaign is priced as (``pricing`` of lab.report.decision.decision_pricing) when its
+    passes ran on CPU, or no pass got that far; '' when it is not priced or ran on a GPU."""
+    backends = {a.result.backend or "" for a in attempts if a.result is not None} - {""}
+    return str(pricing["gpu"]) if pricing["gpu"] and ("cpu" in backends or not backends) else ""
+
+
 def campaign_note(proto, summary, pricing: dict, attempts: list[Attempt], partial_reason: str = "",
                   observed: bool = False) -> str:
     """The campaign's decision note (lab.report.decision.decision_note over every declared
@@ -105,9 +112,10 @@ def campaign_note(proto, summary, pricing: dict, attempts: list[Attempt], partia
     from lab.report.decision import decision_campaign, decision_note
 
     planned = [(v.variant_id, v.label) for v in proto.variants]
-    note = decision_note(summary, decision_campaign(proto), pricing, planned=planned)
+    cpu = cpu_priced_as(pricing, attempts)
+    note = decision_note(summary, decision_campaign(proto), pricing, planned=planned, measured_on_cpu=bool(cpu))
     backends = sorted({a.result.backend or "" for a in attempts if a.result is not None} - {""})
-    if pricing["gpu"] and ((backends and "cpu" in backends) or not backends):
+    if cpu:
         note += (f"\n\n**Measured hardware differs from the priced package.** The passes ran on "
                  f"{', '.join(backends) or 'no device (no pass got that far)'} (see the manifest), while the "
                  f"quote prices `{pricing['gpu']}`: the durations above say nothing about how that GPU "
@@ -172,5 +180,6 @@ def _write_report(out: Path, proto, version: dict, attempts: list[Attempt], desc
     (out / "decision_note.md").write_text(note)
     from lab.report.html import campaign_report
 
-    (out / "report.html").write_text(campaign_report(proto.name, summary, rows, note), encoding="utf-8")
+    (out / "report.html").write_text(campaign_report(proto.name, summary, rows, note,
+                                                     cpu_priced_as(pricing, attempts)), encoding="utf-8")
     return {"rows": len(rows), "summary": summary}

@@ -33,6 +33,7 @@ from lab.cost.forfaits import (
 )
 from lab.cost.sizing import capacity_items
 from lab.facts.constants import AGREEMENT, DEFAULT_DELIVERABLES, DEFAULT_LOTS
+from lab.report.caveats import Basis, rests_on
 from lab.report.distinguish import compare_durations
 from lab.report.exclusions import exclusion_counts
 from lab.report.summary import VariantSummary
@@ -109,7 +110,7 @@ def markdown_text(text: str) -> str:
 
 def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pricing: dict,
                   variant_pricing: dict[str, dict] | None = None,
-                  planned: Sequence[tuple[str, str]] | None = None) -> str:
+                  planned: Sequence[tuple[str, str]] | None = None, measured_on_cpu: bool = False) -> str:
     """Markdown decision note.
 
     ``summary``: one ``VariantSummary`` per variant (a summary.json dict is read with
@@ -121,7 +122,9 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
     ``gpu``, ``days``, ``lots``, ``window_start``/``window_end`` (ISO or None), ``tz``.
     ``planned``: (variant_id, label) of every declared variant; one with no pass in
     ``summary`` is listed as not run, and the decision never calls a configuration the only
-    one that passes while others have not run.
+    one that passes while others have not run. ``measured_on_cpu``: the passes ran on CPU, so each
+    configuration priced as a GPU carries that caveat in every figure the decision derives
+    (lab.report.caveats, with each variant's own: few passes, starved, not steady-state).
 
     Each distinct useful corpus counts once (seed: "Contare deliverable utili"): a
     variant with >= 1 accepted pass validated the corpus once, never once per
@@ -171,7 +174,8 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
                     f"can be compared and none is claimed. {len(unpriced)} configuration(s) pass the quality, "
                     f"memory and failure checks: {names}. Add [cost] (gpu, days, lots) to price them."]
     else:
-        decision = _decision(eligible, exclusion_counts(rows), deliverables, deadline_at, len(not_run))
+        decision = _decision(eligible, exclusion_counts(rows), deliverables, deadline_at, len(not_run),
+                             measured_on_cpu)
     if not_run:
         decision = [f"**Not a decision over every declared configuration:** {len(not_run)} of "
                     f"{len(not_run) + len(rows)} have not run ({', '.join(not_run)}).", ""] + decision
@@ -420,18 +424,23 @@ def distinguished(a: VariantSummary, b: VariantSummary) -> bool:
 
 
 def _decision(eligible: list[Assessment], counts: str, deliverables: int,
-              deadline_at: datetime | None, not_run: int = 0) -> list[str]:
+              deadline_at: datetime | None, not_run: int = 0, measured_on_cpu: bool = False) -> list[str]:
     """The note's Decision section. ``counts``: how many configurations are excluded, per kind
     (lab.report.exclusions.exclusion_counts, the line ``iteralab compare`` prints), said when none
-    is eligible."""
+    is eligible. The chosen line and the comparison with the next one end with the caveats of the
+    figures they rest on (lab.report.caveats; ``measured_on_cpu`` as in :func:`decision_note`)."""
     if not eligible:
         return [f"No configuration is eligible ({counts}; see the exclusions above): no package should be "
                 "committed on this evidence."]
+    def basis(a: Assessment) -> Basis:
+        return a.variant.basis(a.quote.gpu if measured_on_cpu and a.quote else "")
+
     best = eligible[0]
     v, q = best.variant, best.quote
     assert q is not None  # eligible configurations are quoted
     lines = [f"**Chosen: {v.label}** (`{v.variant_id}`), {q.days}-day package x {q.lots} "
-             f"lot(s) of {q.gpu_name}, committed budget {money(q.committed_budget, q.currency)}.",
+             f"lot(s) of {q.gpu_name}, committed budget {money(q.committed_budget, q.currency)}"
+             + (f"; {cav}." if (cav := rests_on([basis(best)])) else "."),
              ""]
     rest = deliverables - best.accepted_deliverables
     load = (f"**Load covered.** {best.accepted_deliverables} of {deliverables} announced "
@@ -451,8 +460,9 @@ def _decision(eligible: list[Assessment], counts: str, deliverables: int,
         (b0, f0, m0), (b1, f1, m1) = best.sort_key(), nxt.sort_key()
         name = nxt.variant.label
         if b0 < b1:
+            pair = rests_on([basis(best), basis(nxt)], distinguished(v, nxt.variant))
             why.append(f"lowest committed budget ({money(b0, q.currency)}; next: {name} at "
-                       f"{money(b1, q.currency)})")
+                       f"{money(b1, q.currency)}{'; ' + pair if pair else ''})")
         elif f0 < f1:
             why.append(f"same committed budget as {name}; fewer failures ({f0} vs {f1})")
         elif m0 < m1:

@@ -73,9 +73,10 @@ def table_html(df: pd.DataFrame) -> str:
     return '<div class="scroll">' + df.to_html(index=False, na_rep="", escape=True) + "</div>"
 
 
-def durations_figure(groups: list[tuple[str, list[float], int, list[str]]], title: str) -> str:
+def durations_figure(groups: list[tuple[str, list[float], int, list[str]]], title: str, note: str = "") -> str:
     """Strip plot: ``groups`` = [(label, durations_s of successful passes, failed passes,
-    failure kinds)]. Every pass is a point, the median a bar, failures a red X at the top."""
+    failure kinds)]. Every pass is a point, the median a bar, failures a red X at the top.
+    ``note``: the legend of the labels' caveat marks (lab.report.caveats.chart_legend), after the caption."""
     fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(groups) + 2), 3.6))
     have_fail = have_pass = False  # each legend entry is labelled once, on the first group that has it
     for i, (_label, durations, failed, kinds) in enumerate(groups):
@@ -104,13 +105,14 @@ def durations_figure(groups: list[tuple[str, list[float], int, list[str]]], titl
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # never over a point
     caption = title + (": red X = failed passes (OOM, crash), which have no duration"
                        if have_fail else "")
-    return figure_tag(fig, caption)
+    return figure_tag(fig, caption + (f". {note}" if note else ""))
 
 
 def bars_figure(labels: list[str], values: list[float | None], ylabel: str, title: str,
                 lows: list[float | None] | None = None, highs: list[float | None] | None = None,
-                hline: list[float | None] | None = None, hline_label: str = "") -> str:
-    """Bar chart; None values are left empty and labelled "not measured"/"not priced"."""
+                hline: list[float | None] | None = None, hline_label: str = "", note: str = "") -> str:
+    """Bar chart; None values are left empty and labelled "not measured"/"not priced". ``note``: the
+    legend of the labels' caveat marks (lab.report.caveats.chart_legend), after the caption."""
     fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(labels) + 2), 3.6))
     xs = list(range(len(labels)))
     vals = [v if v is not None else 0 for v in values]
@@ -137,21 +139,28 @@ def bars_figure(labels: list[str], values: list[float | None], ylabel: str, titl
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
-    return figure_tag(fig, title)
+    return figure_tag(fig, title + (f". {note}" if note else ""))
 
 
-def campaign_report(name: str, summary: list[VariantSummary], rows: list[dict], note_md: str) -> str:
+def campaign_report(name: str, summary: list[VariantSummary], rows: list[dict], note_md: str,
+                    cpu_priced_as: str = "") -> str:
     """report.html of one campaign: the decision note's decision and motivation first, durations
-    per variant, throughput, the rest of the note (configurations, exclusions), raw table."""
+    per variant, throughput, the rest of the note (configurations, exclusions), raw table. Each
+    chart label carries its variant's caveat marks and each caption their legend
+    (lab.report.caveats; ``cpu_priced_as``: the GPU priced when the passes ran on CPU, '' otherwise)."""
+    from lab.report.caveats import chart_legend, chart_mark
     from lab.report.raw_table import raw_table
 
-    groups = [(s.label + ("\n(includes recompilation:\nnot steady-state)" if s.recompiled_passes else ""),
-               list(s.durations_s), s.failures, list(s.failure_kinds)) for s in summary]
+    bases = [s.basis(cpu_priced_as) for s in summary]
+    note = chart_legend(bases)
+    groups = [(chart_mark(s.label, b)
+               + ("\n(includes recompilation:\nnot steady-state)" if s.recompiled_passes else ""),
+               list(s.durations_s), s.failures, list(s.failure_kinds)) for s, b in zip(summary, bases, strict=True)]
     rates: dict[str, list[float]] = {}
     for r in rows:
         if r.get("status") == PassStatus.OK and r.get("items_per_s"):
             rates.setdefault(r["variant_id"], []).append(float(r["items_per_s"]))
-    labels = [s.label for s in summary]
+    labels = [chart_mark(s.label, b) for s, b in zip(summary, bases, strict=True)]
     med = [s.items_per_s_median for s in summary]
     lows = [min(rates[s.variant_id]) if s.variant_id in rates else None for s in summary]
     highs = [max(rates[s.variant_id]) if s.variant_id in rates else None for s in summary]
@@ -163,10 +172,10 @@ def campaign_report(name: str, summary: list[VariantSummary], rows: list[dict], 
                 '<div class="decision">' + markdown_html("## Decision\n" + decision if sep else
                                                          "## Decision\n\nnot reached") + "</div>",
                 "<h2>Durations per variant</h2>",
-                durations_figure(groups, "Measured window per pass, median marked"),
+                durations_figure(groups, "Measured window per pass, median marked", note),
                 "<h2>Throughput</h2>",
                 bars_figure(labels, med, "items/s", "Median items/s per variant (bar: min to max pass)",
-                            lows, highs),
+                            lows, highs, note=note),
                 "<h2>Decision note</h2>", markdown_html(details),
                 "<h2>Raw table (one row per attempted pass)</h2>", table_html(raw_table(rows))]
     return page(f"Campaign {name}", sections)

@@ -25,6 +25,7 @@ from lab.facts.constants import AGREEMENT
 from lab.inputs.variants import series_names
 from lab.passes.events import PassStatus
 from lab.passes.records import Attempt, Validation, rejected_text
+from lab.report.caveats import Basis
 from lab.report.conditions import is_starved, starved_text
 from lab.report.distinguish import compare_durations
 
@@ -231,6 +232,12 @@ class VariantSummary:
         to the durations on the Results screen and in the decision note
         (``recompilation_caveat``)."""
         return recompilation_caveat(self.recompiled_passes, self.successes, self.recompiles_measured_max)
+
+    def basis(self, cpu_priced_as: str = "") -> Basis:
+        """Its flags as a derived figure's caveats read them (lab.report.caveats); ``cpu_priced_as``:
+        the GPU the campaign is priced as when its passes ran on CPU ('' otherwise)."""
+        return Basis(tag=self.label, passes=self.successes, starved=len(self.starved_passes),
+                     cpu_priced_as=cpu_priced_as, not_steady=self.recompiled_passes > 0)
 
     def starved_caveat(self) -> str:
         """'' when no pass ok was starved; else one clause naming the starved passes
