@@ -68,7 +68,8 @@ def test_signed_archive_round_trip(two_rentals, keys, env, tmp_path):
     archive = Path(r.stdout.splitlines()[-1])
     sig = signature_path(archive)
     assert sig.is_file() and f"signed: {sig}" in r.stdout
-    assert f"sha256 {sha256_file(archive)}" in r.stdout  # the bytes printed are the bytes signed: nothing inside changed
+    # the sha256 printed is the signed bytes': nothing inside changed
+    assert f"sha256 {sha256_file(archive)}" in r.stdout
     # the pair checks with ssh-keygen alone, in the lab's namespace
     with open(archive, "rb") as fh:
         alone = subprocess.run(["ssh-keygen", "-Y", "verify", "-f", str(keys["allowed"]), "-I", ALICE,

@@ -52,8 +52,8 @@ def test_first_principal_of_find_principals():
 
 
 def test_why_is_ssh_keygens_last_reason():
-    r = subprocess.CompletedProcess([], 255, stdout="Could not verify signature.\n",
-                                    stderr="Signing file a.tar.gz\nSignature verification failed: incorrect signature\n")
+    r = subprocess.CompletedProcess([], 255, stdout="Could not verify signature.\n", stderr="Signing file a.tar.gz\n"
+                                    "Signature verification failed: incorrect signature\n")
     assert why(r) == "Could not verify signature."
     r = subprocess.CompletedProcess([], 255, stdout="", stderr="Signing file a.tar.gz\n"
                                     "Couldn't load public key k: No such file or directory\n")
