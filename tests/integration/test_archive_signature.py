@@ -54,15 +54,19 @@ def copied(archive: Path, folder: Path, name: str | None = None) -> Path:
     return Path(shutil.copyfile(archive, folder / (name or archive.name)))
 
 
+def campaign_copy(archive: Path, tmp_path: Path) -> Path:
+    """A copy of the campaign folder a session archive was packed from (packing writes beside it)."""
+    folder = next(d for d in archive.parent.iterdir() if (d / "journal.sqlite").is_file())
+    return Path(shutil.copytree(folder, tmp_path / "runs" / archive.parent.name / folder.name))
+
+
 def signature_line(stdout: str) -> str:
     return next(line for line in stdout.splitlines() if line.startswith("signature: "))
 
 
 def test_signed_archive_round_trip(two_rentals, keys, env, tmp_path):
     """Sign at packing, verify naming the signer, then one byte changed: refused."""
-    src = two_rentals[0].parent
-    folder = next(d for d in src.iterdir() if (d / "journal.sqlite").is_file())
-    campaign = shutil.copytree(folder, tmp_path / "runs" / src.name / folder.name)
+    campaign = campaign_copy(two_rentals[0], tmp_path)
     r = cli("archive", campaign, "--sign", keys["alice"], env=env)
     assert r.returncode == 0, r.stderr
     archive = Path(r.stdout.splitlines()[-1])
@@ -161,9 +165,7 @@ def test_without_ssh_keygen_sign_names_the_package_and_verify_checks_nothing(two
     archive = copied(two_rentals[0], tmp_path / "a")
     sign_archive(archive, keys["alice"])
     bare = {**env, "PATH": str(tmp_path / "empty")}  # no ssh-keygen on it (python is run by its full path)
-    src = two_rentals[0].parent
-    folder = next(d for d in src.iterdir() if (d / "journal.sqlite").is_file())
-    campaign = shutil.copytree(folder, tmp_path / "runs" / src.name / folder.name)
+    campaign = campaign_copy(two_rentals[0], tmp_path)
     r = cli("archive", campaign, "--sign", keys["alice"], env=bare)
     err = r.stderr.strip()
     assert r.returncode == 2 and "\n" not in err and "ssh-keygen not found" in err and "openssh-client" in err, err
@@ -172,3 +174,15 @@ def test_without_ssh_keygen_sign_names_the_package_and_verify_checks_nothing(two
     assert r.returncode == 0, r.stdout + r.stderr
     assert signature_line(r.stdout).startswith("signature: signature not checked: ssh-keygen not found; install "
                                                "openssh-client"), r.stdout
+
+
+def test_a_key_ssh_keygen_cannot_use_leaves_no_archive(two_rentals, env, tmp_path):
+    """An archive asked signed is signed or not kept: packing runs, signing fails, nothing is left."""
+    not_a_key = tmp_path / "not-a-key"
+    not_a_key.write_text("this is no OpenSSH key\n")
+    campaign = campaign_copy(two_rentals[0], tmp_path)
+    r = cli("archive", campaign, "--sign", not_a_key, env=env)
+    err = r.stderr.strip()
+    assert r.returncode == 2 and "\n" not in err, err
+    assert f"--sign {not_a_key}: ssh-keygen could not sign " in err and "no archive was kept" in err, err
+    assert not [p.name for p in campaign.parent.iterdir() if p.name.endswith((".tar.gz", ".sig", ".partial"))]
