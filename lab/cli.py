@@ -11,10 +11,12 @@
     iteralab report CAMPAIGN.toml|DIR                 raw table, summary, manifest, decision note
     iteralab archive CAMPAIGN.toml|DIR [--partial] [--with-corpus]
                                                       pack the evidence archive (prints its sha256 and path)
+      [--sign KEY]                                    (KEY: your OpenSSH private key; writes ARCHIVE.sig)
     iteralab archive verify FILE.tar.gz               re-derive and check what the archive claims
       [--metric-file F]                               (F: your metric function's file, hash-checked)
+      [--allowed-signers F]                           (F: the keys you trust; names the signer)
     iteralab compare A.tar.gz B.tar.gz --load ITEMS   one decision from several rentals' archives
-      [--metric-file F]                               (F: your metric function's file, hash-checked)
+      [--metric-file F] [--allowed-signers F]         (as for archive verify)
     iteralab demo                                     the offline demo campaign, headless
     iteralab up                                       the UI (no terminal: ./campaign.toml or demo, headless)
     iteralab doctor                                   environment checks
@@ -155,9 +157,9 @@ def cmd_campaign_replay(a) -> int:
     cost = {"gpu": a.gpu, "days": a.days, "lots": a.lots, "catalog": a.catalog,
             "window_start": a.window_start, "window_end": a.window_end, "tz": a.tz}
     r = replay_archive(a.archive, a.out, corpus=a.corpus, model=a.model, revision=a.revision,
-                       new_model=a.new_model, cost=cost)
+                       new_model=a.new_model, cost=cost, allowed_signers=a.allowed_signers)
     e = r.lock_entry
-    print(f"verified {Path(a.archive).name}; corpus {r.corpus} (sha256 {e['corpus_sha256']}), "
+    print(f"verified {Path(a.archive).name} ({r.signature.line}); corpus {r.corpus} (sha256 {e['corpus_sha256']}), "
           f"model {r.model} (sha256 {e['model_sha256']})")
     what = "new question version (model changed)" if a.new_model else "same question"
     print(f"locked {r.campaign_file}: version {e['version']}, sha256 {e['sha256']}; replays "
@@ -212,8 +214,11 @@ def cmd_archive(a) -> int:
             raise CliError("usage: iteralab archive verify FILE.tar.gz")
         from lab.evidence.archive import ArchiveError, verify
 
+        if a.sign:
+            raise CliError(f"--sign goes with `{iteralab_command()} archive CAMPAIGN` (packing); leave it out of "
+                           "verify (give --allowed-signers FILE to name the signer)")
         try:
-            v = verify(Path(a.archive), a.metric_file)
+            v = verify(Path(a.archive), a.metric_file, a.allowed_signers)
         except ArchiveError as exc:
             print(f"FAILED: {exc}")
             return 2
@@ -223,16 +228,22 @@ def cmd_archive(a) -> int:
             print(f"NOT RE-DERIVED {p}")
         for p in v.lab_apart:
             print(f"NOTE {p}")
+        if v.signature is not None:
+            print(f"signature: {v.signature.line}" + (f"; {v.signature.advice}" if v.signature.advice else ""))
         print(f"{v.outcome}: {v.files_checked} files, {v.rows_checked} rows checked"
               + ("; nothing contradicted, but not every claim was re-derived" if v.incomplete else ""))
         return 0 if v.ok else 1
-    if a.metric_file:
-        raise CliError(f"--metric-file goes with `{iteralab_command()} archive verify FILE.tar.gz`; leave it out when "
-                       "packing")
+    for flag, given in (("--metric-file", a.metric_file), ("--allowed-signers", a.allowed_signers)):
+        if given:
+            raise CliError(f"{flag} goes with `{iteralab_command()} archive verify FILE.tar.gz`; leave it out when "
+                           "packing")
+    from lab.facts.signing import signature_path
     from lab.inputs.corpus import sha256_file
 
-    path = make_archive(resolve_campaign_dir(a.target, "archive"), a.partial, a.with_corpus)
+    path = make_archive(resolve_campaign_dir(a.target, "archive"), a.partial, a.with_corpus, a.sign)
     print(f"sha256 {sha256_file(path)} (record it elsewhere: it is what proves the archive unchanged)")
+    if a.sign:
+        print(f"signed: {signature_path(path)} (keep it beside the archive; it names who made it)")
     print(path)
     return 0
 
@@ -243,7 +254,8 @@ def cmd_compare(a) -> int:
     c, paths = compare_to_folder(a.archives, a.load, a.out, deadline=a.deadline,
                                  window_start=a.window_start, tz=a.tz, catalog_path=a.catalog,
                                  max_lots=a.max_lots, allow_partial=a.allow_partial,
-                                 allow_short=a.allow_short, metric_file=a.metric_file)
+                                 allow_short=a.allow_short, metric_file=a.metric_file,
+                                 allowed_signers=a.allowed_signers)
     for i, line in enumerate(c.path, 1):
         print(f"{i}. {line}")
     for key in ("decision", "csv", "html"):
@@ -293,6 +305,16 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def add_allowed_signers(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    """--allowed-signers FILE: the one wording of the option, for verify, compare and replay."""
+    from lab.facts.signing import default_allowed_signers
+
+    p.add_argument("--allowed-signers", metavar="FILE",
+                   help=f"{prefix}the keys you trust to sign archives (ssh-keygen's allowed-signers format: one "
+                        "'NAME KEY-TYPE KEY' line each); a signed archive is then named with its signer, and one "
+                        f"signed by another key is refused (default: {default_allowed_signers()}, when it exists)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -372,6 +394,7 @@ def parser() -> argparse.ArgumentParser:
     rr.add_argument("--new-model", action="store_true",
                     help="a deliberate change of model: a new question version naming the archive")
     rr.add_argument("--runs", help="runs folder of this rental (ITERALAB_RUNS of the next command)")
+    add_allowed_signers(rr)
     for opt, typ, what in (("--gpu", str, "package GPU"), ("--days", int, "package days"),
                            ("--lots", int, "lots"), ("--catalog", str, "catalog CSV"),
                            ("--window-start", str, "campaign window start (ISO)"),
@@ -398,6 +421,10 @@ def parser() -> argparse.ArgumentParser:
     ar.add_argument("--metric-file", metavar="FILE",
                     help="with verify: a local copy of the file of a [quality] metric = \"file.py:function\"; "
                          "run (in a fresh process) to re-derive that metric only if its sha256 is the lock's")
+    ar.add_argument("--sign", metavar="KEY",
+                    help="sign the archive with this OpenSSH private key (ssh-keygen -Y sign) into "
+                         "ARCHIVE.sig beside it: verify, compare and replay then name you as its signer")
+    add_allowed_signers(ar, "with verify: ")
     ar.set_defaults(fn=cmd_archive)
     co = sub.add_parser("compare", help="one decision from several rentals' evidence archives",
                         description="Verify each archive, refuse archives of different corpora, "
@@ -422,6 +449,7 @@ def parser() -> argparse.ArgumentParser:
     co.add_argument("--metric-file", metavar="FILE",
                     help="a local copy of the file of the archives' [quality] metric = \"file.py:function\"; run "
                          "(in a fresh process) to re-derive that metric only if its sha256 is every archive's lock's")
+    add_allowed_signers(co)
     co.add_argument("--out", default="compare", help="output folder")
     co.set_defaults(fn=cmd_compare)
     for name, fn, what in (("demo", cmd_demo, "run the offline demo campaign headless; prints the archive path"),

@@ -36,7 +36,7 @@ MAX_LOTS = 100  # --max-lots above it: the break-even search grows with its squa
 @dataclass(frozen=True)
 class Comparison:
     """Result of :func:`compare_archives`; everything the tables and the report show."""
-    archives: tuple[dict, ...]  # name, path, hardware, threads, gpu, files_checked, cost
+    archives: tuple[dict, ...]  # name, path, hardware, threads, gpu, files_checked, signature, cost
     identity: dict
     projections: tuple[Projection, ...]
     load_items: int
@@ -409,15 +409,19 @@ def compare_archives(archives: list[str | Path], load_items: int, *, deadline: s
                      window_start: str | None = None, tz: str | None = None,
                      catalog_path: str | None = None, max_lots: int = DEFAULT_MAX_LOTS,
                      now: datetime | None = None, allow_partial: bool = False,
-                     allow_short: bool = False, metric_file: str | Path | None = None) -> Comparison:
+                     allow_short: bool = False, metric_file: str | Path | None = None,
+                     allowed_signers: str | Path | None = None) -> Comparison:
     """Check the load and the dates (:func:`calendar`), verify each archive
     (lab.compare.evidence.read_evidence, ``metric_file``: the opt-in that re-derives a user's own
     [quality] metric, hash-checked against every archive's lock; its refusals are held back until
-    the set is found comparable), then :func:`compare_evidence`. Raises CompareError, ArchiveError,
-    PricingError as that function does."""
+    the set is found comparable; ``allowed_signers``: the keys trusted to sign archives, None: the
+    default location's file when there is one), then :func:`compare_evidence`. Raises CompareError,
+    ArchiveError (SignatureError: a signature that does not verify), PricingError as that function
+    does."""
     _check_load(load_items, max_lots)
     calendar(deadline, window_start, tz, now)  # bad dates refused before any archive is verified
-    return compare_evidence([read_evidence(a, metric_file) for a in archives], load_items, deadline=deadline,
+    return compare_evidence([read_evidence(a, metric_file, allowed_signers) for a in archives], load_items,
+                            deadline=deadline,
                             window_start=window_start, tz=tz, catalog_path=catalog_path,
                             max_lots=max_lots, now=now, allow_partial=allow_partial,
                             allow_short=allow_short)
@@ -520,8 +524,8 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
     banners = [b for b in (partial_banner(evidence, tags),) if b]
     path = []
     for ev in evidence:
-        path.append(f"verified {ev.name}: {ev.files_checked} files, {len(ev.raw_rows)} raw rows; "
-                    f"{ev.hardware}, threads {ev.threads}, {priced_as(ev)}"
+        path.append(f"verified {ev.name}: {ev.files_checked} files, {len(ev.raw_rows)} raw rows, "
+                    f"{ev.signature.line}; {ev.hardware}, threads {ev.threads}, {priced_as(ev)}"
                     + (" (PARTIAL)" if ev.partial else ""))
     if identity["two_models"]:
         path.append(f"comparable as TWO MODELS, not two rentals of one question ({'; '.join(identity['two_models'])}): "
@@ -643,7 +647,7 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
     path = banners + path
     archives_info = tuple({"name": e.name, "host": tag, "path": str(e.path), "hardware": e.hardware,
                            "threads": e.threads, "gpu": e.gpu,
-                           "files_checked": e.files_checked,
+                           "files_checked": e.files_checked, "signature": e.signature.line,
                            "cost": dataclasses.asdict(e.cost) if e.cost else None,
                            "driver": (e.manifest.get("gpu") or {}).get("driver"),
                            "partial": e.partial, "not_run": e.not_run,

@@ -17,7 +17,7 @@ import numpy as np
 
 from lab.cost.forfaits import Catalog, PricingError, load_catalog
 from lab.evidence.archive import ArchiveError, extract, verify
-from lab.evidence.format import ARCHIVE_INFO
+from lab.evidence.format import ARCHIVE_INFO, UNSIGNED, Signature
 from lab.facts.errors import UserError
 from lab.facts.files import sha256_file
 from lab.facts.host import iteralab_command
@@ -73,6 +73,8 @@ class Evidence:
     it. Held back by :func:`read_evidence` so that a refusal of the whole set (archives not
     comparable, lab.compare.comparability) is said first: the opt-in advice is given only where
     following it can help (lab.compare.decision.compare_evidence raises it after those checks)."""
+    signature: Signature = UNSIGNED
+    """Who signed the archive, as verify checked it (lab.evidence.signature): named in the comparison."""
 
     @property
     def partial(self) -> bool:
@@ -128,19 +130,23 @@ def _json(top: Path, rel: str, archive: Path, required: bool = True):
     return json.loads(p.read_text(encoding="utf-8"))
 
 
-def load_evidence(archive: str | Path, metric_file: str | Path | None = None) -> Evidence:
+def load_evidence(archive: str | Path, metric_file: str | Path | None = None,
+                  allowed_signers: str | Path | None = None) -> Evidence:
     """:func:`read_evidence`, raising at once the prerequisite it holds back (``Evidence.held_back``):
     one archive read on its own, for callers that compare nothing. Raises what read_evidence raises,
     and CompareError (one line naming the archive) for a held-back refusal."""
-    ev = read_evidence(archive, metric_file)
+    ev = read_evidence(archive, metric_file, allowed_signers)
     if ev.held_back:
         raise CompareError(f"{ev.path.name}: {ev.held_back}")
     return ev
 
 
-def read_evidence(archive: str | Path, metric_file: str | Path | None = None) -> Evidence:
-    """Verify ``archive`` (lab.evidence.archive.verify) and read it. Raises ArchiveError for an
-    unreadable file, CompareError for one that does not verify or lacks a report file.
+def read_evidence(archive: str | Path, metric_file: str | Path | None = None,
+                  allowed_signers: str | Path | None = None) -> Evidence:
+    """Verify ``archive`` (lab.evidence.archive.verify: its signature first, against
+    ``allowed_signers``, None: the default location's file when there is one) and read it. Raises
+    ArchiveError for an unreadable file or a signature that does not verify (SignatureError),
+    CompareError for one that does not verify or lacks a report file.
 
     ``metric_file``: the user's opt-in for an archive whose [quality] metric is their own
     function ("file.py:function"), as for ``archive verify --metric-file``: a local copy of that
@@ -154,12 +160,13 @@ def read_evidence(archive: str | Path, metric_file: str | Path | None = None) ->
     from lab.evidence.user_metric import MetricFileRefused
 
     archive = Path(archive)
+    signers = None if allowed_signers is None else Path(allowed_signers)
     held = ""
     try:
-        v = verify(archive, None if metric_file is None else Path(metric_file))
+        v = verify(archive, None if metric_file is None else Path(metric_file), signers)
     except MetricFileRefused as exc:
         held = str(exc)
-        v = verify(archive)
+        v = verify(archive, allowed_signers=signers)
     if v.problems or v.rederived is None:
         raise CompareError(f"{archive.name}: does not verify ({len(v.problems)} problem(s), first: "
                            f"{(v.problems or ['figures not re-derived'])[0]}); download it again or re-pack it "
@@ -199,7 +206,8 @@ def read_evidence(archive: str | Path, metric_file: str | Path | None = None) ->
     name = archive.name.removesuffix(".tar.gz")
     return Evidence(archive, name, manifest, v.rederived.summary, rows, campaign, lock, card,
                     v.files_checked, config, info, catalog, predictions,
-                    {vid: pid for vid, (pid, _rel) in chosen.items() if vid in predictions}, vectors, held)
+                    {vid: pid for vid, (pid, _rel) in chosen.items() if vid in predictions}, vectors, held,
+                    v.signature or UNSIGNED)
 
 
 def _read_vectors(predictions: Path, vectors: Path) -> tuple[tuple[str, ...], np.ndarray]:

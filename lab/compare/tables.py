@@ -174,7 +174,7 @@ def decision_markdown(c: Comparison) -> str:
         package = (f"package in its [cost]: {k['gpu']} {k['days']} days x {k['lots']} lot(s)" if k
                    else f"not priced: {NO_PACKAGE}")
         out.append(f"- {a['host']}: `{a['name']}`: {a['hardware']}, driver {a['driver']}, threads {a['threads']}, "
-                   f"{package}; verified ({a['files_checked']} files)")
+                   f"{package}; verified ({a['files_checked']} files), {a['signature']}")
     ident = c.identity
     if ident.get("two_models"):
         out += ["", f"**Two models compared, not two rentals of one question** ({'; '.join(ident['two_models'])}). "

@@ -190,9 +190,19 @@ def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
     return f.read()
 
 
-def verify(archive: Path, metric_file: Path | None = None) -> Verification:
-    """Re-derive and check everything the archive claims; see lab.evidence.verify.verify_archive
-    (``metric_file``: the opt-in that re-derives a user's own [quality] metric)."""
+def verify(archive: Path, metric_file: Path | None = None, allowed_signers: Path | None = None) -> Verification:
+    """Check who signed the archive, then re-derive and check everything it claims: the
+    Verification of lab.evidence.verify.verify_archive (``metric_file``: the opt-in that re-derives
+    a user's own [quality] metric) with its ``signature`` (lab.evidence.signature.check_signature
+    against ``allowed_signers``, None: the default location's file when there is one). Raises
+    SignatureError (an ArchiveError) for a signature that does not verify, before reading the
+    archive's contents; ArchiveError as verify_archive does."""
+    from dataclasses import replace
+
+    from lab.evidence.signature import check_signature
     from lab.evidence.verify import verify_archive
 
-    return verify_archive(Path(archive), None if metric_file is None else Path(metric_file))
+    archive = Path(archive)
+    signature = check_signature(archive, allowed_signers) if archive.is_file() else None
+    v = verify_archive(archive, None if metric_file is None else Path(metric_file))
+    return replace(v, signature=signature)

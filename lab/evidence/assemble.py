@@ -61,17 +61,26 @@ def campaign_protocol(campaign_dir: Path):
                          relative_to=original if original and Path(original).is_file() else None)
 
 
-def archive_campaign(campaign_dir: Path, partial: bool = False, with_corpus: bool = False) -> Path:
+def archive_campaign(campaign_dir: Path, partial: bool = False, with_corpus: bool = False,
+                     sign_key: Path | None = None) -> Path:
     """Rebuild the report and pack ``<runs>/<campaign>/<campaign>-<version>-<UTC time>.tar.gz``.
 
     An unfinished campaign raises ArchiveError (one line with the reason) unless ``partial``;
     a partial archive says so in ARCHIVE.json and the decision note. ``with_corpus``: the corpus
     file goes in as ``corpus/<file name>`` (for a user who has the right to copy it), listed in
     SHA256SUMS and checked by verify against the locked corpus sha256, so a replay
-    (lab.evidence.replay) needs only the archive and the model. Returns the archive path.
+    (lab.evidence.replay) needs only the archive and the model. ``sign_key``: an OpenSSH private
+    key that signs the archive's bytes into ``<archive>.sig`` beside it
+    (lab.evidence.signature.sign_archive); ssh-keygen and the key are checked before anything is
+    packed, and an archive whose signing failed is removed (SignatureError, one line): an archive
+    asked signed is signed or not written. Returns the archive path.
     """
+    from lab.evidence.signature import SignatureError, sign_archive, signing_ready
+    from lab.facts.signing import signature_path
     from lab.report.build import build_report
 
+    if sign_key is not None:
+        signing_ready(sign_key)  # before the report is rebuilt or anything packed
     campaign_dir = Path(campaign_dir).resolve()  # '.' or '..' has no name to give the archive
     reason = unfinished_reason(campaign_dir)
     if reason and not partial:
@@ -88,7 +97,7 @@ def archive_campaign(campaign_dir: Path, partial: bool = False, with_corpus: boo
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     stem = f"{campaign_dir.parent.name}-{campaign_dir.name}-{stamp}"
     out, n = campaign_dir.parent / f"{stem}.tar.gz", 1
-    while out.exists():  # two archives in one second: never overwrite the first
+    while out.exists() or signature_path(out).exists():  # two archives in one second: never overwrite the first
         n += 1
         out = campaign_dir.parent / f"{stem}-{n}.tar.gz"
     extra = {}
@@ -111,6 +120,15 @@ def archive_campaign(campaign_dir: Path, partial: bool = False, with_corpus: boo
         raise ArchiveError(f"{campaign_dir}: a pass started or ended while the archive was packed, so its "
                            f"report and journal would disagree; run the same command again (or `{iteralab_command()} "
                            "campaign pause` first)")
+    if sign_key is not None:
+        try:
+            sign_archive(path, sign_key)
+        except SignatureError as exc:
+            path.unlink(missing_ok=True)  # asked signed: never left unsigned
+            raise SignatureError(f"{exc}; no archive was kept (run the same command again)") from None
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
     return path
 
 

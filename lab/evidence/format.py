@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import tarfile
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from lab.facts.errors import UserError
+from lab.facts.signing import SSH_KEYGEN_PACKAGE, default_allowed_signers
 
 JOURNAL = "journal.sqlite"
 ARCHIVE_INFO = "ARCHIVE.json"
@@ -56,6 +58,62 @@ class Rederived:
     summary: list
 
 
+class SignatureState(StrEnum):
+    """What is known of who made an archive (lab.evidence.signature.check_signature)."""
+
+    VERIFIED = "verified"
+    """Signed by a key the user's allowed-signers file lists, over the archive's bytes as they are."""
+    UNSIGNED = "unsigned"
+    """No signature file beside the archive."""
+    SIGNER_NOT_CHECKED = "signer not checked"
+    """A signature that matches the archive's bytes, by a key no allowed-signers file was there to name."""
+    NOT_CHECKED = "not checked"
+    """A signature file that could not be checked here (``reason`` says why: no ssh-keygen)."""
+
+
+@dataclass(frozen=True)
+class Signature:
+    """An archive's signature as checked: its ``state``; ``signer`` (the allowed-signers file's name
+    for the key, VERIFIED only); ``key`` ("ED25519 key SHA256:...", the signature's key as ssh-keygen
+    names it, '' when not read); ``allowed_signers`` (the file it was checked against, VERIFIED only);
+    ``reason`` (NOT_CHECKED: why)."""
+
+    state: SignatureState
+    signer: str = ""
+    key: str = ""
+    allowed_signers: str = ""
+    reason: str = ""
+
+    @property
+    def line(self) -> str:
+        """The phrase every output names the archive's signer with ("signed by NAME (KEY)",
+        "unsigned", "signed, signer not checked (no allowed-signers file) ...", "signature not
+        checked: REASON"); the only place these words are spelled."""
+        key = f" ({self.key})" if self.key else ""
+        if self.state == SignatureState.VERIFIED:
+            return f"signed by {self.signer}{key}"
+        if self.state == SignatureState.SIGNER_NOT_CHECKED:
+            return f"signed, signer not checked (no allowed-signers file){', ' + self.key if self.key else ''}"
+        if self.state == SignatureState.NOT_CHECKED:
+            return f"signature not checked: {self.reason}"
+        return "unsigned"
+
+    @property
+    def advice(self) -> str:
+        """'' or how to learn more than ``line`` says: where to list trusted keys (a signer not
+        checked), which package checks a signature (no ssh-keygen)."""
+        if self.state == SignatureState.SIGNER_NOT_CHECKED:
+            return (f"to name the signer, list the keys you trust in {default_allowed_signers()} (one 'NAME KEY-TYPE "
+                    "KEY' line each) or give --allowed-signers FILE")
+        if self.state == SignatureState.NOT_CHECKED:
+            return f"install {SSH_KEYGEN_PACKAGE} to check it"
+        return ""
+
+
+UNSIGNED = Signature(SignatureState.UNSIGNED)
+"""The Signature of an archive with no signature file beside it."""
+
+
 @dataclass(frozen=True)
 class Verification:
     """What ``verify`` checked: files hashed, raw-table rows re-derived, problems (one line each),
@@ -73,6 +131,9 @@ class Verification:
     """Lines saying the archive was written by another version of the lab's sources than the one
     that verified it, and which prose fields (lab.evidence.tables.PROSE) are worded differently:
     not compared, and not a problem; empty when the same lab wrote and verified it."""
+    signature: Signature | None = None
+    """Who made the archive (lab.evidence.archive.verify checks it first); None from
+    lab.evidence.verify.verify_archive alone, which reads only the archive's contents."""
 
     @property
     def ok(self) -> bool:

@@ -11,7 +11,8 @@ recorded path or hub id, else ``model``) must give the archive's locked sha256 v
 file is locked at once; its lock entry records ``replays`` (archive name and sha256, the
 protocol version it came from) and the question version. A deliberate change of model
 (``new_model``) is a new question version whose ``replays`` names the archive and the change;
-``lab.compare.comparability`` then says it compares two models.
+``lab.compare.comparability`` then says it compares two models. A signed archive's signature is
+checked first (lab.evidence.signature): one that does not verify is refused, its signer named.
 Errors: :class:`ReplayError`, one line naming both sha256 values on a mismatch.
 """
 
@@ -22,11 +23,11 @@ import json
 import math
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lab.evidence.archive import extract, verify
-from lab.evidence.format import ArchiveError
+from lab.evidence.format import UNSIGNED, ArchiveError, Signature
 from lab.facts.errors import ProtocolError
 from lab.facts.files import REPO_ROOT, sha256_file
 from lab.facts.host import iteralab_command
@@ -42,13 +43,14 @@ class ReplayError(ProtocolError):
 @dataclass(frozen=True)
 class Replay:
     """What ``replay_archive`` wrote: the campaign file, its lock entry, where the corpus and
-    the model were found."""
+    the model were found, and who signed the archive replayed (lab.evidence.format.Signature)."""
 
     campaign_file: Path
     lock_entry: dict
     corpus: Path
     model: str
     question_version: int
+    signature: Signature = UNSIGNED
 
 
 # ---- a small TOML writer for the campaign file's shape (tables of scalars and lists) ----------
@@ -229,12 +231,14 @@ def _cost_table(old: dict | None, cost: dict | None) -> dict | None:
 
 def replay_archive(archive: str | Path, out: str | Path, *, corpus: str | None = None,
                    model: str | None = None, revision: str | None = None, new_model: bool = False,
-                   cost: dict | None = None) -> Replay:
-    """Verify ``archive``, write ``out`` (a campaign file with the archive's protocol; [cost]
-    from ``cost``: {gpu, days, lots, catalog, window_start, window_end, tz}, each None = the
-    archive's) and lock it. Refuses an existing ``out``. Raises ReplayError (one line) when the
-    archive does not verify, the corpus or the model does not give the archive's sha256, or
-    ProtocolError when the lock refuses the new file (e.g. a deadline already past)."""
+                   cost: dict | None = None, allowed_signers: str | Path | None = None) -> Replay:
+    """Verify ``archive`` (its signature first, against ``allowed_signers``: None, the default
+    location's file when there is one; lab.evidence.signature.check_signature), write ``out`` (a
+    campaign file with the archive's protocol; [cost] from ``cost``: {gpu, days, lots, catalog,
+    window_start, window_end, tz}, each None = the archive's) and lock it. Refuses an existing
+    ``out``. Raises ReplayError (one line) when the archive or its signature does not verify, the
+    corpus or the model does not give the archive's sha256, or ProtocolError when the lock refuses
+    the new file (e.g. a deadline already past)."""
     archive, out = Path(archive), Path(out).resolve()
     for taken in (out, out.with_suffix(".lock.json")):
         if taken.exists():
@@ -243,7 +247,7 @@ def replay_archive(archive: str | Path, out: str | Path, *, corpus: str | None =
     if not archive.is_file():
         raise ReplayError(f"{archive}: no such archive; give the evidence archive (.tar.gz) to replay")
     try:
-        v = verify(archive)
+        v = verify(archive, allowed_signers=None if allowed_signers is None else Path(allowed_signers))
     except ArchiveError as exc:
         raise ReplayError(f"{archive.name} does not verify: {exc}") from None
     if not v.ok:
@@ -254,7 +258,8 @@ def replay_archive(archive: str | Path, out: str | Path, *, corpus: str | None =
     inputs = out.parent / f"{out.stem}-inputs"
     made_inputs = not inputs.exists()
     try:
-        return _replay(archive, archive_sha, out, inputs, corpus, model, revision, new_model, cost)
+        r = _replay(archive, archive_sha, out, inputs, corpus, model, revision, new_model, cost)
+        return replace(r, signature=v.signature or r.signature)
     except BaseException:
         if made_inputs:
             shutil.rmtree(inputs, ignore_errors=True)  # nothing half-made is left beside --out

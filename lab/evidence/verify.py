@@ -29,8 +29,9 @@ gzip trailer (CRC and length) is read, so an archive cut short is refused. Check
   (lab.evidence.cross_check).
 
 It cannot detect a forger who rewrites every file consistently (predictions, labels,
-journal, raw table, lock, checksums): that makes a new archive, which only a signature or the
-archive's own sha256, recorded elsewhere, tells from the original.
+journal, raw table, lock, checksums): that makes a new archive, which only a signature
+(lab.evidence.signature, checked by lab.evidence.archive.verify before this) or the archive's
+own sha256, recorded elsewhere, tells from the original.
 """
 
 from __future__ import annotations

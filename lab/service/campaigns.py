@@ -397,13 +397,15 @@ def run_demo(launcher: str = "local", echo=None, memory_limit: int | None = None
 
 # ---- archive -----------------------------------------------------------------------
 
-def make_archive(campaign_dir: str | Path, partial: bool = False, with_corpus: bool = False) -> Path:
+def make_archive(campaign_dir: str | Path, partial: bool = False, with_corpus: bool = False,
+                 sign_key: str | Path | None = None) -> Path:
     """Rebuild the report, then pack the evidence archive beside the campaign folder:
     <campaign>-<version folder>-<UTC stamp>.tar.gz (lab.evidence.assemble.archive_campaign: an unfinished
-    campaign is refused unless ``partial``; ``with_corpus`` packs the corpus file too). Returns its path."""
+    campaign is refused unless ``partial``; ``with_corpus`` packs the corpus file too; ``sign_key``, an
+    OpenSSH private key, signs it into <archive>.sig beside it). Returns the archive's path."""
     from lab.evidence.assemble import archive_campaign
 
-    return archive_campaign(Path(campaign_dir), partial, with_corpus)
+    return archive_campaign(Path(campaign_dir), partial, with_corpus, None if sign_key is None else Path(sign_key))
 
 
 def assemble_archive(campaign_dir: str | Path, partial: bool = False) -> dict:
