@@ -444,15 +444,20 @@ def pooling_mismatch(pooling: str, normalize: bool, vllm_pooling: dict | None) -
 
 
 def probe_cache_key(model_dir: str | Path, *parts: object) -> str:
-    """The key of one probe's answer: the model folder's files (path, size, mtime) and the vLLM
-    venv's requirements, with ``parts`` (runner, fraction, dtype); a changed file is a new key."""
-    from lab.engines.vllm_env import requirements_file
+    """The key of one probe's answer: the model folder's files (path, size, mtime), the vLLM
+    venv that answered (its folder, and its stamp: the requirements it was built from, so a
+    venv not built yet or rebuilt is a new key) and the requirements, with ``parts`` (runner,
+    fraction, dtype); a changed file is a new key."""
+    from lab.engines.vllm_env import STAMP_NAME, requirements_file, venv_dir
     from lab.facts.files import sha256_lines
 
+    venv = venv_dir().resolve()
+    stamp = venv / STAMP_NAME
     req = requirements_file()
     files = [f"{f.relative_to(model_dir)} {f.stat().st_size} {f.stat().st_mtime_ns}\n"
              for f in sorted(Path(model_dir).rglob("*")) if f.is_file()]
-    return sha256_lines([*files, req.read_text(encoding="utf-8") + "\n" if req.is_file() else "\n", repr(parts)])
+    return sha256_lines([*files, f"venv {venv} {stamp.read_text().strip() if stamp.is_file() else 'not built'}\n",
+                         req.read_text(encoding="utf-8") + "\n" if req.is_file() else "\n", repr(parts)])
 
 
 _PROBES: dict[str, dict] = {}

@@ -76,3 +76,23 @@ def test_a_failure_text_is_never_cut_inside_a_word():
     assert all(w in text.split() for w in kept)  # every kept word whole
     assert clip("short  text\nhere", 300) == "short text here"
     assert clip("x" * 50, 10) == "x" * 8 + ELLIPSIS  # one word longer than the limit
+
+
+def test_the_probe_key_changes_with_the_venv_that_answers(tmp_path, monkeypatch):
+    """An answer from one vLLM venv never stands for another one, nor for a venv not built yet
+    (the lock must still find that it cannot be built: tests/vllm/test_engine_vllm.py)."""
+    from lab.engines import vllm_env
+
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    built = tmp_path / "built"
+    built.mkdir()
+    (built / vllm_env.STAMP_NAME).write_text("abc\n")
+    monkeypatch.setenv(vllm_env.VENV_ENV, str(built))
+    a = probe_cache_key(model, "pooling", None, "float32")
+    monkeypatch.setenv(vllm_env.VENV_ENV, str(tmp_path / "absent"))
+    assert probe_cache_key(model, "pooling", None, "float32") != a
+    monkeypatch.setenv(vllm_env.VENV_ENV, str(built))
+    (built / vllm_env.STAMP_NAME).write_text("def\n")  # rebuilt from other requirements
+    assert probe_cache_key(model, "pooling", None, "float32") != a
