@@ -273,10 +273,11 @@ class IsolatedMetric:
 
     def scores(self, pairs: list[tuple[list[str], list[str]]]) -> list[float]:
         """One float per pair; ValueError (one line) as :func:`score_in_fresh_process` raises."""
-        import hashlib
         import json
 
-        key = hashlib.sha256(json.dumps(pairs).encode()).hexdigest()
+        from lab.facts.files import sha256_bytes
+
+        key = sha256_bytes(json.dumps(pairs).encode())
         known = self._known.get(key)
         if known is None:
             try:
