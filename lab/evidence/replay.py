@@ -151,7 +151,9 @@ def _find_corpus(given: str | None, top: Path, raw: dict, recorded: dict, want: 
         if recorded.get("corpus_path"):
             candidates.append(Path(recorded["corpus_path"]))
         candidates.append(_resolve_recorded(str(raw["corpus"]["path"]), REPO_ROOT))
-    found = next((c for c in candidates if c.is_file()), None)
+    existing = [c for c in candidates if c.is_file()]  # a custom pass's spec names its label-free copy: skipped
+    found = next((c for c in existing if len(existing) == 1 or sha256_file(c) == want),
+                 existing[0] if existing else None)
     if found is None:
         raise ReplayError(f"corpus not found at its recorded path ({candidates[-1]}); give it with --corpus FILE "
                           "(sha256 must be the archive's " + want + ")")

@@ -84,3 +84,19 @@ reference variant's when their cosine is below it. Measured by scripts/agreement
 in fp32, lowest cosine 1.000000; batch 8 in bf16, lowest 0.999953 (median 0.999986). The floor
 leaves twenty times the bf16 distance (1 - cosine 4.7e-5 against 1e-3); padded on the left, the
 lowest id is at 0.37."""
+
+USER_METRIC_TIMEOUT_S = 300.0
+"""The longest one call of a user's [quality] metric function may take (s): the orchestrator runs
+it in a process of its own (lab.passes.tasks.custom.score_in_fresh_process), over one pass's
+predictions whole and per bucket, and kills it past this bound; the pass's metric is then
+empty with the reason. A metric over a million labels in plain Python takes seconds."""
+
+PASS_DRAIN_S = 5.0
+"""After a local pass process exits, the launcher reads its event channel this long more (s) for
+the lines still in the pipe, then stops reading: a process the pass left behind that holds the
+channel open never holds the orchestrator (lab.launchers.local)."""
+
+PASS_ENV = "ITERALAB_PASS_DIR"
+"""Environment variable naming the pass folder in every process of a local pass (children
+inherit it): how the launcher and `campaign status` find a pass's processes, a daemon that left
+the pass's session included."""

@@ -3,11 +3,18 @@
 Used on rentals that are themselves containers. The manifest then says "no container
 isolation". An optional address-space limit (RLIMIT_AS) lets a host-memory OOM happen
 for real, as a failure row with the items completed.
+
+A pass's processes are its runner's session and every process carrying ``PASS_ENV`` (the
+pass folder) in its environment, which children inherit, so a double-forked daemon that left
+the session is still found. When the runner exits, whatever of them is left is killed and
+listed in the outcome (``extra["leftover_processes"]``); the event channel is read at most
+``PASS_DRAIN_S`` more, so nothing a pass leaves behind can hold the orchestrator.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import resource
 import signal
 import subprocess
@@ -19,11 +26,52 @@ from typing import Callable
 
 import psutil
 
+from lab.facts.constants import PASS_DRAIN_S, PASS_ENV
 from lab.facts.files import REPO_ROOT
 from lab.launchers.base import LaunchOutcome, LineSink, limit_reason
 from lab.passes.spec import PassSpec
 
 STOP_GRACE_S = 10.0  # a stopped pass's processes have this long to write their files, then SIGKILL
+
+
+def pass_leftovers(session: int, pass_dir: Path | str) -> list[psutil.Process]:
+    """Live processes of a pass besides its runner: those of session ``session`` (the runner's
+    pid: it starts a new session) and those whose environment has PASS_ENV = ``pass_dir``
+    (children keep it, daemons that left the session too). This process never counts."""
+    mark = f"{PASS_ENV}={pass_dir}".encode()
+    found = []
+    for p in psutil.process_iter(["pid"]):
+        pid = p.info["pid"]
+        if pid == os.getpid():
+            continue
+        try:
+            same = os.getsid(pid) == session
+        except OSError:
+            continue
+        if not same:
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as fh:
+                    same = mark in fh.read().split(b"\0")
+            except OSError:  # another user's process, or gone
+                continue
+        if same:
+            found.append(p)
+    return found
+
+
+def end_leftovers(session: int, pass_dir: Path | str) -> list[dict]:
+    """SIGKILL every process ``pass_leftovers`` finds and wait for them (5 s at most); returns
+    them as [{pid, name, cmd}] (cmd cut at 200 characters), for the pass's record."""
+    procs = pass_leftovers(session, pass_dir)
+    out = []
+    for p in procs:
+        try:
+            out.append({"pid": p.pid, "name": p.name(), "cmd": " ".join(p.cmdline())[:200]})
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=5)
+    return out
 
 
 def stop_pass_tree(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
@@ -136,6 +184,7 @@ class LocalLauncher:
         env.setdefault("MALLOC_ARENA_MAX", "2")
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         env.setdefault("HF_HUB_OFFLINE", "1")
+        env[PASS_ENV] = str(pass_dir)
         log = open(pass_dir / "log.txt", "ab")
         proc = subprocess.Popen(
             [self.python, "-u", "-m", "lab.passes.runner", str(pass_dir / "pass.json")],
@@ -157,11 +206,34 @@ class LocalLauncher:
                     return
                 ended.wait(0.5)
 
+        lines: queue.Queue = queue.Queue()
+
+        def read() -> None:  # the event channel, whole lines; None at its end
+            assert proc.stdout is not None
+            try:
+                for raw in proc.stdout:
+                    lines.put(raw)
+            except (OSError, ValueError):  # closed under it: the launch is over
+                pass
+            lines.put(None)
+
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
-        assert proc.stdout is not None
+        threading.Thread(target=read, daemon=True, name=f"events-{spec.pass_id}").start()
         try:
-            for raw in proc.stdout:  # whole lines
+            exited_at = None
+            while True:  # lines handled here, in the caller's thread (on_line writes its journal)
+                try:
+                    raw = lines.get(timeout=0.2)
+                except queue.Empty:
+                    if proc.poll() is None:
+                        continue
+                    exited_at = exited_at or time.monotonic()
+                    if time.monotonic() - exited_at > PASS_DRAIN_S:
+                        break  # a process the pass left holds the channel: it is ended below
+                    continue
+                if raw is None:
+                    break
                 line = raw.decode("utf-8", "replace").rstrip("\n")
                 log.write(raw)
                 last_line[0] = time.monotonic()
@@ -170,6 +242,7 @@ class LocalLauncher:
             stopped.set()     # (lab.service.campaigns.interrupt_on_signals): never leave the pass running
             ended.set()
             kill_pass_tree(proc)
+            end_leftovers(proc.pid, pass_dir)
             try:
                 log.close()
             except OSError:
@@ -178,6 +251,7 @@ class LocalLauncher:
         code = proc.wait()
         ended.set()
         watcher.join()  # a stopped pass: until the processes it started in other sessions are gone too
+        leftovers = end_leftovers(proc.pid, pass_dir)  # their end closes the channel: the reader ends
         try:
             log.close()
         except OSError:  # a full disk while flushing the log: the outcome still counts
@@ -186,4 +260,5 @@ class LocalLauncher:
                   and not timed_out.is_set() and not stopped.is_set())
         note = "stopped by the user" if stopped.is_set() else why[0] if timed_out.is_set() else ""
         return LaunchOutcome(code, killed_host_memory=killed, isolation="no container isolation (local process)",
-                             note=note, extra={"pid": proc.pid})
+                             note=note, extra={"pid": proc.pid,
+                                               **({"leftover_processes": leftovers} if leftovers else {})})

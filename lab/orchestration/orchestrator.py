@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from lab.facts.constants import SYSTEMATIC_FAILURES
+from lab.facts.constants import SYSTEMATIC_FAILURES, USER_METRIC_TIMEOUT_S
 from lab.facts.diskfull import DiskFull, atomic_write_text, is_disk_full
 from lab.facts.errors import FailureKind, LabError, ProtocolError, clip
 from lab.facts.host import iteralab_command
@@ -28,6 +28,7 @@ from lab.facts.host_cards import check_cards_fit_host
 from lab.inputs.corpus import read_corpus
 from lab.inputs.manifest import record_host_facts
 from lab.inputs.variants import Variant
+from lab.launchers.base import LaunchOutcome
 from lab.orchestration.identity import InputsChanged, InputWatch
 from lab.orchestration.journal import Journal
 from lab.orchestration.protocol import Protocol, load_protocol, lock_path, locked_version
@@ -47,6 +48,10 @@ from lab.passes.distributed import ProgressTally
 from lab.passes.events import FINISHED, EventKind, PassStatus, parse_event
 from lab.passes.records import PassResult, decode_result
 from lab.passes.spec import PassSpec
+
+ENTRY_TEXTS = "entry_texts.jsonl"
+"""The corpus without labels a pass of the user's code reads, in the campaign folder
+(Orchestrator.entry_corpus_path); never archived (derived from the locked corpus)."""
 
 
 class Reference(NamedTuple):
@@ -184,6 +189,7 @@ class Orchestrator:
         self.progress_every_s = _progress_period(os.environ.get("ITERALAB_PROGRESS_EVERY_S"))
         self.watch: InputWatch | None = None  # the corpus and model files, while run() runs
         self._ran: list[str] = []  # attempts this run() made
+        self.metric_timeout_s = USER_METRIC_TIMEOUT_S  # one call of a user's metric, in its own process
 
     @classmethod
     def prepare(cls, campaign_file: str | Path, runs_root: str | Path, launcher) -> "Orchestrator":
@@ -282,6 +288,19 @@ class Orchestrator:
         if self._corpus is None:
             self._corpus = read_corpus(self.proto.corpus_path)
         return self._corpus
+
+    def entry_corpus_path(self) -> Path:
+        """The corpus file a pass reads: the locked corpus itself, or, for a task that runs the user's
+        code (``[task] entry``), ``ENTRY_TEXTS`` in the campaign folder: the same items in the same
+        order without their ``label`` (written here, before the first pass of each run), so the entry
+        gets the texts it must process and never the gold labels it is judged by."""
+        if not self.proto.config.task.entry:
+            return Path(self.proto.corpus_path)
+        path = self.dir / ENTRY_TEXTS
+        text = "".join(json.dumps({k: v for k, v in r.items() if k != "label"}) + "\n" for r in self.corpus)
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            atomic_write_text(path, text)
+        return path
 
     # ---- running ---------------------------------------------------------------------
     def pending(self) -> list[dict]:
@@ -454,7 +473,7 @@ class Orchestrator:
         pass_dir.mkdir(parents=True, exist_ok=True)
         t = self.proto.timing
         spec = PassSpec(campaign=self.proto.name, pass_id=pass_id, variant=variant,
-                        corpus_path=str(self.proto.corpus_path), model_ref=self.proto.model_ref,
+                        corpus_path=str(self.entry_corpus_path()), model_ref=self.proto.model_ref,
                         out_dir=str(pass_dir), warmup_items=t["warmup_items"],
                         warmup_passes=t["warmup_passes"], seed=t["seed"],
                         threads=t["threads"],
@@ -484,6 +503,8 @@ class Orchestrator:
                                   if kind == EventKind.PROGRESS and "rank" not in ev else None)
             if kind in (EventKind.OOM, EventKind.ERROR):
                 last["disk_full"] = ev.get("kind") == FailureKind.DISK_FULL
+            if kind == EventKind.RESULT:  # the pass has written its files (result.json when it could)
+                last["result"] = True
             j.add_event(pass_id, kind, ev)
 
         ticker = self._progress_ticker(slot, pass_id, last) if self.echo else None
@@ -491,11 +512,25 @@ class Orchestrator:
             outcome = self.launcher.launch(spec, pass_dir, on_line,
                                            should_stop=lambda: bool(j.get_control("stop", False)))
         except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP (lab.service.campaigns.interrupt_on_signals)
-            self._record_interrupted(pass_id, last["done"], exc)
+            if last.get("result") and (pass_dir / "result.json").is_file():  # the pass had ended: its row stands
+                why = getattr(exc, "reason", "") or "SIGINT (Ctrl-C)"
+                self._record_outcome(slot, pass_id, pass_dir, LaunchOutcome(
+                    None, note=f"the orchestrator got {why} after the pass wrote its result; its processes ended"),
+                    last)
+                self.journal.set_control("orchestrator", {"pid": None, "ended": utc_now(), "interrupted": why})
+            else:
+                self._record_interrupted(pass_id, last["done"], exc)
             raise
         finally:
             if ticker is not None:
                 ticker.set()
+        return self._record_outcome(slot, pass_id, pass_dir, outcome, last)
+
+    def _record_outcome(self, slot: dict, pass_id: str, pass_dir: Path, outcome: LaunchOutcome, last: dict) -> dict:
+        """Record how attempt ``pass_id`` ended: its row (status from the launch ``outcome`` and
+        its result.json), its end event, a leftover event per process it left running (killed by
+        the launcher), and its validation; returns run_slot's row."""
+        j = self.journal
         self.check_folder()  # the folder may have gone while the pass ran: read nothing from it
         changed = self.watch.stat_change() if self.watch is not None else ""
         self._ran.append(pass_id)
@@ -535,6 +570,13 @@ class Orchestrator:
             if outcome.note:
                 notes.append(outcome.note)
         items = typed.items_completed if typed is not None and status != PassStatus.KILLED else last["done"]
+        leftovers = outcome.extra.get("leftover_processes") or []
+        if leftovers:  # the pass's own processes, still running when it ended: killed by the launcher
+            notes.append(f"{len(leftovers)} process(es) the pass left running killed: "
+                         + ", ".join(f"{p['pid']} {p['name']}" for p in leftovers[:3]))
+            for p in leftovers:
+                j.add_event(pass_id, EventKind.LEFTOVER, {
+                    "process": p, "note": "left running by the pass when it ended; killed with the pass"})
         if outcome.container_id:
             notes.append(f"container {outcome.container_id[:12]}")
         j.finish_attempt(pass_id, status, utc_now(), outcome.exit_code, items,
@@ -610,15 +652,19 @@ class Orchestrator:
         return self._labels
 
     def metric_fn(self):
-        """The user's [quality] metric function (lab.passes.tasks.custom.load_function), None for a
-        built-in metric; imported once (its file's sha256 is in the lock identity)."""
+        """The user's [quality] metric function, None for a built-in metric: a
+        lab.passes.tasks.custom.IsolatedMetric, each call in a process of its own (never in this
+        one) bounded by ``metric_timeout_s`` and killed when the campaign is stopped (the metric is
+        then empty with the reason; its file's sha256 is in the lock identity)."""
         if not self.proto.config.quality.user_metric:
             return None
         if getattr(self, "_metric_fn", None) is None:
-            from lab.passes.tasks.custom import load_function
+            from lab.passes.tasks.custom import IsolatedMetric
 
             path = self.proto.task_files()["metric"]
-            self._metric_fn = load_function(f"{path}:{self.proto.config.quality.metric.rsplit(':', 1)[1]}")
+            self._metric_fn = IsolatedMetric(f"{path}:{self.proto.config.quality.metric.rsplit(':', 1)[1]}",
+                                             self.metric_timeout_s,
+                                             should_stop=lambda: bool(self.journal.get_control("stop", False)))
         return self._metric_fn
 
     def reference(self) -> Reference:

@@ -145,17 +145,32 @@ def campaign_status(campaign_dir: Path, journal: Journal | None = None) -> dict:
 
 def pass_processes(campaign_dir: Path) -> list[dict]:
     """Live pass processes of this campaign folder on this host (``python -m lab.passes.*`` with a
-    pass file under ``<campaign folder>/passes/``, a local launcher's pass or a multi-card worker):
+    pass file under ``<campaign folder>/passes/``, a local launcher's pass or a multi-card worker,
+    or any process whose environment names such a pass folder in lab.facts.constants.PASS_ENV:
+    what the user's code started, a daemon that left the pass's session included):
     [{pid, pass_id, cmd}]. A pass process nothing watches (its orchestrator gone) shows here."""
     import psutil
 
+    from lab.facts.constants import PASS_ENV
+
     prefixes = tuple({str(Path(campaign_dir) / "passes") + "/", str(Path(campaign_dir).resolve() / "passes") + "/"})
+    marks = tuple(f"{PASS_ENV}={x}".encode() for x in prefixes)
     out = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         cmd = p.info.get("cmdline") or []
         arg = next((c for c in cmd if c.startswith(prefixes)), None)
         if arg and any(c.startswith("lab.passes.") for c in cmd):
             rest = next(arg[len(x):] for x in prefixes if arg.startswith(x))
+            out.append({"pid": p.info["pid"], "pass_id": rest.split("/")[0], "cmd": " ".join(cmd)[:200]})
+            continue
+        try:
+            with open(f"/proc/{p.info['pid']}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+        except OSError:  # another user's process, or gone
+            continue
+        mark = next((e for e in env if e.startswith(marks)), None)
+        if mark is not None:
+            rest = next(mark[len(m):] for m in marks if mark.startswith(m)).decode("utf-8", "replace")
             out.append({"pid": p.info["pid"], "pass_id": rest.split("/")[0], "cmd": " ".join(cmd)[:200]})
     return out
 

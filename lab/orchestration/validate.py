@@ -220,20 +220,20 @@ class UserMetricFailed(UserError):
     """The user's metric function raised or returned something that is not a finite number."""
 
 
-def _user_metric_codes(metric_fn, code: dict):
-    """The user's ``metric_fn(predictions, references) -> float`` (label lists) as a function of
-    class-code arrays, as METRICS_CODES holds; raises UserMetricFailed (one line)."""
+def user_metric_scores(metric_fn, pairs: list[tuple[list[str], list[str]]]) -> list[float]:
+    """The user's metric over each (predictions, references) pair of label lists: by its
+    ``scores(pairs)`` when it has one (lab.passes.tasks.custom.IsolatedMetric: every pair in one
+    process of its own, with a time bound), else by calling it here for each pair (a function
+    given in-process). Raises UserMetricFailed (one line)."""
     from lab.passes.tasks.custom import user_metric_value
 
-    names = {i: c for c, i in code.items()}
-
-    def fn(gold: np.ndarray, pred: np.ndarray) -> float:
-        try:
-            return user_metric_value(metric_fn, [names[int(i)] for i in pred], [names[int(i)] for i in gold])
-        except ValueError as exc:
-            raise UserMetricFailed(str(exc)) from None
-
-    return fn
+    try:
+        scores = getattr(metric_fn, "scores", None)
+        if scores is not None:
+            return list(scores(pairs))
+        return [user_metric_value(metric_fn, p, r) for p, r in pairs]
+    except ValueError as exc:
+        raise UserMetricFailed(str(exc)) from None
 
 
 def _first(values, limit: int = 5) -> list[str]:
@@ -515,16 +515,21 @@ def validate_pass(corpus: list[dict], predictions_path: Path, quality: dict,
         pred = np.empty(n, dtype=np.int32)
         pred[pos] = cols.pred  # corpus order (ids match: pos is a permutation)
         gold = _codes(list(map(_GET_LABEL, corpus)), code)
-        fn = METRICS_CODES[name] if metric_fn is None else _user_metric_codes(metric_fn, code)
-        try:
-            metric = round(fn(gold, pred), 6)
-            for k, b in enumerate(BUCKETS):
-                in_b = buckets == k
-                if in_b.any():
-                    by_bucket[b] = round(fn(gold[in_b], pred[in_b]), 6)
-        except UserMetricFailed as exc:
-            metric, by_bucket = None, {}
-            reasons.append(str(exc))
+        subsets = [(None, slice(None))] + [(b, m) for b, m in ((b, buckets == k) for k, b in enumerate(BUCKETS))
+                                           if m.any()]  # the whole corpus, then each bucket it has
+        if metric_fn is None:
+            values = [METRICS_CODES[name](gold[m], pred[m]) for _, m in subsets]
+        else:  # the user's function: every subset in one call, label lists in corpus order
+            names = {i: c for c, i in code.items()}
+            try:
+                values = user_metric_scores(metric_fn, [([names[int(i)] for i in pred[m]],
+                                                         [names[int(i)] for i in gold[m]]) for _, m in subsets])
+            except UserMetricFailed as exc:
+                values = []
+                reasons.append(str(exc))
+        if values:
+            metric = round(values[0], 6)
+            by_bucket = {b: round(v, 6) for (b, _), v in zip(subsets[1:], values[1:], strict=True)}
     agree_with: np.ndarray | None = None
     if reference is not None and ids_match and not fmt_errors and n:
         agree_with = (_reference_codes(reference, expected, code) == pred).astype(np.float64)

@@ -1,4 +1,13 @@
-"""Progress events of a pass: one JSON object per line on stdout, and exit codes.
+"""Progress events of a pass: one JSON object per line on the pass's event channel, and exit codes.
+
+The event channel is the stdout the pass process was started with (a pipe to the local
+launcher, the container's stdout stream to the Docker launcher), taken over by
+:func:`open_event_channel` before any of the user's code runs: the process's file descriptor 1
+and ``sys.stdout`` then write to its stderr (the pass log). What the user's code prints, from
+Python, C or a child process it starts, reaches the log, never the channel, so it cannot forge
+an event (a line in this format printed by an entry is only a log line); the channel's
+descriptor is not inherited by child processes, so a daemon the user's code leaves behind
+cannot hold it open.
 
 ``EventKind`` is the one definition of the event kinds: those a pass writes on stdout and
 those the orchestrator adds to the journal. Launchers (local process or container) turn
@@ -12,9 +21,11 @@ before and old journals and archives still read.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from enum import StrEnum
+from typing import TextIO
 
 
 class PassStatus(StrEnum):
@@ -57,7 +68,9 @@ class EventKind(StrEnum):
     - ``INTERRUPTED``: an attempt a dead orchestrator left running, marked interrupted when
       the campaign runs again. ``pass_id``.
     - ``LEFTOVER``: a container of an interrupted run, stopped and removed before the next
-      pass (Docker launcher's ``stop_leftovers``). ``container`` (dict), ``note``.
+      pass (Docker launcher's ``stop_leftovers``), ``container`` (dict); or a process of a pass
+      killed because nothing watched it or it outlived its pass (the local launcher's
+      ``end_leftovers``), ``process`` (pid, name, cmd; pass_id when found at a start). ``note``.
     """
 
     PHASE = "phase"
@@ -98,8 +111,23 @@ def parse_event(line: str) -> dict | None:
     return obj if isinstance(obj, dict) and obj.get(EVENT_KEY) == 1 else None
 
 
+def open_event_channel() -> TextIO:
+    """Take this process's stdout as its event channel and return it (line-buffered text);
+    from then on file descriptor 1 and ``sys.stdout`` write to stderr.
+
+    Called once by every pass process that runs the user's code (lab.passes.runner, each
+    card's lab.passes.worker), before the pass spec is read. The channel's descriptor is a
+    non-inheritable duplicate (Python's ``os.dup``): child processes get descriptor 1 = stderr."""
+    sys.stdout.flush()
+    fd = os.dup(1)
+    os.dup2(2, 1)  # fd 1 (print, C printf, children) now writes to the log
+    return os.fdopen(fd, "w", buffering=1, encoding="utf-8", errors="replace")
+
+
 class EventWriter:
-    """Writes events to ``stream``; ``progress`` is rate-limited to one line per ``min_interval_s``."""
+    """Writes events to ``stream`` (default: ``sys.stdout``; a pass process gives it its event
+    channel, :func:`open_event_channel`); ``progress`` is rate-limited to one line per
+    ``min_interval_s``."""
 
     def __init__(self, stream=None, min_interval_s: float = 0.25):
         self.stream = stream or sys.stdout
@@ -110,6 +138,12 @@ class EventWriter:
         """Write one event line: ``{"iteralab": 1, "event": event, "t": unix time s, **fields}``."""
         obj = {EVENT_KEY: 1, "event": str(event), "t": round(time.time(), 3), **fields}
         self.stream.write(json.dumps(obj, default=str) + "\n")
+        self.stream.flush()
+
+    def forward(self, raw: bytes) -> None:
+        """Pass one whole event line of another pass process through unchanged (a multi-card
+        pass's workers, lab.passes.multicard)."""
+        self.stream.buffer.write(raw)
         self.stream.flush()
 
     def progress(self, done: int, total: int, items_per_s: float, force: bool = False) -> None:

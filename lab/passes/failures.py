@@ -6,18 +6,22 @@ runner and every card of a multi-card pass (both run lab.passes.sequence).
 - :func:`failure_text`: the record's ``error`` field;
 - :func:`report_failure`: the ``oom`` / ``error`` event a failure emits (none when stopped).
 
-Stopped from outside (kind ``interrupted``: Ctrl-C / SIGINT reaching a one-card pass as
-``KeyboardInterrupt``, or a worker's ``WorkerStopped`` on SIGTERM/SIGINT, sent when torchrun
-stops the cards after one failed, or when the pass is stopped): nothing went wrong in the
+Stopped from outside (kind ``interrupted``: SIGINT reaching a one-card pass as
+:class:`PassStopped`, a ``KeyboardInterrupt`` (:func:`stop_on_sigint`), or a worker's
+``WorkerStopped`` on SIGTERM/SIGINT, sent when torchrun stops the cards after one failed, or
+when the pass is stopped): nothing went wrong in the
 pass itself, so no ``error`` event is emitted. A one-card pass then has the pass status
 ``interrupted`` (the orchestrator runs its slot again); a card has the card status
 :data:`CARD_STOPPED` (``stopped``), which is no pass status: the merge
 (lab.passes.multicard.merge_cards) decides the pass's status from all its cards (interrupted
 only when every failure is a stopped card, else the failing card's). Both exit
-``EXIT_ERROR``.
+``EXIT_ERROR``. A ``KeyboardInterrupt`` the user's code raises itself is no stop: it is that
+code's failure (lab.passes.tasks.custom), a failure row of the variant.
 """
 
 from __future__ import annotations
+
+import signal
 
 from lab.facts.diskfull import is_disk_full
 from lab.facts.errors import FailureKind, PassFailure, clip
@@ -30,6 +34,20 @@ CARD_STOPPED = "stopped"
 FAILURE_STATUS = {FailureKind.INTERRUPTED: (PassStatus.INTERRUPTED, EXIT_ERROR),
                   FailureKind.OOM: (PassStatus.OOM, EXIT_OOM)}
 """(pass status, exit code) of a failure kind; any other kind: (error, EXIT_ERROR)."""
+
+
+class PassStopped(KeyboardInterrupt):
+    """A signal stopped the pass process from outside (SIGINT, or SIGTERM where a job turns it
+    into this: lab.passes.tasks.vllm_job); never raised by the user's code."""
+
+
+def stop_on_sigint() -> None:
+    """SIGINT raises :class:`PassStopped` in this process from now on (the pass runner)."""
+
+    def stopped(signum, frame) -> None:
+        raise PassStopped(f"{signal.Signals(signum).name}: the pass was stopped")
+
+    signal.signal(signal.SIGINT, stopped)
 
 
 def is_oom(exc: BaseException) -> bool:

@@ -7,7 +7,7 @@
 The runner hands a pass whose variant has ``cards > 1`` (or any multi-host option) to
 :func:`run_multicard`. It starts ``lab.passes.distributed.torchrun_command`` with
 ``cards // nnodes`` workers on this host and ``OMP_NUM_THREADS`` = each worker's share of
-the declared threads, passes the workers' event lines through to stdout unchanged (whole
+the declared threads, passes the workers' event lines through to its event channel unchanged (whole
 lines; each carries its ``rank``), forwards SIGTERM/SIGINT to torchrun (which stops the
 workers), and after torchrun exits merges the card files into the pass's
 ``predictions.jsonl`` (corpus order) and ``result.json`` (:func:`merge_cards`), so the
@@ -25,7 +25,6 @@ import math
 import os
 import signal
 import subprocess
-import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -91,7 +90,7 @@ def run_multicard(spec: PassSpec, spec_path: str, ev: EventWriter, argv: list[st
     env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     ev.emit(EventKind.PHASE, phase="launch", state="start", cards=cards, nproc_per_node=nproc, nnodes=args.nnodes,
             node_rank=args.node_rank, command=" ".join(cmd))
-    sys.stdout.flush()
+    ev.stream.flush()
     t_launch = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, cwd=str(REPO_ROOT))
 
@@ -103,8 +102,7 @@ def run_multicard(spec: PassSpec, spec_path: str, ev: EventWriter, argv: list[st
     try:
         assert proc.stdout is not None
         for raw in proc.stdout:  # whole lines, passed through
-            sys.stdout.buffer.write(raw)
-            sys.stdout.buffer.flush()
+            ev.forward(raw)
         torchrun_code = proc.wait()
         torchrun_wall_s = round(time.perf_counter() - t_launch, 6)
     finally:

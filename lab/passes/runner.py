@@ -7,7 +7,9 @@ warm-up, the measured window under its conditions, probe, evaluation, writing; t
 steps are calls on its job, ``lab.passes.tasks.job_for(spec)``) as its only card, then
 writes ``predictions.jsonl`` (classification: id, pred, prob, truncation; corpus order; the
 items completed, also on failure; the task's other files beside it) and ``result.json`` (a
-``lab.passes.records.PassResult``); streams events on stdout, the ``result`` event last.
+``lab.passes.records.PassResult``); streams events on the stdout it was started with (its
+event channel, lab.passes.events.open_event_channel; what else it prints goes to stderr), the
+``result`` event last.
 Exit codes: 0 ok, 3 OOM, 4 error or interrupted (lab.passes.failures), 2 bad spec. Nothing
 is retried with a smaller batch (seed: "Non sostituire silenziosamente questo passaggio con
 un batch più piccolo"). A variant with ``cards > 1`` is handed to ``lab.passes.multicard``
@@ -24,7 +26,8 @@ from pathlib import Path
 
 from lab.facts.diskfull import DiskFull
 from lab.facts.errors import clip
-from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EventKind, EventWriter, PassStatus
+from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EventKind, EventWriter, PassStatus, open_event_channel
+from lab.passes.failures import stop_on_sigint
 from lab.passes.records import PassResult, build, write_record
 from lab.passes.sequence import Card, PassSequence
 from lab.passes.spec import PassSpec, read_spec_or_report
@@ -88,7 +91,8 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, PassResult]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    ev = EventWriter()
+    ev = EventWriter(open_event_channel())  # before any user code: its output goes to the log
+    stop_on_sigint()  # a stop is PassStopped; a KeyboardInterrupt the user's code raises is its failure
     if not argv:
         print("usage: python -m lab.passes.runner PASS_DIR/pass.json [multi-host options]", file=sys.stderr)
         return EXIT_BAD_SPEC

@@ -41,7 +41,7 @@ from typing import Any
 
 from lab.facts.diskfull import atomic_write_text
 from lab.facts.errors import FailureKind, PassFailure
-from lab.passes.events import EXIT_BAD_SPEC, EXIT_OK, EventKind, EventWriter
+from lab.passes.events import EXIT_BAD_SPEC, EXIT_OK, EventKind, EventWriter, open_event_channel
 from lab.passes.records import CardRecord, build, write_record
 from lab.passes.sequence import Card, PassSequence
 from lab.passes.spec import PassSpec, read_spec_or_report
@@ -74,8 +74,8 @@ class _StopSignal:
 class CardEvents(EventWriter):
     """Events of one card: every event carries ``rank`` and ``cards`` (world size)."""
 
-    def __init__(self, rank: int, world: int):
-        super().__init__()
+    def __init__(self, rank: int, world: int, stream=None):
+        super().__init__(stream)
         self.rank, self.world = rank, world
 
     def emit(self, event: EventKind, **fields) -> None:
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
               "-m lab.passes.worker PASS_DIR/pass.json (see lab.passes.distributed.torchrun_command)",
               file=sys.stderr)
         return 2
-    ev = CardEvents(rank, world)
+    ev = CardEvents(rank, world, open_event_channel())  # before any user code: its output goes to the log
     stop = _StopSignal()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

@@ -24,7 +24,8 @@ PASS_INTERNAL = {"lab.passes.inference.NonFiniteLogits", "lab.passes.inference.D
                  "lab.passes.inference.WeightsNotLoaded", "lab.passes.observed.NotHonoured",
                  "lab.facts.diskfull.DiskFull", "lab.passes.worker.WorkerStopped"}
 # a KeyboardInterrupt by design: SIGTERM/SIGHUP act as Ctrl-C
-NOT_ERRORS = {"lab.service.campaigns.CampaignInterrupted"}
+NOT_ERRORS = {"lab.service.campaigns.CampaignInterrupted",  # signals turned into KeyboardInterrupt
+              "lab.passes.failures.PassStopped"}
 
 
 def exception_classes() -> list[str]:

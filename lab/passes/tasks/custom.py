@@ -32,6 +32,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from lab.facts.constants import USER_METRIC_TIMEOUT_S
 from lab.facts.errors import FailureKind, PassFailure
 from lab.passes.tasks.base import LabelLines, label_accuracy
 
@@ -51,6 +52,17 @@ class EntryNotLoadable(PassFailure):
     """The entry file cannot be imported, or has no class of that name with the protocol."""
 
     kind = FailureKind.TASK_ERROR
+
+
+def raised_by_the_lab(exc: BaseException) -> bool:
+    """Whether ``exc``, caught around a call of the user's code, is no failure of that code: the pass
+    stopped from outside (lab.passes.failures.PassStopped, a card's WorkerStopped: a PassFailure) or
+    out of memory (MemoryError, torch's OutOfMemoryError: an oom row). Anything else it raises,
+    KeyboardInterrupt and SystemExit included, is the code's own failure (:class:`EntryFailed`)."""
+    from lab.passes.failures import PassStopped
+
+    return (isinstance(exc, (PassStopped, PassFailure, MemoryError))
+            or type(exc).__name__ == "OutOfMemoryError")
 
 
 def last_traceback_line(exc: BaseException) -> str:
@@ -156,12 +168,13 @@ def load_function(ref: str, where: str = "[quality] metric"):
 
 def user_metric_value(fn, predictions: list[str], references: list[str]) -> float:
     """``fn(predictions, references)`` (label lists, corpus order) as a float. Raises ValueError
-    (one line) when it raises or returns something that is not a finite number (bool included)."""
+    (one line) when it raises, whatever it raises (SystemExit and KeyboardInterrupt included), or
+    returns something that is not a finite number (bool included)."""
     import math
 
     try:
         value = fn(predictions, references)
-    except Exception as exc:  # noqa: BLE001 - the user's code: its error is the reason
+    except BaseException as exc:  # noqa: BLE001 - the user's code: its error is the reason
         raise ValueError(f"metric function raised {type(exc).__name__}: {str(exc)[:200]}") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"metric function returned {value!r}, not a finite number")
@@ -170,48 +183,113 @@ def user_metric_value(fn, predictions: list[str], references: list[str]) -> floa
 
 def _score_main(ref: str) -> int:
     """The child of :func:`score_in_fresh_process`: stdin a JSON list of [predictions,
-    references] pairs; last stdout line {"values": [...]} (exit 0) or {"error": one line} (1)."""
+    references] pairs; one line on its private channel (the stdout it was started with,
+    lab.passes.events.open_event_channel: what the function prints goes to stderr)
+    {"values": [...]} (exit 0) or {"error": one line} (1)."""
     import json
 
+    from lab.passes.events import open_event_channel
+
+    out = open_event_channel()
+    pairs = json.loads(sys.stdin.read())
     try:
         fn = load_function(ref)
-        values = [user_metric_value(fn, p, r) for p, r in json.loads(sys.stdin.read())]
+        values = [user_metric_value(fn, p, r) for p, r in pairs]
     except (EntryNotLoadable, ValueError) as exc:
-        print(json.dumps({"error": str(exc)}))
+        out.write(json.dumps({"error": str(exc)}) + "\n")
         return 1
-    print(json.dumps({"values": values}))
+    out.write(json.dumps({"values": values}) + "\n")
     return 0
 
 
 def score_in_fresh_process(ref: str, pairs: list[tuple[list[str], list[str]]],
-                           timeout_s: float = 600.0) -> list[float]:
+                           timeout_s: float = USER_METRIC_TIMEOUT_S, should_stop=None) -> list[float]:
     """The user's metric function ``ref`` ("/abs/path/file.py:name") over each (predictions,
-    references) pair, run in a new Python process (as the lock check imports it: this process
-    never imports the user's code). Returns one float per pair. Raises ValueError (one line)
-    when it cannot be imported, raises, returns a non-number or runs past ``timeout_s``."""
+    references) pair, run in a new Python process in a session of its own (this process never
+    imports the user's code). Returns one float per pair. Raises ValueError (one line) when it
+    cannot be imported, raises (whatever it raises), returns a non-number, ends its process
+    (sys.exit, os._exit), runs past ``timeout_s`` (its session is then killed) or when
+    ``should_stop()`` (polled every 0.2 s; None: never) turns True while it runs (killed too)."""
     import json
     import os
+    import signal
     import subprocess
+    import time
 
     from lab.facts.files import REPO_ROOT
 
+    name = Path(ref.rpartition(":")[0]).name
     cmd = [sys.executable, "-m", "lab.passes.tasks.custom", "--score", ref]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    data: str | None = json.dumps(pairs)
+    why = ""
+    while True:
+        try:
+            stdout, stderr = proc.communicate(data, timeout=0.2)
+            break
+        except subprocess.TimeoutExpired:
+            data = None  # written once; communicate keeps it
+            if time.monotonic() > deadline:
+                why = f"{name}: the metric ran past {timeout_s:g} s; killed"
+            elif should_stop is not None and should_stop():
+                why = f"{name}: the metric was killed, the campaign being stopped; it runs again on resume"
+            if why:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)  # the function and whatever it started
+                except ProcessLookupError:
+                    pass
+                proc.communicate()
+                raise ValueError(why) from None
     try:
-        r = subprocess.run(cmd, input=json.dumps(pairs), capture_output=True, text=True, timeout=timeout_s,
-                           check=False, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
-    except subprocess.TimeoutExpired:
-        raise ValueError(f"{Path(ref.rpartition(':')[0]).name}: the metric ran past {timeout_s:g} s") from None
-    last = (r.stdout.strip().splitlines() or [""])[-1]
+        os.killpg(proc.pid, signal.SIGKILL)  # nothing it started outlives it
+    except ProcessLookupError:
+        pass
+    last = (stdout.strip().splitlines() or [""])[-1]
     try:
         out = json.loads(last)
-        values = out["values"] if r.returncode == 0 else None
+        values = out["values"] if proc.returncode == 0 else None
     except (json.JSONDecodeError, KeyError, TypeError):
         out, values = {}, None
     if values is None or len(values) != len(pairs):
-        why = out.get("error") if isinstance(out, dict) else None
-        tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ValueError(why or f"the metric's process exited {r.returncode}: {tail[:200]}")
+        if isinstance(out, dict) and out.get("error"):
+            raise ValueError(out["error"])
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
+        raise ValueError(f"{name}: the metric's process ended (exit code {proc.returncode}) without returning its "
+                         f"values (the function ends the process itself? sys.exit, os._exit): {tail[:160]}")
     return [float(v) for v in values]
+
+
+class IsolatedMetric:
+    """The user's metric function ``ref`` ("/abs/path/file.py:name") as validation calls it, each call
+    run by :func:`score_in_fresh_process` (``timeout_s``, ``should_stop``): :meth:`scores` of a list
+    of (predictions, references) pairs in one process; a call with pairs already scored (or already
+    failed, other than stopped) answers from memory (a campaign's passes are validated again)."""
+
+    def __init__(self, ref: str, timeout_s: float = USER_METRIC_TIMEOUT_S, should_stop=None):
+        self.ref, self.timeout_s, self.should_stop = ref, timeout_s, should_stop
+        self._known: dict[str, list[float] | str] = {}
+
+    def scores(self, pairs: list[tuple[list[str], list[str]]]) -> list[float]:
+        """One float per pair; ValueError (one line) as :func:`score_in_fresh_process` raises."""
+        import json
+
+        from lab.facts.files import sha256_bytes
+
+        key = sha256_bytes(json.dumps(pairs).encode())
+        known = self._known.get(key)
+        if known is None:
+            try:
+                known = score_in_fresh_process(self.ref, pairs, self.timeout_s, self.should_stop)
+            except ValueError as exc:
+                known = str(exc)
+                if self.should_stop is not None and self.should_stop():
+                    raise
+            self._known[key] = known
+        if isinstance(known, str):
+            raise ValueError(known)
+        return known
 
 
 def check_main(argv: list[str]) -> int:
@@ -307,6 +385,8 @@ class CustomJob(LabelLines):
         try:
             self.code = cls(self.settings(), device)
         except BaseException as exc:  # noqa: BLE001 - the user's constructor
+            if raised_by_the_lab(exc):
+                raise
             raise EntryFailed(f"entry constructor raised: {last_traceback_line(exc)}", items_done=0) from None
         return self.tokenizer, None
 
@@ -320,7 +400,7 @@ class CustomJob(LabelLines):
         try:
             used = report()
         except BaseException as exc:  # noqa: BLE001 - the user's code: a failure row
-            if isinstance(exc, (KeyboardInterrupt, MemoryError)):
+            if raised_by_the_lab(exc):
                 raise
             raise EntryFailed(f"settings_used() raised: {last_traceback_line(exc)}", items_done=items_done) from None
         if used is None:
@@ -377,7 +457,7 @@ class CustomJob(LabelLines):
                 out = self.code.predict([rows[i]["text"] for i in idx])
                 why, out = predict_refusal(out, len(idx))
             except BaseException as exc:  # noqa: BLE001 - the user's predict: a failure row
-                if isinstance(exc, (KeyboardInterrupt, MemoryError)) or type(exc).__name__ == "OutOfMemoryError":
+                if raised_by_the_lab(exc):
                     raise
                 raise EntryFailed(f"predict raised on {where} (after {win.items_done}{' warm-up' * warm_up} items): "
                                   f"{last_traceback_line(exc)}", items_done=0 if warm_up else win.items_done) from None

@@ -175,7 +175,9 @@ class VllmJob:
 
     def _on_sigterm(self, signum, frame) -> None:  # noqa: ARG002 - a signal handler's signature
         self._stopping = True  # the engine may be mid-call: close() kills it without asking
-        raise KeyboardInterrupt("SIGTERM: the pass was stopped")
+        from lab.passes.failures import PassStopped
+
+        raise PassStopped("SIGTERM: the pass was stopped")
 
     def close(self) -> None:
         """Stop the engine (asked to close, 10 s; at once after SIGTERM: it may be mid-call), its
