@@ -9,7 +9,7 @@ from conftest import cut_corpus, demo_rows
 
 from lab.inputs.variants import Variant
 from lab.passes.spec import PassSpec
-from lab.passes.tasks.custom import CustomJob, EntryFailed
+from lab.passes.tasks.custom import PREDICT_RETURNS, CustomJob, EntryFailed
 
 ENTRY = '''
 class Entry:
@@ -51,7 +51,7 @@ def refusal(call) -> EntryFailed:
 def test_a_predict_return_that_is_not_one_str_per_text_is_named_as_what_it_is(tmp_path, model_dir, predict, said):
     job = job_for(tmp_path, model_dir, predict)
     e = refusal(lambda: job.run_window(demo_rows()[:8], "cpu"))
-    assert str(e).startswith(said) and "it must return a list of str, one label per text" in str(e), str(e)
+    assert str(e).startswith(said) and f"it must return {PREDICT_RETURNS}, one label per text" in str(e), str(e)
     assert e.items_done == 0
 
 

@@ -338,6 +338,11 @@ def _shown(value) -> str:
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
+PREDICT_RETURNS = "a sequence of str (a list, a tuple, a numpy array of str)"
+"""What ``predict`` may return, in the words its refusal uses (predict_refusal reads any iterable
+once; numpy's str_ is a str)."""
+
+
 def predict_refusal(out, n: int) -> tuple[str, list]:
     """('', labels) when ``out`` (what predict returned for ``n`` texts) is a sequence of ``n``
     str; else (what it is, in a few words: "None", "int 3 at position 0", "5 value(s) for 4
@@ -440,7 +445,7 @@ class CustomJob(LabelLines):
     def run_window(self, rows, device, on_batch=None, sink=None, warm_up: bool = False):
         """The lab's batches handed to ``predict``; labels in ``win.pred_index`` (corpus order).
         Raises EntryFailed (one line) with the items of the batches completed before when predict
-        raises or returns anything but a list of str, one per text; the batch is named "warm-up
+        raises or returns anything but ``PREDICT_RETURNS``, one per text; the batch is named "warm-up
         batch N" (``warm_up``) or "batch N of the measured window"."""
         from lab.passes.inference import open_window
 
@@ -462,8 +467,8 @@ class CustomJob(LabelLines):
                 raise EntryFailed(f"predict raised on {where} (after {win.items_done}{' warm-up' * warm_up} items): "
                                   f"{last_traceback_line(exc)}", items_done=0 if warm_up else win.items_done) from None
             if why:
-                raise EntryFailed(f"predict returned {why} on {where}; it must return a list of str, one label "
-                                  "per text", items_done=0 if warm_up else win.items_done)
+                raise EntryFailed(f"predict returned {why} on {where}; it must return {PREDICT_RETURNS}, one "
+                                  "label per text", items_done=0 if warm_up else win.items_done)
             for j, i in enumerate(idx):
                 win.pred_index[i] = out[j]
             win.items_done += len(idx)
