@@ -34,7 +34,7 @@ from lab.cost.forfaits import (
 from lab.cost.sizing import capacity_items
 from lab.facts.constants import AGREEMENT, DEFAULT_DELIVERABLES, DEFAULT_LOTS
 from lab.report.caveats import Basis, rests_on
-from lab.report.distinguish import compare_durations
+from lab.report.distinguish import TOO_FEW, compare_durations
 from lab.report.exclusions import exclusion_counts
 from lab.report.summary import VariantSummary
 
@@ -283,8 +283,12 @@ def _config_section(a: Assessment, deliverables: int) -> list[str]:
              f"{v.failures}",
              f"- {v.utilization_text()}"]
     if v.does_not_distinguish:
-        lines.append("- Spread within variants is comparable to the gap between medians: "
-                     "the series does not distinguish them"
+        undecided = [p for p in v.pairs if not p["distinguished"]]
+        too_few = bool(undecided) and all(p["reason"].startswith(TOO_FEW) for p in undecided)
+        lines.append(("- Too few passes to tell the variants apart (durations_s holds "
+                      f"{len(v.durations_s)}): the series does not distinguish them" if too_few else
+                      "- Spread within variants is comparable to the gap between medians: "
+                      "the series does not distinguish them")
                      + (f"; {v.starved_caveat()}" if v.starved_passes else ""))
     for pair in v.pairs:
         lines.append(f"  - against `{pair['other']}`: "

@@ -107,6 +107,10 @@ def can_distinguish(n: int, m: int) -> bool:
     return n >= 2 and m >= 2 and smallest_p(n, m) <= ALPHA
 
 
+TOO_FEW = "not enough passes to distinguish"
+"""How a pair's reason begins when the sizes alone keep the test from reaching ALPHA."""
+
+
 def compare_durations(a: list[float], b: list[float]) -> PairVerdict:
     """Apply the module's rule to two lists of durations (s)."""
     a, b = [float(x) for x in a], [float(x) for x in b]
@@ -114,7 +118,7 @@ def compare_durations(a: list[float], b: list[float]) -> PairVerdict:
     if not can_distinguish(len(a), len(b)):
         u, p = exact_mann_whitney(a, b) if a and b else (None, None)
         return PairVerdict(len(a), len(b), disjoint, u, p, False,
-                           f"not enough passes to distinguish: n = {len(a)} and {len(b)} "
+                           f"{TOO_FEW}: n = {len(a)} and {len(b)} "
                            f"(smallest p the exact test can give with these sizes: "
                            f"{beside(smallest_p(len(a), len(b)), ALPHA, 3)} > {ALPHA}; "
                            "4 and 4 or 3 and 5 can reach it)")

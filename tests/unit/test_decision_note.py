@@ -119,6 +119,26 @@ def test_does_not_distinguish_is_stated_when_the_median_decides():
     assert "the median tie-break is not evidence of a faster configuration" in note
 
 
+def test_one_pass_each_is_too_few_passes_never_a_spread_comparable_to_the_gap():
+    """Issue 35 item 7: with n = 1 there is no spread; the note says the sizes decide."""
+    from lab.report.distinguish import compare_durations
+
+    one = compare_durations([12.1], [15.0])
+    pair = {"other": "b8", "distinguished": one.distinguished, "reason": one.reason}
+    summary = [variant("b4", "batch 4", durations_s=[12.1], median_s=12.1, min_s=12.1, max_s=12.1,
+                       does_not_distinguish=True, pairs=[pair]),
+               variant("b8", "batch 8", durations_s=[15.0], median_s=15.0, min_s=15.0, max_s=15.0,
+                       does_not_distinguish=True)]
+    text = section(decision_note(summary, CAMPAIGN, PRICING), "batch 4")
+    assert "Too few passes to tell the variants apart (durations_s holds 1)" in text, text
+    assert "comparable to the gap" not in text
+    # with enough passes whose ranges overlap, the spread is what keeps them apart
+    many = compare_durations(spread(12.2), spread(12.25))
+    summary[0] = variant("b4", "batch 4", does_not_distinguish=True,
+                         pairs=[{"other": "b8", "distinguished": many.distinguished, "reason": many.reason}])
+    assert "comparable to the gap between medians" in section(decision_note(summary, CAMPAIGN, PRICING), "batch 4")
+
+
 def test_a_median_compared_across_series_follows_the_same_pair_rule():
     """Two variants of different series carry no stored pair: the motivation's median
     comparison is still checked by lab.report.distinguish (overlapping 5 vs 5, p > 0.05)."""
