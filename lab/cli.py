@@ -162,9 +162,9 @@ def cmd_campaign_replay(a) -> int:
     print(f"verified {Path(a.archive).name} ({r.signature.line}); corpus {r.corpus} (sha256 {e['corpus_sha256']}), "
           f"model {r.model} (sha256 {e['model_sha256']})")
     what = "new question version (model changed)" if a.new_model else "same question"
-    print(f"locked {r.campaign_file}: version {e['version']}, sha256 {e['sha256']}; replays "
-          f"{e['replays']['archive']} (sha256 {e['replays']['archive_sha256'][:16]}...), {what}, "
-          f"question version {r.question_version}")
+    print(f"locked {r.campaign_file}: version {e['version']} of this campaign file, sha256 {e['sha256']}; replays "
+          f"{e['replays']['archive']} (sha256 {e['replays']['archive_sha256'][:16]}...; its protocol version "
+          f"{e['replays']['protocol_version']}), {what}, question version {r.question_version}")
     runs = f"ITERALAB_RUNS={Path(a.runs).resolve()} " if a.runs else ""
     print(f"next: {runs}{iteralab_command()} campaign run {r.campaign_file}")
     return 0

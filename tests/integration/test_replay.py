@@ -51,6 +51,7 @@ def test_replay_on_another_rental_is_comparable_by_construction(two_rentals, tmp
 
     shown = render_rules(protocol_info(out))  # the Protocol screen names the archive it replays
     assert f"Replays[/b] {first.name}" in shown and "the same question, question version 1" in shown
+    assert "its protocol version 1)" in shown  # which of the archive's protocol versions it replays
     second = run_and_archive(out, tmp_path / "runs-2")  # another runs folder
     c, _ = compare_to_folder([first, second], 50000, tmp_path / "cmp", **WINDOW)
     assert any(line.startswith("comparable: corpus sha256") for line in c.path), c.path
@@ -76,6 +77,21 @@ def test_a_corpus_edited_by_one_byte_is_refused_with_both_sha256(two_rentals, tm
     assert code == 2 and "\n" not in err and "Traceback" not in err
     assert sha256_file(edited) in err and sha256_file(recorded) in err
     assert not out.exists() and not out.with_suffix(".lock.json").exists()
+
+
+def test_the_replay_line_names_the_archives_protocol_version(two_rentals, tmp_path, capsys):
+    """Issue 35 item 7: the new lock's version is this campaign file's own; the line also says
+    which protocol version of the archive it replays."""
+    import lab.cli
+
+    first = two_rentals[0]
+    out = tmp_path / "campaign.toml"
+    assert lab.cli.main(["campaign", "replay", str(first), "--out", str(out), "--gpu", "b200", "--days", "7"]) == 0
+    locked = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("locked "))
+    entry = json.loads(out.with_suffix(".lock.json").read_text())["versions"][-1]
+    assert "version 1 of this campaign file" in locked, locked
+    assert entry["replays"]["protocol_version"] == 1  # the session's archives hold version 1
+    assert "its protocol version 1)" in locked, locked
 
 
 def test_with_corpus_archive_replays_without_the_corpus_file(two_rentals, tmp_path):

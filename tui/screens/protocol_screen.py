@@ -40,7 +40,8 @@ def render_rules(i: dict) -> str:
         r = c.get("replays")
         if r:  # `iteralab campaign replay` (lab.evidence.replay): the archive whose question this puts again
             what = "a new question version (model changed)" if r.get("change") else "the same question"
-            lines.append(f"[b]Replays[/b] {escape(r['archive'])} (sha256 {r['archive_sha256'][:16]}...): "
+            lines.append(f"[b]Replays[/b] {escape(r['archive'])} (sha256 {r['archive_sha256'][:16]}...; its "
+                         f"protocol version {r.get('protocol_version', '?')}): "
                          f"{what}, question version {c.get('question_version') or 1}")
     elif i["lock_state"] == "edited":
         last = i["versions"][-1]
