@@ -70,6 +70,10 @@ def test_compare_cli_prints_the_path_and_writes_the_three_files(rental_archives,
     assert "measured on CPU" in md and "lot has 2" in md  # b200 lot: 2 cards, 1 measured
     rows = list(csv.DictReader(open(out / "compare.csv")))
     assert len(rows) == 4 and {r["host"] for r in rows} == {"A rtx-4090", "B b200"}
+    # one row is the decision's, named as such (issue 35 item 7), the one the decision line names
+    [chosen] = [r for r in rows if r["chosen"] == "True"]
+    assert all(r["chosen"] == "False" for r in rows if r is not chosen)
+    assert chosen["host"] == "A rtx-4090" and chosen["variant_label"] in decision, (chosen, decision)
     # a classification generates no text: its token cells stay empty, the row says why
     assert all(r["output_tokens"] == r["output_tokens_at_load"] == r["cost_per_million_output_tokens"] == ""
                and r["tokens_note"] == "no output tokens: a classification task generates no text" for r in rows)
