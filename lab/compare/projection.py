@@ -292,7 +292,7 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
     if not rates:
         why.append(f"failures: no successful pass with a throughput ({len(rows)} attempted)")
     if short and not allow_short:
-        why.append(f"validity: {short}")
+        why.append(short)  # its kind (the words before ":"): "too short to project"
     if rates and q is not None and gpu is not None:
         assert worst_rate is not None and setup_s is not None  # rates (so setups) not empty
         sizing = cheapest_covering(catalog, gpu, lambda lots: lot_hours(setup_s, worst_rate, load_items, lots),

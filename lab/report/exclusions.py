@@ -1,7 +1,7 @@
 """Exclusion records of a decision: each configuration's ``exclusions`` are one line per reason
 it cannot be chosen, "kind: why" (the campaign's decision note, lab.report.decision, writes quality,
 memory, failures, deadline, calendar or price; a comparison across archives, lab.compare.projection,
-quality, memory, failures, validity, price or calendar). Counted here once, so the campaign's
+quality, memory, failures, too short to project, price or calendar). Counted here once, so the campaign's
 decision.md and ``iteralab compare`` (its decision.md and the terminal) say the same counts."""
 
 from __future__ import annotations

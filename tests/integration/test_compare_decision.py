@@ -193,7 +193,7 @@ def test_passes_too_short_are_not_projected_unless_allowed(rental_archives, tmp_
 
     assert "--allow-short projects them" in c.path[-1]  # the override is named where it is needed
     assert "--allow-short" in decision_markdown(c).split("\n\n")[1]
-    assert all(any(x.startswith("validity: too short") for x in p.exclusions) for p in c.projections)
+    assert all(any(x.startswith("too short to project: ") for x in p.exclusions) for p in c.projections)
     for p in c.projections:  # still shown, with how far the projection would reach
         assert p.extrapolation == pytest.approx(2_000_000 / 7) and p.items_per_pass == 7
         assert "extrapolation x285,714" in p.spread_text() and "worst pass" in p.spread_text()

@@ -53,9 +53,9 @@ def test_exclusions_are_counted_per_kind_from_the_records():
     six = [_projection(rejected) for _ in range(6)]
     assert exclusion_counts(six) == "6 of 6 excluded: quality 6"
     mixed = [_projection(rejected) for _ in range(4)] + \
-        [_projection("price: no package declared in [cost]", "validity: too short to project: ...")] * 2 + \
+        [_projection("price: no package declared in [cost]", "too short to project: 1 accepted pass(es) ...")] * 2 + \
         [_projection()]
-    assert exclusion_counts(mixed) == "6 of 7 excluded: quality 4, price 2, validity 2"
+    assert exclusion_counts(mixed) == "6 of 7 excluded: quality 4, price 2, too short to project 2"
     twice = _projection("calendar: even 8 lot(s) ...", "calendar: again")  # one configuration counts once per kind
     assert exclusion_counts([twice]) == "1 of 1 excluded: calendar 1"
     assert exclusion_counts([_projection()]) == "0 of 1 excluded"
