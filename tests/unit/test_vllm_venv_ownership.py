@@ -64,3 +64,27 @@ def test_a_build_writes_the_mark_first(tmp_path, monkeypatch):
     with pytest.raises(vllm_env.VllmEnvError, match="could not be built"):
         vllm_env.build(v, req, log=tmp_path / "venv.log")
     assert seen == {"mark": True}
+
+
+def test_make_vllm_env_says_what_it_does_before_each_step(tmp_path, monkeypatch, capsys):
+    """Issue 35 item 7: `make vllm-env` printed nothing for minutes (a user stopped it). It says
+    what it builds, then each step as it starts, with where pip's output goes."""
+    req = tmp_path / "requirements-vllm.txt"
+    req.write_text("x==1 --hash=sha256:" + "0" * 64 + "\n")
+    monkeypatch.setenv(vllm_env.VENV_ENV, str(tmp_path / "venv"))
+    monkeypatch.setattr(vllm_env, "requirements_file", lambda: req)
+    calls = []
+
+    def run(cmd, **kwargs):  # the first two steps succeed, pip's install fails
+        calls.append(cmd)
+
+        class R:
+            returncode = 0 if len(calls) < 2 else 1
+        return R()
+
+    monkeypatch.setattr(vllm_env.subprocess, "run", run)
+    assert vllm_env.main() == 2
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"vllm-env: building {tmp_path / 'venv'} from requirements-vllm.txt")
+    assert out[1] == f"vllm-env: step 1/4: create the venv (output in {tmp_path / 'venv'}.log)"
+    assert out[2].startswith("vllm-env: step 2/4: install requirements-vllm.txt") and len(out) == 3
