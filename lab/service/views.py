@@ -69,12 +69,16 @@ def protocol_info(campaign_file) -> dict:
 
 
 def lock_protocol(campaign_file) -> tuple[dict, bool]:
-    """Lock the file: ({version, sha256, locked_at}, True when this made a new version)."""
-    from lab.orchestration.protocol import lock
+    """Lock the file: ({version, sha256, locked_at, warnings}, True when this made a new
+    version); ``warnings``: the unusual values that lock, one line each
+    (lab.orchestration.protocol.lock_warnings, what `protocol lock` prints)."""
+    from lab.orchestration.protocol import lock, lock_warnings
 
     before = len(read_lock(campaign_file))
-    v = lock(load_protocol(campaign_file))
-    return {k: v[k] for k in ("version", "sha256", "locked_at")}, v["version"] > before
+    proto = load_protocol(campaign_file)
+    v = lock(proto)
+    return {**{k: v[k] for k in ("version", "sha256", "locked_at")}, "warnings": lock_warnings(proto)}, \
+        v["version"] > before
 
 
 # ---- plan ----------------------------------------------------------------------------

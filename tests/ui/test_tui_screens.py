@@ -91,6 +91,14 @@ def test_protocol_screen_locks_and_says_when_edited(tmp_path, runs, size):
             await pilot.press("l")
             await settle(pilot, lambda: "new protocol version 2" in text_of(app, "#lock-result"))
             assert len(read_lock(f)) == 2
+            assert "warning" not in text_of(app, "#lock-result")
+            # an unusual value locks with the warning the CLI prints (issue 35 item 7: the UI showed none)
+            f.write_text(f.read_text().replace("repetitions = 5", "repetitions = 31"))
+            await pilot.press("r")
+            await settle(pilot, lambda: "Edited after lock" in text_of(app, "#protocol-rules"))
+            await pilot.press("l")
+            await settle(pilot, lambda: "new protocol version 3" in text_of(app, "#lock-result"))
+            assert "warning: [timing] repetitions = 31: " in text_of(app, "#lock-result")
     asyncio.run(go())
 
 

@@ -128,11 +128,13 @@ class ProtocolScreen(LabScreen):
             return
         v = msg.version
         if not msg.new:
-            out.update(f"unchanged since version {v['version']}: sha256 {v['sha256']}")
+            text = f"unchanged since version {v['version']}: sha256 {v['sha256']}"
         elif v["version"] > 1:
-            out.update(f"[b]new protocol version {v['version']}[/b] (the file changed after version "
-                       f"{v['version'] - 1}); its results go to their own folder\nsha256 {v['sha256']}")
+            text = (f"[b]new protocol version {v['version']}[/b] (the file changed after version "
+                    f"{v['version'] - 1}); its results go to their own folder\nsha256 {v['sha256']}")
         else:
-            out.update(f"[b]locked as version 1[/b]\nsha256 {v['sha256']}")
+            text = f"[b]locked as version 1[/b]\nsha256 {v['sha256']}"
+        # what `protocol lock` prints as warnings: unusual values that lock, read before running
+        out.update(text + "".join(f"\n[yellow]warning: {escape(w)}[/yellow]" for w in v.get("warnings") or ()))
         self.app.attach(campaign_dir_of(self.app.campaign_file))
         self.load()
