@@ -45,8 +45,9 @@ NO_PACKAGE = "no package declared"
 def decision_campaign(proto) -> dict:
     """The ``campaign`` argument of ``decision_note`` from a ``lab.orchestration.protocol.Protocol``."""
     c = proto.config.campaign
+    cut = proto.config.task.max_text_tokens if proto.task_kind == "generation" else None
     return {"name": proto.name, "question": c.question, "deadline": c.deadline,
-            "deliverables": c.deliverables}
+            "deliverables": c.deliverables, "text_cut": f"[task] max_text_tokens {cut}" if cut else ""}
 
 
 def decision_pricing(cost: dict, observed_window: tuple[str, str] | None = None) -> dict:
@@ -117,7 +118,9 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
     ``VariantSummary.from_json``). ``variant_pricing``: {variant_id: pricing keys} that
     override ``pricing`` for that variant (e.g. another ``gpu``).
     ``campaign``: ``name``, ``question``, ``deadline`` (ISO or None), ``deliverables``
-    (int >= 1, default lab.facts.constants.DEFAULT_DELIVERABLES). ``pricing``: ``catalog_path``
+    (int >= 1, default lab.facts.constants.DEFAULT_DELIVERABLES), ``text_cut`` (what cuts an
+    item's text when it is not the variant's max_length: "[task] max_text_tokens 64" of a
+    generation task; '' or absent otherwise). ``pricing``: ``catalog_path``
     (None = shipped catalog),
     ``gpu``, ``days``, ``lots``, ``window_start``/``window_end`` (ISO or None), ``tz``.
     ``planned``: (variant_id, label) of every declared variant; one with no pass in
@@ -157,7 +160,7 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
            *agreement_rule_lines(records),
            "", "## Configurations", ""]
     for a in rows:
-        out += _config_section(a, deliverables)
+        out += _config_section(a, deliverables, campaign.get("text_cut") or "")
     out += ["## Excluded configurations", ""]
     excluded = [a for a in rows if a.exclusions]
     out += [f"- **{a.variant.label}** (`{a.variant.variant_id}`): " + "; ".join(a.exclusions)
@@ -265,7 +268,7 @@ def _verdict_with_count(v: VariantSummary) -> str:
     return verdict if verdict.startswith("accepted (") else f"{verdict} ({v.accepted_passes} accepted pass(es))"
 
 
-def _config_section(a: Assessment, deliverables: int) -> list[str]:
+def _config_section(a: Assessment, deliverables: int, text_cut: str = "") -> list[str]:
     v, q = a.variant, a.quote
     durations = ", ".join(f"{d:.3f}" for d in v.durations_s) or "none"
     lines = [f"### {v.label} (`{v.variant_id}`, series {v.series or '-'})", "",
@@ -294,7 +297,7 @@ def _config_section(a: Assessment, deliverables: int) -> list[str]:
         lines.append(f"  - against `{pair['other']}`: "
                      f"{'distinguished' if pair['distinguished'] else 'not distinguished'} "
                      f"({pair['reason']})")
-    lines += _truncation_lines(v)
+    lines += _truncation_lines(v, text_cut)
     lines.append("- Memory: feasible" if v.memory_verdict() == "feasible"
                  else f"- Memory: {v.memory_verdict()} ({v.infeasible_reason or 'no reason given'})")
     if a.window is None:
@@ -402,14 +405,16 @@ def _cards_lines(v: VariantSummary, q: Quote | None) -> list[str]:
     return [line]
 
 
-def _truncation_lines(v) -> list[str]:
-    """Share of items truncated at max_length per length bucket (from the pass predictions)."""
+def _truncation_lines(v, text_cut: str = "") -> list[str]:
+    """Share of items truncated per length bucket (from the pass predictions), at the variant's
+    max_length or at ``text_cut`` when the task cuts the text itself (decision_note's campaign)."""
     get = v.get if isinstance(v, dict) else lambda k: getattr(v, k, None)
     shares = {b: get(f"truncated_{b}") for b in ("short", "medium", "long")}
     if all(x is None for x in shares.values()):
         return []
     text = ", ".join(f"{b} {x:.0%}" for b, x in shares.items() if x is not None)
-    out = [f"- Items truncated at max_length {get('max_length') or '?'}: {text}"]
+    out = [f"- Items whose text was cut to {text_cut}: {text}" if text_cut else
+           f"- Items truncated at max_length {get('max_length') or '?'}: {text}"]
     if shares.get("long"):
         out.append(f"- The long bucket was judged on truncated text ({shares['long']:.0%} of its items lost "
                    "tokens): its metric says nothing about the full documents")

@@ -139,6 +139,17 @@ def test_one_pass_each_is_too_few_passes_never_a_spread_comparable_to_the_gap():
     assert "comparable to the gap between medians" in section(decision_note(summary, CAMPAIGN, PRICING), "batch 4")
 
 
+def test_truncation_names_what_cut_the_text():
+    """Issue 35 item 7: a generation campaign's text cut by [task] max_text_tokens 64 was blamed
+    on the variant's max_length 128."""
+    v = [variant("b1", "batch 1", truncated_short=0.0, truncated_medium=0.2, truncated_long=0.9, max_length=128)]
+    cut = section(decision_note(v, {**CAMPAIGN, "text_cut": "[task] max_text_tokens 64"}, PRICING), "batch 1")
+    assert "- Items whose text was cut to [task] max_text_tokens 64: short 0%, medium 20%, long 90%" in cut, cut
+    assert "max_length 128" not in cut
+    plain = section(decision_note(v, CAMPAIGN, PRICING), "batch 1")
+    assert "- Items truncated at max_length 128: short 0%, medium 20%, long 90%" in plain, plain
+
+
 def test_a_median_compared_across_series_follows_the_same_pair_rule():
     """Two variants of different series carry no stored pair: the motivation's median
     comparison is still checked by lab.report.distinguish (overlapping 5 vs 5, p > 0.05)."""
