@@ -237,7 +237,9 @@ def test_two_card_custom_entry_gives_the_one_card_labels(tmp_path, model_dir):
     assert two == one
     r1, r2 = _result(orch, by_cards[1]), _result(orch, by_cards[2])
     assert r2["entry"] == r1["entry"] and r2["entry_settings"]["model_path"] == r1["entry_settings"]["model_path"]
-    assert r2["self_accuracy"] == r1["self_accuracy"] is not None
+    # a custom entry's pass reads the corpus without its labels (issue 34: the entry never has them
+    # within reach), so neither pass scores itself; the orchestrator's validation does
+    assert r2.get("self_accuracy") is None and r1.get("self_accuracy") is None
     _same_truncation(orch, by_cards, claimed=False)  # the lab's tokenizer at max_length 128: recorded, not claimed
     # dynamo's counters read in each card's process, summed; the example entry compiles nothing
     assert r2["compile_phase"] == r1["compile_phase"] and r2["recompiles_measured"] == r1["recompiles_measured"] == 0

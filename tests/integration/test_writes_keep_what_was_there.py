@@ -118,4 +118,4 @@ def test_archive_while_a_pass_runs_is_refused_in_one_line(tmp_path, model_dir, r
     r = cli("archive", orch.dir, runs=runs_root)  # once the pass has ended: a final archive that verifies
     assert r.returncode == 0, r.stderr
     v = cli("archive", "verify", r.stdout.strip().splitlines()[-1])
-    assert v.returncode == 0 and v.stdout.startswith("OK"), v.stdout
+    assert v.returncode == 0 and v.stdout.splitlines()[-1].startswith("OK"), v.stdout  # after the signature line
