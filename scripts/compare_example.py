@@ -25,6 +25,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -241,7 +242,28 @@ def main() -> int:
             f"{OUT.relative_to(REPO)}); nothing typed by hand. -->")
     DECISION_OUT.write_text(f"{note}\n\n{decision.rstrip()}\n", encoding="utf-8")
     print(f"{len(decision.splitlines())} lines -> {DECISION_OUT.relative_to(REPO)}")
+    readme_excerpt(lines)
     return shot
+
+
+README = REPO / "README.md"
+README_MARK = "A real run of two tiny CPU archives"
+"""The README paragraph whose next indented block is the decision path of the --allow-short run."""
+EXCERPT_WIDTH = 150
+
+
+def readme_excerpt(lines: list[str]) -> None:
+    """Replace the README's excerpt (the block after README_MARK) with the numbered lines of the
+    transcript's second command (the --allow-short run), each cut at a word within EXCERPT_WIDTH."""
+    runs = "\n".join(lines).split("\n$ ")
+    path = [x for x in runs[1].splitlines()[1:] if re.match(r"\d+\. ", x)]
+    text = README.read_text(encoding="utf-8")
+    start = text.index("\n\n", text.index(README_MARK)) + 2
+    end = text.index("\n\n", start)
+    block = "\n".join("    " + (x if len(x) <= EXCERPT_WIDTH else x[:EXCERPT_WIDTH].rsplit(" ", 1)[0] + " ...")
+                      for x in path)
+    README.write_text(text[:start] + block + text[end:], encoding="utf-8")
+    print(f"{len(path)} lines -> README.md's excerpt")
 
 
 def screenshot(page: Path) -> int:
