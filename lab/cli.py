@@ -117,11 +117,10 @@ def cmd_model_build_demo_gen(a) -> int:
 
 
 def cmd_protocol_lock(a) -> int:
-    from lab.orchestration.protocol import load_protocol, lock, lock_warnings
+    from lab.service.views import lock_protocol
 
-    proto = load_protocol(a.campaign)
-    v = lock(proto)
-    for line in lock_warnings(proto):
+    v, _ = lock_protocol(a.campaign)  # the Protocol screen's lock: the same version and warnings
+    for line in v["warnings"]:
         print(f"iteralab: warning: {line}", file=sys.stderr)
     print(f"locked {a.campaign}: version {v['version']}, sha256 {v['sha256']}")
     return 0
