@@ -122,7 +122,6 @@ def test_one_line_is_the_message_of_a_lab_error_and_names_a_defect_otherwise():
     "lab.orchestration.orchestrator.CampaignBusy", "lab.orchestration.orchestrator.CampaignFolderLost",
     "lab.evidence.format.ArchiveError", "lab.demo.model.EncoderWeightsChanged"])
 def test_cli_prints_one_line_and_exits_2_for_a_lab_error_raised_by_the_engine(error, monkeypatch, capsys, tmp_path):
-    import lab.orchestration.protocol
     from lab.cli import main
 
     cls = load(error)
@@ -131,20 +130,21 @@ def test_cli_prints_one_line_and_exits_2_for_a_lab_error_raised_by_the_engine(er
     def raising(*a, **k):
         raise cls(message)
 
-    monkeypatch.setattr(lab.orchestration.protocol, "load_protocol", raising)  # `protocol lock` imports it at call time
+    # `protocol lock` goes through the service's lock_protocol; patching it there (imported first by
+    # the string path) leaves no patched function bound in a module imported during the patch.
+    monkeypatch.setattr("lab.service.views.load_protocol", raising)
     assert main(["protocol", "lock", str(tmp_path / "c.toml")]) == EXIT_USER == 2
     err = capsys.readouterr().err
     assert err == f"iteralab: error: {message}\n"
 
 
 def test_cli_lets_a_defect_through_with_its_traceback(monkeypatch, tmp_path):
-    import lab.orchestration.protocol
     from lab.cli import main
 
     def raising(*a, **k):
         raise TypeError("a defect")
 
-    monkeypatch.setattr(lab.orchestration.protocol, "load_protocol", raising)
+    monkeypatch.setattr("lab.service.views.load_protocol", raising)
     with pytest.raises(TypeError, match="a defect"):
         main(["protocol", "lock", str(tmp_path / "c.toml")])
 
