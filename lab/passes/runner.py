@@ -26,13 +26,13 @@ from pathlib import Path
 
 from lab.facts.diskfull import DiskFull
 from lab.facts.errors import clip
+from lab.facts.process import leave_process
 from lab.passes.events import (
     EXIT_BAD_SPEC,
     EXIT_ERROR,
     EventKind,
     EventWriter,
     PassStatus,
-    leave_process,
     open_event_channel,
 )
 from lab.passes.failures import stop_on_sigint

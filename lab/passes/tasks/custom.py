@@ -512,4 +512,6 @@ class CustomJob(LabelLines):
 
 
 if __name__ == "__main__":
-    sys.exit(check_main(sys.argv[1:]))
+    from lab.facts.process import leave_process
+
+    leave_process(check_main(sys.argv[1:]))
