@@ -6,10 +6,12 @@ frozen dataclass per TOML table, their type hints and defaults) and the variant 
 ``lab.inputs.variants.Variant`` (the keys of ``[defaults]`` and ``[[series]]``); the allowed
 values from the constants those classes check against; each key's words from the comment
 beside its field in the source, else beside the key in the demo campaign
-(lab/defaults/demo.toml). The CLI's verbs and options come from ``lab.cli.parser()``.
+(lab/defaults/demo.toml, demo/campaign-*.toml); the refusals each key gets from the cases of
+docs/refusals.md (scripts/refusals_table.py, real `protocol lock` runs) whose line names it. The
+CLI's verbs and options come from ``lab.cli.parser()``.
 
 Nothing in either page is typed by hand: run `python scripts/gen_reference.py` after changing a
-section, a variant field or the parser; `python scripts/gen_reference.py --check` exits 1 naming
+section, a variant field, the parser or docs/refusals.md; `python scripts/gen_reference.py --check` exits 1 naming
 each page that is stale (tests/unit/test_generated_reference.py does the same). Standard library
 and the lab only; a second or less.
 """
@@ -38,6 +40,7 @@ from lab.passes.tasks.text_metrics import NORMALISATIONS  # noqa: E402
 OUT = REPO / "docs" / "reference"
 CAMPAIGN_PAGE = OUT / "campaign-file.md"
 CLI_PAGE = OUT / "cli.md"
+REFUSALS = REPO / "docs" / "refusals.md"
 DEMOS = (REPO / "lab" / "defaults" / "demo.toml", REPO / "demo" / "campaign-embedding.toml",
          REPO / "demo" / "campaign-generation.toml")
 COMMAND = "python scripts/gen_reference.py"
@@ -119,6 +122,28 @@ def task_defaults() -> dict[str, str]:
     return out
 
 
+def refusal_cases() -> list[tuple[str, str, str]]:
+    """(case, the input's last edit, the line printed) of each row of docs/refusals.md (written by
+    scripts/refusals_table.py from real `protocol lock` runs)."""
+    rows = []
+    for line in REFUSALS.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip("|").split(" | ")]
+        if len(cells) == 4 and cells[3].isdigit():
+            rows.append((cells[0], cells[1].strip("`").split(" ⏎ ")[-1], cells[2]))
+    return rows
+
+
+def refusals_of(section: str, key: str) -> str:
+    """The docs/refusals.md cases whose printed line names ``[section] key`` (variant fields:
+    ``[defaults] key``), or whose last edit sets ``key`` and whose line names no other key."""
+    where = "defaults" if section == "variant" else section
+    named = re.compile(rf"\[{where}\] {key}\b")
+    cases = [case for case, edit, printed in refusal_cases()
+             if named.search(printed) or (edit.startswith(f"{key} =") and not re.search(r"\[\w+\] \w", printed)
+                                          and section == "variant")]
+    return "; ".join(dict.fromkeys(cases))
+
+
 def default_of(f) -> str:
     if f.default is MISSING and f.default_factory is MISSING:
         return "required"
@@ -143,13 +168,15 @@ def key_table(section: str, cls, keys: list[str] | None = None, where: str | Non
     values, demo, own = allowed(), demo_comments(), field_comments(cls)
     effective = task_defaults() if cls is config.TaskSection else {}
     hints = typing.get_type_hints(cls)
-    rows = ["| key | type | default | allowed values | note |", "|---|---|---|---|---|"]
+    rows = ["| key | type | default | allowed values | note | refused at lock when ([refusals](../refusals.md)) |",
+            "|---|---|---|---|---|---|"]
     for f in fields(cls):
         if keys is not None and f.name not in keys:
             continue
         what = own.get(f.name) or demo.get((where or section, f.name)) or ""
         rows.append(f"| `{f.name}` | {type_name(hints[f.name])} | {effective.get(f.name) or default_of(f)} | "
-                    f"{cell(values.get((section, f.name), ''))} | {cell(what)} |")
+                    f"{cell(values.get((section, f.name), ''))} | {cell(what)} | "
+                    f"{cell(refusals_of(section, f.name))} |")
     return rows
 
 
