@@ -1,6 +1,6 @@
 """Custom: the user's own inference code (``[task] kind = "custom"``, ``entry = "file.py:Class"``).
 
-The protocol an entry class follows (README, "Your own inference code"):
+The protocol an entry class follows (docs/task-custom.md, "Your own inference code"):
 
 - ``Class(settings: dict, device: str)``: built once per pass, in the model-load phase.
   ``settings`` holds the variant's declared fields (``precision``, ``batch_size``,
