@@ -6,6 +6,9 @@ LAB    := $(VENV)/bin/iteralab
 MODEL  := .cache/models/demo-minilm-20ng
 STAMP  := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
+# Python's own bytecode cache (__pycache__, ignored by git), even where the environment turns it
+# off: each pytest process otherwise compiles and assert-rewrites its tests again (.ci/run).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: up demo test test-fast test-integration test-ui test-docker test-vllm lint bench bench-peer model model-gen corpus env env-dev vllm-env doctor memory images clean
 
