@@ -103,6 +103,7 @@ lint: $(DEV_STAMP)
 bench: model
 	mkdir -p runs && $(PY) scripts/bench.py
 	$(PY) scripts/bench_verify.py
+	$(PY) scripts/bench_pass_exit.py
 	$(PY) scripts/bench_vllm.py
 
 # optimum-benchmark's inference scenario against the lab's window, side by side (issue 13).

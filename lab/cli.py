@@ -438,8 +438,8 @@ def parser() -> argparse.ArgumentParser:
     co.add_argument("--deadline", help="ISO date-time the load must be processed by")
     co.add_argument("--window-start", help="ISO date-time the rental starts (default: now)")
     co.add_argument("--tz", help="IANA time zone for naive date-times")
-    co.add_argument("--catalog", help="catalog CSV that prices the decision (default: the newest "
-                                      "catalog version among the bundle's and the archives' own)")
+    co.add_argument("--catalog", help="catalog CSV that prices the decision (default: the bundle's, "
+                                      "lab/cost/tarifs-forfaits.csv; an archive's own prices only that archive)")
     co.add_argument("--allow-partial", action="store_true",
                     help="compare archives of unfinished campaigns (refused otherwise; every output says so)")
     co.add_argument("--allow-short", action="store_true",

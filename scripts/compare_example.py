@@ -2,8 +2,8 @@
 """Write docs/compare-cli-example.txt (four real `iteralab compare` runs, from real archives) and
 docs/compare-decision-example.md (the decision.md of the first `--allow-short` run).
 
-In a temporary folder, with the command lines a user types (README, "The same steps from the
-command line"): `corpus build` cuts 7 items out of the demo corpus; one tiny campaign (batch 1
+In a temporary folder, with the command lines a user types (docs/rental.md, "The same steps from
+the command line"): `corpus build` cuts 7 items out of the demo corpus; one tiny campaign (batch 1
 and 4, 2 repetitions) is locked, run with the local launcher and archived twice, with
 `[timing] threads` 1 priced as rtx-4090 and threads 2 priced as b200 (7-day packages); the
 b200 campaign run a third time is paused after its first pass and packed with

@@ -175,4 +175,7 @@ def build_manifest(campaign: dict, launcher: dict, model: dict, corpus: dict, ex
 if __name__ == "__main__":  # the orchestrator's snapshot of its host (record_host_facts)
     import json
 
+    from lab.facts.process import leave_process
+
     print(json.dumps(host_facts(), default=str))
+    leave_process(0)

@@ -394,7 +394,7 @@ def host_torch_check(vendor: str, expect_gpu: str | None = None) -> Check:
     detail = f"torch {torch.__version__} ({build}) sees {seen} GPU(s)"
     if vendor != "cpu" and not seen:
         return Check("host torch", False, detail + f" on a {vendor} host: local passes would run on CPU",
-                     "use the container launcher, or install the torch build for this GPU (README)",
+                     "use the container launcher, or install the torch build for this GPU (docs/rental.md, Containers)",
                      blocking=bool(expect_gpu))
     return Check("host torch", True, detail)
 

@@ -488,7 +488,7 @@ def check_user_code(proto) -> list[Check]:
 def repo_hint(written: str, resolved: Path) -> str:
     """'did you mean "@repo/<written>"?' when the relative path ``written`` (as in the campaign
     file) is not found where it resolved (``resolved``: next to the campaign file) but is a file
-    under the bundle, where the documented ``@repo/`` prefix (README, custom task) points; else ""."""
+    under the bundle, where the documented ``@repo/`` prefix (docs/task-custom.md) points; else ""."""
     if resolved.is_file() or written.startswith("@repo/") or Path(written).expanduser().is_absolute():
         return ""
     return f'did you mean "@repo/{written}"?' if (REPO_ROOT / written).is_file() else ""

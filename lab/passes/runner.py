@@ -26,7 +26,15 @@ from pathlib import Path
 
 from lab.facts.diskfull import DiskFull
 from lab.facts.errors import clip
-from lab.passes.events import EXIT_BAD_SPEC, EXIT_ERROR, EventKind, EventWriter, PassStatus, open_event_channel
+from lab.facts.process import leave_process
+from lab.passes.events import (
+    EXIT_BAD_SPEC,
+    EXIT_ERROR,
+    EventKind,
+    EventWriter,
+    PassStatus,
+    open_event_channel,
+)
 from lab.passes.failures import stop_on_sigint
 from lab.passes.records import PassResult, build, write_record
 from lab.passes.sequence import Card, PassSequence
@@ -108,4 +116,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave_process(main())

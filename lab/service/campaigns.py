@@ -86,7 +86,7 @@ def demo_copy() -> Path:
 
 def _demo_target(p: Path) -> Path:
     """``p``, or the demo's copy (``demo_copy``) when ``p`` is lab/defaults/demo.toml and only the
-    copy was run (the file the README names; ``make up`` locks the copy). Raises CampaignError
+    copy was run (the file docs/campaign-file.md starts from; ``make up`` locks the copy). Raises CampaignError
     (one line saying where the demo campaign lives) when neither was run."""
     if p.resolve() != DEMO_CAMPAIGN.resolve() or campaign_dir_of(p) is not None:
         return p

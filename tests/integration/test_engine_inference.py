@@ -63,7 +63,7 @@ def test_truncation_is_counted(loaded):
 
 
 def test_demo_model_accuracy_on_the_comparison_corpus(loaded):
-    """The README states the measured figure; the floor set by the issue is 0.55."""
+    """docs/task-classification.md states the measured figure; the floor set by the issue is 0.55."""
     rows = demo_rows()
     res = run(rows, loaded, batch_size=16, bucketing=True)
     labels = loaded[1].config.id2label

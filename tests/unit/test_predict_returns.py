@@ -1,5 +1,5 @@
 """What a custom entry's ``predict`` may return (issue 35 item 7: a numpy array of str was
-accepted while the README said only a list of str): the rule and its words agree."""
+accepted while the README, now docs/task-custom.md, said only a list of str): the rule and its words agree."""
 
 from __future__ import annotations
 

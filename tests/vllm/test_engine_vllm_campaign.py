@@ -178,15 +178,21 @@ def test_a_vllm_pass_stopped_mid_window_leaves_no_engine_process(tmp_path, model
     lock(load_protocol(f))
     engine: list[psutil.Process] = []
 
+    def is_engine(p: psutil.Process) -> bool:
+        """A process of vLLM's; False for one that ended (or hid) between listing and reading."""
+        try:
+            return "vllm" in " ".join(p.cmdline()).lower() or p.name().startswith("VLLM")
+        except psutil.Error:
+            return False
+
     class StopInWindow(LocalLauncher):
         def launch(self, spec, pass_dir, on_line, should_stop=lambda: False):
             def line(text: str) -> None:
                 on_line(text)
                 ev = json.loads(text) if text.startswith("{") else {}
                 if ev.get("event") == "progress" and not engine:
-                    kids = psutil.Process(os.getpid()).children(recursive=True)
-                    engine.extend(p for p in kids if "vllm" in " ".join(p.cmdline()).lower()
-                                  or p.name().startswith("VLLM"))
+                    engine.extend(p for p in psutil.Process(os.getpid()).children(recursive=True)
+                                  if is_engine(p))
                     orch.journal.set_control("stop", True)  # what the stop button does
 
             return super().launch(spec, pass_dir, line, should_stop)

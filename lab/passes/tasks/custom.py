@@ -1,6 +1,6 @@
 """Custom: the user's own inference code (``[task] kind = "custom"``, ``entry = "file.py:Class"``).
 
-The protocol an entry class follows (README, "Your own inference code"):
+The protocol an entry class follows (docs/task-custom.md, "Your own inference code"):
 
 - ``Class(settings: dict, device: str)``: built once per pass, in the model-load phase.
   ``settings`` holds the variant's declared fields (``precision``, ``batch_size``,
@@ -512,4 +512,6 @@ class CustomJob(LabelLines):
 
 
 if __name__ == "__main__":
-    sys.exit(check_main(sys.argv[1:]))
+    from lab.facts.process import leave_process
+
+    leave_process(check_main(sys.argv[1:]))
