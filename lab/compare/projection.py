@@ -112,10 +112,12 @@ class Projection:
     """'' or why the passes cannot support a projection (the validity rule); an exclusion
     unless allowed, then a caveat every output carries."""
     prediction_pass: str = ""
-    """The pass whose predictions stand for this host's result (lab.compare.evidence)."""
+    """The pass whose predictions stand for this host's result (lab.compare.evidence); its id,
+    the same on every rental of one plan: lines name it with ``host`` (lab.report.conditions.pass_name)."""
     starved_passes: tuple[dict, ...] = ()
     """Passes ok of this archive x variant whose window was starved of CPU ({"pass_id",
-    "reason"}; summary.json ``starved_passes``, lab.passes.conditions.starvation)."""
+    "reason"} of summary.json ``starved_passes``, lab.passes.conditions.starvation, and "host":
+    ``host``, so a line naming them names the host with each, lab.report.conditions.pass_name)."""
     decision_quote: Quote | None = None
     """The archive's own package priced with the comparison's catalog."""
     price_note: str = ""
@@ -328,7 +330,8 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
         long_passes=len(long_ok), min_window_s=timing.min_window_s,
         min_accepted_passes=timing.min_accepted_passes, too_short=short,
         prediction_pass=ev.prediction_pass.get(vid, ""), decision_quote=q, price_note=price_note,
-        starved_passes=tuple(variant.get("starved_passes") or ()), measured_on_cpu=on_cpu, **tokens)
+        starved_passes=tuple({**x, "host": host or ev.name} for x in variant.get("starved_passes") or ()),
+        measured_on_cpu=on_cpu, **tokens)
 
 
 def output_token_figures(kind: str, variant: dict, load_items: int, sizing: Sizing | None) -> dict:
