@@ -96,9 +96,11 @@ test-vllm: model model-gen $(DEV_STAMP)
 
 # Checked boundaries: import graph without cycle, modules and packages as units
 # (scripts/import_graph.py), import contracts (pyproject [tool.importlinter]), ruff on lab/, tui/,
-# scripts/ and tests/, mypy on lab/ and tui/ (pyproject [tool.mypy] files).
+# scripts/ and tests/, mypy on lab/ and tui/ (pyproject [tool.mypy] files), and the string-key
+# reads between the typed records and the screen, which may only go down (scripts/string_keys.py).
 lint: $(DEV_STAMP)
 	$(PY) scripts/import_graph.py
+	$(PY) scripts/string_keys.py
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check lab tui scripts tests
 	$(VENV)/bin/mypy
