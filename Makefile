@@ -96,6 +96,7 @@ test-vllm: model model-gen $(DEV_STAMP)
 # scripts/ and tests/, mypy on lab/ and tui/ (pyproject [tool.mypy] files).
 lint: $(DEV_STAMP)
 	$(PY) scripts/import_graph.py
+	$(PY) scripts/kind_branches.py
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check lab tui scripts tests
 	$(VENV)/bin/mypy

@@ -1,0 +1,182 @@
+"""Refuse a branch on a task kind's name outside the kind's own modules (run by ``make lint``).
+
+Usage (from the repository root):
+
+    python scripts/kind_branches.py            # scan lab/ and tui/; exit 1 on a new branch
+    python scripts/kind_branches.py ROOT ...   # scan other folders (tests plant a branch in one)
+
+A task kind is declared once, by its object in ``lab/kinds/`` (docs/architecture.md, "Task
+kinds"); a caller reads the object's attributes (``kind.generates_text``, ``kind.record``) instead
+of comparing the kind with its name. Found, by the syntax tree of every ``.py`` file:
+
+- a comparison (``==``, ``!=``, ``in``, ``not in``) whose one side names a kind (a name or
+  attribute containing ``kind``) and whose other side is a kind's name string, or a tuple, list or
+  set holding one (``task_kind == "generation"``, ``kind in ("embedding", "custom")``);
+- a table keyed by kinds' names (a dict literal with two or more kinds' names as keys) and a
+  tuple, list or set of two or more kinds' names outside a comparison (``TASK_KINDS``).
+
+The kind modules (``lab/kinds/``) and each kind's pass job module (the ``job`` its object
+names) are the kind's own and not scanned. ``ALLOWED`` lists the branches not yet moved, each
+as (file, the line's text stripped), so their count can only go down: a listed pair no longer
+found fails too (remove it from the list).
+
+Output: one line per finding, ``path:line: text``, then ``kind branches: N new, M allowed``.
+Exit status: 0 none new and none stale, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from lab.kinds import KINDS  # noqa: E402  (after the repository is on the path)
+
+NAMES = frozenset(KINDS)
+OWN = ("lab/kinds/", *(k.job.split(":")[0].replace(".", "/") + ".py" for k in KINDS.values()))
+"""Paths (relative to the repository) of the kinds' own modules, never scanned."""
+
+ALLOWED: tuple[tuple[str, str], ...] = (
+    ('lab/compare/decision.py', 'config.task.normalisation if config.task.kind == "generation" else None)'),
+    ('lab/compare/projection.py', 'why = (f"no output tokens: a {kind} task generates no text" if kind != "generation"'),  # noqa: E501
+    ('lab/evidence/rederive.py', 'if kind == "embedding":'),
+    ('lab/evidence/rederive.py', 'key = "output" if kind == "generation" else "pred"'),
+    ('lab/evidence/rederive.py', 'elif kind == "generation":'),
+    ('lab/evidence/rederive.py', 'fig = agreement_figures(per_id, buckets, ids, cosine=kind == "embedding")'),
+    ('lab/facts/constants.py', 'AGREEMENT_MAX_DIFFERING = {"classification": 0.05, "custom": 0.05, "generation": 0.05, "embedding": 0.0}'),  # noqa: E501
+    ('lab/orchestration/agreement.py', 'NOUNS = {"classification": "labels", "custom": "labels", "generation": "outputs", "embedding": "vectors"}'),  # noqa: E501
+    ('lab/orchestration/agreement.py', 'share = (0.0 if kind == "embedding" else round(1.0 - threshold, 12)) if share is None else share'),  # noqa: E501
+    ('lab/orchestration/agreement.py', 'float(AGREEMENT_MIN_COSINE if cosine is None else cosine) if kind == "embedding" else None)'),  # noqa: E501
+    ('lab/orchestration/config.py', 'TASK_KINDS = ("classification", "embedding", "custom", "generation")'),
+    ('lab/orchestration/config.py', 'KIND_METRICS = {"classification": (*METRICS, AGREEMENT), "embedding": (*EMBEDDING_METRICS, AGREEMENT),'),  # noqa: E501
+    ('lab/orchestration/config.py', 'KIND_KEYS = {"classification": (), "embedding": ("pooling", "normalize"), "custom": ("entry", "files"),'),  # noqa: E501
+    ('lab/orchestration/config.py', 'USER_METRIC_KINDS = ("classification", "custom")'),
+    ('lab/orchestration/config.py', 'if self.kind == "embedding":  # KIND_KEYS["embedding"]'),
+    ('lab/orchestration/config.py', 'if self.kind == "custom":'),
+    ('lab/orchestration/config.py', 'if self.kind == "generation":'),
+    ('lab/orchestration/config.py', 'if quality.min_cosine is not None and task.kind != "embedding":'),
+    ('lab/orchestration/orchestrator.py', 'if self.proto.task_kind == "custom":'),
+    ('lab/orchestration/orchestrator.py', 'if self.proto.task_kind == "embedding":  # its vectors in corpus order'),
+    ('lab/orchestration/orchestrator.py', 'if self.proto.task_kind == "generation":  # its outputs by id'),
+    ('lab/orchestration/orchestrator.py', 'prob_required=self.proto.task_kind != "custom", metric_fn=self.metric_fn()))'),  # noqa: E501
+    ('lab/orchestration/orchestrator.py', 'if self.proto.task_kind == "embedding":'),
+    ('lab/orchestration/orchestrator.py', 'elif self.proto.task_kind == "generation":'),
+    ('lab/orchestration/orchestrator.py', 'prob_required=self.proto.task_kind != "custom", metric_fn=self.metric_fn(),'),  # noqa: E501
+    ('lab/orchestration/preflight.py', 'embedding = proto.task_kind == "embedding"'),
+    ('lab/orchestration/preflight.py', 'elif proto.task_kind == "generation":  # a causal LM (lab.passes.tasks.generation: AutoModelForCausalLM)'),  # noqa: E501
+    ('lab/orchestration/preflight.py', 'elif proto.task_kind == "custom":  # the user\'s code loads its own model: only the tokenizer is the lab\'s'),  # noqa: E501
+    ('lab/orchestration/preflight.py', 'elif proto.task_kind == "generation":'),
+    ('lab/orchestration/preflight.py', 'elif proto.task_kind == "custom":  # any string the entry returns is a label; one outside these is wrong'),  # noqa: E501
+    ('lab/orchestration/preflight.py', 'if proto.task_kind != "custom":  # a custom entry tokenizes in its own code'),
+    ('lab/orchestration/preflight.py', 'if proto.task_kind == "generation":'),
+    ('lab/orchestration/preflight.py', 'pooling = (task.pooling, bool(task.normalize)) if proto.task_kind == "embedding" else None'),  # noqa: E501
+    ('lab/orchestration/protocol.py', 'if task.kind == "classification":'),
+    ('lab/orchestration/protocol.py', 'if task.kind == "generation" or k not in GENERATION_KEYS}  # other kinds\' pass.json as before'),  # noqa: E501
+    ('lab/orchestration/protocol.py', 'if kind == "generation":  # the job always pads each batch on the left to its longest prompt'),  # noqa: E501
+    ('lab/orchestration/protocol.py', 'if proto.task_kind == "generation":'),
+    ('lab/passes/tasks/__init__.py', 'KINDS = {"classification": "lab.passes.tasks.classification:ClassificationJob",'),
+    ('lab/passes/tasks/vllm_job.py', 'VLLM_KINDS = ("classification", "embedding", "generation")'),
+    ('lab/passes/tasks/vllm_job.py', 'return "generate" if kind == "generation" else "pooling"'),
+    ('lab/passes/tasks/vllm_job.py', 'self.writer: Any = {"classification": ClassificationJob, "embedding": EmbeddingJob,'),  # noqa: E501
+    ('lab/passes/tasks/vllm_job.py', 'if self.kind == "classification":'),
+    ('lab/passes/tasks/vllm_job.py', 'auto = {"classification": AutoModelForSequenceClassification,'),
+    ('lab/passes/tasks/vllm_job.py', 'if self.kind == "generation":'),
+    ('lab/passes/tasks/vllm_job.py', 'if self.kind == "generation" else {})'),
+    ('lab/passes/tasks/vllm_job.py', 'if self.kind == "embedding":'),
+    ('lab/passes/tasks/vllm_job.py', 'embed = self.kind == "embedding"'),
+    ('lab/report/decision.py', 'cut = proto.config.task.max_text_tokens if proto.task_kind == "generation" else None'),
+    ('lab/service/views.py', 'generation = proto.task_kind == "generation"'),
+)
+"""(file, stripped line text) of the branches on a kind's name not yet moved into the kind objects."""
+
+
+def _kind_names(node: ast.AST) -> list[str]:
+    """The kinds' names that ``node`` is or holds (a string constant, a tuple, list or set of them)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value] if node.value in NAMES else []
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in NAMES]
+    return []
+
+
+def _names_a_kind(node: ast.AST) -> bool:
+    """True when ``node`` reads something named like a kind (``kind``, ``task_kind``, ``self.kind``,
+    ``task.get("kind")``)."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and "kind" in sub.id.lower():
+            return True
+        if isinstance(sub, ast.Attribute) and "kind" in sub.attr.lower():
+            return True
+        if isinstance(sub, ast.Constant) and sub.value == "kind":
+            return True
+    return False
+
+
+def findings(tree: ast.AST) -> Iterator[int]:
+    """Line numbers of the branches on a kind's name and the tables of kinds' names in ``tree``."""
+    in_compare: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            for sub in sides:
+                in_compare.update(id(s) for s in ast.walk(sub))
+            for op, left, right in zip(node.ops, sides, sides[1:], strict=False):
+                if not isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
+                    continue
+                if (_kind_names(right) and _names_a_kind(left)) or (_kind_names(left) and _names_a_kind(right)):
+                    yield node.lineno
+                    break
+    for node in ast.walk(tree):
+        if id(node) in in_compare:
+            continue
+        if isinstance(node, ast.Dict):
+            keys = [k for k in node.keys if k is not None and _kind_names(k)]
+            if len(keys) >= 2:
+                yield node.lineno
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)) and len(_kind_names(node)) >= 2:
+            yield node.lineno
+
+
+def scan(roots: list[Path], base: Path) -> list[tuple[str, int, str]]:
+    """(path relative to ``base``, line, stripped text) of every finding under ``roots``, sorted."""
+    out = set()
+    for root in roots:
+        for path in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
+            rel = path.resolve().relative_to(base.resolve()).as_posix()
+            if rel.startswith(OWN[0]) or rel in OWN[1:]:
+                continue
+            text = path.read_text(encoding="utf-8")
+            lines = text.splitlines()
+            for n in findings(ast.parse(text, filename=rel)):
+                out.add((rel, n, lines[n - 1].strip()))
+    return sorted(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("roots", nargs="*", help="folders or files to scan (default: lab tui)")
+    parser.add_argument("--base", default=str(REPO), help="the folder paths are relative to (default: the repository)")
+    args = parser.parse_args(argv)
+    base = Path(args.base)
+    roots = [Path(r) for r in args.roots] or [REPO / "lab", REPO / "tui"]
+    found = scan(roots, base)
+    allowed = set(ALLOWED)
+    new = [f for f in found if (f[0], f[2]) not in allowed]
+    seen = {(f[0], f[2]) for f in found}
+    stale = [a for a in ALLOWED if a not in seen] if not args.roots else []
+    for rel, n, text in new:
+        print(f"{rel}:{n}: {text}  <- a branch on a task kind's name: read the kind object instead "
+              "(lab.kinds.task_kind(name); docs/architecture.md, Task kinds)")
+    for rel, text in stale:
+        print(f"{rel}: {text}  <- listed in ALLOWED but no longer found: remove it from scripts/kind_branches.py")
+    print(f"kind branches: {len(new)} new, {len(found) - len(new)} allowed")
+    return 1 if new or stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
