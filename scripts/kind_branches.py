@@ -52,14 +52,6 @@ ALLOWED: tuple[tuple[str, str], ...] = (
     ('lab/orchestration/agreement.py', 'NOUNS = {"classification": "labels", "custom": "labels", "generation": "outputs", "embedding": "vectors"}'),  # noqa: E501
     ('lab/orchestration/agreement.py', 'share = (0.0 if kind == "embedding" else round(1.0 - threshold, 12)) if share is None else share'),  # noqa: E501
     ('lab/orchestration/agreement.py', 'float(AGREEMENT_MIN_COSINE if cosine is None else cosine) if kind == "embedding" else None)'),  # noqa: E501
-    ('lab/orchestration/config.py', 'TASK_KINDS = ("classification", "embedding", "custom", "generation")'),
-    ('lab/orchestration/config.py', 'KIND_METRICS = {"classification": (*METRICS, AGREEMENT), "embedding": (*EMBEDDING_METRICS, AGREEMENT),'),  # noqa: E501
-    ('lab/orchestration/config.py', 'KIND_KEYS = {"classification": (), "embedding": ("pooling", "normalize"), "custom": ("entry", "files"),'),  # noqa: E501
-    ('lab/orchestration/config.py', 'USER_METRIC_KINDS = ("classification", "custom")'),
-    ('lab/orchestration/config.py', 'if self.kind == "embedding":  # KIND_KEYS["embedding"]'),
-    ('lab/orchestration/config.py', 'if self.kind == "custom":'),
-    ('lab/orchestration/config.py', 'if self.kind == "generation":'),
-    ('lab/orchestration/config.py', 'if quality.min_cosine is not None and task.kind != "embedding":'),
     ('lab/orchestration/orchestrator.py', 'if self.proto.task_kind == "custom":'),
     ('lab/orchestration/orchestrator.py', 'if self.proto.task_kind == "embedding":  # its vectors in corpus order'),
     ('lab/orchestration/orchestrator.py', 'if self.proto.task_kind == "generation":  # its outputs by id'),
@@ -75,10 +67,6 @@ ALLOWED: tuple[tuple[str, str], ...] = (
     ('lab/orchestration/preflight.py', 'if proto.task_kind != "custom":  # a custom entry tokenizes in its own code'),
     ('lab/orchestration/preflight.py', 'if proto.task_kind == "generation":'),
     ('lab/orchestration/preflight.py', 'pooling = (task.pooling, bool(task.normalize)) if proto.task_kind == "embedding" else None'),  # noqa: E501
-    ('lab/orchestration/protocol.py', 'if task.kind == "classification":'),
-    ('lab/orchestration/protocol.py', 'if task.kind == "generation" or k not in GENERATION_KEYS}  # other kinds\' pass.json as before'),  # noqa: E501
-    ('lab/orchestration/protocol.py', 'if kind == "generation":  # the job always pads each batch on the left to its longest prompt'),  # noqa: E501
-    ('lab/orchestration/protocol.py', 'if proto.task_kind == "generation":'),
     ('lab/passes/tasks/__init__.py', 'KINDS = {"classification": "lab.passes.tasks.classification:ClassificationJob",'),
     ('lab/passes/tasks/vllm_job.py', 'VLLM_KINDS = ("classification", "embedding", "generation")'),
     ('lab/passes/tasks/vllm_job.py', 'return "generate" if kind == "generation" else "pooling"'),

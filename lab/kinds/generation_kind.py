@@ -16,4 +16,5 @@ GENERATION = TaskKind(
     defaults=(("stop", ()), ("max_text_tokens", 0), ("decoding", "greedy")), metrics=(EXACT_MATCH, TOKEN_F1),
     user_metric=False, engines=(TRANSFORMERS, VLLM), vllm_runner="generate", record=TEXT, architecture=CAUSAL_LM,
     agreement_max_differing=AGREEMENT_MAX_DIFFERING["generation"], agreement_noun="outputs", model_labels=False,
-    lab_tokenizes=True, keys_private=True, labels_role="the reference answers of the metric")
+    lab_tokenizes=True, keys_private=True, labels_role="the reference answers of the metric",
+    fixed_padding="longest")  # the job pads each batch on the left to its longest prompt

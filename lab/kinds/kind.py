@@ -70,7 +70,8 @@ class TaskKind:
     tokenizes its inputs (False: the user's code does, only the buckets use the lab's tokenizer).
     keys_private: its keys are left out of other kinds' pass.json (they never held them).
     labels_role: what the corpus labels are to it, in the lock's words (None: labels the model
-    must be able to produce, checked against its id2label)."""
+    must be able to produce, checked against its id2label). fixed_padding: the one ``padding`` its
+    job honours (a variant declaring another is refused at lock), None when it honours each."""
 
     name: str
     job: str
@@ -88,6 +89,7 @@ class TaskKind:
     lab_tokenizes: bool
     keys_private: bool
     labels_role: str | None
+    fixed_padding: str | None = None
 
     def __post_init__(self) -> None:
         assert self.record in RECORDS and self.architecture in ARCHITECTURES, self
