@@ -42,31 +42,12 @@ OWN = ("lab/kinds/", *(k.job.split(":")[0].replace(".", "/") + ".py" for k in KI
 """Paths (relative to the repository) of the kinds' own modules, never scanned."""
 
 ALLOWED: tuple[tuple[str, str], ...] = (
-    ('lab/compare/decision.py', 'config.task.normalisation if config.task.kind == "generation" else None)'),
-    ('lab/compare/projection.py', 'why = (f"no output tokens: a {kind} task generates no text" if kind != "generation"'),  # noqa: E501
     ('lab/evidence/rederive.py', 'if kind == "embedding":'),
     ('lab/evidence/rederive.py', 'key = "output" if kind == "generation" else "pred"'),
     ('lab/evidence/rederive.py', 'elif kind == "generation":'),
     ('lab/evidence/rederive.py', 'fig = agreement_figures(per_id, buckets, ids, cosine=kind == "embedding")'),
     ('lab/facts/constants.py', 'AGREEMENT_MAX_DIFFERING = {"classification": 0.05, "custom": 0.05, "generation": 0.05, "embedding": 0.0}'),  # noqa: E501
-    ('lab/orchestration/agreement.py', 'NOUNS = {"classification": "labels", "custom": "labels", "generation": "outputs", "embedding": "vectors"}'),  # noqa: E501
-    ('lab/orchestration/agreement.py', 'share = (0.0 if kind == "embedding" else round(1.0 - threshold, 12)) if share is None else share'),  # noqa: E501
-    ('lab/orchestration/agreement.py', 'float(AGREEMENT_MIN_COSINE if cosine is None else cosine) if kind == "embedding" else None)'),  # noqa: E501
     ('lab/orchestration/orchestrator.py', 'if self.proto.task_kind == "custom":'),
-    ('lab/orchestration/orchestrator.py', 'if self.proto.task_kind == "embedding":  # its vectors in corpus order'),
-    ('lab/orchestration/orchestrator.py', 'if self.proto.task_kind == "generation":  # its outputs by id'),
-    ('lab/orchestration/orchestrator.py', 'prob_required=self.proto.task_kind != "custom", metric_fn=self.metric_fn()))'),  # noqa: E501
-    ('lab/orchestration/orchestrator.py', 'if self.proto.task_kind == "embedding":'),
-    ('lab/orchestration/orchestrator.py', 'elif self.proto.task_kind == "generation":'),
-    ('lab/orchestration/orchestrator.py', 'prob_required=self.proto.task_kind != "custom", metric_fn=self.metric_fn(),'),  # noqa: E501
-    ('lab/orchestration/preflight.py', 'embedding = proto.task_kind == "embedding"'),
-    ('lab/orchestration/preflight.py', 'elif proto.task_kind == "generation":  # a causal LM (lab.passes.tasks.generation: AutoModelForCausalLM)'),  # noqa: E501
-    ('lab/orchestration/preflight.py', 'elif proto.task_kind == "custom":  # the user\'s code loads its own model: only the tokenizer is the lab\'s'),  # noqa: E501
-    ('lab/orchestration/preflight.py', 'elif proto.task_kind == "generation":'),
-    ('lab/orchestration/preflight.py', 'elif proto.task_kind == "custom":  # any string the entry returns is a label; one outside these is wrong'),  # noqa: E501
-    ('lab/orchestration/preflight.py', 'if proto.task_kind != "custom":  # a custom entry tokenizes in its own code'),
-    ('lab/orchestration/preflight.py', 'if proto.task_kind == "generation":'),
-    ('lab/orchestration/preflight.py', 'pooling = (task.pooling, bool(task.normalize)) if proto.task_kind == "embedding" else None'),  # noqa: E501
     ('lab/passes/tasks/__init__.py', 'KINDS = {"classification": "lab.passes.tasks.classification:ClassificationJob",'),
     ('lab/passes/tasks/vllm_job.py', 'VLLM_KINDS = ("classification", "embedding", "generation")'),
     ('lab/passes/tasks/vllm_job.py', 'return "generate" if kind == "generation" else "pooling"'),
@@ -77,8 +58,6 @@ ALLOWED: tuple[tuple[str, str], ...] = (
     ('lab/passes/tasks/vllm_job.py', 'if self.kind == "generation" else {})'),
     ('lab/passes/tasks/vllm_job.py', 'if self.kind == "embedding":'),
     ('lab/passes/tasks/vllm_job.py', 'embed = self.kind == "embedding"'),
-    ('lab/report/decision.py', 'cut = proto.config.task.max_text_tokens if proto.task_kind == "generation" else None'),
-    ('lab/service/views.py', 'generation = proto.task_kind == "generation"'),
 )
 """(file, stripped line text) of the branches on a kind's name not yet moved into the kind objects."""
 
