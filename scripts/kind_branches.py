@@ -42,22 +42,6 @@ OWN = ("lab/kinds/", *(k.job.split(":")[0].replace(".", "/") + ".py" for k in KI
 """Paths (relative to the repository) of the kinds' own modules, never scanned."""
 
 ALLOWED: tuple[tuple[str, str], ...] = (
-    ('lab/evidence/rederive.py', 'if kind == "embedding":'),
-    ('lab/evidence/rederive.py', 'key = "output" if kind == "generation" else "pred"'),
-    ('lab/evidence/rederive.py', 'elif kind == "generation":'),
-    ('lab/evidence/rederive.py', 'fig = agreement_figures(per_id, buckets, ids, cosine=kind == "embedding")'),
-    ('lab/facts/constants.py', 'AGREEMENT_MAX_DIFFERING = {"classification": 0.05, "custom": 0.05, "generation": 0.05, "embedding": 0.0}'),  # noqa: E501
-    ('lab/orchestration/orchestrator.py', 'if self.proto.task_kind == "custom":'),
-    ('lab/passes/tasks/__init__.py', 'KINDS = {"classification": "lab.passes.tasks.classification:ClassificationJob",'),
-    ('lab/passes/tasks/vllm_job.py', 'VLLM_KINDS = ("classification", "embedding", "generation")'),
-    ('lab/passes/tasks/vllm_job.py', 'return "generate" if kind == "generation" else "pooling"'),
-    ('lab/passes/tasks/vllm_job.py', 'self.writer: Any = {"classification": ClassificationJob, "embedding": EmbeddingJob,'),  # noqa: E501
-    ('lab/passes/tasks/vllm_job.py', 'if self.kind == "classification":'),
-    ('lab/passes/tasks/vllm_job.py', 'auto = {"classification": AutoModelForSequenceClassification,'),
-    ('lab/passes/tasks/vllm_job.py', 'if self.kind == "generation":'),
-    ('lab/passes/tasks/vllm_job.py', 'if self.kind == "generation" else {})'),
-    ('lab/passes/tasks/vllm_job.py', 'if self.kind == "embedding":'),
-    ('lab/passes/tasks/vllm_job.py', 'embed = self.kind == "embedding"'),
 )
 """(file, stripped line text) of the branches on a kind's name not yet moved into the kind objects."""
 

@@ -14,7 +14,7 @@ variant's own later passes are compared with it too) by its task kind's test:
 The pass is the same ML result when the share of differing ids is at most ``max_differing``.
 Both values are [quality] keys, locked with the protocol; a campaign file that leaves them out
 takes its kind's default (the kind object's ``agreement_max_differing``, from
-lab.facts.constants.AGREEMENT_MAX_DIFFERING, and AGREEMENT_MIN_COSINE, which say why), or
+lab.facts.constants.AGREEMENT_MAX_DIFFERING_*, and AGREEMENT_MIN_COSINE, which say why), or
 under [quality] metric = "agreement" the rule its threshold states. The one
 definition validation (every pass), ``archive verify`` (lab.evidence.rederive) and compare (two
 rentals' same variant, lab.compare.decision) apply.

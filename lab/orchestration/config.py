@@ -272,7 +272,7 @@ class QualitySection:
     The agreement rule (lab.orchestration.agreement), checked in every pass beside the threshold:
     ``max_differing``, the largest share of ids whose result may differ from the reference pass's
     (a fraction), and for embeddings ``min_cosine``, the per-id cosine below which a vector differs;
-    None takes the task kind's default (lab.facts.constants.AGREEMENT_MAX_DIFFERING,
+    None takes the task kind's default (lab.kinds.kind.TaskKind.agreement_max_differing,
     AGREEMENT_MIN_COSINE)."""
 
     metric: str

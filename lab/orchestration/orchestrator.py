@@ -644,8 +644,9 @@ class Orchestrator:
         """The model's label names (model_labels of [model] path, or id at revision), read once:
         the locked model's files do not change during the campaign. None for a custom entry: its
         code, not the [model] checkpoint's id2label, says what its labels are (any string is a
-        label, one the references do not hold counts as wrong)."""
-        if self.proto.task_kind == "custom":
+        label, one the references do not hold counts as wrong); None for any kind whose labels are
+        not the checkpoint's (``model_labels``: only validate_pass reads them)."""
+        if not self.proto.kind.model_labels:
             return None
         if not self._labels_read:
             self._labels = model_labels(self.proto.model_ref, self.proto.config.model.revision)

@@ -415,7 +415,7 @@ def check_engine(proto) -> list[Check]:
     """Variants declaring engine = "vllm": the vLLM environment can be had (built on first
     need, lab.engines.vllm_env) and the pinned vLLM supports the model's architecture, asked
     of vLLM in its own venv (lab.engines.vllm.vllm_refusal) for the runner the task needs
-    (lab.passes.tasks.vllm_job.runner_for); for generation vLLM also loads it and generates a
+    (the kind's ``vllm_runner``, lab.kinds); for generation vLLM also loads it and generates a
     token (its transformers back-end resolves decoders it cannot load), with the first vLLM
     variant's memory fraction (else lab.facts.constants.VLLM_MEMORY_FRACTION: on CPU for a
     ``device = "cpu"`` variant or a host without GPUs, else on a GPU). Each declared
