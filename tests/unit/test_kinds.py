@@ -37,6 +37,22 @@ def test_each_kind_names_a_pass_job_that_exists():
         assert f"class {cls}" in (REPO / (module.replace(".", "/") + ".py")).read_text(), kind.job
 
 
+def test_each_metric_names_a_function_that_exists():
+    from lab.kinds.kind import AGREEMENT_METRIC
+
+    for metric in (AGREEMENT_METRIC, *(m for kind in KINDS.values() for m in kind.metrics)):
+        module, fn = metric.function.split(":")
+        assert f"def {fn}(" in (REPO / (module.replace(".", "/") + ".py")).read_text(), metric.function
+        assert metric.direction == "higher"
+
+
+def test_each_kind_s_defaults_are_its_own_keys_and_private_keys_are_its_own():
+    for kind in KINDS.values():
+        assert {k for k, _ in kind.defaults} <= set(kind.keys), kind.name
+    owners = [k for kind in KINDS.values() for k in kind.keys]
+    assert len(owners) == len(set(owners)), "a [task] key read by two kinds: TaskSection could not refuse it"
+
+
 def test_importing_the_kinds_loads_no_heavy_library():
     code = ("import sys, lab.kinds; heavy = [m for m in sys.modules if m.split('.')[0] in "
             "('torch', 'numpy', 'transformers', 'pandas')]; print(heavy)")
