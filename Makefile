@@ -101,6 +101,7 @@ test-vllm: model model-gen $(DEV_STAMP)
 lint: $(DEV_STAMP)
 	$(PY) scripts/import_graph.py
 	$(PY) scripts/string_keys.py
+	$(PY) scripts/kind_branches.py
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check lab tui scripts tests
 	$(VENV)/bin/mypy

@@ -23,6 +23,7 @@ from lab.compare.projection import Projection, capacity_items, lot_hours, projec
 from lab.cost.forfaits import Catalog, load_catalog, money, parse_instant, quote
 from lab.cost.sizing import cheapest_covering, package_limits
 from lab.facts.files import sha256_file
+from lab.kinds import task_kind
 from lab.orchestration.agreement import AgreementCheck, AgreementRule, per_id_labels
 from lab.report.caveats import rests_on, with_caveats
 from lab.report.conditions import pass_name, starved_text
@@ -579,7 +580,7 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
     tolerance = float(config.quality.tolerance)
     same_rule = AgreementRule.of(dataclasses.asdict(config.quality), config.task.kind)
     agreements = agreement_pairs(evidence, projections, tags, tolerance, same_rule,
-                                 config.task.normalisation if config.task.kind == "generation" else None)
+                                 config.task.normalisation if task_kind(config.task.kind).generates_text else None)
     beyond = [x for x in agreements if not x["within_tolerance"]]
     rule_text = same_rule.text("the other host's")
     path.append(f"same ML result: {len(agreements) - len(beyond)} of {len(agreements)} host pair(s) x "

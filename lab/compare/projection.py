@@ -42,6 +42,7 @@ from lab.cost.forfaits import Catalog, PricingError, Quote, cost_per_validated_c
 from lab.cost.sizing import Sizing, cheapest_covering
 from lab.cost.sizing import capacity_items as package_capacity
 from lab.facts.constants import AGREEMENT
+from lab.kinds import task_kind
 from lab.passes.events import PassStatus
 from lab.passes.records import SETUP_PHASES
 from lab.report.caveats import Basis
@@ -342,7 +343,7 @@ def output_token_figures(kind: str, variant: dict, load_items: int, sizing: Sizi
     out_tokens, items = variant.get("output_tokens"), variant.get("items_total")
     figures = {"output_tokens": out_tokens, "output_tokens_per_s_median": variant.get("output_tokens_per_s_median")}
     if out_tokens is None:
-        why = (f"no output tokens: a {kind} task generates no text" if kind != "generation"
+        why = (f"no output tokens: a {kind} task generates no text" if not task_kind(kind).generates_text
                else "no output tokens: no pass ok counted them")
         return {**figures, "tokens_note": why}
     if not items or not out_tokens:

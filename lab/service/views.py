@@ -142,7 +142,7 @@ def build_plan(campaign_file, facts: dict) -> dict:
             b, n = r.get("bucket"), r.get("n_tokens")
             if b and n:
                 longest[b] = max(longest.get(b, 0), int(n))
-        generation = proto.task_kind == "generation"
+        generation = proto.kind.generates_text
         shape = model_shape(proto.model_ref, proto.config.model.revision)
         out["margin"] = DEFAULT_MARGIN_FRACTION
         for v in proto.variants:
