@@ -26,7 +26,7 @@ from lab.facts.files import sha256_file
 from lab.kinds import task_kind
 from lab.orchestration.agreement import AgreementCheck, AgreementRule, per_id_labels
 from lab.report.caveats import rests_on, with_caveats
-from lab.report.conditions import pass_name, starved_text
+from lab.report.condition_cells import pass_name, starved_text
 from lab.report.distinguish import compare_durations
 from lab.report.exclusions import exclusion_counts, exclusion_kind
 

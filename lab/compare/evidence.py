@@ -43,7 +43,7 @@ class Evidence:
     """What a comparison reads from one archive. ``name``: the archive's file name without
     .tar.gz; ``raw_rows``: raw-table rows as CSV strings (empty cell = "") and ``summary``:
     summary.json objects, both as ``archive verify`` re-derived them from the journal and the
-    pass records (lab.evidence.tables), never the archive's own raw_table.csv or summary.json."""
+    pass records (lab.evidence.table_checks), never the archive's own raw_table.csv or summary.json."""
     path: Path
     name: str
     manifest: dict

@@ -22,7 +22,7 @@ the user's declared load, from measured figures only.
   output tokens/s (summary.json, as the campaign's decision note shows them); at the load, the
   corpus's output tokens per item times the load (the load is items of the corpus's mix), and the
   covering package's committed budget per item and per million of those output tokens, by the
-  decision note's division (lab.report.decision.generation_costs). Other kinds generate no
+  decision note's division (lab.report.decision_note.generation_costs). Other kinds generate no
   tokens: those cells stay empty, ``tokens_note`` says why.
 - Quality: the metric of each pass (median, min, max over the passes that have one) and the
   archive's reference variant's median, so each host's quality is shown, not asserted.
@@ -46,7 +46,7 @@ from lab.kinds import task_kind
 from lab.passes.events import PassStatus
 from lab.passes.records import SETUP_PHASES
 from lab.report.caveats import Basis
-from lab.report.decision import generation_costs
+from lab.report.decision_note import generation_costs
 from lab.report.summary import median_pass_throughput, recompilation_caveat
 
 
@@ -114,11 +114,11 @@ class Projection:
     unless allowed, then a caveat every output carries."""
     prediction_pass: str = ""
     """The pass whose predictions stand for this host's result (lab.compare.evidence); its id,
-    the same on every rental of one plan: lines name it with ``host`` (lab.report.conditions.pass_name)."""
+    the same on every rental of one plan: lines name it with ``host`` (lab.report.condition_cells.pass_name)."""
     starved_passes: tuple[dict, ...] = ()
     """Passes ok of this archive x variant whose window was starved of CPU ({"pass_id",
     "reason"} of summary.json ``starved_passes``, lab.passes.conditions.starvation, and "host":
-    ``host``, so a line naming them names the host with each, lab.report.conditions.pass_name)."""
+    ``host``, so a line naming them names the host with each, lab.report.condition_cells.pass_name)."""
     decision_quote: Quote | None = None
     """The archive's own package priced with the comparison's catalog."""
     price_note: str = ""
@@ -132,7 +132,7 @@ class Projection:
     cost_per_million_output_tokens: Decimal | None = None
     """At the declared load: the corpus's output tokens per item x ``load_items``, and the covering
     package's committed budget per item and per million of those output tokens (catalog currency;
-    lab.report.decision.generation_costs). None when not a generation variant or not sized."""
+    lab.report.decision_note.generation_costs). None when not a generation variant or not sized."""
     tokens_note: str = ""
     """'' or why the output-token cells are empty (another task kind, nothing sized or counted)."""
     measured_on_cpu: bool = False

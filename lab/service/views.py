@@ -233,7 +233,7 @@ def cost_view(campaign_file: Path, campaign_dir: Path | None, fields: dict) -> d
     from dataclasses import asdict
 
     from lab.cost.forfaits import load_catalog, parse_window, quote, render_quote
-    from lab.report.decision import decision_pricing
+    from lab.report.decision_note import decision_pricing
 
     proto = load_protocol(campaign_file)
     summary = load_summary(campaign_dir)

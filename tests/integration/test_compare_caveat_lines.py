@@ -80,7 +80,7 @@ def test_the_headline_and_every_derived_line_carry_their_caveats(user_run):
 
 def test_the_charts_mark_the_bars_a_cpu_ran(user_run, monkeypatch):
     """report.html: every chart's labels carry '(CPU)*' and its caption the legend of the marks."""
-    import lab.compare.html as compare_html
+    import lab.compare.page as compare_html
 
     c, paths = user_run
     seen: list[list[str]] = []
@@ -118,7 +118,7 @@ def test_every_line_naming_a_pass_names_its_host(user_run):
     """Issue 35: two rentals of one plan hold the same pass ids, and "starved pass(es) among these
     durations: p001-..." or "the predictions of pass p001-..." did not say whose. Every line of
     the decision note, the decision path (stdout, Compare screen) and the pairs that names a pass
-    names it 'A rtx-4090 / <pass id>' (lab.report.conditions.pass_name)."""
+    names it 'A rtx-4090 / <pass id>' (lab.report.condition_cells.pass_name)."""
     c, paths = user_run
     ids = {r["pass_id"] for p in c.projections for r in p.starved_passes} | {p.prediction_pass for p in c.projections}
     assert len(ids) == 1, ids  # both rentals ran the one planned pass: its id alone names neither

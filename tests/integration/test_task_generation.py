@@ -18,7 +18,7 @@ import pytest
 from conftest import cut_corpus, write_campaign
 from test_archive_evidence import edit_raw_table, member, read_members, write_members
 
-from lab.report.decision import generation_costs
+from lab.report.decision_note import generation_costs
 
 TASK = ('\n[task]\nkind = "generation"\nprompt = "{text}\\nNewsgroup:"\nmax_text_tokens = 64\n'
         'max_new_tokens = 16\nstop = ["\\n"]\ndecoding = "greedy"\nnormalisation = "lowercase_space"\n')
@@ -213,7 +213,7 @@ def test_compare_of_generation_rentals_shows_output_tokens_priced_as_each_campai
     """Issue 17: two rentals' generation archives compared at a load of one corpus (each archive's own
     package covers it) show, per host and configuration, the output tokens, output tokens/s and the cost
     per item and per million output tokens, in compare.csv, decision.md and the printed decision: the
-    same figures as the campaign's own decision note (one division, lab.report.decision)."""
+    same figures as the campaign's own decision note (one division, lab.report.decision_note)."""
     import re
 
     from lab.compare.decision import compare_evidence

@@ -3,7 +3,7 @@
 :func:`job_for` picks the class from ``PassSpec.extra["task"]["kind"]`` (absent:
 classification), or vLLM's job (lab.passes.tasks.vllm_job) for a variant declaring
 ``engine = "vllm"``. A new kind is one more module with a class satisfying
-:class:`lab.passes.tasks.base.Job`, named by the ``job`` of its kind object (lab.kinds, one line
+:class:`lab.passes.tasks.job.Job`, named by the ``job`` of its kind object (lab.kinds, one line
 of :data:`lab.kinds.KINDS`).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from lab.kinds import task_kind
 from lab.kinds.kind import VLLM
-from lab.passes.tasks.base import job_class
+from lab.passes.tasks.job import job_class
 
 
 def job_for(spec):

@@ -1,5 +1,5 @@
 """A vLLM pass (``engine = "vllm"``): classification, embedding or generation run by vLLM's
-offline engine, as a :class:`lab.passes.tasks.base.Job` on the one pass sequence
+offline engine, as a :class:`lab.passes.tasks.job.Job` on the one pass sequence
 (lab.passes.sequence).
 
 The engine is lab.engines.vllm.VllmClient: a child process in the vLLM venv, started in
@@ -60,7 +60,7 @@ class VllmJob:
     """A classification, embedding or generation pass whose inference runs in vLLM (module docstring)."""
 
     def __init__(self, spec):
-        from lab.passes.tasks.base import job_class
+        from lab.passes.tasks.job import job_class
 
         self.spec = spec
         self.kind = (spec.extra.get("task") or {}).get("kind", "classification")
