@@ -6,9 +6,12 @@ LAB    := $(VENV)/bin/iteralab
 MODEL  := .cache/models/demo-minilm-20ng
 STAMP  := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
-# Python's own bytecode cache (__pycache__, ignored by git), even where the environment turns it
-# off: each pytest process otherwise compiles and assert-rewrites its tests again (.ci/run).
+# Python's own bytecode cache, even where the environment turns it off (each pytest process
+# otherwise compiles and assert-rewrites its tests again), kept out of the source tree: a pass
+# image's build context is a tar of lab/, and a folder that changes while tar reads it fails
+# the build (.ci/run builds the image beside lint and the model builds).
 unexport PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX := $(CURDIR)/.cache/pycache
 
 .PHONY: up demo test test-fast test-integration test-ui test-docker test-vllm lint bench bench-peer model model-gen corpus env env-dev vllm-env doctor memory images clean
 
