@@ -29,6 +29,7 @@ that finished with no accepted pass, and a compare with no eligible configuratio
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 
 INTERRUPTED = "iteralab: interrupted; nothing half-written is kept; run the same command again"
@@ -184,7 +185,8 @@ def cmd_campaign_status(a) -> int:
     elif live:
         for p in live:
             print(f"  STILL RUNNING with no orchestrator watching it: pass {p['pass_id']} (pid {p['pid']}); "
-                  f"`{iteralab_command()} campaign run` kills it before resuming, or `kill {p['pid']}`")
+                  f"`{iteralab_command()} campaign run CAMPAIGN.toml` (the file this folder was run from) "
+                  f"kills it before resuming, or `kill {p['pid']}`")
     else:
         print("  nothing running: no orchestrator and no pass process of this campaign")
     for r in st["attempts"]:
@@ -498,8 +500,10 @@ def _main(argv: list[str] | None) -> int:
         return EXIT_USER
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (lab.service.campaigns.CampaignInterrupted)
         if args.fn in (cmd_campaign_run, cmd_demo):
+            again = ("demo" if args.fn is cmd_demo
+                     else f"campaign run {shlex.quote(str(Path(args.campaign).resolve()))}")
             print(f"iteralab: interrupted ({getattr(exc, 'reason', 'SIGINT')}): the running pass was killed and "
-                  f"recorded interrupted; `{iteralab_command()} campaign run` resumes where it stopped",
+                  f"recorded interrupted; `{iteralab_command()} {again}` resumes where it stopped",
                   file=sys.stderr)
         else:
             print(INTERRUPTED, file=sys.stderr)

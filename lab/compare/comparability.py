@@ -61,7 +61,10 @@ def effective(raw: dict, typed) -> dict:
     its typed section (lab.orchestration.config, defaults filled in) in place of the written
     value, so that a value left to its default and the same value written out (``seed = 0``,
     ``rotation = "cyclic"``) are one rule. Fields the section leaves unset (None, empty) are left
-    out, as a key the file does not write."""
+    out, as a key the file does not write. ``typed`` None (an Evidence assembled without its parsed
+    campaign, as unit tests do): the section as written."""
+    if typed is None:
+        return dict(raw)
     filled = {f.name: getattr(typed, f.name) for f in fields(typed)}
     return {**raw, **{k: list(v) if isinstance(v, tuple) else v for k, v in filled.items()
                       if v is not None and v != ()}}
@@ -74,8 +77,8 @@ def quality_rule(ev: Evidence, per_role: bool = True) -> str:
     code = user_code_sha256(ev, per_role)
     metric = {"metric file sha256": code["metric"]} if "metric" in code else {}
     quality = ev.campaign.get("quality") or {}
-    return json.dumps({**effective(quality, ev.config.quality), **metric, **agreement_rule(ev, quality)},
-                      sort_keys=True)
+    rule = effective(quality, getattr(ev.config, "quality", None))
+    return json.dumps({**rule, **metric, **agreement_rule(ev, quality)}, sort_keys=True)
 
 
 def agreement_rule(ev: Evidence, quality: dict) -> dict:
@@ -94,7 +97,7 @@ def agreement_rule(ev: Evidence, quality: dict) -> dict:
 def timing_rule(ev: Evidence) -> str:
     """The [timing] section as its rule (:func:`effective`), without the conditions that may
     differ between rentals (TIMING_CONDITIONS)."""
-    t = effective(ev.campaign.get("timing") or {}, ev.config.timing)
+    t = effective(ev.campaign.get("timing") or {}, getattr(ev.config, "timing", None))
     return json.dumps({k: v for k, v in t.items() if k not in TIMING_CONDITIONS}, sort_keys=True)
 
 
@@ -147,7 +150,7 @@ def task_rule(ev: Evidence, per_role: bool = True) -> str:
     runs, by file role (:func:`user_code_sha256`): "entry sha256", "file:<name> sha256"; the
     metric's file belongs to the quality rule (:func:`quality_rule`). With ``per_role`` False (or
     a lock predating the map), the joint digest of all of them under JOINT_CODE."""
-    t = {"kind": "classification", **effective(ev.campaign.get("task") or {}, ev.config.task)}
+    t = {"kind": "classification", **effective(ev.campaign.get("task") or {}, getattr(ev.config, "task", None))}
     code = {k if k == JOINT_CODE else f"{k} sha256": v for k, v in user_code_sha256(ev, per_role).items()
             if k != "metric"}
     return json.dumps({**t, **code}, sort_keys=True)

@@ -124,8 +124,8 @@ def _json(top: Path, rel: str, archive: Path, required: bool = True):
     p = top / rel
     if not p.is_file():
         if required:
-            raise CompareError(f"{archive.name}: {rel} missing from the archive; pack it again "
-                               f"with `{iteralab_command()} archive` (it rebuilds the report)")
+            raise CompareError(f"{archive.name}: {rel} missing from the archive; pack it again with "
+                               f"`{iteralab_command()} archive CAMPAIGN_FOLDER` on the rental (it rebuilds the report)")
         return None
     return json.loads(p.read_text(encoding="utf-8"))
 

@@ -42,6 +42,7 @@ import gzip
 import io
 import json
 import re
+import shlex
 import tarfile
 import tempfile
 import zlib
@@ -312,7 +313,8 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
     Without it, such a metric is one problem line per pass saying how to opt in."""
     if archive.is_dir():
         raise ArchiveError(f"{archive}: a folder, not an archive; give the path of an evidence archive (.tar.gz), "
-                           f"or pack the campaign folder with `{iteralab_command()} archive DIR`")
+                           f"or pack the campaign folder with "
+                           f"`{iteralab_command()} archive {shlex.quote(str(archive))}`")
     if not archive.is_file():
         raise ArchiveError(f"{archive}: no such file; give the path of an evidence archive (.tar.gz)")
     problems: list[str] = []

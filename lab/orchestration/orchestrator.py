@@ -448,7 +448,8 @@ class Orchestrator:
         if not same:
             raise CampaignFolderLost(
                 f"{self.dir}: campaign folder or its journal was deleted or replaced while the campaign ran; "
-                f"stopped (nothing more is written). Run `{iteralab_command()} campaign run` again to start afresh")
+                f"stopped (nothing more is written). Run `{iteralab_command()} campaign run "
+                f"{shlex.quote(str(self.proto.path))}` again to start afresh")
 
     def apply_limits(self) -> None:
         """Give the launcher the campaign's pass timeout and stall rule ([timing]); a stricter

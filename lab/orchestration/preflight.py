@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -59,8 +60,8 @@ def _load_model_facts(model_ref: str, revision: str | None = None):
 def check_corpus(proto) -> tuple[list[Check], dict[str, str]]:
     path = proto.corpus_path
     if not path.is_file():
-        return [Check("corpus", False, f"corpus {path} not found; build it (`{iteralab_command()} corpus build`) "
-                                       "or fix [corpus] path")], {}
+        build = f"{iteralab_command()} corpus build --source YOUR.jsonl --out {shlex.quote(str(path.parent))}"
+        return [Check("corpus", False, f"corpus {path} not found; build it (`{build}`) or fix [corpus] path")], {}
     try:
         items = load_items(path, label_field=None)  # JSON lines, ids and texts; labels next, from the same lines
         rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -79,7 +80,8 @@ def check_corpus(proto) -> tuple[list[Check], dict[str, str]]:
         if r.get("bucket") not in BUCKETS:
             return [Check("corpus", False, f"{path.name}: item {r.get('id')!r} has bucket {r.get('bucket')!r}, "
                                            f"not one of {', '.join(BUCKETS)}; build the corpus with "
-                                           f"`{iteralab_command()} corpus build`")], {}
+                                           f"`{iteralab_command()} corpus build --source YOUR.jsonl --out "
+                                           f"{shlex.quote(str(path.parent))}`")], {}
     labels = {it.label for it in items}
     card_problem = check_card(proto.card_path, path)
     if card_problem:
@@ -96,7 +98,8 @@ def check_card(card: Path | None, corpus: Path) -> str:
     another corpus."""
     if card is None:
         return ""
-    fix = f"rebuild it with `{iteralab_command()} corpus build` or remove [corpus] card"
+    fix = (f"rebuild it with `{iteralab_command()} corpus build --source YOUR.jsonl --out "
+           f"{shlex.quote(str(card.parent))}` or remove [corpus] card")
     if not card.is_file():
         return f"[corpus] card {card} not found; {fix}"
     try:
