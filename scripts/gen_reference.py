@@ -95,7 +95,9 @@ def field_comments(cls) -> dict[str, str]:
 
 def demo_comments() -> dict[tuple[str, str], str]:
     """(section, key) -> the first comment beside the key in the demo campaigns (DEMOS; commented-out
-    keys included), skipping a comment that only names another value ("or ...")."""
+    keys included), skipping a comment that only names another value ("or ..."). The task kinds'
+    own demos (every one but the first, the general classification demo) give [task] comments
+    only: theirs on [quality] metric or max_length describe that kind's value, not the key."""
     out: dict[tuple[str, str], str] = {}
     for demo in DEMOS:
         section = ""
@@ -103,6 +105,8 @@ def demo_comments() -> dict[tuple[str, str], str]:
             head = re.match(r"\[\[?(\w+)\]\]?", line)
             if head:
                 section = head.group(1)
+                continue
+            if demo != DEMOS[0] and section != "task":
                 continue
             m = re.match(r"#?\s*(\w+) = .*?\s#\s*(.+)$", line)
             if m and (section, m.group(1)) not in out and not m.group(2).startswith("or "):
