@@ -234,7 +234,8 @@ def cmd_archive(a) -> int:
         if v.signature is not None:
             print(f"signature: {v.signature.line}" + (f"; {v.signature.advice}" if v.signature.advice else ""))
         print(f"{v.outcome}: {v.files_checked} files, {v.rows_checked} rows checked"
-              + ("; nothing contradicted, but not every claim was re-derived" if v.incomplete else ""))
+              + ("; nothing contradicted, but not every claim was re-derived" if v.incomplete else "")
+              + (f"; labelled partial ({v.partial})" if v.partial else ""))
         return 0 if v.ok else 1
     for flag, given in (("--metric-file", a.metric_file), ("--allowed-signers", a.allowed_signers)):
         if given:

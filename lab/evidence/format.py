@@ -134,6 +134,9 @@ class Verification:
     signature: Signature | None = None
     """Who made the archive (lab.evidence.archive.verify checks it first); None from
     lab.evidence.verify.verify_archive alone, which reads only the archive's contents."""
+    partial: str = ""
+    """Why the archive is labelled partial (ARCHIVE.json ``partial_reason``; "unfinished campaign"
+    when it gives none); "" for the archive of a finished campaign. verify's last line says it."""
 
     @property
     def ok(self) -> bool:

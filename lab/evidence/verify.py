@@ -376,7 +376,8 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
         folders = {rel.split("/")[1] for rel in scan.sha if rel.startswith("passes/") and rel.count("/") >= 2}
         for pid in sorted(folders - row_ids):
             problems.append(f"pass {pid}: its folder is in the archive but the raw table has no row for it")
-    return Verification(len(listed), len(rows), problems, rederived, not_rederived, lab_apart)
+    partial = str(info.get("partial_reason") or "unfinished campaign") if info.get("partial") else ""
+    return Verification(len(listed), len(rows), problems, rederived, not_rederived, lab_apart, partial=partial)
 
 
 def lab_apart_line(written_by, here: str, worded: list[str]) -> str:
