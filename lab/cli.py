@@ -174,10 +174,13 @@ def cmd_campaign_replay(a) -> int:
 
 def cmd_campaign_status(a) -> int:
     from lab.orchestration.status import campaign_status, pass_processes
+    from lab.service.campaigns import accepted_passes
 
     d = resolve_campaign_dir(a.target, "campaign status")
     st = campaign_status(d)
-    print(f"{st['dir']}  state: {st['state']}  passes: {st['finished']}/{st['planned']} finished")
+    accepted = accepted_passes(st["attempts"])
+    print(f"{st['dir']}  state: {st['state']}  passes: {st['finished']}/{st['planned']} finished, {accepted} accepted"
+          + (" (nothing here can enter a decision yet)" if st["finished"] and not accepted else ""))
     live = pass_processes(d)
     if st["alive"]:
         print(f"  running now: orchestrator pid {st['orchestrator'].get('pid')}"
