@@ -344,15 +344,17 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
                 info = {}
         else:
             problems.append(f"{ARCHIVE_INFO} missing: cannot tell whether the archive is final or partial")
-        if info.get("corpus"):
-            _check_bundled_corpus(scan, str(info["corpus"]), problems)
+        partial = str(info.get("partial_reason") or "unfinished campaign") if info.get("partial") else ""
+        bundled = info.get("corpus")
+        if bundled:
+            _check_bundled_corpus(scan, str(bundled), problems)
         if RAW_TABLE not in scan.kept:
             problems.append(f"{RAW_TABLE} missing")
             return Verification(len(listed), 0, problems)
         rows = _raw_rows(scan)
         journal = read_journal(scan, problems)
         if journal is not None:
-            compare_journal(*journal, rows, bool(info.get("partial")), problems)
+            compare_journal(*journal, rows, bool(partial), problems)
         check_members_agree(scan, journal, problems)
         gold = read_gold(scan, problems)
         check_corpus_card(scan, gold, problems)
@@ -376,7 +378,6 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
         folders = {rel.split("/")[1] for rel in scan.sha if rel.startswith("passes/") and rel.count("/") >= 2}
         for pid in sorted(folders - row_ids):
             problems.append(f"pass {pid}: its folder is in the archive but the raw table has no row for it")
-    partial = str(info.get("partial_reason") or "unfinished campaign") if info.get("partial") else ""
     return Verification(len(listed), len(rows), problems, rederived, not_rederived, lab_apart, partial=partial)
 
 
