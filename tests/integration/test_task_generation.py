@@ -194,6 +194,7 @@ def test_an_archive_made_before_any_later_column_still_verifies_while_the_column
 def test_compare_refuses_generation_archives_of_another_prompt_or_decoding_rule(gen_run):
     from lab.compare.comparability import check_comparable
     from lab.compare.evidence import CompareError, load_evidence
+    from lab.orchestration.config import parse_config
 
     _, archive = gen_run
     ev = load_evidence(archive)
@@ -201,8 +202,9 @@ def test_compare_refuses_generation_archives_of_another_prompt_or_decoding_rule(
     task = ev.campaign["task"]
     for key, value in (("prompt", "{text}\nGroup:"), ("max_new_tokens", 8), ("stop", ["."]),
                        ("normalisation", "none")):
-        other = dataclasses.replace(ev, name="other", raw_rows=other_rows,
-                                    campaign={**ev.campaign, "task": {**task, key: value}})
+        campaign = {**ev.campaign, "task": {**task, key: value}}
+        other = dataclasses.replace(ev, name="other", raw_rows=other_rows, campaign=campaign,
+                                    config=parse_config(campaign))  # as read_evidence parses it
         with pytest.raises(CompareError) as exc:
             check_comparable([ev, other])
         msg = str(exc.value)
