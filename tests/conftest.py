@@ -83,7 +83,30 @@ def tier_of(path: Path) -> str:
     return rel.parts[0]
 
 
+def pytest_addoption(parser):
+    parser.addoption("--pin-workers", action="store_true",
+                     help="give each pytest-xdist worker its own share of this process's CPUs "
+                          "(worker i: CPUs i, i+n, ...), so engines that bind one thread per CPU "
+                          "(vLLM's CPU backend binds the first CPUs it may run on) run side by side "
+                          "instead of on the same core")
+
+
+def worker_cpus(worker: str, count: int, allowed: set[int]) -> set[int]:
+    """The CPUs of pytest-xdist worker ``worker`` ("gw0", "gw1", ...) among ``count`` workers:
+    every ``count``-th of ``allowed`` (sorted) from its index. Raises UsageError when there are
+    fewer CPUs than workers (two workers on one CPU would only look parallel)."""
+    cpus = sorted(allowed)
+    if count > len(cpus):
+        raise pytest.UsageError(f"--pin-workers: {count} workers for {len(cpus)} CPU(s); "
+                                f"run at most -n {len(cpus)}")
+    return set(cpus[int(worker.removeprefix("gw")) % count::count])
+
+
 def pytest_configure(config):
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if config.getoption("--pin-workers") and worker:
+        os.sched_setaffinity(0, worker_cpus(worker, int(os.environ["PYTEST_XDIST_WORKER_COUNT"]),
+                                            os.sched_getaffinity(0)))
     for tier, what in TIERS.items():
         config.addinivalue_line("markers", f"{tier}: tier {tier}: {what}")
     config.addinivalue_line("markers", "model: uses the demo classifier (built by `make model`)")
