@@ -40,7 +40,7 @@ try:  # Ctrl-C while the engine loads (the first few tenths of a second): one li
     from pathlib import Path
 
     from lab.facts.constants import CORPUS_SEED
-    from lab.facts.errors import EXIT_USER, UserError
+    from lab.facts.errors import EXIT_USER, UserError, closest, did_you_mean
     from lab.facts.files import REPO_ROOT
     from lab.facts.host import iteralab_command  # the executable every printed next step names
     from lab.inputs.corpus import DEFAULT_CORPUS_ITEMS
@@ -308,10 +308,42 @@ class DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse with its usage errors in one line (the command's name, the problem, where the
-    help is), exit 2, like every other error of the CLI; sub-commands inherit it."""
+    help is), exit 2, like every other error of the CLI; sub-commands inherit it. A mistyped
+    verb, choice or option gets "did you mean ...?" (lab.facts.errors.did_you_mean), as a
+    mistyped campaign-file key does."""
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+    def _check_value(self, action: argparse.Action, value) -> None:
+        if action.choices is not None and value not in action.choices:
+            choices = [str(c) for c in action.choices]
+            hint = did_you_mean(str(value), choices, f"choose from {', '.join(map(repr, choices))}")
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r}; {hint}")
+
+    def parse_args(self, args=None, namespace=None):
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser = self.chosen(ns)
+            named = [f"{e} ({parser.closest_option(e)})" if e.startswith("-") else e for e in extras]
+            parser.error(f"unrecognized arguments: {' '.join(named)}")
+        return ns
+
+    def closest_option(self, given: str) -> str:
+        """"did you mean '--x'?" for the option of this parser closest to ``given`` (``--opt`` or
+        ``--opt=value``), compared without the dashes, which every option shares."""
+        options = {o.lstrip("-"): o for a in self._actions for o in a.option_strings if o.startswith("--")}
+        close = closest(given.split("=")[0].lstrip("-"), options)
+        return did_you_mean(options[close], [options[close]], "") if close else "not an option here"
+
+    def chosen(self, ns: argparse.Namespace) -> OneLineParser:
+        """The (sub-)command parser ``ns`` was parsed by: this one, or the verb's it chose."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                sub = action.choices.get(getattr(ns, action.dest, None) or "")
+                if isinstance(sub, OneLineParser):
+                    return sub.chosen(ns)
+        return self
 
 
 def add_allowed_signers(p: argparse.ArgumentParser, prefix: str = "") -> None:

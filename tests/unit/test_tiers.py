@@ -101,7 +101,8 @@ def test_pinned_workers_split_the_cpus_and_two_workers_never_share_one():
 def test_the_vllm_tier_pins_its_workers_and_the_docker_tier_runs_in_parallel():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("test_tiers_script", conftest.TESTS.parent / "scripts" / "test_tiers.py")
+    path = conftest.TESTS.parent / "scripts" / "test_tiers.py"
+    spec = importlib.util.spec_from_file_location("test_tiers_script", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     (_, vllm), = script.TIERS["vllm"]
