@@ -394,7 +394,8 @@ def per_host_lines(cands: list[Projection], projections: list[Projection], chose
         need = needed_throughput(runner_up, budget, catalog, load, hours_available, max_lots)
         q = chosen.sizing.quote
         if need is None:
-            lines.append(with_caveats(f"{runner_up.host} cannot win at any throughput: no {runner_up.gpu} package "
+            lines.append(with_caveats(f"{runner_up.host} cannot win at the declared load at any throughput: no "
+                                      f"{runner_up.gpu} package "
                                       f"of 1 to {max_lots} lot(s) costs less than {budget:.2f} {q.currency}",
                                       [chosen.basis]))
         else:

@@ -211,7 +211,7 @@ def test_passes_too_short_are_not_projected_unless_allowed(rental_archives, tmp_
     b_budget = min(p.sizing.quote.committed_budget for p in allowed.projections if p.host == "B b200")
     ratio = float(b_budget / allowed.chosen.sizing.quote.committed_budget)
     assert f"{b_budget:.2f} USD, {ratio:.1f}x the chosen budget" in best_b  # 18.8x: 2071 vs 110
-    assert any(x.startswith("B b200 cannot win at any throughput") for x in allowed.per_host)
+    assert any(x.startswith("B b200 cannot win at the declared load at any throughput") for x in allowed.per_host)
 
 
 def test_the_runner_up_host_is_told_the_throughput_it_would_need(rental_archives, tmp_path, monkeypatch):
@@ -229,7 +229,7 @@ def test_the_runner_up_host_is_told_the_throughput_it_would_need(rental_archives
     assert any(x.startswith(f"best on {other}: ") and "x the chosen budget" in x for x in c.per_host), c.per_host
     line = next((x for x in c.per_host if x.startswith(f"{other} would need a worst pass of")), None)
     if line is None:  # the other host cannot undercut the chosen budget with any package
-        assert any(x.startswith(f"{other} cannot win at any throughput") for x in c.per_host), c.per_host
+        assert any(x.startswith(f"{other} cannot win at the declared load at any throughput") for x in c.per_host), c.per_host
     else:
         need = float(line.split("worst pass of ")[1].split()[0])
         measured = float(line.split("(measured ")[1].split(",")[0])
