@@ -110,11 +110,16 @@ lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check lab tui scripts tests
 	$(VENV)/bin/mypy
 
+# Each bench script runs through scripts/bench_record.py, which keeps its reading (its output, the
+# commit, the machine, the load) in runs/bench-readings/; `make bench RECORD=--docs` keeps them in
+# docs/bench-readings/ and writes docs/benchmarks.md's blocks from them.
+RECORD :=
+BENCH  := $(PY) scripts/bench_record.py
 bench: model
-	mkdir -p runs && $(PY) scripts/bench.py
-	$(PY) scripts/bench_verify.py
-	$(PY) scripts/bench_pass_exit.py
-	$(PY) scripts/bench_vllm.py
+	mkdir -p runs && $(BENCH) bench $(RECORD) -- $(PY) scripts/bench.py
+	$(BENCH) bench-verify $(RECORD) -- $(PY) scripts/bench_verify.py
+	$(BENCH) bench-pass-exit $(RECORD) -- $(PY) scripts/bench_pass_exit.py
+	$(BENCH) bench-vllm $(RECORD) -- $(PY) scripts/bench_vllm.py
 
 # optimum-benchmark's inference scenario against the lab's window, side by side (issue 13).
 # Its own venv (it needs transformers < 5): created here if missing, never the lab's .venv,
@@ -128,7 +133,7 @@ $(PEER_STAMP): scripts/bench_peer_requirements.txt
 	@touch $@
 
 bench-peer: model $(PEER_STAMP)
-	mkdir -p runs && $(PY) scripts/bench_peer.py --peer-python $(PEER_VENV)/bin/python
+	mkdir -p runs && $(BENCH) bench-peer $(RECORD) -- $(PY) scripts/bench_peer.py --peer-python $(PEER_VENV)/bin/python
 
 # Memory lab: estimate vs observation on a batch x length grid, with a plot.
 memory: model

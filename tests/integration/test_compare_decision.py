@@ -229,7 +229,8 @@ def test_the_runner_up_host_is_told_the_throughput_it_would_need(rental_archives
     assert any(x.startswith(f"best on {other}: ") and "x the chosen budget" in x for x in c.per_host), c.per_host
     line = next((x for x in c.per_host if x.startswith(f"{other} would need a worst pass of")), None)
     if line is None:  # the other host cannot undercut the chosen budget with any package
-        assert any(x.startswith(f"{other} cannot win at the declared load at any throughput") for x in c.per_host), c.per_host
+        cannot = f"{other} cannot win at the declared load at any throughput"
+        assert any(x.startswith(cannot) for x in c.per_host), c.per_host
     else:
         need = float(line.split("worst pass of ")[1].split()[0])
         measured = float(line.split("(measured ")[1].split(",")[0])

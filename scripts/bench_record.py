@@ -1,0 +1,151 @@
+"""Run one bench script and keep its reading: what it printed, with where, when and on what.
+
+    python scripts/bench_record.py NAME [--docs] -- COMMAND ...   # run COMMAND, keep the reading
+    python scripts/bench_record.py --render                       # docs/benchmarks.md's blocks again
+    python scripts/bench_record.py --check                        # exit 1 naming a stale block
+
+A reading is one JSON file, ``NAME.json``: ``name``, ``command`` (as run, the interpreter's path
+shortened to ``python``), ``commit`` (``git rev-parse --short HEAD``) and ``dirty`` (uncommitted
+changes in the working tree), ``date`` (UTC, at the start), ``wall_s``, ``machine`` (CPU model,
+cores, memory GiB, Python), ``load_start``/``load_end`` (1-minute load average), ``exit`` and
+``output`` (everything COMMAND printed on stdout and stderr, as printed). It goes to
+``runs/bench-readings/`` (what `make bench` keeps), or with ``--docs`` to ``docs/bench-readings/``,
+and then docs/benchmarks.md's block for NAME, between ``<!-- reading:NAME -->`` and
+``<!-- /reading:NAME -->``, is written again from it (:func:`render`): the figures in the docs
+are the script's own output, never copied by hand. ``--check`` (run by
+tests/unit/test_bench_record.py) fails when a block differs from its reading's rendering or
+names a reading that is not there.
+
+Exit status: COMMAND's (a failing bench keeps its reading: its output says why); 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RUNS = REPO / "runs" / "bench-readings"
+DOCS = REPO / "docs" / "bench-readings"
+PAGE = REPO / "docs" / "benchmarks.md"
+BLOCK = re.compile(r"<!-- reading:(?P<name>[\w-]+) -->\n.*?<!-- /reading:(?P=name) -->", re.S)
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=False).stdout.strip()
+
+
+def machine() -> dict:
+    """CPU model, cores, memory (GiB) and Python of this machine."""
+    info = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
+    cpu = next((ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")), platform.processor())
+    mem = next((int(ln.split()[1]) for ln in Path("/proc/meminfo").read_text().splitlines()
+                if ln.startswith("MemTotal")), 0) if Path("/proc/meminfo").is_file() else 0
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem / 2**20, 1),
+            "python": platform.python_version()}
+
+
+def shown(command: list[str]) -> str:
+    """COMMAND as a reader would type it: the interpreter as ``python``, paths from the repository."""
+    root = str(REPO) + "/"
+    return " ".join("python" if w == sys.executable or w.endswith("/bin/python")
+                    else w.removeprefix(root) for w in command)
+
+
+def run(name: str, command: list[str]) -> dict:
+    """Run ``command``, echoing its output; the reading (see the module's docstring)."""
+    start_date = datetime.now(UTC).isoformat(timespec="seconds")
+    load_start = os.getloadavg()[0]
+    start = time.monotonic()
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        lines.append(line)
+    rc = proc.wait()
+    return {"name": name, "command": shown(command), "commit": git("rev-parse", "--short", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no")), "date": start_date,
+            "wall_s": round(time.monotonic() - start, 1), "machine": machine(),
+            "load_start": round(load_start, 2), "load_end": round(os.getloadavg()[0], 2),
+            "exit": rc, "output": "".join(lines)}
+
+
+def render(reading: dict) -> str:
+    """The Markdown block of one reading: where it comes from, then the output as printed."""
+    m = reading["machine"]
+    dirty = " plus uncommitted changes" if reading["dirty"] else ""
+    failed = f"; it exited {reading['exit']}" if reading["exit"] else ""
+    return (f"<!-- reading:{reading['name']} -->\n"
+            f"Reading `{reading['name']}`, written by `scripts/bench_record.py` from "
+            f"`{reading['command']}`: {reading['date']}, commit {reading['commit']}{dirty}, "
+            f"{m['cpu']} ({m['cores']} cores, {m['memory_gib']} GiB, Python {m['python']}), 1-minute load "
+            f"average {reading['load_start']:.2f} at the start and {reading['load_end']:.2f} at the end, "
+            f"{reading['wall_s']:.0f} s{failed} (docs/bench-readings/{reading['name']}.json):\n\n"
+            "```\n" + reading["output"].rstrip("\n") + "\n```\n"
+            f"<!-- /reading:{reading['name']} -->")
+
+
+def readings(folder: Path = DOCS) -> dict[str, dict]:
+    return {f.stem: json.loads(f.read_text(encoding="utf-8")) for f in sorted(folder.glob("*.json"))}
+
+
+def page_with_readings(text: str, kept: dict[str, dict]) -> tuple[str, list[str]]:
+    """``text`` with every reading block written again from ``kept``; (text, problems): a block
+    whose reading is not kept is left as it is and named."""
+    problems: list[str] = []
+
+    def again(match: re.Match) -> str:
+        name = match["name"]
+        if name not in kept:
+            problems.append(f"{PAGE.name}: block reading:{name} has no docs/bench-readings/{name}.json")
+            return match[0]
+        return render(kept[name])
+
+    return BLOCK.sub(again, text), problems
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] in (["--render"], ["--check"]):
+        text = PAGE.read_text(encoding="utf-8")
+        new, problems = page_with_readings(text, readings())
+        if argv[0] == "--render":
+            PAGE.write_text(new, encoding="utf-8")
+        elif new != text:
+            problems.append(f"{PAGE.name}: a reading block differs from its reading; run "
+                            "`python scripts/bench_record.py --render`")
+        for p in problems:
+            print(f"bench_record: {p}", file=sys.stderr)
+        return 1 if problems else 0
+    p = argparse.ArgumentParser(prog="bench_record.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("name", help="the reading's name (letters, digits, - and _)")
+    p.add_argument("--docs", action="store_true", help="keep it in docs/bench-readings/ and render the page")
+    cut = argv.index("--") if "--" in argv else len(argv)
+    a, command = p.parse_args(argv[:cut]), argv[cut + 1:]
+    if not re.fullmatch(r"[\w-]+", a.name) or not command:
+        p.error("give NAME (letters, digits, - and _) and, after --, the command to run")
+    reading = run(a.name, command)
+    folder = DOCS if a.docs else RUNS
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{a.name}.json").write_text(json.dumps(reading, indent=1) + "\n", encoding="utf-8")
+    print(f"bench_record: reading {a.name} -> {(folder / f'{a.name}.json').relative_to(REPO)}")
+    if a.docs:
+        text = PAGE.read_text(encoding="utf-8")
+        if f"<!-- reading:{a.name} -->" not in text:
+            print(f"bench_record: {PAGE.name} has no block reading:{a.name} yet: add the two marker lines "
+                  f"where it belongs, then run `python scripts/bench_record.py --render`", file=sys.stderr)
+        else:
+            PAGE.write_text(page_with_readings(text, readings())[0], encoding="utf-8")
+    return reading["exit"]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
