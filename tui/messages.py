@@ -133,12 +133,15 @@ class CostReady(Message):
 
 
 class ArchiveReady(Message):
-    """An assembled and verified archive: path, size_bytes, sha256, verification."""
+    """An assembled and verified archive: path, size_bytes, sha256, verification; or None with
+    ``error`` (one line) and ``unfinished`` (the campaign is not finished: a partial archive is
+    the way on)."""
 
-    def __init__(self, archive: dict | None, error: str = "") -> None:
+    def __init__(self, archive: dict | None, error: str = "", unfinished: bool = False) -> None:
         super().__init__()
         self.archive = archive
         self.error = error
+        self.unfinished = unfinished
 
 
 class CompareReady(Message):

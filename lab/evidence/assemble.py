@@ -12,7 +12,8 @@ import shlex
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lab.evidence.archive import ArchiveError, pack
+from lab.evidence.archive import pack
+from lab.evidence.format import ArchiveError, CampaignUnfinished
 from lab.facts.host import iteralab_command
 
 INCLUDE = ["campaign.toml", "campaign.lock.json", "corpus_card.json", "protocol_version.json",
@@ -65,7 +66,7 @@ def archive_campaign(campaign_dir: Path, partial: bool = False, with_corpus: boo
                      sign_key: Path | None = None) -> Path:
     """Rebuild the report and pack ``<runs>/<campaign>/<campaign>-<version>-<UTC time>.tar.gz``.
 
-    An unfinished campaign raises ArchiveError (one line with the reason) unless ``partial``;
+    An unfinished campaign raises CampaignUnfinished (an ArchiveError: one line with the reason) unless ``partial``;
     a partial archive says so in ARCHIVE.json and the decision note. ``with_corpus``: the corpus
     file goes in as ``corpus/<file name>`` (for a user who has the right to copy it), listed in
     SHA256SUMS and checked by verify against the locked corpus sha256, so a replay
@@ -84,9 +85,9 @@ def archive_campaign(campaign_dir: Path, partial: bool = False, with_corpus: boo
     campaign_dir = Path(campaign_dir).resolve()  # '.' or '..' has no name to give the archive
     reason = unfinished_reason(campaign_dir)
     if reason and not partial:
-        raise ArchiveError(f"{campaign_dir}: {reason}; wait for it to finish (`{iteralab_command()} campaign status "
-                           f"{shlex.quote(str(campaign_dir))}`), "
-                           "or pass --partial for an archive labelled partial")
+        raise CampaignUnfinished(f"{campaign_dir}: {reason}; wait for it to finish (`{iteralab_command()} "
+                                 f"campaign status {shlex.quote(str(campaign_dir))}`), "
+                                 "or pass --partial for an archive labelled partial")
     before = _attempts_state(campaign_dir)
     running = _running_pass(before)
     if running:

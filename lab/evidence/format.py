@@ -46,6 +46,11 @@ class ArchiveError(UserError):
     one line naming the member (or campaign) and the problem."""
 
 
+class CampaignUnfinished(ArchiveError):
+    """A campaign with planned slots not yet finished, archived without ``partial``: one line
+    with the reason; packing it labelled partial (``archive --partial``) is the way on."""
+
+
 @dataclass(frozen=True)
 class Rederived:
     """The raw table and the summary as ``archive verify`` rebuilt them from the archived journal

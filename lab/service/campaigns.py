@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lab.evidence.format import CampaignUnfinished as CampaignUnfinished  # for the UI: a refusal with a way on
 from lab.facts.errors import LabError, UserError
 from lab.facts.files import REPO_ROOT, sha256_file
 from lab.facts.host import iteralab_command

@@ -301,6 +301,12 @@ def test_archive_screen_refuses_an_unfinished_campaign_and_packs_it_labelled_par
             t = text_of(app, "#archive-info")
             assert "not finished" in t and "Press p for an archive labelled partial" in t
             assert "Error:" not in t  # the refusal's words, not a class name ("ArchiveError: ...")
+            # the hint follows the refusal's type (CampaignUnfinished), not its words
+            from tui.messages import ArchiveReady
+
+            app.screen.post_message(ArchiveReady(None, "corpus missing; archive --partial will not help"))
+            await settle(pilot, lambda: "corpus missing" in text_of(app, "#archive-info"), "the other refusal")
+            assert "Press p" not in text_of(app, "#archive-info")
             await pilot.press("p")
             await settle(pilot, lambda: getattr(app.screen, "archive", None), "the partial archive")
             a = app.screen.archive

@@ -19,7 +19,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Label, Static
 
-from lab.service.campaigns import ONE_LINE_ERRORS, assemble_archive, replay_here
+from lab.service.campaigns import ONE_LINE_ERRORS, CampaignUnfinished, assemble_archive, replay_here
 from tui.messages import ArchiveReady
 from tui.screens.lab_screen import LabScreen
 
@@ -151,13 +151,13 @@ class ArchiveScreen(LabScreen):
         try:
             self.post_message(ArchiveReady(assemble_archive(campaign_dir, partial)))
         except ONE_LINE_ERRORS as exc:  # one line that says what to do; the campaign folder is untouched
-            self.post_message(ArchiveReady(None, str(exc)))
+            self.post_message(ArchiveReady(None, str(exc), unfinished=isinstance(exc, CampaignUnfinished)))
 
     def on_archive_ready(self, msg: ArchiveReady) -> None:
         info = self.query_one("#archive-info", Static)
         if msg.archive is None:
             end = "" if msg.error.endswith(".") else "."  # one sentence ends before the screen's own
-            hint = " Press [b]p[/b] for an archive labelled partial." if "--partial" in msg.error else ""
+            hint = " Press [b]p[/b] for an archive labelled partial." if msg.unfinished else ""
             info.update(f"[red]archive failed: {escape(msg.error)}{end}[/red]{hint}")
             return
         a = self.archive = msg.archive
