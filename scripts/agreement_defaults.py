@@ -1,4 +1,4 @@
-"""Measure what the agreement rule's defaults rest on (lab.facts.constants.AGREEMENT_MAX_DIFFERING,
+"""Measure what the agreement rule's defaults rest on (lab.facts.constants.AGREEMENT_MAX_DIFFERING_LABELS and _VECTORS,
 AGREEMENT_MIN_COSINE): how far honest variants of the demo checkpoint differ from batch 1 in fp32,
 id by id, and how far a checkpoint padded on the left differs.
 

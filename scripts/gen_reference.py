@@ -33,6 +33,7 @@ sys.path.insert(0, str(REPO))
 from lab.cost.forfaits import PACKAGE_HOURS, load_catalog  # noqa: E402  (the repository's own lab)
 from lab.facts.typecheck import type_name  # noqa: E402
 from lab.inputs import variants  # noqa: E402
+from lab.kinds import KINDS  # noqa: E402
 from lab.orchestration import config  # noqa: E402
 from lab.passes.tasks.generation_core import GenerationRule  # noqa: E402
 from lab.passes.tasks.text_metrics import NORMALISATIONS  # noqa: E402
@@ -53,13 +54,13 @@ def listed(values) -> str:
 
 def allowed() -> dict[tuple[str, str], str]:
     """(section, key) -> the values the section's checks accept, from the constants they check."""
-    kinds = "; ".join(f"{kind}: {listed(ms)}" + (', or your own `"file.py:function"`'
-                                                 if kind in config.USER_METRIC_KINDS else "")
-                      for kind, ms in config.KIND_METRICS.items())
+    kinds = "; ".join(f"{kind.name}: {listed(kind.metric_names)}" + (', or your own `"file.py:function"`'
+                                                                   if kind.user_metric else "")
+                      for kind in KINDS.values())
     catalog = load_catalog(None)
     gpus = sorted({row.gpu for row in catalog.rows})
     return {
-        ("task", "kind"): listed(config.TASK_KINDS),
+        ("task", "kind"): listed(KINDS),
         ("task", "pooling"): listed(config.POOLINGS),
         ("task", "decoding"): listed(typing.get_args(typing.get_type_hints(GenerationRule)["decoding"])),
         ("task", "normalisation"): listed(NORMALISATIONS),
@@ -94,7 +95,9 @@ def field_comments(cls) -> dict[str, str]:
 
 def demo_comments() -> dict[tuple[str, str], str]:
     """(section, key) -> the first comment beside the key in the demo campaigns (DEMOS; commented-out
-    keys included), skipping a comment that only names another value ("or ...")."""
+    keys included), skipping a comment that only names another value ("or ..."). The task kinds'
+    own demos (every one but the first, the general classification demo) give [task] comments
+    only: theirs on [quality] metric or max_length describe that kind's value, not the key."""
     out: dict[tuple[str, str], str] = {}
     for demo in DEMOS:
         section = ""
@@ -102,6 +105,8 @@ def demo_comments() -> dict[tuple[str, str], str]:
             head = re.match(r"\[\[?(\w+)\]\]?", line)
             if head:
                 section = head.group(1)
+                continue
+            if demo != DEMOS[0] and section != "task":
                 continue
             m = re.match(r"#?\s*(\w+) = .*?\s#\s*(.+)$", line)
             if m and (section, m.group(1)) not in out and not m.group(2).startswith("or "):
@@ -204,7 +209,8 @@ def campaign_page() -> str:
         out += [f"## [{name}]", "", doc_line(cls), ""]
         if cls is config.TaskSection:
             out += ["Keys each kind reads besides `kind` (another kind's key is refused): "
-                    + "; ".join(f"{k}: {listed(v) if v else 'none'}" for k, v in config.KIND_KEYS.items()) + ".", ""]
+                    + "; ".join(f"{kind.name}: {listed(kind.keys) if kind.keys else 'none'}"
+                                for kind in KINDS.values()) + ".", ""]
         out += key_table(name, cls) + [""]
     out += ["## [defaults] and [[series]]: variant fields", "",
             doc_line(variants.Variant), "",

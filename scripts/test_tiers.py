@@ -31,8 +31,13 @@ TIERS: dict[str, list[tuple[str, list[str]]]] = {
                     ("integration-serial", ["-m", "serial", "tests/integration"])],
     "ui": [("ui", [*PARALLEL, "-m", "not serial", "tests/ui"]),
            ("ui-serial", ["-m", "serial", "tests/ui"])],
-    "docker": [("docker", ["tests/docker"])],
-    "vllm": [("vllm", ["tests/vllm"])],
+    # Docker: containers and their passes on every CPU, one module per worker (docker_client
+    # removes only its own process's containers). vLLM: each worker pinned to its own CPUs
+    # (--pin-workers): its engines bind the first CPUs they may run on, and two engines bound
+    # to one core would only take turns (402 s one after another, 273 s pinned side by side,
+    # measured 2026-12-04 on the 2-core machine, docs/testing.md).
+    "docker": [("docker", [*PARALLEL, "tests/docker"])],
+    "vllm": [("vllm", [*PARALLEL, "--pin-workers", "tests/vllm"])],
 }
 NO_TESTS = 5  # pytest's exit status when the selection is empty
 SLOWEST = 25

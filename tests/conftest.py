@@ -84,7 +84,30 @@ def tier_of(path: Path) -> str:
     return rel.parts[0]
 
 
+def pytest_addoption(parser):
+    parser.addoption("--pin-workers", action="store_true",
+                     help="give each pytest-xdist worker its own share of this process's CPUs "
+                          "(worker i: CPUs i, i+n, ...), so engines that bind one thread per CPU "
+                          "(vLLM's CPU backend binds the first CPUs it may run on) run side by side "
+                          "instead of on the same core")
+
+
+def worker_cpus(worker: str, count: int, allowed: set[int]) -> set[int]:
+    """The CPUs of pytest-xdist worker ``worker`` ("gw0", "gw1", ...) among ``count`` workers:
+    every ``count``-th of ``allowed`` (sorted) from its index. Raises UsageError when there are
+    fewer CPUs than workers (two workers on one CPU would only look parallel)."""
+    cpus = sorted(allowed)
+    if count > len(cpus):
+        raise pytest.UsageError(f"--pin-workers: {count} workers for {len(cpus)} CPU(s); "
+                                f"run at most -n {len(cpus)}")
+    return set(cpus[int(worker.removeprefix("gw")) % count::count])
+
+
 def pytest_configure(config):
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if config.getoption("--pin-workers") and worker:
+        os.sched_setaffinity(0, worker_cpus(worker, int(os.environ["PYTEST_XDIST_WORKER_COUNT"]),
+                                            os.sched_getaffinity(0)))
     for tier, what in TIERS.items():
         config.addinivalue_line("markers", f"{tier}: tier {tier}: {what}")
     config.addinivalue_line("markers", "model: uses the demo classifier (built by `make model`)")
@@ -367,6 +390,54 @@ def runs_root(tmp_path, monkeypatch) -> Path:
     return root
 
 
+# ---- session fixtures kept across pytest runs ---------------------------------------------------
+# The tiers are separate pytest runs (scripts/test_tiers.py): an archive set that the integration
+# and ui tiers both read was built twice (rental_archives, 18 real passes, about 140 s under CI's
+# load, each time). It is built once into pytest's cache folder, keyed by everything its passes
+# depend on; any change to these makes a new key, and the old folder of that fixture is removed.
+@functools.cache
+def fixture_key() -> str:
+    """sha256 (hex, 16 characters) of what a kept fixture's archives depend on: the lab's sources,
+    this file (the builders), the demo corpus and model files, the interpreter and the locks."""
+    import hashlib
+
+    from lab.facts.files import lab_sources_sha256, sha256_file
+
+    h = hashlib.sha256(lab_sources_sha256(REPO).encode())
+    for f in (Path(__file__), COMPARISON, REPO / "requirements.lock", REPO / "requirements-dev.lock",
+              *sorted(p for p in MODEL.glob("*") if p.is_file())):
+        h.update(f"{f.name} {sha256_file(f) if f.is_file() else 'absent'}\n".encode())
+    h.update(f"{sys.executable} {REPO}".encode())
+    return h.hexdigest()[:16]
+
+
+def kept_across_runs(config, name: str, build):
+    """``build(folder)`` for the session fixture ``name``, run once into pytest's cache folder
+    (``.pytest_cache/d/fixtures/<name>-<fixture_key()>``) and read back by every later run and
+    every pytest-xdist worker: ``build`` returns a dict or list of paths inside ``folder``, kept
+    as JSON. A folder without its ``fixture.json`` (a build that did not finish) is built again;
+    under a file lock, so concurrent asks build once. Fixtures kept this way are read-only to
+    their tests (as every shared session fixture already is)."""
+    import shutil
+
+    from filelock import FileLock
+
+    root = Path(config.cache.mkdir("fixtures"))
+    folder = root / f"{name}-{fixture_key()}"
+    with FileLock(str(root / f".{name}.lock")):
+        done = folder / "fixture.json"
+        if not done.is_file():
+            for old in root.glob(f"{name}-*"):
+                shutil.rmtree(old, ignore_errors=True)
+            folder.mkdir(parents=True)
+            value = build(folder)
+            rel = {k: str(Path(v).relative_to(folder)) for k, v in value.items()} if isinstance(value, dict) \
+                else [str(Path(v).relative_to(folder)) for v in value]
+            done.write_text(json.dumps(rel))
+        kept = json.loads(done.read_text())
+    return {k: folder / v for k, v in kept.items()} if isinstance(kept, dict) else [folder / v for v in kept]
+
+
 @pytest.fixture(scope="session")
 def small_campaign(tmp_path_factory, model_dir):
     """A real finished campaign: 10 items, batch 1 and 4, 2 repetitions (4 passes), reported."""
@@ -414,13 +485,16 @@ def run_rental(folder: Path, model: Path, corpus: Path, *, threads: int, gpu: st
 
 
 @pytest.fixture(scope="session")
-def rental_archives(tmp_path_factory, model_dir) -> dict:
+def rental_archives(request, model_dir) -> dict:
     """Five real evidence archives: the same tiny campaign (7 items, batch 1 and 4, 2
     repetitions) run with threads 1 priced as rtx-4090, threads 2 priced as b200 and
     threads 1 without [cost] (no package declared), the same campaign stopped after its first
     pass and archived labelled partial (priced as b200), and one on another corpus (8 items,
-    batch 1, 1 repetition) for the mismatch."""
-    d = tmp_path_factory.mktemp("rentals")
+    batch 1, 1 repetition) for the mismatch. Kept across runs (kept_across_runs)."""
+    return kept_across_runs(request.config, "rental_archives", lambda d: build_rental_archives(d, model_dir))
+
+
+def build_rental_archives(d: Path, model_dir: Path) -> dict:
     corpus = cut_corpus(d / "corpus.jsonl", 4, 2, 1)
     other = cut_corpus(d / "other.jsonl", 5, 2, 1)
     out = {}
@@ -470,11 +544,14 @@ def another_metric_file(folder: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def metric_rentals(tmp_path_factory, model_dir) -> dict:
+def metric_rentals(request, model_dir) -> dict:
     """Three archives of a 4-item campaign judged by mymetric.py (batch 1, one pass): threads 1
     priced rtx-4090 and threads 2 priced b200 with the same metric file, and one (b200) whose
-    metric file has one more comment line (another sha256)."""
-    d = tmp_path_factory.mktemp("metric-rentals")
+    metric file has one more comment line (another sha256). Kept across runs (kept_across_runs)."""
+    return kept_across_runs(request.config, "metric_rentals", lambda d: build_metric_rentals(d, model_dir))
+
+
+def build_metric_rentals(d: Path, model_dir: Path) -> dict:
     corpus = cut_corpus(d / "corpus.jsonl", 2, 1, 1)
     out = {}
     for key, threads, gpu, code in (("rtx", 1, "rtx-4090", METRIC), ("b200", 2, "b200", METRIC),
@@ -490,10 +567,14 @@ def metric_rentals(tmp_path_factory, model_dir) -> dict:
 
 
 @pytest.fixture(scope="session")
-def two_rentals(tmp_path_factory, model_dir) -> list[Path]:
+def two_rentals(request, model_dir) -> list[Path]:
     """Two real evidence archives of one tiny campaign (4 items, batch 1, one pass each),
-    threads 1 priced as rtx-4090 and threads 2 priced as b200: the cheapest comparison."""
-    d = tmp_path_factory.mktemp("two-rentals")
+    threads 1 priced as rtx-4090 and threads 2 priced as b200: the cheapest comparison. Kept
+    across runs (kept_across_runs)."""
+    return kept_across_runs(request.config, "two_rentals", lambda d: build_two_rentals(d, model_dir))
+
+
+def build_two_rentals(d: Path, model_dir: Path) -> list[Path]:
     corpus = cut_corpus(d / "corpus.jsonl", 2, 1, 1)
     out = []
     for key, threads in (("rtx-4090", 1), ("b200", 2)):

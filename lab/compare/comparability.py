@@ -22,6 +22,7 @@ listed, not compared.
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 
 from lab.compare.evidence import CompareError, Evidence
 
@@ -55,6 +56,20 @@ def model_identity(ev: Evidence) -> str:
     return f"{m.get('id')}@{m.get('revision')}"
 
 
+def effective(raw: dict, typed) -> dict:
+    """A campaign-file section as its rule: ``raw`` (the section as written) with every field of
+    its typed section (lab.orchestration.config, defaults filled in) in place of the written
+    value, so that a value left to its default and the same value written out (``seed = 0``,
+    ``rotation = "cyclic"``) are one rule. Fields the section leaves unset (None, empty) are left
+    out, as a key the file does not write. ``typed`` None (an Evidence assembled without its parsed
+    campaign, as unit tests do): the section as written."""
+    if typed is None:
+        return dict(raw)
+    filled = {f.name: getattr(typed, f.name) for f in fields(typed)}
+    return {**raw, **{k: list(v) if isinstance(v, tuple) else v for k, v in filled.items()
+                      if v is not None and v != ()}}
+
+
 def quality_rule(ev: Evidence, per_role: bool = True) -> str:
     """The [quality] section, with the sha256 of its metric function's file ("metric file sha256",
     the lock's ``task_files_sha256["metric"]``) when it is the user's own and ``per_role``
@@ -62,7 +77,8 @@ def quality_rule(ev: Evidence, per_role: bool = True) -> str:
     code = user_code_sha256(ev, per_role)
     metric = {"metric file sha256": code["metric"]} if "metric" in code else {}
     quality = ev.campaign.get("quality") or {}
-    return json.dumps({**quality, **metric, **agreement_rule(ev, quality)}, sort_keys=True)
+    rule = effective(quality, getattr(ev.config, "quality", None))
+    return json.dumps({**rule, **metric, **agreement_rule(ev, quality)}, sort_keys=True)
 
 
 def agreement_rule(ev: Evidence, quality: dict) -> dict:
@@ -79,8 +95,10 @@ def agreement_rule(ev: Evidence, quality: dict) -> dict:
 
 
 def timing_rule(ev: Evidence) -> str:
-    t = {k: v for k, v in (ev.campaign.get("timing") or {}).items() if k not in TIMING_CONDITIONS}
-    return json.dumps(t, sort_keys=True)
+    """The [timing] section as its rule (:func:`effective`), without the conditions that may
+    differ between rentals (TIMING_CONDITIONS)."""
+    t = effective(ev.campaign.get("timing") or {}, getattr(ev.config, "timing", None))
+    return json.dumps({k: v for k, v in t.items() if k not in TIMING_CONDITIONS}, sort_keys=True)
 
 
 def own_lock_entry(ev: Evidence) -> dict:
@@ -132,7 +150,7 @@ def task_rule(ev: Evidence, per_role: bool = True) -> str:
     runs, by file role (:func:`user_code_sha256`): "entry sha256", "file:<name> sha256"; the
     metric's file belongs to the quality rule (:func:`quality_rule`). With ``per_role`` False (or
     a lock predating the map), the joint digest of all of them under JOINT_CODE."""
-    t = {"kind": "classification", **(ev.campaign.get("task") or {})}
+    t = {"kind": "classification", **effective(ev.campaign.get("task") or {}, getattr(ev.config, "task", None))}
     code = {k if k == JOINT_CODE else f"{k} sha256": v for k, v in user_code_sha256(ev, per_role).items()
             if k != "metric"}
     return json.dumps({**t, **code}, sort_keys=True)

@@ -23,9 +23,10 @@ from lab.compare.projection import Projection, capacity_items, lot_hours, projec
 from lab.cost.forfaits import Catalog, load_catalog, money, parse_instant, quote
 from lab.cost.sizing import cheapest_covering, package_limits
 from lab.facts.files import sha256_file
+from lab.kinds import task_kind
 from lab.orchestration.agreement import AgreementCheck, AgreementRule, per_id_labels
 from lab.report.caveats import rests_on, with_caveats
-from lab.report.conditions import starved_text
+from lab.report.condition_cells import pass_name, starved_text
 from lab.report.distinguish import compare_durations
 from lab.report.exclusions import exclusion_counts, exclusion_kind
 
@@ -579,7 +580,7 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
     tolerance = float(config.quality.tolerance)
     same_rule = AgreementRule.of(dataclasses.asdict(config.quality), config.task.kind)
     agreements = agreement_pairs(evidence, projections, tags, tolerance, same_rule,
-                                 config.task.normalisation if config.task.kind == "generation" else None)
+                                 config.task.normalisation if task_kind(config.task.kind).generates_text else None)
     beyond = [x for x in agreements if not x["within_tolerance"]]
     rule_text = same_rule.text("the other host's")
     path.append(f"same ML result: {len(agreements) - len(beyond)} of {len(agreements)} host pair(s) x "
@@ -672,11 +673,11 @@ def tokens_clause(p: Projection) -> str:
 def _stands_on(chosen: Projection, agreements: list[dict]) -> str:
     """Which result the decision stands on: the chosen host's predictions for its variant, and
     every other host whose same variant agrees or disagrees beyond the tolerance: 'stands on A
-    rtx-4090's result for batch 1 (the predictions of pass p001-...); the same ML result on B b200
+    rtx-4090's result for batch 1 (the predictions of pass A rtx-4090 / p001-...); the same ML result on B b200
     (7 of 7 ids agree, metric gap 0.0000: within the agreement rule and the tolerance)'."""
     mine = [x for x in agreements if x["variant_id"] == chosen.variant_id
             and chosen.host in (x["a"], x["b"])]
-    source = (f"the predictions of pass {chosen.prediction_pass}" if chosen.prediction_pass
+    source = (f"the predictions of pass {pass_name(chosen.prediction_pass, chosen.host)}" if chosen.prediction_pass
               else "no predictions file in its archive")
     text = f"stands on {chosen.host}'s result for {chosen.label} ({source})"
     agree = [f"{x['b'] if x['a'] == chosen.host else x['a']} ({x['agree']} of {x['ids']} ids agree{cosine_clause(x)}, "

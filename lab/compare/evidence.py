@@ -43,7 +43,7 @@ class Evidence:
     """What a comparison reads from one archive. ``name``: the archive's file name without
     .tar.gz; ``raw_rows``: raw-table rows as CSV strings (empty cell = "") and ``summary``:
     summary.json objects, both as ``archive verify`` re-derived them from the journal and the
-    pass records (lab.evidence.tables), never the archive's own raw_table.csv or summary.json."""
+    pass records (lab.evidence.table_checks), never the archive's own raw_table.csv or summary.json."""
     path: Path
     name: str
     manifest: dict
@@ -124,8 +124,8 @@ def _json(top: Path, rel: str, archive: Path, required: bool = True):
     p = top / rel
     if not p.is_file():
         if required:
-            raise CompareError(f"{archive.name}: {rel} missing from the archive; pack it again "
-                               f"with `{iteralab_command()} archive` (it rebuilds the report)")
+            raise CompareError(f"{archive.name}: {rel} missing from the archive; pack it again with "
+                               f"`{iteralab_command()} archive CAMPAIGN_FOLDER` on the rental (it rebuilds the report)")
         return None
     return json.loads(p.read_text(encoding="utf-8"))
 

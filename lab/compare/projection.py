@@ -22,7 +22,7 @@ the user's declared load, from measured figures only.
   output tokens/s (summary.json, as the campaign's decision note shows them); at the load, the
   corpus's output tokens per item times the load (the load is items of the corpus's mix), and the
   covering package's committed budget per item and per million of those output tokens, by the
-  decision note's division (lab.report.decision.generation_costs). Other kinds generate no
+  decision note's division (lab.report.decision_note.generation_costs). Other kinds generate no
   tokens: those cells stay empty, ``tokens_note`` says why.
 - Quality: the metric of each pass (median, min, max over the passes that have one) and the
   archive's reference variant's median, so each host's quality is shown, not asserted.
@@ -42,10 +42,11 @@ from lab.cost.forfaits import Catalog, PricingError, Quote, cost_per_validated_c
 from lab.cost.sizing import Sizing, cheapest_covering
 from lab.cost.sizing import capacity_items as package_capacity
 from lab.facts.constants import AGREEMENT
+from lab.kinds import task_kind
 from lab.passes.events import PassStatus
 from lab.passes.records import SETUP_PHASES
 from lab.report.caveats import Basis
-from lab.report.decision import generation_costs
+from lab.report.decision_note import generation_costs
 from lab.report.summary import median_pass_throughput, recompilation_caveat
 
 
@@ -112,10 +113,12 @@ class Projection:
     """'' or why the passes cannot support a projection (the validity rule); an exclusion
     unless allowed, then a caveat every output carries."""
     prediction_pass: str = ""
-    """The pass whose predictions stand for this host's result (lab.compare.evidence)."""
+    """The pass whose predictions stand for this host's result (lab.compare.evidence); its id,
+    the same on every rental of one plan: lines name it with ``host`` (lab.report.condition_cells.pass_name)."""
     starved_passes: tuple[dict, ...] = ()
     """Passes ok of this archive x variant whose window was starved of CPU ({"pass_id",
-    "reason"}; summary.json ``starved_passes``, lab.passes.conditions.starvation)."""
+    "reason"} of summary.json ``starved_passes``, lab.passes.conditions.starvation, and "host":
+    ``host``, so a line naming them names the host with each, lab.report.condition_cells.pass_name)."""
     decision_quote: Quote | None = None
     """The archive's own package priced with the comparison's catalog."""
     price_note: str = ""
@@ -129,7 +132,7 @@ class Projection:
     cost_per_million_output_tokens: Decimal | None = None
     """At the declared load: the corpus's output tokens per item x ``load_items``, and the covering
     package's committed budget per item and per million of those output tokens (catalog currency;
-    lab.report.decision.generation_costs). None when not a generation variant or not sized."""
+    lab.report.decision_note.generation_costs). None when not a generation variant or not sized."""
     tokens_note: str = ""
     """'' or why the output-token cells are empty (another task kind, nothing sized or counted)."""
     measured_on_cpu: bool = False
@@ -328,7 +331,8 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
         long_passes=len(long_ok), min_window_s=timing.min_window_s,
         min_accepted_passes=timing.min_accepted_passes, too_short=short,
         prediction_pass=ev.prediction_pass.get(vid, ""), decision_quote=q, price_note=price_note,
-        starved_passes=tuple(variant.get("starved_passes") or ()), measured_on_cpu=on_cpu, **tokens)
+        starved_passes=tuple({**x, "host": host or ev.name} for x in variant.get("starved_passes") or ()),
+        measured_on_cpu=on_cpu, **tokens)
 
 
 def output_token_figures(kind: str, variant: dict, load_items: int, sizing: Sizing | None) -> dict:
@@ -339,7 +343,7 @@ def output_token_figures(kind: str, variant: dict, load_items: int, sizing: Sizi
     out_tokens, items = variant.get("output_tokens"), variant.get("items_total")
     figures = {"output_tokens": out_tokens, "output_tokens_per_s_median": variant.get("output_tokens_per_s_median")}
     if out_tokens is None:
-        why = (f"no output tokens: a {kind} task generates no text" if kind != "generation"
+        why = (f"no output tokens: a {kind} task generates no text" if not task_kind(kind).generates_text
                else "no output tokens: no pass ok counted them")
         return {**figures, "tokens_note": why}
     if not items or not out_tokens:

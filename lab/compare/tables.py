@@ -16,8 +16,8 @@ from lab.compare.projection import Projection
 from lab.cost.forfaits import money
 from lab.passes.records import SETUP_PHASES
 from lab.report.caveats import rests_on
-from lab.report.conditions import starved_text
-from lab.report.decision import output_tokens_text
+from lab.report.condition_cells import starved_text
+from lab.report.decision_note import output_tokens_text
 
 AGREEMENT_COLUMNS = ("agreement_vs", "agreement_ids", "agreement_differing", "agreement_share",
                      "agreement_lowest_cosine", "agreement_max_differing", "agreement_min_cosine", "agreement_ok")
@@ -254,7 +254,7 @@ def decision_markdown(c: Comparison) -> str:
 
 def tokens_lines(p: Projection) -> list[str]:
     """A generation configuration's output tokens (as the campaign's decision note says them,
-    lab.report.decision.output_tokens_text) and, at the load, the covering package's cost per item
+    lab.report.decision_note.output_tokens_text) and, at the load, the covering package's cost per item
     and per million output tokens; [] for the other kinds (they generate no text)."""
     if p.output_tokens is None:
         return []
@@ -274,7 +274,7 @@ def _first_per_host(projections) -> list[Projection]:
 
 def write_comparison(c: Comparison, out_dir: str | Path) -> dict:
     """Write decision.md, compare.csv and report.html under ``out_dir``; returns their paths."""
-    from lab.compare.html import comparison_report
+    from lab.compare.page import comparison_report
     from lab.report.csv_safe import write_csv
 
     out = Path(out_dir)

@@ -26,7 +26,7 @@ import json
 import tomllib
 
 from lab.evidence.rederive import JournalRead, member_object, member_text
-from lab.evidence.tables import CAMPAIGN, PROTOCOL_VERSION
+from lab.evidence.table_checks import CAMPAIGN, PROTOCOL_VERSION
 
 LOCK = "campaign.lock.json"
 MANIFEST = "report/manifest.json"

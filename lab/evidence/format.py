@@ -49,7 +49,7 @@ class ArchiveError(UserError):
 @dataclass(frozen=True)
 class Rederived:
     """The raw table and the summary as ``archive verify`` rebuilt them from the archived journal
-    and pass records (lab.evidence.tables), never read from report/raw_table.csv or summary.json.
+    and pass records (lab.evidence.table_checks), never read from report/raw_table.csv or summary.json.
     ``raw_rows``: one dict per attempt, in schedule order, the cells as the raw table's CSV holds
     them (strings, empty cell = ""); ``summary``: one summary.json object per variant
     (lab.report.summary.VariantSummary.to_json, through JSON)."""
@@ -129,11 +129,14 @@ class Verification:
     metric without ``--metric-file``): not a problem of the archive, but not verified either."""
     lab_apart: list = field(default_factory=list)
     """Lines saying the archive was written by another version of the lab's sources than the one
-    that verified it, and which prose fields (lab.evidence.tables.PROSE) are worded differently:
+    that verified it, and which prose fields (lab.evidence.table_checks.PROSE) are worded differently:
     not compared, and not a problem; empty when the same lab wrote and verified it."""
     signature: Signature | None = None
     """Who made the archive (lab.evidence.archive.verify checks it first); None from
     lab.evidence.verify.verify_archive alone, which reads only the archive's contents."""
+    partial: str = ""
+    """Why the archive is labelled partial (ARCHIVE.json ``partial_reason``; "unfinished campaign"
+    when it gives none); "" for the archive of a finished campaign. verify's last line says it."""
 
     @property
     def ok(self) -> bool:

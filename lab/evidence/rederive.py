@@ -15,6 +15,8 @@ import msgspec
 from lab.evidence.format import JOURNAL, ArchiveError, skipped_missing
 from lab.facts.constants import AGREEMENT
 from lab.facts.errors import LabError
+from lab.kinds import KINDS, task_kind
+from lab.kinds.kind import RECORD_FIELDS, TEXT, VECTOR, TaskKind
 from lab.orchestration.config import EMBEDDING_METRICS, GENERATION_METRICS
 from lab.orchestration.journal import Journal, JournalVersion, attempt_record
 from lab.passes.events import FINISHED, PassStatus
@@ -469,7 +471,7 @@ def check_reference_pass(attempts: list[Attempt], rows: list[dict], reference_va
         problems.append(f"reference pass {ref} is not an ok pass with its ids and format right")
 
 
-def _pass_predictions(scan, pid: str, kind: str, ids: list[str]):
+def _pass_predictions(scan, pid: str, kind: TaskKind, ids: list[str]):
     """Pass ``pid``'s predictions in the order of ``ids`` (the archived corpus's): an embedding's
     vectors (float32 (n, width)), else {id: label or output}; MemberMissing when a file is absent,
     ValueError when malformed or not exactly the corpus's ids."""
@@ -486,7 +488,7 @@ def _pass_predictions(scan, pid: str, kind: str, ids: list[str]):
     got = [rec["id"] for rec in lines]
     if len(set(got)) != len(got) or set(got) != set(ids):
         raise ValueError("its predictions do not cover exactly the corpus's ids")
-    if kind == "embedding":
+    if kind.record == VECTOR:
         vec_rel = f"passes/{pid}/vectors.npy"
         if vec_rel not in scan.kept:
             raise MemberMissing(vec_rel)
@@ -495,7 +497,7 @@ def _pass_predictions(scan, pid: str, kind: str, ids: list[str]):
             raise ValueError("its lines and vectors.npy rows differ")
         at = {i: k for k, i in enumerate(got)}
         return vectors[[at[i] for i in ids]].astype(np.float32)
-    key = "output" if kind == "generation" else "pred"
+    key = RECORD_FIELDS[kind.record]  # "pred" (a label) or "output" (a text)
     if not all(isinstance(rec.get(key), str) for rec in lines):
         raise ValueError(f"a line without a string {key!r}")
     return {rec["id"]: rec[key] for rec in lines}
@@ -529,7 +531,7 @@ def check_agreement(pid: str, row: dict, scan, gold: dict, problems: list[str], 
         problems.append(f"pass {pid}: campaign.toml missing or not TOML: its task kind is not known, so its "
                         "agreement is not re-derived")
         return None
-    kind = task.get("kind") or "classification"
+    kind = KINDS.get(task.get("kind") or "") or task_kind(None)  # an unknown kind's lines read as labels
     ids = list(gold)
     try:
         cache = getattr(scan, "derived", {})  # the reference pass is read once for every pass compared with it
@@ -544,15 +546,15 @@ def check_agreement(pid: str, row: dict, scan, gold: dict, problems: list[str], 
             problems.append(f"pass {pid}: agreement {claimed} given, but it cannot be recomputed from its predictions "
                             f"and reference pass {ref}'s ({exc})")
         return None
-    if kind == "embedding":
+    if kind.record == VECTOR:
         per_id = cosine_agreement(mine, theirs)
-    elif kind == "generation":
+    elif kind.record == TEXT:
         per_id = output_equality(mine, theirs, ids, task.get("normalisation") or NORMALISATION)
     else:
         per_id = np.fromiter((mine[i] == theirs[i] for i in ids), np.float64, len(ids))
     code = {b: k for k, b in enumerate(CORPUS_BUCKETS)}
     buckets = np.array([code.get(gold[i][1], -1) for i in ids], np.int8)
-    fig = agreement_figures(per_id, buckets, ids, cosine=kind == "embedding")
+    fig = agreement_figures(per_id, buckets, ids, cosine=kind.by_cosine)
     values: dict[str, float | None] = {"agreement_with_reference": fig.typical}
     if judged:
         values |= {"metric": fig.value, **{f"metric_{b}": fig.by_bucket.get(b) for b in BUCKETS}}
@@ -562,7 +564,7 @@ def check_agreement(pid: str, row: dict, scan, gold: dict, problems: list[str], 
                                                         or validation.agreement_worst_id != fig.worst_id):
         problems.append(f"pass {pid}: worst id {validation.agreement_worst_id} at {worst} in the journal, "
                         f"{fig.worst_id} at {fig.worst} recomputed from its vectors and reference pass {ref}'s")
-    check_agreement_rule(pid, row, scan, per_id, ids, kind, ref, problems)
+    check_agreement_rule(pid, row, scan, per_id, ids, kind.name, ref, problems)
     return fig.value if judged else None
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import shlex
 import shutil
 import tempfile
 from dataclasses import dataclass, replace
@@ -255,7 +256,8 @@ def replay_archive(archive: str | Path, out: str | Path, *, corpus: str | None =
     if not v.ok:
         raise ReplayError(f"{archive.name} does not verify ({len(v.problems)} problem(s), first: "
                           f"{(v.problems or v.not_rederived)[0]}); "
-                          f"replay only an archive that `{iteralab_command()} archive verify` accepts")
+                          f"replay only an archive that `{iteralab_command()} archive verify "
+                          f"{shlex.quote(str(archive))}` accepts")
     archive_sha = sha256_file(archive)
     inputs = out.parent / f"{out.stem}-inputs"
     made_inputs = not inputs.exists()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from lab.evidence.format import ArchiveError
 from lab.evidence.rederive import member_text, metric_subsets, predictions_by_id
-from lab.evidence.tables import CAMPAIGN, PROTOCOL_VERSION
+from lab.evidence.table_checks import CAMPAIGN, PROTOCOL_VERSION
 
 
 class MetricFileRefused(ArchiveError):

@@ -22,7 +22,7 @@ gzip trailer (CRC and length) is read, so an archive cut short is refused. Check
   process);
 - the raw table (one row per attempt, every cell) and the summary (summary.json and summary.csv,
   every field) re-derived from the journal and the pass records, and each ``result.json``
-  against the journal's record (lab.evidence.tables); the Verification carries the re-derived
+  against the journal's record (lab.evidence.table_checks); the Verification carries the re-derived
   figures, which a comparison reads instead of the archive's CSV;
 - every fact two members state (campaign file and lock, the lock re-hashed, protocol_version.json,
   the manifest and the catalog copy, the journal's plan, each pass's spec) against the others
@@ -42,6 +42,7 @@ import gzip
 import io
 import json
 import re
+import shlex
 import tarfile
 import tempfile
 import zlib
@@ -68,7 +69,7 @@ from lab.evidence.rederive import (
     read_gold,
     read_journal,
 )
-from lab.evidence.tables import CAMPAIGN, MEMBERS, RAW_TABLE, check_tables
+from lab.evidence.table_checks import CAMPAIGN, MEMBERS, RAW_TABLE, check_tables
 from lab.evidence.user_metric import user_metric_ref, user_metric_scores
 from lab.facts.constants import AGREEMENT
 from lab.facts.files import HashingReader, lab_sources_sha256
@@ -252,7 +253,7 @@ def _check_bundled_corpus(scan: _Scan, rel: str, problems: list[str]) -> None:
     """The corpus of an archive packed ``--with-corpus`` (ARCHIVE.json ``corpus``) is there and
     is the locked one (protocol_version.json ``corpus_sha256``); its SHA256SUMS line is checked
     like every other member's."""
-    from lab.evidence.tables import PROTOCOL_VERSION
+    from lab.evidence.table_checks import PROTOCOL_VERSION
 
     if rel not in scan.sha:
         problems.append(f"{ARCHIVE_INFO} names the corpus {rel}, which the archive lacks")
@@ -272,7 +273,7 @@ def check_corpus_card(scan: _Scan, gold: dict | None, problems: list[str]) -> No
     and the gold labels (``report/gold_labels.jsonl``: its items per bucket and class are the
     card's ``counts``, lab.inputs.corpus.counts_by_bucket_class; labelled or not as the card's
     ``labels`` says). A card or gold labels edited apart from the other fail here."""
-    from lab.evidence.tables import PROTOCOL_VERSION
+    from lab.evidence.table_checks import PROTOCOL_VERSION
     from lab.inputs.corpus import counts_by_bucket_class
 
     if CARD not in scan.kept:
@@ -312,7 +313,8 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
     Without it, such a metric is one problem line per pass saying how to opt in."""
     if archive.is_dir():
         raise ArchiveError(f"{archive}: a folder, not an archive; give the path of an evidence archive (.tar.gz), "
-                           f"or pack the campaign folder with `{iteralab_command()} archive DIR`")
+                           f"or pack the campaign folder with "
+                           f"`{iteralab_command()} archive {shlex.quote(str(archive))}`")
     if not archive.is_file():
         raise ArchiveError(f"{archive}: no such file; give the path of an evidence archive (.tar.gz)")
     problems: list[str] = []
@@ -342,15 +344,17 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
                 info = {}
         else:
             problems.append(f"{ARCHIVE_INFO} missing: cannot tell whether the archive is final or partial")
-        if info.get("corpus"):
-            _check_bundled_corpus(scan, str(info["corpus"]), problems)
+        partial = str(info.get("partial_reason") or "unfinished campaign") if info.get("partial") else ""
+        bundled = info.get("corpus")
+        if bundled:
+            _check_bundled_corpus(scan, str(bundled), problems)
         if RAW_TABLE not in scan.kept:
             problems.append(f"{RAW_TABLE} missing")
             return Verification(len(listed), 0, problems)
         rows = _raw_rows(scan)
         journal = read_journal(scan, problems)
         if journal is not None:
-            compare_journal(*journal, rows, bool(info.get("partial")), problems)
+            compare_journal(*journal, rows, bool(partial), problems)
         check_members_agree(scan, journal, problems)
         gold = read_gold(scan, problems)
         check_corpus_card(scan, gold, problems)
@@ -374,12 +378,12 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
         folders = {rel.split("/")[1] for rel in scan.sha if rel.startswith("passes/") and rel.count("/") >= 2}
         for pid in sorted(folders - row_ids):
             problems.append(f"pass {pid}: its folder is in the archive but the raw table has no row for it")
-    return Verification(len(listed), len(rows), problems, rederived, not_rederived, lab_apart)
+    return Verification(len(listed), len(rows), problems, rederived, not_rederived, lab_apart, partial=partial)
 
 
 def lab_apart_line(written_by, here: str, worded: list[str]) -> str:
     """One line: the lab sources that wrote the archive (ARCHIVE.json ``lab_sources_sha256``) and
-    this lab's, and the prose fields worded differently (lab.evidence.tables.PROSE), not compared."""
+    this lab's, and the prose fields worded differently (lab.evidence.table_checks.PROSE), not compared."""
     who = (f"lab sources {str(written_by)[:12]}" if written_by
            else "a lab that did not record its sources (an older archive)")
     shown = "; ".join(worded[:4]) + (f"; and {len(worded) - 4} more" if len(worded) > 4 else "")

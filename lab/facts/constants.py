@@ -59,10 +59,12 @@ variant's first valid pass (no labels needed: the one metric a corpus built with
 accepts at lock; lab.orchestration.validate.agreement_figures gives the rule per kind). Here, not
 in lab.orchestration.config, so that the pass records (lab.passes.records) can name it too."""
 
-AGREEMENT_MAX_DIFFERING = {"classification": 0.05, "custom": 0.05, "generation": 0.05, "embedding": 0.0}
-"""[quality] max_differing when the campaign file leaves it out, by task kind: the largest share of
-the compared ids whose result may differ from the reference variant's first valid pass's (the
-agreement rule, lab.orchestration.agreement; checked in every pass beside the threshold).
+AGREEMENT_MAX_DIFFERING_LABELS = 0.05
+"""[quality] max_differing when the campaign file leaves it out, for a kind whose results are
+labels or outputs (classification, custom, generation: each kind's ``agreement_max_differing``,
+lab.kinds): the largest share of the compared ids whose result may differ from the reference
+variant's first valid pass's (the agreement rule, lab.orchestration.agreement; checked in every
+pass beside the threshold).
 
 Labels and outputs, 0.05. A label flips only where two classes are nearly tied, so an honest
 variant flips a few: measured by scripts/agreement_defaults.py (2026-12-03, 250 demo-corpus items,
@@ -70,7 +72,10 @@ the demo classifier, against batch 1 in fp32): batch 8 in fp32 and in bf16 flipp
 bf16 one (0.004); 0.05 leaves more than ten times that margin. A variant that changes what the model
 computes flips many: the same checkpoint padded on the left (an encoder with absolute positions)
 flipped 44 of 250 (0.176). Greedy generation diverges from the first changed token on, so a share of
-whole outputs, after the declared normalisation, is judged the same way.
+whole outputs, after the declared normalisation, is judged the same way."""
+
+AGREEMENT_MAX_DIFFERING_VECTORS = 0.0
+"""[quality] max_differing when the campaign file leaves it out, for the embedding kind (vectors).
 
 Embeddings, 0.0: every id's vector must reach AGREEMENT_MIN_COSINE. A vector is the deliverable
 itself and its cosine is continuous, so an honest variant has no id near the floor (no near-tie to

@@ -100,5 +100,11 @@ def did_you_mean(word: str, valid: Iterable[str], otherwise: str) -> str:
     """The hint of a one-line refusal of an unknown ``word``: "did you mean 'x'?" for the closest
     of ``valid`` (difflib.get_close_matches, its default cutoff 0.6), else ``otherwise`` (the
     list of what is valid, worded by the caller). The one place that wording is built."""
+    close = closest(word, valid)
+    return f"did you mean {close!r}?" if close else otherwise
+
+
+def closest(word: str, valid: Iterable[str]) -> str | None:
+    """The closest of ``valid`` to ``word`` (difflib.get_close_matches, cutoff 0.6), or None."""
     close = difflib.get_close_matches(word, list(valid), n=1)
-    return f"did you mean {close[0]!r}?" if close else otherwise
+    return close[0] if close else None

@@ -12,7 +12,8 @@ def leave_process(code: int) -> NoReturn:
     interpreter's module teardown, which frees torch's and transformers' objects one by one:
     about 1 s per pass process with the demo classifier loaded, on the 2-core CPU host
     (``scripts/bench_pass_exit.py`` prints it side by side). What a normal exit does that
-    anything relies on is done first, in its order: non-daemon threads joined, ``atexit``
+    anything relies on is done first, in its order: threading's exit hooks run and non-daemon
+    threads joined (``threading._shutdown``, as the interpreter does), ``atexit``
     handlers run (vLLM's engine shutdown, multiprocessing's children), logging shut down, the
     standard streams flushed (the event channel is line-buffered and flushed per event).
     Never returns; only for a ``__main__`` whose ``main()`` returned (an exception keeps
@@ -22,9 +23,11 @@ def leave_process(code: int) -> NoReturn:
     import logging
     import threading
 
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    # What the interpreter's own exit does first (Py_Finalize): the hooks threading registered
+    # (concurrent.futures tells its worker threads to stop: torch.compile's pool waits for that),
+    # then every non-daemon thread joined. Joining first, as this did, waited forever on those
+    # workers (a compiled pass hung after writing its records).
+    threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):

@@ -3,8 +3,10 @@
 A corpus item is ``{"id": str, "text": str, "label": str}``; the built comparison
 corpus adds ``bucket`` (short / medium / long) and ``n_tokens`` (tokenizer count,
 special tokens excluded). A corpus built without labels (``--no-labels``: no reference
-answers) has ``"label": null`` on every item, is drawn by bucket only, and is judged by the
-``agreement`` metric (each pass against the reference variant's first valid pass).
+answers) has ``"label": null`` on every item, is drawn as the labelled build of the same source,
+seed and counts would draw (stratified by the labels the source carries, set aside; by bucket
+only where it carries none), and is judged by the ``agreement`` metric (each pass against the
+reference variant's first valid pass).
 Source rule: seed, "Esempio: classificare gli stessi 1.000 testi" (600 short, 300 medium,
 100 long, class-representative, limits set with the chosen tokenizer); tuning data kept
 apart from the comparison corpus (seed, "Preparare gli input").
@@ -18,7 +20,7 @@ import json
 import random
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from lab.facts.constants import CORPUS_SEED
 from lab.facts.diskfull import staged_files
@@ -125,15 +127,15 @@ def _check(rec: dict, fields: tuple[str, str, str | None], path: Path, lineno: i
 
 
 def load_items(path: str | Path, id_field: str = "id", text_field: str = "text",
-               label_field: str | None = "label", labels_ignored: list[str] | None = None) -> list[Item]:
+               label_field: str | None = "label", labels_ignored: dict[str, str] | None = None) -> list[Item]:
     """Read a JSONL (one object per line) or CSV (header row) source.
 
     Returns items in file order; ``label_field`` None reads no label (every Item.label None:
-    a corpus without reference answers, ``corpus build --no-labels``), and the ids of items
-    whose ``label`` field holds one all the same are appended to ``labels_ignored`` when given
-    (so the build can say what it set aside). Raises CorpusError (one line, with the line
-    number) on non-UTF-8 bytes, malformed JSON, a missing, null or (label) blank field, an
-    empty text or id, or a duplicate id.
+    a corpus without reference answers, ``corpus build --no-labels``), and the items whose
+    ``label`` field holds one all the same are put in ``labels_ignored`` when given, {id: label}
+    (so the build can draw as the labelled build would and say what it set aside). Raises
+    CorpusError (one line, with the line number) on non-UTF-8 bytes, malformed JSON, a missing,
+    null or (label) blank field, an empty text or id, or a duplicate id.
     """
     path = Path(path)
     if not path.is_file():
@@ -159,7 +161,7 @@ def load_items(path: str | Path, id_field: str = "id", text_field: str = "text",
         for rec in reader:
             items.append(_check(rec, fields, path, reader.line_num, seen))
             if labels_ignored is not None and label_field is None and has_label(rec.get("label")):
-                labels_ignored.append(items[-1].id)
+                labels_ignored[items[-1].id] = str(rec["label"])
     else:
         for i, raw in enumerate(data.split(b"\n"), start=1):
             line = _decode(raw, path, i).strip()
@@ -173,7 +175,7 @@ def load_items(path: str | Path, id_field: str = "id", text_field: str = "text",
                 raise CorpusError(f"{path}:{i}: expected a JSON object per line")
             items.append(_check(rec, fields, path, i, seen))
             if labels_ignored is not None and label_field is None and has_label(rec.get("label")):
-                labels_ignored.append(items[-1].id)
+                labels_ignored[items[-1].id] = str(rec["label"])
     if not items:
         raise CorpusError(f"{path}: no items; the corpus file is empty")
     return items
@@ -199,7 +201,13 @@ def count_tokens(texts: Sequence[str], tokenizer) -> list[int]:
     return out
 
 
-def _quotas(total: int, weights: dict[str, int], available: dict[str, int]) -> dict[str, int]:
+def _class_order(c: str | None) -> tuple[bool, str]:
+    """Sort key of a stratum: the labels in string order, then the items without one."""
+    return (c is None, c or "")
+
+
+def _quotas(total: int, weights: Mapping[str | None, int], available: Mapping[str | None, int]
+            ) -> dict[str | None, int]:
     """Largest-remainder allocation of ``total`` over classes by ``weights``, capped by availability."""
     if sum(available.values()) < total:
         raise CorpusError(f"only {sum(available.values())} items available for {total} requested")
@@ -208,12 +216,12 @@ def _quotas(total: int, weights: dict[str, int], available: dict[str, int]) -> d
     active = {c for c in weights if available.get(c, 0) > 0}
     while remaining > 0 and active:
         wsum = sum(weights[c] for c in active)
-        shares = {c: remaining * weights[c] / wsum for c in sorted(active)}
+        shares = {c: remaining * weights[c] / wsum for c in sorted(active, key=_class_order)}
         floors = {c: int(s) for c, s in shares.items()}
         left = remaining - sum(floors.values())
-        for c in sorted(active, key=lambda c: (-(shares[c] - floors[c]), c))[:left]:
+        for c in sorted(active, key=lambda c: (-(shares[c] - floors[c]), _class_order(c)))[:left]:
             floors[c] += 1
-        for c in sorted(active):
+        for c in sorted(active, key=_class_order):
             take = min(floors[c], available[c] - quota[c])
             quota[c] += take
             remaining -= take
@@ -263,41 +271,46 @@ def bucket_sizes(spec: BuildSpec, available: dict[str, int]) -> dict[str, int]:
                           "or fewer (without --items a source under "
                           f"{DEFAULT_CORPUS_ITEMS:,} items is taken whole)")
     want = min(total, DEFAULT_CORPUS_ITEMS if spec.items is None else spec.items)
-    return _quotas(want, {b: available.get(b, 0) for b in BUCKETS}, available)
+    quota = _quotas(want, {b: available.get(b, 0) for b in BUCKETS}, {b: available.get(b, 0) for b in BUCKETS})
+    return {b: quota[b] for b in BUCKETS}
 
 
-def stratified_split(items: list[Item], n_tokens: list[int], spec: BuildSpec
-                     ) -> tuple[list[dict], list[dict]]:
+def stratified_split(items: list[Item], n_tokens: list[int], spec: BuildSpec,
+                     strata: dict[str, str] | None = None) -> tuple[list[dict], list[dict]]:
     """Draw the comparison corpus (per bucket, class-stratified) and a disjoint tuning split.
 
-    Class weights are the classes' shares in the whole source (a corpus without labels is one
-    class, label None: strata are the buckets alone), so the drawn corpus keeps a
-    representative class distribution. Deterministic for a given seed and source order.
-    Returns (comparison, tuning), each a list of dicts with bucket and n_tokens.
+    Class weights are the classes' shares in the whole source, so the drawn corpus keeps a
+    representative class distribution. An item without a label is stratified by
+    ``strata[id]`` (the label the source carried, set aside by --no-labels: the draw is then
+    the labelled build's, ids and texts, with the labels dropped) or, absent there, in one class
+    of its own (a source without labels: strata are the buckets alone). Deterministic for a
+    given seed and source order. Returns (comparison, tuning), each a list of dicts with bucket
+    and n_tokens.
     """
     rng = random.Random(spec.seed)  # drawn from in the same order for given or derived sizes
+    strata = strata or {}
     rows: list[dict[str, Any]] = [
         dict(id=it.id, text=it.text, label=it.label, bucket=spec.limits.bucket(n), n_tokens=n)
             for it, n in zip(items, n_tokens, strict=True)]
-    weights: dict[str, int] = {}
+    cls = {r["id"]: r["label"] if r["label"] is not None else strata.get(r["id"]) for r in rows}
+    weights: dict[str | None, int] = {}
     for r in rows:
-        weights[r["label"]] = weights.get(r["label"], 0) + 1
-    chosen: set[str] = set()
+        weights[cls[r["id"]]] = weights.get(cls[r["id"]], 0) + 1
     comparison: list[dict] = []
     sizes = bucket_sizes(spec, {b: sum(1 for r in rows if r["bucket"] == b) for b in BUCKETS})
     for bucket in BUCKETS:
-        pool: dict[str, list[dict]] = {c: [] for c in weights}
+        pool: dict[str | None, list[dict]] = {c: [] for c in weights}
         for r in rows:
             if r["bucket"] == bucket:
-                pool[r["label"]].append(r)
+                pool[cls[r["id"]]].append(r)
         quota = _quotas(sizes[bucket], weights, {c: len(v) for c, v in pool.items()})
-        for c in sorted(pool):
+        for c in sorted(pool, key=_class_order):
             comparison.extend(rng.sample(pool[c], quota[c]))
     chosen = {r["id"] for r in comparison}
-    rest: dict[str, list[dict]] = {c: [] for c in weights}
+    rest: dict[str | None, list[dict]] = {c: [] for c in weights}
     for r in rows:
         if r["id"] not in chosen:
-            rest[r["label"]].append(r)
+            rest[cls[r["id"]]].append(r)
     left = sum(len(v) for v in rest.values())
     if spec.tuning_size > left:
         room = f"give --tuning {left} or fewer" if left else "give --tuning 0"
@@ -308,7 +321,7 @@ def stratified_split(items: list[Item], n_tokens: list[int], spec: BuildSpec
             "its own model: the split only serves to fit or set up one")
     tq = _quotas(spec.tuning_size, weights, {c: len(v) for c, v in rest.items()})
     tuning: list[dict] = []
-    for c in sorted(rest):
+    for c in sorted(rest, key=_class_order):
         tuning.extend(rng.sample(rest[c], tq[c]))
     order = {r["id"]: i for i, r in enumerate(rows)}
     comparison.sort(key=lambda r: order[r["id"]])
@@ -356,9 +369,10 @@ def build_corpus(source: str | Path, out_dir: str | Path, tokenizer, tokenizer_i
                  label_field: str | None = "label", force: bool = False) -> dict:
     """Build ``comparison.jsonl``, ``tuning.jsonl`` and ``corpus_card.json`` in ``out_dir``.
 
-    ``label_field`` None: a corpus without labels (each item ``"label": null``; the draw is
-    stratified by bucket only, the card says ``"labels": false``; the labels the source carried
-    all the same are counted in the returned card's ``source_labels_ignored``, not written). Returns
+    ``label_field`` None: a corpus without labels (each item ``"label": null``, the card says
+    ``"labels": false``; the draw is stratified by the labels the source carried all the same,
+    so it holds the ids and texts the labelled build would, by bucket only where it carries
+    none; those labels are counted in the returned card's ``source_labels_ignored``, not written). Returns
     the corpus card. Raises CorpusError on bad input, too few items per bucket, or (``force``
     False) an ``out_dir`` already holding a corpus whose files this build would change (a locked
     campaign reads them by sha256; building the same files again passes).
@@ -378,7 +392,7 @@ def build_corpus(source: str | Path, out_dir: str | Path, tokenizer, tokenizer_i
                           "need 0 < short_below <= long_above + 1 tokens")
     if out.exists() and not out.is_dir():
         raise CorpusError(f"--out {out}: exists and is not a folder; choose a folder path")
-    ignored: list[str] = []
+    ignored: dict[str, str] = {}
     items = load_items(source, id_field, text_field, label_field, ignored)
     n_tokens = count_tokens([it.text for it in items], tokenizer)
     empty = [it.id for it, n in zip(items, n_tokens, strict=True) if n == 0]
@@ -387,7 +401,7 @@ def build_corpus(source: str | Path, out_dir: str | Path, tokenizer, tokenizer_i
                           f"{tokenizer_info.get('name') or 'the tokenizer'} (only control or zero-width "
                           f"characters?){f' and {len(empty) - 1} more' if len(empty) > 1 else ''}; "
                           "remove the item or give it text")
-    comparison, tuning = stratified_split(items, n_tokens, spec)
+    comparison, tuning = stratified_split(items, n_tokens, spec, ignored)
     drawn = {b: sum(1 for r in comparison if r["bucket"] == b) for b in BUCKETS}
     # the card records the sizes drawn (those given, or the source's shares of --items)
     card = _write_corpus(out, comparison, tuning, source, tokenizer_info, replace(spec, sizes=drawn), force)

@@ -8,7 +8,7 @@ before cost. A variant is compared on cost only if it is feasible:
   peak (``lab.memory.estimate``) fits ``budget_bytes * (1 - margin_fraction)``; the
   margin is kept for what the estimate leaves out (context, allocator rounding,
   fragmentation) and is stated in every result.
-- (b) evidence, after passes: ``lab.report.feasibility.campaign_feasibility``, which reads the
+- (b) evidence, after passes: ``lab.report.long_items.campaign_feasibility``, which reads the
   passes' statuses (kept out of this package: ``lab.passes`` imports ``lab.memory``, never the
   other way round).
 """

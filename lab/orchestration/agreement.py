@@ -13,8 +13,9 @@ variant's own later passes are compared with it too) by its task kind's test:
 
 The pass is the same ML result when the share of differing ids is at most ``max_differing``.
 Both values are [quality] keys, locked with the protocol; a campaign file that leaves them out
-takes its kind's default (lab.facts.constants.AGREEMENT_MAX_DIFFERING and AGREEMENT_MIN_COSINE,
-which say why), or under [quality] metric = "agreement" the rule its threshold states. The one
+takes its kind's default (the kind object's ``agreement_max_differing``, from
+lab.facts.constants.AGREEMENT_MAX_DIFFERING_*, and AGREEMENT_MIN_COSINE, which say why), or
+under [quality] metric = "agreement" the rule its threshold states. The one
 definition validation (every pass), ``archive verify`` (lab.evidence.rederive) and compare (two
 rentals' same variant, lab.compare.decision) apply.
 """
@@ -26,11 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lab.facts.constants import AGREEMENT, AGREEMENT_MAX_DIFFERING, AGREEMENT_MIN_COSINE
+from lab.facts.constants import AGREEMENT, AGREEMENT_MIN_COSINE
 from lab.facts.numbers import beside
+from lab.kinds import task_kind
 
-NOUNS = {"classification": "labels", "custom": "labels", "generation": "outputs", "embedding": "vectors"}
-"""What differs, per task kind, in the rule's sentences."""
 NOT_CHECKED = "not checked"
 """The agreement cell of a pass the rule did not judge: no reference pass yet, ids or format wrong,
 or a record written before the rule existed."""
@@ -55,17 +55,18 @@ class AgreementRule:
         (lab.facts.constants), except under [quality] metric = "agreement", whose threshold already
         states the rule and is not contradicted: at most 1 - threshold of the labels or outputs
         differ; every vector at cosine >= threshold."""
+        declared = task_kind(kind)
         share, cosine = quality.get("max_differing"), quality.get("min_cosine")
         if quality.get("metric") == AGREEMENT:
             threshold = float(quality["threshold"])
-            share = (0.0 if kind == "embedding" else round(1.0 - threshold, 12)) if share is None else share
+            share = (0.0 if declared.by_cosine else round(1.0 - threshold, 12)) if share is None else share
             cosine = threshold if cosine is None else cosine
-        return cls(kind, float(AGREEMENT_MAX_DIFFERING[kind] if share is None else share),
-                   float(AGREEMENT_MIN_COSINE if cosine is None else cosine) if kind == "embedding" else None)
+        return cls(kind, float(declared.agreement_max_differing if share is None else share),
+                   float(AGREEMENT_MIN_COSINE if cosine is None else cosine) if declared.by_cosine else None)
 
     @property
     def noun(self) -> str:
-        return NOUNS[self.kind]
+        return task_kind(self.kind).agreement_noun
 
     def text(self, against: str = "the reference pass's") -> str:
         """The rule in words: 'at most 0.05 of the ids' labels differ from the reference pass's';

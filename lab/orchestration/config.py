@@ -34,24 +34,15 @@ from lab.facts.errors import UserError, did_you_mean
 from lab.facts.typecheck import type_name as _type_name
 from lab.facts.typecheck import type_ok as _type_ok
 from lab.inputs.variants import VLLM_ONLY, VLLM_ONLY_WHERE, Variant, VariantError
+from lab.kinds import KINDS
+from lab.kinds.classification_kind import LABEL_METRICS
+from lab.kinds.embedding_kind import EMBEDDING, POOLINGS
+from lab.kinds.generation_kind import GENERATION
 
-METRICS = ("accuracy", "macro_f1")  # classification (and custom code that returns labels)
-# nn_accuracy: leave-one-out nearest-neighbour label accuracy (lab.passes.tasks.embedding_metrics)
-EMBEDDING_METRICS = ("nn_accuracy",)
-# exact match after the declared normalisation, SQuAD token F1 (lab.passes.tasks.text_metrics); the
-# one [quality] names is judged, the other is reported beside it
-GENERATION_METRICS = ("exact_match", "token_f1")
-TASK_KINDS = ("classification", "embedding", "custom", "generation")
-KIND_METRICS = {"classification": (*METRICS, AGREEMENT), "embedding": (*EMBEDDING_METRICS, AGREEMENT),
-                "custom": (*METRICS, AGREEMENT), "generation": (*GENERATION_METRICS, AGREEMENT)}
-GENERATION_KEYS = ("prompt", "max_new_tokens", "stop", "max_text_tokens", "decoding", "normalisation")
-# [task] keys each kind reads besides ``kind`` (TaskSection checks that no other kind's key is set)
-KIND_KEYS = {"classification": (), "embedding": ("pooling", "normalize"), "custom": ("entry", "files"),
-             "generation": GENERATION_KEYS}
-POOLINGS = ("mean",)             # lab.passes.tasks.embedding.mean_pool: mean over the attention mask
+METRICS = tuple(m.name for m in LABEL_METRICS)  # classification (and custom code that returns labels)
+EMBEDDING_METRICS = tuple(m.name for m in EMBEDDING.metrics)
+GENERATION_METRICS = tuple(m.name for m in GENERATION.metrics)  # the one [quality] names is judged, the other reported
 DIRECTIONS = ("higher", "lower")  # a user metric's better side
-# kinds whose outputs are labels a user's own "file.py:function" metric judges (parse_config)
-USER_METRIC_KINDS = ("classification", "custom")
 ENTRY_RE = re.compile(r"^(?P<file>[^:]+\.py):(?P<name>[A-Za-z_][A-Za-z0-9_]*)$")
 ROTATIONS = ("cyclic",)          # lab.orchestration.schedule.rotated_schedule: repetition r rotated by r-1
 SUBGROUPS = ("buckets",)         # lab.orchestration.validate: metric and coverage per length bucket
@@ -100,7 +91,8 @@ def parse_section(cls, table: Any, section: str):
     if cls is TaskSection:  # a key no kind reads: name the keys of the declared kind only
         kind = table.get("kind", "classification")
         check_value(kind, hints["kind"], f"[{section}] kind")  # typed before it is looked up: ["x"] is unhashable
-        check_keys({k: v for k, v in table.items() if k not in hints}, ("kind", *KIND_KEYS.get(kind, ())),
+        own = KINDS[kind].keys if kind in KINDS else ()
+        check_keys({k: v for k, v in table.items() if k not in hints}, ("kind", *own),
                    f"[{section}]", f"valid keys for kind = {json.dumps(kind, default=str)}")
     check_keys(table, hints, f"[{section}]")
     for f in fields(cls):
@@ -206,35 +198,36 @@ class TaskSection:
     normalisation: str | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in TASK_KINDS:
-            raise ConfigError(f"[task] kind {self.kind!r} unknown; {nearest(self.kind, TASK_KINDS, 'valid kinds')}")
+        declared = KINDS.get(self.kind)
+        if declared is None:
+            raise ConfigError(f"[task] kind {self.kind!r} unknown; {nearest(self.kind, tuple(KINDS), 'valid kinds')}")
         object.__setattr__(self, "files", tuple(self.files))
-        if self.kind == "embedding":  # KIND_KEYS["embedding"]
-            object.__setattr__(self, "pooling", "mean" if self.pooling is None else self.pooling)  # "" is no pooling
-            object.__setattr__(self, "normalize", True if self.normalize is None else self.normalize)
-            if self.pooling not in POOLINGS:
-                raise ConfigError(f"[task] pooling {self.pooling!r} is not implemented; use "
-                                  f"{' or '.join(map(repr, POOLINGS))} (mean over the attention mask)")
-        else:
-            for key in ("pooling", "normalize"):
-                if getattr(self, key) is not None:
-                    raise ConfigError(f"[task] {key} applies to kind = \"embedding\" only; remove it")
-        if self.kind == "custom":
-            if not self.entry:
-                raise ConfigError('[task] kind = "custom" needs entry = "path/to/file.py:ClassName"')
-            parse_entry(self.entry, "[task] entry")
-            for f in self.files:
-                if not isinstance(f, str) or not f:
-                    raise ConfigError("[task] files lists file paths (strings) the entry reads")
-        elif self.entry is not None or self.files:
-            raise ConfigError('[task] entry and files apply to kind = "custom" only; remove them, or set '
-                              'kind = "custom"')
-        if self.kind == "generation":
-            self._check_generation()
-        else:
-            for key in GENERATION_KEYS:
+        for key, default in declared.defaults:  # "" is no pooling: only an absent key takes the default
+            if getattr(self, key) is None:
+                object.__setattr__(self, key, default)
+        for kind in KINDS.values():  # in the registry's order: its own checks, or another kind's keys refused
+            if kind is declared:
+                check = getattr(self, f"_check_{kind.name}", None)  # the kind's own values, when it has any
+                if check is not None:
+                    check()
+                continue
+            for key in kind.keys:
                 if getattr(self, key) not in (None, ()):
-                    raise ConfigError(f'[task] {key} applies to kind = "generation" only; remove it')
+                    raise ConfigError(f'[task] {key} applies to kind = "{kind.name}" only; remove it, or set '
+                                      f'kind = "{kind.name}"')
+
+    def _check_embedding(self) -> None:
+        if self.pooling not in POOLINGS:
+            raise ConfigError(f"[task] pooling {self.pooling!r} is not implemented; use "
+                              f"{' or '.join(map(repr, POOLINGS))} (mean over the attention mask)")
+
+    def _check_custom(self) -> None:
+        if not self.entry:
+            raise ConfigError('[task] kind = "custom" needs entry = "path/to/file.py:ClassName"')
+        parse_entry(self.entry, "[task] entry")
+        for f in self.files:
+            if not isinstance(f, str) or not f:
+                raise ConfigError("[task] files lists file paths (strings) the entry reads")
 
     def _check_generation(self) -> None:
         from lab.passes.tasks.generation_core import GenerationRuleError
@@ -243,9 +236,7 @@ class TaskSection:
         if self.prompt is None or self.max_new_tokens is None:
             raise ConfigError('[task] kind = "generation" needs prompt (with {text}) and max_new_tokens, e.g. '
                               'prompt = "{text}\\nAnswer:" and max_new_tokens = 16')
-        object.__setattr__(self, "stop", tuple(self.stop))
-        object.__setattr__(self, "max_text_tokens", 0 if self.max_text_tokens is None else self.max_text_tokens)
-        object.__setattr__(self, "decoding", "greedy" if self.decoding is None else self.decoding)
+        object.__setattr__(self, "stop", tuple(self.stop))  # max_text_tokens, decoding: GENERATION.defaults
         norm = NORMALISATION if self.normalisation is None else self.normalisation  # "" is no normalisation
         object.__setattr__(self, "normalisation", norm)
         if self.decoding != "greedy":
@@ -274,14 +265,14 @@ class QualitySection:
     is a fraction in [0, 1] (the largest gap of a pass's metric to the reference variant's; between two
     rentals, of their metric medians, lab.compare.decision.agreement_pairs).
 
-    ``metric``: a built-in name (lab.orchestration.config.KIND_METRICS for the task's kind) or the user's own
+    ``metric``: a built-in name (lab.kinds.kind.TaskKind.metric_names of the task's kind) or the user's own
     procedure ``"path/to/file.py:function"`` (``function(predictions, references) -> float``,
     lab.passes.tasks.user_metric), whose ``direction`` ("higher" or "lower" is better) must be declared.
 
     The agreement rule (lab.orchestration.agreement), checked in every pass beside the threshold:
     ``max_differing``, the largest share of ids whose result may differ from the reference pass's
     (a fraction), and for embeddings ``min_cosine``, the per-id cosine below which a vector differs;
-    None takes the task kind's default (lab.facts.constants.AGREEMENT_MAX_DIFFERING,
+    None takes the task kind's default (lab.kinds.kind.TaskKind.agreement_max_differing,
     AGREEMENT_MIN_COSINE)."""
 
     metric: str
@@ -299,7 +290,7 @@ class QualitySection:
         return ":" in self.metric
 
     def __post_init__(self) -> None:
-        known = tuple(dict.fromkeys(m for ms in KIND_METRICS.values() for m in ms))
+        known = tuple(dict.fromkeys(m for k in KINDS.values() for m in k.metric_names))
         if self.user_metric:
             parse_entry(self.metric, "[quality] metric")
             if self.direction is None:
@@ -312,9 +303,8 @@ class QualitySection:
             if self.metric not in known:
                 raise ConfigError(f"[quality] metric {self.metric!r} unknown; " + did_you_mean(
                     self.metric, known,
-                    f"use {' or '.join(METRICS)} (or your own \"file.py:function\") for classification or custom, "
-                    f"{' or '.join(EMBEDDING_METRICS)} for embeddings, {' or '.join(GENERATION_METRICS)} for "
-                    f"generation, or {AGREEMENT} for any task (with the reference variant; no labels needed)"))
+                    f"use {builtin_choices()}, or {AGREEMENT} for any task (with the reference variant; "
+                    "no labels needed)"))
             if self.direction is not None:  # direction is for the user's own metric only
                 raise ConfigError(f"[quality] direction = {self.direction!r} is for your own metric "
                                   f"(\"file.py:function\"); the built-in metric {self.metric!r} is higher-is-better, "
@@ -526,10 +516,21 @@ def with_article(word: str) -> str:
 
 def metric_choices(kind: str) -> str:
     """The [quality] metrics a task of ``kind`` accepts, as a message's "use ..." tail: its built-in
-    names (KIND_METRICS), and the user's own "file.py:function" only for USER_METRIC_KINDS
-    (parse_config refuses it for the others)."""
-    names = " or ".join(KIND_METRICS[kind])
-    return names + (', or your own "file.py:function"' if kind in USER_METRIC_KINDS else "")
+    names (lab.kinds.kind.TaskKind.metric_names), and the user's own "file.py:function" only for a
+    kind whose ``user_metric`` is true (parse_config refuses it for the others)."""
+    names = " or ".join(KINDS[kind].metric_names)
+    return names + (', or your own "file.py:function"' if KINDS[kind].user_metric else "")
+
+
+def builtin_choices() -> str:
+    """Every kind's built-in metrics but agreement, the kinds sharing them together: 'accuracy or
+    macro_f1 (or your own "file.py:function") for classification or custom, nn_accuracy for
+    embedding, ...' (an unknown [quality] metric's message)."""
+    groups: dict[tuple, list[str]] = {}
+    for k in KINDS.values():
+        groups.setdefault((tuple(m.name for m in k.metrics), k.user_metric), []).append(k.name)
+    return ", ".join(" or ".join(names) + (' (or your own "file.py:function")' if user else "")
+                     + f" for {' or '.join(kinds)}" for (names, user), kinds in groups.items())
 
 
 def parse_config(raw: dict) -> CampaignConfig:
@@ -549,15 +550,18 @@ def parse_config(raw: dict) -> CampaignConfig:
     if not isinstance(series, list):
         raise ConfigError("series must be declared as [[series]] tables")
     task, quality = parsed["task"], parsed["quality"]
-    if not quality.user_metric and quality.metric not in KIND_METRICS[task.kind]:
+    kind = KINDS[task.kind]
+    if not quality.user_metric and quality.metric not in kind.metric_names:
         raise ConfigError(f"[quality] metric {quality.metric!r} does not judge {with_article(task.kind)} task; "
                           f"use {metric_choices(task.kind)}")
-    if quality.user_metric and task.kind not in USER_METRIC_KINDS:
+    if quality.user_metric and not kind.user_metric:
+        users = " or ".join(k.name for k in KINDS.values() if k.user_metric)
         raise ConfigError(f'[quality] metric "file.py:function" judges label outputs '
-                          f"({' or '.join(USER_METRIC_KINDS)}); for {with_article(task.kind)} task use "
+                          f"({users}); for {with_article(task.kind)} task use "
                           f"{metric_choices(task.kind)}")
-    if quality.min_cosine is not None and task.kind != "embedding":
-        raise ConfigError(f'[quality] min_cosine applies to kind = "embedding" only (a vector\'s cosine with the '
+    if quality.min_cosine is not None and not kind.by_cosine:
+        cosine = " or ".join(f'kind = "{k.name}"' for k in KINDS.values() if k.by_cosine)
+        raise ConfigError(f"[quality] min_cosine applies to {cosine} only (a vector's cosine with the "
                           f"reference variant's); {with_article(task.kind)} task's agreement rule is max_differing "
                           "alone, remove min_cosine")
     cfg = CampaignConfig(defaults=check_defaults(raw.get("defaults", {})),

@@ -28,6 +28,7 @@ from lab.facts.host_cards import check_cards_fit_host
 from lab.inputs.corpus import read_corpus
 from lab.inputs.manifest import record_host_facts
 from lab.inputs.variants import Variant
+from lab.kinds.kind import TEXT, VECTOR
 from lab.launchers.base import LaunchOutcome
 from lab.orchestration.identity import InputsChanged, InputWatch
 from lab.orchestration.journal import Journal
@@ -447,7 +448,8 @@ class Orchestrator:
         if not same:
             raise CampaignFolderLost(
                 f"{self.dir}: campaign folder or its journal was deleted or replaced while the campaign ran; "
-                f"stopped (nothing more is written). Run `{iteralab_command()} campaign run` again to start afresh")
+                f"stopped (nothing more is written). Run `{iteralab_command()} campaign run "
+                f"{shlex.quote(str(self.proto.path))}` again to start afresh")
 
     def apply_limits(self) -> None:
         """Give the launcher the campaign's pass timeout and stall rule ([timing]); a stricter
@@ -643,8 +645,9 @@ class Orchestrator:
         """The model's label names (model_labels of [model] path, or id at revision), read once:
         the locked model's files do not change during the campaign. None for a custom entry: its
         code, not the [model] checkpoint's id2label, says what its labels are (any string is a
-        label, one the references do not hold counts as wrong)."""
-        if self.proto.task_kind == "custom":
+        label, one the references do not hold counts as wrong); None for any kind whose labels are
+        not the checkpoint's (``model_labels``: only validate_pass reads them)."""
+        if not self.proto.kind.model_labels:
             return None
         if not self._labels_read:
             self._labels = model_labels(self.proto.model_ref, self.proto.config.model.revision)
@@ -690,26 +693,19 @@ class Orchestrator:
             if a.variant_id != ref_id or a.status != PassStatus.OK:
                 continue
             path = self.dir / "passes" / a.pass_id / "predictions.jsonl"
-            if self.proto.task_kind == "embedding":  # its vectors in corpus order
-                v = (a.validation if a.validation is not None
-                     else validate_embedding_pass(self.corpus, path, self.proto.quality))
+            v = a.validation if a.validation is not None else self.validate_file(path)
+            if self.proto.kind.record == VECTOR:  # its vectors in corpus order
                 vectors = corpus_vectors(self.corpus, path) if v.metric is not None or by_agreement else None
                 if vectors is not None:
                     self._reference = Reference(vectors, v.metric, a.pass_id)
                     return self._reference
                 continue
-            if self.proto.task_kind == "generation":  # its outputs by id
-                v = (a.validation if a.validation is not None
-                     else validate_generation_pass(self.corpus, path, self.proto.quality,
-                                                   self.proto.config.task.normalisation or ""))
+            if self.proto.kind.record == TEXT:  # its outputs by id
                 outputs = corpus_outputs(self.corpus, path) if v.metric is not None or by_agreement else None
                 if outputs is not None:
                     self._reference = Reference(outputs, v.metric, a.pass_id)
                     return self._reference
                 continue
-            v = (a.validation if a.validation is not None
-                 else validate_pass(self.corpus, path, self.proto.quality, self.labels(),
-                                    prob_required=self.proto.task_kind != "custom", metric_fn=self.metric_fn()))
             if v.ids_match and v.format_ok and (v.metric is not None or by_agreement):
                 preds = {}
                 for line in path.read_text(encoding="utf-8").splitlines():
@@ -719,6 +715,21 @@ class Orchestrator:
                 return self._reference
         return Reference(None, None, "")
 
+    def validate_file(self, path: Path, reference=None, reference_metric: float | None = None) -> Validation:
+        """One pass's predictions file validated by the validation of the kind's prediction record
+        (labels: validate_pass; vectors: validate_embedding_pass; texts: validate_generation_pass)
+        against ``reference`` (the reference pass's predictions, as ``reference()`` holds them;
+        None: not yet known) and its metric."""
+        kind, quality = self.proto.kind, self.proto.quality
+        if kind.record == VECTOR:
+            return validate_embedding_pass(self.corpus, path, quality, reference, reference_metric)
+        if kind.record == TEXT:
+            return validate_generation_pass(self.corpus, path, quality, self.proto.config.task.normalisation or "",
+                                            reference, reference_metric)
+        return validate_pass(self.corpus, path, quality, self.labels(), reference, reference_metric,
+                             prob_required=kind.model_labels,  # a custom entry returns labels only
+                             metric_fn=self.metric_fn(), kind=kind.name)
+
     def validate_attempt(self, pass_id: str, ref: Reference | None = None, final: bool = False) -> Validation:
         """Validate attempt ``pass_id``'s predictions against the reference; store and return it.
         An attempt whose status is not ok is never accepted (its status is the first reason).
@@ -727,15 +738,7 @@ class Orchestrator:
         ref = ref or self.reference()
         path = self.dir / "passes" / pass_id / "predictions.jsonl"
         a = next(x for x in self.journal.attempts() if x.pass_id == pass_id)
-        if self.proto.task_kind == "embedding":
-            v = validate_embedding_pass(self.corpus, path, self.proto.quality, ref.predictions, ref.metric)
-        elif self.proto.task_kind == "generation":
-            v = validate_generation_pass(self.corpus, path, self.proto.quality,
-                                         self.proto.config.task.normalisation or "", ref.predictions, ref.metric)
-        else:
-            v = validate_pass(self.corpus, path, self.proto.quality, self.labels(), ref.predictions, ref.metric,
-                              prob_required=self.proto.task_kind != "custom", metric_fn=self.metric_fn(),
-                              kind=self.proto.task_kind)
+        v = self.validate_file(path, ref.predictions, ref.metric)
         v = v.replace(reference_pass=ref.pass_id)
         if final and not ref.pass_id:
             v = v.replace(reasons=no_reference_left(v.reasons))

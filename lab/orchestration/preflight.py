@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from lab.facts.host import gpu_count, iteralab_command
 from lab.inputs.corpus import BUCKETS, CorpusError, count_tokens, has_label, labelled, load_items, read_corpus
 from lab.inputs.models import ModelFolderError, local_checkpoint_config, model_folder, tokenizer_fingerprint
 from lab.inputs.variants import DTYPES
-from lab.passes.tasks.vllm_job import runner_for
+from lab.kinds.kind import ANY, CAUSAL_LM, ENCODER, SEQUENCE_CLASSIFICATION, VECTOR
 
 DEVICE_RE = re.compile(r"^(auto|cpu|cuda|rocm|gpu|cuda:\d+)$")
 
@@ -59,8 +60,8 @@ def _load_model_facts(model_ref: str, revision: str | None = None):
 def check_corpus(proto) -> tuple[list[Check], dict[str, str]]:
     path = proto.corpus_path
     if not path.is_file():
-        return [Check("corpus", False, f"corpus {path} not found; build it (`{iteralab_command()} corpus build`) "
-                                       "or fix [corpus] path")], {}
+        build = f"{iteralab_command()} corpus build --source YOUR.jsonl --out {shlex.quote(str(path.parent))}"
+        return [Check("corpus", False, f"corpus {path} not found; build it (`{build}`) or fix [corpus] path")], {}
     try:
         items = load_items(path, label_field=None)  # JSON lines, ids and texts; labels next, from the same lines
         rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -79,7 +80,8 @@ def check_corpus(proto) -> tuple[list[Check], dict[str, str]]:
         if r.get("bucket") not in BUCKETS:
             return [Check("corpus", False, f"{path.name}: item {r.get('id')!r} has bucket {r.get('bucket')!r}, "
                                            f"not one of {', '.join(BUCKETS)}; build the corpus with "
-                                           f"`{iteralab_command()} corpus build`")], {}
+                                           f"`{iteralab_command()} corpus build --source YOUR.jsonl --out "
+                                           f"{shlex.quote(str(path.parent))}`")], {}
     labels = {it.label for it in items}
     card_problem = check_card(proto.card_path, path)
     if card_problem:
@@ -96,7 +98,8 @@ def check_card(card: Path | None, corpus: Path) -> str:
     another corpus."""
     if card is None:
         return ""
-    fix = f"rebuild it with `{iteralab_command()} corpus build` or remove [corpus] card"
+    fix = (f"rebuild it with `{iteralab_command()} corpus build --source YOUR.jsonl --out "
+           f"{shlex.quote(str(card.parent))}` or remove [corpus] card")
     if not card.is_file():
         return f"[corpus] card {card} not found; {fix}"
     try:
@@ -132,42 +135,19 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
                                       f"{str(exc).splitlines()[0][:160]}); it must be {where}")]
     out = []
     archs = list(getattr(cfg, "architectures", None) or [])
-    embedding = proto.task_kind == "embedding"
-    if embedding:  # any encoder: its last hidden state is pooled (lab.passes.tasks.embedding); no label head
-        width = getattr(cfg, "hidden_size", None)
-        out.append(Check("architecture", bool(width), f"{', '.join(archs) or 'encoder'}: last hidden state of "
-                                                      f"width {width}, pooled by [task] pooling" if width else
-                         f"model {Path(ref).name} declares no hidden_size; an encoder checkpoint is needed"))
-        out.append(check_attention(proto, cfg))
-    elif proto.task_kind == "generation":  # a causal LM (lab.passes.tasks.generation: AutoModelForCausalLM)
-        causal = any(a.endswith(CAUSAL_LM_ARCHITECTURES) for a in archs)
-        out.append(Check("architecture", causal, ", ".join(archs) if causal else
-                         f"model {Path(ref).name} declares architectures {archs or 'none'}; a causal language "
-                         f"model ({' or '.join('…' + a for a in CAUSAL_LM_ARCHITECTURES)}) is needed for generation"))
-        out.append(check_attention(proto, cfg))
-    elif proto.task_kind == "custom":  # the user's code loads its own model: only the tokenizer is the lab's
-        out.append(Check("architecture", True, f"{', '.join(archs) or 'any'}: the custom entry loads what it "
-                                               "needs (model_path in its settings); the lab uses the [model] "
-                                               "tokenizer for the length buckets only"))
-    elif not any(a.endswith("ForSequenceClassification") for a in archs):
-        out.append(Check("architecture", False, f"model {Path(ref).name} declares architectures "
-                                                f"{archs or 'none'}; a sequence-classification checkpoint "
-                                                "(…ForSequenceClassification) is needed"))
-    else:
-        out.append(Check("architecture", True, ", ".join(archs)))
+    kind = proto.kind
+    arch = check_architecture(kind, Path(ref).name, archs, cfg)
+    out.append(arch)
+    # a custom entry loads its own model (no attention of the lab's); a classifier's head must be right first
+    if kind.architecture != ANY and (arch.ok or kind.architecture != SEQUENCE_CLASSIFICATION):
         out.append(check_attention(proto, cfg))
     names = {str(v) for v in (getattr(cfg, "id2label", None) or {}).values()}
     unknown = sorted(labels - names)
     if not labels:  # check_corpus let it through only with the agreement metric
         out.append(Check("labels", True, "no corpus labels: each pass is judged by its agreement with the "
                                          "reference variant's first valid pass"))
-    elif embedding:
-        out.append(Check("labels", True, f"{len(labels)} corpus labels, used by the retrieval metric only"))
-    elif proto.task_kind == "generation":
-        out.append(Check("labels", True, f"{len(labels)} corpus labels, the reference answers of the metric"))
-    elif proto.task_kind == "custom":  # any string the entry returns is a label; one outside these is wrong
-        out.append(Check("labels", True, f"{len(labels)} corpus labels, the reference answers of the metric "
-                                         "(an output of the entry outside them counts as a wrong label)"))
+    elif kind.labels_role is not None:  # not the checkpoint's labels: what they are to the kind
+        out.append(Check("labels", True, f"{len(labels)} corpus labels, {kind.labels_role}"))
     elif unknown:
         shown = ", ".join(repr(n) for n in sorted(names)[:4]) + (", ..." if len(names) > 4 else "")
         out.append(Check("labels", False, f"corpus label(s) {', '.join(map(repr, unknown[:3]))} are not labels the "
@@ -182,7 +162,7 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
                                           "control or zero-width characters?); remove the item or give it text"))
     else:
         out.append(Check("tokens", True, f"every text has >= 1 token (longest {max(counts)})"))
-    if proto.task_kind != "custom":  # a custom entry tokenizes in its own code
+    if kind.lab_tokenizes:  # a custom entry tokenizes in its own code
         out.append(check_first_ids(proto, tok, texts))
     limit = getattr(cfg, "max_position_embeddings", None)
     tok_limit = getattr(tok, "model_max_length", None)
@@ -195,7 +175,7 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
                                               f"{x}; declare max_length <= {x}"))
     else:
         out.append(Check("max_length", True, ", ".join(f"{n} {x}" for n, x in limits) or "no limit declared"))
-    if proto.task_kind == "generation":
+    if kind.generates_text:
         out.append(check_new_tokens(proto.config.task.rule(), tok, limit, texts))
         out.append(check_generation_config(ref, m.revision, proto.config.task.rule()))
     declared = m.pad_token
@@ -231,6 +211,32 @@ def check_model(proto, texts: dict[str, str], labels: set[str]) -> list[Check]:
     return out
 
 
+def check_architecture(kind, model: str, archs: list[str], cfg) -> Check:
+    """The checkpoint (``cfg``, its config; ``archs`` its declared architectures; ``model`` its
+    folder name) is one the task ``kind``'s job loads (its ``architecture``): an encoder's hidden
+    state for embeddings, a causal LM for generation, a sequence-classification head with labels
+    for classification; any model for a custom entry (its code loads what it needs)."""
+    if kind.architecture == ENCODER:  # any encoder: its last hidden state is pooled (lab.passes.tasks.embedding)
+        width = getattr(cfg, "hidden_size", None)
+        return Check("architecture", bool(width), f"{', '.join(archs) or 'encoder'}: last hidden state of "
+                                                  f"width {width}, pooled by [task] pooling" if width else
+                     f"model {model} declares no hidden_size; an encoder checkpoint is needed")
+    if kind.architecture == CAUSAL_LM:  # lab.passes.tasks.generation: AutoModelForCausalLM
+        causal = any(a.endswith(CAUSAL_LM_ARCHITECTURES) for a in archs)
+        return Check("architecture", causal, ", ".join(archs) if causal else
+                     f"model {model} declares architectures {archs or 'none'}; a causal language "
+                     f"model ({' or '.join('…' + a for a in CAUSAL_LM_ARCHITECTURES)}) is needed for {kind.name}")
+    if kind.architecture == ANY:  # the user's code loads its own model: only the tokenizer is the lab's
+        return Check("architecture", True, f"{', '.join(archs) or 'any'}: the custom entry loads what it "
+                                           "needs (model_path in its settings); the lab uses the [model] "
+                                           "tokenizer for the length buckets only")
+    if not any(a.endswith("ForSequenceClassification") for a in archs):
+        return Check("architecture", False, f"model {model} declares architectures "
+                                            f"{archs or 'none'}; a sequence-classification checkpoint "
+                                            "(…ForSequenceClassification) is needed")
+    return Check("architecture", True, ", ".join(archs))
+
+
 FIRST_ITEMS = 8
 """How many of the corpus's first items check_first_ids tokenizes at lock."""
 
@@ -242,7 +248,7 @@ def check_first_ids(proto, tok, texts: dict[str, str]) -> Check:
     the prompt or text holds a token the tokenizer adds itself (``"<s>{text}"`` on a tokenizer
     that adds ``<s>``: ids ``[1, 1, ...]``; vLLM PR 16976, TRL issue 3853)."""
     items = list(texts.items())[:FIRST_ITEMS]
-    if proto.task_kind == "generation":
+    if proto.kind.generates_text:
         from lab.passes.tasks.generation_core import encode_prompts
 
         rule = proto.config.task.rule()
@@ -412,7 +418,7 @@ def check_engine(proto) -> list[Check]:
     """Variants declaring engine = "vllm": the vLLM environment can be had (built on first
     need, lab.engines.vllm_env) and the pinned vLLM supports the model's architecture, asked
     of vLLM in its own venv (lab.engines.vllm.vllm_refusal) for the runner the task needs
-    (lab.passes.tasks.vllm_job.runner_for); for generation vLLM also loads it and generates a
+    (the kind's ``vllm_runner``, lab.kinds); for generation vLLM also loads it and generates a
     token (its transformers back-end resolves decoders it cannot load), with the first vLLM
     variant's memory fraction (else lab.facts.constants.VLLM_MEMORY_FRACTION: on CPU for a
     ``device = "cpu"`` variant or a host without GPUs, else on a GPU). Each declared
@@ -427,11 +433,11 @@ def check_engine(proto) -> list[Check]:
         folder = model_folder(proto.model_ref, proto.config.model.revision)
     except ModelFolderError:
         return []  # check_model refused the model already
-    runner = runner_for(proto.task_kind)
+    runner = proto.kind.vllm_runner
     on_cpu = vllm[0].device == "cpu" or not gpu_count()[0]
     fraction = vllm[0].vllm_memory_fraction or VLLM_MEMORY_FRACTION["cpu" if on_cpu else "gpu"]
     task = proto.config.task
-    pooling = (task.pooling, bool(task.normalize)) if proto.task_kind == "embedding" else None
+    pooling = (task.pooling, bool(task.normalize)) if proto.kind.record == VECTOR else None
     dtypes = sorted({DTYPES[v.precision] for v in vllm})
     why = next((w for d in dtypes if (w := vllm_refusal(
         folder, runner=runner, load_fraction=fraction if runner == "generate" else None, dtype=d,

@@ -18,7 +18,9 @@ from lab.facts.errors import ProtocolError
 from lab.facts.files import REPO_ROOT, sha256_bytes
 from lab.facts.host import iteralab_command
 from lab.inputs.variants import Variant, VariantError, expand_series, find_variant
-from lab.orchestration.config import GENERATION_KEYS, CampaignConfig, ConfigError, CostSection, parse_config
+from lab.kinds import KINDS
+from lab.kinds.kind import VLLM, TaskKind
+from lab.orchestration.config import CampaignConfig, ConfigError, CostSection, parse_config
 
 DEMO_CAMPAIGN = Path(__file__).resolve().parents[1] / "defaults" / "demo.toml"
 
@@ -80,6 +82,11 @@ class Protocol:
         """[task] kind ("classification" when the section is absent)."""
         return self.config.task.kind
 
+    @property
+    def kind(self) -> TaskKind:
+        """The [task] kind's object (lab.kinds): what differs by kind."""
+        return KINDS[self.config.task.kind]
+
     def task_files(self) -> dict[str, Path]:
         """{role: path} of the user's files the protocol runs: ``entry`` (a custom task's code),
         ``file:<as written>`` for each [task] files item, ``metric`` (a [quality] metric
@@ -99,11 +106,12 @@ class Protocol:
     def task_extra(self) -> dict:
         """PassSpec.extra's ``task`` entry: {} for classification (its pass.json is unchanged),
         else {"task": the [task] fields, ``entry`` with its file resolved to an absolute path}."""
-        task = self.config.task
-        if task.kind == "classification":
+        task, kind = self.config.task, self.kind
+        if not kind.keys:  # a kind with no [task] keys (classification): its pass.json is unchanged
             return {}
+        private = {k for other in KINDS.values() if other.keys_private and other is not kind for k in other.keys}
         d = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(task).items()
-             if task.kind == "generation" or k not in GENERATION_KEYS}  # other kinds' pass.json as before
+             if k not in private}  # generation's keys stay out of the other kinds' pass.json
         if task.entry:
             d["entry"] = f"{self.task_files()['entry']}:{task.entry.rsplit(':', 1)[1]}"
         return {"task": d}
@@ -174,28 +182,25 @@ def load_protocol(path: str | Path, relative_to: str | Path | None = None) -> Pr
 
 def refuse_unsupported(proto: Protocol, path: Path) -> None:
     """One-line ProtocolError for a variant the task cannot run: ``engine = "vllm"`` on a task
-    kind other than lab.passes.tasks.vllm_job.VLLM_KINDS (custom entries run the user's own
-    code), and a declared value the task's job always overrides (generation's padding:
-    lab.passes.tasks.generation.PADDING_HONOURED). cards > 1 and compile = true run for every kind
+    kind that vLLM does not run (its ``engines``; custom entries run the user's own
+    code), and a declared value the task's job always overrides (its ``fixed_padding``:
+    generation's, lab.passes.tasks.generation.PADDING_HONOURED). cards > 1 and compile = true run for every kind
     (lab.passes.multicard merges by the kind; lab.passes.compile compiles by the job's own step, a
     custom entry compiles itself)."""
-    from lab.passes.tasks.vllm_job import VLLM_KINDS
-
-    kind = proto.task_kind
-    vllm = [v.name for v in proto.variants if v.engine == "vllm"]
-    if vllm and kind not in VLLM_KINDS:
+    kind = proto.kind
+    vllm = [v.name for v in proto.variants if v.engine == VLLM]
+    if vllm and not kind.runs_on(VLLM):
+        runs = ", ".join(k.name for k in KINDS.values() if k.runs_on(VLLM))
         raise ProtocolError(f"{refusal_name(path)}: variant {vllm[0]} declares engine = \"vllm\", which runs "
-                            f"{', '.join(VLLM_KINDS)} tasks in this lab, not {kind}; declare "
+                            f"{runs} tasks in this lab, not {kind.name}; declare "
                             "engine = \"transformers\" for it")
-    if kind == "generation":  # the job always pads each batch on the left to its longest prompt
-        from lab.passes.tasks.generation import PADDING_HONOURED
-
+    if kind.fixed_padding is not None:  # generation: its job pads each batch on the left to its longest prompt
         for v in proto.variants:
-            if v.padding != PADDING_HONOURED:
+            if v.padding != kind.fixed_padding:
                 raise ProtocolError(f"{refusal_name(path)}: variant {v.name} declares padding = \"{v.padding}\"; "
-                                    "a generation "
+                                    f"{kind.article} "
                                     f"task pads each batch on the left to its longest prompt, never to max_length; "
-                                    f"declare padding = \"{PADDING_HONOURED}\" (the default)")
+                                    f"declare padding = \"{kind.fixed_padding}\" (the default)")
 
 
 # ---- lock and versions -------------------------------------------------------------
@@ -323,7 +328,7 @@ def lock_warnings(proto: Protocol, now: datetime | None = None) -> list[str]:
         if (at - now).days > 366:
             out.append(f"[campaign] deadline {deadline} is more than a year ahead; check the year")
     checks = check_projection_rule(proto)
-    if proto.task_kind == "generation":
+    if proto.kind.generates_text:
         checks.append(check_generation_config(proto.model_ref, proto.config.model.revision, proto.config.task.rule()))
     out += [f"{c.name}: {c.detail.removeprefix('warning: ')}" for c in checks if c.ok is None]
     return out

@@ -6,7 +6,7 @@ and the compile phase runs the job's own batch step once for every batch size th
 window's batching will produce that can be known before it (``window_batch_sizes``): the
 full batch and the final short batch (``n_items % batch_size``, known from the corpus size),
 and the warm-up's batches (its items cut the same way). :func:`compile_batches` is that
-phase, written once; each task kind gives its step (lab.passes.tasks.base.Job.compile):
+phase, written once; each task kind gives its step (lab.passes.tasks.job.Job.compile):
 
 - a forward over token ids (classification, embedding: :func:`compile_model`): with padding
   "max_length" every shape of the window is compiled. With padding "longest" (bucketing or
@@ -111,7 +111,7 @@ NO_LAB_COMPILE = ("no lab compile phase: the lab compiles nothing of a custom en
                   "recompiles_warmup; recompiles_measured), not compilation in another process or by another "
                   "compiler; observed_compile is what the entry reports, else declared, not observable")
 """result.json's ``compile_phase`` for a pass whose job has no ``compile`` step and runs in the
-pass process (lab.passes.tasks.base: a custom entry), compile declared or not; shown in the raw
+pass process (lab.passes.tasks.job: a custom entry), compile declared or not; shown in the raw
 table's notes (lab.report.raw_table)."""
 
 

@@ -41,7 +41,7 @@ from lab.passes.observed import combine_cards
 from lab.passes.records import CardRecord, Observed, PassResult, Phases, decode_card, write_record
 from lab.passes.spec import PassSpec
 from lab.passes.tasks import job_for
-from lab.passes.tasks.base import CardsNotMerged
+from lab.passes.tasks.job import CardsNotMerged
 
 PEAK_KEYS = ("peak_allocated_bytes", "peak_reserved_bytes", "process_peak_rss_bytes", "device_used_bytes")
 STATUS_CODES = {PassStatus.OK: EXIT_OK, PassStatus.OOM: EXIT_OOM}
@@ -217,7 +217,7 @@ def merge_cards(spec: PassSpec, cards: int, torchrun_code: int | None, start_tim
 
     Predictions: every card's lines, ordered by corpus position (ids the corpus lacks last,
     duplicates kept, so validation sees exactly what the cards produced), merged by the task
-    kind's own step (``job.merge_cards``, lab.passes.tasks.base): label and generation lines
+    kind's own step (``job.merge_cards``, lab.passes.tasks.job): label and generation lines
     unchanged; an embedding's lines renumbered into one ``vectors.npy`` copied from the cards'
     shards. The kind's result fields (vectors, tokens, rule, entry) and ``self_accuracy`` come
     from that step, by the kind's own rule over the merged lines. A card whose files cannot be

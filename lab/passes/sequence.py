@@ -2,7 +2,7 @@
 (lab.passes.runner.run_pass) and for each card of a multi-card pass (lab.passes.worker.run_card).
 
 Task kinds and engines plug in as the pass's job (``lab.passes.tasks.job_for(spec)``, the
-``Job`` protocol of lab.passes.tasks.base); what differs between a one-card pass and a card
+``Job`` protocol of lab.passes.tasks.job); what differs between a one-card pass and a card
 of several is a :class:`Card` (this module's is the one-card pass's; lab.passes.worker's
 ``WorkerCard`` is one card of several). :class:`PassSequence` owns the rest. Phases, each
 timed with a host clock (``time.perf_counter``) into ``phases_s`` (seconds):

@@ -95,7 +95,7 @@ def copy_catalog(proto, dest: Path) -> dict:
 
 
 def cpu_priced_as(pricing: dict, attempts: list[Attempt]) -> str:
-    """The GPU a campaign is priced as (``pricing`` of lab.report.decision.decision_pricing) when its
+    """The GPU a campaign is priced as (``pricing`` of lab.report.decision_note.decision_pricing) when its
     passes ran on CPU, or no pass got that far; '' when it is not priced or ran on a GPU."""
     backends = {a.result.backend or "" for a in attempts if a.result is not None} - {""}
     return str(pricing["gpu"]) if pricing["gpu"] and ("cpu" in backends or not backends) else ""
@@ -103,13 +103,13 @@ def cpu_priced_as(pricing: dict, attempts: list[Attempt]) -> str:
 
 def campaign_note(proto, summary, pricing: dict, attempts: list[Attempt], partial_reason: str = "",
                   observed: bool = False) -> str:
-    """The campaign's decision note (lab.report.decision.decision_note over every declared
+    """The campaign's decision note (lab.report.decision_note.decision_note over every declared
     variant, so one not run yet is listed as not run) with its banners: partial evidence
     (``partial_reason``), no finished pass, measured hardware differs from the priced package,
     and the observed campaign window (``observed``: the span of the passes stands in for an
     undeclared window). The one note for report/decision_note.md and the Cost screen.
     ``attempts``: the journal's attempts (lab.orchestration.journal.Journal.attempts)."""
-    from lab.report.decision import decision_campaign, decision_note
+    from lab.report.decision_note import decision_campaign, decision_note
 
     planned = [(v.variant_id, v.label) for v in proto.variants]
     cpu = cpu_priced_as(pricing, attempts)
@@ -135,7 +135,7 @@ def campaign_note(proto, summary, pricing: dict, attempts: list[Attempt], partia
 def _write_report(out: Path, proto, version: dict, attempts: list[Attempt], described, launcher_info,
                   campaign_dir: Path, partial_reason: str = "", hosts: list[dict] | None = None,
                   launchers: list[dict] | None = None) -> dict:
-    from lab.report.decision import decision_pricing
+    from lab.report.decision_note import decision_pricing
 
     rows = raw_rows(attempts, proto.name, version["version"], campaign_dir)
     write_raw_table(rows, out / "raw_table.csv")

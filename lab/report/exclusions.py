@@ -1,5 +1,5 @@
 """Exclusion records of a decision: each configuration's ``exclusions`` are one line per reason
-it cannot be chosen, "kind: why" (the campaign's decision note, lab.report.decision, writes quality,
+it cannot be chosen, "kind: why" (the campaign's decision note, lab.report.decision_note, writes quality,
 memory, failures, deadline, calendar or price; a comparison across archives, lab.compare.projection,
 quality, memory, failures, too short to project, price or calendar). Counted here once, so the campaign's
 decision.md and ``iteralab compare`` (its decision.md and the terminal) say the same counts."""
@@ -12,7 +12,7 @@ from typing import Protocol
 
 
 class Excludable(Protocol):
-    """A judged configuration: ``lab.report.decision.Assessment`` or ``lab.compare.projection.Projection``."""
+    """A judged configuration: ``lab.report.decision_note.Assessment`` or ``lab.compare.projection.Projection``."""
 
     @property
     def exclusions(self) -> tuple[str, ...]: ...

@@ -1,5 +1,5 @@
 """report.html: one self-contained file per campaign (in its archive); a comparison's page
-(lab.compare.html) is built from the same parts (``page``, figures, tables).
+(lab.compare.page) is built from the same parts (``page``, figures, tables).
 
 No network and no CDN: plots are drawn by matplotlib (Agg backend) and embedded as base64
 PNG; the style sheet is inline; the decision note's Markdown is rendered by markdown-it-py without raw HTML, images or

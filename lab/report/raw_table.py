@@ -4,7 +4,7 @@ grezza rappresenta un passaggio tentato, incluso un arresto").
 A figure that was not measured is an empty cell, and ``notes`` says why (SPEC 3.10). The
 conditions of each pass's measured window (CPU time and share, CPUs available, cgroup quota,
 load, steal, ``starved``, GPU clocks and throttle reasons) are the ``CONDITIONS`` columns
-(lab.report.conditions); ``environment`` is the pass process's own settings that change
+(lab.report.condition_cells); ``environment`` is the pass process's own settings that change
 numerics, speed or memory (JSON, lab.inputs.manifest.ENV_ALLOWED).
 """
 
@@ -22,7 +22,7 @@ from lab.inputs.variants import Variant
 from lab.passes.events import PassStatus
 from lab.passes.observed import NOT_OBSERVABLE
 from lab.passes.records import PHASES, Attempt, Observed, PassResult, Phases, Validation
-from lab.report.conditions import CONDITIONS, INT_CONDITIONS, condition_cells
+from lab.report.condition_cells import CONDITIONS, INT_CONDITIONS, condition_cells
 
 OBSERVED = ("dtype", "device", "attention", "threads_declared", "threads", "compile", "quantization",
             "padding", "padding_side", "max_tokens", "bucketing", "batch_size",

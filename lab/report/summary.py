@@ -26,7 +26,7 @@ from lab.inputs.variants import series_names
 from lab.passes.events import PassStatus
 from lab.passes.records import Attempt, Validation, rejected_text
 from lab.report.caveats import Basis
-from lab.report.conditions import is_starved, starved_text
+from lab.report.condition_cells import is_starved, starved_text
 from lab.report.distinguish import compare_durations
 
 
@@ -161,7 +161,7 @@ class VariantSummary:
         return (self.variant_name or self.variant_id).split("/", 1)[-1]
 
     def memory_verdict(self) -> str:
-        """The memory feasibility in one word (lab.report.feasibility): "infeasible" (an OOM, or a
+        """The memory feasibility in one word (lab.report.long_items): "infeasible" (an OOM, or a
         pass killed for host memory before the long items), "feasible" (a pass completed), or
         "not shown" (no pass completed and none ran out of memory: an error that is not a memory
         failure shows neither; the failure verdict excludes the variant)."""
@@ -241,7 +241,7 @@ class VariantSummary:
 
     def starved_caveat(self) -> str:
         """'' when no pass ok was starved; else one clause naming the starved passes
-        (lab.report.conditions.starved_text): shown next to the durations."""
+        (lab.report.condition_cells.starved_text): shown next to the durations."""
         return starved_text(self.starved_passes)
 
     def to_json(self) -> dict:
@@ -335,7 +335,7 @@ QUALITY_FIELDS = ("metric_name", "threshold", "agreement_median", "agreement_wor
                   "agreement_rule", "second_metric_name", "second_metric_median", *AGREEMENT_FIELDS)
 """VariantSummary's quality fields, added to summary.json on 2026-12-01 (the agreement rule's with
 issue 31): an archive made before holds none of them, which archive verify accepts as absent
-(lab.evidence.tables), never as different."""
+(lab.evidence.table_checks), never as different."""
 
 
 def _quality_figures(validations: list[Validation | None]) -> dict:
@@ -373,10 +373,10 @@ def quality_verdict(accepted: int, passes: int, validations: list[Validation | N
 
 def campaign_summary(rows: list[dict], attempts: list[Attempt]) -> list[VariantSummary]:
     """``summarize`` of a campaign's raw rows (lab.report.raw_table.raw_rows of ``attempts``) with
-    each variant's feasibility from lab.report.feasibility (memory before cost, SPEC 3.9), which
+    each variant's feasibility from lab.report.long_items (memory before cost, SPEC 3.9), which
     reads the coverage of each attempt's validation. The one summary of the report and of
     ``archive verify``'s re-derivation."""
-    from lab.report.feasibility import campaign_feasibility
+    from lab.report.long_items import campaign_feasibility
 
     validations = {a.pass_id: a.validation for a in attempts if a.validation is not None}
     cov = {pid: v.coverage for pid, v in validations.items()}

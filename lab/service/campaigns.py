@@ -383,8 +383,8 @@ def run_headless(campaign_file: str | Path, launcher: str = "auto", echo=None,
     else:
         why = f" ({str(orch.journal.get_control('blocked', ''))[:200]})" if state == CampaignState.BLOCKED else ""
         out["line"] = (f"{state}: {st['finished']} of {st['planned']} passes finished{why}; run the same command "
-                       f"again to resume (no archive packed: `{iteralab_command()} archive --partial` packs one "
-                       "labelled partial)")
+                       f"again to resume (no archive packed: `{iteralab_command()} archive --partial "
+                       f"{shlex.quote(str(orch.dir))}` packs one labelled partial)")
     return out
 
 

@@ -142,7 +142,7 @@ def build_plan(campaign_file, facts: dict) -> dict:
             b, n = r.get("bucket"), r.get("n_tokens")
             if b and n:
                 longest[b] = max(longest.get(b, 0), int(n))
-        generation = proto.task_kind == "generation"
+        generation = proto.kind.generates_text
         shape = model_shape(proto.model_ref, proto.config.model.revision)
         out["margin"] = DEFAULT_MARGIN_FRACTION
         for v in proto.variants:
@@ -233,7 +233,7 @@ def cost_view(campaign_file: Path, campaign_dir: Path | None, fields: dict) -> d
     from dataclasses import asdict
 
     from lab.cost.forfaits import load_catalog, parse_window, quote, render_quote
-    from lab.report.decision import decision_pricing
+    from lab.report.decision_note import decision_pricing
 
     proto = load_protocol(campaign_file)
     summary = load_summary(campaign_dir)

@@ -229,6 +229,19 @@ def partial_and_final(tmp_path_factory, model_dir):
     return partial, make_archive(orch.dir)
 
 
+def test_verify_says_an_archive_is_labelled_partial(partial_and_final, capsys):
+    """verify's last line of a partial archive says so (a new user's trial: it printed only 'OK: 18
+    files, 1 rows checked'); a final archive's line does not."""
+    from lab.cli import main
+
+    partial, final = partial_and_final
+    assert main(["archive", "verify", str(partial)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("OK: ") and "; labelled partial (campaign not finished" in last, last
+    assert main(["archive", "verify", str(final)]) == 0
+    assert "partial" not in capsys.readouterr().out.strip().splitlines()[-1]
+
+
 def test_a_partial_and_a_final_archive_of_one_run_are_one_rental(partial_and_final):
     from conftest import WINDOW
 

@@ -80,7 +80,7 @@ def test_the_headline_and_every_derived_line_carry_their_caveats(user_run):
 
 def test_the_charts_mark_the_bars_a_cpu_ran(user_run, monkeypatch):
     """report.html: every chart's labels carry '(CPU)*' and its caption the legend of the marks."""
-    import lab.compare.html as compare_html
+    import lab.compare.page as compare_html
 
     c, paths = user_run
     seen: list[list[str]] = []
@@ -112,3 +112,27 @@ def test_a_campaign_note_and_its_charts_carry_the_caveats(two_rentals, tmp_path)
     assert chosen.endswith(", measured on CPU, priced as rtx-4090.") and "; rests on: n = 1 pass(es)" in chosen, chosen
     page = (top / "report" / "report.html").read_text()
     assert "* batch 1, fp32, longest, max 128: rests on: n = 1 pass(es)" in page
+
+
+def test_every_line_naming_a_pass_names_its_host(user_run):
+    """Issue 35: two rentals of one plan hold the same pass ids, and "starved pass(es) among these
+    durations: p001-..." or "the predictions of pass p001-..." did not say whose. Every line of
+    the decision note, the decision path (stdout, Compare screen) and the pairs that names a pass
+    names it 'A rtx-4090 / <pass id>' (lab.report.condition_cells.pass_name)."""
+    c, paths = user_run
+    ids = {r["pass_id"] for p in c.projections for r in p.starved_passes} | {p.prediction_pass for p in c.projections}
+    assert len(ids) == 1, ids  # both rentals ran the one planned pass: its id alone names neither
+    [pid] = ids
+    hosts = [p.host for p in c.projections]
+    lines = [*paths["decision"].read_text().splitlines(), *c.path, *c.motivation, *c.what_would_change,
+             *c.per_host, c.stands_on, *(x["reason"] for x in c.cross_pairs)]
+    named = [x for x in lines if pid in x]
+    assert any("the predictions of pass" in x for x in named) and any("starved pass(es)" in x for x in named)
+    for line in named:
+        bare = line
+        for host in hosts:
+            bare = bare.replace(f"{host} / {pid}", "")
+        assert pid not in bare, line
+    pair = next(x["reason"] for x in c.cross_pairs)
+    assert f"A rtx-4090 / {pid}, B b200 / {pid}" in pair, pair
+    assert f"the predictions of pass A rtx-4090 / {pid}" in c.stands_on, c.stands_on

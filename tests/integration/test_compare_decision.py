@@ -183,9 +183,13 @@ def test_prices_carry_their_catalog_version(rental_archives, tmp_path, monkeypat
 
 def test_passes_too_short_are_not_projected_unless_allowed(rental_archives, tmp_path):
     """The test campaign's passes last well under a second: the default rule (3 accepted passes
-    of at least 60 s) excludes them; --allow-short projects them and every output says so."""
+    of at least 60 s) excludes them; --allow-short projects them and every output says so. The
+    load (200,000 items in the 96 h window: 0.6 items/s) is one lot of either package at any
+    throughput this machine gives, however loaded (at 2,000,000 a starved b200 host's passes
+    fitted no number of lots, and the test failed on how busy the machine was)."""
     a, b = rental_archives["rtx"], rental_archives["b200"]
-    c = compare_archives([a, b], 2_000_000, **WINDOW)
+    load = 200_000
+    c = compare_archives([a, b], load, **WINDOW)
     assert c.chosen is None
     assert all(p.too_short.startswith("too short to project: 0 accepted pass(es) of at least 60 s")
                for p in c.projections)
@@ -195,9 +199,9 @@ def test_passes_too_short_are_not_projected_unless_allowed(rental_archives, tmp_
     assert "--allow-short" in decision_markdown(c).split("\n\n")[1]
     assert all(any(x.startswith("too short to project: ") for x in p.exclusions) for p in c.projections)
     for p in c.projections:  # still shown, with how far the projection would reach
-        assert p.extrapolation == pytest.approx(2_000_000 / 7) and p.items_per_pass == 7
-        assert "extrapolation x285,714" in p.spread_text() and "worst pass" in p.spread_text()
-    allowed = compare_archives([a, b], 2_000_000, allow_short=True, **WINDOW)
+        assert p.extrapolation == pytest.approx(load / 7) and p.items_per_pass == 7
+        assert "extrapolation x28,571" in p.spread_text() and "worst pass" in p.spread_text()
+    allowed = compare_archives([a, b], load, allow_short=True, **WINDOW)
     assert allowed.chosen is not None
     assert allowed.banners[0].startswith("PASSES TOO SHORT projected anyway (--allow-short)")
     assert allowed.path[0] == allowed.banners[0]
@@ -235,7 +239,9 @@ def test_the_runner_up_host_is_told_the_throughput_it_would_need(rental_archives
 def test_every_difference_that_makes_archives_not_comparable_is_named(evidence):
     a, other = evidence["rtx"], evidence["other"]
     campaign = {**other.campaign, "quality": {**other.campaign["quality"], "threshold": 0.9}}
-    other_rule = dataclasses.replace(other, campaign=campaign)
+    from lab.orchestration.config import parse_config
+
+    other_rule = dataclasses.replace(other, campaign=campaign, config=parse_config(campaign))  # as read_evidence
     with pytest.raises(CompareError) as err:
         check_comparable([a, other_rule])
     msg = str(err.value)

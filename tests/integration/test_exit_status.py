@@ -54,6 +54,10 @@ def test_a_campaign_with_no_accepted_pass_exits_6_and_says_so(tmp_path, model_di
     lines = r.stdout.strip().splitlines()
     assert r.returncode == 6, (why, r.stdout, r.stderr)
     assert lines[-1].endswith(".tar.gz") and lines[-2].startswith("no pass of 1 was accepted"), lines[-3:]
+    # campaign status says it too (it said "state: finished" alone: a new user's trial)
+    folder = next((tmp_path / "runs").rglob("journal.sqlite")).parent
+    r = run("-m", "lab.cli", "campaign", "status", str(folder), tmp_path=tmp_path)
+    assert "1/1 finished, 0 accepted (nothing here can enter a decision yet)" in r.stdout, r.stdout + r.stderr
 
 
 def test_a_campaign_with_an_accepted_pass_exits_0(tmp_path, model_dir):

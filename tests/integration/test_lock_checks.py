@@ -147,8 +147,8 @@ SHOWN = re.escape(iteralab_command())  # the executable a hint names (works from
 
 
 @pytest.mark.parametrize("card_text, message", [
-    (None, rf"\[corpus\] card .*/corpus_card.json not found; rebuild it with `{SHOWN} corpus build` or remove "
-           r"\[corpus\] card"),
+    (None, rf"\[corpus\] card .*/corpus_card.json not found; rebuild it with `{SHOWN} corpus build --source "
+           r"YOUR.jsonl --out \S+` or remove \[corpus\] card"),
     ('{"tokenizer": {}}', r"corpus card corpus_card.json has no comparison sha256 \(not written by "
                           rf"`{SHOWN} corpus build`\)"),
     ('{"comparison": {"sha256": "%s"}}' % ("ab" * 32), r"corpus card corpus_card.json describes another file "

@@ -192,10 +192,12 @@ def test_a_corpus_text_holding_the_cls_the_tokenizer_adds_is_refused(model_dir):
     from transformers import AutoTokenizer
 
     from lab.inputs.variants import Variant
+    from lab.kinds import task_kind
     from lab.orchestration.preflight import check_first_ids
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    proto = SimpleNamespace(task_kind="classification", variants=[Variant(batch_size=1, max_length=128)])
+    proto = SimpleNamespace(task_kind="classification", kind=task_kind("classification"),
+                            variants=[Variant(batch_size=1, max_length=128)])
     assert check_first_ids(proto, tok, {"a": "plain text", "b": "more text"}).ok
     refused = check_first_ids(proto, tok, {"a": "plain text", "b": "[CLS] text that holds it"})
     assert refused.ok is False and "'b'" in refused.detail and "'[CLS]' twice" in refused.detail, refused

@@ -18,7 +18,7 @@ import pytest
 from conftest import cut_corpus, write_campaign
 from test_archive_evidence import edit_raw_table, member, read_members, write_members
 
-from lab.report.decision import generation_costs
+from lab.report.decision_note import generation_costs
 
 TASK = ('\n[task]\nkind = "generation"\nprompt = "{text}\\nNewsgroup:"\nmax_text_tokens = 64\n'
         'max_new_tokens = 16\nstop = ["\\n"]\ndecoding = "greedy"\nnormalisation = "lowercase_space"\n')
@@ -194,6 +194,7 @@ def test_an_archive_made_before_any_later_column_still_verifies_while_the_column
 def test_compare_refuses_generation_archives_of_another_prompt_or_decoding_rule(gen_run):
     from lab.compare.comparability import check_comparable
     from lab.compare.evidence import CompareError, load_evidence
+    from lab.orchestration.config import parse_config
 
     _, archive = gen_run
     ev = load_evidence(archive)
@@ -201,8 +202,9 @@ def test_compare_refuses_generation_archives_of_another_prompt_or_decoding_rule(
     task = ev.campaign["task"]
     for key, value in (("prompt", "{text}\nGroup:"), ("max_new_tokens", 8), ("stop", ["."]),
                        ("normalisation", "none")):
-        other = dataclasses.replace(ev, name="other", raw_rows=other_rows,
-                                    campaign={**ev.campaign, "task": {**task, key: value}})
+        campaign = {**ev.campaign, "task": {**task, key: value}}
+        other = dataclasses.replace(ev, name="other", raw_rows=other_rows, campaign=campaign,
+                                    config=parse_config(campaign))  # as read_evidence parses it
         with pytest.raises(CompareError) as exc:
             check_comparable([ev, other])
         msg = str(exc.value)
@@ -213,7 +215,7 @@ def test_compare_of_generation_rentals_shows_output_tokens_priced_as_each_campai
     """Issue 17: two rentals' generation archives compared at a load of one corpus (each archive's own
     package covers it) show, per host and configuration, the output tokens, output tokens/s and the cost
     per item and per million output tokens, in compare.csv, decision.md and the printed decision: the
-    same figures as the campaign's own decision note (one division, lab.report.decision)."""
+    same figures as the campaign's own decision note (one division, lab.report.decision_note)."""
     import re
 
     from lab.compare.decision import compare_evidence

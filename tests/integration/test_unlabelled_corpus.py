@@ -68,6 +68,28 @@ def test_the_corpus_is_built_without_labels_and_by_bucket(tmp_path):
     assert card["comparison"]["labels"] is False and card["comparison"]["counts"]["long"] == {"(no label)": 2}
 
 
+@pytest.mark.parametrize("counts", [["--items", "48"], ["--short", "6", "--medium", "4", "--long", "2"]])
+def test_without_labels_the_same_source_seed_and_counts_draw_the_labelled_draws_items(tmp_path, counts):
+    """Issue 35: `--no-labels --items 48` drew other texts than the labelled draw of the same source
+    (stratified by bucket alone); the labels the source carries stratify both draws, then are dropped."""
+    from lab.cli import main
+
+    src = tmp_path / "source.jsonl"
+    src.write_text("".join(json.dumps({"id": r["id"], "text": r["text"], "label": r["label"]}) + "\n"
+                           for r in demo_rows()[:400]))
+    drawn = {}
+    for name, flags in (("labelled", []), ("unlabelled", ["--no-labels"])):
+        assert main(["corpus", "build", "--source", str(src), "--out", str(tmp_path / name), "--tuning", "8",
+                     *counts, *flags]) == 0
+        drawn[name] = {f: [json.loads(x) for x in (tmp_path / name / f).read_text().splitlines()]
+                       for f in ("comparison.jsonl", "tuning.jsonl")}
+    for f in ("comparison.jsonl", "tuning.jsonl"):
+        with_labels, without = drawn["labelled"][f], drawn["unlabelled"][f]
+        assert [(r["id"], r["text"], r["bucket"]) for r in without] == \
+            [(r["id"], r["text"], r["bucket"]) for r in with_labels]
+        assert all(r["label"] is None for r in without) and all(r["label"] for r in with_labels)
+
+
 def test_each_pass_is_judged_by_its_agreement_with_the_reference_variants_first_pass(unlabelled_run):
     kind, orch, _ = unlabelled_run
     attempts = orch.journal.attempts()

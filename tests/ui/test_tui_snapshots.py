@@ -5,6 +5,8 @@ written with fixed times. `pytest --snapshot-update` accepts a new rendering aft
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 from conftest import settle
 from test_tui_campaigns import CLOCK, FACTS, SAMPLE, demo_copy, synthetic_running_journal
@@ -151,3 +153,82 @@ def test_snapshot_compare_result_comes_first(snap_compare, demo):
         pilot.app.screen.post_message(CompareReady(COMPARED))
         await settle(pilot, lambda: getattr(pilot.app.screen, "result", None))
     assert snap_compare(app_on(demo[0], "compare"), terminal_size=(80, 24), run_before=run_before)
+
+
+# ---- issue 35 at 80x24: the Archive screen's hint during a run, the Protocol screen's lock warnings ----
+# The hint names the interpreter the lab runs under and the campaign folder: both are this
+# machine's paths, fixed here like the clock (the interpreter as a bundle's venv would be, the
+# runs folder as a rental's), so the frame holds no temporary path.
+
+BUNDLE_PYTHON = "/srv/rentals/iteragpu-lab/.venv/bin/python"
+RUNS_SHOWN = "/srv/rentals/iteragpu-lab/runs"
+
+
+def test_snapshot_archive_hint_during_a_run_runs_as_printed(snap_compare, demo, monkeypatch):
+    """a while the orchestrator runs: the refusal's hint names the bundle's interpreter (its venv
+    path, not the base interpreter it links to: no msgspec there) and the campaign folder."""
+    import shlex
+    import shutil
+    import sys
+
+    import tui.screens.archive_screen as archive_screen
+    from lab.service.campaigns import ONE_LINE_ERRORS
+
+    f, root = demo
+    synthetic_running_journal(f, root)  # its orchestrator pid is 1: always alive, "still running"
+    monkeypatch.setenv("SSH_CONNECTION", "203.0.113.9 51000 198.51.100.7 2222")  # the scp fields
+    monkeypatch.setenv("USER", "alice")
+    monkeypatch.setattr(shutil, "which", lambda name: None)  # no iteralab on PATH: run as python -m lab.cli
+    monkeypatch.setattr(sys, "argv", [f"{BUNDLE_PYTHON.rsplit('/.venv', 1)[0]}/lab/cli.py"])
+    monkeypatch.setattr(sys, "executable", BUNDLE_PYTHON)
+    assemble = archive_screen.assemble_archive
+
+    def assemble_shown(campaign_dir, partial=False):
+        try:
+            return assemble(campaign_dir, partial)
+        except ONE_LINE_ERRORS as exc:  # the same refusal, its runs folder as a rental's
+            raise type(exc)(str(exc).replace(str(root.resolve()), RUNS_SHOWN)) from None
+    monkeypatch.setattr(archive_screen, "assemble_archive", assemble_shown)
+
+    async def run_before(pilot) -> None:
+        await settle(pilot, lambda: pilot.app.campaign_dir is not None)
+        await pilot.press("a")
+        await settle(pilot, lambda: "archive failed" in str(pilot.app.screen.query_one("#archive-info").render()))
+        shown = " ".join(str(pilot.app.screen.query_one("#archive-info").render()).split())
+        hint = shown.split("`")[1]
+        folder = f"{RUNS_SHOWN}/{pilot.app.campaign_dir.parent.name}/{pilot.app.campaign_dir.name}"
+        assert shlex.split(hint) == [BUNDLE_PYTHON, "-m", "lab.cli", "campaign", "status", folder], hint
+        assert "still running (orchestrator pid 1)" in shown and "Press p for an archive labelled partial" in shown
+        pilot.app.clear_notifications()  # the journal's out-of-memory toast times out: not part of the frame
+        await settle(pilot)
+    assert snap_compare(app_on(f, "archive"), terminal_size=(80, 24), run_before=run_before)
+
+
+class FixedNow(datetime):
+    """datetime whose now() is the app's fixed clock (CLOCK): the time a lock records."""
+
+    @classmethod
+    def now(cls, tz=None):
+        return datetime.fromtimestamp(CLOCK, tz)
+
+
+def test_snapshot_protocol_lock_shows_the_clis_warnings(snap_compare, demo, monkeypatch):
+    """l on a file with an unusual value that locks (31 repetitions): the screen shows the version
+    locked and the warning `protocol lock` prints (lab.orchestration.protocol.lock_warnings)."""
+    import lab.orchestration.protocol
+    from lab.orchestration.protocol import load_protocol, lock_warnings
+
+    f, _ = demo
+    f.write_text(f.read_text().replace("repetitions = 5", "repetitions = 31"))
+    [warning] = lock_warnings(load_protocol(f))
+    monkeypatch.setattr(lab.orchestration.protocol, "datetime", FixedNow)  # "Locked version 1 at" the clock
+
+    async def run_before(pilot) -> None:
+        await settle(pilot, lambda: getattr(pilot.app.screen, "info", None))
+        await pilot.press("l")
+        await settle(pilot, lambda: "locked as version 1" in str(pilot.app.screen.query_one("#lock-result").render()))
+        shown = " ".join(str(pilot.app.screen.query_one("#lock-result").render()).split())
+        assert f"warning: {' '.join(warning.split())}" in shown, shown
+        pilot.app.screen.query_one("#lock-result").scroll_visible(animate=False)
+        await settle(pilot)
+    assert snap_compare(app_on(f, "protocol"), terminal_size=(80, 24), run_before=run_before)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from test_agreement_metric import write_vectors
 
-from lab.facts.constants import AGREEMENT_MAX_DIFFERING, AGREEMENT_MIN_COSINE
+from lab.facts.constants import AGREEMENT_MAX_DIFFERING_VECTORS, AGREEMENT_MIN_COSINE
 from lab.orchestration.agreement import AgreementRule
 from lab.orchestration.config import ConfigError, QualitySection, parse_config
 from lab.orchestration.validate import validate_embedding_pass, validate_generation_pass, validate_pass
@@ -110,7 +110,7 @@ def test_embedding_every_vector_must_reach_the_cosine_floor(tmp_path):
     v = validate_embedding_pass(corpus, write_vectors(tmp_path / "a", corpus, close), q, reference=reference,
                                 reference_metric=0.0)
     assert v.agreement_ok and v.agreement_differing == 0 and v.agreement_min_cosine == AGREEMENT_MIN_COSINE
-    assert v.agreement_max_differing == AGREEMENT_MAX_DIFFERING["embedding"] == 0.0
+    assert v.agreement_max_differing == AGREEMENT_MAX_DIFFERING_VECTORS == 0.0
     moved = close.copy()
     moved[7] = reference[7] + 0.2 * rng.normal(size=16)  # one vector at cosine well below 0.999
     v = validate_embedding_pass(corpus, write_vectors(tmp_path / "b", corpus, moved), q, reference=reference,

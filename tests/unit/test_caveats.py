@@ -66,7 +66,7 @@ def test_a_projection_carries_the_flags_project_computed():
 def test_a_campaign_decision_carries_the_caveats_of_its_chosen_and_next_configuration():
     """The campaign's decision note: the chosen line and the comparison with the next one name
     one starved pass of a CPU priced as rtx-4090 (and b200); with five clean passes each, neither has any."""
-    from lab.report.decision import decision_note
+    from lab.report.decision_note import decision_note
     from tests.unit.test_decision_note import CAMPAIGN, PRICING, spread
     from tests.unit.test_decision_note import variant as summary_of
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from lab.compare.projection import output_token_figures
 from lab.cost.forfaits import load_catalog
 from lab.cost.sizing import cheapest_covering
-from lab.report.decision import generation_costs
+from lab.report.decision_note import generation_costs
 
 GENERATED = {"output_tokens": 110, "items_total": 20, "output_tokens_per_s_median": 70.0}
 

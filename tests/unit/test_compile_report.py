@@ -7,7 +7,7 @@ import msgspec
 
 from lab.inputs.variants import Variant
 from lab.passes.records import Attempt
-from lab.report.decision import decision_note
+from lab.report.decision_note import decision_note
 from lab.report.raw_table import NO_COMPILE, raw_rows, raw_table
 from lab.report.summary import summarize
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from lab.cost.forfaits import PricingError
-from lab.report.decision import decision_note
+from lab.report.decision_note import decision_note
 from lab.report.summary import VariantSummary
 
 CAMPAIGN = {"name": "20ng demo", "question": "Which configuration classifies all 1000 items "

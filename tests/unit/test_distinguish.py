@@ -54,7 +54,7 @@ def test_summary_flags_per_pair_not_against_everything():
 
 
 def test_decision_note_judges_the_pair_it_tie_breaks():
-    from lab.report.decision import decision_note
+    from lab.report.decision_note import decision_note
 
     s = summarize(_rows("v-1", 1, [10.0, 10.1, 10.2, 10.3, 10.4])
                   + _rows("v-4", 4, [11.0, 11.1, 11.2, 11.3, 11.4])

@@ -1,5 +1,5 @@
 """A generation campaign's decision note prices output tokens at the load its package processes at
-the measured throughput, the division compare uses at the user's load (lab.report.decision.
+the measured throughput, the division compare uses at the user's load (lab.report.decision_note.
 generation_costs), never the package over one corpus's output tokens (issue 35 item 4: 785714.29 USD
 per million output tokens for every variant, whatever its throughput)."""
 
@@ -9,7 +9,7 @@ import re
 from decimal import Decimal
 
 from lab.cost.sizing import capacity_items
-from lab.report.decision import decision_note, generation_costs
+from lab.report.decision_note import decision_note, generation_costs
 from lab.report.summary import VariantSummary
 
 CAMPAIGN = {"name": "gen", "question": "q", "deadline": None, "deliverables": 1}

@@ -144,3 +144,13 @@ def test_a_module_left_out_of_the_layers_breaks_the_contract(broken_copy):
     r = broken_copy
     assert r.returncode != 0, r.stdout
     assert "newcomer" in r.stdout, r.stdout
+
+
+def test_no_two_modules_of_lab_share_a_name():
+    """A module's name says what it holds without its folder (issue 33): `decision.py` in two
+    layers made every reader ask which one. Packages' ``__init__.py`` excepted."""
+    from collections import Counter
+
+    names = Counter(p.name for p in (REPO / "lab").rglob("*.py")
+                    if p.name != "__init__.py" and "__pycache__" not in p.parts)
+    assert [n for n, k in names.items() if k > 1] == []

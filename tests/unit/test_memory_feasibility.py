@@ -5,7 +5,7 @@ import pytest
 
 from lab.memory.estimate import EncoderShape, activation_bytes_per_item
 from lab.memory.feasibility import batch_fits, device_budget_bytes
-from lab.report.feasibility import campaign_feasibility
+from lab.report.long_items import campaign_feasibility
 
 MINILM = EncoderShape(384, 12, 1536, 6, 22_720_916, "sdpa")
 GIB = 2**30

@@ -80,7 +80,8 @@ def test_every_next_step_hint_names_the_executable_that_works_from_here(tmp_path
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("")
     missing_card = check_card(tmp_path / "card.json", corpus)
-    assert f"rebuild it with `{shown} corpus build` or remove [corpus] card" in missing_card
+    assert f"rebuild it with `{shown} corpus build --source YOUR.jsonl --out {tmp_path}` or remove [corpus] card" \
+        in missing_card  # the folder the card is declared in: the command runs as printed
     assert toolkit_fix().endswith(f"then run `{shown} doctor` again")
     # no other message spells the command itself; a pass process (lab/passes) is not on the user's host
     lab = Path(__file__).resolve().parents[2] / "lab"
@@ -196,3 +197,18 @@ def test_the_not_locked_refusal_names_the_running_executable(tmp_path, monkeypat
     with pytest.raises(ProtocolError) as exc:
         locked_version(load_protocol(copy))
     assert f"run `{tmp_path / 'venv' / 'bin' / 'iteralab'} protocol lock {copy.resolve()}`" in str(exc.value)
+
+
+def test_a_printed_command_names_what_it_acts_on():
+    """A hint that prints a command runs as printed (issue 35 item 5, and the new user's trial of
+    2026-12-04: `archive --partial` and `campaign run` were printed without their campaign): no
+    f-string of lab/ ends a command that needs a target (a campaign file or folder, an archive)
+    right after its verb."""
+    import re
+
+    needs_target = re.compile(r"\{iteralab_command\(\)\} (campaign run|campaign status|archive verify|"
+                              r"archive --partial|archive|corpus build|protocol lock)`")
+    lab = Path(__file__).resolve().parents[2] / "lab"
+    bare = [f"{p.relative_to(lab)}:{n}" for p in sorted(lab.rglob("*.py"))
+            for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if needs_target.search(line)]
+    assert bare == []

@@ -13,7 +13,7 @@ from lab.facts.constants import DEFAULT_LOTS
 from lab.facts.files import REPO_ROOT, sha256_bytes, sha256_file
 from lab.facts.host import IMAGE_KEYS, read_pins
 from lab.passes.events import EXIT_NAMES, FAILED, FINISHED, PassStatus
-from lab.report.decision import decision_pricing
+from lab.report.decision_note import decision_pricing
 from lab.report.summary import VariantSummary, read_summary, summarize, write_summary
 from lab.service.campaigns import runs_root
 

@@ -115,7 +115,7 @@ def test_gpu_clocks_and_throttle_reasons_of_torchs_gpu(gpu_1_as_cuda0):
 
 
 def test_a_throttled_window_reaches_the_raw_table_cells_and_notes(gpu_1_as_cuda0):
-    from lab.report.conditions import condition_cells
+    from lab.report.condition_cells import condition_cells
 
     w = WindowConditions("cuda:0", 4)
     w.start()
@@ -131,7 +131,7 @@ def test_a_throttled_window_reaches_the_raw_table_cells_and_notes(gpu_1_as_cuda0
 
 
 def test_a_cpu_pass_has_empty_gpu_cells_with_the_reason():
-    from lab.report.conditions import condition_cells
+    from lab.report.condition_cells import condition_cells
 
     w = WindowConditions("cpu", 1)
     w.start()
@@ -147,7 +147,7 @@ def test_an_empty_engine_cpu_time_always_has_its_reason():
     """A vLLM pass recorded before the engine's processes were read (no ``engine_processes``) has
     an empty engine_cpu_time_s with a note saying why; an engine read at both ends gives a value
     and no such note; a transformers pass (the engine is the pass process) needs none."""
-    from lab.report.conditions import condition_cells
+    from lab.report.condition_cells import condition_cells
 
     w = WindowConditions("cpu", 1)
     w.start()
@@ -201,7 +201,7 @@ def _row(pid: str, vid: str, s: float, starved: bool) -> dict:
 
 
 def test_starved_passes_are_named_in_the_summary_pairs_and_decision_note():
-    from lab.report.decision import decision_note
+    from lab.report.decision_note import decision_note
     from lab.report.summary import VariantSummary, summarize
 
     rows = [_row("p1", "a", 17.1, True), _row("p2", "a", 16.0, True), _row("p3", "b", 1.27, False),

@@ -85,3 +85,26 @@ def test_test_file_names_are_unique_across_tiers():
     """A module of one tier imports helpers from another's by name (conftest's sys.path)."""
     names = [p.name for p in TESTS.rglob("test_*.py")]
     assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def test_pinned_workers_split_the_cpus_and_two_workers_never_share_one():
+    """--pin-workers (the vLLM tier): each xdist worker gets every n-th CPU from its index, so
+    the engines bound to "the first CPUs this process may run on" land on different cores."""
+    assert conftest.worker_cpus("gw0", 2, {0, 1}) == {0}
+    assert conftest.worker_cpus("gw1", 2, {0, 1}) == {1}
+    assert conftest.worker_cpus("gw1", 2, {4, 5, 6, 7}) == {5, 7}
+    assert conftest.worker_cpus("gw0", 1, {3, 9}) == {3, 9}
+    with pytest.raises(pytest.UsageError, match="3 workers for 2 CPU"):
+        conftest.worker_cpus("gw2", 3, {0, 1})
+
+
+def test_the_vllm_tier_pins_its_workers_and_the_docker_tier_runs_in_parallel():
+    import importlib.util
+
+    path = conftest.TESTS.parent / "scripts" / "test_tiers.py"
+    spec = importlib.util.spec_from_file_location("test_tiers_script", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    (_, vllm), = script.TIERS["vllm"]
+    (_, docker), = script.TIERS["docker"]
+    assert "--pin-workers" in vllm and "-n" in vllm and "-n" in docker

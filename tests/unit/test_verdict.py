@@ -62,7 +62,7 @@ def test_a_rejected_variants_verdict_is_its_validation_reasons_and_nothing_after
 def test_an_archive_made_before_the_fix_keeps_verifying_with_its_older_wording(tmp_path):
     """archive verify accepts the older verdict only as the exact text the pre-fix rule cuts
     from the raw rows, and only for a variant with no accepted pass."""
-    from lab.evidence.tables import _compare_variants, pre_fix_verdicts
+    from lab.evidence.table_checks import _compare_variants, pre_fix_verdicts
 
     attempts = _journal(tmp_path)
     rows = raw_rows(attempts, "c", 1, tmp_path)
@@ -94,7 +94,7 @@ def test_the_summary_says_the_quality_behind_the_verdict(tmp_path):
 
 
 def test_an_archive_summary_without_the_quality_fields_still_verifies(tmp_path):
-    from lab.evidence.tables import _compare_variants
+    from lab.evidence.table_checks import _compare_variants
     from lab.report.summary import QUALITY_FIELDS
 
     attempts = _journal(tmp_path)

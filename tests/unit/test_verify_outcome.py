@@ -34,7 +34,7 @@ def test_the_word_incomplete_is_spelled_only_where_verification_is_defined():
 
 
 def test_a_mismatch_line_shows_two_long_values_where_they_differ():
-    from lab.evidence.tables import SHOWN, _shown_pair
+    from lab.evidence.table_checks import SHOWN, _shown_pair
 
     a = "empty input/output-token cells: not a generation pass (no text generated) | the reference pass: p001"
     b = "empty input/output-token cells: not a generation pass (no text generated) | agreement is judged against p002"

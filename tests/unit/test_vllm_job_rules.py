@@ -135,10 +135,11 @@ def test_a_generation_variant_asks_vllm_for_greedy_with_room_for_its_tokens():
 
 
 def test_a_generation_variant_gets_the_vllm_job_and_runner():
-    from lab.passes.tasks.vllm_job import runner_for
+    from lab.kinds import KINDS
 
     v = Variant(engine="vllm", max_length=128)
-    assert [runner_for(k) for k in ("classification", "embedding", "generation")] == ["pooling", "pooling", "generate"]
+    assert [KINDS[k].vllm_runner for k in ("classification", "embedding", "generation")] == \
+        ["pooling", "pooling", "generate"]
     job = job_for(PassSpec(campaign="c", pass_id="p", variant=v, corpus_path="x.jsonl", model_ref="m",
                            out_dir="/tmp", extra={"task": GEN_TASK}))
     assert isinstance(job, VllmJob) and job.kind == "generation"

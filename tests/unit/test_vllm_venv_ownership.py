@@ -88,3 +88,19 @@ def test_make_vllm_env_says_what_it_does_before_each_step(tmp_path, monkeypatch,
     assert out[0].startswith(f"vllm-env: building {tmp_path / 'venv'} from requirements-vllm.txt")
     assert out[1] == f"vllm-env: step 1/4: create the venv (output in {tmp_path / 'venv'}.log)"
     assert out[2].startswith("vllm-env: step 2/4: install requirements-vllm.txt") and len(out) == 3
+
+
+def test_the_recipe_runs_on_the_bare_interpreter_without_the_labs_venv():
+    """`make vllm-env` runs lab.engines.vllm_env with the system python3 (no site-packages), so
+    .ci/run builds the vLLM venv beside the lab's venv; an import beyond the standard library
+    would break that."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(vllm_env.__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-S", "-c", "import sys; sys.path.insert(0, '.'); "
+                          "import lab.engines.vllm_env as v; print(sorted(m for m in sys.modules if m.split('.')[0] "
+                          "not in sys.stdlib_module_names and m.split('.')[0] not in ('lab', '__main__')))"],
+                         cwd=repo, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

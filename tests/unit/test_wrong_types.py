@@ -14,7 +14,8 @@ import pytest
 from conftest import cut_corpus, write_campaign
 
 from lab.facts.typecheck import type_name
-from lab.orchestration.config import KIND_KEYS, SECTIONS, ConfigError, parse_config, variant_hints
+from lab.kinds import KINDS
+from lab.orchestration.config import SECTIONS, ConfigError, parse_config, variant_hints
 
 BASE = {
     "campaign": {"name": "t", "question": "Which configuration is cheapest?"},
@@ -26,7 +27,7 @@ BASE = {
     "defaults": {},
     "series": [{"name": "batch", "factor": "batch_size", "values": [1, 8]}],
 }
-KIND_OF_KEY = {key: kind for kind, keys in KIND_KEYS.items() for key in keys}
+KIND_OF_KEY = {key: kind.name for kind in KINDS.values() for key in kind.keys}
 
 
 def is_list(hint) -> bool:

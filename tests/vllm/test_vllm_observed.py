@@ -69,13 +69,14 @@ def test_an_embedding_pooling_vllm_would_not_apply_is_refused_at_lock_once(model
     The answer is kept for the process: a second lock asks vLLM nothing."""
     from lab.engines import vllm as engine_mod
     from lab.inputs.models import encoder_path
+    from lab.kinds import task_kind
     from lab.orchestration.preflight import check_engine
 
     def proto(model):
         return SimpleNamespace(variants=[Variant(engine="vllm", max_length=128)], model_ref=str(model),
                                config=SimpleNamespace(model=SimpleNamespace(revision=None),
                                                       task=SimpleNamespace(pooling="mean", normalize=True)),
-                               task_kind="embedding")
+                               task_kind="embedding", kind=task_kind("embedding"))
 
     [check] = check_engine(proto(model_dir))
     assert check.ok is False

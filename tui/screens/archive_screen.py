@@ -156,8 +156,9 @@ class ArchiveScreen(LabScreen):
     def on_archive_ready(self, msg: ArchiveReady) -> None:
         info = self.query_one("#archive-info", Static)
         if msg.archive is None:
+            end = "" if msg.error.endswith(".") else "."  # one sentence ends before the screen's own
             hint = " Press [b]p[/b] for an archive labelled partial." if "--partial" in msg.error else ""
-            info.update(f"[red]archive failed: {escape(msg.error)}[/red]{hint}")
+            info.update(f"[red]archive failed: {escape(msg.error)}{end}[/red]{hint}")
             return
         a = self.archive = msg.archive
         verdict = (f"[green]verified[/green]: {a['files_checked']} files, {a['rows_checked']} rows" if a["ok"]

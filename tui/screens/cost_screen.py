@@ -1,7 +1,7 @@
 """Screen 6, Cost and decision: catalog, GPU, package days, lots, campaign window; accepted
 deliverables taken from validated results (editable only downward); the quote and cost per
 validated corpus and the decision note, computed by ``lab.service.views.cost_view`` (pricing from
-``lab.cost.forfaits``, note from ``lab.report.decision``)."""
+``lab.cost.forfaits``, note from ``lab.report.decision_note``)."""
 
 from __future__ import annotations
 

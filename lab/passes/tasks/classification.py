@@ -1,5 +1,5 @@
 """Classification: today's job (a Hugging Face sequence classifier run by the lab's loop),
-as a :class:`lab.passes.tasks.base.Job` wrapping lab.passes.inference and the runner's predictions
+as a :class:`lab.passes.tasks.job.Job` wrapping lab.passes.inference and the runner's predictions
 format (id, pred, prob, truncated, tokens_kept, tokens_total)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 from lab.facts.diskfull import atomic_write_text
 from lab.facts.files import sha256_lines
 from lab.passes.inference import load_model
-from lab.passes.tasks.base import LabelLines, ModelSteps, label_accuracy
+from lab.passes.tasks.job import LabelLines, ModelSteps, label_accuracy
 
 
 def write_label_predictions(path: Path, win, id2label: dict | None) -> tuple[int, str]:

@@ -34,7 +34,7 @@ from typing import Any
 
 from lab.facts.constants import USER_METRIC_TIMEOUT_S
 from lab.facts.errors import FailureKind, PassFailure
-from lab.passes.tasks.base import LabelLines, label_accuracy
+from lab.passes.tasks.job import LabelLines, label_accuracy
 
 PROTOCOL_METHODS = ("predict",)
 IMPORTS_FINE = "entry imports and has the protocol"  # the check process's last line when it does

@@ -34,7 +34,7 @@ from typing import Any
 from lab.facts.diskfull import atomic_write_text
 from lab.facts.errors import FailureKind, PassFailure
 from lab.facts.files import sha256_bytes, sha256_lines
-from lab.passes.tasks.base import CardsNotMerged, ModelSteps
+from lab.passes.tasks.job import CardsNotMerged, ModelSteps
 
 VECTORS_FILE = "vectors.npy"
 VECTORS_DTYPE = "float16"  # 2 bytes per value: 1000 items x 384 values = 768 KB per pass

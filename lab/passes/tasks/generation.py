@@ -31,14 +31,15 @@ from typing import Any
 
 from lab.facts.diskfull import atomic_write_text
 from lab.facts.files import sha256_lines
-from lab.passes.tasks.base import ModelSteps
+from lab.kinds.generation_kind import GENERATION
 from lab.passes.tasks.generation_core import GenerationRule
+from lab.passes.tasks.job import ModelSteps
 from lab.passes.tasks.text_metrics import NORMALISATION
 
 PADDING_RULE = "left: the lab pads every batch itself (generation_core.pad_left)"
 #: The one declared padding this job honours: every batch is padded (left) to its longest prompt, never to
 #: max_length (lab.orchestration.protocol.refuse_unsupported refuses any other at lock).
-PADDING_HONOURED = "longest"
+PADDING_HONOURED = GENERATION.fixed_padding
 
 
 def rule_of(task: dict) -> GenerationRule:

@@ -1,5 +1,5 @@
 """A vLLM pass (``engine = "vllm"``): classification, embedding or generation run by vLLM's
-offline engine, as a :class:`lab.passes.tasks.base.Job` on the one pass sequence
+offline engine, as a :class:`lab.passes.tasks.job.Job` on the one pass sequence
 (lab.passes.sequence).
 
 The engine is lab.engines.vllm.VllmClient: a child process in the vLLM venv, started in
@@ -45,15 +45,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-VLLM_KINDS = ("classification", "embedding", "generation")
-"""Task kinds a vLLM variant runs in this lab (custom entries: transformers only, the user's code)."""
+from lab.kinds import KINDS, task_kind
+from lab.kinds.kind import CAUSAL_LM, SEQUENCE_CLASSIFICATION, VECTOR, VLLM
+
 PACKED_PROMPTS = "none: vLLM packs the prompts' token ids (no pad token enters)"
 """A vLLM generation pass's ``generation.padding`` (the transformers job's is its left padding)."""
-
-
-def runner_for(kind: str) -> str:
-    """vLLM's runner for a task kind: "generate" for generation, "pooling" for the others."""
-    return "generate" if kind == "generation" else "pooling"
 ATTENTION = "vLLM's own backend (see vllm.log)"
 """The observed attention of a vLLM pass: ``attention`` declares transformers' implementation,
 which vLLM does not read (lab.passes.observed.require_honoured does not compare it)."""
@@ -64,17 +60,16 @@ class VllmJob:
     """A classification, embedding or generation pass whose inference runs in vLLM (module docstring)."""
 
     def __init__(self, spec):
-        from lab.passes.tasks.classification import ClassificationJob
-        from lab.passes.tasks.embedding import EmbeddingJob
-        from lab.passes.tasks.generation import GenerationJob
+        from lab.passes.tasks.job import job_class
 
         self.spec = spec
         self.kind = (spec.extra.get("task") or {}).get("kind", "classification")
-        if self.kind not in VLLM_KINDS:
-            raise ValueError(f"engine vllm runs task kinds {', '.join(VLLM_KINDS)} here, not {self.kind!r}")
+        self.declared = task_kind(self.kind)  # the kind object (lab.kinds): what differs by kind
+        if not self.declared.runs_on(VLLM):  # custom entries: transformers only, the user's code
+            runs = ", ".join(k.name for k in KINDS.values() if k.runs_on(VLLM))
+            raise ValueError(f"engine vllm runs task kinds {runs} here, not {self.kind!r}")
         # the transformers job of the same kind writes the predictions and the self metric: one format
-        self.writer: Any = {"classification": ClassificationJob, "embedding": EmbeddingJob,
-                            "generation": GenerationJob}[self.kind](spec)
+        self.writer: Any = job_class(self.declared)(spec)
         self.eos: list[int] = []  # generation: the ids that end an output (generation_core.eos_token_ids)
         self.finish: Counter = Counter()  # generation: vLLM's finish reasons over the window
         self.tokenizer: Any = None
@@ -105,13 +100,13 @@ class VllmJob:
         if s.extra.get("pad_token"):
             self.tokenizer.pad_token = s.extra["pad_token"]
         cfg = AutoConfig.from_pretrained(s.model_ref, revision=rev)
-        if self.kind == "classification":
+        if self.declared.model_labels:
             self.writer.id2label = {int(k): v for k, v in cfg.id2label.items()}
-        auto = {"classification": AutoModelForSequenceClassification,
-                "generation": AutoModelForCausalLM}.get(self.kind, AutoModel)
+        auto = {SEQUENCE_CLASSIFICATION: AutoModelForSequenceClassification,
+                CAUSAL_LM: AutoModelForCausalLM}.get(self.declared.architecture, AutoModel)
         with torch.device("meta"):
             self.shape_model = auto.from_config(cfg)
-        if self.kind == "generation":
+        if self.declared.generates_text:
             self._load_generation(s.model_ref, rev)
         return self.tokenizer, self.shape_model
 
@@ -142,7 +137,7 @@ class VllmJob:
         s = self.spec
         log = (pass_dir or Path(s.out_dir)) / LOG_FILE
         gen = ({"max_new_tokens": self.writer.rule.max_new_tokens, "stop": self.writer.rule.stop}
-               if self.kind == "generation" else {})
+               if self.declared.generates_text else {})
         self.client = VllmClient(settings_for(s.variant, s.model_ref, device, s.seed, threads=s.threads or 0, **gen),
                                  log_path=log)
         ready = self.client.start()
@@ -153,7 +148,7 @@ class VllmJob:
                                   "caching": ready.caching, "binding": ready.binding,
                                   **({"sampling": ready.sampling} if ready.sampling is not None else {})},
                        "engine_memory": reservation(ready, device)}
-        if self.kind == "embedding":
+        if self.declared.record == VECTOR:
             self._check_pooling(ready.pooling)
         return self.fields
 
@@ -211,11 +206,11 @@ class VllmJob:
 
         v = self.spec.variant
         n = len(rows)
-        if self.kind == "generation":
+        if self.declared.generates_text:
             return self._generate_window(rows, on_batch, sink)
         win, input_ids, order = open_window(rows, self.tokenizer, v)
         lengths = win.tokens_kept
-        embed = self.kind == "embedding"
+        embed = self.declared.record == VECTOR
         if embed:
             win.norms = [None] * n
         if sink is not None:
@@ -311,7 +306,7 @@ class VllmJob:
         vLLM packed the prompts, and the engine record counts vLLM's finish reasons over the
         measured window (``finish_reasons``: its own words, beside the lab's ``stopped_by``)."""
         fields = self.writer.write_predictions(path, win)
-        if self.kind == "generation":
+        if self.declared.generates_text:
             fields["generation"] = {**fields["generation"], "padding": PACKED_PROMPTS}
             fields["engine"] = {**self.fields["engine"], "finish_reasons": dict(sorted(self.finish.items()))}
         return fields

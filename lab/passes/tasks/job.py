@@ -160,3 +160,12 @@ class ModelSteps:
         from lab.passes.observed import observe_window
 
         return observe_window(win, self.spec.variant.max_length)
+
+
+def job_class(kind) -> type:
+    """The transformers job class a task kind (lab.kinds.kind.TaskKind) names by its ``job``
+    ("module:Class" under lab/passes/tasks/), imported now (its torch with it)."""
+    import importlib
+
+    module, cls = kind.job.split(":")
+    return getattr(importlib.import_module(module), cls)

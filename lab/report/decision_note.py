@@ -45,7 +45,7 @@ NO_PACKAGE = "no package declared"
 def decision_campaign(proto) -> dict:
     """The ``campaign`` argument of ``decision_note`` from a ``lab.orchestration.protocol.Protocol``."""
     c = proto.config.campaign
-    cut = proto.config.task.max_text_tokens if proto.task_kind == "generation" else None
+    cut = proto.config.task.max_text_tokens if proto.kind.generates_text else None
     return {"name": proto.name, "question": c.question, "deadline": c.deadline,
             "deliverables": c.deliverables, "text_cut": f"[task] max_text_tokens {cut}" if cut else ""}
 

@@ -97,11 +97,20 @@ def is_starved(row: dict) -> bool:
     return row.get("starved") in (True, "True", "true")
 
 
+def pass_name(pass_id: str, host: str = "") -> str:
+    """A pass as every output names it: its id, or 'A rtx-4090 / p001-r1-...' given its host's tag
+    (a comparison of several hosts: rentals run the same plan, so the same pass ids). The one
+    formatter of "host + pass"."""
+    return f"{host} / {pass_id}" if host else pass_id
+
+
 def starved_text(passes) -> str:
-    """'' when ``passes`` ({"pass_id", "reason"} records) is empty; else one clause naming them:
+    """'' when ``passes`` ({"pass_id", "reason"} records, and "host" in a comparison of several
+    hosts: then each is named with it, :func:`pass_name`) is empty; else one clause naming them:
     the one wording for pairs, the decision note and the Results screen."""
     if not passes:
         return ""
-    return (f"starved pass(es) among these durations: {', '.join(p['pass_id'] for p in passes)} "
+    names = ", ".join(pass_name(p["pass_id"], p.get("host", "")) for p in passes)
+    return (f"starved pass(es) among these durations: {names} "
             "(lab.passes.conditions: the host gave them less CPU than they needed), so the gap or the "
             "spread may be the host's, not the variants'")

@@ -1,0 +1,16 @@
+"""The embedding kind: an encoder's pooled last hidden state per text, one row of vectors.npy
+(pass job lab.passes.tasks.embedding.EmbeddingJob)."""
+
+from lab.facts.constants import AGREEMENT_MAX_DIFFERING_VECTORS
+from lab.kinds.kind import ENCODER, TRANSFORMERS, VECTOR, VLLM, Metric, TaskKind
+
+POOLINGS = ("mean",)  # lab.passes.tasks.embedding.mean_pool: mean over the attention mask
+NN_ACCURACY = Metric("nn_accuracy", "share of ids whose nearest other vector (cosine) has the same corpus label",
+                     "lab.passes.tasks.embedding_metrics:nn_accuracy")
+
+EMBEDDING = TaskKind(
+    name="embedding", job="lab.passes.tasks.embedding:EmbeddingJob", keys=("pooling", "normalize"),
+    defaults=(("pooling", POOLINGS[0]), ("normalize", True)), metrics=(NN_ACCURACY,), user_metric=False,
+    engines=(TRANSFORMERS, VLLM), vllm_runner="pooling", record=VECTOR, architecture=ENCODER,
+    agreement_max_differing=AGREEMENT_MAX_DIFFERING_VECTORS, agreement_noun="vectors", model_labels=False,
+    lab_tokenizes=True, keys_private=False, labels_role="used by the retrieval metric only")
