@@ -14,7 +14,7 @@ What it does not record, and what the lab records instead: the scheduled time of
 and the generator's lag behind it (the worker replays the tool's draws and checks the replay,
 ``ServedRequest.scheduled_s``, ``dispatched_s``; ``Load.schedule_note`` says when it could not),
 and the generator's own CPU time (``Load.generator_cpu_s``, the worker process over the tool's
-whole run).
+``main``, vLLM's import excluded).
 
 Errors (one line): LoadGenError when the generator exits with an error or runs past its time
 limit (naming its log), or when its result does not map onto the prompts sent.
@@ -126,8 +126,8 @@ class Load:
     """One run of the generator: ``records`` (one per prompt, in the order sent), ``duration_s``
     (the tool's: its first release to its last answer), ``offered_rate`` (req/s), ``tool`` (the
     tool's whole result, for its own figures: ``serving_figures.tool_percentiles``),
-    ``generator_cpu_s`` and ``generator_wall_s`` (the worker process over the tool's whole run:
-    tokenizer load, ready check and warm-up included), ``schedule_note`` (how the schedule was
+    ``generator_cpu_s`` and ``generator_wall_s`` (the worker process over the tool's ``main``:
+    tokenizer load, ready check and warm-up included, vLLM's import not), ``schedule_note`` (how the schedule was
     known, or why not), ``result_path`` (the tool's file), ``log_path``."""
 
     records: tuple[ServedRequest, ...]

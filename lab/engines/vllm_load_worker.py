@@ -24,8 +24,9 @@ file with ``--save-detailed``), and changes two things around it, both written d
 ``record`` (JSON): ``ids`` (released order), ``dispatched_s`` (each release, s after the wrapper's
 entry), ``scheduled_s`` (the replayed schedule, same origin; null when unknown) and
 ``schedule_note``, ``origin_perf`` (that origin on the process's perf_counter, the clock of the
-tool's ``start_times``), ``cpu_s`` (this process's CPU seconds over the tool's whole run),
-``wall_s`` (its wall seconds), ``result_file`` (the tool's result).
+tool's ``start_times``), ``cpu_s`` (this process's CPU seconds, every thread, over the tool's
+``main``: tokenizer load, ready check, warm-up and the measured requests; vLLM's import before it
+is not counted), ``wall_s`` (its wall seconds, same span), ``result_file`` (the tool's result).
 """
 
 from __future__ import annotations
