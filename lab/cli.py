@@ -3,6 +3,7 @@
     iteralab corpus build --source FILE --out DIR     build the comparison corpus + tuning split
     iteralab model build-demo --out DIR               fit the demo model's head
     iteralab model build-demo-gen --out DIR           train the demo generator (generation task)
+    iteralab model build-demo-gen-native --out DIR    the same recipe as an OPT model (vLLM loads it)
     iteralab protocol lock CAMPAIGN.toml              record the protocol's hash (a new version if edited)
     iteralab campaign run CAMPAIGN.toml [--detach]    run (or resume) the rotated schedule
     iteralab campaign replay ARCHIVE.tar.gz [--out F]  the archive's protocol as a locked campaign file
@@ -105,13 +106,17 @@ def cmd_model_build_demo(a) -> int:
 
 def cmd_model_build_demo_gen(a) -> int:
     from lab.demo.generator import build_demo_generator
+    from lab.demo.native_generator import build_native_generator
 
     for flag, path in (("--tuning", a.tuning), ("--comparison", a.comparison)):
         if not Path(path).is_file():
             raise CliError(f"{flag} {path}: no such file; give a JSONL corpus with text and label "
                            "(the demo's are in demo/corpus/)")
-    info = build_demo_generator(a.tuning, a.comparison, a.out, log=lambda line: print(line, flush=True))
-    print(f"demo generator -> {a.out} ({info['parameters']:,} parameters, built in {info['build_s']} s, "
+    native = a.verb == "build-demo-gen-native"
+    build = build_native_generator if native else build_demo_generator
+    what = "native demo generator (OPTForCausalLM)" if native else "demo generator"
+    info = build(a.tuning, a.comparison, a.out, log=lambda line: print(line, flush=True))
+    print(f"{what} -> {a.out} ({info['parameters']:,} parameters, built in {info['build_s']} s, "
           f"exact match on the comparison split {info['comparison_exact_match']}, "
           f"majority class {info['comparison_majority_rate']})")
     return 0
@@ -402,12 +407,14 @@ def parser() -> argparse.ArgumentParser:
     mb.add_argument("--out", required=True)
     mb.add_argument("--tuning", default=str(REPO_ROOT / "demo" / "corpus" / "tuning.jsonl"))
     mb.set_defaults(fn=cmd_model_build_demo)
-    mg = m.add_parser("build-demo-gen", help="train the demo generator on the tuning split; save a causal-LM "
-                      "checkpoint; measure its exact match on the comparison split")
-    mg.add_argument("--out", required=True)
-    mg.add_argument("--tuning", default=str(REPO_ROOT / "demo" / "corpus" / "tuning.jsonl"))
-    mg.add_argument("--comparison", default=str(REPO_ROOT / "demo" / "corpus" / "comparison.jsonl"))
-    mg.set_defaults(fn=cmd_model_build_demo_gen)
+    for verb, what in (("build-demo-gen", "a BertLMHeadModel"),
+                       ("build-demo-gen-native", "an OPTForCausalLM, which vLLM and its server load natively")):
+        mg = m.add_parser(verb, help=f"train the demo generator ({what}) on the tuning split; save a causal-LM "
+                          "checkpoint; measure its exact match on the comparison split")
+        mg.add_argument("--out", required=True)
+        mg.add_argument("--tuning", default=str(REPO_ROOT / "demo" / "corpus" / "tuning.jsonl"))
+        mg.add_argument("--comparison", default=str(REPO_ROOT / "demo" / "corpus" / "comparison.jsonl"))
+        mg.set_defaults(fn=cmd_model_build_demo_gen)
     pr = sub.add_parser("protocol", help="lock the protocol").add_subparsers(dest="verb", required=True)
     pl = pr.add_parser("lock", help="record the protocol's and corpus's hash (a new version after an edit)")
     pl.add_argument("campaign", help="campaign file (TOML)")

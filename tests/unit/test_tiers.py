@@ -33,7 +33,7 @@ def collect(*items: Item) -> None:
 
 
 @pytest.mark.parametrize(("tier", "fixture"), [
-    ("unit", "model_dir"), ("unit", "gen_model_dir"), ("unit", "small_campaign"),
+    ("unit", "model_dir"), ("unit", "gen_model_dir"), ("unit", "native_gen_model_dir"), ("unit", "small_campaign"),
     ("unit", "rental_archives"), ("unit", "docker_client"),
     ("integration", "docker_client"), ("ui", "docker_client"), ("vllm", "docker_client"),
 ])

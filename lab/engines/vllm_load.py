@@ -1,0 +1,251 @@
+"""The load generator driver of a server pass: ``vllm bench serve`` against a running server (issue 36).
+
+``run_load`` writes the prompts (one per corpus id, in the order given) for
+lab/engines/vllm_load_worker.py, runs it with the vLLM venv's python (the tool pinned with the
+server), and reads the tool's detailed result and the worker's record into one
+``ServedRequest`` per prompt (lab.engines.serving_figures), mapped back to its corpus id: the tool
+lists its results in the order it released the requests, and ``read_records`` refuses a record
+whose release order is not the order sent. What the tool does: arrivals (Poisson at
+``burstiness`` 1, gamma otherwise, seeded), a concurrency cap, warm-up requests (the first prompt,
+sent before the measured requests and kept out of the results), streaming completions with
+``temperature`` 0 and the stop strings, its own metrics.
+
+What it does not record, and what the lab records instead: the scheduled time of each request
+and the generator's lag behind it (the worker replays the tool's draws and checks the replay,
+``ServedRequest.scheduled_s``, ``dispatched_s``; ``Load.schedule_note`` says when it could not),
+and the generator's own CPU time (``Load.generator_cpu_s``, the worker process over the tool's
+``main``, vLLM's import excluded).
+
+Errors (one line): LoadGenError when the generator exits with an error or runs past its time
+limit (naming its log), or when its result does not map onto the prompts sent.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from lab.engines.serving_figures import PERCENTILES, Objective, ServedRequest
+from lab.engines.vllm import kill_group
+from lab.engines.vllm_env import ensure_vllm_env
+from lab.engines.vllm_server import Started, loopback_env
+from lab.facts.errors import UserError
+
+WORKER = Path(__file__).with_name("vllm_load_worker.py")
+READY_CHECK_S = 60  # the tool's own first request waits this long for the server at most
+RESULT_NAME = "bench_serve.json"  # the tool's result file (--save-result --save-detailed)
+RECORD_NAME = "load_record.json"  # the worker's record (ids, releases, schedule, CPU)
+REQUESTS_NAME = "requests.jsonl"  # the prompts, one per corpus id
+LOG_NAME = "load.log"
+
+
+class LoadGenError(UserError):
+    """The load generator failed, or its result does not map onto the prompts sent; one line."""
+
+
+class Prompt(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One request to send: the corpus ``id``, the ``prompt`` text (the task's template filled),
+    ``max_tokens`` (the generation rule's max_new_tokens)."""
+
+    id: str
+    prompt: str
+    max_tokens: int
+
+
+class LoadSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How the generator offers the load: ``rate`` (req/s; math.inf: all at once), ``burstiness``
+    (1: Poisson; < 1 burstier, > 1 more regular), ``seed`` (the arrival draws), ``max_concurrency``
+    (requests in flight at most; None: no cap), ``warmups`` (requests sent first and kept out),
+    ``stop`` (stop strings, cut before as the generation rule cuts), ``objective`` (also handed to
+    the tool as its ``--goodput``, so its own goodput can be compared), ``percentiles``."""
+
+    rate: float
+    seed: int
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    warmups: int = 0
+    stop: tuple[str, ...] = ()
+    objective: Objective | None = None
+    percentiles: tuple[float, ...] = PERCENTILES
+
+    def __post_init__(self) -> None:
+        if not self.rate > 0:
+            raise UserError(f"request rate {self.rate!r} must be > 0 req/s (math.inf: all at once)")
+        if not self.burstiness > 0:
+            raise UserError(f"burstiness {self.burstiness!r} must be > 0 (1: Poisson arrivals)")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise UserError(f"max_concurrency {self.max_concurrency!r} must be >= 1 (None: no cap)")
+        if self.warmups < 0:
+            raise UserError(f"warmups {self.warmups!r} must be >= 0")
+
+
+class ToolResult(msgspec.Struct, frozen=True):
+    """The fields of ``vllm bench serve``'s result file (``--save-detailed``) the lab reads: the
+    run's ``duration`` (s), counts, its own rates, and per request (in release order) the prompt
+    and output token counts, TTFT, inter-token gaps, latency (s), send time (perf_counter s),
+    client queue time (s), text and error."""
+
+    duration: float
+    completed: int
+    failed: int
+    request_throughput: float
+    output_throughput: float
+    input_lens: list[int]
+    output_lens: list[int]
+    ttfts: list[float]
+    itls: list[list[float]]
+    latencies: list[float]
+    start_times: list[float]
+    generated_texts: list[str]
+    errors: list[str]
+    request_goodput: float | None = None
+
+
+class LoadRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The worker's record (lab/engines/vllm_load_worker.py's docstring)."""
+
+    ids: list[str]
+    dispatched_s: list[float]
+    scheduled_s: list[float] | None
+    schedule_note: str
+    origin_perf: float | None
+    cpu_s: float
+    wall_s: float
+    result_file: str
+
+
+@dataclass(frozen=True)
+class Load:
+    """One run of the generator: ``records`` (one per prompt, in the order sent), ``duration_s``
+    (the tool's: its first release to its last answer), ``offered_rate`` (req/s), ``tool`` (the
+    tool's whole result, for its own figures: ``serving_figures.tool_percentiles``),
+    ``generator_cpu_s`` and ``generator_wall_s`` (the worker process over the tool's ``main``:
+    tokenizer load, ready check and warm-up included, vLLM's import not), ``schedule_note`` (how the schedule was
+    known, or why not), ``result_path`` (the tool's file), ``log_path``."""
+
+    records: tuple[ServedRequest, ...]
+    duration_s: float
+    offered_rate: float
+    tool: dict
+    generator_cpu_s: float
+    generator_wall_s: float
+    schedule_note: str
+    result_path: Path
+    log_path: Path
+
+
+def tool_args(started: Started, tokenizer: str, n: int, settings: LoadSettings, out_dir: Path) -> list[str]:
+    """``vllm bench serve``'s arguments: completions with streaming against ``started``, the
+    model's ``tokenizer`` (a path), ``n`` prompts, the arrivals, cap and warm-ups of ``settings``,
+    greedy (temperature 0) with its stop strings, every latency metric at its percentiles, the
+    objective as goodput bounds (ms), the detailed result into ``out_dir``."""
+    args = ["--backend", "vllm", "--base-url", started.url, "--endpoint", "/v1/completions",
+            "--model", tokenizer, "--tokenizer", tokenizer, "--served-model-name", started.model,
+            "--dataset-name", "custom", "--dataset-path", str(out_dir / REQUESTS_NAME), "--num-prompts", str(n),
+            "--request-rate", "inf" if math.isinf(settings.rate) else repr(settings.rate),
+            "--burstiness", repr(settings.burstiness), "--seed", str(settings.seed),
+            "--num-warmups", str(settings.warmups), "--temperature", "0",
+            "--extra-body", json.dumps({"stop": list(settings.stop)}),
+            "--percentile-metrics", "ttft,tpot,itl,e2el",
+            "--metric-percentiles", ",".join(f"{p:g}" for p in settings.percentiles),
+            "--ready-check-timeout-sec", str(READY_CHECK_S), "--disable-tqdm",
+            "--save-result", "--save-detailed", "--result-dir", str(out_dir), "--result-filename", RESULT_NAME]
+    if settings.max_concurrency is not None:
+        args += ["--max-concurrency", str(settings.max_concurrency)]
+    if settings.objective is not None:
+        args += ["--goodput", *(f"{b.metric}:{b.bound_s * 1000.0!r}" for b in settings.objective.bounds)]
+    return args
+
+
+def read_records(tool: ToolResult, record: LoadRecord, ids: Sequence[str]) -> tuple[ServedRequest, ...]:
+    """One ServedRequest per id of ``ids`` (the order sent) from the tool's result and the
+    worker's record. Raises LoadGenError when the tool released the requests in another order
+    than sent, or its result lists another number of requests (the mapping would be a guess).
+
+    A request is answered when the tool wrote no error and a first token came (a TTFT > 0); one
+    with neither gets the error "no answer and no error text from the tool"."""
+    n = len(ids)
+    if list(record.ids) != list(ids):
+        pairs = enumerate(zip(record.ids, ids, strict=False))
+        first = next((k for k, (a, b) in pairs if a != b), min(len(record.ids), n))
+        raise LoadGenError(f"the load generator released {len(record.ids)} requests, not in the order sent "
+                           f"({n} ids; first difference at position {first}); its results cannot be mapped to ids")
+    sizes = {len(x) for x in (tool.ttfts, tool.itls, tool.latencies, tool.start_times, tool.generated_texts,
+                              tool.errors, tool.output_lens, tool.input_lens)}
+    if sizes != {n} or len(record.dispatched_s) != n:
+        raise LoadGenError(f"the load generator's result lists {sorted(sizes)} requests for {n} sent; "
+                           "rerun the pass (its result file is kept)")
+    origin = record.origin_perf
+    out = []
+    for k, i in enumerate(ids):
+        err = tool.errors[k].strip()
+        if not err and not tool.ttfts[k] > 0:
+            err = "no answer and no error text from the tool"
+        out.append(ServedRequest(
+            id=i, sent_s=tool.start_times[k] - origin if origin is not None else tool.start_times[k],
+            ttft_s=tool.ttfts[k], e2el_s=tool.latencies[k], itl_s=tuple(tool.itls[k]),
+            output_text=tool.generated_texts[k], output_tokens=tool.output_lens[k], input_tokens=tool.input_lens[k],
+            error=err, scheduled_s=None if record.scheduled_s is None else record.scheduled_s[k],
+            dispatched_s=record.dispatched_s[k]))
+    return tuple(out)
+
+
+def run_load(started: Started, tokenizer: str | Path, prompts: Sequence[Prompt], settings: LoadSettings,
+             out_dir: Path, timeout_s: float | None = None, python: Path | None = None) -> Load:
+    """Offer ``prompts`` to the server ``started`` with ``vllm bench serve`` (the vLLM venv's) and
+    return its Load. ``tokenizer``: the served model's folder (the tool counts prompt tokens with
+    it). ``out_dir``: where the prompts, the tool's result, the worker's record and the log go.
+    ``timeout_s``: wall limit of the whole run (default: twice the schedule's length plus 300 s).
+
+    Raises LoadGenError (one line naming the log) when the generator exits with an error or runs
+    past ``timeout_s`` (its process group is killed), or when the result does not map onto
+    ``prompts`` (read_records); UserError for no prompt or a repeated id."""
+    ids = [p.id for p in prompts]
+    if not ids:
+        raise UserError("a server pass needs at least one prompt")
+    if len(set(ids)) != len(ids):
+        raise UserError("a server pass's prompts repeat an id; each corpus id is one request")
+    python = python or ensure_vllm_env()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lines = (json.dumps({"id": p.id, "prompt": p.prompt, "output_tokens": p.max_tokens}) + "\n" for p in prompts)
+    (out_dir / REQUESTS_NAME).write_text("".join(lines), encoding="utf-8")
+    job = out_dir / "load_job.json"
+    job.write_text(json.dumps({"requests": str(out_dir / REQUESTS_NAME), "record": str(out_dir / RECORD_NAME),
+                               "argv": tool_args(started, str(tokenizer), len(prompts), settings, out_dir)}),
+                   encoding="utf-8")
+    log_path = out_dir / LOG_NAME
+    if timeout_s is None:
+        timeout_s = 300.0 + (0.0 if math.isinf(settings.rate) else 2.0 * len(prompts) / settings.rate)
+    with open(log_path, "w", encoding="utf-8") as log:
+        p = subprocess.Popen([str(python), "-P", str(WORKER), str(job)], stdin=subprocess.DEVNULL, stdout=log,
+                             stderr=subprocess.STDOUT, start_new_session=True,
+                             env=loopback_env({**os.environ, "TOKENIZERS_PARALLELISM": "false"}))
+        try:
+            code = p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            kill_group(p.pid)
+            p.wait()
+            raise LoadGenError(f"the load generator ran past {timeout_s:.0f} s and was stopped; "
+                               f"see {log_path}") from None
+        except BaseException:
+            kill_group(p.pid)
+            p.wait()
+            raise
+    if code != 0:
+        raise LoadGenError(f"the load generator exited with code {code}; see {log_path}")
+    try:
+        record = msgspec.json.decode((out_dir / RECORD_NAME).read_bytes(), type=LoadRecord)
+        raw = (out_dir / RESULT_NAME).read_bytes()
+        tool = msgspec.json.decode(raw, type=ToolResult)
+    except (OSError, msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise LoadGenError(f"the load generator's result could not be read ({exc}); see {log_path}") from None
+    return Load(records=read_records(tool, record, ids), duration_s=tool.duration, offered_rate=settings.rate,
+                tool=json.loads(raw), generator_cpu_s=record.cpu_s, generator_wall_s=record.wall_s,
+                schedule_note=record.schedule_note, result_path=out_dir / RESULT_NAME, log_path=log_path)

@@ -1,0 +1,127 @@
+"""The load generator of a server pass: vLLM's own ``vllm bench serve``, run in the vLLM venv.
+
+Started by lab.engines.vllm_load as ``<venv python> -P vllm_load_worker.py <job.json>``; imports
+no ``lab`` module. ``job.json``: ``{"requests": path of a JSONL of {"id", "prompt",
+"output_tokens"}, "record": path this script writes, "argv": the arguments of ``vllm bench
+serve``}``. It builds the tool's own parser (``vllm.benchmarks.serve.add_cli_args``), runs the
+tool's ``main`` (arrivals, concurrency cap, warm-up, streaming requests, its metrics, its result
+file with ``--save-detailed``), and changes two things around it, both written down here:
+
+- The prompts: the tool's "custom" JSONL dataset reads its file with pandas, which the pinned
+  vLLM venv does not hold (``PlaceholderModule``); ``get_samples`` is replaced by a reader of the
+  same JSONL (standard library) that keeps the file's order and gives each request its corpus id
+  as ``request_id`` (the tool sends it as ``x-request-id``). The tool sends requests, and lists
+  its per-request results, in that order; the record below lists the ids in the order the tool
+  released them, so the lab can check the mapping rather than assume it.
+- The schedule: the tool draws its arrival gaps (gamma with shape ``burstiness``, Poisson at 1,
+  rescaled so that the last arrival falls at n / rate) from numpy's global generator inside
+  ``get_request`` and records neither the schedule nor its lag. ``get_request`` is wrapped: it
+  keeps numpy's state at entry, replays the same draws on a copy of it (``replay_schedule``, the
+  tool's formula for a constant rate) and times each release. The replay is checked: the copy's
+  state after the draws must equal the global one after the tool's draws, else the schedule is
+  written as unknown, with the reason.
+
+``record`` (JSON): ``ids`` (released order), ``dispatched_s`` (each release, s after the wrapper's
+entry), ``scheduled_s`` (the replayed schedule, same origin; null when unknown) and
+``schedule_note``, ``origin_perf`` (that origin on the process's perf_counter, the clock of the
+tool's ``start_times``), ``cpu_s`` (this process's CPU seconds, every thread, over the tool's
+``main``: tokenizer load, ready check, warm-up and the measured requests; vLLM's import before it
+is not counted), ``wall_s`` (its wall seconds, same span), ``result_file`` (the tool's result).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+if __name__ in ("__main__", "__mp_main__"):
+    # this folder's vllm.py (the lab's client) must not shadow the real vLLM (started with -P too)
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+
+def replay_schedule(state, n: int, rate: float, burstiness: float):
+    """The tool's arrival times (s from its start, cumulative) for ``n`` requests at a constant
+    ``rate`` (req/s; inf: all at 0) and ``burstiness``, drawn from numpy ``state`` as the tool
+    draws them (vllm.benchmarks.serve.get_request, vLLM 0.32), and the generator's state after the
+    draws (for the check)."""
+    import numpy as np
+
+    rs = np.random.RandomState()
+    rs.set_state(state)
+    if rate == float("inf"):
+        delays = [0.0] * n
+    elif burstiness == float("inf"):
+        delays = [1.0 / rate] * n
+    else:
+        theta = 1.0 / (rate * burstiness)
+        delays = [float(rs.gamma(shape=burstiness, scale=theta)) for _ in range(n)]
+    times = list(np.cumsum(delays))
+    if times and times[-1] != 0:
+        factor = (n / rate) / times[-1]
+        times = [t * factor for t in times]
+    return [float(t) for t in times], rs.get_state()
+
+
+def same_state(a, b) -> bool:
+    import numpy as np
+
+    return a[0] == b[0] and bool(np.array_equal(a[1], b[1])) and tuple(a[2:]) == tuple(b[2:])
+
+
+def main() -> int:
+    job = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
+    import numpy as np
+    from vllm.benchmarks import serve
+    from vllm.benchmarks.datasets import SampleRequest
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser()
+    serve.add_cli_args(parser)
+    args = parser.parse_args(job["argv"])
+    rows = [json.loads(line) for line in Path(job["requests"]).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    def get_samples(args, tokenizer, **_):
+        return [SampleRequest(prompt=r["prompt"], prompt_len=len(tokenizer(r["prompt"]).input_ids),
+                              expected_output_len=int(r["output_tokens"]), request_id=str(r["id"])) for r in rows]
+
+    rec: dict = {"ids": [], "dispatched_s": [], "scheduled_s": None, "schedule_note": "", "origin_perf": None}
+    tool_get_request = serve.get_request
+
+    async def get_request(input_requests, request_rate, burstiness=1.0, ramp_up_strategy=None,
+                          ramp_up_start_rps=None, ramp_up_end_rps=None, self_timed=False):  # the tool's signature
+        state = np.random.get_state()
+        origin = time.perf_counter()
+        rec["origin_perf"] = origin
+        after = None
+        async for request, rate in tool_get_request(input_requests, request_rate, burstiness, ramp_up_strategy,
+                                                    ramp_up_start_rps, ramp_up_end_rps, self_timed):
+            rec["dispatched_s"].append(time.perf_counter() - origin)
+            rec["ids"].append(request.request_id)
+            if after is None:
+                after = np.random.get_state()
+            yield request, rate
+        if ramp_up_strategy is not None or self_timed:
+            rec["schedule_note"] = "not replayed: ramp-up or self-timed arrivals"
+            return
+        times, replayed = replay_schedule(state, len(input_requests), request_rate, burstiness)
+        if after is not None and not same_state(replayed, after):
+            rec["schedule_note"] = "not replayed: numpy's state after the tool's draws differs from the replay's"
+            return
+        rec["scheduled_s"] = times
+        rec["schedule_note"] = "replayed from numpy's state at the tool's get_request (checked)"
+
+    serve.get_samples = get_samples
+    serve.get_request = get_request
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    serve.main(args)
+    rec["cpu_s"] = time.process_time() - cpu0
+    rec["wall_s"] = time.perf_counter() - wall0
+    rec["result_file"] = str(Path(args.result_dir or ".") / args.result_filename)
+    Path(job["record"]).write_text(json.dumps(rec), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
