@@ -43,13 +43,21 @@ class Zeros(io.RawIOBase):
 
 
 def build(path: Path, size: int) -> None:
+    import json
+
+    sys.path.insert(0, str(REPO))
+    from lab.evidence.format import ARCHIVE_FORMAT, ARCHIVE_INFO, FORMAT_KEY  # the format verify reads first
+
     digest = hashlib.sha256()
     for _ in range(size // 2**20):
         digest.update(bytes(2**20))
-    sums = f"{digest.hexdigest()}  passes/p1/log.txt\n".encode()
+    info = json.dumps({FORMAT_KEY: ARCHIVE_FORMAT}).encode()
+    sums = (f"{digest.hexdigest()}  passes/p1/log.txt\n"
+            f"{hashlib.sha256(info).hexdigest()}  {ARCHIVE_INFO}\n").encode()
     with tarfile.open(path, "w:gz", compresslevel=1) as t:
         for name, n, data in (("x/SHA256SUMS", len(sums), io.BytesIO(sums)),
-                              ("x/passes/p1/log.txt", size, Zeros(size))):
+                              ("x/passes/p1/log.txt", size, Zeros(size)),
+                              (f"x/{ARCHIVE_INFO}", len(info), io.BytesIO(info))):
             info = tarfile.TarInfo(name)
             info.size = n
             t.addfile(info, data)

@@ -6,11 +6,14 @@ import ast
 import asyncio
 import functools
 import gc
+import hashlib
+import io
 import json
 import os
 import re
 import subprocess
 import sys
+import tarfile
 import time
 import uuid
 from pathlib import Path
@@ -297,6 +300,27 @@ def pins(path: Path) -> dict[str, str]:
 
 def demo_rows() -> list[dict]:
     return [json.loads(line) for line in COMPARISON.read_text(encoding="utf-8").splitlines()]
+
+
+def read_members(path) -> dict[str, bytes]:
+    """{member name: bytes} of every regular file of the tar.gz ``path`` (an archive to edit)."""
+    with tarfile.open(path) as t:
+        return {m.name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
+
+
+def write_members(path, files: dict[str, bytes], resum: bool = True):
+    """Write ``files`` as a tar.gz; with ``resum`` SHA256SUMS is recomputed (a consistent edit)."""
+    if resum:
+        sums = next(n for n in files if n.endswith("/SHA256SUMS"))
+        top = sums.split("/")[0]
+        files[sums] = "".join(f"{hashlib.sha256(d).hexdigest()}  {n[len(top) + 1:]}\n"
+                              for n, d in files.items() if n != sums).encode()
+    with tarfile.open(path, "w:gz") as t:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return path
 
 
 def cut_corpus(path: Path, short: int, medium: int, long: int) -> Path:

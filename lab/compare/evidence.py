@@ -57,8 +57,8 @@ class Evidence:
     info: dict = field(default_factory=dict)
     """ARCHIVE.json: ``partial`` (bool) and ``partial_reason`` of an unfinished campaign."""
     catalog: Catalog | None = None
-    """report/catalog.csv: the catalog the archive was priced with when it was made (None for
-    an archive made before the lab kept it); its ``path`` names the archive's member."""
+    """report/catalog.csv: the catalog the archive was priced with when it was made (None when its
+    catalog file was missing then: ``catalog_missing`` says why); its ``path`` names the archive's member."""
     predictions: dict = field(default_factory=dict)
     """{variant_id: {item id: prediction}} of the variant's first accepted pass (the first pass
     ok when none was accepted), from the pass's predictions file in the archive."""
@@ -75,6 +75,13 @@ class Evidence:
     following it can help (lab.compare.decision.compare_evidence raises it after those checks)."""
     signature: Signature = UNSIGNED
     """Who signed the archive, as verify checked it (lab.evidence.signature): named in the comparison."""
+
+    @property
+    def catalog_missing(self) -> str:
+        """Why the archive holds no catalog (the manifest's record: "not found when the report was
+        built"); '' when it holds one."""
+        record = self.manifest.get("catalog")
+        return str(record.get("missing") or "") if isinstance(record, dict) else ""
 
     @property
     def partial(self) -> bool:
@@ -145,7 +152,8 @@ def read_evidence(archive: str | Path, metric_file: str | Path | None = None,
                   allowed_signers: str | Path | None = None) -> Evidence:
     """Verify ``archive`` (lab.evidence.archive.verify: its signature first, against
     ``allowed_signers``, None: the default location's file when there is one) and read it. Raises
-    ArchiveError for an unreadable file or a signature that does not verify (SignatureError),
+    ArchiveError for an unreadable file, an archive of another format than this lab's
+    (ArchiveFormatError, lab.evidence.format.check_format) or a signature that does not verify (SignatureError),
     CompareError for one that does not verify or lacks a report file.
 
     ``metric_file``: the user's opt-in for an archive whose [quality] metric is their own
@@ -187,7 +195,7 @@ def read_evidence(archive: str | Path, metric_file: str | Path | None = None,
         manifest = _json(top, "report/manifest.json", archive)
         lock = _json(top, "campaign.lock.json", archive, required=False) or {}
         card = _json(top, "corpus_card.json", archive, required=False)
-        info = _json(top, ARCHIVE_INFO, archive, required=False) or {}
+        info = _json(top, ARCHIVE_INFO, archive)
         catalog = _catalog(top, archive)
         predictions = {vid: _read_predictions(top / rel) for vid, (_pid, rel) in chosen.items()
                        if (top / rel).is_file()}

@@ -246,8 +246,8 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
         except PricingError as exc:
             price_note = f"the archive's own catalog does not price its package ({exc})"
         if ev.catalog is None:
-            price_note = (f"the archive holds no catalog (made before report/catalog.csv): its package "
-                          f"is shown at the comparison catalog's price (version {catalog.version})")
+            price_note = (f"the archive holds no catalog (its catalog file was {ev.catalog_missing}): its "
+                          f"package is shown at the comparison catalog's price (version {catalog.version})")
         elif own is not None and q is not None and own.committed_budget != q.committed_budget:
             price_note = (f"price differs: the archive's own catalog (version {ev.catalog.version}) "
                           f"committed {own.committed_budget:.2f} {own.currency} for {gpu} {cost.days} days x "

@@ -25,8 +25,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lab.evidence.format import (
+    ARCHIVE_FORMAT,
     ARCHIVE_INFO,
+    FORMAT_KEY,
     JOURNAL,
+    LAB_SOURCES,
     SUMS,
     ArchiveError,
     MemberBounds,
@@ -95,8 +98,9 @@ def pack(campaign_dir: Path, out_path: Path, include: list[str], partial: str = 
     --with-corpus``, named in ``ARCHIVE.json`` ``corpus``), hashed into ``SHA256SUMS`` like the rest.
 
     Members live under one top folder named after ``out_path``'s stem; ``SHA256SUMS`` lists
-    every member, ``ARCHIVE.json`` says how the archive was made (journal snapshot, links
-    skipped, ``partial``: "" for a final archive, else why it is partial). ``check``: called with
+    every member, ``ARCHIVE.json`` says how the archive was made (its ``format``,
+    lab.evidence.format.ARCHIVE_FORMAT; journal snapshot, links skipped, ``partial``: "" for a final
+    archive, else why it is partial). ``check``: called with
     the packed file before it takes ``out_path``'s name (lab.evidence.assemble verifies it there);
     what it raises leaves nothing written. Returns ``out_path``. Raises ArchiveError when the
     journal cannot be read.
@@ -105,12 +109,12 @@ def pack(campaign_dir: Path, out_path: Path, include: list[str], partial: str = 
     files, skipped = _walk(campaign_dir, include)
     top = out_path.name.removesuffix(".tar.gz")
     tmp = out_path.with_suffix(".partial")
-    info_doc = {"made_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    info_doc = {FORMAT_KEY: ARCHIVE_FORMAT, "made_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "campaign_dir": campaign_dir.name, "partial": bool(partial), "partial_reason": partial,
                 "journal": "snapshot taken with SQLite's backup API (write-ahead log included)",
                 "skipped": skipped,
                 # which lab wrote the report it packs: archive verify compares prose only with the same
-                "lab_sources_sha256": lab_sources_sha256()}
+                LAB_SOURCES: lab_sources_sha256()}
     sources = {rel: campaign_dir / rel for rel in files}
     for rel, src in (extra or {}).items():
         sources[rel] = Path(src)

@@ -9,7 +9,7 @@
   user files its ``task_sha256``; each of these equal in ``protocol_version.json``;
 - ``report/manifest.json`` against them: campaign name, protocol version and sha256, lock time,
   identity, repetitions, seed, threads, the declared variants, the corpus and model files' sha256,
-  and the catalog's sha256 against ``report/catalog.csv``;
+  and the catalog's record (its sha256 against ``report/catalog.csv``, or why it was missing);
 - the journal's plan against the campaign file's variants and repetitions, each attempt's variant
   against its planned slot's;
 - each ``passes/<id>/pass.json`` (the pass's spec) against the journal's attempt and the campaign
@@ -174,7 +174,10 @@ def _check_manifest(scan, raw: dict, cfg, version: dict, problems: list[str]) ->
         if ours != theirs:
             problems.append(disagree(fact, ours, MANIFEST, theirs, where))
     catalog = manifest.get("catalog")
-    if isinstance(catalog, dict) and catalog.get("copy"):
+    if not (isinstance(catalog, dict) and (catalog.get("copy") or catalog.get("missing"))):
+        problems.append(f"{MANIFEST}: no catalog record (its copy {CATALOG}, or why the catalog was missing when "
+                        "the report was built); the prices the archive states cannot be traced")
+    elif catalog.get("copy"):
         copy = str(catalog["copy"])
         if copy not in scan.sha:
             problems.append(f"{MANIFEST} names the catalog copy {copy}, which the archive lacks")

@@ -4,17 +4,33 @@ bounds below, checked on each member's header before a byte of it is read or wri
 
 from __future__ import annotations
 
+import json
 import tarfile
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
 from lab.facts.errors import UserError
+from lab.facts.host import iteralab_command
 from lab.facts.signing import SSH_KEYGEN_PACKAGE, default_allowed_signers
 
 JOURNAL = "journal.sqlite"
 ARCHIVE_INFO = "ARCHIVE.json"
 SUMS = "SHA256SUMS"
+
+ARCHIVE_FORMAT = 1
+"""The evidence archive format this lab writes (ARCHIVE.json ``format``) and the only one it reads:
+which members, raw-table columns, summary fields and ARCHIVE.json keys an archive holds. Raise it
+when a change makes an archive of the format before fail to verify or compare here (a member,
+column or field that the readers now require); ``check_format`` refuses any other. It names the
+layout, never vouches for the contents: an archive that claims it is checked member by member.
+tests/unit/test_archive_format.py pins each format's raw-table columns and summary fields."""
+FORMAT_KEY = "format"
+"""ARCHIVE.json's key for ARCHIVE_FORMAT."""
+LAB_SOURCES = "lab_sources_sha256"
+"""ARCHIVE.json's key for the sha256 of the sources of the lab that wrote the archive
+(lab.facts.files.lab_sources_sha256): verify compares prose (lab.evidence.table_checks.PROSE) only
+when it is its own."""
 
 # Bounds on what one archive may hold (issue 23 part 3). A real campaign's archive has a few
 # files per pass (a 1,000-pass campaign: about 5,000 members), predictions of a few MB per
@@ -49,6 +65,38 @@ class ArchiveError(UserError):
 class CampaignUnfinished(ArchiveError):
     """A campaign with planned slots not yet finished, archived without ``partial``: one line
     with the reason; packing it labelled partial (``archive --partial``) is the way on."""
+
+
+class ArchiveFormatError(ArchiveError):
+    """An archive whose ARCHIVE.json records no format, another one than ARCHIVE_FORMAT, or cannot
+    be read as an object: one line saying which and how to fix it (``check_format``)."""
+
+
+def check_format(name: str, info_json: bytes | None) -> dict:
+    """ARCHIVE.json (``info_json``: its bytes, None when the archive has no readable one) of the
+    archive ``name`` (a file name, shown first) as a dict, when it records ``format`` =
+    ARCHIVE_FORMAT. The first thing every reader of an archive checks (verify, and through it
+    compare and replay). Raises ArchiveFormatError, one line: the format found ("none: made before
+    formats were recorded" when ARCHIVE.json has no ``format``), the one this lab reads, and how to
+    fix it (re-pack the campaign folder with this lab, or read the archive with the lab that made
+    it)."""
+    def refused(found: str) -> ArchiveFormatError:
+        return ArchiveFormatError(f"{name}: evidence archive format {found}, this lab reads format {ARCHIVE_FORMAT}; "
+                                  f"re-pack it from its campaign folder with `{iteralab_command()} archive "
+                                  "CAMPAIGN_FOLDER` using this lab, or read it with the lab version that made it")
+
+    if info_json is None:
+        raise refused(f"unknown (no {ARCHIVE_INFO})")
+    try:
+        info = json.loads(info_json)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        info = None
+    if not isinstance(info, dict):
+        raise refused(f"unknown ({ARCHIVE_INFO} is not a JSON object)")
+    found = info.get(FORMAT_KEY)
+    if type(found) is int and found == ARCHIVE_FORMAT:
+        return info
+    raise refused("none: made before formats were recorded" if found is None else json.dumps(found)[:40])
 
 
 @dataclass(frozen=True)

@@ -574,14 +574,14 @@ def check_agreement_rule(pid: str, row: dict, scan, per_id, ids: list[str], kind
     definition validation applied): the rule the archived campaign file locks (its kind's default
     when it names none), applied to ``per_id`` (the pass against reference pass ``ref``, in the
     order of ``ids``); its figures and verdict against the raw table's ``agreement_*`` cells, and a
-    pass marked accepted beyond the rule named. A raw table without those columns (an archive made
-    before the rule) is not checked; one with them whose cell is empty while the pass was compared
-    with its reference is a problem (the verdict was removed)."""
+    pass marked accepted beyond the rule named. A cell left empty while the pass was compared with
+    its reference is a problem (the verdict was removed); a raw table without those columns is
+    named once by lab.evidence.table_checks.check_raw_table, not here for each pass."""
     from lab.orchestration.agreement import AgreementRule
 
     quality = _locked_table(scan, "quality")
     if quality is None or "agreement_ok" not in row:
-        return  # no readable campaign file (said by locked_task's caller), or an archive older than the rule
+        return  # no readable campaign file (said by locked_task's caller), or no column (check_raw_table)
     try:
         rule = AgreementRule.of(quality, kind)
     except (KeyError, TypeError, ValueError):

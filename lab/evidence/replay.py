@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lab.evidence.archive import extract, verify
-from lab.evidence.format import UNSIGNED, ArchiveError, Signature
+from lab.evidence.format import UNSIGNED, ArchiveError, ArchiveFormatError, Signature
 from lab.facts.errors import ProtocolError
 from lab.facts.files import REPO_ROOT, sha256_file
 from lab.facts.host import iteralab_command
@@ -239,7 +239,8 @@ def replay_archive(archive: str | Path, out: str | Path, *, corpus: str | None =
     location's file when there is one; lab.evidence.signature.check_signature), write ``out`` (a
     campaign file with the archive's protocol; [cost] from ``cost``: {gpu, days, lots, catalog,
     window_start, window_end, tz}, each None = the archive's) and lock it. Refuses an existing
-    ``out``. Raises ReplayError (one line) when the archive or its signature does not verify, the
+    ``out``. Raises ReplayError (one line) when the archive is not of this lab's format
+    (lab.evidence.format.check_format), or it or its signature does not verify, the
     corpus or the model does not give the archive's sha256, or ProtocolError when the lock refuses
     the new file (e.g. a deadline already past)."""
     archive, out = Path(archive), Path(out).resolve()
@@ -251,6 +252,8 @@ def replay_archive(archive: str | Path, out: str | Path, *, corpus: str | None =
         raise ReplayError(f"{archive}: no such archive; give the evidence archive (.tar.gz) to replay")
     try:
         v = verify(archive, allowed_signers=None if allowed_signers is None else Path(allowed_signers))
+    except ArchiveFormatError as exc:  # its own line already names the archive and the fix
+        raise ReplayError(str(exc)) from None
     except ArchiveError as exc:
         raise ReplayError(f"{archive.name} does not verify: {exc}") from None
     if not v.ok:

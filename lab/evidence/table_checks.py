@@ -39,10 +39,10 @@ CHECKED_ELSEWHERE = ("status", "items_completed", "corpus_accepted", "metric", "
 PROSE = ("notes", "starved_reason", "quality_verdict", "infeasible_reason")
 """Raw-table and summary fields that say in words what the figures show, worded by the lab that
 re-derives them. An archive written by another version of the lab's sources (ARCHIVE.json
-``lab_sources_sha256``; absent in archives made before it was recorded) is compared on every other
-field, and a difference in these is listed (``worded``), not a problem: a lab update that words a
-note better must not make older evidence fail. Every figure, status and flag behind them
-(items, metric, ``corpus_accepted``, ``accepted_passes``) is still compared."""
+``lab_sources_sha256``, lab.evidence.format.LAB_SOURCES) in this lab's format is compared on every
+other field, and a difference in these is listed (``worded``), not a problem: a lab update that
+words a note better must not make evidence of the same format fail. Every figure, status and flag
+behind them (items, metric, ``corpus_accepted``, ``accepted_passes``) is still compared."""
 REL_TOL = 1e-9
 SHOWN = 60  # characters of a value shown in a problem line
 
@@ -139,15 +139,10 @@ def check_raw_table(rows: list[dict], derived: list[dict], problems: list[str],
     by_pass = {r["pass_id"]: r for r in derived}
     if rows and columns and list(rows[0]) != columns:
         header = list(rows[0])
-        # an archive made before a column existed: accepted without it while that column re-derives
-        # empty for every one of its rows (nothing claimed, nothing to re-derive), in the same order
-        later = [c for c in columns if c not in header and all(
-            by_pass.get(r["pass_id"], {}).get(c) in (None, "") for r in rows)]
-        if [c for c in columns if c not in later] != header:
-            extra = [str(c) if c is not None else "cells beyond the header" for c in header if c not in columns]
-            problems.append(f"{RAW_TABLE}: columns differ from the ones the report writes "
-                            f"(missing: {', '.join(c for c in columns if c not in header) or 'none'}; extra: "
-                            f"{', '.join(extra) or 'none'})")
+        extra = [str(c) if c is not None else "cells beyond the header" for c in header if c not in columns]
+        problems.append(f"{RAW_TABLE}: columns differ from the ones the report writes "
+                        f"(missing: {', '.join(c for c in columns if c not in header) or 'none'}; extra: "
+                        f"{', '.join(extra) or 'none'})")
     seen: set[str] = set()
     for row in rows:
         pid = row["pass_id"]
@@ -166,24 +161,9 @@ def check_raw_table(rows: list[dict], derived: list[dict], problems: list[str],
                                 f"{in_journal} re-derived from the journal and the pass records")
 
 
-def pre_fix_verdicts(raw_rows: list[dict]) -> dict[str, str]:
-    """{variant_id: quality verdict as a lab before the typed verdict worded it} of a rejected
-    variant, from the raw table's rows: "rejected: " and the first, in sorted order, of the text
-    after "validation: " in each row's notes, cut at 120 characters (so it could carry the notes
-    after the reasons). An archive made then holds that wording; ``check_summary`` accepts it
-    for a variant with no accepted pass, and only the exact text derived from these rows."""
-    by: dict[str, list[dict]] = {}
-    for r in raw_rows:
-        by.setdefault(str(r.get("variant_id")), []).append(r)
-    return {vid: "rejected: " + sorted({str(r.get("notes") or "").split("validation: ")[-1][:120] for r in rs})[0]
-            for vid, rs in by.items() if not any(str(r.get("corpus_accepted")) == "True" for r in rs)}
-
-
-def check_summary(scan, derived: list[dict], problems: list[str], pre_fix: dict[str, str] | None = None,
-                  worded: list[str] | None = None) -> None:
+def check_summary(scan, derived: list[dict], problems: list[str], worded: list[str] | None = None) -> None:
     """Every field of summary.json and every cell of summary.csv equal to the re-derived summary
-    (``pre_fix``: the older wording of a rejected variant's verdict also accepted, ``pre_fix_verdicts``;
-    ``worded``: as for check_raw_table)."""
+    (``worded``: as for check_raw_table)."""
     if SUMMARY_JSON not in scan.kept:
         problems.append(f"{SUMMARY_JSON} missing: the summary a comparison reads cannot be checked")
     else:
@@ -194,18 +174,17 @@ def check_summary(scan, derived: list[dict], problems: list[str], pre_fix: dict[
         if not (isinstance(claimed, list) and all(isinstance(v, dict) for v in claimed)):
             problems.append(f"{SUMMARY_JSON}: not a JSON list of variant objects")
         else:
-            _compare_variants(SUMMARY_JSON, claimed, derived, problems, pre_fix or {}, worded)
+            _compare_variants(SUMMARY_JSON, claimed, derived, problems, worded)
     if SUMMARY_CSV in scan.kept:
         from lab.report.summary import VariantSummary, summary_table
 
         table = summary_table([VariantSummary.from_json(d) for d in derived])
         claimed = list(csv.DictReader(io.StringIO(member_text(scan, SUMMARY_CSV), newline="")))
-        _compare_variants(SUMMARY_CSV, claimed, _csv_rows(table), problems, pre_fix or {}, worded)
+        _compare_variants(SUMMARY_CSV, claimed, _csv_rows(table), problems, worded)
 
 
 def _compare_variants(rel: str, claimed: list[dict], derived: list[dict], problems: list[str],
-                      pre_fix: dict[str, str], worded: list[str] | None = None) -> None:
-    from lab.report.summary import QUALITY_FIELDS  # here: pandas loads only when a summary is compared
+                      worded: list[str] | None = None) -> None:
     ids = [v.get("variant_id") for v in claimed]
     by_id = {v["variant_id"]: v for v in derived}
     for twice, n in Counter(map(str, ids)).items():
@@ -220,10 +199,6 @@ def _compare_variants(rel: str, claimed: list[dict], derived: list[dict], proble
             continue
         d = by_id[vid]
         for key in [*d, *(k for k in v if k not in d)]:
-            if key == "quality_verdict" and key in v and v[key] == pre_fix.get(str(vid)):
-                continue  # an archive made before the verdict came from the typed validation
-            if key not in v and key in QUALITY_FIELDS:
-                continue  # an archive made before the summary held the quality figures
             if key in v and key in d and worded is not None and key in PROSE and not same(v[key], d[key]):
                 worded.append(f"variant {vid} {key} ({rel})")
                 continue
@@ -272,7 +247,7 @@ def check_tables(scan, info: dict, rows: list[dict], journal: JournalRead,
                         f"{str(exc)[:SHOWN]}); the raw table and the summary are not re-derived")
         return None
     check_raw_table(rows, rederived.raw_rows, problems, worded)
-    check_summary(scan, rederived.summary, problems, pre_fix_verdicts(rederived.raw_rows), worded)
+    check_summary(scan, rederived.summary, problems, worded)
     check_results(scan, attempts, problems)
     return rederived
 

@@ -10,6 +10,10 @@ gzip trailer (CRC and length) is read, so an archive cut short is refused. Check
 - nothing but zeros after the tar's last member (its end-of-archive blocks and padding), to the
   end of the gzip stream, whatever gzip members it is made of: what ``tar --ignore-zeros`` would
   unpack past the end is never left unchecked;
+- then, before anything the archive's members claim, its format (ARCHIVE.json ``format``,
+  lab.evidence.format.check_format): an archive of another format than this lab writes, or of
+  none, is refused in one line (the format names the layout the checks below expect; it vouches
+  for nothing);
 - ``SHA256SUMS`` well formed ("<64 hex>  <path>" per line, UTF-8) and equal to every member;
 - the journal's attempts against the raw table: same passes, statuses, items completed and
   metric; a final archive has a finished attempt for every planned slot and none running;
@@ -53,10 +57,12 @@ from lab.evidence.cross_check import check_members_agree, pass_spec
 from lab.evidence.format import (
     ARCHIVE_INFO,
     JOURNAL,
+    LAB_SOURCES,
     SUMS,
     ArchiveError,
     MemberBounds,
     Verification,
+    check_format,
     check_member,
 )
 from lab.evidence.rederive import (
@@ -305,7 +311,8 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
     """Verify ``archive`` (see the module docstring). Returns a Verification whose
     ``problems`` are one line each (a content problem: the archive is not evidence as it stands).
     Raises ArchiveError (one line) when the file is missing, unreadable, cut short, unsafe,
-    or its SHA256SUMS or raw table is malformed.
+    or its SHA256SUMS or raw table is malformed; ArchiveFormatError (an ArchiveError) when it is
+    not of this lab's format (lab.evidence.format.check_format), before any other content check.
 
     ``metric_file``: the user's opt-in to re-derive a ``[quality] metric = "file.py:function"``:
     a local copy of that file, run (in a fresh process) only once its sha256 is the lock's;
@@ -320,6 +327,7 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
     problems: list[str] = []
     with tempfile.TemporaryDirectory() as work:
         scan = _scan(archive, Path(work))
+        info = check_format(archive.name, scan.kept.get(ARCHIVE_INFO))
         if SUMS not in scan.sha:
             return Verification(0, 0, [f"no {SUMS} in the archive"])
         if SUMS in scan.too_large:
@@ -333,17 +341,6 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
         problems += [f"{rel}: not listed in {SUMS}" for rel in scan.sha if rel != SUMS and rel not in listed]
         problems += [f"{rel}: larger than {PARSED_MAX_BYTES} bytes, not re-derived" for rel in scan.too_large
                      if rel != CARD]
-        info = {}
-        if ARCHIVE_INFO in scan.kept:
-            try:
-                info = json.loads(member_text(scan, ARCHIVE_INFO))
-            except json.JSONDecodeError:
-                problems.append(f"{ARCHIVE_INFO}: not JSON")
-            if not isinstance(info, dict):
-                problems.append(f"{ARCHIVE_INFO}: not a JSON object")
-                info = {}
-        else:
-            problems.append(f"{ARCHIVE_INFO} missing: cannot tell whether the archive is final or partial")
         partial = str(info.get("partial_reason") or "unfinished campaign") if info.get("partial") else ""
         bundled = info.get("corpus")
         if bundled:
@@ -370,7 +367,11 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
                          "their acceptance (archive verify runs no code from an archive); give a local copy of "
                          "that file with --metric-file FILE (its sha256 is checked against the lock's, then it "
                          "runs in a fresh process)" for name, pids in sorted(opted_out.items())]
-        written_by, here = info.get("lab_sources_sha256"), lab_sources_sha256()
+        written_by, here = info.get(LAB_SOURCES), lab_sources_sha256()
+        if not isinstance(written_by, str):
+            problems.append(f"{ARCHIVE_INFO}: no {LAB_SOURCES} (the sources of the lab that wrote the archive); "
+                            "its prose is compared as this lab words it")
+            written_by = here
         worded: list[str] | None = None if written_by == here else []
         rederived = check_tables(scan, info, rows, journal, problems, worded) if journal is not None else None
         lab_apart = [] if worded is None else [lab_apart_line(written_by, here, worded)]
@@ -381,11 +382,10 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
     return Verification(len(listed), len(rows), problems, rederived, not_rederived, lab_apart, partial=partial)
 
 
-def lab_apart_line(written_by, here: str, worded: list[str]) -> str:
+def lab_apart_line(written_by: str, here: str, worded: list[str]) -> str:
     """One line: the lab sources that wrote the archive (ARCHIVE.json ``lab_sources_sha256``) and
     this lab's, and the prose fields worded differently (lab.evidence.table_checks.PROSE), not compared."""
-    who = (f"lab sources {str(written_by)[:12]}" if written_by
-           else "a lab that did not record its sources (an older archive)")
+    who = f"lab sources {written_by[:12]}"
     shown = "; ".join(worded[:4]) + (f"; and {len(worded) - 4} more" if len(worded) > 4 else "")
     return (f"written by {who}, re-derived by this lab ({here[:12]}): every figure, status and flag is compared; "
             + (f"prose worded differently, not compared: {shown}" if worded

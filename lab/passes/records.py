@@ -9,7 +9,9 @@ coercion); a value of the wrong type raises ``msgspec.ValidationError`` naming i
 
 A pass that failed carries ``failure_kind`` (a ``lab.facts.errors.FailureKind``); readers compare it,
 never a substring of ``error``. Adding a pass figure: one field here (the runner or the merge
-sets it), one column in ``lab.report.raw_table.COLUMNS`` that reads it.
+sets it), one column in ``lab.report.raw_table.COLUMNS`` that reads it, and
+``lab.evidence.format.ARCHIVE_FORMAT`` raised by one (an archive without the column is of the
+format before).
 """
 
 from __future__ import annotations
@@ -346,8 +348,8 @@ class Attempt(Record, frozen=True):
     """One attempted pass as the journal gives it (lab.orchestration.journal.Journal.attempts): its
     slot, its declared ``variant`` (a typed, frozen ``lab.inputs.variants.Variant``, decoded from the
     row with no dict in between) and ``variant_label``, the label stored with it (``Variant.label``
-    as the lab that wrote the row words it: a re-derived raw table of an older archive keeps its
-    labels), its result (None while running or when none was written), the orchestrator's record
+    as the lab that wrote the row words it: a re-derived raw table of a campaign another lab version
+    ran keeps its labels), its result (None while running or when none was written), the orchestrator's record
     of its ``launch`` (kept with the result in the journal's copy) and its validation (None before
     it was validated); ``verdict`` in words."""
 

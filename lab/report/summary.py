@@ -328,16 +328,6 @@ def summarize(rows: list[dict], feasibility: dict | None = None,
     return [VariantSummary(**d) for d in out]
 
 
-AGREEMENT_FIELDS = ("agreement_max_differing", "agreement_min_cosine", "agreement_ids", "agreement_differing_most",
-                    "agreement_passes_checked", "agreement_passes_beyond")
-"""VariantSummary's agreement-rule fields (issue 31)."""
-QUALITY_FIELDS = ("metric_name", "threshold", "agreement_median", "agreement_worst", "agreement_worst_id",
-                  "agreement_rule", "second_metric_name", "second_metric_median", *AGREEMENT_FIELDS)
-"""VariantSummary's quality fields, added to summary.json on 2026-12-01 (the agreement rule's with
-issue 31): an archive made before holds none of them, which archive verify accepts as absent
-(lab.evidence.table_checks), never as different."""
-
-
 def _quality_figures(validations: list[Validation | None]) -> dict:
     """VariantSummary's quality fields from a variant's validations (see the field docstring)."""
     vs = [v for v in validations if v is not None]

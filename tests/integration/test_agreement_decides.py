@@ -166,9 +166,10 @@ def test_verify_re_derives_the_agreement_verdict_and_an_edited_one_fails(batch_d
                             f"reference pass {reference}: 4 of 17 labels differ") for p in v.problems), v.problems
 
 
-def test_an_archive_without_the_rule_still_verifies_its_passes_not_checked(batch_dependent, tmp_path):
-    """An archive made before the rule: its journal's validations and raw table hold no agreement
-    figures (and a campaign file without the keys): it verifies, the rule 'not checked'."""
+def test_an_archive_without_the_rule_columns_is_named_by_verify(batch_dependent, tmp_path):
+    """An archive laid out as before the rule (its journal's validations and raw table hold no
+    agreement figures), packed as this format: its raw table lacks columns this format holds, and
+    verify names them (no pass is left silently unchecked)."""
     from lab.evidence.archive import verify
 
     _, archive = batch_dependent
@@ -191,8 +192,11 @@ def test_an_archive_without_the_rule_still_verifies_its_passes_not_checked(batch
     w.writerows(rows)
     files[table] = out.getvalue().encode()
     v = verify(write_members(tmp_path / "older.tar.gz", files))
-    assert not any("agreement" in p and "raw table" in p and "re-derived from the journal" not in p
-                   for p in v.problems), v.problems
+    assert v.outcome == "FAILED" and v.rederived is not None, v.problems
+    missing = ", ".join(c for c in v.rederived.raw_rows[0] if c in keys)
+    assert set(missing.split(", ")) == set(keys), missing
+    assert (f"report/raw_table.csv: columns differ from the ones the report writes (missing: {missing}; extra: none)"
+            in v.problems), v.problems
 
 
 # ---- the issue's example: a checkpoint padded on the left -----------------------------------------

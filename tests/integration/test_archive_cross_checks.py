@@ -102,6 +102,21 @@ def test_forged_catalog_copy_disagrees_with_the_manifest(rtx, tmp_path):
         "report/catalog.csv (its bytes) (the members disagree)"], problems
 
 
+def test_a_manifest_without_its_catalog_record_is_named(rtx, tmp_path):
+    """This format's manifest records the catalog it priced with (its copy, or why it was missing):
+    one without the record, its copy dropped too, cannot trace its prices and is named."""
+    _, files = rtx
+    name = member(files, "/report/manifest.json")
+    manifest = json.loads(files[name])
+    del manifest["catalog"]
+    files[name] = json.dumps(manifest).encode()
+    del files[member(files, "/report/catalog.csv")]
+    problems = verify(forged(tmp_path, files)).problems
+    assert problems == ["report/manifest.json: no catalog record (its copy report/catalog.csv, or why the catalog "
+                        "was missing when the report was built); the prices the archive states cannot be traced"], \
+        problems
+
+
 def test_manifest_campaign_facts_disagreeing_fail(rtx, tmp_path):
     _, files = rtx
     name = member(files, "/report/manifest.json")

@@ -14,36 +14,18 @@ import sys
 import tarfile
 
 import pytest
-from conftest import REPO, cut_corpus, write_campaign
+from conftest import REPO, cut_corpus, read_members, write_campaign, write_members
 
 from lab.cli import make_archive
 from lab.evidence.archive import ArchiveError, extract, verify
+from lab.evidence.format import ARCHIVE_FORMAT
+from lab.facts.host import iteralab_command
 
 
 def cli(*args, **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run([sys.executable, "-m", "lab.cli", *map(str, args)], capture_output=True,
                           text=True, cwd=REPO, env={**env, **kw.pop("env", {})}, timeout=300, check=False, **kw)
-
-
-def read_members(path) -> dict[str, bytes]:
-    with tarfile.open(path) as t:
-        return {m.name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
-
-
-def write_members(path, files: dict[str, bytes], resum: bool = True):
-    """Write ``files`` as a tar.gz; with ``resum`` SHA256SUMS is recomputed (a consistent edit)."""
-    if resum:
-        sums = next(n for n in files if n.endswith("/SHA256SUMS"))
-        top = sums.split("/")[0]
-        files[sums] = "".join(f"{hashlib.sha256(d).hexdigest()}  {n[len(top) + 1:]}\n"
-                              for n, d in files.items() if n != sums).encode()
-    with tarfile.open(path, "w:gz") as t:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            t.addfile(info, io.BytesIO(data))
-    return path
 
 
 def member(files, suffix):
@@ -252,9 +234,13 @@ def test_verify_streams_members_within_bounded_memory(tmp_path):
     bomb = tmp_path / "bomb.tar.gz"
     size = 2**29
     with tarfile.open(bomb, "w:gz", compresslevel=1) as t:
-        for name in ("x/SHA256SUMS", "x/passes/p1/log.txt"):
+        for name in ("x/ARCHIVE.json", "x/SHA256SUMS", "x/passes/p1/log.txt"):
             info = tarfile.TarInfo(name)
-            if name.endswith("log.txt"):
+            if name.endswith("ARCHIVE.json"):  # of this format: read first, then the members
+                blob = json.dumps({"format": ARCHIVE_FORMAT}).encode()
+                info.size = len(blob)
+                t.addfile(info, io.BytesIO(blob))
+            elif name.endswith("log.txt"):
                 info.size = size
                 t.addfile(info, _Zeros(size))
             else:
@@ -342,15 +328,65 @@ def test_acceptance_is_re_derived_from_the_predictions_and_the_locked_threshold(
 
 def test_odd_json_members_give_problem_lines_never_a_traceback(archive, tmp_path):
     files = read_members(archive)
-    files[member(files, "/ARCHIVE.json")] = b"[]"
     files[member(files, "/result.json")] = b"[1]"
     gold = member(files, "/report/gold_labels.jsonl")
     files[gold] = b'{"id": 1, "label": 2}\n' + files[gold]
     r = cli("archive", "verify", write_members(tmp_path / "odd.tar.gz", files))
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
-    assert "FAIL ARCHIVE.json: not a JSON object" in r.stdout
     assert "result.json is not a JSON object" in r.stdout
     assert "gold_labels.jsonl line 1: not a JSON object with string id and label" in r.stdout
+    # an ARCHIVE.json that is no object gives no format: refused in one line, before any other check
+    files[member(files, "/ARCHIVE.json")] = b"[]"
+    r = cli("archive", "verify", write_members(tmp_path / "odd-info.tar.gz", files))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stdout.strip() == ("FAILED: odd-info.tar.gz: evidence archive format unknown (ARCHIVE.json is not a "
+                                f"JSON object), this lab reads format {ARCHIVE_FORMAT}; re-pack it from its "
+                                f"campaign folder with `{iteralab_command()} archive CAMPAIGN_FOLDER` using this lab, "
+                                "or read it with the lab version that made it"), r.stdout
+
+
+FORMAT_EDITS = {"no format": (lambda info: {k: v for k, v in info.items() if k != "format"},
+                              "none: made before formats were recorded"),
+                "another format": (lambda info: {**info, "format": ARCHIVE_FORMAT + 1}, str(ARCHIVE_FORMAT + 1))}
+
+
+@pytest.mark.parametrize("edit", FORMAT_EDITS)
+def test_an_archive_of_no_format_or_another_is_refused_in_one_line_by_every_reader(archive, tmp_path, edit):
+    """archive verify, compare and replay read the archive's format first (lab.evidence.format.check_format):
+    an archive whose ARCHIVE.json records none, or another, is refused in the same one line, which says
+    what it is and how to fix it; nothing is written."""
+    fn, found = FORMAT_EDITS[edit]
+    files = read_members(archive)
+    name = member(files, "/ARCHIVE.json")
+    files[name] = json.dumps(fn(json.loads(files[name]))).encode()
+    old = write_members(tmp_path / "old.tar.gz", files)
+    line = (f"old.tar.gz: evidence archive format {found}, this lab reads format {ARCHIVE_FORMAT}; re-pack it from "
+            f"its campaign folder with `{iteralab_command()} archive CAMPAIGN_FOLDER` using this lab, or read it with "
+            "the lab version that made it")
+    window = ["--window-start", "2026-12-01T09:00+01:00", "--deadline", "2026-12-05T09:00+01:00", "--allow-short"]
+    for args, shown in ((("archive", "verify", old), f"FAILED: {line}"),
+                        (("compare", old, archive, "--load", 1000, *window, "--out", tmp_path / "cmp"),
+                         f"iteralab: error: {line}"),
+                        (("campaign", "replay", old, "--out", tmp_path / "replay" / "campaign.toml"),
+                         f"iteralab: error: {line}")):
+        r = cli(*args)
+        assert r.returncode == 2 and (r.stdout + r.stderr).strip() == shown, (args[0], r.stdout, r.stderr)
+    assert not (tmp_path / "cmp").exists() and not (tmp_path / "replay").exists()
+
+
+def test_an_archive_info_claiming_this_format_is_still_checked_member_by_member(archive, tmp_path):
+    """The format is no trust signal: ARCHIVE.json edited (its format kept) without SHA256SUMS is
+    named, and with SHA256SUMS re-hashed its claim is checked (a final campaign said partial)."""
+    files = read_members(archive)
+    name = member(files, "/ARCHIVE.json")
+    info = json.loads(files[name])
+    assert info["format"] == ARCHIVE_FORMAT and info["partial"] is False
+    files[name] = json.dumps({**info, "skipped": [{"path": "x", "reason": "forged"}]}).encode()
+    v = verify(write_members(tmp_path / "unsummed.tar.gz", dict(files), resum=False))
+    assert v.problems == ["ARCHIVE.json: sha256 does not match SHA256SUMS"], v.problems
+    files[name] = json.dumps({**info, "corpus": "corpus/forged.jsonl"}).encode()
+    v = verify(write_members(tmp_path / "resummed.tar.gz", dict(files)))
+    assert v.problems == ["ARCHIVE.json names the corpus corpus/forged.jsonl, which the archive lacks"], v.problems
 
 
 def test_links_written_into_a_pass_folder_are_never_read(model_dir, tmp_path):

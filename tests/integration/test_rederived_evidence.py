@@ -7,13 +7,13 @@ SHA256SUMS, as a person with a text editor would."""
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
-import tarfile
 
 import pytest
 from conftest import cut_corpus, write_campaign
+from conftest import read_members as members
+from conftest import write_members as repack  # SHA256SUMS recomputed: a consistent edit
 
 from lab.compare import CompareError, compare_archives
 from lab.evidence.archive import verify
@@ -48,25 +48,6 @@ def archives(tmp_path_factory, model_dir) -> dict:
         for key, gpu in (("rtx", "rtx-4090"), ("b200", "b200")):
             out[verdict, key] = _archive(d / f"{verdict}-{key}", model_dir, corpus, gpu, threshold)
     return out
-
-
-def members(path) -> dict[str, bytes]:
-    with tarfile.open(path) as t:
-        return {m.name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
-
-
-def repack(path, files: dict[str, bytes]):
-    """Write ``files`` as a tar.gz with SHA256SUMS recomputed (a consistent edit)."""
-    sums = next(n for n in files if n.endswith("/SHA256SUMS"))
-    top = sums.split("/")[0]
-    files[sums] = "".join(f"{hashlib.sha256(d).hexdigest()}  {n[len(top) + 1:]}\n"
-                          for n, d in files.items() if n != sums).encode()
-    with tarfile.open(path, "w:gz") as t:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            t.addfile(info, io.BytesIO(data))
-    return path
 
 
 def member(files, suffix: str) -> str:
@@ -205,19 +186,47 @@ def test_an_archive_from_another_lab_version_is_judged_on_its_figures_not_its_wo
     same_lab = verify(repack(tmp_path / "same-lab.tar.gz", dict(files)))
     assert same_lab.outcome == "FAILED" and any(p.startswith(f"pass {pid}: notes ") for p in same_lab.problems)
 
-    for older in ({**info, "lab_sources_sha256": "0" * 64}, {k: x for k, x in info.items()
-                                                             if k != "lab_sources_sha256"}):
-        files[info_name] = json.dumps(older).encode()
-        v = verify(repack(tmp_path / "older.tar.gz", dict(files)))
-        assert v.outcome == "OK" and v.problems == [], v.problems
-        [line] = v.lab_apart
-        assert f"pass {pid} notes" in line and "quality_verdict" in line and "not compared" in line
-        assert ("lab sources 000000000000" in line) == ("lab_sources_sha256" in older)
+    files[info_name] = json.dumps({**info, "lab_sources_sha256": "0" * 64}).encode()
+    v = verify(repack(tmp_path / "other-lab.tar.gz", dict(files)))
+    assert v.outcome == "OK" and v.problems == [], v.problems
+    [line] = v.lab_apart
+    assert f"pass {pid} notes" in line and "quality_verdict" in line and "not compared" in line
+    assert "lab sources 000000000000" in line
+
+    # this format records the lab that wrote the archive: without it, verify names the key and
+    # compares the prose as its own
+    files[info_name] = json.dumps({k: x for k, x in info.items() if k != "lab_sources_sha256"}).encode()
+    v = verify(repack(tmp_path / "no-lab.tar.gz", dict(files)))
+    assert v.outcome == "FAILED" and v.lab_apart == [], v.lab_apart
+    assert ("ARCHIVE.json: no lab_sources_sha256 (the sources of the lab that wrote the archive); its prose is "
+            "compared as this lab words it") in v.problems, v.problems
+    assert any(p.startswith(f"pass {pid}: notes ") for p in v.problems), v.problems
+    files[info_name] = json.dumps(info).encode()
 
     items = [{**r, "items_per_s": str(float(r["items_per_s"]) * 2)} for r in reworded]  # a figure
     put_table(files, name, items)
     v = verify(repack(tmp_path / "figure.tar.gz", dict(files)))
     assert v.outcome == "FAILED" and any(p.startswith(f"pass {pid}: items_per_s ") for p in v.problems), v.problems
+
+
+def test_a_rejected_verdict_worded_from_the_notes_is_named_by_verify(archives, tmp_path):
+    """A lab before the typed verdict worded a rejected variant's verdict from its raw-table notes
+    ("rejected: " and the notes after "validation: ", cut at 120 characters); this format's
+    summary holds the validation's reasons: that wording in summary.json is a problem naming the
+    variant and the field."""
+    files = members(archives["rejected", "rtx"])
+    _, rows = table(files)
+    sname = member(files, "/report/summary.json")
+    summary = json.loads(files[sname])
+    cut = {s["variant_id"]: "rejected: " + sorted({r["notes"].split("validation: ")[-1][:120] for r in rows
+                                                    if r["variant_id"] == s["variant_id"]})[0] for s in summary}
+    assert all(cut[s["variant_id"]] != s["quality_verdict"] for s in summary), (cut, summary)
+    files[sname] = json.dumps([{**s, "quality_verdict": cut[s["variant_id"]]} for s in summary]).encode()
+    v = verify(repack(tmp_path / "cut-verdict.tar.gz", files))
+    named = [p for p in v.problems if "quality_verdict" in p]
+    assert v.outcome == "FAILED" and len(named) == len(summary), v.problems
+    assert all(p.startswith(f"variant {s['variant_id']}: quality_verdict ") and " in report/summary.json, " in p
+               for p, s in zip(named, summary, strict=True)), named
 
 
 def test_no_decision_says_why_in_one_line_counted_from_the_exclusions(archives, tmp_path):

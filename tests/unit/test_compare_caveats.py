@@ -75,3 +75,18 @@ def test_setup_sums_every_set_up_phase_of_the_record_engine_start_and_compile_in
     p = project(ev, variant(0), load_catalog(None), 1000, None, 2)
     assert p.setup_s == 1.0 + 2.0 + 61.9 + 4.0 + 3.0
     assert projection_row(p)["setup_s"] == p.setup_s
+
+
+def test_an_archive_without_its_catalog_is_priced_at_the_comparisons_saying_why():
+    """An archive whose catalog file was missing when its report was built (its manifest says so):
+    its package is shown at the comparison catalog's price, with the manifest's reason."""
+    import dataclasses
+
+    catalog = load_catalog(None)
+    ev = evidence("a")
+    gone = {"path": "/gone/prices.csv", "missing": "not found when the report was built"}
+    ev = dataclasses.replace(ev, manifest={**ev.manifest, "catalog": gone})
+    p = project(ev, variant(0), catalog, 1000, None, 2)
+    assert p.price_note == ("the archive holds no catalog (its catalog file was not found when the report was "
+                            "built): its package is shown at the comparison catalog's price (version "
+                            f"{catalog.version})")

@@ -59,25 +59,26 @@ def test_a_rejected_variants_verdict_is_its_validation_reasons_and_nothing_after
     assert attempts[0].verdict == "accepted (macro_f1 0.6000)"
 
 
-def test_an_archive_made_before_the_fix_keeps_verifying_with_its_older_wording(tmp_path):
-    """archive verify accepts the older verdict only as the exact text the pre-fix rule cuts
-    from the raw rows, and only for a variant with no accepted pass."""
-    from lab.evidence.table_checks import _compare_variants, pre_fix_verdicts
+def test_a_summary_with_the_verdict_cut_from_the_notes_is_named_by_verify(tmp_path):
+    """The wording a lab before the typed verdict gave a rejected variant ("rejected: " and the
+    notes after "validation: ", cut at 120 characters) is not what this format's summary holds:
+    archive verify names it (written by the same lab), and lists it as worded otherwise, never
+    silently accepted."""
+    from lab.evidence.table_checks import _compare_variants
 
     attempts = _journal(tmp_path)
     rows = raw_rows(attempts, "c", 1, tmp_path)
     derived = [s.to_json() for s in campaign_summary(rows, attempts)]
-    old = pre_fix_verdicts([{**r, "corpus_accepted": str(r["corpus_accepted"])} for r in rows])
-    rejected_id = rows[1]["variant_id"]
-    assert list(old) == [rejected_id] and "| empty memory cells" in old[rejected_id]
+    cut = "rejected: " + rows[1]["notes"].split("validation: ")[-1][:120]
+    assert "| empty memory cells" in cut and cut != derived[1]["quality_verdict"]
     claimed = [dict(d) for d in derived]
-    claimed[1]["quality_verdict"] = old[rejected_id]
+    claimed[1]["quality_verdict"] = cut
     problems: list[str] = []
-    _compare_variants("report/summary.json", claimed, derived, problems, old)
-    assert problems == []
-    claimed[1]["quality_verdict"] = "rejected: something else"
-    _compare_variants("report/summary.json", claimed, derived, problems, old)
-    assert len(problems) == 1 and "quality_verdict" in problems[0]
+    _compare_variants("report/summary.json", claimed, derived, problems)
+    assert len(problems) == 1 and problems[0].startswith(f"variant {rows[1]['variant_id']}: quality_verdict "), problems
+    worded: list[str] = []
+    _compare_variants("report/summary.json", claimed, derived, problems, worded)
+    assert len(problems) == 1 and worded == [f"variant {rows[1]['variant_id']} quality_verdict (report/summary.json)"]
 
 
 def test_the_summary_says_the_quality_behind_the_verdict(tmp_path):
@@ -93,17 +94,28 @@ def test_the_summary_says_the_quality_behind_the_verdict(tmp_path):
     assert "macro_f1 median 0.4000 (threshold 0.55)" in rejected.quality_text()
 
 
-def test_an_archive_summary_without_the_quality_fields_still_verifies(tmp_path):
+QUALITY_FIELDS = ("metric_name", "threshold", "agreement_median", "agreement_worst", "agreement_worst_id",
+                  "agreement_rule", "second_metric_name", "second_metric_median", "agreement_max_differing",
+                  "agreement_min_cosine", "agreement_ids", "agreement_differing_most", "agreement_passes_checked",
+                  "agreement_passes_beyond")
+
+
+def test_a_summary_without_the_quality_fields_is_named_field_by_field(tmp_path):
+    """This format's summary.json holds every quality field: one left out is a problem naming it
+    and its variant, as one present but different is."""
     from lab.evidence.table_checks import _compare_variants
-    from lab.report.summary import QUALITY_FIELDS
 
     attempts = _journal(tmp_path)
     derived = [s.to_json() for s in campaign_summary(raw_rows(attempts, "c", 1, tmp_path), attempts)]
-    older = [{k: x for k, x in d.items() if k not in QUALITY_FIELDS} for d in derived]
+    assert all(k in d for d in derived for k in QUALITY_FIELDS)
+    without = [{k: x for k, x in d.items() if k not in QUALITY_FIELDS} for d in derived]
     problems: list[str] = []
-    _compare_variants("report/summary.json", older, derived, problems, {})
-    assert problems == []
+    _compare_variants("report/summary.json", without, derived, problems)
+    named = {(p.split(":")[0], p.split(": ")[1].split(" ")[0]) for p in problems}
+    assert len(problems) == len(derived) * len(QUALITY_FIELDS), problems
+    assert named == {(f"variant {d['variant_id']}", k) for d in derived for k in QUALITY_FIELDS}, named
+    problems.clear()
     forged = [dict(d) for d in derived]
     forged[0]["agreement_median"] = 0.5  # present but different: a problem
-    _compare_variants("report/summary.json", forged, derived, problems, {})
+    _compare_variants("report/summary.json", forged, derived, problems)
     assert len(problems) == 1 and "agreement_median" in problems[0]
