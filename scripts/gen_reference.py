@@ -209,8 +209,9 @@ def campaign_page() -> str:
         out += [f"## [{name}]", "", doc_line(cls), ""]
         if cls is config.TaskSection:
             out += ["Keys each kind reads besides `kind` (another kind's key is refused): "
-                    + "; ".join(f"{kind.name}: {listed(kind.keys) if kind.keys else 'none'}"
-                                for kind in KINDS.values()) + ".", ""]
+                    + "; ".join(f"{kind.name}: {listed(kind.accepted_keys) if kind.accepted_keys else 'none'}"
+                                for kind in KINDS.values()) + ". `entry` and `files` beside `embedding` or "
+                    "`generation`: the user's own code returns that kind's result (docs/task-custom.md).", ""]
         out += key_table(name, cls) + [""]
     out += ["## [defaults] and [[series]]: variant fields", "",
             doc_line(variants.Variant), "",

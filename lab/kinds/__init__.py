@@ -34,10 +34,18 @@ class UnknownKind(UserError):
     """A kind name this lab does not know (a campaign file's typo, a pass.json of another lab)."""
 
 
-def task_kind(name: str | None) -> TaskKind:
-    """The kind named ``name`` (None or "": the default kind). Raises UnknownKind (one line,
-    naming the known kinds) for another name."""
+def task_kind(name: str | None, entry: bool = False) -> TaskKind:
+    """The kind named ``name`` (None or "": the default kind); with ``entry`` (a [task] entry is
+    declared), the kind as the user's code runs it (TaskKind.run_by_entry) where it can be. Raises
+    UnknownKind (one line, naming the known kinds) for another name."""
     kind = KINDS.get(name or DEFAULT_KIND)
     if kind is None:
         raise UnknownKind(f"task kind {name!r} unknown to this lab; known: {', '.join(KINDS)}")
-    return kind
+    return kind.run_by_entry() if entry and kind.entry is not None else kind
+
+
+def kind_of_task(task: dict | None) -> TaskKind:
+    """The kind of a pass's ``task`` extra (pass.json's ``extra.task``: ``kind``, and ``entry``
+    when the user's code runs it); raises UnknownKind as :func:`task_kind`."""
+    task = task or {}
+    return task_kind(task.get("kind"), entry=bool(task.get("entry")))

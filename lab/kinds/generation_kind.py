@@ -1,8 +1,8 @@
 """The generation kind: a causal language model's text per prompt
-(pass job lab.passes.tasks.generation.GenerationJob)."""
+(pass job lab.passes.tasks.generation.GenerationJob; the user's own ``generate``: entry_kinds.EntryGenerationJob)."""
 
 from lab.facts.constants import AGREEMENT_MAX_DIFFERING_LABELS
-from lab.kinds.kind import CAUSAL_LM, TEXT, TRANSFORMERS, VLLM, Metric, TaskKind
+from lab.kinds.kind import CAUSAL_LM, TEXT, TRANSFORMERS, VLLM, EntryRun, Metric, TaskKind
 
 # exact match after the declared normalisation, SQuAD token F1 (lab.passes.tasks.text_metrics); the
 # one [quality] names is judged, the other is reported beside it
@@ -17,4 +17,6 @@ GENERATION = TaskKind(
     user_metric=False, engines=(TRANSFORMERS, VLLM), vllm_runner="generate", record=TEXT, architecture=CAUSAL_LM,
     agreement_max_differing=AGREEMENT_MAX_DIFFERING_LABELS, agreement_noun="outputs", model_labels=False,
     lab_tokenizes=True, keys_private=True, labels_role="the reference answers of the metric",
-    fixed_padding="longest")  # the job pads each batch on the left to its longest prompt
+    fixed_padding="longest",  # the job pads each batch on the left to its longest prompt
+    entry=EntryRun("lab.passes.tasks.entry_kinds:EntryGenerationJob", "generate",
+                   "a sequence of str, one output per prompt"))

@@ -11,7 +11,7 @@ transformers (tests/unit/test_kinds.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lab.facts.constants import AGREEMENT
 
@@ -33,6 +33,22 @@ ARCHITECTURES = (SEQUENCE_CLASSIFICATION, ENCODER, CAUSAL_LM, ANY)
 
 TRANSFORMERS, VLLM = "transformers", "vllm"
 """The engines a variant declares (lab.inputs.variants.Variant.engine)."""
+
+ENTRY_KEYS = ("entry", "files")
+"""The [task] keys naming the user's own code: ``entry`` ("file.py:Class") and the ``files`` it reads."""
+
+
+@dataclass(frozen=True)
+class EntryRun:
+    """How the user's own code (``[task] entry``) runs a kind in place of its built-in job: ``job``
+    (``"module:Class"`` of the pass job handing the lab's batches to the entry), ``method`` (the
+    entry's method the job calls once per batch) and ``returns`` (what it returns, in the words
+    its refusals and the docs use). The results are the kind's own record, judged exactly as the
+    built-in job's (validation, metrics, agreement, verify, compare)."""
+
+    job: str
+    method: str
+    returns: str
 
 
 @dataclass(frozen=True)
@@ -71,7 +87,9 @@ class TaskKind:
     keys_private: its keys are left out of other kinds' pass.json (they never held them).
     labels_role: what the corpus labels are to it, in the lock's words (None: labels the model
     must be able to produce, checked against its id2label). fixed_padding: the one ``padding`` its
-    job honours (a variant declaring another is refused at lock), None when it honours each."""
+    job honours (a variant declaring another is refused at lock), None when it honours each.
+    entry: how the user's own code runs it (``[task] entry``, :meth:`run_by_entry`), None when it
+    cannot. by_entry: True for the kind as the user's code runs it (its own, or ``run_by_entry``)."""
 
     name: str
     job: str
@@ -90,6 +108,8 @@ class TaskKind:
     keys_private: bool
     labels_role: str | None
     fixed_padding: str | None = None
+    entry: EntryRun | None = None
+    by_entry: bool = False
 
     def __post_init__(self) -> None:
         assert self.record in RECORDS and self.architecture in ARCHITECTURES, self
@@ -115,6 +135,26 @@ class TaskKind:
     def article(self) -> str:
         """Its name after its indefinite article: "a generation", "an embedding"."""
         return ("an " if self.name[:1].lower() in "aeiou" else "a ") + self.name
+
+    @property
+    def accepted_keys(self) -> tuple[str, ...]:
+        """The [task] keys besides ``kind`` a campaign file of this kind may hold: its own, and
+        ENTRY_KEYS when the user's code may run it."""
+        return tuple(dict.fromkeys(self.keys + (ENTRY_KEYS if self.entry is not None else ())))
+
+    def run_by_entry(self) -> TaskKind:
+        """This kind as the user's own code runs it (``[task] entry`` declared): the entry's job,
+        the transformers engine only (the code is the user's), any checkpoint (the code loads its
+        own model; the lab keeps the [model] tokenizer for buckets and token counts), the lab
+        tokenizing nothing it hands over, no fixed padding (the code pads itself). The record,
+        metrics and agreement rule stay the kind's. Itself for a kind already run by the user's code;
+        ValueError for a kind with no ``entry``."""
+        if self.by_entry:
+            return self
+        if self.entry is None:
+            raise ValueError(f"{self.name}: the user's code does not run this kind")
+        return replace(self, job=self.entry.job, engines=(TRANSFORMERS,), vllm_runner=None, architecture=ANY,
+                       model_labels=False, lab_tokenizes=False, fixed_padding=None, by_entry=True)
 
     def runs_on(self, engine: str) -> bool:
         """True when ``engine`` (a variant's ``engine``) runs this kind in this lab."""

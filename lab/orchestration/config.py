@@ -91,7 +91,7 @@ def parse_section(cls, table: Any, section: str):
     if cls is TaskSection:  # a key no kind reads: name the keys of the declared kind only
         kind = table.get("kind", "classification")
         check_value(kind, hints["kind"], f"[{section}] kind")  # typed before it is looked up: ["x"] is unhashable
-        own = KINDS[kind].keys if kind in KINDS else ()
+        own = KINDS[kind].accepted_keys if kind in KINDS else ()
         check_keys({k: v for k, v in table.items() if k not in hints}, ("kind", *own),
                    f"[{section}]", f"valid keys for kind = {json.dumps(kind, default=str)}")
     check_keys(table, hints, f"[{section}]")
@@ -178,7 +178,9 @@ class TaskSection:
     ``embedding``: ``pooling`` ("mean": mean of the last hidden state over the attention mask)
     and ``normalize`` (L2, default true), recorded in each pass's result. ``custom``: ``entry``
     ``"path/to/file.py:ClassName"`` (the user's inference code, lab.passes.tasks.custom) and ``files``,
-    other files it reads (hashed into the lock with it). ``generation``: ``prompt`` (template
+    other files it reads (hashed into the lock with it); ``embedding`` and ``generation`` take them
+    too, the entry then returning vectors (``embed``) or texts (``generate``) in place of the
+    built-in job (lab.passes.tasks.entry_kinds). ``generation``: ``prompt`` (template
     holding ``{text}`` once), ``max_new_tokens``, ``stop`` strings, ``max_text_tokens`` (the
     item's text cut to its first N tokens, 0 = whole), ``decoding`` ("greedy" only): the rule of
     lab.passes.tasks.generation_core.GenerationRule, checked by it; ``normalisation``: how outputs
@@ -210,11 +212,26 @@ class TaskSection:
                 check = getattr(self, f"_check_{kind.name}", None)  # the kind's own values, when it has any
                 if check is not None:
                     check()
+                if kind.entry is not None and not kind.by_entry:  # the user's own code may run it
+                    self._check_entry()
                 continue
             for key in kind.keys:
-                if getattr(self, key) not in (None, ()):
-                    raise ConfigError(f'[task] {key} applies to kind = "{kind.name}" only; remove it, or set '
+                if key not in declared.accepted_keys and getattr(self, key) not in (None, ()):
+                    takers = " or ".join(f'"{k.name}"' for k in KINDS.values() if key in k.accepted_keys)
+                    raise ConfigError(f"[task] {key} applies to kind = {takers} only; remove it, or set "
                                       f'kind = "{kind.name}"')
+
+    def _check_entry(self) -> None:
+        """The user's code, where the kind takes it (``entry`` optional): a well-formed reference,
+        ``files`` only beside it and each a path."""
+        if self.entry:
+            parse_entry(self.entry, "[task] entry")
+        elif self.files:
+            raise ConfigError("[task] files lists the files an entry reads; declare entry = "
+                              "\"path/to/file.py:ClassName\" beside it, or remove files")
+        for f in self.files:
+            if not isinstance(f, str) or not f:
+                raise ConfigError("[task] files lists file paths (strings) the entry reads")
 
     def _check_embedding(self) -> None:
         if self.pooling not in POOLINGS:
@@ -224,10 +241,7 @@ class TaskSection:
     def _check_custom(self) -> None:
         if not self.entry:
             raise ConfigError('[task] kind = "custom" needs entry = "path/to/file.py:ClassName"')
-        parse_entry(self.entry, "[task] entry")
-        for f in self.files:
-            if not isinstance(f, str) or not f:
-                raise ConfigError("[task] files lists file paths (strings) the entry reads")
+        self._check_entry()
 
     def _check_generation(self) -> None:
         from lab.passes.tasks.generation_core import GenerationRuleError

@@ -479,7 +479,7 @@ def check_user_code(proto) -> list[Check]:
             out.append(Check(role, False, f"{where} {ref!r}: {files[role]} not found; {hint}"))
             continue
         full = f"{files[role]}:{ref.rsplit(':', 1)[1]}"
-        why = check_in_fresh_process(full, metric=role == "metric")
+        why = check_in_fresh_process(full, metric=role == "metric", entry_run=proto.kind.entry)
         out.append(Check(role, not why, why or f"{ref} imports in a fresh process and has the protocol"))
     for role, path in files.items():
         if role.startswith("file:") and path.is_dir():

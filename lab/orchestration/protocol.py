@@ -18,7 +18,7 @@ from lab.facts.errors import ProtocolError
 from lab.facts.files import REPO_ROOT, sha256_bytes
 from lab.facts.host import iteralab_command
 from lab.inputs.variants import Variant, VariantError, expand_series, find_variant
-from lab.kinds import KINDS
+from lab.kinds import KINDS, task_kind
 from lab.kinds.kind import VLLM, TaskKind
 from lab.orchestration.config import CampaignConfig, ConfigError, CostSection, parse_config
 
@@ -84,8 +84,9 @@ class Protocol:
 
     @property
     def kind(self) -> TaskKind:
-        """The [task] kind's object (lab.kinds): what differs by kind."""
-        return KINDS[self.config.task.kind]
+        """The [task] kind's object (lab.kinds): what differs by kind; with a [task] entry, the kind
+        as the user's code runs it (lab.kinds.kind.TaskKind.run_by_entry)."""
+        return task_kind(self.config.task.kind, entry=bool(self.config.task.entry))
 
     def task_files(self) -> dict[str, Path]:
         """{role: path} of the user's files the protocol runs: ``entry`` (a custom task's code),
@@ -109,7 +110,8 @@ class Protocol:
         task, kind = self.config.task, self.kind
         if not kind.keys:  # a kind with no [task] keys (classification): its pass.json is unchanged
             return {}
-        private = {k for other in KINDS.values() if other.keys_private and other is not kind for k in other.keys}
+        private = {k for other in KINDS.values() if other.keys_private and other.name != kind.name
+                   for k in other.keys if k not in kind.accepted_keys}
         d = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(task).items()
              if k not in private}  # generation's keys stay out of the other kinds' pass.json
         if task.entry:
@@ -189,6 +191,10 @@ def refuse_unsupported(proto: Protocol, path: Path) -> None:
     custom entry compiles itself)."""
     kind = proto.kind
     vllm = [v.name for v in proto.variants if v.engine == VLLM]
+    if vllm and kind.by_entry and KINDS[kind.name].runs_on(VLLM):
+        raise ProtocolError(f"{refusal_name(path)}: variant {vllm[0]} declares engine = \"vllm\", but [task] entry "
+                            "runs every pass with your own code; declare engine = \"transformers\" for it, or "
+                            "remove [task] entry to measure vLLM")
     if vllm and not kind.runs_on(VLLM):
         runs = ", ".join(k.name for k in KINDS.values() if k.runs_on(VLLM))
         raise ProtocolError(f"{refusal_name(path)}: variant {vllm[0]} declares engine = \"vllm\", which runs "

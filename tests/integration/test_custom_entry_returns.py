@@ -8,8 +8,9 @@ import pytest
 from conftest import cut_corpus, demo_rows
 
 from lab.inputs.variants import Variant
+from lab.kinds.custom_kind import PREDICT_RETURNS
 from lab.passes.spec import PassSpec
-from lab.passes.tasks.custom import PREDICT_RETURNS, CustomJob, EntryFailed
+from lab.passes.tasks.custom import CustomJob, EntryFailed
 
 ENTRY = '''
 class Entry:

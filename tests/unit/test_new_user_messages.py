@@ -134,7 +134,8 @@ def test_an_unknown_task_key_lists_the_declared_kinds_keys_only():
     msg = str(exc.value)
     assert msg.startswith("[task] unknown key 'temperature'; valid keys for kind = \"generation\": ")
     listed = set(msg.split(": ", 1)[1].split(", "))
-    assert listed == {"kind", "prompt", "max_new_tokens", "stop", "max_text_tokens", "decoding", "normalisation"}
+    assert listed == {"kind", "prompt", "max_new_tokens", "stop", "max_text_tokens", "decoding", "normalisation",
+                      "entry", "files"}  # the user's own code may run a generation
     with pytest.raises(ConfigError, match="did you mean 'pooling'"):
         parse_section(TaskSection, {"kind": "embedding", "poling": "mean"}, "task")
     # another kind's key keeps its own refusal (it applies to that kind only)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lab.passes.tasks.custom import PREDICT_RETURNS, predict_refusal
+from lab.kinds.custom_kind import PREDICT_RETURNS
+from lab.passes.tasks.custom import predict_refusal
 
 
 def test_any_sequence_of_str_is_accepted_and_read_once():

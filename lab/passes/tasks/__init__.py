@@ -1,15 +1,15 @@
 """Task kinds (SPEC 2: task): the job a pass measures, one class per kind.
 
 :func:`job_for` picks the class from ``PassSpec.extra["task"]["kind"]`` (absent:
-classification), or vLLM's job (lab.passes.tasks.vllm_job) for a variant declaring
-``engine = "vllm"``. A new kind is one more module with a class satisfying
-:class:`lab.passes.tasks.job.Job`, named by the ``job`` of its kind object (lab.kinds, one line
-of :data:`lab.kinds.KINDS`).
+classification; with an ``entry``, the kind's job that runs the user's code), or vLLM's job
+(lab.passes.tasks.vllm_job) for a variant declaring ``engine = "vllm"``. A new kind is one more
+module with a class satisfying :class:`lab.passes.tasks.job.Job`, named by the ``job`` of its
+kind object (lab.kinds, one line of :data:`lab.kinds.KINDS`).
 """
 
 from __future__ import annotations
 
-from lab.kinds import task_kind
+from lab.kinds import kind_of_task
 from lab.kinds.kind import VLLM
 from lab.passes.tasks.job import job_class
 
@@ -21,4 +21,4 @@ def job_for(spec):
         from lab.passes.tasks.vllm_job import VllmJob
 
         return VllmJob(spec)
-    return job_class(task_kind((spec.extra.get("task") or {}).get("kind")))(spec)
+    return job_class(kind_of_task(spec.extra.get("task")))(spec)

@@ -36,7 +36,6 @@ from lab.facts.constants import USER_METRIC_TIMEOUT_S
 from lab.facts.errors import FailureKind, PassFailure
 from lab.passes.tasks.job import LabelLines, label_accuracy
 
-PROTOCOL_METHODS = ("predict",)
 IMPORTS_FINE = "entry imports and has the protocol"  # the check process's last line when it does
 
 
@@ -115,35 +114,38 @@ def signature_refusal(fn, args: tuple, shown: str) -> str:
     return ""
 
 
-def load_entry(entry: str):
+def load_entry(entry: str, method: str = "predict", returns: str = "list[str]"):
     """The class named by ``entry`` ("/abs/path/file.py:ClassName"), imported from its file.
+    ``method``: the protocol's method the pass calls once per batch (the kind's
+    lab.kinds.kind.EntryRun.method: ``predict``, ``embed``, ``generate``); ``returns``: what it
+    returns, in the refusals' words.
 
     Raises EntryNotLoadable (one line) when the file cannot be imported (its error's last line
     named), defines no such class (a function of that name is named as one), the class lacks
-    ``predict``, or its signatures cannot take the protocol's calls: ``ClassName(settings,
-    device)`` and ``predict(texts)`` (read with inspect.signature; nothing is built or called)."""
+    ``method``, or its signatures cannot take the protocol's calls: ``ClassName(settings,
+    device)`` and ``method(texts)`` (read with inspect.signature; nothing is built or called)."""
     import inspect
 
     file, _, name = entry.rpartition(":")
     path = Path(file)
     module = _import_file(path, f"iteralab_entry_{path.stem}", "[task] entry", register=True)
     cls = getattr(module, name, None)
+    protocol = f"{method}(texts: list[str]) -> {returns}"
     if not isinstance(cls, type):
         if callable(cls):
             raise EntryNotLoadable(f"[task] entry {path.name}:{name} is a {type(cls).__name__}, not a class; entry "
-                                   "names a class with predict(texts: list[str]) -> list[str]; give it after ':'")
+                                   f"names a class with {protocol}; give it after ':'")
         raise EntryNotLoadable(f"[task] entry {path.name} defines no class {name!r}; fix the name after ':'")
-    lacking = [m for m in PROTOCOL_METHODS if not callable(getattr(cls, m, None))]
-    if lacking:
-        raise EntryNotLoadable(f"[task] entry {path.name}:{name} has no {', '.join(lacking)} method; the protocol "
-                               "needs predict(texts: list[str]) -> list[str]")
-    predict = getattr(cls, PROTOCOL_METHODS[0])
-    bound = isinstance(inspect.getattr_static(cls, "predict", None), (staticmethod, classmethod))  # no self
+    if not callable(getattr(cls, method, None)):
+        raise EntryNotLoadable(f"[task] entry {path.name}:{name} has no {method} method; the protocol "
+                               f"needs {protocol}")
+    call = getattr(cls, method)
+    bound = isinstance(inspect.getattr_static(cls, method, None), (staticmethod, classmethod))  # no self
     why = (signature_refusal(cls, (None, None), f"{name}(settings, device)")
-           or signature_refusal(predict, (None,) if bound else (None, None), f"{name}.predict(texts)"))
+           or signature_refusal(call, (None,) if bound else (None, None), f"{name}.{method}(texts)"))
     if why:
         raise EntryNotLoadable(f"[task] entry {path.name}:{name}: {why}; the protocol builds {name}(settings: dict, "
-                               "device: str) and calls predict(texts: list[str]) -> list[str]")
+                               f"device: str) and calls {protocol}")
     return cls
 
 
@@ -293,15 +295,18 @@ class IsolatedMetric:
 
 
 def check_main(argv: list[str]) -> int:
-    """``python -m lab.passes.tasks.custom [--metric] REF``: import the entry class (or, with
-    ``--metric``, the metric function) in this fresh process: the lock check
-    (:func:`check_in_fresh_process`). Prints IMPORTS_FINE or the one-line reason; exit 0 or 1.
-    ``--score REF``: :func:`_score_main` (``archive verify --metric-file``)."""
+    """``python -m lab.passes.tasks.custom [--metric | --method NAME RETURNS] REF``: import the
+    entry class with the method NAME (``predict`` when not given) or, with ``--metric``, the metric
+    function, in this fresh process: the lock check (:func:`check_in_fresh_process`). Prints
+    IMPORTS_FINE or the one-line reason; exit 0 or 1. ``--score REF``: :func:`_score_main`
+    (``archive verify --metric-file``)."""
     if argv[0] == "--score":
         return _score_main(argv[1])
     try:
         if argv[0] == "--metric":
             load_function(argv[1])
+        elif argv[0] == "--method":
+            load_entry(argv[3], argv[1], argv[2])
         else:
             load_entry(argv[0])
     except EntryNotLoadable as exc:
@@ -311,15 +316,17 @@ def check_main(argv: list[str]) -> int:
     return 0
 
 
-def check_in_fresh_process(ref: str, metric: bool = False, timeout_s: float = 300.0) -> str:
-    """'' when a new Python process imports ``ref`` (an entry class, or a metric function with
+def check_in_fresh_process(ref: str, metric: bool = False, timeout_s: float = 300.0, entry_run=None) -> str:
+    """'' when a new Python process imports ``ref`` (an entry class with the method of
+    ``entry_run``, a lab.kinds.kind.EntryRun, ``predict`` when None; or a metric function with
     ``metric``) and finds the protocol's methods, else the one-line reason (lab.orchestration.preflight)."""
     import os
     import subprocess
 
     from lab.facts.files import REPO_ROOT
 
-    cmd = [sys.executable, "-m", "lab.passes.tasks.custom", *(["--metric"] if metric else []), ref]
+    how = ["--metric"] if metric else [] if entry_run is None else ["--method", entry_run.method, entry_run.returns]
+    cmd = [sys.executable, "-m", "lab.passes.tasks.custom", *how, ref]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False, cwd=REPO_ROOT,
                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
@@ -338,9 +345,6 @@ def _shown(value) -> str:
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
-PREDICT_RETURNS = "a sequence of str (a list, a tuple, a numpy array of str)"
-"""What ``predict`` may return, in the words its refusal uses (predict_refusal reads any iterable
-once; numpy's str_ is a str)."""
 
 
 def predict_refusal(out, n: int) -> tuple[str, list]:
@@ -359,25 +363,38 @@ def predict_refusal(out, n: int) -> tuple[str, list]:
     return "", labels
 
 
-class CustomJob(LabelLines):
-    """``[task] kind = "custom"``: batches the lab forms, handed to the user's ``predict``."""
+class EntryJob:
+    """The steps every job running the user's own code (``[task] entry``) shares: the entry class
+    built once in the load phase, the lab's batches handed to its method (the kind's
+    lab.kinds.kind.EntryRun), failures of the code as failure rows (:class:`EntryFailed`), and
+    what the lab can and cannot observe of it. A kind's entry job sets ``entry_run`` and gives
+    :meth:`open` (the window, the processing order, the strings handed over), :meth:`accept`
+    (('', values) or what the return is, for ``n`` texts) and :meth:`store` (the values into
+    the window), plus the kind's own ``self_metric``, ``write_predictions`` and ``merge_cards``."""
 
-    kind = "custom"
+    kind: str
+    entry_run: Any
+    compile: Any = None  # the lab cannot compile the user's code (lab.passes.sequence: no lab compile phase)
 
     def __init__(self, spec):
         self.spec = spec
-        self.entry = (spec.extra.get("task") or {})["entry"]
+        self.task = spec.extra.get("task") or {}
+        self.entry = self.task["entry"]
         self.tokenizer: Any = None
         self.model: Any = None  # the lab sees no model inside the user's code
         self.code: Any = None
         self.device = "cpu"
 
-    def settings(self) -> dict:
-        """What the entry class is built with: the variant's declared fields and the model's."""
+    def entry_settings(self) -> dict:
+        """What the entry class is built with: the variant's declared fields, the model's, and the
+        [task] keys of the kind (``pooling``, ``normalize``; ``prompt``, ``max_new_tokens``, ``stop``...)."""
+        from lab.kinds import task_kind
+
         s = self.spec
         out = {k: v for k, v in s.variant.to_json().items() if k not in ("variant_id", "label")}
         out["model_path"] = s.model_ref
         out.update({k: s.extra[k] for k in ("revision", "pad_token") if s.extra.get(k)})
+        out.update({k: self.task[k] for k in task_kind(self.kind).keys if self.task.get(k) is not None})
         return out
 
     def load(self, device: str) -> tuple:
@@ -386,9 +403,11 @@ class CustomJob(LabelLines):
         s = self.spec
         self.device = device
         self.tokenizer = AutoTokenizer.from_pretrained(s.model_ref, revision=s.extra.get("revision"))
-        cls = load_entry(self.entry)
+        if s.extra.get("pad_token"):
+            self.tokenizer.pad_token = s.extra["pad_token"]
+        cls = load_entry(self.entry, self.entry_run.method, self.entry_run.returns)
         try:
-            self.code = cls(self.settings(), device)
+            self.code = cls(self.entry_settings(), device)
         except BaseException as exc:  # noqa: BLE001 - the user's constructor
             if raised_by_the_lab(exc):
                 raise
@@ -442,35 +461,49 @@ class CustomJob(LabelLines):
 
         return warm_up_window(warm_window, rows, device, self.spec.warmup_items, self.spec.warmup_passes)
 
-    def run_window(self, rows, device, on_batch=None, sink=None, warm_up: bool = False):
-        """The lab's batches handed to ``predict``; labels in ``win.pred_index`` (corpus order).
-        Raises EntryFailed (one line) with the items of the batches completed before when predict
-        raises or returns anything but ``PREDICT_RETURNS``, one per text; the batch is named "warm-up
-        batch N" (``warm_up``) or "batch N of the measured window"."""
+    def open(self, rows: list[dict]) -> tuple[Any, list[int], list[str]]:
+        """(window, processing order, the string handed over per item) of ``rows``."""
         from lab.passes.inference import open_window
 
+        win, _, order = open_window(rows, self.tokenizer, self.spec.variant)
+        return win, order, [r["text"] for r in rows]
+
+    def accept(self, out, n: int) -> tuple[str, list]:
+        """('', the values) when ``out`` is what the method must return for ``n`` texts, else
+        (what it is, in a few words, [])."""
+        raise NotImplementedError
+
+    def store(self, win, idx: list[int], values: list) -> None:
+        """The values of the items ``idx`` (corpus positions) into ``win``."""
+        raise NotImplementedError
+
+    def run_window(self, rows, device, on_batch=None, sink=None, warm_up: bool = False):
+        """The lab's batches handed to the entry's method; its results stored by :meth:`store`.
+        Raises EntryFailed (one line) with the items of the batches completed before when the
+        method raises or returns anything but the kind's ``returns``, one per text; the batch is
+        named "warm-up batch N" (``warm_up``) or "batch N of the measured window"."""
         v = self.spec.variant
-        n = len(rows)
-        win, _, order = open_window(rows, self.tokenizer, v)
+        method = self.entry_run.method
+        call = getattr(self.code, method)
+        win, order, given = self.open(rows)
         lengths = win.tokens_kept
         if sink is not None:
             sink["win"] = win
-        for start in range(0, n, v.batch_size):
+        for start in range(0, len(rows), v.batch_size):
             idx = order[start:start + v.batch_size]
             where = f"warm-up batch {win.batches + 1}" if warm_up else f"batch {win.batches + 1} of the measured window"
             try:
-                out = self.code.predict([rows[i]["text"] for i in idx])
-                why, out = predict_refusal(out, len(idx))
-            except BaseException as exc:  # noqa: BLE001 - the user's predict: a failure row
+                out = call([given[i] for i in idx])
+                why, values = self.accept(out, len(idx))
+            except BaseException as exc:  # noqa: BLE001 - the user's code: a failure row
                 if raised_by_the_lab(exc):
                     raise
-                raise EntryFailed(f"predict raised on {where} (after {win.items_done}{' warm-up' * warm_up} items): "
+                raise EntryFailed(f"{method} raised on {where} (after {win.items_done}{' warm-up' * warm_up} items): "
                                   f"{last_traceback_line(exc)}", items_done=0 if warm_up else win.items_done) from None
             if why:
-                raise EntryFailed(f"predict returned {why} on {where}; it must return {PREDICT_RETURNS}, one "
-                                  "label per text", items_done=0 if warm_up else win.items_done)
-            for j, i in enumerate(idx):
-                win.pred_index[i] = out[j]
+                raise EntryFailed(f"{method} returned {why} on {where}; it must return {self.entry_run.returns}",
+                                  items_done=0 if warm_up else win.items_done)
+            self.store(win, idx, values)
             win.items_done += len(idx)
             win.batches += 1
             win.largest_batch = max(win.largest_batch, len(idx))
@@ -495,20 +528,42 @@ class CustomJob(LabelLines):
                 "max_length_used": used.get("max_length", NOT_OBSERVABLE), "bucketing": order,
                 "batch_size": win.largest_batch, "window_items": win.items_done}
 
-    def self_metric(self, win) -> float | None:
-        return label_accuracy((g, p) for g, p in zip(win.labels, win.pred_index, strict=True) if g is not None)
-
     def merged_fields(self, cards: list) -> dict:
         """The entry and its settings, as every card recorded them (the same spec built each)."""
         first = next((c for c in cards if c.entry), None)
         return {"entry": first.entry, "entry_settings": first.entry_settings} if first else {}
 
+    def entry_fields(self) -> dict:
+        """The result fields naming the code that ran: ``entry`` and ``entry_settings``."""
+        return {"entry": self.entry, "entry_settings": self.entry_settings()}
+
+
+class CustomJob(EntryJob, LabelLines):
+    """``[task] kind = "custom"``: batches the lab forms, handed to the user's ``predict`` (labels)."""
+
+    kind = "custom"
+
+    @property
+    def entry_run(self):
+        from lab.kinds.custom_kind import CUSTOM
+
+        return CUSTOM.entry
+
+    def accept(self, out, n: int) -> tuple[str, list]:
+        return predict_refusal(out, n)
+
+    def store(self, win, idx: list[int], values: list) -> None:
+        for j, i in enumerate(idx):
+            win.pred_index[i] = values[j]
+
+    def self_metric(self, win) -> float | None:
+        return label_accuracy((g, p) for g, p in zip(win.labels, win.pred_index, strict=True) if g is not None)
+
     def write_predictions(self, path: Path, win) -> dict:
         from lab.passes.tasks.classification import write_label_predictions
 
         lines, digest = write_label_predictions(path, win, None)
-        return {"predictions_lines": lines, "predictions_sha256": digest, "entry": self.entry,
-                "entry_settings": self.settings()}
+        return {"predictions_lines": lines, "predictions_sha256": digest, **self.entry_fields()}
 
 
 if __name__ == "__main__":

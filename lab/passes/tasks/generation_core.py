@@ -91,8 +91,9 @@ class GenerationRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return sha256_bytes(blob.encode("utf-8"))
 
 
-STOPPED_BY = ("stop", "eos", "max_new_tokens")
-"""Why an item's generation ended: a stop string, the model's eos, or the token limit."""
+STOPPED_BY = ("stop", "eos", "max_new_tokens", "entry")
+"""Why an item's generation ended: a stop string, the model's eos, the token limit, or (a user's entry,
+lab.passes.tasks.entry_kinds) the code's own end, which the lab does not see."""
 
 
 class GeneratedItem(msgspec.Struct, frozen=True):

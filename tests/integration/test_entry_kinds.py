@@ -1,0 +1,186 @@
+"""The user's own embedding and generation code on the real product (issue 33, part 2): the examples
+(examples/custom_embedder.py, examples/custom_generator.py) run as ``[task] entry`` beside
+``kind = "embedding"`` and ``kind = "generation"`` in two "rentals" each (1 and 2 threads), batch 1
+and 4; every pass is validated as the built-in kind's (vectors by cosine, outputs by exact match),
+their results equal the built-in job's on the same items, the archives verify (a forged metric is
+refused) and compare judges the two hosts per id like the built-in kind; an entry returning the
+wrong shape is a failure row naming it; vLLM beside an entry is refused at lock in one line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import REPO, cut_corpus, write_campaign
+from test_archive_evidence import edit_raw_table, member, read_members, write_members
+
+WINDOW = dict(window_start="2026-12-01T09:00+01:00", deadline="2026-12-05T09:00+01:00")
+EMBEDDER = f"{REPO}/examples/custom_embedder.py:DemoEmbedder"
+GENERATOR = f"{REPO}/examples/custom_generator.py:DemoGenerator"
+EMB_TASK = '\n[task]\nkind = "embedding"\nentry = "{entry}"\n'
+GEN_TASK = ('\n[task]\nkind = "generation"\nprompt = "{{text}}\\nNewsgroup:"\nmax_text_tokens = 64\n'
+            'max_new_tokens = 16\nstop = ["\\n"]\nnormalisation = "lowercase_space"\nentry = "{entry}"\n')
+
+
+def campaign(folder, model, corpus, kind: str, entry: str, threads: int = 1, gpu: str = "rtx-4090",
+             values=(1, 4)):
+    folder.mkdir(exist_ok=True)
+    (folder / corpus.name).write_bytes(corpus.read_bytes())
+    f = write_campaign(folder, model, folder / corpus.name, name=kind[:3], values=values, threshold=0.0)
+    metric = "nn_accuracy" if kind == "embedding" else "exact_match"
+    task = (EMB_TASK if kind == "embedding" else GEN_TASK).format(entry=entry)
+    f.write_text(f.read_text().replace("threads = 1", f"threads = {threads}")
+                 .replace('metric = "accuracy"', f'metric = "{metric}"') + task
+                 + f'\n[cost]\ngpu = "{gpu}"\ndays = 7\nlots = 1\n')
+    return f
+
+
+def run(f):
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
+    from lab.report.build import build_report
+    from lab.service.campaigns import make_archive
+
+    lock(load_protocol(f))
+    orch = Orchestrator.prepare(f, f.parent / "runs", LocalLauncher())
+    assert orch.run() == "finished"
+    build_report(orch.dir)
+    return orch, make_archive(orch.dir)
+
+
+def rentals(d, model, kind, entry) -> dict:
+    corpus = cut_corpus(d / "corpus.jsonl", 3, 2, 1)
+    a = run(campaign(d / "a", model, corpus, kind, entry, 1, "rtx-4090"))
+    b = run(campaign(d / "b", model, corpus, kind, entry, 2, "b200"))
+    return {"corpus": corpus, "a": a, "b": b}
+
+
+@pytest.fixture(scope="module")
+def embedding_rentals(tmp_path_factory, model_dir):
+    return rentals(tmp_path_factory.mktemp("entry-emb"), model_dir, "embedding", EMBEDDER)
+
+
+@pytest.fixture(scope="module")
+def generation_rentals(tmp_path_factory, gen_model_dir):
+    return rentals(tmp_path_factory.mktemp("entry-gen"), gen_model_dir, "generation", GENERATOR)
+
+
+def results(orch) -> list[tuple[object, dict, list[dict]]]:
+    out = []
+    for a in orch.journal.attempts():
+        pdir = orch.dir / "passes" / a.pass_id
+        out.append((a, json.loads((pdir / "result.json").read_text()),
+                    [json.loads(x) for x in (pdir / "predictions.jsonl").read_text().splitlines()]))
+    return out
+
+
+def check_archive(archive, tmp_path):
+    """verify passes; a metric forged in the raw table is refused, naming the pass."""
+    from lab.evidence.archive import verify
+
+    v = verify(archive)
+    assert v.ok, v.problems
+    files = read_members(archive)
+    pid = member(files, "/predictions.jsonl").split("/")[-2]
+    edit_raw_table(files, lambda rows: [r.update(metric="0.99") for r in rows if r["pass_id"] == pid])
+    bad = verify(write_members(tmp_path / "forged.tar.gz", files))
+    assert any(p.startswith(f"pass {pid}: metric 0.99 in the raw table") for p in bad.problems), bad.problems
+
+
+def test_own_embedding_code_is_judged_as_the_builtin_kind(embedding_rentals, model_dir, tmp_path):
+    from lab.compare import compare_archives
+    from lab.inputs.corpus import read_corpus
+    from lab.passes.tasks.embedding import load_encoder, mean_pool
+    from lab.passes.tasks.embedding_metrics import load_vectors
+
+    orch, archive = embedding_rentals["a"]
+    corpus = read_corpus(orch.proto.corpus_path)
+    texts = [r["text"] for r in corpus]
+    tok, enc = load_encoder(str(model_dir), "fp32", "cpu")  # the built-in job's encoder and pooling rule
+    import torch
+
+    with torch.inference_mode():
+        feats = tok(texts, truncation=True, max_length=128, padding=True, return_tensors="pt")
+        builtin = mean_pool(enc(**feats).last_hidden_state, feats["attention_mask"], normalize=True).numpy()
+    rows = results(orch)
+    assert [a.status for a, _, _ in rows] == ["ok", "ok"]
+    for a, res, lines in rows:
+        v = a.validation
+        assert v.ids_match and v.format_ok and v.coverage_ok and v.corpus_accepted, v.reasons
+        assert v.metric_name == "nn_accuracy" and v.agreement_worst > 0.999, v
+        assert res["entry"].endswith("custom_embedder.py:DemoEmbedder")
+        assert res["pooling"]["rule"].startswith("the entry's own") and res["vectors_shape"] == [len(corpus), 384]
+        assert res["observed"]["dtype"] == "float32" and res["observed"]["max_tokens"] == "declared, not observable"
+        assert [x["id"] for x in lines] == [r["id"] for r in corpus]
+        vec = load_vectors((orch.dir / "passes" / a.pass_id / "vectors.npy").read_bytes()).astype(np.float32)
+        cos = (vec * builtin).sum(axis=1) / np.linalg.norm(vec, axis=1) / np.linalg.norm(builtin, axis=1)
+        assert cos.min() > 0.999, cos  # the built-in job's vectors, up to float16 storage
+        assert all(abs(x["norm"] - 1.0) < 2e-3 for x in lines)  # the example normalises; the lab records the norm
+    check_archive(archive, tmp_path)
+    c = compare_archives([archive, embedding_rentals["b"][1]], 50000, allow_short=True, **WINDOW)
+    assert len(c.agreements) == 2
+    for x in c.agreements:
+        assert x["ids"] == len(corpus) and x["flips"] == 0 and x["within_tolerance"] and x["cosine_worst"] > 0.999, x
+    assert "the same ML result on B b200" in c.stands_on
+
+
+def test_own_generation_code_is_judged_as_the_builtin_kind(generation_rentals, gen_model_dir, tmp_path):
+    from lab.compare import compare_archives
+    from lab.inputs.corpus import read_corpus
+    from lab.passes.tasks.generation import load_generator, rule_of
+    from lab.passes.tasks.generation_core import generate_batch
+
+    orch, archive = generation_rentals["a"]
+    corpus = read_corpus(orch.proto.corpus_path)
+    rows = results(orch)
+    rule = rule_of(rows[0][1]["generation"]["rule"])
+    tok, model = load_generator(str(gen_model_dir), "fp32", "cpu")
+    builtin = [g.text for g in generate_batch(tok, model, "cpu", [r["text"] for r in corpus], rule)]
+    assert [a.status for a, _, _ in rows] == ["ok", "ok"]
+    for a, res, lines in rows:
+        v = a.validation
+        assert v.ids_match and v.format_ok and v.coverage_ok and v.corpus_accepted, v.reasons
+        assert v.metric_name == "exact_match" and v.agreement_with_reference == 1.0, v
+        assert res["entry"].endswith("custom_generator.py:DemoGenerator")
+        assert res["generation"]["padding"].startswith("the entry's own") and res["output_tokens"] > 0
+        assert [x["output"] for x in lines] == builtin  # the built-in job's greedy outputs, id for id
+        assert {x["stopped_by"] for x in lines} <= {"stop", "entry"}
+        assert all(x["input_tokens"] > 0 for x in lines)
+    check_archive(archive, tmp_path)
+    c = compare_archives([archive, generation_rentals["b"][1]], 50000, allow_short=True, **WINDOW)
+    assert len(c.agreements) == 2
+    assert all(x["ids"] == len(corpus) and x["within_tolerance"] for x in c.agreements), c.agreements
+    assert "the same ML result on B b200" in c.stands_on
+
+
+def test_an_embed_of_the_wrong_shape_is_a_failure_row_naming_it(tmp_path, model_dir):
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
+
+    corpus = cut_corpus(tmp_path / "corpus.jsonl", 3, 2, 1)
+    (tmp_path / "flat.py").write_text(
+        "class Flat:\n"
+        "    def __init__(self, settings, device):\n        pass\n"
+        "    def embed(self, texts):\n        return [0.5] * len(texts)\n")
+    f = campaign(tmp_path / "c", model_dir, corpus, "embedding", str(tmp_path / "flat.py") + ":Flat", values=(1,))
+    lock(load_protocol(f))
+    orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
+    orch.run()
+    (a,) = orch.journal.attempts()
+    assert a.status == "error", a.status
+    res = json.loads((orch.dir / "passes" / a.pass_id / "result.json").read_text())
+    assert "embed returned an array of shape (1,), not (texts, width) on warm-up batch 1" in res["error"], res
+
+
+def test_vllm_beside_an_entry_is_refused_at_lock_in_one_line(tmp_path, model_dir):
+    from lab.orchestration.protocol import ProtocolError, load_protocol
+
+    corpus = cut_corpus(tmp_path / "corpus.jsonl", 1, 1, 0)
+    f = campaign(tmp_path / "c", model_dir, corpus, "embedding", EMBEDDER, values=(1,))
+    f.write_text(f.read_text().replace('factor = "batch_size"', 'factor = "batch_size"\nengine = "vllm"'))
+    with pytest.raises(ProtocolError) as e:
+        load_protocol(f)
+    assert "\n" not in str(e.value) and 'but [task] entry runs every pass with your own code' in str(e.value)

@@ -1,0 +1,82 @@
+"""The user's own code for a kind (``[task] entry`` beside embedding or generation): the kind as the
+code runs it, the keys the campaign file may hold, and what ``embed`` may return."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lab.kinds import KINDS, task_kind
+from lab.kinds.kind import ANY, TRANSFORMERS
+from lab.orchestration.config import ConfigError
+
+
+def test_a_kind_run_by_the_users_code_keeps_its_record_and_rule_and_drops_the_engine_facts():
+    for name in ("embedding", "generation"):
+        built_in, own = KINDS[name], task_kind(name, entry=True)
+        assert own.by_entry and not built_in.by_entry
+        assert (own.record, own.metrics, own.agreement_max_differing) == (
+            built_in.record, built_in.metrics, built_in.agreement_max_differing)
+        assert own.engines == (TRANSFORMERS,) and own.vllm_runner is None and own.architecture == ANY
+        assert own.job == built_in.entry.job != built_in.job and not own.lab_tokenizes and own.fixed_padding is None
+        assert own.run_by_entry() is own
+    assert task_kind("custom", entry=True) is KINDS["custom"]
+    assert task_kind("classification", entry=True) is KINDS["classification"]  # refused by the config first
+    with pytest.raises(ValueError):
+        KINDS["classification"].run_by_entry()
+
+
+def section(**table):
+    from lab.orchestration.config import TaskSection, parse_section
+
+    return parse_section(TaskSection, table, "task")
+
+
+def test_entry_is_a_key_of_embedding_and_generation_and_refused_elsewhere_naming_who_takes_it():
+    assert section(kind="embedding", entry="e.py:E").entry == "e.py:E"
+    gen = section(kind="generation", prompt="{text}", max_new_tokens=4, entry="g.py:G", files=["w.bin"])
+    assert gen.files == ("w.bin",)
+    with pytest.raises(ConfigError, match=r'^\[task\] entry applies to kind = "embedding" or "custom" or '
+                                          r'"generation" only; remove it'):
+        section(kind="classification", entry="e.py:E")
+    with pytest.raises(ConfigError, match=r"^\[task\] files lists the files an entry reads; declare entry"):
+        section(kind="embedding", files=["w.bin"])
+    with pytest.raises(ConfigError, match=r'is not "path/to/file.py:Name"'):
+        section(kind="embedding", entry="e.py")
+
+
+@pytest.mark.parametrize(("out", "said"), [
+    (None, "None"),
+    ([0.5, 0.5], "an array of shape (2,), not (texts, width)"),
+    ([[1.0, 2.0]], "1 row(s) for 2 texts"),
+    ([[1.0, float("nan")], [1.0, 2.0]], "a non-finite value in row 0"),
+    ([["a", "b"], ["c", "d"]], "list that is no array of numbers"),
+    ("ab", "str 'ab'"),
+])
+def test_what_embed_returns_is_named_when_it_is_no_vectors(out, said):
+    from lab.passes.tasks.entry_kinds import vectors_refusal
+
+    why, rows = vectors_refusal(out, 2, None)
+    assert why.startswith(said) and rows == [], why
+
+
+def test_embed_may_return_an_array_a_tensor_or_lists_of_one_width():
+    import torch
+
+    from lab.passes.tasks.entry_kinds import vectors_refusal
+
+    for out in (np.ones((2, 3)), torch.ones(2, 3, dtype=torch.float16), [[1, 2, 3], [4, 5, 6]]):
+        why, (arr,) = vectors_refusal(out, 2, None)
+        assert why == "" and arr.shape == (2, 3) and arr.dtype == np.float32
+    assert vectors_refusal(np.ones((2, 4)), 2, 3)[0] == "rows 4 wide after 3 wide ones"
+
+
+def test_the_lab_never_compiles_the_users_code_whatever_the_kind():
+    """A job with a ``compile`` step gets a lab compile phase (lab.passes.sequence); an entry job
+    inherits the built-in job's steps but not that one: the code compiles itself, if at all."""
+    from lab.passes.tasks.custom import CustomJob
+    from lab.passes.tasks.embedding import EmbeddingJob
+    from lab.passes.tasks.entry_kinds import EntryEmbeddingJob, EntryGenerationJob
+
+    assert callable(EmbeddingJob.compile)
+    assert CustomJob.compile is None and EntryEmbeddingJob.compile is None and EntryGenerationJob.compile is None
