@@ -151,14 +151,19 @@ class EntryGenerationJob(EntryJob, GenerationJob):
         return predict_refusal(out, n)
 
     def store(self, win, idx: list[int], values: list) -> None:
+        """Each output cut before its first stop string; its tokens are counted after the window
+        (:meth:`write_predictions`: the lab's bookkeeping stays out of the code's measured time)."""
         for i, text in zip(idx, values, strict=True):
             cuts = [text.find(s) for s in self.rule.stop if s and s in text]
             cut = min(cuts) if cuts else None
-            shown = text if cut is None else text[:cut]
-            tokens = len(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
-            win.generated[i] = GeneratedItem(text=shown, input_tokens=win.tokens_kept[i], output_tokens=tokens,
+            win.generated[i] = GeneratedItem(text=text if cut is None else text[:cut],
+                                             input_tokens=win.tokens_kept[i], output_tokens=0,
                                              stopped_by=ENTRY_STOP if cut is None else "stop")
             win.pred_index[i] = i
+        if getattr(win, "returned", None) is None:
+            win.returned = [None] * len(win.ids)
+        for i, text in zip(idx, values, strict=True):
+            win.returned[i] = str(text)
 
     def _fields(self, recs, pad_token, settings=None, overrides=None) -> dict:
         fields = GenerationJob._fields(self, recs, pad_token, {}, {})
@@ -168,6 +173,14 @@ class EntryGenerationJob(EntryJob, GenerationJob):
         return fields
 
     def write_predictions(self, path: Path, win) -> dict:
+        """The built-in job's lines, with ``output_tokens`` counted now by the [model] tokenizer
+        over each output as the code returned it (before the lab's cut at a stop string)."""
+        import msgspec
+
+        returned = getattr(win, "returned", None) or [None] * len(win.ids)
+        win.generated = [g if g is None or text is None else msgspec.structs.replace(
+            g, output_tokens=len(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]))
+            for g, text in zip(win.generated, returned, strict=True)]
         return {**GenerationJob.write_predictions(self, path, win), **self.entry_fields()}
 
     def merge_cards(self, cards_dir, pred_path, merged, cards, labels):
