@@ -125,10 +125,10 @@ def cmd_model_build_demo_gen(a) -> int:
 def cmd_protocol_lock(a) -> int:
     from lab.service.views import lock_protocol
 
-    v, _ = lock_protocol(a.campaign)  # the Protocol screen's lock: the same version and warnings
-    for line in v["warnings"]:
+    locked = lock_protocol(a.campaign)  # the Protocol screen's lock: the same version and warnings
+    for line in locked.warnings:
         print(f"iteralab: warning: {line}", file=sys.stderr)
-    print(f"locked {a.campaign}: version {v['version']}, sha256 {v['sha256']}")
+    print(f"locked {a.campaign}: version {locked.entry.version}, sha256 {locked.entry.sha256}")
     return 0
 
 

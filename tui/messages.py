@@ -11,6 +11,8 @@ from pathlib import Path
 
 from textual.message import Message
 
+from lab.service.views import LockResult, PlanView, ProtocolInfo
+
 
 class CampaignSnapshot(Message):
     """The campaign as the journal says now (posted by the journal poller).
@@ -70,26 +72,26 @@ class EnvironmentReady(Message):
 class ProtocolLoaded(Message):
     """The campaign file parsed, with its lock state; ``error`` is one line when it failed."""
 
-    def __init__(self, info: dict | None, error: str = "") -> None:
+    def __init__(self, info: ProtocolInfo | None, error: str = "") -> None:
         super().__init__()
         self.info = info
         self.error = error
 
 
 class ProtocolLocked(Message):
-    """A lock was recorded (or found unchanged): ``version`` is the lock entry."""
+    """A lock was recorded (or found unchanged): ``result`` says which version and whether it is
+    new; None with ``error``, one line, when the lock was refused."""
 
-    def __init__(self, version: dict | None, new: bool, error: str = "") -> None:
+    def __init__(self, result: LockResult | None, error: str = "") -> None:
         super().__init__()
-        self.version = version
-        self.new = new
+        self.result = result
         self.error = error
 
 
 class PlanReady(Message):
     """Variants, rotated schedule and memory feasibility per variant (screen 3)."""
 
-    def __init__(self, plan: dict | None, error: str = "") -> None:
+    def __init__(self, plan: PlanView | None, error: str = "") -> None:
         super().__init__()
         self.plan = plan
         self.error = error

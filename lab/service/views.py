@@ -1,10 +1,11 @@
 """Read-only views of a campaign that the UI's screens (and any other front end) show.
 
 Each function takes a campaign file (and folder, or fields typed by the user), computes
-with the engine's own modules, and returns plain data: the protocol and its lock, the
-plan with memory feasibility, the quote and decision note, the host's environment. No
-rendering here: ``tui/screens`` turn these into text. Slow (model shape, doctor probes):
-call them from a worker thread.
+with the engine's own modules, and returns data: the protocol and its lock, the plan with
+memory feasibility (typed, frozen records declared here: ProtocolInfo, LockedVersion,
+ReplayOrigin, LockResult, PlanView, PlannedVariant), the quote and decision note, the
+host's environment. No rendering here: ``tui/screens`` turn these into text. Slow (model
+shape, doctor probes): call them from a worker thread.
 
 Named here for the screens (defined where documented): ``PricingError`` (lab.cost.forfaits,
 which the Cost screen rewords for its field) and, for type checking, ``VariantSummary``
@@ -17,19 +18,25 @@ import json
 import os
 import shutil
 import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from lab.cost.forfaits import PricingError
 from lab.inputs.variants import series_names, variant_short
+from lab.orchestration.config import QualitySection, TimingSection
 from lab.orchestration.protocol import current_version, load_protocol, read_lock
 from lab.service.campaigns import runs_root
 
-if TYPE_CHECKING:  # the report modules import pandas: loaded when a view needs them
+if TYPE_CHECKING:  # annotations only: the report modules import pandas, the others load when a view needs them
+    from lab.memory.feasibility import ReservationFit
+    from lab.orchestration.preflight import Check
     from lab.report.summary import VariantSummary
 
-__all__ = ["PricingError", "VariantSummary", "archives_under", "budget_of", "build_plan", "collect_environment",
+__all__ = ["LockResult", "LockedVersion", "PlanView", "PlannedVariant", "PricingError", "ProtocolInfo",
+           "ReplayOrigin", "VariantSummary", "archives_under", "budget_of", "build_plan", "collect_environment",
            "cost_view", "declared_cost", "load_summary", "lock_protocol", "model_shape", "protocol_info",
            "rebuild_report", "run_comparison", "validated_corpora"]
 
@@ -39,18 +46,84 @@ _SHAPE_LOCK = threading.Lock()  # transformers' lazy imports are not thread-safe
 
 # ---- protocol ------------------------------------------------------------------------
 
-def protocol_info(campaign_file) -> dict:
-    """{name, question, file, quality, timing, card_counts, lock_state, versions, current, digest}.
+@dataclass(frozen=True)
+class ReplayOrigin:
+    """The evidence archive a lock version replays (the ``replays`` of its lock entry,
+    lab.evidence.replay): ``archive`` its file name, ``archive_sha256`` 64 hex,
+    ``protocol_version`` the archive's protocol version (None in an entry that does not record
+    it), ``change`` "" for the same question, else what changed ("model: <sha256> -> <sha256>")."""
 
-    ``lock_state``: "not locked", "locked" (the file matches version ``current``) or
-    "edited" (changed since the last lock: locking makes version len(versions)+1).
+    archive: str
+    archive_sha256: str
+    protocol_version: int | None
+    change: str
+
+
+@dataclass(frozen=True)
+class LockedVersion:
+    """One version of the campaign file's lock (lab.orchestration.protocol.lock's entry):
+    ``version`` n >= 1, ``sha256`` the protocol identity (64 hex; names the results folder),
+    ``locked_at`` ISO UTC; a replay's version also ``replays`` and ``question_version`` (>= 1),
+    None otherwise."""
+
+    version: int
+    sha256: str
+    locked_at: str
+    replays: ReplayOrigin | None = None
+    question_version: int | None = None
+
+    @classmethod
+    def of(cls, entry: dict) -> LockedVersion:
+        """The record of a lock entry as read_lock returns it (a dict from the lock's JSON).
+        Raises KeyError for an entry without version, sha256 or locked_at."""
+        r = entry.get("replays")
+        replays = ReplayOrigin(r["archive"], r["archive_sha256"], r.get("protocol_version"),
+                               r.get("change") or "") if r else None
+        return cls(entry["version"], entry["sha256"], entry["locked_at"], replays, entry.get("question_version"))
+
+
+@dataclass(frozen=True)
+class ProtocolInfo:
+    """The Protocol screen's view of a campaign file: ``file`` its path (text); ``quality``,
+    ``timing`` the typed sections with their defaults filled in; ``card_counts`` {bucket: {class:
+    items}} from the corpus card (else counted in the corpus; None without either); ``lock_state``
+    "not locked", "locked" (the file matches version ``current``) or "edited" (changed since the
+    last lock: locking makes version len(versions)+1); ``versions`` the lock's, oldest first;
+    ``digest`` lab.orchestration.protocol.protocol_digest of the parsed file (64 hex)."""
+
+    name: str
+    question: str
+    file: str
+    quality: QualitySection
+    timing: TimingSection
+    card_counts: Mapping[str, Mapping[str, int]] | None
+    lock_state: Literal["not locked", "locked", "edited"]
+    versions: tuple[LockedVersion, ...]
+    current: LockedVersion | None
+    digest: str
+
+
+@dataclass(frozen=True)
+class LockResult:
+    """What a lock did: ``entry`` the version now current, ``new`` True when this lock made it
+    (False: the file was unchanged since ``entry``), ``warnings`` the unusual values that lock,
+    one line each (lab.orchestration.protocol.lock_warnings, what `protocol lock` prints)."""
+
+    entry: LockedVersion
+    new: bool
+    warnings: tuple[str, ...]
+
+
+def protocol_info(campaign_file) -> ProtocolInfo:
+    """The campaign file parsed, with its corpus card and lock state (see ProtocolInfo).
+
     Raises ProtocolError on an unusable file.
     """
     proto = load_protocol(campaign_file)
     versions = read_lock(proto.path)
     digest = proto.digest()
     current = current_version(proto, versions)[0] if proto.corpus_path.is_file() else None
-    state = "locked" if current else ("edited" if versions else "not locked")
+    state: Literal["not locked", "locked", "edited"] = "locked" if current else ("edited" if versions else "not locked")
     counts = None
     if proto.card_path and proto.card_path.is_file():
         counts = json.loads(proto.card_path.read_text())["comparison"]["counts"]
@@ -59,26 +132,21 @@ def protocol_info(campaign_file) -> dict:
 
         if proto.corpus_path.is_file():
             counts = counts_by_bucket_class(read_corpus(proto.corpus_path))
-    return {"name": proto.name, "question": proto.raw["campaign"]["question"], "file": str(proto.path),
-            "quality": proto.quality, "timing": proto.timing, "card_counts": counts,
-            "lock_state": state, "versions": [{k: v[k] for k in ("version", "sha256", "locked_at")}
-                                              for v in versions],
-            "current": current and {k: current.get(k) for k in ("version", "sha256", "locked_at", "replays",
-                                                                 "question_version")},
-            "digest": digest}
+    return ProtocolInfo(name=proto.name, question=proto.config.campaign.question, file=str(proto.path),
+                        quality=proto.config.quality, timing=proto.config.timing, card_counts=counts,
+                        lock_state=state, versions=tuple(LockedVersion.of(v) for v in versions),
+                        current=LockedVersion.of(current) if current else None, digest=digest)
 
 
-def lock_protocol(campaign_file) -> tuple[dict, bool]:
-    """Lock the file: ({version, sha256, locked_at, warnings}, True when this made a new
-    version); ``warnings``: the unusual values that lock, one line each
-    (lab.orchestration.protocol.lock_warnings, what `protocol lock` prints)."""
+def lock_protocol(campaign_file) -> LockResult:
+    """Lock the file (lab.orchestration.protocol.lock, with its checks): see LockResult.
+    Raises ProtocolError (one line) on a refusal."""
     from lab.orchestration.protocol import lock, lock_warnings
 
     before = len(read_lock(campaign_file))
     proto = load_protocol(campaign_file)
-    v = lock(proto)
-    return {**{k: v[k] for k in ("version", "sha256", "locked_at")}, "warnings": lock_warnings(proto)}, \
-        v["version"] > before
+    entry = LockedVersion.of(lock(proto))
+    return LockResult(entry, entry.version > before, tuple(lock_warnings(proto)))
 
 
 # ---- plan ----------------------------------------------------------------------------
@@ -105,31 +173,71 @@ def budget_of(facts: dict) -> tuple[int | None, str]:
     return None, "no memory budget known"
 
 
-def build_plan(campaign_file, facts: dict) -> dict:
-    """{variants: [{name, variant_id, label, series, batch_size, fits: {bucket: max batch},
-    peak_estimate_bytes: {bucket: weights + own batch's activations}, fits_all}] (a generation
-    campaign: lab.memory.feasibility.generation_fits, weights + KV cache for max_length +
-    [task] max_new_tokens positions + prefill activations + logits, the same in every bucket),
-    a vLLM variant with ``reservation`` (lab.memory.feasibility.ReservationFit.to_json: what
-    vLLM reserves up front and whether weights + one sequence fit it) instead of ``fits``;
-    schedule: [[short names per repetition]], passes, series, budget_bytes, budget_what, margin, note,
-    cards: [cards per pass], checks: [(name, ok, detail)] of ``lab.orchestration.preflight.lock_checks``}.
+@dataclass(frozen=True)
+class PlannedVariant:
+    """One variant of the plan with its memory feasibility: ``series`` the series it belongs to
+    (joined by "+"); ``fits`` {bucket: largest batch under the budget}; ``peak_estimate_bytes``
+    {bucket: weights + the variant's own batch's activations, bytes}; ``fits_all`` True/False
+    when every bucket's own batch fits, None when not estimated. A vLLM variant has
+    ``reservation`` (what vLLM reserves up front and whether weights + one sequence fit it),
+    empty ``fits`` and ``peak_estimate_bytes``, and ``fits_all`` = ``reservation.fits``."""
+
+    name: str
+    variant_id: str
+    label: str
+    series: str
+    batch_size: int
+    fits: Mapping[str, int]
+    peak_estimate_bytes: Mapping[str, int]
+    fits_all: bool | None
+    reservation: ReservationFit | None = None
+
+
+@dataclass(frozen=True)
+class PlanView:
+    """The Plan screen's view of a campaign: ``variants`` in declared order; ``schedule`` the
+    variants' short names per repetition (rotated); ``passes`` their number; ``series`` the
+    series' names, sorted; ``cards`` the distinct cards per pass, sorted; ``budget_bytes`` the
+    memory budget (None: unknown) and ``budget_what`` what it is; ``margin`` the fraction kept
+    for what the estimate leaves out (None when nothing was estimated); ``note`` why the memory
+    estimate is missing ("" when it is not); ``checks`` the lock-time checks
+    (lab.orchestration.preflight.lock_checks; "cards" refuses more cards than the host has)."""
+
+    variants: tuple[PlannedVariant, ...]
+    schedule: tuple[tuple[str, ...], ...]
+    passes: int
+    series: tuple[str, ...]
+    cards: tuple[int, ...]
+    budget_bytes: int | None
+    budget_what: str
+    margin: float | None
+    note: str
+    checks: tuple[Check, ...]
+
+
+def build_plan(campaign_file, facts: dict) -> PlanView:
+    """Variants, rotated schedule and memory feasibility per variant (see PlanView).
+
+    A variant's feasibility: lab.memory.feasibility.batch_fits; a generation campaign
+    lab.memory.feasibility.generation_fits (weights + KV cache for max_length + [task]
+    max_new_tokens positions + prefill activations + logits, the same in every bucket); a vLLM
+    variant lab.memory.feasibility.reservation_fits. A failure of the lock checks is one check
+    "lock checks" that is not ok, with the error.
 
     ``facts``: ``collect_environment()``'s dict (the memory budget). Raises ProtocolError on
     an unusable campaign file; a missing model or corpus only fills ``note``.
     """
+    from lab.orchestration.preflight import Check
     from lab.orchestration.schedule import rotated_schedule
 
     proto = load_protocol(campaign_file)
-    sched = rotated_schedule(list(proto.variants), proto.timing["repetitions"])
+    sched = rotated_schedule(list(proto.variants), proto.config.timing.repetitions)
     reps: dict[int, list[str]] = {}
     for p in sched:
         reps.setdefault(p.repetition, []).append(variant_short(p.variant))
-    out: dict = {"variants": [], "schedule": [reps[r] for r in sorted(reps)], "passes": len(sched),
-                 "series": sorted(set().union(*(series_names(v.series) for v in proto.variants))),
-                 "note": "", "cards": sorted({v.cards for v in proto.variants})}  # refusal: lock check "cards"
     budget, what = budget_of(facts)
-    out.update(budget_bytes=budget, budget_what=what, margin=None)
+    margin = None
+    note = ""
     fits: dict = {}
     reserved: dict = {}
     try:
@@ -144,7 +252,7 @@ def build_plan(campaign_file, facts: dict) -> dict:
                 longest[b] = max(longest.get(b, 0), int(n))
         generation = proto.kind.generates_text
         shape = model_shape(proto.model_ref, proto.config.model.revision)
-        out["margin"] = DEFAULT_MARGIN_FRACTION
+        margin = DEFAULT_MARGIN_FRACTION
         for v in proto.variants:
             if budget and v.engine == "vllm":  # vLLM reserves up front: its reservation decides
                 fraction = v.vllm_memory_fraction or VLLM_MEMORY_FRACTION["gpu" if what.startswith("GPU") else "cpu"]
@@ -157,29 +265,32 @@ def build_plan(campaign_file, facts: dict) -> dict:
                 fits[v.variant_id] = batch_fits(shape, v.precision, longest, budget, v.max_length,
                                                 v.batch_size)
     except Exception as exc:  # no model/corpus yet: say why, keep the plan
-        out["note"] = f"memory estimate not available: {type(exc).__name__}: {exc}"[:200]
+        note = f"memory estimate not available: {type(exc).__name__}: {exc}"[:200]
     try:
         from lab.orchestration.preflight import lock_checks
 
-        out["checks"] = [(c.name, c.ok, c.detail) for c in lock_checks(proto)]
+        checks = tuple(lock_checks(proto))
     except Exception as exc:  # say why, keep the plan
-        out["checks"] = [("lock checks", False, f"{type(exc).__name__}: {exc}"[:200])]
+        checks = (Check("lock checks", False, f"{type(exc).__name__}: {exc}"[:200]),)
+    variants = []
     for v in proto.variants:
         f = fits.get(v.variant_id) or {}
         if v.variant_id in reserved:  # a vLLM variant: its reservation, not a batch's peak
             r = reserved[v.variant_id]
-            out["variants"].append({"name": variant_short(v), "variant_id": v.variant_id, "label": v.label,
-                                    "series": v.series, "batch_size": v.batch_size, "fits": {},
-                                    "peak_estimate_bytes": {}, "reservation": r.to_json(), "fits_all": r.fits})
+            variants.append(PlannedVariant(variant_short(v), v.variant_id, v.label, v.series, v.batch_size,
+                                           fits={}, peak_estimate_bytes={}, fits_all=r.fits, reservation=r))
             continue
-        out["variants"].append({
-            "name": variant_short(v), "variant_id": v.variant_id, "label": v.label,
-            "series": v.series, "batch_size": v.batch_size,
-            "fits": {b: x.max_batch_size for b, x in f.items()},
-            "peak_estimate_bytes": {b: x.weights_bytes + v.batch_size * x.activation_bytes_per_item
-                                    for b, x in f.items()},
-            "fits_all": all(x.variant_fits for x in f.values()) if f else None})
-    return out
+        variants.append(PlannedVariant(
+            variant_short(v), v.variant_id, v.label, v.series, v.batch_size,
+            fits={b: x.max_batch_size for b, x in f.items()},
+            peak_estimate_bytes={b: x.weights_bytes + v.batch_size * x.activation_bytes_per_item
+                                 for b, x in f.items()},
+            fits_all=all(x.variant_fits for x in f.values()) if f else None))
+    return PlanView(variants=tuple(variants), schedule=tuple(tuple(reps[r]) for r in sorted(reps)),
+                    passes=len(sched),
+                    series=tuple(sorted(set().union(*(series_names(v.series) for v in proto.variants)))),
+                    cards=tuple(sorted({v.cards for v in proto.variants})),  # refusal: lock check "cards"
+                    budget_bytes=budget, budget_what=what, margin=margin, note=note, checks=checks)
 
 
 # ---- results ---------------------------------------------------------------------------

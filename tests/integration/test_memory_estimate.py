@@ -32,8 +32,9 @@ def test_the_plan_reads_the_reservation_for_a_vllm_variant(tmp_path, model_dir, 
     f.write_text(f.read_text() + '\n[[series]]\nname = "vllm"\nfactor = "vllm_memory_fraction"\nvalues = [0.2]\n'
                  'engine = "vllm"\n')
     plan = build_plan(f, {"ram_total_bytes": 16 * 2**30})
-    by_name = {v["name"]: v for v in plan["variants"]}
+    by_name = {v.name: v for v in plan.variants}
     vllm = by_name["vllm_memory_fraction=0.2"]
-    assert vllm["reservation"]["reserved_bytes"] == -(-16 * 2**30 * 2 // 10) and vllm["reservation"]["fraction"] == 0.2
-    assert vllm["fits_all"] is True and vllm["fits"] == {}
-    assert all("reservation" not in v for n, v in by_name.items() if n != "vllm_memory_fraction=0.2")
+    assert vllm.reservation is not None
+    assert vllm.reservation.reserved_bytes == -(-16 * 2**30 * 2 // 10) and vllm.reservation.fraction == 0.2
+    assert vllm.fits_all is True and vllm.fits == {}
+    assert all(v.reservation is None for n, v in by_name.items() if n != "vllm_memory_fraction=0.2")

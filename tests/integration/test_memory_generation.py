@@ -26,7 +26,7 @@ def no_lock_checks(monkeypatch):
 
 
 def peaks(plan) -> dict[int, int]:
-    return {v["batch_size"]: v["peak_estimate_bytes"]["long"] for v in plan["variants"]}
+    return {v.batch_size: v.peak_estimate_bytes["long"] for v in plan.variants}
 
 
 def test_a_generation_plan_counts_the_kv_cache_and_grows_with_max_new_tokens_and_batch(tmp_path, gen_model_dir):
@@ -36,7 +36,7 @@ def test_a_generation_plan_counts_the_kv_cache_and_grows_with_max_new_tokens_and
     plan16 = build_plan(generation_campaign(tmp_path / "a", gen_model_dir), FACTS)
     plan64 = build_plan(generation_campaign(tmp_path / "b", gen_model_dir,
                                             task=TASK.replace("max_new_tokens = 16", "max_new_tokens = 64")), FACTS)
-    assert plan16["note"] == "" and plan64["note"] == ""
+    assert plan16.note == "" and plan64.note == ""
     p16, p64 = peaks(plan16), peaks(plan64)
     for b in (1, 8):  # max_length 128 prompt tokens, the campaign's max_new_tokens
         est = estimate_generation(shape, "fp32", b, 128, 16)
@@ -44,7 +44,7 @@ def test_a_generation_plan_counts_the_kv_cache_and_grows_with_max_new_tokens_and
         assert p16[b] == est.total_bytes
         assert p64[b] - p16[b] == 2 * 3 * 12 * 32 * 48 * b * 4  # only the cache grows: 48 more positions
     assert p16[8] > p16[1] and p64[1] > p16[1]
-    assert all(v["fits_all"] is True for v in plan16["variants"])
+    assert all(v.fits_all is True for v in plan16.variants)
 
 
 def test_a_classification_plan_keeps_the_encoder_estimate(tmp_path, model_dir):
@@ -59,10 +59,10 @@ def test_a_classification_plan_keeps_the_encoder_estimate(tmp_path, model_dir):
         longest[r["bucket"]] = max(longest.get(r["bucket"], 0), int(r["n_tokens"]))
     plan = build_plan(write_campaign(tmp_path, model_dir, corpus), FACTS)
     shape = EncoderShape.from_pretrained(str(model_dir))
-    assert plan["variants"] and all(v["peak_estimate_bytes"] for v in plan["variants"])
-    for v in plan["variants"]:
-        for bucket, peak in v["peak_estimate_bytes"].items():
-            assert peak == estimate(shape, "fp32", v["batch_size"], min(longest[bucket], 128)).total_bytes
+    assert plan.variants and all(v.peak_estimate_bytes for v in plan.variants)
+    for v in plan.variants:
+        for bucket, peak in v.peak_estimate_bytes.items():
+            assert peak == estimate(shape, "fp32", v.batch_size, min(longest[bucket], 128)).total_bytes
 
 
 @pytest.mark.slow

@@ -339,10 +339,10 @@ def test_plan_screen_shows_cards_and_refuses_more_than_the_host_has(tmp_path, mo
             return app.screen.plan, head, checks
     plan, head, checks = asyncio.run(go())
     n = os.cpu_count()
-    assert plan["cards"] == [1, n + 1] and f"Cards per pass 1, {n + 1}" in head
-    refused = [c for c in plan["checks"] if c[0] == "cards"]
-    assert refused and refused[0][1] is False
-    assert f"asks for {n + 1} cards but this host has {n} logical CPU core" in refused[0][2]
+    assert plan.cards == (1, n + 1) and f"Cards per pass 1, {n + 1}" in head
+    refused = [c for c in plan.checks if c.name == "cards"]
+    assert refused and refused[0].ok is False
+    assert f"asks for {n + 1} cards but this host has {n} logical CPU core" in refused[0].detail
     assert "cards: variant cards/cards=" in checks.replace("\n", " ")
 
 

@@ -112,8 +112,8 @@ def test_plan_screen_schedule_and_feasibility(tmp_path, runs, size):
         async with app.run_test(size=size) as pilot:
             await settle(pilot, lambda: getattr(app.screen, "plan", None), "the plan")
             plan = app.screen.plan
-            assert plan["passes"] == 20 and len(plan["schedule"]) == 5  # batch 1/4/8 + bucketed batch 8
-            assert plan["schedule"][1] == ["batch_size=4", "batch_size=8", "bucketing=True", "batch_size=1"]
+            assert plan.passes == 20 and len(plan.schedule) == 5  # batch 1/4/8 + bucketed batch 8
+            assert plan.schedule[1] == ("batch_size=4", "batch_size=8", "bucketing=True", "batch_size=1")
             assert "20 passes" in text_of(app, "#plan-head")
             assert ("r3: batch_size=8 -> bucketing=True -> batch_size=1 -> batch_size=4"
                     in text_of(app, "#plan-schedule"))
@@ -126,8 +126,8 @@ def test_plan_screen_schedule_and_feasibility(tmp_path, runs, size):
     proto = load_protocol(demo_copy(tmp_path))
     shape = EncoderShape.from_pretrained(proto.model_ref)
     fits = batch_fits(shape, "fp32", {"short": 63, "medium": 256, "long": 8000}, 16 * 2**30, 256, 8)
-    v8 = next(v for v in plan["variants"] if v["batch_size"] == 8)
-    assert v8["fits"]["long"] == fits["long"].max_batch_size and v8["fits_all"] is True
+    v8 = next(v for v in plan.variants if v.batch_size == 8)
+    assert v8.fits["long"] == fits["long"].max_batch_size and v8.fits_all is True
 
 
 @pytest.mark.parametrize("size", SIZES)

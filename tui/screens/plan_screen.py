@@ -64,34 +64,34 @@ class PlanScreen(LabScreen):
             return
         p = msg.plan
         self.plan = p
-        budget = ("unknown" if p["budget_bytes"] is None
-                  else f"{p['budget_bytes'] / 2**30:.1f} GiB {p['budget_what']}")
-        head.update(f"[b]Series[/b] {', '.join(p['series'])}: {len(p['variants'])} variants x "
-                    f"{len(p['schedule'])} repetitions = [b]{p['passes']} passes[/b]\n"
+        budget = ("unknown" if p.budget_bytes is None
+                  else f"{p.budget_bytes / 2**30:.1f} GiB {p.budget_what}")
+        head.update(f"[b]Series[/b] {', '.join(p.series)}: {len(p.variants)} variants x "
+                    f"{len(p.schedule)} repetitions = [b]{p.passes} passes[/b]\n"
                     f"[b]Memory budget[/b] {escape(budget)}"
-                    + (f", margin {p['margin']:.0%} kept for what the estimate leaves out"
-                       if p["margin"] is not None else "")
-                    + (f"\n[b]Cards per pass[/b] {', '.join(map(str, p['cards']))}"
+                    + (f", margin {p.margin:.0%} kept for what the estimate leaves out"
+                       if p.margin is not None else "")
+                    + (f"\n[b]Cards per pass[/b] {', '.join(map(str, p.cards))}"
                        " (more than 1: workers under torchrun)"
-                       if p["cards"] != [1] else "")
-                    + (f"\n[yellow]{escape(p['note'])}[/yellow]" if p["note"] else ""))
+                       if p.cards != (1,) else "")
+                    + (f"\n[yellow]{escape(p.note)}[/yellow]" if p.note else ""))
         t = self.query_one("#plan-variants", DataTable)
-        on_gpu = p["budget_what"].startswith("GPU")
+        on_gpu = p.budget_what.startswith("GPU")
         rows = []
-        for v in p["variants"]:
-            fb = v["fits"]
-            if v.get("reservation"):  # vLLM: what it reserves up front, of the budget
-                r = v["reservation"]
-                cell = f"vLLM reserves {r['reserved_bytes'] / 2**20:,.0f} MiB ({r['fraction']:g})"
+        for v in p.variants:
+            fb = v.fits
+            if v.reservation:  # vLLM: what it reserves up front, of the budget
+                res = v.reservation
+                cell = f"vLLM reserves {res.reserved_bytes / 2**20:,.0f} MiB ({res.fraction:g})"
             elif on_gpu:
                 cell = "/".join(str(fb[b]) if b in fb else "-" for b in ("short", "medium", "long")) or "-"
             else:
-                peak = (v.get("peak_estimate_bytes") or {}).get("long")
+                peak = v.peak_estimate_bytes.get("long")
                 cell = "-" if peak is None else f"{peak / 2**20:,.0f} MiB"
-            fits = {True: "yes", False: "NO", None: "not estimated"}[v["fits_all"]]
-            rows.append((v["name"], v["variant_id"], str(v["batch_size"]), cell, fits))
+            fits = {True: "yes", False: "NO", None: "not estimated"}[v.fits_all]
+            rows.append((v.name, v.variant_id, str(v.batch_size), cell, fits))
         note = self.query_one("#plan-budget-note", Static)
-        note.update("" if p["budget_bytes"] is None else
+        note.update("" if p.budget_bytes is None else
                     f"largest batch s/m/l: per length bucket, within {escape(budget)}" if on_gpu else
                     f"fits: estimated peak of the variant's own batch within {escape(budget)}; "
                     "a largest batch against host RAM would inform no choice")
@@ -102,11 +102,10 @@ class PlanScreen(LabScreen):
         for r in rows:
             t.add_row(*r)
         lines = ["[b]Rotated schedule[/b] (no variant always first)"]
-        lines += [f"  r{i}: " + " -> ".join(r) for i, r in enumerate(p["schedule"], 1)]
+        lines += [f"  r{i}: " + " -> ".join(r) for i, r in enumerate(p.schedule, 1)]
         self.query_one("#plan-schedule", Static).update("\n".join(lines))
         mark = {True: "[green]ok[/green]  ", False: "[red]NO[/red]  ", None: "[yellow]--[/yellow]  "}
         checks = ["[b]Checks at lock[/b] (`protocol lock` refuses on NO)"]
         # every "[" escaped: rich's escape() leaves upper-case tags such as [PAD] as markup
-        checks += ["  " + mark[ok] + f"{name}: {detail}".replace("[", "\\[")
-                   for name, ok, detail in p.get("checks", [])]
+        checks += ["  " + mark[c.ok] + f"{c.name}: {c.detail}".replace("[", "\\[") for c in p.checks]
         self.query_one("#plan-checks", Static).update("\n".join(checks))

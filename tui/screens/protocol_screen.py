@@ -15,39 +15,39 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
 from lab.service.campaigns import ONE_LINE_ERRORS, campaign_dir_of
-from lab.service.views import lock_protocol, protocol_info
+from lab.service.views import ProtocolInfo, lock_protocol, protocol_info
 from tui.messages import ProtocolLoaded, ProtocolLocked
 from tui.screens.lab_screen import LabScreen
 
 BUCKETS = ("short", "medium", "long")
 
 
-def render_rules(i: dict) -> str:
+def render_rules(i: ProtocolInfo) -> str:
     """Question, quality rules, timing rules and lock state (Rich markup)."""
-    q, t = i["quality"], i["timing"]
-    lines = [f"[b]{escape(i['name'])}[/b]  (file {escape(Path(i['file']).name)})",
-             f"[b]Question[/b] {escape(i['question'])}",
-             f"[b]Quality[/b]  {escape(q['metric'])} {'<=' if q.get('direction') == 'lower' else '>='} "
-             f"{q['threshold']}, at most {q['tolerance']} {'above' if q.get('direction') == 'lower' else 'below'} "
-             f"the reference {escape(q['reference_variant'])}",
-             f"[b]Timing[/b]   {t['repetitions']} repetitions, rotated; warm-up {t['warmup_passes']} pass(es) "
-             f"over the first {t['warmup_items']} items; process {t['process']}; "
-             f"seed {t['seed']}"]
-    if i["lock_state"] == "locked":
-        c = i["current"]
-        lines.append(f"[green b]Locked[/green b] version {c['version']} at {c['locked_at']}\n"
-                     f"  sha256 {c['sha256']}")
-        r = c.get("replays")
+    q, t = i.quality, i.timing
+    lines = [f"[b]{escape(i.name)}[/b]  (file {escape(Path(i.file).name)})",
+             f"[b]Question[/b] {escape(i.question)}",
+             f"[b]Quality[/b]  {escape(q.metric)} {'<=' if q.direction == 'lower' else '>='} "
+             f"{q.threshold}, at most {q.tolerance} {'above' if q.direction == 'lower' else 'below'} "
+             f"the reference {escape(q.reference_variant)}",
+             f"[b]Timing[/b]   {t.repetitions} repetitions, rotated; warm-up {t.warmup_passes} pass(es) "
+             f"over the first {t.warmup_items} items; process {t.process}; "
+             f"seed {t.seed}"]
+    if i.lock_state == "locked" and i.current is not None:
+        c = i.current
+        lines.append(f"[green b]Locked[/green b] version {c.version} at {c.locked_at}\n"
+                     f"  sha256 {c.sha256}")
+        r = c.replays
         if r:  # `iteralab campaign replay` (lab.evidence.replay): the archive whose question this puts again
-            what = "a new question version (model changed)" if r.get("change") else "the same question"
-            lines.append(f"[b]Replays[/b] {escape(r['archive'])} (sha256 {r['archive_sha256'][:16]}...; its "
-                         f"protocol version {r.get('protocol_version', '?')}): "
-                         f"{what}, question version {c.get('question_version') or 1}")
-    elif i["lock_state"] == "edited":
-        last = i["versions"][-1]
-        lines.append(f"[yellow b]Edited after lock[/yellow b] (last: version {last['version']}, "
-                     f"sha256 {last['sha256'][:16]}...): press l to lock it as version "
-                     f"{len(i['versions']) + 1}; results of versions never mix")
+            what = "a new question version (model changed)" if r.change else "the same question"
+            lines.append(f"[b]Replays[/b] {escape(r.archive)} (sha256 {r.archive_sha256[:16]}...; its "
+                         f"protocol version {'?' if r.protocol_version is None else r.protocol_version}): "
+                         f"{what}, question version {c.question_version or 1}")
+    elif i.lock_state == "edited":
+        last = i.versions[-1]
+        lines.append(f"[yellow b]Edited after lock[/yellow b] (last: version {last.version}, "
+                     f"sha256 {last.sha256[:16]}...): press l to lock it as version "
+                     f"{len(i.versions) + 1}; results of versions never mix")
     else:
         lines.append("[yellow b]Not locked[/yellow b]: press l to record the protocol's hash before "
                      "any measured pass")
@@ -93,7 +93,7 @@ class ProtocolScreen(LabScreen):
         rules.update(render_rules(msg.info))
         table = self.query_one("#corpus-card", DataTable)
         table.clear()
-        counts = msg.info["card_counts"] or {}
+        counts = msg.info.card_counts or {}
         classes = sorted({c for b in counts.values() for c in b})
         totals = {b: sum(counts.get(b, {}).values()) for b in BUCKETS}
         for c in classes:
@@ -113,28 +113,27 @@ class ProtocolScreen(LabScreen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="protocol-lock")
     def do_lock(self) -> None:
         try:
-            version, new = lock_protocol(self.app.campaign_file)
-            self.post_message(ProtocolLocked(version, new=new))
+            self.post_message(ProtocolLocked(lock_protocol(self.app.campaign_file)))
         except ONE_LINE_ERRORS as exc:
-            self.post_message(ProtocolLocked(None, False, str(exc)))
+            self.post_message(ProtocolLocked(None, str(exc)))
 
     def on_protocol_locked(self, msg: ProtocolLocked) -> None:
         out = self.query_one("#lock-result", Static)
         out.display = True
-        if msg.version is None:
+        if msg.result is None:
             out.update(f"[red]lock failed: {escape(msg.error)}[/red]\n"
                        f"Edit {escape(str(self.app.campaign_file))}, then press "
                        "[b]l[/b] to lock again ([b]r[/b] reloads the file)")
             return
-        v = msg.version
-        if not msg.new:
-            text = f"unchanged since version {v['version']}: sha256 {v['sha256']}"
-        elif v["version"] > 1:
-            text = (f"[b]new protocol version {v['version']}[/b] (the file changed after version "
-                    f"{v['version'] - 1}); its results go to their own folder\nsha256 {v['sha256']}")
+        v = msg.result.entry
+        if not msg.result.new:
+            text = f"unchanged since version {v.version}: sha256 {v.sha256}"
+        elif v.version > 1:
+            text = (f"[b]new protocol version {v.version}[/b] (the file changed after version "
+                    f"{v.version - 1}); its results go to their own folder\nsha256 {v.sha256}")
         else:
-            text = f"[b]locked as version 1[/b]\nsha256 {v['sha256']}"
+            text = f"[b]locked as version 1[/b]\nsha256 {v.sha256}"
         # what `protocol lock` prints as warnings: unusual values that lock, read before running
-        out.update(text + "".join(f"\n[yellow]warning: {escape(w)}[/yellow]" for w in v.get("warnings") or ()))
+        out.update(text + "".join(f"\n[yellow]warning: {escape(w)}[/yellow]" for w in msg.result.warnings))
         self.app.attach(campaign_dir_of(self.app.campaign_file))
         self.load()
