@@ -4,7 +4,8 @@ Must be equal (SPEC 3.1: results of different protocols are never mixed): the co
 (sha256 of the corpus file, from the manifest, cross-checked with the lock), the model
 files (sha256 of each weight/tokenizer/config file, or the hub id and revision), the
 task ([task]: kind, pooling, entry, and the sha256 of each file of the user's code it runs:
-the entry, its files), the quality rule ([quality]: metric and the sha256 of its file when it is
+the entry, its files; the code by its file's name and sha256, never by where it lies), the
+quality rule ([quality]: metric and the sha256 of its file when it is
 the user's function, threshold, tolerance, reference variant, subgroups, the agreement rule with its
 defaults filled in) and
 the timing rule ([timing] without ``threads``: warm-up items and passes, repetitions,
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import fields
+from pathlib import Path
 
 from lab.compare.evidence import CompareError, Evidence
 
@@ -70,6 +72,23 @@ def effective(raw: dict, typed) -> dict:
                       if v is not None and v != ()}}
 
 
+def code_ref(ref):
+    """A reference to the user's code (``"path/to/file.py:Name"``, as the campaign file writes it)
+    as a rule holds it: the file's name and the class or function, ``"file.py:Name"``. Where the
+    file lies is no part of the rule (two rentals keep the same code in different folders); what it
+    holds is, by its sha256 (:func:`user_code_sha256`). Anything else unchanged."""
+    if not isinstance(ref, str) or ":" not in ref:
+        return ref
+    file, _, name = ref.rpartition(":")
+    return f"{Path(file).name}:{name}"
+
+
+def code_role(role: str) -> str:
+    """A role of ``task_files_sha256`` as a rule holds it: ``file:<as written>`` -> ``file:<its
+    name>`` (:func:`code_ref`); ``entry`` and ``metric`` unchanged."""
+    return f"file:{Path(role[5:]).name}" if role.startswith("file:") else role
+
+
 def quality_rule(ev: Evidence, per_role: bool = True) -> str:
     """The [quality] section, with the sha256 of its metric function's file ("metric file sha256",
     the lock's ``task_files_sha256["metric"]``) when it is the user's own and ``per_role``
@@ -78,6 +97,8 @@ def quality_rule(ev: Evidence, per_role: bool = True) -> str:
     metric = {"metric file sha256": code["metric"]} if "metric" in code else {}
     quality = ev.campaign.get("quality") or {}
     rule = effective(quality, getattr(ev.config, "quality", None))
+    if "metric" in rule:
+        rule["metric"] = code_ref(rule["metric"])
     return json.dumps({**rule, **metric, **agreement_rule(ev, quality)}, sort_keys=True)
 
 
@@ -151,7 +172,11 @@ def task_rule(ev: Evidence, per_role: bool = True) -> str:
     metric's file belongs to the quality rule (:func:`quality_rule`). With ``per_role`` False (or
     a lock predating the map), the joint digest of all of them under JOINT_CODE."""
     t = {"kind": "classification", **effective(ev.campaign.get("task") or {}, getattr(ev.config, "task", None))}
-    code = {k if k == JOINT_CODE else f"{k} sha256": v for k, v in user_code_sha256(ev, per_role).items()
+    if "entry" in t:
+        t["entry"] = code_ref(t["entry"])
+    if t.get("files"):
+        t["files"] = sorted(Path(f).name for f in t["files"])
+    code = {k if k == JOINT_CODE else f"{code_role(k)} sha256": v for k, v in user_code_sha256(ev, per_role).items()
             if k != "metric"}
     return json.dumps({**t, **code}, sort_keys=True)
 

@@ -130,3 +130,25 @@ def test_one_refusal_held_back_by_several_archives_keeps_its_subject_singular():
     with pytest.raises(CompareError) as e:
         refuse_prerequisites(held[:1], allow_partial=False)
     assert str(e.value) == f"a.tar.gz: {text}", str(e.value)
+
+
+def test_the_same_user_code_kept_in_another_folder_is_one_rule_and_other_code_is_not():
+    """A new user's trial: the same entry (one sha256) run as "@repo/examples/e.py:E" on one rental
+    and "code/e.py:E" on the other was refused ('[task] entry differs'); where the code lies is no
+    part of the rule, its file's name, class or function, and sha256 are."""
+    model = {"w.bin": "a" * 64}
+
+    def own(name: str, entry: str, metric: str, code: str, files: list[str]) -> Evidence:
+        roles = {"entry": code, "metric": "m" * 64, **{f"file:{f}": "f" * 64 for f in files}}
+        return archive(name, "embedding", "1" * 64, model, {"metric": metric, "direction": "higher"},
+                       task={"entry": entry, "files": files}, lock={"task_files_sha256": roles})
+
+    a = own("a", "@repo/examples/e.py:E", "@repo/m.py:score", "c" * 64, ["@repo/examples/w.txt"])
+    b = own("b", "code/e.py:E", "/home/me/m.py:score", "c" * 64, ["code/w.txt"])
+    check_comparable([a, b])  # no refusal
+    for other, words in ((own("c", "code/e.py:E", "m.py:score", "d" * 64, ["w.txt"]), "[task] entry sha256 differs"),
+                         (own("d", "code/e.py:F", "m.py:score", "c" * 64, ["w.txt"]), "[task] entry differs"),
+                         (own("e", "code/e.py:E", "m.py:other", "c" * 64, ["w.txt"]), "[quality] metric differs")):
+        with pytest.raises(CompareError) as e:
+            check_comparable([a, other])
+        assert words in str(e.value), str(e.value)
