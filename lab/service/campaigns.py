@@ -113,7 +113,16 @@ def resolve_campaign_dir(target: str | Path | None, verb: str = "campaign status
         return p.resolve()  # '.', '..': the folder's own name (the archive is named after it)
     if p.is_file():
         proto = load_protocol(p)
-        d = campaign_dir_for(proto, locked_version(proto), runs_root())
+        try:
+            version = locked_version(proto)
+        except ProtocolError as exc:  # an input changed since lock: the runs already made stay readable
+            runs = [d for v in read_lock(proto.path) if (d := campaign_dir_for(proto, v, runs_root())).is_dir()
+                    and (d / "journal.sqlite").exists()]
+            if not runs:
+                raise
+            raise ProtocolError(f"{exc}; to read the run already made, give its campaign folder: "
+                                f"`{iteralab_command()} {verb} {runs[-1]}`") from None
+        d = campaign_dir_for(proto, version, runs_root())
         if not (d / "journal.sqlite").exists():
             raise CampaignError(f"{p}: no campaign run yet for this protocol version; "
                                 f"`{iteralab_command()} campaign run {p}`")

@@ -184,3 +184,33 @@ def test_vllm_beside_an_entry_is_refused_at_lock_in_one_line(tmp_path, model_dir
     with pytest.raises(ProtocolError) as e:
         load_protocol(f)
     assert "\n" not in str(e.value) and 'but [task] entry runs every pass with your own code' in str(e.value)
+
+
+def test_a_run_whose_code_changed_since_lock_is_still_read_from_its_folder(tmp_path, model_dir, runs_root):
+    """A new user's trial: after editing the entry, `report` and `archive` of the campaign file were
+    refused with 'restore it, or lock version 2' (which would leave the run behind); the refusal
+    now names the run's campaign folder, which reads as before."""
+    import shutil
+
+    from lab.orchestration.orchestrator import campaign_dir_for
+    from lab.orchestration.protocol import ProtocolError, load_protocol, lock
+    from lab.service.campaigns import resolve_campaign_dir
+
+    corpus = cut_corpus(tmp_path / "corpus.jsonl", 1, 1, 0)
+    code = tmp_path / "c" / "mine.py"
+    code.parent.mkdir()
+    shutil.copyfile(EMBEDDER.rpartition(":")[0], code)
+    f = campaign(tmp_path / "c", model_dir, corpus, "embedding", f"{code}:DemoEmbedder", values=(1,))
+    proto = load_protocol(f)
+    run_dir = campaign_dir_for(proto, lock(proto), runs_root)
+    run_dir.mkdir(parents=True)
+    (run_dir / "journal.sqlite").write_bytes(b"")  # a run made (only its journal's presence is read here)
+    assert resolve_campaign_dir(f, "report") == run_dir.resolve()
+    code.write_text(code.read_text() + "\n# edited after the run\n")
+    with pytest.raises(ProtocolError) as e:
+        resolve_campaign_dir(f, "report")
+    msg = str(e.value)
+    assert "task code" in msg and "changed since lock (version 1)" in msg and "\n" not in msg, msg
+    assert msg.endswith(f"give its campaign folder: `{msg.split('`')[-2]}`") and msg.split("`")[-2].endswith(
+        f"report {run_dir}"), msg
+    assert resolve_campaign_dir(run_dir, "report") == run_dir.resolve()
