@@ -97,8 +97,7 @@ def quality_rule(ev: Evidence, per_role: bool = True) -> str:
     metric = {"metric file sha256": code["metric"]} if "metric" in code else {}
     quality = ev.campaign.get("quality") or {}
     rule = effective(quality, getattr(ev.config, "quality", None))
-    if "metric" in rule:
-        rule["metric"] = code_ref(rule["metric"])
+    rule = {k: code_ref(v) if k == "metric" else v for k, v in rule.items()}
     return json.dumps({**rule, **metric, **agreement_rule(ev, quality)}, sort_keys=True)
 
 
@@ -172,10 +171,8 @@ def task_rule(ev: Evidence, per_role: bool = True) -> str:
     metric's file belongs to the quality rule (:func:`quality_rule`). With ``per_role`` False (or
     a lock predating the map), the joint digest of all of them under JOINT_CODE."""
     t = {"kind": "classification", **effective(ev.campaign.get("task") or {}, getattr(ev.config, "task", None))}
-    if "entry" in t:
-        t["entry"] = code_ref(t["entry"])
-    if t.get("files"):
-        t["files"] = sorted(Path(f).name for f in t["files"])
+    t = {k: code_ref(v) if k == "entry" else sorted(Path(f).name for f in v) if k == "files" else v
+         for k, v in t.items()}
     code = {k if k == JOINT_CODE else f"{code_role(k)} sha256": v for k, v in user_code_sha256(ev, per_role).items()
             if k != "metric"}
     return json.dumps({**t, **code}, sort_keys=True)

@@ -15,6 +15,7 @@ import json
 import numpy as np
 
 from lab.evidence.format import skipped_missing
+from lab.facts.errors import clip
 from lab.passes.tasks.embedding_metrics import load_vectors
 
 MERGE_RULE = "(cards/card<r>.predictions.jsonl and cards/card<r>.vectors.npy)"
@@ -50,7 +51,7 @@ def _card_items(pid: str, scan, cards: list[tuple[int, dict, list[str]]],
                     raise ValueError(f"line of {item.get('id')!r}")
                 items[item["id"]] = (item, shard[row])
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            problems.append(f"pass {pid}: card {rank}'s lines or vectors are malformed ({str(exc)[:120]})")
+            problems.append(f"pass {pid}: card {rank}'s lines or vectors are malformed ({clip(str(exc), 120)})")
             ok = False
     return items if ok else None
 
@@ -68,7 +69,7 @@ def check_card_vectors(pid: str, scan, cards: list[tuple[int, dict, list[str]]],
         merged = load_vectors(scan.kept[vec_rel])
         lines = [json.loads(x) for x in pred_lines]
     except (KeyError, ValueError) as exc:
-        problems.append(f"pass {pid}: its merged lines or vectors cannot be read ({str(exc)[:120]})")
+        problems.append(f"pass {pid}: its merged lines or vectors cannot be read ({clip(str(exc), 120)})")
         return
     bad_lines = bad_rows = 0
     for k, line in enumerate(lines):

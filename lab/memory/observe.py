@@ -30,6 +30,7 @@ import gc
 import time
 from dataclasses import asdict, dataclass, field
 
+from lab.facts.errors import clip
 from lab.memory.peaks import SCOPES, Peaks, PeakTracker, current_rss_bytes
 
 SCOPES_HERE = {**SCOPES,
@@ -256,7 +257,7 @@ def observe_grid(model, tokenizer, texts: list[str], batches: list[int], lengths
             except (RuntimeError, MemoryError) as exc:
                 if "out of memory" not in str(exc).lower() and not isinstance(exc, MemoryError):
                     raise
-                row.update(observation=None, comparison=None, error=f"OOM: {str(exc)[:160]}")
+                row.update(observation=None, comparison=None, error=f"OOM: {clip(str(exc), 160)}")
                 release_memory(device)
             else:
                 row.update(observation=obs.to_json(), comparison=compare(est, obs), error=None)

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lab.facts import host
+from lab.facts.errors import clip
 from lab.facts.host import IMAGE_KEYS, NO_DRIVER_MARK, read_pins, toolkit_fix
 
 CUDA_MIN_DRIVER = {13: "580.65.06", 12: "525.60.13", 11: "450.80.02"}
@@ -192,7 +193,7 @@ def _nvidia_checks(p: Probes) -> list[Check]:
                                               if registered else "not registered with the engine"),
                          "" if registered else toolkit_fix(), blocking=not registered))
     elif t[0]:
-        out.append(Check("nvidia container toolkit", True, f"a test container sees the GPU: {t[1].strip()[:120]}"))
+        out.append(Check("nvidia container toolkit", True, f"a test container sees the GPU: {clip(t[1], 120)}"))
     else:
         no_driver = NO_DRIVER_MARK in t[1]
         out.append(Check("nvidia container toolkit", False,

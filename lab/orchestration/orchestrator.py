@@ -165,7 +165,7 @@ def pass_line(head: str, status: str, items: int | None, measured_s: float | Non
     the one wording the status lines read (lab.passes.records Validation.verdict); another status
     carries its notes (at most 160 characters)."""
     took = f", measured window {measured_s:.2f} s" if measured_s else ""
-    tail = f", {v.verdict()}" if status == PassStatus.OK else (f" ({'; '.join(notes)[:160]})" if notes else "")
+    tail = f", {v.verdict()}" if status == PassStatus.OK else (f" ({clip('; '.join(notes), 160)})" if notes else "")
     return f"{head}: {status}, {items} items{took}{tail}"
 
 
@@ -547,7 +547,7 @@ class Orchestrator:
                 PassStatus(typed.status)
             except (msgspec.DecodeError, ValueError) as exc:  # DecodeError: not JSON, or not the record
                 typed = None
-                notes.append(f"result.json not a pass result ({str(exc)[:120]}): not read")
+                notes.append(f"result.json not a pass result ({clip(str(exc), 120)}): not read")
         if changed:  # the pass may have read the changed file: never accepted, slot run again
             status = PassStatus.INTERRUPTED
             notes.append(f"interrupted: {changed.split(';')[0]} during this pass; slot run again on resume")

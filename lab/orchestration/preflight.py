@@ -20,6 +20,7 @@ from pathlib import Path
 
 from lab.engines.vllm import vllm_refusal
 from lab.facts.constants import AGREEMENT, VLLM_MEMORY_FRACTION
+from lab.facts.errors import clip
 from lab.facts.files import REPO_ROOT, sha256_file
 from lab.facts.host import gpu_count, iteralab_command
 from lab.inputs.corpus import BUCKETS, CorpusError, count_tokens, has_label, labelled, load_items, read_corpus
@@ -347,7 +348,7 @@ def check_attention(proto, cfg) -> Check:
                 AutoModelForSequenceClassification.from_config(copy.deepcopy(cfg), attn_implementation=name)
         except Exception as exc:  # ValueError (unknown name), ImportError (kernel package absent)
             user = next(v.name for v in proto.variants if v.attention == name)
-            why = " ".join(str(exc).split())[:160]
+            why = clip(str(exc), 160)
             return Check("attention", False, f"variant {user}: attention {name!r} cannot be used with this model "
                                              f"here ({type(exc).__name__}: {why}); declare attention = \"sdpa\" "
                                              "(the default) or \"eager\"")

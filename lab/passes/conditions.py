@@ -39,6 +39,7 @@ import os
 import time
 from pathlib import Path
 
+from lab.facts.errors import clip
 from lab.facts.numbers import beside
 
 STARVED_SHARE = 0.5
@@ -404,7 +405,7 @@ def gpu_state(device: str) -> dict:
     except GpuNotMatched as exc:
         return {"reason": f"GPU clocks not read: {exc}"}
     except Exception as exc:  # no driver answering, a library/driver mismatch
-        return {"reason": f"GPU clocks not read: {type(exc).__name__}: {str(exc)[:120]}"}
+        return {"reason": f"GPU clocks not read: {type(exc).__name__}: {clip(str(exc), 120)}"}
 
 
 class WindowConditions:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from lab.facts.errors import clip
 from lab.inputs.variants import variant_short
 from lab.orchestration.journal import Journal
 from lab.orchestration.status import CampaignState, campaign_status, running_eta_text
@@ -76,17 +77,17 @@ def event_line(ev: dict) -> str:
         if p.get("duration_s") is not None:
             extra += f" {p['duration_s']:.2f} s"
     elif kind == EventKind.OOM:
-        extra = f"OUT OF MEMORY after {p.get('items_done', '?')} items: {str(p.get('message', ''))[:80]}"
+        extra = f"OUT OF MEMORY after {p.get('items_done', '?')} items: {clip(str(p.get('message', '')), 80)}"
     elif kind == EventKind.ERROR:
-        extra = f"ERROR after {p.get('items_done', '?')} items: {str(p.get('message', ''))[:80]}"
+        extra = f"ERROR after {p.get('items_done', '?')} items: {clip(str(p.get('message', '')), 80)}"
     elif kind == EventKind.END:
         extra = f"{p.get('status')} ({p.get('items_completed')} items)"
         if p.get("notes"):
-            extra += " " + "; ".join(p["notes"])[:80]
+            extra += " " + clip("; ".join(p["notes"]), 80)
     elif kind == EventKind.START:
         extra = f"{p.get('variant', '')} attempt {p.get('attempt', 1)}"
     else:
-        extra = ", ".join(f"{k}={v}" for k, v in p.items())[:80]
+        extra = clip(", ".join(f"{k}={v}" for k, v in p.items()), 80)
     return f"{when} {ev['pass_id'] or '-'} {kind}: {extra}"
 
 

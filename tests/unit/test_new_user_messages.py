@@ -213,3 +213,14 @@ def test_a_printed_command_names_what_it_acts_on():
     bare = [f"{p.relative_to(lab)}:{n}" for p in sorted(lab.rglob("*.py"))
             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if needs_target.search(line)]
     assert bare == []
+
+
+def test_a_long_failure_note_is_cut_between_words_and_says_so():
+    """A new user's trial: the live line of a failed pass ended '... every batch the same)', cut
+    inside its sentence with nothing saying so (lab.facts.errors.clip)."""
+    note = ("EntryFailed: embed returned a non-finite value in row 2 on warm-up batch 1; it must return a "
+            "2-D array of finite numbers, one row per text, every batch the same width")
+    line = pass_line("pass 1/1 p001", PassStatus.ERROR, 0, None, _validation(False, []), [note])
+    inner = line[line.index("(") + 1:-1]
+    assert len(inner) <= 160 and inner.endswith(" …") and note.startswith(inner[:-2]), line
+    assert note[len(inner) - 2] == " ", line  # cut where a word ends

@@ -28,6 +28,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from lab.facts.errors import clip
 from lab.kinds.embedding_kind import EMBEDDING
 from lab.kinds.generation_kind import GENERATION
 from lab.passes.tasks.custom import EntryJob, _shown
@@ -56,7 +57,7 @@ def vectors_refusal(out, n: int, width: int | None) -> tuple[str, list]:
     try:
         arr = np.asarray(out, dtype=np.float32)
     except (TypeError, ValueError) as exc:
-        return f"{type(out).__name__} that is no array of numbers ({str(exc)[:80]})", []
+        return f"{type(out).__name__} that is no array of numbers ({clip(str(exc), 80)})", []
     if arr.ndim != 2:
         return f"an array of shape {tuple(arr.shape)}, not (texts, width)", []
     if arr.shape[0] != n:
