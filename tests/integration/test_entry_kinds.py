@@ -214,3 +214,26 @@ def test_a_run_whose_code_changed_since_lock_is_still_read_from_its_folder(tmp_p
     assert msg.endswith(f"give its campaign folder: `{msg.split('`')[-2]}`") and msg.split("`")[-2].endswith(
         f"report {run_dir}"), msg
     assert resolve_campaign_dir(run_dir, "report") == run_dir.resolve()
+
+
+def test_the_users_code_out_of_memory_is_an_oom_row_naming_the_batch_and_line(tmp_path, model_dir):
+    """A new user's trial: torch's OutOfMemoryError raised in the entry's method became 'oom, 0 items
+    (OutOfMemoryError: ...)', without the batch and the code's line every other failure of it names."""
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
+
+    corpus = cut_corpus(tmp_path / "corpus.jsonl", 1, 1, 0)
+    (tmp_path / "big.py").write_text(
+        "import torch\n\n\nclass Big:\n"
+        "    def __init__(self, settings, device):\n        pass\n\n"
+        "    def embed(self, texts):\n        raise torch.OutOfMemoryError('CUDA out of memory (simulated)')\n")
+    f = campaign(tmp_path / "c", model_dir, corpus, "embedding", str(tmp_path / "big.py") + ":Big", values=(1,))
+    lock(load_protocol(f))
+    orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
+    orch.run()
+    (a,) = orch.journal.attempts()
+    assert a.status == "oom", a.status
+    res = json.loads((orch.dir / "passes" / a.pass_id / "result.json").read_text())
+    assert ("embed ran out of memory on warm-up batch 1 (after 0 warm-up items): big.py, line 9, in embed: "
+            "torch.OutOfMemoryError: CUDA out of memory (simulated)") in res["error"], res["error"]

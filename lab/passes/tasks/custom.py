@@ -47,6 +47,14 @@ class EntryFailed(PassFailure):
     kind = FailureKind.TASK_ERROR
 
 
+class EntryOutOfMemory(PassFailure):
+    """The user's code ran out of memory (a device's or the host's, lab.passes.failures.is_oom)
+    inside a call of its method: an oom row like the built-in jobs', its message naming the
+    batch and the code's line as :class:`EntryFailed` does."""
+
+    kind = FailureKind.OOM
+
+
 class EntryNotLoadable(PassFailure):
     """The entry file cannot be imported, or has no class of that name with the protocol."""
 
@@ -496,10 +504,16 @@ class EntryJob:
                 out = call([given[i] for i in idx])
                 why, values = self.accept(out, len(idx))
             except BaseException as exc:  # noqa: BLE001 - the user's code: a failure row
+                from lab.passes.failures import is_oom
+
+                after = f"(after {win.items_done}{' warm-up' * warm_up} items): {last_traceback_line(exc)}"
+                if is_oom(exc) and not isinstance(exc, PassFailure):  # an oom row, with the batch and the line
+                    raise EntryOutOfMemory(f"{method} ran out of memory on {where} {after}",
+                                           items_done=0 if warm_up else win.items_done) from exc
                 if raised_by_the_lab(exc):
                     raise
-                raise EntryFailed(f"{method} raised on {where} (after {win.items_done}{' warm-up' * warm_up} items): "
-                                  f"{last_traceback_line(exc)}", items_done=0 if warm_up else win.items_done) from None
+                raise EntryFailed(f"{method} raised on {where} {after}",
+                                  items_done=0 if warm_up else win.items_done) from None
             if why:
                 raise EntryFailed(f"{method} returned {why} on {where}; it must return {self.entry_run.returns}",
                                   items_done=0 if warm_up else win.items_done)
