@@ -155,23 +155,29 @@ def test_own_generation_code_is_judged_as_the_builtin_kind(generation_rentals, g
     assert "the same ML result on B b200" in c.stands_on
 
 
-def test_an_embed_of_the_wrong_shape_is_a_failure_row_naming_it(tmp_path, model_dir):
+def one_embedding_pass(tmp_path, model_dir, corpus, name: str, code: str):
+    """The one attempt of a batch-1 embedding campaign over ``corpus`` whose entry is the class
+    ``name`` of the file written with ``code``, and its result.json as a dict."""
     from lab.launchers.local import LocalLauncher
     from lab.orchestration.orchestrator import Orchestrator
     from lab.orchestration.protocol import load_protocol, lock
 
-    corpus = cut_corpus(tmp_path / "corpus.jsonl", 3, 2, 1)
-    (tmp_path / "flat.py").write_text(
-        "class Flat:\n"
-        "    def __init__(self, settings, device):\n        pass\n"
-        "    def embed(self, texts):\n        return [0.5] * len(texts)\n")
-    f = campaign(tmp_path / "c", model_dir, corpus, "embedding", str(tmp_path / "flat.py") + ":Flat", values=(1,))
+    path = tmp_path / f"{name.lower()}.py"
+    path.write_text(code)
+    f = campaign(tmp_path / "c", model_dir, corpus, "embedding", f"{path}:{name}", values=(1,))
     lock(load_protocol(f))
     orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
     orch.run()
     (a,) = orch.journal.attempts()
+    return a, json.loads((orch.dir / "passes" / a.pass_id / "result.json").read_text())
+
+
+def test_an_embed_of_the_wrong_shape_is_a_failure_row_naming_it(tmp_path, model_dir):
+    a, res = one_embedding_pass(tmp_path, model_dir, cut_corpus(tmp_path / "corpus.jsonl", 3, 2, 1), "Flat",
+                                "class Flat:\n"
+                                "    def __init__(self, settings, device):\n        pass\n"
+                                "    def embed(self, texts):\n        return [0.5] * len(texts)\n")
     assert a.status == "error", a.status
-    res = json.loads((orch.dir / "passes" / a.pass_id / "result.json").read_text())
     assert "embed returned an array of shape (1,), not (texts, width) on warm-up batch 1" in res["error"], res
 
 
@@ -219,21 +225,11 @@ def test_a_run_whose_code_changed_since_lock_is_still_read_from_its_folder(tmp_p
 def test_the_users_code_out_of_memory_is_an_oom_row_naming_the_batch_and_line(tmp_path, model_dir):
     """A new user's trial: torch's OutOfMemoryError raised in the entry's method became 'oom, 0 items
     (OutOfMemoryError: ...)', without the batch and the code's line every other failure of it names."""
-    from lab.launchers.local import LocalLauncher
-    from lab.orchestration.orchestrator import Orchestrator
-    from lab.orchestration.protocol import load_protocol, lock
-
-    corpus = cut_corpus(tmp_path / "corpus.jsonl", 1, 1, 0)
-    (tmp_path / "big.py").write_text(
+    a, res = one_embedding_pass(
+        tmp_path, model_dir, cut_corpus(tmp_path / "corpus.jsonl", 1, 1, 0), "Big",
         "import torch\n\n\nclass Big:\n"
         "    def __init__(self, settings, device):\n        pass\n\n"
         "    def embed(self, texts):\n        raise torch.OutOfMemoryError('CUDA out of memory (simulated)')\n")
-    f = campaign(tmp_path / "c", model_dir, corpus, "embedding", str(tmp_path / "big.py") + ":Big", values=(1,))
-    lock(load_protocol(f))
-    orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
-    orch.run()
-    (a,) = orch.journal.attempts()
     assert a.status == "oom", a.status
-    res = json.loads((orch.dir / "passes" / a.pass_id / "result.json").read_text())
     assert ("embed ran out of memory on warm-up batch 1 (after 0 warm-up items): big.py, line 9, in embed: "
             "torch.OutOfMemoryError: CUDA out of memory (simulated)") in res["error"], res["error"]

@@ -34,6 +34,7 @@ from typing import Any
 
 from lab.facts.constants import USER_METRIC_TIMEOUT_S
 from lab.facts.errors import FailureKind, PassFailure
+from lab.kinds.custom_kind import CUSTOM
 from lab.passes.tasks.job import LabelLines, label_accuracy
 
 IMPORTS_FINE = "entry imports and has the protocol"  # the check process's last line when it does
@@ -556,12 +557,7 @@ class CustomJob(EntryJob, LabelLines):
     """``[task] kind = "custom"``: batches the lab forms, handed to the user's ``predict`` (labels)."""
 
     kind = "custom"
-
-    @property
-    def entry_run(self):
-        from lab.kinds.custom_kind import CUSTOM
-
-        return CUSTOM.entry
+    entry_run = CUSTOM.entry
 
     def accept(self, out, n: int) -> tuple[str, list]:
         return predict_refusal(out, n)

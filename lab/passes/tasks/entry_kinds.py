@@ -24,7 +24,6 @@ Everything else is the kind's: the prediction records, validation, metrics, the 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from lab.kinds.generation_kind import GENERATION
 from lab.passes.tasks.custom import EntryJob, _shown
 from lab.passes.tasks.embedding import EmbeddingJob
 from lab.passes.tasks.generation import GenerationJob
-from lab.passes.tasks.generation_core import GeneratedItem
+from lab.passes.tasks.generation_core import GeneratedItem, cut_at_stop
 
 ENTRY_POOLING = "the entry's own (the declared pooling and normalize are in its settings)"
 """``pooling.rule`` of an embedding pass whose vectors the user's code made."""
@@ -81,6 +80,7 @@ class EntryEmbeddingJob(EntryJob, EmbeddingJob):
         EntryJob.__init__(self, spec)
         self.pooling = ENTRY_POOLING
         self.normalize = bool(self.task.get("normalize", True))
+        self.width: int | None = None  # the first batch's: every later batch must return as wide
 
     def open(self, rows):
         win, order, texts = super().open(rows)
@@ -89,7 +89,10 @@ class EntryEmbeddingJob(EntryJob, EmbeddingJob):
         return win, order, texts
 
     def accept(self, out, n: int) -> tuple[str, list]:
-        return vectors_refusal(out, n, None)
+        why, values = vectors_refusal(out, n, self.width)
+        if values:
+            self.width = values[0].shape[1]
+        return why, values
 
     def store(self, win, idx: list[int], values: list) -> None:
         import numpy as np
@@ -97,15 +100,11 @@ class EntryEmbeddingJob(EntryJob, EmbeddingJob):
         (arr,) = values
         if win.vectors is None:
             win.vectors = np.zeros((len(win.ids), arr.shape[1]), np.float32)
-        elif arr.shape[1] != win.vectors.shape[1]:
-            from lab.passes.tasks.custom import EntryFailed
-
-            raise EntryFailed(f"embed returned rows {arr.shape[1]} wide after {win.vectors.shape[1]} wide ones; "
-                              f"it must return {self.entry_run.returns}", items_done=win.items_done)
         win.vectors[idx] = arr
+        norms = np.linalg.norm(arr.astype(np.float64), axis=1)
         for j, i in enumerate(idx):
             win.pred_index[i] = i
-            win.norms[i] = float(math.sqrt(float((arr[j].astype("float64") ** 2).sum())))
+            win.norms[i] = float(norms[j])
 
     def write_predictions(self, path: Path, win) -> dict:
         if win.vectors is None:  # no batch done: no width known; nothing to store
@@ -155,11 +154,9 @@ class EntryGenerationJob(EntryJob, GenerationJob):
         """Each output cut before its first stop string; its tokens are counted after the window
         (:meth:`write_predictions`: the lab's bookkeeping stays out of the code's measured time)."""
         for i, text in zip(idx, values, strict=True):
-            cuts = [text.find(s) for s in self.rule.stop if s and s in text]
-            cut = min(cuts) if cuts else None
-            win.generated[i] = GeneratedItem(text=text if cut is None else text[:cut],
-                                             input_tokens=win.tokens_kept[i], output_tokens=0,
-                                             stopped_by=ENTRY_STOP if cut is None else "stop")
+            shown, cut = cut_at_stop(text, self.rule.stop)
+            win.generated[i] = GeneratedItem(text=shown, input_tokens=win.tokens_kept[i], output_tokens=0,
+                                             stopped_by="stop" if cut else ENTRY_STOP)
             win.pred_index[i] = i
         if getattr(win, "returned", None) is None:
             win.returned = [None] * len(win.ids)

@@ -225,6 +225,12 @@ def require_positions(sequences: list[list[int]], rule: GenerationRule, max_posi
                 f"{positions_fix(rule, max_positions, template_tokens(tokenizer, rule) if tokenizer else 0)}")
 
 
+def cut_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
+    """(``text`` cut before the first of the ``stop`` strings it holds, True) or (``text``, False)."""
+    hits = [text.find(s) for s in stop if s in text]
+    return (text[:min(hits)], True) if hits else (text, False)
+
+
 def _finished_length(tokens: list[int], eos: set[int], stop: tuple[str, ...], decode) -> tuple[int, str, str]:
     """(output token count, output text, what ended it: ``STOPPED_BY``) of one row's generated tokens."""
     n = len(tokens)
@@ -233,11 +239,9 @@ def _finished_length(tokens: list[int], eos: set[int], stop: tuple[str, ...], de
         if t in eos:
             n, by = k + 1, "eos"
             break
-    text = decode(tokens[:n])
-    hits = [text.find(s) for s in stop if s in text]
-    if not hits:
+    text, cut = cut_at_stop(decode(tokens[:n]), stop)
+    if not cut:
         return n, text, by
-    cut = min(hits)
     # the fewest tokens whose decode already holds a stop string (prefix decodes only grow)
     lo, hi = 1, n
     while lo < hi:
@@ -246,7 +250,7 @@ def _finished_length(tokens: list[int], eos: set[int], stop: tuple[str, ...], de
             hi = mid
         else:
             lo = mid + 1
-    return lo, text[:cut], "stop"
+    return lo, text, "stop"
 
 
 CHECKPOINT_GENERATION_FILE = "generation_config.json"
