@@ -1,9 +1,9 @@
 """The load generator driver of a server pass: ``vllm bench serve`` against a running server (issue 36).
 
-``run_load`` writes the prompts (one per corpus id, in the order given) for
-lab/engines/vllm_load_worker.py, runs it with the vLLM venv's python (the tool pinned with the
-server), and reads the tool's detailed result and the worker's record into one
-``ServedRequest`` per prompt (lab.engines.serving_figures), mapped back to its corpus id: the tool
+``run_loads`` writes the prompts of each run of a series (one per corpus id, in the order given)
+for lab/engines/vllm_load_worker.py, runs it once for the whole series with the vLLM venv's python
+(the tool pinned with the server), and reads each run's detailed result and the worker's record
+into one ``ServedRequest`` per prompt (lab.engines.serving_figures), mapped back to its corpus id: the tool
 lists its results in the order it released the requests, and ``read_records`` refuses a record
 whose release order is not the order sent. What the tool does: arrivals (Poisson at
 ``burstiness`` 1, gamma otherwise, seeded), a concurrency cap, warm-up requests (the first prompt,
@@ -197,32 +197,61 @@ def read_records(tool: ToolResult, record: LoadRecord, ids: Sequence[str]) -> tu
     return tuple(out)
 
 
+class LoadRun(msgspec.Struct, frozen=True):
+    """One run of a series: the ``prompts`` to offer, how (``settings``), and ``out_dir`` (its
+    prompts, the tool's result and the worker's record)."""
+
+    prompts: tuple[Prompt, ...]
+    settings: LoadSettings
+    out_dir: Path
+
+
 def run_load(started: Started, tokenizer: str | Path, prompts: Sequence[Prompt], settings: LoadSettings,
              out_dir: Path, timeout_s: float | None = None, python: Path | None = None) -> Load:
     """Offer ``prompts`` to the server ``started`` with ``vllm bench serve`` (the vLLM venv's) and
-    return its Load. ``tokenizer``: the served model's folder (the tool counts prompt tokens with
-    it). ``out_dir``: where the prompts, the tool's result, the worker's record and the log go.
-    ``timeout_s``: wall limit of the whole run (default: twice the schedule's length plus 300 s).
+    return its Load: :func:`run_loads` with one run, its log in ``out_dir``. Raises as it does."""
+    run = LoadRun(prompts=tuple(prompts), settings=settings, out_dir=out_dir)
+    return run_loads(started, tokenizer, [run], out_dir / LOG_NAME, timeout_s=timeout_s, python=python)[0]
+
+
+def run_loads(started: Started, tokenizer: str | Path, runs: Sequence[LoadRun], log_path: Path,
+              timeout_s: float | None = None, python: Path | None = None) -> list[Load]:
+    """Offer each run's prompts to the server ``started``, one run after the other, with ``vllm
+    bench serve`` in ONE generator process of the vLLM venv (its import paid once for a series of
+    rates), and return one Load per run, in order. ``tokenizer``: the served model's folder (the
+    tool counts prompt tokens with it). ``log_path``: the generator's log (every run's output).
+    ``timeout_s``: wall limit of the whole series (default: per run twice its schedule's length
+    plus 300 s).
 
     Raises LoadGenError (one line naming the log) when the generator exits with an error or runs
-    past ``timeout_s`` (its process group is killed), or when the result does not map onto
-    ``prompts`` (read_records); UserError for no prompt or a repeated id."""
-    ids = [p.id for p in prompts]
-    if not ids:
-        raise UserError("a server pass needs at least one prompt")
-    if len(set(ids)) != len(ids):
-        raise UserError("a server pass's prompts repeat an id; each corpus id is one request")
+    past ``timeout_s`` (its process group is killed), or when a result does not map onto its
+    prompts (read_records); UserError for no run, a run without prompts, a repeated id in a run,
+    or two runs sharing an out_dir."""
+    if not runs:
+        raise UserError("a load series needs at least one run")
+    if len({r.out_dir.resolve() for r in runs}) != len(runs):
+        raise UserError("two runs of a load series share an output folder; give each its own")
+    for r in runs:
+        ids = [p.id for p in r.prompts]
+        if not ids:
+            raise UserError("a server pass needs at least one prompt")
+        if len(set(ids)) != len(ids):
+            raise UserError("a server pass's prompts repeat an id; each corpus id is one request")
     python = python or ensure_vllm_env()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    lines = (json.dumps({"id": p.id, "prompt": p.prompt, "output_tokens": p.max_tokens}) + "\n" for p in prompts)
-    (out_dir / REQUESTS_NAME).write_text("".join(lines), encoding="utf-8")
-    job = out_dir / "load_job.json"
-    job.write_text(json.dumps({"requests": str(out_dir / REQUESTS_NAME), "record": str(out_dir / RECORD_NAME),
-                               "argv": tool_args(started, str(tokenizer), len(prompts), settings, out_dir)}),
-                   encoding="utf-8")
-    log_path = out_dir / LOG_NAME
+    entries = []
+    for r in runs:
+        r.out_dir.mkdir(parents=True, exist_ok=True)
+        lines = (json.dumps({"id": p.id, "prompt": p.prompt, "output_tokens": p.max_tokens}) + "\n"
+                 for p in r.prompts)
+        (r.out_dir / REQUESTS_NAME).write_text("".join(lines), encoding="utf-8")
+        entries.append({"requests": str(r.out_dir / REQUESTS_NAME), "record": str(r.out_dir / RECORD_NAME),
+                        "argv": tool_args(started, str(tokenizer), len(r.prompts), r.settings, r.out_dir)})
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    job = runs[0].out_dir / "load_job.json"
+    job.write_text(json.dumps({"runs": entries}), encoding="utf-8")
     if timeout_s is None:
-        timeout_s = 300.0 + (0.0 if math.isinf(settings.rate) else 2.0 * len(prompts) / settings.rate)
+        timeout_s = sum(300.0 + (0.0 if math.isinf(r.settings.rate) else 2.0 * len(r.prompts) / r.settings.rate)
+                        for r in runs)
     with open(log_path, "w", encoding="utf-8") as log:
         p = subprocess.Popen([str(python), "-P", str(WORKER), str(job)], stdin=subprocess.DEVNULL, stdout=log,
                              stderr=subprocess.STDOUT, start_new_session=True,
@@ -239,13 +268,22 @@ def run_load(started: Started, tokenizer: str | Path, prompts: Sequence[Prompt],
             p.wait()
             raise
     if code != 0:
-        raise LoadGenError(f"the load generator exited with code {code}; see {log_path}")
+        done = sum((r.out_dir / RECORD_NAME).is_file() for r in runs)
+        raise LoadGenError(f"the load generator exited with code {code} after {done} of {len(runs)} run(s); "
+                           f"see {log_path}")
+    return [read_load(r, log_path) for r in runs]
+
+
+def read_load(run: LoadRun, log_path: Path) -> Load:
+    """The Load of one finished run, from its worker record and the tool's result file. Raises
+    LoadGenError when either is missing or unreadable, or does not map onto the run's prompts."""
     try:
-        record = msgspec.json.decode((out_dir / RECORD_NAME).read_bytes(), type=LoadRecord)
-        raw = (out_dir / RESULT_NAME).read_bytes()
+        record = msgspec.json.decode((run.out_dir / RECORD_NAME).read_bytes(), type=LoadRecord)
+        raw = (run.out_dir / RESULT_NAME).read_bytes()
         tool = msgspec.json.decode(raw, type=ToolResult)
     except (OSError, msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise LoadGenError(f"the load generator's result could not be read ({exc}); see {log_path}") from None
-    return Load(records=read_records(tool, record, ids), duration_s=tool.duration, offered_rate=settings.rate,
-                tool=json.loads(raw), generator_cpu_s=record.cpu_s, generator_wall_s=record.wall_s,
-                schedule_note=record.schedule_note, result_path=out_dir / RESULT_NAME, log_path=log_path)
+    return Load(records=read_records(tool, record, [p.id for p in run.prompts]), duration_s=tool.duration,
+                offered_rate=run.settings.rate, tool=json.loads(raw), generator_cpu_s=record.cpu_s,
+                generator_wall_s=record.wall_s, schedule_note=record.schedule_note,
+                result_path=run.out_dir / RESULT_NAME, log_path=log_path)

@@ -1,11 +1,14 @@
 """The load generator of a server pass: vLLM's own ``vllm bench serve``, run in the vLLM venv.
 
 Started by lab.engines.vllm_load as ``<venv python> -P vllm_load_worker.py <job.json>``; imports
-no ``lab`` module. ``job.json``: ``{"requests": path of a JSONL of {"id", "prompt",
+no ``lab`` module. ``job.json``: ``{"runs": [{"requests": path of a JSONL of {"id", "prompt",
 "output_tokens"}, "record": path this script writes, "argv": the arguments of ``vllm bench
-serve``}``. It builds the tool's own parser (``vllm.benchmarks.serve.add_cli_args``), runs the
-tool's ``main`` (arrivals, concurrency cap, warm-up, streaming requests, its metrics, its result
-file with ``--save-detailed``), and changes two things around it, both written down here:
+serve``}, ...]}``: one or more runs of the tool against the same server, in order, in this one
+process (vLLM's import, about half a minute of CPU on a small host, is paid once for a series of
+rates). For each run it builds the tool's own parser (``vllm.benchmarks.serve.add_cli_args``),
+runs the tool's ``main`` (arrivals, concurrency cap, warm-up, streaming requests, its metrics, its
+result file with ``--save-detailed``) and writes that run's record before the next starts; it
+changes two things around the tool, both written down here:
 
 - The prompts: the tool's "custom" JSONL dataset reads its file with pandas, which the pinned
   vLLM venv does not hold (``PlaceholderModule``); ``get_samples`` is replaced by a reader of the
@@ -26,7 +29,8 @@ entry), ``scheduled_s`` (the replayed schedule, same origin; null when unknown) 
 ``schedule_note``, ``origin_perf`` (that origin on the process's perf_counter, the clock of the
 tool's ``start_times``), ``cpu_s`` (this process's CPU seconds, every thread, over the tool's
 ``main``: tokenizer load, ready check, warm-up and the measured requests; vLLM's import before it
-is not counted), ``wall_s`` (its wall seconds, same span), ``result_file`` (the tool's result).
+is not counted, nor an earlier run's), ``wall_s`` (its wall seconds, same span), ``result_file``
+(the tool's result).
 """
 
 from __future__ import annotations
@@ -70,17 +74,13 @@ def same_state(a, b) -> bool:
     return a[0] == b[0] and bool(np.array_equal(a[1], b[1])) and tuple(a[2:]) == tuple(b[2:])
 
 
-def main() -> int:
-    job = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
+def run_one(run: dict, serve, parser_of) -> None:
+    """One run of the tool's ``main`` (``run``: one entry of the job's ``runs``); writes its record."""
     import numpy as np
-    from vllm.benchmarks import serve
     from vllm.benchmarks.datasets import SampleRequest
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    parser = FlexibleArgumentParser()
-    serve.add_cli_args(parser)
-    args = parser.parse_args(job["argv"])
-    rows = [json.loads(line) for line in Path(job["requests"]).read_text(encoding="utf-8").splitlines() if line.strip()]
+    args = parser_of().parse_args(run["argv"])
+    rows = [json.loads(line) for line in Path(run["requests"]).read_text(encoding="utf-8").splitlines() if line.strip()]
 
     def get_samples(args, tokenizer, **_):
         return [SampleRequest(prompt=r["prompt"], prompt_len=len(tokenizer(r["prompt"]).input_ids),
@@ -114,12 +114,30 @@ def main() -> int:
 
     serve.get_samples = get_samples
     serve.get_request = get_request
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    serve.main(args)
-    rec["cpu_s"] = time.process_time() - cpu0
-    rec["wall_s"] = time.perf_counter() - wall0
+    try:
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        serve.main(args)
+        rec["cpu_s"] = time.process_time() - cpu0
+        rec["wall_s"] = time.perf_counter() - wall0
+    finally:
+        serve.get_request = tool_get_request
     rec["result_file"] = str(Path(args.result_dir or ".") / args.result_filename)
-    Path(job["record"]).write_text(json.dumps(rec), encoding="utf-8")
+    Path(run["record"]).write_text(json.dumps(rec), encoding="utf-8")
+
+
+def main() -> int:
+    job = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
+    from vllm.benchmarks import serve
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    def parser_of():
+        parser = FlexibleArgumentParser()
+        serve.add_cli_args(parser)
+        return parser
+
+    for k, run in enumerate(job["runs"]):
+        print(f"== run {k + 1} of {len(job['runs'])}: {run['requests']}", flush=True)
+        run_one(run, serve, parser_of)
     return 0
 
 
