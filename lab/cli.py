@@ -163,11 +163,12 @@ def cmd_campaign_replay(a) -> int:
 
     cost = {"gpu": a.gpu, "days": a.days, "lots": a.lots, "catalog": a.catalog,
             "window_start": a.window_start, "window_end": a.window_end, "tz": a.tz}
-    r = replay_archive(a.archive, a.out, corpus=a.corpus, model=a.model, revision=a.revision,
+    r = replay_archive(a.archive, a.out, corpus=a.corpus, model=a.model, code=a.code, revision=a.revision,
                        new_model=a.new_model, cost=cost, allowed_signers=a.allowed_signers)
     e = r.lock_entry
     print(f"verified {Path(a.archive).name} ({r.signature.line}); corpus {r.corpus} (sha256 {e['corpus_sha256']}), "
-          f"model {r.model} (sha256 {e['model_sha256']})")
+          f"model {r.model} (sha256 {e['model_sha256']})"
+          + "".join(f"; {role} {path} (the archive's sha256)" for role, path in r.code))
     what = "new question version (model changed)" if a.new_model else "same question"
     print(f"locked {r.campaign_file}: version {e['version']} of this campaign file, sha256 {e['sha256']}; replays "
           f"{e['replays']['archive']} (sha256 {e['replays']['archive_sha256'][:16]}...; its protocol version "
@@ -436,6 +437,8 @@ def parser() -> argparse.ArgumentParser:
     rr.add_argument("--corpus", help="the corpus file, when it is not at its recorded path")
     rr.add_argument("--model", help="the model folder, when it is not at its recorded path (with --new-model: "
                                     "the new model, a folder or a hub id)")
+    rr.add_argument("--code", help="the folder holding the user's code files (entry, files, metric file), when "
+                                   "they are not at their recorded place; each must give the archive's sha256")
     rr.add_argument("--revision", help="with --new-model and a hub id: its pinned revision")
     rr.add_argument("--new-model", action="store_true",
                     help="a deliberate change of model: a new question version naming the archive")

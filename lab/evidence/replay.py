@@ -7,7 +7,10 @@ with exactly that protocol: question, corpus, model reference and revision, qual
 series and task. Only what a new rental changes may differ: ``[cost]`` (given here) and the
 runs folder (``ITERALAB_RUNS``, never in the file). The corpus (the archive's own copy when it
 was packed ``--with-corpus``, else its recorded path, else ``corpus``) and the model (its
-recorded path or hub id, else ``model``) must give the archive's locked sha256 values. The new
+recorded path or hub id, else ``model``) must give the archive's locked sha256 values, and so
+must the user's own code the protocol runs (``[task] entry`` and ``files``, a ``[quality]``
+metric file: found in ``code`` when given, else at its recorded place; the archive holds their
+sha256, never the files), each by its role. The new
 file is locked at once; its lock entry records ``replays`` (archive name and sha256, the
 protocol version it came from) and the question version. A deliberate change of model
 (``new_model``) is a new question version whose ``replays`` names the archive and the change;
@@ -52,6 +55,9 @@ class Replay:
     model: str
     question_version: int
     signature: Signature = UNSIGNED
+    code: tuple[tuple[str, Path], ...] = ()
+    """(role, file) of each of the user's code files found, with the archive's sha256 (role as
+    lab.orchestration.protocol.Protocol.task_files names it: entry, file:<as written>, metric)."""
 
 
 # ---- a small TOML writer for the campaign file's shape (tables of scalars and lists) ----------
@@ -110,15 +116,32 @@ def _locked_entry(top: Path, archive: Path) -> dict:
 
     version = _read_json(top / "protocol_version.json")
     lock = _read_json(top / "campaign.lock.json")
-    entry = next((v for v in lock.get("versions", []) if v.get("sha256") == version.get("sha256")), None)
+    held = version.get("sha256")
+    entry = next((v for v in lock.get("versions", []) if v.get("sha256") == held), None)
     if entry is None or not isinstance(entry.get("protocol"), dict):
         raise ReplayError(f"{archive.name}: its lock has no entry for protocol version {version.get('version')} "
-                          f"(sha256 {version.get('sha256')}); the archive cannot be replayed")
+                          f"(sha256 {held}); the archive cannot be replayed")
     blob = json.dumps(entry["protocol"], sort_keys=True, ensure_ascii=False, default=str).encode()
     if sha256_bytes(blob) != entry.get("protocol_sha256"):
         raise ReplayError(f"{archive.name}: its locked protocol text does not give its protocol_sha256; "
                           "the archive is inconsistent")
     return entry
+
+
+def _recorded_home(top: Path) -> Path | None:
+    """The folder of the campaign file the archive's campaign ran (its journal's ``campaign_file``):
+    where the protocol's relative paths (corpus, code) were resolved; None when not recorded."""
+    from lab.orchestration.journal import Journal
+
+    path = top / "journal.sqlite"
+    if not path.is_file():
+        return None
+    j = Journal.open_read_only(path)
+    try:
+        recorded = j.get_control("campaign_file")
+    finally:
+        j.close()
+    return Path(recorded).parent if isinstance(recorded, str) and recorded else None
 
 
 def _recorded_pass(top: Path) -> dict:
@@ -137,8 +160,11 @@ def _resolve_recorded(p: str, home: Path) -> Path:
 
 # ---- finding and checking the inputs -----------------------------------------------------
 
-def _find_corpus(given: str | None, top: Path, raw: dict, recorded: dict, want: str, inputs: Path) -> Path:
-    """The corpus file to replay with; ReplayError naming both sha256 values on a mismatch."""
+def _find_corpus(given: str | None, top: Path, raw: dict, recorded: dict, want: str, inputs: Path,
+                 home: Path | None = None) -> Path:
+    """The corpus file to replay with: ``given``, else the archive's own copy, the path the passes
+    read, the path as written relative to ``home`` (the recorded campaign file's folder) and to the
+    repository. ReplayError naming both sha256 values on a mismatch."""
     if given:
         candidates = [Path(given).expanduser().resolve()]
         if not candidates[0].is_file():
@@ -151,10 +177,10 @@ def _find_corpus(given: str | None, top: Path, raw: dict, recorded: dict, want: 
             candidates.append(Path(shutil.copyfile(bundled[0], inputs / bundled[0].name)))
         if recorded.get("corpus_path"):
             candidates.append(Path(recorded["corpus_path"]))
-        candidates.append(_resolve_recorded(str(raw["corpus"]["path"]), REPO_ROOT))
-    existing = [c for c in candidates if c.is_file()]  # a custom pass's spec names its label-free copy: skipped
-    found = next((c for c in existing if len(existing) == 1 or sha256_file(c) == want),
-                 existing[0] if existing else None)
+        written = str(raw["corpus"]["path"])
+        candidates += [_resolve_recorded(written, where) for where in (home, REPO_ROOT) if where is not None]
+    existing = [c for c in candidates if c.is_file()]  # a custom pass's spec names its label-free copy
+    found = next((c for c in existing if sha256_file(c) == want), existing[0] if existing else None)
     if found is None:
         raise ReplayError(f"corpus not found at its recorded path ({candidates[-1]}); give it with --corpus FILE "
                           "(sha256 must be the archive's " + want + ")")
@@ -163,6 +189,80 @@ def _find_corpus(given: str | None, top: Path, raw: dict, recorded: dict, want: 
         raise ReplayError(f"corpus {found} has sha256 {got}, the archive's corpus has sha256 {want}; give the "
                           "archive's corpus with --corpus FILE (replay refuses another corpus)")
     return found.resolve()
+
+
+def _code_refs(raw: dict) -> dict[str, tuple[str, str, str]]:
+    """{role: (where it is written, the path as written, ":Name" or "")} of the user's code files the
+    protocol ``raw`` runs (the roles of lab.orchestration.protocol.Protocol.task_files), read from
+    its typed sections (lab.orchestration.config.parse_config)."""
+    from lab.orchestration.config import parse_config
+
+    cfg = parse_config(raw)
+    out: dict[str, tuple[str, str, str]] = {}
+    if cfg.task.entry:
+        file, _, name = cfg.task.entry.rpartition(":")
+        out["entry"] = ("[task] entry", file, ":" + name)
+    for f in cfg.task.files:
+        out[f"file:{f}"] = ("[task] files", f, "")
+    if cfg.quality.user_metric:
+        file, _, name = cfg.quality.metric.rpartition(":")
+        out["metric"] = ("[quality] metric", file, ":" + name)
+    return out
+
+
+def _find_code(given: str | None, raw: dict, want: dict, home: Path | None) -> dict[str, Path]:
+    """{role: file} of each of the user's code files ``raw`` runs, each giving the archive's
+    sha256 for its role (``want``: the lock's task_files_sha256). Looked for in ``given`` (a
+    folder: the path as written below it, then the file's name in it), else the path as written,
+    relative to ``home`` (the recorded campaign file's folder) and to the repository. Raises
+    ReplayError (one line) naming the role, what was found and the sha256 wanted."""
+    refs = _code_refs(raw)
+    if given is not None and not Path(given).expanduser().is_dir():
+        raise ReplayError(f"--code {given}: no such folder; give the folder that holds the archive's code files")
+    if not refs:
+        return {}
+    found: dict[str, Path] = {}
+    for role, (where, written, _) in refs.items():
+        sha = want.get(role)
+        if not sha or sha == "missing":
+            raise ReplayError(f"{where} {written}: the archive's lock records no sha256 for it; the archive "
+                              "cannot replay this code")
+        candidates: list[Path] = []
+        if given is not None:
+            home = Path(given).expanduser().resolve()
+            if not written.startswith("@repo/") and not Path(written).is_absolute():
+                candidates.append(home / written)
+            candidates.append(home / Path(written).name)
+        else:
+            if home is not None:
+                candidates.append(_resolve_recorded(written, home))
+            candidates.append(_resolve_recorded(written, REPO_ROOT))
+        existing = list(dict.fromkeys(c.resolve() for c in candidates if c.is_file()))
+        match = next((c for c in existing if sha256_file(c) == sha), None)
+        if match is None:
+            fix = "give the folder that holds the archive's code with --code DIR"
+            if existing:
+                got = sha256_file(existing[0])
+                raise ReplayError(f"{where} {written}: {existing[0]} has sha256 {got}, the archive's code has sha256 "
+                                  f"{sha}; {fix} (replay refuses other code)")
+            raise ReplayError(f"{where} {written}: not found (looked at {', '.join(str(c) for c in candidates)}); "
+                              f"{fix} (sha256 must be the archive's {sha})")
+        found[role] = match
+    return found
+
+
+def _place_code(raw: dict, found: dict[str, Path]) -> None:
+    """Write each found code file's absolute path into ``raw`` where the protocol names it."""
+    refs = _code_refs(raw)
+    task, quality = raw.setdefault("task", {}), raw.setdefault("quality", {})
+    for role, path in found.items():
+        _, written, name = refs[role]
+        if role == "entry":
+            task["entry"] = f"{path}{name}"
+        elif role == "metric":
+            quality["metric"] = f"{path}{name}"
+        else:
+            task.update(files=[str(path) if f == written else f for f in task.setdefault("files", [])])
 
 
 def _model_fingerprint(ref: str, revision: str | None) -> str:
@@ -233,15 +333,17 @@ def _cost_table(old: dict | None, cost: dict | None) -> dict | None:
 # ---- the replay ----------------------------------------------------------------------------
 
 def replay_archive(archive: str | Path, out: str | Path, *, corpus: str | None = None,
-                   model: str | None = None, revision: str | None = None, new_model: bool = False,
-                   cost: dict | None = None, allowed_signers: str | Path | None = None) -> Replay:
+                   model: str | None = None, code: str | None = None, revision: str | None = None,
+                   new_model: bool = False, cost: dict | None = None,
+                   allowed_signers: str | Path | None = None) -> Replay:
     """Verify ``archive`` (its signature first, against ``allowed_signers``: None, the default
     location's file when there is one; lab.evidence.signature.check_signature), write ``out`` (a
     campaign file with the archive's protocol; [cost] from ``cost``: {gpu, days, lots, catalog,
-    window_start, window_end, tz}, each None = the archive's) and lock it. Refuses an existing
+    window_start, window_end, tz}, each None = the archive's) and lock it. ``code``: the folder
+    holding the user's code files when they are not at their recorded place. Refuses an existing
     ``out``. Raises ReplayError (one line) when the archive is not of this lab's format
     (lab.evidence.format.check_format), or it or its signature does not verify, the
-    corpus or the model does not give the archive's sha256, or ProtocolError when the lock refuses
+    corpus, the model or a code file does not give the archive's sha256, or ProtocolError when the lock refuses
     the new file (e.g. a deadline already past)."""
     archive, out = Path(archive), Path(out).resolve()
     for taken in (out, out.with_suffix(".lock.json")):
@@ -265,7 +367,7 @@ def replay_archive(archive: str | Path, out: str | Path, *, corpus: str | None =
     inputs = out.parent / f"{out.stem}-inputs"
     made_inputs = not inputs.exists()
     try:
-        r = _replay(archive, archive_sha, out, inputs, corpus, model, revision, new_model, cost)
+        r = _replay(archive, archive_sha, out, inputs, corpus, model, code, revision, new_model, cost)
         return replace(r, signature=v.signature or r.signature)
     except BaseException:
         if made_inputs:
@@ -274,16 +376,18 @@ def replay_archive(archive: str | Path, out: str | Path, *, corpus: str | None =
 
 
 def _replay(archive: Path, archive_sha: str, out: Path, inputs: Path, corpus: str | None, model: str | None,
-            revision: str | None, new_model: bool, cost: dict | None) -> Replay:
+            code: str | None, revision: str | None, new_model: bool, cost: dict | None) -> Replay:
     from lab.orchestration.protocol import load_protocol, lock
 
     with tempfile.TemporaryDirectory() as tmp:
         top = extract(archive, Path(tmp))
         entry = _locked_entry(top, archive)
         raw = copy.deepcopy(entry["protocol"])
-        recorded = _recorded_pass(top)
-        corpus_file = _find_corpus(corpus, top, raw, recorded, entry["corpus_sha256"], inputs)
+        recorded, home = _recorded_pass(top), _recorded_home(top)
+        corpus_file = _find_corpus(corpus, top, raw, recorded, entry["corpus_sha256"], inputs, home)
         model_table, model_sha = _find_model(model, revision, raw, recorded, entry["model_sha256"], new_model)
+        found_code = _find_code(code, raw, entry.get("task_files_sha256") or {}, home)
+        _place_code(raw, found_code)
         card = top / "corpus_card.json"
         raw["corpus"] = {"path": str(corpus_file)}
         if card.is_file() and (entry["protocol"].get("corpus") or {}).get("card"):
@@ -311,4 +415,4 @@ def _replay(archive: Path, archive_sha: str, out: Path, inputs: Path, corpus: st
         out.unlink(missing_ok=True)  # never a campaign file that claims a replay and is not locked
         raise
     return Replay(out, entry_new, corpus_file, str(model_table.get("path") or model_table.get("id")),
-                  question_version)
+                  question_version, code=tuple(found_code.items()))

@@ -233,3 +233,52 @@ def test_the_users_code_out_of_memory_is_an_oom_row_naming_the_batch_and_line(tm
     assert a.status == "oom", a.status
     assert ("embed ran out of memory on warm-up batch 1 (after 0 warm-up items): big.py, line 9, in embed: "
             "torch.OutOfMemoryError: CUDA out of memory (simulated)") in res["error"], res["error"]
+
+
+def test_replay_finds_own_code_by_its_sha256_and_refuses_other_code(tmp_path, model_dir):
+    """A new user's trial: `campaign replay` had --corpus and --model but nothing for the user's
+    code, and never checked it (the archive holds only its sha256). The code is found at its
+    recorded place or in --code DIR, by the archive's sha256; other code, or none, is refused in
+    one line naming the role and both sha256 values, and nothing is left beside --out."""
+    import hashlib
+    import shutil
+
+    from lab.evidence.replay import ReplayError, replay_archive
+    from lab.orchestration.protocol import load_protocol
+
+    code = tmp_path / "c" / "code"
+    code.mkdir(parents=True)
+    shutil.copy(REPO / "examples" / "custom_embedder.py", code / "custom_embedder.py")
+    corpus = cut_corpus(tmp_path / "corpus.jsonl", 2, 1, 0)
+    f = campaign(tmp_path / "c", model_dir, corpus, "embedding", "code/custom_embedder.py:DemoEmbedder",
+                 values=(1,))
+    _, archive = run(f)
+    want = hashlib.sha256((code / "custom_embedder.py").read_bytes()).hexdigest()
+
+    here = replay_archive(archive, tmp_path / "next" / "here.toml")  # still at its recorded place
+    assert here.code == (("entry", (code / "custom_embedder.py").resolve()),)
+    assert here.lock_entry["task_files_sha256"] == {"entry": want}
+
+    moved = tmp_path / "moved"
+    shutil.move(code, moved)
+    with pytest.raises(ReplayError) as e:
+        replay_archive(archive, tmp_path / "next" / "gone.toml")
+    msg = str(e.value)
+    assert "[task] entry code/custom_embedder.py: not found" in msg and "--code DIR" in msg and want in msg
+    assert "\n" not in msg and not (tmp_path / "next" / "gone.toml").exists()
+
+    there = replay_archive(archive, tmp_path / "next" / "there.toml", code=str(moved))
+    assert there.code == (("entry", (moved / "custom_embedder.py").resolve()),)
+    proto = load_protocol(there.campaign_file)
+    assert proto.task_files() == {"entry": (moved / "custom_embedder.py").resolve()}
+    assert there.lock_entry["task_files_sha256"] == {"entry": want}
+
+    changed = tmp_path / "changed"
+    changed.mkdir()
+    (changed / "custom_embedder.py").write_text((moved / "custom_embedder.py").read_text() + "\n# edited\n")
+    got = hashlib.sha256((changed / "custom_embedder.py").read_bytes()).hexdigest()
+    with pytest.raises(ReplayError) as e:
+        replay_archive(archive, tmp_path / "next" / "changed.toml", code=str(changed))
+    msg = str(e.value)
+    assert f"has sha256 {got}, the archive's code has sha256 {want}" in msg and "replay refuses other code" in msg
+    assert not (tmp_path / "next" / "changed.toml").exists()
