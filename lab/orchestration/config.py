@@ -175,8 +175,9 @@ def parse_entry(value: str, where: str) -> tuple[str, str]:
 class TaskSection:
     """[task]: the job each pass measures (SPEC 2: task). Absent: ``kind = "classification"``.
 
-    ``embedding``: ``pooling`` ("mean": mean of the last hidden state over the attention mask)
-    and ``normalize`` (L2, default true), recorded in each pass's result. ``custom``: ``entry``
+    ``embedding``: ``pooling`` ("mean": mean of the last hidden state over the attention mask;
+    beside an ``entry``, any name the entry reads from its settings, since it pools) and
+    ``normalize`` (L2, default true), recorded in each pass's result. ``custom``: ``entry``
     ``"path/to/file.py:ClassName"`` (the user's inference code, lab.passes.tasks.custom) and ``files``,
     other files it reads (hashed into the lock with it); ``embedding`` and ``generation`` take them
     too, the entry then returning vectors (``embed``) or texts (``generate``) in place of the
@@ -234,6 +235,11 @@ class TaskSection:
                 raise ConfigError("[task] files lists file paths (strings) the entry reads")
 
     def _check_embedding(self) -> None:
+        if self.entry:  # the entry pools: its own names ("cls", "last", ...) reach it in its settings
+            if not isinstance(self.pooling, str) or not self.pooling:
+                raise ConfigError("[task] pooling beside an entry is the name your code reads from its "
+                                  "settings (for example \"mean\" or \"cls\"); give a non-empty string")
+            return
         if self.pooling not in POOLINGS:
             raise ConfigError(f"[task] pooling {self.pooling!r} is not implemented; use "
                               f"{' or '.join(map(repr, POOLINGS))} (mean over the attention mask)")

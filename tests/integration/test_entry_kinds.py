@@ -155,8 +155,8 @@ def test_own_generation_code_is_judged_as_the_builtin_kind(generation_rentals, g
     assert "the same ML result on B b200" in c.stands_on
 
 
-def one_embedding_pass(tmp_path, model_dir, corpus, name: str, code: str):
-    """The one attempt of a batch-1 embedding campaign over ``corpus`` whose entry is the class
+def one_embedding_pass(tmp_path, model_dir, corpus, name: str, code: str, kind: str = "embedding"):
+    """The one attempt of a batch-1 campaign of ``kind`` over ``corpus`` whose entry is the class
     ``name`` of the file written with ``code``, and its result.json as a dict."""
     from lab.launchers.local import LocalLauncher
     from lab.orchestration.orchestrator import Orchestrator
@@ -164,7 +164,7 @@ def one_embedding_pass(tmp_path, model_dir, corpus, name: str, code: str):
 
     path = tmp_path / f"{name.lower()}.py"
     path.write_text(code)
-    f = campaign(tmp_path / "c", model_dir, corpus, "embedding", f"{path}:{name}", values=(1,))
+    f = campaign(tmp_path / "c", model_dir, corpus, kind, f"{path}:{name}", values=(1,))
     lock(load_protocol(f))
     orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
     orch.run()
@@ -179,6 +179,35 @@ def test_an_embed_of_the_wrong_shape_is_a_failure_row_naming_it(tmp_path, model_
                                 "    def embed(self, texts):\n        return [0.5] * len(texts)\n")
     assert a.status == "error", a.status
     assert "embed returned an array of shape (1,), not (texts, width) on warm-up batch 1" in res["error"], res
+
+
+def test_task_settings_the_entry_ignores_are_not_honoured_rows(tmp_path, model_dir, gen_model_dir):
+    """A new user's trial: an entry that ignored normalize (norms about 6.9 with normalize = true)
+    or max_new_tokens (109 tokens for 16 declared) was recorded as it came, and its pass accepted.
+    A task setting handed to the code and not applied is now what a variant's is: a failure row
+    "not honoured" naming the setting, what came back and the fix; the outputs are kept."""
+    corpus = cut_corpus(tmp_path / "corpus.jsonl", 2, 1, 0)
+    (tmp_path / "emb").mkdir()
+    (tmp_path / "gen").mkdir()
+    a, res = one_embedding_pass(tmp_path / "emb", model_dir, corpus, "Raw",
+                                "import numpy as np\n"
+                                "class Raw:\n"
+                                "    def __init__(self, settings, device):\n        pass\n"
+                                "    def embed(self, texts):\n        return np.full((len(texts), 8), 2.5)\n")
+    assert a.status == "error" and res["failure_kind"] == "not_honoured", (a.status, res.get("failure_kind"))
+    assert "normalize = true, but 3 of 3 vectors the entry returned have an L2 norm outside 1 +/- 0.01 " \
+           "(7.071 to 7.071); normalize them in embed(), or declare normalize = false" in res["error"], res["error"]
+    a, res = one_embedding_pass(tmp_path / "gen", gen_model_dir, corpus, "Long",
+                                "class Long:\n"
+                                "    def __init__(self, settings, device):\n        pass\n"
+                                "    def generate(self, prompts):\n        return [' sci' * 60 for _ in prompts]\n",
+                                kind="generation")
+    assert a.status == "error" and res["failure_kind"] == "not_honoured", (a.status, res.get("failure_kind"))
+    assert "max_new_tokens = 16, but 3 of 3 outputs the entry returned are longer (up to 60 tokens" in res["error"]
+    assert "stop generate() at settings['max_new_tokens']" in res["error"]
+    (pred,) = (tmp_path / "gen" / "runs").glob(f"*/*/passes/{a.pass_id}/predictions.jsonl")
+    lines = [json.loads(x) for x in pred.read_text().splitlines()]
+    assert len(lines) == 3 and all(x["output_tokens"] > 18 for x in lines), lines
 
 
 def test_vllm_beside_an_entry_is_refused_at_lock_in_one_line(tmp_path, model_dir):

@@ -80,6 +80,20 @@ def test_an_empty_enumerated_value_is_refused_not_read_as_the_default(tmp_path, 
     assert words in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 
+def test_pooling_beside_an_entry_is_the_name_the_entry_reads():
+    """A new user's trial: pooling beside an entry accepted only "mean", though the lab pools
+    nothing then (the entry does): the user could not declare the CLS pooling their code applies."""
+    from lab.orchestration.config import TaskSection, parse_section
+
+    base = {"kind": "embedding", "entry": "enc.py:Enc"}
+    assert parse_section(TaskSection, {**base, "pooling": "cls"}, "task").pooling == "cls"
+    assert parse_section(TaskSection, base, "task").pooling == "mean"  # the kind's default, handed to the entry
+    with pytest.raises(Exception, match=r"pooling beside an entry is the name your code reads"):
+        parse_section(TaskSection, {**base, "pooling": ""}, "task")
+    with pytest.raises(Exception, match=r"pooling 'cls' is not implemented"):  # the lab's own pooling: mean only
+        parse_section(TaskSection, {"kind": "embedding", "pooling": "cls"}, "task")
+
+
 @pytest.mark.parametrize("kind, builtin", [("embedding", "nn_accuracy"), ("generation", "exact_match"),
                                            ("custom", "accuracy")])
 def test_a_metric_refusal_suggests_only_what_the_next_check_accepts(tmp_path, kind, builtin):

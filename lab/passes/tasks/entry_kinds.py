@@ -41,6 +41,17 @@ ENTRY_PADDING = "the entry's own (the lab hands over prompt strings, unpadded)"
 """``generation.padding`` of a generation pass whose outputs the user's code made."""
 ENTRY_STOP = "entry"
 """``stopped_by`` of an output the lab did not cut: the code ended it (its eos or token limit)."""
+NORM_TOLERANCE = 0.01
+"""With ``normalize = true`` every vector the entry returns must have an L2 norm within 1 +/- this
+(float16 arithmetic in the user's code leaves about 1e-3; a forgotten normalisation leaves norms
+of several units: the reported case read 6.2 to 7.1)."""
+
+
+def token_slack(max_new_tokens: int) -> int:
+    """Tokens an entry's output may exceed ``max_new_tokens`` by, as the lab counts them: the lab
+    sees only the text, and decoding ids to text then encoding the text again can change the count
+    at word pieces and spaces; max(2, 10 % of ``max_new_tokens``, rounded up)."""
+    return max(2, -(-max_new_tokens // 10))
 
 
 def vectors_refusal(out, n: int, width: int | None) -> tuple[str, list]:
@@ -106,6 +117,22 @@ class EntryEmbeddingJob(EntryJob, EmbeddingJob):
             win.pred_index[i] = i
             win.norms[i] = float(norms[j])
 
+    def observe_window(self, win) -> dict:
+        """EntryJob's record; raises NotHonoured when ``normalize = true`` is declared and a vector
+        the entry returned is not of unit norm (within NORM_TOLERANCE): a task setting the code
+        did not apply, as a variant's would be."""
+        from lab.passes.observed import NotHonoured
+
+        rec = EntryJob.observe_window(self, win)
+        norms = [n for n in win.norms if n is not None]
+        off = [n for n in norms if abs(n - 1.0) > NORM_TOLERANCE]
+        if self.normalize and off:
+            raise NotHonoured(f"declared value not honoured: normalize = true, but {len(off)} of {len(norms)} "
+                              f"vectors the entry returned have an L2 norm outside 1 +/- {NORM_TOLERANCE:g} "
+                              f"({min(off):.4g} to {max(off):.4g}); normalize them in embed(), or declare "
+                              "normalize = false")
+        return rec
+
     def write_predictions(self, path: Path, win) -> dict:
         if win.vectors is None:  # no batch done: no width known; nothing to store
             import numpy as np
@@ -170,15 +197,40 @@ class EntryGenerationJob(EntryJob, GenerationJob):
                                 "padding": ENTRY_PADDING}
         return fields
 
-    def write_predictions(self, path: Path, win) -> dict:
-        """The built-in job's lines, with ``output_tokens`` counted now by the [model] tokenizer
-        over each output as the code returned it (before the lab's cut at a stop string)."""
+    def count_tokens(self, win) -> None:
+        """``output_tokens`` of each output, counted once, after the window, by the [model]
+        tokenizer over the output as the code returned it (before the lab's cut at a stop string)."""
         import msgspec
 
+        if getattr(win, "tokens_counted", False):
+            return
         returned = getattr(win, "returned", None) or [None] * len(win.ids)
         win.generated = [g if g is None or text is None else msgspec.structs.replace(
             g, output_tokens=len(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]))
             for g, text in zip(win.generated, returned, strict=True)]
+        win.tokens_counted = True
+
+    def observe_window(self, win) -> dict:
+        """EntryJob's record; raises NotHonoured when an output the entry returned is longer than
+        the declared ``max_new_tokens`` by more than :func:`token_slack` (counted by
+        :meth:`count_tokens`): a task setting the code did not apply, as a variant's would be."""
+        from lab.passes.observed import NotHonoured
+
+        rec = EntryJob.observe_window(self, win)
+        self.count_tokens(win)
+        limit = self.rule.max_new_tokens
+        counts = [g.output_tokens for g in win.generated if g is not None]
+        over = [c for c in counts if c > limit + token_slack(limit)]
+        if over:
+            raise NotHonoured(f"declared value not honoured: max_new_tokens = {limit}, but {len(over)} of "
+                              f"{len(counts)} outputs the entry returned are longer (up to {max(over)} tokens by "
+                              f"the [model] tokenizer, {token_slack(limit)} over allowed for re-tokenized text); "
+                              "stop generate() at settings['max_new_tokens']")
+        return rec
+
+    def write_predictions(self, path: Path, win) -> dict:
+        """The built-in job's lines, with ``output_tokens`` as :meth:`count_tokens` counts them."""
+        self.count_tokens(win)
         return {**GenerationJob.write_predictions(self, path, win), **self.entry_fields()}
 
     def merge_cards(self, cards_dir, pred_path, merged, cards, labels):
