@@ -78,3 +78,17 @@ def sha256_file(path: str | Path) -> str:
 
 if __name__ == "__main__":
     print(lab_sources_sha256())
+
+
+def tail_text(path: str | Path, max_bytes: int = 65536) -> str:
+    """The last ``max_bytes`` bytes of the file at ``path`` as text (UTF-8, undecodable bytes
+    replaced; the first line may be cut); '' when it cannot be read. A log that keeps growing
+    is read as far as it was when opened."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            return f.read(max_bytes).decode("utf-8", "replace")
+    except OSError:
+        return ""

@@ -23,6 +23,7 @@ import msgspec
 from lab.facts.constants import SYSTEMATIC_FAILURES, USER_METRIC_TIMEOUT_S
 from lab.facts.diskfull import DiskFull, atomic_write_text, is_disk_full
 from lab.facts.errors import FailureKind, LabError, ProtocolError, clip
+from lab.facts.files import tail_text
 from lab.facts.host import iteralab_command
 from lab.facts.host_cards import check_cards_fit_host
 from lab.inputs.corpus import read_corpus
@@ -47,6 +48,7 @@ from lab.orchestration.validate import (
 )
 from lab.passes.distributed import ProgressTally
 from lab.passes.events import FINISHED, EventKind, PassStatus, parse_event
+from lab.passes.failures import native_oom_line
 from lab.passes.records import PassResult, decode_result
 from lab.passes.spec import PassSpec
 
@@ -65,6 +67,7 @@ class Reference(NamedTuple):
 
 
 PROGRESS_EVERY_S = 30.0
+LOG_TAIL_BYTES = 8192  # the end of a crashed pass's log read for its last words (native_oom_line)
 """With ``echo`` (a headless run), one progress line per pass at least this often: items done,
 items/s, ETA of the pass and of the campaign (``progress_line``)."""
 
@@ -565,9 +568,11 @@ class Orchestrator:
             if typed.error:
                 notes.append(typed.error)
         else:
-            status = PassStatus.ERROR
             code = outcome.exit_code
-            notes.append(f"crashed: killed by signal {-code}" if code is not None and code < 0
+            oom_line = native_oom_line(code, tail_text(pass_dir / "log.txt", LOG_TAIL_BYTES))
+            status = PassStatus.OOM if oom_line else PassStatus.ERROR
+            notes.append(f"out of memory in native code: killed by signal {-(code or 0)} after {oom_line!r}"
+                         if oom_line else f"crashed: killed by signal {-code}" if code is not None and code < 0
                          else f"crashed: exit code {code}, no result written")
             if outcome.note:
                 notes.append(outcome.note)

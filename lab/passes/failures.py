@@ -27,7 +27,13 @@ from lab.facts.diskfull import is_disk_full
 from lab.facts.errors import FailureKind, PassFailure, clip
 from lab.passes.events import EXIT_ERROR, EXIT_OOM, EventKind, EventWriter, PassStatus
 
-OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")
+OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc",
+               "memory allocation of")
+"""Words of an allocation failure (lower case): CUDA/HIP and torch's allocators, errno ENOMEM, C++'s
+bad_alloc, Rust's ``memory allocation of N bytes failed`` (then an abort: the tokenizers library)."""
+NATIVE_CRASH_SIGNALS = frozenset({signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS})
+"""Signals a process dies of when native code fails to allocate and aborts (or dereferences the
+null it got): with an allocation failure as the log's last words, the pass ran out of memory."""
 CARD_STOPPED = "stopped"
 """A card's own status when torchrun or the user stopped it (not a pass status: the merge decides)."""
 
@@ -56,6 +62,17 @@ def is_oom(exc: BaseException) -> bool:
         return True
     name = type(exc).__name__
     return name == "OutOfMemoryError" or any(m in str(exc).lower() for m in OOM_MARKERS)
+
+
+def native_oom_line(exit_code: int | None, log_tail: str) -> str:
+    """The allocation failure that killed a pass process in native code, where Python never saw an
+    exception: '' unless ``exit_code`` is minus a NATIVE_CRASH_SIGNALS signal and a line of
+    ``log_tail`` (the end of its log) holds an OOM_MARKERS word; else that last such line, clipped
+    to 200 characters (lab.facts.errors.clip)."""
+    if exit_code is None or exit_code >= 0 or -exit_code not in NATIVE_CRASH_SIGNALS:
+        return ""
+    hits = [line.strip() for line in log_tail.splitlines() if any(m in line.lower() for m in OOM_MARKERS)]
+    return clip(hits[-1], 200) if hits else ""
 
 
 def failure_kind(exc: BaseException) -> FailureKind:

@@ -55,15 +55,9 @@ def readable(line: str) -> str | None:
 def log_tail(path: Path, max_lines: int = 40, max_bytes: int = 65536) -> str:
     """The last ``max_lines`` readable lines of a pass log ('' when absent; see ``readable``);
     reads at most the last ``max_bytes``."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            data = f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    lines = [r for r in (readable(x) for x in data.splitlines()) if r is not None]
+    from lab.facts.files import tail_text
+
+    lines = [r for r in (readable(x) for x in tail_text(path, max_bytes).splitlines()) if r is not None]
     return "\n".join(lines[-max_lines:])
 
 

@@ -171,6 +171,28 @@ def test_an_event_line_printed_by_the_entry_reaches_the_log_not_the_journal(tmp_
     assert forged in next(log).read_text()  # what the entry printed is kept, as a log line
 
 
+@pytest.mark.parametrize("last_words, status", [
+    ("memory allocation of 4294967296 bytes failed", "oom"),  # Rust's (the tokenizers library), then abort
+    ("something else went wrong", "error"),
+])
+def test_a_native_abort_after_an_allocation_failure_is_an_oom_row(tmp_path, model_dir, last_words, status):
+    """CI once read 'error' for a pass expected to run out of memory under an address-space limit;
+    one way there is native code that fails to allocate and aborts (Rust prints its line and
+    aborts; C++ an uncaught bad_alloc): Python never sees an exception and no result is written.
+    The row is oom when the process died of SIGABRT/SIGSEGV/SIGBUS with an allocation failure as
+    the log's last words, naming them; any other native crash stays an error."""
+    predict = f"os.write(2, b{(last_words + chr(10))!r}); os.abort()"
+    f = entry_campaign(tmp_path, model_dir, "", "", predict)
+    code, out = finish(start(f), 300)
+    assert code == 0 and "state finished" in out, out[-3000:]
+    [a] = journal_of(f).attempts()
+    assert a.status == status and a.exit_code == -signal.SIGABRT and a.result is None, a
+    if status == "oom":
+        assert f"out of memory in native code: killed by signal 6 after '{last_words}'" in a.notes, a.notes
+    else:
+        assert "crashed: killed by signal 6" in a.notes, a.notes
+
+
 def test_keyboard_interrupt_raised_by_predict_is_a_failure_row(tmp_path, model_dir):
     f = entry_campaign(tmp_path, model_dir, "", "", "raise KeyboardInterrupt('from the entry')")
     code, out = finish(start(f), 300)

@@ -125,3 +125,19 @@ def test_the_journal_has_a_schema_version_and_a_read_only_open(tmp_path):
     for opener in (Journal, Journal.open_read_only):
         with pytest.raises(JournalVersion, match=f"schema version {SCHEMA_VERSION + 1}, this lab reads up to"):
             opener(path)
+
+
+def test_a_native_crash_is_out_of_memory_only_with_an_allocation_failure_as_last_words():
+    """lab.passes.failures.native_oom_line: the signal and the log's words both decide."""
+    import signal
+
+    from lab.passes.failures import native_oom_line
+
+    rust = "thread 'main' ...\nmemory allocation of 4294967296 bytes failed\n"
+    cpp = "terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc\n"
+    assert native_oom_line(-signal.SIGABRT, rust) == "memory allocation of 4294967296 bytes failed"
+    assert native_oom_line(-signal.SIGABRT, cpp) == "what(): std::bad_alloc"  # clipped: spaces folded
+    assert native_oom_line(-signal.SIGSEGV, "Cannot allocate memory") == "Cannot allocate memory"
+    assert native_oom_line(-signal.SIGABRT, "Fatal Python error: Aborted\n") == ""  # no allocation failure
+    assert native_oom_line(-signal.SIGKILL, rust) == ""  # killed from outside: the launcher's to say why
+    assert native_oom_line(1, rust) == "" and native_oom_line(None, rust) == ""
