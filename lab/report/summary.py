@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from lab.cost.hardware import HardwareCheck
 from lab.facts.constants import AGREEMENT
 from lab.inputs.variants import series_names
 from lab.passes.events import PassStatus
@@ -233,11 +234,12 @@ class VariantSummary:
         (``recompilation_caveat``)."""
         return recompilation_caveat(self.recompiled_passes, self.successes, self.recompiles_measured_max)
 
-    def basis(self, cpu_priced_as: str = "") -> Basis:
-        """Its flags as a derived figure's caveats read them (lab.report.caveats); ``cpu_priced_as``:
-        the GPU the campaign is priced as when its passes ran on CPU ('' otherwise)."""
+    def basis(self, hardware: HardwareCheck | None = None) -> Basis:
+        """Its flags as a derived figure's caveats read them (lab.report.caveats); ``hardware``: its
+        passes' hardware checked against the package it is priced as (lab.cost.hardware; None: not
+        priced), which flags a CPU or another GPU than priced."""
         return Basis(tag=self.label, passes=self.successes, starved=len(self.starved_passes),
-                     cpu_priced_as=cpu_priced_as, not_steady=self.recompiled_passes > 0)
+                     not_steady=self.recompiled_passes > 0, **Basis.hardware_flags(hardware))
 
     def starved_caveat(self) -> str:
         """'' when no pass ok was starved; else one clause naming the starved passes
