@@ -34,6 +34,7 @@ from lab.cost.forfaits import (
 from lab.cost.hardware import HardwareCheck, Measured, Priced
 from lab.cost.sizing import capacity_items
 from lab.facts.constants import AGREEMENT, DEFAULT_DELIVERABLES, DEFAULT_LOTS
+from lab.kinds.kind import differing_share
 from lab.report.caveats import Basis, rests_on
 from lab.report.distinguish import TOO_FEW, compare_durations
 from lab.report.exclusions import exclusion_counts
@@ -48,7 +49,19 @@ def decision_campaign(proto) -> dict:
     c = proto.config.campaign
     cut = proto.config.task.max_text_tokens if proto.kind.generates_text else None
     return {"name": proto.name, "question": c.question, "deadline": c.deadline,
-            "deliverables": c.deliverables, "text_cut": f"[task] max_text_tokens {cut}" if cut else ""}
+            "deliverables": c.deliverables, "text_cut": f"[task] max_text_tokens {cut}" if cut else "",
+            "ran": what_ran(proto.kind, proto.config.task.entry)}
+
+
+def what_ran(kind, entry: str | None) -> str:
+    """The note's "What ran" line: ``kind`` (a lab.kinds.kind.TaskKind) run by the lab's own job, or by
+    the user's own code when the campaign declares ``[task] entry`` (``entry``, as written): then the
+    outputs judged and timed are that code's, which the note must say."""
+    if entry:
+        return (f"{kind.article} task run by your own code ([task] entry {markdown_text(entry)}): the outputs "
+                "judged, timed and priced below are that code's; the lab gave it the corpus, timed its measured "
+                "window and checked its outputs.")
+    return f"{kind.article} task run by the lab's own job on the [model] checkpoint."
 
 
 def decision_pricing(cost: dict, observed_window: tuple[str, str] | None = None) -> dict:
@@ -122,7 +135,8 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
     ``VariantSummary.from_json``). ``variant_pricing``: {variant_id: pricing keys} that
     override ``pricing`` for that variant (e.g. another ``gpu``).
     ``campaign``: ``name``, ``question``, ``deadline`` (ISO or None), ``deliverables``
-    (int >= 1, default lab.facts.constants.DEFAULT_DELIVERABLES), ``text_cut`` (what cuts an
+    (int >= 1, default lab.facts.constants.DEFAULT_DELIVERABLES), ``ran`` (what ran: :func:`what_ran`;
+    '' or absent: not said), ``text_cut`` (what cuts an
     item's text when it is not the variant's max_length: "[task] max_text_tokens 64" of a
     generation task; '' or absent otherwise). ``pricing``: ``catalog_path``
     (None = shipped catalog),
@@ -161,6 +175,7 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
     checked = " (checked against the end of each campaign window)"
     out = [f"# Decision note: {campaign.get('name', 'campaign')}", "",
            f"- **Question.** {markdown_text(campaign.get('question') or '') or 'not stated'}",
+           *([f"- **What ran.** {ran[0].upper()}{ran[1:]}"] if (ran := campaign.get("ran")) else []),
            f"- **Deadline.** {deadline_at.isoformat() + checked if deadline_at else 'none given'}",
            f"- **Deliverables announced.** {deliverables} distinct useful corpus(es); each "
            "accepted corpus is counted once, never once per repetition.",
@@ -229,8 +244,8 @@ def agreement_rule_lines(records: Sequence[VariantSummary]) -> list[str]:
     checked = next((v for v in records if v.agreement_passes_checked), None)
     rule = [] if checked is None else [
         f"- **Agreement rule.** Every pass is compared id by id with the reference variant's first valid pass "
-        f"(the reference variant's later passes too): at most {checked.agreement_max_differing:g} of the ids may "
-        "differ from it" + ("" if checked.agreement_min_cosine is None else
+        f"(the reference variant's later passes too): {differing_share(checked.agreement_max_differing or 0.0)} of the "
+        "ids may differ from it" + ("" if checked.agreement_min_cosine is None else
                             f" (a vector differs below cosine {checked.agreement_min_cosine:g})")
         + ", locked with the protocol; a pass beyond it is rejected (not the same ML result) and its "
         "configuration is judged on its other passes. Each configuration's figures are in its section."]
@@ -264,10 +279,11 @@ def _assess(v: VariantSummary, p: dict, deadline_at: datetime | None, deliverabl
         else:
             q = quote(catalog, gpu, days, lots)
     window = None
-    if p.get("window_start") or p.get("window_end"):
-        if not (p.get("window_start") and p.get("window_end")):
+    start, end = p.get("window_start"), p.get("window_end")
+    if start or end:
+        if not (start and end):
             raise PricingError("give both window_start and window_end for the campaign window")
-        window = parse_window(p["window_start"], p["window_end"], p.get("tz"))
+        window = parse_window(start, end, p.get("tz"))
     cov = coverage(window, days, q.price_per_lot if q else None, q.lots if q else 1) \
         if window is not None and days is not None else None
     accepted = min(deliverables, 1) if v.accepted_passes >= 1 else 0

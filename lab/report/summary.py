@@ -24,6 +24,7 @@ import pandas as pd
 from lab.cost.hardware import HardwareCheck
 from lab.facts.constants import AGREEMENT
 from lab.inputs.variants import series_names
+from lab.kinds.kind import differing_share
 from lab.passes.events import PassStatus
 from lab.passes.records import Attempt, Validation, rejected_text
 from lab.report.caveats import Basis
@@ -194,16 +195,17 @@ class VariantSummary:
         return text + f"; agreement with the reference variant ({rule}): median {self.agreement_median:.4f}{worst}"
 
     def agreement_rule_text(self) -> str:
-        """One line: the agreement rule and the variant's figures against it, 'agreement rule (at
-        most 0.05 of the ids differ from the reference pass): at most 4 of 17 ids differed in a pass;
-        2 of 2 passes beyond it', or why it was not checked."""
+        """One line: the agreement rule and the variant's figures against it, 'agreement rule (a share
+        of at most 0.05 (5 %) of the ids differ from the reference pass): at most 4 of 17 ids differed
+        in a pass; 2 of 2 passes beyond it' (lab.kinds.kind.differing_share), or why it was not checked."""
         if not self.agreement_passes_checked:
             return ("agreement rule: not checked (no pass compared with a reference pass, or records written "
                     "before the rule)")
         floor = ("" if self.agreement_min_cosine is None
                  else f"; an id differs below cosine {self.agreement_min_cosine:g}")
         beyond = self.agreement_passes_beyond or 0
-        return (f"agreement rule (at most {self.agreement_max_differing:g} of the ids differ from the reference "
+        share = differing_share(self.agreement_max_differing or 0.0)
+        return (f"agreement rule ({share} of the ids differ from the reference "
                 f"pass{floor}): at most {self.agreement_differing_most} of {self.agreement_ids} ids differed in "
                 f"a pass; {beyond} of {self.agreement_passes_checked} pass(es) checked beyond it"
                 + (": not the same ML result" if beyond else ""))
