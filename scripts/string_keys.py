@@ -22,7 +22,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("lab/report", "lab/evidence", "lab/compare", "lab/service", "tui")
-CEILING = 896
+CEILING = 893
 """The total on 2026-12-04 (views 608acc4, the protocol and plan views typed; 8.7 per 100 lines):
 only lowered."""
 GOAL = 150

@@ -13,9 +13,11 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from lab.cost.forfaits import Catalog, PricingError, load_catalog
+from lab.cost.hardware import Measured
 from lab.evidence.archive import ArchiveError, extract, verify
 from lab.evidence.format import ARCHIVE_INFO, UNSIGNED, Signature
 from lab.facts.errors import UserError
@@ -24,14 +26,17 @@ from lab.facts.host import iteralab_command
 from lab.inputs.variants import expand_series
 from lab.orchestration.config import CampaignConfig, ConfigError, CostSection, parse_config
 from lab.passes.events import PassStatus
+from lab.passes.records import decode_result
 from lab.passes.tasks.embedding import VECTORS_FILE
 from lab.passes.tasks.embedding_metrics import load_vectors
+from lab.report.raw_table import pass_cards
 
 NO_PACKAGE = "no package declared in [cost]"
 READ_MEMBERS = ("report/manifest.json", "campaign.lock.json", "corpus_card.json", "campaign.toml")
-"""The members a comparison always reads; besides them only ARCHIVE.json, report/catalog.csv and
-the predictions of each variant's representative pass (and an embedding pass's vectors.npy)
-are unpacked (the raw table and the summary come re-derived from the journal by verify)."""
+"""The members a comparison always reads; besides them only ARCHIVE.json, report/catalog.csv, each
+pass's result.json (the cards it ran on), the predictions of each variant's representative pass (and
+an embedding pass's vectors.npy) are unpacked (the raw table and the summary come re-derived from
+the journal by verify)."""
 
 
 class CompareError(UserError):
@@ -75,6 +80,15 @@ class Evidence:
     following it can help (lab.compare.decision.compare_evidence raises it after those checks)."""
     signature: Signature = UNSIGNED
     """Who signed the archive, as verify checked it (lab.evidence.signature): named in the comparison."""
+    cards: dict = field(default_factory=dict)
+    """{variant_id: the cards each of its passes ran on, ``(device, name)`` per card} from each pass's
+    result.json (lab.report.raw_table.pass_cards): what the hardware check of lab.cost.hardware
+    reads; a pass whose result.json the archive lacks is left out."""
+
+    def measured(self, variant_id: str) -> Measured:
+        """The hardware the passes of ``variant_id`` ran on (lab.cost.hardware.Measured; passes: 0
+        when no pass record was read, e.g. an archive older than them)."""
+        return Measured.of(self.cards.get(variant_id, ()))
 
     @property
     def catalog_missing(self) -> str:
@@ -190,8 +204,14 @@ def read_evidence(archive: str | Path, metric_file: str | Path | None = None,
         # an embedding pass's vectors beside its predictions (a member the archive lacks is not extracted;
         # whatever its metric: nn_accuracy or agreement)
         vec_rels = {vid: str(Path(rel).parent / VECTORS_FILE) for vid, (_pid, rel) in chosen.items()}
+        results = [(r["variant_id"], f"passes/{r['pass_id']}/result.json") for r in rows]
         top = extract(archive, Path(tmp), only=READ_MEMBERS + (ARCHIVE_INFO, "report/catalog.csv")
-                      + tuple(rel for _pid, rel in chosen.values()) + tuple(vec_rels.values()))
+                      + tuple(rel for _pid, rel in chosen.values()) + tuple(vec_rels.values())
+                      + tuple(rel for _vid, rel in results))
+        cards: dict[str, list] = {}
+        for vid, rel in results:
+            if (c := _cards(top / rel)) is not None:
+                cards.setdefault(vid, []).append(c)
         manifest = _json(top, "report/manifest.json", archive)
         lock = _json(top, "campaign.lock.json", archive, required=False) or {}
         card = _json(top, "corpus_card.json", archive, required=False)
@@ -215,7 +235,18 @@ def read_evidence(archive: str | Path, metric_file: str | Path | None = None,
     return Evidence(archive, name, manifest, v.rederived.summary, rows, campaign, lock, card,
                     v.files_checked, config, info, catalog, predictions,
                     {vid: pid for vid, (pid, _rel) in chosen.items() if vid in predictions}, vectors, held,
-                    v.signature or UNSIGNED)
+                    v.signature or UNSIGNED, cards)
+
+
+def _cards(result: Path) -> tuple | None:
+    """The cards a pass's result.json says it ran on (lab.report.raw_table.pass_cards); None when the
+    archive lacks the file or it does not decode as a pass result (then the pass is left out)."""
+    if not result.is_file():
+        return None
+    try:
+        return pass_cards(decode_result(result.read_bytes()))
+    except msgspec.DecodeError:
+        return None
 
 
 def _read_vectors(predictions: Path, vectors: Path) -> tuple[tuple[str, ...], np.ndarray]:

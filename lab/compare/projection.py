@@ -10,6 +10,13 @@ the user's declared load, from measured figures only.
 - Cards: a lot whose cards outnumber the cards a pass used is never assumed to scale
   (SPEC 5: "Never assume that a lot scales beyond what was measured"): such a lot is
   projected at the measured throughput, and the row says "measured on 1 card, lot has 2".
+- Hardware: the GPU each pass ran on (its result.json) is checked against the package's GPU and
+  cards per lot (lab.cost.hardware: the rule). Passes run on another GPU model, or on more cards
+  than a lot holds, are excluded ("hardware: ..."): their throughput is not that package's, and
+  ranking them would name a package on speed it was never measured to have. Passes run on the
+  CPU stay ranked with "measured on CPU, priced as ..." on every figure (a rehearsal off the
+  rental, never mistaken for a GPU measurement); fewer cards than a lot holds of the priced GPU
+  stay ranked with their caveat (projected at the cards measured: an upper bound on the cost).
 - Prices: only through lab.cost. The archive's own package is priced with the archive's own
   catalog (report/catalog.csv, as it was when the archive was made) and shown unchanged; the
   decision sizes every configuration with the one catalog the comparison chose
@@ -39,6 +46,7 @@ from decimal import Decimal
 
 from lab.compare.evidence import NO_PACKAGE, Evidence
 from lab.cost.forfaits import Catalog, PricingError, Quote, cost_per_validated_corpus, quote
+from lab.cost.hardware import HardwareCheck, Priced
 from lab.cost.sizing import Sizing, cheapest_covering
 from lab.cost.sizing import capacity_items as package_capacity
 from lab.facts.constants import AGREEMENT
@@ -137,13 +145,17 @@ class Projection:
     """'' or why the output-token cells are empty (another task kind, nothing sized or counted)."""
     measured_on_cpu: bool = False
     """Its passes ran on CPU (no GPU device, or every pass's backend "cpu"), whatever it is priced as."""
+    hardware_check: HardwareCheck | None = None
+    """Its passes' cards against the package priced (lab.cost.hardware); None when nothing is priced
+    or no pass recorded its cards (an archive older than those records)."""
 
     @property
     def basis(self) -> Basis:
         """Its flags as a derived figure's caveats read them (lab.report.caveats)."""
+        flags = Basis.hardware_flags(self.hardware_check) if self.hardware_check is not None else \
+            {"cpu_priced_as": self.gpu or ""} if self.measured_on_cpu else {}
         return Basis(tag=self.key, passes=len(self.durations_s), starved=len(self.starved_passes),
-                     cpu_priced_as=(self.gpu or "") if self.measured_on_cpu else "",
-                     too_short=bool(self.too_short), not_steady=bool(self.durations_caveat))
+                     too_short=bool(self.too_short), not_steady=bool(self.durations_caveat), **flags)
 
     @property
     def metric_gap(self) -> float | None:
@@ -256,13 +268,21 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
     accepted = variant.get("accepted_passes", 0) >= 1
     per_corpus = cost_per_validated_corpus(own.committed_budget, 1 if accepted else 0) if own else None
     cards = measured_cards(rows)
-    devs = ev.gpu_devices
+    measured, priced = ev.measured(vid), q or own
+    check = HardwareCheck(measured, Priced(priced.gpu, priced.gpu_name, priced.cards_per_lot)) \
+        if priced is not None and measured.passes else None
     backends = {r.get("backend") for r in rows} - {"", None}
-    on_cpu = not devs or backends <= {"cpu"}
+    on_cpu = check.on_cpu if check is not None else not ev.gpu_devices or backends <= {"cpu"}
+    if check is not None and not on_cpu and (check.other_gpu or check.more_cards):
+        why.append(f"hardware: {check.caveat} ({check.priced.gpu_name}): its throughput is not that package's, "
+                   f"so it is not ranked; measure the campaign on a {check.priced.gpu} lot, or declare the "
+                   "package of the hardware it ran on in [cost] and run it there")
     if on_cpu:
         cards_note = (f"measured on CPU ({ev.hardware}), priced as {gpu}: the projection says "
                       "nothing about that GPU" if gpu else f"measured on CPU ({ev.hardware}), not "
                       f"priced ({NO_PACKAGE})")
+    elif check is not None and (check.other_gpu or check.more_cards):
+        cards_note = f"{check.caveat}: the projection says nothing about that package"
     else:
         cards_note = f"measured on {cards} card{'s' if cards != 1 else ''}"
     lot_cards = q.cards_per_lot if q else None
@@ -332,7 +352,7 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
         min_accepted_passes=timing.min_accepted_passes, too_short=short,
         prediction_pass=ev.prediction_pass.get(vid, ""), decision_quote=q, price_note=price_note,
         starved_passes=tuple({**x, "host": host or ev.name} for x in variant.get("starved_passes") or ()),
-        measured_on_cpu=on_cpu, **tokens)
+        measured_on_cpu=on_cpu, hardware_check=check, **tokens)
 
 
 def output_token_figures(kind: str, variant: dict, load_items: int, sizing: Sizing | None) -> dict:

@@ -64,6 +64,13 @@ class Metric:
     direction: str = "higher"
 
 
+def differing_share(share: float) -> str:
+    """'a share of at most 0.05 (5 %)': how a decision note words the agreement rule's share of ids that
+    may differ (``agreement_max_differing`` or the [quality] max_differing locked), the same for every
+    kind, so an embedding's 0 reads as the share it is ('a share of at most 0 (0 %)'), never as a count."""
+    return f"a share of at most {share:g} ({share * 100:g} %)"
+
+
 AGREEMENT_METRIC = Metric(AGREEMENT, "share of ids agreeing with the reference variant's first valid pass",
                           "lab.orchestration.validate:agreement_figures")
 """The metric every kind accepts (no labels needed; the rule is the kind's, ``agreement_*``)."""

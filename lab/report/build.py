@@ -11,6 +11,7 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
+from lab.cost.hardware import Measured
 from lab.facts.diskfull import DiskFull, is_disk_full, swap_folder
 from lab.inputs.corpus import fingerprint
 from lab.inputs.manifest import build_manifest
@@ -19,7 +20,7 @@ from lab.orchestration.journal import Journal
 from lab.orchestration.protocol import load_protocol
 from lab.passes.events import FINISHED
 from lab.passes.records import Attempt
-from lab.report.raw_table import raw_rows, write_raw_table
+from lab.report.raw_table import pass_cards, raw_rows, write_raw_table
 from lab.report.summary import campaign_summary, write_summary
 
 
@@ -94,32 +95,28 @@ def copy_catalog(proto, dest: Path) -> dict:
     return {"path": str(src), "sha256": sha256_file(dest), "copy": f"report/{dest.name}"}
 
 
-def cpu_priced_as(pricing: dict, attempts: list[Attempt]) -> str:
-    """The GPU a campaign is priced as (``pricing`` of lab.report.decision_note.decision_pricing) when its
-    passes ran on CPU, or no pass got that far; '' when it is not priced or ran on a GPU."""
-    backends = {a.result.backend or "" for a in attempts if a.result is not None} - {""}
-    return str(pricing["gpu"]) if pricing["gpu"] and ("cpu" in backends or not backends) else ""
+def measured_hardware(attempts: list[Attempt]) -> dict[str, Measured]:
+    """{variant_id: the hardware its passes ran on} from the journal's attempts (each pass's cards:
+    lab.report.raw_table.pass_cards), for the hardware check of lab.cost.hardware."""
+    cards: dict[str, list] = {}
+    for a in attempts:
+        cards.setdefault(a.variant_id, []).append(pass_cards(a.result) if a.result is not None else ())
+    return {vid: Measured.of(passes) for vid, passes in cards.items()}
 
 
 def campaign_note(proto, summary, pricing: dict, attempts: list[Attempt], partial_reason: str = "",
                   observed: bool = False) -> str:
     """The campaign's decision note (lab.report.decision_note.decision_note over every declared
-    variant, so one not run yet is listed as not run) with its banners: partial evidence
-    (``partial_reason``), no finished pass, measured hardware differs from the priced package,
-    and the observed campaign window (``observed``: the span of the passes stands in for an
-    undeclared window). The one note for report/decision_note.md and the Cost screen.
+    variant, so one not run yet is listed as not run, and each priced configuration's hardware checked
+    against its package: lab.cost.hardware) with its banners: partial evidence (``partial_reason``), no
+    finished pass, and the observed campaign window (``observed``: the span of the passes stands in
+    for an undeclared window). The one note for report/decision_note.md and the Cost screen.
     ``attempts``: the journal's attempts (lab.orchestration.journal.Journal.attempts)."""
     from lab.report.decision_note import decision_campaign, decision_note
 
     planned = [(v.variant_id, v.label) for v in proto.variants]
-    cpu = cpu_priced_as(pricing, attempts)
-    note = decision_note(summary, decision_campaign(proto), pricing, planned=planned, measured_on_cpu=bool(cpu))
-    backends = sorted({a.result.backend or "" for a in attempts if a.result is not None} - {""})
-    if cpu:
-        note += (f"\n\n**Measured hardware differs from the priced package.** The passes ran on "
-                 f"{', '.join(backends) or 'no device (no pass got that far)'} (see the manifest), while the "
-                 f"quote prices `{pricing['gpu']}`: the durations above say nothing about how that GPU "
-                 "would perform. Run the same campaign file on the rental to compare like with like.\n")
+    note = decision_note(summary, decision_campaign(proto), pricing, planned=planned,
+                         measured=measured_hardware(attempts))
     if observed:
         note += ("\n\n_Campaign window: no window was declared in the campaign file; the window "
                  "above is the span of the passes actually run (first start to last end)._\n")
@@ -135,7 +132,7 @@ def campaign_note(proto, summary, pricing: dict, attempts: list[Attempt], partia
 def _write_report(out: Path, proto, version: dict, attempts: list[Attempt], described, launcher_info,
                   campaign_dir: Path, partial_reason: str = "", hosts: list[dict] | None = None,
                   launchers: list[dict] | None = None) -> dict:
-    from lab.report.decision_note import decision_pricing
+    from lab.report.decision_note import decision_pricing, hardware_checks
 
     rows = raw_rows(attempts, proto.name, version["version"], campaign_dir)
     write_raw_table(rows, out / "raw_table.csv")
@@ -180,6 +177,6 @@ def _write_report(out: Path, proto, version: dict, attempts: list[Attempt], desc
     (out / "decision_note.md").write_text(note)
     from lab.report.html import campaign_report
 
-    (out / "report.html").write_text(campaign_report(proto.name, summary, rows, note,
-                                                     cpu_priced_as(pricing, attempts)), encoding="utf-8")
+    checks = hardware_checks(summary, pricing, measured_hardware(attempts))
+    (out / "report.html").write_text(campaign_report(proto.name, summary, rows, note, checks), encoding="utf-8")
     return {"rows": len(rows), "summary": summary}

@@ -14,17 +14,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lab.cost.hardware import HardwareCheck
 from lab.report.distinguish import can_distinguish
 
 # The vocabulary, one phrase per flag (the only place these words are written).
 FEW_PASSES = "n = {n} pass(es){who}"
 STARVED = "{k} of {n} pass(es) starved{who}"
 ON_CPU = "measured on CPU, priced as {gpus}"
+# OTHER_HARDWARE: lab.cost.hardware.HardwareCheck.caveat ("measured on NVIDIA H200, priced as rtx-4090")
 TOO_SHORT = "too short to project{who}"
 NOT_STEADY = "not steady-state (recompilation){who}"
 NOT_DISTINGUISHED = "durations not distinguished"
 RESTS_ON = "rests on: "
 CPU_MARK = " (CPU)"
+OTHER_MARK = " (other GPU)"
 CAVEAT_MARK = "*"
 
 
@@ -36,13 +39,26 @@ class Basis:
     whose durations it uses; ``starved``: how many of those were starved of CPU; ``cpu_priced_as``:
     the GPU it is priced as when its passes ran on CPU ('' when measured on a GPU or not priced);
     ``too_short``: it fails the projection validity rule (projected because allowed);
-    ``not_steady``: its measured windows include recompilation."""
+    ``not_steady``: its measured windows include recompilation; ``other_hardware``: measured on a GPU
+    (or a number of cards) that is not the package it is priced as, in the words of
+    lab.cost.hardware.HardwareCheck.caveat ('' when it matches, is measured on CPU or is not priced)."""
     tag: str
     passes: int
     starved: int = 0
     cpu_priced_as: str = ""
     too_short: bool = False
     not_steady: bool = False
+    other_hardware: str = ""
+
+    @classmethod
+    def hardware_flags(cls, check: HardwareCheck | None) -> dict:
+        """The ``cpu_priced_as`` and ``other_hardware`` of a configuration whose measured hardware
+        was checked against its package (lab.cost.hardware); none for None (nothing priced)."""
+        if check is None or not check.differs:
+            return {}
+        if check.on_cpu:
+            return {"cpu_priced_as": check.priced.gpu}
+        return {"other_hardware": check.caveat}
 
     @property
     def few(self) -> bool:
@@ -58,7 +74,8 @@ def _who(bases: Sequence[Basis], flagged: Sequence[Basis]) -> str:
 
 def caveats(bases: Sequence[Basis], distinguished: bool | None = None) -> list[str]:
     """The caveats of a figure resting on ``bases``, one phrase each, in a fixed order: few passes,
-    starved passes, measured on CPU but priced as a GPU, too short to project, not steady-state,
+    starved passes, measured on CPU but priced as a GPU, measured on another GPU or number of cards
+    than priced, too short to project, not steady-state,
     and (``distinguished`` False: the figure compares two configurations whose durations the
     measurements do not tell apart) not distinguished. [] when the figures are clean."""
     out = []
@@ -74,6 +91,7 @@ def caveats(bases: Sequence[Basis], distinguished: bool | None = None) -> list[s
     gpus = list(dict.fromkeys(b.cpu_priced_as for b in bases if b.cpu_priced_as))
     if gpus:
         out.append(ON_CPU.format(gpus=" and ".join(gpus)))
+    out += list(dict.fromkeys(b.other_hardware for b in bases if b.other_hardware))
     short = [b for b in bases if b.too_short]
     if short:
         out.append(TOO_SHORT.format(who=_who(bases, short)))
@@ -99,9 +117,10 @@ def with_caveats(line: str, bases: Sequence[Basis], distinguished: bool | None =
 
 
 def chart_mark(label: str, basis: Basis) -> str:
-    """A chart label with its marks: ' (CPU)' when measured on CPU, '*' when it carries any caveat
-    ('B b200 / batch 8 (CPU)*'); the chart's legend (:func:`chart_legend`) names them."""
-    cpu = CPU_MARK if basis.cpu_priced_as else ""
+    """A chart label with its marks: ' (CPU)' when measured on CPU, ' (other GPU)' when measured on
+    another GPU or number of cards than priced, '*' when it carries any caveat ('B b200 / batch 8
+    (CPU)*'); the chart's legend (:func:`chart_legend`) names them."""
+    cpu = CPU_MARK if basis.cpu_priced_as else OTHER_MARK if basis.other_hardware else ""
     return label + cpu + (CAVEAT_MARK if caveats([basis]) else "")
 
 
@@ -111,4 +130,6 @@ def chart_legend(bases: Sequence[Basis]) -> str:
     marked = [f"{CAVEAT_MARK} {b.tag}: {rests_on([b])}" for b in bases if caveats([b])]
     if any(b.cpu_priced_as for b in bases):
         marked.append(f"{CPU_MARK.strip()}: measured on a CPU, not on the GPU the bar is priced as")
+    if any(b.other_hardware for b in bases):
+        marked.append(f"{OTHER_MARK.strip()}: measured on another GPU or number of cards than the bar is priced as")
     return "; ".join(marked)

@@ -10,7 +10,7 @@ re-implements the pricing rule.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -31,8 +31,10 @@ from lab.cost.forfaits import (
     parse_window,
     quote,
 )
+from lab.cost.hardware import HardwareCheck, Measured, Priced
 from lab.cost.sizing import capacity_items
 from lab.facts.constants import AGREEMENT, DEFAULT_DELIVERABLES, DEFAULT_LOTS
+from lab.kinds.kind import differing_share
 from lab.report.caveats import Basis, rests_on
 from lab.report.distinguish import TOO_FEW, compare_durations
 from lab.report.exclusions import exclusion_counts
@@ -47,7 +49,19 @@ def decision_campaign(proto) -> dict:
     c = proto.config.campaign
     cut = proto.config.task.max_text_tokens if proto.kind.generates_text else None
     return {"name": proto.name, "question": c.question, "deadline": c.deadline,
-            "deliverables": c.deliverables, "text_cut": f"[task] max_text_tokens {cut}" if cut else ""}
+            "deliverables": c.deliverables, "text_cut": f"[task] max_text_tokens {cut}" if cut else "",
+            "ran": what_ran(proto.kind, proto.config.task.entry)}
+
+
+def what_ran(kind, entry: str | None) -> str:
+    """The note's "What ran" line: ``kind`` (a lab.kinds.kind.TaskKind) run by the lab's own job, or by
+    the user's own code when the campaign declares ``[task] entry`` (``entry``, as written): then the
+    outputs judged and timed are that code's, which the note must say."""
+    if entry:
+        return (f"{kind.article} task run by your own code ([task] entry {markdown_text(entry)}): the outputs "
+                "judged, timed and priced below are that code's; the lab gave it the corpus, timed its measured "
+                "window and checked its outputs.")
+    return f"{kind.article} task run by the lab's own job on the [model] checkpoint."
 
 
 def decision_pricing(cost: dict, observed_window: tuple[str, str] | None = None) -> dict:
@@ -82,6 +96,8 @@ class Assessment:
     accepted_deliverables: int
     cost_per_validated_corpus: Decimal | None
     exclusions: tuple[str, ...]
+    hardware: HardwareCheck | None = None
+    """Its passes' hardware against its package (lab.cost.hardware); None when not priced or not known."""
 
     @property
     def eligible(self) -> bool:
@@ -111,23 +127,30 @@ def markdown_text(text: str) -> str:
 
 def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pricing: dict,
                   variant_pricing: dict[str, dict] | None = None,
-                  planned: Sequence[tuple[str, str]] | None = None, measured_on_cpu: bool = False) -> str:
+                  planned: Sequence[tuple[str, str]] | None = None,
+                  measured: Mapping[str, Measured] | None = None) -> str:
     """Markdown decision note.
 
     ``summary``: one ``VariantSummary`` per variant (a summary.json dict is read with
     ``VariantSummary.from_json``). ``variant_pricing``: {variant_id: pricing keys} that
     override ``pricing`` for that variant (e.g. another ``gpu``).
     ``campaign``: ``name``, ``question``, ``deadline`` (ISO or None), ``deliverables``
-    (int >= 1, default lab.facts.constants.DEFAULT_DELIVERABLES), ``text_cut`` (what cuts an
+    (int >= 1, default lab.facts.constants.DEFAULT_DELIVERABLES), ``ran`` (what ran: :func:`what_ran`;
+    '' or absent: not said), ``text_cut`` (what cuts an
     item's text when it is not the variant's max_length: "[task] max_text_tokens 64" of a
     generation task; '' or absent otherwise). ``pricing``: ``catalog_path``
     (None = shipped catalog),
     ``gpu``, ``days``, ``lots``, ``window_start``/``window_end`` (ISO or None), ``tz``.
     ``planned``: (variant_id, label) of every declared variant; one with no pass in
     ``summary`` is listed as not run, and the decision never calls a configuration the only
-    one that passes while others have not run. ``measured_on_cpu``: the passes ran on CPU, so each
-    configuration priced as a GPU carries that caveat in every figure the decision derives
-    (lab.report.caveats, with each variant's own: few passes, starved, not steady-state).
+    one that passes while others have not run. ``measured``: {variant_id: the hardware its passes ran
+    on} (lab.cost.hardware.Measured, from the pass records: lab.report.build.measured_hardware); each
+    priced configuration is checked against its package's GPU and cards per lot (lab.cost.hardware:
+    the rule), and one measured on the CPU or on other hardware carries that caveat in every figure
+    the decision derives (lab.report.caveats, with each variant's own: few passes, starved, not
+    steady-state), and the Decision section ends with one line per mismatch: what was measured, what
+    was priced, and that the price is the package's while the durations are the measured device's.
+    None: the hardware is not known (nothing said).
 
     Each distinct useful corpus counts once (seed: "Contare deliverable utili"): a
     variant with >= 1 accepted pass validated the corpus once, never once per
@@ -143,7 +166,8 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
     catalogs: dict[str | None, Catalog] = {}
     records = [v if isinstance(v, VariantSummary) else VariantSummary.from_json(v) for v in summary]
     rows = [_assess(v, {**pricing, **(variant_pricing or {}).get(v.variant_id, {})}, deadline_at,
-                    deliverables, catalogs) for v in records]
+                    deliverables, catalogs, None if measured is None else measured.get(v.variant_id, Measured()))
+            for v in records]
     eligible = sorted((a for a in rows if a.eligible), key=Assessment.sort_key)
     if len({a.quote.currency for a in eligible if a.quote}) > 1:
         raise PricingError("eligible configurations are priced in mixed currencies: "
@@ -151,6 +175,7 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
     checked = " (checked against the end of each campaign window)"
     out = [f"# Decision note: {campaign.get('name', 'campaign')}", "",
            f"- **Question.** {markdown_text(campaign.get('question') or '') or 'not stated'}",
+           *([f"- **What ran.** {ran[0].upper()}{ran[1:]}"] if (ran := campaign.get("ran")) else []),
            f"- **Deadline.** {deadline_at.isoformat() + checked if deadline_at else 'none given'}",
            f"- **Deliverables announced.** {deliverables} distinct useful corpus(es); each "
            "accepted corpus is counted once, never once per repetition.",
@@ -177,13 +202,38 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
                     f"can be compared and none is claimed. {len(unpriced)} configuration(s) pass the quality, "
                     f"memory and failure checks: {names}. Add [cost] (gpu, days, lots) to price them."]
     else:
-        decision = _decision(eligible, exclusion_counts(rows), deliverables, deadline_at, len(not_run),
-                             measured_on_cpu)
+        decision = _decision(eligible, exclusion_counts(rows), deliverables, deadline_at, len(not_run))
     if not_run:
         decision = [f"**Not a decision over every declared configuration:** {len(not_run)} of "
                     f"{len(not_run) + len(rows)} have not run ({', '.join(not_run)}).", ""] + decision
-    out += ["", "## Decision", ""] + decision
+    out += ["", "## Decision", ""] + decision + hardware_lines(rows)
     return "\n".join(out) + "\n"
+
+
+def hardware_checks(summary: Sequence[VariantSummary], pricing: dict,
+                    measured: Mapping[str, Measured]) -> dict[str, HardwareCheck | None]:
+    """{variant_id: its hardware check} as :func:`decision_note` makes it from the same ``pricing`` and
+    ``measured`` (None for a configuration not priced): what report.html's chart marks read. Raises
+    PricingError as decision_note does."""
+    catalogs: dict[str | None, Catalog] = {}
+    return {v.variant_id: _assess(v, pricing, None, DEFAULT_DELIVERABLES, catalogs,
+                                  measured.get(v.variant_id, Measured())).hardware for v in summary}
+
+
+HARDWARE_DIFFERS = "**Measured hardware differs from the priced package.**"
+
+
+def hardware_lines(rows: Sequence[Assessment]) -> list[str]:
+    """The Decision section's closing lines: one per distinct mismatch between the hardware measured
+    and the package priced (lab.cost.hardware.HardwareCheck.line), naming the configurations when it
+    is not every one; [] when every priced configuration was measured on its package's hardware."""
+    groups: dict[str, list[str]] = {}
+    for a in rows:
+        if a.hardware is not None and (line := a.hardware.line()):
+            groups.setdefault(line, []).append(a.variant.label)
+    return [x for line, labels in groups.items()
+            for x in ("", f"{HARDWARE_DIFFERS} {line}" + ("" if len(labels) == len(rows) else
+                                                           f" (configurations: {'; '.join(labels)})"))]
 
 
 def agreement_rule_lines(records: Sequence[VariantSummary]) -> list[str]:
@@ -194,8 +244,8 @@ def agreement_rule_lines(records: Sequence[VariantSummary]) -> list[str]:
     checked = next((v for v in records if v.agreement_passes_checked), None)
     rule = [] if checked is None else [
         f"- **Agreement rule.** Every pass is compared id by id with the reference variant's first valid pass "
-        f"(the reference variant's later passes too): at most {checked.agreement_max_differing:g} of the ids may "
-        "differ from it" + ("" if checked.agreement_min_cosine is None else
+        f"(the reference variant's later passes too): {differing_share(checked.agreement_max_differing or 0.0)} of the "
+        "ids may differ from it" + ("" if checked.agreement_min_cosine is None else
                             f" (a vector differs below cosine {checked.agreement_min_cosine:g})")
         + ", locked with the protocol; a pass beyond it is rejected (not the same ML result) and its "
         "configuration is judged on its other passes. Each configuration's figures are in its section."]
@@ -210,7 +260,7 @@ def agreement_rule_lines(records: Sequence[VariantSummary]) -> list[str]:
 
 
 def _assess(v: VariantSummary, p: dict, deadline_at: datetime | None, deliverables: int,
-            catalogs: dict) -> Assessment:
+            catalogs: dict, measured: Measured | None = None) -> Assessment:
     path = p.get("catalog_path")
     if path not in catalogs:
         catalogs[path] = load_catalog(path)
@@ -229,10 +279,11 @@ def _assess(v: VariantSummary, p: dict, deadline_at: datetime | None, deliverabl
         else:
             q = quote(catalog, gpu, days, lots)
     window = None
-    if p.get("window_start") or p.get("window_end"):
-        if not (p.get("window_start") and p.get("window_end")):
+    start, end = p.get("window_start"), p.get("window_end")
+    if start or end:
+        if not (start and end):
             raise PricingError("give both window_start and window_end for the campaign window")
-        window = parse_window(p["window_start"], p["window_end"], p.get("tz"))
+        window = parse_window(start, end, p.get("tz"))
     cov = coverage(window, days, q.price_per_lot if q else None, q.lots if q else 1) \
         if window is not None and days is not None else None
     accepted = min(deliverables, 1) if v.accepted_passes >= 1 else 0
@@ -254,7 +305,9 @@ def _assess(v: VariantSummary, p: dict, deadline_at: datetime | None, deliverabl
                    f"period(s) would be needed ({extra}), not assumed")
     if q is None and not missing.startswith(NO_PACKAGE):
         why.append(f"price: {missing}; committed budget unknown")
-    return Assessment(v, q, missing, window, cov, accepted, per_corpus, tuple(why))
+    hardware = None if q is None or measured is None else \
+        HardwareCheck(measured, Priced(q.gpu, q.gpu_name, q.cards_per_lot))
+    return Assessment(v, q, missing, window, cov, accepted, per_corpus, tuple(why), hardware)
 
 
 def _s(value) -> str:
@@ -433,16 +486,16 @@ def distinguished(a: VariantSummary, b: VariantSummary) -> bool:
 
 
 def _decision(eligible: list[Assessment], counts: str, deliverables: int,
-              deadline_at: datetime | None, not_run: int = 0, measured_on_cpu: bool = False) -> list[str]:
+              deadline_at: datetime | None, not_run: int = 0) -> list[str]:
     """The note's Decision section. ``counts``: how many configurations are excluded, per kind
     (lab.report.exclusions.exclusion_counts, the line ``iteralab compare`` prints), said when none
     is eligible. The chosen line and the comparison with the next one end with the caveats of the
-    figures they rest on (lab.report.caveats; ``measured_on_cpu`` as in :func:`decision_note`)."""
+    figures they rest on (lab.report.caveats; each configuration's hardware check among them)."""
     if not eligible:
         return [f"No configuration is eligible ({counts}; see the exclusions above): no package should be "
                 "committed on this evidence."]
     def basis(a: Assessment) -> Basis:
-        return a.variant.basis(a.quote.gpu if measured_on_cpu and a.quote else "")
+        return a.variant.basis(a.hardware)
 
     best = eligible[0]
     v, q = best.variant, best.quote

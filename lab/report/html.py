@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import matplotlib
@@ -24,6 +25,7 @@ from markdown_it import MarkdownIt  # noqa: E402
 from lab.passes.events import PassStatus  # noqa: E402
 
 if TYPE_CHECKING:
+    from lab.cost.hardware import HardwareCheck
     from lab.report.summary import VariantSummary
 
 FAILED = "#c0392b"
@@ -143,15 +145,16 @@ def bars_figure(labels: list[str], values: list[float | None], ylabel: str, titl
 
 
 def campaign_report(name: str, summary: list[VariantSummary], rows: list[dict], note_md: str,
-                    cpu_priced_as: str = "") -> str:
+                    hardware: Mapping[str, HardwareCheck | None] | None = None) -> str:
     """report.html of one campaign: the decision note's decision and motivation first, durations
     per variant, throughput, the rest of the note (configurations, exclusions), raw table. Each
     chart label carries its variant's caveat marks and each caption their legend
-    (lab.report.caveats; ``cpu_priced_as``: the GPU priced when the passes ran on CPU, '' otherwise)."""
+    (lab.report.caveats; ``hardware``: {variant_id: its passes' hardware checked against its package},
+    lab.report.decision_note.hardware_checks, which marks a CPU or another GPU than priced)."""
     from lab.report.caveats import chart_legend, chart_mark
     from lab.report.raw_table import raw_table
 
-    bases = [s.basis(cpu_priced_as) for s in summary]
+    bases = [s.basis((hardware or {}).get(s.variant_id)) for s in summary]
     note = chart_legend(bases)
     groups = [(chart_mark(s.label, b)
                + ("\n(includes recompilation:\nnot steady-state)" if s.recompiled_passes else ""),

@@ -357,6 +357,19 @@ def observed_cards(result: PassResult) -> dict:
             "per_card_memory": json.dumps(mem) if mem else None}
 
 
+def pass_cards(result: PassResult) -> tuple[tuple[str, str | None], ...]:
+    """The cards a pass ran on, ``(backend, name)`` per card ("cuda", "NVIDIA H200"; "cpu", the CPU's
+    model), from its result's ``devices`` (lab.passes.distributed.card_identity; every card of a pass
+    runs on its one backend); a pass whose result predates them gives its backend (or device) with no
+    name; () when it ended before its device was resolved. What lab.cost.hardware.Measured reads for
+    the campaign note, the Cost screen and compare."""
+    backend = result.backend or result.device
+    if not backend:
+        return ()
+    names = [d.get("name") for d in result.devices or [] if d is not None]
+    return tuple((backend, name) for name in names) or ((backend, None),)
+
+
 INT_COLUMNS = ("exit_code", "cards", "cards_observed", "items_total", "items_completed", "n_truncated",
                "real_tokens", "padded_tokens", "input_tokens", "output_tokens", "recompiles_measured",
                "graph_breaks_measured",

@@ -21,8 +21,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from lab.cost.hardware import HardwareCheck
 from lab.facts.constants import AGREEMENT
 from lab.inputs.variants import series_names
+from lab.kinds.kind import differing_share
 from lab.passes.events import PassStatus
 from lab.passes.records import Attempt, Validation, rejected_text
 from lab.report.caveats import Basis
@@ -193,16 +195,17 @@ class VariantSummary:
         return text + f"; agreement with the reference variant ({rule}): median {self.agreement_median:.4f}{worst}"
 
     def agreement_rule_text(self) -> str:
-        """One line: the agreement rule and the variant's figures against it, 'agreement rule (at
-        most 0.05 of the ids differ from the reference pass): at most 4 of 17 ids differed in a pass;
-        2 of 2 passes beyond it', or why it was not checked."""
+        """One line: the agreement rule and the variant's figures against it, 'agreement rule (a share
+        of at most 0.05 (5 %) of the ids differ from the reference pass): at most 4 of 17 ids differed
+        in a pass; 2 of 2 passes beyond it' (lab.kinds.kind.differing_share), or why it was not checked."""
         if not self.agreement_passes_checked:
             return ("agreement rule: not checked (no pass compared with a reference pass, or records written "
                     "before the rule)")
         floor = ("" if self.agreement_min_cosine is None
                  else f"; an id differs below cosine {self.agreement_min_cosine:g}")
         beyond = self.agreement_passes_beyond or 0
-        return (f"agreement rule (at most {self.agreement_max_differing:g} of the ids differ from the reference "
+        share = differing_share(self.agreement_max_differing or 0.0)
+        return (f"agreement rule ({share} of the ids differ from the reference "
                 f"pass{floor}): at most {self.agreement_differing_most} of {self.agreement_ids} ids differed in "
                 f"a pass; {beyond} of {self.agreement_passes_checked} pass(es) checked beyond it"
                 + (": not the same ML result" if beyond else ""))
@@ -233,11 +236,12 @@ class VariantSummary:
         (``recompilation_caveat``)."""
         return recompilation_caveat(self.recompiled_passes, self.successes, self.recompiles_measured_max)
 
-    def basis(self, cpu_priced_as: str = "") -> Basis:
-        """Its flags as a derived figure's caveats read them (lab.report.caveats); ``cpu_priced_as``:
-        the GPU the campaign is priced as when its passes ran on CPU ('' otherwise)."""
+    def basis(self, hardware: HardwareCheck | None = None) -> Basis:
+        """Its flags as a derived figure's caveats read them (lab.report.caveats); ``hardware``: its
+        passes' hardware checked against the package it is priced as (lab.cost.hardware; None: not
+        priced), which flags a CPU or another GPU than priced."""
         return Basis(tag=self.label, passes=self.successes, starved=len(self.starved_passes),
-                     cpu_priced_as=cpu_priced_as, not_steady=self.recompiled_passes > 0)
+                     not_steady=self.recompiled_passes > 0, **Basis.hardware_flags(hardware))
 
     def starved_caveat(self) -> str:
         """'' when no pass ok was starved; else one clause naming the starved passes

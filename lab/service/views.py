@@ -338,7 +338,9 @@ def cost_view(campaign_file: Path, campaign_dir: Path | None, fields: dict) -> d
     window_end, tz, accepted); an empty package field (catalog, gpu, days, lots) takes the
     campaign file's [cost] value; without
     a gpu and days no package is priced (none is invented). ``accepted`` may only lower the
-    count of validated corpora. Returns {quote_text, validated, accepted, warning, note_md}.
+    count of validated corpora. Returns {quote_text, validated, accepted, warning, note_md}; when the
+    campaign's passes ran on other hardware than the package priced (lab.cost.hardware: the rule),
+    quote_text ends with the one line that says so, as the note does.
     Raises PricingError or ProtocolError (one line).
     """
     from dataclasses import asdict
@@ -376,6 +378,8 @@ def cost_view(campaign_file: Path, campaign_dir: Path | None, fields: dict) -> d
         text = render_quote(q, window)
         if accepted == 0:
             text += "\nCost per validated corpus: undefined (no accepted corpus)"
+        if summary and (line := _hardware_line(q, campaign_dir)):
+            text += f"\n{line}"
     else:
         text = ("No package declared: the campaign file has no [cost] section; enter a GPU and days "
                 "above to price one")
@@ -385,22 +389,41 @@ def cost_view(campaign_file: Path, campaign_dir: Path | None, fields: dict) -> d
             "note_md": note}
 
 
+def _attempts(campaign_dir: Path | None) -> list:
+    """The journal's attempts of ``campaign_dir`` ([] without a folder)."""
+    from lab.orchestration.journal import Journal
+
+    if campaign_dir is None:
+        return []
+    journal = Journal.open_read_only(Path(campaign_dir) / "journal.sqlite")
+    try:
+        return journal.attempts()
+    finally:
+        journal.close()
+
+
+def _hardware_line(q, campaign_dir: Path | None) -> str:
+    """'' or 'Measured hardware differs from the priced package. Measured: ...; priced: ...': the
+    campaign's passes (all of them) against the quoted package ``q`` (lab.cost.hardware)."""
+    from lab.cost.hardware import HardwareCheck, Measured, Priced
+    from lab.report.decision_note import HARDWARE_DIFFERS
+    from lab.report.raw_table import pass_cards
+
+    measured = Measured.of(pass_cards(a.result) for a in _attempts(campaign_dir) if a.result is not None)
+    line = HardwareCheck(measured, Priced(q.gpu, q.gpu_name, q.cards_per_lot)).line()
+    return f"{HARDWARE_DIFFERS.strip('*')} {line}" if line else ""
+
+
 def _campaign_note(proto, summary, pricing: dict, campaign_dir: Path | None) -> str:
     """The archived note's wording for the Cost screen (lab.report.build.campaign_note): the
     same banners (partial evidence while the campaign is unfinished, measured hardware differs
     from the priced package) and the variants not run yet."""
     from lab.evidence.assemble import unfinished_reason
-    from lab.orchestration.journal import Journal
     from lab.report.build import campaign_note
 
     if campaign_dir is None:
         return campaign_note(proto, summary, pricing, [])
-    journal = Journal.open_read_only(Path(campaign_dir) / "journal.sqlite")
-    try:
-        attempts = journal.attempts()
-    finally:
-        journal.close()
-    return campaign_note(proto, summary, pricing, attempts, unfinished_reason(Path(campaign_dir)))
+    return campaign_note(proto, summary, pricing, _attempts(campaign_dir), unfinished_reason(Path(campaign_dir)))
 
 
 # ---- comparison across archives --------------------------------------------------------

@@ -110,8 +110,9 @@ def test_the_report_shows_the_rule_and_keeps_batch_8_out_of_the_decision(batch_d
     assert (summary[1]["agreement_differing_most"], summary[1]["agreement_passes_beyond"]) == (0, 0)
     note = (report / "decision_note.md").read_text()
     assert "- **Agreement rule.** Every pass is compared id by id with the reference variant's first valid pass" \
-        in note and "at most 0.05 of the ids may differ from it" in note
-    assert ("- Agreement rule (at most 0.05 of the ids differ from the reference pass): at most 4 of 17 ids "
+        in note and "a share of at most 0.05 (5 %) of the ids may differ from it" in note
+    assert ("- Agreement rule (a share of at most 0.05 (5 %) of the ids differ from the reference pass): at most "
+            "4 of 17 ids "
             "differed in a pass; 2 of 2 pass(es) checked beyond it: not the same ML result") in note
     excluded = note.split("## Excluded configurations")[1].split("## Not run")[0]
     assert "batch 8" in excluded and "not the same ML result" in excluded and "batch 1" not in excluded

@@ -66,6 +66,7 @@ def test_a_projection_carries_the_flags_project_computed():
 def test_a_campaign_decision_carries_the_caveats_of_its_chosen_and_next_configuration():
     """The campaign's decision note: the chosen line and the comparison with the next one name
     one starved pass of a CPU priced as rtx-4090 (and b200); with five clean passes each, neither has any."""
+    from lab.cost.hardware import Measured
     from lab.report.decision_note import decision_note
     from tests.unit.test_decision_note import CAMPAIGN, PRICING, spread
     from tests.unit.test_decision_note import variant as summary_of
@@ -74,8 +75,9 @@ def test_a_campaign_decision_carries_the_caveats_of_its_chosen_and_next_configur
                       starved_passes=({"pass_id": "p2", "reason": "cpu_share 0.3"},)),
            summary_of("rtx", "batch 8 on RTX 4090", durations_s=[12.2], median_s=12.2, successes=1,
                       accepted_passes=1)]
+    on_cpu = Measured.of([[("cpu", "AMD EPYC 7B13")]])
     note = decision_note(one, CAMPAIGN, PRICING, variant_pricing={"b200": {"gpu": "b200", "lots": 1}},
-                         measured_on_cpu=True)
+                         measured={"b200": on_cpu, "rtx": on_cpu})
     chosen = next(x for x in note.splitlines() if x.startswith("**Chosen: "))
     assert chosen.endswith("; rests on: n = 1 pass(es), measured on CPU, priced as rtx-4090."), chosen
     assert ("next: batch 8 on B200 at 2071.00 USD; rests on: n = 1 pass(es), 1 of 1 pass(es) starved (batch 8 on "
