@@ -22,8 +22,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("lab/report", "lab/evidence", "lab/compare", "lab/service", "tui")
-CEILING = 835
-"""The total on 2026-12-04 (verify reads the raw table typed, lab.report.raw_row; 8.0 per 100 lines):
+CEILING = 810
+"""The total on 2026-12-04 (the raw table read back typed, lab.report.raw_row; 7.7 per 100 lines):
 only lowered."""
 GOAL = 150
 
