@@ -11,7 +11,7 @@ from pathlib import Path
 
 from textual.message import Message
 
-from lab.service.views import LockResult, PlanView, ProtocolInfo
+from lab.service.views import ComparisonView, CostView, LockResult, PlanView, ProtocolInfo
 
 
 class CampaignSnapshot(Message):
@@ -128,7 +128,7 @@ class ResultsReady(Message):
 class CostReady(Message):
     """Quote text, cost per validated corpus and decision note (screen 6)."""
 
-    def __init__(self, cost: dict | None, error: str = "") -> None:
+    def __init__(self, cost: CostView | None, error: str = "") -> None:
         super().__init__()
         self.cost = cost
         self.error = error
@@ -147,10 +147,10 @@ class ArchiveReady(Message):
 
 
 class CompareReady(Message):
-    """A comparison of rentals (screen 8): ``result`` = {"path": [decision path lines],
-    "decision": decision.md text, "files": {name: path}} or None with ``error`` (one line)."""
+    """A comparison of rentals (screen 8): ``result`` (lab.service.views.ComparisonView), or None
+    with ``error`` (one line)."""
 
-    def __init__(self, result: dict | None, error: str = "") -> None:
+    def __init__(self, result: ComparisonView | None, error: str = "") -> None:
         super().__init__()
         self.result = result
         self.error = error

@@ -271,7 +271,7 @@ def _differences(evidence: list[Evidence], compact: bool = False) -> list[str]:
 def pass_record(ev: Evidence) -> tuple:
     """The passes an archive holds, as (pass_id, start_time) pairs (a pass not started left out):
     a pass run once has one such pair, whatever archive of its campaign holds it."""
-    return tuple(sorted((r.get("pass_id", ""), r.get("start_time", "")) for r in ev.raw_rows if r.get("start_time")))
+    return tuple(sorted((r.pass_id, r.start_time) for r in ev.raw_rows if r.start_time))
 
 
 def refuse_one_run(evidence: list[Evidence]) -> None:

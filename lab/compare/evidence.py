@@ -29,6 +29,7 @@ from lab.passes.events import PassStatus
 from lab.passes.records import decode_result
 from lab.passes.tasks.embedding import VECTORS_FILE
 from lab.passes.tasks.embedding_metrics import load_vectors
+from lab.report.raw_row import RawRow
 from lab.report.raw_table import pass_cards
 
 NO_PACKAGE = "no package declared in [cost]"
@@ -46,14 +47,14 @@ class CompareError(UserError):
 @dataclass(frozen=True)
 class Evidence:
     """What a comparison reads from one archive. ``name``: the archive's file name without
-    .tar.gz; ``raw_rows``: raw-table rows as CSV strings (empty cell = "") and ``summary``:
+    .tar.gz; ``raw_rows``: raw-table rows, typed (lab.report.raw_row.RawRow), and ``summary``:
     summary.json objects, both as ``archive verify`` re-derived them from the journal and the
     pass records (lab.evidence.table_checks), never the archive's own raw_table.csv or summary.json."""
     path: Path
     name: str
     manifest: dict
     summary: list[dict]
-    raw_rows: list[dict]
+    raw_rows: list[RawRow]
     campaign: dict
     lock: dict
     corpus_card: dict | None
@@ -193,18 +194,18 @@ def read_evidence(archive: str | Path, metric_file: str | Path | None = None,
         raise CompareError(f"{archive.name}: does not verify ({len(v.problems)} problem(s), first: "
                            f"{(v.problems or ['figures not re-derived'])[0]}); download it again or re-pack it "
                            "before comparing")
-    own = sorted({r.get("metric_name", "") for r in v.rederived.raw_rows if ":" in r.get("metric_name", "")})
+    own = sorted({r.metric_name for r in v.rederived.rows if r.metric_name and ":" in r.metric_name})
     if v.not_rederived and not held:
         held = (f"its [quality] metric {own[0]} is your own function, and compare runs no code from an archive "
                 "unless you opt in: give a local copy of that file with --metric-file FILE (its sha256 is checked "
                 "against each archive's lock, then it runs in a fresh process)" if own else v.not_rederived[0])
     with tempfile.TemporaryDirectory(prefix="iteralab-compare-") as tmp:
-        rows = v.rederived.raw_rows
+        rows = v.rederived.rows
         chosen = representative_passes(rows)
         # an embedding pass's vectors beside its predictions (a member the archive lacks is not extracted;
         # whatever its metric: nn_accuracy or agreement)
         vec_rels = {vid: str(Path(rel).parent / VECTORS_FILE) for vid, (_pid, rel) in chosen.items()}
-        results = [(r["variant_id"], f"passes/{r['pass_id']}/result.json") for r in rows]
+        results = [(r.variant_id or "", f"passes/{r.pass_id}/result.json") for r in rows]
         top = extract(archive, Path(tmp), only=READ_MEMBERS + (ARCHIVE_INFO, "report/catalog.csv")
                       + tuple(rel for _pid, rel in chosen.values()) + tuple(vec_rels.values())
                       + tuple(rel for _vid, rel in results))
@@ -282,7 +283,7 @@ def _read_predictions(path: Path) -> dict[str, str]:
     return out
 
 
-def representative_passes(rows: list[dict]) -> dict[str, tuple[str, str]]:
+def representative_passes(rows: list[RawRow]) -> dict[str, tuple[str, str]]:
     """{variant_id: (pass_id, predictions path in the archive)} of each variant's first accepted
     pass in schedule order (else its first pass ok): what "this host's result" means when hosts
     are compared per id. Verify has already checked each predictions file against its sha256
@@ -290,10 +291,10 @@ def representative_passes(rows: list[dict]) -> dict[str, tuple[str, str]]:
     chosen: dict[str, tuple[str, str]] = {}
     for accepted_only in (True, False):
         for r in rows:
-            vid = r["variant_id"]
-            if vid in chosen or r["status"] != PassStatus.OK or not r.get("predictions_path"):
+            vid = r.variant_id or ""
+            if vid in chosen or r.status != PassStatus.OK or not r.predictions_path:
                 continue
-            if accepted_only and str(r.get("corpus_accepted")).lower() != "true":
+            if accepted_only and not r.accepted:
                 continue
-            chosen[vid] = (r["pass_id"], r["predictions_path"])  # relative to the campaign folder
+            chosen[vid] = (r.pass_id, r.predictions_path)  # relative to the campaign folder
     return chosen

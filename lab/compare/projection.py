@@ -55,6 +55,7 @@ from lab.passes.events import PassStatus
 from lab.passes.records import SETUP_PHASES
 from lab.report.caveats import Basis
 from lab.report.decision_note import generation_costs
+from lab.report.raw_row import RawRow
 from lab.report.summary import median_pass_throughput, recompilation_caveat
 
 
@@ -205,14 +206,10 @@ def lot_hours(setup_s: float, items_per_s: float, load_items: int, lots: int) ->
     return (setup_s + load_items / lots / items_per_s) / 3600
 
 
-def measured_cards(rows: list[dict]) -> int:
+def measured_cards(rows: list[RawRow]) -> int:
     """Cards a pass used: the raw table's ``cards`` column where it exists, else 1."""
-    vals = [int(_f(r.get("cards")) or 1) for r in rows if r.get("cards") not in (None, "")]
+    vals = [int(_f(r.cards) or 1) for r in rows if r.cards is not None]
     return max(vals) if vals else 1
-
-
-def _accepted(row: dict) -> bool:
-    return str(row.get("corpus_accepted")).strip().lower() == "true"
 
 
 def too_short(long_passes: int, rule_passes: int, rule_window_s: float, shortest: float | None) -> str:
@@ -237,10 +234,10 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
     a catalog problem; a missing price is an exclusion.
     """
     vid = variant["variant_id"]
-    rows = [r for r in ev.raw_rows if r["variant_id"] == vid]
-    ok = [r for r in rows if r["status"] == PassStatus.OK and _f(r.get("items_per_s"))]
-    rates: list[float] = [x for r in ok if (x := _f(r["items_per_s"]))]
-    setups = [sum(_f(r.get(f"{p}_s")) or 0.0 for p in SETUP_PHASES) for r in ok]
+    rows = [r for r in ev.raw_rows if r.variant_id == vid]
+    ok = [r for r in rows if r.status == PassStatus.OK and _f(r.items_per_s)]
+    rates: list[float] = [x for r in ok if (x := _f(r.items_per_s))]
+    setups = [sum(_f(r.phase_s(p)) or 0.0 for p in SETUP_PHASES) for r in ok]
     cost, gpu = ev.cost, ev.gpu
     why: list[str] = []
     q = own = None
@@ -271,7 +268,7 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
     measured, priced = ev.measured(vid), q or own
     check = HardwareCheck(measured, Priced(priced.gpu, priced.gpu_name, priced.cards_per_lot)) \
         if priced is not None and measured.passes else None
-    backends = {r.get("backend") for r in rows} - {"", None}
+    backends = {r.backend for r in rows} - {"", None}
     on_cpu = check.on_cpu if check is not None else not ev.gpu_devices or backends <= {"cpu"}
     if check is not None and not on_cpu and (check.other_gpu or check.more_cards):
         why.append(f"hardware: {check.caveat} ({check.priced.gpu_name}): its throughput is not that package's, "
@@ -289,21 +286,21 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
     if lot_cards and lot_cards > cards:
         cards_note += (f", lot has {lot_cards}: projected at the measured throughput "
                        "(no scaling to the other cards assumed)")
-    durations = [x for r in ok if (x := _f(r.get("measured_s")))]
-    items = max((int(x) for r in ok if (x := _f(r.get("items_total")))), default=None)
+    durations = [x for r in ok if (x := _f(r.measured_s))]
+    items = max((int(x) for r in ok if (x := _f(r.items_total))), default=None)
     med_rate = median_pass_throughput(items, durations) if rates else None
     worst_rate = min(rates) if rates else None
     timing = ev.config.timing
-    long_ok = [d for r in ok if _accepted(r) and (d := _f(r.get("measured_s"))) is not None
+    long_ok = [d for r in ok if r.accepted and (d := _f(r.measured_s)) is not None
                and d >= timing.min_window_s]
     short = too_short(len(long_ok), timing.min_accepted_passes, timing.min_window_s,
                       min(durations) if durations else None) if rates else ""
-    metrics = [x for r in rows if (x := _f(r.get("metric"))) is not None]
+    metrics = [x for r in rows if (x := _f(r.metric)) is not None]
     ref_name = ev.config.quality.reference_variant
     ref = next((v for v in ev.summary if v.get("variant_name") == ref_name
                 or v.get("variant_id") == ref_name), None)
-    ref_metrics = [x for r in ev.raw_rows if ref and r["variant_id"] == ref["variant_id"]
-                   and (x := _f(r.get("metric"))) is not None]
+    ref_metrics = [x for r in ev.raw_rows if ref and r.variant_id == ref["variant_id"]
+                   and (x := _f(r.metric)) is not None]
     setup_s = max(setups) if setups else None
     h_med = load_items / med_rate / 3600 if med_rate else None
     h_worst = load_items / worst_rate / 3600 if worst_rate else None

@@ -9,10 +9,14 @@ import tarfile
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lab.facts.errors import UserError
 from lab.facts.host import iteralab_command
 from lab.facts.signing import SSH_KEYGEN_PACKAGE, default_allowed_signers
+
+if TYPE_CHECKING:
+    from lab.report.raw_row import RawRow
 
 JOURNAL = "journal.sqlite"
 ARCHIVE_INFO = "ARCHIVE.json"
@@ -103,12 +107,17 @@ def check_format(name: str, info_json: bytes | None) -> dict:
 class Rederived:
     """The raw table and the summary as ``archive verify`` rebuilt them from the archived journal
     and pass records (lab.evidence.table_checks), never read from report/raw_table.csv or summary.json.
-    ``raw_rows``: one dict per attempt, in schedule order, the cells as the raw table's CSV holds
-    them (strings, empty cell = ""); ``summary``: one summary.json object per variant
+    ``rows``: one typed row per attempt, in schedule order, read from the cells as the raw table's
+    CSV holds them (lab.report.raw_row.RawRow); ``summary``: one summary.json object per variant
     (lab.report.summary.VariantSummary.to_json, through JSON)."""
 
-    raw_rows: list
+    rows: list[RawRow]
     summary: list
+
+    @property
+    def raw_rows(self) -> list[dict]:
+        """The rows' cells as the raw table's CSV holds them ({column: text}, empty cell "")."""
+        return [r.cells for r in self.rows]
 
 
 class SignatureState(StrEnum):

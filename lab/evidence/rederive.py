@@ -21,6 +21,7 @@ from lab.orchestration.config import EMBEDDING_METRICS, GENERATION_METRICS
 from lab.orchestration.journal import Journal, JournalVersion, attempt_record
 from lab.passes.events import FINISHED, PassStatus
 from lab.passes.records import Attempt
+from lab.report.raw_row import RawRow
 
 GOLD_LABELS = "report/gold_labels.jsonl"
 BUCKETS = ("short", "medium", "long")
@@ -77,12 +78,12 @@ def read_journal(scan, problems: list[str]) -> JournalRead | None:
     return attempts, plan, damaged
 
 
-def compare_journal(attempts: list[Attempt], plan: list[dict], damaged: set[str], rows: list[dict], partial: bool,
-                    problems: list[str]) -> None:
-    """The journal's attempts against the raw table's rows (CSV strings): one row per attempt, the
-    same status, items completed, acceptance and metric; unless ``partial``, no attempt left
+def compare_journal(attempts: list[Attempt], plan: list[dict], damaged: set[str], rows: list[RawRow],
+                    partial: bool, problems: list[str]) -> None:
+    """The journal's attempts against the raw table's rows (lab.report.raw_row): one row per attempt,
+    the same status, items completed, acceptance and metric; unless ``partial``, no attempt left
     running and every planned slot finished. ``damaged``: pass ids read_journal already named."""
-    by_row = {r["pass_id"]: r for r in rows}
+    by_row = {r.pass_id: r for r in rows}
     by_att = {a.pass_id: a for a in attempts}
     for pid in sorted(set(by_att) - set(by_row), key=str):
         problems.append(f"pass {pid}: in the journal but not in the raw table")
@@ -90,19 +91,18 @@ def compare_journal(attempts: list[Attempt], plan: list[dict], damaged: set[str]
         problems.append(f"pass {pid}: in the raw table but not in the journal")
     for pid in sorted(set(by_row) & set(by_att), key=str):
         a, r = by_att[pid], by_row[pid]
-        if a.status != r["status"]:
-            problems.append(f"pass {pid}: status {r['status']!r} in the raw table, {a.status!r} in the journal")
-        if ("" if a.items_completed is None else str(a.items_completed)) != r["items_completed"]:
-            problems.append(f"pass {pid}: {r['items_completed']} items completed in the raw table, "
+        if a.status != r.status:
+            problems.append(f"pass {pid}: status {r.status!r} in the raw table, {a.status!r} in the journal")
+        if a.items_completed != r.items_completed:
+            problems.append(f"pass {pid}: {_shown(r.items_completed, '')} items completed in the raw table, "
                             f"{a.items_completed} in the journal")
         accepted = a.validation is not None and a.validation.corpus_accepted
         metric = a.validation.metric if a.validation is not None else None
-        if str(accepted) != (r.get("corpus_accepted") or "False"):
-            problems.append(f"pass {pid}: corpus_accepted {r.get('corpus_accepted') or 'empty'} in the raw table, "
+        if accepted != (False if r.corpus_accepted is None else r.corpus_accepted):
+            problems.append(f"pass {pid}: corpus_accepted {_shown(r.corpus_accepted)} in the raw table, "
                             f"{accepted} in the journal")
-        if not _same_metric(metric, r.get("metric")):
-            problems.append(f"pass {pid}: metric {r.get('metric') or 'empty'} in the raw table, "
-                            f"{metric} in the journal")
+        if not _same_metric(metric, r.metric):
+            problems.append(f"pass {pid}: metric {_shown(r.metric)} in the raw table, {metric} in the journal")
     if partial:
         return
     done = {a.seq for a in attempts if a.status in FINISHED}
@@ -113,6 +113,12 @@ def compare_journal(attempts: list[Attempt], plan: list[dict], damaged: set[str]
     if missing:
         problems.append(f"{len(missing)} planned slot(s) without a finished attempt (first seq {missing[0]}) in an "
                         "archive not marked partial")
+
+
+def _shown(cell, empty: str = "empty") -> str:
+    """A raw-table cell (lab.report.raw_row) as a problem line quotes it: as the table holds it,
+    ``empty`` for an empty cell."""
+    return empty if cell is None or cell == "" else str(cell)
 
 
 def _number(v) -> float | str | None:
@@ -166,28 +172,29 @@ def read_gold(scan, problems: list[str]) -> dict[str, tuple[str | None, str]] | 
     return gold
 
 
-def _check_metric(pid: str, row: dict, preds: dict[str, str], gold: dict, problems: list[str],
+def _check_metric(pid: str, row: RawRow, preds: dict[str, str], gold: dict, problems: list[str],
                   user_scores: dict | None = None) -> float | None:
     """Compare the row's metric columns with the ones recomputed (a user's own metric: from
     ``user_scores``, user_metric_scores); returns the recomputed metric."""
     from lab.orchestration.validate import METRICS
 
-    claimed = row.get("metric")
+    claimed = row.metric
     if set(preds) != set(gold):
-        if claimed not in (None, ""):
+        if claimed is not None:
             problems.append(f"pass {pid}: metric {claimed} given, but its predictions do not cover exactly the "
                             "corpus's ids")
         return None
-    if claimed in (None, "") and not (row.get("ids_match") == "True" and row.get("format_ok") == "True"):
+    if claimed is None and not (row.ids_match is True and row.format_ok is True):
         return None  # no metric claimed for predictions the validation refused
-    fn = METRICS.get(row.get("metric_name", ""))
-    if fn is None and ":" in row.get("metric_name", ""):
+    name = row.metric_name or ""
+    fn = METRICS.get(name)
+    if fn is None and ":" in name:
         if user_scores is None:  # not re-derived without the user's opt-in: said once by verify_archive
-            raise MetricNotRederived(row["metric_name"])
+            raise MetricNotRederived(name)
         return _compare_columns(pid, row, user_scores.get(pid, {}), problems)
     if fn is None:
-        if claimed not in (None, ""):
-            problems.append(f"pass {pid}: unknown metric name {row.get('metric_name')!r}")
+        if claimed is not None:
+            problems.append(f"pass {pid}: unknown metric name {row.metric_name!r}")
         return None
     ids = sorted(gold)
     values = {col: round(fn([gold[i][0] for i in sub], [preds[i] for i in sub]), 6) if sub else None
@@ -200,30 +207,31 @@ def metric_subsets(ids: list[str], gold: dict) -> list[tuple[str, list[str]]]:
     return [("metric", ids)] + [(f"metric_{b}", [i for i in ids if gold[i][1] == b]) for b in BUCKETS]
 
 
-def _compare_columns(pid: str, row: dict, values: dict, problems: list[str],
+def _compare_columns(pid: str, row: RawRow, values: dict, problems: list[str],
                      source: str = "its predictions and the gold labels") -> float | None:
-    """Each metric column of ``row`` against its recomputed value in ``values`` ({column:
-    value or None}), a mismatch named with what it was recomputed from (``source``); returns the
-    overall metric recomputed."""
+    """Each metric column of ``row`` (its cells as the table holds them) against its recomputed
+    value in ``values`` ({column: value or None}), a mismatch named with what it was recomputed
+    from (``source``); returns the overall metric recomputed (``values``' "metric")."""
+    cells = row.cells
     for col, value in values.items():
-        if col in row and not _same_metric(value, row[col]):
-            problems.append(f"pass {pid}: {col} {row[col] or 'empty'} in the raw table, {value} recomputed "
+        if col in cells and not _same_metric(value, cells[col]):
+            problems.append(f"pass {pid}: {col} {cells[col] or 'empty'} in the raw table, {value} recomputed "
                             f"from {source}")
     return values.get("metric")
 
 
-def check_acceptance(row: dict, recomputed: float | None, threshold: float | None, problems: list[str],
+def check_acceptance(row: RawRow, recomputed: float | None, threshold: float | None, problems: list[str],
                      higher: bool = True, metric_rederived: bool = True) -> None:
     """A row marked accepted must be an ok pass whose recomputed metric meets the locked threshold
     (``higher``: the [quality] direction, higher is better; else lower is). ``metric_rederived``
     False (a user's metric without the opt-in): status and threshold only."""
-    if row.get("corpus_accepted") != "True":
+    if not row.accepted:
         return
-    pid = row["pass_id"]
-    if row.get("status") != PassStatus.OK:
-        problems.append(f"pass {pid}: marked accepted with status {row.get('status')!r}")
-    if threshold is not None and not _same_metric(row.get("threshold"), threshold):
-        problems.append(f"pass {pid}: threshold {row.get('threshold')} in the raw table, {threshold} in the "
+    pid = row.pass_id
+    if row.status != PassStatus.OK:
+        problems.append(f"pass {pid}: marked accepted with status {row.status!r}")
+    if threshold is not None and not _same_metric(row.threshold, threshold):
+        problems.append(f"pass {pid}: threshold {_shown(row.threshold)} in the raw table, {threshold} in the "
                         "locked campaign file")
     if not metric_rederived:
         return
@@ -282,7 +290,7 @@ class MetricNotRederived(LabError):
         self.metric = metric
 
 
-def check_row(row: dict, scan, gold: dict | None, threshold: float | None, problems: list[str],
+def check_row(row: RawRow, scan, gold: dict | None, threshold: float | None, problems: list[str],
               user_scores: dict | None = None, higher: bool = True, not_rederived: dict | None = None,
               references: dict | None = None) -> None:
     """Check one raw-table row against its files (see the module docstring). ``threshold``: the
@@ -291,7 +299,7 @@ def check_row(row: dict, scan, gold: dict | None, threshold: float | None, probl
     ``references``: {pass id: its Validation} from the archived journal: the agreement with the
     reference pass it names is recomputed from both passes' files (check_agreement), judged or
     reported; None when the journal is unreadable."""
-    pid = row["pass_id"]
+    pid = row.pass_id
     result_rel = f"passes/{pid}/result.json"
     if result_rel in scan.kept:
         result = member_object(scan, result_rel)
@@ -320,19 +328,19 @@ def check_row(row: dict, scan, gold: dict | None, threshold: float | None, probl
         return
     if gold is not None:
         check_acceptance(row, recomputed, threshold, problems, higher)
-    if gold is not None and references is not None and row.get("metric_name") != AGREEMENT \
-            and pid in references and row.get("predictions_path") in scan.kept:
+    if gold is not None and references is not None and row.metric_name != AGREEMENT \
+            and pid in references and row.predictions_path in scan.kept:
         try:  # a reported figure beside a label metric (the judged one is checked in _row_metric)
             check_agreement(pid, row, scan, gold, problems, references[pid])
         except MemberMissing:
             pass  # said once, by check_agreement
 
 
-def _row_metric(row: dict, scan, gold: dict | None, problems: list[str], user_scores: dict | None,
+def _row_metric(row: RawRow, scan, gold: dict | None, problems: list[str], user_scores: dict | None,
                 references: dict | None = None) -> float | None:
-    pid, p, digest = row["pass_id"], row.get("predictions_path"), row.get("predictions_sha256")
+    pid, p, digest = row.pass_id, row.predictions_path, row.predictions_sha256
     if not p:
-        if row.get("metric") not in (None, ""):
+        if row.metric is not None:
             problems.append(f"pass {pid}: a metric without a predictions file")
         return None
     if p not in scan.sha:
@@ -342,21 +350,21 @@ def _row_metric(row: dict, scan, gold: dict | None, problems: list[str], user_sc
         problems.append(f"row {pid}: predictions sha256 differs from the raw table")
     if gold is None or p not in scan.kept:
         return None
-    if row.get("metric_name") == AGREEMENT:
+    if row.metric_name == AGREEMENT:
         return check_agreement(pid, row, scan, gold, problems, (references or {}).get(pid))
-    if row.get("metric_name") in EMBEDDING_METRICS:
+    if row.metric_name in EMBEDDING_METRICS:
         return _check_embedding_metric(pid, row, scan, p, gold, problems)
-    if row.get("metric_name") in GENERATION_METRICS:
+    if row.metric_name in GENERATION_METRICS:
         return _check_generation_metric(pid, row, scan, p, gold, problems)
     preds = predictions_by_id(scan, p)
     if preds is None:
-        if row.get("metric") not in (None, ""):
-            problems.append(f"pass {pid}: metric {row['metric']} given, but its predictions file is malformed")
+        if row.metric is not None:
+            problems.append(f"pass {pid}: metric {row.metric} given, but its predictions file is malformed")
         return None
     return _check_metric(pid, row, preds, gold, problems, user_scores)
 
 
-def _check_embedding_metric(pid: str, row: dict, scan, pred_rel: str, gold: dict,
+def _check_embedding_metric(pid: str, row: RawRow, scan, pred_rel: str, gold: dict,
                             problems: list[str]) -> float | None:
     """An embedding pass's metric recomputed from its archived vectors (vectors.npy beside its
     predictions, rows as the predictions' lines say) and the gold labels, with the rule
@@ -365,7 +373,7 @@ def _check_embedding_metric(pid: str, row: dict, scan, pred_rel: str, gold: dict
 
     from lab.passes.tasks.embedding_metrics import load_vectors, nn_accuracy
 
-    claimed = row.get("metric")
+    claimed = row.metric
     vec_rel = pred_rel.rsplit("/", 1)[0] + "/vectors.npy"
     ids: list[str] = []
     try:
@@ -381,11 +389,11 @@ def _check_embedding_metric(pid: str, row: dict, scan, pred_rel: str, gold: dict
     except (json.JSONDecodeError, ValueError, AttributeError):
         ids, vectors = [], None
     if vectors is None or len(vectors) != len(ids) or len(set(ids)) != len(ids):
-        if claimed not in (None, ""):
+        if claimed is not None:
             problems.append(f"pass {pid}: metric {claimed} given, but its predictions or vectors.npy are malformed")
         return None
     if set(ids) != set(gold):
-        if claimed not in (None, ""):
+        if claimed is not None:
             problems.append(f"pass {pid}: metric {claimed} given, but its predictions do not cover exactly the "
                             "corpus's ids")
         return None
@@ -400,9 +408,7 @@ def _check_embedding_metric(pid: str, row: dict, scan, pred_rel: str, gold: dict
                  else nn_accuracy(ordered, labels, subset))
         value = None if value is None else round(value, 6)
         recomputed = value if col == "metric" else recomputed
-        if col in row and not _same_metric(value, row[col]):
-            problems.append(f"pass {pid}: {col} {row[col] or 'empty'} in the raw table, {value} recomputed "
-                            "from its vectors and the gold labels")
+        _compare_columns(pid, row, {col: value}, problems, "its vectors and the gold labels")
     return recomputed
 
 
@@ -435,7 +441,7 @@ def locked_normalisation(scan) -> str | None:
     return None if task is None else task.get("normalisation") or NORMALISATION
 
 
-def check_reference_pass(attempts: list[Attempt], rows: list[dict], reference_variant: str | None,
+def check_reference_pass(attempts: list[Attempt], rows: list[RawRow], reference_variant: str | None,
                          problems: list[str]) -> None:
     """The reference pass the archived journal's validations name, for a campaign judged by
     agreement or by the agreement rule (every campaign since it; lab.orchestration.agreement):
@@ -454,21 +460,25 @@ def check_reference_pass(attempts: list[Attempt], rows: list[dict], reference_va
     from lab.inputs.variants import find_variant
 
     ref = named[0]
-    by_pid = {r["pass_id"]: r for r in rows}
+    by_pid = {r.pass_id: r for r in rows}
     variant_of = {a.pass_id: a.variant_id for a in attempts}
     locked = None if reference_variant is None else find_variant([a.variant for a in attempts], reference_variant)
     if reference_variant is not None and (locked is None or locked.variant_id != variant_of.get(ref)):
         problems.append(f"reference pass {ref} is not a pass of the locked reference variant {reference_variant}")
         return
     valid = [a for a in sorted(attempts, key=lambda a: a.seq) if variant_of[a.pass_id] == variant_of.get(ref)
-             and by_pid.get(a.pass_id, {}).get("status") == PassStatus.OK
-             and by_pid[a.pass_id].get("ids_match") == "True" and by_pid[a.pass_id].get("format_ok") == "True"
-             and (by_pid[a.pass_id].get("metric_name") == AGREEMENT  # a label metric's reference has its metric
-                  or by_pid[a.pass_id].get("metric") not in (None, ""))]
+             and (r := by_pid.get(a.pass_id)) is not None and _valid_reference(r)]
     if valid and valid[0].pass_id != ref:
         problems.append(f"reference pass {ref} is not the reference variant's first valid pass ({valid[0].pass_id})")
     elif not valid:
         problems.append(f"reference pass {ref} is not an ok pass with its ids and format right")
+
+
+def _valid_reference(row: RawRow) -> bool:
+    """A row that may be the reference pass: ok, its ids and format right, and (a label metric's)
+    its metric given."""
+    return (row.status == PassStatus.OK and row.ids_match is True and row.format_ok is True
+            and (row.metric_name == AGREEMENT or row.metric is not None))
 
 
 def _pass_predictions(scan, pid: str, kind: TaskKind, ids: list[str]):
@@ -503,7 +513,7 @@ def _pass_predictions(scan, pid: str, kind: TaskKind, ids: list[str]):
     return {rec["id"]: rec[key] for rec in lines}
 
 
-def check_agreement(pid: str, row: dict, scan, gold: dict, problems: list[str], validation) -> float | None:
+def check_agreement(pid: str, row: RawRow, scan, gold: dict, problems: list[str], validation) -> float | None:
     """A pass's agreement with the reference pass its journal validation names, recomputed from
     both passes' archived predictions (vectors), per id by its kind's rule and summarised as
     validation does (lab.orchestration.validate.agreement_figures): the raw table's
@@ -517,14 +527,14 @@ def check_agreement(pid: str, row: dict, scan, gold: dict, problems: list[str], 
     from lab.passes.tasks.embedding_metrics import cosine_agreement
     from lab.passes.tasks.text_metrics import NORMALISATION, output_equality
 
-    judged = row.get("metric_name") == AGREEMENT
-    claimed = row.get("metric") if judged else row.get("agreement_with_reference")
+    judged = row.metric_name == AGREEMENT
+    claimed = row.metric if judged else row.agreement_with_reference
     ref = getattr(validation, "reference_pass", None) or ""
     if not ref:
-        if judged and claimed not in (None, ""):
+        if judged and claimed is not None:
             problems.append(f"pass {pid}: agreement {claimed} given, but the journal names no reference pass for it")
         return None
-    if not judged and claimed in (None, "") and row.get("agreement_ok") in (None, ""):
+    if not judged and claimed is None and row.agreement_ok is None:
         return None  # no agreement reported (its ids or format did not match)
     task = locked_task(scan)
     if task is None:
@@ -542,7 +552,7 @@ def check_agreement(pid: str, row: dict, scan, gold: dict, problems: list[str], 
         problems.append(skipped_missing(f"pass {pid}", "agreement check", str(exc)))
         raise
     except (json.JSONDecodeError, ValueError) as exc:
-        if claimed not in (None, ""):
+        if claimed is not None:
             problems.append(f"pass {pid}: agreement {claimed} given, but it cannot be recomputed from its predictions "
                             f"and reference pass {ref}'s ({exc})")
         return None
@@ -568,7 +578,7 @@ def check_agreement(pid: str, row: dict, scan, gold: dict, problems: list[str], 
     return fig.value if judged else None
 
 
-def check_agreement_rule(pid: str, row: dict, scan, per_id, ids: list[str], kind: str, ref: str,
+def check_agreement_rule(pid: str, row: RawRow, scan, per_id, ids: list[str], kind: str, ref: str,
                          problems: list[str]) -> None:
     """The agreement rule's verdict of a pass re-derived (lab.orchestration.agreement, the one
     definition validation applied): the rule the archived campaign file locks (its kind's default
@@ -580,7 +590,7 @@ def check_agreement_rule(pid: str, row: dict, scan, per_id, ids: list[str], kind
     from lab.orchestration.agreement import AgreementRule
 
     quality = _locked_table(scan, "quality")
-    if quality is None or "agreement_ok" not in row:
+    if quality is None or "agreement_ok" not in row.cells:
         return  # no readable campaign file (said by locked_task's caller), or no column (check_raw_table)
     try:
         rule = AgreementRule.of(quality, kind)
@@ -590,22 +600,22 @@ def check_agreement_rule(pid: str, row: dict, scan, per_id, ids: list[str], kind
         return
     check = rule.judge(per_id, ids)
     against = f"reference pass {ref}"
-    if row["agreement_ok"] in (None, ""):
+    if row.agreement_ok is None:
         problems.append(f"pass {pid}: agreement rule not checked in the raw table, but it was compared with "
                         f"{against}: {check.figures(against)} recomputed, allowed {rule.max_differing:g}")
         return
     values = {"agreement_ids": check.ids, "agreement_differing": check.differing,
               "agreement_max_differing": rule.max_differing, "agreement_min_cosine": rule.min_cosine}
     _compare_columns(pid, row, values, problems, f"its predictions and {against}'s by the locked agreement rule")
-    if row["agreement_ok"] != str(check.ok):
-        problems.append(f"pass {pid}: agreement_ok {row['agreement_ok']} in the raw table, {check.ok} re-derived: "
+    if row.agreement_ok != bool(check.ok):
+        problems.append(f"pass {pid}: agreement_ok {row.agreement_ok} in the raw table, {check.ok} re-derived: "
                         f"{check.figures(against)}, allowed {rule.max_differing:g}")
-    if row.get("corpus_accepted") == "True" and not check.ok:
+    if row.accepted and not check.ok:
         problems.append(f"pass {pid}: marked accepted, but {check.reason(against)} (recomputed from its "
                         "predictions)")
 
 
-def _check_generation_metric(pid: str, row: dict, scan, pred_rel: str, gold: dict,
+def _check_generation_metric(pid: str, row: RawRow, scan, pred_rel: str, gold: dict,
                              problems: list[str]) -> float | None:
     """A generation pass's metric recomputed from its archived outputs (``output`` of each
     predictions line) against the gold labels (the reference answers), after the locked
@@ -613,7 +623,7 @@ def _check_generation_metric(pid: str, row: dict, scan, pred_rel: str, gold: dic
     (lab.passes.tasks.text_metrics.generation_metric), overall and per bucket."""
     from lab.passes.tasks.text_metrics import MetricInputError, generation_metric
 
-    claimed = row.get("metric")
+    claimed = row.metric
     outputs: dict[str, str] = {}
     try:
         for line in member_text(scan, pred_rel).splitlines():
@@ -622,11 +632,11 @@ def _check_generation_metric(pid: str, row: dict, scan, pred_rel: str, gold: dic
                 raise ValueError
             outputs[rec["id"]] = rec["output"]
     except (json.JSONDecodeError, ValueError, AttributeError):
-        if claimed not in (None, ""):
+        if claimed is not None:
             problems.append(f"pass {pid}: metric {claimed} given, but its predictions file is malformed")
         return None
     if set(outputs) != set(gold):
-        if claimed not in (None, ""):
+        if claimed is not None:
             problems.append(f"pass {pid}: metric {claimed} given, but its predictions do not cover exactly the "
                             "corpus's ids")
         return None
@@ -635,18 +645,14 @@ def _check_generation_metric(pid: str, row: dict, scan, pred_rel: str, gold: dic
         problems.append(f"pass {pid}: campaign.toml missing or not TOML: the normalisation of its metric is not "
                         "known, so the metric is not re-derived")
         return None
-    ids = sorted(gold)
     recomputed = None
-    checks = [("metric", ids)] + [(f"metric_{b}", [i for i in ids if gold[i][1] == b]) for b in BUCKETS]
-    for col, sub in checks:
+    for col, sub in metric_subsets(sorted(gold), gold):
         try:
-            value = (round(generation_metric(row["metric_name"], [outputs[i] for i in sub],
+            value = (round(generation_metric(row.metric_name or "", [outputs[i] for i in sub],
                                              [gold[i][0] for i in sub], norm), 6) if sub else None)
         except MetricInputError as exc:
             problems.append(f"pass {pid}: its metric cannot be re-derived ({exc})")
             return None
         recomputed = value if col == "metric" else recomputed
-        if col in row and not _same_metric(value, row[col]):
-            problems.append(f"pass {pid}: {col} {row[col] or 'empty'} in the raw table, {value} recomputed "
-                            "from its outputs and the gold labels")
+        _compare_columns(pid, row, {col: value}, problems, "its outputs and the gold labels")
     return recomputed

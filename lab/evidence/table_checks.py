@@ -25,6 +25,7 @@ from pathlib import Path
 from lab.evidence.format import JOURNAL, Rederived
 from lab.evidence.rederive import JournalRead, member_object, member_text
 from lab.passes.records import Attempt
+from lab.report.raw_row import RawRow, raw_rows_of
 
 RAW_TABLE = "report/raw_table.csv"
 SUMMARY_JSON = "report/summary.json"
@@ -91,7 +92,7 @@ def rederive_tables(scan, info: dict, attempts: list[Attempt], problems: list[st
 
     rows = raw_rows(attempts, name or "", version or 0, Path("."), predictions)
     summary = campaign_summary(rows, attempts)
-    return Rederived(raw_rows=_csv_rows(raw_table(rows)),
+    return Rederived(rows=raw_rows_of(_csv_rows(raw_table(rows))),
                      summary=json.loads(json.dumps([s.to_json() for s in summary], default=str)))
 
 
@@ -128,35 +129,36 @@ def same(a, b) -> bool:
     return x == y or math.isclose(x, y, rel_tol=REL_TOL, abs_tol=1e-12)
 
 
-def check_raw_table(rows: list[dict], derived: list[dict], problems: list[str],
+def check_raw_table(rows: list[RawRow], derived: list[RawRow], problems: list[str],
                     worded: list[str] | None = None) -> None:
-    """One row per attempt, and every cell equal to its re-derived value (a PROSE cell of an
-    archive from another lab version: its pass named in ``worded`` instead, when that is a list)."""
-    for pid, n in sorted(Counter(r["pass_id"] for r in rows).items()):
+    """One row per attempt, and every cell (as the CSV holds it) equal to its re-derived value (a
+    PROSE cell of an archive from another lab version: its pass named in ``worded`` instead, when
+    that is a list)."""
+    for pid, n in sorted(Counter(r.pass_id for r in rows).items()):
         if n > 1:
             problems.append(f"pass {pid}: {n} rows in the raw table; it holds one row per attempt")
-    columns = list(derived[0]) if derived else []
-    by_pass = {r["pass_id"]: r for r in derived}
-    if rows and columns and list(rows[0]) != columns:
-        header = list(rows[0])
+    columns = list(derived[0].cells) if derived else []
+    by_pass = {r.pass_id: r.cells for r in derived}
+    if rows and columns and list(rows[0].cells) != columns:
+        header = list(rows[0].cells)
         extra = [str(c) if c is not None else "cells beyond the header" for c in header if c not in columns]
         problems.append(f"{RAW_TABLE}: columns differ from the ones the report writes "
                         f"(missing: {', '.join(c for c in columns if c not in header) or 'none'}; extra: "
                         f"{', '.join(extra) or 'none'})")
-    seen: set[str] = set()
+    seen: set[str | None] = set()
     for row in rows:
-        pid = row["pass_id"]
+        pid, cells = row.pass_id, row.cells
         if pid in seen or pid not in by_pass:
             continue  # a duplicate is named above; a pass the journal lacks by compare_journal
         seen.add(pid)
         for col in columns:
-            if col in CHECKED_ELSEWHERE or col not in row:
+            if col in CHECKED_ELSEWHERE or col not in cells:
                 continue
-            if not same(row[col], by_pass[pid][col]):
+            if not same(cells[col], by_pass[pid][col]):
                 if worded is not None and col in PROSE:
                     worded.append(f"pass {pid} {col}")
                     continue
-                in_table, in_journal = _shown_pair(row[col], by_pass[pid][col])
+                in_table, in_journal = _shown_pair(cells[col], by_pass[pid][col])
                 problems.append(f"pass {pid}: {col} {in_table} in the raw table, "
                                 f"{in_journal} re-derived from the journal and the pass records")
 
@@ -228,7 +230,7 @@ def check_results(scan, attempts: list[Attempt], problems: list[str]) -> None:
                                 f"{in_journal} in the journal's record of the pass")
 
 
-def check_tables(scan, info: dict, rows: list[dict], journal: JournalRead,
+def check_tables(scan, info: dict, rows: list[RawRow], journal: JournalRead,
                  problems: list[str], worded: list[str] | None = None) -> Rederived | None:
     """Re-derive the raw table and summary from the archived journal as
     lab.evidence.rederive.read_journal read it (once, for both checks), compare them and the pass
@@ -246,7 +248,7 @@ def check_tables(scan, info: dict, rows: list[dict], journal: JournalRead,
         problems.append(f"{JOURNAL}: its attempts do not give a raw table ({type(exc).__name__}: "
                         f"{str(exc)[:SHOWN]}); the raw table and the summary are not re-derived")
         return None
-    check_raw_table(rows, rederived.raw_rows, problems, worded)
+    check_raw_table(rows, rederived.rows, problems, worded)
     check_summary(scan, rederived.summary, problems, worded)
     check_results(scan, attempts, problems)
     return rederived

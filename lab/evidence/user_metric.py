@@ -13,6 +13,7 @@ from pathlib import Path
 from lab.evidence.format import ArchiveError
 from lab.evidence.rederive import member_text, metric_subsets, predictions_by_id
 from lab.evidence.table_checks import CAMPAIGN, PROTOCOL_VERSION
+from lab.report.raw_row import RawRow
 
 
 class MetricFileRefused(ArchiveError):
@@ -57,7 +58,7 @@ def user_metric_ref(scan, metric_file) -> str | None:
     return f"{path}:{metric.rsplit(':', 1)[1]}"
 
 
-def user_metric_scores(scan, rows: list[dict], gold: dict | None, ref: str | None,
+def user_metric_scores(scan, rows: list[RawRow], gold: dict | None, ref: str | None,
                        problems: list[str]) -> dict[str, dict] | None:
     """{pass id: {column: value}} of the user's metric ``ref`` (user_metric_ref) recomputed from
     each row's predictions and the gold labels, overall and per bucket, labels in the gold
@@ -72,9 +73,9 @@ def user_metric_scores(scan, rows: list[dict], gold: dict | None, ref: str | Non
     pairs: list[tuple[list[str], list[str]]] = []
     slots: list[tuple[str, str]] = []
     for row in rows:
-        p = row.get("predictions_path") or ""
-        if (":" not in row.get("metric_name", "") or p not in scan.kept
-                or scan.sha.get(p) != row.get("predictions_sha256")):
+        p = row.predictions_path or ""
+        if (":" not in (row.metric_name or "") or p not in scan.kept
+                or scan.sha.get(p) != row.predictions_sha256):
             continue
         preds = predictions_by_id(scan, p)
         if preds is None or set(preds) != set(gold):
@@ -82,7 +83,7 @@ def user_metric_scores(scan, rows: list[dict], gold: dict | None, ref: str | Non
         for col, sub in metric_subsets(ids, gold):
             if sub:
                 pairs.append(([preds[i] for i in sub], [gold[i][0] for i in sub]))
-                slots.append((row["pass_id"], col))
+                slots.append((row.pass_id, col))
     try:
         values = score_in_fresh_process(ref, pairs) if pairs else []
     except ValueError as exc:

@@ -41,7 +41,6 @@ own sha256, recorded elsewhere, tells from the original.
 from __future__ import annotations
 
 import contextlib
-import csv
 import gzip
 import io
 import json
@@ -80,6 +79,7 @@ from lab.evidence.user_metric import user_metric_ref, user_metric_scores
 from lab.facts.constants import AGREEMENT
 from lab.facts.files import HashingReader, lab_sources_sha256
 from lab.facts.host import iteralab_command
+from lab.report.raw_row import RawRow, read_raw_table
 
 PARSED_MAX_BYTES = 64 * 2**20
 CHUNK_BYTES = 1 << 17
@@ -221,13 +221,15 @@ def _sums(scan: _Scan) -> dict[str, str]:
     return listed
 
 
-def _raw_rows(scan: _Scan) -> list[dict]:
-    reader = csv.DictReader(io.StringIO(member_text(scan, RAW_TABLE), newline=""))
-    missing = [c for c in RAW_REQUIRED if c not in (reader.fieldnames or [])]
+def _raw_rows(scan: _Scan) -> list[RawRow]:
+    """The archive's raw table, typed (lab.report.raw_row: a cell that does not read as its kind keeps
+    its text, so the checks name it); ArchiveError when a column every check needs is missing."""
+    columns, rows = read_raw_table(member_text(scan, RAW_TABLE))
+    missing = [c for c in RAW_REQUIRED if c not in columns]
     if missing:
         raise ArchiveError(f"{RAW_TABLE}: no {', '.join(missing)} column(s); the raw table was altered or "
                            "damaged, so its rows cannot be checked")
-    return list(reader)
+    return rows
 
 
 def _locked_threshold(scan: _Scan, problems: list[str]) -> tuple[float | None, bool]:
@@ -358,7 +360,7 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
         threshold, higher = _locked_threshold(scan, problems)
         scores = user_metric_scores(scan, rows, gold, user_metric_ref(scan, metric_file), problems)
         refs = None if journal is None else {a.pass_id: a.validation for a in journal[0] if a.validation is not None}
-        if journal is not None and any(r.get("metric_name") == AGREEMENT or r.get("agreement_ok") for r in rows):
+        if journal is not None and any(r.metric_name == AGREEMENT or r.agreement_ok is not None for r in rows):
             check_reference_pass(journal[0], rows, _locked_reference(scan), problems)
         opted_out: dict[str, list[str]] = {}
         for row in rows:
@@ -375,7 +377,7 @@ def verify_archive(archive: Path, metric_file: Path | None = None) -> Verificati
         worded: list[str] | None = None if written_by == here else []
         rederived = check_tables(scan, info, rows, journal, problems, worded) if journal is not None else None
         lab_apart = [] if worded is None else [lab_apart_line(written_by, here, worded)]
-        row_ids = {r["pass_id"] for r in rows}
+        row_ids = {r.pass_id for r in rows}
         folders = {rel.split("/")[1] for rel in scan.sha if rel.startswith("passes/") and rel.count("/") >= 2}
         for pid in sorted(folders - row_ids):
             problems.append(f"pass {pid}: its folder is in the archive but the raw table has no row for it")

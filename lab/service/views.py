@@ -35,8 +35,9 @@ if TYPE_CHECKING:  # annotations only: the report modules import pandas, the oth
     from lab.orchestration.preflight import Check
     from lab.report.summary import VariantSummary
 
-__all__ = ["LockResult", "LockedVersion", "PlanView", "PlannedVariant", "PricingError", "ProtocolInfo",
-           "ReplayOrigin", "VariantSummary", "archives_under", "budget_of", "build_plan", "collect_environment",
+__all__ = ["ComparisonView", "CostView", "LockResult", "LockedVersion", "PlanView", "PlannedVariant", "PricingError",
+           "ProtocolInfo", "ReplayOrigin", "VariantSummary", "archives_under", "budget_of", "build_plan",
+           "collect_environment",
            "cost_view", "declared_cost", "load_summary", "lock_protocol", "model_shape", "protocol_info",
            "rebuild_report", "run_comparison", "validated_corpora"]
 
@@ -331,17 +332,30 @@ def validated_corpora(summary: list[VariantSummary]) -> int:
     return 1 if any(v.accepted_passes >= 1 for v in summary) else 0
 
 
-def cost_view(campaign_file: Path, campaign_dir: Path | None, fields: dict) -> dict:
+@dataclass(frozen=True)
+class CostView:
+    """The Cost screen's figures (cost_view): ``quote_text`` the priced package (or why none is
+    priced), ``validated`` the corpora this campaign validated, ``accepted`` the count priced
+    (at most ``validated``), ``warning`` '' or why the count typed was not used, ``note_md`` the
+    decision note (Markdown)."""
+
+    quote_text: str
+    validated: int
+    accepted: int
+    warning: str
+    note_md: str
+
+
+def cost_view(campaign_file: Path, campaign_dir: Path | None, fields: dict) -> CostView:
     """The Cost screen: quote, cost per validated corpus and decision note.
 
     ``fields``: strings typed by the user (catalog, gpu, days, lots, window_start,
     window_end, tz, accepted); an empty package field (catalog, gpu, days, lots) takes the
     campaign file's [cost] value; without
     a gpu and days no package is priced (none is invented). ``accepted`` may only lower the
-    count of validated corpora. Returns {quote_text, validated, accepted, warning, note_md}; when the
-    campaign's passes ran on other hardware than the package priced (lab.cost.hardware: the rule),
-    quote_text ends with the one line that says so, as the note does.
-    Raises PricingError or ProtocolError (one line).
+    count of validated corpora. Returns a CostView; when the campaign's passes ran on other
+    hardware than the package priced (lab.cost.hardware: the rule), its quote_text ends with the one
+    line that says so, as the note does. Raises PricingError or ProtocolError (one line).
     """
     from dataclasses import asdict
 
@@ -385,8 +399,7 @@ def cost_view(campaign_file: Path, campaign_dir: Path | None, fields: dict) -> d
                 "above to price one")
     note = _campaign_note(proto, summary, pricing, campaign_dir) if summary else \
         "_No results yet: the decision note needs at least one finished pass._"
-    return {"quote_text": text, "validated": validated, "accepted": accepted, "warning": warning,
-            "note_md": note}
+    return CostView(text, validated, accepted, warning, note)
 
 
 def _attempts(campaign_dir: Path | None) -> list:
@@ -436,12 +449,24 @@ def archives_under(root: str | Path) -> list[Path]:
     return list_archives(Path(root))
 
 
-def run_comparison(archives: list[str], fields: dict, runs_root: Path, now: datetime | None = None) -> dict:
+@dataclass(frozen=True)
+class ComparisonView:
+    """The Compare screen's comparison (run_comparison): ``path`` the decision path, one line per
+    step; ``banners`` the lines every output of it starts with; ``decision`` decision.md's text;
+    ``files`` {name: path of the file written}."""
+
+    path: tuple[str, ...]
+    banners: tuple[str, ...]
+    decision: str
+    files: Mapping[str, str]
+
+
+def run_comparison(archives: list[str], fields: dict, runs_root: Path,
+                   now: datetime | None = None) -> ComparisonView:
     """The Compare screen's comparison of ``archives`` (paths of evidence archives) for the
     ``fields`` typed (load in items, deadline, window_start; ISO; metric_file: the path, ~ expanded,
     of the local copy of the archives' own [quality] metric file, the opt-in of ``iteralab compare
-    --metric-file``; empty: none),
-    written to <runs_root>/compare/<UTC time>/: {"path", "decision", "files"}. Raises
+    --metric-file``; empty: none), written to <runs_root>/compare/<UTC time>/. Raises
     CompareError for a bad load (and what lab.compare.compare_to_folder raises)."""
     from lab.compare import CompareError, compare_to_folder
     from lab.compare.tables import decision_markdown
@@ -458,8 +483,8 @@ def run_comparison(archives: list[str], fields: dict, runs_root: Path, now: date
                                  allow_partial=bool(fields.get("allow_partial")),
                                  allow_short=bool(fields.get("allow_short")),
                                  metric_file=Path(metric_file).expanduser() if metric_file else None)
-    return {"path": list(c.path), "banners": list(c.banners), "decision": decision_markdown(c),
-            "files": {k: str(v) for k, v in files.items()}}
+    return ComparisonView(tuple(c.path), tuple(c.banners), decision_markdown(c),
+                          {k: str(v) for k, v in files.items()})
 
 
 # ---- environment -----------------------------------------------------------------------

@@ -51,4 +51,4 @@ def test_a_relative_catalog_prices_the_report_from_the_campaign_folder(tmp_path,
     from lab.service.views import cost_view
 
     view = cost_view(f, orch.dir, {})
-    assert "123.45" in view["quote_text"] and "Catalog: " + str(home / "prices" / "mine.csv") in view["note_md"]
+    assert "123.45" in view.quote_text and "Catalog: " + str(home / "prices" / "mine.csv") in view.note_md

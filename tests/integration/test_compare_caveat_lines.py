@@ -17,6 +17,7 @@ import pytest
 from lab.compare.decision import compare_evidence
 from lab.compare.evidence import Evidence, load_evidence
 from lab.compare.tables import write_comparison
+from lab.report.raw_row import raw_rows_of
 
 SPEEDUP = 4.3  # the user's 65.06 / 15.07 items/s
 
@@ -24,7 +25,7 @@ SPEEDUP = 4.3  # the user's 65.06 / 15.07 items/s
 def starved_at(ev: Evidence, rate: float | None = None) -> Evidence:
     """``ev`` as the user's archives measured it: every pass starved and, given ``rate``, every
     pass ok at ``rate`` items/s (raw rows and summary entries both, as summary.json records them)."""
-    rows = [dict(r, starved="True", starved_reason="cpu_share 0.30 < 0.8") for r in ev.raw_rows]
+    rows = [dict(r.cells, starved="True", starved_reason="cpu_share 0.30 < 0.8") for r in ev.raw_rows]
     if rate is not None:
         rows = [dict(r, items_per_s=str(rate), measured_s=str(float(r["items_total"]) / rate))
                 if r["status"] == "ok" else r for r in rows]
@@ -33,13 +34,13 @@ def starved_at(ev: Evidence, rate: float | None = None) -> Evidence:
         ok = [r for r in rows if r["variant_id"] == v["variant_id"] and r["status"] == "ok"]
         summary.append(dict(v, durations_s=[float(r["measured_s"]) for r in ok],
                             starved_passes=[{"pass_id": r["pass_id"], "reason": r["starved_reason"]} for r in ok]))
-    return dataclasses.replace(ev, raw_rows=rows, summary=summary)
+    return dataclasses.replace(ev, raw_rows=raw_rows_of(rows), summary=summary)
 
 
 @pytest.fixture(scope="module")
 def user_run(two_rentals, tmp_path_factory):
     rtx, b200 = (load_evidence(a) for a in two_rentals)
-    measured = float(next(r["items_per_s"] for r in rtx.raw_rows if r["status"] == "ok"))
+    measured = float(next(r.items_per_s for r in rtx.raw_rows if r.status == "ok"))
     c = compare_evidence([starved_at(rtx), starved_at(b200, measured * SPEEDUP)], 1000, allow_short=True,
                          window_start="2026-12-01T09:00+01:00")
     out = tmp_path_factory.mktemp("caveat-lines")

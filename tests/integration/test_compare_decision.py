@@ -140,7 +140,7 @@ def test_the_cost_screen_note_carries_the_archived_banners(rental_archives):
 
     [campaign_dir] = [d for d in rental_archives["partial"].parent.iterdir() if d.is_dir()]  # v1-<hash>
     view = cost_view(campaign_dir / "campaign.toml", campaign_dir, {})
-    note = view["note_md"]
+    note = view.note_md
     assert note.startswith("> **Partial evidence.** campaign not finished")
     assert "**Measured hardware differs from the priced package.**" in note
     assert "## Not run" in note and "batch 4, fp32, longest, max 128" in note

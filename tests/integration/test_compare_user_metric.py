@@ -82,4 +82,4 @@ def test_an_archive_locked_with_another_metric_file_is_named(metric_rentals, tmp
                        {**fields, "metric_file": str(metric_rentals["file"])}, tmp_path / "runs")
     out = run_comparison([str(metric_rentals["rtx"]), str(metric_rentals["b200"])],
                          {**fields, "metric_file": str(metric_rentals["file"])}, tmp_path / "runs")
-    assert out["decision"] and out["files"]
+    assert out.decision and out.files

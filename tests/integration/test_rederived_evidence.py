@@ -78,7 +78,8 @@ def test_genuine_archives_verify_and_compare_reads_the_re_derived_figures(archiv
         assert v.rederived.raw_rows == rows  # re-derived from the journal: the same cells as the CSV
         assert v.rederived.summary == json.loads(files[member(files, "/report/summary.json")])
         ev = load_evidence(path)
-        assert ev.raw_rows == v.rederived.raw_rows and ev.summary == v.rederived.summary
+        assert ev.raw_rows == v.rederived.rows and ev.summary == v.rederived.summary
+        assert [r.cells for r in ev.raw_rows] == rows  # compare reads the typed rows of those cells
 
 
 def test_raised_accepted_passes_is_refused_and_never_compared(archives, tmp_path):
@@ -260,7 +261,7 @@ def test_no_decision_says_why_in_one_line_counted_from_the_exclusions(archives, 
     assert f"**Decision: none.** no configuration is accepted, feasible and covered by a package ({counts}): " in md
     fields = {"load": "1000", **WINDOW}  # a deadline, and the 7-item passes too short without --allow-short
     out = run_comparison([str(p) for p in pair], fields, tmp_path / "runs")
-    assert out["path"][-1].startswith("decision: none: 2 of 2 excluded: quality 2, too short to project 2 ("), \
-        out["path"]
+    assert out.path[-1].startswith("decision: none: 2 of 2 excluded: quality 2, too short to project 2 ("), \
+        out.path
     assert ("**Decision: none.** no configuration is accepted, feasible and covered by a package before the "
-            "deadline (2 of 2 excluded: quality 2, too short to project 2): ") in out["decision"]
+            "deadline (2 of 2 excluded: quality 2, too short to project 2): ") in out.decision

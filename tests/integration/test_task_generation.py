@@ -19,6 +19,7 @@ from conftest import cut_corpus, write_campaign
 from test_archive_evidence import edit_raw_table, member, read_members, write_members
 
 from lab.report.decision_note import generation_costs
+from lab.report.raw_row import raw_rows_of
 
 TASK = ('\n[task]\nkind = "generation"\nprompt = "{text}\\nNewsgroup:"\nmax_text_tokens = 64\n'
         'max_new_tokens = 16\nstop = ["\\n"]\ndecoding = "greedy"\nnormalisation = "lowercase_space"\n')
@@ -205,7 +206,7 @@ def test_compare_refuses_generation_archives_of_another_prompt_or_decoding_rule(
 
     _, archive = gen_run
     ev = load_evidence(archive)
-    other_rows = [{**r, "pass_id": r["pass_id"] + "-b"} for r in ev.raw_rows]  # another rental's passes
+    other_rows = raw_rows_of([{**r.cells, "pass_id": r.pass_id + "-b"} for r in ev.raw_rows])  # another rental's
     task = ev.campaign["task"]
     for key, value in (("prompt", "{text}\nGroup:"), ("max_new_tokens", 8), ("stop", ["."]),
                        ("normalisation", "none")):
@@ -231,7 +232,8 @@ def test_compare_of_generation_rentals_shows_output_tokens_priced_as_each_campai
 
     orch, archive = gen_run
     ev = load_evidence(archive)
-    other = dataclasses.replace(ev, name="other", raw_rows=[{**r, "pass_id": r["pass_id"] + "-b"} for r in ev.raw_rows])
+    other = dataclasses.replace(ev, name="other",
+                                raw_rows=raw_rows_of([{**r.cells, "pass_id": r.pass_id + "-b"} for r in ev.raw_rows]))
     corpus_items = ev.summary[0]["items_total"]
     c = compare_evidence([ev, other], corpus_items, allow_short=True, window_start="2026-12-01T09:00+00:00",
                          deadline="2026-12-05T09:00+00:00")

@@ -51,11 +51,11 @@ def test_compare_screen_lists_archives_and_builds_the_cli_decision(tmp_path, run
     result, text, selected = asyncio.run(go())
     same = compare_archives(selected, 50000, window_start="2026-12-01T09:00+01:00",
                             deadline="2026-12-05T09:00+01:00", allow_short=True)
-    assert result["path"] == list(same.path)  # the same engine function as the CLI
+    assert result.path == tuple(same.path)  # the same engine function as the CLI
     assert "Decision path" in text and "committed budget" in text
     assert "PASSES TOO SHORT projected anyway (--allow-short)" in text.splitlines()[0]  # the banner first
     assert "same ML result" in text and "priced with catalog version 2026-09-24" in text
-    for p in result["files"].values():
+    for p in result.files.values():
         assert Path(p).is_file() and Path(p).parent.parent == runs / "compare"
 
 
@@ -127,9 +127,9 @@ def test_compare_screen_metric_file_field_opts_in_to_the_users_metric(tmp_path, 
     assert "\n" not in without and "your own function" in without and "--metric-file FILE" in without
     assert status.startswith("not compared")
     same = compare_archives(pair, 1000, metric_file=metric_rentals["file"], **WINDOW)
-    assert result is not None and result["path"] == list(same.path) and same.chosen is not None
+    assert result is not None and result.path == tuple(same.path) and same.chosen is not None
     assert "Decision path" in with_file and "mymetric.py:share_right" in with_file
-    for p in result["files"].values():
+    for p in result.files.values():
         assert Path(p).is_file() and Path(p).parent.parent == runs / "compare"
 
 
@@ -219,7 +219,7 @@ def test_compare_result_is_read_first_with_a_status_line(tmp_path, runs, rental_
     assert text.index("Written to ") < text.index("Decision path")
     assert seen and "at the top" in status
     again, _, _, _ = asyncio.run(go(("b200", "rtx")))  # selected the other way round
-    assert again["path"][1:3] == result["path"][1:3]  # same hosts, same letters: A is the older archive
+    assert again.path[1:3] == result.path[1:3]  # same hosts, same letters: A is the older archive
 
 
 @pytest.mark.parametrize("sequence", [("pilcrow", "¶", "7", "archive"),  # ESC 7 (Textual's table)

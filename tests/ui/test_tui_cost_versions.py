@@ -45,7 +45,7 @@ async def version_1_then_2(pilot, v1, v2) -> None:
     accepted) as a new lock and run do, come back: the screen must price version 2."""
     app = pilot.app
     await settle(pilot, lambda: getattr(app.screen, "cost", None), "version 1's quote")
-    assert app.screen.cost["validated"] == 0 and app.screen.cost["accepted"] == 0
+    assert app.screen.cost.validated == 0 and app.screen.cost.accepted == 0
     await pilot.press("4")  # the Runs screen, where version 2 starts
     app.attach(v2)
     app.screen.app.get_screen("cost").cost = None
@@ -62,8 +62,8 @@ def test_cost_screen_follows_a_new_version_in_one_session(versions):
         async with app.run_test(size=(80, 24)) as pilot:
             await version_1_then_2(pilot, v1, v2)
             c = app.screen.cost
-            assert (c["validated"], c["accepted"]) == (1, 1), c
-            assert "Cost per validated corpus: 110.00 USD" in c["quote_text"]
+            assert (c.validated, c.accepted) == (1, 1), c
+            assert "Cost per validated corpus: 110.00 USD" in c.quote_text
             assert "accepted corpora 0" not in str(app.screen.query_one("#cost-quote").render())
     asyncio.run(go())
 

@@ -216,22 +216,22 @@ def test_cost_screen_quote_and_downward_only_deliverables(finished, tmp_path, mo
         async with app.run_test(size=size) as pilot:
             await settle(pilot, lambda: getattr(app.screen, "cost", None), "the quote")
             c = app.screen.cost
-            assert c["validated"] == 1 and c["accepted"] == 1
-            assert "110.00 USD" in c["quote_text"] and "Cost per validated corpus: 110.00 USD" in c["quote_text"]
-            assert "# Decision note: tui-finished" in c["note_md"]
+            assert c.validated == 1 and c.accepted == 1
+            assert "110.00 USD" in c.quote_text and "Cost per validated corpus: 110.00 USD" in c.quote_text
+            assert "# Decision note: tui-finished" in c.note_md
             app.screen.query_one("#f-accepted").value = "3"
             app.screen.query_one("#f-lots").value = "2"
             app.screen.cost = None
             await pilot.press("c")
             await settle(pilot, lambda: getattr(app.screen, "cost", None))
             c = app.screen.cost
-            assert c["accepted"] == 1 and "cannot exceed the 1 validated" in c["warning"]
-            assert "Total (committed budget): 220.00 USD" in c["quote_text"]
+            assert c.accepted == 1 and "cannot exceed the 1 validated" in c.warning
+            assert "Total (committed budget): 220.00 USD" in c.quote_text
             app.screen.query_one("#f-accepted").value = "0"
             app.screen.cost = None
             await pilot.press("c")
             await settle(pilot, lambda: getattr(app.screen, "cost", None))
-            assert "undefined (no accepted corpus)" in app.screen.cost["quote_text"]
+            assert "undefined (no accepted corpus)" in app.screen.cost.quote_text
     asyncio.run(go())
 
 

@@ -144,13 +144,14 @@ def test_snapshot_compare_selected_archives_read_as_text(snap_compare, demo):
 
 def test_snapshot_compare_result_comes_first(snap_compare, demo):
     """After c: the decision and the files written at the top, a status line saying so."""
+    from lab.service.views import ComparisonView
     from tui.messages import CompareReady
 
     fake_archives(demo[1])
 
     async def run_before(pilot) -> None:
         await settle(pilot, lambda: pilot.app.screen.query_one("#compare-archives").option_count == 3)
-        pilot.app.screen.post_message(CompareReady(COMPARED))
+        pilot.app.screen.post_message(CompareReady(ComparisonView(**COMPARED)))
         await settle(pilot, lambda: getattr(pilot.app.screen, "result", None))
     assert snap_compare(app_on(demo[0], "compare"), terminal_size=(80, 24), run_before=run_before)
 

@@ -10,6 +10,7 @@ import pytest
 
 from lab.compare.comparability import check_comparable
 from lab.compare.evidence import CompareError, Evidence
+from lab.report.raw_row import raw_rows_of
 
 
 def archive(name: str, kind: str | None, corpus: str, model: dict, quality: dict, task: dict | None = None,
@@ -21,7 +22,8 @@ def archive(name: str, kind: str | None, corpus: str, model: dict, quality: dict
     manifest = {"corpus": {"sha256": corpus}, "model": {"kind": "local", "files_sha256": model},
                 "campaign": {"protocol_sha256": f"proto-{name}"}}
     return Evidence(path=Path(f"{name}.tar.gz"), name=name, manifest=manifest,
-                    summary=[{"variant_id": "v1"}], raw_rows=[{"pass_id": f"{name}-p1", "start_time": "t"}],
+                    summary=[{"variant_id": "v1"}],
+                    raw_rows=raw_rows_of([{"pass_id": f"{name}-p1", "start_time": "t"}]),
                     campaign=campaign, lock={"versions": [{"sha256": f"proto-{name}", **(lock or {})}]},
                     corpus_card=None, files_checked=0, config=None, held_back=held_back)  # type: ignore[arg-type]
 

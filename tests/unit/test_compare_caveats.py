@@ -14,6 +14,7 @@ from lab.compare.tables import decision_markdown, projection_row
 from lab.cost.forfaits import load_catalog
 from lab.orchestration.config import parse_config
 from lab.orchestration.protocol import DEMO_CAMPAIGN
+from lab.report.raw_row import raw_rows_of
 
 CAVEAT = "these durations include recompilation: dynamo compiled inside the measured window of 2 of 5"
 
@@ -22,10 +23,10 @@ def evidence(name: str) -> Evidence:
     raw = tomllib.loads(DEMO_CAMPAIGN.read_text(encoding="utf-8"))
     raw["cost"] = {"gpu": "rtx-4090", "days": 7, "lots": 1}
     # 1000 items per pass at 10-14 items/s: 71-100 s windows, long enough to project
-    rows = [{"variant_id": "v", "status": "ok", "items_per_s": str(10.0 + i), "startup_s": "1.0",
-             "model_load_s": "2.0", "warmup_s": "3.0", "backend": "cpu", "cards": "",
-             "items_total": "1000", "measured_s": str(1000 / (10.0 + i)), "corpus_accepted": "True"}
-            for i in range(5)]
+    rows = raw_rows_of([{"variant_id": "v", "status": "ok", "items_per_s": str(10.0 + i), "startup_s": "1.0",
+                         "model_load_s": "2.0", "warmup_s": "3.0", "backend": "cpu", "cards": "",
+                         "items_total": "1000", "measured_s": str(1000 / (10.0 + i)), "corpus_accepted": "True"}
+                        for i in range(5)])
     return Evidence(path=None, name=name, manifest={"cpu": {"name": "test cpu"}}, summary=[], raw_rows=rows,
                     campaign={}, lock={}, corpus_card=None, files_checked=1, config=parse_config(raw))
 
@@ -67,11 +68,10 @@ def test_setup_sums_every_set_up_phase_of_the_record_engine_start_and_compile_in
     ev = evidence("vllm")
     # a vLLM pass: 1 s start-up + 2 s tokenizer + 61.9 s engine start + 3 s warm-up; a compile phase of
     # 4 s on another pass; the measured window and after are not set-up
-    rows = [dict(r, engine_start_s="61.9", measured_s=r["measured_s"], evaluation_s="50.0", writing_s="9.0")
-            for r in ev.raw_rows]
-    rows[0]["compile_s"] = "4.0"
-    ev = Evidence(path=None, name="vllm", manifest=ev.manifest, summary=[], raw_rows=rows, campaign={}, lock={},
-                  corpus_card=None, files_checked=1, config=ev.config)
+    cells = [dict(r.cells, engine_start_s="61.9", evaluation_s="50.0", writing_s="9.0") for r in ev.raw_rows]
+    cells[0]["compile_s"] = "4.0"
+    ev = Evidence(path=None, name="vllm", manifest=ev.manifest, summary=[], raw_rows=raw_rows_of(cells),
+                  campaign={}, lock={}, corpus_card=None, files_checked=1, config=ev.config)
     p = project(ev, variant(0), load_catalog(None), 1000, None, 2)
     assert p.setup_s == 1.0 + 2.0 + 61.9 + 4.0 + 3.0
     assert projection_row(p)["setup_s"] == p.setup_s

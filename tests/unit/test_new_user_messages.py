@@ -18,6 +18,7 @@ from lab.orchestration.preflight import repo_hint
 from lab.orchestration.protocol import DEMO_CAMPAIGN, ProtocolError, load_protocol, refusal_name
 from lab.passes.events import PassStatus
 from lab.passes.records import Validation
+from lab.report.raw_row import raw_row
 
 
 def _validation(accepted: bool, reasons: list[str]) -> Validation:
@@ -115,9 +116,9 @@ def test_a_missing_member_is_named_missing_once_and_never_malformed():
         too_large: list[str] = []
 
     Scan.sha[f"passes/{pid}/predictions.jsonl"] = "cd" * 32
-    row = {"pass_id": pid, "predictions_path": f"passes/{pid}/predictions.jsonl", "predictions_sha256": "cd" * 32,
-           "metric_name": "nn_accuracy", "metric": "0.35", "corpus_accepted": "True", "status": "ok",
-           "threshold": "0.5"}
+    row = raw_row({"pass_id": pid, "predictions_path": f"passes/{pid}/predictions.jsonl",
+                   "predictions_sha256": "cd" * 32, "metric_name": "nn_accuracy", "metric": "0.35",
+                   "corpus_accepted": "True", "status": "ok", "threshold": "0.5"})
     problems: list[str] = []
     gold = {f"i{k}": ("a", "short") for k in range(3)}
     check_row(row, Scan(), gold, 0.5, problems)

@@ -121,6 +121,7 @@ def test_archive_rederivation_agrees_with_validation_per_bucket(tmp_path, metric
     and the gold labels (lab.evidence.rederive, label lists); validation computed them from
     class codes: both must give the same figures, including a class only predicted."""
     from lab.evidence.rederive import _check_metric
+    from lab.report.raw_row import raw_row
 
     corpus = _corpus(90)
     rnd = random.Random(7)
@@ -129,14 +130,14 @@ def test_archive_rederivation_agrees_with_validation_per_bucket(tmp_path, metric
     v = validate_pass(corpus, _write(tmp_path, corpus, [_line(i, p) for i, p in reversed(preds.items())]),
                       {**QUALITY, "metric": metric}, labels)
     assert v.ids_match and v.metric is not None and len(v.metric_by_bucket) == 3
-    row = {"pass_id": "p1", "metric_name": metric, "metric": str(v.metric), "ids_match": "True",
-           "format_ok": "True", **{f"metric_{b}": str(x) for b, x in v.metric_by_bucket.items()}}
+    cells = {"pass_id": "p1", "metric_name": metric, "metric": str(v.metric), "ids_match": "True",
+             "format_ok": "True", **{f"metric_{b}": str(x) for b, x in v.metric_by_bucket.items()}}
     gold = {r["id"]: (r["label"], r["bucket"]) for r in corpus}
     problems: list[str] = []
-    assert _check_metric("p1", row, preds, gold, problems) == v.metric
+    assert _check_metric("p1", raw_row(cells), preds, gold, problems) == v.metric
     assert problems == []
-    row["metric_long"] = str(round(v.metric_by_bucket["long"] + 0.01, 6))  # a figure that lies is caught
-    _check_metric("p1", row, preds, gold, problems)
+    cells["metric_long"] = str(round(v.metric_by_bucket["long"] + 0.01, 6))  # a figure that lies is caught
+    _check_metric("p1", raw_row(cells), preds, gold, problems)
     assert len(problems) == 1 and "metric_long" in problems[0]
 
 

@@ -140,18 +140,18 @@ class CompareScreen(LabScreen):
         self.result = msg.result
         # the banners (first line of every output), decision.md's decision, where the files are,
         # its quality paragraph (each host's result), then the decision path
-        paras = {m.group(1): escape(x.replace("**", "")) for x in msg.result["decision"].split("\n\n")
+        paras = {m.group(1): escape(x.replace("**", "")) for x in msg.result.decision.split("\n\n")
                  if (m := re.match(r"\*\*(\w+)", x))}
-        lines = [f"[b yellow]{escape(b)}[/b yellow]" for b in msg.result["banners"]]
+        lines = [f"[b yellow]{escape(b)}[/b yellow]" for b in msg.result.banners]
         lines += [paras.get("Decision", "Decision: see decision.md")]
-        files = [Path(p) for p in msg.result["files"].values()]
+        files = [Path(p) for p in msg.result.files.values()]
         if files:
             lines += ["", f"[b]Written[/b] to {escape(str(files[0].parent))}/: "
                       f"{', '.join(escape(p.name) for p in files)} (open report.html in a browser)"]
         if "Quality" in paras:
             lines += ["", paras["Quality"]]
         lines += ["", "[b]Decision path[/b]"]
-        lines += [f"{i}. {escape(x)}" for i, x in enumerate(msg.result["path"], 1)]
+        lines += [f"{i}. {escape(x)}" for i, x in enumerate(msg.result.path, 1)]
         out.update("\n".join(lines))
         self._status("[b]compared[/b]: the decision, the files written and the decision path are at "
                      "the top; up/down/PgDn scroll, Tab goes back to the archives")

@@ -97,11 +97,11 @@ class CostScreen(LabScreen):
         c = msg.cost
         self.cost = c
         acc = self.query_one("#f-accepted", Input)
-        acc.placeholder = f"{c['validated']} validated; type fewer to price fewer"
-        if acc.value.strip() and acc.value.strip() != str(c["accepted"]):  # typed above the count: capped
-            acc.value = str(c["accepted"])
-        head = (f"[b]Validated corpora[/b] {c['validated']} (accepted used: {c['accepted']}; "
+        acc.placeholder = f"{c.validated} validated; type fewer to price fewer"
+        if acc.value.strip() and acc.value.strip() != str(c.accepted):  # typed above the count: capped
+            acc.value = str(c.accepted)
+        head = (f"[b]Validated corpora[/b] {c.validated} (accepted used: {c.accepted}; "
                 "editable only downward)\n")
-        warn = f"[yellow]{escape(c['warning'])}[/yellow]\n" if c["warning"] else ""
-        out.update(head + warn + escape(c["quote_text"]))
-        self.query_one("#decision-note", Markdown).update(c["note_md"])
+        warn = f"[yellow]{escape(c.warning)}[/yellow]\n" if c.warning else ""
+        out.update(head + warn + escape(c.quote_text))
+        self.query_one("#decision-note", Markdown).update(c.note_md)
