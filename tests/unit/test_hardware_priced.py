@@ -124,7 +124,9 @@ def test_a_note_names_the_configurations_when_only_some_differ():
 
 
 def with_cards(ev: Evidence, name: str, cards: int = 1, device: str = "cuda") -> Evidence:
-    rows = [dict(r, pass_id=f"p{i}", backend=device) for i, r in enumerate(ev.raw_rows)]
+    import msgspec
+
+    rows = [msgspec.structs.replace(r, pass_id=f"p{i}", backend=device) for i, r in enumerate(ev.raw_rows)]
     made = {"v": [tuple((device, name) for _k in range(cards)) for _r in rows]}
     return dataclasses.replace(ev, raw_rows=rows, cards=made, manifest={"gpu": {"devices": [{"name": name}]}})
 
