@@ -153,13 +153,13 @@ def test_the_cost_screen_quote_says_the_cpu_was_measured_not_the_package(rental_
 
     [campaign_dir] = [d for d in rental_archives["rtx"].parent.iterdir() if d.is_dir()]  # v1-<hash>
     view = cost_view(campaign_dir / "campaign.toml", campaign_dir, {})
-    last = view["quote_text"].splitlines()[-1]
+    last = view.quote_text.splitlines()[-1]
     assert last.startswith("Measured hardware differs from the priced package. Measured: the CPU; "), last
     assert "priced: rtx-4090 (NVIDIA GeForce RTX 4090), 1 card per lot. The price is that package's, the " \
            "durations are the CPU's" in last
-    assert "**Measured hardware differs from the priced package.** Measured: the CPU; " in view["note_md"]
+    assert "**Measured hardware differs from the priced package.** Measured: the CPU; " in view.note_md
     typed = cost_view(campaign_dir / "campaign.toml", campaign_dir, {"gpu": "b200"})
-    assert "priced: b200 (NVIDIA B200), 2 cards per lot." in typed["quote_text"].splitlines()[-1]
+    assert "priced: b200 (NVIDIA B200), 2 cards per lot." in typed.quote_text.splitlines()[-1]
 
 
 def test_prices_carry_their_catalog_version(rental_archives, tmp_path, monkeypatch):
