@@ -210,13 +210,13 @@ def _code_refs(raw: dict) -> dict[str, tuple[str, str, str]]:
     return out
 
 
-def _find_code(given: str | None, raw: dict, want: dict, home: Path | None) -> dict[str, Path]:
-    """{role: file} of each of the user's code files ``raw`` runs, each giving the archive's
+def _find_code(given: str | None, refs: dict[str, tuple[str, str, str]], want: dict,
+               home: Path | None) -> dict[str, Path]:
+    """{role: file} of each of the user's code files ``refs`` names (:func:`_code_refs`), each giving the archive's
     sha256 for its role (``want``: the lock's task_files_sha256). Looked for in ``given`` (a
     folder: the path as written below it, then the file's name in it), else the path as written,
     relative to ``home`` (the recorded campaign file's folder) and to the repository. Raises
     ReplayError (one line) naming the role, what was found and the sha256 wanted."""
-    refs = _code_refs(raw)
     if given is not None and not Path(given).expanduser().is_dir():
         raise ReplayError(f"--code {given}: no such folder; give the folder that holds the archive's code files")
     if not refs:
@@ -251,9 +251,9 @@ def _find_code(given: str | None, raw: dict, want: dict, home: Path | None) -> d
     return found
 
 
-def _place_code(raw: dict, found: dict[str, Path]) -> None:
-    """Write each found code file's absolute path into ``raw`` where the protocol names it."""
-    refs = _code_refs(raw)
+def _place_code(raw: dict, refs: dict[str, tuple[str, str, str]], found: dict[str, Path]) -> None:
+    """Write each found code file's absolute path into ``raw`` where the protocol names it (``refs``:
+    :func:`_code_refs` of ``raw``)."""
     task, quality = raw.setdefault("task", {}), raw.setdefault("quality", {})
     for role, path in found.items():
         _, written, name = refs[role]
@@ -386,8 +386,9 @@ def _replay(archive: Path, archive_sha: str, out: Path, inputs: Path, corpus: st
         recorded, home = _recorded_pass(top), _recorded_home(top)
         corpus_file = _find_corpus(corpus, top, raw, recorded, entry["corpus_sha256"], inputs, home)
         model_table, model_sha = _find_model(model, revision, raw, recorded, entry["model_sha256"], new_model)
-        found_code = _find_code(code, raw, entry.get("task_files_sha256") or {}, home)
-        _place_code(raw, found_code)
+        refs = _code_refs(raw)
+        found_code = _find_code(code, refs, entry.get("task_files_sha256") or {}, home)
+        _place_code(raw, refs, found_code)
         card = top / "corpus_card.json"
         raw["corpus"] = {"path": str(corpus_file)}
         if card.is_file() and (entry["protocol"].get("corpus") or {}).get("card"):

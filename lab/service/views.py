@@ -386,18 +386,19 @@ def cost_view(campaign_file: Path, campaign_dir: Path | None, fields: dict) -> C
     window = None
     if pricing["window_start"] or pricing["window_end"]:
         window = parse_window(pricing["window_start"] or "", pricing["window_end"] or "", pricing["tz"])
+    attempts = _attempts(campaign_dir) if summary else []  # the journal, read once for the line and the note
     if pricing["gpu"] and pricing["days"]:
         q = quote(catalog, pricing["gpu"], str(pricing["days"]), str(pricing["lots"]),
                   accepted if accepted >= 1 else None)
         text = render_quote(q, window)
         if accepted == 0:
             text += "\nCost per validated corpus: undefined (no accepted corpus)"
-        if summary and (line := _hardware_line(q, campaign_dir)):
+        if summary and (line := _hardware_line(q, attempts)):
             text += f"\n{line}"
     else:
         text = ("No package declared: the campaign file has no [cost] section; enter a GPU and days "
                 "above to price one")
-    note = _campaign_note(proto, summary, pricing, campaign_dir) if summary else \
+    note = _campaign_note(proto, summary, pricing, campaign_dir, attempts) if summary else \
         "_No results yet: the decision note needs at least one finished pass._"
     return CostView(text, validated, accepted, warning, note)
 
@@ -415,28 +416,28 @@ def _attempts(campaign_dir: Path | None) -> list:
         journal.close()
 
 
-def _hardware_line(q, campaign_dir: Path | None) -> str:
+def _hardware_line(q, attempts: list) -> str:
     """'' or 'Measured hardware differs from the priced package. Measured: ...; priced: ...': the
-    campaign's passes (all of them) against the quoted package ``q`` (lab.cost.hardware)."""
+    campaign's passes (``attempts``: all of them) against the quoted package ``q`` (lab.cost.hardware)."""
     from lab.cost.hardware import HardwareCheck, Measured, Priced
     from lab.report.decision_note import HARDWARE_DIFFERS
     from lab.report.raw_table import pass_cards
 
-    measured = Measured.of(pass_cards(a.result) for a in _attempts(campaign_dir) if a.result is not None)
+    measured = Measured.of(pass_cards(a.result) for a in attempts if a.result is not None)
     line = HardwareCheck(measured, Priced(q.gpu, q.gpu_name, q.cards_per_lot)).line()
     return f"{HARDWARE_DIFFERS.strip('*')} {line}" if line else ""
 
 
-def _campaign_note(proto, summary, pricing: dict, campaign_dir: Path | None) -> str:
+def _campaign_note(proto, summary, pricing: dict, campaign_dir: Path | None, attempts: list) -> str:
     """The archived note's wording for the Cost screen (lab.report.build.campaign_note): the
     same banners (partial evidence while the campaign is unfinished, measured hardware differs
-    from the priced package) and the variants not run yet."""
+    from the priced package) and the variants not run yet. ``attempts``: the journal's, read by the caller."""
     from lab.evidence.assemble import unfinished_reason
     from lab.report.build import campaign_note
 
     if campaign_dir is None:
         return campaign_note(proto, summary, pricing, [])
-    return campaign_note(proto, summary, pricing, _attempts(campaign_dir), unfinished_reason(Path(campaign_dir)))
+    return campaign_note(proto, summary, pricing, attempts, unfinished_reason(Path(campaign_dir)))
 
 
 # ---- comparison across archives --------------------------------------------------------
