@@ -337,6 +337,8 @@ class Orchestrator:
         except Exception as exc:  # a full disk under the journal or a pass folder: one line, resumable
             if is_disk_full(exc):
                 raise (exc if isinstance(exc, DiskFull) else DiskFull(self.dir, "running the campaign")) from None
+            if not isinstance(exc, LabError):  # the folder went mid-step (a pass's log.txt could
+                self.check_folder()  # not be opened, ...): that is the reason, not the symptom
             raise
         finally:
             fcntl.flock(lock_file, fcntl.LOCK_UN)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import psutil
+import pytest
 from conftest import REPO, cut_corpus, wait_until, write_campaign
 
 
@@ -53,3 +54,24 @@ def test_deleted_campaign_folder_stops_the_campaign_with_the_reason(model_dir, t
     assert proc.returncode == 2, (out, err)
     assert len(err.strip().splitlines()) == 1 and "deleted or replaced while the campaign ran" in err
     assert "campaign finished" not in out
+
+
+def test_folder_gone_as_a_pass_starts_is_the_reason_not_the_missing_file(model_dir, tmp_path):
+    """The race CI met once: the folder went between the check before a pass and the pass's first
+    file (its log.txt), so the launcher's FileNotFoundError surfaced as a traceback (exit 1). Any
+    error while the folder is gone is reported as the folder lost."""
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestration.orchestrator import CampaignFolderLost, Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
+
+    class FolderGoesAtStart(LocalLauncher):
+        def launch(self, spec, pass_dir, on_line, should_stop=lambda: False):
+            campaign = pass_dir.parent.parent
+            campaign.rename(campaign.with_name(campaign.name + ".deleted"))
+            return super().launch(spec, pass_dir, on_line, should_stop)  # opens log.txt: gone
+
+    f = write_campaign(tmp_path, model_dir, cut_corpus(tmp_path / "c.jsonl", 2, 1, 1), name="lost")
+    lock(load_protocol(f))
+    orch = Orchestrator.prepare(f, tmp_path / "runs", FolderGoesAtStart())
+    with pytest.raises(CampaignFolderLost, match="deleted or replaced while the campaign ran"):
+        orch.run()
