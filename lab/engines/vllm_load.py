@@ -29,6 +29,7 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -218,15 +219,24 @@ def run_loads(started: Started, tokenizer: str | Path, runs: Sequence[LoadRun], 
               timeout_s: float | None = None, python: Path | None = None) -> list[Load]:
     """Offer each run's prompts to the server ``started``, one run after the other, with ``vllm
     bench serve`` in ONE generator process of the vLLM venv (its import paid once for a series of
-    rates), and return one Load per run, in order. ``tokenizer``: the served model's folder (the
-    tool counts prompt tokens with it). ``log_path``: the generator's log (every run's output).
-    ``timeout_s``: wall limit of the whole series (default: per run twice its schedule's length
-    plus 300 s).
+    rates), and return one Load per run, in order: a :class:`LoadGenerator` started, given the
+    series, stopped. ``tokenizer``: the served model's folder (the tool counts prompt tokens with
+    it). ``log_path``: the generator's log (every run's output). ``timeout_s``: wall limit of the
+    series once the generator is ready (default :func:`series_timeout`).
 
     Raises LoadGenError (one line naming the log) when the generator exits with an error or runs
     past ``timeout_s`` (its process group is killed), or when a result does not map onto its
     prompts (read_records); UserError for no run, a run without prompts, a repeated id in a run,
     or two runs sharing an out_dir."""
+    check_runs(runs)
+    with LoadGenerator(log_path, python=python) as gen:
+        gen.start()
+        return gen.run(started, tokenizer, runs, timeout_s=timeout_s)
+
+
+def check_runs(runs: Sequence[LoadRun]) -> None:
+    """Refuse a series the generator cannot map back to ids (UserError, one line): no run, a run
+    without prompts, a repeated id in a run, two runs sharing an out_dir."""
     if not runs:
         raise UserError("a load series needs at least one run")
     if len({r.out_dir.resolve() for r in runs}) != len(runs):
@@ -237,41 +247,141 @@ def run_loads(started: Started, tokenizer: str | Path, runs: Sequence[LoadRun], 
             raise UserError("a server pass needs at least one prompt")
         if len(set(ids)) != len(ids):
             raise UserError("a server pass's prompts repeat an id; each corpus id is one request")
-    python = python or ensure_vllm_env()
-    entries = []
-    for r in runs:
-        r.out_dir.mkdir(parents=True, exist_ok=True)
-        lines = (json.dumps({"id": p.id, "prompt": p.prompt, "output_tokens": p.max_tokens}) + "\n"
-                 for p in r.prompts)
-        (r.out_dir / REQUESTS_NAME).write_text("".join(lines), encoding="utf-8")
-        entries.append({"requests": str(r.out_dir / REQUESTS_NAME), "record": str(r.out_dir / RECORD_NAME),
-                        "argv": tool_args(started, str(tokenizer), len(r.prompts), r.settings, r.out_dir)})
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    job = runs[0].out_dir / "load_job.json"
-    job.write_text(json.dumps({"runs": entries}), encoding="utf-8")
-    if timeout_s is None:
-        timeout_s = sum(300.0 + (0.0 if math.isinf(r.settings.rate) else 2.0 * len(r.prompts) / r.settings.rate)
-                        for r in runs)
-    with open(log_path, "w", encoding="utf-8") as log:
-        p = subprocess.Popen([str(python), "-P", str(WORKER), str(job)], stdin=subprocess.DEVNULL, stdout=log,
-                             stderr=subprocess.STDOUT, start_new_session=True,
-                             env=loopback_env({**os.environ, "TOKENIZERS_PARALLELISM": "false"}))
+
+
+def series_timeout(runs: Sequence[LoadRun]) -> float:
+    """The default wall limit (s) of a series once the generator is ready: per run 300 s plus
+    twice its schedule's length (n / rate)."""
+    return sum(300.0 + (0.0 if math.isinf(r.settings.rate) else 2.0 * len(r.prompts) / r.settings.rate)
+               for r in runs)
+
+
+class LoadGenerator:
+    """The load generator's process (lab/engines/vllm_load_worker.py in the vLLM venv), started
+    before it is needed: :meth:`start` spawns it and waits until vLLM's tool is imported (set-up,
+    ``import_s``), :meth:`run` hands it a series and waits for its result (the requests' time
+    only), :meth:`stop` ends it (its process group killed when it does not end). Its output goes
+    to ``log_path``. A context manager: leaving the block stops it."""
+
+    def __init__(self, log_path: Path, python: Path | None = None, start_timeout_s: float = 600.0):
+        self.log_path = log_path
+        self.python = python
+        self.start_timeout_s = start_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self.import_s: float | None = None
+        self._log: Any = None
+        self._jobs = 0
+
+    @property
+    def pid(self) -> int | None:
+        """The generator's process id while it runs; None before start and after stop."""
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
+    def start(self) -> float:
+        """Spawn the generator and wait until its tool is imported; returns the wall seconds.
+        Raises LoadGenError (one line naming the log) when it exits first or takes longer than
+        ``start_timeout_s``; VllmEnvError when the venv cannot be had."""
+        import time
+
+        python = self.python or ensure_vllm_env()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        ready = self.log_path.with_name(self.log_path.name + ".ready")
+        ready.unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        self._log = open(self.log_path, "w", encoding="utf-8")
+        self.proc = subprocess.Popen([str(python), "-P", str(WORKER), str(ready)], stdin=subprocess.PIPE,
+                                     stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, text=True,
+                                     env=loopback_env({**os.environ, "TOKENIZERS_PARALLELISM": "false"}))
+        while not ready.is_file():
+            if self.proc.poll() is not None:
+                code = self.proc.returncode
+                self.stop()
+                raise LoadGenError(f"the load generator exited with code {code} before it was ready; "
+                                   f"see {self.log_path}")
+            if time.perf_counter() - t0 > self.start_timeout_s:
+                self.stop()
+                raise LoadGenError(f"the load generator was not ready within {self.start_timeout_s:.0f} s; "
+                                   f"see {self.log_path}")
+            time.sleep(0.05)
+        self.import_s = float(json.loads(ready.read_text(encoding="utf-8") or "{}").get("import_s", 0.0))
+        return time.perf_counter() - t0
+
+    def run(self, started: Started, tokenizer: str | Path, runs: Sequence[LoadRun],
+            timeout_s: float | None = None) -> list[Load]:
+        """Offer each run's prompts to ``started``, in order (see :func:`run_loads`); returns one
+        Load per run. Raises LoadGenError when the generator fails, exits, or runs past
+        ``timeout_s`` (then it is stopped), or a result does not map; UserError as check_runs."""
+        import time
+
+        check_runs(runs)
+        if self.proc is None or self.proc.poll() is not None or self.proc.stdin is None:
+            raise LoadGenError(f"the load generator is not running; see {self.log_path}")
+        entries = []
+        for r in runs:
+            r.out_dir.mkdir(parents=True, exist_ok=True)
+            lines = (json.dumps({"id": p.id, "prompt": p.prompt, "output_tokens": p.max_tokens}) + "\n"
+                     for p in r.prompts)
+            (r.out_dir / REQUESTS_NAME).write_text("".join(lines), encoding="utf-8")
+            (r.out_dir / RECORD_NAME).unlink(missing_ok=True)
+            entries.append({"requests": str(r.out_dir / REQUESTS_NAME), "record": str(r.out_dir / RECORD_NAME),
+                            "argv": tool_args(started, str(tokenizer), len(r.prompts), r.settings, r.out_dir)})
+        self._jobs += 1
+        job = runs[0].out_dir / f"load_job{self._jobs}.json"
+        done = Path(f"{job}.done")
+        done.unlink(missing_ok=True)
+        job.write_text(json.dumps({"runs": entries}), encoding="utf-8")
+        limit = series_timeout(runs) if timeout_s is None else timeout_s
+        t0 = time.perf_counter()
         try:
-            code = p.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
+            self.proc.stdin.write(f"{job}\n")
+            self.proc.stdin.flush()
+        except OSError:
+            pass  # it exited: said below
+        while not done.is_file():
+            if self.proc.poll() is not None:
+                finished = sum((r.out_dir / RECORD_NAME).is_file() for r in runs)
+                raise LoadGenError(f"the load generator exited with code {self.proc.returncode} after {finished} "
+                                   f"of {len(runs)} run(s); see {self.log_path}")
+            if time.perf_counter() - t0 > limit:
+                self.stop()
+                raise LoadGenError(f"the load generator ran past {limit:.0f} s and was stopped; see {self.log_path}")
+            time.sleep(0.02)
+        outcome = json.loads(done.read_text(encoding="utf-8"))
+        if outcome.get("code"):
+            finished = sum((r.out_dir / RECORD_NAME).is_file() for r in runs)
+            raise LoadGenError(f"the load generator failed after {finished} of {len(runs)} run(s) "
+                               f"({outcome.get('error', 'no reason given')}); see {self.log_path}")
+        return [read_load(r, self.log_path) for r in runs]
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """End the generator: its input closed (it exits after the job it runs), then its process
+        group killed after ``grace_s``; idempotent, never raises."""
+        p = self.proc
+        if p is not None:
+            try:
+                if p.stdin is not None:
+                    p.stdin.close()
+            except OSError:
+                pass
+            try:
+                p.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
             kill_group(p.pid)
-            p.wait()
-            raise LoadGenError(f"the load generator ran past {timeout_s:.0f} s and was stopped; "
-                               f"see {log_path}") from None
-        except BaseException:
-            kill_group(p.pid)
-            p.wait()
-            raise
-    if code != 0:
-        done = sum((r.out_dir / RECORD_NAME).is_file() for r in runs)
-        raise LoadGenError(f"the load generator exited with code {code} after {done} of {len(runs)} run(s); "
-                           f"see {log_path}")
-    return [read_load(r, log_path) for r in runs]
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            self.proc = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> LoadGenerator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop(grace_s=0.0 if exc[0] is not None else 5.0)
 
 
 def read_load(run: LoadRun, log_path: Path) -> Load:

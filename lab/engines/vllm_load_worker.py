@@ -1,11 +1,15 @@
 """The load generator of a server pass: vLLM's own ``vllm bench serve``, run in the vLLM venv.
 
-Started by lab.engines.vllm_load as ``<venv python> -P vllm_load_worker.py <job.json>``; imports
-no ``lab`` module. ``job.json``: ``{"runs": [{"requests": path of a JSONL of {"id", "prompt",
-"output_tokens"}, "record": path this script writes, "argv": the arguments of ``vllm bench
-serve``}, ...]}``: one or more runs of the tool against the same server, in order, in this one
-process (vLLM's import, about half a minute of CPU on a small host, is paid once for a series of
-rates). For each run it builds the tool's own parser (``vllm.benchmarks.serve.add_cli_args``),
+Started by lab.engines.vllm_load as ``<venv python> -P vllm_load_worker.py <ready file>``;
+imports no ``lab`` module. It imports vLLM's tool first (about half a minute of CPU on a small
+host), then writes the ready file (``{"import_s": seconds}``): the lab times that as set-up. Then
+it reads job paths from its standard input, one per line, until end of input; for each it runs
+the job and writes ``<job path>.done`` (``{"code": 0}``, or ``{"code": 1, "error": one line}``).
+``job.json``: ``{"runs": [{"requests": path of a JSONL of {"id", "prompt", "output_tokens"},
+"record": path this script writes, "argv": the arguments of ``vllm bench serve``}, ...]}``: one
+or more runs of the tool against the same server, in order, in this one process (vLLM's import is
+paid once for every job and run it is given: a series of rates, or a server pass's load started
+before its measured window). For each run it builds the tool's own parser (``vllm.benchmarks.serve.add_cli_args``),
 runs the tool's ``main`` (arrivals, concurrency cap, warm-up, streaming requests, its metrics, its
 result file with ``--save-detailed``) and writes that run's record before the next starts; it
 changes two things around the tool, both written down here:
@@ -126,7 +130,7 @@ def run_one(run: dict, serve, parser_of) -> None:
 
 
 def main() -> int:
-    job = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
+    t0 = time.perf_counter()
     from vllm.benchmarks import serve
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -135,9 +139,26 @@ def main() -> int:
         serve.add_cli_args(parser)
         return parser
 
-    for k, run in enumerate(job["runs"]):
-        print(f"== run {k + 1} of {len(job['runs'])}: {run['requests']}", flush=True)
-        run_one(run, serve, parser_of)
+    Path(sys.argv[1]).write_text(json.dumps({"import_s": time.perf_counter() - t0}), encoding="utf-8")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        path = Path(line.strip())
+        done: dict = {"code": 0}
+        try:
+            job = json.loads(path.read_text(encoding="utf-8"))
+            for k, run in enumerate(job["runs"]):
+                print(f"== run {k + 1} of {len(job['runs'])}: {run['requests']}", flush=True)
+                run_one(run, serve, parser_of)
+        except BaseException as exc:  # noqa: BLE001 - the lab reads the reason; the log keeps the traceback
+            import traceback
+
+            traceback.print_exc()
+            done = {"code": 1, "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
+        sys.stdout.flush()
+        Path(f"{path}.done").write_text(json.dumps(done), encoding="utf-8")
+        if isinstance(done.get("error"), str) and done["error"].startswith("KeyboardInterrupt"):
+            return 1
     return 0
 
 
