@@ -63,7 +63,10 @@ class Variant:
     safe value, lab.facts.constants.VLLM_MEMORY_FRACTION, recorded); ``prefix_caching`` is vLLM's
     ``enable_prefix_caching`` (None: off, the lab's default for a measured pass: the warm-up items
     are the window's first items, and their cached blocks would speed the window up; true: on,
-    vLLM's own default). All three only with engine "vllm". Raises
+    vLLM's own default). All three only with engine "vllm". ``request_rate`` (req/s, > 0) makes the
+    variant a server pass ([scenario] kind = "server", lab.inputs.scenario): vLLM's server
+    is offered the corpus's items as requests arriving at that mean rate; None: an offline pass.
+    It is kept as a float (``2`` and ``2.0`` are one variant, one id). Raises
     VariantError (one line) for a value of the wrong type (checked for every field against its
     annotation; ``true`` is not an integer) or outside its range.
 
@@ -86,6 +89,7 @@ class Variant:
     max_num_seqs: int | None = None
     vllm_memory_fraction: float | None = None
     prefix_caching: bool | None = None
+    request_rate: float | None = None  # req/s offered to vLLM's server: a server pass ([scenario] kind = "server")
     series: str = ""
     name: str = ""
 
@@ -113,6 +117,19 @@ class Variant:
 
     def _check_engine(self) -> None:
         """The engine and its options: one line each (VariantError)."""
+        if self.request_rate is not None:
+            if not self.request_rate > 0 or self.request_rate == float("inf"):
+                raise VariantError(f"request_rate {self.request_rate!r} must be a finite number > 0 (requests "
+                                   "per second offered to the server), e.g. 2")
+            object.__setattr__(self, "request_rate", float(self.request_rate))  # 2 and 2.0: one id
+            if self.engine != "vllm":
+                raise VariantError(f"request_rate is a server pass's factor and the server is vLLM's, but "
+                                   f"engine = {self.engine!r}; declare engine = \"vllm\" or remove request_rate")
+            if self.batch_size != 1 or self.bucketing:
+                what = f"batch_size = {self.batch_size}" if self.batch_size != 1 else "bucketing = true"
+                raise VariantError(f"{what} with request_rate: a server pass sends one request per item as it "
+                                   "arrives and the server batches them itself (max_num_seqs caps it); declare "
+                                   "batch_size = 1 and bucketing = false for the served variants")
         if self.engine not in ENGINES:
             hint = did_you_mean(self.engine.lower(), ENGINES, f"use one of {', '.join(ENGINES)}")
             raise VariantError(f"engine {self.engine!r} unknown ({hint})")
@@ -158,6 +175,7 @@ class Variant:
         s = f"batch {self.batch_size}, {self.precision}, {self.padding}, max {self.max_length}"
         s += (", bucketed" if self.bucketing else "") + (", compiled" if self.compile else "")
         s += f", {self.engine}" if self.engine != ENGINES[0] else ""
+        s += f", {self.request_rate:g} req/s" if self.request_rate is not None else ""
         return s + (f", {self.cards} cards" if self.cards != 1 else "")
 
     def to_json(self) -> dict:

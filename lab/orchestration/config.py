@@ -18,7 +18,7 @@ import json
 import math
 import re
 import typing
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from lab.facts.constants import (
@@ -33,6 +33,7 @@ from lab.facts.constants import (
 from lab.facts.errors import UserError, did_you_mean
 from lab.facts.typecheck import type_name as _type_name
 from lab.facts.typecheck import type_ok as _type_ok
+from lab.inputs.scenario import ScenarioSection
 from lab.inputs.variants import VLLM_ONLY, VLLM_ONLY_WHERE, Variant, VariantError
 from lab.kinds import KINDS
 from lab.kinds.classification_kind import LABEL_METRICS
@@ -509,7 +510,8 @@ class SeriesSection:
 
 
 SECTIONS = {"campaign": CampaignSection, "corpus": CorpusSection, "model": ModelSection,
-            "quality": QualitySection, "timing": TimingSection, "cost": CostSection, "task": TaskSection}
+            "quality": QualitySection, "timing": TimingSection, "cost": CostSection, "task": TaskSection,
+            "scenario": ScenarioSection}
 TOP_KEYS = (*SECTIONS, "defaults", "series")
 
 
@@ -526,6 +528,7 @@ class CampaignConfig:
     series: tuple[SeriesSection, ...]
     cost: CostSection | None
     task: TaskSection = TaskSection()
+    scenario: ScenarioSection = field(default_factory=ScenarioSection)
 
 
 def with_article(word: str) -> str:

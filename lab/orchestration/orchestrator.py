@@ -484,7 +484,8 @@ class Orchestrator:
                         out_dir=str(pass_dir), warmup_items=t["warmup_items"],
                         warmup_passes=t["warmup_passes"], seed=t["seed"],
                         threads=t["threads"],
-                        extra={**model_extra(self.proto.config.model), **self.proto.task_extra()})
+                        extra={**model_extra(self.proto.config.model), **self.proto.task_extra(),
+                               **(self.proto.config.scenario.extra() if variant.request_rate is not None else {})})
         spec.write(pass_dir / "pass.json")
         j.start_attempt(pass_id, slot["seq"], attempt, slot["repetition"], slot["position"],
                         variant, utc_now(), self.launcher.name, len(self.corpus))

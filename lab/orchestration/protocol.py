@@ -17,6 +17,7 @@ from lab.facts.diskfull import atomic_write_text
 from lab.facts.errors import ProtocolError
 from lab.facts.files import REPO_ROOT, sha256_bytes
 from lab.facts.host import iteralab_command
+from lab.inputs.scenario import ScenarioError, check_variants
 from lab.inputs.variants import Variant, VariantError, expand_series, find_variant
 from lab.kinds import KINDS, task_kind
 from lab.kinds.kind import VLLM, TaskKind
@@ -171,7 +172,8 @@ def load_protocol(path: str | Path, relative_to: str | Path | None = None) -> Pr
         if cfg.cost is not None:
             cfg.cost.check(str(_resolve(cfg.cost.catalog, home)) if cfg.cost.catalog else None)
         variants = tuple(expand_series(cfg.defaults, cfg.series))
-    except (ConfigError, VariantError) as exc:
+        check_variants(cfg.scenario, cfg.task.kind, variants, cfg.quality.reference_variant)
+    except (ConfigError, VariantError, ScenarioError) as exc:
         raise ProtocolError(f"{refusal_name(path)}: {exc}") from None
     proto = Protocol(home, raw, variants, cfg)
     ref = cfg.quality.reference_variant

@@ -1,0 +1,84 @@
+"""[scenario] (issue 36): a campaign without it is today's offline campaign, ids unchanged; a server
+scenario declares its objective before timing and its rates as a variant factor; every way to
+declare it wrongly is one line with the fix. Parsing only: no model is loaded."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from lab.inputs.variants import Variant, VariantError
+from lab.orchestration.protocol import DEMO_CAMPAIGN, ProtocolError, load_protocol
+
+BASE = DEMO_CAMPAIGN.read_text()
+GENERATION = ('\n[task]\nkind = "generation"\nprompt = "{text}\\nNewsgroup:"\nmax_text_tokens = 64\n'
+              'max_new_tokens = 16\nstop = ["\\n"]\n')
+SERVED = '[[series]]\nname = "served"\nfactor = "request_rate"\nvalues = [1, 2.5, 4]\nengine = "vllm"\n\n'
+SERVER = '\n[scenario]\nkind = "server"\nttft_s = 1.0\ntpot_s = 0.25\n'
+
+
+def server_campaign(tmp_path, scenario=SERVER, task=GENERATION, series=SERVED, reference="batch/batch_size=1"):
+    text = BASE.replace("[[series]]", series + "[[series]]", 1)
+    text = text.replace('reference_variant = "batch/batch_size=1"', f'reference_variant = "{reference}"')
+    if task:
+        text = text.replace('metric = "accuracy"', 'metric = "exact_match"')
+    f = tmp_path / "c.toml"
+    f.write_text(text + task + scenario)
+    return f
+
+
+def test_no_scenario_is_the_offline_campaign_with_its_ids():
+    proto = load_protocol(DEMO_CAMPAIGN)
+    assert proto.config.scenario.kind == "offline" and proto.config.scenario.extra() == {}
+    assert all(v.request_rate is None for v in proto.variants)
+    # a field added after the ids were defined enters an id only when set (lab.inputs.variants)
+    assert Variant(batch_size=8).variant_id == Variant(batch_size=8, request_rate=None).variant_id
+
+
+def test_a_server_scenario_makes_one_server_variant_per_rate_and_locks_its_objective(tmp_path):
+    proto = load_protocol(server_campaign(tmp_path))
+    served = [v for v in proto.variants if v.request_rate is not None]
+    assert [v.request_rate for v in served] == [1.0, 2.5, 4.0] and all(v.engine == "vllm" for v in served)
+    assert served[0].label.endswith("vllm, 1 req/s")
+    sc = proto.config.scenario
+    assert sc.bounds() == [("ttft", 99.0, 1.0), ("tpot", 99.0, 0.25)] and sc.share == 0.9
+    assert sc.extra() == {"scenario": {**sc.extra()["scenario"], "kind": "server", "ttft_s": 1.0}}
+    assert proto.reference.request_rate is None  # the offline reference the served outputs are judged by
+
+
+def test_an_integer_rate_and_its_float_are_one_variant():
+    assert Variant(engine="vllm", request_rate=2).variant_id == Variant(engine="vllm", request_rate=2.0).variant_id
+    assert Variant(engine="vllm", request_rate=2).request_rate == 2.0
+
+
+@pytest.mark.parametrize("edit, words", [
+    (dict(scenario='\n[scenario]\nkind = "server"\n'), "a server scenario needs a latency objective"),
+    (dict(scenario='\n[scenario]\nkind = "serve"\nttft_s = 1.0\n'), "[scenario] kind 'serve' unknown; use "
+                                                                      "'offline' or 'server'"),
+    (dict(scenario='\n[scenario]\nttft_s = 1.0\n'), "[scenario] ttft_s applies to kind = \"server\" only"),
+    (dict(scenario=SERVER + "share = 1.5\n"), "[scenario] share 1.5 must be in (0, 1]"),
+    (dict(scenario=SERVER + "ttft_percentile = 100\n"), "[scenario] ttft_percentile 100.0 must be in (0, 100)"),
+    (dict(scenario=SERVER + "max_concurrency = 0\n"), "[scenario] max_concurrency 0 must be >= 1"),
+    (dict(scenario=SERVER + "ttft_bound = 1\n"), "[scenario] unknown key 'ttft_bound'"),
+    (dict(scenario=""), "variant served/request_rate=1 declares request_rate, a server pass's factor; declare "
+                        "[scenario] kind = \"server\""),
+    (dict(task=""), "serves generation tasks here, not classification"),
+    (dict(series=""), "no variant declares request_rate"),
+    (dict(reference="served/request_rate=1"), "reference_variant 'served/request_rate=1' is a server pass"),
+    (dict(series=SERVED.replace('engine = "vllm"\n', "")), "request_rate is a server pass's factor and the "
+                                                            "server is vLLM's, but engine = 'transformers'"),
+    (dict(series=SERVED.replace("[1, 2.5, 4]", "[0]")), "request_rate 0 must be a finite number > 0"),
+    (dict(series=SERVED.replace('engine = "vllm"', 'engine = "vllm"\nbatch_size = 8')),
+     "batch_size = 8 with request_rate: a server pass sends one request per item"),
+])
+def test_a_wrong_scenario_is_one_line_with_the_fix(tmp_path, edit, words):
+    with pytest.raises(ProtocolError) as e:
+        load_protocol(server_campaign(tmp_path, **edit))
+    message = str(e.value)
+    assert "\n" not in message and words in message, message
+
+
+def test_a_rate_is_refused_before_the_variant_exists():
+    with pytest.raises(VariantError, match=re.escape("request_rate -1.0 must be a finite number > 0")):
+        Variant(engine="vllm", request_rate=-1.0)
