@@ -249,3 +249,35 @@ class VllmServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def server_config(url: str, timeout_s: float = 10.0) -> dict:
+    """What a running server says of its configuration: from ``/metrics``, the labels of
+    ``vllm:cache_config_info`` (``gpu_memory_utilization`` as a float, ``enable_prefix_caching`` as
+    a bool), from ``/v1/models`` the served model's ``max_model_len`` (int). A value the server
+    does not give is absent; never raises (an unreachable server gives {})."""
+    import json
+    import re
+
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    out: dict = {}
+    try:
+        with direct.open(f"{url}/metrics", timeout=timeout_s) as r:
+            text = r.read().decode("utf-8", "replace")
+        m = re.search(r"^vllm:cache_config_info\{([^}]*)\}", text, re.M)
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1))) if m else {}
+        if "gpu_memory_utilization" in labels:
+            out["gpu_memory_utilization"] = float(labels["gpu_memory_utilization"])
+        if labels.get("enable_prefix_caching") in ("True", "False"):
+            out["enable_prefix_caching"] = labels["enable_prefix_caching"] == "True"
+    except (urllib.error.URLError, OSError, ValueError):
+        pass
+    try:
+        with direct.open(f"{url}/v1/models", timeout=timeout_s) as r:
+            models = json.loads(r.read().decode("utf-8"))
+        lengths = [d.get("max_model_len") for d in models.get("data", []) if isinstance(d, dict)]
+        if lengths and isinstance(lengths[0], int):
+            out["max_model_len"] = lengths[0]
+    except (urllib.error.URLError, OSError, ValueError, AttributeError):
+        pass
+    return out

@@ -13,6 +13,7 @@ import sqlite3
 import msgspec
 
 from lab.evidence.format import JOURNAL, ArchiveError, skipped_missing
+from lab.evidence.served import check_served
 from lab.facts.constants import AGREEMENT
 from lab.facts.errors import LabError
 from lab.kinds import KINDS, task_kind
@@ -307,16 +308,20 @@ def check_row(row: RawRow, scan, gold: dict | None, threshold: float | None, pro
             problems.append(f"pass {pid}: result.json is not a JSON object")
             result = {}
         pred_rel = f"passes/{pid}/{result.get('predictions_path') or 'predictions.jsonl'}"
-        if result.get("predictions_sha256") and scan.sha.get(pred_rel) != result["predictions_sha256"]:
+        recorded, vectors = result.get("predictions_sha256"), result.get("vectors_sha256")
+        if recorded and scan.sha.get(pred_rel) != recorded:
             problems.append(f"pass {pid}: predictions sha256 differs from the one its result.json recorded")
-        if result.get("vectors_sha256"):  # an embedding pass (lab.passes.tasks.embedding)
+        if vectors:  # an embedding pass (lab.passes.tasks.embedding)
             vec_rel = f"passes/{pid}/{result.get('vectors_path') or 'vectors.npy'}"
             if vec_rel not in scan.sha:
                 problems.append(skipped_missing(f"pass {pid}", "vectors sha256 check", vec_rel))
-            elif scan.sha[vec_rel] != result["vectors_sha256"]:
+            elif scan.sha[vec_rel] != vectors:
                 problems.append(f"pass {pid}: vectors sha256 differs from the one its result.json recorded")
-        if isinstance(result.get("per_card"), list) and pred_rel in scan.kept:
-            check_cards(pid, scan, result["per_card"], pred_rel, problems, bool(result.get("vectors_sha256")))
+        per_card = result.get("per_card")
+        if isinstance(per_card, list) and pred_rel in scan.kept:
+            check_cards(pid, scan, per_card, pred_rel, problems, bool(vectors))
+        # a server pass: its figures re-derived from its request records (lab.evidence.served)
+        check_served(pid, result.get("serving"), pred_rel, scan, problems)
     try:
         recomputed = _row_metric(row, scan, gold, problems, user_scores, references)
     except (MetricNotRederived, MemberMissing) as exc:  # its acceptance's metric part is not checked

@@ -79,6 +79,7 @@ from lab.evidence.user_metric import user_metric_ref, user_metric_scores
 from lab.facts.constants import AGREEMENT
 from lab.facts.files import HashingReader, lab_sources_sha256
 from lab.facts.host import iteralab_command
+from lab.passes.tasks.server_job import SERVED_FILE
 from lab.report.raw_row import RawRow, read_raw_table
 
 PARSED_MAX_BYTES = 64 * 2**20
@@ -96,7 +97,8 @@ per-item hashes grow with the corpus; no figure is derived from it)."""
 
 def _parsed(rel: str) -> bool:
     return (rel in (SUMS, GOLD_LABELS, ARCHIVE_INFO, CARD, *MEMBERS, *CROSS_CHECKED) or pass_spec(rel)
-            or (rel.startswith("passes/") and rel.endswith(("/result.json", "/predictions.jsonl", "/vectors.npy")))
+            or (rel.startswith("passes/") and rel.endswith(("/result.json", "/predictions.jsonl", "/vectors.npy",
+                                                            f"/{SERVED_FILE}")))
             or (rel.startswith("passes/") and "/cards/card" in rel
                 and rel.endswith((".json", ".predictions.jsonl", ".vectors.npy"))))
 

@@ -53,6 +53,16 @@ where other processes hold memory; 0.1 starts on a shared 2-core development mac
 (../shared/VLLM-HERE.md). On a rented GPU only the pass uses the card: 0.9 leaves room for the
 CUDA context. The value used is recorded with the pass (lab.engines.vllm)."""
 
+GENERATOR_LAG_SHARE = 0.1
+"""A server pass's load generator fell behind its arrival schedule when the 99th percentile of
+its release lag (each request's release after its scheduled time) exceeds this share of the mean
+gap between arrivals (1 / request_rate): the requests then reached the server at another rate and
+pattern than declared, so its latencies are not those of the declared traffic, and the pass is
+not used (lab.passes.observed.require_honoured: request_rate not honoured). A tenth of the gap:
+the schedule's own spacing is still the traffic's at that rate, not the client's. The client must
+not be the bottleneck (MLPerf Inference's LoadGen issues each query at its scheduled time for
+the same reason)."""
+
 AGREEMENT = "agreement"
 """The [quality] metric that judges every task kind by its per-id agreement with the reference
 variant's first valid pass (no labels needed: the one metric a corpus built with --no-labels

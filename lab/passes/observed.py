@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 
+from lab.facts.constants import GENERATOR_LAG_SHARE
 from lab.facts.errors import FailureKind, PassFailure
 from lab.inputs.variants import DTYPES, Variant
 
@@ -179,7 +180,8 @@ def require_honoured(variant: Variant, observed: dict, device: str) -> None:
     if share and observed["threads"] != share:
         bad.append(f"threads {observed['threads_declared']} declared for the pass = {share} per worker "
                    f"(threads // workers), torch uses {observed['threads']} in this worker")
-    elif not share and observed["threads_declared"] and observed["threads"] != observed["threads_declared"]:
+    elif (not share and observed["threads_declared"] and "threads" in observed
+          and observed["threads"] != observed["threads_declared"]):  # a server's bound threads: not observable
         bad.append(f"threads {observed['threads_declared']} declared, torch uses {observed['threads']}")
     if (variant.precision == "fp32" and device.startswith("cuda") and not torch_hip()
             and observed.get("tf32_matmul") not in (None, TF32_DECLARED)):
@@ -197,6 +199,15 @@ def require_honoured(variant: Variant, observed: dict, device: str) -> None:
     if "bucketing" in observed and not (observed["bucketing"] != "corpus order" if variant.bucketing
                                         else observed["bucketing"].startswith("corpus order")):
         bad.append(f"bucketing {variant.bucketing} declared, processing order: {observed['bucketing']}")
+    lag = observed.get("generator_lag_p99_s")
+    if variant.request_rate is not None and lag is not None and lag > GENERATOR_LAG_SHARE / variant.request_rate:
+        bad.append(f"request_rate {variant.request_rate:g} req/s declared, the load generator released requests "
+                   f"late (lag p99 {lag:.4f} s > {GENERATOR_LAG_SHARE / variant.request_rate:.4f} s, "
+                   f"{GENERATOR_LAG_SHARE:.0%} of the mean gap): the client was the bottleneck; give the "
+                   "generator more CPU or declare a lower rate")
+    if variant.request_rate is not None and observed.get("request_schedule") == "unknown":
+        bad.append(f"request_rate {variant.request_rate:g} req/s declared, the load generator's schedule could "
+                   "not be replayed, so its lag is unknown (see the pass's load/load.log)")
     if engine != variant.engine:
         bad.append(f"engine {variant.engine} declared, the pass ran {engine}")
     if variant.max_num_seqs is not None and observed.get("max_num_seqs") != variant.max_num_seqs:

@@ -98,6 +98,10 @@ class Observed(Record, frozen=True):
     prefix_caching: Cell = None  # vLLM's enable_prefix_caching, read back from its cache config
     threads_bind: Cell = None  # the CPUs vLLM bound its OpenMP threads to (lab.engines.vllm.ThreadBinding)
     max_running: Cell = None
+    # a server pass (lab.passes.tasks.server_job): the load generator's releases against its schedule
+    request_rate: Cell = None  # requests released per second between the first release and the last
+    generator_lag_p99_s: Cell = None  # 99th percentile of the release lag behind the schedule (s)
+    request_schedule: Cell = None  # "replayed" (checked) or "unknown"
     # a custom entry (lab.passes.tasks.custom): the settings its settings_used() reported, comma-joined;
     # present (even empty) means the values above came from the user's code, not from the lab's sight
     reported_by_entry: Cell = None
@@ -236,6 +240,8 @@ class PassResult(Record, frozen=True):
     # a vLLM pass (lab.passes.tasks.vllm_job): the engine as it resolved, and its reservation
     engine: dict[str, Any] | None = None
     engine_memory: dict[str, Any] | None = None
+    # a server pass (lab.passes.tasks.server_job): the served requests' figures, verdict, generator
+    serving: dict[str, Any] | None = None
     # a custom entry's pass (lab.passes.tasks.custom): the entry and the settings it was built with
     entry: str | None = None
     entry_settings: dict[str, Any] | None = None

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from lab.inputs.variants import NAME_FIELDS, Variant
-from lab.passes.observed import NotHonoured, require_honoured
+from lab.passes.observed import NOT_OBSERVABLE, NotHonoured, require_honoured
 from lab.passes.records import Observed
 
 CHECKED_ELSEWHERE = {"cards": "lab.passes.multicard: cards_observed against cards declared"}
@@ -43,11 +43,20 @@ VLLM_CONTRADICTIONS = {  # the vLLM options, declared on a vLLM variant
                                                                "reserved 0.92 of the memory"),
     "prefix_caching": ({"prefix_caching": True}, "prefix_caching False declared, vLLM's enable_prefix_caching True"),
 }
+SERVED = replace(DECLARED, engine="vllm", batch_size=1, bucketing=False, request_rate=4.0)
+SERVED_HONOURED = {**HONOURED, "engine": "vllm", "batch_size": NOT_OBSERVABLE, "bucketing": "corpus order",
+                   "request_rate": 3.9, "generator_lag_p99_s": 0.02, "request_schedule": "replayed"}
+SERVER_CONTRADICTIONS = {  # a server pass's factor (lab.passes.tasks.server_job)
+    "request_rate": ({"generator_lag_p99_s": 0.05},
+                     "request_rate 4 req/s declared, the load generator released requests late (lag p99 0.0500 s "
+                     "> 0.0250 s, 10% of the mean gap)"),
+}
 
 
 def test_every_variant_field_has_an_observation_rule():
     runs = {f.name for f in fields(Variant)} - set(NAME_FIELDS)
-    assert runs - set(CHECKED_ELSEWHERE) == set(CONTRADICTIONS) | set(VLLM_CONTRADICTIONS), \
+    ruled = set(CONTRADICTIONS) | set(VLLM_CONTRADICTIONS) | set(SERVER_CONTRADICTIONS)
+    assert runs - set(CHECKED_ELSEWHERE) == ruled, \
         "a Variant field without an observation in require_honoured (lab/passes/observed.py) is silently ignorable"
 
 
@@ -79,6 +88,20 @@ def test_a_contradicted_vllm_option_is_named(field_name):
     assert words in str(e.value)
 
 
+def test_a_server_pass_whose_generator_kept_its_schedule_passes():
+    require_honoured(SERVED, SERVED_HONOURED, "cpu")
+    with pytest.raises(NotHonoured, match="schedule could not be replayed, so its lag is unknown"):
+        require_honoured(SERVED, {**SERVED_HONOURED, "generator_lag_p99_s": None, "request_schedule": "unknown"}, "cpu")
+
+
+@pytest.mark.parametrize("field_name", sorted(SERVER_CONTRADICTIONS))
+def test_a_contradicted_server_factor_is_named(field_name):
+    change, words = SERVER_CONTRADICTIONS[field_name]
+    with pytest.raises(NotHonoured, match="declared value not honoured: ") as e:
+        require_honoured(SERVED, {**SERVED_HONOURED, **change}, "cpu")
+    assert words in str(e.value)
+
+
 @pytest.mark.parametrize("change, words", [
     ({"dtype": "bfloat16"}, "precision fp32 declared, the entry's settings_used() reported bfloat16"),
     ({"device": "cuda:0"}, "device cpu asked, the entry's settings_used() reported device cuda:0"),
@@ -103,5 +126,5 @@ def test_every_key_the_check_reads_survives_the_typed_record():
     require_honoured reads but Observed lacks is lost on the multi-card path, where each card's
     record is checked after decoding: the custom entry's contradiction read "weights loaded as"."""
     custom = {"reported_by_entry": "precision"}
-    for seen in (HONOURED, VLLM_HONOURED, custom):
+    for seen in (HONOURED, VLLM_HONOURED, SERVED_HONOURED, custom):
         assert set(seen) <= set(Observed.__struct_fields__), set(seen) - set(Observed.__struct_fields__)

@@ -1,0 +1,283 @@
+"""A server pass (a variant declaring ``request_rate``; [scenario] kind = "server",
+lab.inputs.scenario): the generation task served by vLLM's OpenAI-compatible server under timed
+arrivals, as a :class:`lab.passes.tasks.job.Job` on the one pass sequence (lab.passes.sequence).
+
+Set-up (``engine_start``, never in the measured window): the server (lab.engines.vllm_server:
+the variant's vLLM settings, on the loopback address, health-checked, its process tree watched)
+and the load generator (lab.engines.vllm_load.LoadGenerator: ``vllm bench serve`` in the same
+pinned venv, vLLM's import paid here). ``load`` is the vLLM pass's (lab.passes.tasks.vllm_job): the
+lab's tokenizer, the model's shape on the meta device, the eos ids.
+
+The measured window: every corpus row is one request, in corpus order, its prompt the
+generation rule's (the text cut to max_text_tokens, the template; lab.passes.tasks.generation_core),
+greedy with the rule's stop strings and ``max_new_tokens``, arriving at the variant's
+``request_rate`` (Poisson at burstiness 1, [timing] seed), at most ``max_concurrency`` in
+flight, after the scenario's warm-up requests (kept out of every figure). The window ends when
+the last answer is in; its figures are the served requests' (lab.engines.serving_figures:
+latency percentiles, achieved rate, goodput, the verdict against the locked objective, the
+generator's lag behind its schedule and its CPU), written to result.json's ``serving`` and every
+request's record to ``served.jsonl`` beside the predictions, from which ``archive verify``
+re-derives them.
+
+Each answered request is the item's generation (``GeneratedItem``: the server's text, its prompt
+and output token counts); the predictions are written in the generation job's format, so the
+served outputs are judged like any generation pass: ids, coverage, and per id against the
+reference variant (an offline pass) by the kind's agreement rule. The server must have read the
+prompt the lab built: a request whose prompt token count (the server's) differs from the lab's
+tokenization of the same prompt fails the pass as not honoured. A request that was not answered
+(the server refused it, timed out, died or ran out of memory) fails the pass: the requests
+answered before the first unanswered one are its items completed, the records kept; a server
+that died is named, with the last words of its log when they say it ran out of memory (oom).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from lab.engines.serving_figures import Figures, Verdict
+from lab.facts.errors import FailureKind, PassFailure
+from lab.inputs.scenario import scenario_of
+from lab.passes.tasks.vllm_job import LOG_FILE, VllmJob
+
+SERVER_LOG = "server.log"  # the server's own output, in the pass folder
+LOAD_DIR = "load"  # the generator's requests, result and record, in the pass folder
+SERVED_FILE = "served.jsonl"  # one ServedRequest per corpus id, in corpus order, beside the predictions
+SERVER_STOP = "server"
+"""``stopped_by`` of a served output shorter than max_new_tokens: the server ended it (its eos or a
+stop string; the load generator's record does not say which)."""
+
+
+class ServingRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """result.json's ``serving`` of a server pass: the ``figures`` and ``verdict`` of its requests
+    (lab.engines.serving_figures), how many were sent (``requests``) and ``answered``, the load
+    generator's CPU and wall seconds over its run and how its schedule was known
+    (``schedule_note``), the records' file (``served_file``), and the server's process tree usage
+    (``server_usage``: CPU seconds, processes, the largest resident set in bytes)."""
+
+    figures: Figures
+    verdict: Verdict
+    requests: int
+    answered: int
+    generator_cpu_s: float
+    generator_wall_s: float
+    schedule_note: str
+    served_file: str = SERVED_FILE
+    server_usage: dict[str, float] | None = None
+
+
+class RequestsFailed(PassFailure):
+    """Requests of a server pass were not answered; ``kind`` error or oom, ``items_done`` the
+    requests answered before the first that was not."""
+
+
+class ServerJob(VllmJob):
+    """The generation task served under timed arrivals (module docstring)."""
+
+    def __init__(self, spec):
+        super().__init__(spec)
+        if not self.declared.generates_text:
+            raise ValueError(f"a server pass serves generation tasks here, not {self.kind!r}")
+        self.scenario = scenario_of(spec.extra)
+        if not self.scenario.server:
+            raise ValueError("a server pass needs pass.json extra.scenario with kind = \"server\"")
+        self.server: Any = None
+        self.started: Any = None
+        self.generator: Any = None
+        self.served: Any = None
+        self.record: ServingRecord | None = None
+        self.usage: dict[str, float] | None = None
+
+    def objective(self):
+        """The locked objective (lab.engines.serving_figures.Objective)."""
+        from lab.engines.serving_figures import Bound, Objective
+
+        return Objective(bounds=tuple(Bound(m, p, b) for m, p, b in self.scenario.bounds()),
+                         share=float(self.scenario.share))
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def start_engine(self, device: str, pass_dir: Path | None = None) -> dict:
+        """Start the server and the load generator (the ``engine_start`` phase); returns the result
+        fields ``engine`` (the server's url, start seconds, the generator's import seconds).
+        Raises lab.engines.vllm_server.ServerStartError or lab.engines.vllm_load.LoadGenError (one
+        line naming the log) when either does not start."""
+        from lab.engines.vllm import settings_for
+        from lab.engines.vllm_load import LOG_NAME, LoadGenerator
+        from lab.engines.vllm_server import VllmServer
+
+        s = self.spec
+        out = pass_dir or Path(s.out_dir)
+        rule = self.writer.rule
+        settings = settings_for(s.variant, s.model_ref, device, s.seed, threads=s.threads or 0,
+                                max_new_tokens=rule.max_new_tokens, stop=rule.stop)
+        self.server = VllmServer(settings, log_path=out / SERVER_LOG)
+        self.started = self.server.start()
+        self.generator = LoadGenerator(out / LOAD_DIR / LOG_NAME)
+        generator_s = self.generator.start()
+        self.fields = {"engine": {"name": "vllm-server", "url": self.started.url, "log": SERVER_LOG,
+                                  "server_start_s": round(self.started.setup_s, 6),
+                                  "generator_start_s": round(generator_s, 6),
+                                  "generator_import_s": round(self.generator.import_s or 0.0, 6),
+                                  "generator_log": f"{LOAD_DIR}/{LOG_NAME}",
+                                  "settings": {"dtype": settings.dtype, "max_model_len": settings.max_model_len,
+                                               "enforce_eager": settings.enforce_eager,
+                                               "gpu_memory_utilization": settings.gpu_memory_utilization,
+                                               "max_num_seqs": settings.max_num_seqs,
+                                               "prefix_caching": settings.prefix_caching,
+                                               "threads": settings.threads}}}
+        return self.fields
+
+    def engine_pid(self) -> int | None:
+        """The server's process group leader (its tree's CPU time counts in the window's
+        conditions); None before start and after close."""
+        return self.server.proc.pid if self.server is not None and self.server.proc is not None else None
+
+    def close(self) -> None:
+        """Stop the generator and the server (idempotent, never raises); the server's CPU and
+        memory usage go into the serving record."""
+        if self.generator is not None:
+            self.generator.stop(grace_s=0.0 if self._stopping else 5.0)
+        if self.server is not None:
+            usage = self.server.stop()
+            if usage is not None:
+                self.usage = {"cpu_s": round(usage.cpu_s, 3), "processes": usage.processes,
+                              "peak_rss_bytes_largest": max(usage.peak_rss_bytes.values(), default=0)}
+        super().close()
+
+    # -- the protocol's steps --------------------------------------------------------------------
+
+    def warm_up(self, rows: list[dict], device: str) -> float:
+        """Nothing here: the scenario's warm-up requests are sent by the generator at the start of
+        the window's load and kept out of its figures (``vllm bench serve --num-warmups``)."""
+        return 0.0
+
+    def run_window(self, rows, device, on_batch=None, sink=None):
+        """Offer every row as a request at the variant's rate and read each answer back (module
+        docstring). Returns the generation WindowResult (``generated[i]``: row i's answer).
+        Raises RequestsFailed for unanswered requests, NotHonoured for a prompt the server read
+        otherwise, lab.engines.vllm_load.LoadGenError when the generator fails."""
+        from lab.engines.serving_figures import figures, verdict
+        from lab.engines.vllm_load import LoadRun, LoadSettings, Prompt
+        from lab.passes.observed import NotHonoured
+        from lab.passes.tasks.generation import open_generation_window
+        from lab.passes.tasks.generation_core import GeneratedItem, prompts_for
+
+        v, rule, sc = self.spec.variant, self.writer.rule, self.scenario
+        win, seqs, _ = open_generation_window(rows, self.tokenizer, rule, v.bucketing)
+        if sink is not None:
+            sink["win"] = win
+        texts = prompts_for(self.tokenizer, [r["text"] for r in rows], rule)
+        objective = self.objective()
+        assert v.request_rate is not None  # job_for gives a server pass only a variant with a rate
+        run = LoadRun(prompts=tuple(Prompt(id=str(r["id"]), prompt=t, max_tokens=rule.max_new_tokens)
+                                    for r, t in zip(rows, texts, strict=True)),
+                      settings=LoadSettings(rate=v.request_rate, seed=self.spec.seed, burstiness=sc.burstiness,
+                                            max_concurrency=sc.max_concurrency, warmups=sc.warmup_requests,
+                                            stop=rule.stop, objective=objective),
+                      out_dir=Path(self.spec.out_dir) / LOAD_DIR)
+        self.served = load = self.generator.run(self.started, self.spec.model_ref, [run])[0]
+        recs = load.records
+        self.record = ServingRecord(figures=figures(recs, load.duration_s, v.request_rate, objective),
+                                    verdict=verdict(recs, objective), requests=len(recs),
+                                    answered=sum(r.answered for r in recs),
+                                    generator_cpu_s=round(load.generator_cpu_s, 6),
+                                    generator_wall_s=round(load.generator_wall_s, 6),
+                                    schedule_note=load.schedule_note)
+        first_bad = next((k for k, r in enumerate(recs) if not r.answered), None)
+        for k, r in enumerate(recs[:first_bad]):
+            if r.input_tokens != len(seqs[k]):
+                raise NotHonoured(f"declared value not honoured: the server read {r.input_tokens} prompt tokens "
+                                  f"for id {r.id}, the lab's tokenizer {len(seqs[k])} for the same prompt; "
+                                  "the served model does not tokenize as the lab does (check the tokenizer "
+                                  "files and its special tokens)", items_done=k)
+            win.generated[k] = GeneratedItem(text=r.output_text, input_tokens=r.input_tokens,
+                                             output_tokens=r.output_tokens,
+                                             stopped_by="max_new_tokens" if r.output_tokens >= rule.max_new_tokens
+                                             else SERVER_STOP)
+            win.pred_index[k] = k
+            win.items_done = k + 1
+        win.batches = 1
+        if on_batch:
+            on_batch(win.items_done)
+        if first_bad is not None:
+            self._fail(recs, first_bad)
+        return win
+
+    def _fail(self, recs, first_bad: int) -> None:
+        """Raise RequestsFailed for the unanswered requests (oom when the server died and its log
+        ends on an allocation failure)."""
+        from lab.facts.errors import clip
+        from lab.facts.files import tail_text
+        from lab.passes.failures import OOM_MARKERS
+
+        bad = [r for r in recs if not r.answered]
+        died = self.server is not None and not self.server.alive()
+        why = f"{len(bad)} of {len(recs)} requests not answered (first: id {bad[0].id}: {bad[0].error[:160]})"
+        kind = FailureKind.ERROR
+        if died:
+            hits = [line.strip() for line in tail_text(self.server.log_path).splitlines()
+                    if any(m in line.lower() for m in OOM_MARKERS)]
+            last = clip(hits[-1], 200) if hits else ""
+            kind = FailureKind.OOM if last else FailureKind.ERROR
+            why += f"; the server exited during the load ({last or 'see ' + SERVER_LOG})"
+        exc = RequestsFailed(why, items_done=first_bad)
+        exc.kind = kind
+        raise exc
+
+    def observe(self, threads: int, workers_on_host: int = 1) -> dict:
+        """What the running server says of itself (lab.engines.vllm_server.server_config: its
+        ``/metrics`` cache configuration and ``/v1/models``): engine vllm, its memory fraction,
+        prefix caching and max_model_len; what it does not say (dtype, eager or compiled, the
+        OpenMP threads it bound, the device) is NOT_OBSERVABLE, recorded as declared, never claimed."""
+        from lab.engines.vllm_server import server_config
+        from lab.passes.observed import NOT_OBSERVABLE
+
+        seen = server_config(self.started.url)
+        return {"engine": "vllm", "vllm_memory_fraction": seen.get("gpu_memory_utilization", NOT_OBSERVABLE),
+                "prefix_caching": seen.get("enable_prefix_caching", NOT_OBSERVABLE),
+                "max_model_len": seen.get("max_model_len", NOT_OBSERVABLE),
+                "dtype": NOT_OBSERVABLE, "compile": NOT_OBSERVABLE, "device": NOT_OBSERVABLE,
+                "threads": NOT_OBSERVABLE, "threads_declared": threads, "quantization": NOT_OBSERVABLE,
+                "attention": "vLLM's own backend (see server.log)"}
+
+    def observe_window(self, win) -> dict:
+        """The vLLM pass's window record (padding PACKED; the prompts' longest) without its batch
+        figures (the lab sends one request per item, the server batches them itself), and the load
+        generator's releases: ``request_rate`` (released per second), ``generator_lag_p99_s``
+        and ``request_schedule`` (lab.passes.observed.require_honoured judges the lag)."""
+        from lab.passes.observed import NOT_OBSERVABLE
+
+        rec = super().observe_window(win)
+        f = self.record.figures if self.record is not None else None
+        lag = f.lag_s if f is not None else None
+        return {**rec, "batch_size": NOT_OBSERVABLE, "max_running": None,
+                "request_rate": f.dispatch_rate if f is not None else None,
+                "generator_lag_p99_s": None if lag is None else lag["p99"],
+                "request_schedule": "unknown" if lag is None else "replayed"}
+
+    def write_predictions(self, path: Path, win) -> dict:
+        """The generation job's predictions and fields, ``served.jsonl`` (every request's record,
+        corpus order) beside them, and ``serving`` (module docstring)."""
+        from lab.facts.diskfull import atomic_write_text
+
+        fields = self.writer.write_predictions(path, win)
+        fields["generation"] = {**fields["generation"], "padding": "none: the server tokenizes each prompt"}
+        if self.served is not None:
+            atomic_write_text(path.with_name(SERVED_FILE),
+                              "".join(json.dumps(msgspec_json(r)) + "\n" for r in self.served.records))
+        fields["engine"] = dict(self.fields.get("engine", {}))
+        if self.record is not None:
+            fields["serving"] = msgspec_json(msgspec.structs.replace(self.record, server_usage=self.usage))
+        return fields
+
+
+def msgspec_json(obj) -> Any:
+    """A msgspec Struct as plain JSON values (dict keys as strings)."""
+    return msgspec.to_builtins(obj, str_keys=True)
+
+
+__all__ = ["LOG_FILE", "RequestsFailed", "ServerJob", "ServingRecord"]
