@@ -256,6 +256,20 @@ def refuse_other_kinds(evidence: list[Evidence]) -> None:
                        "of one task kind, the same campaign file run on each rental")
 
 
+def refuse_server_archives(evidence: list[Evidence]) -> None:
+    """CompareError (one line) when an archive holds a server campaign ([scenario] kind = "server",
+    lab.inputs.scenario): its passes answer another question (a traffic at a latency objective)
+    than an offline archive's, and comparing server archives across rentals is not derived yet;
+    ranking their passes by window, as offline passes are, would be wrong."""
+    served = [e.name for e in evidence if e.config.scenario.server]
+    if served:
+        raise CompareError(f"not comparable here: {', '.join(served)} "
+                           f"{'is a server campaign' if len(served) == 1 else 'are server campaigns'} "
+                           "([scenario] kind = \"server\"): compare ranks offline passes by their windows and does "
+                           "not yet derive the server question across rentals (the highest rate that holds the "
+                           "objective, lots for a peak rate); read each archive's decision note")
+
+
 def _differences(evidence: list[Evidence], compact: bool = False) -> list[str]:
     """The clauses naming each field (:func:`identities`) where an archive differs from the first
     (:func:`_differ`); a model-file difference declared as a new question version
@@ -310,6 +324,7 @@ def check_comparable(evidence: list[Evidence]) -> dict:
         raise CompareError("the same archive name is given twice; give each rental's archive once")
     refuse_one_run(evidence)
     first = evidence[0]
+    refuse_server_archives(evidence)
     refuse_other_kinds(evidence)
     differences = _differences(evidence)
     two_models = [link for other in evidence[1:] if (link := new_model_of(first, other))

@@ -168,7 +168,8 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
     rows = [_assess(v, {**pricing, **(variant_pricing or {}).get(v.variant_id, {})}, deadline_at,
                     deliverables, catalogs, None if measured is None else measured.get(v.variant_id, Measured()))
             for v in records]
-    eligible = sorted((a for a in rows if a.eligible), key=Assessment.sort_key)
+    # a server pass's window is set by its arrival rate, not by the configuration: never ranked by it
+    eligible = sorted((a for a in rows if a.eligible and a.variant.request_rate is None), key=Assessment.sort_key)
     if len({a.quote.currency for a in eligible if a.quote}) > 1:
         raise PricingError("eligible configurations are priced in mixed currencies: "
                            "use one catalog currency to compare committed budgets")
@@ -206,7 +207,7 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
     if not_run:
         decision = [f"**Not a decision over every declared configuration:** {len(not_run)} of "
                     f"{len(not_run) + len(rows)} have not run ({', '.join(not_run)}).", ""] + decision
-    out += ["", "## Decision", ""] + decision + hardware_lines(rows)
+    out += ["", "## Decision", ""] + decision + serving_decision(records) + hardware_lines(rows)
     return "\n".join(out) + "\n"
 
 
@@ -378,8 +379,55 @@ def _config_section(a: Assessment, deliverables: int, text_cut: str = "") -> lis
     per = (a.price_missing if q is None else
            money(a.cost_per_validated_corpus, q.currency) if a.cost_per_validated_corpus
            is not None else UNDEFINED)
+    if v.request_rate is not None:
+        return lines + [*serving_lines(v), f"- Cost per validated corpus: {NOT_SERVED_FIGURE}",
+                        *_generation_lines(a)[:1], ""]
     lines += [f"- Cost per validated corpus: {per}", *_generation_lines(a), ""]
     return lines
+
+
+NOT_SERVED_FIGURE = ("not a server pass's figure (its window is set by the arrival rate, not by the configuration); "
+                     "the cost of serving a traffic (lots for a peak rate, cost per million requests) is not "
+                     "derived yet")
+
+
+def serving_lines(v: VariantSummary) -> list[str]:
+    """A server variant's figures (medians over its passes ok; lab.report.served_cells) and how
+    many of them held the locked objective."""
+    def s(x: float | None, unit: str) -> str:
+        return "not measured" if x is None else f"{x:.4g} {unit}"
+
+    return [f"- Served at {v.request_rate:g} req/s offered: achieved {s(v.served_achieved_rate_median, 'req/s')}, "
+            f"goodput {s(v.served_goodput_median, 'req/s')}; p99 TTFT {s(v.served_ttft_p99_s_median, 's')}, "
+            f"TPOT {s(v.served_tpot_p99_s_median, 's')}, end-to-end {s(v.served_e2el_p99_s_median, 's')}; "
+            f"load generator lag p99 {s(v.served_lag_p99_s_median, 's')} (medians over passes ok)",
+            f"- Latency objective: held in {v.served_holds} of {v.successes} pass(es) ok"]
+
+
+def serving_decision(records: Sequence[VariantSummary]) -> list[str]:
+    """The Decision's serving part: per server configuration (its variants but for the rate), the
+    highest declared rate at which every pass ok held the objective and was accepted (the same ML
+    result), with how many passes that rests on; a configuration with none says so. [] for an
+    offline campaign."""
+    served = [v for v in records if v.request_rate is not None]
+    if not served:
+        return []
+    groups: dict[str, list[VariantSummary]] = {}
+    for v in served:
+        groups.setdefault(v.label.replace(f", {v.request_rate:g} req/s", ""), []).append(v)
+    out = ["", "**Serving: the highest declared request rate that holds the latency objective.** The offline "
+           "ranking above does not rank server passes (their windows are set by the rates)."]
+    for config, vs in groups.items():
+        holding = [v for v in vs if v.successes and v.served_holds == v.successes == v.accepted_passes]
+        tried = ", ".join(f"{v.request_rate:g}" for v in sorted(vs, key=lambda v: v.request_rate or 0))
+        if not holding:
+            out.append(f"- {config}: no declared rate holds it (rates tried: {tried} req/s)")
+            continue
+        best = max(holding, key=lambda v: v.request_rate or 0)
+        out.append(f"- {config}: **{best.request_rate:g} req/s** ({best.served_holds} of {best.successes} "
+                   f"pass(es) held it and were accepted; rates tried: {tried} req/s)"
+                   + ("; too few passes to state its spread" if best.successes < 2 else ""))
+    return out
 
 
 def _generation_lines(a: Assessment) -> list[str]:

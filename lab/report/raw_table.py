@@ -23,6 +23,7 @@ from lab.passes.events import PassStatus
 from lab.passes.observed import NOT_OBSERVABLE
 from lab.passes.records import PHASES, Attempt, Observed, PassResult, Phases, Validation
 from lab.report.condition_cells import CONDITIONS, INT_CONDITIONS, condition_cells
+from lab.report.served_cells import SERVED, served_cells
 
 OBSERVED = ("dtype", "device", "attention", "threads_declared", "threads", "compile", "quantization",
             "padding", "padding_side", "max_tokens", "bucketing", "batch_size",
@@ -71,7 +72,7 @@ COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_na
             "start_time", "end_time", "status", "exit_code"]
            + [f"{p}_s" for p in PHASES]
            + ["items_total", "items_completed", "items_per_s", "n_truncated", *TRUNCATED, "real_tokens",
-              "padded_tokens", *GENERATED, *PERF, *CONDITIONS, "environment", "expected_ids", "observed_ids",
+              "padded_tokens", *GENERATED, *SERVED, *PERF, *CONDITIONS, "environment", "expected_ids", "observed_ids",
               "duplicate_ids", "missing_ids",
               "extra_ids", "ids_match", "format_ok", "coverage_ok", "metric_name", "metric",
               "metric_short", "metric_medium", "metric_long", "reference_metric",
@@ -160,6 +161,7 @@ def raw_rows(attempts: list[Attempt], campaign: str, protocol_version: int, camp
             "padded_tokens": r.padded_tokens,
             "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
             "output_tokens_per_s": output_tokens_per_s(r) if ok else None,
+            **served_cells(r),
             "predictions_path": pred_path, "predictions_sha256": pred_sha,
         }
         if ok and r.output_tokens is None:

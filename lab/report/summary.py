@@ -30,6 +30,7 @@ from lab.passes.records import Attempt, Validation, rejected_text
 from lab.report.caveats import Basis
 from lab.report.condition_cells import is_starved, starved_text
 from lab.report.distinguish import compare_durations
+from lab.report.served_cells import HOLDS, RATE, SERVED_FIGURES
 
 
 def recompilation_caveat(recompiled_passes: int, successes: int, frames_max: int | None) -> str:
@@ -122,6 +123,18 @@ class VariantSummary:
     """A generation variant (lab.passes.tasks.generation): the most output tokens a pass ok
     generated over the corpus, and the median over passes ok of output tokens per second of the
     measured window; None for the other kinds (they generate no text)."""
+
+    request_rate: float | None = None
+    served_holds: int = 0
+    served_achieved_rate_median: float | None = None
+    served_goodput_median: float | None = None
+    served_ttft_p99_s_median: float | None = None
+    served_tpot_p99_s_median: float | None = None
+    served_e2el_p99_s_median: float | None = None
+    served_lag_p99_s_median: float | None = None
+    """A server variant (lab.report.served_cells): its declared request rate (req/s), how many of its
+    passes ok held the locked objective, and the medians over its passes ok of the served figures;
+    None (0) for an offline variant."""
 
     metric_name: str | None = None
     threshold: float | None = None
@@ -300,7 +313,7 @@ def summarize(rows: list[dict], feasibility: dict | None = None,
             "series": first.get("series"), "batch_size": first.get("batch_size"),
             "precision": first.get("precision"), "bucketing": first.get("bucketing"),
             "cards": first.get("cards"),
-            "cards_observed": max((r["cards_observed"] for r in ok if r.get("cards_observed")), default=None),
+            "cards_observed": _largest(ok, "cards_observed"),
             "durations_s": d, "median_s": statistics.median(d) if d else None,
             "min_s": min(d) if d else None, "max_s": max(d) if d else None,
             "successes": len(ok), "failures": len(failures),
@@ -309,12 +322,9 @@ def summarize(rows: list[dict], feasibility: dict | None = None,
             "metric_median": statistics.median(metrics) if metrics else None,
             "accepted_passes": accepted, "quality_verdict": verdict,
             "feasible": feas["feasible"], "infeasible_reason": feas.get("reason", ""),
-            "peak_rss_bytes_max": max((r["process_peak_rss_bytes"] for r in rs
-                                       if r.get("process_peak_rss_bytes")), default=None),
-            "peak_allocated_bytes_max": max((r["peak_allocated_bytes"] for r in rs
-                                             if r.get("peak_allocated_bytes")), default=None),
-            "peak_reserved_bytes_max": max((r["peak_reserved_bytes"] for r in rs
-                                            if r.get("peak_reserved_bytes")), default=None),
+            "peak_rss_bytes_max": _largest(rs, "process_peak_rss_bytes"),
+            "peak_allocated_bytes_max": _largest(rs, "peak_allocated_bytes"),
+            "peak_reserved_bytes_max": _largest(rs, "peak_reserved_bytes"),
             **_perf_medians(ok),
             "does_not_distinguish": False, "does_not_distinguish_from": [], "pairs": [],
             **{k: max((float(r[k]) for r in rs if r.get(k) is not None), default=None)
@@ -325,11 +335,27 @@ def summarize(rows: list[dict], feasibility: dict | None = None,
                                  default=None),
             "output_tokens_per_s_median": _median_known([r.get("output_tokens_per_s") for r in ok]),
             **_quality_figures([(validations or {}).get(r["pass_id"]) for r in rs if "pass_id" in r]),
+            **_served_figures(ok),
             "starved_passes": [{"pass_id": r["pass_id"], "reason": r.get("starved_reason") or ""}
                                for r in ok if is_starved(r)],
         })
     _flag_indistinct(out)
     return [VariantSummary(**d) for d in out]
+
+
+def _largest(rows: list[dict], column: str):
+    """The largest non-empty, non-zero value of ``column`` over ``rows``; None when none."""
+    return max((r[column] for r in rows if r.get(column)), default=None)
+
+
+def _served_figures(ok: list[dict]) -> dict:
+    """A server variant's fields of VariantSummary from its passes ok (lab.report.served_cells);
+    {} for an offline variant (the defaults stand)."""
+    rates = [r.get(RATE) for r in ok if r.get(RATE) is not None]
+    if not rates:
+        return {}
+    return {"request_rate": rates[0], "served_holds": sum(r.get(HOLDS) is True for r in ok),
+            **{f"{c}_median": _median_known([r.get(c) for r in ok]) for c in SERVED_FIGURES}}
 
 
 def _quality_figures(validations: list[Validation | None]) -> dict:

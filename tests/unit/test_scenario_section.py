@@ -82,3 +82,19 @@ def test_a_wrong_scenario_is_one_line_with_the_fix(tmp_path, edit, words):
 def test_a_rate_is_refused_before_the_variant_exists():
     with pytest.raises(VariantError, match=re.escape("request_rate -1.0 must be a finite number > 0")):
         Variant(engine="vllm", request_rate=-1.0)
+
+
+def test_compare_refuses_a_server_archive_in_one_line(tmp_path):
+    """compare ranks offline passes by their windows: a server campaign's archive is refused, alone
+    or beside an offline one, until the server question is derived across rentals."""
+    from types import SimpleNamespace
+
+    from lab.compare.comparability import refuse_server_archives
+    from lab.compare.evidence import CompareError
+
+    offline = SimpleNamespace(name="offline-a", config=load_protocol(DEMO_CAMPAIGN).config)
+    served = SimpleNamespace(name="served-b", config=load_protocol(server_campaign(tmp_path)).config)
+    refuse_server_archives([offline, offline])  # nothing to say
+    with pytest.raises(CompareError) as e:
+        refuse_server_archives([offline, served])
+    assert "\n" not in str(e.value) and str(e.value).startswith("not comparable here: served-b is a server campaign")

@@ -134,3 +134,36 @@ def test_a_server_archive_verifies_and_a_forged_percentile_is_refused(server_run
     problems = verify(write_members(tmp_path / "forged.tar.gz", files)).problems
     assert f"pass {served.pass_id}: serving percentiles_s.ttft.99.0 {p99 / 2} in result.json, {p99} re-derived " \
            f"from passes/{served.pass_id}/served.jsonl" in problems, problems
+
+
+def test_the_report_gives_each_rate_its_figures_and_the_highest_rate_that_holds(server_run):
+    import csv
+
+    from lab.report.served_cells import SERVED
+
+    orch, _ = server_run
+    rows = {r["pass_id"]: r for r in csv.DictReader(open(orch.dir / "report" / "raw_table.csv", encoding="utf-8"))}
+    attempts = orch.journal.attempts()
+    holding = []
+    for a in attempts:
+        row = rows[a.pass_id]
+        if a.variant.request_rate is None or a.status != "ok":
+            assert a.status != "ok" or all(row[c] == "" for c in SERVED), row  # an offline pass: empty cells
+            continue
+        res = json.loads((orch.dir / "passes" / a.pass_id / "result.json").read_text())
+        assert float(row["served_rate"]) == a.variant.request_rate
+        p99 = res["serving"]["figures"]["percentiles_s"]["ttft"]["99.0"]
+        assert float(row["served_ttft_p99_s"]) == pytest.approx(p99)
+        assert row["served_objective_holds"] == str(res["serving"]["verdict"]["holds"])
+        if res["serving"]["verdict"]["holds"] and a.validation.corpus_accepted:
+            holding.append(a.variant.request_rate)
+    note = (orch.dir / "report" / "decision_note.md").read_text()
+    decision = note[note.index("## Decision"):]
+    assert "**Serving: the highest declared request rate that holds the latency objective.**" in decision
+    # the offline ranking chooses among offline configurations only
+    assert "**Chosen: batch 8" in decision, decision
+    if holding:
+        assert f"**{max(holding):g} req/s**" in decision, decision
+    else:
+        assert "no declared rate holds it" in decision, decision
+    print("\n" + decision)
