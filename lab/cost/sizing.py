@@ -32,6 +32,26 @@ def capacity_items(hours: float, lots: int, items_per_s: float | None, setup_s: 
     return max(0, int((hours * 3600 - setup_s) * items_per_s * lots))
 
 
+def serving_lots(peak_rate: float, rate_per_card: float, cards_per_lot: int) -> int:
+    """Lots a declared peak traffic needs (issue 36): ``peak_rate`` (req/s) over one server per card
+    each holding ``rate_per_card`` (req/s: the highest measured rate at which the latency objective
+    held on one card), ``cards_per_lot`` cards per lot, requests balanced across the cards. The
+    rate a card holds is what was measured; that N servers hold N times it assumes nothing shared
+    between cards (the host's CPU, its network) binds first. Raises ValueError for a rate <= 0."""
+    import math
+
+    if not peak_rate > 0 or not rate_per_card > 0 or cards_per_lot < 1:
+        raise ValueError(f"serving_lots needs rates > 0 and cards >= 1, got {peak_rate}, {rate_per_card}, "
+                         f"{cards_per_lot}")
+    return max(1, math.ceil(peak_rate / (rate_per_card * cards_per_lot) - 1e-9))
+
+
+def served_requests(average_rate: float, hours: float) -> float:
+    """Requests a declared average traffic (req/s) sends in ``hours``: what a committed package is
+    divided by for its cost per request (the package is paid whatever the traffic uses of it)."""
+    return average_rate * hours * 3600.0
+
+
 def package_limits(catalog: Catalog, gpu: str, hours_available: float | None) -> list[tuple[int, float]]:
     """[(days, hours a lot may work)] for each package of ``gpu`` in the catalog, shortest first.
     ``hours_available``: hours from the window start to the deadline (None: no deadline)."""

@@ -44,7 +44,9 @@ class ScenarioSection:
     absent: no cap), ``warmup_requests`` (sent before the measured requests, kept out), and the
     objective: ``ttft_s``, ``tpot_s``, ``e2el_s`` (bounds in seconds, each optional, at least one for
     a server), ``*_percentile`` (which percentile each bound applies to, default 99) and ``share``
-    (share of requests that must meet every declared bound, default 0.9). Raises ScenarioError."""
+    (share of requests that must meet every declared bound, default 0.9); the user's traffic:
+    ``peak_rate`` (req/s the lots must hold) and ``average_rate`` (req/s: cost per million
+    requests), each optional (without them nothing is sized or priced). Raises ScenarioError."""
 
     kind: str = "offline"  # "offline" (a corpus in bulk) or "server" (requests at request_rate, an objective)
     burstiness: float = 1.0  # arrivals: 1 Poisson, < 1 burstier, > 1 more regular (gamma shape)
@@ -57,6 +59,8 @@ class ScenarioSection:
     e2el_s: float | None = None  # objective: end-to-end latency bound (s) at e2el_percentile
     e2el_percentile: float = 99.0
     share: float = 0.9  # share of requests that must meet every declared bound
+    peak_rate: float | None = None  # the traffic's peak (req/s) the lots must hold at the objective
+    average_rate: float | None = None  # the traffic's average (req/s): cost per million requests
 
     def __post_init__(self) -> None:
         if self.kind not in SCENARIOS:
@@ -77,6 +81,13 @@ class ScenarioSection:
         if not 0 < self.share <= 1:
             raise ScenarioError(f"[scenario] share {self.share!r} must be in (0, 1] (share of requests meeting "
                                 "every bound), e.g. 0.9")
+        for key in ("peak_rate", "average_rate"):
+            value = getattr(self, key)
+            if value is not None and not 0 < value < float("inf"):
+                raise ScenarioError(f"[scenario] {key} {value!r} must be requests per second > 0, e.g. 20")
+        if self.peak_rate is not None and self.average_rate is not None and self.average_rate > self.peak_rate:
+            raise ScenarioError(f"[scenario] average_rate {self.average_rate:g} is above peak_rate "
+                                f"{self.peak_rate:g} req/s; the peak is the highest traffic, the average below it")
         bounds = self.bounds()
         if not bounds:
             raise ScenarioError("[scenario] a server scenario needs a latency objective, locked before timing: "

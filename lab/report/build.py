@@ -116,7 +116,7 @@ def campaign_note(proto, summary, pricing: dict, attempts: list[Attempt], partia
 
     planned = [(v.variant_id, v.label) for v in proto.variants]
     note = decision_note(summary, decision_campaign(proto), pricing, planned=planned,
-                         measured=measured_hardware(attempts))
+                         measured=measured_hardware(attempts), scenario=proto.config.scenario)
     if observed:
         note += ("\n\n_Campaign window: no window was declared in the campaign file; the window "
                  "above is the span of the passes actually run (first start to last end)._\n")

@@ -32,7 +32,7 @@ from lab.cost.forfaits import (
     quote,
 )
 from lab.cost.hardware import HardwareCheck, Measured, Priced
-from lab.cost.sizing import capacity_items
+from lab.cost.sizing import capacity_items, served_requests, serving_lots
 from lab.facts.constants import AGREEMENT, DEFAULT_DELIVERABLES, DEFAULT_LOTS
 from lab.kinds.kind import differing_share
 from lab.report.caveats import Basis, rests_on
@@ -98,6 +98,8 @@ class Assessment:
     exclusions: tuple[str, ...]
     hardware: HardwareCheck | None = None
     """Its passes' hardware against its package (lab.cost.hardware); None when not priced or not known."""
+    catalog: Catalog | None = None
+    """The catalog its package was quoted from (a server configuration's lots are quoted from it too)."""
 
     @property
     def eligible(self) -> bool:
@@ -128,7 +130,7 @@ def markdown_text(text: str) -> str:
 def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pricing: dict,
                   variant_pricing: dict[str, dict] | None = None,
                   planned: Sequence[tuple[str, str]] | None = None,
-                  measured: Mapping[str, Measured] | None = None) -> str:
+                  measured: Mapping[str, Measured] | None = None, scenario=None) -> str:
     """Markdown decision note.
 
     ``summary``: one ``VariantSummary`` per variant (a summary.json dict is read with
@@ -150,7 +152,9 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
     the decision derives (lab.report.caveats, with each variant's own: few passes, starved, not
     steady-state), and the Decision section ends with one line per mismatch: what was measured, what
     was priced, and that the price is the package's while the durations are the measured device's.
-    None: the hardware is not known (nothing said).
+    None: the hardware is not known (nothing said). ``scenario``: the campaign's
+    lab.inputs.scenario.ScenarioSection (None: offline); a server campaign's Decision names each
+    server configuration's highest holding rate and prices its declared traffic (:func:`serving_decision`).
 
     Each distinct useful corpus counts once (seed: "Contare deliverable utili"): a
     variant with >= 1 accepted pass validated the corpus once, never once per
@@ -207,7 +211,8 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
     if not_run:
         decision = [f"**Not a decision over every declared configuration:** {len(not_run)} of "
                     f"{len(not_run) + len(rows)} have not run ({', '.join(not_run)}).", ""] + decision
-    out += ["", "## Decision", ""] + decision + serving_decision(records) + hardware_lines(rows)
+    served = serving_decision(rows, scenario)
+    out += ["", "## Decision", ""] + decision + served + hardware_lines(rows)
     return "\n".join(out) + "\n"
 
 
@@ -308,7 +313,7 @@ def _assess(v: VariantSummary, p: dict, deadline_at: datetime | None, deliverabl
         why.append(f"price: {missing}; committed budget unknown")
     hardware = None if q is None or measured is None else \
         HardwareCheck(measured, Priced(q.gpu, q.gpu_name, q.cards_per_lot))
-    return Assessment(v, q, missing, window, cov, accepted, per_corpus, tuple(why), hardware)
+    return Assessment(v, q, missing, window, cov, accepted, per_corpus, tuple(why), hardware, catalog)
 
 
 def _s(value) -> str:
@@ -404,30 +409,69 @@ def serving_lines(v: VariantSummary) -> list[str]:
             f"- Latency objective: held in {v.served_holds} of {v.successes} pass(es) ok"]
 
 
-def serving_decision(records: Sequence[VariantSummary]) -> list[str]:
+def serving_decision(rows: Sequence[Assessment], scenario=None) -> list[str]:
     """The Decision's serving part: per server configuration (its variants but for the rate), the
     highest declared rate at which every pass ok held the objective and was accepted (the same ML
-    result), with how many passes that rests on; a configuration with none says so. [] for an
-    offline campaign."""
-    served = [v for v in records if v.request_rate is not None]
+    result), with how many passes that rests on; a configuration with none says so. With the
+    traffic the campaign declares (``scenario``: lab.inputs.scenario.ScenarioSection ``peak_rate``,
+    ``average_rate``) and a package quoted from the configuration's catalog: the lots that peak needs
+    (lab.cost.sizing.serving_lots, one server per card at the rate that held), their committed
+    budget (lab.cost.forfaits.quote), and the cost per million requests, and per million output
+    tokens, at the average traffic over the package's hours (lab.cost.sizing.served_requests). []
+    for an offline campaign."""
+    served = [a for a in rows if a.variant.request_rate is not None]
     if not served:
         return []
-    groups: dict[str, list[VariantSummary]] = {}
-    for v in served:
-        groups.setdefault(v.label.replace(f", {v.request_rate:g} req/s", ""), []).append(v)
+    groups: dict[str, list[Assessment]] = {}
+    for a in served:
+        v = a.variant
+        groups.setdefault(v.label.replace(f", {v.request_rate:g} req/s", ""), []).append(a)
     out = ["", "**Serving: the highest declared request rate that holds the latency objective.** The offline "
            "ranking above does not rank server passes (their windows are set by the rates)."]
-    for config, vs in groups.items():
-        holding = [v for v in vs if v.successes and v.served_holds == v.successes == v.accepted_passes]
+    for config, group in groups.items():
+        vs = [a.variant for a in group]
+        holding = [a for a in group if a.variant.successes
+                   and a.variant.served_holds == a.variant.successes == a.variant.accepted_passes]
         tried = ", ".join(f"{v.request_rate:g}" for v in sorted(vs, key=lambda v: v.request_rate or 0))
         if not holding:
             out.append(f"- {config}: no declared rate holds it (rates tried: {tried} req/s)")
             continue
-        best = max(holding, key=lambda v: v.request_rate or 0)
-        out.append(f"- {config}: **{best.request_rate:g} req/s** ({best.served_holds} of {best.successes} "
-                   f"pass(es) held it and were accepted; rates tried: {tried} req/s)"
-                   + ("; too few passes to state its spread" if best.successes < 2 else ""))
+        best = max(holding, key=lambda a: a.variant.request_rate or 0)
+        b = best.variant
+        line = (f"- {config}: **{b.request_rate:g} req/s** ({b.served_holds} of {b.successes} pass(es) held it and "
+                f"were accepted; rates tried: {tried} req/s)"
+                + ("; too few passes to state its spread" if b.successes < 2 else ""))
+        out.append(line)
+        out += _serving_cost(best, scenario)
     return out
+
+
+def _serving_cost(best: Assessment, scenario) -> list[str]:
+    """The lines pricing the declared traffic at ``best``'s holding rate (see serving_decision)."""
+    q, v, catalog = best.quote, best.variant, best.catalog
+    peak = getattr(scenario, "peak_rate", None)
+    average = getattr(scenario, "average_rate", None)
+    if peak is None:
+        return ["  - Sizing: declare [scenario] peak_rate (and average_rate) to size the lots and price the traffic"]
+    if q is None or catalog is None:
+        return [f"  - Sizing: {best.price_missing or NO_PACKAGE}: the lots for {peak:g} req/s are not priced"]
+    assert v.request_rate is not None  # a server variant
+    lots = serving_lots(peak, v.request_rate, q.cards_per_lot)
+    sized = quote(catalog, q.gpu, q.days, lots)
+    clause = rests_on([v.basis(best.hardware)])
+    out = [f"  - Peak {peak:g} req/s: {lots} lot(s) of {q.cards_per_lot} {q.gpu_name} card(s), one server per "
+           f"card at {v.request_rate:g} req/s each; {q.days}-day package, committed budget "
+           f"{money(sized.committed_budget, sized.currency)}" + (f"; {clause}" if clause else "")]
+    if average is None:
+        return out + ["  - Cost per million requests: declare [scenario] average_rate (req/s) to derive it"]
+    requests = served_requests(average, sized.package_hours)
+    per_m = sized.committed_budget / Decimal(str(requests)) * 1_000_000
+    tokens = v.output_tokens / v.items_total if v.output_tokens and v.items_total else None
+    tok = ("" if tokens is None else
+           f", {money(per_m / Decimal(str(tokens)), sized.currency)} per million output tokens "
+           f"({tokens:.1f} output tokens per request, measured)")
+    return out + [f"  - At an average {average:g} req/s ({requests:,.0f} requests in the package's "
+                  f"{sized.package_hours} h): {money(per_m, sized.currency)} per million requests{tok}"]
 
 
 def _generation_lines(a: Assessment) -> list[str]:

@@ -61,6 +61,8 @@ def test_an_integer_rate_and_its_float_are_one_variant():
     (dict(scenario=SERVER + "ttft_percentile = 100\n"), "[scenario] ttft_percentile 100.0 must be in (0, 100)"),
     (dict(scenario=SERVER + "max_concurrency = 0\n"), "[scenario] max_concurrency 0 must be >= 1"),
     (dict(scenario=SERVER + "ttft_bound = 1\n"), "[scenario] unknown key 'ttft_bound'"),
+    (dict(scenario=SERVER + "peak_rate = 2\naverage_rate = 5\n"), "[scenario] average_rate 5 is above peak_rate 2"),
+    (dict(scenario=SERVER + "peak_rate = 0\n"), "[scenario] peak_rate 0 must be requests per second > 0"),
     (dict(scenario=""), "variant served/request_rate=1 declares request_rate, a server pass's factor; declare "
                         "[scenario] kind = \"server\""),
     (dict(task=""), "serves generation tasks here, not classification"),

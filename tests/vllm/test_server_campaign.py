@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(not vllm_env.is_ready(), reason=(
 RATES = (1.0, 2.0, 4.0)  # req/s: low, it is a 2-core CPU
 PER_LABEL = (8, 8, 8)  # 24 items: one request each per pass
 SCENARIO = ('\n[scenario]\nkind = "server"\nttft_s = 1.0\ntpot_s = 0.25\nshare = 0.9\nmax_concurrency = 16\n'
-            'warmup_requests = 2\n')
+            'warmup_requests = 2\npeak_rate = 20\naverage_rate = 5\n')
 
 
 def server_campaign(folder, model_dir):
@@ -164,6 +164,8 @@ def test_the_report_gives_each_rate_its_figures_and_the_highest_rate_that_holds(
     assert "**Chosen: batch 8" in decision, decision
     if holding:
         assert f"**{max(holding):g} req/s**" in decision, decision
+        # the declared traffic sized and priced at that rate (tests/unit/test_serving_cost.py: the rule)
+        assert "  - Peak 20 req/s: " in decision and "per million requests" in decision, decision
     else:
         assert "no declared rate holds it" in decision, decision
     print("\n" + decision)

@@ -1,0 +1,65 @@
+"""The serving part of the decision (issue 36): the highest declared rate that holds the objective per
+server configuration, the lots a declared peak needs and the cost per million requests at the declared
+average traffic, from the package price (lab.cost.sizing, lab.report.decision_note)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lab.cost.sizing import served_requests, serving_lots
+from lab.inputs.scenario import ScenarioSection
+from lab.report.decision_note import decision_note
+from lab.report.summary import VariantSummary
+
+PRICING = {"gpu": "rtx-4090", "days": 7, "lots": 1, "catalog_path": None}
+CAMPAIGN = {"name": "serve", "question": "Which rental holds my traffic?", "deliverables": 1}
+
+
+@pytest.mark.parametrize("peak, per_card, cards, lots", [(20, 4, 1, 5), (20, 4, 2, 3), (4, 4, 1, 1), (0.5, 4, 1, 1),
+                                                        (12.0000000001, 4, 1, 3), (12.1, 4, 1, 4)])
+def test_lots_for_a_peak_are_the_ceiling_of_peak_over_what_a_lot_holds(peak, per_card, cards, lots):
+    assert serving_lots(peak, per_card, cards) == lots
+
+
+def test_a_rate_that_is_not_positive_is_refused():
+    with pytest.raises(ValueError):
+        serving_lots(10, 0, 1)
+    assert served_requests(2.0, 168) == 2.0 * 168 * 3600
+
+
+def summary(rate, holds=1, successes=1, accepted=1, label="batch 1, fp32, longest, max 128, vllm"):
+    suffix = f", {rate:g} req/s" if rate is not None else ""
+    return VariantSummary(variant_id=f"v-{rate}", label=label + suffix, durations_s=(10.0,), median_s=10.0,
+                          successes=successes, accepted_passes=accepted, quality_verdict="accepted",
+                          request_rate=rate, served_holds=holds if rate is not None else 0,
+                          items_total=24, output_tokens=120)
+
+
+def decision(records, scenario):
+    note = decision_note(records, CAMPAIGN, PRICING, scenario=scenario)
+    return note[note.index("## Decision"):]
+
+
+def test_the_highest_holding_rate_is_sized_and_priced_at_the_declared_traffic():
+    records = [summary(None, label="batch 8, fp32, longest, max 128"), summary(1.0), summary(2.0), summary(4.0),
+               summary(8.0, holds=0)]
+    text = decision(records, ScenarioSection(kind="server", ttft_s=1.0, peak_rate=20.0, average_rate=5.0))
+    assert "**Chosen: batch 8, fp32, longest, max 128**" in text  # the offline ranking: offline only
+    assert "- batch 1, fp32, longest, max 128, vllm: **4 req/s** (1 of 1 pass(es) held it" in text
+    assert "rates tried: 1, 2, 4, 8 req/s" in text
+    # 20 req/s over 4 req/s per card, 1 card per lot: 5 lots of the 7-day package at 110.00 USD per lot
+    assert "Peak 20 req/s: 5 lot(s) of 1 NVIDIA GeForce RTX 4090 card(s)" in text and "550.00 USD" in text
+    # 550 USD over 5 req/s x 168 h: 3,024,000 requests; 120 output tokens over 24 requests: 5 per request
+    assert "3,024,000 requests" in text and "181.88 USD per million requests" in text, text
+    assert "36.38 USD per million output tokens" in text, text
+
+
+def test_no_rate_that_holds_and_no_declared_traffic_are_said():
+    text = decision([summary(None, label="batch 8"), summary(1.0, holds=0)], ScenarioSection(kind="server", ttft_s=1.0))
+    assert "no declared rate holds it (rates tried: 1 req/s)" in text
+    text = decision([summary(None, label="batch 8"), summary(1.0)], ScenarioSection(kind="server", ttft_s=1.0))
+    assert "declare [scenario] peak_rate (and average_rate) to size the lots" in text
+
+
+def test_an_offline_campaign_has_no_serving_part():
+    assert "Serving" not in decision([summary(None, label="batch 8")], None)
