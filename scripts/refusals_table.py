@@ -129,6 +129,9 @@ CASES: list[tuple[str, str | tuple[str, ...], str | tuple[str, ...]]] = [
      ('[task]\nkind = "custom"\nentry = "model.py:Model"\n[corpus]', 'padding = "longest"\nengine = "vllm"')),
     ("vLLM with padding to max_length", 'padding = "longest"', 'padding = "max_length"\nengine = "vllm"'),
     ("a vLLM option on a transformers variant", 'padding = "longest"', 'padding = "longest"\nmax_num_seqs = 8'),
+    ("a server scenario without a latency objective", "[corpus]", '[scenario]\nkind = "server"\n[corpus]'),
+    ("a server scenario for a classification task", "[corpus]",
+     '[scenario]\nkind = "server"\nttft_s = 1.0\n[corpus]'),
 ]
 
 # Values that lock but are unusual: `protocol lock` succeeds (exit 0) and prints one warning line each.
@@ -216,7 +219,10 @@ def case_file(work: Path, i: int, old: str | tuple[str, ...], new: str | tuple[s
 def as_typed(line: str) -> str:
     """``line`` with the hints' executable as a user types it: `iteralab ...` in place of
     :data:`MACHINE_COMMAND` (this machine's absolute path)."""
-    return line if MACHINE_COMMAND == "iteralab" else line.replace(f"`{MACHINE_COMMAND} ", "`iteralab ")
+    if MACHINE_COMMAND != "iteralab":
+        line = line.replace(f"`{MACHINE_COMMAND} ", "`iteralab ")
+    # the same interpreter named from the repository (the case's paths are shortened before this)
+    return line.replace("`.venv/bin/python -m lab.cli ", "`iteralab ")
 
 
 def write_case(work: Path, i: int, text: str) -> Path:

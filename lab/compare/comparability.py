@@ -261,7 +261,7 @@ def refuse_server_archives(evidence: list[Evidence]) -> None:
     lab.inputs.scenario): its passes answer another question (a traffic at a latency objective)
     than an offline archive's, and comparing server archives across rentals is not derived yet;
     ranking their passes by window, as offline passes are, would be wrong."""
-    served = [e.name for e in evidence if e.config.scenario.server]
+    served = [e.name for e in evidence if e.config is not None and e.config.scenario.server]
     if served:
         raise CompareError(f"not comparable here: {', '.join(served)} "
                            f"{'is a server campaign' if len(served) == 1 else 'are server campaigns'} "

@@ -66,7 +66,8 @@ names): ids compared with the reference pass, ids that differ, the rule applied,
 NOT_CHECKED_NOTE = "empty agreement cells: the agreement rule was not checked (a record written before it)"
 COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_name", "variant_label", "series",
             "batch_size", "precision", "padding", "max_length", "bucketing", "device", "backend",
-            "cards", "cards_observed", "devices_observed", "attention", "quantization", "compile", "engine"]
+            "cards", "cards_observed", "devices_observed", "attention", "quantization", "compile", "engine",
+            "request_rate"]
            + [f"observed_{k}" for k in OBSERVED]
            + ["repetition", "order_position", "seq", "attempt", "launcher",
             "start_time", "end_time", "status", "exit_code"]
@@ -151,6 +152,7 @@ def raw_rows(attempts: list[Attempt], campaign: str, protocol_version: int, camp
             "device": r.device or f"{_declared(v, 'device')} (not resolved: pass ended first)",
             "backend": r.backend,
             "cards": _declared(v, "cards"), "engine": _declared(v, "engine"),
+            "request_rate": _declared(v, "request_rate"),
             **observed_cards(r),
             "repetition": a.repetition, "order_position": a.position, "seq": a.seq,
             "attempt": a.attempt, "launcher": a.launcher, "start_time": a.start_time,

@@ -1,10 +1,11 @@
 """A server pass's figures as raw-table cells and per-variant medians (issue 36).
 
 The cells come from result.json's ``serving`` (lab.passes.tasks.server_job.ServingRecord), which
-``archive verify`` re-derives from the pass's ``served.jsonl`` (lab.evidence.served): the offered
-and achieved rate (req/s), goodput (requests meeting every bound of the objective per second),
-the 99th percentiles of TTFT, TPOT and end-to-end latency (s), the load generator's p99 release
-lag (s) and whether the pass held the locked objective. An offline pass leaves them empty.
+``archive verify`` re-derives from the pass's ``served.jsonl`` (lab.evidence.served): the achieved
+rate (req/s; the offered one is the variant's declared ``request_rate`` column), goodput
+(requests meeting every bound of the objective per second), the 99th percentiles of TTFT, TPOT
+and end-to-end latency (s), the load generator's p99 release lag (s) and whether the pass held
+the locked objective. An offline pass leaves them empty.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from lab.passes.records import PassResult
 
 P99 = 99.0
 LATENCIES = ("ttft", "tpot", "e2el")
-RATE, HOLDS = "served_rate", "served_objective_holds"
+HOLDS = "served_objective_holds"
 SERVED_FIGURES = ("served_achieved_rate", "served_goodput", *(f"served_{m}_p99_s" for m in LATENCIES),
                   "served_lag_p99_s")
 """The columns a variant's summary gives as a median over its passes ok (``<column>_median``)."""
-SERVED = (RATE, *SERVED_FIGURES, HOLDS)
-"""The raw-table columns of a server pass, in order."""
+SERVED = (*SERVED_FIGURES, HOLDS)
+"""The raw-table columns of a server pass, in order (its declared rate is the variant's
+``request_rate`` column)."""
 
 
 def served_cells(result: PassResult) -> dict:
@@ -37,4 +39,4 @@ def served_cells(result: PassResult) -> dict:
     f = rec.figures
     p = {m: (f.percentiles_s.get(m) or {}).get(P99) for m in LATENCIES}
     figures = (f.achieved_rate, f.goodput, *(p[m] for m in LATENCIES), None if f.lag_s is None else f.lag_s.get("p99"))
-    return {RATE: f.offered_rate, **dict(zip(SERVED_FIGURES, figures, strict=True)), HOLDS: rec.verdict.holds}
+    return {**dict(zip(SERVED_FIGURES, figures, strict=True)), HOLDS: rec.verdict.holds}

@@ -30,7 +30,7 @@ from lab.passes.records import Attempt, Validation, rejected_text
 from lab.report.caveats import Basis
 from lab.report.condition_cells import is_starved, starved_text
 from lab.report.distinguish import compare_durations
-from lab.report.served_cells import HOLDS, RATE, SERVED_FIGURES
+from lab.report.served_cells import HOLDS, SERVED_FIGURES
 
 
 def recompilation_caveat(recompiled_passes: int, successes: int, frames_max: int | None) -> str:
@@ -300,7 +300,7 @@ def summarize(rows: list[dict], feasibility: dict | None = None,
         rs = by[vid]
         ok = [r for r in rs if r["status"] == PassStatus.OK and r.get("measured_s") is not None]
         d = [round(float(r["measured_s"]), 6) for r in ok]
-        items = max((int(r["items_total"]) for r in ok if r.get("items_total")), default=None)
+        items = _largest(ok, "items_total")
         metrics = [r["metric"] for r in rs if r.get("metric") is not None]
         accepted = sum(1 for r in rs if r.get("corpus_accepted") is True)
         first = rs[0]
@@ -335,7 +335,7 @@ def summarize(rows: list[dict], feasibility: dict | None = None,
                                  default=None),
             "output_tokens_per_s_median": _median_known([r.get("output_tokens_per_s") for r in ok]),
             **_quality_figures([(validations or {}).get(r["pass_id"]) for r in rs if "pass_id" in r]),
-            **_served_figures(ok),
+            **_served_figures(first.get("request_rate"), ok),
             "starved_passes": [{"pass_id": r["pass_id"], "reason": r.get("starved_reason") or ""}
                                for r in ok if is_starved(r)],
         })
@@ -348,13 +348,12 @@ def _largest(rows: list[dict], column: str):
     return max((r[column] for r in rows if r.get(column)), default=None)
 
 
-def _served_figures(ok: list[dict]) -> dict:
-    """A server variant's fields of VariantSummary from its passes ok (lab.report.served_cells);
-    {} for an offline variant (the defaults stand)."""
-    rates = [r.get(RATE) for r in ok if r.get(RATE) is not None]
-    if not rates:
+def _served_figures(rate: float | None, ok: list[dict]) -> dict:
+    """A server variant's fields of VariantSummary: its declared ``rate`` and, from its passes ok,
+    the served figures (lab.report.served_cells); {} for an offline variant (the defaults stand)."""
+    if rate is None:
         return {}
-    return {"request_rate": rates[0], "served_holds": sum(r.get(HOLDS) is True for r in ok),
+    return {"request_rate": rate, "served_holds": sum(r.get(HOLDS) is True for r in ok),
             **{f"{c}_median": _median_known([r.get(c) for r in ok]) for c in SERVED_FIGURES}}
 
 

@@ -151,7 +151,7 @@ def test_the_report_gives_each_rate_its_figures_and_the_highest_rate_that_holds(
             assert a.status != "ok" or all(row[c] == "" for c in SERVED), row  # an offline pass: empty cells
             continue
         res = json.loads((orch.dir / "passes" / a.pass_id / "result.json").read_text())
-        assert float(row["served_rate"]) == a.variant.request_rate
+        assert float(row["request_rate"]) == a.variant.request_rate
         p99 = res["serving"]["figures"]["percentiles_s"]["ttft"]["99.0"]
         assert float(row["served_ttft_p99_s"]) == pytest.approx(p99)
         assert row["served_objective_holds"] == str(res["serving"]["verdict"]["holds"])

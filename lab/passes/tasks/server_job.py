@@ -199,8 +199,10 @@ class ServerJob(VllmJob):
                                              stopped_by="max_new_tokens" if r.output_tokens >= rule.max_new_tokens
                                              else SERVER_STOP)
             win.pred_index[k] = k
-            win.items_done = k + 1
-        win.batches = 1
+        done = len(recs) if first_bad is None else first_bad
+        # the answered requests' prompt tokens, counted as one packed call: the server tokenized and
+        # batched them itself, no pad token entered (its own batches are not the lab's to count)
+        win.count_packed_call(list(range(done)), win.tokens_kept, None)
         if on_batch:
             on_batch(win.items_done)
         if first_bad is not None:
