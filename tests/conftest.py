@@ -54,8 +54,11 @@ NOT_IN_TIER = {
 }
 # Session fixtures that several modules share: under pytest-xdist (--dist loadgroup) every test
 # using one runs on the worker that built it, so each is built once per run. Every other test
-# is grouped with its module, so module-scoped fixtures are built once too.
+# is grouped with its module, so module-scoped fixtures are built once too (xdist_groups).
 SHARED_SESSION_FIXTURES = ("small_campaign", "rental_archives", "metric_rentals", "two_rentals")
+# Those of them built once for every worker and run (kept_across_runs, under a file lock): a test
+# using one beside a module-scoped fixture runs with its module, where that fixture is built.
+KEPT_ACROSS_RUNS = ("rental_archives", "metric_rentals", "two_rentals")
 # Serial: tests whose verdict depends on the CPU they get or on wall-clock timing (CPU affinity
 # and starvation, the CPU's measured ceiling, stall deadlines, signals timed into a pass, timed
 # windows side by side, keys typed into a terminal). Memory peaks and address-space limits are
@@ -139,8 +142,54 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(getattr(pytest.mark, mark))
         if item.path.name in SERIAL_MODULES:
             item.add_marker(pytest.mark.serial)
-        shared = next((f for f in SHARED_SESSION_FIXTURES if f in fixtures), None)
-        item.add_marker(pytest.mark.xdist_group(shared or item.path.name))
+    for item, group in xdist_groups(items).items():
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def module_fixtures(item) -> set[str]:
+    """Names of the module-scoped fixtures ``item`` uses (directly or through another fixture)."""
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    return {name for name, d in defs.items() if d and d[-1].scope == "module"}
+
+
+def xdist_groups(items) -> dict:
+    """{item: its pytest-xdist group (--dist loadgroup)}: tests that share a built instance, a
+    session fixture of SHARED_SESSION_FIXTURES that is not kept across runs or a module-scoped
+    fixture of their module, land in one group, so each instance is built on one worker only.
+    Such a group is named after its session fixture, else after its module. A test that shares
+    none of them runs with the first kept fixture it uses (KEPT_ACROSS_RUNS: one worker builds
+    it while the others go on), else with its module. So a test reading small_campaign and its
+    module's campaign takes the campaign's other users to small_campaign's worker."""
+    parent: dict = {}
+
+    def root(x):
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    shared = {f for f in SHARED_SESSION_FIXTURES if f not in KEPT_ACROSS_RUNS}
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        for node in [("session", f) for f in sorted(shared & fixtures)] + \
+                    [("module", item.path.name, f) for f in sorted(module_fixtures(item))]:
+            parent[root(node)] = root(("test", id(item)))
+    members: dict = {}
+    for node in list(parent):
+        members.setdefault(root(node), set()).add(node)
+    out = {}
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        nodes = members.get(root(("test", id(item))), set())
+        session = sorted((SHARED_SESSION_FIXTURES.index(n[1]), n[1]) for n in nodes if n[0] == "session")
+        kept = next((f for f in KEPT_ACROSS_RUNS if f in fixtures), None)
+        if session:
+            out[item] = session[0][1]
+        elif any(n[0] == "module" for n in nodes):
+            out[item] = item.path.name
+        else:
+            out[item] = kept or item.path.name
+    return out
 
 
 def pytest_collection_finish(session):
