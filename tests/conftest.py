@@ -54,8 +54,12 @@ NOT_IN_TIER = {
 }
 # Session fixtures that several modules share: under pytest-xdist (--dist loadgroup) every test
 # using one runs on the worker that built it, so each is built once per run. Every other test
-# is grouped with its module, so module-scoped fixtures are built once too.
-SHARED_SESSION_FIXTURES = ("small_campaign", "rental_archives", "metric_rentals", "two_rentals")
+# is grouped with its module, so module-scoped fixtures are built once too (xdist_groups).
+SHARED_SESSION_FIXTURES = ("small_campaign", "left_padded_classifier", "left_padded_embedding",
+                           "rental_archives", "metric_rentals", "two_rentals")
+# Those of them built once for every worker and run (kept_across_runs, under a file lock): a test
+# using one beside a module-scoped fixture runs with its module, where that fixture is built.
+KEPT_ACROSS_RUNS = ("rental_archives", "metric_rentals", "two_rentals")
 # Serial: tests whose verdict depends on the CPU they get or on wall-clock timing (CPU affinity
 # and starvation, the CPU's measured ceiling, stall deadlines, signals timed into a pass, timed
 # windows side by side, keys typed into a terminal). Memory peaks and address-space limits are
@@ -139,8 +143,54 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(getattr(pytest.mark, mark))
         if item.path.name in SERIAL_MODULES:
             item.add_marker(pytest.mark.serial)
-        shared = next((f for f in SHARED_SESSION_FIXTURES if f in fixtures), None)
-        item.add_marker(pytest.mark.xdist_group(shared or item.path.name))
+    for item, group in xdist_groups(items).items():
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def module_fixtures(item) -> set[str]:
+    """Names of the module-scoped fixtures ``item`` uses (directly or through another fixture)."""
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    return {name for name, d in defs.items() if d and d[-1].scope == "module"}
+
+
+def xdist_groups(items) -> dict:
+    """{item: its pytest-xdist group (--dist loadgroup)}: tests that share a built instance, a
+    session fixture of SHARED_SESSION_FIXTURES that is not kept across runs or a module-scoped
+    fixture of their module, land in one group, so each instance is built on one worker only.
+    Such a group is named after its session fixture, else after its module. A test that shares
+    none of them runs with the first kept fixture it uses (KEPT_ACROSS_RUNS: one worker builds
+    it while the others go on), else with its module. So a test reading small_campaign and its
+    module's campaign takes the campaign's other users to small_campaign's worker."""
+    parent: dict = {}
+
+    def root(x):
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    shared = {f for f in SHARED_SESSION_FIXTURES if f not in KEPT_ACROSS_RUNS}
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        for node in [("session", f) for f in sorted(shared & fixtures)] + \
+                    [("module", item.path.name, f) for f in sorted(module_fixtures(item))]:
+            parent[root(node)] = root(("test", id(item)))
+    members: dict = {}
+    for node in list(parent):
+        members.setdefault(root(node), set()).add(node)
+    out = {}
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        nodes = members.get(root(("test", id(item))), set())
+        session = sorted((SHARED_SESSION_FIXTURES.index(n[1]), n[1]) for n in nodes if n[0] == "session")
+        kept = next((f for f in KEPT_ACROSS_RUNS if f in fixtures), None)
+        if session:
+            out[item] = session[0][1]
+        elif any(n[0] == "module" for n in nodes):
+            out[item] = item.path.name
+        else:
+            out[item] = kept or item.path.name
+    return out
 
 
 def pytest_collection_finish(session):
@@ -478,6 +528,71 @@ def small_campaign(tmp_path_factory, model_dir):
     assert orch.run() == "finished"
     build_report(orch.dir)
     return orch
+
+
+def copy_with(src: Path, dest: Path, name: str, change: dict) -> Path:
+    """``src`` copied to ``dest`` with the JSON file ``name`` updated by ``change``."""
+    import shutil
+
+    shutil.copytree(src, dest)
+    data = json.loads((dest / name).read_text())
+    (dest / name).write_text(json.dumps({**data, **change}, indent=1))
+    return dest
+
+
+def run_reported(f: Path, env: dict | None = None):
+    """Lock, run (into ``f``'s folder/runs) and report the campaign ``f`` with ``env`` set in this
+    process (the passes and the orchestrator's host record inherit it); the environment is
+    restored after. Returns the orchestrator of the finished campaign."""
+    from lab.launchers.local import LocalLauncher
+    from lab.orchestration.orchestrator import Orchestrator
+    from lab.orchestration.protocol import load_protocol, lock
+    from lab.report.build import build_report
+
+    before = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
+    try:
+        lock(load_protocol(f))
+        orch = Orchestrator.prepare(f, f.parent / "runs", LocalLauncher())
+        assert orch.run() == "finished"
+        build_report(orch.dir)
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return orch
+
+
+# The issue's example of a checkpoint padded on the left (issue 31): read by test_agreement_decides
+# (a batch-8 pass is accepted only within the agreement rule) and test_observed_inputs (the side
+# the lab padded is observed and recorded), one campaign per task kind.
+def left_padded_campaign(d: Path, model_dir: Path, kind: str, env: dict | None = None):
+    """Batch 1 and 8 over 17 demo items (6 short, 6 medium, 5 long: the long ones padded most)
+    on a copy of the demo classifier whose tokenizer_config.json says ``"padding_side": "left"``,
+    threshold 0.2, as ``kind`` (classification: accuracy; embedding: nn_accuracy, mean pooling,
+    normalised); run and reported with ``env`` (run_reported)."""
+    model = copy_with(model_dir, d / "model", "tokenizer_config.json", {"padding_side": "left"})
+    f = write_campaign(d, model, cut_corpus(d / "corpus.jsonl", 6, 6, 5), name=f"left-{kind}", values=(1, 8))
+    if kind == "embedding":
+        f.write_text(f.read_text().replace('metric = "accuracy"', 'metric = "nn_accuracy"')
+                     + '\n[task]\nkind = "embedding"\npooling = "mean"\nnormalize = true\n')
+    return run_reported(f, env)
+
+
+@pytest.fixture(scope="session")
+def left_padded_classifier(tmp_path_factory, model_dir):
+    """left_padded_campaign as a classifier, with ATEN_CPU_CAPABILITY=default (torch's DEFAULT
+    kernels instead of AVX2/AVX-512) in the passes' and the host record's environment."""
+    return left_padded_campaign(tmp_path_factory.mktemp("left-cls"), model_dir, "classification",
+                                {"ATEN_CPU_CAPABILITY": "default"})
+
+
+@pytest.fixture(scope="session")
+def left_padded_embedding(tmp_path_factory, model_dir):
+    """left_padded_campaign as an embedding model."""
+    return left_padded_campaign(tmp_path_factory.mktemp("left-emb"), model_dir, "embedding")
 
 
 def run_rental(folder: Path, model: Path, corpus: Path, *, threads: int, gpu: str | None,

@@ -20,7 +20,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import shutil
 import sqlite3
 
 import pytest
@@ -201,28 +200,13 @@ def test_an_archive_without_the_rule_columns_is_named_by_verify(batch_dependent,
 
 
 # ---- the issue's example: a checkpoint padded on the left -----------------------------------------
+# The campaigns are conftest's left_padded_classifier and left_padded_embedding (batch 1 and 8 over
+# 17 items), which test_observed_inputs reads too.
 
-@pytest.fixture(scope="module")
-def left_padded(tmp_path_factory, model_dir):
-    """A copy of the demo checkpoint whose tokenizer pads on the left (one file changed)."""
-    d = tmp_path_factory.mktemp("left") / "model"
-    shutil.copytree(model_dir, d)
-    cfg = json.loads((d / "tokenizer_config.json").read_text())
-    (d / "tokenizer_config.json").write_text(json.dumps({**cfg, "padding_side": "left"}))
-    return d
-
-
-def batch_8_against_batch_1(folder, model, task: str = "") -> list:
-    """Run batch 1 and 8 on 17 items with ``model``; each batch-8 pass compared with batch 1 is
-    accepted only within the rule, and one beyond it is rejected with its figures. Returns the
-    batch-8 validations."""
-    corpus = cut_corpus(folder / "corpus.jsonl", 7, 6, 4)
-    f = write_campaign(folder, model, corpus, name="left", values=(1, 8))
-    text = f.read_text()
-    if "embedding" in task:
-        text = text.replace('metric = "accuracy"', 'metric = "nn_accuracy"')
-    f.write_text(text + task)
-    orch = run_campaign(folder, f)
+def batch_8_against_batch_1(orch) -> list:
+    """Each batch-8 pass of the finished campaign ``orch`` compared with batch 1 is accepted only
+    within the rule, and one beyond it is rejected with its figures. Returns the batch-8
+    validations."""
     out = []
     for a in orch.journal.attempts():
         v = a.validation
@@ -239,15 +223,14 @@ def batch_8_against_batch_1(folder, model, task: str = "") -> list:
     return out
 
 
-def test_the_left_padded_classifier_is_padded_right_and_agrees(left_padded, tmp_path):
+def test_the_left_padded_classifier_is_padded_right_and_agrees(left_padded_classifier):
     """The lab pads an encoder on the right whatever the checkpoint says (docs/observed.md), so
     batch 8 agrees with batch 1 label for label and is accepted."""
-    for v in batch_8_against_batch_1(tmp_path, left_padded):
+    for v in batch_8_against_batch_1(left_padded_classifier):
         assert v.agreement_differing == 0 and v.corpus_accepted, v
 
 
-def test_the_left_padded_embedding_model_is_padded_right_and_reaches_the_cosine_floor(left_padded, tmp_path):
-    task = '\n[task]\nkind = "embedding"\n'
-    for v in batch_8_against_batch_1(tmp_path, left_padded, task):
+def test_the_left_padded_embedding_model_is_padded_right_and_reaches_the_cosine_floor(left_padded_embedding):
+    for v in batch_8_against_batch_1(left_padded_embedding):
         assert v.agreement_min_cosine == 0.999 and v.agreement_differing == 0, v
         assert v.corpus_accepted == (v.threshold_ok and v.tolerance_ok), v

@@ -2,8 +2,10 @@
 part 2, the transformers engine and the host), each on a checkpoint built here: the demo models
 copied with one file changed.
 
-- a classifier / embedding model whose tokenizer_config.json says ``"padding_side": "left"``:
-  padded on the right by the lab, so batch 8 agrees with batch 1, and the side is recorded;
+- a classifier / embedding model whose tokenizer_config.json says ``"padding_side": "left"``
+  (conftest's left_padded_classifier and left_padded_embedding, which test_agreement_decides
+  reads too): padded on the right by the lab, so batch 8 agrees with batch 1, and the side is
+  recorded;
 - a generator whose generation_config.json sets repetition_penalty, no_repeat_ngram_size,
   min_new_tokens and suppress_tokens = [eos]: the outputs are the unmodified checkpoint's, and
   the lock and the record name the file and its fields;
@@ -15,48 +17,13 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
-from conftest import cut_corpus, write_campaign
-from test_task_embedding import TASK as EMBEDDING_TASK
+from conftest import copy_with, cut_corpus, run_reported
 from test_task_generation import generation_campaign
 
 BAD_GENERATION = {"repetition_penalty": 1.8, "no_repeat_ngram_size": 2, "min_new_tokens": 8}
-
-
-def copy_with(src: Path, dest: Path, name: str, change: dict) -> Path:
-    """``src`` copied to ``dest`` with the JSON file ``name`` updated by ``change``."""
-    shutil.copytree(src, dest)
-    data = json.loads((dest / name).read_text())
-    (dest / name).write_text(json.dumps({**data, **change}, indent=1))
-    return dest
-
-
-def run_campaign(f: Path, env: dict | None = None):
-    """Lock, run and report the campaign ``f`` with ``env`` set in this process (the passes and the
-    orchestrator's host record inherit it); the environment is restored after."""
-    from lab.launchers.local import LocalLauncher
-    from lab.orchestration.orchestrator import Orchestrator
-    from lab.orchestration.protocol import load_protocol, lock
-    from lab.report.build import build_report
-
-    before = {k: os.environ.get(k) for k in env or {}}
-    os.environ.update(env or {})
-    try:
-        lock(load_protocol(f))
-        orch = Orchestrator.prepare(f, f.parent / "runs", LocalLauncher())
-        assert orch.run() == "finished"
-        build_report(orch.dir)
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return orch
 
 
 def results(orch) -> dict[int, dict]:
@@ -73,19 +40,8 @@ def predictions(orch, res: dict) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
-@pytest.fixture(scope="module")
-def left_classifier(tmp_path_factory, model_dir):
-    """The demo classifier declaring left padding, run at batch 1 and 8 over 17 items with
-    ATEN_CPU_CAPABILITY=default (torch's DEFAULT kernels instead of AVX2/AVX-512)."""
-    d = tmp_path_factory.mktemp("leftpad")
-    model = copy_with(model_dir, d / "model", "tokenizer_config.json", {"padding_side": "left"})
-    corpus = cut_corpus(d / "corpus.jsonl", 6, 6, 5)
-    f = write_campaign(d, model, corpus, name="leftpad", values=(1, 8), threshold=0.0)
-    return run_campaign(f, {"ATEN_CPU_CAPABILITY": "default"})
-
-
-def test_left_padding_classifier_is_padded_right_and_agrees_with_batch_1(left_classifier):
-    orch = left_classifier
+def test_left_padding_classifier_is_padded_right_and_agrees_with_batch_1(left_padded_classifier):
+    orch = left_padded_classifier
     by_batch = results(orch)
     one, eight = (predictions(orch, by_batch[b]) for b in (1, 8))
     assert [(x["id"], x["pred"]) for x in eight] == [(x["id"], x["pred"]) for x in one]
@@ -97,21 +53,21 @@ def test_left_padding_classifier_is_padded_right_and_agrees_with_batch_1(left_cl
     assert rows[8]["observed_padding_side"] == "right"
 
 
-def test_every_pass_records_the_sha256_of_its_input_ids(left_classifier):
+def test_every_pass_records_the_sha256_of_its_input_ids(left_padded_classifier):
     from transformers import AutoTokenizer
 
     from lab.inputs.corpus import read_corpus
     from lab.passes.inference import input_ids_digest, tokenize
 
-    orch = left_classifier
+    orch = left_padded_classifier
     tok = AutoTokenizer.from_pretrained(str(orch.proto.model_ref))
     ids, _ = tokenize([r["text"] for r in read_corpus(orch.proto.corpus_path)], tok, 128)
     for res in results(orch).values():
         assert res["observed"]["input_ids_sha256"] == input_ids_digest(ids)
 
 
-def test_the_cpu_capability_and_its_variable_are_recorded_in_the_pass_and_the_manifest(left_classifier):
-    orch = left_classifier
+def test_the_cpu_capability_and_its_variable_are_recorded_in_the_pass_and_the_manifest(left_padded_classifier):
+    orch = left_padded_classifier
     for res in results(orch).values():
         assert res["environment"]["ATEN_CPU_CAPABILITY"] == "default"
         assert res["observed"]["cpu_capability"] == "DEFAULT"
@@ -121,13 +77,8 @@ def test_the_cpu_capability_and_its_variable_are_recorded_in_the_pass_and_the_ma
     assert isinstance(manifest["cpu"]["isa_flags"], list)
 
 
-def test_left_padding_embedding_model_is_padded_right_and_agrees_with_batch_1(tmp_path_factory, model_dir):
-    d = tmp_path_factory.mktemp("leftpad_emb")
-    model = copy_with(model_dir, d / "model", "tokenizer_config.json", {"padding_side": "left"})
-    corpus = cut_corpus(d / "corpus.jsonl", 6, 6, 5)
-    f = write_campaign(d, model, corpus, name="leftemb", values=(1, 8), threshold=0.0)
-    f.write_text(f.read_text().replace('metric = "accuracy"', 'metric = "nn_accuracy"') + EMBEDDING_TASK)
-    orch = run_campaign(f)
+def test_left_padding_embedding_model_is_padded_right_and_agrees_with_batch_1(left_padded_embedding):
+    orch = left_padded_embedding
     by_batch = results(orch)
     assert by_batch[8]["observed"]["padding_side"] == "right"
     v = next(a.validation for a in orch.journal.attempts() if a.variant and a.variant.batch_size == 8)
@@ -156,7 +107,7 @@ def test_a_checkpoint_generation_config_cannot_change_the_outputs(tmp_path_facto
     f = generation_campaign(d, bad_generator, corpus=cut_corpus(d / "corpus.jsonl", 3, 3, 2), values=(1, 8))
     warned = [w for w in lock_warnings(load_protocol(f)) if "generation_config.json" in w]
     assert len(warned) == 1 and all(k in warned[0] for k in (*BAD_GENERATION, "suppress_tokens")), warned
-    orch = run_campaign(f)
+    orch = run_reported(f)
     rule = rule_of(orch.proto.task_extra()["task"])
     tok = AutoTokenizer.from_pretrained(str(gen_model_dir))
     plain = AutoModelForCausalLM.from_pretrained(str(gen_model_dir), dtype=torch.float32).eval()

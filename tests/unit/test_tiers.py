@@ -5,6 +5,7 @@ refused at collection, before anything is built (tests/conftest.py)."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import conftest
 import pytest
@@ -15,9 +16,12 @@ TESTS = Path(conftest.__file__).resolve().parent
 class Item:
     """The part of a collected pytest item that the collection hook reads."""
 
-    def __init__(self, path: Path, fixtures: tuple[str, ...]) -> None:
+    def __init__(self, path: Path, fixtures: tuple[str, ...], module_scoped: tuple[str, ...] = ()) -> None:
         self.path = path
-        self.fixturenames = fixtures
+        self.fixturenames = (*fixtures, *module_scoped)
+        self._fixtureinfo = SimpleNamespace(name2fixturedefs={  # pytest's FixtureDefs, their scope read
+            name: (SimpleNamespace(scope="module" if name in module_scoped else "function"),)
+            for name in self.fixturenames})
         self.nodeid = f"{path.relative_to(TESTS.parent).as_posix()}::test_x"
         self.marks: list[pytest.Mark] = []
 
@@ -65,6 +69,39 @@ def test_a_shared_session_fixture_groups_its_users_on_one_xdist_worker_and_other
     group = {i: next(m.args[0] for m in i.marks if m.name == "xdist_group") for i in (a, b, c)}
     assert group[a] == group[b] == "small_campaign"
     assert group[c] == "test_c.py"
+
+
+def group_of(item: Item) -> str:
+    return next(m.args[0] for m in item.marks if m.name == "xdist_group")
+
+
+def test_a_module_campaign_is_built_on_one_worker_whatever_session_fixture_its_users_read():
+    """A module-scoped fixture is built once only if all its users share a worker: a user that also
+    reads small_campaign (built by one worker per run) takes the module's other users with it; a
+    user that also reads an archive set kept across runs (built once for every worker) stays with
+    its module; a test sharing nothing expensive goes with the kept fixture it reads."""
+    integ = TESTS / "integration"
+    both = Item(integ / "test_a.py", ("small_campaign",), module_scoped=("run_a",))
+    alone = Item(integ / "test_a.py", ("tmp_path",), module_scoped=("run_a",))
+    other = Item(integ / "test_a.py", ("tmp_path", "model_dir"))
+    kept = Item(integ / "test_b.py", ("metric_rentals",), module_scoped=("run_b",))
+    kept_alone = Item(integ / "test_b.py", ("tmp_path",), module_scoped=("run_b",))
+    only_kept = Item(integ / "test_b.py", ("metric_rentals",))
+    same_name = Item(integ / "test_c.py", ("tmp_path",), module_scoped=("run_a",))  # another module's
+    collect(both, alone, other, kept, kept_alone, only_kept, same_name)
+    assert group_of(both) == group_of(alone) == "small_campaign"
+    assert group_of(other) == "test_a.py"
+    assert group_of(kept) == group_of(kept_alone) == "test_b.py"
+    assert group_of(only_kept) == "metric_rentals"
+    assert group_of(same_name) == "test_c.py"
+
+
+def test_the_kept_fixtures_are_the_shared_ones_built_by_kept_across_runs():
+    import inspect
+
+    kept = {name for name in conftest.SHARED_SESSION_FIXTURES
+            if "kept_across_runs(" in inspect.getsource(getattr(conftest, name).__wrapped__)}
+    assert set(conftest.KEPT_ACROSS_RUNS) == kept
 
 
 def test_a_serial_module_is_marked_serial_and_every_serial_module_exists():
