@@ -105,7 +105,8 @@ class Usage:
     """What the server's process tree used while it ran, sampled every SAMPLE_EVERY_S s:
     ``cpu_s`` (user + system CPU seconds, summed over every process seen, each at its last
     sample), ``peak_rss_bytes`` ({pid: the largest resident set seen}, per process, never
-    summed: shared pages would count twice), ``processes`` (how many were seen), ``samples``."""
+    summed: shared pages would count twice; a process only ever sampled as it exited, with no
+    resident set, has none), ``processes`` (how many were seen), ``samples``."""
 
     cpu_s: float
     peak_rss_bytes: dict[int, int]
@@ -146,7 +147,8 @@ class TreeWatch:
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
             self.cpu[p.pid] = t.user + t.system
-            self.rss[p.pid] = max(self.rss.get(p.pid, 0), rss)
+            if rss > 0:  # a process sampled as it exits (a zombie) has no resident set: not a reading
+                self.rss[p.pid] = max(self.rss.get(p.pid, 0), rss)
         self.samples += 1
 
     def _loop(self) -> None:
@@ -160,7 +162,7 @@ class TreeWatch:
             self._stop.set()
             if self._thread is not None:
                 self._thread.join(timeout=5)
-        return Usage(cpu_s=sum(self.cpu.values()), peak_rss_bytes=dict(self.rss), processes=len(self.rss),
+        return Usage(cpu_s=sum(self.cpu.values()), peak_rss_bytes=dict(self.rss), processes=len(self.cpu),
                      samples=self.samples)
 
 

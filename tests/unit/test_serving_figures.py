@@ -188,3 +188,29 @@ def test_the_scripts_run_in_the_vllm_venv_import_no_lab_module():
         names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
         names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
         assert not [m for m in names if m == "lab" or m.startswith("lab.")], name
+
+
+def test_a_process_sampled_as_it_exits_counts_its_cpu_but_no_resident_set():
+    """A server's tree may hold a process that has exited and not been reaped (a zombie) when it is
+    sampled: its resident set reads 0, which is no reading of its memory (CI once failed on it)."""
+    import os
+    import subprocess
+    import time
+
+    from lab.engines.vllm_server import TreeWatch
+
+    child = subprocess.Popen(["true"])  # exits at once; left unreaped: a zombie of this process
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with open(f"/proc/{child.pid}/stat") as f:
+                if f.read().split(")")[-1].split()[0] == "Z":
+                    break
+            time.sleep(0.01)
+        watch = TreeWatch(os.getpid())
+        watch.sample()
+        usage = watch.stop()
+        assert child.pid in watch.cpu and child.pid not in usage.peak_rss_bytes
+        assert usage.peak_rss_bytes[os.getpid()] > 0 and usage.processes >= 2
+    finally:
+        child.wait()
