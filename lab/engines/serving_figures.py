@@ -28,6 +28,7 @@ once, in ``tool_percentiles``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -110,6 +111,13 @@ class Objective(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise UserError("an objective bounds each metric once")
         if not 0 < self.share <= 1:
             raise UserError(f"objective share {self.share!r} must be in (0, 1], e.g. 0.9")
+
+
+def plain(record: msgspec.Struct) -> Any:
+    """A serving record (ServedRequest, Figures, Verdict, a pass's ServingRecord) as the plain
+    JSON values result.json and served.jsonl hold: dicts with string keys (percentile keys such
+    as ``99.0`` written as ``"99.0"``), lists, numbers, text."""
+    return msgspec.to_builtins(record, str_keys=True)
 
 
 def metric_values(records: Sequence[ServedRequest], metric: str) -> np.ndarray:

@@ -17,7 +17,6 @@ import math
 import msgspec
 
 from lab.facts.errors import LabError
-from lab.passes.tasks.server_job import ServingRecord
 
 REL_TOL = 1e-9  # the figures are written unrounded: a re-derived one equals the written one to float noise
 
@@ -35,9 +34,10 @@ def check_served(pid: str, serving, pred_rel: str, scan, problems: list[str]) ->
     prediction in ``pred_rel``. Nothing for ``serving`` None (an offline pass)."""
     if serving is None:
         return
-    from lab.engines.serving_figures import Bound, Objective, ServedRequest, figures, verdict
+    from lab.engines.serving_figures import Bound, Objective, ServedRequest, figures, plain, verdict
     from lab.inputs.scenario import scenario_of
     from lab.passes.spec import PassSpec
+    from lab.passes.tasks.server_job import ServingRecord  # here: an offline archive's verify needs no numpy
 
     try:
         written = msgspec.json.decode(json.dumps(serving), type=ServingRecord)
@@ -61,8 +61,7 @@ def check_served(pid: str, serving, pred_rel: str, scan, problems: list[str]) ->
     except (ValueError, TypeError) as exc:
         problems.append(f"pass {pid}: its serving figures cannot be re-derived from {rel} ({exc})")
         return
-    for name, a, b in _differing(msgspec.to_builtins(written.figures, str_keys=True),
-                                 msgspec.to_builtins(mine, str_keys=True)):
+    for name, a, b in _differing(plain(written.figures), plain(mine)):
         problems.append(f"pass {pid}: serving {name} {a} in result.json, {b} re-derived from {rel}")
     holds = verdict(recs, objective).holds
     if written.verdict.holds != holds:

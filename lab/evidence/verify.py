@@ -76,10 +76,9 @@ from lab.evidence.rederive import (
 )
 from lab.evidence.table_checks import CAMPAIGN, MEMBERS, RAW_TABLE, check_tables
 from lab.evidence.user_metric import user_metric_ref, user_metric_scores
-from lab.facts.constants import AGREEMENT
+from lab.facts.constants import AGREEMENT, SERVED_FILE
 from lab.facts.files import HashingReader, lab_sources_sha256
 from lab.facts.host import iteralab_command
-from lab.passes.tasks.server_job import SERVED_FILE
 from lab.report.raw_row import RawRow, read_raw_table
 
 PARSED_MAX_BYTES = 64 * 2**20

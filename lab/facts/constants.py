@@ -53,6 +53,11 @@ where other processes hold memory; 0.1 starts on a shared 2-core development mac
 (../shared/VLLM-HERE.md). On a rented GPU only the pass uses the card: 0.9 leaves room for the
 CUDA context. The value used is recorded with the pass (lab.engines.vllm)."""
 
+SERVED_FILE = "served.jsonl"
+"""A server pass's per-request records (one lab.engines.serving_figures.ServedRequest per corpus id,
+in corpus order), beside its predictions in the pass folder; archive verify re-derives the pass's
+serving figures from it (lab.evidence.served)."""
+
 GENERATOR_LAG_SHARE = 0.1
 """A server pass's load generator fell behind its arrival schedule when the 99th percentile of
 its release lag (each request's release after its scheduled time) exceeds this share of the mean

@@ -42,6 +42,17 @@ away from its default, so adding a field leaves every existing id, lock and jour
 NAME_FIELDS = ("series", "name")  # what a variant is called, not what it runs: never in the id
 
 
+def rate_label(rate: float | None) -> str:
+    """The request rate's part of a variant's label (``", 2 req/s"``; "" for an offline variant)."""
+    return "" if rate is None else f", {rate:g} req/s"
+
+
+def server_config_label(label: str, rate: float | None) -> str:
+    """A variant's label without its request rate: the server configuration that a rate series
+    shares (``Variant.label`` of the same variant with ``request_rate`` None)."""
+    return label.replace(rate_label(rate), "", 1) if rate is not None else label
+
+
 class VariantError(UserError):
     """A variant or series that cannot run as declared; one line with the fix."""
 
@@ -175,7 +186,7 @@ class Variant:
         s = f"batch {self.batch_size}, {self.precision}, {self.padding}, max {self.max_length}"
         s += (", bucketed" if self.bucketing else "") + (", compiled" if self.compile else "")
         s += f", {self.engine}" if self.engine != ENGINES[0] else ""
-        s += f", {self.request_rate:g} req/s" if self.request_rate is not None else ""
+        s += rate_label(self.request_rate)
         return s + (f", {self.cards} cards" if self.cards != 1 else "")
 
     def to_json(self) -> dict:

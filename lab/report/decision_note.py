@@ -34,6 +34,7 @@ from lab.cost.forfaits import (
 from lab.cost.hardware import HardwareCheck, Measured, Priced
 from lab.cost.sizing import capacity_items, served_requests, serving_lots
 from lab.facts.constants import AGREEMENT, DEFAULT_DELIVERABLES, DEFAULT_LOTS
+from lab.inputs.variants import server_config_label
 from lab.kinds.kind import differing_share
 from lab.report.caveats import Basis, rests_on
 from lab.report.distinguish import TOO_FEW, compare_durations
@@ -425,7 +426,7 @@ def serving_decision(rows: Sequence[Assessment], scenario=None) -> list[str]:
     groups: dict[str, list[Assessment]] = {}
     for a in served:
         v = a.variant
-        groups.setdefault(v.label.replace(f", {v.request_rate:g} req/s", ""), []).append(a)
+        groups.setdefault(server_config_label(v.label, v.request_rate), []).append(a)
     out = ["", "**Serving: the highest declared request rate that holds the latency objective.** The offline "
            "ranking above does not rank server passes (their windows are set by the rates)."]
     for config, group in groups.items():

@@ -40,3 +40,11 @@ def test_engine_and_cli_load_no_ui(module):
 def test_the_check_can_fail():
     """The probe sees a UI import when there is one (else the tests above prove nothing)."""
     assert "textual" in loaded_top_packages("tui.app")
+
+
+def test_archive_verify_loads_no_array_library():
+    """`archive verify` holds its memory to a few MiB above the interpreter's whatever the members'
+    size (scripts/bench_verify.py): importing it loads neither numpy nor pandas; a server pass's
+    figures bring numpy only when an archive holds one (lab.evidence.served)."""
+    loaded = loaded_top_packages("lab.evidence.archive, lab.evidence.verify, lab.evidence.served")
+    assert "lab" in loaded and not loaded & {"numpy", "pandas", "torch"}, sorted(loaded & {"numpy", "pandas", "torch"})

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -20,6 +21,7 @@ from lab.engines.serving_figures import (
     meets,
     percentile,
     percentiles,
+    plain,
     tool_percentiles,
     verdict,
 )
@@ -214,3 +216,16 @@ def test_a_process_sampled_as_it_exits_counts_its_cpu_but_no_resident_set():
         assert usage.peak_rss_bytes[os.getpid()] > 0 and usage.processes >= 2
     finally:
         child.wait()
+
+
+def test_figures_written_as_json_read_back_equal():
+    """result.json's "serving" and served.jsonl hold plain() values; reading them back (as the
+    report and verify do) gives the same records, percentile keys included."""
+    import json
+
+    objective = Objective(bounds=(Bound("ttft", 99.0, 0.3),), share=0.5)
+    f = figures(RECORDS, 2.0, 2.0, objective)
+    text = json.dumps(plain(f))
+    assert '"99.0"' in text
+    assert msgspec.convert(json.loads(text), type(f), strict=False) == f
+    assert [msgspec.convert(json.loads(json.dumps(plain(r))), ServedRequest) for r in RECORDS] == RECORDS

@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO
 from test_typed_variant import DEMO_IDS_BEFORE, spec_for
 
-from lab.inputs.variants import ID_FIELDS, Variant, VariantError
+from lab.inputs.variants import ID_FIELDS, Variant, VariantError, server_config_label
 from lab.orchestration.protocol import DEMO_CAMPAIGN, load_protocol
 from lab.passes.spec import PassSpec
 
@@ -96,3 +96,15 @@ def test_the_runner_refuses_a_pass_json_with_a_wrong_type(tmp_path, edit, messag
     errors = [e for e in events if e.get("event", e.get("type")) == "error"]
     assert len(errors) == 1 and message in errors[0]["message"] and "\n" not in errors[0]["message"], r.stdout
     assert not (tmp_path / "out").exists()  # nothing ran
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_server_configuration_is_its_variants_label_without_the_rate(precision):
+    """The serving Decision groups a rate series by this label: the same text the variant
+    without a rate has, the factors before the rate kept."""
+    served = Variant(batch_size=1, engine="vllm", request_rate=2.5, precision=precision)
+    offline = replace(served, request_rate=None)
+    assert "2.5 req/s" in served.label
+    assert server_config_label(served.label, served.request_rate) == offline.label
+    assert server_config_label(offline.label, None) == offline.label
+    assert server_config_label(replace(served, request_rate=10.0).label, 10.0) == offline.label

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import cut_corpus
+from conftest import cut_corpus, run_reported
 from test_task_generation import generation_campaign
 
 from lab.engines import vllm_env
@@ -45,26 +45,19 @@ def server_campaign(folder, model_dir):
 
 @pytest.fixture(scope="module")
 def server_run(tmp_path_factory, native_gen_model_dir):
-    from lab.launchers.local import LocalLauncher
-    from lab.orchestration.orchestrator import Orchestrator
-    from lab.orchestration.protocol import load_protocol, lock
+    from lab.service.campaigns import make_archive
 
     d = tmp_path_factory.mktemp("serve")
     f = server_campaign(d, native_gen_model_dir)
-    lock(load_protocol(f))
-    from lab.report.build import build_report
-    from lab.service.campaigns import make_archive
-
-    orch = Orchestrator.prepare(f, d / "runs", LocalLauncher())
-    assert orch.run() == "finished"
-    build_report(orch.dir)
+    orch = run_reported(f)
     return orch, make_archive(orch.dir)
 
 
 def test_server_passes_are_validated_against_the_offline_reference_and_rederive(server_run):
     from lab.engines.serving_figures import ServedRequest, figures, verdict
+    from lab.facts.constants import SERVED_FILE
     from lab.passes.spec import PassSpec
-    from lab.passes.tasks.server_job import SERVED_FILE, ServerJob
+    from lab.passes.tasks.server_job import ServerJob
 
     orch, _ = server_run
     attempts = orch.journal.attempts()

@@ -167,10 +167,9 @@ class EntryGenerationJob(EntryJob, GenerationJob):
 
     def open(self, rows):
         from lab.passes.tasks.generation import open_generation_window
-        from lab.passes.tasks.generation_core import prompts_for
 
-        win, _, order = open_generation_window(rows, self.tokenizer, self.rule, self.spec.variant.bucketing)
-        return win, order, prompts_for(self.tokenizer, [r["text"] for r in rows], self.rule)
+        win, prompts, _, order = open_generation_window(rows, self.tokenizer, self.rule, self.spec.variant.bucketing)
+        return win, order, prompts
 
     def accept(self, out, n: int) -> tuple[str, list]:
         from lab.passes.tasks.custom import predict_refusal

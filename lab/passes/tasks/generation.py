@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from lab.facts.diskfull import atomic_write_text
 from lab.facts.files import sha256_lines
@@ -78,19 +78,30 @@ def load_generator(model_ref: str, precision: str, device: str, pad_token: str |
     return tok, model
 
 
-def open_generation_window(rows: list[dict], tokenizer, rule: GenerationRule, bucketing: bool):
-    """The start of a generation window, whichever engine generates: each item's prompt
-    tokenized once by the lab (generation_core.encode_prompts: the text cut to max_text_tokens,
-    the template, the tokenizer's own special tokens, no padding), the processing order
-    (lab.passes.inference.batch_order over the prompts' token counts) and an empty WindowResult
-    (``tokens_kept``: the prompts' token counts; ``tokens_total``: those of the uncut prompts;
-    ``generated``: None per item; ``input_ids_sha256``: the prompts' ids). Returns (win, prompt
-    token ids per item, order)."""
+class OpenedWindow(NamedTuple):
+    """The start of a generation window (:func:`open_generation_window`): ``win`` (WindowResult),
+    ``prompts`` (each item's prompt text: its cut text in the template, input order), ``seqs``
+    (those prompts' token ids) and ``order`` (the processing order)."""
+
+    win: Any
+    prompts: list[str]
+    seqs: list[list[int]]
+    order: list[int]
+
+
+def open_generation_window(rows: list[dict], tokenizer, rule: GenerationRule, bucketing: bool) -> OpenedWindow:
+    """The start of a generation window, whichever engine generates: each item's prompt made
+    and tokenized once by the lab (generation_core.prompts_for, tokenize_prompts: the text cut to
+    max_text_tokens, the template, the tokenizer's own special tokens, no padding), the processing
+    order (lab.passes.inference.batch_order over the prompts' token counts) and an empty
+    WindowResult (``tokens_kept``: the prompts' token counts; ``tokens_total``: those of the uncut
+    prompts; ``generated``: None per item; ``input_ids_sha256``: the prompts' ids)."""
     from lab.passes.inference import batch_order, empty_window, input_ids_digest
-    from lab.passes.tasks.generation_core import TEXT_FIELD, encode_prompts
+    from lab.passes.tasks.generation_core import TEXT_FIELD, prompts_for, tokenize_prompts
 
     texts = [r["text"] for r in rows]
-    seqs = encode_prompts(tokenizer, texts, rule)
+    prompts = prompts_for(tokenizer, texts, rule)
+    seqs = tokenize_prompts(tokenizer, prompts)
     lengths = [len(x) for x in seqs]
     totals = ([len(tokenizer(rule.prompt.replace(TEXT_FIELD, t), verbose=False)["input_ids"]) for t in texts]
               if rule.max_text_tokens else list(lengths))
@@ -98,7 +109,7 @@ def open_generation_window(rows: list[dict], tokenizer, rule: GenerationRule, bu
     win = empty_window(rows, lengths, totals, order)
     win.generated = [None] * len(rows)
     win.input_ids_sha256 = input_ids_digest(seqs)
-    return win, seqs, order
+    return OpenedWindow(win, prompts, seqs, order)
 
 
 class GenerationJob(ModelSteps):
@@ -146,7 +157,7 @@ class GenerationJob(ModelSteps):
         from lab.passes.tasks.generation_core import generate_tokens
 
         v = self.spec.variant
-        win, seqs, order = open_generation_window(rows, self.tokenizer, self.rule, v.bucketing)
+        win, _, seqs, order = open_generation_window(rows, self.tokenizer, self.rule, v.bucketing)
         lengths = win.tokens_kept
         n = len(rows)
         if sink is not None:

@@ -408,7 +408,13 @@ def generate_batch(tokenizer, model, device, texts: list[str], rule: GenerationR
 def encode_prompts(tokenizer, texts: list[str], rule: GenerationRule) -> list[list[int]]:
     """Each item's prompt (``prompts_for``) as token ids, tokenized one by one with the
     tokenizer's own special tokens, no padding; input order."""
-    return [tokenizer(p, verbose=False)["input_ids"] for p in prompts_for(tokenizer, texts, rule)]
+    return tokenize_prompts(tokenizer, prompts_for(tokenizer, texts, rule))
+
+
+def tokenize_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
+    """Prompts already made (``prompts_for``) as token ids, one by one, the tokenizer's own
+    special tokens, no padding; input order."""
+    return [tokenizer(p, verbose=False)["input_ids"] for p in prompts]
 
 
 def generate_tokens(tokenizer, model, device, seqs: list[list[int]], rule: GenerationRule,

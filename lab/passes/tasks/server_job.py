@@ -38,14 +38,14 @@ from typing import Any
 
 import msgspec
 
-from lab.engines.serving_figures import Figures, Verdict
+from lab.engines.serving_figures import Figures, Verdict, plain
+from lab.facts.constants import SERVED_FILE
 from lab.facts.errors import FailureKind, PassFailure
 from lab.inputs.scenario import scenario_of
 from lab.passes.tasks.vllm_job import LOG_FILE, VllmJob
 
 SERVER_LOG = "server.log"  # the server's own output, in the pass folder
 LOAD_DIR = "load"  # the generator's requests, result and record, in the pass folder
-SERVED_FILE = "served.jsonl"  # one ServedRequest per corpus id, in corpus order, beside the predictions
 SERVER_STOP = "server"
 """``stopped_by`` of a served output shorter than max_new_tokens: the server ended it (its eos or a
 stop string; the load generator's record does not say which)."""
@@ -164,13 +164,12 @@ class ServerJob(VllmJob):
         from lab.engines.vllm_load import LoadRun, LoadSettings, Prompt
         from lab.passes.observed import NotHonoured
         from lab.passes.tasks.generation import open_generation_window
-        from lab.passes.tasks.generation_core import GeneratedItem, prompts_for
+        from lab.passes.tasks.generation_core import GeneratedItem
 
         v, rule, sc = self.spec.variant, self.writer.rule, self.scenario
-        win, seqs, _ = open_generation_window(rows, self.tokenizer, rule, v.bucketing)
+        win, texts, seqs, _ = open_generation_window(rows, self.tokenizer, rule, v.bucketing)
         if sink is not None:
             sink["win"] = win
-        texts = prompts_for(self.tokenizer, [r["text"] for r in rows], rule)
         objective = self.objective()
         assert v.request_rate is not None  # job_for gives a server pass only a variant with a rate
         run = LoadRun(prompts=tuple(Prompt(id=str(r["id"]), prompt=t, max_tokens=rule.max_new_tokens)
@@ -270,16 +269,11 @@ class ServerJob(VllmJob):
         fields["generation"] = {**fields["generation"], "padding": "none: the server tokenizes each prompt"}
         if self.served is not None:
             atomic_write_text(path.with_name(SERVED_FILE),
-                              "".join(json.dumps(msgspec_json(r)) + "\n" for r in self.served.records))
+                              "".join(json.dumps(plain(r)) + "\n" for r in self.served.records))
         fields["engine"] = dict(self.fields.get("engine", {}))
         if self.record is not None:
-            fields["serving"] = msgspec_json(msgspec.structs.replace(self.record, server_usage=self.usage))
+            fields["serving"] = plain(msgspec.structs.replace(self.record, server_usage=self.usage))
         return fields
-
-
-def msgspec_json(obj) -> Any:
-    """A msgspec Struct as plain JSON values (dict keys as strings)."""
-    return msgspec.to_builtins(obj, str_keys=True)
 
 
 __all__ = ["LOG_FILE", "RequestsFailed", "ServerJob", "ServingRecord"]

@@ -252,7 +252,7 @@ class VllmJob:
         from lab.passes.tasks.generation_core import finish_generated
 
         v, rule = self.spec.variant, self.writer.rule
-        win, seqs, order = open_generation_window(rows, self.tokenizer, rule, v.bucketing)
+        win, _, seqs, order = open_generation_window(rows, self.tokenizer, rule, v.bucketing)
         if sink is not None:
             sink["win"] = win
         self.finish = Counter()
