@@ -515,19 +515,11 @@ def kept_across_runs(config, name: str, build):
 @pytest.fixture(scope="session")
 def small_campaign(tmp_path_factory, model_dir):
     """A real finished campaign: 10 items, batch 1 and 4, 2 repetitions (4 passes), reported."""
-    from lab.launchers.local import LocalLauncher
-    from lab.orchestration.orchestrator import Orchestrator
-    from lab.orchestration.protocol import load_protocol, lock
-    from lab.report.build import build_report
 
     d = tmp_path_factory.mktemp("small")
     corpus = cut_corpus(d / "corpus.jsonl", 5, 3, 2)
     f = write_campaign(d, model_dir, corpus, name="small", repetitions=2, values=(1, 4))
-    lock(load_protocol(f))
-    orch = Orchestrator.prepare(f, d / "runs", LocalLauncher())
-    assert orch.run() == "finished"
-    build_report(orch.dir)
-    return orch
+    return run_reported(f)
 
 
 def copy_with(src: Path, dest: Path, name: str, change: dict) -> Path:

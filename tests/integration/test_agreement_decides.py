@@ -23,7 +23,7 @@ import json
 import sqlite3
 
 import pytest
-from conftest import REPO, cut_corpus, write_campaign
+from conftest import REPO, cut_corpus, run_reported, write_campaign
 from test_archive_evidence import edit_raw_table, member, read_members, write_members
 
 EXAMPLE = REPO / "examples" / "custom_classifier.py"
@@ -44,19 +44,6 @@ class BatchDependent(DemoClassifier):
 '''
 
 
-def run_campaign(folder, f):
-    from lab.launchers.local import LocalLauncher
-    from lab.orchestration.orchestrator import Orchestrator
-    from lab.orchestration.protocol import load_protocol, lock
-    from lab.report.build import build_report
-
-    lock(load_protocol(f))
-    orch = Orchestrator.prepare(f, folder / "runs", LocalLauncher())
-    assert orch.run() == "finished"
-    build_report(orch.dir)
-    return orch
-
-
 @pytest.fixture(scope="module")
 def batch_dependent(tmp_path_factory, model_dir):
     """A finished custom campaign, batch 1 and 8, two passes each, tolerance 1.0 (the metric's gap
@@ -70,7 +57,7 @@ def batch_dependent(tmp_path_factory, model_dir):
     f = write_campaign(d, model_dir, corpus, name="agree", repetitions=2, values=(1, 8))
     f.write_text(f.read_text().replace("tolerance = 0.05", "tolerance = 1.0")
                  + f'\n[task]\nkind = "custom"\nentry = "{entry}:BatchDependent"\n')
-    orch = run_campaign(d, f)
+    orch = run_reported(f)
     return orch, make_archive(orch.dir)
 
 

@@ -13,7 +13,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import REPO, cut_corpus, write_campaign
+from conftest import REPO, cut_corpus, run_reported, write_campaign
 
 pytestmark = pytest.mark.slow
 
@@ -63,19 +63,12 @@ class CompilesItself:
 def run_campaign(folder, model, metric: str, task: str):
     """Lock and run an eager and a compiled variant of ``task`` over 4 items; returns
     (orchestrator, {variant name: (result.json, journal attempt)})."""
-    from lab.launchers.local import LocalLauncher
-    from lab.orchestration.orchestrator import Orchestrator
-    from lab.orchestration.protocol import load_protocol, lock
-    from lab.report.build import build_report
 
     corpus = cut_corpus(folder / "corpus.jsonl", 2, 1, 1)
     f = write_campaign(folder, model, corpus, name="comp", values=(4,), threshold=0.0)
     f.write_text(f.read_text().replace('metric = "accuracy"', f'metric = "{metric}"')
                  .replace("batch/batch_size=1", EAGER) + COMPILED + task)
-    lock(load_protocol(f))  # compile = true is no longer refused for this kind
-    orch = Orchestrator.prepare(f, folder / "runs", LocalLauncher())
-    assert orch.run() == "finished"
-    build_report(orch.dir)
+    orch = run_reported(f)  # compile = true is no longer refused for this kind
     passes = {}
     for a in orch.journal.attempts():
         res = json.loads((orch.dir / "passes" / a.pass_id / "result.json").read_text())

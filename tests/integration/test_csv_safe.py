@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import csv
 
-from conftest import cut_corpus, write_campaign
+from conftest import cut_corpus, run_reported, write_campaign
 
 FORMULA = '=HYPERLINK("http://evil.example","open me")'
 
@@ -24,20 +24,13 @@ def runs_as_formula(cell: str) -> bool:
 def test_formula_like_names_are_neutralised_in_raw_table_and_summary(model_dir, tmp_path):
     from lab.cli import make_archive
     from lab.evidence.archive import verify
-    from lab.launchers.local import LocalLauncher
-    from lab.orchestration.orchestrator import Orchestrator
-    from lab.orchestration.protocol import load_protocol, lock
-    from lab.report.build import build_report
 
     corpus = cut_corpus(tmp_path / "corpus.jsonl", 2, 1, 1)
     f = write_campaign(tmp_path, model_dir, corpus, name="formula", values=(1,))
     series = FORMULA.replace('"', "'")
     f.write_text(f.read_text().replace('name = "batch"', f'name = "{series}"')
                  .replace('reference_variant = "batch/', f'reference_variant = "{series}/'))
-    lock(load_protocol(f))
-    orch = Orchestrator.prepare(f, tmp_path / "runs", LocalLauncher())
-    assert orch.run() == "finished"
-    build_report(orch.dir)
+    orch = run_reported(f)
     for name in ("raw_table.csv", "summary.csv"):
         with open(orch.dir / "report" / name, newline="") as fh:
             rows = list(csv.reader(fh))

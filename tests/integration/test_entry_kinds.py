@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import REPO, cut_corpus, write_campaign
+from conftest import REPO, cut_corpus, run_reported, write_campaign
 from test_archive_evidence import edit_raw_table, member, read_members, write_members
 
 WINDOW = dict(window_start="2026-12-01T09:00+01:00", deadline="2026-12-05T09:00+01:00")
@@ -37,16 +37,9 @@ def campaign(folder, model, corpus, kind: str, entry: str, threads: int = 1, gpu
 
 
 def run(f):
-    from lab.launchers.local import LocalLauncher
-    from lab.orchestration.orchestrator import Orchestrator
-    from lab.orchestration.protocol import load_protocol, lock
-    from lab.report.build import build_report
     from lab.service.campaigns import make_archive
 
-    lock(load_protocol(f))
-    orch = Orchestrator.prepare(f, f.parent / "runs", LocalLauncher())
-    assert orch.run() == "finished"
-    build_report(orch.dir)
+    orch = run_reported(f)
     return orch, make_archive(orch.dir)
 
 

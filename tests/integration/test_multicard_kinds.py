@@ -17,7 +17,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import REPO
+from conftest import REPO, run_reported
 from test_archive_evidence import member, read_members, write_members
 from test_multicard import _campaign, run_on_two_hosts
 from test_task_generation import TASK as GENERATION
@@ -28,19 +28,12 @@ CUSTOM = f'\n[task]\nkind = "custom"\nentry = "{REPO / "examples" / "custom_clas
 
 def _run(folder, model, name: str, metric: str, task: str, items=(4, 3, 3)):
     """The campaign ``name`` (cards 1 and 2, batch 4, threshold 0) run, reported and archived."""
-    from lab.launchers.local import LocalLauncher
-    from lab.orchestration.orchestrator import Orchestrator
-    from lab.orchestration.protocol import load_protocol, lock
-    from lab.report.build import build_report
     from lab.service.campaigns import make_archive
 
     f = _campaign(folder, model, name, (1, 2), items=items)
     f.write_text(f.read_text().replace('metric = "accuracy"', f'metric = "{metric}"')
                  .replace("threshold = 0.2", "threshold = 0.0") + task)
-    lock(load_protocol(f))
-    orch = Orchestrator.prepare(f, folder / "runs", LocalLauncher())
-    assert orch.run() == "finished"
-    build_report(orch.dir)
+    orch = run_reported(f)
     by_cards = {a.variant.cards: a for a in orch.journal.attempts()}
     assert set(by_cards) == {1, 2}
     return orch, by_cards, make_archive(orch.dir)

@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import as_limit_above, cut_corpus, write_campaign
+from conftest import as_limit_above, cut_corpus, run_reported, write_campaign
 from test_archive_evidence import edit_raw_table, member, read_members, write_members
 
 TASK = '\n[task]\nkind = "embedding"\npooling = "mean"\nnormalize = true\n'
@@ -27,18 +27,11 @@ def embedding_campaign(folder, model_dir):
 
 @pytest.fixture(scope="module")
 def embedding_run(tmp_path_factory, model_dir):
-    from lab.launchers.local import LocalLauncher
-    from lab.orchestration.orchestrator import Orchestrator
-    from lab.orchestration.protocol import load_protocol, lock
-    from lab.report.build import build_report
     from lab.service.campaigns import make_archive
 
     d = tmp_path_factory.mktemp("emb")
     f = embedding_campaign(d, model_dir)
-    lock(load_protocol(f))
-    orch = Orchestrator.prepare(f, d / "runs", LocalLauncher())
-    assert orch.run() == "finished"
-    build_report(orch.dir)
+    orch = run_reported(f)
     return orch, make_archive(orch.dir)
 
 

@@ -15,7 +15,7 @@ import json
 from decimal import Decimal
 
 import pytest
-from conftest import cut_corpus, write_campaign
+from conftest import cut_corpus, run_reported, write_campaign
 from test_archive_evidence import edit_raw_table, member, read_members, write_members
 
 from lab.report.decision_note import generation_costs
@@ -41,19 +41,12 @@ def lines_of(orch, pass_id: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def gen_run(tmp_path_factory, gen_model_dir):
-    from lab.launchers.local import LocalLauncher
-    from lab.orchestration.orchestrator import Orchestrator
-    from lab.orchestration.protocol import load_protocol, lock
-    from lab.report.build import build_report
     from lab.service.campaigns import make_archive
 
     d = tmp_path_factory.mktemp("gen")
     f = generation_campaign(d, gen_model_dir)
     f.write_text(f.read_text() + BUCKETING)  # batch 1, batch 8, and batch 8 sorted by prompt length
-    lock(load_protocol(f))
-    orch = Orchestrator.prepare(f, d / "runs", LocalLauncher())
-    assert orch.run() == "finished"
-    build_report(orch.dir)
+    orch = run_reported(f)
     return orch, make_archive(orch.dir)
 
 

@@ -14,7 +14,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import REPO, demo_rows, write_campaign
+from conftest import REPO, demo_rows, run_reported, write_campaign
 from test_archive_evidence import edit_raw_table, member, read_members, write_members
 from test_task_generation import TASK as GENERATION_TASK
 
@@ -39,10 +39,6 @@ def unlabelled_corpus(folder, tokenizer=None):
 
 @pytest.fixture(scope="module", params=sorted(TASKS))
 def unlabelled_run(request, tmp_path_factory, model_dir, gen_model_dir):
-    from lab.launchers.local import LocalLauncher
-    from lab.orchestration.orchestrator import Orchestrator
-    from lab.orchestration.protocol import load_protocol, lock
-    from lab.report.build import build_report
     from lab.service.campaigns import make_archive
 
     kind = request.param
@@ -52,10 +48,7 @@ def unlabelled_run(request, tmp_path_factory, model_dir, gen_model_dir):
                        threshold=0.9)
     f.write_text(f.read_text().replace('metric = "accuracy"', 'metric = "agreement"')
                  .replace("[corpus]\n", f'[corpus]\ncard = "{corpus.parent / "corpus_card.json"}"\n') + TASKS[kind])
-    lock(load_protocol(f))
-    orch = Orchestrator.prepare(f, d / "runs", LocalLauncher())
-    assert orch.run() == "finished"
-    build_report(orch.dir)
+    orch = run_reported(f)
     return kind, orch, make_archive(orch.dir)
 
 

@@ -16,7 +16,7 @@ import os
 
 import psutil
 import pytest
-from conftest import cut_corpus, demo_rows, wait_until, write_campaign
+from conftest import cut_corpus, demo_rows, run_reported, wait_until, write_campaign
 
 from lab.engines import vllm_env
 from lab.passes.conditions import STARVED_STEAL, cpu_share, starvation
@@ -39,19 +39,6 @@ def engine_campaign(folder, model, corpus, name: str, batch: int = 4):
     text = text.replace("[defaults]\n", f"[defaults]\nbatch_size = {batch}\n")
     f.write_text(text)
     return f
-
-
-def run_campaign(f):
-    from lab.launchers.local import LocalLauncher
-    from lab.orchestration.orchestrator import Orchestrator
-    from lab.orchestration.protocol import load_protocol, lock
-    from lab.report.build import build_report
-
-    lock(load_protocol(f))
-    orch = Orchestrator.prepare(f, f.parent / "runs", LocalLauncher())
-    assert orch.run() == "finished"
-    build_report(orch.dir)
-    return orch
 
 
 def by_engine(orch) -> dict:
@@ -115,7 +102,7 @@ def check_vllm_pass(res: dict, row: dict, items: int, batch: int) -> None:
 def classifier_run(tmp_path_factory, model_dir):
     d = tmp_path_factory.mktemp("vllm-cls")
     corpus = cut_corpus(d / "corpus.jsonl", 8, 6, 6)
-    return run_campaign(engine_campaign(d, model_dir, corpus, "vllmcls"))
+    return run_reported(engine_campaign(d, model_dir, corpus, "vllmcls"))
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +113,7 @@ def embedding_run(tmp_path_factory):
     corpus = cut_corpus(d / "corpus.jsonl", 8, 6, 6)
     f = engine_campaign(d, encoder_path(), corpus, "vllmemb")
     f.write_text(f.read_text().replace('metric = "accuracy"', 'metric = "nn_accuracy"') + EMBEDDING)
-    return run_campaign(f)
+    return run_reported(f)
 
 
 def test_classifier_series_over_the_engine(classifier_run):

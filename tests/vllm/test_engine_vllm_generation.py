@@ -23,8 +23,8 @@ import json
 import shutil
 
 import pytest
-from conftest import cut_corpus
-from test_engine_vllm_campaign import SERIES, by_engine, raw_rows, report, run_campaign
+from conftest import cut_corpus, run_reported
+from test_engine_vllm_campaign import SERIES, by_engine, raw_rows, report
 from test_task_generation import generation_campaign, lines_of
 
 from lab.engines import vllm_env
@@ -70,7 +70,7 @@ def generation_run(tmp_path_factory, small_gpt2):
     text = text[: text.index("[[series]]")] + SERIES + text[text.index("\n[task]"):]
     text = text.replace('reference_variant = "batch/batch_size=1"', 'reference_variant = "engine/engine=transformers"')
     f.write_text(text.replace("[defaults]\n", "[defaults]\nbatch_size = 4\n"))
-    return run_campaign(f)
+    return run_reported(f)
 
 
 def test_generation_series_over_the_engine(generation_run):

@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import cut_corpus
-from test_engine_vllm_campaign import SERIES, by_engine, report, run_campaign
+from conftest import cut_corpus, run_reported
+from test_engine_vllm_campaign import SERIES, by_engine, report
 from test_task_generation import generation_campaign, lines_of
 
 from lab.engines import vllm_env
@@ -37,7 +37,7 @@ def test_vllm_gives_the_transformers_outputs_of_the_native_generator(tmp_path, n
     text = text[: text.index("[[series]]")] + SERIES + text[text.index("\n[task]"):]
     text = text.replace('reference_variant = "batch/batch_size=1"', 'reference_variant = "engine/engine=transformers"')
     f.write_text(text.replace("[defaults]\n", f"[defaults]\nbatch_size = {BATCH}\n"))
-    orch = run_campaign(f)  # the lock probes the engine: a refused model fails here, with vLLM's reason
+    orch = run_reported(f)  # the lock probes the engine: a refused model fails here, with vLLM's reason
     runs = by_engine(orch)
     assert [a.status for a, _ in runs.values()] == ["ok", "ok"], [a.notes for a, _ in runs.values()]
     (ta, tres), (va, vres) = runs["transformers"], runs["vllm"]
