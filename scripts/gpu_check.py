@@ -8,11 +8,15 @@ long items needs about twice the card's memory: the short half fits, the long ha
 not); a vLLM series (issue 21: engine transformers and vllm at batch 8, one pass each, the
 demo classifier; no generation pass: the pinned vLLM cannot load the demo generator, a BERT
 decoder, and the lock refuses it; run when the vLLM venv is there, else the verdict says it
-was not run). Verdict: every ok row
+was not run); a server series (issue 36: the native demo generator served by vLLM's server at
+SERVER_RATES, SERVER_ITEMS requests each, against an offline transformers reference; run when
+the vLLM venv and the native generator are there and SERVER_BUDGET_S of the check's budget
+BUDGET_S is left). Verdict: every ok row
 accepted, an OOM row with its items completed, peak allocated <= peak reserved <= device
 used on every row that has the three figures, both vLLM-series rows accepted with the vLLM
-row's engine_start_s, max_running and device-memory reservation, the median measured
-window per variant. Exit 0 when every check holds, 1 otherwise.
+row's engine_start_s, max_running and device-memory reservation, every server row ok and
+accepted (or marked not honoured: its generator fell behind) with its p99 TTFT, the median
+measured window per variant. Exit 0 when every check holds, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 OUT = REPO / "runs" / "gpu_check"
+BUDGET_S = float(os.environ.get("GPU_CHECK_BUDGET_S", "840"))  # scripts/gpu_check.sh's time limit, less 60 s
 
 
 def _sub(text: str, old: str, new: str) -> str:
@@ -80,6 +85,80 @@ def vllm_problems(rows: list[dict]) -> list[str]:
               or v.get("engine_reserved_of") != "device memory" or not v.get("engine_reserved_bytes")):
         out.append("vLLM row lacks engine_start_s, observed_max_running or a device-memory reservation")
     return out
+
+
+SERVER_RATES = (8.0, 32.0)  # req/s offered on the card: the series of the first lent GPU
+SERVER_ITEMS = 200  # requests per server pass (issue 36: at least 200)
+SERVER_BUDGET_S = 240  # the server series runs only with this much of the check's budget left
+NATIVE_GEN = REPO / ".cache/models/demo-gen-native-20ng"
+
+
+def server_campaign_text(name: str, corpus: Path) -> str:
+    """The generation demo campaign on cuda served by vLLM's server (issue 36): the native demo
+    generator (vLLM loads it; `make model-gen-native`), ``corpus`` (SERVER_ITEMS items), an
+    offline transformers reference at batch 8 and one server pass per rate of SERVER_RATES,
+    objective TTFT p99 <= 0.5 s and TPOT p99 <= 0.05 s for 90 % of the requests."""
+    text = (REPO / "demo/campaign-generation.toml").read_text()
+    text = _sub(text, 'name = "demo-generation-20newsgroups"', f'name = "{name}"')
+    text = _sub(text, 'path = "@repo/demo/corpus/comparison.jsonl"', f'path = "{corpus}"')
+    text = _sub(text, 'path = "@repo/.cache/models/demo-gen-20ng"', f'path = "{NATIVE_GEN}"')
+    text = _sub(text, 'device = "auto"', 'device = "cuda"')
+    text = _sub(text, "repetitions = 5", "repetitions = 1")
+    text = _sub(text, 'reference_variant = "batch/batch_size=1"', 'reference_variant = "batch/batch_size=8"')
+    text = text[: text.index("[[series]]")]  # the demo's series and its [cost] after them
+    return (text + '[[series]]\nname = "batch"\nfactor = "batch_size"\nvalues = [8]\n\n'
+            f'[[series]]\nname = "served"\nfactor = "request_rate"\nvalues = {list(SERVER_RATES)}\nengine = "vllm"\n\n'
+            '[scenario]\nkind = "server"\nttft_s = 0.5\ntpot_s = 0.05\nshare = 0.9\nwarmup_requests = 2\n')
+
+
+def server_series(left_s: float) -> tuple[list[dict], str]:
+    """(raw rows, '') of the server series campaign, or ([], why it was not run): the vLLM venv or
+    the native demo generator absent, or less than SERVER_BUDGET_S seconds left (``left_s``)."""
+    from lab.engines import vllm_env
+
+    if not vllm_env.is_ready():
+        return [], f"not run: no vLLM venv at {vllm_env.venv_dir()} (make vllm-env, or ITERALAB_VLLM_VENV)"
+    if not (NATIVE_GEN / "config.json").is_file():
+        return [], f"not run: no native demo generator at {NATIVE_GEN} (make model-gen-native)"
+    if left_s < SERVER_BUDGET_S:
+        return [], f"not run: {left_s:.0f} s left of the check's budget, the series needs {SERVER_BUDGET_S} s"
+    rows = (REPO / "demo/corpus/comparison.jsonl").read_text().splitlines()
+    corpus = OUT / "served_corpus.jsonl"
+    corpus.write_text("\n".join(rows[:: max(1, len(rows) // SERVER_ITEMS)][:SERVER_ITEMS]) + "\n")
+    f = OUT / "server_cuda.toml"
+    f.write_text(server_campaign_text("gpu-check-server-cuda", corpus))
+    return run_campaign(f), ""
+
+
+def server_problems(rows: list[dict]) -> list[str]:
+    """What the server series must show: the offline reference ok, and every server row ok or
+    marked not honoured (its generator fell behind), its outputs accepted against the reference,
+    with an achieved rate and a p99 TTFT."""
+    served = [r for r in rows if r.get("request_rate") not in (None, "")]
+    out = []
+    if len(served) != len(SERVER_RATES) or len(rows) != len(SERVER_RATES) + 1:
+        out.append(f"server series: {len(served)} server row(s) of {len(SERVER_RATES)}, {len(rows)} in all")
+    for r in rows:
+        if r.get("status") == "ok" and r.get("corpus_accepted") is not True:
+            out.append(f"server series: {r.get('variant_label')} not accepted")
+        elif r.get("status") != "ok" and not late(r):
+            out.append(f"server series: {r.get('variant_label')} {r.get('status')}: {str(r.get('notes'))[:120]}")
+    if any(r.get("status") == "ok" and r.get("served_ttft_p99_s") in (None, "") for r in served):
+        out.append("server series: an ok server row without its p99 TTFT")
+    return out
+
+
+def late(row: dict) -> bool:
+    """A server row marked not honoured because its load generator released requests late (the
+    rule of lab.passes.observed.require_honoured): the check tolerates it, the row is not used."""
+    return row.get("status") == "not_honoured" and "released requests late" in str(row.get("notes") or "")
+
+
+def server_text(rows: list[dict]) -> str:
+    """Each server row in a few words: rate, status, achieved rate, p99 TTFT, objective held."""
+    return "; ".join(f"{r['request_rate']} req/s {r['status']} achieved {r.get('served_achieved_rate')} "
+                     f"ttft p99 {r.get('served_ttft_p99_s')} s holds {r.get('served_objective_holds')}"
+                     for r in rows if r.get("request_rate") not in (None, ""))
 
 
 def oom_campaign(folder: Path, total: int) -> Path:
@@ -176,6 +255,10 @@ def main() -> int:
         problems += vllm_problems(vrows)
     vtext = vwhy or "; ".join(f"{r['engine']} {r['status']} agreement {r.get('agreement_with_reference')}"
                               for r in vrows)
+    srows, swhy = server_series(BUDGET_S - (time.monotonic() - t0))
+    if srows:
+        problems += server_problems(srows)
+    stext = swhy or server_text(srows)
     checked, order_bad = peak_order(rows + oom_rows)
     if order_bad or not checked:
         problems.append(f"allocated <= reserved <= device used fails on {order_bad} of {checked} row(s)")
@@ -190,7 +273,8 @@ def main() -> int:
     print(f"gpu_check: {verdict}: {gpu}; demo rows accepted {accepted}/{len(rows)}; {oom_text}; "
           f"allocated<=reserved<=device used on {checked - order_bad}/{checked} rows; "
           f"median measured window: {timing}; utilization {min(util, default=0):.3f}-{max(util, default=0):.3f}; "
-          f"memory lab exit {mem.returncode}; vLLM series: {vtext}; {time.monotonic() - t0:.0f} s; outputs {OUT}")
+          f"memory lab exit {mem.returncode}; vLLM series: {vtext}; server series: {stext}; "
+          f"{time.monotonic() - t0:.0f} s; outputs {OUT}")
     return 0 if not problems else 1
 
 

@@ -27,3 +27,33 @@ def test_the_order_is_checked_on_ended_windows_and_a_broken_one_counts():
     broken = {**ok, "device_used_bytes": 100}
     assert gpu_check.peak_order([ok, broken, oom]) == (2, 1)
     assert gpu_check.peak_order([{**ok, "device_used_bytes": None}]) == (0, 0)
+
+
+def test_the_server_series_campaign_loads_with_an_offline_reference_and_its_rates(tmp_path):
+    from lab.orchestration.protocol import load_protocol
+
+    gpu_check = load()
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"id": "a", "text": "x", "label": "sci.space", "bucket": "short"}\n')
+    f = tmp_path / "s.toml"
+    f.write_text(gpu_check.server_campaign_text("s", corpus))
+    proto = load_protocol(f)
+    assert proto.config.scenario.server
+    assert proto.reference.request_rate is None and proto.reference.device == "cuda"
+    assert [v.request_rate for v in proto.variants if v.request_rate] == list(gpu_check.SERVER_RATES)
+
+
+def test_the_server_series_verdict_names_a_wrong_row_and_tolerates_a_late_generator():
+    gpu_check = load()
+    ref = {"status": "ok", "corpus_accepted": True, "request_rate": None, "variant_label": "batch 8"}
+    fast = {"status": "ok", "corpus_accepted": True, "request_rate": 8.0, "variant_label": "8 req/s",
+            "served_ttft_p99_s": 0.02}
+    late = {"status": "not_honoured", "request_rate": 32.0, "variant_label": "32 req/s",
+            "notes": "declared value not honoured: request_rate: the load generator released requests late"}
+    assert gpu_check.server_problems([ref, fast, late]) == []
+    wrong = {**fast, "request_rate": 32.0, "corpus_accepted": False, "variant_label": "32 req/s"}
+    assert gpu_check.server_problems([ref, fast, wrong]) == ["server series: 32 req/s not accepted"]
+    died = {**late, "status": "error", "notes": "3 of 200 requests not answered"}
+    assert gpu_check.server_problems([ref, fast, died]) == [
+        "server series: 32 req/s error: 3 of 200 requests not answered"]
+    assert gpu_check.server_problems([ref, fast])[0].startswith("server series: 1 server row(s) of 2")
