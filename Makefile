@@ -13,7 +13,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 unexport PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX := $(CURDIR)/.cache/pycache
 
-.PHONY: up demo test test-fast test-integration test-ui test-docker test-vllm lint bench bench-peer model model-gen model-gen-native corpus env env-dev vllm-env doctor memory images clean
+.PHONY: up demo test test-fast test-integration test-ui test-docker test-vllm lint bench bench-demo bench-peer model model-gen model-gen-native corpus env env-dev vllm-env doctor memory images clean
 
 # The runtime (requirements.lock): what the bundle runs on a rental.
 $(STAMP): requirements.lock pyproject.toml
@@ -122,7 +122,9 @@ lint: $(DEV_STAMP)
 
 # Each bench script runs through scripts/bench_record.py, which keeps its reading (its output, the
 # commit, the machine, the load) in runs/bench-readings/; `make bench RECORD=--docs` keeps them in
-# docs/bench-readings/ and writes docs/benchmarks.md's blocks from them.
+# docs/bench-readings/ and writes docs/benchmarks.md's blocks from them. bench-vllm and bench-serve
+# skip, saying why, without the vLLM venv (`make vllm-env`); bench-serve also without the native
+# demo generator (`make model-gen-native`).
 RECORD :=
 BENCH  := $(PY) scripts/bench_record.py
 bench: model
@@ -130,6 +132,12 @@ bench: model
 	$(BENCH) bench-verify $(RECORD) -- $(PY) scripts/bench_verify.py
 	$(BENCH) bench-pass-exit $(RECORD) -- $(PY) scripts/bench_pass_exit.py
 	$(BENCH) bench-vllm $(RECORD) -- $(PY) scripts/bench_vllm.py
+	$(BENCH) bench-serve $(RECORD) -- $(PY) scripts/bench_serve.py
+
+# The demo campaign as `make demo` runs it (20 passes, about 9 minutes on 2 quiet cores), into a
+# fresh runs folder, its figures printed from its own summary; kept like the readings above.
+bench-demo: model
+	$(BENCH) bench-demo $(RECORD) -- $(PY) scripts/bench_demo.py
 
 # optimum-benchmark's inference scenario against the lab's window, side by side (issue 13).
 # Its own venv (it needs transformers < 5): created here if missing, never the lab's .venv,

@@ -16,6 +16,10 @@ are the script's own output, never copied by hand. ``--check`` (run by
 tests/unit/test_bench_record.py) fails when a block differs from its reading's rendering or
 names a reading that is not there.
 
+A GPU check's output comes back from a lent device as files (docs/gpu-readings/NAME-*: the
+verdict line, the raw tables) with ``NAME.json`` saying how it was run; the block between
+``<!-- gpu:NAME -->`` and ``<!-- /gpu:NAME -->`` is written from them the same way (:func:`render_gpu`).
+
 Exit status: COMMAND's (a failing bench keeps its reading: its output says why); 2 for bad usage.
 """
 
@@ -37,6 +41,12 @@ RUNS = REPO / "runs" / "bench-readings"
 DOCS = REPO / "docs" / "bench-readings"
 PAGE = REPO / "docs" / "benchmarks.md"
 BLOCK = re.compile(r"<!-- reading:(?P<name>[\w-]+) -->\n.*?<!-- /reading:(?P=name) -->", re.S)
+GPU = REPO / "docs" / "gpu-readings"
+GPU_BLOCK = re.compile(r"<!-- gpu:(?P<name>[\w-]+) -->\n.*?<!-- /gpu:(?P=name) -->", re.S)
+GPU_COLUMNS = (("variant_label", "variant"), ("status", "status"), ("corpus_accepted", "accepted"),
+               ("measured_s", "measured window, s"), ("peak_allocated_bytes", "peak allocated, MB"),
+               ("peak_reserved_bytes", "peak reserved, MB"), ("device_used_bytes", "device used, MB"),
+               ("utilization", "utilization"))
 
 
 def git(*args: str) -> str:
@@ -64,6 +74,8 @@ def run(name: str, command: list[str]) -> dict:
     """Run ``command``, echoing its output; the reading (see the module's docstring)."""
     start_date = datetime.now(UTC).isoformat(timespec="seconds")
     load_start = os.getloadavg()[0]
+    commit = git("rev-parse", "--short", "HEAD")  # what runs is what the tree holds now, not at the end
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
     start = time.monotonic()
     proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
@@ -72,8 +84,7 @@ def run(name: str, command: list[str]) -> dict:
         sys.stdout.write(line)
         lines.append(line)
     rc = proc.wait()
-    return {"name": name, "command": shown(command), "commit": git("rev-parse", "--short", "HEAD"),
-            "dirty": bool(git("status", "--porcelain", "--untracked-files=no")), "date": start_date,
+    return {"name": name, "command": shown(command), "commit": commit, "dirty": dirty, "date": start_date,
             "wall_s": round(time.monotonic() - start, 1), "machine": machine(),
             "load_start": round(load_start, 2), "load_end": round(os.getloadavg()[0], 2),
             "exit": rc, "output": "".join(lines)}
@@ -94,6 +105,42 @@ def render(reading: dict) -> str:
             f"<!-- /reading:{reading['name']} -->")
 
 
+def gpu_cell(column: str, value: str) -> str:
+    """One cell of a GPU reading's table: bytes as MB (10^6), seconds to 2 decimals, utilization
+    as a percentage, the rest as the raw table wrote it; an empty cell stays empty."""
+    if value == "":
+        return ""
+    if column.endswith("_bytes"):
+        return f"{int(value) / 1e6:,.1f}"
+    if column == "measured_s":
+        return f"{float(value):.2f}"
+    if column == "utilization":
+        return f"{float(value):.1%}"
+    return value
+
+
+def render_gpu(name: str, folder: Path = GPU) -> str:
+    """The Markdown block of the GPU reading ``name``: its origin (``NAME.json``: ``command``,
+    ``commit``, ``date``, ``device``, ``environment``), the check's verdict line as it printed it
+    (``NAME-gpu_check.log``) and one row per pass of its demo campaign (``NAME-demo-raw_table.csv``,
+    the archive's raw table as it came back). Raises OSError / KeyError for a missing file or field."""
+    import csv
+
+    meta = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
+    log = (folder / f"{name}-gpu_check.log").read_text(encoding="utf-8").rstrip("\n")
+    with open(folder / f"{name}-demo-raw_table.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    table = ["| " + " | ".join(h for _, h in GPU_COLUMNS) + " |", "|" + "---|" * len(GPU_COLUMNS)]
+    table += ["| " + " | ".join(gpu_cell(c, r.get(c, "")) for c, _ in GPU_COLUMNS) + " |" for r in rows]
+    return (f"<!-- gpu:{name} -->\n"
+            f"GPU reading `{name}`, written by `scripts/bench_record.py` from docs/gpu-readings/{name}.json and "
+            f"the files beside it: `{meta['command']}` at commit {meta['commit']} on {meta['date']}, "
+            f"{meta['device']}; {meta['environment']}. The check's output as it came back "
+            f"(`{name}-gpu_check.log`):\n\n```\n{log}\n```\n\n"
+            f"Its demo campaign's passes (`{name}-demo-raw_table.csv`):\n\n" + "\n".join(table) + "\n"
+            f"<!-- /gpu:{name} -->")
+
+
 def readings(folder: Path = DOCS) -> dict[str, dict]:
     return {f.stem: json.loads(f.read_text(encoding="utf-8")) for f in sorted(folder.glob("*.json"))}
 
@@ -110,7 +157,14 @@ def page_with_readings(text: str, kept: dict[str, dict]) -> tuple[str, list[str]
             return match[0]
         return render(kept[name])
 
-    return BLOCK.sub(again, text), problems
+    def gpu_again(match: re.Match) -> str:
+        try:
+            return render_gpu(match["name"])
+        except (OSError, KeyError, ValueError) as exc:
+            problems.append(f"{PAGE.name}: block gpu:{match['name']} cannot be written from docs/gpu-readings/ ({exc})")
+            return match[0]
+
+    return GPU_BLOCK.sub(gpu_again, BLOCK.sub(again, text)), problems
 
 
 def main(argv: list[str]) -> int:

@@ -131,3 +131,21 @@ def test_goal_verdict_is_judged_only_at_one_million():
     assert bench_validation.goal_verdict(1_000_000, {"corpus": 2.0, "shuffled": 2.9}) == "met"
     assert bench_validation.goal_verdict(1_000_000, {"corpus": 2.0, "shuffled": 3.1}) == "NOT met"
     assert bench_validation.goal_verdict(999_999, {"corpus": 0.1, "shuffled": 0.1}) == "not judged"
+
+
+SERVE = REPO / "scripts" / "bench_serve.py"
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--items", "0"], "--items 0 must be an integer >= 1"),
+    (["--rounds", "0"], "--rounds 0 must be an integer >= 1"),
+    (["--rate", "0"], "--rate 0.0 must be a number of requests per second > 0"),
+    (["--rate", "inf"], "--rate inf must be a number of requests per second > 0"),
+    (["--rate", "fast"], "invalid float value: 'fast'"),
+])
+def test_bench_serve_bad_option_one_line_exit_2_result_kept(tmp_path, heavy_poisoned, args, words):
+    out = tmp_path / "serve.json"
+    out.write_text(KEPT)
+    r = run(SERVE, *args, "--out", str(out), pythonpath=heavy_poisoned)
+    one_line(r, "bench_serve: ", words)
+    assert out.read_text() == KEPT

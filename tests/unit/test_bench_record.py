@@ -49,3 +49,31 @@ def test_the_benchmark_page_matches_its_kept_readings():
     kept = {p.stem for p in Path(bench_record.DOCS).glob("*.json")}
     blocks = {m["name"] for m in bench_record.BLOCK.finditer(text)}
     assert kept <= blocks, f"readings without a block in benchmarks.md: {sorted(kept - blocks)}"
+
+
+def test_a_gpu_block_is_written_from_the_files_that_came_back(tmp_path):
+    """A GPU reading: its origin from NAME.json, the verdict line and one row per pass from the raw
+    table as the device wrote them (bytes as MB, utilization as a percentage); a missing file
+    names the block instead of leaving a hand-typed one unnoticed."""
+    (tmp_path / "g.json").write_text('{"command": "bash scripts/gpu_check.sh", "commit": "abc1234", '
+                                     '"date": "2026-12-04", "device": "one test GPU", "environment": "test env"}')
+    (tmp_path / "g-gpu_check.log").write_text("gpu_check: PASS: test\n")
+    (tmp_path / "g-demo-raw_table.csv").write_text(
+        "variant_label,status,corpus_accepted,measured_s,peak_allocated_bytes,peak_reserved_bytes,"
+        "device_used_bytes,utilization\nbatch 8,ok,True,1.164133,160658944,197132288,1562247168,0.0922\n"
+        "batch 1,oom,False,,,,,\n")
+    block = bench_record.render_gpu("g", tmp_path)
+    assert "`bash scripts/gpu_check.sh` at commit abc1234 on 2026-12-04, one test GPU; test env" in block
+    assert "gpu_check: PASS: test\n" in block
+    assert "| batch 8 | ok | True | 1.16 | 160.7 | 197.1 | 1,562.2 | 9.2% |" in block
+    assert "| batch 1 | oom | False |  |  |  |  |  |" in block
+    page = "<!-- gpu:missing -->\nhand-typed\n<!-- /gpu:missing -->\n"
+    new, problems = bench_record.page_with_readings(page, {})
+    assert new == page and problems and problems[0].startswith("benchmarks.md: block gpu:missing cannot be written")
+
+
+def test_every_gpu_reading_has_its_block():
+    text = bench_record.PAGE.read_text(encoding="utf-8")
+    kept = {p.stem for p in Path(bench_record.GPU).glob("*.json")}
+    blocks = {m["name"] for m in bench_record.GPU_BLOCK.finditer(text)}
+    assert kept and kept <= blocks, f"GPU readings without a block in benchmarks.md: {sorted(kept - blocks)}"
