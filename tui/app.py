@@ -227,7 +227,7 @@ class IteraLabApp(LabApp):
                 for f in r["new_failures"]:
                     self.post_message(PassFailed(*f))
                 snap = CampaignSnapshot(d, r["status"], r["plan"], r["live_failures"], r["events"],
-                                        r["log_tail"])
+                                        r["log_tail"], r["live_served"])
                 st = r["status"]
                 sig = (st["state"], st["alive"], feed.last_event_id, r["log_tail"],
                        tuple((a.pass_id, a.status, a.items_completed, a.validation is None)

@@ -22,16 +22,19 @@ class CampaignSnapshot(Message):
     version. ``plan``: planned slots. ``live_failures``: {pass_id: {"kind", "items_done",
     "message"}} from oom/error events, known before the pass row is finished.
     ``events``: the last event lines (text). ``log_tail``: (pass_id, text) of the selected
-    pass's log.txt.
+    pass's log.txt. ``live_served``: {pass_id: a server pass's answers so far, its LiveFigures}
+    (lab.service.live.JournalFeed.read).
     """
 
     def __init__(self, campaign_dir: Path | None, status: dict | None, plan: list[dict],
-                 live_failures: dict, events: list[str], log_tail: tuple[str, str]) -> None:
+                 live_failures: dict, events: list[str], log_tail: tuple[str, str],
+                 live_served: dict | None = None) -> None:
         super().__init__()
         self.campaign_dir = campaign_dir
         self.status = status
         self.plan = plan
         self.live_failures = live_failures
+        self.live_served = live_served or {}
         self.events = events
         self.log_tail = log_tail
 

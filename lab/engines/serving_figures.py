@@ -120,6 +120,41 @@ def plain(record: msgspec.Struct) -> Any:
     return msgspec.to_builtins(record, str_keys=True)
 
 
+class LiveFigures(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A server pass's figures while its requests are being answered (progress only, never a
+    result): ``answered`` and ``failed`` so far, ``achieved_rate`` (answered / seconds from the
+    schedule's origin to the last answer, req/s; None before two answers), ``ttft_p50_s`` and
+    ``ttft_p99_s`` (numpy linear percentiles over the answered requests, as ``percentile``; None
+    before the first answer)."""
+
+    answered: int
+    failed: int
+    achieved_rate: float | None
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+
+
+def live_of(value: object) -> LiveFigures | None:
+    """The LiveFigures a progress event's ``served`` holds (plain values, as ``plain`` wrote them);
+    None when it is not one (an event of another version: progress only, never a figure)."""
+    try:
+        return msgspec.convert(value, LiveFigures)
+    except msgspec.ValidationError:
+        return None
+
+
+def live_figures(outcomes: Sequence[Mapping]) -> LiveFigures:
+    """LiveFigures of the outcomes the load generator has written so far (each a mapping with
+    ``ok``, ``ttft_s``, ``t_s``: lab/engines/vllm_load_worker.py's live lines)."""
+    ok = [o for o in outcomes if o.get("ok")]
+    ttft = np.array([float(o["ttft_s"]) for o in ok], dtype=np.float64)
+    last = max((float(o["t_s"]) for o in ok), default=0.0)
+    return LiveFigures(answered=len(ok), failed=len(outcomes) - len(ok),
+                       achieved_rate=len(ok) / last if len(ok) > 1 and last > 0 else None,
+                       ttft_p50_s=float(np.percentile(ttft, 50)) if ttft.size else None,
+                       ttft_p99_s=float(np.percentile(ttft, 99)) if ttft.size else None)
+
+
 def metric_values(records: Sequence[ServedRequest], metric: str) -> np.ndarray:
     """The values (s, float64) a percentile of ``metric`` is taken over: TTFT, E2E of each answered
     request; TPOT of each answered request with more than one output token; ITL: every gap of every

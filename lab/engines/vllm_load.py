@@ -26,7 +26,7 @@ import json
 import math
 import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,8 @@ RESULT_NAME = "bench_serve.json"  # the tool's result file (--save-result --save
 RECORD_NAME = "load_record.json"  # the worker's record (ids, releases, schedule, CPU)
 REQUESTS_NAME = "requests.jsonl"  # the prompts, one per corpus id
 LOG_NAME = "load.log"
+LIVE_SUFFIX = ".live"  # <record>.live: each measured request's outcome as it comes (progress only)
+WAIT_CALL_S = 1.0  # LoadGenerator.run's on_wait: at most this often
 
 
 class LoadGenError(UserError):
@@ -207,6 +209,34 @@ class LoadRun(msgspec.Struct, frozen=True):
     out_dir: Path
 
 
+class LiveOutcomes:
+    """The outcomes the worker has written so far for one run (``<record>.live``: ok, ttft_s,
+    e2el_s, t_s per measured request), read a whole line at a time from where the last read
+    stopped. ``read()`` returns every outcome read since the run started (a list, in the order
+    answered); a line cut short is kept for the next read."""
+
+    def __init__(self, run: LoadRun) -> None:
+        self.path = run.out_dir / (RECORD_NAME + LIVE_SUFFIX)
+        self.outcomes: list[dict] = []
+        self._offset = 0
+
+    def read(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except OSError:
+            return self.outcomes
+        end = data.rfind(b"\n") + 1
+        for line in data[:end].splitlines():
+            try:
+                self.outcomes.append(json.loads(line))
+            except ValueError:
+                continue  # not an outcome line: progress only, never a figure
+        self._offset += end
+        return self.outcomes
+
+
 def run_load(started: Started, tokenizer: str | Path, prompts: Sequence[Prompt], settings: LoadSettings,
              out_dir: Path, timeout_s: float | None = None, python: Path | None = None) -> Load:
     """Offer ``prompts`` to the server ``started`` with ``vllm bench serve`` (the vLLM venv's) and
@@ -307,10 +337,12 @@ class LoadGenerator:
         return time.perf_counter() - t0
 
     def run(self, started: Started, tokenizer: str | Path, runs: Sequence[LoadRun],
-            timeout_s: float | None = None) -> list[Load]:
+            timeout_s: float | None = None, on_wait: Callable[[], None] | None = None) -> list[Load]:
         """Offer each run's prompts to ``started``, in order (see :func:`run_loads`); returns one
-        Load per run. Raises LoadGenError when the generator fails, exits, or runs past
-        ``timeout_s`` (then it is stopped), or a result does not map; UserError as check_runs."""
+        Load per run. ``on_wait``: called about every WAIT_CALL_S while the runs go on (a pass
+        reads the answers so far: :class:`LiveOutcomes`). Raises LoadGenError when the generator
+        fails, exits, or runs past ``timeout_s`` (then it is stopped), or a result does not map;
+        UserError as check_runs."""
         import time
 
         check_runs(runs)
@@ -323,6 +355,7 @@ class LoadGenerator:
                      for p in r.prompts)
             (r.out_dir / REQUESTS_NAME).write_text("".join(lines), encoding="utf-8")
             (r.out_dir / RECORD_NAME).unlink(missing_ok=True)
+            (r.out_dir / (RECORD_NAME + LIVE_SUFFIX)).unlink(missing_ok=True)
             entries.append({"requests": str(r.out_dir / REQUESTS_NAME), "record": str(r.out_dir / RECORD_NAME),
                             "argv": tool_args(started, str(tokenizer), len(r.prompts), r.settings, r.out_dir)})
         self._jobs += 1
@@ -331,7 +364,7 @@ class LoadGenerator:
         done.unlink(missing_ok=True)
         job.write_text(json.dumps({"runs": entries}), encoding="utf-8")
         limit = series_timeout(runs) if timeout_s is None else timeout_s
-        t0 = time.perf_counter()
+        t0 = called = time.perf_counter()
         try:
             self.proc.stdin.write(f"{job}\n")
             self.proc.stdin.flush()
@@ -345,6 +378,9 @@ class LoadGenerator:
             if time.perf_counter() - t0 > limit:
                 self.stop()
                 raise LoadGenError(f"the load generator ran past {limit:.0f} s and was stopped; see {self.log_path}")
+            if on_wait is not None and time.perf_counter() - called >= WAIT_CALL_S:
+                called = time.perf_counter()
+                on_wait()
             time.sleep(0.02)
         outcome = json.loads(done.read_text(encoding="utf-8"))
         if outcome.get("code"):

@@ -28,6 +28,12 @@ changes two things around the tool, both written down here:
   state after the draws must equal the global one after the tool's draws, else the schedule is
   written as unknown, with the reason.
 
+While a run's measured requests are answered, each one's outcome is appended to ``<record>.live``
+(JSONL, flushed per line: ``ok``, ``ttft_s``, ``e2el_s``, ``t_s`` s after the schedule's origin):
+the tool's request function is wrapped for that, the warm-up requests (sent before the schedule
+starts) are left out. The lab reads it while the run goes on, for progress only; every figure
+of the pass comes from the tool's result and the record below.
+
 ``record`` (JSON): ``ids`` (released order), ``dispatched_s`` (each release, s after the wrapper's
 entry), ``scheduled_s`` (the replayed schedule, same origin; null when unknown) and
 ``schedule_note``, ``origin_perf`` (that origin on the process's perf_counter, the clock of the
@@ -78,6 +84,23 @@ def same_state(a, b) -> bool:
     return a[0] == b[0] and bool(np.array_equal(a[1], b[1])) and tuple(a[2:]) == tuple(b[2:])
 
 
+def live_request(func, live, rec: dict):
+    """The tool's request function ``func``, appending each measured request's outcome to the
+    open file ``live`` (one JSON line, flushed) once it is answered or failed; a request sent
+    before the schedule's origin (``rec["origin_perf"]``: a warm-up) is not written."""
+
+    async def request(request_func_input, session, pbar=None):
+        out = await func(request_func_input=request_func_input, session=session, pbar=pbar)
+        origin = rec.get("origin_perf")
+        if origin is not None:
+            live.write(json.dumps({"ok": bool(out.success and out.ttft > 0), "ttft_s": out.ttft,
+                                   "e2el_s": out.latency, "t_s": time.perf_counter() - origin}) + "\n")
+            live.flush()
+        return out
+
+    return request
+
+
 def run_one(run: dict, serve, parser_of) -> None:
     """One run of the tool's ``main`` (``run``: one entry of the job's ``runs``); writes its record."""
     import numpy as np
@@ -118,6 +141,10 @@ def run_one(run: dict, serve, parser_of) -> None:
 
     serve.get_samples = get_samples
     serve.get_request = get_request
+    funcs = dict(serve.ASYNC_REQUEST_FUNCS)
+    live = open(f"{run['record']}.live", "w", encoding="utf-8")  # noqa: SIM115 - closed below, after the run
+    for name, func in funcs.items():
+        serve.ASYNC_REQUEST_FUNCS[name] = live_request(func, live, rec)
     try:
         cpu0, wall0 = time.process_time(), time.perf_counter()
         serve.main(args)
@@ -125,6 +152,8 @@ def run_one(run: dict, serve, parser_of) -> None:
         rec["wall_s"] = time.perf_counter() - wall0
     finally:
         serve.get_request = tool_get_request
+        serve.ASYNC_REQUEST_FUNCS.update(funcs)
+        live.close()
     rec["result_file"] = str(Path(args.result_dir or ".") / args.result_filename)
     Path(run["record"]).write_text(json.dumps(rec), encoding="utf-8")
 

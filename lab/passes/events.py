@@ -49,7 +49,9 @@ class EventKind(StrEnum):
     - ``PHASE``: lab.passes.runner / worker / multicard. ``phase`` (model_load, compile,
       warmup, measured, probe, launch...), ``state`` ("start" or "end"), ``duration_s`` on
       "end"; some starts add ``device`` or (launch) ``cards``, ``nproc_per_node``, ``nnodes``.
-    - ``PROGRESS``: ``EventWriter.progress``. ``done``, ``total`` (items), ``items_per_s``.
+    - ``PROGRESS``: ``EventWriter.progress``. ``done``, ``total`` (items), ``items_per_s``; a
+      server pass adds ``served`` while its requests are answered (answered, failed,
+      achieved_rate, ttft_p50_s, ttft_p99_s: lab.engines.serving_figures.LiveFigures).
     - ``OOM``: runner / worker, the device ran out of memory. ``items_done``, ``kind`` ("oom"),
       ``message``.
     - ``ERROR``: runner / worker / multicard, any other failure. ``items_done``, ``message``,
@@ -146,8 +148,13 @@ class EventWriter:
         self.stream.buffer.write(raw)
         self.stream.flush()
 
-    def progress(self, done: int, total: int, items_per_s: float, force: bool = False) -> None:
+    def progress(self, done: int, total: int, items_per_s: float, force: bool = False,
+                 served: dict | None = None) -> None:
+        """A PROGRESS event, at most every ``min_interval_s`` unless ``force`` or the last item;
+        ``served``: a server pass's figures so far (lab.engines.serving_figures.LiveFigures as
+        plain values), carried as the event's ``served``."""
         now = time.perf_counter()
         if force or done >= total or now - self._last_progress >= self.min_interval_s:
             self._last_progress = now
-            self.emit(EventKind.PROGRESS, done=done, total=total, items_per_s=round(items_per_s, 3))
+            extra = {} if served is None else {"served": served}
+            self.emit(EventKind.PROGRESS, done=done, total=total, items_per_s=round(items_per_s, 3), **extra)

@@ -151,10 +151,12 @@ class PassSequence:
         if self.card.announces(name, start=False):
             self.ev.emit(EventKind.PHASE, phase=name, state="end", duration_s=self.phases[name])
 
-    def _on_batch(self, done: int) -> None:
+    def _on_batch(self, done: int, served: dict | None = None) -> None:
+        """The window's hook after each batch: ``done`` items so far (a progress event);
+        ``served``: a server pass's live figures, carried by the event (EventWriter.progress)."""
         self._done, self._batches = done, self._batches + 1
         el = time.perf_counter() - self._t0
-        self.ev.progress(done, self.fields["items_total"], done / el if el > 0 else 0.0)
+        self.ev.progress(done, self.fields["items_total"], done / el if el > 0 else 0.0, served=served)
         self.card.after_batch(self._batches)
 
     def run(self) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from lab.engines.serving_figures import LiveFigures, live_of
 from lab.facts.errors import clip
 from lab.inputs.variants import variant_short
 from lab.orchestration.journal import Journal
@@ -26,7 +27,8 @@ from lab.orchestration.status import CampaignState, campaign_status, running_eta
 from lab.passes.events import FAILED, EventKind, PassStatus, parse_event
 
 __all__ = ["FAILED", "LIVE_FAILURES", "SHOWN_EVENTS", "CampaignState", "EventKind", "JournalFeed", "PassStatus",
-           "campaign_status", "event_line", "log_tail", "readable", "running_eta_text", "variant_short"]
+           "campaign_status", "event_line", "log_tail", "readable", "running_eta_text", "served_line", "served_text",
+           "variant_short"]
 
 SHOWN_EVENTS = (EventKind.START, EventKind.END, EventKind.OOM, EventKind.ERROR, EventKind.INTERRUPTED,
                 EventKind.LEFTOVER, EventKind.PHASE)
@@ -50,6 +52,24 @@ def readable(line: str) -> str | None:
         return f"result: {ev.get('status', '')}, {ev.get('items_completed', '')} items"
     rest = {k: v for k, v in ev.items() if k not in ("iteralab", "event", "t")}
     return f"{kind}: " + ", ".join(f"{k}={v}" for k, v in rest.items())[:200]
+
+
+def served_text(served: LiveFigures) -> str:
+    """A running server pass's answers so far, in a few cells: its TTFT percentiles
+    ("p50 0.031 p99 0.079 s"; "no answer yet" before the first), as the Runs screen shows them."""
+    if served.ttft_p50_s is None or served.ttft_p99_s is None:
+        return "no answer yet"
+    return f"p50 {served.ttft_p50_s:.3f} p99 {served.ttft_p99_s:.3f} s"
+
+
+def served_line(served: LiveFigures) -> str:
+    """A running server pass's answers so far in one line of the Runs screen's status pane
+    ("served 40 answered, 2.00 req/s, TTFT p50 0.041 s p99 0.060 s"; failed requests named)."""
+    rate = "" if served.achieved_rate is None else f", {served.achieved_rate:.2f} req/s"
+    ttft = ("" if served.ttft_p50_s is None or served.ttft_p99_s is None
+            else f", TTFT p50 {served.ttft_p50_s:.3f} s p99 {served.ttft_p99_s:.3f} s")
+    failed = f", {served.failed} failed" if served.failed else ""
+    return f"served {served.answered} answered{failed}{rate}{ttft}"
 
 
 def log_tail(path: Path, max_lines: int = 40, max_bytes: int = 65536) -> str:
@@ -93,6 +113,7 @@ class JournalFeed:
         self.journal = Journal.open_read_only(self.dir / "journal.sqlite")  # a reader: no DDL, no file created
         self.last_event_id = 0
         self.live_failures: dict[str, dict] = {}
+        self.live_served: dict[str, LiveFigures] = {}
         self.events: list[str] = []
         self.max_events = max_events
         self.reported: set[str] = set()
@@ -101,7 +122,10 @@ class JournalFeed:
         self.journal.close()
 
     def read(self, selected_pass: str | None) -> dict:
-        """{status, plan, live_failures, events, log_tail, new_failures}.
+        """{status, plan, live_failures, live_served, events, log_tail, new_failures}.
+
+        ``live_served``: {pass_id: the LiveFigures of its last progress event that carried them}
+        (a server pass's answers so far, lab.engines.serving_figures; see served_text).
 
         ``new_failures``: [(pass_id, kind, items_done, detail)] not reported before, from
         oom/error events and from finished rows with status oom/error/killed.
@@ -109,16 +133,17 @@ class JournalFeed:
         new: list[tuple] = []
         for ev in self.journal.events_since(self.last_event_id):
             self.last_event_id = ev["id"]
-            if ev["kind"] in SHOWN_EVENTS:
+            kind, pid, p = ev["kind"], ev["pass_id"], ev["payload"]
+            if kind in SHOWN_EVENTS:
                 self.events.append(event_line(ev))
-            if ev["kind"] in LIVE_FAILURES:
-                p = ev["payload"]
-                info = {"kind": ev["kind"], "items_done": p.get("items_done"),
-                        "message": str(p.get("message", ""))}
-                self.live_failures[ev["pass_id"]] = info
-                if ev["pass_id"] not in self.reported:
-                    self.reported.add(ev["pass_id"])
-                    new.append((ev["pass_id"], ev["kind"], info["items_done"], info["message"]))
+            if kind == EventKind.PROGRESS and (served := live_of(p.get("served"))) is not None:
+                self.live_served[pid] = served
+            if kind in LIVE_FAILURES:
+                info = {"kind": kind, "items_done": p.get("items_done"), "message": str(p.get("message", ""))}
+                self.live_failures[pid] = info
+                if pid not in self.reported:
+                    self.reported.add(pid)
+                    new.append((pid, kind, info["items_done"], info["message"]))
         self.events = self.events[-self.max_events:]
         status = campaign_status(self.dir, self.journal)
         for a in status["attempts"]:
@@ -130,4 +155,5 @@ class JournalFeed:
                                     attempts[-1].pass_id if attempts else "")
         tail = log_tail(self.dir / "passes" / sel / "log.txt") if sel else ""
         return {"status": status, "plan": self.journal.plan(), "live_failures": dict(self.live_failures),
+                "live_served": dict(self.live_served),
                 "events": list(self.events[-50:]), "log_tail": (sel, tail), "new_failures": new}

@@ -130,6 +130,49 @@ def test_plan_screen_schedule_and_feasibility(tmp_path, runs, size):
     assert v8.fits["long"] == fits["long"].max_batch_size and v8.fits_all is True
 
 
+def test_runs_screen_shows_a_server_passs_live_percentiles_and_rate_at_80x24(tmp_path, runs):
+    """A running server pass's progress events carry its answers so far (issue 36,
+    lab.passes.tasks.server_job): the Runs screen's status pane shows them whole at 80x24
+    (answered, achieved rate, TTFT p50 and p99), the table its percentiles in the status cell and
+    its rate as it/s. The events are written here as the orchestrator stores them (a real server
+    pass writes them in tests/vllm/test_server_campaign.py)."""
+    import json
+
+    from lab.engines.serving_figures import live_figures, plain
+    from lab.inputs.variants import Variant
+
+    f = demo_copy(tmp_path)
+
+    async def go():
+        app = make_app(f)
+        async with app.run_test(size=(80, 24)) as pilot:
+            d = synthetic_running_journal(f, runs)
+            j = Journal(d / "journal.sqlite")
+            p, pid = j.plan()[3], "p004-served"
+            j.start_attempt(pid, p["seq"], 1, p["repetition"], p["position"],
+                            Variant.from_json(json.loads(p["variant_json"])), "2026-09-24T09:01:00+00:00", "local", 120)
+            outcomes = [{"ok": True, "ttft_s": 0.021 + 0.001 * k, "e2el_s": 0.2, "t_s": 0.5 * (k + 1)}
+                        for k in range(40)]
+            served = plain(live_figures(outcomes))
+            j.update_progress(pid, 40, 1.5)
+            j.add_event(pid, "progress", {"done": 40, "total": 120, "items_per_s": 1.5, "served": served})
+            app.poll_journal()
+            table = app.screen.query_one(PassTable)
+            await settle(pilot, lambda: pid in [k.value for k in table.rows], "the served row")
+            status = str(table.get_cell(pid, "status"))
+            assert status == f"p50 {served['ttft_p50_s']:.3f} p99 {served['ttft_p99_s']:.3f} s", status
+            assert str(table.get_cell(pid, "it/s")) == f"{served['achieved_rate']:.1f}" == "2.0"  # 40 in 20 s
+            assert table.max_scroll_x == 0  # the cell is cut with "…" where 80 columns end, never scrolled
+            # the status pane holds the whole line at 80 columns
+            st = text_of(app, "#runs-status")
+            line = (f"served 40 answered, 2.00 req/s, TTFT p50 {served['ttft_p50_s']:.3f} s "
+                    f"p99 {served['ttft_p99_s']:.3f} s; pid 1")
+            assert st.splitlines()[1] == line, st
+            assert app.screen.query_one("#runs-status").size.width >= len(line)
+            j.close()
+    asyncio.run(go())
+
+
 @pytest.mark.parametrize("size", SIZES)
 def test_runs_screen_not_started_then_live_rows_pause_stop(tmp_path, runs, size):
     f = demo_copy(tmp_path)

@@ -33,6 +33,6 @@ def test_the_runs_screen_and_the_headless_line_give_the_same_eta():
     assert text in progress_line("pass 2/4 p002", 250, 1000, 10.0, 25.0, "window", 2, 100.0)
     snap = SimpleNamespace(campaign_dir=Path("runs/demo/v1-abcd1234"), status={
         "orchestrator": {"pid": 42}, "alive": True, "state": CampaignState.RUNNING, "finished": 1,
-        "planned": 4, "attempts": attempts()})
+        "planned": 4, "attempts": attempts()}, live_served={})
     assert text in status_line(snap, "demo", now)  # type: ignore[arg-type]
     assert running_eta_text(attempts()[:1], planned=4, finished=1, now=now) == ""  # nothing running

@@ -104,6 +104,13 @@ def test_server_passes_are_validated_against_the_offline_reference_and_rederive(
         assert v.holds == serving["verdict"]["holds"]
         # the window is the served load, not the generator's import
         assert ph["measured"] < f.duration_s + 30, (ph, f.duration_s)
+        # the answers so far reached the journal while the load went on (the Runs screen's live
+        # percentiles and rate), the last of them with every request answered
+        live = [e["payload"]["served"] for e in orch.journal.events_since(0)
+                if e["pass_id"] == a.pass_id and e["kind"] == "progress" and "served" in e["payload"]]
+        assert live and live[-1]["answered"] == sum(PER_LABEL), live[-1:]
+        if rate == RATES[0]:  # 24 s of arrivals, read about once a second
+            assert any(0 < x["answered"] < sum(PER_LABEL) and x["ttft_p99_s"] is not None for x in live), live
         print(f"\n[server campaign] rate {rate:g}: achieved {f.achieved_rate:.3f} req/s, ttft p99 "
               f"{f.percentiles_s['ttft'][99.0]:.4f} s, verdict {'holds' if v.holds else 'fails'}, "
               f"window {ph['measured']:.1f} s, set-up {ph['engine_start']:.1f} s")

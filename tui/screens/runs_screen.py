@@ -12,7 +12,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, RichLog, Static
 
-from lab.service.live import CampaignState, running_eta_text
+from lab.service.live import CampaignState, PassStatus, running_eta_text, served_line
 from tui.messages import CampaignSnapshot
 from tui.screens.lab_screen import LabScreen
 from tui.widgets.pass_table import PassTable, pass_rows
@@ -23,7 +23,8 @@ def status_line(snap: CampaignSnapshot | None, campaign_name: str, now: float | 
     """Two lines (the status pane is always two rows high, so the table below never moves):
     campaign folder, state, passes finished/planned; then the running pass's and the campaign's
     ETA (lab.service.live.running_eta_text, the headless progress line's rule), the orchestrator and
-    the next key. ``now``: epoch s (the app's clock)."""
+    the next key; while a server pass runs, its answers so far instead of the ETA and the key
+    (lab.service.live.served_line). ``now``: epoch s (the app's clock)."""
     if snap is None or snap.status is None or snap.campaign_dir is None:
         return (f"[b]{escape(campaign_name)}[/b]: not started.\nPress [b]s[/b] to start "
                 "(locks the protocol if it never was).")
@@ -35,9 +36,15 @@ def status_line(snap: CampaignSnapshot | None, campaign_name: str, now: float | 
             CampaignState.STOPPED: "s resumes", CampaignState.INTERRUPTED: "s resumes",
             CampaignState.NOT_STARTED: "s starts", CampaignState.FINISHED: "see 5 Results",
             CampaignState.BLOCKED: "see the log; `make doctor`"}.get(st["state"], "")
-    eta = running_eta_text(st["attempts"], st["planned"], st["finished"], now) if now is not None else ""
-    return (f"[b]{escape(d.parent.name)}/{escape(d.name)}[/b] [b]{st['state']}[/b] "
-            f"{st['finished']}/{st['planned']} passes\n" + (f"{eta}; " if eta else "") + f"{alive}; {hint}")
+    attempts = st["attempts"]
+    eta = running_eta_text(attempts, st["planned"], st["finished"], now) if now is not None else ""
+    head = (f"[b]{escape(d.parent.name)}/{escape(d.name)}[/b] [b]{st['state']}[/b] "
+            f"{st['finished']}/{st['planned']} passes\n")
+    served = next((snap.live_served[a.pass_id] for a in attempts
+                   if a.status == PassStatus.RUNNING and a.pass_id in snap.live_served), None)
+    if served is not None:  # a server pass: its answers so far, in place of the ETA and the key hint
+        return head + f"{escape(served_line(served))}; {alive}"
+    return head + (f"{eta}; " if eta else "") + f"{alive}; {hint}"
 
 
 class RunsScreen(LabScreen):
@@ -78,7 +85,7 @@ class RunsScreen(LabScreen):
         self.query_one("#runs-status", Static).update(status_line(snap, name, self.app.clock()))
         if snap is None or snap.status is None:
             return
-        rows = pass_rows(snap.status["attempts"], snap.plan, snap.live_failures, self.app.clock())
+        rows = pass_rows(snap.status["attempts"], snap.plan, snap.live_failures, self.app.clock(), snap.live_served)
         self.query_one(PassTable).show(rows)
         log = self.query_one("#pass-log", RichLog)
         if self.view == "log":

@@ -1,7 +1,8 @@
 """PassTable: one line per pass (attempts, then planned slots not yet attempted).
 
 Columns: slot (seq, attempt), repetition, variant, status, progress bar with items,
-items/s, elapsed. OOMs and failures are shown in red the moment the journal's oom/error
+items/s, elapsed (a running server pass: its TTFT percentiles so far in the status cell, its
+achieved request rate as it/s). OOMs and failures are shown in red the moment the journal's oom/error
 event arrives (before the pass row is finished), with the items completed. A pass that ran
 ok and was validated shows its verdict instead of "ok" (``Attempt.verdict_short``, the
 engine's words: "accepted", "rejected: accuracy"), so a pass rejected on quality never reads ok.
@@ -16,7 +17,7 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import CellDoesNotExist
 
 from lab.passes.records import Attempt
-from lab.service.live import FAILED, PassStatus, variant_short
+from lab.service.live import FAILED, PassStatus, served_text, variant_short
 
 COLUMNS = ("slot", "rep", "variant", "status", "progress", "it/s", "elapsed")
 FAIL_STYLE = "bold white on red"
@@ -56,10 +57,13 @@ def progress_bar(done: int, total: int, width: int = 8) -> str:
     return "█" * full + "░" * (width - full) + f" {done}/{total}"
 
 
-def pass_rows(attempts: list[Attempt], plan: list[dict], live_failures: dict, now: float) -> list[dict]:
+def pass_rows(attempts: list[Attempt], plan: list[dict], live_failures: dict, now: float,
+              live_served: dict | None = None) -> list[dict]:
     """Rows to display: {key, cells: tuple[str|Text], failed: bool}, in schedule order. The
     status cell: a failure's kind and items done, a validated ok pass's verdict
-    (``Attempt.verdict_short``), else the status word."""
+    (``Attempt.verdict_short``), a running server pass's TTFT percentiles so far
+    (``live_served``: {pass_id: its LiveFigures}, lab.service.live.JournalFeed, served_text;
+    its it/s cell is then the achieved request rate), else the status word."""
     import json
 
     rows: list[dict] = []
@@ -80,6 +84,10 @@ def pass_rows(attempts: list[Attempt], plan: list[dict], live_failures: dict, no
         else:
             st = Text(status, style=STYLES.get(status, ""))
         rate = a.items_per_s
+        served = (live_served or {}).get(a.pass_id) if status == PassStatus.RUNNING and not failed else None
+        if served is not None:
+            st = Text(served_text(served), style=STYLES[PassStatus.RUNNING], no_wrap=True, overflow="ellipsis")
+            rate = served.achieved_rate or rate
         slot = f"{a.seq}" + (f"a{a.attempt}" if a.attempt > 1 else "")
         rows.append({"key": a.pass_id, "failed": failed, "cells": (
             slot, str(a.repetition), variant_short(a.variant), st,

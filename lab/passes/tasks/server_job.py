@@ -157,11 +157,14 @@ class ServerJob(VllmJob):
 
     def run_window(self, rows, device, on_batch=None, sink=None):
         """Offer every row as a request at the variant's rate and read each answer back (module
-        docstring). Returns the generation WindowResult (``generated[i]``: row i's answer).
+        docstring). While the requests are answered, ``on_batch(done, served=...)`` reports the
+        answers so far about once a second (lab.engines.serving_figures.LiveFigures: achieved rate
+        and TTFT percentiles so far, for the Runs screen), then once with every request done.
+        Returns the generation WindowResult (``generated[i]``: row i's answer).
         Raises RequestsFailed for unanswered requests, NotHonoured for a prompt the server read
         otherwise, lab.engines.vllm_load.LoadGenError when the generator fails."""
-        from lab.engines.serving_figures import figures, verdict
-        from lab.engines.vllm_load import LoadRun, LoadSettings, Prompt
+        from lab.engines.serving_figures import figures, live_figures, verdict
+        from lab.engines.vllm_load import LiveOutcomes, LoadRun, LoadSettings, Prompt
         from lab.passes.observed import NotHonoured
         from lab.passes.tasks.generation import open_generation_window
         from lab.passes.tasks.generation_core import GeneratedItem
@@ -178,7 +181,14 @@ class ServerJob(VllmJob):
                                             max_concurrency=sc.max_concurrency, warmups=sc.warmup_requests,
                                             stop=rule.stop, objective=objective),
                       out_dir=Path(self.spec.out_dir) / LOAD_DIR)
-        self.served = load = self.generator.run(self.started, self.spec.model_ref, [run])[0]
+        live = LiveOutcomes(run)
+
+        def progress() -> None:  # the answers so far, as the pass's progress (never a figure of the pass)
+            outcomes = live.read()
+            if on_batch and outcomes:
+                on_batch(len(outcomes), served=plain(live_figures(outcomes)))
+
+        self.served = load = self.generator.run(self.started, self.spec.model_ref, [run], on_wait=progress)[0]
         recs = load.records
         self.record = ServingRecord(figures=figures(recs, load.duration_s, v.request_rate, objective),
                                     verdict=verdict(recs, objective), requests=len(recs),
@@ -203,7 +213,8 @@ class ServerJob(VllmJob):
         # batched them itself, no pad token entered (its own batches are not the lab's to count)
         win.count_packed_call(list(range(done)), win.tokens_kept, None)
         if on_batch:
-            on_batch(win.items_done)
+            outcomes = live.read()
+            on_batch(win.items_done, served=plain(live_figures(outcomes)) if outcomes else None)
         if first_bad is not None:
             self._fail(recs, first_bad)
         return win
