@@ -1,20 +1,20 @@
 """Run one bench script and keep its reading: what it printed, with where, when and on what.
 
     python scripts/bench_record.py NAME [--docs] -- COMMAND ...   # run COMMAND, keep the reading
-    python scripts/bench_record.py --render                       # docs/benchmarks.md's blocks again
+    python scripts/bench_record.py --render                       # every page's blocks again
     python scripts/bench_record.py --check                        # exit 1 naming a stale block
 
 A reading is one JSON file, ``NAME.json``: ``name``, ``command`` (as run, the interpreter's path
 shortened to ``python``), ``commit`` (``git rev-parse --short HEAD``) and ``dirty`` (uncommitted
-changes in the working tree), ``date`` (UTC, at the start), ``wall_s``, ``machine`` (CPU model,
-cores, memory GiB, Python), ``load_start``/``load_end`` (1-minute load average), ``exit`` and
-``output`` (everything COMMAND printed on stdout and stderr, as printed). It goes to
-``runs/bench-readings/`` (what `make bench` keeps), or with ``--docs`` to ``docs/bench-readings/``,
-and then docs/benchmarks.md's block for NAME, between ``<!-- reading:NAME -->`` and
-``<!-- /reading:NAME -->``, is written again from it (:func:`render`): the figures in the docs
-are the script's own output, never copied by hand. ``--check`` (run by
-tests/unit/test_bench_record.py) fails when a block differs from its reading's rendering or
-names a reading that is not there.
+changes to the working tree's code: docs and Markdown pages left out), both taken at the start,
+``date`` (UTC, at the start), ``wall_s``, ``machine`` (CPU model, cores, memory GiB, Python),
+``load_start``/``load_end`` (1-minute load average), ``exit`` and ``output`` (everything COMMAND
+printed on stdout and stderr, as printed). It goes to ``runs/bench-readings/`` (what `make bench`
+keeps), or with ``--docs`` to ``docs/bench-readings/``, and then the block for NAME, between ``<!--
+reading:NAME -->`` and ``<!-- /reading:NAME -->``, in docs/benchmarks.md or any other page of
+:func:`pages`, is written again from it (:func:`render`): the figures in the docs are the script's
+own output, never copied by hand. ``--check`` (run by tests/unit/test_bench_record.py) fails when a
+block differs from its reading's rendering or names a reading that is not there.
 
 A GPU check's output comes back from a lent device as files (docs/gpu-readings/NAME-*: the
 verdict line, the raw tables) with ``NAME.json`` saying how it was run; the block between
@@ -39,7 +39,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "runs" / "bench-readings"
 DOCS = REPO / "docs" / "bench-readings"
-PAGE = REPO / "docs" / "benchmarks.md"
+PAGE = REPO / "docs" / "benchmarks.md"  # the readings' own page; any docs page may hold a block
+
+
+def pages() -> list[Path]:
+    """The pages whose reading blocks are written from the readings: README.md and docs/*.md."""
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 BLOCK = re.compile(r"<!-- reading:(?P<name>[\w-]+) -->\n.*?<!-- /reading:(?P=name) -->", re.S)
 GPU = REPO / "docs" / "gpu-readings"
 GPU_BLOCK = re.compile(r"<!-- gpu:(?P<name>[\w-]+) -->\n.*?<!-- /gpu:(?P=name) -->", re.S)
@@ -64,10 +69,18 @@ def machine() -> dict:
 
 
 def shown(command: list[str]) -> str:
-    """COMMAND as a reader would type it: the interpreter as ``python``, paths from the repository."""
+    """COMMAND as a reader would type it: the lab's interpreter (this one, or the venv's that runs
+    the command) as ``python``, another interpreter (a peer's venv) and other paths from the
+    repository."""
     root = str(REPO) + "/"
-    return " ".join("python" if w == sys.executable or w.endswith("/bin/python")
-                    else w.removeprefix(root) for w in command)
+    lab = {os.path.abspath(sys.executable), os.path.abspath(REPO / ".venv" / "bin" / "python")}
+
+    def word(w: str) -> str:
+        if w.endswith("/bin/python") and os.path.abspath(REPO / w) in lab:
+            return "python"
+        return w.removeprefix(root)
+
+    return " ".join(word(w) for w in command)
 
 
 def run(name: str, command: list[str]) -> dict:
@@ -75,7 +88,10 @@ def run(name: str, command: list[str]) -> dict:
     start_date = datetime.now(UTC).isoformat(timespec="seconds")
     load_start = os.getloadavg()[0]
     commit = git("rev-parse", "--short", "HEAD")  # what runs is what the tree holds now, not at the end
-    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    # changes to the code the command runs; the docs (earlier readings of the same `make bench
+    # RECORD=--docs`, the pages they are written into) change nothing it measures
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs",
+                     ":(exclude)*.md"))
     start = time.monotonic()
     proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
@@ -145,7 +161,7 @@ def readings(folder: Path = DOCS) -> dict[str, dict]:
     return {f.stem: json.loads(f.read_text(encoding="utf-8")) for f in sorted(folder.glob("*.json"))}
 
 
-def page_with_readings(text: str, kept: dict[str, dict]) -> tuple[str, list[str]]:
+def page_with_readings(text: str, kept: dict[str, dict], page: Path = PAGE) -> tuple[str, list[str]]:
     """``text`` with every reading block written again from ``kept``; (text, problems): a block
     whose reading is not kept is left as it is and named."""
     problems: list[str] = []
@@ -153,7 +169,7 @@ def page_with_readings(text: str, kept: dict[str, dict]) -> tuple[str, list[str]
     def again(match: re.Match) -> str:
         name = match["name"]
         if name not in kept:
-            problems.append(f"{PAGE.name}: block reading:{name} has no docs/bench-readings/{name}.json")
+            problems.append(f"{page.name}: block reading:{name} has no docs/bench-readings/{name}.json")
             return match[0]
         return render(kept[name])
 
@@ -161,7 +177,7 @@ def page_with_readings(text: str, kept: dict[str, dict]) -> tuple[str, list[str]
         try:
             return render_gpu(match["name"])
         except (OSError, KeyError, ValueError) as exc:
-            problems.append(f"{PAGE.name}: block gpu:{match['name']} cannot be written from docs/gpu-readings/ ({exc})")
+            problems.append(f"{page.name}: block gpu:{match['name']} cannot be written from docs/gpu-readings/ ({exc})")
             return match[0]
 
     return GPU_BLOCK.sub(gpu_again, BLOCK.sub(again, text)), problems
@@ -169,13 +185,17 @@ def page_with_readings(text: str, kept: dict[str, dict]) -> tuple[str, list[str]
 
 def main(argv: list[str]) -> int:
     if argv[:1] in (["--render"], ["--check"]):
-        text = PAGE.read_text(encoding="utf-8")
-        new, problems = page_with_readings(text, readings())
-        if argv[0] == "--render":
-            PAGE.write_text(new, encoding="utf-8")
-        elif new != text:
-            problems.append(f"{PAGE.name}: a reading block differs from its reading; run "
-                            "`python scripts/bench_record.py --render`")
+        problems: list[str] = []
+        kept = readings()
+        for page in pages():
+            text = page.read_text(encoding="utf-8")
+            new, found = page_with_readings(text, kept, page)
+            problems += found
+            if argv[0] == "--render" and new != text:
+                page.write_text(new, encoding="utf-8")
+            elif argv[0] == "--check" and new != text:
+                problems.append(f"{page.name}: a reading block differs from its reading; run "
+                                "`python scripts/bench_record.py --render`")
         for p in problems:
             print(f"bench_record: {p}", file=sys.stderr)
         return 1 if problems else 0
@@ -192,12 +212,13 @@ def main(argv: list[str]) -> int:
     (folder / f"{a.name}.json").write_text(json.dumps(reading, indent=1) + "\n", encoding="utf-8")
     print(f"bench_record: reading {a.name} -> {(folder / f'{a.name}.json').relative_to(REPO)}")
     if a.docs:
-        text = PAGE.read_text(encoding="utf-8")
-        if f"<!-- reading:{a.name} -->" not in text:
-            print(f"bench_record: {PAGE.name} has no block reading:{a.name} yet: add the two marker lines "
-                  f"where it belongs, then run `python scripts/bench_record.py --render`", file=sys.stderr)
-        else:
-            PAGE.write_text(page_with_readings(text, readings())[0], encoding="utf-8")
+        holding = [pg for pg in pages() if f"<!-- reading:{a.name} -->" in pg.read_text(encoding="utf-8")]
+        if not holding:
+            print(f"bench_record: no page holds a block reading:{a.name} yet: add the two marker lines where it "
+                  f"belongs (docs/benchmarks.md or another docs page), then run `python scripts/bench_record.py "
+                  "--render`", file=sys.stderr)
+        for pg in holding:
+            pg.write_text(page_with_readings(pg.read_text(encoding="utf-8"), readings(), pg)[0], encoding="utf-8")
     return reading["exit"]
 
 

@@ -41,14 +41,19 @@ def test_a_block_is_written_from_its_reading_and_a_stale_or_orphan_block_is_name
     assert "plus uncommitted changes" in failed and "it exited 1" in failed
 
 
-def test_the_benchmark_page_matches_its_kept_readings():
-    """Every reading block of docs/benchmarks.md is its docs/bench-readings/ file's rendering."""
-    text = bench_record.PAGE.read_text(encoding="utf-8")
-    new, problems = bench_record.page_with_readings(text, bench_record.readings())
-    assert problems == [] and new == text, (problems or "stale block: run `python scripts/bench_record.py --render`")
-    kept = {p.stem for p in Path(bench_record.DOCS).glob("*.json")}
-    blocks = {m["name"] for m in bench_record.BLOCK.finditer(text)}
-    assert kept <= blocks, f"readings without a block in benchmarks.md: {sorted(kept - blocks)}"
+def test_every_page_matches_its_kept_readings():
+    """Every reading block of README.md and docs/*.md is its docs/bench-readings/ file's rendering,
+    and every kept reading has a block somewhere."""
+    kept = bench_record.readings()
+    blocks: set[str] = set()
+    for page in bench_record.pages():
+        text = page.read_text(encoding="utf-8")
+        new, problems = bench_record.page_with_readings(text, kept, page)
+        assert problems == [] and new == text, (page.name, problems or "stale block: run "
+                                                "`python scripts/bench_record.py --render`")
+        blocks |= {m["name"] for m in bench_record.BLOCK.finditer(text)}
+    assert set(kept) <= blocks, f"readings without a block in any page: {sorted(set(kept) - blocks)}"
+    assert bench_record.PAGE in bench_record.pages()
 
 
 def test_a_gpu_block_is_written_from_the_files_that_came_back(tmp_path):
