@@ -179,7 +179,8 @@ def load_protocol(path: str | Path, relative_to: str | Path | None = None) -> Pr
     ref = cfg.quality.reference_variant
     if find_variant(variants, ref) is None:
         names = ", ".join(v.name for v in variants)
-        raise ProtocolError(f"{refusal_name(path)}: reference_variant {ref!r} is not a declared variant ({names})")
+        raise ProtocolError(f"{refusal_name(path)}: reference_variant {ref!r} is not a declared variant; use one "
+                            f"of: {names}")
     refuse_unsupported(proto, path)
     return proto
 
@@ -264,8 +265,10 @@ def lock(proto: Protocol, check: bool = True, replays: dict | None = None,
     refuse_secrets(proto.raw, proto.path)  # load_protocol refused them already; a Protocol built otherwise
     versions = read_lock(proto.path)
     if not proto.corpus_path.is_file():
-        raise ProtocolError(f"{refusal_name(proto.path)}: corpus {proto.corpus_path} not found; "
-                            "build it before locking")
+        raise ProtocolError(f"{refusal_name(proto.path)}: corpus {proto.corpus_path} not found; check [corpus] "
+                            "path (a relative path is read from the campaign file's folder) or build the corpus "
+                            f"first (`{iteralab_command()} corpus build --source TEXTS.jsonl --out "
+                            f"{proto.corpus_path.parent}`)")
     if check:
         from lab.orchestration.preflight import first_refusal, lock_checks
 

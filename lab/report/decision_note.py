@@ -185,8 +185,8 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
            f"- **Deadline.** {deadline_at.isoformat() + checked if deadline_at else 'none given'}",
            f"- **Deliverables announced.** {deliverables} distinct useful corpus(es); each "
            "accepted corpus is counted once, never once per repetition.",
-           "- **Pricing rule.** Committed budget = package price per lot x lots (seed: \"Calcolare "
-           "il costo impegnato\"); a short run does not turn a package into an hourly bill. "
+           "- **Pricing rule.** Committed budget = package price per lot x lots (the committed cost of "
+           "a flat-rate package, lab.cost.forfaits); a short run does not turn a package into an hourly bill. "
            f"Catalog: {', '.join(sorted({c.path for c in catalogs.values()})) or 'not loaded'}.",
            *agreement_rule_lines(records),
            "", "## Configurations", ""]

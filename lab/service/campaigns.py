@@ -9,6 +9,7 @@ are in ``lab/service/views.py``. Nothing here prints: functions return values or
 
 from __future__ import annotations
 
+import difflib
 import os
 import shlex
 import shutil
@@ -127,6 +128,11 @@ def resolve_campaign_dir(target: str | Path | None, verb: str = "campaign status
             raise CampaignError(f"{p}: no campaign run yet for this protocol version; "
                                 f"`{iteralab_command()} campaign run {p}`")
         return d.resolve()
+    if not p.exists():
+        near = difflib.get_close_matches(p.name, [c.name for c in (p.parent if str(p.parent) else Path()).glob("*")
+                                                  if c.suffix == ".toml" or c.is_dir()], n=1)
+        raise CampaignError(f"{target}: no such file or folder; give a campaign file or its campaign folder"
+                            + (f" (did you mean {p.with_name(near[0])}?)" if near else ""))
     raise CampaignError(f"{target}: neither a campaign file nor a campaign folder (one holding journal.sqlite)")
 
 
@@ -184,7 +190,8 @@ def make_launcher(kind: str, memory_limit: int | None = None):
             try:
                 return DockerLauncher.from_environment(mem_limit_bytes=memory_limit)
             except ImageOutdated as exc:  # built for containers, but from other code: never a silent switch
-                raise CampaignError(f"{exc}, or run with --launcher local") from None
+                raise CampaignError(f"{exc}, or run the passes without containers: `ITERALAB_LAUNCHER=local make up` "
+                                    "(`--launcher local` for iteralab)") from None
             except Exception as exc:  # engine unreachable or image missing
                 if kind == "docker":
                     raise CampaignError(f"docker launcher unavailable: {exc}") from None

@@ -225,3 +225,37 @@ def test_a_long_failure_note_is_cut_between_words_and_says_so():
     inner = line[line.index("(") + 1:-1]
     assert len(inner) <= 160 and inner.endswith(" …") and note.startswith(inner[:-2]), line
     assert note[len(inner) - 2] == " ", line  # cut where a word ends
+
+
+def test_a_misspelt_campaign_file_is_said_missing_with_the_nearest_name(tmp_path, monkeypatch):
+    """A user trial typed `iteralab report campain.toml` and read "neither a campaign file nor a
+    campaign folder", which does not say that nothing is there."""
+    from lab.service.campaigns import CampaignError, resolve_campaign_dir
+
+    (tmp_path / "campaign.toml").write_text("[campaign]\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CampaignError) as e:
+        resolve_campaign_dir("campain.toml", "report")
+    assert str(e.value) == ("campain.toml: no such file or folder; give a campaign file or its campaign folder "
+                            "(did you mean campaign.toml?)")
+    with pytest.raises(CampaignError, match=r"^elsewhere/x\.toml: no such file or folder; give a campaign file "
+                                            r"or its campaign folder$"):
+        resolve_campaign_dir("elsewhere/x.toml")
+    (tmp_path / "notes").mkdir()
+    with pytest.raises(CampaignError, match="neither a campaign file nor a campaign folder"):
+        resolve_campaign_dir("notes")  # there, but not a campaign
+
+
+def test_a_missing_corpus_names_the_path_key_and_the_build_command(tmp_path):
+    from lab.orchestration.protocol import lock
+
+    text = DEMO_CAMPAIGN.read_text().replace('path = "@repo/demo/corpus/comparison.jsonl"',
+                                             'path = "comparision.jsonl"').replace(
+        'card = "@repo/demo/corpus/corpus_card.json"\n', "")
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    with pytest.raises(ProtocolError) as e:
+        lock(load_protocol(f))
+    assert "comparision.jsonl not found; check [corpus] path (a relative path is read from the campaign file's " \
+           f"folder) or build the corpus first (`{iteralab_command()} corpus build --source TEXTS.jsonl --out " \
+           f"{tmp_path}`)" in str(e.value)
