@@ -392,8 +392,13 @@ def run_headless(campaign_file: str | Path, launcher: str = "auto", echo=None,
     out = {"state": state, "dir": orch.dir, "archive": None, "finished": st["finished"], "planned": st["planned"],
            "accepted": accepted, "exit": run_exit_status(state, accepted)}
     if state == CampaignState.FINISHED:
-        out["archive"] = make_archive(orch.dir)
-        out["line"] = str(out["archive"])  # the last line: scripts read the archive's path there
+        out["archive"] = packed = make_archive(orch.dir)
+        if echo is not None:  # what `iteralab archive` prints, so the headless run needs no second archive
+            from lab.inputs.corpus import sha256_file
+
+            echo(f"report: {orch.dir / 'report'}; archive sha256 {sha256_file(packed)} (record it "
+                 f"elsewhere); check it: `{iteralab_command()} archive verify {shlex.quote(str(packed))}`")
+        out["line"] = str(packed)  # the last line: scripts read the archive's path there
         if not accepted:
             out["line"] = (f"no pass of {st['finished']} was accepted: nothing here can enter a decision (each "
                            f"pass's reasons: `{iteralab_command()} campaign status {proto.path}`)\n" + out["line"])

@@ -52,6 +52,12 @@ def test_without_a_terminal_the_bundle_campaign_toml_runs_not_the_demo(tmp_path,
     assert any(line.startswith("campaign mine: ") for line in lines), out
     assert lines[-1].endswith(".tar.gz") and Path(lines[-1]).is_file() and "/mine/" in lines[-1]
     assert not (runs / "demo").exists()  # the demo never ran
+    # the report's folder, the archive's sha256 and how to check it, before its path (a user trial
+    # packed a second archive by hand, not knowing this one was made)
+    from lab.inputs.corpus import sha256_file
+
+    said = next(line for line in lines if line.startswith("report: "))
+    assert f"archive sha256 {sha256_file(Path(lines[-1]))}" in said and "archive verify " in said, said
 
 
 def test_sigterm_mid_pass_leaves_no_pass_process_and_records_the_slot_interrupted(tmp_path, model_dir):
