@@ -21,7 +21,9 @@ code's failure (lab.passes.tasks.custom), a failure row of the variant.
 
 from __future__ import annotations
 
+import resource
 import signal
+from pathlib import Path
 
 from lab.facts.diskfull import is_disk_full
 from lab.facts.errors import FailureKind, PassFailure, clip
@@ -31,6 +33,11 @@ OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory
                "memory allocation of")
 """Words of an allocation failure (lower case): CUDA/HIP and torch's allocators, errno ENOMEM, C++'s
 bad_alloc, Rust's ``memory allocation of N bytes failed`` (then an abort: the tokenizers library)."""
+ONEDNN_PRIMITIVE = "could not create a primitive"
+"""oneDNN's words (torch's CPU matmuls and convolutions) when it cannot build a primitive. Under an
+address-space limit (RLIMIT_AS) that is its scratchpad or JIT code buffer not being mapped: the
+pass ran out of the memory it was given (a CI run met it for an embedding batch of 8 long items,
+recorded as an error). Without a limit it may be an unsupported shape or type: an error then."""
 NATIVE_CRASH_SIGNALS = frozenset({signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS})
 """Signals a process dies of when native code fails to allocate and aborts (or dereferences the
 null it got): with an allocation failure as the log's last words, the pass ran out of memory."""
@@ -56,12 +63,35 @@ def stop_on_sigint() -> None:
     signal.signal(signal.SIGINT, stopped)
 
 
+def address_space_limit() -> int | None:
+    """This process's address-space limit in bytes (RLIMIT_AS's soft limit: the local launcher's
+    memory limit), None when there is none."""
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def vm_peak_bytes() -> int | None:
+    """VmPeak (bytes): the largest address space this process had; what RLIMIT_AS limits. None
+    where /proc does not say."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmPeak:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 def is_oom(exc: BaseException) -> bool:
-    """True for CUDA/HIP OOM, Python MemoryError and torch's host allocator failures."""
+    """True for CUDA/HIP OOM, Python MemoryError and torch's host allocator failures (OOM_MARKERS),
+    and for oneDNN failing to create a primitive (ONEDNN_PRIMITIVE) in a process under an
+    address-space limit (``address_space_limit``)."""
     if isinstance(exc, MemoryError):
         return True
-    name = type(exc).__name__
-    return name == "OutOfMemoryError" or any(m in str(exc).lower() for m in OOM_MARKERS)
+    name, text = type(exc).__name__, str(exc).lower()
+    if name == "OutOfMemoryError" or any(m in text for m in OOM_MARKERS):
+        return True
+    return ONEDNN_PRIMITIVE in text and address_space_limit() is not None
 
 
 def native_oom_line(exit_code: int | None, log_tail: str) -> str:

@@ -35,7 +35,7 @@ from lab.passes.events import (
     PassStatus,
     open_event_channel,
 )
-from lab.passes.failures import stop_on_sigint
+from lab.passes.failures import stop_on_sigint, vm_peak_bytes
 from lab.passes.records import PassResult, build, write_record
 from lab.passes.sequence import Card, PassSequence
 from lab.passes.spec import PassSpec, read_spec_or_report
@@ -45,17 +45,6 @@ _T_PROCESS = time.perf_counter()
 
 def _utc() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
-def _vm_peak() -> int | None:
-    """VmPeak (bytes): the largest address space this process had; what RLIMIT_AS limits."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmPeak:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
 
 
 class PassCard(Card):
@@ -81,7 +70,7 @@ def run_pass(spec: PassSpec, ev: EventWriter) -> tuple[int, PassResult]:
     pred_path = out / "predictions.jsonl"
     try:
         res["predictions_path"] = pred_path.name if seq.write_predictions(pred_path) else ""
-        res["process_peak_vm_bytes"] = _vm_peak()  # address space since process start (VmPeak)
+        res["process_peak_vm_bytes"] = vm_peak_bytes()  # address space since process start (VmPeak)
         res["end_time"] = _utc()
         res["exit_code"] = code
         result = build(PassResult, res)

@@ -141,3 +141,25 @@ def test_a_native_crash_is_out_of_memory_only_with_an_allocation_failure_as_last
     assert native_oom_line(-signal.SIGABRT, "Fatal Python error: Aborted\n") == ""  # no allocation failure
     assert native_oom_line(-signal.SIGKILL, rust) == ""  # killed from outside: the launcher's to say why
     assert native_oom_line(1, rust) == "" and native_oom_line(None, rust) == ""
+
+
+def test_onednn_failing_to_create_a_primitive_is_oom_only_under_an_address_space_limit():
+    """A CI run met `RuntimeError: could not create a primitive` (oneDNN) for an embedding batch of
+    8 long items under the local launcher's address-space limit, and recorded an error where the
+    pass had run out of the memory it was given. Without a limit the words may mean an
+    unsupported shape: an error stays an error."""
+    import subprocess
+    import sys
+
+    from lab.facts.errors import FailureKind
+    from lab.passes.failures import address_space_limit, failure_kind
+
+    assert address_space_limit() is None  # the unit tier runs without one
+    assert failure_kind(RuntimeError("could not create a primitive")) == FailureKind.ERROR
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (8 * 2**30, resource.RLIM_INFINITY)); "
+            "from lab.passes.failures import failure_kind, address_space_limit; "
+            "print(address_space_limit(), failure_kind(RuntimeError('could not create a primitive')), "
+            "failure_kind(RuntimeError('could not create a primitive for an unknown reason of int4')), "
+            "failure_kind(RuntimeError('shape mismatch')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [str(8 * 2**30), "oom", "oom", "error"], out
