@@ -17,7 +17,7 @@
 set -uo pipefail
 case "${1:-}" in
   -h|--help)
-    sed -n '2,12s/^# \{0,1\}//p' "$0"
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"  # the whole header comment
     echo "usage: bash scripts/gpu_check.sh   (no options; exit 0 = checks passed, 1 = checks failed, 2 = no usable CUDA GPU)"
     exit 0 ;;
   "") ;;

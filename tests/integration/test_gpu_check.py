@@ -28,6 +28,7 @@ def test_help_prints_a_usage_text_and_runs_nothing():
     assert p.returncode == 0, p.stderr
     assert "usage: bash scripts/gpu_check.sh" in p.stdout and "out of GPU memory" in p.stdout
     assert "exits 2" in p.stdout and "no CUDA GPU" not in p.stdout + p.stderr  # no check ran
+    assert "GPU_CHECK_REPETITIONS" in p.stdout and "set -uo" not in p.stdout  # the header, all of it, and no code
 
 
 def test_an_unknown_argument_is_one_line_exit_2():
