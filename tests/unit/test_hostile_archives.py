@@ -89,7 +89,7 @@ def test_a_member_beyond_the_member_bound_is_refused_from_its_header(tmp_path):
 
 def test_more_members_than_the_bound_are_refused_in_one_line(tmp_path, monkeypatch):
     """The member bound, in-process with a bound of 20 (the real 50,000 through the CLI:
-    tests/unit/test_archive_member_bound.py)."""
+    tests/integration/test_archive_member_bound.py)."""
     import lab.evidence.format
     from lab.evidence.archive import verify
     from lab.facts.errors import UserError
