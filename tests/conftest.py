@@ -56,7 +56,7 @@ NOT_IN_TIER = {
 # using one runs on the worker that built it, so each is built once per run. Every other test
 # is grouped with its module, so module-scoped fixtures are built once too (xdist_groups).
 SHARED_SESSION_FIXTURES = ("small_campaign", "left_padded_classifier", "left_padded_embedding",
-                           "rental_archives", "metric_rentals", "two_rentals")
+                           "rental_archives", "metric_rentals", "two_rentals", "vllm_classifier")
 # Those of them built once for every worker and run (kept_across_runs, under a file lock): a test
 # using one beside a module-scoped fixture runs with its module, where that fixture is built.
 KEPT_ACROSS_RUNS = ("rental_archives", "metric_rentals", "two_rentals")
@@ -232,6 +232,43 @@ def native_gen_model_dir() -> Path:
     loaded 2-core machine) if `make model-gen-native` has not run: no make target builds it
     before the tests."""
     return built_once(NATIVE_GEN_MODEL, "build-demo-gen-native")
+
+
+@pytest.fixture(scope="session")
+def vllm_classifier(model_dir, tmp_path_factory):
+    """The demo classifier in one vLLM engine for the session, serving every test that asks for it
+    (tests/vllm/test_engine_vllm.py, tests/vllm/test_vllm_observed.py): max_model_len 256, threads 1
+    (the vLLM tier pins each worker to one CPU anyway), the KV cache set to 1 GiB through
+    ``VLLM_CPU_KVCACHE_SPACE`` (set for its start only), the lab's other defaults (prefix caching off,
+    memory fraction 0.1). Starting it takes 35-40 s here, so it is started once. Yields the started
+    lab.engines.vllm.VllmClient; skips, saying why, where the vLLM venv is absent or stale."""
+    from lab.engines import vllm_env
+    from lab.engines.vllm import VllmClient, settings_for
+    from lab.inputs.variants import Variant
+
+    if not vllm_env.is_ready():
+        pytest.skip(f"the vLLM venv {vllm_env.venv_dir()} is absent or older than requirements-vllm.txt; run "
+                    "`make vllm-env` (.ci/run does)")
+    variant = Variant(engine="vllm", max_length=VLLM_MAX_MODEL_LEN, batch_size=200)
+    log = tmp_path_factory.mktemp("vllm-classifier") / "vllm.log"
+    client = VllmClient(settings_for(variant, model_dir, "cpu", threads=1), log_path=log)
+    old = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = "1"
+    try:
+        client.start()
+    finally:
+        if old is None:
+            os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+        else:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = old
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+VLLM_MAX_MODEL_LEN = 256
+"""max_model_len of the session's vLLM classifier (:func:`vllm_classifier`)."""
 
 
 def built_once(folder: Path, verb: str) -> Path:

@@ -1,8 +1,9 @@
 """vLLM as an engine (issue 21), on the real thing: the pinned vLLM in its own venv, the demo
 classifier and the MiniLM encoder, real engine processes.
 
-Each engine takes 35-40 s to start on a 2-core machine, so each model's engine is started once
-per module (module-scoped fixtures). Skipped, saying why, where the vLLM venv is absent or stale
+Each engine takes 35-40 s to start on a 2-core machine, so each model's engine is started once:
+the classifier's for the session (tests/conftest.py ``vllm_classifier``, shared with
+test_vllm_observed.py), the encoder's for the module. Skipped, saying why, where the vLLM venv is absent or stale
 (`make vllm-env` builds it; .ci/run does). Figures (engine start, per-item time against
 transformers on the same ids, the memory reservation) are printed: run with ``-s`` to read them.
 """
@@ -21,14 +22,14 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import REPO, demo_rows, wait_until
+from conftest import REPO, VLLM_MAX_MODEL_LEN, demo_rows, wait_until
 
 from lab.engines import vllm_env
-from lab.engines.vllm import VllmClient, VllmSettings, settings_for
+from lab.engines.vllm import VllmClient, VllmSettings
 from lab.inputs.variants import Variant
 
 N_ITEMS = 200  # comparison items per check: enough for a 99 % agreement rule to mean something
-MAX_LENGTH = 256
+MAX_LENGTH = VLLM_MAX_MODEL_LEN  # the session's vLLM classifier (tests/conftest.py)
 VENV_READY = vllm_env.is_ready()
 needs_venv = pytest.mark.skipif(not VENV_READY, reason=(
     f"the vLLM venv {vllm_env.venv_dir()} is absent or older than requirements-vllm.txt; run "
@@ -51,8 +52,9 @@ def report(what: str, **figures) -> None:
 
 @pytest.fixture(scope="module")
 def references(model_dir):
-    """transformers' answers on the same token ids, computed before any vLLM engine starts (an
-    idle engine's threads would slow them): {"classify": (argmax ids, s), "embed": (vectors, s)}."""
+    """transformers' answers on the same token ids (their times are reported, not asserted: the
+    session's classifier engine may already be idle beside them): {"classify": (argmax ids, s),
+    "embed": (vectors, s)}."""
     import torch
     from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
@@ -88,19 +90,15 @@ def references(model_dir):
 
 
 @pytest.fixture(scope="module")
-def classifier(model_dir, tmp_path_factory):
-    """The demo classifier in vLLM: (client, tokenizer), one engine for the module."""
+def classifier(vllm_classifier, model_dir):
+    """The demo classifier in vLLM (the session's engine, tests/conftest.py): (client, tokenizer)."""
     from transformers import AutoTokenizer
 
-    variant = Variant(engine="vllm", max_length=MAX_LENGTH, batch_size=N_ITEMS)
-    log = tmp_path_factory.mktemp("vllm") / "classifier.log"
-    client = VllmClient(settings_for(variant, model_dir, "cpu"), log_path=log)
-    ready = client.start()
+    ready = vllm_classifier.ready
     report("classifier engine", setup_s=f"{ready.setup_s:.1f}", engine_start_s=f"{ready.engine_start_s:.1f}",
            import_s=f"{ready.import_s:.1f}", memory=json.dumps(ready.memory), scheduler=json.dumps(ready.scheduler),
            rss_bytes=json.dumps(ready.rss_bytes))
-    yield client, AutoTokenizer.from_pretrained(str(model_dir))
-    client.close()
+    return vllm_classifier, AutoTokenizer.from_pretrained(str(model_dir))
 
 
 @pytest.fixture(scope="module")

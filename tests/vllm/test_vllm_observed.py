@@ -1,6 +1,7 @@
 """vLLM's own settings observed, not assumed (issue 31 part 2, issue 35 item 3), on the pinned vLLM.
 
-One engine (the demo classifier) is started for the module: the KV reservation under
+The session's engine of the demo classifier (tests/conftest.py ``vllm_classifier``, shared with
+test_engine_vllm.py) is read: the KV reservation under
 ``VLLM_CPU_KVCACHE_SPACE`` as vLLM set it (``kv_cache_memory_bytes``: this test fails when a vLLM
 upgrade renames or drops the field), the OpenMP binding following the declared threads, prefix
 caching off and read back from the engine. The lock-time probe (no engine: the import of vLLM and
@@ -16,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from lab.engines import vllm_env
-from lab.engines.vllm import VllmClient, reservation, settings_for
+from lab.engines.vllm import reservation
 from lab.inputs.variants import Variant
 
 GIB = 1 << 30
@@ -27,22 +28,10 @@ pytestmark = [needs_venv]
 
 
 @pytest.fixture(scope="module")
-def engine(model_dir, tmp_path_factory):
-    """The demo classifier's engine, started with VLLM_CPU_KVCACHE_SPACE=1 and threads = 1."""
-    variant = Variant(engine="vllm", max_length=128, batch_size=4)
-    old = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
-    os.environ["VLLM_CPU_KVCACHE_SPACE"] = "1"
-    log = tmp_path_factory.mktemp("vllm-observed") / "vllm.log"
-    client = VllmClient(settings_for(variant, model_dir, "cpu", threads=1), log_path=log)
-    try:
-        client.start()
-        yield client
-    finally:
-        client.close()
-        if old is None:
-            os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
-        else:
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = old
+def engine(vllm_classifier):
+    """The demo classifier's engine of the session (tests/conftest.py), started with
+    VLLM_CPU_KVCACHE_SPACE=1 and threads = 1."""
+    return vllm_classifier
 
 
 def test_kv_reservation_binding_and_caching_are_read_from_the_engine(engine):
