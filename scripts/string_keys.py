@@ -22,7 +22,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("lab/report", "lab/evidence", "lab/compare", "lab/service", "tui")
-CEILING = 776
+CEILING = 775
 """The total on 2026-12-04 (the raw table read back typed, the Cost and Compare views typed, the
 priced-hardware check merged; 7.4 per 100 lines):
 only lowered."""

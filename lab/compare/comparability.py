@@ -9,7 +9,9 @@ quality rule ([quality]: metric and the sha256 of its file when it is
 the user's function, threshold, tolerance, reference variant, subgroups, the agreement rule with its
 defaults filled in) and
 the timing rule ([timing] without ``threads``: warm-up items and passes, repetitions,
-rotation, process policy, seed). The protocol hash cannot be the key: it covers the whole
+rotation, process policy, seed) and the scenario ([scenario]: offline, or a server's arrivals,
+latency objective and declared traffic; server and offline archives are never compared together).
+The protocol hash cannot be the key: it covers the whole
 campaign file, including the ``[cost]`` that names each rental's package.
 
 May differ: hardware, driver, image, package (``[cost]``) and CPU threads, which are
@@ -22,6 +24,7 @@ listed, not compared.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import fields
 from pathlib import Path
@@ -187,7 +190,8 @@ def identities(evidence: list[Evidence]) -> list[tuple[str, list[str]]]:
             ("model files sha256", [model_identity(e) for e in evidence]),
             ("task rule", [task_rule(e, per_role) for e in evidence]),
             ("quality rule", [quality_rule(e, per_role) for e in evidence]),
-            ("timing rule", [timing_rule(e) for e in evidence])]
+            ("timing rule", [timing_rule(e) for e in evidence]),
+            ("scenario rule", [scenario_rule(e) for e in evidence])]
 
 
 def _is_digest(key: str, value) -> bool:
@@ -203,6 +207,10 @@ def _value(value, compact: bool) -> str:
 KIND_DEFAULTED = ("kind", "max_differing", "min_cosine")
 """Rule keys left out of the compact line (archives of different task kinds): the kind itself, which
 the line leads with, and the agreement rule, whose defaults follow the kind."""
+
+
+RULES = ("task rule", "quality rule", "timing rule", "scenario rule")
+"""The identity fields that are a campaign-file section, named one key at a time when they differ."""
 
 
 def _differ(field: str, a: Evidence, va: str, b: Evidence, vb: str, compact: bool = False) -> str:
@@ -222,7 +230,7 @@ def _differ(field: str, a: Evidence, va: str, b: Evidence, vb: str, compact: boo
         name = names[0] if names else "?"
         va, vb = f"{name} {fa.get(name, 'absent')}", f"{name} {fb.get(name, 'absent')}"
         field = "model file sha256"
-    if field in ("task rule", "quality rule", "timing rule") and va.startswith("{") and vb.startswith("{"):
+    if field in RULES and va.startswith("{") and vb.startswith("{"):
         ra, rb = json.loads(va), json.loads(vb)
         section = field.split()[0]
         keys = [k for k in sorted(set(ra) | set(rb)) if ra.get(k) != rb.get(k)
@@ -256,18 +264,32 @@ def refuse_other_kinds(evidence: list[Evidence]) -> None:
                        "of one task kind, the same campaign file run on each rental")
 
 
-def refuse_server_archives(evidence: list[Evidence]) -> None:
-    """CompareError (one line) when an archive holds a server campaign ([scenario] kind = "server",
-    lab.inputs.scenario): its passes answer another question (a traffic at a latency objective)
-    than an offline archive's, and comparing server archives across rentals is not derived yet;
-    ranking their passes by window, as offline passes are, would be wrong."""
-    served = [e.name for e in evidence if e.config is not None and e.config.scenario.server]
-    if served:
-        raise CompareError(f"not comparable here: {', '.join(served)} "
-                           f"{'is a server campaign' if len(served) == 1 else 'are server campaigns'} "
-                           "([scenario] kind = \"server\"): compare ranks offline passes by their windows and does "
-                           "not yet derive the server question across rentals (the highest rate that holds the "
-                           "objective, lots for a peak rate); read each archive's decision note")
+def refuse_mixed_scenarios(evidence: list[Evidence]) -> None:
+    """CompareError (one line) when server campaigns ([scenario] kind = "server", lab.inputs.scenario)
+    and offline ones are given together: a server archive answers another question (a traffic at a
+    latency objective) than an offline one (a corpus in bulk), so neither ranks the other's passes.
+    Archives of one server campaign compare (lab.compare.serving)."""
+    served = [e.name for e in evidence if is_server(e)]
+    offline = [e.name for e in evidence if not is_server(e)]
+    if served and offline:
+        is_are = "is a server campaign" if len(served) == 1 else "are server campaigns"
+        raise CompareError(f"not comparable: {', '.join(served)} {is_are} "
+                           f"([scenario] kind = \"server\"), {', '.join(offline)} "
+                           f"{'is an offline one' if len(offline) == 1 else 'are offline ones'}: they answer different "
+                           "questions; compare server archives with server archives of the same campaign file")
+
+
+def is_server(ev: Evidence) -> bool:
+    """The archive holds a server campaign ([scenario] kind = "server")."""
+    return ev.config is not None and ev.config.scenario.server
+
+
+def scenario_rule(ev: Evidence) -> str:
+    """The [scenario] section as locked (arrivals, objective, declared traffic), JSON; the offline
+    scenario is {"kind": "offline"}."""
+    scenario = ev.config.scenario if ev.config is not None else None
+    return json.dumps(dataclasses.asdict(scenario) if scenario is not None and scenario.server
+                      else {"kind": "offline"}, sort_keys=True)
 
 
 def _differences(evidence: list[Evidence], compact: bool = False) -> list[str]:
@@ -324,7 +346,7 @@ def check_comparable(evidence: list[Evidence]) -> dict:
         raise CompareError("the same archive name is given twice; give each rental's archive once")
     refuse_one_run(evidence)
     first = evidence[0]
-    refuse_server_archives(evidence)
+    refuse_mixed_scenarios(evidence)
     refuse_other_kinds(evidence)
     differences = _differences(evidence)
     two_models = [link for other in evidence[1:] if (link := new_model_of(first, other))

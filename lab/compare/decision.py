@@ -20,11 +20,12 @@ from pathlib import Path
 from lab.compare.comparability import check_comparable
 from lab.compare.evidence import NO_PACKAGE, CompareError, Evidence, read_evidence
 from lab.compare.projection import Projection, capacity_items, lot_hours, project
+from lab.compare.serving import ServingComparison, served_variant_ids, serving_comparison
 from lab.cost.forfaits import Catalog, load_catalog, money, parse_instant, quote
 from lab.cost.sizing import cheapest_covering, package_limits
 from lab.facts.files import sha256_file
 from lab.kinds import task_kind
-from lab.orchestration.agreement import AgreementCheck, AgreementRule, per_id_labels
+from lab.orchestration.agreement import AgreementCheck, AgreementRule, judge_maps
 from lab.report.caveats import rests_on, with_caveats
 from lab.report.condition_cells import pass_name, starved_text
 from lab.report.distinguish import compare_durations
@@ -64,6 +65,9 @@ class Comparison:
     throughput the runner-up host would need to win."""
     stands_on: str = ""
     """Which host's result (predictions, metric) the decision stands on, and who disagrees."""
+    serving: ServingComparison | None = None
+    """Archives of a server campaign: the server question across them (lab.compare.serving); None
+    for offline archives. Their server variants are never projected as offline configurations."""
 
 
 def host_letter(i: int) -> str:
@@ -216,16 +220,12 @@ def prediction_agreement(a: dict[str, str], b: dict[str, str], rule: AgreementRu
     {"ids": common ids, "agree": ids with the same prediction, "flips": ids that differ,
     "agreement": agree/ids (fraction, None without common ids), "only_a", "only_b": ids in one
     map only} and the rule's figures (:func:`rule_figures`)."""
-    from lab.passes.tasks.text_metrics import output_equality
-
     rule = rule or AgreementRule.of({}, "classification")
-    common = sorted(set(a) & set(b))
-    per_id = (output_equality(a, b, common, normalisation) if normalisation is not None
-              else per_id_labels(a, b, common))
-    check = rule.judge(per_id, common)
-    return {"ids": len(common), "agree": len(common) - check.differing, "flips": check.differing,
-            "agreement": (len(common) - check.differing) / len(common) if common else None,
-            "only_a": len(set(a) - set(common)), "only_b": len(set(b) - set(common)), **rule_figures(check)}
+    m = judge_maps(a, b, rule, normalisation)
+    check = m.check
+    return {"ids": check.ids, "agree": check.ids - check.differing, "flips": check.differing,
+            "agreement": (check.ids - check.differing) / check.ids if check.ids else None,
+            "only_a": m.only_a, "only_b": m.only_b, **rule_figures(check)}
 
 
 def rule_figures(check: AgreementCheck) -> dict:
@@ -262,6 +262,19 @@ def vector_agreement(a: tuple, b: tuple, rule: AgreementRule | None = None) -> d
     return {**out, "agree": agree, "flips": check.differing, "agreement": agree / len(common),
             "cosine_median": round(float(np.median(cos)), 6), "cosine_worst": check.lowest_cosine,
             "worst_id": check.lowest_id, **rule_figures(check)}
+
+
+def serving_path(s: ServingComparison) -> str:
+    """The decision path's serving step: the offers sized and the chosen one."""
+    sized = [o for o in s.offers if o.quote is not None]
+    head = (f"serving: {len(s.offers)} server configuration(s) over the hosts, {len(sized)} sized for a peak of "
+            f"{s.peak_rate:g} req/s" if s.peak_rate is not None else
+            f"serving: {len(s.offers)} server configuration(s) over the hosts, none sized (no [scenario] peak_rate)")
+    if s.chosen is None or s.chosen.quote is None:
+        return head + "; serving decision: none"
+    q = s.chosen.quote
+    return (head + f"; serving decision: {s.chosen.key}, {q.lots} lot(s) of {q.gpu_name}, committed budget "
+            f"{q.committed_budget:.2f} {q.currency}")
 
 
 def agreement_pairs(evidence: list[Evidence], projections: list[Projection], tags: list[str],
@@ -549,7 +562,9 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
     order = list(identity["common_variants"]) + [v["variant_id"] for ev in evidence for v in ev.summary]
     order = list(dict.fromkeys(order))
     for ev, tag in zip(evidence, tags, strict=True):
+        served = served_variant_ids(ev)  # compared in the serving part, never projected
         by_id = {v["variant_id"]: v for v in ev.summary}
+        by_id = {vid: v for vid, v in by_id.items() if vid not in served}
         for vid in (v for v in order if v in by_id):
             projections.append(project(ev, by_id[vid], catalog, load_items, hours_available, max_lots,
                                        host=tag, allow_short=allow_short))
@@ -583,6 +598,8 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
     agreements = agreement_pairs(evidence, projections, tags, tolerance, same_rule,
                                  config.task.normalisation if task_kind(config.task.kind).generates_text else None)
     beyond = [x for x in agreements if not x["within_tolerance"]]
+    serving = serving_comparison(evidence, tags, catalog, max_lots, same_rule, config.task.normalisation
+                                 if task_kind(config.task.kind).generates_text else None, allow_short)
     rule_text = same_rule.text("the other host's")
     path.append(f"same ML result: {len(agreements) - len(beyond)} of {len(agreements)} host pair(s) x "
                 f"variant within the agreement rule ({rule_text}) and the tolerance {tolerance} (metric gap)"
@@ -641,6 +658,8 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
                     f"lot(s) of {q.gpu_name}, committed budget {q.committed_budget:.2f} {q.currency}, "
                     f"covers {load_items} items{tokens_clause(chosen)}; {chosen.spread_text()}; {stands_on}"
                     + (f"; {cav}" if (cav := rests_on([chosen.basis])) else ""))
+    if serving is not None:
+        path.append(serving_path(serving))
     if chosen is None:
         hint = (f"; {len(short)} configuration(s) too short to project: --allow-short projects them, "
                 "named in every output" if short and not allow_short else "")
@@ -659,7 +678,7 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
     return Comparison(archives_info, identity, tuple(projections), load_items, start, dl,
                       hours_available, max_lots, catalog.path, chosen, tuple(motivation),
                       tuple(cross), tuple(change), tuple(path), tuple(banners), catalog_info,
-                      tuple(agreements), tuple(per_host), stands_on)
+                      tuple(agreements), tuple(per_host), stands_on, serving)
 
 
 def tokens_clause(p: Projection) -> str:

@@ -159,6 +159,8 @@ def decision_markdown(c: Comparison) -> str:
         out += [f"- Prices: {catalog_line(c.catalog)}."]
         out += [f"- {x.host}: {x.price_note}." for x in _first_per_host(c.projections) if x.price_note]
         out += [""]
+    if c.serving is not None:
+        out += ["## Serving: which package holds the declared traffic", "", *c.serving.lines(), ""]
     out += ["## What would change the decision", ""]
     out += [f"- {line}" for line in c.what_would_change] or ["- nothing computed (no choice)"]
     out += ["", "## Declared load and calendar", "",

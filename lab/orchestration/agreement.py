@@ -138,6 +138,33 @@ class AgreementCheck:
                 "agreement_ok": self.ok}
 
 
+@dataclass(frozen=True)
+class MapAgreement:
+    """Two prediction maps {id: label, or a generation's output} judged per id (:func:`judge_maps`):
+    the rule's check over the ids both hold, and how many ids only one of them holds."""
+
+    check: AgreementCheck
+    only_a: int
+    only_b: int
+
+    @property
+    def same(self) -> bool:
+        """The rule holds and both maps hold the same ids."""
+        return self.check.ok and not self.only_a and not self.only_b
+
+
+def judge_maps(a: Mapping[str, str], b: Mapping[str, str], rule: AgreementRule,
+               normalisation: str | None = None) -> MapAgreement:
+    """``rule`` over the ids ``a`` and ``b`` share (sorted): labels compared as written, a
+    generation's outputs after ``normalisation`` (lab.passes.tasks.text_metrics; None: labels)."""
+    from lab.passes.tasks.text_metrics import output_equality
+
+    common = sorted(set(a) & set(b))
+    per_id = (output_equality(a, b, common, normalisation) if normalisation is not None
+              else per_id_labels(a, b, common))
+    return MapAgreement(rule.judge(per_id, common), len(set(a) - set(common)), len(set(b) - set(common)))
+
+
 def per_id_labels(mine: Mapping[str, str], theirs: Mapping[str, str], ids: Sequence[str]) -> np.ndarray:
     """1.0/0.0 per id of ``ids`` (each in both maps): the label (or raw output) equals the other's."""
     return np.fromiter((mine[i] == theirs[i] for i in ids), np.float64, len(ids))

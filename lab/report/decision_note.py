@@ -34,12 +34,11 @@ from lab.cost.forfaits import (
 from lab.cost.hardware import HardwareCheck, Measured, Priced
 from lab.cost.sizing import capacity_items, served_requests, serving_lots
 from lab.facts.constants import AGREEMENT, DEFAULT_DELIVERABLES, DEFAULT_LOTS
-from lab.inputs.variants import server_config_label
 from lab.kinds.kind import differing_share
 from lab.report.caveats import Basis, rests_on
 from lab.report.distinguish import TOO_FEW, compare_durations
 from lab.report.exclusions import exclusion_counts
-from lab.report.summary import VariantSummary
+from lab.report.summary import VariantSummary, server_configs
 
 UNDEFINED = "undefined: no accepted corpus"
 NO_PACKAGE = "no package declared"
@@ -420,30 +419,22 @@ def serving_decision(rows: Sequence[Assessment], scenario=None) -> list[str]:
     budget (lab.cost.forfaits.quote), and the cost per million requests, and per million output
     tokens, at the average traffic over the package's hours (lab.cost.sizing.served_requests). []
     for an offline campaign."""
-    served = [a for a in rows if a.variant.request_rate is not None]
-    if not served:
+    configs = server_configs(rows, lambda a: a.variant)
+    if not configs:
         return []
-    groups: dict[str, list[Assessment]] = {}
-    for a in served:
-        v = a.variant
-        groups.setdefault(server_config_label(v.label, v.request_rate), []).append(a)
     out = ["", "**Serving: the highest declared request rate that holds the latency objective.** The offline "
            "ranking above does not rank server passes (their windows are set by the rates)."]
-    for config, group in groups.items():
-        vs = [a.variant for a in group]
-        holding = [a for a in group if a.variant.successes
-                   and a.variant.served_holds == a.variant.successes == a.variant.accepted_passes]
-        tried = ", ".join(f"{v.request_rate:g}" for v in sorted(vs, key=lambda v: v.request_rate or 0))
-        if not holding:
-            out.append(f"- {config}: no declared rate holds it (rates tried: {tried} req/s)")
+    for config in configs:
+        tried = ", ".join(f"{r:g}" for r in config.rates)
+        if config.holding is None:
+            out.append(f"- {config.label}: no declared rate holds it (rates tried: {tried} req/s)")
             continue
-        best = max(holding, key=lambda a: a.variant.request_rate or 0)
-        b = best.variant
-        line = (f"- {config}: **{b.request_rate:g} req/s** ({b.served_holds} of {b.successes} pass(es) held it and "
-                f"were accepted; rates tried: {tried} req/s)"
+        b = config.holding.variant
+        line = (f"- {config.label}: **{b.request_rate:g} req/s** ({b.served_holds} of {b.successes} pass(es) held it "
+                f"and were accepted; rates tried: {tried} req/s)"
                 + ("; too few passes to state its spread" if b.successes < 2 else ""))
         out.append(line)
-        out += _serving_cost(best, scenario)
+        out += _serving_cost(config.holding, scenario)
     return out
 
 

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import pandas as pd
 
 from lab.cost.hardware import HardwareCheck
 from lab.facts.constants import AGREEMENT
-from lab.inputs.variants import series_names
+from lab.inputs.variants import series_names, server_config_label
 from lab.kinds.kind import differing_share
 from lab.passes.events import PassStatus
 from lab.passes.records import Attempt, Validation, rejected_text
@@ -31,6 +33,8 @@ from lab.report.caveats import Basis
 from lab.report.condition_cells import is_starved, starved_text
 from lab.report.distinguish import compare_durations
 from lab.report.served_cells import HOLDS, SERVED_FIGURES
+
+T = TypeVar("T")
 
 
 def recompilation_caveat(recompiled_passes: int, successes: int, frames_max: int | None) -> str:
@@ -175,6 +179,14 @@ class VariantSummary:
         """'batch_size=8' from the variant name 'batch/batch_size=8', else the variant id."""
         return (self.variant_name or self.variant_id).split("/", 1)[-1]
 
+    @property
+    def holds_objective(self) -> bool:
+        """A server variant whose every pass ok held the locked latency objective and was accepted
+        (the same ML result): the rule of the highest holding rate, in the decision note and in
+        compare (:func:`server_configs`). False for an offline variant or one with no pass ok."""
+        return (self.request_rate is not None and self.successes > 0
+                and self.served_holds == self.successes == self.accepted_passes)
+
     def memory_verdict(self) -> str:
         """The memory feasibility in one word (lab.report.long_items): "infeasible" (an OOM, or a
         pass killed for host memory before the long items), "feasible" (a pass completed), or
@@ -272,6 +284,37 @@ class VariantSummary:
         if unknown:
             raise ValueError(f"variant summary: unknown key(s) {', '.join(sorted(unknown))}")
         return cls(**d)
+
+
+@dataclass(frozen=True)
+class ServerConfig(Generic[T]):
+    """One server configuration of a campaign (its variants but for the request rate;
+    lab.inputs.variants.server_config_label): the rates declared for it (req/s, ascending) and the
+    item (a summary, or what carries one) at the highest rate that holds the objective
+    (VariantSummary.holds_objective), None when no declared rate does."""
+    label: str
+    rates: tuple[float, ...]
+    holding: T | None
+
+
+def server_configs(items: Sequence[T], summary_of: Callable[[T], VariantSummary]) -> list[ServerConfig[T]]:
+    """The server configurations among ``items`` (``summary_of(item)``: its VariantSummary; offline
+    variants left out), in the order of their first variant: the one rule that names the highest
+    declared rate holding the objective, for the decision note and compare."""
+    groups: dict[str, list[T]] = {}
+    for item in items:
+        v = summary_of(item)
+        if v.request_rate is not None:
+            groups.setdefault(server_config_label(v.label, v.request_rate), []).append(item)
+    out = []
+    for label, group in groups.items():
+        def rate(item: T) -> float:
+            return summary_of(item).request_rate or 0.0
+
+        holding = [x for x in group if summary_of(x).holds_objective]
+        out.append(ServerConfig(label, tuple(sorted(rate(x) for x in group)),
+                                max(holding, key=rate) if holding else None))
+    return out
 
 
 def read_summary(path: Path) -> list[VariantSummary]:

@@ -86,17 +86,29 @@ def test_a_rate_is_refused_before_the_variant_exists():
         Variant(engine="vllm", request_rate=-1.0)
 
 
-def test_compare_refuses_a_server_archive_in_one_line(tmp_path):
-    """compare ranks offline passes by their windows: a server campaign's archive is refused, alone
-    or beside an offline one, until the server question is derived across rentals."""
+def test_compare_refuses_server_archives_beside_offline_ones_and_another_objective(tmp_path):
+    """A server campaign's archive compares only with archives of the same server campaign: beside an
+    offline one it is refused in one line naming both; another latency objective is a difference of
+    the scenario rule, named like the other rules'."""
     from types import SimpleNamespace
 
-    from lab.compare.comparability import refuse_server_archives
+    from lab.compare.comparability import _differ, refuse_mixed_scenarios, scenario_rule
     from lab.compare.evidence import CompareError
 
     offline = SimpleNamespace(name="offline-a", config=load_protocol(DEMO_CAMPAIGN).config)
     served = SimpleNamespace(name="served-b", config=load_protocol(server_campaign(tmp_path)).config)
-    refuse_server_archives([offline, offline])  # nothing to say
+    refuse_mixed_scenarios([offline, offline])  # nothing to say
+    refuse_mixed_scenarios([served, served])
     with pytest.raises(CompareError) as e:
-        refuse_server_archives([offline, served])
-    assert "\n" not in str(e.value) and str(e.value).startswith("not comparable here: served-b is a server campaign")
+        refuse_mixed_scenarios([offline, served])
+    assert "\n" not in str(e.value)
+    assert str(e.value).startswith("not comparable: served-b is a server campaign ([scenario] kind = \"server\"), "
+                                   "offline-a is an offline one")
+    stricter = tmp_path / "stricter"
+    stricter.mkdir()
+    f = server_campaign(stricter)
+    f.write_text(f.read_text().replace("ttft_s = 1.0", "ttft_s = 0.5"))
+    other = SimpleNamespace(name="served-c", config=load_protocol(f).config)
+    assert scenario_rule(offline) == '{"kind": "offline"}'
+    clause = _differ("scenario rule", served, scenario_rule(served), other, scenario_rule(other))
+    assert clause == "[scenario] ttft_s differs: served-b has 1.0, served-c has 0.5", clause

@@ -53,6 +53,24 @@ def server_run(tmp_path_factory, native_gen_model_dir):
     return orch, make_archive(orch.dir)
 
 
+@pytest.fixture(scope="module")
+def second_rental(tmp_path_factory, native_gen_model_dir):
+    """The same campaign's rules on a second rental, for compare: priced as a B200 package (2 cards per
+    lot), its series cut to one rate (SECOND_RATE, a variant both archives hold) to keep the test
+    short; compare matches variants by content id and lists the ones only one archive has.
+    Returns the archive."""
+    from lab.service.campaigns import make_archive
+
+    d = tmp_path_factory.mktemp("serve-b")
+    f = server_campaign(d, native_gen_model_dir)
+    text = f.read_text().replace(f"values = {list(RATES)}", f"values = [{SECOND_RATE}]", 1)
+    f.write_text(text.replace('gpu = "rtx-4090"', 'gpu = "b200"', 1))
+    return make_archive(run_reported(f).dir)
+
+
+SECOND_RATE = 2.0
+
+
 def test_server_passes_are_validated_against_the_offline_reference_and_rederive(server_run):
     from lab.engines.serving_figures import ServedRequest, figures, verdict
     from lab.facts.constants import SERVED_FILE
@@ -169,3 +187,55 @@ def test_the_report_gives_each_rate_its_figures_and_the_highest_rate_that_holds(
     else:
         assert "no declared rate holds it" in decision, decision
     print("\n" + decision)
+
+
+def test_two_server_archives_compare_priced_with_the_break_even_traffic(server_run, second_rental, tmp_path):
+    """compare of two rentals' server archives (lab.compare.serving): each host's highest holding rate,
+    as its own raw table shows it, sized for the declared peak (20 req/s) and priced from the bundle's
+    catalog; the lowest committed budget chosen (with --allow-short: these passes are seconds long);
+    the served outputs of the rate both hold compared per id across the hosts; decision.md carries it."""
+    import csv
+
+    from lab.compare import compare_to_folder
+    from lab.cost.forfaits import load_catalog, quote
+    from lab.cost.sizing import serving_lots
+
+    orch, archive_a = server_run
+    # its passes last seconds, not the projection rule's 60 s: no serving decision without --allow-short
+    strict = compare_to_folder([archive_a, second_rental], 1000, tmp_path / "strict")[0].serving
+    assert strict is not None and strict.chosen is None
+    assert all(o.too_short.startswith("too short to project") for o in strict.offers if o.variant), strict.offers
+    c, paths = compare_to_folder([archive_a, second_rental], 1000, tmp_path / "cmp", allow_short=True)
+    s = c.serving
+    assert s is not None and s.peak_rate == 20 and s.average_rate == 5
+    catalog = load_catalog()
+    name_a = archive_a.name.removesuffix(".tar.gz")  # an archive's name in compare's outputs
+    gpus = {name_a: "rtx-4090", second_rental.name.removesuffix(".tar.gz"): "b200"}
+    for offer in s.offers:
+        # the holding rate is the highest rate whose every pass ok held the objective and was accepted,
+        # read here from the archive's own raw table
+        raw = orch.dir if offer.archive == name_a else None
+        if raw is not None:
+            rows = list(csv.DictReader(open(raw / "report" / "raw_table.csv", encoding="utf-8")))
+            held = [float(r["request_rate"]) for r in rows if r["request_rate"] and r["status"] == "ok"
+                    and r["served_objective_holds"] == "True" and r["corpus_accepted"] == "True"]
+            assert (offer.variant.request_rate if offer.variant else None) == (max(held) if held else None)
+        if offer.variant is None:
+            continue
+        one = quote(catalog, gpus[offer.archive], 7, 1)
+        assert offer.quote == quote(catalog, gpus[offer.archive], 7,
+                                    serving_lots(20, offer.variant.request_rate, one.cards_per_lot))
+        assert offer.per_million_requests is not None and offer.per_million_output_tokens is not None
+    sized = sorted((o for o in s.offers if o.quote is not None), key=lambda o: o.quote.committed_budget)
+    if sized:
+        assert s.chosen is not None and s.chosen.quote.committed_budget == sized[0].quote.committed_budget
+        assert s.chosen.basis.too_short and "too short to project" in s.chosen.line()  # allowed, and said
+    common = [x for x in s.agreements if x.variant.endswith(f", {SECOND_RATE:g} req/s")]
+    assert common, s.agreements  # both hosts served the 2 req/s variant and kept its outputs
+    assert all(x.result.same and x.result.check.differing == 0 for x in common), common
+    md = paths["decision"].read_text()
+    assert "## Serving: which package holds the declared traffic" in md
+    assert "objective TTFT p99 <= 1 s, TPOT p99 <= 0.25 s for 90 % of requests" in md
+    # the offline reference variant is still projected as an offline configuration; no server one is
+    assert {p.label for p in c.projections} == {"batch 8, fp32, longest, max 128"}, [p.label for p in c.projections]
+    print("\n" + md[md.index("## Serving"):md.index("## What would change")])

@@ -139,7 +139,8 @@ class CompareScreen(LabScreen):
             return
         self.result = msg.result
         # the banners (first line of every output), decision.md's decision, where the files are,
-        # its quality paragraph (each host's result), then the decision path
+        # its quality paragraph (each host's result), a server campaign's serving decision, then the
+        # decision path
         paras = {m.group(1): escape(x.replace("**", "")) for x in msg.result.decision.split("\n\n")
                  if (m := re.match(r"\*\*(\w+)", x))}
         lines = [f"[b yellow]{escape(b)}[/b yellow]" for b in msg.result.banners]
@@ -148,8 +149,8 @@ class CompareScreen(LabScreen):
         if files:
             lines += ["", f"[b]Written[/b] to {escape(str(files[0].parent))}/: "
                       f"{', '.join(escape(p.name) for p in files)} (open report.html in a browser)"]
-        if "Quality" in paras:
-            lines += ["", paras["Quality"]]
+        # a server campaign's archives: the serving decision (lab.compare.serving) after the quality
+        lines += [x for key in ("Quality", "Serving") if key in paras for x in ("", paras[key])]
         lines += ["", "[b]Decision path[/b]"]
         lines += [f"{i}. {escape(x)}" for i, x in enumerate(msg.result.path, 1)]
         out.update("\n".join(lines))
