@@ -172,6 +172,8 @@ def test_a_vllm_pass_stopped_mid_window_leaves_no_engine_process(tmp_path, model
                  .replace('"engine/engine=transformers"', '"engine/engine=vllm"'))
     lock(load_protocol(f))
     engine: list[psutil.Process] = []
+    # vLLM processes this worker already has (the session's engine, tests/conftest.py) are not the pass's
+    before = {p.pid for p in psutil.Process(os.getpid()).children(recursive=True)}
 
     def is_engine(p: psutil.Process) -> bool:
         """A process of vLLM's; False for one that ended (or hid) between listing and reading."""
@@ -187,7 +189,7 @@ def test_a_vllm_pass_stopped_mid_window_leaves_no_engine_process(tmp_path, model
                 ev = json.loads(text) if text.startswith("{") else {}
                 if ev.get("event") == "progress" and not engine:
                     engine.extend(p for p in psutil.Process(os.getpid()).children(recursive=True)
-                                  if is_engine(p))
+                                  if p.pid not in before and is_engine(p))
                     orch.journal.set_control("stop", True)  # what the stop button does
 
             return super().launch(spec, pass_dir, line, should_stop)
