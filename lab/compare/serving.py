@@ -123,9 +123,14 @@ class ServingComparison:
                     f"committed budget {money(q.committed_budget, q.currency)}.**"
                     + (f" {clause[0].upper()}{clause[1:]}." if clause else ""), ""]
         else:
+            short = [o for o in self.offers if o.quote is not None and not o.why and o.too_short]
             why = ("declare [scenario] peak_rate (and average_rate) in the campaign file to size and price the "
                    "traffic" if self.peak_rate is None else
-                   "no server configuration holds the objective and is sized from a package of the catalog")
+                   f"{len(short)} sized configuration(s) rest on passes too short to project (each says why "
+                   "below): pass --allow-short to rank them anyway, named in every output, or run longer "
+                   "passes (more requests per pass)" if short else
+                   "no server configuration holds the objective and is sized from a package of the catalog "
+                   "within --max-lots lots")
             out += [f"**Serving decision: none.** {why[0].upper()}{why[1:]}.", ""]
         out += [f"- {o.line()}" for o in self.offers]
         out += [f"- {line}" for line in self.break_even]
@@ -188,12 +193,13 @@ def objective_text(scenario) -> str:
 
 
 def offers_of(ev: Evidence, host: str, catalog: Catalog, peak: float | None,
-              average: float | None, allow_short: bool = False) -> list[ServedOffer]:
+              average: float | None, allow_short: bool = False, max_lots: int = 8) -> list[ServedOffer]:
     """Every server configuration of ``ev`` as an offer (see the module docstring). A configuration
     measured on another GPU than its package, or on more cards, is listed but not ranked (its rate
     is not that package's); one measured on CPU is ranked with the caveat, as offline passes are;
     one whose holding rate rests on passes too short for the projection rule is ranked only with
-    ``allow_short`` (then its caveat says so), as compare treats offline configurations."""
+    ``allow_short`` (then its caveat says so), as compare treats offline configurations; one whose
+    peak needs more than ``max_lots`` lots (compare's --max-lots) is listed, not ranked."""
     out = []
     for config in server_configs(server_summaries(ev), lambda v: v):
         v = config.holding
@@ -218,7 +224,8 @@ def offers_of(ev: Evidence, host: str, catalog: Catalog, peak: float | None,
         measured = ev.measured(v.variant_id)
         check = HardwareCheck(measured, Priced(q.gpu, q.gpu_name, q.cards_per_lot)) if measured.passes else None
         why = (f"{check.caveat} ({q.gpu_name}): its rate is not that package's; measure it on a {q.gpu} lot"
-               if check is not None and not check.on_cpu and (check.other_gpu or check.more_cards) else "")
+               if check is not None and not check.on_cpu and (check.other_gpu or check.more_cards) else
+               f"the peak needs {q.lots} lots, over --max-lots {max_lots}" if q.lots > max_lots else "")
         short = served_too_short(ev, v)
         basis = dataclasses.replace(v.basis(check), too_short=bool(short) and allow_short)
         per_m = per_tok = None
@@ -279,11 +286,11 @@ def cheaper_by_peak(a: tuple[Decimal, float], b: tuple[Decimal, float], upto: fl
 
 def break_even_line(chosen: ServedOffer, other: ServedOffer, peak: float, max_lots: int) -> str:
     """How the committed budgets of ``chosen`` and ``other`` (both sized) order by peak traffic, up to
-    ``max_lots`` lots of the larger lot or the declared ``peak``, whichever is more."""
+    the traffic ``max_lots`` lots of either hold (the smaller), or the declared ``peak`` if more."""
     assert chosen.quote is not None and other.quote is not None
     ca, cb = chosen.capacity_per_lot, other.capacity_per_lot
     assert ca is not None and cb is not None
-    upto = max(peak, max_lots * max(ca, cb))
+    upto = max(peak, max_lots * min(ca, cb))  # both within --max-lots lots
     ranges = cheaper_by_peak((chosen.quote.price_per_lot, ca), (other.quote.price_per_lot, cb), upto)
     name = {"a": chosen.key, "b": other.key, "same": "the same budget"}
 
@@ -313,7 +320,7 @@ def serving_comparison(evidence: list[Evidence], tags: list[str], catalog: Catal
     scenario = served[0].config.scenario
     peak, average = scenario.peak_rate, scenario.average_rate
     offers = [o for ev, tag in zip(evidence, tags, strict=True) for o in offers_of(ev, tag, catalog, peak, average,
-                                                                                    allow_short)]
+                                                                                    allow_short, max_lots)]
     agreements = served_agreements(evidence, tags, rule, normalisation)
     order = ranked(offers, allow_short)
     chosen = order[0] if order else None

@@ -392,8 +392,8 @@ def _config_section(a: Assessment, deliverables: int, text_cut: str = "") -> lis
 
 
 NOT_SERVED_FIGURE = ("not a server pass's figure (its window is set by the arrival rate, not by the configuration); "
-                     "the cost of serving a traffic (lots for a peak rate, cost per million requests) is not "
-                     "derived yet")
+                     "the cost of serving a traffic (lots for a peak rate, cost per million requests) is in the "
+                     "Decision's serving part")
 
 
 def serving_lines(v: VariantSummary) -> list[str]:

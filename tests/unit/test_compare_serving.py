@@ -69,7 +69,7 @@ def test_the_package_holding_the_peak_for_the_least_committed_budget_is_chosen(t
     # A holds 2 req/s (4 does not hold on every pass); B holds 40 req/s per card, 2 cards per lot
     a = archive("a.tar.gz", "small", [server_variant(1, 3), server_variant(2, 3), server_variant(4, 2)], SCENARIO)
     b = archive("b.tar.gz", "big", [server_variant(10, 3), server_variant(40, 3)], SCENARIO)
-    s = serving_comparison([a, b], ["A", "B"], catalog, 8, RULE, None)
+    s = serving_comparison([a, b], ["A", "B"], catalog, 20, RULE, None)  # --max-lots 20: up to 40 req/s of A
     assert s is not None and s.chosen is not None
     offer_a, offer_b = s.offers
     assert offer_a.variant.request_rate == 2 and offer_a.rates == (1, 2, 4)
@@ -81,7 +81,8 @@ def test_the_package_holding_the_peak_for_the_least_committed_budget_is_chosen(t
     assert offer_a.per_million_requests == Decimal("1100.00") / Decimal(str(5 * 168 * 3600.0)) * 1_000_000
     assert offer_a.per_million_output_tokens == offer_a.per_million_requests / Decimal("10.0")
     [line] = s.break_even
-    # A at 110 USD per 2 req/s, B at 2,071 USD per 80 req/s: B commits less once A needs 19 lots
+    # A at 110 USD per 2 req/s, B at 2,071 USD per 80 req/s: B commits less once A needs 19 lots;
+    # judged up to what 20 lots of the smaller lot hold (40 req/s)
     assert line.startswith("Break-even traffic, A batch 1, fp32, longest, max 256, vllm against B batch 1, "
                            "fp32, longest, max 256, vllm: B batch 1, fp32, longest, max 256, vllm commits less "
                            "from a peak over 36 req/s"), line
@@ -97,7 +98,7 @@ def test_a_configuration_that_holds_no_rate_or_has_no_package_is_listed_not_chos
     never = archive("a.tar.gz", "small", [server_variant(1, 2), server_variant(2, 3, accepted=2)], SCENARIO)
     unpriced = archive("b.tar.gz", "big", [server_variant(10, 3)], SCENARIO)
     unpriced.cost = None
-    s = serving_comparison([never, unpriced], ["A", "B"], catalog, 8, RULE, None)
+    s = serving_comparison([never, unpriced], ["A", "B"], catalog, 16, RULE, None)
     assert s is not None and s.chosen is None and s.break_even == ()
     assert [o.why for o in s.offers] == ["no declared rate holds the objective",
                                          "no package declared in the archive's [cost]"]
@@ -106,7 +107,7 @@ def test_a_configuration_that_holds_no_rate_or_has_no_package_is_listed_not_chos
     assert "no declared rate holds the objective (rates tried: 1, 2 req/s)" in text
     # without a declared peak nothing is sized, and the decision says what to declare
     quiet = ScenarioSection(kind="server", ttft_s=1.0)
-    s = serving_comparison([archive("a", "small", [server_variant(2, 3)], quiet)], ["A"], catalog, 8, RULE, None)
+    s = serving_comparison([archive("a", "small", [server_variant(2, 3)], quiet)], ["A"], catalog, 16, RULE, None)
     assert s is not None and s.offers[0].why == "no [scenario] peak_rate declared"
     assert "**Serving decision: none.** Declare [scenario] peak_rate (and average_rate)" in "\n".join(s.lines())
 
@@ -119,7 +120,7 @@ def test_served_outputs_that_differ_across_hosts_are_named_against_the_chosen_of
     other = {**outputs, "id3": "another answer", "id7": "  answer 7 "}  # one differs; one only by spacing
     a = archive("a.tar.gz", "small", [v], SCENARIO, {v["variant_id"]: outputs})
     b = archive("b.tar.gz", "small", [v], SCENARIO, {v["variant_id"]: other})
-    s = serving_comparison([a, b], ["A", "B"], catalog, 8, RULE, "lowercase_space")
+    s = serving_comparison([a, b], ["A", "B"], catalog, 16, RULE, "lowercase_space")
     assert s is not None and isinstance(s.chosen, ServedOffer)
     [x] = s.agreements
     assert (x.a, x.b, x.result.check.ids, x.result.check.differing, x.result.same) == ("A", "B", 24, 1, False)
@@ -128,7 +129,7 @@ def test_served_outputs_that_differ_across_hosts_are_named_against_the_chosen_of
                for line in s.break_even), s.break_even
     # the same outputs, one id missing on B: not the same result either, and said
     b.predictions = {v["variant_id"]: {k: t for k, t in outputs.items() if k != "id0"}}
-    [x] = serving_comparison([a, b], ["A", "B"], catalog, 8, RULE, "lowercase_space").agreements
+    [x] = serving_comparison([a, b], ["A", "B"], catalog, 16, RULE, "lowercase_space").agreements
     assert x.result.check.ok and not x.result.same and "23 of 23 ids agree; 1 id(s) only on A" in x.text()
 
 
@@ -139,11 +140,25 @@ def test_a_holding_rate_on_passes_too_short_to_project_is_ranked_only_when_allow
     (tmp_path / "c.csv").write_text(CATALOG)
     catalog = load_catalog(str(tmp_path / "c.csv"))
     short = archive("a.tar.gz", "small", [server_variant(2, 3)], SCENARIO, window_s=12.0)
-    s = serving_comparison([short], ["A"], catalog, 8, RULE, None)
+    s = serving_comparison([short], ["A"], catalog, 16, RULE, None)
     assert s is not None and s.chosen is None
     [offer] = s.offers
     assert offer.too_short.startswith("too short to project: 0 accepted pass(es) of at least 60 s"), offer.too_short
     assert "; not ranked: too short to project" in offer.line() and "--allow-short ranks it" in offer.line()
-    s = serving_comparison([short], ["A"], catalog, 8, RULE, None, allow_short=True)
+    s = serving_comparison([short], ["A"], catalog, 16, RULE, None, allow_short=True)
     assert s is not None and s.chosen is not None and s.chosen.basis.too_short
     assert "too short to project" in "\n".join(s.lines()) and "not ranked" not in s.chosen.line()
+
+
+def test_the_reason_for_no_serving_decision_names_short_passes_and_max_lots(tmp_path):
+    (tmp_path / "c.csv").write_text(CATALOG)
+    catalog = load_catalog(str(tmp_path / "c.csv"))
+    short = archive("a.tar.gz", "small", [server_variant(2, 3)], SCENARIO, window_s=12.0)
+    s = serving_comparison([short], ["A"], catalog, 16, RULE, None)
+    assert s is not None and s.chosen is None
+    assert ("**Serving decision: none.** 1 sized configuration(s) rest on passes too short to project"
+            in "\n".join(s.lines()))
+    # the peak of 20 req/s at 2 req/s per card needs 10 lots: over --max-lots 4, listed and not ranked
+    s = serving_comparison([archive("a.tar.gz", "small", [server_variant(2, 3)], SCENARIO)], ["A"], catalog, 4,
+                           RULE, None)
+    assert s is not None and s.chosen is None and s.offers[0].why == "the peak needs 10 lots, over --max-lots 4"

@@ -202,10 +202,11 @@ def test_two_server_archives_compare_priced_with_the_break_even_traffic(server_r
 
     orch, archive_a = server_run
     # its passes last seconds, not the projection rule's 60 s: no serving decision without --allow-short
-    strict = compare_to_folder([archive_a, second_rental], 1000, tmp_path / "strict")[0].serving
+    strict = compare_to_folder([archive_a, second_rental], 1000, tmp_path / "strict", max_lots=20)[0].serving
     assert strict is not None and strict.chosen is None
     assert all(o.too_short.startswith("too short to project") for o in strict.offers if o.variant), strict.offers
-    c, paths = compare_to_folder([archive_a, second_rental], 1000, tmp_path / "cmp", allow_short=True)
+    c, paths = compare_to_folder([archive_a, second_rental], 1000, tmp_path / "cmp", allow_short=True,
+                                 max_lots=20)  # a 20 req/s peak at 1 req/s per card: 20 lots
     s = c.serving
     assert s is not None and s.peak_rate == 20 and s.average_rate == 5
     catalog = load_catalog()
@@ -226,7 +227,7 @@ def test_two_server_archives_compare_priced_with_the_break_even_traffic(server_r
         assert offer.quote == quote(catalog, gpus[offer.archive], 7,
                                     serving_lots(20, offer.variant.request_rate, one.cards_per_lot))
         assert offer.per_million_requests is not None and offer.per_million_output_tokens is not None
-    sized = sorted((o for o in s.offers if o.quote is not None), key=lambda o: o.quote.committed_budget)
+    sized = sorted((o for o in s.offers if o.quote is not None and not o.why), key=lambda o: o.quote.committed_budget)
     if sized:
         assert s.chosen is not None and s.chosen.quote.committed_budget == sized[0].quote.committed_budget
         assert s.chosen.basis.too_short and "too short to project" in s.chosen.line()  # allowed, and said
