@@ -252,15 +252,9 @@ def vllm_classifier(model_dir, tmp_path_factory):
     variant = Variant(engine="vllm", max_length=VLLM_MAX_MODEL_LEN, batch_size=200)
     log = tmp_path_factory.mktemp("vllm-classifier") / "vllm.log"
     client = VllmClient(settings_for(variant, model_dir, "cpu", threads=1), log_path=log)
-    old = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
-    os.environ["VLLM_CPU_KVCACHE_SPACE"] = "1"
-    try:
+    with pytest.MonkeyPatch.context() as env:  # restored once the engine has started
+        env.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
         client.start()
-    finally:
-        if old is None:
-            os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
-        else:
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = old
     try:
         yield client
     finally:

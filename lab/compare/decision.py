@@ -563,8 +563,7 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
     order = list(dict.fromkeys(order))
     for ev, tag in zip(evidence, tags, strict=True):
         served = served_variant_ids(ev)  # compared in the serving part, never projected
-        by_id = {v["variant_id"]: v for v in ev.summary}
-        by_id = {vid: v for vid, v in by_id.items() if vid not in served}
+        by_id = {vid: v for v in ev.summary if (vid := v["variant_id"]) not in served}
         for vid in (v for v in order if v in by_id):
             projections.append(project(ev, by_id[vid], catalog, load_items, hours_available, max_lots,
                                        host=tag, allow_short=allow_short))

@@ -242,10 +242,11 @@ def served_too_short(ev: Evidence, v: VariantSummary) -> str:
     """'' when the server variant ``v``'s accepted passes of at least [timing] min_window_s meet
     min_accepted_passes (the rule offline configurations are projected by); else the reason."""
     timing = ev.config.timing
-    ok = [r for r in ev.raw_rows if r.variant_id == v.variant_id and r.status == PassStatus.OK]
-    windows = {id(r): float(r.measured_s) for r in ok if isinstance(r.measured_s, (int, float))}  # read as figures
-    long_ok = [r for r in ok if r.accepted and windows.get(id(r), -1.0) >= timing.min_window_s]
-    return too_short(len(long_ok), timing.min_accepted_passes, timing.min_window_s, min(windows.values(), default=None))
+    ok = [(r, float(r.measured_s)) for r in ev.raw_rows if r.variant_id == v.variant_id
+          and r.status == PassStatus.OK and isinstance(r.measured_s, (int, float))]  # windows read as figures
+    long_ok = [r for r, window in ok if r.accepted and window >= timing.min_window_s]
+    return too_short(len(long_ok), timing.min_accepted_passes, timing.min_window_s,
+                     min((window for _, window in ok), default=None))
 
 
 def ranked(offers: list[ServedOffer], allow_short: bool = False) -> list[ServedOffer]:

@@ -8,22 +8,13 @@ from __future__ import annotations
 import gzip
 import io
 import os
-import resource
 import subprocess
 import sys
 import tarfile
-from pathlib import Path
+
+from test_hostile_archives import REPO, _limits  # the child's file-size and address-space limits
 
 from lab.evidence.format import MAX_MEMBERS
-
-REPO = Path(__file__).resolve().parents[2]
-FSIZE_LIMIT = 64 * 2**20   # no file the child writes may pass 64 MiB
-AS_LIMIT = 2 * 2**30       # nor its address space 2 GiB
-
-
-def _limits() -> None:
-    resource.setrlimit(resource.RLIMIT_FSIZE, (FSIZE_LIMIT, FSIZE_LIMIT))
-    resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
 
 
 def header(name: str, kind: bytes = tarfile.REGTYPE) -> bytes:
