@@ -130,7 +130,7 @@ CASES: list[tuple[str, str | tuple[str, ...], str | tuple[str, ...]]] = [
     ("vLLM with padding to max_length", 'padding = "longest"', 'padding = "max_length"\nengine = "vllm"'),
     ("a vLLM option on a transformers variant", 'padding = "longest"', 'padding = "longest"\nmax_num_seqs = 8'),
     ("a server scenario without a latency objective", "[corpus]", '[scenario]\nkind = "server"\n[corpus]'),
-    ("a server scenario for a classification task", "[corpus]",
+    ("a TTFT objective for a classification server (its answer comes whole)", "[corpus]",
      '[scenario]\nkind = "server"\nttft_s = 1.0\n[corpus]'),
 ]
 

@@ -53,7 +53,9 @@ class ServedRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     end-to-end latency; ``itl_s``: the gaps between successive streamed chunks (s each);
     ``output_text``: the text streamed back; ``output_tokens``: the server's count of generated
     tokens; ``input_tokens``: the server's count of prompt tokens; ``error``: '' when answered,
-    else the generator's error text (then the latencies are not figures)."""
+    else the generator's error text (then the latencies are not figures); ``answer``: a pooled
+    answer (the embedding, or the class probabilities; None for a completion, whose answer is
+    ``output_text``). A pooled answer comes whole: its TTFT is its end-to-end latency."""
 
     id: str
     sent_s: float
@@ -66,6 +68,7 @@ class ServedRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     error: str = ""
     scheduled_s: float | None = None
     dispatched_s: float | None = None
+    answer: tuple[float, ...] | None = None
 
     @property
     def answered(self) -> bool:

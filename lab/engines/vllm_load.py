@@ -36,6 +36,7 @@ import msgspec
 from lab.engines.serving_figures import PERCENTILES, Objective, ServedRequest
 from lab.engines.vllm import kill_group
 from lab.engines.vllm_env import ensure_vllm_env
+from lab.engines.vllm_load_worker import POOLING_BACKEND
 from lab.engines.vllm_server import Started, loopback_env
 from lab.facts.errors import UserError
 
@@ -53,13 +54,23 @@ class LoadGenError(UserError):
     """The load generator failed, or its result does not map onto the prompts sent; one line."""
 
 
+COMPLETIONS = "/v1/completions"
+"""The generation endpoint (streamed completions: TTFT, TPOT, ITL)."""
+ENDPOINTS = {COMPLETIONS: "vllm", "/v1/embeddings": POOLING_BACKEND, "/classify": POOLING_BACKEND}
+"""The server endpoints a server pass loads, and the tool's backend for each: vLLM's completions
+client, or the worker's ``lab-pooling`` (one whole answer per request, kept: the embedding of
+``/v1/embeddings``, the class probabilities of vLLM's ``/classify``)."""
+
+
 class Prompt(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """One request to send: the corpus ``id``, the ``prompt`` text (the task's template filled),
-    ``max_tokens`` (the generation rule's max_new_tokens)."""
+    """One request to send: the corpus ``id``, the ``prompt`` (completions: the text, the task's
+    template filled; pooling endpoints: the lab's token ids of the item, special tokens and its cut
+    included, so the server reads what the lab would), ``max_tokens`` (the generation rule's
+    max_new_tokens; 0 for a pooled answer)."""
 
     id: str
-    prompt: str
-    max_tokens: int
+    prompt: str | tuple[int, ...]
+    max_tokens: int = 0
 
 
 class LoadSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -67,7 +78,8 @@ class LoadSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     (1: Poisson; < 1 burstier, > 1 more regular), ``seed`` (the arrival draws), ``max_concurrency``
     (requests in flight at most; None: no cap), ``warmups`` (requests sent first and kept out),
     ``stop`` (stop strings, cut before as the generation rule cuts), ``objective`` (also handed to
-    the tool as its ``--goodput``, so its own goodput can be compared), ``percentiles``."""
+    the tool as its ``--goodput``, so its own goodput can be compared), ``percentiles``,
+    ``endpoint`` (one of ENDPOINTS)."""
 
     rate: float
     seed: int
@@ -77,8 +89,17 @@ class LoadSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     stop: tuple[str, ...] = ()
     objective: Objective | None = None
     percentiles: tuple[float, ...] = PERCENTILES
+    endpoint: str = COMPLETIONS
+
+    @property
+    def pooled(self) -> bool:
+        """Whether each answer comes whole (a pooling endpoint), not streamed."""
+        return ENDPOINTS.get(self.endpoint) == POOLING_BACKEND
 
     def __post_init__(self) -> None:
+        if self.endpoint not in ENDPOINTS:
+            raise UserError(f"endpoint {self.endpoint!r} is not one a server pass loads; use one of "
+                            f"{', '.join(ENDPOINTS)}")
         if not self.rate > 0:
             raise UserError(f"request rate {self.rate!r} must be > 0 req/s (math.inf: all at once)")
         if not self.burstiness > 0:
@@ -122,6 +143,7 @@ class LoadRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     cpu_s: float
     wall_s: float
     result_file: str
+    answers: dict[str, list[float]] | None = None
 
 
 @dataclass(frozen=True)
@@ -145,17 +167,19 @@ class Load:
 
 
 def tool_args(started: Started, tokenizer: str, n: int, settings: LoadSettings, out_dir: Path) -> list[str]:
-    """``vllm bench serve``'s arguments: completions with streaming against ``started``, the
-    model's ``tokenizer`` (a path), ``n`` prompts, the arrivals, cap and warm-ups of ``settings``,
-    greedy (temperature 0) with its stop strings, every latency metric at its percentiles, the
+    """``vllm bench serve``'s arguments: the endpoint of ``settings`` against ``started``
+    (completions with streaming, greedy (temperature 0) with its stop strings; or a pooled answer
+    per request), the model's ``tokenizer`` (a path), ``n`` prompts, the arrivals, cap and warm-ups
+    of ``settings``, every latency metric at its percentiles, the
     objective as goodput bounds (ms), the detailed result into ``out_dir``."""
-    args = ["--backend", "vllm", "--base-url", started.url, "--endpoint", "/v1/completions",
+    args = ["--backend", ENDPOINTS[settings.endpoint], "--base-url", started.url, "--endpoint", settings.endpoint,
             "--model", tokenizer, "--tokenizer", tokenizer, "--served-model-name", started.model,
             "--dataset-name", "custom", "--dataset-path", str(out_dir / REQUESTS_NAME), "--num-prompts", str(n),
             "--request-rate", "inf" if math.isinf(settings.rate) else repr(settings.rate),
             "--burstiness", repr(settings.burstiness), "--seed", str(settings.seed),
-            "--num-warmups", str(settings.warmups), "--temperature", "0",
-            "--extra-body", json.dumps({"stop": list(settings.stop)}),
+            "--num-warmups", str(settings.warmups),
+            *(() if settings.pooled else ("--temperature", "0",
+                                          "--extra-body", json.dumps({"stop": list(settings.stop)}))),
             "--percentile-metrics", "ttft,tpot,itl,e2el",
             "--metric-percentiles", ",".join(f"{p:g}" for p in settings.percentiles),
             "--ready-check-timeout-sec", str(READY_CHECK_S), "--disable-tqdm",
@@ -173,7 +197,8 @@ def read_records(tool: ToolResult, record: LoadRecord, ids: Sequence[str]) -> tu
     than sent, or its result lists another number of requests (the mapping would be a guess).
 
     A request is answered when the tool wrote no error and a first token came (a TTFT > 0); one
-    with neither gets the error "no answer and no error text from the tool"."""
+    with neither gets the error "no answer and no error text from the tool". A pooled run's
+    record carries each answered request's answer (``ServedRequest.answer``)."""
     n = len(ids)
     if list(record.ids) != list(ids):
         pairs = enumerate(zip(record.ids, ids, strict=False))
@@ -191,12 +216,15 @@ def read_records(tool: ToolResult, record: LoadRecord, ids: Sequence[str]) -> tu
         err = tool.errors[k].strip()
         if not err and not tool.ttfts[k] > 0:
             err = "no answer and no error text from the tool"
+        answer = None if record.answers is None else record.answers.get(i)
+        if not err and record.answers is not None and answer is None:
+            err = "answered, but the generator kept no pooled answer for it"
         out.append(ServedRequest(
             id=i, sent_s=tool.start_times[k] - origin if origin is not None else tool.start_times[k],
             ttft_s=tool.ttfts[k], e2el_s=tool.latencies[k], itl_s=tuple(tool.itls[k]),
             output_text=tool.generated_texts[k], output_tokens=tool.output_lens[k], input_tokens=tool.input_lens[k],
             error=err, scheduled_s=None if record.scheduled_s is None else record.scheduled_s[k],
-            dispatched_s=record.dispatched_s[k]))
+            dispatched_s=record.dispatched_s[k], answer=None if answer is None else tuple(answer)))
     return tuple(out)
 
 

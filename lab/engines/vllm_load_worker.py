@@ -28,6 +28,16 @@ changes two things around the tool, both written down here:
   state after the draws must equal the global one after the tool's draws, else the schedule is
   written as unknown, with the reason.
 
+- Pooled answers (classification, embedding): the tool's pooling request functions read the
+  server's answer and drop it. The backend ``lab-pooling`` (POOLING_BACKEND, registered in the
+  tool's table before its parser is built) posts each prompt (the lab's token ids) as
+  ``{"model", "input"}`` to the run's endpoint (``/v1/embeddings`` or ``/classify``), times it as
+  the tool times a pooled answer (TTFT = end-to-end latency: the answer comes whole), and keeps
+  each measured request's answer (the embedding, or the class probabilities) in the record's
+  ``answers``. The tool sees it as a completions backend with no output tokens (its result keeps
+  per-request send times and errors, which its pooling result does not); no sampling setting is
+  sent.
+
 While a run's measured requests are answered, each one's outcome is appended to ``<record>.live``
 (JSONL, flushed per line: ``ok``, ``ttft_s``, ``e2el_s``, ``t_s`` s after the schedule's origin):
 the tool's request function is wrapped for that, the warm-up requests (sent before the schedule
@@ -40,7 +50,8 @@ entry), ``scheduled_s`` (the replayed schedule, same origin; null when unknown) 
 tool's ``start_times``), ``cpu_s`` (this process's CPU seconds, every thread, over the tool's
 ``main``: tokenizer load, ready check, warm-up and the measured requests; vLLM's import before it
 is not counted, nor an earlier run's), ``wall_s`` (its wall seconds, same span), ``result_file``
-(the tool's result).
+(the tool's result), ``answers`` (``lab-pooling`` runs: {id: the answer's list of floats}, the
+measured requests answered; null otherwise).
 """
 
 from __future__ import annotations
@@ -101,19 +112,74 @@ def live_request(func, live, rec: dict):
     return request
 
 
+POOLING_BACKEND = "lab-pooling"
+"""The backend name of :func:`pooling_request` in the tool's table (lab.engines.vllm_load reads it)."""
+
+
+def answer_of(data: dict) -> list[float]:
+    """The pooled answer of one request from the server's JSON: ``data[0].embedding`` (the
+    OpenAI embeddings answer) or ``data[0].probs`` (vLLM's ``/classify``). Raises KeyError for
+    neither."""
+    item = data["data"][0]
+    return [float(x) for x in (item["embedding"] if "embedding" in item else item["probs"])]
+
+
+def pooling_request(rec: dict):
+    """The ``lab-pooling`` request function (module docstring): one pooled answer per request,
+    each measured one's answer kept in ``rec["answers"]`` under its request id."""
+    from vllm.benchmarks.lib.endpoint_request_func import RequestFuncOutput
+
+    async def request(request_func_input, session, pbar=None):
+        inp = request_func_input
+        out = RequestFuncOutput(prompt_len=inp.prompt_len)
+        headers = {"Content-Type": "application/json", **(inp.extra_headers or {})}
+        if inp.request_id:
+            headers["x-request-id"] = inp.request_id
+        body = {"model": inp.model_name or inp.model, "input": inp.prompt}
+        measured = rec.get("origin_perf") is not None  # the ready check and warm-ups come before it
+        out.start_time = start = time.perf_counter()
+        try:
+            async with session.post(url=inp.api_url, json=body, headers=headers) as response:
+                raw = await response.read()
+                out.ttft = out.latency = time.perf_counter() - start
+                if response.status == 200:
+                    data = json.loads(raw)
+                    answer = answer_of(data)
+                    out.prompt_len = int((data.get("usage") or {}).get("prompt_tokens") or inp.prompt_len)
+                    out.success = True
+                    if measured:
+                        rec["answers"][inp.request_id] = answer
+                else:
+                    out.error = f"HTTP {response.status}: {raw[:300].decode('utf-8', 'replace')}"
+        except Exception as exc:  # noqa: BLE001 - the tool's rule: a failed request carries its error
+            out.success = False
+            out.error = f"{type(exc).__name__}: {exc}"
+        if pbar:
+            pbar.update(1)
+        return out
+
+    return request
+
+
 def run_one(run: dict, serve, parser_of) -> None:
     """One run of the tool's ``main`` (``run``: one entry of the job's ``runs``); writes its record."""
     import numpy as np
     from vllm.benchmarks.datasets import SampleRequest
 
+    rec: dict = {"ids": [], "dispatched_s": [], "scheduled_s": None, "schedule_note": "", "origin_perf": None,
+                 "answers": None}
+    funcs = dict(serve.ASYNC_REQUEST_FUNCS)
+    serve.ASYNC_REQUEST_FUNCS[POOLING_BACKEND] = pooling_request(rec)  # before the parser: one of its choices
     args = parser_of().parse_args(run["argv"])
+    if args.backend == POOLING_BACKEND:
+        rec["answers"] = {}
     rows = [json.loads(line) for line in Path(run["requests"]).read_text(encoding="utf-8").splitlines() if line.strip()]
 
-    def get_samples(args, tokenizer, **_):
-        return [SampleRequest(prompt=r["prompt"], prompt_len=len(tokenizer(r["prompt"]).input_ids),
+    def get_samples(args, tokenizer, **_):  # a prompt is text (completions) or the lab's token ids (pooling)
+        return [SampleRequest(prompt=r["prompt"], prompt_len=len(r["prompt"]) if isinstance(r["prompt"], list)
+                              else len(tokenizer(r["prompt"]).input_ids),
                               expected_output_len=int(r["output_tokens"]), request_id=str(r["id"])) for r in rows]
 
-    rec: dict = {"ids": [], "dispatched_s": [], "scheduled_s": None, "schedule_note": "", "origin_perf": None}
     tool_get_request = serve.get_request
 
     async def get_request(input_requests, request_rate, burstiness=1.0, ramp_up_strategy=None,
@@ -141,9 +207,8 @@ def run_one(run: dict, serve, parser_of) -> None:
 
     serve.get_samples = get_samples
     serve.get_request = get_request
-    funcs = dict(serve.ASYNC_REQUEST_FUNCS)
     live = open(f"{run['record']}.live", "w", encoding="utf-8")  # noqa: SIM115 - closed below, after the run
-    for name, func in funcs.items():
+    for name, func in list(serve.ASYNC_REQUEST_FUNCS.items()):
         serve.ASYNC_REQUEST_FUNCS[name] = live_request(func, live, rec)
     try:
         cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -152,6 +217,7 @@ def run_one(run: dict, serve, parser_of) -> None:
         rec["wall_s"] = time.perf_counter() - wall0
     finally:
         serve.get_request = tool_get_request
+        serve.ASYNC_REQUEST_FUNCS.clear()
         serve.ASYNC_REQUEST_FUNCS.update(funcs)
         live.close()
     rec["result_file"] = str(Path(args.result_dir or ".") / args.result_filename)

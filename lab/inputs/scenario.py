@@ -5,8 +5,9 @@ without [scenario] is this one, its ids, locks and pass.json unchanged.
 
 ``kind = "server"``: each variant that declares ``request_rate`` (req/s) is a server pass: vLLM's
 OpenAI-compatible server is started for the pass (set-up), and vLLM's own load generator
-(``vllm bench serve``) offers it the corpus's items as requests, one per id, arriving at that mean
-rate (Poisson at ``burstiness`` 1, gamma otherwise, drawn from [timing] seed), at most
+(``vllm bench serve``) offers it the corpus's items as requests, one per id, at the endpoint the
+task kind names (lab.kinds: completions, ``/classify``, ``/v1/embeddings``), arriving at that
+mean rate (Poisson at ``burstiness`` 1, gamma otherwise, drawn from [timing] seed), at most
 ``max_concurrency`` in flight, after ``warmup_requests`` kept out of the figures
 (lab.passes.tasks.server_job). A variant without ``request_rate`` stays an offline pass: the
 offline reference the served outputs are judged against, by the kind's agreement rule.
@@ -28,9 +29,6 @@ from lab.facts.errors import UserError
 
 SCENARIOS = ("offline", "server")
 """The scenarios a campaign declares ([scenario] kind); the first is the default."""
-SERVED_KINDS = ("generation",)
-"""The task kinds a server scenario serves here (vLLM's completions endpoint and the generation
-kind's agreement rule); classification and embedding servers are not built."""
 
 
 class ScenarioError(UserError):
@@ -118,19 +116,26 @@ def scenario_of(extra: dict) -> ScenarioSection:
     return ScenarioSection(**extra.get("scenario", {}))
 
 
-def check_variants(scenario: ScenarioSection, task_kind: str, variants, reference: str) -> None:
+def check_variants(scenario: ScenarioSection, kind, variants, reference: str) -> None:
     """The variants against the scenario (ScenarioError, one line): ``request_rate`` only in a server
-    scenario; a server scenario serves SERVED_KINDS, has at least one variant with a rate, and its
-    reference variant is an offline one (the served outputs are judged against it)."""
+    scenario; a server scenario serves a ``kind`` (lab.kinds.kind.TaskKind) that names a
+    ``served_endpoint``, bounds only the latencies its answers have (a kind whose answer comes
+    whole has no TTFT apart from its end-to-end latency, and no TPOT: ``e2el_s``), has at least
+    one variant with a rate, and its reference variant is an offline one (the served outputs are
+    judged against it)."""
     rated = [v for v in variants if v.request_rate is not None]
     if not scenario.server:
         if rated:
             raise ScenarioError(f"variant {rated[0].name} declares request_rate, a server pass's factor; declare "
                                 "[scenario] kind = \"server\" with its latency objective, or remove request_rate")
         return
-    if task_kind not in SERVED_KINDS:
-        raise ScenarioError(f"[scenario] kind = \"server\" serves {' or '.join(SERVED_KINDS)} tasks here, not "
-                            f"{task_kind}; declare [task] kind = \"generation\" or remove [scenario]")
+    if kind.served_endpoint is None:
+        raise ScenarioError(f"[scenario] kind = \"server\" does not serve {kind.name} tasks (the user's own code "
+                            "is not a server); declare a built-in [task] kind, or remove [scenario]")
+    streamed = [m for m, _, _ in scenario.bounds() if m != "e2el"]
+    if streamed and not kind.streams:
+        raise ScenarioError(f"[scenario] {streamed[0]}_s bounds a streamed answer, and a {kind.name} answer comes "
+                            "whole: bound its end-to-end latency with e2el_s instead (e.g. e2el_s = 0.5)")
     if not rated:
         raise ScenarioError("[scenario] kind = \"server\" but no variant declares request_rate; add a series "
                             "with factor = \"request_rate\", values = [1, 2, 4] and engine = \"vllm\"")

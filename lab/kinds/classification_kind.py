@@ -14,4 +14,5 @@ CLASSIFICATION = TaskKind(
     name="classification", job="lab.passes.tasks.classification:ClassificationJob", keys=(), defaults=(),
     metrics=LABEL_METRICS, user_metric=True, engines=(TRANSFORMERS, VLLM), vllm_runner="pooling", record=LABEL,
     architecture=SEQUENCE_CLASSIFICATION, agreement_max_differing=AGREEMENT_MAX_DIFFERING_LABELS,
-    agreement_noun="labels", model_labels=True, lab_tokenizes=True, keys_private=False, labels_role=None)
+    agreement_noun="labels", model_labels=True, lab_tokenizes=True, keys_private=False, labels_role=None,
+    served_endpoint="/classify")

@@ -15,4 +15,5 @@ EMBEDDING = TaskKind(
     agreement_max_differing=AGREEMENT_MAX_DIFFERING_VECTORS, agreement_noun="vectors", model_labels=False,
     lab_tokenizes=True, keys_private=False, labels_role="used by the retrieval metric only",
     entry=EntryRun("lab.passes.tasks.entry_kinds:EntryEmbeddingJob", "embed",
-                   "a 2-D array of finite numbers, one row per text, every batch the same width"))
+                   "a 2-D array of finite numbers, one row per text, every batch the same width"),
+    served_endpoint="/v1/embeddings")

@@ -19,4 +19,5 @@ GENERATION = TaskKind(
     lab_tokenizes=True, keys_private=True, labels_role="the reference answers of the metric",
     fixed_padding="longest",  # the job pads each batch on the left to its longest prompt
     entry=EntryRun("lab.passes.tasks.entry_kinds:EntryGenerationJob", "generate",
-                   "a sequence of str, one output per prompt"))
+                   "a sequence of str, one output per prompt"),
+    served_endpoint="/v1/completions", streams=True)

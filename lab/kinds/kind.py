@@ -96,7 +96,10 @@ class TaskKind:
     must be able to produce, checked against its id2label). fixed_padding: the one ``padding`` its
     job honours (a variant declaring another is refused at lock), None when it honours each.
     entry: how the user's own code runs it (``[task] entry``, :meth:`run_by_entry`), None when it
-    cannot. by_entry: True for the kind as the user's code runs it (its own, or ``run_by_entry``)."""
+    cannot. by_entry: True for the kind as the user's code runs it (its own, or ``run_by_entry``).
+    served_endpoint: the endpoint of vLLM's OpenAI-compatible server a server scenario loads for
+    it (lab.passes.tasks.server_job; None: not served). streams: its served answer streams token
+    by token (TTFT, TPOT); False: it comes whole, its one latency end-to-end."""
 
     name: str
     job: str
@@ -117,6 +120,8 @@ class TaskKind:
     fixed_padding: str | None = None
     entry: EntryRun | None = None
     by_entry: bool = False
+    served_endpoint: str | None = None
+    streams: bool = False
 
     def __post_init__(self) -> None:
         assert self.record in RECORDS and self.architecture in ARCHITECTURES, self
@@ -161,6 +166,7 @@ class TaskKind:
         if self.entry is None:
             raise ValueError(f"{self.name}: the user's code does not run this kind")
         return replace(self, job=self.entry.job, engines=(TRANSFORMERS,), vllm_runner=None, architecture=ANY,
+                       served_endpoint=None,
                        model_labels=False, lab_tokenizes=False, fixed_padding=None, by_entry=True)
 
     def runs_on(self, engine: str) -> bool:

@@ -172,7 +172,8 @@ def load_protocol(path: str | Path, relative_to: str | Path | None = None) -> Pr
         if cfg.cost is not None:
             cfg.cost.check(str(_resolve(cfg.cost.catalog, home)) if cfg.cost.catalog else None)
         variants = tuple(expand_series(cfg.defaults, cfg.series))
-        check_variants(cfg.scenario, cfg.task.kind, variants, cfg.quality.reference_variant)
+        check_variants(cfg.scenario, task_kind(cfg.task.kind, entry=bool(cfg.task.entry)), variants,
+                       cfg.quality.reference_variant)
     except (ConfigError, VariantError, ScenarioError) as exc:
         raise ProtocolError(f"{refusal_name(path)}: {exc}") from None
     proto = Protocol(home, raw, variants, cfg)

@@ -18,11 +18,12 @@ SERVED = '[[series]]\nname = "served"\nfactor = "request_rate"\nvalues = [1, 2.5
 SERVER = '\n[scenario]\nkind = "server"\nttft_s = 1.0\ntpot_s = 0.25\n'
 
 
-def server_campaign(tmp_path, scenario=SERVER, task=GENERATION, series=SERVED, reference="batch/batch_size=1"):
+def server_campaign(tmp_path, scenario=SERVER, task=GENERATION, series=SERVED, reference="batch/batch_size=1",
+                    metric="exact_match"):
     text = BASE.replace("[[series]]", series + "[[series]]", 1)
     text = text.replace('reference_variant = "batch/batch_size=1"', f'reference_variant = "{reference}"')
     if task:
-        text = text.replace('metric = "accuracy"', 'metric = "exact_match"')
+        text = text.replace('metric = "accuracy"', f'metric = "{metric}"')
     f = tmp_path / "c.toml"
     f.write_text(text + task + scenario)
     return f
@@ -47,6 +48,22 @@ def test_a_server_scenario_makes_one_server_variant_per_rate_and_locks_its_objec
     assert proto.reference.request_rate is None  # the offline reference the served outputs are judged by
 
 
+def test_a_classification_or_embedding_server_bounds_its_end_to_end_latency(tmp_path):
+    """A pooled answer comes whole: its objective is an end-to-end latency bound, and the kind names
+    the endpoint the server pass loads (lab.kinds: served_endpoint)."""
+    from lab.kinds import task_kind
+
+    for kind, endpoint in (("classification", "/classify"), ("embedding", "/v1/embeddings")):
+        d = tmp_path / kind
+        d.mkdir()
+        proto = load_protocol(server_campaign(d, task=f'\n[task]\nkind = "{kind}"\n' if kind != "classification"
+                                              else "", scenario='\n[scenario]\nkind = "server"\ne2el_s = 0.5\n',
+                                              metric="nn_accuracy"))
+        assert proto.config.scenario.bounds() == [("e2el", 99.0, 0.5)]
+        assert task_kind(kind).served_endpoint == endpoint and not task_kind(kind).streams
+    assert task_kind("generation").streams and task_kind("custom").served_endpoint is None
+
+
 def test_an_integer_rate_and_its_float_are_one_variant():
     assert Variant(engine="vllm", request_rate=2).variant_id == Variant(engine="vllm", request_rate=2.0).variant_id
     assert Variant(engine="vllm", request_rate=2).request_rate == 2.0
@@ -65,7 +82,12 @@ def test_an_integer_rate_and_its_float_are_one_variant():
     (dict(scenario=SERVER + "peak_rate = 0\n"), "[scenario] peak_rate 0 must be requests per second > 0"),
     (dict(scenario=""), "variant served/request_rate=1 declares request_rate, a server pass's factor; declare "
                         "[scenario] kind = \"server\""),
-    (dict(task=""), "serves generation tasks here, not classification"),
+    (dict(task=""), "[scenario] ttft_s bounds a streamed answer, and a classification answer comes whole: bound "
+                    "its end-to-end latency with e2el_s instead"),
+    (dict(task='\n[task]\nkind = "embedding"\n', scenario=SERVER.replace("ttft_s = 1.0\n", ""), metric="nn_accuracy"),
+     "[scenario] tpot_s bounds a streamed answer, and a embedding answer comes whole"),
+    (dict(task='\n[task]\nkind = "custom"\nentry = "x.py:run"\n', metric="accuracy"),
+     "[scenario] kind = \"server\" does not serve custom tasks (the user's own code is not a server)"),
     (dict(series=""), "no variant declares request_rate"),
     (dict(reference="served/request_rate=1"), "reference_variant 'served/request_rate=1' is a server pass"),
     (dict(series=SERVED.replace('engine = "vllm"\n', "")), "request_rate is a server pass's factor and the "

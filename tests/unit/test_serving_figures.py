@@ -2,7 +2,7 @@
 the mapping of the load generator's result back to corpus ids (lab.engines.vllm_load.read_records),
 the replay of its arrival schedule (lab.engines.vllm_load_worker.replay_schedule) and the
 arguments handed to the server and the generator. No vLLM: records are built by hand; the vLLM
-tier (tests/vllm/test_vllm_server.py) checks the same functions against the real tool."""
+tier (tests/vllm/test_server_campaign.py) checks the same functions against the real tool."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from lab.engines.serving_figures import (
 )
 from lab.engines.vllm import VllmSettings
 from lab.engines.vllm_load import LoadGenError, LoadRecord, LoadSettings, ToolResult, read_records, tool_args
-from lab.engines.vllm_load_worker import replay_schedule
+from lab.engines.vllm_load_worker import POOLING_BACKEND, answer_of, replay_schedule
 from lab.engines.vllm_server import Started, server_args
 from lab.facts.errors import UserError
 
@@ -146,6 +146,31 @@ def test_each_result_maps_back_to_the_id_sent_at_its_position():
 def test_a_request_without_a_first_token_is_failed_even_without_error_text():
     recs = read_records(tool_result(2, ttfts=[0.1, 0.0], errors=["", ""]), load_record(["a", "b"]), ["a", "b"])
     assert recs[0].answered and not recs[1].answered and "no answer" in recs[1].error
+
+
+def test_a_pooled_run_keeps_each_answer_and_a_missing_one_fails_its_request():
+    ids = ["a", "b", "c"]
+    pooled = dict(output_lens=[0] * 3, generated_texts=[""] * 3, itls=[[]] * 3)
+    recs = read_records(tool_result(3, **pooled), load_record(ids, answers={"a": [0.1, 0.9], "b": [0.7, 0.3]}), ids)
+    assert [r.answer for r in recs[:2]] == [(0.1, 0.9), (0.7, 0.3)] and recs[0].answered and recs[1].answered
+    assert not recs[2].answered and "kept no pooled answer" in recs[2].error
+    # a completions run keeps no answers: its answer is the text
+    assert read_records(tool_result(1), load_record(["a"]), ["a"])[0].answer is None
+    assert answer_of({"data": [{"embedding": [1, 2]}]}) == [1.0, 2.0]
+    assert answer_of({"data": [{"label": "x", "probs": [0.25, 0.75]}]}) == [0.25, 0.75]
+
+
+def test_a_pooled_endpoint_is_loaded_through_the_workers_backend_without_sampling_settings():
+    started = Started(url="http://127.0.0.1:8123", port=8123, pid=1, setup_s=1.0)
+    for endpoint in ("/classify", "/v1/embeddings"):
+        s = LoadSettings(rate=2.0, seed=3, endpoint=endpoint,
+                         objective=Objective(bounds=(Bound("e2el", 99, 0.5),), share=0.9))
+        t = tool_args(started, "/m", 10, s, __import__("pathlib").Path("/o"))
+        assert s.pooled and t[t.index("--backend") + 1] == POOLING_BACKEND and t[t.index("--endpoint") + 1] == endpoint
+        assert "--temperature" not in t and "--extra-body" not in t  # the tool refuses them off completions
+        assert t[t.index("--goodput") + 1] == "e2el:500.0"
+    with pytest.raises(UserError, match="endpoint '/v1/chat' is not one a server pass loads"):
+        LoadSettings(rate=1.0, seed=1, endpoint="/v1/chat")
 
 
 def test_the_replayed_schedule_is_the_tools_formula():

@@ -1,6 +1,8 @@
 """A server pass (a variant declaring ``request_rate``; [scenario] kind = "server",
-lab.inputs.scenario): the generation task served by vLLM's OpenAI-compatible server under timed
-arrivals, as a :class:`lab.passes.tasks.job.Job` on the one pass sequence (lab.passes.sequence).
+lab.inputs.scenario): the task served by vLLM's OpenAI-compatible server under timed arrivals,
+as a :class:`lab.passes.tasks.job.Job` on the one pass sequence (lab.passes.sequence). The kind
+names the endpoint (lab.kinds: ``served_endpoint``): completions for generation, vLLM's
+``/classify`` for classification, ``/v1/embeddings`` for embedding.
 
 Set-up (``engine_start``, never in the measured window): the server (lab.engines.vllm_server:
 the variant's vLLM settings, on the loopback address, health-checked, its process tree watched)
@@ -8,23 +10,25 @@ and the load generator (lab.engines.vllm_load.LoadGenerator: ``vllm bench serve`
 pinned venv, vLLM's import paid here). ``load`` is the vLLM pass's (lab.passes.tasks.vllm_job): the
 lab's tokenizer, the model's shape on the meta device, the eos ids.
 
-The measured window: every corpus row is one request, in corpus order, its prompt the
-generation rule's (the text cut to max_text_tokens, the template; lab.passes.tasks.generation_core),
-greedy with the rule's stop strings and ``max_new_tokens``, arriving at the variant's
-``request_rate`` (Poisson at burstiness 1, [timing] seed), at most ``max_concurrency`` in
-flight, after the scenario's warm-up requests (kept out of every figure). The window ends when
-the last answer is in; its figures are the served requests' (lab.engines.serving_figures:
-latency percentiles, achieved rate, goodput, the verdict against the locked objective, the
-generator's lag behind its schedule and its CPU), written to result.json's ``serving`` and every
-request's record to ``served.jsonl`` beside the predictions, from which ``archive verify``
-re-derives them.
+The measured window: every corpus row is one request, in corpus order, arriving at the
+variant's ``request_rate`` (Poisson at burstiness 1, [timing] seed), at most ``max_concurrency``
+in flight, after the scenario's warm-up requests (kept out of every figure). A generation
+request's prompt is the generation rule's (the text cut to max_text_tokens, the template;
+lab.passes.tasks.generation_core), greedy with the rule's stop strings and ``max_new_tokens``,
+streamed back; a classification or embedding request's prompt is the lab's token ids of the
+text (cut at the variant's ``max_length``, as an offline pass tokenizes it), its answer (the
+class probabilities, or the pooled vector) coming whole. The window ends when the last answer
+is in; its figures are the served requests' (lab.engines.serving_figures: latency percentiles,
+achieved rate, goodput, the verdict against the locked objective, the generator's lag behind
+its schedule and its CPU), written to result.json's ``serving`` and every request's record to
+``served.jsonl`` beside the predictions, from which ``archive verify`` re-derives them.
 
-Each answered request is the item's generation (``GeneratedItem``: the server's text, its prompt
-and output token counts); the predictions are written in the generation job's format, so the
-served outputs are judged like any generation pass: ids, coverage, and per id against the
-reference variant (an offline pass) by the kind's agreement rule. The server must have read the
-prompt the lab built: a request whose prompt token count (the server's) differs from the lab's
-tokenization of the same prompt fails the pass as not honoured. A request that was not answered
+Each answered request is the item's answer in the kind's own window record (a ``GeneratedItem``;
+a label index and its probability; a vector), so the predictions are written by the kind's
+transformers job and the served answers are judged like any pass of the kind: ids, coverage,
+and per id against the reference variant (an offline pass) by the kind's agreement rule. The
+server must have read the prompt the lab built: a request whose prompt token count (the
+server's) differs from the lab's fails the pass as not honoured. A request that was not answered
 (the server refused it, timed out, died or ran out of memory) fails the pass: the requests
 answered before the first unanswered one are its items completed, the records kept; a server
 that died is named, with the last words of its log when they say it ran out of memory (oom).
@@ -42,6 +46,7 @@ from lab.engines.serving_figures import Figures, Verdict, plain
 from lab.facts.constants import SERVED_FILE
 from lab.facts.errors import FailureKind, PassFailure
 from lab.inputs.scenario import scenario_of
+from lab.kinds.kind import VECTOR
 from lab.passes.tasks.vllm_job import LOG_FILE, VllmJob
 
 SERVER_LOG = "server.log"  # the server's own output, in the pass folder
@@ -79,8 +84,8 @@ class ServerJob(VllmJob):
 
     def __init__(self, spec):
         super().__init__(spec)
-        if not self.declared.generates_text:
-            raise ValueError(f"a server pass serves generation tasks here, not {self.kind!r}")
+        if self.declared.served_endpoint is None:
+            raise ValueError(f"a server pass does not serve {self.kind!r} tasks (its kind names no served_endpoint)")
         self.scenario = scenario_of(spec.extra)
         if not self.scenario.server:
             raise ValueError("a server pass needs pass.json extra.scenario with kind = \"server\"")
@@ -111,9 +116,9 @@ class ServerJob(VllmJob):
 
         s = self.spec
         out = pass_dir or Path(s.out_dir)
-        rule = self.writer.rule
-        settings = settings_for(s.variant, s.model_ref, device, s.seed, threads=s.threads or 0,
-                                max_new_tokens=rule.max_new_tokens, stop=rule.stop)
+        gen = ({"max_new_tokens": self.writer.rule.max_new_tokens, "stop": self.writer.rule.stop}
+               if self.declared.generates_text else {})
+        settings = settings_for(s.variant, s.model_ref, device, s.seed, threads=s.threads or 0, **gen)
         self.server = VllmServer(settings, log_path=out / SERVER_LOG)
         self.started = self.server.start()
         self.generator = LoadGenerator(out / LOAD_DIR / LOG_NAME)
@@ -160,26 +165,27 @@ class ServerJob(VllmJob):
         docstring). While the requests are answered, ``on_batch(done, served=...)`` reports the
         answers so far about once a second (lab.engines.serving_figures.LiveFigures: achieved rate
         and TTFT percentiles so far, for the Runs screen), then once with every request done.
-        Returns the generation WindowResult (``generated[i]``: row i's answer).
+        Returns the kind's WindowResult (generation: ``generated[i]``, row i's answer;
+        classification: ``pred_index`` and ``prob``; embedding: ``vectors``).
         Raises RequestsFailed for unanswered requests, NotHonoured for a prompt the server read
-        otherwise, lab.engines.vllm_load.LoadGenError when the generator fails."""
+        otherwise, NonFiniteLogits / NonFiniteVectors for a non-finite pooled answer,
+        lab.engines.vllm_load.LoadGenError when the generator fails."""
         from lab.engines.serving_figures import figures, live_figures, verdict
-        from lab.engines.vllm_load import LiveOutcomes, LoadRun, LoadSettings, Prompt
+        from lab.engines.vllm_load import LiveOutcomes, LoadRun, LoadSettings
         from lab.passes.observed import NotHonoured
-        from lab.passes.tasks.generation import open_generation_window
-        from lab.passes.tasks.generation_core import GeneratedItem
 
-        v, rule, sc = self.spec.variant, self.writer.rule, self.scenario
-        win, texts, seqs, _ = open_generation_window(rows, self.tokenizer, rule, v.bucketing)
+        v, sc = self.spec.variant, self.scenario
+        win, prompts, lab_tokens, stop = (self._generation_requests if self.declared.generates_text
+                                          else self._pooled_requests)(rows)
         if sink is not None:
             sink["win"] = win
         objective = self.objective()
         assert v.request_rate is not None  # job_for gives a server pass only a variant with a rate
-        run = LoadRun(prompts=tuple(Prompt(id=str(r["id"]), prompt=t, max_tokens=rule.max_new_tokens)
-                                    for r, t in zip(rows, texts, strict=True)),
+        assert self.declared.served_endpoint is not None  # __init__ refuses a kind that names none
+        run = LoadRun(prompts=prompts,
                       settings=LoadSettings(rate=v.request_rate, seed=self.spec.seed, burstiness=sc.burstiness,
                                             max_concurrency=sc.max_concurrency, warmups=sc.warmup_requests,
-                                            stop=rule.stop, objective=objective),
+                                            stop=stop, objective=objective, endpoint=self.declared.served_endpoint),
                       out_dir=Path(self.spec.out_dir) / LOAD_DIR)
         live = LiveOutcomes(run)
 
@@ -197,18 +203,15 @@ class ServerJob(VllmJob):
                                     generator_wall_s=round(load.generator_wall_s, 6),
                                     schedule_note=load.schedule_note)
         first_bad = next((k for k, r in enumerate(recs) if not r.answered), None)
-        for k, r in enumerate(recs[:first_bad]):
-            if r.input_tokens != len(seqs[k]):
+        answered = recs[:first_bad]
+        for k, r in enumerate(answered):
+            if r.input_tokens != lab_tokens[k]:
                 raise NotHonoured(f"declared value not honoured: the server read {r.input_tokens} prompt tokens "
-                                  f"for id {r.id}, the lab's tokenizer {len(seqs[k])} for the same prompt; "
+                                  f"for id {r.id}, the lab's tokenizer {lab_tokens[k]} for the same prompt; "
                                   "the served model does not tokenize as the lab does (check the tokenizer "
                                   "files and its special tokens)", items_done=k)
-            win.generated[k] = GeneratedItem(text=r.output_text, input_tokens=r.input_tokens,
-                                             output_tokens=r.output_tokens,
-                                             stopped_by="max_new_tokens" if r.output_tokens >= rule.max_new_tokens
-                                             else SERVER_STOP)
-            win.pred_index[k] = k
-        done = len(recs) if first_bad is None else first_bad
+        (self._keep_generated if self.declared.generates_text else self._keep_pooled)(win, answered)
+        done = len(answered)
         # the answered requests' prompt tokens, counted as one packed call: the server tokenized and
         # batched them itself, no pad token entered (its own batches are not the lab's to count)
         win.count_packed_call(list(range(done)), win.tokens_kept, None)
@@ -218,6 +221,64 @@ class ServerJob(VllmJob):
         if first_bad is not None:
             self._fail(recs, first_bad)
         return win
+
+    def _generation_requests(self, rows):
+        """The generation rule's prompt per row (text), the lab's prompt token counts, the stop strings."""
+        from lab.engines.vllm_load import Prompt
+        from lab.passes.tasks.generation import open_generation_window
+
+        rule = self.writer.rule
+        win, texts, seqs, _ = open_generation_window(rows, self.tokenizer, rule, self.spec.variant.bucketing)
+        prompts = tuple(Prompt(id=str(r["id"]), prompt=t, max_tokens=rule.max_new_tokens)
+                        for r, t in zip(rows, texts, strict=True))
+        return win, prompts, [len(s) for s in seqs], tuple(rule.stop)
+
+    def _pooled_requests(self, rows):
+        """The lab's token ids per row (lab.passes.inference.open_window: cut at max_length, special
+        tokens included) as the prompt, their counts, no stop strings."""
+        from lab.engines.vllm_load import Prompt
+        from lab.passes.inference import open_window
+
+        win, input_ids, _ = open_window(rows, self.tokenizer, self.spec.variant)
+        if self.declared.record == VECTOR:
+            win.norms = [None] * len(rows)  # the server returns its pooled vectors normalised
+        prompts = tuple(Prompt(id=str(r["id"]), prompt=tuple(ids)) for r, ids in zip(rows, input_ids, strict=True))
+        return win, prompts, [len(ids) for ids in input_ids], ()
+
+    def _keep_generated(self, win, answered) -> None:
+        """Each answered request's text as its item's GeneratedItem (the server's token counts)."""
+        from lab.passes.tasks.generation_core import GeneratedItem
+
+        rule = self.writer.rule
+        for k, r in enumerate(answered):
+            win.generated[k] = GeneratedItem(text=r.output_text, input_tokens=r.input_tokens,
+                                             output_tokens=r.output_tokens,
+                                             stopped_by="max_new_tokens" if r.output_tokens >= rule.max_new_tokens
+                                             else SERVER_STOP)
+            win.pred_index[k] = k
+
+    def _keep_pooled(self, win, answered) -> None:
+        """Each answered request's pooled answer: a vector (embedding; row k of ``win.vectors``) or
+        class probabilities (classification: the argmax and its probability, as an offline vLLM
+        pass reads them). Raises NonFiniteVectors / NonFiniteLogits for a non-finite answer."""
+        import numpy as np
+
+        from lab.passes.inference import NonFiniteLogits
+        from lab.passes.tasks.embedding import NonFiniteVectors
+
+        embed = self.declared.record == VECTOR
+        for k, r in enumerate(answered):
+            row = np.asarray(r.answer if r.answer is not None else (), dtype=np.float32)
+            if row.size == 0 or not np.isfinite(row).all():
+                raise (NonFiniteVectors if embed else NonFiniteLogits)([r.id], k)
+            if embed:
+                if win.vectors is None:
+                    win.vectors = np.zeros((len(win.ids), row.shape[0]), np.float32)
+                win.vectors[k] = row
+                win.pred_index[k] = k
+            else:
+                top = int(row.argmax())
+                win.pred_index[k], win.prob[k] = top, float(row[top])
 
     def _fail(self, recs, first_bad: int) -> None:
         """Raise RequestsFailed for the unanswered requests (oom when the server died and its log
@@ -272,12 +333,13 @@ class ServerJob(VllmJob):
                 "request_schedule": "unknown" if lag is None else "replayed"}
 
     def write_predictions(self, path: Path, win) -> dict:
-        """The generation job's predictions and fields, ``served.jsonl`` (every request's record,
+        """The kind's transformers job's predictions and fields, ``served.jsonl`` (every request's record,
         corpus order) beside them, and ``serving`` (module docstring)."""
         from lab.facts.diskfull import atomic_write_text
 
         fields = self.writer.write_predictions(path, win)
-        fields["generation"] = {**fields["generation"], "padding": "none: the server tokenizes each prompt"}
+        if self.declared.generates_text:
+            fields["generation"] = {**fields["generation"], "padding": "none: the server tokenizes each prompt"}
         if self.served is not None:
             atomic_write_text(path.with_name(SERVED_FILE),
                               "".join(json.dumps(plain(r)) + "\n" for r in self.served.records))
