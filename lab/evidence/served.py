@@ -4,15 +4,18 @@ A server pass (lab.passes.tasks.server_job) writes every request's record to ``s
 and its figures to result.json's ``serving``; this re-derives them from the records
 (lab.engines.serving_figures: the same definitions) and the objective its ``pass.json`` locked,
 and names each figure that differs: the latency percentiles, achieved rate, goodput, output
-tokens/s, the generator's lag, the good count and the verdict. The served outputs must be the
-pass's predictions, id for id (the agreement and metric checks read the predictions: a record set
-that says otherwise is not that pass's). Every problem is one line naming the pass.
+tokens/s, the generator's lag, the good count and the verdict. The served answers must be the
+pass's predictions, id for id (texts; a classification answer's top probability and one label
+per class index; an embedding's vector as its row of vectors.npy): the agreement and metric
+checks read the predictions, and a record set that says otherwise is not that pass's. Every
+problem is one line naming the pass.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import msgspec
 
@@ -22,10 +25,14 @@ REL_TOL = 1e-9  # the figures are written unrounded: a re-derived one equals the
 
 
 class _Output(msgspec.Struct):
-    """The two fields of a generation prediction line this check reads (others ignored)."""
+    """The fields of a prediction line this check reads (others ignored): a generation pass's
+    ``output``, a classification pass's ``pred`` and ``prob``, an embedding pass's ``row``."""
 
     id: str
-    output: str
+    output: str | None = None
+    pred: str | None = None
+    prob: float | None = None
+    row: int | None = None
 
 
 def check_served(pid: str, serving, pred_rel: str, scan, problems: list[str]) -> None:
@@ -88,14 +95,50 @@ def _differing(written, mine, at: str = ""):
 
 
 def _check_outputs(pid: str, recs, scan, pred_rel: str, problems: list[str]) -> None:
+    """Each prediction of ``pred_rel`` against its request's record: a generation pass's output is
+    the served text; a classification pass's probability is the largest of the kept answer's
+    (rounded as the prediction line rounds it) and one class index is one label throughout the
+    pass; an embedding pass's row of vectors.npy is the kept vector (stored as float16)."""
     if pred_rel not in scan.kept:
         return  # its absence is said by the predictions checks
     try:
         preds = [msgspec.json.decode(x, type=_Output) for x in scan.kept[pred_rel].splitlines() if x.strip()]
     except (msgspec.ValidationError, msgspec.DecodeError):
         return  # said by the format checks
-    answered = {r.id: r.output_text for r in recs if r.answered}
-    differ = [p.id for p in preds if answered.get(p.id) != p.output]
+    answered = {r.id: r for r in recs if r.answered}
+    if any(r.answer is not None for r in answered.values()):
+        differ = _pooled_differ(preds, answered, scan, pred_rel)
+    else:
+        differ = [p.id for p in preds if p.id not in answered or answered[p.id].output_text != p.output]
     if differ:
         problems.append(f"pass {pid}: {len(differ)} prediction(s) are not the served output of their request "
                         f"(first: id {differ[0]}): served.jsonl and the predictions are not one pass's")
+
+
+def _pooled_differ(preds, answered, scan, pred_rel: str) -> list[str]:
+    """The ids whose prediction is not their kept pooled answer (see _check_outputs)."""
+    import numpy as np
+
+    from lab.passes.tasks.embedding import vectors_name
+    from lab.passes.tasks.embedding_metrics import load_vectors
+
+    if any(p.row is not None for p in preds):  # an embedding pass
+        vec_rel = pred_rel.rsplit("/", 1)[0] + "/" + vectors_name(Path(pred_rel))
+        try:
+            vectors = load_vectors(scan.kept[vec_rel])
+        except (KeyError, ValueError):
+            return []  # said by the vectors checks
+        return [p.id for p in preds if p.id not in answered or p.row is None or not 0 <= p.row < len(vectors)
+                or not np.array_equal(vectors[p.row], np.asarray(answered[p.id].answer, np.float32)
+                                      .astype(vectors.dtype))]
+    label_of: dict[int, str] = {}
+    out = []
+    for p in preds:
+        r = answered.get(p.id)
+        if r is None or r.answer is None or p.prob is None:
+            out.append(p.id)
+            continue
+        top = int(np.argmax(r.answer))
+        if label_of.setdefault(top, p.pred or "") != p.pred or round(float(r.answer[top]), 6) != p.prob:
+            out.append(p.id)
+    return out

@@ -57,7 +57,7 @@ def pooled_run(request, tmp_path_factory, model_dir):
     return kind, orch, make_archive(orch.dir)
 
 
-def test_a_served_classifier_or_encoder_is_judged_like_its_kind_and_verifies(pooled_run, model_dir):
+def test_a_served_classifier_or_encoder_is_judged_like_its_kind_and_verifies(pooled_run, model_dir, tmp_path):
     from lab.engines.serving_figures import ServedRequest, figures, percentiles, tool_percentiles, verdict
     from lab.engines.vllm_load import RESULT_NAME
     from lab.evidence.archive import verify
@@ -104,6 +104,18 @@ def test_a_served_classifier_or_encoder_is_judged_like_its_kind_and_verifies(poo
     v = verdict(recs, objective)
     assert v.holds == serving["verdict"]["holds"] and len(v.checks) == 2  # the bound and the share
     assert verify(archive).ok, verify(archive).problems
+    # a kept answer that is not its prediction: verify names the pass (lab.evidence.served)
+    from test_archive_evidence import member, read_members, write_members
+
+    files = read_members(archive)
+    name = member(files, f"/passes/{served.pass_id}/{SERVED_FILE}")
+    lines = files[name].decode().splitlines()
+    first = json.loads(lines[0])
+    first["answer"] = [x / 2 for x in first["answer"]]  # another vector; the same class at half its probability
+    files[name] = ("\n".join([json.dumps(first), *lines[1:]]) + "\n").encode()
+    problems = verify(write_members(tmp_path / "forged.tar.gz", files)).problems
+    assert any(p.startswith(f"pass {served.pass_id}: ") and "prediction(s) are not the served output of their "
+               f"request (first: id {first['id']})" in p for p in problems), problems
     print(f"\n[pooled server] {kind}: {len(recs)} requests at {RATE:g} req/s, achieved {f.achieved_rate:.3f} "
           f"req/s, e2el p50 {f.percentiles_s['e2el'][50.0]:.4f} s, p99 {f.percentiles_s['e2el'][99.0]:.4f} s, "
           f"agreement {val.agreement_with_reference}, verdict "
