@@ -23,7 +23,7 @@ from lab.passes.events import PassStatus
 from lab.passes.observed import NOT_OBSERVABLE
 from lab.passes.records import PHASES, Attempt, Observed, PassResult, Phases, Validation
 from lab.report.condition_cells import CONDITIONS, INT_CONDITIONS, condition_cells
-from lab.report.served_cells import SERVED, served_cells
+from lab.report.served_cells import SERVED, served_cells, served_notes
 
 OBSERVED = ("dtype", "device", "attention", "threads_declared", "threads", "compile", "quantization",
             "padding", "padding_side", "max_tokens", "bucketing", "batch_size",
@@ -84,12 +84,14 @@ COLUMNS = (["campaign", "protocol_version", "pass_id", "variant_id", "variant_na
 
 
 
-def unreadable_count_note(key: str, value: str) -> str:
+def unreadable_count_note(key: str, value: str, served: bool = False) -> str:
     """The raw table's note for an observed count (``key``) recorded as text, its cell left empty:
-    NOT_OBSERVABLE (custom code applies it itself: recorded, never claimed), else the per-card
-    values of a multi-card pass that differ ("card 0: x; card 1: y")."""
+    NOT_OBSERVABLE (custom code applies it itself, or, ``served``, the server of a server pass:
+    recorded, never claimed), else the per-card values of a multi-card pass that differ
+    ("card 0: x; card 1: y")."""
     if value == NOT_OBSERVABLE:
-        return f"observed {key}: not observable, the entry's own code applies it"
+        return (f"observed {key}: not observable, the server applies it and its endpoints do not report it"
+                if served else f"observed {key}: not observable, the entry's own code applies it")
     return f"observed {key} differs between cards: {value}"
 
 
@@ -175,9 +177,12 @@ def raw_rows(attempts: list[Attempt], campaign: str, protocol_version: int, camp
             row[f"observed_{k}"] = value
             if f"observed_{k}" in INT_COLUMNS and isinstance(value, str):  # cards differ: "card 0: x; ..."
                 row[f"observed_{k}"] = None
-                notes.append(unreadable_count_note(k, value))
+                notes.append(unreadable_count_note(k, value, served=r.serving is not None))
         if seen and obs.tf32_matmul is None:
-            notes.append("empty observed TF32 cells: this pass's runner predates their observation")
+            notes.append("empty observed TF32 cells: " + ("the server's own settings, its endpoints do not "
+                                                          "report them" if r.serving is not None
+                                                          else "this pass's runner predates their observation"))
+        notes += served_notes(r)
         if obs.threads_split:
             notes.append(f"threads: {obs.threads_split}")
         if not obs.padding and not running:
@@ -298,7 +303,9 @@ def engine_notes(variant: Variant | None, result: PassResult) -> list[str]:
            f"the measured window); model_load_s is the lab's tokenizer; compile = {declared} was declared, "
            f"{eager_text} (vLLM's own compilation, no lab compile phase)"]
     obs = result.observed or NOTHING_OBSERVED
-    if obs.batch_size is not None:
+    if result.serving is not None:
+        out.append("a server pass: one request per item, the server forms its own batches")
+    elif obs.batch_size is not None:
         ran = obs.max_running
         out.append(f"batch_size {obs.batch_size} is the most items the lab sent vLLM per call; vLLM "
                    + (f"ran at most {ran} sequences in one engine step" if ran is not None

@@ -15,7 +15,8 @@ import msgspec
 from lab.passes.records import PassResult
 
 P99 = 99.0
-LATENCIES = ("ttft", "tpot", "e2el")
+TPOT = "tpot"
+LATENCIES = ("ttft", TPOT, "e2el")
 HOLDS = "served_objective_holds"
 SERVED_FIGURES = ("served_achieved_rate", "served_goodput", *(f"served_{m}_p99_s" for m in LATENCIES),
                   "served_lag_p99_s")
@@ -28,15 +29,37 @@ SERVED = (*SERVED_FIGURES, HOLDS)
 def served_cells(result: PassResult) -> dict:
     """{column: value} of SERVED for one pass's result; every cell None for an offline pass, or a
     record this lab cannot read (its figures stay in result.json)."""
+    rec = _record(result)
+    if rec is None:
+        return dict.fromkeys(SERVED)
+    f, p = rec.figures, _p99(rec)
+    figures = (f.achieved_rate, f.goodput, *(p[m] for m in LATENCIES), None if f.lag_s is None else f.lag_s.get("p99"))
+    return {**dict(zip(SERVED_FIGURES, figures, strict=True)), HOLDS: rec.verdict.holds}
+
+
+def served_notes(result: PassResult) -> list[str]:
+    """The raw table's reasons for a server pass's empty served cells: TPOT has no figure when no
+    answered request had more than one output token (a classification or embedding answer comes
+    whole); nothing for an offline pass."""
+    rec = _record(result)
+    if rec is None or not rec.answered or _p99(rec)[TPOT] is not None:
+        return []
+    return ["empty served_tpot_p99_s: no answered request had more than one output token (a pooled answer "
+            "comes whole: its one latency is served_e2el_p99_s)"]
+
+
+def _record(result: PassResult):
+    """result.json's ``serving`` as a ServingRecord; None for an offline pass or one this lab cannot read."""
     from lab.passes.tasks.server_job import ServingRecord
 
     if result.serving is None:
-        return dict.fromkeys(SERVED)
+        return None
     try:
-        rec = msgspec.convert(result.serving, ServingRecord, strict=False)
+        return msgspec.convert(result.serving, ServingRecord, strict=False)
     except msgspec.ValidationError:
-        return dict.fromkeys(SERVED)
-    f = rec.figures
-    p = {m: (f.percentiles_s.get(m) or {}).get(P99) for m in LATENCIES}
-    figures = (f.achieved_rate, f.goodput, *(p[m] for m in LATENCIES), None if f.lag_s is None else f.lag_s.get("p99"))
-    return {**dict(zip(SERVED_FIGURES, figures, strict=True)), HOLDS: rec.verdict.holds}
+        return None
+
+
+def _p99(rec) -> dict:
+    """{metric of LATENCIES: its 99th percentile (s) or None} of a ServingRecord."""
+    return {m: (rec.figures.percentiles_s.get(m) or {}).get(P99) for m in LATENCIES}
