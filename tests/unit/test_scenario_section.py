@@ -64,6 +64,15 @@ def test_a_classification_or_embedding_server_bounds_its_end_to_end_latency(tmp_
     assert task_kind("generation").streams and task_kind("custom").served_endpoint is None
 
 
+def test_the_demo_serving_campaign_loads_with_its_objective_and_an_offline_reference():
+    proto = load_protocol(DEMO_CAMPAIGN.parents[2] / "demo" / "campaign-serving.toml")
+    assert sorted(v.request_rate for v in proto.variants if v.request_rate is not None) == [4.0, 8.0, 16.0]
+    assert proto.reference.request_rate is None and proto.reference.batch_size == 8
+    sc = proto.config.scenario
+    assert sc.server and sc.bounds() == [("ttft", 99.0, 0.5), ("tpot", 99.0, 0.1)] and sc.peak_rate == 50
+    assert proto.config.timing.repetitions == 5
+
+
 def test_an_integer_rate_and_its_float_are_one_variant():
     assert Variant(engine="vllm", request_rate=2).variant_id == Variant(engine="vllm", request_rate=2.0).variant_id
     assert Variant(engine="vllm", request_rate=2).request_rate == 2.0
