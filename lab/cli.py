@@ -271,11 +271,11 @@ def cmd_compare(a) -> int:
                                  allowed_signers=a.allowed_signers)
     for i, line in enumerate(c.path, 1):
         print(f"{i}. {line}")
-    for key in ("decision", "csv", "html"):
-        print(f"wrote {paths[key]}")
+    for path in paths.values():
+        print(f"wrote {path}")
     from lab.service.campaigns import NO_DECISION_EXIT
 
-    return 0 if c.chosen is not None else NO_DECISION_EXIT
+    return 0 if c.decided else NO_DECISION_EXIT
 
 
 def cmd_demo(a) -> int:
@@ -481,8 +481,9 @@ def parser() -> argparse.ArgumentParser:
                                     "load and choose the lowest committed budget that covers it "
                                     "before the deadline. Writes decision.md, compare.csv, report.html.")
     co.add_argument("archives", nargs="+", help="evidence archives (.tar.gz), one per rental")
-    co.add_argument("--load", type=int, required=True,
-                    help="production load, in corpus items of the same mix")
+    co.add_argument("--load", type=int, default=None,
+                    help="production load, in corpus items of the same mix (required for offline campaigns; "
+                         "a server campaign's archives are decided by their declared traffic without it)")
     co.add_argument("--deadline", help="ISO date-time the load must be processed by")
     co.add_argument("--window-start", help="ISO date-time the rental starts (default: now)")
     co.add_argument("--tz", help="IANA time zone for naive date-times")

@@ -14,7 +14,8 @@ from lab.compare.evidence import CompareError
 from lab.facts.diskfull import staged_files
 
 
-def compare_to_folder(archives: list, load_items: int, out_dir: str | Path, **options) -> tuple[Comparison, dict]:
+def compare_to_folder(archives: list, load_items: int | None, out_dir: str | Path,
+                      **options) -> tuple[Comparison, dict]:
     """compare_archives(archives, load_items, **options), then write decision.md, compare.csv
     and report.html under ``out_dir`` (only once the comparison succeeded: a refused
     comparison writes nothing). The files are written in a temporary folder inside ``out_dir``

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from lab.compare.comparability import check_comparable
+from lab.compare.comparability import check_comparable, is_server
 from lab.compare.evidence import NO_PACKAGE, CompareError, Evidence, read_evidence
 from lab.compare.projection import Projection, capacity_items, lot_hours, project
 from lab.compare.serving import ServingComparison, served_variant_ids, serving_comparison
@@ -41,7 +41,7 @@ class Comparison:
     archives: tuple[dict, ...]  # name, path, hardware, threads, gpu, files_checked, signature, cost
     identity: dict
     projections: tuple[Projection, ...]
-    load_items: int
+    load_items: int | None  # None: server archives compared without --load (nothing projected)
     window_start: datetime
     deadline: datetime | None
     hours_available: float | None
@@ -68,6 +68,14 @@ class Comparison:
     serving: ServingComparison | None = None
     """Archives of a server campaign: the server question across them (lab.compare.serving); None
     for offline archives. Their server variants are never projected as offline configurations."""
+
+    @property
+    def decided(self) -> bool:
+        """Whether the comparison chose: a configuration for the load, or (server archives compared
+        without --load) the serving part's offer for the declared traffic."""
+        if self.load_items is None:
+            return self.serving is not None and self.serving.chosen is not None
+        return self.chosen is not None
 
 
 def host_letter(i: int) -> str:
@@ -420,7 +428,7 @@ def per_host_lines(cands: list[Projection], projections: list[Projection], chose
     return lines
 
 
-def compare_archives(archives: list[str | Path], load_items: int, *, deadline: str | None = None,
+def compare_archives(archives: list[str | Path], load_items: int | None, *, deadline: str | None = None,
                      window_start: str | None = None, tz: str | None = None,
                      catalog_path: str | None = None, max_lots: int = DEFAULT_MAX_LOTS,
                      now: datetime | None = None, allow_partial: bool = False,
@@ -442,8 +450,10 @@ def compare_archives(archives: list[str | Path], load_items: int, *, deadline: s
                             allow_short=allow_short)
 
 
-def _check_load(load_items: int, max_lots: int) -> None:
-    if isinstance(load_items, bool) or not isinstance(load_items, int) or load_items < 1:
+def _check_load(load_items: int | None, max_lots: int) -> None:
+    """``load_items`` None (no --load: a server campaign's decision is its declared traffic) or an
+    int >= 1; ``max_lots`` 1 to MAX_LOTS. Raises CompareError, one line."""
+    if load_items is not None and (isinstance(load_items, bool) or not isinstance(load_items, int) or load_items < 1):
         raise CompareError(f"--load must be an integer >= 1 (items of the production load), "
                            f"got {load_items!r}")
     if isinstance(max_lots, bool) or not isinstance(max_lots, int) or not 1 <= max_lots <= MAX_LOTS:
@@ -513,14 +523,16 @@ def partial_banner(evidence: list[Evidence], tags: list[str]) -> str:
     return ("PARTIAL EVIDENCE compared (--allow-partial): " + "; ".join(parts)) if parts else ""
 
 
-def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str | None = None,
+def compare_evidence(evidence: list[Evidence], load_items: int | None, *, deadline: str | None = None,
                      window_start: str | None = None, tz: str | None = None,
                      catalog_path: str | None = None, max_lots: int = DEFAULT_MAX_LOTS,
                      now: datetime | None = None, allow_partial: bool = False,
                      allow_short: bool = False) -> Comparison:
     """Check comparability, choose the catalog, project and decide.
 
-    ``load_items``: production load in corpus items of the same mix (int >= 1).
+    ``load_items``: production load in corpus items of the same mix (int >= 1); None only for
+    server campaigns (their decision is the declared traffic: the offline variants are then not
+    projected), refused for offline ones.
     ``deadline``/``window_start``: ISO date-times (naive ones need ``tz``); the window starts
     now (UTC) when not given. ``catalog_path``: None = the bundle's catalog, never an archive's own
     (:func:`choose_catalog`). ``max_lots``: the most lots
@@ -536,6 +548,9 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
     tags = [host_tag(i, ev) for i, ev in enumerate(evidence)]
     identity = check_comparable(evidence)  # the whole set first: no archive's own prerequisite before it
     refuse_prerequisites(evidence, allow_partial)
+    if load_items is None and not all(is_server(ev) for ev in evidence):
+        raise CompareError("--load is required for an offline campaign's archives: give the production load in "
+                           "corpus items of the same mix, e.g. --load 2000000")
     banners = [b for b in (partial_banner(evidence, tags),) if b]
     path = []
     for ev in evidence:
@@ -562,6 +577,8 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
     order = list(identity["common_variants"]) + [v["variant_id"] for ev in evidence for v in ev.summary]
     order = list(dict.fromkeys(order))
     for ev, tag in zip(evidence, tags, strict=True):
+        if load_items is None:  # server archives without --load: the serving part decides
+            break
         served = served_variant_ids(ev)  # compared in the serving part, never projected
         by_id = {vid: v for v in ev.summary if (vid := v["variant_id"]) not in served}
         for vid in (v for v in order if v in by_id):
@@ -573,7 +590,9 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
                        f"{len(projections)} configuration(s) fail the {rule}")
     cands = [p for p in projections if p.eligible]
     cands.sort(key=lambda p: _rank(p, p.sizing))
-    path.append(f"projected {len(projections)} configuration(s) to {load_items} items: "
+    path.append("offline configurations not projected: no --load given (the serving decision below sizes the "
+                "declared traffic)" if load_items is None else
+                f"projected {len(projections)} configuration(s) to {load_items} items: "
                 f"{len(cands)} eligible, {len(projections) - len(cands)} excluded; {rule}"
                 + (f", {len(short)} too short" + (" (allowed)" if allow_short else " (excluded)")
                    if short else ""))
@@ -608,7 +627,10 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
     change: list[str] = []
     per_host: list[str] = []
     stands_on = ""
-    if chosen is None:
+    if load_items is None:
+        motivation.append("no --load given: the offline configurations are not projected; the serving part "
+                          "decides which package holds the declared traffic")
+    elif chosen is None:
         motivation.append("no configuration is accepted, feasible and covered by a package"
                           + (" before the deadline" if dl is not None else "")
                           + f" ({exclusion_counts(projections)}): commit no package on this evidence")
@@ -659,7 +681,7 @@ def compare_evidence(evidence: list[Evidence], load_items: int, *, deadline: str
                     + (f"; {cav}" if (cav := rests_on([chosen.basis])) else ""))
     if serving is not None:
         path.append(serving_path(serving))
-    if chosen is None:
+    if chosen is None and load_items is not None:
         hint = (f"; {len(short)} configuration(s) too short to project: --allow-short projects them, "
                 "named in every output" if short and not allow_short else "")
         path.append(f"decision: none: {exclusion_counts(projections)} (each configuration's reasons in "

@@ -90,6 +90,18 @@ class ServedOffer:
         return text + (f"; {clause}" if clause else "")
 
 
+SERVING_COLUMNS = ("host", "archive", "hardware", "config", "rates_tried", "holding_rate", "holding_passes",
+                   "passes_ok", "achieved_rate_median", "goodput_median", "ttft_p99_s_median",
+                   "tpot_p99_s_median", "e2el_p99_s_median", "lag_p99_s_median", "peak_rate", "average_rate",
+                   "objective", "package_days", "package_lots", "cards_per_lot", "committed_budget", "currency",
+                   "per_million_requests", "per_million_output_tokens", "too_short", "why_not_sized", "chosen")
+"""serving.csv (beside compare.csv for server archives): one row per host and server configuration:
+rates tried (req/s, space-separated), the highest holding one (req/s; empty: none holds) with how
+many passes held it of its passes ok and its served medians (req/s, s), the declared traffic
+(req/s), the lots sized for the peak with their committed budget, the costs per million at the
+average traffic, why it is not ranked or not sized, and whether it is the serving decision."""
+
+
 @dataclass(frozen=True)
 class ServingComparison:
     """The server question across the archives: the declared traffic (req/s; None: not declared),
@@ -103,6 +115,32 @@ class ServingComparison:
     chosen: ServedOffer | None
     break_even: tuple[str, ...]
     agreements: tuple[ServedAgreement, ...]
+
+    def rows(self) -> list[dict]:
+        """serving.csv's rows (SERVING_COLUMNS), one per offer, in the order decision.md lists them."""
+        out = []
+        for o in self.offers:
+            v, q = o.variant, o.quote
+            out.append({
+                "host": o.host, "archive": o.archive, "hardware": o.hardware, "config": o.config,
+                "rates_tried": " ".join(f"{r:g}" for r in o.rates),
+                "holding_rate": v.request_rate if v else None, "holding_passes": v.served_holds if v else None,
+                "passes_ok": v.successes if v else None,
+                "achieved_rate_median": v.served_achieved_rate_median if v else None,
+                "goodput_median": v.served_goodput_median if v else None,
+                "ttft_p99_s_median": v.served_ttft_p99_s_median if v else None,
+                "tpot_p99_s_median": v.served_tpot_p99_s_median if v else None,
+                "e2el_p99_s_median": v.served_e2el_p99_s_median if v else None,
+                "lag_p99_s_median": v.served_lag_p99_s_median if v else None,
+                "peak_rate": self.peak_rate, "average_rate": self.average_rate, "objective": self.objective,
+                "package_days": q.days if q else None, "package_lots": q.lots if q else None,
+                "cards_per_lot": q.cards_per_lot if q else None,
+                "committed_budget": float(q.committed_budget) if q else None, "currency": q.currency if q else None,
+                "per_million_requests": None if o.per_million_requests is None else float(o.per_million_requests),
+                "per_million_output_tokens": (None if o.per_million_output_tokens is None
+                                              else float(o.per_million_output_tokens)),
+                "too_short": o.too_short, "why_not_sized": o.why, "chosen": o is self.chosen})
+        return out
 
     def lines(self) -> list[str]:
         """decision.md's serving section (without its heading)."""

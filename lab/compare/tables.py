@@ -164,7 +164,8 @@ def decision_markdown(c: Comparison) -> str:
     out += ["## What would change the decision", ""]
     out += [f"- {line}" for line in c.what_would_change] or ["- nothing computed (no choice)"]
     out += ["", "## Declared load and calendar", "",
-            f"- Load: {c.load_items} items of the corpus's mix.",
+            f"- Load: {c.load_items} items of the corpus's mix." if c.load_items is not None else
+            "- Load: none given (--load): the offline configurations are not projected.",
             f"- Window start: {c.window_start.isoformat()}; deadline: "
             f"{c.deadline.isoformat() if c.deadline else 'none given'}"
             + (f" ({c.hours_available:.2f} h available)" if c.hours_available is not None else ""),
@@ -275,8 +276,11 @@ def _first_per_host(projections) -> list[Projection]:
 
 
 def write_comparison(c: Comparison, out_dir: str | Path) -> dict:
-    """Write decision.md, compare.csv and report.html under ``out_dir``; returns their paths."""
+    """Write decision.md, compare.csv and report.html under ``out_dir``, and serving.csv for server
+    archives (lab.compare.serving.SERVING_COLUMNS); returns their paths ({"decision", "csv", "html"},
+    "serving_csv" when written)."""
     from lab.compare.page import comparison_report
+    from lab.compare.serving import SERVING_COLUMNS
     from lab.report.csv_safe import write_csv
 
     out = Path(out_dir)
@@ -286,4 +290,7 @@ def write_comparison(c: Comparison, out_dir: str | Path) -> dict:
     paths["decision"].write_text(md, encoding="utf-8")
     write_csv(table, paths["csv"])  # formula-like cells neutralised, as in every CSV written
     paths["html"].write_text(comparison_report(c, md, table), encoding="utf-8")
+    if c.serving is not None:
+        paths["serving_csv"] = write_csv(pd.DataFrame(c.serving.rows(), columns=list(SERVING_COLUMNS)),
+                                         out / "serving.csv")
     return paths

@@ -258,6 +258,20 @@ def test_two_server_archives_compare_priced_with_the_break_even_traffic(server_r
     common = [x for x in s.agreements if x.variant.endswith(f", {SECOND_RATE:g} req/s")]
     assert common, s.agreements  # both hosts served the 2 req/s variant and kept its outputs
     assert all(x.result.same and x.result.check.differing == 0 for x in common), common
+    # without --load the offline configurations are not projected: the serving part decides alone
+    bare, bare_paths = compare_to_folder([archive_a, second_rental], None, tmp_path / "bare", allow_short=True,
+                                         max_lots=20)
+    assert bare.projections == () and bare.chosen is None and bare.decided == (s.chosen is not None)
+    assert bare.serving is not None and bare.serving.chosen == s.chosen
+    assert "- Load: none given (--load): the offline configurations are not projected." in \
+        bare_paths["decision"].read_text()
+    # serving.csv: one row per offer, the chosen one marked, its budget the quote's
+    table = list(csv.DictReader(open(paths["serving_csv"], encoding="utf-8")))
+    assert len(table) == len(s.offers) and [r["host"] for r in table] == [o.host for o in s.offers]
+    assert [r["chosen"] == "True" for r in table] == [o is s.chosen for o in s.offers]
+    for row, offer in zip(table, s.offers, strict=True):
+        assert (float(row["committed_budget"]) if row["committed_budget"] else None) == \
+            (float(offer.quote.committed_budget) if offer.quote else None)
     md = paths["decision"].read_text()
     assert "## Serving: which package holds the declared traffic" in md
     assert "objective TTFT p99 <= 1 s, TPOT p99 <= 0.25 s for 90 % of requests" in md
