@@ -47,7 +47,8 @@ def test_every_campaign_key_and_cli_option_is_on_its_page(gen):
     for verb in ("corpus build", "protocol lock", "campaign run", "campaign replay", "campaign status", "report",
                  "archive", "compare", "doctor", "up", "demo"):
         assert f"## `iteralab {verb}`" in cli, verb
-    assert "| `--load` LOAD (required) |" in cli and "| `--tuning` TUNING | `0` |" in cli
+    assert "| `--source` SOURCE (required) |" in cli and "| `--tuning` TUNING | `0` |" in cli
+    assert "| `--load` LOAD |  | production load" in cli  # optional: server archives compare without it
     assert "/root/" not in cli and str(REPO) not in cli and str(Path.home()) + "/" not in cli
 
 
