@@ -58,7 +58,7 @@ class Comparison:
     catalog: dict = dataclasses.field(default_factory=dict)
     """The catalog that priced the decision: {"path", "version", "sha256", "source", "found":
     [{"source", "version", "sha256"}]} (lab.compare.decision.choose_catalog)."""
-    agreements: tuple[dict, ...] = ()
+    agreements: tuple[HostAgreement, ...] = ()
     """Per pair of hosts, same variant: prediction agreement per id (``agreement_pairs``)."""
     per_host: tuple[str, ...] = ()
     """Headline lines: the best configuration on each other host, its budget ratio, and the
@@ -220,36 +220,82 @@ def catalog_line(info: dict) -> str:
             f"{info['source']}; {why})" + (f"; also found: {', '.join(others)}" if others else ""))
 
 
+@dataclass(frozen=True)
+class IdAgreement:
+    """Two hosts' predictions of one variant compared id by id under the locked agreement rule:
+    ``ids`` common ids, ``agree`` ids with the same prediction (embeddings: at or above the rule's
+    cosine), ``flips`` ids that differ, ``agreement`` agree / ids (fraction; None without common
+    ids), ``only_a`` / ``only_b`` ids one host predicted and the other did not; the rule's figures:
+    ``share`` of ids that differ (None without common ids), ``max_differing`` (fraction),
+    ``min_cosine`` (None for labels and texts), its verdict ``agreement_ok``; embeddings also
+    ``cosine_median``, ``cosine_worst`` and the id at the worst, ``worst_id`` (None otherwise)."""
+
+    ids: int
+    agree: int
+    flips: int
+    agreement: float | None
+    only_a: int
+    only_b: int
+    share: float | None
+    max_differing: float
+    min_cosine: float | None
+    agreement_ok: bool
+    cosine_median: float | None = None
+    cosine_worst: float | None = None
+    worst_id: str | None = None
+
+
+@dataclass(frozen=True)
+class HostAgreement(IdAgreement):
+    """One variant on two hosts (:func:`agreement_pairs`): its ``variant`` label and
+    ``variant_id``, the hosts ``a`` and ``b`` and the passes whose predictions were compared
+    (``pass_a``, ``pass_b``), the IdAgreement figures, the gap between the hosts' metric medians
+    (``metric_gap``; None: not measured on both) against the [quality] ``tolerance``, whether that is
+    the same ML result (``within_tolerance``) and whether both hosts' configurations were accepted
+    (``both_accepted``)."""
+
+    variant: str = ""
+    variant_id: str = ""
+    a: str = ""
+    b: str = ""
+    pass_a: str = ""
+    pass_b: str = ""
+    metric_gap: float | None = None
+    tolerance: float = 0.0
+    within_tolerance: bool = False
+    both_accepted: bool = False
+
+    def other(self, host: str) -> str:
+        """The other host of the pair than ``host``."""
+        return self.b if self.a == host else self.a
+
+
 def prediction_agreement(a: dict[str, str], b: dict[str, str], rule: AgreementRule | None = None,
-                         normalisation: str | None = None) -> dict:
+                         normalisation: str | None = None) -> IdAgreement:
     """Per-id agreement of two prediction maps {id: label, or a generation's output} by the
     agreement rule ``rule`` (lab.orchestration.agreement; None: classification's default), outputs
-    compared after ``normalisation`` (lab.passes.tasks.text_metrics; None: as written). Returns
-    {"ids": common ids, "agree": ids with the same prediction, "flips": ids that differ,
-    "agreement": agree/ids (fraction, None without common ids), "only_a", "only_b": ids in one
-    map only} and the rule's figures (:func:`rule_figures`)."""
+    compared after ``normalisation`` (lab.passes.tasks.text_metrics; None: as written)."""
     rule = rule or AgreementRule.of({}, "classification")
     m = judge_maps(a, b, rule, normalisation)
     check = m.check
-    return {"ids": check.ids, "agree": check.ids - check.differing, "flips": check.differing,
-            "agreement": (check.ids - check.differing) / check.ids if check.ids else None,
-            "only_a": m.only_a, "only_b": m.only_b, **rule_figures(check)}
+    return IdAgreement(ids=check.ids, agree=check.ids - check.differing, flips=check.differing,
+                       agreement=(check.ids - check.differing) / check.ids if check.ids else None,
+                       only_a=m.only_a, only_b=m.only_b, **rule_figures(check))
 
 
 def rule_figures(check: AgreementCheck) -> dict:
-    """An agreement_pairs entry's figures of the agreement rule: "share" of the ids that differ,
-    the rule ("max_differing", "min_cosine") and its verdict ("agreement_ok")."""
-    return {"share": check.share if check.ids else None, "max_differing": check.rule.max_differing,
-            "min_cosine": check.rule.min_cosine, "agreement_ok": check.ok}
+    """IdAgreement's figures of the agreement rule, as keyword arguments: ``share`` of the ids that
+    differ, the rule (``max_differing``, ``min_cosine``) and its verdict (``agreement_ok``)."""
+    return dict(share=check.share if check.ids else None, max_differing=check.rule.max_differing,
+                min_cosine=check.rule.min_cosine, agreement_ok=check.ok)
 
 
-def vector_agreement(a: tuple, b: tuple, rule: AgreementRule | None = None) -> dict:
+def vector_agreement(a: tuple, b: tuple, rule: AgreementRule | None = None) -> IdAgreement:
     """Per-id cosine of two hosts' vectors of one variant, ``a`` and ``b`` = (item ids, float
     array (items, width)) (lab.compare.evidence.Evidence.vectors), by the agreement rule validation
     applies against the reference variant (lab.orchestration.agreement; None: the embedding
-    default): an id whose cosine is below ``rule.min_cosine`` counts as a flip. Returns
-    prediction_agreement's keys plus "cosine_median", "cosine_worst" and "worst_id" (None without
-    common ids)."""
+    default): an id whose cosine is below ``rule.min_cosine`` counts as a flip. The cosine figures
+    are None without common ids."""
     import numpy as np
 
     from lab.passes.tasks.embedding_metrics import cosine_agreement
@@ -259,17 +305,16 @@ def vector_agreement(a: tuple, b: tuple, rule: AgreementRule | None = None) -> d
     at_b = {item: k for k, item in enumerate(ids_b)}
     rows_a = [k for k, item in enumerate(ids_a) if item in at_b]
     common = [ids_a[k] for k in rows_a]
-    out = {"ids": len(common), "only_a": len(ids_a) - len(common), "only_b": len(ids_b) - len(common),
-           "agree": 0, "flips": 0, "agreement": None, "cosine_median": None, "cosine_worst": None, "worst_id": None,
-           **rule_figures(rule.judge(np.zeros(0), []))}
+    only_a, only_b = len(ids_a) - len(common), len(ids_b) - len(common)
     if not common:
-        return out
+        return IdAgreement(ids=0, agree=0, flips=0, agreement=None, only_a=only_a, only_b=only_b,
+                           **rule_figures(rule.judge(np.zeros(0), [])))
     cos = cosine_agreement(va[rows_a], vb[[at_b[item] for item in common]])
     check = rule.judge(cos, common)
     agree = len(common) - check.differing
-    return {**out, "agree": agree, "flips": check.differing, "agreement": agree / len(common),
-            "cosine_median": round(float(np.median(cos)), 6), "cosine_worst": check.lowest_cosine,
-            "worst_id": check.lowest_id, **rule_figures(check)}
+    return IdAgreement(ids=len(common), agree=agree, flips=check.differing, agreement=agree / len(common),
+                       only_a=only_a, only_b=only_b, cosine_median=round(float(np.median(cos)), 6),
+                       cosine_worst=check.lowest_cosine, worst_id=check.lowest_id, **rule_figures(check))
 
 
 def serving_path(s: ServingComparison) -> str:
@@ -287,7 +332,7 @@ def serving_path(s: ServingComparison) -> str:
 
 def agreement_pairs(evidence: list[Evidence], projections: list[Projection], tags: list[str],
                     tolerance: float, rule: AgreementRule | None = None,
-                    normalisation: str | None = None) -> list[dict]:
+                    normalisation: str | None = None) -> list[HostAgreement]:
     """Same variant on two hosts: is it the same ML result? Per pair, the per-id agreement of
     the two hosts' representative predictions (lab.compare.evidence: first accepted pass; for
     embeddings, their vectors' per-id cosine, :func:`vector_agreement`; a generation's outputs
@@ -311,58 +356,58 @@ def agreement_pairs(evidence: list[Evidence], projections: list[Projection], tag
                       else prediction_agreement(ea.predictions[vid], eb.predictions[vid], rule, normalisation))
                 gap = (abs(pa.metric_median - pb.metric_median)
                        if pa.metric_median is not None and pb.metric_median is not None else None)
-                within = (ag["agreement_ok"] and gap is not None and not ag["only_a"] and not ag["only_b"]
+                within = (ag.agreement_ok and gap is not None and not ag.only_a and not ag.only_b
                           and gap <= tolerance + 1e-12)
-                out.append({"variant": pa.label, "variant_id": vid, "a": pa.host, "b": pb.host,
-                            "pass_a": ea.prediction_pass[vid], "pass_b": eb.prediction_pass[vid],
-                            **ag, "metric_gap": gap, "tolerance": tolerance, "within_tolerance": within,
-                            "both_accepted": pa.accepted and pb.accepted})
+                out.append(HostAgreement(**dataclasses.asdict(ag), variant=pa.label, variant_id=vid, a=pa.host,
+                                         b=pb.host, pass_a=ea.prediction_pass[vid], pass_b=eb.prediction_pass[vid],
+                                         metric_gap=gap, tolerance=tolerance, within_tolerance=within,
+                                         both_accepted=pa.accepted and pb.accepted))
     return out
 
 
-def same_result_clause(x: dict) -> str:
+def same_result_clause(x: HostAgreement) -> str:
     """Whether one agreement_pairs entry is the same ML result, and by which rule: 'within the
     agreement rule (at most 0.05 of ids differ) and the tolerance 0.05 (metric gap)', or 'BEYOND the
     agreement rule (2 of 7 ids differ, allowed 0.05)' (and/or the tolerance, the same ids)."""
-    if x["within_tolerance"]:
-        rule = (f"at most {x['max_differing']:g} of ids differ" if x["min_cosine"] is None
-                else f"every id at cosine >= {x['min_cosine']:g}" if x["max_differing"] == 0
-                else f"at most {x['max_differing']:g} of ids below cosine {x['min_cosine']:g}")
-        return f"within the agreement rule ({rule}) and the tolerance {x['tolerance']} (metric gap)"
-    beyond = [f"the agreement rule ({x['flips']} of {x['ids']} ids differ, allowed {x['max_differing']:g})"
-              ] if not x["agreement_ok"] else []
-    if x["metric_gap"] is None or x["metric_gap"] > x["tolerance"] + 1e-12:
-        gap = "not measured" if x["metric_gap"] is None else f"{x['metric_gap']:.4f}"
-        beyond.append(f"the tolerance {x['tolerance']} (metric gap {gap})")
-    if x["only_a"] or x["only_b"]:
+    if x.within_tolerance:
+        rule = (f"at most {x.max_differing:g} of ids differ" if x.min_cosine is None
+                else f"every id at cosine >= {x.min_cosine:g}" if x.max_differing == 0
+                else f"at most {x.max_differing:g} of ids below cosine {x.min_cosine:g}")
+        return f"within the agreement rule ({rule}) and the tolerance {x.tolerance} (metric gap)"
+    beyond = [f"the agreement rule ({x.flips} of {x.ids} ids differ, allowed {x.max_differing:g})"
+              ] if not x.agreement_ok else []
+    if x.metric_gap is None or x.metric_gap > x.tolerance + 1e-12:
+        gap = "not measured" if x.metric_gap is None else f"{x.metric_gap:.4f}"
+        beyond.append(f"the tolerance {x.tolerance} (metric gap {gap})")
+    if x.only_a or x.only_b:
         beyond.append("the same ids")
     return "BEYOND " + " and ".join(beyond)
 
 
-def agreement_text(x: dict) -> str:
+def agreement_text(x: HostAgreement) -> str:
     """'batch 1: A rtx-4090 vs B b200: 7 of 7 ids agree (100.0 %), 0 flips, metric gap 0.0000:
     within the agreement rule (...) and the tolerance 0.05 (metric gap)' (embeddings: the ids'
     cosine median and worst id too; :func:`same_result_clause`)."""
-    if x["agreement"] is None:
-        return f"{x['variant']}: {x['a']} vs {x['b']}: no common ids"
-    gap = "not measured" if x["metric_gap"] is None else f"{x['metric_gap']:.4f}"
-    extra = (f"; ids in one host only: {x['only_a']} and {x['only_b']}" if x["only_a"] or x["only_b"] else "")
-    return (f"{x['variant']}: {x['a']} vs {x['b']}: {ids_clause(x, share=True)}, metric gap {gap}{extra}: "
+    if x.agreement is None:
+        return f"{x.variant}: {x.a} vs {x.b}: no common ids"
+    gap = "not measured" if x.metric_gap is None else f"{x.metric_gap:.4f}"
+    extra = (f"; ids in one host only: {x.only_a} and {x.only_b}" if x.only_a or x.only_b else "")
+    return (f"{x.variant}: {x.a} vs {x.b}: {ids_clause(x, share=True)}, metric gap {gap}{extra}: "
             + same_result_clause(x))
 
 
-def ids_clause(x: dict, share: bool = False) -> str:
+def ids_clause(x: IdAgreement, share: bool = False) -> str:
     """'7 of 7 ids agree, 0 flip(s)' of one agreement_pairs entry; for embeddings '7 of 7 ids
     agree (cosine median 1.000000, worst 0.999998 at id x), 0 flip(s)' (``share``: the percentage too)."""
-    pct = f" ({100 * x['agreement']:.1f} %)" if share and x["agreement"] is not None else ""
-    return f"{x['agree']} of {x['ids']} ids agree{pct}{cosine_clause(x)}, {x['flips']} flip(s)"
+    pct = f" ({100 * x.agreement:.1f} %)" if share and x.agreement is not None else ""
+    return f"{x.agree} of {x.ids} ids agree{pct}{cosine_clause(x)}, {x.flips} flip(s)"
 
 
-def cosine_clause(x: dict) -> str:
+def cosine_clause(x: IdAgreement) -> str:
     """' (per-id cosine median m, worst w at id i)' of an embedding agreement, else ''."""
-    if x.get("cosine_median") is None:
+    if x.cosine_median is None:
         return ""
-    return f" (per-id cosine median {x['cosine_median']:.6f}, worst {x['cosine_worst']:.6f} at id {x['worst_id']})"
+    return f" (per-id cosine median {x.cosine_median:.6f}, worst {x.cosine_worst:.6f} at id {x.worst_id})"
 
 
 def needed_throughput(p: Projection, budget, catalog: Catalog, load: int, hours_available,
@@ -615,7 +660,7 @@ def compare_evidence(evidence: list[Evidence], load_items: int | None, *, deadli
     same_rule = AgreementRule.of(dataclasses.asdict(config.quality), config.task.kind)
     agreements = agreement_pairs(evidence, projections, tags, tolerance, same_rule,
                                  config.task.normalisation if task_kind(config.task.kind).generates_text else None)
-    beyond = [x for x in agreements if not x["within_tolerance"]]
+    beyond = [x for x in agreements if not x.within_tolerance]
     serving = serving_comparison(evidence, tags, catalog, max_lots, same_rule, config.task.normalisation
                                  if task_kind(config.task.kind).generates_text else None, allow_short)
     rule_text = same_rule.text("the other host's")
@@ -711,27 +756,27 @@ def tokens_clause(p: Projection) -> str:
             f"{money(p.cost_per_million_output_tokens, p.sizing.quote.currency)} per million output tokens")
 
 
-def _stands_on(chosen: Projection, agreements: list[dict]) -> str:
+def _stands_on(chosen: Projection, agreements: list[HostAgreement]) -> str:
     """Which result the decision stands on: the chosen host's predictions for its variant, and
     every other host whose same variant agrees or disagrees beyond the tolerance: 'stands on A
     rtx-4090's result for batch 1 (the predictions of pass A rtx-4090 / p001-...); the same ML result on B b200
     (7 of 7 ids agree, metric gap 0.0000: within the agreement rule and the tolerance)'."""
-    mine = [x for x in agreements if x["variant_id"] == chosen.variant_id
-            and chosen.host in (x["a"], x["b"])]
+    mine = [x for x in agreements if x.variant_id == chosen.variant_id
+            and chosen.host in (x.a, x.b)]
     source = (f"the predictions of pass {pass_name(chosen.prediction_pass, chosen.host)}" if chosen.prediction_pass
               else "no predictions file in its archive")
     text = f"stands on {chosen.host}'s result for {chosen.label} ({source})"
-    agree = [f"{x['b'] if x['a'] == chosen.host else x['a']} ({x['agree']} of {x['ids']} ids agree{cosine_clause(x)}, "
+    agree = [f"{x.other(chosen.host)} ({x.agree} of {x.ids} ids agree{cosine_clause(x)}, "
              "metric gap "
-             f"{'not measured' if x['metric_gap'] is None else format(x['metric_gap'], '.4f')}: within the agreement "
-             "rule and the tolerance)" for x in mine if x["within_tolerance"]]
-    differ = [x for x in mine if not x["within_tolerance"]]
+             f"{'not measured' if x.metric_gap is None else format(x.metric_gap, '.4f')}: within the agreement "
+             "rule and the tolerance)" for x in mine if x.within_tolerance]
+    differ = [x for x in mine if not x.within_tolerance]
     if agree:
         text += f"; the same ML result on {', '.join(agree)}"
     if differ:
         text += "; NOT the same ML result on " + "; ".join(
-            f"{x['b'] if x['a'] == chosen.host else x['a']} ({x['flips']} flip(s) of {x['ids']} ids{cosine_clause(x)}, "
-            f"metric gap {'not measured' if x['metric_gap'] is None else format(x['metric_gap'], '.4f')})"
+            f"{x.other(chosen.host)} ({x.flips} flip(s) of {x.ids} ids{cosine_clause(x)}, "
+            f"metric gap {'not measured' if x.metric_gap is None else format(x.metric_gap, '.4f')})"
             for x in differ)
     if not mine:
         text += "; no other host's predictions of this variant to compare"

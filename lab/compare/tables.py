@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from lab.compare.decision import Comparison, agreement_text, catalog_line, ids_clause, same_result_clause
+from lab.compare.decision import (
+    Comparison,
+    HostAgreement,
+    agreement_text,
+    catalog_line,
+    ids_clause,
+    same_result_clause,
+)
 from lab.compare.evidence import NO_PACKAGE
 from lab.compare.projection import Projection
 from lab.cost.forfaits import money
@@ -56,8 +63,7 @@ def projection_row(p: Projection, c: Comparison | None = None) -> dict:
     (partial evidence, passes too short allowed), the catalog that priced the decision, and the
     row's per-id agreement with the same variant on the other hosts."""
     q, s = p.archive_quote, p.sizing
-    agree = [x for x in (c.agreements if c else ()) if x["variant_id"] == p.variant_id
-             and p.host in (x["a"], x["b"])]
+    agree = [x for x in (c.agreements if c else ()) if x.variant_id == p.variant_id and p.host in (x.a, x.b)]
     own = next((a for a in (c.archives if c else ()) if a["host"] == p.host), {})
     return {
         "banner": " | ".join(c.banners) if c else "",
@@ -89,7 +95,7 @@ def projection_row(p: Projection, c: Comparison | None = None) -> dict:
         "metric_max": p.metric_max, "reference_label": p.reference_label,
         "reference_metric_median": p.reference_metric_median, "metric_gap_to_reference": p.metric_gap,
         "same_result": "; ".join(
-            f"vs {x['b'] if x['a'] == p.host else x['a']}: {ids_clause(x)}, {same_result_clause(x)}" for x in agree),
+            f"vs {x.other(p.host)}: {ids_clause(x)}, {same_result_clause(x)}" for x in agree),
         **agreement_cells(p.host, agree),
         "items_per_pass": p.items_per_pass, "extrapolation": p.extrapolation,
         "long_passes": p.long_passes, "min_window_s": p.min_window_s,
@@ -106,19 +112,22 @@ def projection_row(p: Projection, c: Comparison | None = None) -> dict:
     }
 
 
-def agreement_cells(host: str, pairs: list[dict]) -> dict:
+def agreement_cells(host: str, pairs: list[HostAgreement]) -> dict:
     """A compare.csv row's AGREEMENT_COLUMNS from its agreement_pairs entries ``pairs`` (``host``:
     the row's host): one value per pair, space-separated; None when there is no pair."""
     if not pairs:
         return dict.fromkeys(AGREEMENT_COLUMNS)
 
-    def cells(key: str) -> str | None:
-        return " ".join("" if x.get(key) is None else str(x[key]) for x in pairs).strip() or None
+    def cells(values) -> str | None:
+        return " ".join("" if v is None else str(v) for v in values).strip() or None
 
-    return {"agreement_vs": "; ".join(x["b"] if x["a"] == host else x["a"] for x in pairs),
-            "agreement_ids": cells("ids"), "agreement_differing": cells("flips"), "agreement_share": cells("share"),
-            "agreement_lowest_cosine": cells("cosine_worst"), "agreement_max_differing": cells("max_differing"),
-            "agreement_min_cosine": cells("min_cosine"), "agreement_ok": cells("agreement_ok")}
+    return {"agreement_vs": "; ".join(x.other(host) for x in pairs),
+            "agreement_ids": cells(x.ids for x in pairs), "agreement_differing": cells(x.flips for x in pairs),
+            "agreement_share": cells(x.share for x in pairs),
+            "agreement_lowest_cosine": cells(x.cosine_worst for x in pairs),
+            "agreement_max_differing": cells(x.max_differing for x in pairs),
+            "agreement_min_cosine": cells(x.min_cosine for x in pairs),
+            "agreement_ok": cells(x.agreement_ok for x in pairs)}
 
 
 def comparison_table(c: Comparison) -> pd.DataFrame:

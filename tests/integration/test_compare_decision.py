@@ -62,7 +62,7 @@ def test_each_host_quality_and_the_cross_host_agreement_are_shown(rental_archive
     # both hosts ran the same model on the same CPU build: the same predictions per id
     assert len(c.agreements) == 2
     for x in c.agreements:
-        assert x["ids"] == 7 and x["flips"] == 0 and x["agreement"] == 1.0 and x["within_tolerance"]
+        assert x.ids == 7 and x.flips == 0 and x.agreement == 1.0 and x.within_tolerance
     assert "the same ML result on B b200" in c.stands_on and "predictions of pass" in c.stands_on
     md = (out / "decision.md").read_text()
     assert "**Quality.** accuracy " in md and "## Same ML result?" in md
@@ -86,7 +86,7 @@ def test_a_host_that_disagrees_beyond_the_tolerance_is_named(evidence):
             preds[vid][item] = "flipped-" + preds[vid][item]
     b_flipped = dataclasses.replace(b, predictions=preds)
     c = compare_evidence([a, b_flipped], 50000, allow_short=True, **WINDOW)
-    assert all(x["flips"] == 2 and not x["within_tolerance"] for x in c.agreements)
+    assert all(x.flips == 2 and not x.within_tolerance for x in c.agreements)
     assert c.chosen is not None and c.chosen.host == "A rtx-4090"
     assert "NOT the same ML result on B b200 (2 flip(s) of 7 ids" in c.stands_on
     assert c.stands_on.startswith("stands on A rtx-4090's result")

@@ -55,10 +55,10 @@ def test_two_embedding_hosts_agree_per_id_by_cosine_within_the_tolerance(archive
     assert len(c.agreements) == 2  # batch 1 and batch 4, one host pair
     for x in c.agreements:
         # the same encoder on the same CPU build: the same vectors, up to float16 storage
-        assert x["ids"] == 6 and x["only_a"] == 0 and x["only_b"] == 0
-        assert x["cosine_worst"] > 0.999 and x["cosine_median"] >= x["cosine_worst"], x
-        assert x["flips"] == 0 and x["within_tolerance"] and x["tolerance"] == 0.05
-        assert x["worst_id"] in archives["ids"]
+        assert x.ids == 6 and x.only_a == 0 and x.only_b == 0
+        assert x.cosine_worst > 0.999 and x.cosine_median >= x.cosine_worst, x
+        assert x.flips == 0 and x.within_tolerance and x.tolerance == 0.05
+        assert x.worst_id in archives["ids"]
     same = next(line for line in c.path if line.startswith("same ML result"))
     assert same.startswith("same ML result: 2 of 2 host pair(s)")
     assert "the same ML result on B b200 (6 of 6 ids agree (per-id cosine median" in c.stands_on
@@ -84,12 +84,12 @@ def test_a_vector_moved_on_one_host_is_named_beyond_the_tolerance(archives):
         target = ids[2]
     c = compare_evidence([a, dataclasses.replace(b, vectors=moved)], 50000, allow_short=True, **WINDOW)
     for x in c.agreements:
-        assert x["flips"] == 1 and x["worst_id"] == target and x["cosine_worst"] == pytest.approx(-1, abs=1e-3)
-        assert not x["within_tolerance"]  # 1 of 6 ids flipped: 0.17 > 0.05
+        assert x.flips == 1 and x.worst_id == target and x.cosine_worst == pytest.approx(-1, abs=1e-3)
+        assert not x.within_tolerance  # 1 of 6 ids flipped: 0.17 > 0.05
     assert "NOT the same ML result on B b200 (1 flip(s) of 6 ids (per-id cosine median" in c.stands_on
     same = next(line for line in c.path if line.startswith("same ML result"))
     assert same.startswith("same ML result: 0 of 2") and f"worst -1.000000 at id {target}" in same
-    assert np.isfinite([x["cosine_median"] for x in c.agreements]).all()
+    assert np.isfinite([x.cosine_median for x in c.agreements]).all()
 
 
 def test_an_embedding_archive_and_a_classification_archive_are_refused_in_one_line(archives):

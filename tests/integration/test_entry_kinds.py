@@ -115,7 +115,7 @@ def test_own_embedding_code_is_judged_as_the_builtin_kind(embedding_rentals, mod
     c = compare_archives([archive, embedding_rentals["b"][1]], 50000, allow_short=True, **WINDOW)
     assert len(c.agreements) == 2
     for x in c.agreements:
-        assert x["ids"] == len(corpus) and x["flips"] == 0 and x["within_tolerance"] and x["cosine_worst"] > 0.999, x
+        assert x.ids == len(corpus) and x.flips == 0 and x.within_tolerance and x.cosine_worst > 0.999, x
     assert "the same ML result on B b200" in c.stands_on
 
 
@@ -144,7 +144,7 @@ def test_own_generation_code_is_judged_as_the_builtin_kind(generation_rentals, g
     check_archive(archive, tmp_path)
     c = compare_archives([archive, generation_rentals["b"][1]], 50000, allow_short=True, **WINDOW)
     assert len(c.agreements) == 2
-    assert all(x["ids"] == len(corpus) and x["within_tolerance"] for x in c.agreements), c.agreements
+    assert all(x.ids == len(corpus) and x.within_tolerance for x in c.agreements), c.agreements
     assert "the same ML result on B b200" in c.stands_on
 
 

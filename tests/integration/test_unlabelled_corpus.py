@@ -215,7 +215,7 @@ def test_two_rentals_judged_by_agreement_compare_and_show_the_same_vectors(tmp_p
     c = compare_archives(archives, 50000, allow_short=True, window_start="2026-12-01T09:00+01:00",
                          deadline="2026-12-05T09:00+01:00")
     assert len(c.agreements) == 2
-    assert all(x["ids"] == 10 and x["cosine_worst"] > 0.999 and x["within_tolerance"] for x in c.agreements), \
+    assert all(x.ids == 10 and x.cosine_worst > 0.999 and x.within_tolerance for x in c.agreements), \
         c.agreements
     assert all(p.metric_name == "agreement" and p.metric_median >= 0.9 for p in c.projections), c.projections
     texts = [p.quality_text() for p in c.projections]
