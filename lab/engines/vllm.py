@@ -67,6 +67,7 @@ class VllmSettings:
     enforce_eager: bool
     gpu_memory_utilization: float
     max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None  # vLLM's scheduler: tokens per step at most (None: its default)
     seed: int = DEFAULT_SEED
     runner: str = "pooling"
     max_new_tokens: int | None = None  # runner "generate": vLLM's max_tokens
@@ -80,6 +81,7 @@ def settings_for(variant: Variant, model: str | Path, device: str, seed: int = D
     """The settings a vLLM variant declares: ``max_length`` -> max_model_len, ``precision`` ->
     dtype, ``compile = false`` -> enforce_eager, ``vllm_memory_fraction`` (else
     lab.facts.constants.VLLM_MEMORY_FRACTION for ``device``: "cpu" or a GPU), ``max_num_seqs``,
+    ``max_num_batched_tokens``,
     ``prefix_caching`` (None: off) and, on CPU, the pass's declared ``threads`` (thread_binding).
 
     With ``max_new_tokens`` (a generation task's rule) the runner is "generate", greedy, with
@@ -96,7 +98,8 @@ def settings_for(variant: Variant, model: str | Path, device: str, seed: int = D
     return VllmSettings(model=str(model), dtype=DTYPES[variant.precision],
                         max_model_len=variant.max_length + (max_new_tokens or 0),
                         enforce_eager=not variant.compile, gpu_memory_utilization=fraction,
-                        max_num_seqs=variant.max_num_seqs, seed=seed,
+                        max_num_seqs=variant.max_num_seqs, max_num_batched_tokens=variant.max_num_batched_tokens,
+                        seed=seed,
                         runner="pooling" if max_new_tokens is None else "generate",
                         max_new_tokens=max_new_tokens, stop=tuple(stop),
                         prefix_caching=bool(variant.prefix_caching), threads=threads if device == "cpu" else 0)

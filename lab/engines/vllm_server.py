@@ -72,7 +72,7 @@ def free_port(host: str = HOST) -> int:
 def server_args(settings: VllmSettings, port: int, host: str = HOST) -> list[str]:
     """The server's command-line arguments for ``settings`` (the engine settings a vLLM pass
     declares, lab.engines.vllm.settings_for): the model, its dtype, max_model_len, memory fraction,
-    seed, eager or compiled, max_num_seqs (when declared), prefix caching, the runner; the
+    seed, eager or compiled, max_num_seqs and max_num_batched_tokens (when declared), prefix caching, the runner; the
     checkpoint's generation_config.json is not applied (``--generation-config vllm``: the request
     states its own decoding); access log off (one line per request would cost the server CPU)."""
     args = ["--model", settings.model, "--served-model-name", SERVED_NAME, "--host", host, "--port", str(port),
@@ -84,6 +84,8 @@ def server_args(settings: VllmSettings, port: int, host: str = HOST) -> list[str
         args.append("--enforce-eager")
     if settings.max_num_seqs is not None:
         args += ["--max-num-seqs", str(settings.max_num_seqs)]
+    if settings.max_num_batched_tokens is not None:
+        args += ["--max-num-batched-tokens", str(settings.max_num_batched_tokens)]
     return args
 
 
@@ -187,7 +189,10 @@ class VllmServer:
         python = self.python or ensure_vllm_env()
         bind = thread_binding(self.settings.threads)  # refused (one line) before anything starts
         port = free_port()
-        env = loopback_env({**os.environ, "ITERALAB_WATCH_S": str(WATCH_S), "TOKENIZERS_PARALLELISM": "false", **bind})
+        # VLLM_SERVER_DEV_MODE: /server_info gives the server's whole config (server_config reads what
+        # the pass declared from it); the server listens on the loopback address only
+        env = loopback_env({**os.environ, "ITERALAB_WATCH_S": str(WATCH_S), "TOKENIZERS_PARALLELISM": "false",
+                            "VLLM_SERVER_DEV_MODE": "1", **bind})
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "a", encoding="utf-8")
         t0 = time.perf_counter()
@@ -256,7 +261,11 @@ class VllmServer:
 def server_config(url: str, timeout_s: float = 10.0) -> dict:
     """What a running server says of its configuration: from ``/metrics``, the labels of
     ``vllm:cache_config_info`` (``gpu_memory_utilization`` as a float, ``enable_prefix_caching`` as
-    a bool), from ``/v1/models`` the served model's ``max_model_len`` (int). A value the server
+    a bool), from ``/v1/models`` the served model's ``max_model_len`` (int), and from
+    ``/server_info`` (the server's whole VllmConfig; the lab starts it with
+    ``VLLM_SERVER_DEV_MODE=1``, on the loopback address only) the scheduler's ``max_num_seqs`` and
+    ``max_num_batched_tokens``, the model's ``dtype`` ("float32": torch's name without its
+    prefix) and ``enforce_eager``, which override the others where both say. A value the server
     does not give is absent; never raises (an unreachable server gives {})."""
     import json
     import re
@@ -264,14 +273,20 @@ def server_config(url: str, timeout_s: float = 10.0) -> dict:
     direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     out: dict = {}
     try:
+        with direct.open(f"{url}/server_info?config_format=json", timeout=timeout_s) as r:
+            cfg = json.loads(r.read().decode("utf-8")).get("vllm_config") or {}
+        out.update(config_facts(cfg))
+    except (urllib.error.URLError, OSError, ValueError, AttributeError):
+        pass
+    try:
         with direct.open(f"{url}/metrics", timeout=timeout_s) as r:
             text = r.read().decode("utf-8", "replace")
         m = re.search(r"^vllm:cache_config_info\{([^}]*)\}", text, re.M)
         labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1))) if m else {}
         if "gpu_memory_utilization" in labels:
-            out["gpu_memory_utilization"] = float(labels["gpu_memory_utilization"])
+            out.setdefault("gpu_memory_utilization", float(labels["gpu_memory_utilization"]))
         if labels.get("enable_prefix_caching") in ("True", "False"):
-            out["enable_prefix_caching"] = labels["enable_prefix_caching"] == "True"
+            out.setdefault("enable_prefix_caching", labels["enable_prefix_caching"] == "True")
     except (urllib.error.URLError, OSError, ValueError):
         pass
     try:
@@ -279,7 +294,31 @@ def server_config(url: str, timeout_s: float = 10.0) -> dict:
             models = json.loads(r.read().decode("utf-8"))
         lengths = [d.get("max_model_len") for d in models.get("data", []) if isinstance(d, dict)]
         if lengths and isinstance(lengths[0], int):
-            out["max_model_len"] = lengths[0]
+            out.setdefault("max_model_len", lengths[0])
     except (urllib.error.URLError, OSError, ValueError, AttributeError):
         pass
+    return out
+
+
+def config_facts(cfg: dict) -> dict:
+    """The settings a pass declares, from a server's VllmConfig as ``/server_info?config_format=json``
+    gives it (``cfg``: its ``vllm_config``): ``max_num_seqs``, ``max_num_batched_tokens``,
+    ``max_model_len``, ``dtype`` (without "torch."), ``enforce_eager``, ``gpu_memory_utilization``,
+    ``enable_prefix_caching``; a value of another type than expected is left out."""
+    def section(name: str) -> dict:
+        value = cfg.get(name)
+        return value if isinstance(value, dict) else {}
+
+    sched, model, cache = section("scheduler_config"), section("model_config"), section("cache_config")
+    found: dict[str, tuple[object, type]] = {
+        "max_num_seqs": (sched.get("max_num_seqs"), int),
+        "max_num_batched_tokens": (sched.get("max_num_batched_tokens"), int),
+        "max_model_len": (model.get("max_model_len"), int), "dtype": (model.get("dtype"), str),
+        "enforce_eager": (model.get("enforce_eager"), bool),
+        "gpu_memory_utilization": (cache.get("gpu_memory_utilization"), float),
+        "enable_prefix_caching": (cache.get("enable_prefix_caching"), bool)}
+    out: dict = {k: v for k, (v, kind) in found.items()
+                 if isinstance(v, kind) and (kind is bool or not isinstance(v, bool))}
+    if isinstance(out.get("dtype"), str):
+        out["dtype"] = out["dtype"].removeprefix("torch.")
     return out

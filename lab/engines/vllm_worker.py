@@ -14,8 +14,8 @@ vLLM or its engine-core process prints can corrupt the channel). Every reply has
 
 - ``{"op": "start", "model": str, "runner": "pooling" | "generate", "dtype": str,
   "max_model_len": int, "enforce_eager": bool, "gpu_memory_utilization": float,
-  "max_num_seqs": int | null, "seed": int, "max_new_tokens": int | null, "stop": [str, ...],
-  "prefix_caching": bool}``
+  "max_num_seqs": int | null, "max_num_batched_tokens": int | null, "seed": int,
+  "max_new_tokens": int | null, "stop": [str, ...], "prefix_caching": bool}``
   -> ``{"event": "ready", "import_s", "engine_start_s", "architecture", "pooling",
   "scheduler": {...}, "memory": {...}, "caching": {...}, "binding": {...}, "versions": {...},
   "sampling": {...} | null}``. ``memory.kv_cache_space_bytes``: vLLM's
@@ -128,6 +128,8 @@ class Engine:
                   "disable_log_stats": False, "enable_prefix_caching": bool(req.get("prefix_caching"))}
         if req.get("max_num_seqs") is not None:
             kwargs["max_num_seqs"] = req["max_num_seqs"]
+        if req.get("max_num_batched_tokens") is not None:
+            kwargs["max_num_batched_tokens"] = req["max_num_batched_tokens"]
         t1 = time.perf_counter()
         self.llm = LLM(**kwargs)
         self.engine_start_s = time.perf_counter() - t1

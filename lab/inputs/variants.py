@@ -26,7 +26,8 @@ DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 PADDINGS = ("longest", "max_length")
 ENGINES = ("transformers", "vllm")
 """Inference engines a variant can declare (SPEC section 2, "engine"); the first is the default."""
-VLLM_ONLY = ("max_num_seqs", "vllm_memory_fraction", "prefix_caching")  # engine options that only vLLM reads
+# engine options that only vLLM reads
+VLLM_ONLY = ("max_num_seqs", "vllm_memory_fraction", "prefix_caching", "max_num_batched_tokens")
 VLLM_ONLY_WHERE = ('set {option} only where engine = "vllm": a [[series]] of its own with engine = "vllm" '
                    'among its fixed fields (e.g. factor = "{option}", values = [{value}], engine = "vllm"), '
                    'or remove {option}')
@@ -101,6 +102,7 @@ class Variant:
     vllm_memory_fraction: float | None = None
     prefix_caching: bool | None = None
     request_rate: float | None = None  # req/s offered to vLLM's server: a server pass ([scenario] kind = "server")
+    max_num_batched_tokens: int | None = None  # vLLM: tokens its scheduler runs in one step at most (None: its default)
     series: str = ""
     name: str = ""
 
@@ -158,6 +160,9 @@ class Variant:
         if self.max_num_seqs is not None and self.max_num_seqs < 1:
             raise VariantError(f"max_num_seqs {self.max_num_seqs!r} must be an integer >= 1 (sequences vLLM "
                                "runs at once), or left out for vLLM's default")
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
+            raise VariantError(f"max_num_batched_tokens {self.max_num_batched_tokens!r} must be an integer >= 1 "
+                               "(tokens vLLM schedules in one step), or left out for vLLM's default")
         f = self.vllm_memory_fraction
         if f is not None and not 0 < f <= 1:
             raise VariantError(f"vllm_memory_fraction {f!r} must be in (0, 1] (a fraction of device memory; "

@@ -213,6 +213,10 @@ def require_honoured(variant: Variant, observed: dict, device: str) -> None:
     if variant.max_num_seqs is not None and observed.get("max_num_seqs") != variant.max_num_seqs:
         bad.append(f"max_num_seqs {variant.max_num_seqs} declared, vLLM scheduled at most "
                    f"{observed.get('max_num_seqs')} sequences at once")
+    if (variant.max_num_batched_tokens is not None
+            and observed.get("max_num_batched_tokens") != variant.max_num_batched_tokens):
+        bad.append(f"max_num_batched_tokens {variant.max_num_batched_tokens} declared, vLLM schedules at most "
+                   f"{observed.get('max_num_batched_tokens')} tokens in one step")
     if (variant.vllm_memory_fraction is not None
             and observed.get("vllm_memory_fraction") != variant.vllm_memory_fraction):
         bad.append(f"vllm_memory_fraction {variant.vllm_memory_fraction} declared, vLLM reserved "

@@ -34,14 +34,16 @@ CONTRADICTIONS = {  # field: (observed values that contradict DECLARED, words of
     "quantization": ({"quantization": "int8"}, "quantization none declared, weights are int8"),
     "engine": ({"engine": "vllm"}, "engine transformers declared, the pass ran vllm"),
 }
-VLLM = replace(DECLARED, engine="vllm", max_num_seqs=8, vllm_memory_fraction=0.1)
+VLLM = replace(DECLARED, engine="vllm", max_num_seqs=8, vllm_memory_fraction=0.1, max_num_batched_tokens=512)
 VLLM_HONOURED = {**HONOURED, "engine": "vllm", "max_num_seqs": 8, "vllm_memory_fraction": 0.1,
-                 "prefix_caching": False}
+                 "prefix_caching": False, "max_num_batched_tokens": 512}
 VLLM_CONTRADICTIONS = {  # the vLLM options, declared on a vLLM variant
     "max_num_seqs": ({"max_num_seqs": 256}, "max_num_seqs 8 declared, vLLM scheduled at most 256 sequences"),
     "vllm_memory_fraction": ({"vllm_memory_fraction": 0.92}, "vllm_memory_fraction 0.1 declared, vLLM "
                                                                "reserved 0.92 of the memory"),
     "prefix_caching": ({"prefix_caching": True}, "prefix_caching False declared, vLLM's enable_prefix_caching True"),
+    "max_num_batched_tokens": ({"max_num_batched_tokens": 2048}, "max_num_batched_tokens 512 declared, vLLM "
+                                                                   "schedules at most 2048 tokens in one step"),
 }
 SERVED = replace(DECLARED, engine="vllm", batch_size=1, bucketing=False, request_rate=4.0)
 SERVED_HONOURED = {**HONOURED, "engine": "vllm", "batch_size": NOT_OBSERVABLE, "bucketing": "corpus order",

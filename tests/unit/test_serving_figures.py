@@ -173,6 +173,21 @@ def test_a_pooled_endpoint_is_loaded_through_the_workers_backend_without_samplin
         LoadSettings(rate=1.0, seed=1, endpoint="/v1/chat")
 
 
+def test_a_servers_config_gives_the_declared_settings_it_runs():
+    """/server_info's VllmConfig (its JSON shape as vLLM 0.32 gives it) read into the keys the pass
+    compares with what was declared (lab.passes.tasks.server_job.ServerJob.observe)."""
+    from lab.engines.vllm_server import config_facts
+
+    cfg = {"scheduler_config": {"max_num_seqs": 4, "max_num_batched_tokens": 576},
+           "model_config": {"dtype": "torch.float32", "enforce_eager": True, "max_model_len": 144},
+           "cache_config": {"gpu_memory_utilization": 0.1, "enable_prefix_caching": False}, "instance_id": "x"}
+    assert config_facts(cfg) == {"max_num_seqs": 4, "max_num_batched_tokens": 576, "max_model_len": 144,
+                                 "dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.1,
+                                 "enable_prefix_caching": False}
+    odd = {"scheduler_config": {"max_num_seqs": "4", "max_num_batched_tokens": True}, "model_config": None}
+    assert config_facts(odd) == {}  # a value of another type is not claimed
+
+
 def test_the_replayed_schedule_is_the_tools_formula():
     np.random.seed(7)
     state = np.random.get_state()
@@ -187,8 +202,9 @@ def test_the_replayed_schedule_is_the_tools_formula():
 
 def test_the_server_and_generator_are_asked_for_what_is_declared():
     s = VllmSettings(model="/m", dtype="float32", max_model_len=144, enforce_eager=True, gpu_memory_utilization=0.1,
-                     max_num_seqs=4, runner="generate", prefix_caching=False)
+                     max_num_seqs=4, max_num_batched_tokens=512, runner="generate", prefix_caching=False)
     a = server_args(s, 8123)
+    assert a[a.index("--max-num-batched-tokens") + 1] == "512"
     assert a[a.index("--host") + 1] == "127.0.0.1" and a[a.index("--port") + 1] == "8123"
     assert "--enforce-eager" in a and a[a.index("--max-num-seqs") + 1] == "4"
     assert a[a.index("--generation-config") + 1] == "vllm"  # the checkpoint's decoding defaults not applied

@@ -30,6 +30,7 @@ RATE = 2.0  # req/s: a 50 ms bound on the generator's lag (lab.facts.constants.G
 PER_LABEL = (16, 12, 12)  # 40 items: one request each
 SCENARIO = ('\n[scenario]\nkind = "server"\ne2el_s = 0.5\nshare = 0.9\nmax_concurrency = 8\nwarmup_requests = 2\n'
             'peak_rate = 10\naverage_rate = 2\n')
+MAX_NUM_SEQS, MAX_BATCHED_TOKENS = 4, 1024  # the server's settings, declared: observed from its /server_info
 EMBEDDING = '\n[task]\nkind = "embedding"\npooling = "mean"\nnormalize = true\n'
 
 
@@ -37,7 +38,8 @@ def pooled_campaign(folder, model, kind: str):
     corpus = cut_corpus(folder / "corpus.jsonl", *PER_LABEL)
     f = write_campaign(folder, model, corpus, name=f"serve-{kind}", repetitions=1, values=(8,), threshold=0.0)
     text = f.read_text()
-    served = f'[[series]]\nname = "served"\nfactor = "request_rate"\nvalues = [{RATE}]\nengine = "vllm"\n\n'
+    served = (f'[[series]]\nname = "served"\nfactor = "request_rate"\nvalues = [{RATE}]\nengine = "vllm"\n'
+              f'max_num_seqs = {MAX_NUM_SEQS}\nmax_num_batched_tokens = {MAX_BATCHED_TOKENS}\n\n')
     text = text.replace("[[series]]", served + "[[series]]", 1)
     text = text.replace('reference_variant = "batch/batch_size=1"', 'reference_variant = "batch/batch_size=8"')
     if kind == "embedding":
@@ -75,6 +77,10 @@ def test_a_served_classifier_or_encoder_is_judged_like_its_kind_and_verifies(poo
     folder = orch.dir / "passes" / served.pass_id
     res = json.loads((folder / "result.json").read_text())
     assert res["engine"]["name"] == "vllm-server" and res["items_completed"] == sum(PER_LABEL)
+    # the server's declared settings are what it says it runs (a contradiction fails the pass)
+    obs = res["observed"]
+    assert (obs["max_num_seqs"], obs["max_num_batched_tokens"]) == (MAX_NUM_SEQS, MAX_BATCHED_TOKENS), obs
+    assert obs["dtype"] == "float32" and obs["compile"] is False, obs
     recs = [ServedRequest(**json.loads(x)) for x in (folder / SERVED_FILE).read_text().splitlines()]
     preds = [json.loads(x) for x in (folder / "predictions.jsonl").read_text().splitlines()]
     assert [r.id for r in recs] == [p["id"] for p in preds] and all(r.answered and r.answer for r in recs)

@@ -132,6 +132,7 @@ class ServerJob(VllmJob):
                                                "enforce_eager": settings.enforce_eager,
                                                "gpu_memory_utilization": settings.gpu_memory_utilization,
                                                "max_num_seqs": settings.max_num_seqs,
+                                               "max_num_batched_tokens": settings.max_num_batched_tokens,
                                                "prefix_caching": settings.prefix_caching,
                                                "threads": settings.threads}}}
         return self.fields
@@ -303,17 +304,23 @@ class ServerJob(VllmJob):
 
     def observe(self, threads: int, workers_on_host: int = 1) -> dict:
         """What the running server says of itself (lab.engines.vllm_server.server_config: its
-        ``/metrics`` cache configuration and ``/v1/models``): engine vllm, its memory fraction,
-        prefix caching and max_model_len; what it does not say (dtype, eager or compiled, the
-        OpenMP threads it bound, the device) is NOT_OBSERVABLE, recorded as declared, never claimed."""
+        ``/server_info`` config, ``/metrics`` and ``/v1/models``): engine vllm, dtype, compile (not
+        enforce_eager), max_num_seqs, max_num_batched_tokens, its memory fraction, prefix caching
+        and max_model_len, in the keys of lab.passes.observed.require_honoured; what it does not
+        say (a value it did not give, the OpenMP threads it bound, the device) is NOT_OBSERVABLE,
+        recorded as declared, never claimed."""
         from lab.engines.vllm_server import server_config
         from lab.passes.observed import NOT_OBSERVABLE
 
         seen = server_config(self.started.url)
+        eager = seen.get("enforce_eager")
         return {"engine": "vllm", "vllm_memory_fraction": seen.get("gpu_memory_utilization", NOT_OBSERVABLE),
                 "prefix_caching": seen.get("enable_prefix_caching", NOT_OBSERVABLE),
                 "max_model_len": seen.get("max_model_len", NOT_OBSERVABLE),
-                "dtype": NOT_OBSERVABLE, "compile": NOT_OBSERVABLE, "device": NOT_OBSERVABLE,
+                "max_num_seqs": seen.get("max_num_seqs", NOT_OBSERVABLE),
+                "max_num_batched_tokens": seen.get("max_num_batched_tokens", NOT_OBSERVABLE),
+                "dtype": seen.get("dtype", NOT_OBSERVABLE),
+                "compile": NOT_OBSERVABLE if eager is None else not eager, "device": NOT_OBSERVABLE,
                 "threads": NOT_OBSERVABLE, "threads_declared": threads, "quantization": NOT_OBSERVABLE,
                 "attention": "vLLM's own backend (see server.log)"}
 
