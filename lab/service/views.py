@@ -465,7 +465,8 @@ class ComparisonView:
 def run_comparison(archives: list[str], fields: dict, runs_root: Path,
                    now: datetime | None = None) -> ComparisonView:
     """The Compare screen's comparison of ``archives`` (paths of evidence archives) for the
-    ``fields`` typed (load in items, deadline, window_start; ISO; metric_file: the path, ~ expanded,
+    ``fields`` typed (load in items, empty for server archives: their declared traffic decides;
+    deadline, window_start; ISO; metric_file: the path, ~ expanded,
     of the local copy of the archives' own [quality] metric file, the opt-in of ``iteralab compare
     --metric-file``; empty: none), written to <runs_root>/compare/<UTC time>/. Raises
     CompareError for a bad load (and what lab.compare.compare_to_folder raises)."""
@@ -473,12 +474,12 @@ def run_comparison(archives: list[str], fields: dict, runs_root: Path,
     from lab.compare.tables import decision_markdown
 
     load = fields.get("load", "").strip().replace(",", "").replace("_", "")
-    if not load.isdigit():
+    if load and not load.isdigit():
         raise CompareError(f"load {fields.get('load', '')!r} must be an integer >= 1 (items of the "
-                           "production load)")
+                           "production load), or empty for server archives")
     metric_file = (fields.get("metric_file") or "").strip()
     stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
-    c, files = compare_to_folder(archives, int(load), Path(runs_root) / "compare" / stamp,
+    c, files = compare_to_folder(archives, int(load) if load else None, Path(runs_root) / "compare" / stamp,
                                  deadline=fields.get("deadline") or None,
                                  window_start=fields.get("window_start") or None,
                                  allow_partial=bool(fields.get("allow_partial")),

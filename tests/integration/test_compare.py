@@ -180,6 +180,10 @@ def test_bad_load_and_window_are_one_line_errors(rental_archives, tmp_path):
     r = cli("compare", a, b, "--out", tmp_path / "x")  # offline archives: the load is the question
     assert r.returncode == 2 and "--load is required for an offline campaign's archives" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
+    from lab.service.views import run_comparison  # the Compare screen: an empty load field, the same refusal
+
+    with pytest.raises(CompareError, match="--load is required for an offline campaign's archives"):
+        run_comparison([str(a), str(b)], {"load": " "}, tmp_path / "runs")
     r = cli("compare", a, b, "--load", 10, "--window-start", "2026-12-05T09:00+01:00",
             "--deadline", "2026-12-01T09:00+01:00", "--out", tmp_path / "x")
     assert r.returncode == 2 and "is not after the window start" in r.stderr
