@@ -21,7 +21,8 @@ def compare_to_folder(archives: list, load_items: int | None, out_dir: str | Pat
     comparison writes nothing). The files are written in a temporary folder inside ``out_dir``
     and renamed into place once all three are complete, so a failure (a full disk: DiskFull
     naming ``out_dir``) leaves the previous report whole and no partial file. Returns
-    (comparison, {"decision", "csv", "html": Path}). Raises CompareError for an ``out_dir``
+    (comparison, {"decision", "csv", "html": Path}, and "serving_csv" for server archives; a
+    serving.csv left there by an earlier comparison is removed otherwise). Raises CompareError for an ``out_dir``
     that is a file or cannot be created."""
     from lab.compare.tables import write_comparison
 
@@ -37,6 +38,8 @@ def compare_to_folder(archives: list, load_items: int | None, out_dir: str | Pat
     with staged_files(out, ".compare-", "creating the comparison folder",
                       "writing the comparison; the files there before are unchanged", refuse) as tmp:
         paths = {key: out / p.name for key, p in write_comparison(c, tmp).items()}
+    if "serving_csv" not in paths:  # an earlier server comparison's table there is not this comparison's
+        (out / "serving.csv").unlink(missing_ok=True)
     return c, paths
 
 

@@ -25,7 +25,7 @@ from lab.cost.forfaits import Catalog, load_catalog, money, parse_instant, quote
 from lab.cost.sizing import cheapest_covering, package_limits
 from lab.facts.files import sha256_file
 from lab.kinds import task_kind
-from lab.orchestration.agreement import AgreementCheck, AgreementRule, judge_maps
+from lab.orchestration.agreement import AgreementCheck, AgreementRule, judge_maps, judge_vectors
 from lab.report.caveats import rests_on, with_caveats
 from lab.report.condition_cells import pass_name, starved_text
 from lab.report.distinguish import compare_durations
@@ -293,28 +293,16 @@ def rule_figures(check: AgreementCheck) -> dict:
 def vector_agreement(a: tuple, b: tuple, rule: AgreementRule | None = None) -> IdAgreement:
     """Per-id cosine of two hosts' vectors of one variant, ``a`` and ``b`` = (item ids, float
     array (items, width)) (lab.compare.evidence.Evidence.vectors), by the agreement rule validation
-    applies against the reference variant (lab.orchestration.agreement; None: the embedding
-    default): an id whose cosine is below ``rule.min_cosine`` counts as a flip. The cosine figures
-    are None without common ids."""
-    import numpy as np
-
-    from lab.passes.tasks.embedding_metrics import cosine_agreement
-
-    rule = rule or AgreementRule.of({}, "embedding")
-    (ids_a, va), (ids_b, vb) = a, b
-    at_b = {item: k for k, item in enumerate(ids_b)}
-    rows_a = [k for k, item in enumerate(ids_a) if item in at_b]
-    common = [ids_a[k] for k in rows_a]
-    only_a, only_b = len(ids_a) - len(common), len(ids_b) - len(common)
-    if not common:
-        return IdAgreement(ids=0, agree=0, flips=0, agreement=None, only_a=only_a, only_b=only_b,
-                           **rule_figures(rule.judge(np.zeros(0), [])))
-    cos = cosine_agreement(va[rows_a], vb[[at_b[item] for item in common]])
-    check = rule.judge(cos, common)
-    agree = len(common) - check.differing
-    return IdAgreement(ids=len(common), agree=agree, flips=check.differing, agreement=agree / len(common),
-                       only_a=only_a, only_b=only_b, cosine_median=round(float(np.median(cos)), 6),
-                       cosine_worst=check.lowest_cosine, worst_id=check.lowest_id, **rule_figures(check))
+    applies against the reference variant (lab.orchestration.agreement.judge_vectors; None: the
+    embedding default): an id whose cosine is below ``rule.min_cosine`` counts as a flip. The cosine
+    figures are None without common ids."""
+    m = judge_vectors(a, b, rule or AgreementRule.of({}, "embedding"))
+    check = m.check
+    agree = check.ids - check.differing
+    return IdAgreement(ids=check.ids, agree=agree, flips=check.differing,
+                       agreement=agree / check.ids if check.ids else None, only_a=m.only_a, only_b=m.only_b,
+                       cosine_median=m.cosine_median, cosine_worst=check.lowest_cosine, worst_id=check.lowest_id,
+                       **rule_figures(check))
 
 
 def serving_path(s: ServingComparison) -> str:

@@ -25,7 +25,7 @@ def comparison_report(c: Comparison, md: str, table: pd.DataFrame) -> str:
     labels = [f"{chart_mark(p.host, p.basis)}\n{p.label}" for p in ps]  # 'B b200 (CPU)*\nbatch 8'
     note = chart_legend([p.basis for p in ps])
     head, _, rest = md.partition("## What would change the decision")
-    cls = "decision" if c.chosen else "decision none"
+    cls = "decision" if c.decided else "decision none"
     currency = next((p.sizing.quote.currency for p in ps if p.sizing), "")
     title, _, head = head.partition("\n")  # decision.md's title line carries the banners
     banner = title.removeprefix("# Comparison of rentals").removeprefix(": ")

@@ -23,7 +23,7 @@ from lab.compare.projection import too_short
 from lab.cost.forfaits import Catalog, PricingError, Quote, money, quote
 from lab.cost.hardware import HardwareCheck, Priced
 from lab.cost.sizing import served_requests, serving_lots
-from lab.orchestration.agreement import AgreementRule, MapAgreement, judge_maps
+from lab.orchestration.agreement import AgreementRule, MapAgreement, judge_maps, judge_vectors
 from lab.passes.events import PassStatus
 from lab.report.caveats import Basis, rests_on
 from lab.report.summary import VariantSummary, server_configs
@@ -191,7 +191,10 @@ class ServedAgreement:
         """'batch 1, ..., 2 req/s: A vs B: 24 of 24 ids agree: the same result'."""
         c, r = self.result.check, self.result
         only = "".join(f"; {n} id(s) only on {h}" for n, h in ((r.only_a, self.a), (r.only_b, self.b)) if n)
-        return (f"{self.variant}: {self.a} vs {self.b}: {c.ids - c.differing} of {c.ids} ids agree{only}: "
+        cosine = ("" if c.lowest_cosine is None else
+                  f" (cosine median {r.cosine_median:.6f}, lowest {c.lowest_cosine:.6f} at {c.lowest_id}, "
+                  f"rule >= {c.rule.min_cosine:g})")
+        return (f"{self.variant}: {self.a} vs {self.b}: {c.ids - c.differing} of {c.ids} ids agree{cosine}{only}: "
                 + ("the same result" if r.same else "NOT the same result"))
 
 
@@ -208,18 +211,22 @@ def served_variant_ids(ev: Evidence) -> set[str]:
 def served_agreements(evidence: list[Evidence], tags: list[str], rule: AgreementRule,
                       normalisation: str | None) -> list[ServedAgreement]:
     """Per pair of hosts and server variant both kept outputs of: the per-id agreement of their
-    served outputs by ``rule`` (lab.orchestration.agreement.judge_maps), the generation kind's
-    outputs compared after ``normalisation``."""
+    served outputs by ``rule``: embedding vectors by per-id cosine (lab.orchestration.agreement.
+    judge_vectors), labels and generated texts by judge_maps, the generation kind's outputs compared
+    after ``normalisation``."""
     out = []
     for i, ea in enumerate(evidence):
         for j in range(i + 1, len(evidence)):
             eb = evidence[j]
             for v in server_summaries(ea):
                 vid = v.variant_id
-                if vid in ea.predictions and vid in eb.predictions:
-                    out.append(ServedAgreement(v.label, vid, tags[i], tags[j],
-                                               judge_maps(ea.predictions[vid], eb.predictions[vid], rule,
-                                                          normalisation)))
+                if vid in ea.vectors and vid in eb.vectors:
+                    result = judge_vectors(ea.vectors[vid], eb.vectors[vid], rule)
+                elif vid in ea.predictions and vid in eb.predictions:
+                    result = judge_maps(ea.predictions[vid], eb.predictions[vid], rule, normalisation)
+                else:
+                    continue
+                out.append(ServedAgreement(v.label, vid, tags[i], tags[j], result))
     return out
 
 

@@ -141,7 +141,10 @@ def _h(x) -> str:
 def decision_markdown(c: Comparison) -> str:
     """decision.md: the decision and its motivation first, then the rows, then the rules."""
     out = ["# Comparison of rentals" + (": " + " | ".join(c.banners) if c.banners else ""), ""]
-    if c.chosen is None:
+    if c.load_items is None:  # server archives without --load: the serving part is the decision
+        out += ["No --load was given: no offline configuration is projected; the decision is the serving "
+                "part's, for the traffic the campaign declares.", ""]
+    elif c.chosen is None:
         out += ["**Decision: none.** " + "; ".join(c.motivation) + ".", ""]
     else:
         p, sizing = c.chosen, c.chosen.sizing

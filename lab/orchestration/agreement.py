@@ -146,6 +146,8 @@ class MapAgreement:
     check: AgreementCheck
     only_a: int
     only_b: int
+    cosine_median: float | None = None
+    """Embeddings (:func:`judge_vectors`): the median per-id cosine (None otherwise or without common ids)."""
 
     @property
     def same(self) -> bool:
@@ -163,6 +165,24 @@ def judge_maps(a: Mapping[str, str], b: Mapping[str, str], rule: AgreementRule,
     per_id = (output_equality(a, b, common, normalisation) if normalisation is not None
               else per_id_labels(a, b, common))
     return MapAgreement(rule.judge(per_id, common), len(set(a) - set(common)), len(set(b) - set(common)))
+
+
+def judge_vectors(a: tuple[Sequence[str], np.ndarray], b: tuple[Sequence[str], np.ndarray],
+                  rule: AgreementRule) -> MapAgreement:
+    """``rule`` over the ids two embedding passes share, in ``a``'s order: each = (item ids, float
+    array (items, width), row k = id k), compared by per-id cosine
+    (lab.passes.tasks.embedding_metrics.cosine_agreement); ``rule.min_cosine`` decides a flip."""
+    from lab.passes.tasks.embedding_metrics import cosine_agreement
+
+    (ids_a, va), (ids_b, vb) = a, b
+    at_b = {item: k for k, item in enumerate(ids_b)}
+    rows_a = [k for k, item in enumerate(ids_a) if item in at_b]
+    common = [ids_a[k] for k in rows_a]
+    only_a, only_b = len(ids_a) - len(common), len(ids_b) - len(common)
+    if not common:
+        return MapAgreement(rule.judge(np.zeros(0), []), only_a, only_b)
+    cos = cosine_agreement(va[rows_a], vb[[at_b[item] for item in common]])
+    return MapAgreement(rule.judge(cos, common), only_a, only_b, round(float(np.median(cos)), 6))
 
 
 def per_id_labels(mine: Mapping[str, str], theirs: Mapping[str, str], ids: Sequence[str]) -> np.ndarray:

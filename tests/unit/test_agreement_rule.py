@@ -200,3 +200,23 @@ def test_the_campaign_file_declares_the_rule_and_bad_values_are_refused_in_one_l
     with pytest.raises(ConfigError, match=r"max_differing = \"5%\" has the wrong type; expected a number"):
         parsed('max_differing = "5%"')
     assert QualitySection("accuracy", 0.5, 0.01, "b").max_differing is None
+
+
+def test_two_hosts_vectors_are_judged_per_id_by_cosine_in_the_first_hosts_order():
+    """judge_vectors (compare's offline variants and served embeddings alike): ids aligned by name,
+    one id turned away counts as a flip, ids one host lacks are counted, never judged."""
+    from lab.orchestration.agreement import judge_vectors
+
+    rule = AgreementRule.of({}, "embedding")
+    rng = np.random.default_rng(0)
+    va = rng.normal(size=(4, 8)).astype(np.float32)
+    b_ids = ("d", "c", "b", "x")
+    vb = np.stack([va[3], va[2], -va[1], rng.normal(size=8).astype(np.float32)])
+    m = judge_vectors((("a", "b", "c", "d"), va), (b_ids, vb), rule)
+    assert (m.check.ids, m.check.differing, m.only_a, m.only_b) == (3, 1, 1, 1)
+    assert m.check.lowest_id == "b" and m.check.lowest_cosine == pytest.approx(-1.0, abs=1e-6)
+    assert m.cosine_median == pytest.approx(1.0, abs=1e-6) and not m.same
+    same = judge_vectors((("a", "b"), va[:2]), (("b", "a"), va[[1, 0]]), rule)
+    assert same.same and same.check.differing == 0
+    empty = judge_vectors((("a",), va[:1]), (("z",), va[:1]), rule)
+    assert empty.check.ids == 0 and not empty.check.ok and empty.cosine_median is None

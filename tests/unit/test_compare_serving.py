@@ -45,13 +45,14 @@ def server_variant(rate: float, held: int, passes: int = 3, accepted: int | None
 
 
 def archive(name: str, gpu: str, variants: list[dict], scenario: ScenarioSection,
-            predictions: dict | None = None, window_s: float = 70.0) -> SimpleNamespace:
+            predictions: dict | None = None, window_s: float = 70.0, vectors: dict | None = None) -> SimpleNamespace:
     """An archive stand-in: each variant's passes ok, accepted, of ``window_s`` measured seconds."""
     rows = [SimpleNamespace(variant_id=v["variant_id"], status=PassStatus.OK, accepted=True, measured_s=window_s)
             for v in variants for _ in range(v["successes"])]
     return SimpleNamespace(name=name, hardware=f"{gpu} host", summary=variants, gpu=gpu, raw_rows=rows,
                            cost=CostSection(gpu=gpu, days=7), measured=lambda vid: Measured(),
-                           config=SimpleNamespace(scenario=scenario, timing=TIMING), predictions=predictions or {})
+                           config=SimpleNamespace(scenario=scenario, timing=TIMING), predictions=predictions or {},
+                           vectors=vectors or {})
 
 
 TIMING = SimpleNamespace(min_window_s=60.0, min_accepted_passes=3)  # the projection rule's defaults
@@ -131,6 +132,31 @@ def test_served_outputs_that_differ_across_hosts_are_named_against_the_chosen_of
     b.predictions = {v["variant_id"]: {k: t for k, t in outputs.items() if k != "id0"}}
     [x] = serving_comparison([a, b], ["A", "B"], catalog, 16, RULE, "lowercase_space").agreements
     assert x.result.check.ok and not x.result.same and "23 of 23 ids agree; 1 id(s) only on A" in x.text()
+
+
+def test_served_embeddings_across_hosts_are_judged_by_cosine_not_as_labels(tmp_path):
+    """An embedding server variant's prediction map is empty (its lines hold rows of vectors.npy):
+    its answers across hosts are the vectors, judged per id by the rule's cosine floor."""
+    import numpy as np
+
+    (tmp_path / "c.csv").write_text(CATALOG)
+    catalog = load_catalog(str(tmp_path / "c.csv"))
+    v = server_variant(2, 3)
+    ids = tuple(f"id{i}" for i in range(6))
+    vecs = np.random.default_rng(1).normal(size=(6, 16)).astype(np.float32)
+    rule = AgreementRule.of({}, "embedding")
+    a = archive("a.tar.gz", "small", [v], SCENARIO, {v["variant_id"]: {}}, vectors={v["variant_id"]: (ids, vecs)})
+    near = vecs + np.float32(1e-4)  # float noise across kernels: the same result
+    b = archive("b.tar.gz", "small", [v], SCENARIO, {v["variant_id"]: {}},
+                vectors={v["variant_id"]: (ids[::-1], near[::-1])})  # another order: matched by id
+    [x] = serving_comparison([a, b], ["A", "B"], catalog, 16, rule, None).agreements
+    assert x.result.same and x.result.check.ids == 6 and x.result.cosine_median > 0.999, x.text()
+    assert ": A vs B: 6 of 6 ids agree (cosine median " in x.text() and x.text().endswith("the same result")
+    turned = near.copy()
+    turned[2] = -turned[2]
+    b.vectors = {v["variant_id"]: (ids, turned)}
+    [x] = serving_comparison([a, b], ["A", "B"], catalog, 16, rule, None).agreements
+    assert (x.result.check.differing, x.result.check.lowest_id, x.result.same) == (1, "id2", False), x.text()
 
 
 def test_a_holding_rate_on_passes_too_short_to_project_is_ranked_only_when_allowed(tmp_path):

@@ -266,6 +266,9 @@ def test_two_server_archives_compare_priced_with_the_break_even_traffic(server_r
     assert "- Load: none given (--load): the offline configurations are not projected." in \
         bare_paths["decision"].read_text()
     assert "No offline configuration projected: no --load was given" in bare_paths["html"].read_text()
+    bare_md = bare_paths["decision"].read_text()
+    assert "**Decision: none.**" not in bare_md and "the decision is the serving part's" in bare_md
+    assert ('class="decision"' if bare.decided else 'class="decision none"') in bare_paths["html"].read_text()
     # serving.csv: one row per offer, the chosen one marked, its budget the quote's
     table = list(csv.DictReader(open(paths["serving_csv"], encoding="utf-8")))
     assert len(table) == len(s.offers) and [r["host"] for r in table] == [o.host for o in s.offers]

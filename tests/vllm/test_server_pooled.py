@@ -59,6 +59,40 @@ def pooled_run(request, tmp_path_factory, model_dir):
     return kind, orch, make_archive(orch.dir)
 
 
+@pytest.fixture(scope="module")
+def second_pooled(pooled_run, tmp_path_factory, model_dir):
+    """The same kind's campaign on a second rental (priced as a B200 package), for compare."""
+    from lab.inputs.models import encoder_path
+    from lab.service.campaigns import make_archive
+
+    kind = pooled_run[0]
+    d = tmp_path_factory.mktemp(f"serve-{kind}-b")
+    f = pooled_campaign(d, model_dir if kind == "classification" else encoder_path(), kind)
+    f.write_text(f.read_text().replace('gpu = "rtx-4090"', 'gpu = "b200"', 1))
+    return make_archive(run_reported(f).dir)
+
+
+def test_two_rentals_served_answers_compare_by_the_kinds_rule(pooled_run, second_pooled, tmp_path):
+    """compare of two rentals' pooled server archives, without --load: the served variant's answers
+    are compared per id by the kind's rule (labels; embeddings by cosine, never as labels), the
+    serving part decides and decision.md says so."""
+    from lab.compare import compare_to_folder
+
+    kind, _, archive = pooled_run
+    c, paths = compare_to_folder([archive, second_pooled], None, tmp_path / "cmp", allow_short=True)
+    s = c.serving
+    assert s is not None and len(s.agreements) == 1, s
+    x = s.agreements[0]
+    assert x.result.same and x.result.check.ids == sum(PER_LABEL) and x.result.check.differing == 0, x.text()
+    if kind == "embedding":
+        assert x.result.cosine_median is not None and x.result.check.lowest_cosine >= 0.999, x.text()
+        assert "cosine median" in x.text()
+    md = paths["decision"].read_text()
+    assert f"- Served outputs, {x.text()}" in md and "**Decision: none.**" not in md
+    assert c.decided == (s.chosen is not None) and "serving_csv" in paths
+    print(f"\n[pooled server] {kind}, two rentals: {x.text()}")
+
+
 def test_a_served_classifier_or_encoder_is_judged_like_its_kind_and_verifies(pooled_run, model_dir, tmp_path):
     from lab.engines.serving_figures import ServedRequest, figures, percentiles, tool_percentiles, verdict
     from lab.engines.vllm_load import RESULT_NAME
