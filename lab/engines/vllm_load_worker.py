@@ -37,6 +37,8 @@ changes two things around the tool, both written down here:
   ``answers``. The tool sees it as a completions backend with no output tokens (its result keeps
   per-request send times and errors, which its pooling result does not); no sampling setting is
   sent.
+- The prompt lengths: the tool is given UNREPORTED for every prompt rather than a local count, so
+  a prompt length in its result is the server's own ``usage.prompt_tokens`` or UNREPORTED.
 
 While a run's measured requests are answered, each one's outcome is appended to ``<record>.live``
 (JSONL, flushed per line: ``ok``, ``ttft_s``, ``e2el_s``, ``t_s`` s after the schedule's origin):
@@ -113,15 +115,24 @@ def live_request(func, live, rec: dict):
 
 
 POOLING_BACKEND = "lab-pooling"
+
+UNREPORTED = -1
+"""Each request's prompt length as the tool is given it: the tool (and ``lab-pooling``) replace it
+by the server's ``usage.prompt_tokens``; a request whose answer did not report it keeps this value,
+never the lab's own count, so the lab's check of the server's tokenization cannot compare the lab
+with itself (lab.passes.tasks.server_job)."""
 """The backend name of :func:`pooling_request` in the tool's table (lab.engines.vllm_load reads it)."""
 
 
 def answer_of(data: dict) -> list[float]:
     """The pooled answer of one request from the server's JSON: ``data[0].embedding`` (the
-    OpenAI embeddings answer) or ``data[0].probs`` (vLLM's ``/classify``). Raises KeyError for
-    neither."""
+    OpenAI embeddings answer) or ``data[0].probs`` (vLLM's ``/classify``). A non-finite value,
+    which the server writes as ``null`` (embeddings), becomes NaN so that the lab's non-finite check
+    names it (``/classify`` answers HTTP 500 for non-finite logits: a failed request). Raises
+    KeyError for neither."""
     item = data["data"][0]
-    return [float(x) for x in (item["embedding"] if "embedding" in item else item["probs"])]
+    return [float("nan") if x is None else float(x)
+            for x in (item["embedding"] if "embedding" in item else item["probs"])]
 
 
 def pooling_request(rec: dict):
@@ -145,7 +156,8 @@ def pooling_request(rec: dict):
                 if response.status == 200:
                     data = json.loads(raw)
                     answer = answer_of(data)
-                    out.prompt_len = int((data.get("usage") or {}).get("prompt_tokens") or inp.prompt_len)
+                    reported = (data.get("usage") or {}).get("prompt_tokens")
+                    out.prompt_len = UNREPORTED if reported is None else int(reported)
                     out.success = True
                     if measured:
                         rec["answers"][inp.request_id] = answer
@@ -176,9 +188,8 @@ def run_one(run: dict, serve, parser_of) -> None:
     rows = [json.loads(line) for line in Path(run["requests"]).read_text(encoding="utf-8").splitlines() if line.strip()]
 
     def get_samples(args, tokenizer, **_):  # a prompt is text (completions) or the lab's token ids (pooling)
-        return [SampleRequest(prompt=r["prompt"], prompt_len=len(r["prompt"]) if isinstance(r["prompt"], list)
-                              else len(tokenizer(r["prompt"]).input_ids),
-                              expected_output_len=int(r["output_tokens"]), request_id=str(r["id"])) for r in rows]
+        return [SampleRequest(prompt=r["prompt"], prompt_len=UNREPORTED, expected_output_len=int(r["output_tokens"]),
+                              request_id=str(r["id"])) for r in rows]
 
     tool_get_request = serve.get_request
 

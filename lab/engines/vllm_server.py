@@ -258,6 +258,14 @@ class VllmServer:
         self.stop()
 
 
+POOLER_KEYS = ("pooling_type", "seq_pooling_type", "normalize", "use_activation")
+"""The pooler settings read from a server's config: what lab.engines.vllm.pooling_mismatch compares."""
+
+SERVER_INFO_TIMEOUT_S = 120.0
+"""Seconds the lab waits for ``/server_info``: its first call collects the host's environment
+(vLLM's collect_env: pip, the GPU's tools), which takes tens of seconds on a cold host."""
+
+
 def server_config(url: str, timeout_s: float = 10.0) -> dict:
     """What a running server says of its configuration: from ``/metrics``, the labels of
     ``vllm:cache_config_info`` (``gpu_memory_utilization`` as a float, ``enable_prefix_caching`` as
@@ -266,14 +274,15 @@ def server_config(url: str, timeout_s: float = 10.0) -> dict:
     ``VLLM_SERVER_DEV_MODE=1``, on the loopback address only) the scheduler's ``max_num_seqs`` and
     ``max_num_batched_tokens``, the model's ``dtype`` ("float32": torch's name without its
     prefix) and ``enforce_eager``, which override the others where both say. A value the server
-    does not give is absent; never raises (an unreachable server gives {})."""
+    does not give is absent; never raises (an unreachable server gives {}). ``timeout_s`` per
+    request (``/server_info``: at least SERVER_INFO_TIMEOUT_S)."""
     import json
     import re
 
     direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     out: dict = {}
     try:
-        with direct.open(f"{url}/server_info?config_format=json", timeout=timeout_s) as r:
+        with direct.open(f"{url}/server_info?config_format=json", timeout=max(timeout_s, SERVER_INFO_TIMEOUT_S)) as r:
             cfg = json.loads(r.read().decode("utf-8")).get("vllm_config") or {}
         out.update(config_facts(cfg))
     except (urllib.error.URLError, OSError, ValueError, AttributeError):
@@ -304,7 +313,8 @@ def config_facts(cfg: dict) -> dict:
     """The settings a pass declares, from a server's VllmConfig as ``/server_info?config_format=json``
     gives it (``cfg``: its ``vllm_config``): ``max_num_seqs``, ``max_num_batched_tokens``,
     ``max_model_len``, ``dtype`` (without "torch."), ``enforce_eager``, ``gpu_memory_utilization``,
-    ``enable_prefix_caching``; a value of another type than expected is left out."""
+    ``enable_prefix_caching``; a value of another type than expected is left out. A pooling
+    model's ``pooling``: its pooler's POOLER_KEYS as strings (None where unset)."""
     def section(name: str) -> dict:
         value = cfg.get(name)
         return value if isinstance(value, dict) else {}
@@ -321,4 +331,7 @@ def config_facts(cfg: dict) -> dict:
                  if isinstance(v, kind) and (kind is bool or not isinstance(v, bool))}
     if isinstance(out.get("dtype"), str):
         out["dtype"] = out["dtype"].removeprefix("torch.")
+    pooler = model.get("pooler_config")
+    if isinstance(pooler, dict):  # as the offline worker reports its pooler (lab.engines.vllm.pooling_mismatch)
+        out["pooling"] = {k: None if pooler[k] is None else str(pooler[k]) for k in POOLER_KEYS if k in pooler}
     return out

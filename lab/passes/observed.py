@@ -149,6 +149,15 @@ NOT_OBSERVABLE = "declared, not observable"
 report): recorded as such, never copied from the declaration, and not compared."""
 
 
+def _engine_setting(name: str, declared, seen, said: str) -> str:
+    """'' when ``declared`` is None (not declared) or equals ``seen``; else the contradiction in
+    words: ``said`` with the observed value, or that the engine did not report it."""
+    if declared is None or seen == declared:
+        return ""
+    return f"{name} {declared} declared, " + (said.format(seen) if seen is not None else
+                                              "vLLM did not report it (its /server_info and /metrics gave no value)")
+
+
 def require_honoured(variant: Variant, observed: dict, device: str) -> None:
     """Raise NotHonoured naming the first declared field the observation contradicts.
 
@@ -210,17 +219,13 @@ def require_honoured(variant: Variant, observed: dict, device: str) -> None:
                    "not be replayed, so its lag is unknown (see the pass's load/load.log)")
     if engine != variant.engine:
         bad.append(f"engine {variant.engine} declared, the pass ran {engine}")
-    if variant.max_num_seqs is not None and observed.get("max_num_seqs") != variant.max_num_seqs:
-        bad.append(f"max_num_seqs {variant.max_num_seqs} declared, vLLM scheduled at most "
-                   f"{observed.get('max_num_seqs')} sequences at once")
-    if (variant.max_num_batched_tokens is not None
-            and observed.get("max_num_batched_tokens") != variant.max_num_batched_tokens):
-        bad.append(f"max_num_batched_tokens {variant.max_num_batched_tokens} declared, vLLM schedules at most "
-                   f"{observed.get('max_num_batched_tokens')} tokens in one step")
-    if (variant.vllm_memory_fraction is not None
-            and observed.get("vllm_memory_fraction") != variant.vllm_memory_fraction):
-        bad.append(f"vllm_memory_fraction {variant.vllm_memory_fraction} declared, vLLM reserved "
-                   f"{observed.get('vllm_memory_fraction')} of the memory")
+    bad += [x for x in (
+        _engine_setting("max_num_seqs", variant.max_num_seqs, observed.get("max_num_seqs"),
+                        "vLLM scheduled at most {} sequences at once"),
+        _engine_setting("max_num_batched_tokens", variant.max_num_batched_tokens,
+                        observed.get("max_num_batched_tokens"), "vLLM schedules at most {} tokens in one step"),
+        _engine_setting("vllm_memory_fraction", variant.vllm_memory_fraction, observed.get("vllm_memory_fraction"),
+                        "vLLM reserved {} of the memory")) if x]
     if "prefix_caching" in observed and observed["prefix_caching"] != bool(variant.prefix_caching):
         bad.append(f"prefix_caching {bool(variant.prefix_caching)} declared, vLLM's enable_prefix_caching "
                    f"{observed['prefix_caching']}")

@@ -90,6 +90,16 @@ def test_a_contradicted_vllm_option_is_named(field_name):
     assert words in str(e.value)
 
 
+@pytest.mark.parametrize("field_name", ["max_num_seqs", "max_num_batched_tokens", "vllm_memory_fraction"])
+def test_a_vllm_option_the_engine_did_not_report_is_named_as_unreported(field_name):
+    """A server that gave no value (a /server_info call that timed out) fails the declared option
+    saying so, not 'scheduled at most None'."""
+    seen = {k: v for k, v in VLLM_HONOURED.items() if k != field_name}
+    with pytest.raises(NotHonoured, match=f"{field_name} .* declared, vLLM did not report it") as e:
+        require_honoured(VLLM, seen, "cpu")
+    assert "None" not in str(e.value)
+
+
 def test_a_server_pass_whose_generator_kept_its_schedule_passes():
     require_honoured(SERVED, SERVED_HONOURED, "cpu")
     with pytest.raises(NotHonoured, match="schedule could not be replayed, so its lag is unknown"):

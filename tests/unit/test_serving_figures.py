@@ -158,6 +158,9 @@ def test_a_pooled_run_keeps_each_answer_and_a_missing_one_fails_its_request():
     assert read_records(tool_result(1), load_record(["a"]), ["a"])[0].answer is None
     assert answer_of({"data": [{"embedding": [1, 2]}]}) == [1.0, 2.0]
     assert answer_of({"data": [{"label": "x", "probs": [0.25, 0.75]}]}) == [0.25, 0.75]
+    # a non-finite value the server wrote as null reaches the lab as NaN (its non-finite check), not a failure
+    nan = answer_of({"data": [{"embedding": [1, None]}]})
+    assert nan[0] == 1.0 and np.isnan(nan[1])
 
 
 def test_a_pooled_endpoint_is_loaded_through_the_workers_backend_without_sampling_settings():
@@ -184,6 +187,12 @@ def test_a_servers_config_gives_the_declared_settings_it_runs():
     assert config_facts(cfg) == {"max_num_seqs": 4, "max_num_batched_tokens": 576, "max_model_len": 144,
                                  "dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.1,
                                  "enable_prefix_caching": False}
+    pooled = {"model_config": {"pooler_config": {"pooling_type": "MEAN", "use_activation": True, "task": "embed"}}}
+    assert config_facts(pooled) == {"pooling": {"pooling_type": "MEAN", "use_activation": "True"}}
+    from lab.engines.vllm import pooling_mismatch
+
+    assert pooling_mismatch("mean", True, config_facts(pooled)["pooling"]) == ""
+    assert "vLLM pools MEAN" in pooling_mismatch("cls", True, config_facts(pooled)["pooling"])
     odd = {"scheduler_config": {"max_num_seqs": "4", "max_num_batched_tokens": True}, "model_config": None}
     assert config_facts(odd) == {}  # a value of another type is not claimed
 

@@ -107,12 +107,13 @@ class ServerJob(VllmJob):
 
     def start_engine(self, device: str, pass_dir: Path | None = None) -> dict:
         """Start the server and the load generator (the ``engine_start`` phase); returns the result
-        fields ``engine`` (the server's url, start seconds, the generator's import seconds).
+        fields ``engine`` (the server's url, start seconds, the generator's import seconds; an
+        embedding server's ``pooling``, which must be the declared rule: NotHonoured otherwise).
         Raises lab.engines.vllm_server.ServerStartError or lab.engines.vllm_load.LoadGenError (one
         line naming the log) when either does not start."""
         from lab.engines.vllm import settings_for
         from lab.engines.vllm_load import LOG_NAME, LoadGenerator
-        from lab.engines.vllm_server import VllmServer
+        from lab.engines.vllm_server import VllmServer, server_config
 
         s = self.spec
         out = pass_dir or Path(s.out_dir)
@@ -135,6 +136,10 @@ class ServerJob(VllmJob):
                                                "max_num_batched_tokens": settings.max_num_batched_tokens,
                                                "prefix_caching": settings.prefix_caching,
                                                "threads": settings.threads}}}
+        if self.declared.record == VECTOR:  # the declared embedding rule is what the server pools
+            pooling = server_config(self.started.url).get("pooling")
+            self.fields["engine"]["pooling"] = pooling
+            self._check_pooling(pooling)
         return self.fields
 
     def engine_pid(self) -> int | None:
@@ -206,6 +211,11 @@ class ServerJob(VllmJob):
         first_bad = next((k for k, r in enumerate(recs) if not r.answered), None)
         answered = recs[:first_bad]
         for k, r in enumerate(answered):
+            if r.input_tokens < 0:  # lab.engines.vllm_load_worker.UNREPORTED
+                raise NotHonoured(f"declared value not checked: the server did not report the prompt tokens it read "
+                                  f"for id {r.id} (usage.prompt_tokens), so the lab cannot check that it tokenizes "
+                                  "as the lab does; serve with vLLM's OpenAI-compatible server, which reports it",
+                                  items_done=k)
             if r.input_tokens != lab_tokens[k]:
                 raise NotHonoured(f"declared value not honoured: the server read {r.input_tokens} prompt tokens "
                                   f"for id {r.id}, the lab's tokenizer {lab_tokens[k]} for the same prompt; "
