@@ -22,7 +22,7 @@ JOURNAL = "journal.sqlite"
 ARCHIVE_INFO = "ARCHIVE.json"
 SUMS = "SHA256SUMS"
 
-ARCHIVE_FORMAT = 2
+ARCHIVE_FORMAT = 3
 """The evidence archive format this lab writes (ARCHIVE.json ``format``) and the only one it reads:
 which members, raw-table columns, summary fields and ARCHIVE.json keys an archive holds. Raise it
 when a change makes an archive of the format before fail to verify or compare here (a member,

@@ -20,7 +20,7 @@ from lab.kinds import KINDS, task_kind
 from lab.kinds.kind import RECORD_FIELDS, TEXT, VECTOR, TaskKind
 from lab.orchestration.config import EMBEDDING_METRICS, GENERATION_METRICS
 from lab.orchestration.journal import Journal, JournalVersion, attempt_record
-from lab.passes.events import FINISHED, PassStatus
+from lab.passes.events import FILLS_SLOT, PassStatus
 from lab.passes.records import Attempt
 from lab.report.raw_row import RawRow
 
@@ -104,9 +104,10 @@ def compare_journal(attempts: list[Attempt], plan: list[dict], damaged: set[str]
                             f"{accepted} in the journal")
         if not _same_metric(metric, r.metric):
             problems.append(f"pass {pid}: metric {_shown(r.metric)} in the raw table, {metric} in the journal")
+    problems.extend(_search_skips(plan, attempts))
     if partial:
         return
-    done = {a.seq for a in attempts if a.status in FINISHED}
+    done = {a.seq for a in attempts if a.status in FILLS_SLOT}
     for a in attempts:
         if a.status == PassStatus.RUNNING:
             problems.append(f"pass {a.pass_id}: still 'running' in the journal of an archive not marked partial")
@@ -114,6 +115,22 @@ def compare_journal(attempts: list[Attempt], plan: list[dict], damaged: set[str]
     if missing:
         problems.append(f"{len(missing)} planned slot(s) without a finished attempt (first seq {missing[0]}) in an "
                         "archive not marked partial")
+
+
+def _search_skips(plan: list[dict], attempts: list[Attempt]) -> list[str]:
+    """Every SKIPPED row re-derived by the rate search's rule (lab.orchestration.search) from the
+    plan and the attempts: one problem per skip the rule does not give."""
+    from lab.orchestration.journal import plan_record
+    from lab.orchestration.search import unjustified_skips
+
+    if not any(a.status == PassStatus.SKIPPED for a in attempts):
+        return []
+    try:
+        planned = [plan_record(p) for p in plan]
+    except msgspec.DecodeError as exc:  # not JSON, or not the record (ValidationError)
+        return [f"the journal's plan is not a plan of variants ({type(exc).__name__}: {exc}); its skipped "
+                "slots cannot be re-derived"]
+    return unjustified_skips(planned, attempts)
 
 
 def _shown(cell, empty: str = "empty") -> str:

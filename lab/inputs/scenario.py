@@ -44,7 +44,10 @@ class ScenarioSection:
     a server), ``*_percentile`` (which percentile each bound applies to, default 99) and ``share``
     (share of requests that must meet every declared bound, default 0.9); the user's traffic:
     ``peak_rate`` (req/s the lots must hold) and ``average_rate`` (req/s: cost per million
-    requests), each optional (without them nothing is sized or priced). Raises ScenarioError."""
+    requests), each optional (without them nothing is sized or priced); ``search``: a rate search
+    (lab.orchestration.search: each configuration's declared rates climbed in ascending order, the
+    rates above one that does not hold the objective not run in that repetition). Raises
+    ScenarioError."""
 
     kind: str = "offline"  # "offline" (a corpus in bulk) or "server" (requests at request_rate, an objective)
     burstiness: float = 1.0  # arrivals: 1 Poisson, < 1 burstier, > 1 more regular (gamma shape)
@@ -59,6 +62,7 @@ class ScenarioSection:
     share: float = 0.9  # share of requests that must meet every declared bound
     peak_rate: float | None = None  # the traffic's peak (req/s) the lots must hold at the objective
     average_rate: float | None = None  # the traffic's average (req/s): cost per million requests
+    search: bool = False  # climb each configuration's rates; skip those above one that fails
 
     def __post_init__(self) -> None:
         if self.kind not in SCENARIOS:
@@ -139,6 +143,15 @@ def check_variants(scenario: ScenarioSection, kind, variants, reference: str) ->
     if not rated:
         raise ScenarioError("[scenario] kind = \"server\" but no variant declares request_rate; add a series "
                             "with factor = \"request_rate\", values = [1, 2, 4] and engine = \"vllm\"")
+    if scenario.search:
+        ladders: dict[str | None, list] = {}
+        for v in rated:
+            ladders.setdefault(v.ladder_id, []).append(v)
+        short = next((vs[0] for vs in ladders.values() if len(vs) < 2), None)
+        if short is not None:
+            raise ScenarioError(f"[scenario] search = true climbs each server configuration's rates, and variant "
+                                f"{short.name} is the only rate of its configuration; declare at least two rates "
+                                "for it (values = [1, 2, 4, 8]), or remove search")
     ref = next((v for v in variants if v.name == reference), None)
     if ref is not None and ref.request_rate is not None:
         raise ScenarioError(f"reference_variant {reference!r} is a server pass; in a server scenario the reference "

@@ -186,6 +186,13 @@ class Variant:
         return "v-" + sha256_bytes(blob)[:10]
 
     @property
+    def ladder_id(self) -> str | None:
+        """The server configuration a server variant's rate is one rung of: the ``variant_id`` of
+        this variant without its ``request_rate`` (None for an offline variant). The variants that
+        share it differ only by their rate (lab.orchestration.search climbs them)."""
+        return None if self.request_rate is None else replace(self, request_rate=None).variant_id
+
+    @property
     def label(self) -> str:
         """Short human label, e.g. 'batch 8, fp32, longest, max 256'."""
         s = f"batch {self.batch_size}, {self.precision}, {self.padding}, max {self.max_length}"

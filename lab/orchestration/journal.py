@@ -26,6 +26,7 @@ import msgspec
 
 from lab.facts.errors import LabError, UserError
 from lab.inputs.variants import Variant, VariantError, record_type
+from lab.orchestration.schedule import PlannedPass
 from lab.passes.events import EventKind, PassStatus
 from lab.passes.records import Attempt, Validation, decode_result
 
@@ -49,6 +50,18 @@ SCHEMA_VERSION = 1
 JSON_COLUMNS = ("variant_json", "result_json", "validation_json")
 """The attempts' columns holding JSON; ``Journal.attempts`` decodes them as ``variant``, ``result``,
 ``validation``."""
+
+
+def plan_record(row: dict) -> PlannedPass:
+    """One plan row (``Journal.plan``) as a PlannedPass, its variant decoded from ``variant_json``
+    as :func:`attempt_record` decodes an attempt's. Raises msgspec.DecodeError /
+    msgspec.ValidationError for a damaged row."""
+    record: Any = msgspec.json.decode(row["variant_json"], type=record_type())
+    try:
+        variant = Variant.from_record(record, rules=False)
+    except VariantError as exc:
+        raise msgspec.ValidationError(f"{exc} - at `variant_json`") from None
+    return PlannedPass(int(row["seq"]), int(row["repetition"]), int(row["position"]), variant)
 
 
 def attempt_record(row: dict) -> Attempt:
@@ -192,6 +205,10 @@ class Journal:
 
     def plan(self) -> list[dict]:
         return [dict(r) for r in self.db.execute("SELECT * FROM plan ORDER BY seq")]
+
+    def planned(self) -> list[PlannedPass]:
+        """The plan as typed slots (:func:`plan_record`), in order."""
+        return [plan_record(r) for r in self.plan()]
 
     # ---- attempts --------------------------------------------------------------------
     def start_attempt(self, pass_id: str, seq: int, attempt: int, repetition: int, position: int,

@@ -34,7 +34,8 @@ from lab.launchers.base import LaunchOutcome
 from lab.orchestration.identity import InputsChanged, InputWatch
 from lab.orchestration.journal import Journal
 from lab.orchestration.protocol import Protocol, load_protocol, lock_path, locked_version
-from lab.orchestration.schedule import pass_id_for, rotated_schedule
+from lab.orchestration.schedule import pass_id_for
+from lab.orchestration.search import planned_passes, skip_reason
 from lab.orchestration.status import CampaignState, etas, format_duration, process_create_time, typical_pass_s
 from lab.orchestration.validate import (
     Validation,
@@ -47,7 +48,7 @@ from lab.orchestration.validate import (
     validate_pass,
 )
 from lab.passes.distributed import ProgressTally
-from lab.passes.events import FINISHED, EventKind, PassStatus, parse_event
+from lab.passes.events import FILLS_SLOT, EventKind, PassStatus, parse_event
 from lab.passes.failures import native_oom_line
 from lab.passes.records import PassResult, decode_result
 from lab.passes.spec import PassSpec
@@ -216,7 +217,8 @@ class Orchestrator:
         atomic_write_text(d / "protocol_version.json", json.dumps(
             {k: v for k, v in version.items() if k != "protocol"}, indent=1) + "\n")
         orch = cls(d, proto, launcher, version)
-        orch.journal.set_plan(rotated_schedule(list(proto.variants), proto.timing["repetitions"]))
+        orch.journal.set_plan(planned_passes(list(proto.variants), proto.timing["repetitions"],
+                                             proto.config.scenario.search))
         orch.check_plan()
         orch.journal.set_control("campaign_file", str(proto.path))
         return orch
@@ -309,7 +311,7 @@ class Orchestrator:
     # ---- running ---------------------------------------------------------------------
     def pending(self) -> list[dict]:
         """Planned slots without a finished attempt (interrupted ones are run again)."""
-        done = {a.seq for a in self.journal.attempts() if a.status in FINISHED}
+        done = {a.seq for a in self.journal.attempts() if a.status in FILLS_SLOT}
         return [p for p in self.journal.plan() if p["seq"] not in done]
 
     def run(self) -> str:
@@ -396,6 +398,8 @@ class Orchestrator:
                 state = CampaignState.STOPPED
                 break
             self.stop_if_changed(self.watch.stat_change())
+            if self.skip_by_search(slot):
+                continue
             row = self.run_slot(slot)
             self.stop_if_changed(row.get("inputs_changed", ""))
             self.check_folder()
@@ -467,6 +471,28 @@ class Orchestrator:
                 setattr(self.launcher, attr, value if current is None else min(current, value))
                 limits[attr] = getattr(self.launcher, attr)
         self.journal.set_control("pass_limits", limits)
+
+    def skip_by_search(self, slot: dict) -> bool:
+        """Under [scenario] search, record slot ``slot`` as SKIPPED, not run, when a lower rate of its
+        configuration did not hold the objective in its repetition (lab.orchestration.search:
+        the rule, its note the reason); False (nothing written) otherwise."""
+        if not self.proto.config.scenario.search:
+            return False
+        j = self.journal
+        attempts = j.attempts()
+        why = skip_reason(j.planned(), attempts, slot["seq"])
+        if not why:
+            return False
+        variant = self.variant_for(slot)
+        attempt = 1 + sum(1 for a in attempts if a.seq == slot["seq"])
+        pass_id = pass_id_for(slot["seq"], slot["repetition"], variant.variant_id, attempt)
+        now = utc_now()
+        j.start_attempt(pass_id, slot["seq"], attempt, slot["repetition"], slot["position"], variant, now,
+                        self.launcher.name, len(self.corpus))
+        j.finish_attempt(pass_id, PassStatus.SKIPPED, now, None, 0, None, why)
+        if self.echo:
+            self.echo(f"pass {slot['seq']}/{len(j.plan())} {pass_id} ({variant.label}) {why}")
+        return True
 
     def run_slot(self, slot: dict) -> dict:
         """Run one attempt of a planned slot and record its row, events and validation."""

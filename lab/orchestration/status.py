@@ -6,7 +6,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from lab.orchestration.journal import Journal
-from lab.passes.events import FINISHED
+from lab.passes.events import FILLS_SLOT, FINISHED
 from lab.passes.records import Attempt
 
 
@@ -137,7 +137,7 @@ def campaign_status(campaign_dir: Path, journal: Journal | None = None) -> dict:
     alive = orchestrator_alive(info)
     if state == CampaignState.RUNNING and not alive:
         state = CampaignState.INTERRUPTED
-    finished_slots = {a.seq for a in attempts if a.status in FINISHED}
+    finished_slots = {a.seq for a in attempts if a.status in FILLS_SLOT}
     return {"dir": str(campaign_dir), "state": state, "planned": len(plan),
             "finished": len(finished_slots), "attempts": attempts, "orchestrator": info,
             "alive": alive}

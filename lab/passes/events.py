@@ -37,6 +37,7 @@ class PassStatus(StrEnum):
     ERROR = "error"              # any other failure: crash, bad spec, no result written
     KILLED = "killed"            # killed for host memory (OOM killer / container limit)
     INTERRUPTED = "interrupted"  # stopped by the user or by a dead orchestrator; slot run again
+    SKIPPED = "skipped"          # not run: a rate search stopped below it (lab.orchestration.search)
 
 
 class EventKind(StrEnum):
@@ -90,7 +91,10 @@ class EventKind(StrEnum):
 FAILED = frozenset({PassStatus.OOM, PassStatus.ERROR, PassStatus.KILLED})
 """Failures the protocol counts against a variant (SPEC 3.6)."""
 FINISHED = FAILED | {PassStatus.OK}
-"""An attempt with one of these fills its schedule slot (an interrupted one does not)."""
+"""An attempt that ran and ended: ok or one of FAILED (an interrupted one did not end)."""
+FILLS_SLOT = FINISHED | {PassStatus.SKIPPED}
+"""An attempt with one of these fills its schedule slot (an interrupted one does not; a slot a rate
+search skipped is filled by its SKIPPED row, lab.orchestration.search)."""
 
 EXIT_OK = 0
 EXIT_BAD_SPEC = 2

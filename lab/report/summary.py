@@ -136,9 +136,11 @@ class VariantSummary:
     served_tpot_p99_s_median: float | None = None
     served_e2el_p99_s_median: float | None = None
     served_lag_p99_s_median: float | None = None
+    served_skipped: int = 0
     """A server variant (lab.report.served_cells): its declared request rate (req/s), how many of its
-    passes ok held the locked objective, and the medians over its passes ok of the served figures;
-    None (0) for an offline variant."""
+    passes ok held the locked objective, the medians over its passes ok of the served figures, and
+    how many of its slots a rate search skipped (lab.orchestration.search); None (0) for an
+    offline variant."""
 
     metric_name: str | None = None
     threshold: float | None = None
@@ -182,9 +184,10 @@ class VariantSummary:
     @property
     def holds_objective(self) -> bool:
         """A server variant whose every pass ok held the locked latency objective and was accepted
-        (the same ML result): the rule of the highest holding rate, in the decision note and in
-        compare (:func:`server_configs`). False for an offline variant or one with no pass ok."""
-        return (self.request_rate is not None and self.successes > 0
+        (the same ML result), and that a rate search skipped in no repetition: the rule of the
+        highest holding rate, in the decision note and in compare (:func:`server_configs`). False
+        for an offline variant or one with no pass ok."""
+        return (self.request_rate is not None and self.successes > 0 and not self.served_skipped
                 and self.served_holds == self.successes == self.accepted_passes)
 
     def memory_verdict(self) -> str:
@@ -326,7 +329,8 @@ def summarize(rows: list[dict], feasibility: dict | None = None,
               validations: dict[str, Validation] | None = None) -> list[VariantSummary]:
     """One record per variant (in first-seen order). Durations are measured-window seconds of
     passes with status ok; ``failures`` counts every other attempt (oom, error, killed,
-    interrupted). ``accepted_passes`` counts rows with corpus_accepted true.
+    interrupted; a rate search's skipped slots are ``served_skipped``, never failures).
+    ``accepted_passes`` counts rows with corpus_accepted true.
 
     ``validations``: each pass's typed validation by pass id (the journal's); the quality
     verdict of a variant with no accepted pass is ``quality_verdict`` of them.
@@ -347,7 +351,8 @@ def summarize(rows: list[dict], feasibility: dict | None = None,
         metrics = [r["metric"] for r in rs if r.get("metric") is not None]
         accepted = sum(1 for r in rs if r.get("corpus_accepted") is True)
         first = rs[0]
-        failures = [r for r in rs if r["status"] != PassStatus.OK]
+        statuses = [r["status"] for r in rs]
+        failures = [r for r, st in zip(rs, statuses, strict=True) if st not in (PassStatus.OK, PassStatus.SKIPPED)]
         verdict = quality_verdict(accepted, len(rs), [(validations or {}).get(r["pass_id"]) for r in rs
                                                       if "pass_id" in r])
         feas = (feasibility or {}).get(vid, {"feasible": True, "reason": ""})
@@ -378,7 +383,7 @@ def summarize(rows: list[dict], feasibility: dict | None = None,
                                  default=None),
             "output_tokens_per_s_median": _median_known([r.get("output_tokens_per_s") for r in ok]),
             **_quality_figures([(validations or {}).get(r["pass_id"]) for r in rs if "pass_id" in r]),
-            **_served_figures(first.get("request_rate"), ok),
+            **_served_figures(first.get("request_rate"), ok, statuses.count(PassStatus.SKIPPED)),
             "starved_passes": [{"pass_id": r["pass_id"], "reason": r.get("starved_reason") or ""}
                                for r in ok if is_starved(r)],
         })
@@ -391,12 +396,13 @@ def _largest(rows: list[dict], column: str):
     return max((r[column] for r in rows if r.get(column)), default=None)
 
 
-def _served_figures(rate: float | None, ok: list[dict]) -> dict:
-    """A server variant's fields of VariantSummary: its declared ``rate`` and, from its passes ok,
-    the served figures (lab.report.served_cells); {} for an offline variant (the defaults stand)."""
+def _served_figures(rate: float | None, ok: list[dict], skipped: int) -> dict:
+    """A server variant's fields of VariantSummary: its declared ``rate``, from its passes ok the
+    served figures (lab.report.served_cells), and its ``skipped`` slots (a rate search's SKIPPED
+    rows); {} for an offline variant (the defaults stand)."""
     if rate is None:
         return {}
-    return {"request_rate": rate, "served_holds": sum(r.get(HOLDS) is True for r in ok),
+    return {"request_rate": rate, "served_holds": sum(r.get(HOLDS) is True for r in ok), "served_skipped": skipped,
             **{f"{c}_median": _median_known([r.get(c) for r in ok]) for c in SERVED_FIGURES}}
 
 

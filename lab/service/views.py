@@ -229,10 +229,10 @@ def build_plan(campaign_file, facts: dict) -> PlanView:
     an unusable campaign file; a missing model or corpus only fills ``note``.
     """
     from lab.orchestration.preflight import Check
-    from lab.orchestration.schedule import rotated_schedule
+    from lab.orchestration.search import planned_passes
 
     proto = load_protocol(campaign_file)
-    sched = rotated_schedule(list(proto.variants), proto.config.timing.repetitions)
+    sched = planned_passes(list(proto.variants), proto.config.timing.repetitions, proto.config.scenario.search)
     reps: dict[int, list[str]] = {}
     for p in sched:
         reps.setdefault(p.repetition, []).append(variant_short(p.variant))

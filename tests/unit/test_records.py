@@ -19,7 +19,8 @@ from lab.service.campaigns import runs_root
 
 
 def test_pass_statuses_are_the_plain_strings_stored_in_json_and_sqlite():
-    assert [s.value for s in PassStatus] == ["running", "ok", "oom", "error", "killed", "interrupted"]
+    assert [s.value for s in PassStatus] == ["running", "ok", "oom", "error", "killed", "interrupted",
+                                               "skipped"]
     assert json.dumps({"status": PassStatus.OOM}) == '{"status": "oom"}'
     db = sqlite3.connect(":memory:")
     db.execute("CREATE TABLE t (status TEXT)")

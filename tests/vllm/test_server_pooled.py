@@ -61,15 +61,15 @@ def pooled_run(request, tmp_path_factory, model_dir):
 
 @pytest.fixture(scope="module")
 def second_pooled(pooled_run, tmp_path_factory, model_dir):
-    """The same kind's campaign on a second rental (priced as a B200 package), for compare."""
+    """The same kind's campaign run again, as a second rental to compare (neither declares a package:
+    compare judges the served answers, nothing is priced)."""
     from lab.inputs.models import encoder_path
     from lab.service.campaigns import make_archive
 
     kind = pooled_run[0]
     d = tmp_path_factory.mktemp(f"serve-{kind}-b")
-    f = pooled_campaign(d, model_dir if kind == "classification" else encoder_path(), kind)
-    f.write_text(f.read_text().replace('gpu = "rtx-4090"', 'gpu = "b200"', 1))
-    return make_archive(run_reported(f).dir)
+    return make_archive(run_reported(pooled_campaign(d, model_dir if kind == "classification" else encoder_path(),
+                                                     kind)).dir)
 
 
 def test_two_rentals_served_answers_compare_by_the_kinds_rule(pooled_run, second_pooled, tmp_path):
