@@ -50,7 +50,8 @@ def rate_label(rate: float | None) -> str:
 
 def server_config_label(label: str, rate: float | None) -> str:
     """A variant's label without its request rate: the server configuration that a rate series
-    shares (``Variant.label`` of the same variant with ``request_rate`` None)."""
+    shares (the same text for each of its rates; Variant.label names every setting, so two
+    configurations never share it)."""
     return label.replace(rate_label(rate), "", 1) if rate is not None else label
 
 
@@ -194,10 +195,19 @@ class Variant:
 
     @property
     def label(self) -> str:
-        """Short human label, e.g. 'batch 8, fp32, longest, max 256'."""
-        s = f"batch {self.batch_size}, {self.precision}, {self.padding}, max {self.max_length}"
+        """Short human label, e.g. 'batch 8, fp32, longest, max 256'; a server variant's starts
+        'served' (the server batches and pads its requests itself: 'served, fp32, max 128, vllm,
+        max_num_seqs 4, 2 req/s'). Every vLLM option set is named, so two configurations never
+        share a label."""
+        s = (f"batch {self.batch_size}, {self.precision}, {self.padding}, max {self.max_length}"
+             if self.request_rate is None else f"served, {self.precision}, max {self.max_length}")
         s += (", bucketed" if self.bucketing else "") + (", compiled" if self.compile else "")
         s += f", {self.engine}" if self.engine != ENGINES[0] else ""
+        s += "".join(f", {name} {value:g}" if isinstance(value, float) else f", {name} {value}"
+                     for name, value in (("max_num_seqs", self.max_num_seqs),
+                                         ("max_num_batched_tokens", self.max_num_batched_tokens),
+                                         ("memory", self.vllm_memory_fraction)) if value is not None)
+        s += "" if self.prefix_caching is None else f", prefix caching {'on' if self.prefix_caching else 'off'}"
         s += rate_label(self.request_rate)
         return s + (f", {self.cards} cards" if self.cards != 1 else "")
 

@@ -84,8 +84,8 @@ def test_the_package_holding_the_peak_for_the_least_committed_budget_is_chosen(t
     [line] = s.break_even
     # A at 110 USD per 2 req/s, B at 2,071 USD per 80 req/s: B commits less once A needs 19 lots;
     # judged up to what 20 lots of the smaller lot hold (40 req/s)
-    assert line.startswith("Break-even traffic, A batch 1, fp32, longest, max 256, vllm against B batch 1, "
-                           "fp32, longest, max 256, vllm: B batch 1, fp32, longest, max 256, vllm commits less "
+    assert line.startswith("Break-even traffic, A served, fp32, max 256, vllm against B served, "
+                           "fp32, max 256, vllm: B served, fp32, max 256, vllm commits less "
                            "from a peak over 36 req/s"), line
     text = "\n".join(s.lines())
     assert "**Serving decision: host A (small host, archive a.tar.gz)" in text

@@ -27,7 +27,7 @@ def test_a_rate_that_is_not_positive_is_refused():
     assert served_requests(2.0, 168) == 2.0 * 168 * 3600
 
 
-def summary(rate, holds=1, successes=1, accepted=1, label="batch 1, fp32, longest, max 128, vllm"):
+def summary(rate, holds=1, successes=1, accepted=1, label="served, fp32, max 128, vllm"):
     suffix = f", {rate:g} req/s" if rate is not None else ""
     return VariantSummary(variant_id=f"v-{rate}", label=label + suffix, durations_s=(10.0,), median_s=10.0,
                           successes=successes, accepted_passes=accepted, quality_verdict="accepted",
@@ -45,7 +45,7 @@ def test_the_highest_holding_rate_is_sized_and_priced_at_the_declared_traffic():
                summary(8.0, holds=0)]
     text = decision(records, ScenarioSection(kind="server", ttft_s=1.0, peak_rate=20.0, average_rate=5.0))
     assert "**Chosen: batch 8, fp32, longest, max 128**" in text  # the offline ranking: offline only
-    assert "- batch 1, fp32, longest, max 128, vllm: **4 req/s** (1 of 1 pass(es) held it" in text
+    assert "- served, fp32, max 128, vllm: **4 req/s** (1 of 1 pass(es) held it" in text
     assert "rates tried: 1, 2, 4, 8 req/s" in text
     # 20 req/s over 4 req/s per card, 1 card per lot: 5 lots of the 7-day package at 110.00 USD per lot
     assert "Peak 20 req/s: 5 lot(s) of 1 NVIDIA GeForce RTX 4090 card(s)" in text and "550.00 USD" in text

@@ -100,11 +100,23 @@ def test_the_runner_refuses_a_pass_json_with_a_wrong_type(tmp_path, edit, messag
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_a_server_configuration_is_its_variants_label_without_the_rate(precision):
-    """The serving Decision groups a rate series by this label: the same text the variant
-    without a rate has, the factors before the rate kept."""
-    served = Variant(batch_size=1, engine="vllm", request_rate=2.5, precision=precision)
+    """The serving Decision groups a rate series by this label: the same text for every rate of a
+    configuration, the factors before the rate kept; the server's own settings named, batch size
+    and padding not (the server batches and pads itself)."""
+    served = Variant(batch_size=1, engine="vllm", request_rate=2.5, precision=precision, max_num_seqs=4)
+    assert served.label == f"served, {precision}, max 256, vllm, max_num_seqs 4, 2.5 req/s"
+    config = server_config_label(served.label, served.request_rate)
+    assert config == f"served, {precision}, max 256, vllm, max_num_seqs 4"
+    assert server_config_label(replace(served, request_rate=10.0).label, 10.0) == config
+    other = replace(served, max_num_seqs=8)  # another configuration: another label
+    assert server_config_label(other.label, other.request_rate) != config
     offline = replace(served, request_rate=None)
-    assert "2.5 req/s" in served.label
-    assert server_config_label(served.label, served.request_rate) == offline.label
-    assert server_config_label(offline.label, None) == offline.label
-    assert server_config_label(replace(served, request_rate=10.0).label, 10.0) == offline.label
+    assert server_config_label(offline.label, None) == offline.label == "batch 1, " + (
+        f"{precision}, longest, max 256, vllm, max_num_seqs 4")
+
+
+def test_every_vllm_option_set_is_in_the_label():
+    v = Variant(engine="vllm", max_num_seqs=4, max_num_batched_tokens=1024, vllm_memory_fraction=0.5,
+                prefix_caching=False)
+    assert v.label == ("batch 1, fp32, longest, max 256, vllm, max_num_seqs 4, max_num_batched_tokens 1024, "
+                       "memory 0.5, prefix caching off")
