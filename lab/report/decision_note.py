@@ -409,6 +409,20 @@ def serving_lines(v: VariantSummary) -> list[str]:
             f"- Latency objective: held in {v.served_holds} of {v.successes} pass(es) ok"]
 
 
+def served_spread(v: VariantSummary) -> str:
+    """'spread over its 3 passes ok: p99 TTFT median 0.040 s, worst 0.046 s; ...; achieved rate median
+    3.98, lowest 3.95 req/s': a server variant's medians beside its worst pass (VariantSummary)."""
+    names = (("TTFT", v.served_ttft_p99_s_median, v.served_ttft_p99_s_max),
+             ("TPOT", v.served_tpot_p99_s_median, v.served_tpot_p99_s_max),
+             ("end-to-end", v.served_e2el_p99_s_median, v.served_e2el_p99_s_max))
+    parts = [f"p99 {name} median {m:.3f} s, worst {w:.3f} s" for name, m, w in names
+             if m is not None and w is not None]
+    if v.served_achieved_rate_median is not None and v.served_achieved_rate_min is not None:
+        parts.append(f"achieved rate median {v.served_achieved_rate_median:.3g}, lowest "
+                     f"{v.served_achieved_rate_min:.3g} req/s")
+    return f"spread over its {v.successes} passes ok: " + "; ".join(parts)
+
+
 def serving_decision(rows: Sequence[Assessment], scenario=None) -> list[str]:
     """The Decision's serving part: per server configuration (its variants but for the rate), the
     highest declared rate at which every pass ok held the objective and was accepted (the same ML
@@ -432,7 +446,7 @@ def serving_decision(rows: Sequence[Assessment], scenario=None) -> list[str]:
         b = config.holding.variant
         line = (f"- {config.label}: **{b.request_rate:g} req/s** ({b.served_holds} of {b.successes} pass(es) held it "
                 f"and were accepted; rates tried: {tried} req/s)"
-                + ("; too few passes to state its spread" if b.successes < 2 else ""))
+                + ("; too few passes to state its spread" if b.successes < 2 else f"; {served_spread(b)}"))
         out.append(line)
         out += _serving_cost(config.holding, scenario)
     return out

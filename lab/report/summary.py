@@ -137,10 +137,15 @@ class VariantSummary:
     served_e2el_p99_s_median: float | None = None
     served_lag_p99_s_median: float | None = None
     served_skipped: int = 0
+    served_achieved_rate_min: float | None = None
+    served_ttft_p99_s_max: float | None = None
+    served_tpot_p99_s_max: float | None = None
+    served_e2el_p99_s_max: float | None = None
     """A server variant (lab.report.served_cells): its declared request rate (req/s), how many of its
-    passes ok held the locked objective, the medians over its passes ok of the served figures, and
-    how many of its slots a rate search skipped (lab.orchestration.search); None (0) for an
-    offline variant."""
+    passes ok held the locked objective, the medians over its passes ok of the served figures, how
+    many of its slots a rate search skipped (lab.orchestration.search), and the spread over its
+    passes ok: the lowest achieved rate and the highest 99th percentile of each latency (its worst
+    pass; s); None (0) for an offline variant."""
 
     metric_name: str | None = None
     threshold: float | None = None
@@ -396,13 +401,22 @@ def _largest(rows: list[dict], column: str):
     return max((r[column] for r in rows if r.get(column)), default=None)
 
 
+SPREAD = ("served_achieved_rate", "served_ttft_p99_s", "served_tpot_p99_s", "served_e2el_p99_s")
+"""The served figures whose worst pass a server variant's summary keeps beside the median."""
+LOWEST = ("served_achieved_rate",)
+"""Of SPREAD, those whose worst pass is the lowest (the others: the highest)."""
+
+
 def _served_figures(rate: float | None, ok: list[dict], skipped: int) -> dict:
     """A server variant's fields of VariantSummary: its declared ``rate``, from its passes ok the
     served figures (lab.report.served_cells), and its ``skipped`` slots (a rate search's SKIPPED
     rows); {} for an offline variant (the defaults stand)."""
     if rate is None:
         return {}
+    known = {c: [float(r[c]) for r in ok if r.get(c) is not None] for c in SPREAD}
     return {"request_rate": rate, "served_holds": sum(r.get(HOLDS) is True for r in ok), "served_skipped": skipped,
+            **{f"{c}_{'min' if c in LOWEST else 'max'}": (min(v) if c in LOWEST else max(v)) if v else None
+               for c, v in known.items()},
             **{f"{c}_median": _median_known([r.get(c) for r in ok]) for c in SERVED_FIGURES}}
 
 

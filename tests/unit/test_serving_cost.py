@@ -63,3 +63,25 @@ def test_no_rate_that_holds_and_no_declared_traffic_are_said():
 
 def test_an_offline_campaign_has_no_serving_part():
     assert "Serving" not in decision([summary(None, label="batch 8")], None)
+
+
+def test_the_holding_rate_states_its_spread_over_its_passes():
+    """The worst pass beside the median (VariantSummary.served_*_max / _min), as summarize keeps them."""
+    from dataclasses import replace
+
+    from lab.report.summary import summarize
+
+    rows = [{"variant_id": "v-4", "variant_label": "served, fp32, max 128, vllm, 4 req/s", "pass_id": f"p{k}",
+             "status": "ok", "measured_s": 50.0, "request_rate": 4.0, "served_objective_holds": True,
+             "served_achieved_rate": rate, "served_ttft_p99_s": ttft, "served_tpot_p99_s": None,
+             "served_e2el_p99_s": 0.5}
+            for k, (rate, ttft) in enumerate([(3.9, 0.040), (4.0, 0.046), (4.1, 0.035)])]
+    rows.append({**rows[0], "pass_id": "p9", "status": "skipped", "measured_s": None})
+    [v] = summarize(rows)
+    assert (v.successes, v.failures, v.served_skipped) == (3, 0, 1)
+    assert (v.served_achieved_rate_min, v.served_ttft_p99_s_max, v.served_tpot_p99_s_max) == (3.9, 0.046, None)
+    held = replace(summary(4.0, holds=3, successes=3, accepted=3), served_ttft_p99_s_median=0.040,
+                   served_ttft_p99_s_max=0.046, served_achieved_rate_median=4.0, served_achieved_rate_min=3.9)
+    text = decision([summary(None, label="batch 8"), held], ScenarioSection(kind="server", ttft_s=1.0))
+    assert ("(3 of 3 pass(es) held it and were accepted; rates tried: 4 req/s); spread over its 3 passes ok: p99 TTFT "
+            "median 0.040 s, worst 0.046 s; achieved rate median 4, lowest 3.9 req/s") in text, text
