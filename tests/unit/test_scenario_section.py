@@ -69,7 +69,7 @@ def test_the_demo_serving_campaign_loads_with_its_objective_and_an_offline_refer
     assert sorted(v.request_rate for v in proto.variants if v.request_rate is not None) == [4.0, 8.0, 16.0]
     assert proto.reference.request_rate is None and proto.reference.batch_size == 8
     sc = proto.config.scenario
-    assert sc.server and sc.bounds() == [("ttft", 99.0, 0.5), ("tpot", 99.0, 0.1)] and sc.peak_rate == 50
+    assert sc.server and sc.bounds() == [("ttft", 99.0, 0.5), ("tpot", 99.0, 0.1)] and sc.peak_rate == 50 and sc.search
     assert proto.config.timing.repetitions == 5
 
 
