@@ -26,7 +26,7 @@ from lab.cost.sizing import served_requests, serving_lots
 from lab.orchestration.agreement import AgreementRule, MapAgreement, judge_maps, judge_vectors
 from lab.passes.events import PassStatus
 from lab.report.caveats import Basis, rests_on
-from lab.report.summary import VariantSummary, server_configs
+from lab.report.summary import VariantSummary, rates_tried, server_configs
 
 MAX_RANGES = 6
 """Peak ranges a break-even line names before it says how many more there are."""
@@ -44,6 +44,8 @@ class ServedOffer:
     config: str
     rates: tuple[float, ...]
     variant: VariantSummary | None
+    skipped: tuple[float, ...]
+    """Of ``rates``, those a rate search never ran (lab.report.summary.ServerConfig.skipped)."""
     quote: Quote | None
     why: str
     basis: Basis | None = None
@@ -66,13 +68,13 @@ class ServedOffer:
 
     def line(self) -> str:
         """The offer as decision.md lists it."""
-        tried = ", ".join(f"{r:g}" for r in self.rates)
+        tried = rates_tried(self.rates, self.skipped)
         head = f"{self.key} ({self.archive}, {self.hardware})"
         if self.variant is None:
-            return f"{head}: no declared rate holds the objective (rates tried: {tried} req/s)"
+            return f"{head}: no declared rate holds the objective (rates tried: {tried})"
         v = self.variant
         held = (f"holds {v.request_rate:g} req/s per card ({v.served_holds} of {v.successes} pass(es) held it and "
-                f"were accepted; rates tried: {tried} req/s)")
+                f"were accepted; rates tried: {tried})")
         if self.quote is None:
             return f"{head}: {held}; not sized: {self.why}"
         q = self.quote
@@ -90,14 +92,16 @@ class ServedOffer:
         return text + (f"; {clause}" if clause else "")
 
 
-SERVING_COLUMNS = ("host", "archive", "hardware", "config", "rates_tried", "holding_rate", "holding_passes",
+SERVING_COLUMNS = ("host", "archive", "hardware", "config", "rates_tried", "rates_skipped", "holding_rate",
+                   "holding_passes",
                    "passes_ok", "achieved_rate_median", "goodput_median", "ttft_p99_s_median",
                    "tpot_p99_s_median", "e2el_p99_s_median", "lag_p99_s_median", "peak_rate", "average_rate",
                    "objective", "package_days", "package_lots", "cards_per_lot", "committed_budget", "currency",
                    "per_million_requests", "per_million_output_tokens", "too_short", "why_not_sized", "chosen")
 """serving.csv (beside compare.csv for server archives): one row per host and server configuration:
-rates tried (req/s, space-separated), the highest holding one (req/s; empty: none holds) with how
-many passes held it of its passes ok and its served medians (req/s, s), the declared traffic
+rates tried and those a rate search skipped in every repetition (req/s, space-separated), the
+highest holding one (req/s; empty: none holds) with how many passes held it of its passes ok and
+its served medians (req/s, s), the declared traffic
 (req/s), the lots sized for the peak with their committed budget, the costs per million at the
 average traffic, why it is not ranked or not sized, and whether it is the serving decision."""
 
@@ -123,7 +127,8 @@ class ServingComparison:
             v, q = o.variant, o.quote
             out.append({
                 "host": o.host, "archive": o.archive, "hardware": o.hardware, "config": o.config,
-                "rates_tried": " ".join(f"{r:g}" for r in o.rates),
+                "rates_tried": " ".join(f"{r:g}" for r in o.rates if r not in o.skipped),
+                "rates_skipped": " ".join(f"{r:g}" for r in o.skipped),
                 "holding_rate": v.request_rate if v else None, "holding_passes": v.served_holds if v else None,
                 "passes_ok": v.successes if v else None,
                 "achieved_rate_median": v.served_achieved_rate_median if v else None,
@@ -248,7 +253,7 @@ def offers_of(ev: Evidence, host: str, catalog: Catalog, peak: float | None,
     out = []
     for config in server_configs(server_summaries(ev), lambda v: v):
         v = config.holding
-        base = (host, ev.name, ev.hardware, config.label, config.rates, v)
+        base = (host, ev.name, ev.hardware, config.label, config.rates, v, config.skipped)
         if v is None:
             out.append(ServedOffer(*base, quote=None, why="no declared rate holds the objective"))
             continue

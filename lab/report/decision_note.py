@@ -439,13 +439,13 @@ def serving_decision(rows: Sequence[Assessment], scenario=None) -> list[str]:
     out = ["", "**Serving: the highest declared request rate that holds the latency objective.** The offline "
            "ranking above does not rank server passes (their windows are set by the rates)."]
     for config in configs:
-        tried = ", ".join(f"{r:g}" for r in config.rates)
+        tried = config.tried()
         if config.holding is None:
-            out.append(f"- {config.label}: no declared rate holds it (rates tried: {tried} req/s)")
+            out.append(f"- {config.label}: no declared rate holds it (rates tried: {tried})")
             continue
         b = config.holding.variant
         line = (f"- {config.label}: **{b.request_rate:g} req/s** ({b.served_holds} of {b.successes} pass(es) held it "
-                f"and were accepted; rates tried: {tried} req/s)"
+                f"and were accepted; rates tried: {tried})"
                 + ("; too few passes to state its spread" if b.successes < 2 else f"; {served_spread(b)}"))
         out.append(line)
         out += _serving_cost(config.holding, scenario)

@@ -303,6 +303,23 @@ class ServerConfig(Generic[T]):
     label: str
     rates: tuple[float, ...]
     holding: T | None
+    skipped: tuple[float, ...] = ()
+    """The rates a rate search skipped in every repetition (never run; lab.orchestration.search)."""
+
+    def tried(self) -> str:
+        """The configuration's rates in words (:func:`rates_tried`)."""
+        return rates_tried(self.rates, self.skipped)
+
+
+def rates_tried(rates: Sequence[float], skipped: Sequence[float]) -> str:
+    """'1, 2 req/s' and, under a search, '; 4, 8 req/s skipped by the rate search': a server
+    configuration's declared ``rates`` (req/s) as the decision note and compare state them,
+    ``skipped`` those a rate search never ran."""
+    ran = [r for r in rates if r not in skipped]
+    text = ", ".join(f"{r:g}" for r in ran) + " req/s" if ran else "none run"
+    if skipped:
+        text += "; " + ", ".join(f"{r:g}" for r in skipped) + " req/s skipped by the rate search"
+    return text
 
 
 def server_configs(items: Sequence[T], summary_of: Callable[[T], VariantSummary]) -> list[ServerConfig[T]]:
@@ -320,8 +337,10 @@ def server_configs(items: Sequence[T], summary_of: Callable[[T], VariantSummary]
             return summary_of(item).request_rate or 0.0
 
         holding = [x for x in group if summary_of(x).holds_objective]
+        never_ran = [rate(x) for x in group if summary_of(x).served_skipped and not summary_of(x).successes
+                     and not summary_of(x).failures]
         out.append(ServerConfig(label, tuple(sorted(rate(x) for x in group)),
-                                max(holding, key=rate) if holding else None))
+                                max(holding, key=rate) if holding else None, tuple(sorted(never_ran))))
     return out
 
 

@@ -85,3 +85,18 @@ def test_the_holding_rate_states_its_spread_over_its_passes():
     text = decision([summary(None, label="batch 8"), held], ScenarioSection(kind="server", ttft_s=1.0))
     assert ("(3 of 3 pass(es) held it and were accepted; rates tried: 4 req/s); spread over its 3 passes ok: p99 TTFT "
             "median 0.040 s, worst 0.046 s; achieved rate median 4, lowest 3.9 req/s") in text, text
+
+
+def test_rates_a_search_never_ran_are_named_apart_from_the_rates_tried():
+    from dataclasses import replace
+
+    from lab.report.summary import server_configs
+
+    never = replace(summary(4.0, holds=0, successes=0, accepted=0), served_skipped=2)
+    once = replace(summary(2.0, holds=1, successes=1, accepted=1), served_skipped=1)  # ran in one repetition
+    records = [summary(None, label="batch 8"), summary(1.0), once, never]
+    [config] = server_configs(records, lambda v: v)
+    assert config.skipped == (4.0,) and config.holding is records[1]  # 2 req/s was skipped once: it does not hold
+    assert config.tried() == "1, 2 req/s; 4 req/s skipped by the rate search"
+    text = decision(records, ScenarioSection(kind="server", ttft_s=1.0, search=True))
+    assert "rates tried: 1, 2 req/s; 4 req/s skipped by the rate search)" in text, text

@@ -58,6 +58,8 @@ def test_a_search_skips_the_rates_above_one_that_fails_in_each_repetition_and_ve
     assert summary[4.0].served_skipped == summary[8.0].served_skipped == 2
     assert summary[4.0].failures == 0 and summary[2.0].served_skipped == 0
     assert not any(v.holds_objective for v in summary.values())
+    note = (orch.dir / "report" / "decision_note.md").read_text()
+    assert "no declared rate holds it (rates tried: 2 req/s; 4, 8 req/s skipped by the rate search)" in note
     archive = make_archive(orch.dir)
     result = verify(archive)
     assert result.ok, result.problems
