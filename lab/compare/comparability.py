@@ -354,7 +354,7 @@ def check_comparable(evidence: list[Evidence]) -> dict:
     if differences:
         raise CompareError(f"not comparable: {'; '.join(differences)}; compare only archives of the "
                            "same corpus, model and rules")
-    ids = [[v["variant_id"] for v in e.summary] for e in evidence]
+    ids = [[v.variant_id for v in e.variants] for e in evidence]
     common = [v for v in ids[0] if all(v in other for other in ids[1:])]
     if not common:
         raise CompareError("not comparable: no variant (content id) is in every archive; run the "

@@ -619,13 +619,13 @@ def compare_evidence(evidence: list[Evidence], load_items: int | None, *, deadli
     projections = []
     # every variant each archive measured (a host's variant the other host never ran is still
     # that host's evidence: projected, compared across hosts only where both have it)
-    order = list(identity["common_variants"]) + [v["variant_id"] for ev in evidence for v in ev.summary]
+    order = list(identity["common_variants"]) + [v.variant_id for ev in evidence for v in ev.variants]
     order = list(dict.fromkeys(order))
     for ev, tag in zip(evidence, tags, strict=True):
         if load_items is None:  # server archives without --load: the serving part decides
             break
         served = served_variant_ids(ev)  # compared in the serving part, never projected
-        by_id = {vid: v for v in ev.summary if (vid := v["variant_id"]) not in served}
+        by_id = {v.variant_id: v for v in ev.variants if v.variant_id not in served}
         for vid in (v for v in order if v in by_id):
             projections.append(project(ev, by_id[vid], catalog, load_items, hours_available, max_lots,
                                        host=tag, allow_short=allow_short))

@@ -31,6 +31,7 @@ from lab.passes.tasks.embedding import VECTORS_FILE
 from lab.passes.tasks.embedding_metrics import load_vectors
 from lab.report.raw_row import RawRow
 from lab.report.raw_table import pass_cards
+from lab.report.summary import VariantSummary
 
 NO_PACKAGE = "no package declared in [cost]"
 READ_MEMBERS = ("report/manifest.json", "campaign.lock.json", "corpus_card.json", "campaign.toml")
@@ -47,13 +48,14 @@ class CompareError(UserError):
 @dataclass(frozen=True)
 class Evidence:
     """What a comparison reads from one archive. ``name``: the archive's file name without
-    .tar.gz; ``raw_rows``: raw-table rows, typed (lab.report.raw_row.RawRow), and ``summary``:
-    summary.json objects, both as ``archive verify`` re-derived them from the journal and the
-    pass records (lab.evidence.table_checks), never the archive's own raw_table.csv or summary.json."""
+    .tar.gz; ``raw_rows``: raw-table rows, typed (lab.report.raw_row.RawRow), and ``variants``:
+    the summary, one typed record per variant (lab.report.summary.VariantSummary), both as
+    ``archive verify`` re-derived them from the journal and the pass records
+    (lab.evidence.table_checks), never the archive's own raw_table.csv or summary.json."""
     path: Path
     name: str
     manifest: dict
-    summary: list[dict]
+    variants: tuple[VariantSummary, ...]
     raw_rows: list[RawRow]
     campaign: dict
     lock: dict
@@ -86,6 +88,12 @@ class Evidence:
     result.json (lab.report.raw_table.pass_cards): what the hardware check of lab.cost.hardware
     reads; a pass whose result.json the archive lacks is left out."""
 
+    @property
+    def summary(self) -> list[dict]:
+        """The summary as summary.json objects (VariantSummary.to_json of ``variants``), for readers
+        that decode them themselves (lab.compare.serving)."""
+        return [v.to_json() for v in self.variants]
+
     def measured(self, variant_id: str) -> Measured:
         """The hardware the passes of ``variant_id`` ran on (lab.cost.hardware.Measured; passes: 0
         when no pass record was read, e.g. an archive older than them)."""
@@ -110,7 +118,7 @@ class Evidence:
     @property
     def not_run(self) -> list[str]:
         """Labels of declared variants with no attempted pass in this archive."""
-        ran = {v["variant_id"] for v in self.summary}
+        ran = {v.variant_id for v in self.variants}
         return [label for vid, label in self.planned if vid not in ran]
 
     @property
@@ -233,7 +241,8 @@ def read_evidence(archive: str | Path, metric_file: str | Path | None = None,
         raise CompareError(f"{archive.name}: campaign.toml does not parse as a campaign file "
                            f"({exc}); fix it in the campaign and re-pack the archive") from None
     name = archive.name.removesuffix(".tar.gz")
-    return Evidence(archive, name, manifest, v.rederived.summary, rows, campaign, lock, card,
+    variants = tuple(VariantSummary.from_json(d) for d in v.rederived.summary)
+    return Evidence(archive, name, manifest, variants, rows, campaign, lock, card,
                     v.files_checked, config, info, catalog, predictions,
                     {vid: pid for vid, (pid, _rel) in chosen.items() if vid in predictions}, vectors, held,
                     v.signature or UNSIGNED, cards)

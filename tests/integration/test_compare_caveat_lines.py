@@ -29,12 +29,13 @@ def starved_at(ev: Evidence, rate: float | None = None) -> Evidence:
     if rate is not None:
         rows = [dict(r, items_per_s=str(rate), measured_s=str(float(r["items_total"]) / rate))
                 if r["status"] == "ok" else r for r in rows]
-    summary = []
-    for v in ev.summary:
-        ok = [r for r in rows if r["variant_id"] == v["variant_id"] and r["status"] == "ok"]
-        summary.append(dict(v, durations_s=[float(r["measured_s"]) for r in ok],
-                            starved_passes=[{"pass_id": r["pass_id"], "reason": r["starved_reason"]} for r in ok]))
-    return dataclasses.replace(ev, raw_rows=raw_rows_of(rows), summary=summary)
+    variants = []
+    for v in ev.variants:
+        ok = [r for r in rows if r["variant_id"] == v.variant_id and r["status"] == "ok"]
+        variants.append(dataclasses.replace(
+            v, durations_s=tuple(float(r["measured_s"]) for r in ok),
+            starved_passes=tuple({"pass_id": r["pass_id"], "reason": r["starved_reason"]} for r in ok)))
+    return dataclasses.replace(ev, raw_rows=raw_rows_of(rows), variants=tuple(variants))
 
 
 @pytest.fixture(scope="module")

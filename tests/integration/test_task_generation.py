@@ -227,16 +227,16 @@ def test_compare_of_generation_rentals_shows_output_tokens_priced_as_each_campai
     ev = load_evidence(archive)
     other = dataclasses.replace(ev, name="other",
                                 raw_rows=raw_rows_of([{**r.cells, "pass_id": r.pass_id + "-b"} for r in ev.raw_rows]))
-    corpus_items = ev.summary[0]["items_total"]
+    corpus_items = ev.variants[0].items_total
     c = compare_evidence([ev, other], corpus_items, allow_short=True, window_start="2026-12-01T09:00+00:00",
                          deadline="2026-12-05T09:00+00:00")
     rows = comparison_table(c).to_dict("records")
-    by_id = {v["variant_id"]: v for v in ev.summary}
-    assert len(rows) == 2 * len(ev.summary)
+    by_id = {v.variant_id: v for v in ev.variants}
+    assert len(rows) == 2 * len(ev.variants)
     for r in rows:
         v = by_id[r["variant_id"]]
-        assert r["output_tokens"] == v["output_tokens"] > 0 and r["output_tokens_at_load"] == v["output_tokens"]
-        assert r["output_tokens_per_s_median"] == pytest.approx(v["output_tokens_per_s_median"], abs=1e-4)
+        assert r["output_tokens"] == v.output_tokens > 0 and r["output_tokens_at_load"] == v.output_tokens
+        assert r["output_tokens_per_s_median"] == pytest.approx(v.output_tokens_per_s_median, abs=1e-4)
         assert r["cost_per_item"] > 0 and r["cost_per_million_output_tokens"] > 0 and not r["tokens_note"]
     note = (orch.dir / "report" / "decision_note.md").read_text()
     md = (write_comparison(c, tmp_path / "cmp")["decision"]).read_text()

@@ -11,6 +11,7 @@ import pytest
 from lab.compare.comparability import check_comparable
 from lab.compare.evidence import CompareError, Evidence
 from lab.report.raw_row import raw_rows_of
+from lab.report.summary import VariantSummary
 
 
 def archive(name: str, kind: str | None, corpus: str, model: dict, quality: dict, task: dict | None = None,
@@ -22,7 +23,7 @@ def archive(name: str, kind: str | None, corpus: str, model: dict, quality: dict
     manifest = {"corpus": {"sha256": corpus}, "model": {"kind": "local", "files_sha256": model},
                 "campaign": {"protocol_sha256": f"proto-{name}"}}
     return Evidence(path=Path(f"{name}.tar.gz"), name=name, manifest=manifest,
-                    summary=[{"variant_id": "v1"}],
+                    variants=(VariantSummary(variant_id="v1", label="v1"),),
                     raw_rows=raw_rows_of([{"pass_id": f"{name}-p1", "start_time": "t"}]),
                     campaign=campaign, lock={"versions": [{"sha256": f"proto-{name}", **(lock or {})}]},
                     corpus_card=None, files_checked=0, config=None, held_back=held_back)  # type: ignore[arg-type]

@@ -15,6 +15,7 @@ from lab.cost.forfaits import load_catalog
 from lab.orchestration.config import parse_config
 from lab.orchestration.protocol import DEMO_CAMPAIGN
 from lab.report.raw_row import raw_rows_of
+from lab.report.summary import VariantSummary
 
 CAVEAT = "these durations include recompilation: dynamo compiled inside the measured window of 2 of 5"
 
@@ -27,15 +28,15 @@ def evidence(name: str) -> Evidence:
                          "model_load_s": "2.0", "warmup_s": "3.0", "backend": "cpu", "cards": "",
                          "items_total": "1000", "measured_s": str(1000 / (10.0 + i)), "corpus_accepted": "True"}
                         for i in range(5)])
-    return Evidence(path=None, name=name, manifest={"cpu": {"name": "test cpu"}}, summary=[], raw_rows=rows,
+    return Evidence(path=None, name=name, manifest={"cpu": {"name": "test cpu"}}, variants=(), raw_rows=rows,
                     campaign={}, lock={}, corpus_card=None, files_checked=1, config=parse_config(raw))
 
 
-def variant(recompiled: int) -> dict:
-    return {"variant_id": "v", "label": "batch 8, compile", "accepted_passes": 5, "successes": 5,
-            "failures": 0, "durations_s": [1.0, 1.1, 1.2, 1.3, 1.4], "median_s": 1.2, "min_s": 1.0,
-            "max_s": 1.4, "quality_verdict": "accepted", "feasible": True,
-            "recompiled_passes": recompiled, "recompiles_measured_max": 3 if recompiled else 0}
+def variant(recompiled: int) -> VariantSummary:
+    return VariantSummary(variant_id="v", label="batch 8, compile", accepted_passes=5, successes=5,
+                          failures=0, durations_s=(1.0, 1.1, 1.2, 1.3, 1.4), median_s=1.2, min_s=1.0,
+                          max_s=1.4, quality_verdict="accepted", feasible=True,
+                          recompiled_passes=recompiled, recompiles_measured_max=3 if recompiled else 0)
 
 
 def test_a_recompiled_variant_is_flagged_in_every_file_of_a_comparison():
@@ -70,7 +71,7 @@ def test_setup_sums_every_set_up_phase_of_the_record_engine_start_and_compile_in
     # 4 s on another pass; the measured window and after are not set-up
     cells = [dict(r.cells, engine_start_s="61.9", evaluation_s="50.0", writing_s="9.0") for r in ev.raw_rows]
     cells[0]["compile_s"] = "4.0"
-    ev = Evidence(path=None, name="vllm", manifest=ev.manifest, summary=[], raw_rows=raw_rows_of(cells),
+    ev = Evidence(path=None, name="vllm", manifest=ev.manifest, variants=(), raw_rows=raw_rows_of(cells),
                   campaign={}, lock={}, corpus_card=None, files_checked=1, config=ev.config)
     p = project(ev, variant(0), load_catalog(None), 1000, None, 2)
     assert p.setup_s == 1.0 + 2.0 + 61.9 + 4.0 + 3.0
