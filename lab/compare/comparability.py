@@ -29,6 +29,7 @@ import json
 from dataclasses import fields
 from pathlib import Path
 
+from lab.compare.comparison_records import Identity
 from lab.compare.evidence import CompareError, Evidence
 
 TIMING_CONDITIONS = ("threads",)  # may differ between rentals: recorded, not part of the rule
@@ -329,11 +330,10 @@ def refuse_one_run(evidence: list[Evidence]) -> None:
             seen.setdefault(pair, e.name)
 
 
-def check_comparable(evidence: list[Evidence]) -> dict:
+def check_comparable(evidence: list[Evidence]) -> Identity:
     """Raise CompareError when corpus, model files, task, quality rule or timing rule differ: one
     line naming every difference found (each field with both values), not only the first;
-    else return the shared identity
-    {corpus_sha256, model, two_models, quality, timing, common_variants, missing}: ``two_models``
+    else return the shared identity (lab.compare.comparison_records.Identity): ``two_models``
     lists the archives that are a declared new-model question version of another (``new_model_of``;
     the model files then differ on purpose and the comparison is of two models); ``common_variants``
     are the variant ids every archive has (declared order of the first), ``missing`` maps
@@ -360,7 +360,7 @@ def check_comparable(evidence: list[Evidence]) -> dict:
         raise CompareError("not comparable: no variant (content id) is in every archive; run the "
                            "same campaign file's series on each rental")
     missing = {e.name: [v for v in i if v not in common] for e, i in zip(evidence, ids, strict=True)}
-    return {"corpus_sha256": corpus_sha256(first), "model": (first.manifest.get("model") or {}),
-            "two_models": two_models,
-            "quality": first.campaign.get("quality"), "timing": json.loads(timing_rule(first)),
-            "common_variants": common, "missing": {k: v for k, v in missing.items() if v}}
+    return Identity(corpus_sha256=corpus_sha256(first), model=(first.manifest.get("model") or {}),
+                    two_models=tuple(two_models), quality=first.campaign.get("quality"),
+                    timing=json.loads(timing_rule(first)), common_variants=tuple(common),
+                    missing={k: tuple(v) for k, v in missing.items() if v})

@@ -168,7 +168,8 @@ def test_prices_carry_their_catalog_version(rental_archives, tmp_path, monkeypat
     newer = edited_catalog(tmp_path, "2026-11-30", "300.00")
     monkeypatch.setattr(forfaits, "DEFAULT_CATALOG", str(newer))
     c = compare_archives([a, b], 50000, allow_short=True, **WINDOW)
-    assert c.catalog["version"] == "2026-11-30" and c.catalog["source"] == "the bundle's catalog"
+    assert c.catalog is not None
+    assert c.catalog.version == "2026-11-30" and c.catalog.source == "the bundle's catalog"
     rtx = [p for p in c.projections if p.host == "A rtx-4090"]
     for p in rtx:  # the archive's own budget, from its own catalog, unchanged
         assert p.archive_quote.committed_budget == 110 and p.archive_quote.catalog_version == "2026-09-24"
@@ -194,7 +195,7 @@ def test_prices_carry_their_catalog_version(rental_archives, tmp_path, monkeypat
     assert "\n" not in str(err.value)
     # --catalog names the catalog explicitly: used, and said so
     c = compare_archives([a, b], 50000, allow_short=True, catalog_path=str(newer), **WINDOW)
-    assert c.catalog["explicit"] and c.catalog["version"] == "2026-11-30"
+    assert c.catalog is not None and c.catalog.explicit and c.catalog.version == "2026-11-30"
 
 
 def test_passes_too_short_are_not_projected_unless_allowed(rental_archives, tmp_path):

@@ -106,13 +106,13 @@ def test_each_file_of_the_task_code_is_named_by_its_role():
     assert f'[task] entry sha256 differs: a has "{"e" * 64}", b has "{"d" * 64}"' in msg, msg
     assert f'[task] file:util.py sha256 differs: a has "{"u" * 64}"' in msg and "[quality]" not in msg, msg
     same = custom("c", {"entry": "e" * 64, "file:util.py": "u" * 64, "metric": "1" * 64}, "j" * 64)
-    assert check_comparable([a, same])["common_variants"] == ["v1"]
+    assert check_comparable([a, same]).common_variants == ("v1",)
 
 
 def test_an_archive_locked_before_the_per_file_map_is_compared_by_the_joint_digest():
     old = custom("old", None, "j" * 64)
     new = custom("new", {"entry": "e" * 64, "metric": "1" * 64}, "j" * 64)  # the same code, its map recorded
-    assert check_comparable([old, new])["common_variants"] == ["v1"]
+    assert check_comparable([old, new]).common_variants == ("v1",)
     other = custom("other", {"entry": "e" * 64, "metric": "2" * 64}, "k" * 64)
     with pytest.raises(CompareError) as e:
         check_comparable([old, other])

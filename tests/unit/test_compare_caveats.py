@@ -7,6 +7,7 @@ from __future__ import annotations
 import tomllib
 from datetime import datetime, timezone
 
+from lab.compare.comparison_records import Identity
 from lab.compare.decision import Comparison, steady_state_caveats
 from lab.compare.evidence import Evidence
 from lab.compare.projection import project
@@ -54,7 +55,8 @@ def test_a_recompiled_variant_is_flagged_in_every_file_of_a_comparison():
     assert steady_state_caveats([steady, flagged]) != []  # the next one's durations are used too
     assert steady_state_caveats([steady, steady, flagged]) == []  # third: not cited
 
-    c = Comparison(archives=(), identity={"corpus_sha256": "0" * 64}, projections=(flagged, steady),
+    c = Comparison(archives=(), identity=Identity(corpus_sha256="0" * 64, model={}, two_models=(), quality=None,
+                                     timing={}, common_variants=(), missing={}), projections=(flagged, steady),
                    load_items=1000, window_start=datetime(2026, 11, 30, tzinfo=timezone.utc), deadline=None,
                    hours_available=None, max_lots=2, catalog_path=catalog.path, chosen=None,
                    motivation=("no choice in this test",), cross_pairs=(), what_would_change=(), path=())
