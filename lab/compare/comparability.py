@@ -31,6 +31,7 @@ from pathlib import Path
 
 from lab.compare.comparison_records import Identity
 from lab.compare.evidence import CompareError, Evidence
+from lab.orchestration.lock_record import LockEntry, LockReplay
 
 TIMING_CONDITIONS = ("threads",)  # may differ between rentals: recorded, not part of the rule
 
@@ -38,7 +39,7 @@ TIMING_CONDITIONS = ("threads",)  # may differ between rentals: recorded, not pa
 def corpus_sha256(ev: Evidence) -> str:
     """The corpus file's sha256 from the manifest; CompareError when the lock disagrees."""
     sha = (ev.manifest.get("corpus") or {}).get("sha256") or ""
-    locked = {v.get("corpus_sha256") for v in ev.lock.get("versions", []) if v.get("corpus_sha256")}
+    locked = {v.corpus_sha256 for v in ev.lock.versions if v.corpus_sha256}
     if not sha:
         raise CompareError(f"{ev.name}: its manifest has no corpus sha256; re-pack the archive "
                            "with this version of the lab")
@@ -125,10 +126,10 @@ def timing_rule(ev: Evidence) -> str:
     return json.dumps({k: v for k, v in t.items() if k not in TIMING_CONDITIONS}, sort_keys=True)
 
 
-def own_lock_entry(ev: Evidence) -> dict:
-    """The lock entry of the protocol version this archive holds ({} when not found)."""
+def own_lock_entry(ev: Evidence) -> LockEntry:
+    """The lock entry of the protocol version this archive holds (an empty entry when not found)."""
     sha = (ev.manifest.get("campaign") or {}).get("protocol_sha256")
-    return next((v for v in ev.lock.get("versions", []) if v.get("sha256") == sha), {})
+    return next((v for v in ev.lock.versions if v.sha256 == sha), LockEntry())
 
 
 def new_model_of(a: Evidence, b: Evidence) -> str:
@@ -136,11 +137,12 @@ def new_model_of(a: Evidence, b: Evidence) -> str:
     (lab.evidence.replay, `campaign replay --new-model`: its lock entry's ``replays`` names the other's
     protocol version); else one clause saying so."""
     for new, old in ((a, b), (b, a)):
-        r = own_lock_entry(new).get("replays") or {}
+        entry = own_lock_entry(new)
+        r = entry.replays or LockReplay()
         old_sha = (old.manifest.get("campaign") or {}).get("protocol_sha256")
-        if r.get("change", "").startswith("model") and r.get("protocol_sha256") == old_sha:
-            return (f"{new.name} is question version {own_lock_entry(new).get('question_version')} with a new "
-                    f"model, replaying {r.get('archive')}")
+        if r.change.startswith("model") and r.protocol_sha256 == old_sha:
+            return (f"{new.name} is question version {entry.question_version} with a new "
+                    f"model, replaying {r.archive}")
     return ""
 
 
@@ -156,10 +158,9 @@ def user_code_sha256(ev: Evidence, per_role: bool = True) -> dict[str, str]:
     {JOINT_CODE: the lock's joint ``task_sha256``} (a lock written before the map). {} when the
     protocol runs no user code."""
     entry = own_lock_entry(ev)
-    files = entry.get("task_files_sha256")
-    if per_role and isinstance(files, dict):
-        return {str(k): str(v) for k, v in files.items()}
-    return {JOINT_CODE: entry["task_sha256"]} if entry.get("task_sha256") else {}
+    if per_role and entry.task_files_sha256 is not None:
+        return dict(entry.task_files_sha256)
+    return {JOINT_CODE: entry.task_sha256} if entry.task_sha256 else {}
 
 
 def per_role_comparable(evidence: list[Evidence]) -> bool:

@@ -25,6 +25,7 @@ from lab.facts.files import sha256_file
 from lab.facts.host import iteralab_command
 from lab.inputs.variants import expand_series
 from lab.orchestration.config import CampaignConfig, ConfigError, CostSection, parse_config
+from lab.orchestration.lock_record import CampaignLock, decode_lock
 from lab.passes.events import PassStatus
 from lab.passes.records import decode_result
 from lab.passes.tasks.embedding import VECTORS_FILE
@@ -58,7 +59,7 @@ class Evidence:
     variants: tuple[VariantSummary, ...]
     raw_rows: list[RawRow]
     campaign: dict
-    lock: dict
+    lock: CampaignLock
     corpus_card: dict | None
     files_checked: int
     config: CampaignConfig
@@ -222,7 +223,7 @@ def read_evidence(archive: str | Path, metric_file: str | Path | None = None,
             if (c := _cards(top / rel)) is not None:
                 cards.setdefault(vid, []).append(c)
         manifest = _json(top, "report/manifest.json", archive)
-        lock = _json(top, "campaign.lock.json", archive, required=False) or {}
+        lock = _lock(top / "campaign.lock.json", archive)
         card = _json(top, "corpus_card.json", archive, required=False)
         info = _json(top, ARCHIVE_INFO, archive)
         catalog = _catalog(top, archive)
@@ -246,6 +247,18 @@ def read_evidence(archive: str | Path, metric_file: str | Path | None = None,
                     v.files_checked, config, info, catalog, predictions,
                     {vid: pid for vid, (pid, _rel) in chosen.items() if vid in predictions}, vectors, held,
                     v.signature or UNSIGNED, cards)
+
+
+def _lock(path: Path, archive: Path) -> CampaignLock:
+    """The archive's campaign.lock.json, typed (lab.orchestration.lock_record); an empty lock when the
+    archive holds none. Raises CompareError for one that does not read as a lock."""
+    if not path.is_file():
+        return CampaignLock()
+    try:
+        return decode_lock(path.read_bytes())
+    except msgspec.DecodeError as exc:
+        raise CompareError(f"{archive.name}: its campaign.lock.json does not read as a campaign lock ({exc}); "
+                           "re-pack the archive") from None
 
 
 def _cards(result: Path) -> tuple | None:

@@ -10,6 +10,7 @@ import pytest
 
 from lab.compare.comparability import check_comparable
 from lab.compare.evidence import CompareError, Evidence
+from lab.orchestration.lock_record import CampaignLock, LockEntry
 from lab.report.raw_row import raw_rows_of
 from lab.report.summary import VariantSummary
 
@@ -25,7 +26,7 @@ def archive(name: str, kind: str | None, corpus: str, model: dict, quality: dict
     return Evidence(path=Path(f"{name}.tar.gz"), name=name, manifest=manifest,
                     variants=(VariantSummary(variant_id="v1", label="v1"),),
                     raw_rows=raw_rows_of([{"pass_id": f"{name}-p1", "start_time": "t"}]),
-                    campaign=campaign, lock={"versions": [{"sha256": f"proto-{name}", **(lock or {})}]},
+                    campaign=campaign, lock=CampaignLock(versions=(LockEntry(sha256=f"proto-{name}", **(lock or {})),)),
                     corpus_card=None, files_checked=0, config=None, held_back=held_back)  # type: ignore[arg-type]
 
 

@@ -14,6 +14,7 @@ from lab.compare.projection import project
 from lab.compare.tables import decision_markdown, projection_row
 from lab.cost.forfaits import load_catalog
 from lab.orchestration.config import parse_config
+from lab.orchestration.lock_record import CampaignLock
 from lab.orchestration.protocol import DEMO_CAMPAIGN
 from lab.report.raw_row import raw_rows_of
 from lab.report.summary import VariantSummary
@@ -30,7 +31,7 @@ def evidence(name: str) -> Evidence:
                          "items_total": "1000", "measured_s": str(1000 / (10.0 + i)), "corpus_accepted": "True"}
                         for i in range(5)])
     return Evidence(path=None, name=name, manifest={"cpu": {"name": "test cpu"}}, variants=(), raw_rows=rows,
-                    campaign={}, lock={}, corpus_card=None, files_checked=1, config=parse_config(raw))
+                    campaign={}, lock=CampaignLock(), corpus_card=None, files_checked=1, config=parse_config(raw))
 
 
 def variant(recompiled: int) -> VariantSummary:
@@ -74,7 +75,7 @@ def test_setup_sums_every_set_up_phase_of_the_record_engine_start_and_compile_in
     cells = [dict(r.cells, engine_start_s="61.9", evaluation_s="50.0", writing_s="9.0") for r in ev.raw_rows]
     cells[0]["compile_s"] = "4.0"
     ev = Evidence(path=None, name="vllm", manifest=ev.manifest, variants=(), raw_rows=raw_rows_of(cells),
-                  campaign={}, lock={}, corpus_card=None, files_checked=1, config=ev.config)
+                  campaign={}, lock=CampaignLock(), corpus_card=None, files_checked=1, config=ev.config)
     p = project(ev, variant(0), load_catalog(None), 1000, None, 2)
     assert p.setup_s == 1.0 + 2.0 + 61.9 + 4.0 + 3.0
     assert projection_row(p)["setup_s"] == p.setup_s
