@@ -31,6 +31,7 @@ from pathlib import Path
 
 from lab.compare.comparison_records import Identity
 from lab.compare.evidence import CompareError, Evidence
+from lab.inputs.manifest_record import ManifestModel
 from lab.orchestration.lock_record import LockEntry, LockReplay
 
 TIMING_CONDITIONS = ("threads",)  # may differ between rentals: recorded, not part of the rule
@@ -38,7 +39,7 @@ TIMING_CONDITIONS = ("threads",)  # may differ between rentals: recorded, not pa
 
 def corpus_sha256(ev: Evidence) -> str:
     """The corpus file's sha256 from the manifest; CompareError when the lock disagrees."""
-    sha = (ev.manifest.get("corpus") or {}).get("sha256") or ""
+    sha = (ev.manifest.corpus.sha256 if ev.manifest.corpus is not None else None) or ""
     locked = {v.corpus_sha256 for v in ev.lock.versions if v.corpus_sha256}
     if not sha:
         raise CompareError(f"{ev.name}: its manifest has no corpus sha256; re-pack the archive "
@@ -52,15 +53,15 @@ def corpus_sha256(ev: Evidence) -> str:
 def model_identity(ev: Evidence) -> str:
     """Canonical model identity: JSON of {file: sha256} for a local checkpoint or a resolved hub
     snapshot; id@revision for a hub model recorded without its snapshot's files."""
-    m = ev.manifest.get("model") or {}
-    if m.get("kind") == "hub" and m.get("files_sha256"):
-        return json.dumps(m["files_sha256"], sort_keys=True)
-    if m.get("kind") == "local":
-        files = m.get("files_sha256") or {}
+    m = ev.manifest.model or ManifestModel()
+    if m.kind == "hub" and m.files_sha256:
+        return json.dumps(m.files_sha256, sort_keys=True)
+    if m.kind == "local":
+        files = m.files_sha256 or {}
         if not files:
             raise CompareError(f"{ev.name}: its manifest has no model file sha256; re-pack it")
         return json.dumps(files, sort_keys=True)
-    return f"{m.get('id')}@{m.get('revision')}"
+    return f"{m.id}@{m.revision}"
 
 
 def effective(raw: dict, typed) -> dict:
@@ -128,8 +129,7 @@ def timing_rule(ev: Evidence) -> str:
 
 def own_lock_entry(ev: Evidence) -> LockEntry:
     """The lock entry of the protocol version this archive holds (an empty entry when not found)."""
-    sha = (ev.manifest.get("campaign") or {}).get("protocol_sha256")
-    return next((v for v in ev.lock.versions if v.sha256 == sha), LockEntry())
+    return next((v for v in ev.lock.versions if v.sha256 == ev.protocol_sha256), LockEntry())
 
 
 def new_model_of(a: Evidence, b: Evidence) -> str:
@@ -139,8 +139,7 @@ def new_model_of(a: Evidence, b: Evidence) -> str:
     for new, old in ((a, b), (b, a)):
         entry = own_lock_entry(new)
         r = entry.replays or LockReplay()
-        old_sha = (old.manifest.get("campaign") or {}).get("protocol_sha256")
-        if r.change.startswith("model") and r.protocol_sha256 == old_sha:
+        if r.change.startswith("model") and r.protocol_sha256 == old.protocol_sha256:
             return (f"{new.name} is question version {entry.question_version} with a new "
                     f"model, replaying {r.archive}")
     return ""
@@ -361,7 +360,7 @@ def check_comparable(evidence: list[Evidence]) -> Identity:
         raise CompareError("not comparable: no variant (content id) is in every archive; run the "
                            "same campaign file's series on each rental")
     missing = {e.name: [v for v in i if v not in common] for e, i in zip(evidence, ids, strict=True)}
-    return Identity(corpus_sha256=corpus_sha256(first), model=(first.manifest.get("model") or {}),
+    return Identity(corpus_sha256=corpus_sha256(first), model=first.manifest.model or ManifestModel(),
                     two_models=tuple(two_models), quality=first.campaign.get("quality"),
                     timing=json.loads(timing_rule(first)), common_variants=tuple(common),
                     missing={k: tuple(v) for k, v in missing.items() if v})

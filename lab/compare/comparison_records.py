@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from lab.inputs.manifest_record import ManifestModel
 from lab.orchestration.config import CostSection
 from lab.report.distinguish import PairVerdict
 
@@ -19,16 +20,16 @@ from lab.report.distinguish import PairVerdict
 class Identity:
     """What every archive of a comparison shares (lab.compare.comparability.check_comparable):
     ``corpus_sha256`` the corpus file's sha256 (64 hex, from the first archive's manifest);
-    ``model`` the first archive's manifest ``model`` object as written (kind, id, revision,
-    files_sha256); ``two_models`` one clause per archive that is a declared new-model question
-    version of another (the model files then differ on purpose); ``quality`` the first archive's
-    [quality] section as written (None when absent); ``timing`` its timing rule (the [timing]
-    section with its defaults filled in, without the conditions that may differ between rentals);
-    ``common_variants`` the variant ids every archive has, in the first archive's declared order;
-    ``missing`` {archive name: the variant ids it lacks}, only archives that lack one."""
+    ``model`` the first archive's manifest ``model`` block (lab.inputs.manifest_record);
+    ``two_models`` one clause per archive that is a declared new-model question version of another
+    (the model files then differ on purpose); ``quality`` the first archive's [quality] section as
+    written (None when absent); ``timing`` its timing rule (the [timing] section with its defaults
+    filled in, without the conditions that may differ between rentals); ``common_variants`` the
+    variant ids every archive has, in the first archive's declared order; ``missing`` {archive
+    name: the variant ids it lacks}, only archives that lack one."""
 
     corpus_sha256: str
-    model: Mapping
+    model: ManifestModel
     two_models: tuple[str, ...]
     quality: Mapping | None
     timing: Mapping

@@ -735,7 +735,7 @@ def compare_evidence(evidence: list[Evidence], load_items: int | None, *, deadli
     archives_info = tuple(ComparedArchive(name=e.name, host=tag, path=str(e.path), hardware=e.hardware,
                                           threads=e.threads, gpu=e.gpu, files_checked=e.files_checked,
                                           signature=e.signature.line, cost=e.cost,
-                                          driver=(e.manifest.get("gpu") or {}).get("driver"),
+                                          driver=e.manifest.gpu.driver if e.manifest.gpu is not None else None,
                                           partial=e.partial, not_run=tuple(e.not_run),
                                           catalog_version=e.catalog.version if e.catalog else None,
                                           catalog_sha256=e.catalog.sha256 if e.catalog else None)

@@ -23,6 +23,7 @@ from lab.evidence.format import ARCHIVE_INFO, UNSIGNED, Signature
 from lab.facts.errors import UserError
 from lab.facts.files import sha256_file
 from lab.facts.host import iteralab_command
+from lab.inputs.manifest_record import GpuDevice, Manifest, decode_manifest
 from lab.inputs.variants import expand_series
 from lab.orchestration.config import CampaignConfig, ConfigError, CostSection, parse_config
 from lab.orchestration.lock_record import CampaignLock, decode_lock
@@ -55,7 +56,8 @@ class Evidence:
     (lab.evidence.table_checks), never the archive's own raw_table.csv or summary.json."""
     path: Path
     name: str
-    manifest: dict
+    manifest: Manifest
+    """report/manifest.json, typed (lab.inputs.manifest_record)."""
     variants: tuple[VariantSummary, ...]
     raw_rows: list[RawRow]
     campaign: dict
@@ -104,8 +106,8 @@ class Evidence:
     def catalog_missing(self) -> str:
         """Why the archive holds no catalog (the manifest's record: "not found when the report was
         built"); '' when it holds one."""
-        record = self.manifest.get("catalog")
-        return str(record.get("missing") or "") if isinstance(record, dict) else ""
+        record = self.manifest.catalog
+        return str(record.missing or "") if record is not None else ""
 
     @property
     def partial(self) -> bool:
@@ -123,17 +125,24 @@ class Evidence:
         return [label for vid, label in self.planned if vid not in ran]
 
     @property
-    def gpu_devices(self) -> list[dict]:
-        return list((self.manifest.get("gpu") or {}).get("devices") or [])
+    def gpu_devices(self) -> list[GpuDevice]:
+        """The GPUs the manifest records (none on a CPU host)."""
+        return list(self.manifest.gpu.devices) if self.manifest.gpu is not None else []
+
+    @property
+    def protocol_sha256(self) -> str | None:
+        """The protocol version the archive's report was built for (the manifest's campaign
+        ``protocol_sha256``, its lock entry's ``sha256``); None when not recorded."""
+        return self.manifest.campaign.protocol_sha256 if self.manifest.campaign is not None else None
 
     @property
     def hardware(self) -> str:
         """'2 x NVIDIA B200' from the manifest, or 'CPU <name> (no GPU)'."""
         devs = self.gpu_devices
         if devs:
-            names = sorted({d.get("name", "?") for d in devs})
+            names = sorted({d.name for d in devs})
             return f"{len(devs)} x {' + '.join(names)}"
-        return f"CPU {(self.manifest.get('cpu') or {}).get('name', 'unknown')} (no GPU)"
+        return f"CPU {self.manifest.cpu.name if self.manifest.cpu is not None else 'unknown'} (no GPU)"
 
     @property
     def cost(self) -> CostSection | None:
@@ -151,12 +160,17 @@ class Evidence:
         return self.config.timing.threads
 
 
+def _missing(rel: str, archive: Path) -> CompareError:
+    """The refusal of an archive that lacks the member ``rel``, one line saying how to fix it."""
+    return CompareError(f"{archive.name}: {rel} missing from the archive; pack it again with "
+                        f"`{iteralab_command()} archive CAMPAIGN_FOLDER` on the rental (it rebuilds the report)")
+
+
 def _json(top: Path, rel: str, archive: Path, required: bool = True):
     p = top / rel
     if not p.is_file():
         if required:
-            raise CompareError(f"{archive.name}: {rel} missing from the archive; pack it again with "
-                               f"`{iteralab_command()} archive CAMPAIGN_FOLDER` on the rental (it rebuilds the report)")
+            raise _missing(rel, archive)
         return None
     return json.loads(p.read_text(encoding="utf-8"))
 
@@ -222,7 +236,7 @@ def read_evidence(archive: str | Path, metric_file: str | Path | None = None,
         for vid, rel in results:
             if (c := _cards(top / rel)) is not None:
                 cards.setdefault(vid, []).append(c)
-        manifest = _json(top, "report/manifest.json", archive)
+        manifest = _manifest(top, archive)
         lock = _lock(top / "campaign.lock.json", archive)
         card = _json(top, "corpus_card.json", archive, required=False)
         info = _json(top, ARCHIVE_INFO, archive)
@@ -247,6 +261,20 @@ def read_evidence(archive: str | Path, metric_file: str | Path | None = None,
                     v.files_checked, config, info, catalog, predictions,
                     {vid: pid for vid, (pid, _rel) in chosen.items() if vid in predictions}, vectors, held,
                     v.signature or UNSIGNED, cards)
+
+
+def _manifest(top: Path, archive: Path) -> Manifest:
+    """The archive's report/manifest.json, typed (lab.inputs.manifest_record). Raises CompareError
+    when the archive lacks it or it does not read as a manifest."""
+    rel = "report/manifest.json"
+    if not (top / rel).is_file():
+        raise _missing(rel, archive)
+    try:
+        return decode_manifest((top / rel).read_bytes())
+    except msgspec.DecodeError as exc:
+        raise CompareError(f"{archive.name}: its {rel} does not read as a manifest ({exc}); pack it again "
+                           f"with `{iteralab_command()} archive CAMPAIGN_FOLDER` on the rental (it rebuilds the "
+                           "report)") from None
 
 
 def _lock(path: Path, archive: Path) -> CampaignLock:

@@ -10,6 +10,7 @@ import pytest
 
 from lab.compare.comparability import check_comparable
 from lab.compare.evidence import CompareError, Evidence
+from lab.inputs.manifest_record import Manifest, ManifestCampaign, ManifestCorpus, ManifestModel
 from lab.orchestration.lock_record import CampaignLock, LockEntry
 from lab.report.raw_row import raw_rows_of
 from lab.report.summary import VariantSummary
@@ -21,8 +22,8 @@ def archive(name: str, kind: str | None, corpus: str, model: dict, quality: dict
     entry (task_sha256, task_files_sha256)."""
     campaign = {"quality": quality, "timing": {"repetitions": 1},
                 **({"task": {"kind": kind, **(task or {})}} if kind else {})}
-    manifest = {"corpus": {"sha256": corpus}, "model": {"kind": "local", "files_sha256": model},
-                "campaign": {"protocol_sha256": f"proto-{name}"}}
+    manifest = Manifest(corpus=ManifestCorpus(sha256=corpus), model=ManifestModel(kind="local", files_sha256=model),
+                        campaign=ManifestCampaign(protocol_sha256=f"proto-{name}"))
     return Evidence(path=Path(f"{name}.tar.gz"), name=name, manifest=manifest,
                     variants=(VariantSummary(variant_id="v1", label="v1"),),
                     raw_rows=raw_rows_of([{"pass_id": f"{name}-p1", "start_time": "t"}]),

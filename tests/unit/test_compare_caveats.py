@@ -13,6 +13,7 @@ from lab.compare.evidence import Evidence
 from lab.compare.projection import project
 from lab.compare.tables import decision_markdown, projection_row
 from lab.cost.forfaits import load_catalog
+from lab.inputs.manifest_record import Manifest, ManifestCatalog, ManifestCpu
 from lab.orchestration.config import parse_config
 from lab.orchestration.lock_record import CampaignLock
 from lab.orchestration.protocol import DEMO_CAMPAIGN
@@ -30,8 +31,9 @@ def evidence(name: str) -> Evidence:
                          "model_load_s": "2.0", "warmup_s": "3.0", "backend": "cpu", "cards": "",
                          "items_total": "1000", "measured_s": str(1000 / (10.0 + i)), "corpus_accepted": "True"}
                         for i in range(5)])
-    return Evidence(path=None, name=name, manifest={"cpu": {"name": "test cpu"}}, variants=(), raw_rows=rows,
-                    campaign={}, lock=CampaignLock(), corpus_card=None, files_checked=1, config=parse_config(raw))
+    return Evidence(path=None, name=name, manifest=Manifest(cpu=ManifestCpu(name="test cpu")), variants=(),
+                    raw_rows=rows, campaign={}, lock=CampaignLock(), corpus_card=None, files_checked=1,
+                    config=parse_config(raw))
 
 
 def variant(recompiled: int) -> VariantSummary:
@@ -86,10 +88,12 @@ def test_an_archive_without_its_catalog_is_priced_at_the_comparisons_saying_why(
     its package is shown at the comparison catalog's price, with the manifest's reason."""
     import dataclasses
 
+    import msgspec
+
     catalog = load_catalog(None)
     ev = evidence("a")
-    gone = {"path": "/gone/prices.csv", "missing": "not found when the report was built"}
-    ev = dataclasses.replace(ev, manifest={**ev.manifest, "catalog": gone})
+    gone = ManifestCatalog(missing="not found when the report was built")
+    ev = dataclasses.replace(ev, manifest=msgspec.structs.replace(ev.manifest, catalog=gone))
     p = project(ev, variant(0), catalog, 1000, None, 2)
     assert p.price_note == ("the archive holds no catalog (its catalog file was not found when the report was "
                             "built): its package is shown at the comparison catalog's price (version "
