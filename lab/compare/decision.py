@@ -89,7 +89,7 @@ def host_order(evidence: list[Evidence]) -> list[Evidence]:
     (ARCHIVE.json ``made_at``, oldest first: A is the first rental), then by file name and
     path. The order archives are given in (command-line arguments, the Compare screen's
     selection) never changes which host is A."""
-    return sorted(evidence, key=lambda ev: (str(ev.info.get("made_at") or ""), ev.name, str(ev.path)))
+    return sorted(evidence, key=lambda ev: (str(ev.info.made_at or ""), ev.name, str(ev.path)))
 
 
 def priced_as(ev: Evidence) -> str:
@@ -535,7 +535,7 @@ def refuse_prerequisites(evidence: list[Evidence], allow_partial: bool) -> None:
     the set is comparable (lab.compare.comparability.check_comparable), so that every advice
     given can be followed: none is refused by the whole-set checks after it."""
     parts = []
-    partial = [f"{ev.name} ({ev.info.get('partial_reason') or 'unfinished campaign'})"
+    partial = [f"{ev.name} ({ev.info.partial_reason or 'unfinished campaign'})"
                for ev in evidence if ev.partial]
     if partial and not allow_partial:
         parts.append(f"partial evidence refused: {'; '.join(partial)}; finish the campaign and "
@@ -562,7 +562,7 @@ def partial_banner(evidence: list[Evidence], tags: list[str]) -> str:
     for ev, tag in zip(evidence, tags, strict=True):
         if ev.partial:
             never = ev.not_run
-            parts.append(f"{tag} ({ev.name}) is partial ({ev.info.get('partial_reason') or 'unfinished'})"
+            parts.append(f"{tag} ({ev.name}) is partial ({ev.info.partial_reason or 'unfinished'})"
                          + (f"; never run there: {', '.join(never)}" if never else ""))
     return ("PARTIAL EVIDENCE compared (--allow-partial): " + "; ".join(parts)) if parts else ""
 

@@ -19,6 +19,7 @@ import numpy as np
 from lab.cost.forfaits import Catalog, PricingError, load_catalog
 from lab.cost.hardware import Measured
 from lab.evidence.archive import ArchiveError, extract, verify
+from lab.evidence.archive_info import ArchiveInfo, decode_archive_info
 from lab.evidence.format import ARCHIVE_INFO, UNSIGNED, Signature
 from lab.facts.errors import UserError
 from lab.facts.files import sha256_file
@@ -65,8 +66,9 @@ class Evidence:
     corpus_card: dict | None
     files_checked: int
     config: CampaignConfig
-    info: dict = field(default_factory=dict)
-    """ARCHIVE.json: ``partial`` (bool) and ``partial_reason`` of an unfinished campaign."""
+    info: ArchiveInfo = field(default_factory=ArchiveInfo)
+    """ARCHIVE.json, typed (lab.evidence.archive_info): when it was made, ``partial`` and the
+    ``partial_reason`` of an unfinished campaign."""
     catalog: Catalog | None = None
     """report/catalog.csv: the catalog the archive was priced with when it was made (None when its
     catalog file was missing then: ``catalog_missing`` says why); its ``path`` names the archive's member."""
@@ -111,7 +113,7 @@ class Evidence:
 
     @property
     def partial(self) -> bool:
-        return bool(self.info.get("partial"))
+        return self.info.partial
 
     @property
     def planned(self) -> list[tuple[str, str]]:
@@ -239,7 +241,7 @@ def read_evidence(archive: str | Path, metric_file: str | Path | None = None,
         manifest = _manifest(top, archive)
         lock = _lock(top / "campaign.lock.json", archive)
         card = _json(top, "corpus_card.json", archive, required=False)
-        info = _json(top, ARCHIVE_INFO, archive)
+        info = _archive_info(top, archive)
         catalog = _catalog(top, archive)
         predictions = {vid: _read_predictions(top / rel) for vid, (_pid, rel) in chosen.items()
                        if (top / rel).is_file()}
@@ -275,6 +277,18 @@ def _manifest(top: Path, archive: Path) -> Manifest:
         raise CompareError(f"{archive.name}: its {rel} does not read as a manifest ({exc}); pack it again "
                            f"with `{iteralab_command()} archive CAMPAIGN_FOLDER` on the rental (it rebuilds the "
                            "report)") from None
+
+
+def _archive_info(top: Path, archive: Path) -> ArchiveInfo:
+    """The archive's ARCHIVE.json, typed (lab.evidence.archive_info). Raises CompareError when the
+    archive lacks it or it does not read as one."""
+    if not (top / ARCHIVE_INFO).is_file():
+        raise _missing(ARCHIVE_INFO, archive)
+    try:
+        return decode_archive_info((top / ARCHIVE_INFO).read_bytes())
+    except msgspec.DecodeError as exc:
+        raise CompareError(f"{archive.name}: its {ARCHIVE_INFO} does not read as one ({exc}); pack it again "
+                           f"with `{iteralab_command()} archive CAMPAIGN_FOLDER` on the rental") from None
 
 
 def _lock(path: Path, archive: Path) -> CampaignLock:
