@@ -101,7 +101,7 @@ def quality_rule(ev: Evidence, per_role: bool = True) -> str:
     (:func:`user_code_sha256`)."""
     code = user_code_sha256(ev, per_role)
     metric = {"metric file sha256": code["metric"]} if "metric" in code else {}
-    quality = ev.campaign.get("quality") or {}
+    quality = ev.campaign.quality
     rule = effective(quality, getattr(ev.config, "quality", None))
     rule = {k: code_ref(v) if k == "metric" else v for k, v in rule.items()}
     return json.dumps({**rule, **metric, **agreement_rule(ev, quality)}, sort_keys=True)
@@ -114,7 +114,7 @@ def agreement_rule(ev: Evidence, quality: dict) -> dict:
     from lab.orchestration.agreement import AgreementRule
 
     try:
-        rule = AgreementRule.of(quality, (ev.campaign.get("task") or {}).get("kind") or "classification")
+        rule = AgreementRule.of(quality, task_kind(ev))
     except (KeyError, TypeError, ValueError):
         return {}
     return {"max_differing": rule.max_differing, "min_cosine": rule.min_cosine}
@@ -123,7 +123,7 @@ def agreement_rule(ev: Evidence, quality: dict) -> dict:
 def timing_rule(ev: Evidence) -> str:
     """The [timing] section as its rule (:func:`effective`), without the conditions that may
     differ between rentals (TIMING_CONDITIONS)."""
-    t = effective(ev.campaign.get("timing") or {}, getattr(ev.config, "timing", None))
+    t = effective(ev.campaign.timing, getattr(ev.config, "timing", None))
     return json.dumps({k: v for k, v in t.items() if k not in TIMING_CONDITIONS}, sort_keys=True)
 
 
@@ -174,7 +174,7 @@ def task_rule(ev: Evidence, per_role: bool = True) -> str:
     runs, by file role (:func:`user_code_sha256`): "entry sha256", "file:<name> sha256"; the
     metric's file belongs to the quality rule (:func:`quality_rule`). With ``per_role`` False (or
     a lock predating the map), the joint digest of all of them under JOINT_CODE."""
-    t = {"kind": "classification", **effective(ev.campaign.get("task") or {}, getattr(ev.config, "task", None))}
+    t = {"kind": "classification", **effective(ev.campaign.task, getattr(ev.config, "task", None))}
     t = {k: code_ref(v) if k == "entry" else sorted(Path(f).name for f in v) if k == "files" else v
          for k, v in t.items()}
     code = {k if k == JOINT_CODE else f"{code_role(k)} sha256": v for k, v in user_code_sha256(ev, per_role).items()
@@ -361,6 +361,6 @@ def check_comparable(evidence: list[Evidence]) -> Identity:
                            "same campaign file's series on each rental")
     missing = {e.name: [v for v in i if v not in common] for e, i in zip(evidence, ids, strict=True)}
     return Identity(corpus_sha256=corpus_sha256(first), model=first.manifest.model or ManifestModel(),
-                    two_models=tuple(two_models), quality=first.campaign.get("quality"),
+                    two_models=tuple(two_models), quality=first.campaign.quality,
                     timing=json.loads(timing_rule(first)), common_variants=tuple(common),
                     missing={k: tuple(v) for k, v in missing.items() if v})

@@ -1,5 +1,6 @@
 """The typed records a comparison is made of, besides the projections (lab.compare.projection) and the
-agreements (lab.compare.decision.HostAgreement): what the archives share (:class:`Identity`), the
+agreements (lab.compare.decision.HostAgreement): the rule sections each archive's campaign file
+writes (:class:`WrittenSections`), what the archives share (:class:`Identity`), the
 catalog that priced the decision (:class:`CatalogChoice`), each archive compared
 (:class:`ComparedArchive`) and each pair of hosts' durations of one variant (:class:`CrossPair`).
 Built once by lab.compare.comparability and lab.compare.decision; read by their attributes in the
@@ -10,10 +11,30 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+import msgspec
 
 from lab.inputs.manifest_record import ManifestModel
 from lab.orchestration.config import CostSection
 from lab.report.distinguish import PairVerdict
+
+
+class WrittenSections(msgspec.Struct, frozen=True):
+    """The rule sections of an archive's campaign.toml as written, before defaults: ``task``,
+    ``quality`` and ``timing`` ({key: value as the TOML parser gives it}; {} when the file has no
+    such table). What lab.compare.comparability compares key by key, once the typed sections
+    (lab.orchestration.config) have filled in their defaults; the other tables are not kept."""
+
+    task: dict[str, Any] = {}
+    quality: dict[str, Any] = {}
+    timing: dict[str, Any] = {}
+
+
+def written_sections(campaign: dict) -> WrittenSections:
+    """The rule sections of ``campaign`` (a campaign file as tomllib parsed it, already accepted by
+    lab.orchestration.config.parse_config, so each is a table)."""
+    return msgspec.convert(campaign, WrittenSections)
 
 
 @dataclass(frozen=True)
@@ -23,7 +44,7 @@ class Identity:
     ``model`` the first archive's manifest ``model`` block (lab.inputs.manifest_record);
     ``two_models`` one clause per archive that is a declared new-model question version of another
     (the model files then differ on purpose); ``quality`` the first archive's [quality] section as
-    written (None when absent); ``timing`` its timing rule (the [timing] section with its defaults
+    written ({} when absent); ``timing`` its timing rule (the [timing] section with its defaults
     filled in, without the conditions that may differ between rentals); ``common_variants`` the
     variant ids every archive has, in the first archive's declared order; ``missing`` {archive
     name: the variant ids it lacks}, only archives that lack one."""
@@ -31,7 +52,7 @@ class Identity:
     corpus_sha256: str
     model: ManifestModel
     two_models: tuple[str, ...]
-    quality: Mapping | None
+    quality: Mapping
     timing: Mapping
     common_variants: tuple[str, ...]
     missing: Mapping[str, tuple[str, ...]]

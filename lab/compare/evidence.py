@@ -16,6 +16,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from lab.compare.comparison_records import WrittenSections, written_sections
 from lab.cost.forfaits import Catalog, PricingError, load_catalog
 from lab.cost.hardware import Measured
 from lab.evidence.archive import ArchiveError, extract, verify
@@ -61,7 +62,9 @@ class Evidence:
     """report/manifest.json, typed (lab.inputs.manifest_record)."""
     variants: tuple[VariantSummary, ...]
     raw_rows: list[RawRow]
-    campaign: dict
+    campaign: WrittenSections
+    """campaign.toml's rule sections as written (lab.compare.comparison_records.WrittenSections);
+    ``config`` holds the whole file typed."""
     lock: CampaignLock
     corpus_card: dict | None
     files_checked: int
@@ -257,9 +260,10 @@ def read_evidence(archive: str | Path, metric_file: str | Path | None = None,
     except ConfigError as exc:
         raise CompareError(f"{archive.name}: campaign.toml does not parse as a campaign file "
                            f"({exc}); fix it in the campaign and re-pack the archive") from None
+    written = written_sections(campaign)
     name = archive.name.removesuffix(".tar.gz")
     variants = tuple(VariantSummary.from_json(d) for d in v.rederived.summary)
-    return Evidence(archive, name, manifest, variants, rows, campaign, lock, card,
+    return Evidence(archive, name, manifest, variants, rows, written, lock, card,
                     v.files_checked, config, info, catalog, predictions,
                     {vid: pid for vid, (pid, _rel) in chosen.items() if vid in predictions}, vectors, held,
                     v.signature or UNSIGNED, cards)

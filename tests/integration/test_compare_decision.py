@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from lab.compare import CompareError, compare_archives
@@ -256,10 +257,10 @@ def test_the_runner_up_host_is_told_the_throughput_it_would_need(rental_archives
 
 def test_every_difference_that_makes_archives_not_comparable_is_named(evidence):
     a, other = evidence["rtx"], evidence["other"]
-    campaign = {**other.campaign, "quality": {**other.campaign["quality"], "threshold": 0.9}}
-    from lab.orchestration.config import parse_config
-
-    other_rule = dataclasses.replace(other, campaign=campaign, config=parse_config(campaign))  # as read_evidence
+    # its campaign file written with another threshold, as read_evidence reads it: as written and typed
+    written = msgspec.structs.replace(other.campaign, quality={**other.campaign.quality, "threshold": 0.9})
+    config = dataclasses.replace(other.config, quality=dataclasses.replace(other.config.quality, threshold=0.9))
+    other_rule = dataclasses.replace(other, campaign=written, config=config)
     with pytest.raises(CompareError) as err:
         check_comparable([a, other_rule])
     msg = str(err.value)

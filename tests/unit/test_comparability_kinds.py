@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from lab.compare.comparability import check_comparable
+from lab.compare.comparison_records import WrittenSections
 from lab.compare.evidence import CompareError, Evidence
 from lab.inputs.manifest_record import Manifest, ManifestCampaign, ManifestCorpus, ManifestModel
 from lab.orchestration.lock_record import CampaignLock, LockEntry
@@ -20,8 +21,8 @@ def archive(name: str, kind: str | None, corpus: str, model: dict, quality: dict
             lock: dict | None = None, held_back: str = "") -> Evidence:
     """The fields check_comparable reads from one archive, nothing else. ``lock``: its own lock
     entry (task_sha256, task_files_sha256)."""
-    campaign = {"quality": quality, "timing": {"repetitions": 1},
-                **({"task": {"kind": kind, **(task or {})}} if kind else {})}
+    campaign = WrittenSections(quality=quality, timing={"repetitions": 1},
+                               task={"kind": kind, **(task or {})} if kind else {})
     manifest = Manifest(corpus=ManifestCorpus(sha256=corpus), model=ManifestModel(kind="local", files_sha256=model),
                         campaign=ManifestCampaign(protocol_sha256=f"proto-{name}"))
     return Evidence(path=Path(f"{name}.tar.gz"), name=name, manifest=manifest,

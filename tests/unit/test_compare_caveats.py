@@ -7,13 +7,13 @@ from __future__ import annotations
 import tomllib
 from datetime import datetime, timezone
 
-from lab.compare.comparison_records import Identity
+from lab.compare.comparison_records import Identity, WrittenSections
 from lab.compare.decision import Comparison, steady_state_caveats
 from lab.compare.evidence import Evidence
 from lab.compare.projection import project
 from lab.compare.tables import decision_markdown, projection_row
 from lab.cost.forfaits import load_catalog
-from lab.inputs.manifest_record import Manifest, ManifestCatalog, ManifestCpu
+from lab.inputs.manifest_record import Manifest, ManifestCatalog, ManifestCpu, ManifestModel
 from lab.orchestration.config import parse_config
 from lab.orchestration.lock_record import CampaignLock
 from lab.orchestration.protocol import DEMO_CAMPAIGN
@@ -32,7 +32,7 @@ def evidence(name: str) -> Evidence:
                          "items_total": "1000", "measured_s": str(1000 / (10.0 + i)), "corpus_accepted": "True"}
                         for i in range(5)])
     return Evidence(path=None, name=name, manifest=Manifest(cpu=ManifestCpu(name="test cpu")), variants=(),
-                    raw_rows=rows, campaign={}, lock=CampaignLock(), corpus_card=None, files_checked=1,
+                    raw_rows=rows, campaign=WrittenSections(), lock=CampaignLock(), corpus_card=None, files_checked=1,
                     config=parse_config(raw))
 
 
@@ -58,8 +58,9 @@ def test_a_recompiled_variant_is_flagged_in_every_file_of_a_comparison():
     assert steady_state_caveats([steady, flagged]) != []  # the next one's durations are used too
     assert steady_state_caveats([steady, steady, flagged]) == []  # third: not cited
 
-    c = Comparison(archives=(), identity=Identity(corpus_sha256="0" * 64, model={}, two_models=(), quality=None,
-                                     timing={}, common_variants=(), missing={}), projections=(flagged, steady),
+    identity = Identity(corpus_sha256="0" * 64, model=ManifestModel(), two_models=(), quality={}, timing={},
+                        common_variants=(), missing={})
+    c = Comparison(archives=(), identity=identity, projections=(flagged, steady),
                    load_items=1000, window_start=datetime(2026, 11, 30, tzinfo=timezone.utc), deadline=None,
                    hours_available=None, max_lots=2, catalog_path=catalog.path, chosen=None,
                    motivation=("no choice in this test",), cross_pairs=(), what_would_change=(), path=())
@@ -77,7 +78,7 @@ def test_setup_sums_every_set_up_phase_of_the_record_engine_start_and_compile_in
     cells = [dict(r.cells, engine_start_s="61.9", evaluation_s="50.0", writing_s="9.0") for r in ev.raw_rows]
     cells[0]["compile_s"] = "4.0"
     ev = Evidence(path=None, name="vllm", manifest=ev.manifest, variants=(), raw_rows=raw_rows_of(cells),
-                  campaign={}, lock=CampaignLock(), corpus_card=None, files_checked=1, config=ev.config)
+                  campaign=WrittenSections(), lock=CampaignLock(), corpus_card=None, files_checked=1, config=ev.config)
     p = project(ev, variant(0), load_catalog(None), 1000, None, 2)
     assert p.setup_s == 1.0 + 2.0 + 61.9 + 4.0 + 3.0
     assert projection_row(p)["setup_s"] == p.setup_s
