@@ -652,9 +652,9 @@ def compare_evidence(evidence: list[Evidence], load_items: int | None, *, deadli
                 verdict = compare_durations(list(pa.durations_s), list(pb.durations_s))
                 hungry = list(pa.starved_passes) + list(pb.starved_passes)
                 # a gap made by a host short of CPU is the host's, not the GPU's
-                reason = verdict.reason + ("; " + starved_text(hungry) if hungry else "")
-                cross.append(CrossPair(**{**dataclasses.asdict(verdict), "reason": reason}, variant=pa.label,
-                                       a=pa.host, b=pb.host))
+                if hungry:
+                    verdict = dataclasses.replace(verdict, reason=f"{verdict.reason}; {starved_text(hungry)}")
+                cross.append(CrossPair(**dataclasses.asdict(verdict), variant=pa.label, a=pa.host, b=pb.host))
     config = evidence[0].config
     tolerance = float(config.quality.tolerance)
     same_rule = AgreementRule.of(dataclasses.asdict(config.quality), config.task.kind)
