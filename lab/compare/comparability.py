@@ -29,15 +29,18 @@ import json
 from dataclasses import fields
 from pathlib import Path
 
+from lab.compare.comparison_records import Identity
 from lab.compare.evidence import CompareError, Evidence
+from lab.inputs.manifest_record import ManifestModel
+from lab.orchestration.lock_record import LockEntry, LockReplay
 
 TIMING_CONDITIONS = ("threads",)  # may differ between rentals: recorded, not part of the rule
 
 
 def corpus_sha256(ev: Evidence) -> str:
     """The corpus file's sha256 from the manifest; CompareError when the lock disagrees."""
-    sha = (ev.manifest.get("corpus") or {}).get("sha256") or ""
-    locked = {v.get("corpus_sha256") for v in ev.lock.get("versions", []) if v.get("corpus_sha256")}
+    sha = (ev.manifest.corpus.sha256 if ev.manifest.corpus is not None else None) or ""
+    locked = {v.corpus_sha256 for v in ev.lock.versions if v.corpus_sha256}
     if not sha:
         raise CompareError(f"{ev.name}: its manifest has no corpus sha256; re-pack the archive "
                            "with this version of the lab")
@@ -50,15 +53,15 @@ def corpus_sha256(ev: Evidence) -> str:
 def model_identity(ev: Evidence) -> str:
     """Canonical model identity: JSON of {file: sha256} for a local checkpoint or a resolved hub
     snapshot; id@revision for a hub model recorded without its snapshot's files."""
-    m = ev.manifest.get("model") or {}
-    if m.get("kind") == "hub" and m.get("files_sha256"):
-        return json.dumps(m["files_sha256"], sort_keys=True)
-    if m.get("kind") == "local":
-        files = m.get("files_sha256") or {}
+    m = ev.manifest.model or ManifestModel()
+    if m.kind == "hub" and m.files_sha256:
+        return json.dumps(m.files_sha256, sort_keys=True)
+    if m.kind == "local":
+        files = m.files_sha256 or {}
         if not files:
             raise CompareError(f"{ev.name}: its manifest has no model file sha256; re-pack it")
         return json.dumps(files, sort_keys=True)
-    return f"{m.get('id')}@{m.get('revision')}"
+    return f"{m.id}@{m.revision}"
 
 
 def effective(raw: dict, typed) -> dict:
@@ -98,7 +101,7 @@ def quality_rule(ev: Evidence, per_role: bool = True) -> str:
     (:func:`user_code_sha256`)."""
     code = user_code_sha256(ev, per_role)
     metric = {"metric file sha256": code["metric"]} if "metric" in code else {}
-    quality = ev.campaign.get("quality") or {}
+    quality = ev.campaign.quality
     rule = effective(quality, getattr(ev.config, "quality", None))
     rule = {k: code_ref(v) if k == "metric" else v for k, v in rule.items()}
     return json.dumps({**rule, **metric, **agreement_rule(ev, quality)}, sort_keys=True)
@@ -111,7 +114,7 @@ def agreement_rule(ev: Evidence, quality: dict) -> dict:
     from lab.orchestration.agreement import AgreementRule
 
     try:
-        rule = AgreementRule.of(quality, (ev.campaign.get("task") or {}).get("kind") or "classification")
+        rule = AgreementRule.of(quality, task_kind(ev))
     except (KeyError, TypeError, ValueError):
         return {}
     return {"max_differing": rule.max_differing, "min_cosine": rule.min_cosine}
@@ -120,14 +123,13 @@ def agreement_rule(ev: Evidence, quality: dict) -> dict:
 def timing_rule(ev: Evidence) -> str:
     """The [timing] section as its rule (:func:`effective`), without the conditions that may
     differ between rentals (TIMING_CONDITIONS)."""
-    t = effective(ev.campaign.get("timing") or {}, getattr(ev.config, "timing", None))
+    t = effective(ev.campaign.timing, getattr(ev.config, "timing", None))
     return json.dumps({k: v for k, v in t.items() if k not in TIMING_CONDITIONS}, sort_keys=True)
 
 
-def own_lock_entry(ev: Evidence) -> dict:
-    """The lock entry of the protocol version this archive holds ({} when not found)."""
-    sha = (ev.manifest.get("campaign") or {}).get("protocol_sha256")
-    return next((v for v in ev.lock.get("versions", []) if v.get("sha256") == sha), {})
+def own_lock_entry(ev: Evidence) -> LockEntry:
+    """The lock entry of the protocol version this archive holds (an empty entry when not found)."""
+    return next((v for v in ev.lock.versions if v.sha256 == ev.protocol_sha256), LockEntry())
 
 
 def new_model_of(a: Evidence, b: Evidence) -> str:
@@ -135,11 +137,11 @@ def new_model_of(a: Evidence, b: Evidence) -> str:
     (lab.evidence.replay, `campaign replay --new-model`: its lock entry's ``replays`` names the other's
     protocol version); else one clause saying so."""
     for new, old in ((a, b), (b, a)):
-        r = own_lock_entry(new).get("replays") or {}
-        old_sha = (old.manifest.get("campaign") or {}).get("protocol_sha256")
-        if r.get("change", "").startswith("model") and r.get("protocol_sha256") == old_sha:
-            return (f"{new.name} is question version {own_lock_entry(new).get('question_version')} with a new "
-                    f"model, replaying {r.get('archive')}")
+        entry = own_lock_entry(new)
+        r = entry.replays or LockReplay()
+        if r.change.startswith("model") and r.protocol_sha256 == old.protocol_sha256:
+            return (f"{new.name} is question version {entry.question_version} with a new "
+                    f"model, replaying {r.archive}")
     return ""
 
 
@@ -155,10 +157,9 @@ def user_code_sha256(ev: Evidence, per_role: bool = True) -> dict[str, str]:
     {JOINT_CODE: the lock's joint ``task_sha256``} (a lock written before the map). {} when the
     protocol runs no user code."""
     entry = own_lock_entry(ev)
-    files = entry.get("task_files_sha256")
-    if per_role and isinstance(files, dict):
-        return {str(k): str(v) for k, v in files.items()}
-    return {JOINT_CODE: entry["task_sha256"]} if entry.get("task_sha256") else {}
+    if per_role and entry.task_files_sha256 is not None:
+        return dict(entry.task_files_sha256)
+    return {JOINT_CODE: entry.task_sha256} if entry.task_sha256 else {}
 
 
 def per_role_comparable(evidence: list[Evidence]) -> bool:
@@ -173,7 +174,7 @@ def task_rule(ev: Evidence, per_role: bool = True) -> str:
     runs, by file role (:func:`user_code_sha256`): "entry sha256", "file:<name> sha256"; the
     metric's file belongs to the quality rule (:func:`quality_rule`). With ``per_role`` False (or
     a lock predating the map), the joint digest of all of them under JOINT_CODE."""
-    t = {"kind": "classification", **effective(ev.campaign.get("task") or {}, getattr(ev.config, "task", None))}
+    t = {"kind": "classification", **effective(ev.campaign.task, getattr(ev.config, "task", None))}
     t = {k: code_ref(v) if k == "entry" else sorted(Path(f).name for f in v) if k == "files" else v
          for k, v in t.items()}
     code = {k if k == JOINT_CODE else f"{code_role(k)} sha256": v for k, v in user_code_sha256(ev, per_role).items()
@@ -329,11 +330,10 @@ def refuse_one_run(evidence: list[Evidence]) -> None:
             seen.setdefault(pair, e.name)
 
 
-def check_comparable(evidence: list[Evidence]) -> dict:
+def check_comparable(evidence: list[Evidence]) -> Identity:
     """Raise CompareError when corpus, model files, task, quality rule or timing rule differ: one
     line naming every difference found (each field with both values), not only the first;
-    else return the shared identity
-    {corpus_sha256, model, two_models, quality, timing, common_variants, missing}: ``two_models``
+    else return the shared identity (lab.compare.comparison_records.Identity): ``two_models``
     lists the archives that are a declared new-model question version of another (``new_model_of``;
     the model files then differ on purpose and the comparison is of two models); ``common_variants``
     are the variant ids every archive has (declared order of the first), ``missing`` maps
@@ -354,13 +354,13 @@ def check_comparable(evidence: list[Evidence]) -> dict:
     if differences:
         raise CompareError(f"not comparable: {'; '.join(differences)}; compare only archives of the "
                            "same corpus, model and rules")
-    ids = [[v["variant_id"] for v in e.summary] for e in evidence]
+    ids = [[v.variant_id for v in e.variants] for e in evidence]
     common = [v for v in ids[0] if all(v in other for other in ids[1:])]
     if not common:
         raise CompareError("not comparable: no variant (content id) is in every archive; run the "
                            "same campaign file's series on each rental")
     missing = {e.name: [v for v in i if v not in common] for e, i in zip(evidence, ids, strict=True)}
-    return {"corpus_sha256": corpus_sha256(first), "model": (first.manifest.get("model") or {}),
-            "two_models": two_models,
-            "quality": first.campaign.get("quality"), "timing": json.loads(timing_rule(first)),
-            "common_variants": common, "missing": {k: v for k, v in missing.items() if v}}
+    return Identity(corpus_sha256=corpus_sha256(first), model=first.manifest.model or ManifestModel(),
+                    two_models=tuple(two_models), quality=first.campaign.quality,
+                    timing=json.loads(timing_rule(first)), common_variants=tuple(common),
+                    missing={k: tuple(v) for k, v in missing.items() if v})

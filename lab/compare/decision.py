@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab.compare.comparability import check_comparable, is_server
+from lab.compare.comparison_records import CatalogChoice, CatalogFound, ComparedArchive, CrossPair, Identity
 from lab.compare.evidence import NO_PACKAGE, CompareError, Evidence, read_evidence
 from lab.compare.projection import Projection, capacity_items, lot_hours, project
 from lab.compare.serving import ServingComparison, served_variant_ids, serving_comparison
@@ -38,8 +39,8 @@ MAX_LOTS = 100  # --max-lots above it: the break-even search grows with its squa
 @dataclass(frozen=True)
 class Comparison:
     """Result of :func:`compare_archives`; everything the tables and the report show."""
-    archives: tuple[dict, ...]  # name, path, hardware, threads, gpu, files_checked, signature, cost
-    identity: dict
+    archives: tuple[ComparedArchive, ...]
+    identity: Identity
     projections: tuple[Projection, ...]
     load_items: int | None  # None: server archives compared without --load (nothing projected)
     window_start: datetime
@@ -49,15 +50,15 @@ class Comparison:
     catalog_path: str
     chosen: Projection | None
     motivation: tuple[str, ...]
-    cross_pairs: tuple[dict, ...]
+    cross_pairs: tuple[CrossPair, ...]
     what_would_change: tuple[str, ...]
     path: tuple[str, ...]  # the decision path, one line per step
     banners: tuple[str, ...] = ()
     """Lines every output opens with: partial evidence compared (--allow-partial), passes
     too short projected anyway (--allow-short)."""
-    catalog: dict = dataclasses.field(default_factory=dict)
-    """The catalog that priced the decision: {"path", "version", "sha256", "source", "found":
-    [{"source", "version", "sha256"}]} (lab.compare.decision.choose_catalog)."""
+    catalog: CatalogChoice | None = None
+    """The catalog that priced the decision (:func:`choose_catalog`); None in a Comparison assembled
+    without one (unit tests)."""
     agreements: tuple[HostAgreement, ...] = ()
     """Per pair of hosts, same variant: prediction agreement per id (``agreement_pairs``)."""
     per_host: tuple[str, ...] = ()
@@ -88,7 +89,7 @@ def host_order(evidence: list[Evidence]) -> list[Evidence]:
     (ARCHIVE.json ``made_at``, oldest first: A is the first rental), then by file name and
     path. The order archives are given in (command-line arguments, the Compare screen's
     selection) never changes which host is A."""
-    return sorted(evidence, key=lambda ev: (str(ev.info.get("made_at") or ""), ev.name, str(ev.path)))
+    return sorted(evidence, key=lambda ev: (str(ev.info.made_at or ""), ev.name, str(ev.path)))
 
 
 def priced_as(ev: Evidence) -> str:
@@ -177,7 +178,7 @@ def steady_state_caveats(ranked: list[Projection]) -> list[str]:
             for p in ranked[:2] if p.durations_caveat]
 
 
-def choose_catalog(evidence: list[Evidence], catalog_path: str | None) -> tuple[Catalog, dict]:
+def choose_catalog(evidence: list[Evidence], catalog_path: str | None) -> tuple[Catalog, CatalogChoice]:
     """The one catalog that prices a comparison, and what was found.
 
     The user's own catalog prices every host: ``catalog_path`` when given, else the bundle's
@@ -185,8 +186,7 @@ def choose_catalog(evidence: list[Evidence], catalog_path: str | None) -> tuple[
     shown as that archive's own price (lab.compare.projection), never chosen for the others: a
     catalog inside an archive is a member anyone can rewrite, whatever version it claims. Two
     catalogs of the same version whose prices differ are refused (CompareError, one line naming
-    both): a version must name one price list. Returns (catalog, {"path", "version", "sha256",
-    "source", "found": [{"source", "version", "sha256"}]})."""
+    both): a version must name one price list. Returns (catalog, what was chosen and found)."""
     bundle = load_catalog(catalog_path)
     bundle = dataclasses.replace(bundle, sha256=sha256_file(bundle.path))
     found = [("--catalog " + str(catalog_path) if catalog_path else "the bundle's catalog", bundle)]
@@ -201,9 +201,9 @@ def choose_catalog(evidence: list[Evidence], catalog_path: str | None) -> tuple[
                                f"(sha256 {seen[1].sha256[:16]}...) and {source} (sha256 {cat.sha256[:16]}...); {fix}")
         by_version.setdefault(cat.version, (source, cat))
     source, chosen = found[0]  # the user's own; the archives' are found, never chosen
-    info = {"path": chosen.path, "version": chosen.version, "sha256": chosen.sha256, "source": source,
-            "explicit": bool(catalog_path),
-            "found": [{"source": src, "version": c.version, "sha256": c.sha256} for src, c in found]}
+    info = CatalogChoice(path=chosen.path, version=chosen.version, sha256=chosen.sha256, source=source,
+                         explicit=bool(catalog_path),
+                         found=tuple(CatalogFound(src, c.version, c.sha256) for src, c in found))
     return chosen, info
 
 
@@ -211,13 +211,12 @@ CATALOG_DEFAULT = "the default; an archive's own catalog prices only that archiv
 """Why the bundle's catalog priced a comparison given no --catalog (choose_catalog)."""
 
 
-def catalog_line(info: dict) -> str:
+def catalog_line(info: CatalogChoice) -> str:
     """One line: which catalog priced the decision, why, and the other versions found."""
-    why = "given with --catalog" if info.get("explicit") else CATALOG_DEFAULT
-    others = sorted({f"{f['source']}: {f['version']}" for f in info.get("found", ())
-                     if f["sha256"] != info["sha256"]})
-    return (f"priced with catalog version {info['version']} (sha256 {info['sha256'][:16]}..., "
-            f"{info['source']}; {why})" + (f"; also found: {', '.join(others)}" if others else ""))
+    why = "given with --catalog" if info.explicit else CATALOG_DEFAULT
+    others = sorted({f"{f.source}: {f.version}" for f in info.found if f.sha256 != info.sha256})
+    return (f"priced with catalog version {info.version} (sha256 {info.sha256[:16]}..., "
+            f"{info.source}; {why})" + (f"; also found: {', '.join(others)}" if others else ""))
 
 
 @dataclass(frozen=True)
@@ -524,7 +523,7 @@ def refuse_prerequisites(evidence: list[Evidence], allow_partial: bool) -> None:
     the set is comparable (lab.compare.comparability.check_comparable), so that every advice
     given can be followed: none is refused by the whole-set checks after it."""
     parts = []
-    partial = [f"{ev.name} ({ev.info.get('partial_reason') or 'unfinished campaign'})"
+    partial = [f"{ev.name} ({ev.info.partial_reason or 'unfinished campaign'})"
                for ev in evidence if ev.partial]
     if partial and not allow_partial:
         parts.append(f"partial evidence refused: {'; '.join(partial)}; finish the campaign and "
@@ -551,7 +550,7 @@ def partial_banner(evidence: list[Evidence], tags: list[str]) -> str:
     for ev, tag in zip(evidence, tags, strict=True):
         if ev.partial:
             never = ev.not_run
-            parts.append(f"{tag} ({ev.name}) is partial ({ev.info.get('partial_reason') or 'unfinished'})"
+            parts.append(f"{tag} ({ev.name}) is partial ({ev.info.partial_reason or 'unfinished'})"
                          + (f"; never run there: {', '.join(never)}" if never else ""))
     return ("PARTIAL EVIDENCE compared (--allow-partial): " + "; ".join(parts)) if parts else ""
 
@@ -590,13 +589,13 @@ def compare_evidence(evidence: list[Evidence], load_items: int | None, *, deadli
         path.append(f"verified {ev.name}: {ev.files_checked} files, {len(ev.raw_rows)} raw rows, "
                     f"{ev.signature.line}; {ev.hardware}, threads {ev.threads}, {priced_as(ev)}"
                     + (" (PARTIAL)" if ev.partial else ""))
-    if identity["two_models"]:
-        path.append(f"comparable as TWO MODELS, not two rentals of one question ({'; '.join(identity['two_models'])}): "
-                    f"corpus sha256 {identity['corpus_sha256'][:16]}..., same quality and timing rules; "
-                    f"{len(identity['common_variants'])} common variant(s)")
+    if identity.two_models:
+        path.append(f"comparable as TWO MODELS, not two rentals of one question ({'; '.join(identity.two_models)}): "
+                    f"corpus sha256 {identity.corpus_sha256[:16]}..., same quality and timing rules; "
+                    f"{len(identity.common_variants)} common variant(s)")
     else:
-        path.append(f"comparable: corpus sha256 {identity['corpus_sha256'][:16]}..., same model files, "
-                    f"quality and timing rules; {len(identity['common_variants'])} common variant(s)")
+        path.append(f"comparable: corpus sha256 {identity.corpus_sha256[:16]}..., same model files, "
+                    f"quality and timing rules; {len(identity.common_variants)} common variant(s)")
     start, dl, hours_available = calendar(deadline, window_start, tz, now)
     catalog, catalog_info = choose_catalog(evidence, catalog_path)
     path.append(catalog_line(catalog_info))
@@ -607,13 +606,13 @@ def compare_evidence(evidence: list[Evidence], load_items: int | None, *, deadli
     projections = []
     # every variant each archive measured (a host's variant the other host never ran is still
     # that host's evidence: projected, compared across hosts only where both have it)
-    order = list(identity["common_variants"]) + [v["variant_id"] for ev in evidence for v in ev.summary]
+    order = list(identity.common_variants) + [v.variant_id for ev in evidence for v in ev.variants]
     order = list(dict.fromkeys(order))
     for ev, tag in zip(evidence, tags, strict=True):
         if load_items is None:  # server archives without --load: the serving part decides
             break
         served = served_variant_ids(ev)  # compared in the serving part, never projected
-        by_id = {vid: v for v in ev.summary if (vid := v["variant_id"]) not in served}
+        by_id = {v.variant_id: v for v in ev.variants if v.variant_id not in served}
         for vid in (v for v in order if v in by_id):
             projections.append(project(ev, by_id[vid], catalog, load_items, hours_available, max_lots,
                                        host=tag, allow_short=allow_short))
@@ -634,15 +633,16 @@ def compare_evidence(evidence: list[Evidence], load_items: int | None, *, deadli
         path.append(f"{', '.join(unpriced)}: {NO_PACKAGE}; measured figures only, no quote, "
                     "not a candidate for the budget decision")
     cross = []
-    for vid in identity["common_variants"]:
+    for vid in identity.common_variants:
         ps = [p for p in projections if p.variant_id == vid]
         for i, pa in enumerate(ps):
             for pb in ps[i + 1:]:
-                pair = compare_durations(list(pa.durations_s), list(pb.durations_s)).to_json()
+                verdict = compare_durations(list(pa.durations_s), list(pb.durations_s))
                 hungry = list(pa.starved_passes) + list(pb.starved_passes)
-                if hungry:  # a gap made by a host short of CPU is the host's, not the GPU's
-                    pair["reason"] += "; " + starved_text(hungry)
-                cross.append({"variant": pa.label, "a": pa.host, "b": pb.host, **pair})
+                # a gap made by a host short of CPU is the host's, not the GPU's
+                if hungry:
+                    verdict = dataclasses.replace(verdict, reason=f"{verdict.reason}; {starved_text(hungry)}")
+                cross.append(CrossPair(**dataclasses.asdict(verdict), variant=pa.label, a=pa.host, b=pb.host))
     config = evidence[0].config
     tolerance = float(config.quality.tolerance)
     same_rule = AgreementRule.of(dataclasses.asdict(config.quality), config.task.kind)
@@ -720,14 +720,13 @@ def compare_evidence(evidence: list[Evidence], load_items: int | None, *, deadli
         path.append(f"decision: none: {exclusion_counts(projections)} (each configuration's reasons in "
                     f"decision.md){hint}")
     path = banners + path
-    archives_info = tuple({"name": e.name, "host": tag, "path": str(e.path), "hardware": e.hardware,
-                           "threads": e.threads, "gpu": e.gpu,
-                           "files_checked": e.files_checked, "signature": e.signature.line,
-                           "cost": dataclasses.asdict(e.cost) if e.cost else None,
-                           "driver": (e.manifest.get("gpu") or {}).get("driver"),
-                           "partial": e.partial, "not_run": e.not_run,
-                           "catalog_version": e.catalog.version if e.catalog else None,
-                           "catalog_sha256": e.catalog.sha256 if e.catalog else None}
+    archives_info = tuple(ComparedArchive(name=e.name, host=tag, path=str(e.path), hardware=e.hardware,
+                                          threads=e.threads, gpu=e.gpu, files_checked=e.files_checked,
+                                          signature=e.signature.line, cost=e.cost,
+                                          driver=e.manifest.gpu.driver if e.manifest.gpu is not None else None,
+                                          partial=e.partial, not_run=tuple(e.not_run),
+                                          catalog_version=e.catalog.version if e.catalog else None,
+                                          catalog_sha256=e.catalog.sha256 if e.catalog else None)
                           for e, tag in zip(evidence, tags, strict=True))
     return Comparison(archives_info, identity, tuple(projections), load_items, start, dl,
                       hours_available, max_lots, catalog.path, chosen, tuple(motivation),

@@ -16,21 +16,26 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from lab.compare.comparison_records import WrittenSections, written_sections
 from lab.cost.forfaits import Catalog, PricingError, load_catalog
 from lab.cost.hardware import Measured
 from lab.evidence.archive import ArchiveError, extract, verify
+from lab.evidence.archive_info import ArchiveInfo, decode_archive_info
 from lab.evidence.format import ARCHIVE_INFO, UNSIGNED, Signature
 from lab.facts.errors import UserError
 from lab.facts.files import sha256_file
 from lab.facts.host import iteralab_command
+from lab.inputs.manifest_record import GpuDevice, Manifest, decode_manifest
 from lab.inputs.variants import expand_series
 from lab.orchestration.config import CampaignConfig, ConfigError, CostSection, parse_config
+from lab.orchestration.lock_record import CampaignLock, decode_lock
 from lab.passes.events import PassStatus
 from lab.passes.records import decode_result
 from lab.passes.tasks.embedding import VECTORS_FILE
 from lab.passes.tasks.embedding_metrics import load_vectors
 from lab.report.raw_row import RawRow
 from lab.report.raw_table import pass_cards
+from lab.report.summary import VariantSummary
 
 NO_PACKAGE = "no package declared in [cost]"
 READ_MEMBERS = ("report/manifest.json", "campaign.lock.json", "corpus_card.json", "campaign.toml")
@@ -47,21 +52,26 @@ class CompareError(UserError):
 @dataclass(frozen=True)
 class Evidence:
     """What a comparison reads from one archive. ``name``: the archive's file name without
-    .tar.gz; ``raw_rows``: raw-table rows, typed (lab.report.raw_row.RawRow), and ``summary``:
-    summary.json objects, both as ``archive verify`` re-derived them from the journal and the
-    pass records (lab.evidence.table_checks), never the archive's own raw_table.csv or summary.json."""
+    .tar.gz; ``raw_rows``: raw-table rows, typed (lab.report.raw_row.RawRow), and ``variants``:
+    the summary, one typed record per variant (lab.report.summary.VariantSummary), both as
+    ``archive verify`` re-derived them from the journal and the pass records
+    (lab.evidence.table_checks), never the archive's own raw_table.csv or summary.json."""
     path: Path
     name: str
-    manifest: dict
-    summary: list[dict]
+    manifest: Manifest
+    """report/manifest.json, typed (lab.inputs.manifest_record)."""
+    variants: tuple[VariantSummary, ...]
     raw_rows: list[RawRow]
-    campaign: dict
-    lock: dict
+    campaign: WrittenSections
+    """campaign.toml's rule sections as written (lab.compare.comparison_records.WrittenSections);
+    ``config`` holds the whole file typed."""
+    lock: CampaignLock
     corpus_card: dict | None
     files_checked: int
     config: CampaignConfig
-    info: dict = field(default_factory=dict)
-    """ARCHIVE.json: ``partial`` (bool) and ``partial_reason`` of an unfinished campaign."""
+    info: ArchiveInfo = field(default_factory=ArchiveInfo)
+    """ARCHIVE.json, typed (lab.evidence.archive_info): when it was made, ``partial`` and the
+    ``partial_reason`` of an unfinished campaign."""
     catalog: Catalog | None = None
     """report/catalog.csv: the catalog the archive was priced with when it was made (None when its
     catalog file was missing then: ``catalog_missing`` says why); its ``path`` names the archive's member."""
@@ -86,6 +96,12 @@ class Evidence:
     result.json (lab.report.raw_table.pass_cards): what the hardware check of lab.cost.hardware
     reads; a pass whose result.json the archive lacks is left out."""
 
+    @property
+    def summary(self) -> list[dict]:
+        """The summary as summary.json objects (VariantSummary.to_json of ``variants``), for readers
+        that decode them themselves (lab.compare.serving)."""
+        return [v.to_json() for v in self.variants]
+
     def measured(self, variant_id: str) -> Measured:
         """The hardware the passes of ``variant_id`` ran on (lab.cost.hardware.Measured; passes: 0
         when no pass record was read, e.g. an archive older than them)."""
@@ -95,12 +111,12 @@ class Evidence:
     def catalog_missing(self) -> str:
         """Why the archive holds no catalog (the manifest's record: "not found when the report was
         built"); '' when it holds one."""
-        record = self.manifest.get("catalog")
-        return str(record.get("missing") or "") if isinstance(record, dict) else ""
+        record = self.manifest.catalog
+        return str(record.missing or "") if record is not None else ""
 
     @property
     def partial(self) -> bool:
-        return bool(self.info.get("partial"))
+        return self.info.partial
 
     @property
     def planned(self) -> list[tuple[str, str]]:
@@ -110,21 +126,28 @@ class Evidence:
     @property
     def not_run(self) -> list[str]:
         """Labels of declared variants with no attempted pass in this archive."""
-        ran = {v["variant_id"] for v in self.summary}
+        ran = {v.variant_id for v in self.variants}
         return [label for vid, label in self.planned if vid not in ran]
 
     @property
-    def gpu_devices(self) -> list[dict]:
-        return list((self.manifest.get("gpu") or {}).get("devices") or [])
+    def gpu_devices(self) -> list[GpuDevice]:
+        """The GPUs the manifest records (none on a CPU host)."""
+        return list(self.manifest.gpu.devices) if self.manifest.gpu is not None else []
+
+    @property
+    def protocol_sha256(self) -> str | None:
+        """The protocol version the archive's report was built for (the manifest's campaign
+        ``protocol_sha256``, its lock entry's ``sha256``); None when not recorded."""
+        return self.manifest.campaign.protocol_sha256 if self.manifest.campaign is not None else None
 
     @property
     def hardware(self) -> str:
         """'2 x NVIDIA B200' from the manifest, or 'CPU <name> (no GPU)'."""
         devs = self.gpu_devices
         if devs:
-            names = sorted({d.get("name", "?") for d in devs})
+            names = sorted({d.name for d in devs})
             return f"{len(devs)} x {' + '.join(names)}"
-        return f"CPU {(self.manifest.get('cpu') or {}).get('name', 'unknown')} (no GPU)"
+        return f"CPU {self.manifest.cpu.name if self.manifest.cpu is not None else 'unknown'} (no GPU)"
 
     @property
     def cost(self) -> CostSection | None:
@@ -142,12 +165,17 @@ class Evidence:
         return self.config.timing.threads
 
 
+def _missing(rel: str, archive: Path) -> CompareError:
+    """The refusal of an archive that lacks the member ``rel``, one line saying how to fix it."""
+    return CompareError(f"{archive.name}: {rel} missing from the archive; pack it again with "
+                        f"`{iteralab_command()} archive CAMPAIGN_FOLDER` on the rental (it rebuilds the report)")
+
+
 def _json(top: Path, rel: str, archive: Path, required: bool = True):
     p = top / rel
     if not p.is_file():
         if required:
-            raise CompareError(f"{archive.name}: {rel} missing from the archive; pack it again with "
-                               f"`{iteralab_command()} archive CAMPAIGN_FOLDER` on the rental (it rebuilds the report)")
+            raise _missing(rel, archive)
         return None
     return json.loads(p.read_text(encoding="utf-8"))
 
@@ -213,10 +241,10 @@ def read_evidence(archive: str | Path, metric_file: str | Path | None = None,
         for vid, rel in results:
             if (c := _cards(top / rel)) is not None:
                 cards.setdefault(vid, []).append(c)
-        manifest = _json(top, "report/manifest.json", archive)
-        lock = _json(top, "campaign.lock.json", archive, required=False) or {}
+        manifest = _manifest(top, archive)
+        lock = _lock(top / "campaign.lock.json", archive)
         card = _json(top, "corpus_card.json", archive, required=False)
-        info = _json(top, ARCHIVE_INFO, archive)
+        info = _archive_info(top, archive)
         catalog = _catalog(top, archive)
         predictions = {vid: _read_predictions(top / rel) for vid, (_pid, rel) in chosen.items()
                        if (top / rel).is_file()}
@@ -232,11 +260,51 @@ def read_evidence(archive: str | Path, metric_file: str | Path | None = None,
     except ConfigError as exc:
         raise CompareError(f"{archive.name}: campaign.toml does not parse as a campaign file "
                            f"({exc}); fix it in the campaign and re-pack the archive") from None
+    written = written_sections(campaign)
     name = archive.name.removesuffix(".tar.gz")
-    return Evidence(archive, name, manifest, v.rederived.summary, rows, campaign, lock, card,
+    variants = tuple(VariantSummary.from_json(d) for d in v.rederived.summary)
+    return Evidence(archive, name, manifest, variants, rows, written, lock, card,
                     v.files_checked, config, info, catalog, predictions,
                     {vid: pid for vid, (pid, _rel) in chosen.items() if vid in predictions}, vectors, held,
                     v.signature or UNSIGNED, cards)
+
+
+def _manifest(top: Path, archive: Path) -> Manifest:
+    """The archive's report/manifest.json, typed (lab.inputs.manifest_record). Raises CompareError
+    when the archive lacks it or it does not read as a manifest."""
+    rel = "report/manifest.json"
+    if not (top / rel).is_file():
+        raise _missing(rel, archive)
+    try:
+        return decode_manifest((top / rel).read_bytes())
+    except msgspec.DecodeError as exc:
+        raise CompareError(f"{archive.name}: its {rel} does not read as a manifest ({exc}); pack it again "
+                           f"with `{iteralab_command()} archive CAMPAIGN_FOLDER` on the rental (it rebuilds the "
+                           "report)") from None
+
+
+def _archive_info(top: Path, archive: Path) -> ArchiveInfo:
+    """The archive's ARCHIVE.json, typed (lab.evidence.archive_info). Raises CompareError when the
+    archive lacks it or it does not read as one."""
+    if not (top / ARCHIVE_INFO).is_file():
+        raise _missing(ARCHIVE_INFO, archive)
+    try:
+        return decode_archive_info((top / ARCHIVE_INFO).read_bytes())
+    except msgspec.DecodeError as exc:
+        raise CompareError(f"{archive.name}: its {ARCHIVE_INFO} does not read as one ({exc}); pack it again "
+                           f"with `{iteralab_command()} archive CAMPAIGN_FOLDER` on the rental") from None
+
+
+def _lock(path: Path, archive: Path) -> CampaignLock:
+    """The archive's campaign.lock.json, typed (lab.orchestration.lock_record); an empty lock when the
+    archive holds none. Raises CompareError for one that does not read as a lock."""
+    if not path.is_file():
+        return CampaignLock()
+    try:
+        return decode_lock(path.read_bytes())
+    except msgspec.DecodeError as exc:
+        raise CompareError(f"{archive.name}: its campaign.lock.json does not read as a campaign lock ({exc}); "
+                           "re-pack the archive") from None
 
 
 def _cards(result: Path) -> tuple | None:

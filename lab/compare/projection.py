@@ -56,7 +56,7 @@ from lab.passes.records import SETUP_PHASES
 from lab.report.caveats import Basis
 from lab.report.decision_note import generation_costs
 from lab.report.raw_row import RawRow
-from lab.report.summary import median_pass_throughput, recompilation_caveat
+from lab.report.summary import VariantSummary, median_pass_throughput
 
 
 def _f(cell) -> float | None:
@@ -222,10 +222,10 @@ def too_short(long_passes: int, rule_passes: int, rule_window_s: float, shortest
             f"the rule ([timing] min_window_s, min_accepted_passes) needs {rule_passes}{short}")
 
 
-def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
+def project(ev: Evidence, variant: VariantSummary, catalog: Catalog, load_items: int,
             hours_available: float | None, max_lots: int, host: str = "",
             allow_short: bool = False) -> Projection:
-    """Projection of ``variant`` (a summary.json entry of ``ev``) to ``load_items`` items.
+    """Projection of ``variant`` (one of ``ev.variants``) to ``load_items`` items.
 
     ``catalog``: the comparison's catalog (sizing, eligibility); the archive's own package is
     also priced with ``ev.catalog`` when the archive holds one. ``hours_available``: hours from
@@ -233,7 +233,7 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
     that fails the validity rule stays eligible, with the caveat. Raises PricingError only for
     a catalog problem; a missing price is an exclusion.
     """
-    vid = variant["variant_id"]
+    vid = variant.variant_id
     rows = [r for r in ev.raw_rows if r.variant_id == vid]
     ok = [r for r in rows if r.status == PassStatus.OK and _f(r.items_per_s)]
     rates: list[float] = [x for r in ok if (x := _f(r.items_per_s))]
@@ -262,7 +262,7 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
                           f"committed {own.committed_budget:.2f} {own.currency} for {gpu} {cost.days} days x "
                           f"{cost.lots} lot(s); the comparison's catalog (version {catalog.version}) "
                           f"prices it at {q.committed_budget:.2f} {q.currency}")
-    accepted = variant.get("accepted_passes", 0) >= 1
+    accepted = variant.accepted_passes >= 1
     per_corpus = cost_per_validated_corpus(own.committed_budget, 1 if accepted else 0) if own else None
     cards = measured_cards(rows)
     measured, priced = ev.measured(vid), q or own
@@ -297,18 +297,17 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
                       min(durations) if durations else None) if rates else ""
     metrics = [x for r in rows if (x := _f(r.metric)) is not None]
     ref_name = ev.config.quality.reference_variant
-    ref = next((v for v in ev.summary if v.get("variant_name") == ref_name
-                or v.get("variant_id") == ref_name), None)
-    ref_metrics = [x for r in ev.raw_rows if ref and r.variant_id == ref["variant_id"]
+    ref = next((v for v in ev.variants if v.variant_name == ref_name or v.variant_id == ref_name), None)
+    ref_metrics = [x for r in ev.raw_rows if ref and r.variant_id == ref.variant_id
                    and (x := _f(r.metric)) is not None]
     setup_s = max(setups) if setups else None
     h_med = load_items / med_rate / 3600 if med_rate else None
     h_worst = load_items / worst_rate / 3600 if worst_rate else None
     sizing = None
     if not accepted:
-        why.append(f"quality: {variant.get('quality_verdict') or 'no accepted pass'}")
-    if not variant.get("feasible", True):
-        why.append(f"memory: {variant.get('infeasible_reason') or 'not feasible'}")
+        why.append(f"quality: {variant.quality_verdict or 'no accepted pass'}")
+    if not variant.feasible:
+        why.append(f"memory: {variant.infeasible_reason or 'not feasible'}")
     if not rates:
         why.append(f"failures: no successful pass with a throughput ({len(rows)} attempted)")
     if short and not allow_short:
@@ -326,39 +325,37 @@ def project(ev: Evidence, variant: dict, catalog: Catalog, load_items: int,
     tokens = output_token_figures(ev.config.task.kind, variant, load_items, sizing)
     return Projection(
         archive=ev.name, host=host or ev.name, hardware=ev.hardware, threads=ev.threads, gpu=gpu, variant_id=vid,
-        label=variant.get("label") or vid, accepted=accepted,
-        verdict=variant.get("quality_verdict") or "", successes=variant.get("successes", 0),
-        failures=variant.get("failures", 0), failure_kinds=tuple(variant.get("failure_kinds") or ()),
-        durations_s=tuple(variant.get("durations_s") or ()), median_s=variant.get("median_s"),
-        min_s=variant.get("min_s"), max_s=variant.get("max_s"), items_per_s_median=med_rate,
+        label=variant.label or vid, accepted=accepted,
+        verdict=variant.quality_verdict or "", successes=variant.successes,
+        failures=variant.failures, failure_kinds=variant.failure_kinds,
+        durations_s=variant.durations_s, median_s=variant.median_s,
+        min_s=variant.min_s, max_s=variant.max_s, items_per_s_median=med_rate,
         items_per_s_worst=worst_rate, items_per_s_best=max(rates) if rates else None, setup_s=setup_s,
         cards_measured=cards, cards_note=cards_note,
         archive_quote=own, cost_per_validated_corpus=per_corpus, load_items=load_items,
         hours_median=h_med, hours_worst=h_worst, sizing=sizing,
         cost_per_million_items=per_million, exclusions=tuple(why),
-        durations_caveat=recompilation_caveat(int(variant.get("recompiled_passes") or 0),
-                                              int(variant.get("successes") or 0),
-                                              variant.get("recompiles_measured_max")),
+        durations_caveat=variant.durations_caveat(),
         metric_name=ev.config.quality.metric,
         metric_median=statistics.median(metrics) if metrics else None,
         metric_min=min(metrics) if metrics else None, metric_max=max(metrics) if metrics else None,
-        reference_label=(ref.get("label") or ref_name) if ref else ref_name,
+        reference_label=(ref.label or ref_name) if ref else ref_name,
         reference_metric_median=statistics.median(ref_metrics) if ref_metrics else None,
         items_per_pass=items, extrapolation=load_items / items if items else None,
         long_passes=len(long_ok), min_window_s=timing.min_window_s,
         min_accepted_passes=timing.min_accepted_passes, too_short=short,
         prediction_pass=ev.prediction_pass.get(vid, ""), decision_quote=q, price_note=price_note,
-        starved_passes=tuple({**x, "host": host or ev.name} for x in variant.get("starved_passes") or ()),
+        starved_passes=tuple({**x, "host": host or ev.name} for x in variant.starved_passes),
         measured_on_cpu=on_cpu, hardware_check=check, **tokens)
 
 
-def output_token_figures(kind: str, variant: dict, load_items: int, sizing: Sizing | None) -> dict:
-    """The Projection's output-token fields of ``variant`` (a summary.json entry of a ``kind`` task)
+def output_token_figures(kind: str, variant: VariantSummary, load_items: int, sizing: Sizing | None) -> dict:
+    """The Projection's output-token fields of ``variant`` (the summary of a ``kind`` task's variant)
     at ``load_items`` items, the package ``sizing`` (None: not sized) priced: output_tokens,
     output_tokens_per_s_median, output_tokens_at_load, cost_per_item, cost_per_million_output_tokens
     and tokens_note (why a cell is empty)."""
-    out_tokens, items = variant.get("output_tokens"), variant.get("items_total")
-    figures = {"output_tokens": out_tokens, "output_tokens_per_s_median": variant.get("output_tokens_per_s_median")}
+    out_tokens, items = variant.output_tokens, variant.items_total
+    figures = {"output_tokens": out_tokens, "output_tokens_per_s_median": variant.output_tokens_per_s_median}
     if out_tokens is None:
         why = (f"no output tokens: a {kind} task generates no text" if not task_kind(kind).generates_text
                else "no output tokens: no pass ok counted them")

@@ -64,7 +64,7 @@ def projection_row(p: Projection, c: Comparison | None = None) -> dict:
     row's per-id agreement with the same variant on the other hosts."""
     q, s = p.archive_quote, p.sizing
     agree = [x for x in (c.agreements if c else ()) if x.variant_id == p.variant_id and p.host in (x.a, x.b)]
-    own = next((a for a in (c.archives if c else ()) if a["host"] == p.host), {})
+    own = next((a for a in (c.archives if c else ()) if a.host == p.host), None)
     return {
         "banner": " | ".join(c.banners) if c else "",
         "host": p.host, "archive": p.archive, "hardware": p.hardware, "threads": p.threads, "gpu_priced": p.gpu,
@@ -100,9 +100,9 @@ def projection_row(p: Projection, c: Comparison | None = None) -> dict:
         "items_per_pass": p.items_per_pass, "extrapolation": p.extrapolation,
         "long_passes": p.long_passes, "min_window_s": p.min_window_s,
         "min_accepted_passes": p.min_accepted_passes, "too_short": p.too_short,
-        "catalog_version": c.catalog.get("version") if c else None,
-        "catalog_sha256": c.catalog.get("sha256") if c else None,
-        "archive_catalog_version": own.get("catalog_version"), "price_note": p.price_note,
+        "catalog_version": c.catalog.version if c and c.catalog else None,
+        "catalog_sha256": c.catalog.sha256 if c and c.catalog else None,
+        "archive_catalog_version": own.catalog_version if own else None, "price_note": p.price_note,
         "starved_passes": " ".join(x["pass_id"] for x in p.starved_passes),
         "output_tokens": p.output_tokens,
         "output_tokens_per_s_median": (None if p.output_tokens_per_s_median is None
@@ -167,7 +167,7 @@ def decision_markdown(c: Comparison) -> str:
                 f"- Cost per million items: {p.cost_per_million_items:.2f} {q.currency}.",
                 *[f"- {line}." for line in tokens_lines(p)],
                 f"- {p.cards_note}.", ""]
-    if c.catalog:
+    if c.catalog is not None:
         out += [f"- Prices: {catalog_line(c.catalog)}."]
         out += [f"- {x.host}: {x.price_note}." for x in _first_per_host(c.projections) if x.price_note]
         out += [""]
@@ -187,22 +187,22 @@ def decision_markdown(c: Comparison) -> str:
             f"throughput, after the largest measured setup (its phases {', '.join(SETUP_PHASES)}).", "",
             "## Archives", ""]
     for a in c.archives:
-        k = a["cost"]
-        package = (f"package in its [cost]: {k['gpu']} {k['days']} days x {k['lots']} lot(s)" if k
+        k = a.cost
+        package = (f"package in its [cost]: {k.gpu} {k.days} days x {k.lots} lot(s)" if k
                    else f"not priced: {NO_PACKAGE}")
-        out.append(f"- {a['host']}: `{a['name']}`: {a['hardware']}, driver {a['driver']}, threads {a['threads']}, "
-                   f"{package}; verified ({a['files_checked']} files), {a['signature']}")
+        out.append(f"- {a.host}: `{a.name}`: {a.hardware}, driver {a.driver}, threads {a.threads}, "
+                   f"{package}; verified ({a.files_checked} files), {a.signature}")
     ident = c.identity
-    if ident.get("two_models"):
-        out += ["", f"**Two models compared, not two rentals of one question** ({'; '.join(ident['two_models'])}). "
-                f"Same corpus (sha256 `{ident['corpus_sha256']}`), same quality and timing rules: checked before "
+    if ident.two_models:
+        out += ["", f"**Two models compared, not two rentals of one question** ({'; '.join(ident.two_models)}). "
+                f"Same corpus (sha256 `{ident.corpus_sha256}`), same quality and timing rules: checked before "
                 "comparing.", ""]
     else:
-        out += ["", f"Same corpus (sha256 `{ident['corpus_sha256']}`), same model files, same quality "
+        out += ["", f"Same corpus (sha256 `{ident.corpus_sha256}`), same model files, same quality "
                 "and timing rules: checked before comparing.", ""]
-    if ident.get("missing"):
+    if ident.missing:
         out += [f"- Not in every archive (projected where measured, not compared across hosts): {k}: {', '.join(v)}"
-                for k, v in ident["missing"].items()] + [""]
+                for k, v in ident.missing.items()] + [""]
     out += ["## Same ML result?", "",
             "Per host: the metric of the passes (median and range) and its gap to the archive's "
             "reference variant. Across hosts, same variant: the predictions of each host's first "
@@ -261,8 +261,8 @@ def decision_markdown(c: Comparison) -> str:
             "spread is comparable to the gap between the medians, the series does not distinguish "
             "the options.", ""]
     for x in c.cross_pairs:
-        out.append(f"- {x['variant']}: {x['a']} vs {x['b']}: "
-                   f"{'distinguished' if x['distinguished'] else 'NOT distinguished'} ({x['reason']})")
+        out.append(f"- {x.variant}: {x.a} vs {x.b}: "
+                   f"{'distinguished' if x.distinguished else 'NOT distinguished'} ({x.reason})")
     out += ["", "## Decision path", ""] + [f"{i}. {line}" for i, line in enumerate(c.path, 1)]
     return "\n".join(out) + "\n"
 
@@ -297,11 +297,12 @@ def write_comparison(c: Comparison, out_dir: str | Path) -> dict:
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"decision": out / "decision.md", "csv": out / "compare.csv", "html": out / "report.html"}
+    decision, csv, html = out / "decision.md", out / "compare.csv", out / "report.html"
+    paths = {"decision": decision, "csv": csv, "html": html}
     md, table = decision_markdown(c), comparison_table(c)
-    paths["decision"].write_text(md, encoding="utf-8")
-    write_csv(table, paths["csv"])  # formula-like cells neutralised, as in every CSV written
-    paths["html"].write_text(comparison_report(c, md, table), encoding="utf-8")
+    decision.write_text(md, encoding="utf-8")
+    write_csv(table, csv)  # formula-like cells neutralised, as in every CSV written
+    html.write_text(comparison_report(c, md, table), encoding="utf-8")
     if c.serving is not None:
         paths["serving_csv"] = write_csv(pd.DataFrame(c.serving.rows(), columns=list(SERVING_COLUMNS)),
                                          out / "serving.csv")

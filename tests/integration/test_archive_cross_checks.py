@@ -211,7 +211,8 @@ def test_compare_prices_with_the_users_catalog_never_an_archives_forged_one(two_
     b200 = write_members(tmp_path / "B-newver.tar.gz", files)
     assert verify(b200).ok, verify(b200).problems
     c = compare_archives([two_rentals[0], b200], 1000, **WINDOW)
-    assert c.catalog["version"] == "2026-09-24" and c.catalog["source"] == "the bundle's catalog", c.catalog
+    assert c.catalog is not None
+    assert c.catalog.version == "2026-09-24" and c.catalog.source == "the bundle's catalog", c.catalog
     line = next(x for x in c.path if x.startswith("priced with catalog version"))
     assert "the default; an archive's own catalog prices only that archive's budget" in line
     assert "B-newver's own catalog: 2099-12-31" in line  # found, shown, not chosen

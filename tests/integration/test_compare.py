@@ -206,7 +206,7 @@ def test_an_archive_without_cost_is_measured_but_never_priced_nor_chosen(rental_
         assert p.cost_per_validated_corpus is None and p.cost_per_million_items is None
         assert "price: no package declared in [cost]" in p.exclusions and not p.eligible
     assert c.chosen is not None and c.chosen.host.startswith("A b200")
-    assert c.archives[1]["gpu"] is None and c.archives[1]["cost"] is None
+    assert c.archives[1].gpu is None and c.archives[1].cost is None
     assert "not priced: no package declared in [cost]" in c.path[2]  # after the banner and A's line
     assert any("no package declared in [cost]" in m and "not considered" in m for m in c.motivation)
     out = tmp_path / "cmp"

@@ -29,12 +29,13 @@ def starved_at(ev: Evidence, rate: float | None = None) -> Evidence:
     if rate is not None:
         rows = [dict(r, items_per_s=str(rate), measured_s=str(float(r["items_total"]) / rate))
                 if r["status"] == "ok" else r for r in rows]
-    summary = []
-    for v in ev.summary:
-        ok = [r for r in rows if r["variant_id"] == v["variant_id"] and r["status"] == "ok"]
-        summary.append(dict(v, durations_s=[float(r["measured_s"]) for r in ok],
-                            starved_passes=[{"pass_id": r["pass_id"], "reason": r["starved_reason"]} for r in ok]))
-    return dataclasses.replace(ev, raw_rows=raw_rows_of(rows), summary=summary)
+    variants = []
+    for v in ev.variants:
+        ok = [r for r in rows if r["variant_id"] == v.variant_id and r["status"] == "ok"]
+        variants.append(dataclasses.replace(
+            v, durations_s=tuple(float(r["measured_s"]) for r in ok),
+            starved_passes=tuple({"pass_id": r["pass_id"], "reason": r["starved_reason"]} for r in ok)))
+    return dataclasses.replace(ev, raw_rows=raw_rows_of(rows), variants=tuple(variants))
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +127,7 @@ def test_every_line_naming_a_pass_names_its_host(user_run):
     [pid] = ids
     hosts = [p.host for p in c.projections]
     lines = [*paths["decision"].read_text().splitlines(), *c.path, *c.motivation, *c.what_would_change,
-             *c.per_host, c.stands_on, *(x["reason"] for x in c.cross_pairs)]
+             *c.per_host, c.stands_on, *(x.reason for x in c.cross_pairs)]
     named = [x for x in lines if pid in x]
     assert any("the predictions of pass" in x for x in named) and any("starved pass(es)" in x for x in named)
     for line in named:
@@ -134,6 +135,6 @@ def test_every_line_naming_a_pass_names_its_host(user_run):
         for host in hosts:
             bare = bare.replace(f"{host} / {pid}", "")
         assert pid not in bare, line
-    pair = next(x["reason"] for x in c.cross_pairs)
+    pair = next(x.reason for x in c.cross_pairs)
     assert f"A rtx-4090 / {pid}, B b200 / {pid}" in pair, pair
     assert f"the predictions of pass A rtx-4090 / {pid}" in c.stands_on, c.stands_on

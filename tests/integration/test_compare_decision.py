@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from lab.compare import CompareError, compare_archives
@@ -168,7 +169,8 @@ def test_prices_carry_their_catalog_version(rental_archives, tmp_path, monkeypat
     newer = edited_catalog(tmp_path, "2026-11-30", "300.00")
     monkeypatch.setattr(forfaits, "DEFAULT_CATALOG", str(newer))
     c = compare_archives([a, b], 50000, allow_short=True, **WINDOW)
-    assert c.catalog["version"] == "2026-11-30" and c.catalog["source"] == "the bundle's catalog"
+    assert c.catalog is not None
+    assert c.catalog.version == "2026-11-30" and c.catalog.source == "the bundle's catalog"
     rtx = [p for p in c.projections if p.host == "A rtx-4090"]
     for p in rtx:  # the archive's own budget, from its own catalog, unchanged
         assert p.archive_quote.committed_budget == 110 and p.archive_quote.catalog_version == "2026-09-24"
@@ -194,7 +196,7 @@ def test_prices_carry_their_catalog_version(rental_archives, tmp_path, monkeypat
     assert "\n" not in str(err.value)
     # --catalog names the catalog explicitly: used, and said so
     c = compare_archives([a, b], 50000, allow_short=True, catalog_path=str(newer), **WINDOW)
-    assert c.catalog["explicit"] and c.catalog["version"] == "2026-11-30"
+    assert c.catalog is not None and c.catalog.explicit and c.catalog.version == "2026-11-30"
 
 
 def test_passes_too_short_are_not_projected_unless_allowed(rental_archives, tmp_path):
@@ -255,10 +257,10 @@ def test_the_runner_up_host_is_told_the_throughput_it_would_need(rental_archives
 
 def test_every_difference_that_makes_archives_not_comparable_is_named(evidence):
     a, other = evidence["rtx"], evidence["other"]
-    campaign = {**other.campaign, "quality": {**other.campaign["quality"], "threshold": 0.9}}
-    from lab.orchestration.config import parse_config
-
-    other_rule = dataclasses.replace(other, campaign=campaign, config=parse_config(campaign))  # as read_evidence
+    # its campaign file written with another threshold, as read_evidence reads it: as written and typed
+    written = msgspec.structs.replace(other.campaign, quality={**other.campaign.quality, "threshold": 0.9})
+    config = dataclasses.replace(other.config, quality=dataclasses.replace(other.config.quality, threshold=0.9))
+    other_rule = dataclasses.replace(other, campaign=written, config=config)
     with pytest.raises(CompareError) as err:
         check_comparable([a, other_rule])
     msg = str(err.value)

@@ -26,7 +26,7 @@ def test_archives_judged_by_the_users_metric_compare_with_the_metric_file(metric
 
     pair = [metric_rentals["rtx"], metric_rentals["b200"]]
     c = compare_archives(pair, 1000, metric_file=metric_rentals["file"], **WINDOW)
-    assert sorted(a["name"] for a in c.archives) == sorted(p.name.removesuffix(".tar.gz") for p in pair)
+    assert sorted(a.name for a in c.archives) == sorted(p.name.removesuffix(".tar.gz") for p in pair)
     assert len(c.projections) == 2 and c.chosen is not None, c.path  # both measured, one chosen
     r = cli_compare(*pair, "--load", 1000, "--window-start", WINDOW["window_start"], "--deadline",
                     WINDOW["deadline"], "--allow-short", "--metric-file", metric_rentals["file"],

@@ -477,7 +477,7 @@ def test_compare_reads_the_cards_each_pass_measured(cards_campaign, tmp_path):
     with pytest.raises(CompareError, match="hold the same campaign's passes"):  # one rental, never two
         compare_archives([cards_campaign["archive"], again], 1000)
     ev = load_evidence(cards_campaign["archive"])
-    projections = [project(ev, v, load_catalog(None), 1000, None, 8, host="A") for v in ev.summary]
+    projections = [project(ev, v, load_catalog(None), 1000, None, 8, host="A") for v in ev.variants]
     by_cards = {p.cards_measured: p for p in projections}
     assert set(by_cards) == {1, 2}
     assert "lot has 2" in by_cards[1].cards_note and "lot has 2" not in by_cards[2].cards_note

@@ -17,6 +17,7 @@ from conftest import write_members as repack  # SHA256SUMS recomputed: a consist
 
 from lab.compare import CompareError, compare_archives
 from lab.evidence.archive import verify
+from lab.report.summary import VariantSummary
 
 WINDOW = dict(window_start="2026-12-01T09:00+01:00", deadline="2026-12-01T21:00+01:00")  # 12 h
 
@@ -79,6 +80,7 @@ def test_genuine_archives_verify_and_compare_reads_the_re_derived_figures(archiv
         assert v.rederived.summary == json.loads(files[member(files, "/report/summary.json")])
         ev = load_evidence(path)
         assert ev.raw_rows == v.rederived.rows and ev.summary == v.rederived.summary
+        assert ev.variants == tuple(VariantSummary.from_json(d) for d in v.rederived.summary)
         assert [r.cells for r in ev.raw_rows] == rows  # compare reads the typed rows of those cells
 
 

@@ -14,6 +14,7 @@ import io
 import json
 from decimal import Decimal
 
+import msgspec
 import pytest
 from conftest import cut_corpus, run_reported, write_campaign
 from test_archive_evidence import edit_raw_table, member, read_members, write_members
@@ -195,17 +196,15 @@ def test_an_archive_without_a_column_empty_for_its_passes_is_named(small_campaig
 def test_compare_refuses_generation_archives_of_another_prompt_or_decoding_rule(gen_run):
     from lab.compare.comparability import check_comparable
     from lab.compare.evidence import CompareError, load_evidence
-    from lab.orchestration.config import parse_config
-
     _, archive = gen_run
     ev = load_evidence(archive)
     other_rows = raw_rows_of([{**r.cells, "pass_id": r.pass_id + "-b"} for r in ev.raw_rows])  # another rental's
-    task = ev.campaign["task"]
-    for key, value in (("prompt", "{text}\nGroup:"), ("max_new_tokens", 8), ("stop", ["."]),
+    for key, value in (("prompt", "{text}\nGroup:"), ("max_new_tokens", 8), ("stop", (".",)),
                        ("normalisation", "none")):
-        campaign = {**ev.campaign, "task": {**task, key: value}}
-        other = dataclasses.replace(ev, name="other", raw_rows=other_rows, campaign=campaign,
-                                    config=parse_config(campaign))  # as read_evidence parses it
+        # the campaign file written with another value, as read_evidence reads it: as written and typed
+        written = msgspec.structs.replace(ev.campaign, task={**ev.campaign.task, key: value})
+        config = dataclasses.replace(ev.config, task=dataclasses.replace(ev.config.task, **{key: value}))
+        other = dataclasses.replace(ev, name="other", raw_rows=other_rows, campaign=written, config=config)
         with pytest.raises(CompareError) as exc:
             check_comparable([ev, other])
         msg = str(exc.value)
@@ -227,16 +226,16 @@ def test_compare_of_generation_rentals_shows_output_tokens_priced_as_each_campai
     ev = load_evidence(archive)
     other = dataclasses.replace(ev, name="other",
                                 raw_rows=raw_rows_of([{**r.cells, "pass_id": r.pass_id + "-b"} for r in ev.raw_rows]))
-    corpus_items = ev.summary[0]["items_total"]
+    corpus_items = ev.variants[0].items_total
     c = compare_evidence([ev, other], corpus_items, allow_short=True, window_start="2026-12-01T09:00+00:00",
                          deadline="2026-12-05T09:00+00:00")
     rows = comparison_table(c).to_dict("records")
-    by_id = {v["variant_id"]: v for v in ev.summary}
-    assert len(rows) == 2 * len(ev.summary)
+    by_id = {v.variant_id: v for v in ev.variants}
+    assert len(rows) == 2 * len(ev.variants)
     for r in rows:
         v = by_id[r["variant_id"]]
-        assert r["output_tokens"] == v["output_tokens"] > 0 and r["output_tokens_at_load"] == v["output_tokens"]
-        assert r["output_tokens_per_s_median"] == pytest.approx(v["output_tokens_per_s_median"], abs=1e-4)
+        assert r["output_tokens"] == v.output_tokens > 0 and r["output_tokens_at_load"] == v.output_tokens
+        assert r["output_tokens_per_s_median"] == pytest.approx(v.output_tokens_per_s_median, abs=1e-4)
         assert r["cost_per_item"] > 0 and r["cost_per_million_output_tokens"] > 0 and not r["tokens_note"]
     note = (orch.dir / "report" / "decision_note.md").read_text()
     md = (write_comparison(c, tmp_path / "cmp")["decision"]).read_text()

@@ -9,22 +9,26 @@ from pathlib import Path
 import pytest
 
 from lab.compare.comparability import check_comparable
+from lab.compare.comparison_records import WrittenSections
 from lab.compare.evidence import CompareError, Evidence
+from lab.inputs.manifest_record import Manifest, ManifestCampaign, ManifestCorpus, ManifestModel
+from lab.orchestration.lock_record import CampaignLock, LockEntry
 from lab.report.raw_row import raw_rows_of
+from lab.report.summary import VariantSummary
 
 
 def archive(name: str, kind: str | None, corpus: str, model: dict, quality: dict, task: dict | None = None,
             lock: dict | None = None, held_back: str = "") -> Evidence:
     """The fields check_comparable reads from one archive, nothing else. ``lock``: its own lock
     entry (task_sha256, task_files_sha256)."""
-    campaign = {"quality": quality, "timing": {"repetitions": 1},
-                **({"task": {"kind": kind, **(task or {})}} if kind else {})}
-    manifest = {"corpus": {"sha256": corpus}, "model": {"kind": "local", "files_sha256": model},
-                "campaign": {"protocol_sha256": f"proto-{name}"}}
+    campaign = WrittenSections(quality=quality, timing={"repetitions": 1},
+                               task={"kind": kind, **(task or {})} if kind else {})
+    manifest = Manifest(corpus=ManifestCorpus(sha256=corpus), model=ManifestModel(kind="local", files_sha256=model),
+                        campaign=ManifestCampaign(protocol_sha256=f"proto-{name}"))
     return Evidence(path=Path(f"{name}.tar.gz"), name=name, manifest=manifest,
-                    summary=[{"variant_id": "v1"}],
+                    variants=(VariantSummary(variant_id="v1", label="v1"),),
                     raw_rows=raw_rows_of([{"pass_id": f"{name}-p1", "start_time": "t"}]),
-                    campaign=campaign, lock={"versions": [{"sha256": f"proto-{name}", **(lock or {})}]},
+                    campaign=campaign, lock=CampaignLock(versions=(LockEntry(sha256=f"proto-{name}", **(lock or {})),)),
                     corpus_card=None, files_checked=0, config=None, held_back=held_back)  # type: ignore[arg-type]
 
 
@@ -105,13 +109,13 @@ def test_each_file_of_the_task_code_is_named_by_its_role():
     assert f'[task] entry sha256 differs: a has "{"e" * 64}", b has "{"d" * 64}"' in msg, msg
     assert f'[task] file:util.py sha256 differs: a has "{"u" * 64}"' in msg and "[quality]" not in msg, msg
     same = custom("c", {"entry": "e" * 64, "file:util.py": "u" * 64, "metric": "1" * 64}, "j" * 64)
-    assert check_comparable([a, same])["common_variants"] == ["v1"]
+    assert check_comparable([a, same]).common_variants == ("v1",)
 
 
 def test_an_archive_locked_before_the_per_file_map_is_compared_by_the_joint_digest():
     old = custom("old", None, "j" * 64)
     new = custom("new", {"entry": "e" * 64, "metric": "1" * 64}, "j" * 64)  # the same code, its map recorded
-    assert check_comparable([old, new])["common_variants"] == ["v1"]
+    assert check_comparable([old, new]).common_variants == ("v1",)
     other = custom("other", {"entry": "e" * 64, "metric": "2" * 64}, "k" * 64)
     with pytest.raises(CompareError) as e:
         check_comparable([old, other])

@@ -7,14 +7,18 @@ from __future__ import annotations
 import tomllib
 from datetime import datetime, timezone
 
+from lab.compare.comparison_records import Identity, WrittenSections
 from lab.compare.decision import Comparison, steady_state_caveats
 from lab.compare.evidence import Evidence
 from lab.compare.projection import project
 from lab.compare.tables import decision_markdown, projection_row
 from lab.cost.forfaits import load_catalog
+from lab.inputs.manifest_record import Manifest, ManifestCatalog, ManifestCpu, ManifestModel
 from lab.orchestration.config import parse_config
+from lab.orchestration.lock_record import CampaignLock
 from lab.orchestration.protocol import DEMO_CAMPAIGN
 from lab.report.raw_row import raw_rows_of
+from lab.report.summary import VariantSummary
 
 CAVEAT = "these durations include recompilation: dynamo compiled inside the measured window of 2 of 5"
 
@@ -27,15 +31,16 @@ def evidence(name: str) -> Evidence:
                          "model_load_s": "2.0", "warmup_s": "3.0", "backend": "cpu", "cards": "",
                          "items_total": "1000", "measured_s": str(1000 / (10.0 + i)), "corpus_accepted": "True"}
                         for i in range(5)])
-    return Evidence(path=None, name=name, manifest={"cpu": {"name": "test cpu"}}, summary=[], raw_rows=rows,
-                    campaign={}, lock={}, corpus_card=None, files_checked=1, config=parse_config(raw))
+    return Evidence(path=None, name=name, manifest=Manifest(cpu=ManifestCpu(name="test cpu")), variants=(),
+                    raw_rows=rows, campaign=WrittenSections(), lock=CampaignLock(), corpus_card=None, files_checked=1,
+                    config=parse_config(raw))
 
 
-def variant(recompiled: int) -> dict:
-    return {"variant_id": "v", "label": "batch 8, compile", "accepted_passes": 5, "successes": 5,
-            "failures": 0, "durations_s": [1.0, 1.1, 1.2, 1.3, 1.4], "median_s": 1.2, "min_s": 1.0,
-            "max_s": 1.4, "quality_verdict": "accepted", "feasible": True,
-            "recompiled_passes": recompiled, "recompiles_measured_max": 3 if recompiled else 0}
+def variant(recompiled: int) -> VariantSummary:
+    return VariantSummary(variant_id="v", label="batch 8, compile", accepted_passes=5, successes=5,
+                          failures=0, durations_s=(1.0, 1.1, 1.2, 1.3, 1.4), median_s=1.2, min_s=1.0,
+                          max_s=1.4, quality_verdict="accepted", feasible=True,
+                          recompiled_passes=recompiled, recompiles_measured_max=3 if recompiled else 0)
 
 
 def test_a_recompiled_variant_is_flagged_in_every_file_of_a_comparison():
@@ -53,7 +58,9 @@ def test_a_recompiled_variant_is_flagged_in_every_file_of_a_comparison():
     assert steady_state_caveats([steady, flagged]) != []  # the next one's durations are used too
     assert steady_state_caveats([steady, steady, flagged]) == []  # third: not cited
 
-    c = Comparison(archives=(), identity={"corpus_sha256": "0" * 64}, projections=(flagged, steady),
+    identity = Identity(corpus_sha256="0" * 64, model=ManifestModel(), two_models=(), quality={}, timing={},
+                        common_variants=(), missing={})
+    c = Comparison(archives=(), identity=identity, projections=(flagged, steady),
                    load_items=1000, window_start=datetime(2026, 11, 30, tzinfo=timezone.utc), deadline=None,
                    hours_available=None, max_lots=2, catalog_path=catalog.path, chosen=None,
                    motivation=("no choice in this test",), cross_pairs=(), what_would_change=(), path=())
@@ -70,8 +77,8 @@ def test_setup_sums_every_set_up_phase_of_the_record_engine_start_and_compile_in
     # 4 s on another pass; the measured window and after are not set-up
     cells = [dict(r.cells, engine_start_s="61.9", evaluation_s="50.0", writing_s="9.0") for r in ev.raw_rows]
     cells[0]["compile_s"] = "4.0"
-    ev = Evidence(path=None, name="vllm", manifest=ev.manifest, summary=[], raw_rows=raw_rows_of(cells),
-                  campaign={}, lock={}, corpus_card=None, files_checked=1, config=ev.config)
+    ev = Evidence(path=None, name="vllm", manifest=ev.manifest, variants=(), raw_rows=raw_rows_of(cells),
+                  campaign=WrittenSections(), lock=CampaignLock(), corpus_card=None, files_checked=1, config=ev.config)
     p = project(ev, variant(0), load_catalog(None), 1000, None, 2)
     assert p.setup_s == 1.0 + 2.0 + 61.9 + 4.0 + 3.0
     assert projection_row(p)["setup_s"] == p.setup_s
@@ -82,10 +89,12 @@ def test_an_archive_without_its_catalog_is_priced_at_the_comparisons_saying_why(
     its package is shown at the comparison catalog's price, with the manifest's reason."""
     import dataclasses
 
+    import msgspec
+
     catalog = load_catalog(None)
     ev = evidence("a")
-    gone = {"path": "/gone/prices.csv", "missing": "not found when the report was built"}
-    ev = dataclasses.replace(ev, manifest={**ev.manifest, "catalog": gone})
+    gone = ManifestCatalog(missing="not found when the report was built")
+    ev = dataclasses.replace(ev, manifest=msgspec.structs.replace(ev.manifest, catalog=gone))
     p = project(ev, variant(0), catalog, 1000, None, 2)
     assert p.price_note == ("the archive holds no catalog (its catalog file was not found when the report was "
                             "built): its package is shown at the comparison catalog's price (version "

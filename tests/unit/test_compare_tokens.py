@@ -4,12 +4,16 @@ by the campaign decision note's division; the other kinds' cells empty with the 
 
 from __future__ import annotations
 
+import dataclasses
+
 from lab.compare.projection import output_token_figures
 from lab.cost.forfaits import load_catalog
 from lab.cost.sizing import cheapest_covering
 from lab.report.decision_note import generation_costs
+from lab.report.summary import VariantSummary
 
-GENERATED = {"output_tokens": 110, "items_total": 20, "output_tokens_per_s_median": 70.0}
+GENERATED = VariantSummary(variant_id="g", label="generation", output_tokens=110, items_total=20,
+                           output_tokens_per_s_median=70.0)
 
 
 def covering():
@@ -23,8 +27,8 @@ def test_a_generation_variant_is_priced_per_item_and_per_million_output_tokens_a
     load = 100_000
     sizing = covering()
     f = output_token_figures("generation", GENERATED, load, sizing)
-    at_load = GENERATED["output_tokens"] * load // GENERATED["items_total"]
-    assert f["output_tokens"] == GENERATED["output_tokens"] and f["output_tokens_at_load"] == at_load
+    at_load = 110 * load // 20
+    assert f["output_tokens"] == GENERATED.output_tokens and f["output_tokens_at_load"] == at_load
     assert (f["cost_per_item"], f["cost_per_million_output_tokens"]) == generation_costs(
         sizing.quote.committed_budget, load, at_load)
     assert "tokens_note" not in f
@@ -32,10 +36,11 @@ def test_a_generation_variant_is_priced_per_item_and_per_million_output_tokens_a
 
 def test_other_kinds_and_unsized_rows_leave_the_cells_empty_and_say_why():
     for kind in ("classification", "embedding", "custom"):
-        f = output_token_figures(kind, {"output_tokens": None, "items_total": 20}, 1000, covering())
+        f = output_token_figures(kind, VariantSummary(variant_id="c", label="c", items_total=20), 1000,
+                                 covering())
         assert f["output_tokens"] is None and "cost_per_item" not in f
         assert f["tokens_note"] == f"no output tokens: a {kind} task generates no text"
     f = output_token_figures("generation", GENERATED, 1000, None)
     assert f["output_tokens_at_load"] and "cost_per_item" not in f and "no package sized" in f["tokens_note"]
-    f = output_token_figures("generation", {**GENERATED, "output_tokens": 1}, 1, covering())
+    f = output_token_figures("generation", dataclasses.replace(GENERATED, output_tokens=1), 1, covering())
     assert "cost_per_item" not in f and "nothing to divide by" in f["tokens_note"]

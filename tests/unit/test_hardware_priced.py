@@ -13,6 +13,7 @@ from lab.compare.evidence import Evidence
 from lab.compare.projection import project
 from lab.cost.forfaits import load_catalog
 from lab.cost.hardware import HardwareCheck, Measured, Priced, same_gpu
+from lab.inputs.manifest_record import GpuDevice, Manifest, ManifestGpu
 from lab.report.caveats import Basis, caveats, chart_legend, chart_mark
 from lab.report.decision_note import HARDWARE_DIFFERS, decision_note, hardware_checks
 from tests.unit.test_compare_caveats import evidence, variant
@@ -128,7 +129,8 @@ def with_cards(ev: Evidence, name: str, cards: int = 1, device: str = "cuda") ->
 
     rows = [msgspec.structs.replace(r, pass_id=f"p{i}", backend=device) for i, r in enumerate(ev.raw_rows)]
     made = {"v": [tuple((device, name) for _k in range(cards)) for _r in rows]}
-    return dataclasses.replace(ev, raw_rows=rows, cards=made, manifest={"gpu": {"devices": [{"name": name}]}})
+    gpu = ManifestGpu(devices=(GpuDevice(name),))
+    return dataclasses.replace(ev, raw_rows=rows, cards=made, manifest=Manifest(gpu=gpu))
 
 
 def test_compare_does_not_rank_a_host_measured_on_another_gpu_than_its_price():
