@@ -96,12 +96,6 @@ class Evidence:
     result.json (lab.report.raw_table.pass_cards): what the hardware check of lab.cost.hardware
     reads; a pass whose result.json the archive lacks is left out."""
 
-    @property
-    def summary(self) -> list[dict]:
-        """The summary as summary.json objects (VariantSummary.to_json of ``variants``), for readers
-        that decode them themselves (lab.compare.serving)."""
-        return [v.to_json() for v in self.variants]
-
     def measured(self, variant_id: str) -> Measured:
         """The hardware the passes of ``variant_id`` ran on (lab.cost.hardware.Measured; passes: 0
         when no pass record was read, e.g. an archive older than them)."""

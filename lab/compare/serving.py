@@ -205,7 +205,7 @@ class ServedAgreement:
 
 def server_summaries(ev: Evidence) -> list[VariantSummary]:
     """The archive's server variants' summaries (typed), in its summary's order."""
-    return [v for v in map(VariantSummary.from_json, ev.summary) if v.request_rate is not None]
+    return [v for v in ev.variants if v.request_rate is not None]
 
 
 def served_variant_ids(ev: Evidence) -> set[str]:

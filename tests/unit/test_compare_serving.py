@@ -19,6 +19,7 @@ from lab.inputs.variants import Variant
 from lab.orchestration.agreement import AgreementRule
 from lab.orchestration.config import CostSection
 from lab.passes.events import PassStatus
+from lab.report.summary import VariantSummary
 
 CATALOG = ("gpu,gpu_name,cards_per_lot,days,price_per_lot,currency,catalog_version\n"
            "small,Small GPU,1,7,110.00,USD,2026-12-05\n"
@@ -49,7 +50,8 @@ def archive(name: str, gpu: str, variants: list[dict], scenario: ScenarioSection
     """An archive stand-in: each variant's passes ok, accepted, of ``window_s`` measured seconds."""
     rows = [SimpleNamespace(variant_id=v["variant_id"], status=PassStatus.OK, accepted=True, measured_s=window_s)
             for v in variants for _ in range(v["successes"])]
-    return SimpleNamespace(name=name, hardware=f"{gpu} host", summary=variants, gpu=gpu, raw_rows=rows,
+    return SimpleNamespace(name=name, hardware=f"{gpu} host", variants=[VariantSummary.from_json(v) for v in variants],
+                           gpu=gpu, raw_rows=rows,
                            cost=CostSection(gpu=gpu, days=7), measured=lambda vid: Measured(),
                            config=SimpleNamespace(scenario=scenario, timing=TIMING), predictions=predictions or {},
                            vectors=vectors or {})
