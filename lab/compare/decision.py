@@ -654,7 +654,9 @@ def compare_evidence(evidence: list[Evidence], load_items: int | None, *, deadli
     rule_text = same_rule.text("the other host's")
     path.append(f"same ML result: {len(agreements) - len(beyond)} of {len(agreements)} host pair(s) x "
                 f"variant within the agreement rule ({rule_text}) and the tolerance {tolerance} (metric gap)"
-                + (f"; beyond them: {'; '.join(agreement_text(x) for x in beyond)}" if beyond else ""))
+                + (f"; beyond them: {'; '.join(agreement_text(x) for x in beyond)}" if beyond else "")
+                + (f"; served outputs: {sum(x.result.same for x in serving.agreements)} of {len(serving.agreements)} "
+                   "host pair(s) x server variant the same" if serving is not None else ""))
     chosen = cands[0] if cands else None
     motivation: list[str] = []
     change: list[str] = []

@@ -212,7 +212,9 @@ def decision_markdown(c: Comparison) -> str:
             "the rule holds and the gap between the metric medians is within the protocol's [quality] "
             "tolerance.", ""]
     out += [f"- {p.key}: {p.quality_text()}" for p in c.projections]
-    out += [f"- {agreement_text(x)}" for x in c.agreements] or ["- no two hosts share predictions to compare"]
+    out += [f"- {agreement_text(x)}" for x in c.agreements] or [
+        "- no two hosts share predictions to compare" + (" among the offline variants (the served outputs: the "
+                                                          "serving section)" if c.serving is not None else "")]
     out += ["", "## Configurations", ""]
     for p in c.projections:
         aq = p.archive_quote

@@ -92,15 +92,22 @@ def skip_reason(plan: Sequence[PlannedPass], attempts: Sequence[Attempt], seq: i
 
 
 def unjustified_skips(plan: Sequence[PlannedPass], attempts: Sequence[Attempt]) -> list[str]:
-    """One line per SKIPPED row that the rule (:func:`skip_reason`) does not give, or whose slot
-    also has a pass that ran: what ``archive verify`` reports."""
+    """One line per SKIPPED row that the rule (:func:`skip_reason`) does not give from the attempts
+    that had ended when it was written (end time at or before its start), whose note is not that
+    reason word for word, or whose slot also has a pass that ran: what ``archive verify`` reports."""
     out = []
     for a in attempts:
         if a.status != PassStatus.SKIPPED:
             continue
         if any(b.seq == a.seq and b.status != PassStatus.SKIPPED for b in attempts):
             out.append(f"pass {a.pass_id}: skipped by the rate search, yet its slot also ran a pass")
-        elif not any(p.seq == a.seq for p in plan) or not skip_reason(plan, attempts, a.seq):
+            continue
+        ended = [b for b in attempts if b is not a and b.end_time and a.start_time and b.end_time <= a.start_time]
+        why = skip_reason(plan, ended, a.seq) if any(p.seq == a.seq for p in plan) else ""
+        if not why:
             out.append(f"pass {a.pass_id}: skipped by the rate search, but no lower rate of its configuration "
-                       "failed to hold the objective in its repetition")
+                       "had failed to hold the objective in its repetition before it")
+        elif a.notes != why:
+            out.append(f"pass {a.pass_id}: its note is not the rate search's reason re-derived from the passes "
+                       f"before it ({why!r})")
     return out

@@ -295,12 +295,15 @@ def _assess(v: VariantSummary, p: dict, deadline_at: datetime | None, deliverabl
     accepted = min(deliverables, 1) if v.accepted_passes >= 1 else 0
     per_corpus = cost_per_validated_corpus(q.committed_budget, accepted) if q else None
     why = []
-    if accepted == 0:
-        why.append(f"quality: {v.quality_verdict or 'no accepted pass'}")
-    if not v.feasible:
-        why.append(f"memory: {v.infeasible_reason or 'not feasible'}")
-    if v.successes == 0:
-        why.append(f"failures: no successful pass ({v.failures} failed)")
+    if v.served_skipped and not v.successes and not v.failures:  # never run: no quality or failure to judge
+        why.append(f"search: {v.quality_verdict}")
+    else:
+        if accepted == 0:
+            why.append(f"quality: {v.quality_verdict or 'no accepted pass'}")
+        if not v.feasible:
+            why.append(f"memory: {v.infeasible_reason or 'not feasible'}")
+        if v.successes == 0:
+            why.append(f"failures: no successful pass ({v.failures} failed)")
     if deadline_at is not None and window is not None and window.end > deadline_at:
         why.append(f"deadline: the campaign window ends {window.end.isoformat()}, after the "
                    f"deadline {deadline_at.isoformat()}")

@@ -8,7 +8,8 @@ memory (status "oom"), or was killed for host memory (status "killed") before it
 long bucket (coverage["long"] observed < expected; where a pass has no coverage,
 items_completed < items_total means the long items cannot be shown complete). Passes with
 status "interrupted" (stopped by the user) are left out of the judgement: they alone never make
-a variant infeasible. A pass that failed with any other error (status "error": an exception in
+a variant infeasible; so are a rate search's "skipped" rows (never run: no memory evidence). A
+pass that failed with any other error (status "error": an exception in
 the user's code, a bad output, a crash that is not a memory failure) is no memory evidence,
 before or after the long items: it shows neither that the variant fits nor that it does not, is
 named in the reason, and leaves the exclusion to the failure and validation verdicts (a
@@ -39,8 +40,10 @@ def campaign_feasibility(passes: list[dict], long_bucket: str = LONG) -> dict[st
         by_variant.setdefault(p["variant_id"], []).append(p)
     out = {}
     for vid, rows in by_variant.items():
-        judged = [p for p in rows if p["status"] != PassStatus.INTERRUPTED]
-        n_int = len(rows) - len(judged)
+        statuses = [p["status"] for p in rows]
+        judged = [p for p, st in zip(rows, statuses, strict=True)
+                  if st not in (PassStatus.INTERRUPTED, PassStatus.SKIPPED)]
+        n_int = statuses.count(PassStatus.INTERRUPTED)
         n_oom = sum(p["status"] == PassStatus.OOM for p in judged)
         incomplete, worst = 0, None
         crash_after_long = errors_before_long = 0

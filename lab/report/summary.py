@@ -377,8 +377,9 @@ def summarize(rows: list[dict], feasibility: dict | None = None,
         first = rs[0]
         statuses = [r["status"] for r in rs]
         failures = [r for r, st in zip(rs, statuses, strict=True) if st not in (PassStatus.OK, PassStatus.SKIPPED)]
-        verdict = quality_verdict(accepted, len(rs), [(validations or {}).get(r["pass_id"]) for r in rs
-                                                      if "pass_id" in r])
+        verdict = (SKIPPED_VERDICT if statuses.count(PassStatus.SKIPPED) == len(rs) else
+                   quality_verdict(accepted, len(rs), [(validations or {}).get(r["pass_id"]) for r in rs
+                                                       if "pass_id" in r]))
         feas = (feasibility or {}).get(vid, {"feasible": True, "reason": ""})
         out.append({
             "variant_id": vid, "label": first["variant_label"], "variant_name": first.get("variant_name"),
@@ -419,6 +420,9 @@ def _largest(rows: list[dict], column: str):
     """The largest non-empty, non-zero value of ``column`` over ``rows``; None when none."""
     return max((r[column] for r in rows if r.get(column)), default=None)
 
+
+SKIPPED_VERDICT = "not run: skipped by the rate search in every repetition"
+"""The quality verdict of a server variant a rate search never ran (lab.orchestration.search)."""
 
 SPREAD = ("served_achieved_rate", "served_ttft_p99_s", "served_tpot_p99_s", "served_e2el_p99_s")
 """The served figures whose worst pass a server variant's summary keeps beside the median."""

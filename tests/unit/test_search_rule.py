@@ -5,6 +5,7 @@ Typed journal records built here, no pass run."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from test_scenario_section import SERVED, SERVER, server_campaign
 
@@ -21,8 +22,9 @@ RATES = [Variant(engine="vllm", request_rate=r) for r in (4, 1, 2)]  # declared 
 OTHER = [Variant(engine="vllm", request_rate=r, max_num_seqs=4) for r in (1, 2)]  # a second configuration
 
 
-def attempt(p, status: str, holds: bool | None = None, attempt_no: int = 1) -> Attempt:
-    """A finished attempt of planned slot ``p``; ``holds``: its serving verdict (None: no record)."""
+def attempt(p, status: str, holds: bool | None = None, attempt_no: int = 1, notes: str = "") -> Attempt:
+    """A finished attempt of planned slot ``p``, started and ended in its slot's second (slots run
+    in plan order); ``holds``: its serving verdict (None: no record)."""
     result = None
     if holds is not None:
         result = PassResult(pass_id="x", campaign="c", variant={}, start_time="", end_time="", status=status,
@@ -30,7 +32,8 @@ def attempt(p, status: str, holds: bool | None = None, attempt_no: int = 1) -> A
                             exit_code=0, serving={"verdict": {"holds": holds}})
     return Attempt(pass_id=pass_id_for(p.seq, p.repetition, p.variant.variant_id, attempt_no), seq=p.seq,
                    attempt=attempt_no, repetition=p.repetition, position=p.position, variant_id=p.variant.variant_id,
-                   status=status, result=result)
+                   status=status, result=result, notes=notes, start_time=f"2026-01-01T00:00:{p.seq:02d}.000+00:00",
+                   end_time=f"2026-01-01T00:00:{p.seq:02d}.500+00:00")
 
 
 def test_each_ladder_climbs_within_every_repetition_in_the_slots_the_rotation_gives_it():
@@ -79,13 +82,23 @@ def test_the_rates_above_one_that_did_not_hold_are_skipped_in_its_repetition_onl
 def test_verify_rederives_every_skip_and_names_one_no_rung_below_justifies():
     plan = planned_passes([REF, *RATES], 1, search=True)
     r1, r2, r4 = (next(p for p in plan if p.variant.request_rate == r) for r in (1.0, 2.0, 4.0))
-    honest = [attempt(r1, PassStatus.OK, True), attempt(r2, PassStatus.OK, False), attempt(r4, PassStatus.SKIPPED)]
+    ran = [attempt(r1, PassStatus.OK, True), attempt(r2, PassStatus.OK, False)]
+    why = skip_reason(plan, ran, r4.seq)
+    honest = [*ran, attempt(r4, PassStatus.SKIPPED, notes=why)]
     assert unjustified_skips(plan, honest) == []
     forged = [attempt(r1, PassStatus.OK, True), attempt(r2, PassStatus.OK, True), attempt(r4, PassStatus.SKIPPED)]
     [problem] = unjustified_skips(plan, forged)
     assert problem.startswith(f"pass {forged[2].pass_id}: skipped by the rate search, but no lower rate")
     ran_too = [*honest, attempt(r4, PassStatus.OK, True, attempt_no=2)]
     assert any("yet its slot also ran a pass" in p for p in unjustified_skips(plan, ran_too))
+    # a note blaming another pass (a new user's forgery: the rate that held, in another repetition) is named
+    blamed = [*ran, attempt(r4, PassStatus.SKIPPED, notes=why.replace(ran[1].pass_id, ran[0].pass_id))]
+    [problem] = unjustified_skips(plan, blamed)
+    assert problem.startswith(f"pass {blamed[2].pass_id}: its note is not the rate search's reason") and why in problem
+    # a lower rate whose failing attempt ended after the skip was written does not justify it
+    ended_late = msgspec.structs.replace(attempt(r2, PassStatus.OK, False), end_time="2026-01-01T00:00:59.000+00:00")
+    late = [attempt(r1, PassStatus.OK, True), ended_late, attempt(r4, PassStatus.SKIPPED, notes=why)]
+    assert any("before it" in p for p in unjustified_skips(plan, late))
 
 
 def test_a_rate_skipped_in_one_repetition_does_not_hold_for_its_configuration():
