@@ -13,7 +13,8 @@ import sqlite3
 import msgspec
 
 from lab.evidence.format import JOURNAL, ArchiveError, skipped_missing
-from lab.evidence.served import check_served
+from lab.evidence.members import GoldLine, PlanSlot, plan_slots
+from lab.evidence.served import PredictionLine, check_served
 from lab.facts.constants import AGREEMENT
 from lab.facts.errors import LabError
 from lab.kinds import KINDS, task_kind
@@ -45,8 +46,8 @@ def member_object(scan, rel: str) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-JournalRead = tuple[list[Attempt], list[dict], set[str]]
-"""What read_journal gives: the typed attempts, the plan rows, the pass ids of damaged attempt rows."""
+JournalRead = tuple[list[Attempt], list[PlanSlot], set[str]]
+"""What read_journal gives: the typed attempts, the plan's slots, the pass ids of damaged attempt rows."""
 
 
 def read_journal(scan, problems: list[str]) -> JournalRead | None:
@@ -76,10 +77,10 @@ def read_journal(scan, problems: list[str]) -> JournalRead | None:
             damaged.add(row["pass_id"])
             problems.append(f"pass {row['pass_id']}: its attempt in the journal is not a pass record "
                             f"({type(exc).__name__}: {exc})")
-    return attempts, plan, damaged
+    return attempts, plan_slots(plan), damaged
 
 
-def compare_journal(attempts: list[Attempt], plan: list[dict], damaged: set[str], rows: list[RawRow],
+def compare_journal(attempts: list[Attempt], plan: list[PlanSlot], damaged: set[str], rows: list[RawRow],
                     partial: bool, problems: list[str]) -> None:
     """The journal's attempts against the raw table's rows (lab.report.raw_row): one row per attempt,
     the same status, items completed, acceptance and metric; unless ``partial``, no attempt left
@@ -110,7 +111,7 @@ def compare_journal(attempts: list[Attempt], plan: list[dict], damaged: set[str]
     for a in attempts:
         if a.status == PassStatus.RUNNING:
             problems.append(f"pass {a.pass_id}: still 'running' in the journal of an archive not marked partial")
-    missing = [p["seq"] for p in plan if p["seq"] not in done]
+    missing = [p.seq for p in plan if p.seq not in done]
     if missing:
         problems.append(f"{len(missing)} planned slot(s) without a finished attempt (first seq {missing[0]}) in an "
                         "archive not marked partial")
@@ -144,13 +145,20 @@ def predictions_by_id(scan, rel: str) -> dict[str, str] | None:
     out: dict[str, str] = {}
     for line in member_text(scan, rel).splitlines():
         try:
-            rec = json.loads(line)
-            if not (isinstance(rec["id"], str) and isinstance(rec["pred"], str)) or rec["id"] in out:
-                return None
-            out[rec["id"]] = rec["pred"]
-        except (json.JSONDecodeError, KeyError, TypeError):
+            rec = prediction_line(line)
+        except (json.JSONDecodeError, msgspec.ValidationError):
             return None
+        if rec.pred is None or rec.id in out:
+            return None
+        out[rec.id] = rec.pred
     return out
+
+
+def prediction_line(line: str) -> PredictionLine:
+    """One predictions.jsonl line, parsed once (as validation's json reads it) into its record;
+    json.JSONDecodeError when it is no JSON, msgspec.ValidationError when it is no object with a
+    string id or a field has the wrong type."""
+    return msgspec.convert(json.loads(line), PredictionLine)
 
 
 def read_gold(scan, problems: list[str]) -> dict[str, tuple[str | None, str]] | None:
@@ -162,11 +170,9 @@ def read_gold(scan, problems: list[str]) -> dict[str, tuple[str | None, str]] | 
     gold = {}
     for n, line in enumerate(member_text(scan, GOLD_LABELS).splitlines(), start=1):
         try:
-            rec = json.loads(line)
-            if not (isinstance(rec["id"], str) and (rec["label"] is None or isinstance(rec["label"], str))):
-                raise TypeError
-            gold[rec["id"]] = (rec["label"], rec.get("bucket") or "")
-        except (json.JSONDecodeError, KeyError, TypeError):
+            rec = msgspec.convert(json.loads(line), GoldLine)
+            gold[rec.id] = (rec.label, rec.bucket or "")
+        except (json.JSONDecodeError, msgspec.ValidationError):
             problems.append(f"{GOLD_LABELS} line {n}: not a JSON object with string id and label (null: a corpus "
                             "without labels)")
             return None
@@ -383,15 +389,15 @@ def _check_embedding_metric(pid: str, row: RawRow, scan, pred_rel: str, gold: di
     ids: list[str] = []
     try:
         for line in member_text(scan, pred_rel).splitlines():
-            rec = json.loads(line)
-            if not isinstance(rec.get("id"), str) or rec.get("row") != len(ids):
+            rec = prediction_line(line)
+            if rec.row != len(ids):
                 raise ValueError
-            ids.append(rec["id"])
+            ids.append(rec.id)
         if vec_rel not in scan.kept:  # its absence is said once, as missing (verify, check_row)
             problems.append(skipped_missing(f"pass {pid}", "metric check", vec_rel))
             raise MemberMissing(vec_rel)
         vectors = load_vectors(scan.kept[vec_rel])
-    except (json.JSONDecodeError, ValueError, AttributeError):
+    except (json.JSONDecodeError, ValueError, msgspec.ValidationError):
         ids, vectors = [], None
     if vectors is None or len(vectors) != len(ids) or len(set(ids)) != len(ids):
         if claimed is not None:
@@ -497,10 +503,11 @@ def _pass_predictions(scan, pid: str, kind: TaskKind, ids: list[str]):
     pred_rel = f"passes/{pid}/predictions.jsonl"
     if pred_rel not in scan.kept:
         raise MemberMissing(pred_rel)
-    lines = [json.loads(line) for line in member_text(scan, pred_rel).splitlines()]
-    if not all(isinstance(rec, dict) and isinstance(rec.get("id"), str) for rec in lines):
-        raise ValueError("a line without a string id")
-    got = [rec["id"] for rec in lines]
+    try:
+        lines = [prediction_line(line) for line in member_text(scan, pred_rel).splitlines()]
+    except msgspec.ValidationError:
+        raise ValueError("a line without a string id") from None
+    got = [rec.id for rec in lines]
     if len(set(got)) != len(got) or set(got) != set(ids):
         raise ValueError("its predictions do not cover exactly the corpus's ids")
     if kind.record == VECTOR:
@@ -508,14 +515,15 @@ def _pass_predictions(scan, pid: str, kind: TaskKind, ids: list[str]):
         if vec_rel not in scan.kept:
             raise MemberMissing(vec_rel)
         vectors = load_vectors(scan.kept[vec_rel])
-        if len(vectors) != len(lines) or any(rec.get("row") != k for k, rec in enumerate(lines)):
+        if len(vectors) != len(lines) or any(rec.row != k for k, rec in enumerate(lines)):
             raise ValueError("its lines and vectors.npy rows differ")
         at = {i: k for k, i in enumerate(got)}
         return vectors[[at[i] for i in ids]].astype(np.float32)
     key = RECORD_FIELDS[kind.record]  # "pred" (a label) or "output" (a text)
-    if not all(isinstance(rec.get(key), str) for rec in lines):
+    results = {rec.id: rec.output if kind.record == TEXT else rec.pred for rec in lines}
+    if not all(isinstance(v, str) for v in results.values()):
         raise ValueError(f"a line without a string {key!r}")
-    return {rec["id"]: rec[key] for rec in lines}
+    return results
 
 
 def check_agreement(pid: str, row: RawRow, scan, gold: dict, problems: list[str], validation) -> float | None:
@@ -632,11 +640,11 @@ def _check_generation_metric(pid: str, row: RawRow, scan, pred_rel: str, gold: d
     outputs: dict[str, str] = {}
     try:
         for line in member_text(scan, pred_rel).splitlines():
-            rec = json.loads(line)
-            if not (isinstance(rec.get("id"), str) and isinstance(rec.get("output"), str)) or rec["id"] in outputs:
+            rec = prediction_line(line)
+            if rec.output is None or rec.id in outputs:
                 raise ValueError
-            outputs[rec["id"]] = rec["output"]
-    except (json.JSONDecodeError, ValueError, AttributeError):
+            outputs[rec.id] = rec.output
+    except (json.JSONDecodeError, ValueError, msgspec.ValidationError):
         if claimed is not None:
             problems.append(f"pass {pid}: metric {claimed} given, but its predictions file is malformed")
         return None
