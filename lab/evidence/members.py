@@ -228,3 +228,37 @@ class CorpusCard(msgspec.Struct, frozen=True):
 
     comparison: Any = None
     """dict, read as CardComparison."""
+
+
+class RecordFiles(msgspec.Struct, frozen=True):
+    """The files a pass's ``result.json`` or a card's ``cards/card<r>.json`` (or one of result.json's
+    ``per_card`` entries) names, with their sha256, as written: what verify checks against the
+    archive's bytes. The records' own types are lab.passes.records.PassResult and CardRecord,
+    which decode strictly; verify reads these few fields leniently so that a damaged record is
+    named by the check it fails, never refused as a whole."""
+
+    card: Any = None
+    """int: the card's rank (a card record, a per_card entry)."""
+    predictions_path: Any = None
+    """str: the predictions file, relative to the pass folder (absent: predictions.jsonl)."""
+    predictions_sha256: Any = None
+    """str: that file's sha256."""
+    vectors_path: Any = None
+    """str: an embedding pass's or card's vector file (vectors.npy, card<r>.vectors.npy)."""
+    vectors_sha256: Any = None
+    """str: that file's sha256."""
+    per_card: Any = None
+    """list of the cards' records (a multi-card pass's result.json)."""
+    serving: Any = None
+    """dict: a server pass's serving record (lab.passes.tasks.server_job.ServingRecord)."""
+
+
+class TaskTable(msgspec.Struct, frozen=True):
+    """[task] of the archived campaign file as written (the typed section is
+    lab.orchestration.config's; verify reads the table of a file that may not parse): the two keys
+    re-derivation needs."""
+
+    kind: Any = None
+    """str: the task kind's name (lab.kinds.KINDS); None: classification."""
+    normalisation: Any = None
+    """str: a generation kind's output normalisation (None: text_metrics.NORMALISATION)."""

@@ -13,7 +13,7 @@ import sqlite3
 import msgspec
 
 from lab.evidence.format import JOURNAL, ArchiveError, skipped_missing
-from lab.evidence.members import GoldLine, PlanSlot, plan_slots
+from lab.evidence.members import GoldLine, PlanSlot, RecordFiles, TaskTable, as_record, parse_record, plan_slots
 from lab.evidence.served import PredictionLine, check_served
 from lab.facts.constants import AGREEMENT
 from lab.facts.errors import LabError
@@ -258,16 +258,17 @@ def check_cards(pid: str, scan, per_card: list, pred_rel: str, problems: list[st
     merged: list[str] = []
     found: list[tuple] = []  # (rank, record, lines) of each card whose files are here
     for c in per_card:
-        rank = c.get("card") if isinstance(c, dict) else None
+        entry = as_record(c, RecordFiles)
+        rank = entry.card if entry is not None else None
         rec_rel, card_pred = f"passes/{pid}/cards/card{rank}.json", f"passes/{pid}/cards/card{rank}.predictions.jsonl"
         if rec_rel not in scan.kept:
             problems.append(skipped_missing(f"pass {pid}", f"card {rank}'s check", rec_rel))
             continue
-        rec = member_object(scan, rec_rel)
+        rec = parse_record(member_text(scan, rec_rel), RecordFiles)
         if rec is None:
             problems.append(f"pass {pid}: {rec_rel} is not a JSON object")
             continue
-        if rec.get("predictions_sha256") and scan.sha.get(card_pred) != rec["predictions_sha256"]:
+        if rec.predictions_sha256 and scan.sha.get(card_pred) != rec.predictions_sha256:
             problems.append(f"pass {pid}: card {rank}'s predictions sha256 differs from the one its record gives")
         if card_pred in scan.kept:
             merged += member_text(scan, card_pred).splitlines()
@@ -309,25 +310,25 @@ def check_row(row: RawRow, scan, gold: dict | None, threshold: float | None, pro
     pid = row.pass_id
     result_rel = f"passes/{pid}/result.json"
     if result_rel in scan.kept:
-        result = member_object(scan, result_rel)
+        result = parse_record(member_text(scan, result_rel), RecordFiles)
         if result is None:
             problems.append(f"pass {pid}: result.json is not a JSON object")
-            result = {}
-        pred_rel = f"passes/{pid}/{result.get('predictions_path') or 'predictions.jsonl'}"
-        recorded, vectors = result.get("predictions_sha256"), result.get("vectors_sha256")
+            result = RecordFiles()
+        pred_rel = f"passes/{pid}/{result.predictions_path or 'predictions.jsonl'}"
+        recorded, vectors = result.predictions_sha256, result.vectors_sha256
         if recorded and scan.sha.get(pred_rel) != recorded:
             problems.append(f"pass {pid}: predictions sha256 differs from the one its result.json recorded")
         if vectors:  # an embedding pass (lab.passes.tasks.embedding)
-            vec_rel = f"passes/{pid}/{result.get('vectors_path') or 'vectors.npy'}"
+            vec_rel = f"passes/{pid}/{result.vectors_path or 'vectors.npy'}"
             if vec_rel not in scan.sha:
                 problems.append(skipped_missing(f"pass {pid}", "vectors sha256 check", vec_rel))
             elif scan.sha[vec_rel] != vectors:
                 problems.append(f"pass {pid}: vectors sha256 differs from the one its result.json recorded")
-        per_card = result.get("per_card")
+        per_card = result.per_card
         if isinstance(per_card, list) and pred_rel in scan.kept:
             check_cards(pid, scan, per_card, pred_rel, problems, bool(vectors))
         # a server pass: its figures re-derived from its request records (lab.evidence.served)
-        check_served(pid, result.get("serving"), pred_rel, scan, problems)
+        check_served(pid, result.serving, pred_rel, scan, problems)
     try:
         recomputed = _row_metric(row, scan, gold, problems, user_scores, references)
     except (MetricNotRederived, MemberMissing) as exc:  # its acceptance's metric part is not checked
@@ -437,10 +438,11 @@ def _locked_table(scan, key: str) -> dict | None:
     return table if isinstance(table, dict) else None
 
 
-def locked_task(scan) -> dict | None:
-    """The archived campaign file's [task] table ({} when it declares none: classification); None
-    when campaign.toml is missing, not TOML, or its [task] is not a table."""
-    return _locked_table(scan, "task")
+def locked_task(scan) -> TaskTable | None:
+    """The archived campaign file's [task] table (all None when it declares none: classification);
+    None when campaign.toml is missing, not TOML, or its [task] is not a table."""
+    table = _locked_table(scan, "task")
+    return None if table is None else as_record(table, TaskTable)
 
 
 def locked_normalisation(scan) -> str | None:
@@ -449,7 +451,7 @@ def locked_normalisation(scan) -> str | None:
     from lab.passes.tasks.text_metrics import NORMALISATION
 
     task = locked_task(scan)
-    return None if task is None else task.get("normalisation") or NORMALISATION
+    return None if task is None else task.normalisation or NORMALISATION
 
 
 def check_reference_pass(attempts: list[Attempt], rows: list[RawRow], reference_variant: str | None,
@@ -554,7 +556,7 @@ def check_agreement(pid: str, row: RawRow, scan, gold: dict, problems: list[str]
         problems.append(f"pass {pid}: campaign.toml missing or not TOML: its task kind is not known, so its "
                         "agreement is not re-derived")
         return None
-    kind = KINDS.get(task.get("kind") or "") or task_kind(None)  # an unknown kind's lines read as labels
+    kind = KINDS.get(task.kind or "") or task_kind(None)  # an unknown kind's lines read as labels
     ids = list(gold)
     try:
         cache = getattr(scan, "derived", {})  # the reference pass is read once for every pass compared with it
@@ -572,7 +574,7 @@ def check_agreement(pid: str, row: RawRow, scan, gold: dict, problems: list[str]
     if kind.record == VECTOR:
         per_id = cosine_agreement(mine, theirs)
     elif kind.record == TEXT:
-        per_id = output_equality(mine, theirs, ids, task.get("normalisation") or NORMALISATION)
+        per_id = output_equality(mine, theirs, ids, task.normalisation or NORMALISATION)
     else:
         per_id = np.fromiter((mine[i] == theirs[i] for i in ids), np.float64, len(ids))
     code = {b: k for k, b in enumerate(CORPUS_BUCKETS)}
