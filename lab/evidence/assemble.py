@@ -14,6 +14,7 @@ from pathlib import Path
 
 from lab.evidence.archive import pack
 from lab.evidence.format import ArchiveError, CampaignUnfinished
+from lab.evidence.members import LockedFacts, as_record
 from lab.facts.host import iteralab_command
 
 INCLUDE = ["campaign.toml", "campaign.lock.json", "corpus_card.json", "protocol_version.json",
@@ -109,7 +110,8 @@ def archive_campaign(campaign_dir: Path, partial: bool = False, with_corpus: boo
         if not src.is_file():
             raise ArchiveError(f"{campaign_dir}: --with-corpus: corpus {src} not found; restore it, or archive "
                                "without --with-corpus")
-        locked = json.loads((campaign_dir / "protocol_version.json").read_text()).get("corpus_sha256")
+        version = as_record(json.loads((campaign_dir / "protocol_version.json").read_text()), LockedFacts)
+        locked = version.corpus_sha256 if version is not None else None
         if content_sha256(src) != locked:
             raise ArchiveError(f"{campaign_dir}: --with-corpus: corpus {src} has sha256 {content_sha256(src)}, the "
                                f"campaign locked {locked}; restore the locked corpus, or archive without --with-corpus")

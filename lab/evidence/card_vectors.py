@@ -15,13 +15,14 @@ import json
 import numpy as np
 
 from lab.evidence.format import skipped_missing
+from lab.evidence.members import RecordFiles
 from lab.facts.errors import clip
 from lab.passes.tasks.embedding_metrics import load_vectors
 
 MERGE_RULE = "(cards/card<r>.predictions.jsonl and cards/card<r>.vectors.npy)"
 
 
-def _card_items(pid: str, scan, cards: list[tuple[int, dict, list[str]]],
+def _card_items(pid: str, scan, cards: list[tuple[int, RecordFiles, list[str]]],
                 problems: list[str]) -> dict[str, tuple[dict, np.ndarray]] | None:
     """{id: (its card line without ``row``, its vector)} over ``cards`` ((rank, record, lines)
     each); None when a card's shard is missing, malformed or not the one its record names (a
@@ -29,17 +30,17 @@ def _card_items(pid: str, scan, cards: list[tuple[int, dict, list[str]]],
     items: dict[str, tuple[dict, np.ndarray]] = {}
     ok = True
     for rank, rec, lines in cards:
-        if not rec.get("vectors_path"):
+        if not rec.vectors_path:
             if lines:
                 problems.append(f"pass {pid}: card {rank} has prediction lines but its record names no vectors")
                 ok = False
             continue
-        shard_rel = f"passes/{pid}/cards/{rec['vectors_path']}"
+        shard_rel = f"passes/{pid}/cards/{rec.vectors_path}"
         if shard_rel not in scan.kept:
             problems.append(skipped_missing(f"pass {pid}", f"card {rank}'s vectors check", shard_rel))
             ok = False
             continue
-        if scan.sha.get(shard_rel) != rec.get("vectors_sha256"):
+        if scan.sha.get(shard_rel) != rec.vectors_sha256:
             problems.append(f"pass {pid}: card {rank}'s vectors sha256 differs from the one its record gives")
             ok = False
         try:
@@ -56,7 +57,7 @@ def _card_items(pid: str, scan, cards: list[tuple[int, dict, list[str]]],
     return items if ok else None
 
 
-def check_card_vectors(pid: str, scan, cards: list[tuple[int, dict, list[str]]], pred_rel: str,
+def check_card_vectors(pid: str, scan, cards: list[tuple[int, RecordFiles, list[str]]], pred_rel: str,
                        pred_lines: list[str], problems: list[str]) -> None:
     """The merged lines ``pred_lines`` and vectors of pass ``pid`` against its ``cards`` ((rank,
     record, lines) of every card; module docstring); ``pred_rel``: the merged predictions'

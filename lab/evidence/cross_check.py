@@ -24,8 +24,23 @@ from __future__ import annotations
 
 import json
 import tomllib
+from typing import Any
 
-from lab.evidence.rederive import JournalRead, member_object, member_text
+import msgspec
+
+from lab.evidence.members import (
+    CatalogRecord,
+    LockedFacts,
+    LockEntry,
+    Manifest,
+    ManifestCampaign,
+    ManifestSha,
+    SpecFacts,
+    as_record,
+    lock_versions,
+    parse_record,
+)
+from lab.evidence.rederive import JournalRead, member_text
 from lab.evidence.table_checks import CAMPAIGN, PROTOCOL_VERSION
 
 LOCK = "campaign.lock.json"
@@ -33,9 +48,15 @@ MANIFEST = "report/manifest.json"
 CATALOG = "report/catalog.csv"
 MEMBERS = (LOCK, MANIFEST)
 """Members only these checks read (kept by the verify scan, with every pass's pass.json)."""
-LOCKED_FIELDS = ("sha256", "protocol_sha256", "corpus_sha256", "model_sha256", "model_files_sha256",
-                 "task_sha256", "task_files_sha256", "locked_at")
-"""Fields of the lock entry that protocol_version.json repeats."""
+
+
+def locked_fields(facts: LockedFacts) -> tuple[tuple[str, object], ...]:
+    """(field, value) of the lock entry's fields that protocol_version.json repeats."""
+    return (("sha256", facts.sha256), ("protocol_sha256", facts.protocol_sha256),
+            ("corpus_sha256", facts.corpus_sha256), ("model_sha256", facts.model_sha256),
+            ("model_files_sha256", facts.model_files_sha256), ("task_sha256", facts.task_sha256),
+            ("task_files_sha256", facts.task_files_sha256), ("locked_at", facts.locked_at))
+
 SHOWN = 72  # a sha256 is shown whole
 
 
@@ -82,7 +103,8 @@ def check_members_agree(scan, journal: JournalRead | None, problems: list[str]) 
         raw = tomllib.loads(member_text(scan, CAMPAIGN).removeprefix("\ufeff"))
     except (KeyError, tomllib.TOMLDecodeError):
         return  # named by the threshold check (lab.evidence.verify)
-    version = member_object(scan, PROTOCOL_VERSION) if PROTOCOL_VERSION in scan.kept else None
+    version = parse_record(member_text(scan, PROTOCOL_VERSION), LockedFacts) \
+        if PROTOCOL_VERSION in scan.kept else None
     entry = _lock_entry(scan, version, problems)
     if entry is not None and version is not None:
         _check_lock(raw, entry, version, problems)
@@ -91,99 +113,113 @@ def check_members_agree(scan, journal: JournalRead | None, problems: list[str]) 
     except ConfigError as exc:
         problems.append(f"{CAMPAIGN}: does not parse as a campaign file ({exc})")
         return
-    _check_manifest(scan, raw, cfg, version or {}, problems)
+    _check_manifest(scan, raw, cfg, version, problems)
     if journal is not None:
         _check_plan(cfg, journal, problems)
         _check_specs(scan, raw, cfg, journal, problems)
 
 
-def _lock_entry(scan, version: dict | None, problems: list[str]) -> dict | None:
+def _lock_entry(scan, version: LockedFacts | None, problems: list[str]) -> LockEntry | None:
     """The lock entry of the archive's protocol version, None (with a problem) when there is none."""
     if LOCK not in scan.kept:
         problems.append(f"{LOCK} missing: {CAMPAIGN} cannot be checked against the protocol it locked")
         return None
-    lock = member_object(scan, LOCK)
-    versions = lock.get("versions") if lock is not None else None
-    if not isinstance(versions, list):
+    versions = lock_versions(member_text(scan, LOCK))
+    if versions is None:
         problems.append(f"{LOCK}: not a campaign lock (no versions list)")
         return None
     if version is None:
         return None  # protocol_version.json missing or unreadable: named by the table checks
-    found = [v for v in versions if isinstance(v, dict) and v.get("version") == version.get("version")]
+    found = [v for v in versions if v.version == version.version]
     if not found:
-        problems.append(f"{PROTOCOL_VERSION} names protocol version {version.get('version')}, which {LOCK} "
+        problems.append(f"{PROTOCOL_VERSION} names protocol version {version.version}, which {LOCK} "
                         "does not hold")
         return None
-    if not isinstance(found[0].get("protocol"), dict):
-        problems.append(f"{LOCK}: version {version.get('version')} holds no protocol")
+    if not isinstance(found[0].protocol, dict):
+        problems.append(f"{LOCK}: version {version.version} holds no protocol")
         return None
     return found[0]
 
 
-def _check_lock(raw: dict, entry: dict, version: dict, problems: list[str]) -> None:
-    from lab.orchestration.identity import IDENTITY_PARTS, digests_fingerprint, fingerprint_of, identity_sha256
+def _check_lock(raw: dict, entry: LockEntry, version: LockedFacts, problems: list[str]) -> None:
+    from lab.orchestration.identity import digests_fingerprint, fingerprint_of, identity_sha256
     from lab.orchestration.protocol import protocol_digest
 
-    locked = f"{LOCK} (version {entry.get('version')})"
-    for fact, a, b in differences(_canonical(raw), entry["protocol"]):
+    locked = f"{LOCK} (version {entry.version})"
+    for fact, a, b in differences(_canonical(raw), entry.protocol):
         problems.append(disagree(fact, a, CAMPAIGN, b, locked))
-    if protocol_digest(entry["protocol"]) != entry.get("protocol_sha256"):
-        problems.append(f"{locked}: its protocol re-hashes to {protocol_digest(entry['protocol'])[:12]}..., not to "
-                        f"its protocol_sha256 {str(entry.get('protocol_sha256'))[:12]}... (the protocol was edited)")
-    for k in LOCKED_FIELDS:
-        if entry.get(k) != version.get(k):
-            problems.append(disagree(k, version.get(k), PROTOCOL_VERSION, entry.get(k), locked))
-    parts = {k: entry[k] for k in IDENTITY_PARTS if isinstance(entry.get(k), str)}
-    if identity_sha256(parts) != entry.get("sha256"):
+    if protocol_digest(entry.protocol) != entry.protocol_sha256:
+        problems.append(f"{locked}: its protocol re-hashes to {protocol_digest(entry.protocol)[:12]}..., not to "
+                        f"its protocol_sha256 {str(entry.protocol_sha256)[:12]}... (the protocol was edited)")
+    for (k, ours), (_, theirs) in zip(locked_fields(entry), locked_fields(version), strict=True):
+        if ours != theirs:
+            problems.append(disagree(k, theirs, PROTOCOL_VERSION, ours, locked))
+    parts = entry.identity_parts()
+    if identity_sha256(parts) != entry.sha256:
         problems.append(f"{locked}: its protocol, corpus, model (and code) sha256 give the identity "
-                        f"{identity_sha256(parts)[:12]}..., not its sha256 {str(entry.get('sha256'))[:12]}...")
-    files = entry.get("model_files_sha256")
-    if isinstance(files, dict) and fingerprint_of(files, "", None) != entry.get("model_sha256"):
+                        f"{identity_sha256(parts)[:12]}..., not its sha256 {str(entry.sha256)[:12]}...")
+    files = entry.model_files_sha256
+    if isinstance(files, dict) and fingerprint_of(files, "", None) != entry.model_sha256:
         problems.append(f"{locked}: its model files' sha256 give {fingerprint_of(files, '', None)[:12]}..., not its "
-                        f"model_sha256 {str(entry.get('model_sha256'))[:12]}...")
-    code = entry.get("task_files_sha256")
-    if isinstance(code, dict) and code and digests_fingerprint(code) != entry.get("task_sha256"):
+                        f"model_sha256 {str(entry.model_sha256)[:12]}...")
+    code = entry.task_files_sha256
+    if isinstance(code, dict) and code and digests_fingerprint(code) != entry.task_sha256:
         problems.append(f"{locked}: its code files' sha256 give {digests_fingerprint(code)[:12]}..., not its "
-                        f"task_sha256 {str(entry.get('task_sha256'))[:12]}...")
+                        f"task_sha256 {str(entry.task_sha256)[:12]}...")
 
 
-def _check_manifest(scan, raw: dict, cfg, version: dict, problems: list[str]) -> None:
+def _check_manifest(scan, raw: dict, cfg, version: LockedFacts | None, problems: list[str]) -> None:
     from lab.inputs.variants import expand_series
 
-    manifest = member_object(scan, MANIFEST) if MANIFEST in scan.kept else None
+    manifest = parse_record(member_text(scan, MANIFEST), Manifest) if MANIFEST in scan.kept else None
     if manifest is None:
         return  # an archive without its report: the raw table's own line says so
-    camp: dict = manifest["campaign"] if isinstance(manifest.get("campaign"), dict) else {}
-    pairs = [("[campaign] name", camp.get("name"), (raw.get("campaign") or {}).get("name"), CAMPAIGN),
-             ("repetitions", camp.get("repetitions"), cfg.timing.repetitions, CAMPAIGN),
-             ("seed", camp.get("seed"), cfg.timing.seed, CAMPAIGN),
-             ("threads", camp.get("threads_requested"), cfg.timing.threads, CAMPAIGN),
-             ("declared variants", [v.get("variant_id") for v in camp.get("variants") or [] if isinstance(v, dict)],
+    camp = as_record(manifest.campaign, ManifestCampaign) or ManifestCampaign()
+    pairs = [("[campaign] name", camp.name, cfg.campaign.name, CAMPAIGN),
+             ("repetitions", camp.repetitions, cfg.timing.repetitions, CAMPAIGN),
+             ("seed", camp.seed, cfg.timing.seed, CAMPAIGN),
+             ("threads", camp.threads_requested, cfg.timing.threads, CAMPAIGN),
+             ("declared variants", [v.variant_id for v in _declared(camp.variants)],
               [v.variant_id for v in expand_series(cfg.defaults, cfg.series)], CAMPAIGN)]
-    if version:
-        pairs += [("protocol version", camp.get("protocol_version"), version.get("version"), PROTOCOL_VERSION),
-                  ("sha256", camp.get("protocol_sha256"), version.get("sha256"), PROTOCOL_VERSION),
-                  ("locked_at", camp.get("locked_at"), version.get("locked_at"), PROTOCOL_VERSION),
-                  ("corpus_sha256", (manifest.get("corpus") or {}).get("sha256"), version.get("corpus_sha256"),
-                   PROTOCOL_VERSION)]
-        pairs += [(k, v, version.get(k), PROTOCOL_VERSION) for k, v in (camp.get("identity") or {}).items()]
-        files = (manifest.get("model") or {}).get("files_sha256")
-        if files is not None and version.get("model_files_sha256") is not None:
-            pairs.append(("model_files_sha256", files, version.get("model_files_sha256"), PROTOCOL_VERSION))
+    if version is not None and version != LockedFacts():  # an empty protocol_version.json: nothing to compare
+        corpus = as_record(manifest.corpus or {}, ManifestSha) or ManifestSha()
+        pairs += [("protocol version", camp.protocol_version, version.version, PROTOCOL_VERSION),
+                  ("sha256", camp.protocol_sha256, version.sha256, PROTOCOL_VERSION),
+                  ("locked_at", camp.locked_at, version.locked_at, PROTOCOL_VERSION),
+                  ("corpus_sha256", corpus.sha256, version.corpus_sha256, PROTOCOL_VERSION)]
+        in_version = dict(locked_fields(version))
+        pairs += [(k, v, in_version.get(k), PROTOCOL_VERSION) for k, v in (camp.identity or {}).items()]
+        files = (as_record(manifest.model or {}, ManifestSha) or ManifestSha()).files_sha256
+        if files is not None and version.model_files_sha256 is not None:
+            pairs.append(("model_files_sha256", files, version.model_files_sha256, PROTOCOL_VERSION))
     for fact, ours, theirs, where in pairs:
         if ours != theirs:
             problems.append(disagree(fact, ours, MANIFEST, theirs, where))
-    catalog = manifest.get("catalog")
-    if not (isinstance(catalog, dict) and (catalog.get("copy") or catalog.get("missing"))):
+    catalog = as_record(manifest.catalog, CatalogRecord)
+    if not (catalog is not None and (catalog.copy or catalog.missing)):
         problems.append(f"{MANIFEST}: no catalog record (its copy {CATALOG}, or why the catalog was missing when "
                         "the report was built); the prices the archive states cannot be traced")
-    elif catalog.get("copy"):
-        copy = str(catalog["copy"])
+    elif catalog.copy:
+        copy = str(catalog.copy)
         if copy not in scan.sha:
             problems.append(f"{MANIFEST} names the catalog copy {copy}, which the archive lacks")
-        elif scan.sha[copy] != catalog.get("sha256"):
-            problems.append(disagree("catalog sha256", catalog.get("sha256"), MANIFEST, scan.sha[copy],
+        elif scan.sha[copy] != catalog.sha256:
+            problems.append(disagree("catalog sha256", catalog.sha256, MANIFEST, scan.sha[copy],
                                      f"{copy} (its bytes)"))
+
+
+class _Declared(msgspec.Struct, frozen=True):
+    """A declared variant as the manifest lists it (Variant.to_json()): only its id is compared."""
+
+    variant_id: Any = None
+    """str: the variant's content-derived id, as written."""
+
+
+def _declared(variants: object) -> list[_Declared]:
+    """The manifest's declared variants (an entry that is no object left out)."""
+    listed = variants if isinstance(variants, list) else []
+    return [d for d in (as_record(v, _Declared) for v in listed) if d is not None]
+
 
 
 def _check_plan(cfg, journal: JournalRead, problems: list[str]) -> None:
@@ -193,17 +229,17 @@ def _check_plan(cfg, journal: JournalRead, problems: list[str]) -> None:
 
     attempts, plan, _damaged = journal
     declared = [v.variant_id for v in expand_series(cfg.defaults, cfg.series)]
-    planned = Counter(str(p.get("variant_id")) for p in plan)
+    planned = Counter(str(p.variant_id) for p in plan)
     wanted = Counter({vid: cfg.timing.repetitions for vid in declared})
     if planned != wanted:
         problems.append(disagree("planned passes per variant", dict(sorted(planned.items())), JOURNAL_MEMBER,
                                  dict(sorted(wanted.items())), f"{CAMPAIGN} (variants x repetitions)"))
-    by_seq = {p.get("seq"): p for p in plan}
+    by_seq = {p.seq: p for p in plan}
     for a in attempts:
         slot = by_seq.get(a.seq)
-        if slot is not None and slot.get("variant_id") != a.variant_id:
+        if slot is not None and slot.variant_id != a.variant_id:
             problems.append(f"pass {a.pass_id}: variant {a.variant_id} in the journal's attempt, "
-                            f"{slot.get('variant_id')} in its planned slot {a.seq} (the journal disagrees with itself)")
+                            f"{slot.variant_id} in its planned slot {a.seq} (the journal disagrees with itself)")
 
 
 JOURNAL_MEMBER = "journal.sqlite (plan)"
@@ -211,24 +247,24 @@ JOURNAL_MEMBER = "journal.sqlite (plan)"
 
 def _check_specs(scan, raw: dict, cfg, journal: JournalRead, problems: list[str]) -> None:
     attempts = {a.pass_id: a for a in journal[0]}
-    name = (raw.get("campaign") or {}).get("name")
+    name = cfg.campaign.name
     t = cfg.timing
     for rel in sorted(r for r in scan.kept if pass_spec(r)):
         pid = rel.split("/")[1]
-        spec = member_object(scan, rel)
+        spec = parse_record(member_text(scan, rel), SpecFacts)
         if spec is None:
             problems.append(f"{rel}: not a pass spec (not a JSON object)")
             continue
         a = attempts.get(pid)
-        if spec.get("pass_id") != pid:
-            problems.append(disagree("pass id", spec.get("pass_id"), rel, pid, "its folder name"))
-        facts = [("[campaign] name", spec.get("campaign"), name, CAMPAIGN),
-                 ("[timing] warmup_items", spec.get("warmup_items"), t.warmup_items, CAMPAIGN),
-                 ("[timing] warmup_passes", spec.get("warmup_passes"), t.warmup_passes, CAMPAIGN),
-                 ("[timing] seed", spec.get("seed"), t.seed, CAMPAIGN),
-                 ("[timing] threads", spec.get("threads"), t.threads, CAMPAIGN)]
+        if spec.pass_id != pid:
+            problems.append(disagree("pass id", spec.pass_id, rel, pid, "its folder name"))
+        facts = [("[campaign] name", spec.campaign, name, CAMPAIGN),
+                 ("[timing] warmup_items", spec.warmup_items, t.warmup_items, CAMPAIGN),
+                 ("[timing] warmup_passes", spec.warmup_passes, t.warmup_passes, CAMPAIGN),
+                 ("[timing] seed", spec.seed, t.seed, CAMPAIGN),
+                 ("[timing] threads", spec.threads, t.threads, CAMPAIGN)]
         if a is not None and a.variant is not None:
-            facts.append(("variant", spec.get("variant"), a.variant.to_json(), "journal.sqlite"))
+            facts.append(("variant", spec.variant, a.variant.to_json(), "journal.sqlite"))
         for fact, ours, theirs, where in facts:
             for sub, x, y in (differences(ours, theirs, ("variant",)) if fact == "variant" else [(fact, ours, theirs)]):
                 if x != y or type(x) is not type(y):

@@ -13,7 +13,8 @@ import sqlite3
 import msgspec
 
 from lab.evidence.format import JOURNAL, ArchiveError, skipped_missing
-from lab.evidence.served import check_served
+from lab.evidence.members import GoldLine, PlanSlot, RecordFiles, TaskTable, as_record, parse_record, plan_slots
+from lab.evidence.served import PredictionLine, check_served
 from lab.facts.constants import AGREEMENT
 from lab.facts.errors import LabError
 from lab.kinds import KINDS, task_kind
@@ -45,8 +46,8 @@ def member_object(scan, rel: str) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-JournalRead = tuple[list[Attempt], list[dict], set[str]]
-"""What read_journal gives: the typed attempts, the plan rows, the pass ids of damaged attempt rows."""
+JournalRead = tuple[list[Attempt], list[PlanSlot], set[str]]
+"""What read_journal gives: the typed attempts, the plan's slots, the pass ids of damaged attempt rows."""
 
 
 def read_journal(scan, problems: list[str]) -> JournalRead | None:
@@ -76,10 +77,10 @@ def read_journal(scan, problems: list[str]) -> JournalRead | None:
             damaged.add(row["pass_id"])
             problems.append(f"pass {row['pass_id']}: its attempt in the journal is not a pass record "
                             f"({type(exc).__name__}: {exc})")
-    return attempts, plan, damaged
+    return attempts, plan_slots(plan), damaged
 
 
-def compare_journal(attempts: list[Attempt], plan: list[dict], damaged: set[str], rows: list[RawRow],
+def compare_journal(attempts: list[Attempt], plan: list[PlanSlot], damaged: set[str], rows: list[RawRow],
                     partial: bool, problems: list[str]) -> None:
     """The journal's attempts against the raw table's rows (lab.report.raw_row): one row per attempt,
     the same status, items completed, acceptance and metric; unless ``partial``, no attempt left
@@ -111,7 +112,7 @@ def compare_journal(attempts: list[Attempt], plan: list[dict], damaged: set[str]
     for a in attempts:
         if a.status == PassStatus.RUNNING:
             problems.append(f"pass {a.pass_id}: still 'running' in the journal of an archive not marked partial")
-    missing = [p["seq"] for p in plan if p["seq"] not in done]
+    missing = [p.seq for p in plan if p.seq not in done]
     if missing:
         problems.append(f"{len(missing)} planned slot(s) without a finished attempt (first seq {missing[0]}) in an "
                         "archive not marked partial")
@@ -161,13 +162,20 @@ def predictions_by_id(scan, rel: str) -> dict[str, str] | None:
     out: dict[str, str] = {}
     for line in member_text(scan, rel).splitlines():
         try:
-            rec = json.loads(line)
-            if not (isinstance(rec["id"], str) and isinstance(rec["pred"], str)) or rec["id"] in out:
-                return None
-            out[rec["id"]] = rec["pred"]
-        except (json.JSONDecodeError, KeyError, TypeError):
+            rec = prediction_line(line)
+        except (json.JSONDecodeError, msgspec.ValidationError):
             return None
+        if rec.pred is None or rec.id in out:
+            return None
+        out[rec.id] = rec.pred
     return out
+
+
+def prediction_line(line: str) -> PredictionLine:
+    """One predictions.jsonl line, parsed once (as validation's json reads it) into its record;
+    json.JSONDecodeError when it is no JSON, msgspec.ValidationError when it is no object with a
+    string id or a field has the wrong type."""
+    return msgspec.convert(json.loads(line), PredictionLine)
 
 
 def read_gold(scan, problems: list[str]) -> dict[str, tuple[str | None, str]] | None:
@@ -179,11 +187,9 @@ def read_gold(scan, problems: list[str]) -> dict[str, tuple[str | None, str]] | 
     gold = {}
     for n, line in enumerate(member_text(scan, GOLD_LABELS).splitlines(), start=1):
         try:
-            rec = json.loads(line)
-            if not (isinstance(rec["id"], str) and (rec["label"] is None or isinstance(rec["label"], str))):
-                raise TypeError
-            gold[rec["id"]] = (rec["label"], rec.get("bucket") or "")
-        except (json.JSONDecodeError, KeyError, TypeError):
+            rec = msgspec.convert(json.loads(line), GoldLine)
+            gold[rec.id] = (rec.label, rec.bucket or "")
+        except (json.JSONDecodeError, msgspec.ValidationError):
             problems.append(f"{GOLD_LABELS} line {n}: not a JSON object with string id and label (null: a corpus "
                             "without labels)")
             return None
@@ -269,16 +275,17 @@ def check_cards(pid: str, scan, per_card: list, pred_rel: str, problems: list[st
     merged: list[str] = []
     found: list[tuple] = []  # (rank, record, lines) of each card whose files are here
     for c in per_card:
-        rank = c.get("card") if isinstance(c, dict) else None
+        entry = as_record(c, RecordFiles)
+        rank = entry.card if entry is not None else None
         rec_rel, card_pred = f"passes/{pid}/cards/card{rank}.json", f"passes/{pid}/cards/card{rank}.predictions.jsonl"
         if rec_rel not in scan.kept:
             problems.append(skipped_missing(f"pass {pid}", f"card {rank}'s check", rec_rel))
             continue
-        rec = member_object(scan, rec_rel)
+        rec = parse_record(member_text(scan, rec_rel), RecordFiles)
         if rec is None:
             problems.append(f"pass {pid}: {rec_rel} is not a JSON object")
             continue
-        if rec.get("predictions_sha256") and scan.sha.get(card_pred) != rec["predictions_sha256"]:
+        if rec.predictions_sha256 and scan.sha.get(card_pred) != rec.predictions_sha256:
             problems.append(f"pass {pid}: card {rank}'s predictions sha256 differs from the one its record gives")
         if card_pred in scan.kept:
             merged += member_text(scan, card_pred).splitlines()
@@ -320,25 +327,25 @@ def check_row(row: RawRow, scan, gold: dict | None, threshold: float | None, pro
     pid = row.pass_id
     result_rel = f"passes/{pid}/result.json"
     if result_rel in scan.kept:
-        result = member_object(scan, result_rel)
+        result = parse_record(member_text(scan, result_rel), RecordFiles)
         if result is None:
             problems.append(f"pass {pid}: result.json is not a JSON object")
-            result = {}
-        pred_rel = f"passes/{pid}/{result.get('predictions_path') or 'predictions.jsonl'}"
-        recorded, vectors = result.get("predictions_sha256"), result.get("vectors_sha256")
+            result = RecordFiles()
+        pred_rel = f"passes/{pid}/{result.predictions_path or 'predictions.jsonl'}"
+        recorded, vectors = result.predictions_sha256, result.vectors_sha256
         if recorded and scan.sha.get(pred_rel) != recorded:
             problems.append(f"pass {pid}: predictions sha256 differs from the one its result.json recorded")
         if vectors:  # an embedding pass (lab.passes.tasks.embedding)
-            vec_rel = f"passes/{pid}/{result.get('vectors_path') or 'vectors.npy'}"
+            vec_rel = f"passes/{pid}/{result.vectors_path or 'vectors.npy'}"
             if vec_rel not in scan.sha:
                 problems.append(skipped_missing(f"pass {pid}", "vectors sha256 check", vec_rel))
             elif scan.sha[vec_rel] != vectors:
                 problems.append(f"pass {pid}: vectors sha256 differs from the one its result.json recorded")
-        per_card = result.get("per_card")
+        per_card = result.per_card
         if isinstance(per_card, list) and pred_rel in scan.kept:
             check_cards(pid, scan, per_card, pred_rel, problems, bool(vectors))
         # a server pass: its figures re-derived from its request records (lab.evidence.served)
-        check_served(pid, result.get("serving"), pred_rel, scan, problems)
+        check_served(pid, result.serving, pred_rel, scan, problems)
     try:
         recomputed = _row_metric(row, scan, gold, problems, user_scores, references)
     except (MetricNotRederived, MemberMissing) as exc:  # its acceptance's metric part is not checked
@@ -400,15 +407,15 @@ def _check_embedding_metric(pid: str, row: RawRow, scan, pred_rel: str, gold: di
     ids: list[str] = []
     try:
         for line in member_text(scan, pred_rel).splitlines():
-            rec = json.loads(line)
-            if not isinstance(rec.get("id"), str) or rec.get("row") != len(ids):
+            rec = prediction_line(line)
+            if rec.row != len(ids):
                 raise ValueError
-            ids.append(rec["id"])
+            ids.append(rec.id)
         if vec_rel not in scan.kept:  # its absence is said once, as missing (verify, check_row)
             problems.append(skipped_missing(f"pass {pid}", "metric check", vec_rel))
             raise MemberMissing(vec_rel)
         vectors = load_vectors(scan.kept[vec_rel])
-    except (json.JSONDecodeError, ValueError, AttributeError):
+    except (json.JSONDecodeError, ValueError, msgspec.ValidationError):
         ids, vectors = [], None
     if vectors is None or len(vectors) != len(ids) or len(set(ids)) != len(ids):
         if claimed is not None:
@@ -448,10 +455,11 @@ def _locked_table(scan, key: str) -> dict | None:
     return table if isinstance(table, dict) else None
 
 
-def locked_task(scan) -> dict | None:
-    """The archived campaign file's [task] table ({} when it declares none: classification); None
-    when campaign.toml is missing, not TOML, or its [task] is not a table."""
-    return _locked_table(scan, "task")
+def locked_task(scan) -> TaskTable | None:
+    """The archived campaign file's [task] table (all None when it declares none: classification);
+    None when campaign.toml is missing, not TOML, or its [task] is not a table."""
+    table = _locked_table(scan, "task")
+    return None if table is None else as_record(table, TaskTable)
 
 
 def locked_normalisation(scan) -> str | None:
@@ -460,7 +468,7 @@ def locked_normalisation(scan) -> str | None:
     from lab.passes.tasks.text_metrics import NORMALISATION
 
     task = locked_task(scan)
-    return None if task is None else task.get("normalisation") or NORMALISATION
+    return None if task is None else task.normalisation or NORMALISATION
 
 
 def check_reference_pass(attempts: list[Attempt], rows: list[RawRow], reference_variant: str | None,
@@ -514,10 +522,11 @@ def _pass_predictions(scan, pid: str, kind: TaskKind, ids: list[str]):
     pred_rel = f"passes/{pid}/predictions.jsonl"
     if pred_rel not in scan.kept:
         raise MemberMissing(pred_rel)
-    lines = [json.loads(line) for line in member_text(scan, pred_rel).splitlines()]
-    if not all(isinstance(rec, dict) and isinstance(rec.get("id"), str) for rec in lines):
-        raise ValueError("a line without a string id")
-    got = [rec["id"] for rec in lines]
+    try:
+        lines = [prediction_line(line) for line in member_text(scan, pred_rel).splitlines()]
+    except msgspec.ValidationError:
+        raise ValueError("a line without a string id") from None
+    got = [rec.id for rec in lines]
     if len(set(got)) != len(got) or set(got) != set(ids):
         raise ValueError("its predictions do not cover exactly the corpus's ids")
     if kind.record == VECTOR:
@@ -525,14 +534,15 @@ def _pass_predictions(scan, pid: str, kind: TaskKind, ids: list[str]):
         if vec_rel not in scan.kept:
             raise MemberMissing(vec_rel)
         vectors = load_vectors(scan.kept[vec_rel])
-        if len(vectors) != len(lines) or any(rec.get("row") != k for k, rec in enumerate(lines)):
+        if len(vectors) != len(lines) or any(rec.row != k for k, rec in enumerate(lines)):
             raise ValueError("its lines and vectors.npy rows differ")
         at = {i: k for k, i in enumerate(got)}
         return vectors[[at[i] for i in ids]].astype(np.float32)
     key = RECORD_FIELDS[kind.record]  # "pred" (a label) or "output" (a text)
-    if not all(isinstance(rec.get(key), str) for rec in lines):
+    results = {rec.id: rec.output if kind.record == TEXT else rec.pred for rec in lines}
+    if not all(isinstance(v, str) for v in results.values()):
         raise ValueError(f"a line without a string {key!r}")
-    return {rec["id"]: rec[key] for rec in lines}
+    return results
 
 
 def check_agreement(pid: str, row: RawRow, scan, gold: dict, problems: list[str], validation) -> float | None:
@@ -563,7 +573,7 @@ def check_agreement(pid: str, row: RawRow, scan, gold: dict, problems: list[str]
         problems.append(f"pass {pid}: campaign.toml missing or not TOML: its task kind is not known, so its "
                         "agreement is not re-derived")
         return None
-    kind = KINDS.get(task.get("kind") or "") or task_kind(None)  # an unknown kind's lines read as labels
+    kind = KINDS.get(task.kind or "") or task_kind(None)  # an unknown kind's lines read as labels
     ids = list(gold)
     try:
         cache = getattr(scan, "derived", {})  # the reference pass is read once for every pass compared with it
@@ -581,7 +591,7 @@ def check_agreement(pid: str, row: RawRow, scan, gold: dict, problems: list[str]
     if kind.record == VECTOR:
         per_id = cosine_agreement(mine, theirs)
     elif kind.record == TEXT:
-        per_id = output_equality(mine, theirs, ids, task.get("normalisation") or NORMALISATION)
+        per_id = output_equality(mine, theirs, ids, task.normalisation or NORMALISATION)
     else:
         per_id = np.fromiter((mine[i] == theirs[i] for i in ids), np.float64, len(ids))
     code = {b: k for k, b in enumerate(CORPUS_BUCKETS)}
@@ -649,11 +659,11 @@ def _check_generation_metric(pid: str, row: RawRow, scan, pred_rel: str, gold: d
     outputs: dict[str, str] = {}
     try:
         for line in member_text(scan, pred_rel).splitlines():
-            rec = json.loads(line)
-            if not (isinstance(rec.get("id"), str) and isinstance(rec.get("output"), str)) or rec["id"] in outputs:
+            rec = prediction_line(line)
+            if rec.output is None or rec.id in outputs:
                 raise ValueError
-            outputs[rec["id"]] = rec["output"]
-    except (json.JSONDecodeError, ValueError, AttributeError):
+            outputs[rec.id] = rec.output
+    except (json.JSONDecodeError, ValueError, msgspec.ValidationError):
         if claimed is not None:
             problems.append(f"pass {pid}: metric {claimed} given, but its predictions file is malformed")
         return None

@@ -29,12 +29,17 @@ import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lab.evidence.archive import extract, verify
 from lab.evidence.format import UNSIGNED, ArchiveError, ArchiveFormatError, Signature
+from lab.evidence.members import LockedFacts, LockEntry, LockFile, SpecFacts, as_record
 from lab.facts.errors import ProtocolError
 from lab.facts.files import REPO_ROOT, sha256_file
 from lab.facts.host import iteralab_command
+
+if TYPE_CHECKING:
+    from lab.orchestration.config import CampaignConfig, ModelSection
 
 BUNDLED_CORPUS = "corpus/"
 """Folder of an archive packed ``--with-corpus`` (lab.evidence.assemble) holding the corpus file."""
@@ -110,19 +115,20 @@ def _read_json(path: Path) -> dict:
         raise ReplayError(f"{path.name}: not readable in the archive ({exc}); the archive is damaged") from None
 
 
-def _locked_entry(top: Path, archive: Path) -> dict:
+def _locked_entry(top: Path, archive: Path) -> LockEntry:
     """The lock entry of the protocol version the archive holds (its parsed campaign in ``protocol``)."""
     from lab.facts.files import sha256_bytes
 
-    version = _read_json(top / "protocol_version.json")
-    lock = _read_json(top / "campaign.lock.json")
-    held = version.get("sha256")
-    entry = next((v for v in lock.get("versions", []) if v.get("sha256") == held), None)
-    if entry is None or not isinstance(entry.get("protocol"), dict):
-        raise ReplayError(f"{archive.name}: its lock has no entry for protocol version {version.get('version')} "
+    version = as_record(_read_json(top / "protocol_version.json"), LockedFacts) or LockedFacts()
+    lock = as_record(_read_json(top / "campaign.lock.json"), LockFile) or LockFile()
+    held = version.sha256
+    entries = (as_record(v, LockEntry) for v in lock.versions or [])
+    entry = next((v for v in entries if v is not None and v.sha256 == held), None)
+    if entry is None or not isinstance(entry.protocol, dict):
+        raise ReplayError(f"{archive.name}: its lock has no entry for protocol version {version.version} "
                           f"(sha256 {held}); the archive cannot be replayed")
-    blob = json.dumps(entry["protocol"], sort_keys=True, ensure_ascii=False, default=str).encode()
-    if sha256_bytes(blob) != entry.get("protocol_sha256"):
+    blob = json.dumps(entry.protocol, sort_keys=True, ensure_ascii=False, default=str).encode()
+    if sha256_bytes(blob) != entry.protocol_sha256:
         raise ReplayError(f"{archive.name}: its locked protocol text does not give its protocol_sha256; "
                           "the archive is inconsistent")
     return entry
@@ -144,11 +150,12 @@ def _recorded_home(top: Path) -> Path | None:
     return Path(recorded).parent if isinstance(recorded, str) and recorded else None
 
 
-def _recorded_pass(top: Path) -> dict:
-    """A pass.json of the archive (the absolute corpus and model paths the passes read), or {}."""
+def _recorded_pass(top: Path) -> SpecFacts:
+    """A pass.json of the archive (the absolute corpus and model paths the passes read); an
+    empty record when there is none."""
     for p in sorted((top / "passes").glob("*/pass.json")):
-        return _read_json(p)
-    return {}
+        return as_record(_read_json(p), SpecFacts) or SpecFacts()
+    return SpecFacts()
 
 
 def _resolve_recorded(p: str, home: Path) -> Path:
@@ -160,11 +167,12 @@ def _resolve_recorded(p: str, home: Path) -> Path:
 
 # ---- finding and checking the inputs -----------------------------------------------------
 
-def _find_corpus(given: str | None, top: Path, raw: dict, recorded: dict, want: str, inputs: Path,
+def _find_corpus(given: str | None, top: Path, written: str, recorded: SpecFacts, want: str, inputs: Path,
                  home: Path | None = None) -> Path:
     """The corpus file to replay with: ``given``, else the archive's own copy, the path the passes
-    read, the path as written relative to ``home`` (the recorded campaign file's folder) and to the
-    repository. ReplayError naming both sha256 values on a mismatch."""
+    read, the path as written (``written``: [corpus] path) relative to ``home`` (the recorded
+    campaign file's folder) and to the repository. ReplayError naming both sha256 values on a
+    mismatch."""
     if given:
         candidates = [Path(given).expanduser().resolve()]
         if not candidates[0].is_file():
@@ -175,9 +183,8 @@ def _find_corpus(given: str | None, top: Path, raw: dict, recorded: dict, want: 
         if bundled:  # packed --with-corpus (listed in SHA256SUMS, verified): copied beside the new file
             inputs.mkdir(parents=True, exist_ok=True)
             candidates.append(Path(shutil.copyfile(bundled[0], inputs / bundled[0].name)))
-        if recorded.get("corpus_path"):
-            candidates.append(Path(recorded["corpus_path"]))
-        written = str(raw["corpus"]["path"])
+        if recorded.corpus_path:
+            candidates.append(Path(recorded.corpus_path))
         candidates += [_resolve_recorded(written, where) for where in (home, REPO_ROOT) if where is not None]
     existing = [c for c in candidates if c.is_file()]  # a custom pass's spec names its label-free copy
     found = next((c for c in existing if sha256_file(c) == want), existing[0] if existing else None)
@@ -191,13 +198,10 @@ def _find_corpus(given: str | None, top: Path, raw: dict, recorded: dict, want: 
     return found.resolve()
 
 
-def _code_refs(raw: dict) -> dict[str, tuple[str, str, str]]:
+def _code_refs(cfg: CampaignConfig) -> dict[str, tuple[str, str, str]]:
     """{role: (where it is written, the path as written, ":Name" or "")} of the user's code files the
-    protocol ``raw`` runs (the roles of lab.orchestration.protocol.Protocol.task_files), read from
-    its typed sections (lab.orchestration.config.parse_config)."""
-    from lab.orchestration.config import parse_config
-
-    cfg = parse_config(raw)
+    protocol runs (the roles of lab.orchestration.protocol.Protocol.task_files), read from
+    its typed sections ``cfg`` (lab.orchestration.config.parse_config)."""
     out: dict[str, tuple[str, str, str]] = {}
     if cfg.task.entry:
         file, _, name = cfg.task.entry.rpartition(":")
@@ -271,27 +275,29 @@ def _model_fingerprint(ref: str, revision: str | None) -> str:
     return model_fingerprint(ref, revision)
 
 
-def _find_model(given: str | None, revision: str | None, raw: dict, recorded: dict, want: str,
-                new_model: bool) -> tuple[dict, str]:
-    """(the new [model] table, its fingerprint). ReplayError naming both values on a mismatch."""
-    table = dict(raw.get("model") or {})
+def _find_model(given: str | None, revision: str | None, table: dict, model: ModelSection,
+                recorded: SpecFacts, want: str, new_model: bool) -> tuple[dict, str, str]:
+    """(the new [model] table, its fingerprint, the model's folder or hub id) from ``table``, the
+    archive's [model] as written, and ``model``, its typed section. ReplayError naming both values
+    on a mismatch."""
+    table = dict(table)
     if new_model:
         if not given:
             raise ReplayError("--new-model needs --model PATH-OR-HUB-ID: the model of the new question version")
         path = Path(given).expanduser()
         table = {k: v for k, v in table.items() if k == "pad_token"}
+        pinned: str | None = None
         if path.is_dir():
-            table["path"] = str(path.resolve())
+            ref = table["path"] = str(path.resolve())
         else:
-            table["id"] = given
+            ref = table["id"] = given
             if revision:
-                table["revision"] = revision
-        ref = table.get("path") or table["id"]
-        got = _model_fingerprint(ref, table.get("revision"))
+                pinned = table["revision"] = revision
+        got = _model_fingerprint(ref, pinned)
         if got == want:
             raise ReplayError(f"--new-model: model {given} has the archive's own model sha256 {want}; drop "
                               "--new-model to replay the same question")
-        return table, got
+        return table, got, ref
     if given:
         path = Path(given).expanduser()
         if not path.is_dir():
@@ -299,23 +305,23 @@ def _find_model(given: str | None, revision: str | None, raw: dict, recorded: di
                               "was made with (a hub model is found in the local cache by its recorded id and "
                               "revision)")
         candidates = [str(path.resolve())]
-    elif table.get("path"):
-        candidates = [recorded.get("model_ref") or "", str(_resolve_recorded(str(table["path"]), REPO_ROOT))]
+    elif model.path:
+        candidates = [recorded.model_ref or "", str(_resolve_recorded(str(model.path), REPO_ROOT))]
         candidates = [c for c in candidates if c and Path(c).is_dir()]
         if not candidates:
-            raise ReplayError(f"model not found at its recorded path ({table['path']}); give it with --model PATH "
+            raise ReplayError(f"model not found at its recorded path ({model.path}); give it with --model PATH "
                               f"(model sha256 must be the archive's {want})")
     else:  # a hub id at its pinned revision: the local cache's snapshot
-        candidates = [str(table["id"])]
+        candidates = [str(model.id)]
     ref = candidates[0]
-    got = _model_fingerprint(ref, table.get("revision") if not table.get("path") else None)
+    got = _model_fingerprint(ref, model.revision if not model.path else None)
     if got != want:
         raise ReplayError(f"model {ref} has sha256 {got}, the archive's model has sha256 {want}; give the "
                           "archive's model with --model PATH, or add --new-model to make a new question version "
                           "with this model")
-    if table.get("path"):
+    if model.path:
         table["path"] = ref
-    return table, got
+    return table, got, ref
 
 
 def _cost_table(old: dict | None, cost: dict | None) -> dict | None:
@@ -377,36 +383,39 @@ def replay_archive(archive: str | Path, out: str | Path, *, corpus: str | None =
 
 def _replay(archive: Path, archive_sha: str, out: Path, inputs: Path, corpus: str | None, model: str | None,
             code: str | None, revision: str | None, new_model: bool, cost: dict | None) -> Replay:
+    from lab.orchestration.config import parse_config
     from lab.orchestration.protocol import load_protocol, lock
 
     with tempfile.TemporaryDirectory() as tmp:
         top = extract(archive, Path(tmp))
         entry = _locked_entry(top, archive)
-        raw = copy.deepcopy(entry["protocol"])
+        raw = copy.deepcopy(entry.protocol)
+        cfg = parse_config(raw)
         recorded, home = _recorded_pass(top), _recorded_home(top)
-        corpus_file = _find_corpus(corpus, top, raw, recorded, entry["corpus_sha256"], inputs, home)
-        model_table, model_sha = _find_model(model, revision, raw, recorded, entry["model_sha256"], new_model)
-        refs = _code_refs(raw)
-        found_code = _find_code(code, refs, entry.get("task_files_sha256") or {}, home)
+        corpus_file = _find_corpus(corpus, top, str(cfg.corpus.path), recorded, entry.corpus_sha256, inputs, home)
+        model_table, model_sha, model_ref = _find_model(model, revision, raw.get("model") or {}, cfg.model,
+                                                        recorded, entry.model_sha256, new_model)
+        refs = _code_refs(cfg)
+        found_code = _find_code(code, refs, entry.task_files_sha256 or {}, home)
         _place_code(raw, refs, found_code)
         card = top / "corpus_card.json"
-        raw["corpus"] = {"path": str(corpus_file)}
-        if card.is_file() and (entry["protocol"].get("corpus") or {}).get("card"):
+        corpus_table = {"path": str(corpus_file)}
+        if card.is_file() and cfg.corpus.card:
             inputs.mkdir(parents=True, exist_ok=True)
-            raw["corpus"]["card"] = str(Path(shutil.copyfile(card, inputs / "corpus_card.json")).resolve())
+            corpus_table["card"] = str(Path(shutil.copyfile(card, inputs / "corpus_card.json")).resolve())
+        raw["corpus"] = corpus_table
     raw["model"] = model_table
-    new_cost = _cost_table(raw.get("cost"), cost)
-    raw.pop("cost", None)
+    new_cost = _cost_table(raw.pop("cost", None), cost)
     if new_cost:
         raw["cost"] = new_cost
-    came_from = entry.get("question_version") or 1
+    came_from = entry.question_version or 1
     question_version = came_from + 1 if new_model else came_from
-    replays = {"archive": archive.name, "archive_sha256": archive_sha, "campaign": raw["campaign"]["name"],
-               "protocol_version": entry["version"], "protocol_sha256": entry["sha256"],
+    replays = {"archive": archive.name, "archive_sha256": archive_sha, "campaign": cfg.campaign.name,
+               "protocol_version": entry.version, "protocol_sha256": entry.sha256,
                "question_version": came_from,
-               "change": (f"model: {entry['model_sha256']} -> {model_sha}" if new_model else "")}
+               "change": (f"model: {entry.model_sha256} -> {model_sha}" if new_model else "")}
     out.parent.mkdir(parents=True, exist_ok=True)
-    head = (f"# Replay of {archive.name} (sha256 {archive_sha}), protocol version {entry['version']}.\n"
+    head = (f"# Replay of {archive.name} (sha256 {archive_sha}), protocol version {entry.version}.\n"
             + ("# New question version: the model changed (--new-model).\n" if new_model else
                "# Same question: only [cost] and the runs folder may differ from the archive.\n") + "\n")
     out.write_text(head + dumps_campaign(raw), encoding="utf-8")
@@ -415,5 +424,5 @@ def _replay(archive: Path, archive_sha: str, out: Path, inputs: Path, corpus: st
     except BaseException:
         out.unlink(missing_ok=True)  # never a campaign file that claims a replay and is not locked
         raise
-    return Replay(out, entry_new, corpus_file, str(model_table.get("path") or model_table.get("id")),
+    return Replay(out, entry_new, corpus_file, model_ref,
                   question_version, code=tuple(found_code.items()))

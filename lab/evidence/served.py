@@ -24,9 +24,10 @@ from lab.facts.errors import LabError
 REL_TOL = 1e-9  # the figures are written unrounded: a re-derived one equals the written one to float noise
 
 
-class _Output(msgspec.Struct):
-    """The fields of a prediction line this check reads (others ignored): a generation pass's
-    ``output``, a classification pass's ``pred`` and ``prob``, an embedding pass's ``row``."""
+class PredictionLine(msgspec.Struct):
+    """One line of a pass's ``predictions.jsonl``, the fields verify reads (others ignored): the
+    corpus item's ``id``, a classification pass's ``pred`` (label) and ``prob``, a generation pass's
+    ``output`` (text), an embedding pass's ``row`` (its row in vectors.npy, from 0)."""
 
     id: str
     output: str | None = None
@@ -102,7 +103,7 @@ def _check_outputs(pid: str, recs, scan, pred_rel: str, problems: list[str]) -> 
     if pred_rel not in scan.kept:
         return  # its absence is said by the predictions checks
     try:
-        preds = [msgspec.json.decode(x, type=_Output) for x in scan.kept[pred_rel].splitlines() if x.strip()]
+        preds = [msgspec.json.decode(x, type=PredictionLine) for x in scan.kept[pred_rel].splitlines() if x.strip()]
     except (msgspec.ValidationError, msgspec.DecodeError):
         return  # said by the format checks
     answered = {r.id: r for r in recs if r.answered}

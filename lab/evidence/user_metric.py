@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from lab.evidence.format import ArchiveError
+from lab.evidence.members import LockedFacts, as_record
 from lab.evidence.rederive import member_text, metric_subsets, predictions_by_id
 from lab.evidence.table_checks import CAMPAIGN, PROTOCOL_VERSION
 from lab.report.raw_row import RawRow
@@ -38,7 +39,7 @@ def user_metric_ref(scan, metric_file) -> str | None:
     path = Path(metric_file).resolve()
     try:
         metric = tomllib.loads(member_text(scan, CAMPAIGN).removeprefix("\ufeff"))["quality"]["metric"]
-        version = json.loads(member_text(scan, PROTOCOL_VERSION))
+        version = as_record(json.loads(member_text(scan, PROTOCOL_VERSION)), LockedFacts) or LockedFacts()
     except (KeyError, TypeError, ValueError, tomllib.TOMLDecodeError):
         raise MetricFileRefused(f"--metric-file {metric_file}: the archive's {CAMPAIGN} or {PROTOCOL_VERSION} cannot "
                                 "be read, so there is no locked metric to check it against") from None
@@ -48,12 +49,12 @@ def user_metric_ref(scan, metric_file) -> str | None:
     if not path.is_file():
         raise MetricFileRefused(f"--metric-file {metric_file}: no such file; give a local copy of {metric}'s file")
     digest = sha256_file(path)
-    locked = (version.get("task_files_sha256") or {}).get("metric")
+    locked = (version.task_files_sha256 or {}).get("metric")
     same = (digest == locked if locked
-            else digests_fingerprint({"metric": digest}) == version.get("task_sha256"))
+            else digests_fingerprint({"metric": digest}) == version.task_sha256)
     if not same:
         raise MetricFileRefused(f"--metric-file {metric_file}: sha256 {digest} is not the locked metric file's "
-                                f"({locked or 'task_sha256 ' + str(version.get('task_sha256'))}); give the file the "
+                                f"({locked or 'task_sha256 ' + str(version.task_sha256)}); give the file the "
                                 "campaign was locked with")
     return f"{path}:{metric.rsplit(':', 1)[1]}"
 

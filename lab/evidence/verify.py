@@ -43,7 +43,6 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
-import json
 import re
 import shlex
 import tarfile
@@ -64,12 +63,12 @@ from lab.evidence.format import (
     check_format,
     check_member,
 )
+from lab.evidence.members import CardComparison, CorpusCard, LockedFacts, as_record, parse_record
 from lab.evidence.rederive import (
     GOLD_LABELS,
     check_reference_pass,
     check_row,
     compare_journal,
-    member_object,
     member_text,
     read_gold,
     read_journal,
@@ -268,10 +267,13 @@ def _check_bundled_corpus(scan: _Scan, rel: str, problems: list[str]) -> None:
         problems.append(f"{ARCHIVE_INFO} names the corpus {rel}, which the archive lacks")
         return
     try:
-        locked = json.loads(member_text(scan, PROTOCOL_VERSION)).get("corpus_sha256")
-    except (KeyError, ValueError, AttributeError):
+        version = parse_record(member_text(scan, PROTOCOL_VERSION), LockedFacts)
+    except (KeyError, ValueError):
+        version = None
+    if version is None:
         problems.append(f"{rel}: no locked corpus sha256 to check it against ({PROTOCOL_VERSION} unreadable)")
         return
+    locked = version.corpus_sha256
     if scan.sha[rel] != locked:
         problems.append(f"{rel}: sha256 {scan.sha[rel]} is not the locked corpus sha256 {locked}")
 
@@ -287,25 +289,25 @@ def check_corpus_card(scan: _Scan, gold: dict | None, problems: list[str]) -> No
 
     if CARD not in scan.kept:
         return
-    card = member_object(scan, CARD)
-    comparison = card.get("comparison") if card is not None else None
-    if not isinstance(comparison, dict):
+    card = parse_record(member_text(scan, CARD), CorpusCard)
+    comparison = as_record(card.comparison, CardComparison) if card is not None else None
+    if comparison is None:
         problems.append(f"{CARD}: not a corpus card (no comparison object)")
         return
-    version = member_object(scan, PROTOCOL_VERSION) if PROTOCOL_VERSION in scan.kept else None
-    locked = (version or {}).get("corpus_sha256")
-    if locked and comparison.get("sha256") != locked:
-        problems.append(f"{CARD}: describes the corpus file sha256 {str(comparison.get('sha256'))[:12]}..., not the "
+    version = parse_record(member_text(scan, PROTOCOL_VERSION), LockedFacts) if PROTOCOL_VERSION in scan.kept else None
+    locked = version.corpus_sha256 if version is not None else None
+    if locked and comparison.sha256 != locked:
+        problems.append(f"{CARD}: describes the corpus file sha256 {str(comparison.sha256)[:12]}..., not the "
                         f"locked corpus {str(locked)[:12]}...")
     if gold is None:
         return
     counts = counts_by_bucket_class([{"label": label, "bucket": bucket} for label, bucket in gold.values()])
-    claimed = comparison.get("counts")
+    claimed = comparison.counts
     if isinstance(claimed, dict) and {b: c for b, c in counts.items() if c} != {b: c for b, c in claimed.items() if c}:
         problems.append(f"{GOLD_LABELS}: its items per bucket and class differ from {CARD}'s counts (the labels "
                         "or buckets of the corpus were edited)")
     with_labels = any(label is not None for label, _ in gold.values())
-    if isinstance(comparison.get("labels"), bool) and comparison["labels"] != with_labels:
+    if isinstance(comparison.labels, bool) and comparison.labels != with_labels:
         problems.append(f"{GOLD_LABELS}: {'has' if with_labels else 'has no'} labels, while {CARD} says the corpus "
                         f"{'has none' if with_labels else 'is labelled'}")
 
