@@ -27,6 +27,7 @@ from lab.service.campaigns import (
     runs_root,
     start_campaign,
 )
+from lab.service.environment_facts import EnvironmentFacts
 from lab.service.live import CampaignState, JournalFeed, PassStatus
 from tui.messages import CampaignSnapshot, CampaignStarted, ControlSent, PassFailed, TelemetrySample
 from tui.screens.archive_screen import ArchiveScreen
@@ -80,13 +81,13 @@ def nap(worker, seconds: float) -> None:
 class BackgroundProbe:
     """``probe()`` run once in a daemon thread: nothing waits for it when the process exits."""
 
-    def __init__(self, probe: Callable[[], dict]) -> None:
+    def __init__(self, probe: Callable[[], EnvironmentFacts]) -> None:
         self.done = threading.Event()
-        self.result: dict | None = None
+        self.result: EnvironmentFacts | None = None
         self.error: BaseException | None = None
         threading.Thread(target=self._run, args=(probe,), name="environment-probe", daemon=True).start()
 
-    def _run(self, probe: Callable[[], dict]) -> None:
+    def _run(self, probe: Callable[[], EnvironmentFacts]) -> None:
         try:
             self.result = probe()
         except BaseException as exc:  # raised again in the thread that waits for it
@@ -94,7 +95,7 @@ class BackgroundProbe:
         finally:
             self.done.set()
 
-    def wait(self, cancelled: Callable[[], bool]) -> dict | None:
+    def wait(self, cancelled: Callable[[], bool]) -> EnvironmentFacts | None:
         """The facts, or None once ``cancelled()`` is true; raises what the probe raised."""
         while not self.done.wait(0.05):
             if cancelled():
@@ -121,7 +122,7 @@ class IteraLabApp(LabApp):
 
     def __init__(self, campaign_file: Path, *, launcher: str = "auto", memory_limit: int | None = None,
                  clock: Callable[[], float] = time.time, telemetry: TelemetrySource | None = None,
-                 environment_probe: Callable[[], dict] | None = None,
+                 environment_probe: Callable[[], EnvironmentFacts] | None = None,
                  poll_interval_s: float | None = 0.3, telemetry_interval_s: float | None = 1.0,
                  start_screen: str = "runs") -> None:
         super().__init__()
@@ -162,7 +163,7 @@ class IteraLabApp(LabApp):
         self.poll_journal()
         self.poll_telemetry()
 
-    def environment_facts(self, refresh: bool = False) -> dict | None:
+    def environment_facts(self, refresh: bool = False) -> EnvironmentFacts | None:
         """Environment facts (cached; call from a thread worker: probing takes seconds, 30 s
         against a Docker engine that never answers).
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from textual.message import Message
 
+from lab.service.environment_facts import EnvironmentFacts
 from lab.service.views import ComparisonView, CostView, LockResult, PlanView, ProtocolInfo
 
 
@@ -65,11 +66,13 @@ class TelemetrySample(Message):
 
 
 class EnvironmentReady(Message):
-    """Environment facts and checks (screen 1)."""
+    """Environment facts and checks (screen 1); ``facts`` None when probing failed, with the
+    one-line ``error``."""
 
-    def __init__(self, facts: dict) -> None:
+    def __init__(self, facts: EnvironmentFacts | None, error: str = "") -> None:
         super().__init__()
         self.facts = facts
+        self.error = error
 
 
 class ProtocolLoaded(Message):

@@ -29,13 +29,15 @@ from lab.inputs.variants import series_names, variant_short
 from lab.orchestration.config import QualitySection, TimingSection
 from lab.orchestration.protocol import current_version, load_protocol, read_lock
 from lab.service.campaigns import runs_root
+from lab.service.environment_facts import EnvironmentFacts, GpuFacts
 
 if TYPE_CHECKING:  # annotations only: the report modules import pandas, the others load when a view needs them
     from lab.memory.feasibility import ReservationFit
     from lab.orchestration.preflight import Check
     from lab.report.summary import VariantSummary
 
-__all__ = ["ComparisonView", "CostView", "LockResult", "LockedVersion", "PlanView", "PlannedVariant", "PricingError",
+__all__ = ["ComparisonView", "CostView", "EnvironmentFacts",
+           "LockResult", "LockedVersion", "PlanView", "PlannedVariant", "PricingError",
            "ProtocolInfo", "ReplayOrigin", "VariantSummary", "archives_under", "budget_of", "build_plan",
            "collect_environment",
            "cost_view", "declared_cost", "load_summary", "lock_protocol", "model_shape", "protocol_info",
@@ -164,13 +166,13 @@ def model_shape(model_ref: str, revision: str | None = None, decoder: bool = Fal
         return _SHAPES[key]
 
 
-def budget_of(facts: dict) -> tuple[int | None, str]:
+def budget_of(facts: EnvironmentFacts) -> tuple[int | None, str]:
     """(bytes, what): the first GPU's memory, else host RAM (no GPU: host memory is the limit)."""
-    devices = (facts.get("gpu") or {}).get("devices") or []
-    if devices:
-        return int(devices[0]["memory_bytes"]), f"GPU 0 memory ({devices[0]['name']})"
-    if facts.get("ram_total_bytes"):
-        return int(facts["ram_total_bytes"]), "host RAM (no GPU)"
+    if facts.gpu.devices:
+        first = facts.gpu.devices[0]
+        return first.memory_bytes, f"GPU 0 memory ({first.name})"
+    if facts.ram_total_bytes:
+        return int(facts.ram_total_bytes), "host RAM (no GPU)"
     return None, "no memory budget known"
 
 
@@ -216,7 +218,7 @@ class PlanView:
     checks: tuple[Check, ...]
 
 
-def build_plan(campaign_file, facts: dict) -> PlanView:
+def build_plan(campaign_file, facts: EnvironmentFacts) -> PlanView:
     """Variants, rotated schedule and memory feasibility per variant (see PlanView).
 
     A variant's feasibility: lab.memory.feasibility.batch_fits; a generation campaign
@@ -225,7 +227,7 @@ def build_plan(campaign_file, facts: dict) -> PlanView:
     variant lab.memory.feasibility.reservation_fits. A failure of the lock checks is one check
     "lock checks" that is not ok, with the error.
 
-    ``facts``: ``collect_environment()``'s dict (the memory budget). Raises ProtocolError on
+    ``facts``: ``collect_environment()``'s record (the memory budget). Raises ProtocolError on
     an unusable campaign file; a missing model or corpus only fills ``note``.
     """
     from lab.orchestration.preflight import Check
@@ -491,29 +493,26 @@ def run_comparison(archives: list[str], fields: dict, runs_root: Path,
 
 # ---- environment -----------------------------------------------------------------------
 
-def collect_environment() -> dict:
-    """Facts for the Environment screen and the plan's memory budget: gpu
-    (lab.inputs.manifest.gpu_facts), host RAM/disk/cores, doctor checks (no test container).
-
-    Returns {"backend", "gpu", "ram_total_bytes", "ram_available_bytes", "disk_free_bytes",
-    "disk_path", "cpu_cores", "checks": [{"name", "ok", "detail", "fix", "blocking"}]}.
-    """
+def collect_environment() -> EnvironmentFacts:
+    """Facts for the Environment screen and the plan's memory budget (see EnvironmentFacts): gpu
+    (lab.inputs.manifest.gpu_facts, decoded once here), host RAM/disk/cores, doctor checks (no
+    test container)."""
     import psutil
 
     from lab.inputs.manifest import gpu_facts
     from lab.orchestration.doctor import doctor
 
-    gpu = gpu_facts()
-    if gpu["count"] and gpu.get("hip_runtime", "absent") != "absent":
+    gpu = GpuFacts.of(gpu_facts())
+    backend: Literal["cpu", "cuda", "rocm"]
+    if gpu.count and gpu.hip_runtime != "absent":
         backend = "rocm"
-    elif gpu["count"]:
+    elif gpu.count:
         backend = "cuda"
     else:
         backend = "cpu"
     root = runs_root()
     probe = root if root.exists() else root.parent if root.parent.exists() else Path(os.getcwd())
     vm = psutil.virtual_memory()
-    checks = [c.to_json() for c in doctor(container_test=False)]
-    return {"backend": backend, "gpu": gpu, "ram_total_bytes": vm.total,
-            "ram_available_bytes": vm.available, "disk_free_bytes": shutil.disk_usage(probe).free,
-            "disk_path": str(probe), "cpu_cores": os.cpu_count(), "checks": checks}
+    return EnvironmentFacts(backend=backend, gpu=gpu, ram_total_bytes=vm.total, ram_available_bytes=vm.available,
+                            disk_free_bytes=shutil.disk_usage(probe).free, disk_path=str(probe),
+                            cpu_cores=os.cpu_count(), checks=tuple(doctor(container_test=False)))

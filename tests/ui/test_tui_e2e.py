@@ -19,16 +19,15 @@ from conftest import AppMessages, run_scp_lines
 from test_tui_campaigns import MODEL, calibrated_limit, tiny_campaign
 
 from lab.orchestration.status import campaign_status, orchestrator_alive
+from lab.service.environment_facts import EnvironmentFacts
 from tui.app import IteraLabApp
 from tui.widgets.pass_table import PassTable
 from tui.widgets.telemetry import fixed_telemetry
 
 SAMPLE = {"cpu_percent": 50.0, "ram_used_bytes": 2 * 2**30, "ram_total_bytes": 8 * 2**30,
           "gpus": [], "gpu_note": "no NVML (test)"}
-FACTS = {"backend": "cpu", "gpu": {"count": 0, "devices": [], "driver": "absent",
-                                    "cuda_runtime": "absent", "hip_runtime": "absent"},
-         "ram_total_bytes": 8 * 2**30, "ram_available_bytes": 6 * 2**30, "disk_free_bytes": 40 * 2**30,
-         "disk_path": "/runs", "cpu_cores": 2, "checks": []}
+FACTS = EnvironmentFacts(backend="cpu", ram_total_bytes=8 * 2**30, ram_available_bytes=6 * 2**30,
+                         disk_free_bytes=40 * 2**30, disk_path="/runs", cpu_cores=2)
 
 
 def make_app(campaign_file: Path, limit: int) -> IteraLabApp:

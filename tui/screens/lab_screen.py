@@ -18,6 +18,7 @@ from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
 from lab.facts.errors import one_line
+from lab.service.environment_facts import EnvironmentFacts
 from tui.messages import CampaignSnapshot
 from tui.widgets.screen_tabs import ScreenTabs
 
@@ -34,7 +35,7 @@ class LabApp(App):
     snapshot: CampaignSnapshot | None
     telemetry: dict | None
 
-    def environment_facts(self, refresh: bool = False) -> dict | None:
+    def environment_facts(self, refresh: bool = False) -> EnvironmentFacts | None:
         """Environment facts (cached); None when the calling worker was cancelled."""
         raise NotImplementedError
 
