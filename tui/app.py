@@ -225,15 +225,15 @@ class IteraLabApp(LabApp):
                 sig = None
             else:
                 r = feed.read(self.selected_pass)
-                for f in r["new_failures"]:
-                    self.post_message(PassFailed(*f))
-                snap = CampaignSnapshot(d, r["status"], r["plan"], r["live_failures"], r["events"],
-                                        r["log_tail"], r["live_served"])
-                st = r["status"]
-                sig = (st["state"], st["alive"], feed.last_event_id, r["log_tail"],
+                for f in r.new_failures:
+                    self.post_message(PassFailed(f.pass_id, f.kind, f.items_done, f.detail))
+                snap = CampaignSnapshot(d, r.status, r.plan, r.live_failures, list(r.events), r.log_tail,
+                                        r.live_served)
+                st = r.status
+                sig = (st.state, st.alive, feed.last_event_id, r.log_tail,
                        tuple((a.pass_id, a.status, a.items_completed, a.validation is None)
-                             for a in st["attempts"]))
-            running = bool(snap.status and snap.status["state"] == CampaignState.RUNNING)
+                             for a in st.attempts))
+            running = bool(snap.status and snap.status.state == CampaignState.RUNNING)
             if sig != last_sig or self.snapshot is None or (running and time.monotonic() - last_post > 1):
                 last_sig, last_post = sig, time.monotonic()
                 self.post_message(snap)

@@ -7,29 +7,31 @@ UI stays responsive with hundreds of progress events per second.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from textual.message import Message
 
 from lab.service.environment_facts import EnvironmentFacts
+from lab.service.live import CampaignStatus, LiveFailure, LiveFigures, PlannedSlot
 from lab.service.views import ComparisonView, CostView, LockResult, PlanView, ProtocolInfo
 
 
 class CampaignSnapshot(Message):
     """The campaign as the journal says now (posted by the journal poller).
 
-    ``status``: ``lab.orchestration.status.campaign_status`` dict (state, planned, finished, attempts,
-    orchestrator, alive), or None when no campaign folder exists yet for this protocol
-    version. ``plan``: planned slots. ``live_failures``: {pass_id: {"kind", "items_done",
-    "message"}} from oom/error events, known before the pass row is finished.
+    ``status``: the campaign's status (lab.service.live.CampaignStatus: state, planned, finished,
+    attempts, orchestrator, alive), or None when no campaign folder exists yet for this protocol
+    version. ``plan``: planned slots. ``live_failures``: {pass_id: lab.service.live.LiveFailure}
+    from oom/error events, known before the pass row is finished.
     ``events``: the last event lines (text). ``log_tail``: (pass_id, text) of the selected
     pass's log.txt. ``live_served``: {pass_id: a server pass's answers so far, its LiveFigures}
     (lab.service.live.JournalFeed.read).
     """
 
-    def __init__(self, campaign_dir: Path | None, status: dict | None, plan: list[dict],
-                 live_failures: dict, events: list[str], log_tail: tuple[str, str],
-                 live_served: dict | None = None) -> None:
+    def __init__(self, campaign_dir: Path | None, status: CampaignStatus | None, plan: Sequence[PlannedSlot],
+                 live_failures: Mapping[str, LiveFailure], events: list[str], log_tail: tuple[str, str],
+                 live_served: Mapping[str, LiveFigures] | None = None) -> None:
         super().__init__()
         self.campaign_dir = campaign_dir
         self.status = status
