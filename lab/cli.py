@@ -283,8 +283,8 @@ def cmd_demo(a) -> int:
 
     with interrupt_on_signals():
         r = run_demo(a.launcher, echo=lambda line: print(line, flush=True))
-    print(r["line"])
-    return r["exit"]
+    print(r.line)
+    return r.exit
 
 
 def cmd_up(a) -> int:

@@ -40,7 +40,7 @@ from tui.screens.protocol_screen import ProtocolScreen
 from tui.screens.results_screen import ResultsScreen
 from tui.screens.runs_screen import RunsScreen
 from tui.widgets.screen_tabs import SCREENS
-from tui.widgets.telemetry import HostTelemetry, TelemetrySource
+from tui.widgets.telemetry import HostSample, HostTelemetry, TelemetrySource
 from tui.widgets.whole_cell_scrollbar import install as whole_cell_scrollbars
 
 
@@ -139,7 +139,8 @@ class IteraLabApp(LabApp):
         self.campaign_name = campaign_name_of(self.campaign_file)
         self.selected_pass: str | None = None
         self.snapshot: CampaignSnapshot | None = None
-        self.telemetry: dict | None = None
+        self.telemetry: HostSample | None = None
+        self.telemetry_error = ""
         self.failures_seen: list[PassFailed] = []
         self._probe: BackgroundProbe | None = None
         self._facts_lock = threading.Lock()
@@ -267,15 +268,15 @@ class IteraLabApp(LabApp):
             try:
                 self.post_message(TelemetrySample(source()))
             except Exception as exc:  # a broken counter is shown, never fatal
-                self.post_message(TelemetrySample({"error": f"{type(exc).__name__}: {exc}"}))
+                self.post_message(TelemetrySample(None, f"{type(exc).__name__}: {exc}"))
             if self.telemetry_interval_s is None:
                 break
             nap(worker, self.telemetry_interval_s)
 
     def on_telemetry_sample(self, msg: TelemetrySample) -> None:
-        self.telemetry = msg.sample
+        self.telemetry, self.telemetry_error = msg.sample, msg.error
         if self.screen_stack and hasattr(self.screen, "apply_telemetry"):
-            self.screen.apply_telemetry(msg.sample)
+            self.screen.apply_telemetry(msg.sample, msg.error)
 
     # ---- campaign control ------------------------------------------------------------
     @work(thread=True, exclusive=True, exit_on_error=False, group="control")

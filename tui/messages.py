@@ -12,9 +12,11 @@ from pathlib import Path
 
 from textual.message import Message
 
+from lab.service.campaign_records import ArchiveMade
 from lab.service.environment_facts import EnvironmentFacts
 from lab.service.live import CampaignStatus, LiveFailure, LiveFigures, PlannedSlot
 from lab.service.views import ComparisonView, CostView, LockResult, PlanView, ProtocolInfo
+from tui.widgets.telemetry import HostSample
 
 
 class CampaignSnapshot(Message):
@@ -57,11 +59,13 @@ class PassFailed(Message):
 
 
 class TelemetrySample(Message):
-    """One host reading: ``sample`` from a telemetry source (see tui.widgets.telemetry)."""
+    """One host reading: ``sample`` from a telemetry source (see tui.widgets.telemetry), or None
+    with ``error`` (one line) when the source failed."""
 
-    def __init__(self, sample: dict) -> None:
+    def __init__(self, sample: HostSample | None, error: str = "") -> None:
         super().__init__()
         self.sample = sample
+        self.error = error
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, TelemetrySample)
@@ -147,7 +151,7 @@ class ArchiveReady(Message):
     ``error`` (one line) and ``unfinished`` (the campaign is not finished: a partial archive is
     the way on)."""
 
-    def __init__(self, archive: dict | None, error: str = "", unfinished: bool = False) -> None:
+    def __init__(self, archive: ArchiveMade | None, error: str = "", unfinished: bool = False) -> None:
         super().__init__()
         self.archive = archive
         self.error = error

@@ -2,8 +2,8 @@
 
 Each function takes a campaign file (and folder, or fields typed by the user), computes
 with the engine's own modules, and returns data: the protocol and its lock, the plan with
-memory feasibility (typed, frozen records declared here: ProtocolInfo, LockedVersion,
-ReplayOrigin, LockResult, PlanView, PlannedVariant), the quote and decision note, the
+memory feasibility (typed, frozen records declared here: ProtocolInfo, LockResult, PlanView,
+PlannedVariant; LockedVersion and ReplayOrigin in lab.service.campaign_records), the quote and decision note, the
 host's environment. No rendering here: ``tui/screens`` turn these into text. Slow (model
 shape, doctor probes): call them from a worker thread.
 
@@ -28,6 +28,7 @@ from lab.cost.forfaits import PricingError
 from lab.inputs.variants import series_names, variant_short
 from lab.orchestration.config import QualitySection, TimingSection
 from lab.orchestration.protocol import current_version, load_protocol, read_lock
+from lab.service.campaign_records import LockedVersion, ReplayOrigin
 from lab.service.campaigns import runs_root
 from lab.service.environment_facts import EnvironmentFacts, GpuFacts
 
@@ -48,42 +49,6 @@ _SHAPE_LOCK = threading.Lock()  # transformers' lazy imports are not thread-safe
 
 
 # ---- protocol ------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ReplayOrigin:
-    """The evidence archive a lock version replays (the ``replays`` of its lock entry,
-    lab.evidence.replay): ``archive`` its file name, ``archive_sha256`` 64 hex,
-    ``protocol_version`` the archive's protocol version (None in an entry that does not record
-    it), ``change`` "" for the same question, else what changed ("model: <sha256> -> <sha256>")."""
-
-    archive: str
-    archive_sha256: str
-    protocol_version: int | None
-    change: str
-
-
-@dataclass(frozen=True)
-class LockedVersion:
-    """One version of the campaign file's lock (lab.orchestration.protocol.lock's entry):
-    ``version`` n >= 1, ``sha256`` the protocol identity (64 hex; names the results folder),
-    ``locked_at`` ISO UTC; a replay's version also ``replays`` and ``question_version`` (>= 1),
-    None otherwise."""
-
-    version: int
-    sha256: str
-    locked_at: str
-    replays: ReplayOrigin | None = None
-    question_version: int | None = None
-
-    @classmethod
-    def of(cls, entry: dict) -> LockedVersion:
-        """The record of a lock entry as read_lock returns it (a dict from the lock's JSON).
-        Raises KeyError for an entry without version, sha256 or locked_at."""
-        r = entry.get("replays")
-        replays = ReplayOrigin(r["archive"], r["archive_sha256"], r.get("protocol_version"),
-                               r.get("change") or "") if r else None
-        return cls(entry["version"], entry["sha256"], entry["locked_at"], replays, entry.get("question_version"))
-
 
 @dataclass(frozen=True)
 class ProtocolInfo:

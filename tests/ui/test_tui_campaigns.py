@@ -14,6 +14,7 @@ from pathlib import Path
 
 from lab.orchestration.doctor import Check
 from lab.service.environment_facts import EnvironmentFacts, GpuFacts
+from tui.widgets.telemetry import GpuReading, HostSample
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / ".cache" / "models" / "demo-minilm-20ng"
@@ -99,9 +100,9 @@ def calibrated_limit(folder: Path) -> int:
 
 # ---- deterministic UI fixtures --------------------------------------------------------
 
-SAMPLE = {"cpu_percent": 37.5, "ram_used_bytes": 3 * 2**30, "ram_total_bytes": 16 * 2**30,
-          "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "util_percent": 87,
-                    "mem_used_bytes": 12 * 2**30, "mem_total_bytes": 80 * 2**30}], "gpu_note": ""}
+SAMPLE = HostSample(cpu_percent=37.5, ram_used_bytes=3 * 2**30, ram_total_bytes=16 * 2**30,
+                    gpus=(GpuReading(index=0, name="NVIDIA H100 80GB HBM3", util_percent=87,
+                                     mem_used_bytes=12 * 2**30, mem_total_bytes=80 * 2**30),), gpu_note="")
 FACTS = EnvironmentFacts(
     backend="cpu", gpu=GpuFacts(driver_note="NVML not available (no NVIDIA driver, or an AMD GPU)"),
     ram_total_bytes=16 * 2**30, ram_available_bytes=12 * 2**30, disk_free_bytes=40 * 2**30,

@@ -22,10 +22,10 @@ from lab.orchestration.status import campaign_status, orchestrator_alive
 from lab.service.environment_facts import EnvironmentFacts
 from tui.app import IteraLabApp
 from tui.widgets.pass_table import PassTable
-from tui.widgets.telemetry import fixed_telemetry
+from tui.widgets.telemetry import HostSample, fixed_telemetry
 
-SAMPLE = {"cpu_percent": 50.0, "ram_used_bytes": 2 * 2**30, "ram_total_bytes": 8 * 2**30,
-          "gpus": [], "gpu_note": "no NVML (test)"}
+SAMPLE = HostSample(cpu_percent=50.0, ram_used_bytes=2 * 2**30, ram_total_bytes=8 * 2**30,
+                    gpu_note="no NVML (test)")
 FACTS = EnvironmentFacts(backend="cpu", ram_total_bytes=8 * 2**30, ram_available_bytes=6 * 2**30,
                          disk_free_bytes=40 * 2**30, disk_path="/runs", cpu_cores=2)
 
@@ -103,9 +103,9 @@ def test_start_quit_reattach_live_failure_results_and_archive(tmp_path, runs, on
             await pilot.press("a")
             await watch.until(pilot, lambda: getattr(archive, "archive", None), 120, "the archive")
             a = archive.archive
-            assert a["ok"] and a["rows_checked"] == 2 and a["files_checked"] > 5
-            assert Path(a["path"]).stat().st_size == a["size_bytes"]
+            assert a.verification.ok and a.verification.rows_checked == 2 and a.verification.files_checked > 5
+            assert Path(a.path).stat().st_size == a.size_bytes
             args = run_scp_lines(str(archive.query_one("#scp-line").render()))
-            assert args[-2].endswith(f":{a['path']}") and args[-1] == "."
+            assert args[-2].endswith(f":{a.path}") and args[-1] == "."
     asyncio.run(second_ui())
     assert not orchestrator_alive(running)  # that orchestrator finished and exited

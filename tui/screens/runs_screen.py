@@ -16,7 +16,7 @@ from lab.service.live import CampaignState, PassStatus, running_eta_text, served
 from tui.messages import CampaignSnapshot
 from tui.screens.lab_screen import LabScreen
 from tui.widgets.pass_table import PassTable, pass_rows
-from tui.widgets.telemetry import Telemetry
+from tui.widgets.telemetry import HostSample, Telemetry
 
 
 def status_line(snap: CampaignSnapshot | None, campaign_name: str, now: float | None = None) -> str:
@@ -68,15 +68,15 @@ class RunsScreen(LabScreen):
 
     def on_mount(self) -> None:
         self.apply_snapshot(self.app.snapshot)
-        self.apply_telemetry(self.app.telemetry)
+        self.apply_telemetry(self.app.telemetry, self.app.telemetry_error)
         self.query_one(PassTable).focus()
 
     def on_screen_resume(self) -> None:
         self.apply_snapshot(self.app.snapshot)
-        self.apply_telemetry(self.app.telemetry)
+        self.apply_telemetry(self.app.telemetry, self.app.telemetry_error)
 
-    def apply_telemetry(self, sample: dict | None) -> None:
-        self.query_one(Telemetry).show(sample)
+    def apply_telemetry(self, sample: HostSample | None, error: str = "") -> None:
+        self.query_one(Telemetry).show(sample, error)
 
     def apply_snapshot(self, snap: CampaignSnapshot | None) -> None:
         """Render the latest journal snapshot (called by the app on each new snapshot)."""
