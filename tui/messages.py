@@ -15,7 +15,7 @@ from textual.message import Message
 from lab.service.campaign_records import ArchiveMade
 from lab.service.environment_facts import EnvironmentFacts
 from lab.service.live import CampaignStatus, LiveFailure, LiveFigures, PlannedSlot
-from lab.service.views import ComparisonView, CostView, LockResult, PlanView, ProtocolInfo
+from lab.service.views import ComparisonView, CostView, LockResult, PlanView, ProtocolInfo, ReportBuilt
 from tui.widgets.telemetry import HostSample
 
 
@@ -129,9 +129,10 @@ class ControlSent(Message):
 
 
 class ResultsReady(Message):
-    """``build_report`` output: ``summary`` (one ``VariantSummary`` per variant) and the report folder."""
+    """``build_report`` output (lab.service.views.ReportBuilt: rows, one ``VariantSummary`` per
+    variant, the report folder), or None with ``error`` (one line)."""
 
-    def __init__(self, report: dict | None, error: str = "") -> None:
+    def __init__(self, report: ReportBuilt | None, error: str = "") -> None:
         super().__init__()
         self.report = report
         self.error = error

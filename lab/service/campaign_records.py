@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
+
 if TYPE_CHECKING:
     from lab.evidence.format import Verification
 
@@ -69,8 +71,8 @@ class ReplayOrigin:
 
     archive: str
     archive_sha256: str
-    protocol_version: int | None
-    change: str
+    protocol_version: int | None = None
+    change: str = ""
 
 
 @dataclass(frozen=True)
@@ -88,9 +90,7 @@ class LockedVersion:
 
     @classmethod
     def of(cls, entry: dict) -> LockedVersion:
-        """The record of a lock entry as read_lock returns it (a dict from the lock's JSON).
-        Raises KeyError for an entry without version, sha256 or locked_at."""
-        r = entry.get("replays")
-        replays = ReplayOrigin(r["archive"], r["archive_sha256"], r.get("protocol_version"),
-                               r.get("change") or "") if r else None
-        return cls(entry["version"], entry["sha256"], entry["locked_at"], replays, entry.get("question_version"))
+        """The record of a lock entry as read_lock returns it (a dict from the lock's JSON; its
+        other fields ignored). Raises msgspec.ValidationError for an entry without version,
+        sha256 or locked_at, or with one of another type."""
+        return msgspec.convert(entry, cls)

@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # annotations only: the report modules import pandas, the oth
 
 __all__ = ["ComparisonView", "CostView", "EnvironmentFacts",
            "LockResult", "LockedVersion", "PlanView", "PlannedVariant", "PricingError",
-           "ProtocolInfo", "ReplayOrigin", "VariantSummary", "archives_under", "budget_of", "build_plan",
+           "ProtocolInfo", "ReplayOrigin", "ReportBuilt", "VariantSummary", "archives_under", "budget_of", "build_plan",
            "collect_environment",
            "cost_view", "declared_cost", "load_summary", "lock_protocol", "model_shape", "protocol_info",
            "rebuild_report", "run_comparison", "validated_corpora"]
@@ -263,14 +263,25 @@ def build_plan(campaign_file, facts: EnvironmentFacts) -> PlanView:
 
 # ---- results ---------------------------------------------------------------------------
 
-def rebuild_report(campaign_dir: str | Path) -> dict:
+@dataclass(frozen=True)
+class ReportBuilt:
+    """A campaign's report rewritten (rebuild_report): ``rows`` pass rows in its raw table,
+    ``summary`` one VariantSummary per variant (lab.report.summary), ``report_dir`` the folder
+    written (<campaign folder>/report)."""
+
+    rows: int
+    summary: list[VariantSummary]
+    report_dir: Path
+
+
+def rebuild_report(campaign_dir: str | Path) -> ReportBuilt:
     """Rewrite the campaign folder's report/ from its journal (the Results screen, `iteralab
-    report`): lab.report.build.build_report's {"rows": n, "summary": [VariantSummary, ...],
-    "report_dir": Path, "orchestrator": dict}. Raises what it raises (DiskFull, one line, the
-    previous report kept)."""
+    report`): lab.report.build.build_report's rows, summary and folder. Raises what it raises
+    (DiskFull, one line, the previous report kept)."""
     from lab.report.build import build_report
 
-    return build_report(Path(campaign_dir))
+    built = build_report(Path(campaign_dir))  # a dict: decoded here, once
+    return ReportBuilt(rows=built["rows"], summary=built["summary"], report_dir=Path(built["report_dir"]))
 
 
 # ---- cost and decision ---------------------------------------------------------------
@@ -289,7 +300,7 @@ def load_summary(campaign_dir: Path | None) -> list[VariantSummary]:
         return []
     p = Path(campaign_dir) / "report" / "summary.json"
     if not p.is_file():
-        return rebuild_report(campaign_dir)["summary"]
+        return rebuild_report(campaign_dir).summary
     return read_summary(p)
 
 
