@@ -38,7 +38,7 @@ def make_app(campaign_file: Path, limit: int) -> IteraLabApp:
 
 def statuses(app) -> dict:
     s = app.snapshot
-    return {a.pass_id: a.status for a in s.status["attempts"]} if s and s.status else {}
+    return {a.pass_id: a.status for a in s.status.attempts} if s and s.status else {}
 
 
 @pytest.fixture()
@@ -75,7 +75,7 @@ def test_start_quit_reattach_live_failure_results_and_archive(tmp_path, runs, on
         async with app.run_test(size=(80, 24), message_hook=watch.hook) as pilot:
             assert app.campaign_dir == campaign_dir  # re-attached from the journal on start
             await watch.until(pilot, lambda: app.snapshot and app.snapshot.status, 10, "the journal snapshot")
-            assert app.snapshot.status["orchestrator"]["pid"] == running["pid"]
+            assert app.snapshot.status.orchestrator.pid == running["pid"]
             await watch.until(pilot, lambda: "ok" in statuses(app).values(), 120, "a pass to complete")
             await watch.until(pilot, lambda: app.failures_seen, 120, "the batch-8 failure",
                                   lambda: f"limit {limit} bytes, passes {statuses(app)}")
@@ -85,7 +85,7 @@ def test_start_quit_reattach_live_failure_results_and_archive(tmp_path, runs, on
             await watch.until(pilot, lambda: str(table.get_cell(fail.pass_id, "status")).startswith("OOM @8"),
                               10, "the OOM row highlighted")
             assert "8/16" in str(table.get_cell(fail.pass_id, "progress"))
-            await watch.until(pilot, lambda: app.snapshot.status["state"] == "finished", 60, "the campaign end")
+            await watch.until(pilot, lambda: app.snapshot.status.state == "finished", 60, "the campaign end")
             ok_row = next(p for p, s in statuses(app).items() if s == "ok")
             assert str(table.get_cell(ok_row, "progress")).endswith("16/16")
 
