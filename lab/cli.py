@@ -215,8 +215,8 @@ def cmd_report(a) -> int:
     from lab.service.views import rebuild_report
 
     r = rebuild_report(resolve_campaign_dir(a.target, "report"))
-    empty = " (no pass has run yet: the tables are empty, the decision note says why)" if not r["rows"] else ""
-    print(f"report: {r['rows']} rows -> {r['report_dir']}{empty}")
+    empty = " (no pass has run yet: the tables are empty, the decision note says why)" if not r.rows else ""
+    print(f"report: {r.rows} rows -> {r.report_dir}{empty}")
     return 0
 
 
@@ -283,8 +283,8 @@ def cmd_demo(a) -> int:
 
     with interrupt_on_signals():
         r = run_demo(a.launcher, echo=lambda line: print(line, flush=True))
-    print(r["line"])
-    return r["exit"]
+    print(r.line)
+    return r.exit
 
 
 def cmd_up(a) -> int:

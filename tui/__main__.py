@@ -70,8 +70,8 @@ def headless(campaign: Path, launcher: str, memory_limit: int | None, demo: bool
         _echo("iteralab: interrupted (SIGINT): the running pass was killed and recorded interrupted; "
               "`make up` (or the same command) resumes", sys.stderr)
         return 130
-    _echo(r["line"])
-    return r["exit"]
+    _echo(r.line)
+    return r.exit
 
 
 def main(argv: list[str] | None = None) -> int:

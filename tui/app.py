@@ -27,6 +27,7 @@ from lab.service.campaigns import (
     runs_root,
     start_campaign,
 )
+from lab.service.environment_facts import EnvironmentFacts
 from lab.service.live import CampaignState, JournalFeed, PassStatus
 from tui.messages import CampaignSnapshot, CampaignStarted, ControlSent, PassFailed, TelemetrySample
 from tui.screens.archive_screen import ArchiveScreen
@@ -39,7 +40,7 @@ from tui.screens.protocol_screen import ProtocolScreen
 from tui.screens.results_screen import ResultsScreen
 from tui.screens.runs_screen import RunsScreen
 from tui.widgets.screen_tabs import SCREENS
-from tui.widgets.telemetry import HostTelemetry, TelemetrySource
+from tui.widgets.telemetry import HostSample, HostTelemetry, TelemetrySource
 from tui.widgets.whole_cell_scrollbar import install as whole_cell_scrollbars
 
 
@@ -80,13 +81,13 @@ def nap(worker, seconds: float) -> None:
 class BackgroundProbe:
     """``probe()`` run once in a daemon thread: nothing waits for it when the process exits."""
 
-    def __init__(self, probe: Callable[[], dict]) -> None:
+    def __init__(self, probe: Callable[[], EnvironmentFacts]) -> None:
         self.done = threading.Event()
-        self.result: dict | None = None
+        self.result: EnvironmentFacts | None = None
         self.error: BaseException | None = None
         threading.Thread(target=self._run, args=(probe,), name="environment-probe", daemon=True).start()
 
-    def _run(self, probe: Callable[[], dict]) -> None:
+    def _run(self, probe: Callable[[], EnvironmentFacts]) -> None:
         try:
             self.result = probe()
         except BaseException as exc:  # raised again in the thread that waits for it
@@ -94,7 +95,7 @@ class BackgroundProbe:
         finally:
             self.done.set()
 
-    def wait(self, cancelled: Callable[[], bool]) -> dict | None:
+    def wait(self, cancelled: Callable[[], bool]) -> EnvironmentFacts | None:
         """The facts, or None once ``cancelled()`` is true; raises what the probe raised."""
         while not self.done.wait(0.05):
             if cancelled():
@@ -121,7 +122,7 @@ class IteraLabApp(LabApp):
 
     def __init__(self, campaign_file: Path, *, launcher: str = "auto", memory_limit: int | None = None,
                  clock: Callable[[], float] = time.time, telemetry: TelemetrySource | None = None,
-                 environment_probe: Callable[[], dict] | None = None,
+                 environment_probe: Callable[[], EnvironmentFacts] | None = None,
                  poll_interval_s: float | None = 0.3, telemetry_interval_s: float | None = 1.0,
                  start_screen: str = "runs") -> None:
         super().__init__()
@@ -138,7 +139,8 @@ class IteraLabApp(LabApp):
         self.campaign_name = campaign_name_of(self.campaign_file)
         self.selected_pass: str | None = None
         self.snapshot: CampaignSnapshot | None = None
-        self.telemetry: dict | None = None
+        self.telemetry: HostSample | None = None
+        self.telemetry_error = ""
         self.failures_seen: list[PassFailed] = []
         self._probe: BackgroundProbe | None = None
         self._facts_lock = threading.Lock()
@@ -162,7 +164,7 @@ class IteraLabApp(LabApp):
         self.poll_journal()
         self.poll_telemetry()
 
-    def environment_facts(self, refresh: bool = False) -> dict | None:
+    def environment_facts(self, refresh: bool = False) -> EnvironmentFacts | None:
         """Environment facts (cached; call from a thread worker: probing takes seconds, 30 s
         against a Docker engine that never answers).
 
@@ -224,15 +226,15 @@ class IteraLabApp(LabApp):
                 sig = None
             else:
                 r = feed.read(self.selected_pass)
-                for f in r["new_failures"]:
-                    self.post_message(PassFailed(*f))
-                snap = CampaignSnapshot(d, r["status"], r["plan"], r["live_failures"], r["events"],
-                                        r["log_tail"], r["live_served"])
-                st = r["status"]
-                sig = (st["state"], st["alive"], feed.last_event_id, r["log_tail"],
+                for f in r.new_failures:
+                    self.post_message(PassFailed(f.pass_id, f.kind, f.items_done, f.detail))
+                snap = CampaignSnapshot(d, r.status, r.plan, r.live_failures, list(r.events), r.log_tail,
+                                        r.live_served)
+                st = r.status
+                sig = (st.state, st.alive, feed.last_event_id, r.log_tail,
                        tuple((a.pass_id, a.status, a.items_completed, a.validation is None)
-                             for a in st["attempts"]))
-            running = bool(snap.status and snap.status["state"] == CampaignState.RUNNING)
+                             for a in st.attempts))
+            running = bool(snap.status and snap.status.state == CampaignState.RUNNING)
             if sig != last_sig or self.snapshot is None or (running and time.monotonic() - last_post > 1):
                 last_sig, last_post = sig, time.monotonic()
                 self.post_message(snap)
@@ -266,15 +268,15 @@ class IteraLabApp(LabApp):
             try:
                 self.post_message(TelemetrySample(source()))
             except Exception as exc:  # a broken counter is shown, never fatal
-                self.post_message(TelemetrySample({"error": f"{type(exc).__name__}: {exc}"}))
+                self.post_message(TelemetrySample(None, f"{type(exc).__name__}: {exc}"))
             if self.telemetry_interval_s is None:
                 break
             nap(worker, self.telemetry_interval_s)
 
     def on_telemetry_sample(self, msg: TelemetrySample) -> None:
-        self.telemetry = msg.sample
+        self.telemetry, self.telemetry_error = msg.sample, msg.error
         if self.screen_stack and hasattr(self.screen, "apply_telemetry"):
-            self.screen.apply_telemetry(msg.sample)
+            self.screen.apply_telemetry(msg.sample, msg.error)
 
     # ---- campaign control ------------------------------------------------------------
     @work(thread=True, exclusive=True, exit_on_error=False, group="control")

@@ -7,28 +7,33 @@ UI stays responsive with hundreds of progress events per second.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from textual.message import Message
 
-from lab.service.views import ComparisonView, CostView, LockResult, PlanView, ProtocolInfo
+from lab.service.campaign_records import ArchiveMade
+from lab.service.environment_facts import EnvironmentFacts
+from lab.service.live import CampaignStatus, LiveFailure, LiveFigures, PlannedSlot
+from lab.service.views import ComparisonView, CostView, LockResult, PlanView, ProtocolInfo, ReportBuilt
+from tui.widgets.telemetry import HostSample
 
 
 class CampaignSnapshot(Message):
     """The campaign as the journal says now (posted by the journal poller).
 
-    ``status``: ``lab.orchestration.status.campaign_status`` dict (state, planned, finished, attempts,
-    orchestrator, alive), or None when no campaign folder exists yet for this protocol
-    version. ``plan``: planned slots. ``live_failures``: {pass_id: {"kind", "items_done",
-    "message"}} from oom/error events, known before the pass row is finished.
+    ``status``: the campaign's status (lab.service.live.CampaignStatus: state, planned, finished,
+    attempts, orchestrator, alive), or None when no campaign folder exists yet for this protocol
+    version. ``plan``: planned slots. ``live_failures``: {pass_id: lab.service.live.LiveFailure}
+    from oom/error events, known before the pass row is finished.
     ``events``: the last event lines (text). ``log_tail``: (pass_id, text) of the selected
     pass's log.txt. ``live_served``: {pass_id: a server pass's answers so far, its LiveFigures}
     (lab.service.live.JournalFeed.read).
     """
 
-    def __init__(self, campaign_dir: Path | None, status: dict | None, plan: list[dict],
-                 live_failures: dict, events: list[str], log_tail: tuple[str, str],
-                 live_served: dict | None = None) -> None:
+    def __init__(self, campaign_dir: Path | None, status: CampaignStatus | None, plan: Sequence[PlannedSlot],
+                 live_failures: Mapping[str, LiveFailure], events: list[str], log_tail: tuple[str, str],
+                 live_served: Mapping[str, LiveFigures] | None = None) -> None:
         super().__init__()
         self.campaign_dir = campaign_dir
         self.status = status
@@ -54,22 +59,26 @@ class PassFailed(Message):
 
 
 class TelemetrySample(Message):
-    """One host reading: ``sample`` from a telemetry source (see tui.widgets.telemetry)."""
+    """One host reading: ``sample`` from a telemetry source (see tui.widgets.telemetry), or None
+    with ``error`` (one line) when the source failed."""
 
-    def __init__(self, sample: dict) -> None:
+    def __init__(self, sample: HostSample | None, error: str = "") -> None:
         super().__init__()
         self.sample = sample
+        self.error = error
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, TelemetrySample)
 
 
 class EnvironmentReady(Message):
-    """Environment facts and checks (screen 1)."""
+    """Environment facts and checks (screen 1); ``facts`` None when probing failed, with the
+    one-line ``error``."""
 
-    def __init__(self, facts: dict) -> None:
+    def __init__(self, facts: EnvironmentFacts | None, error: str = "") -> None:
         super().__init__()
         self.facts = facts
+        self.error = error
 
 
 class ProtocolLoaded(Message):
@@ -120,9 +129,10 @@ class ControlSent(Message):
 
 
 class ResultsReady(Message):
-    """``build_report`` output: ``summary`` (one ``VariantSummary`` per variant) and the report folder."""
+    """``build_report`` output (lab.service.views.ReportBuilt: rows, one ``VariantSummary`` per
+    variant, the report folder), or None with ``error`` (one line)."""
 
-    def __init__(self, report: dict | None, error: str = "") -> None:
+    def __init__(self, report: ReportBuilt | None, error: str = "") -> None:
         super().__init__()
         self.report = report
         self.error = error
@@ -142,7 +152,7 @@ class ArchiveReady(Message):
     ``error`` (one line) and ``unfinished`` (the campaign is not finished: a partial archive is
     the way on)."""
 
-    def __init__(self, archive: dict | None, error: str = "", unfinished: bool = False) -> None:
+    def __init__(self, archive: ArchiveMade | None, error: str = "", unfinished: bool = False) -> None:
         super().__init__()
         self.archive = archive
         self.error = error

@@ -23,6 +23,8 @@ from lab.facts.files import REPO_ROOT, sha256_file
 from lab.facts.host import iteralab_command
 from lab.orchestration.protocol import DEMO_CAMPAIGN, ProtocolError, load_protocol, lock, locked_version, read_lock
 from lab.orchestration.status import CampaignState
+from lab.orchestration.status_record import CampaignStatus
+from lab.service.campaign_records import ArchiveMade, HeadlessRun, LockedVersion, ReplayedCampaign
 
 LAUNCHERS = ("auto", "local", "docker")
 
@@ -232,7 +234,7 @@ def spawn_detached(campaign: str | Path, launcher: str, memory_limit: int | None
 
     campaign = Path(campaign).resolve()
     orch = Orchestrator.prepare(campaign, runs_root(), make_launcher(launcher, memory_limit))
-    if campaign_status(orch.dir)["alive"]:
+    if CampaignStatus.of(campaign_status(orch.dir)).alive:
         raise CampaignError(f"{orch.dir}: an orchestrator is already running this campaign; "
                             f"`{iteralab_command()} campaign status {shlex.quote(str(orch.dir))}` shows it")
     orch.check_launcher()  # here, so that the UI shows it: the detached process would only log it
@@ -260,13 +262,14 @@ def start_campaign(campaign_file: str | Path, launcher: str = "auto",
     note = ""
     if not read_lock(proto.path):
         v = lock(proto)
-        note = f"protocol locked as version {v['version']} (sha256 {v['sha256'][:12]}); "
+        entry = LockedVersion.of(v)
+        note = f"protocol locked as version {entry.version} (sha256 {entry.sha256[:12]}); "
     d = campaign_dir_for(proto, locked_version(proto), runs_root())
     if (d / "journal.sqlite").exists():
-        st = campaign_status(d)
-        if st["alive"]:
-            raise CampaignError(f"already running (orchestrator pid {st['orchestrator'].get('pid')})")
-        if st["state"] == CampaignState.FINISHED:
+        st = CampaignStatus.of(campaign_status(d))
+        if st.alive:
+            raise CampaignError(f"already running (orchestrator pid {st.orchestrator.pid})")
+        if st.state == CampaignState.FINISHED:
             raise CampaignError("this protocol version is finished; see 5 Results")
     d, pid = spawn_detached(proto.path, launcher, memory_limit)
     return d, note + f"campaign started in the background (pid {pid}): {d}"
@@ -363,13 +366,13 @@ def run_exit_status(state: str, accepted: int) -> int:
 
 
 def run_headless(campaign_file: str | Path, launcher: str = "auto", echo=None,
-                 memory_limit: int | None = None) -> dict:
+                 memory_limit: int | None = None) -> HeadlessRun:
     """Run a campaign in this process (no UI): lock it when it never was (as the UI's start
     does), run (or resume) its rotated schedule, and pack the archive when it finished.
 
-    Returns {state, dir, archive (Path or None), finished, planned, accepted, exit, line}:
-    ``exit`` is ``run_exit_status``'s; ``line`` is the archive's path when finished (after a line saying
-    so when no pass was accepted), else "paused: N of M passes ..." (or stopped, blocked).
+    Returns a HeadlessRun (``exit`` is ``run_exit_status``'s; ``line`` is the archive's path when
+    finished, after a line saying so when no pass was accepted, else "paused: N of M passes ..."
+    or stopped, blocked).
     ``echo``: called with each progress line (None: silent). Raises CampaignBusy (a LabError) when
     another orchestrator runs it, CampaignFolderLost when its folder goes, ProtocolError for an
     unusable or edited campaign file, KeyboardInterrupt / CampaignInterrupted when interrupted (the
@@ -381,36 +384,37 @@ def run_headless(campaign_file: str | Path, launcher: str = "auto", echo=None,
     if not read_lock(proto.path):
         v = lock(proto)
         if echo is not None and v:
-            echo(f"protocol locked as version {v['version']} (sha256 {v['sha256'][:12]})")
+            entry = LockedVersion.of(v)
+            echo(f"protocol locked as version {entry.version} (sha256 {entry.sha256[:12]})")
     orch = Orchestrator.prepare(proto.path, runs_root(), make_launcher(launcher, memory_limit))
     if echo is not None:
         orch.echo = echo
         echo(f"campaign {proto.name}: {orch.dir}")
     state = orch.run()
-    st = campaign_status(orch.dir)
-    accepted = accepted_passes(st["attempts"])
-    out = {"state": state, "dir": orch.dir, "archive": None, "finished": st["finished"], "planned": st["planned"],
-           "accepted": accepted, "exit": run_exit_status(state, accepted)}
+    st = CampaignStatus.of(campaign_status(orch.dir))
+    accepted = accepted_passes(list(st.attempts))
+    archive = None
     if state == CampaignState.FINISHED:
-        out["archive"] = packed = make_archive(orch.dir)
+        archive = packed = make_archive(orch.dir)
         if echo is not None:  # what `iteralab archive` prints, so the headless run needs no second archive
             from lab.inputs.corpus import sha256_file
 
             echo(f"report: {orch.dir / 'report'}; archive sha256 {sha256_file(packed)} (record it "
                  f"elsewhere); check it: `{iteralab_command()} archive verify {shlex.quote(str(packed))}`")
-        out["line"] = str(packed)  # the last line: scripts read the archive's path there
+        line = str(packed)  # the last line: scripts read the archive's path there
         if not accepted:
-            out["line"] = (f"no pass of {st['finished']} was accepted: nothing here can enter a decision (each "
-                           f"pass's reasons: `{iteralab_command()} campaign status {proto.path}`)\n" + out["line"])
+            line = (f"no pass of {st.finished} was accepted: nothing here can enter a decision (each "
+                    f"pass's reasons: `{iteralab_command()} campaign status {proto.path}`)\n" + line)
     else:
         why = f" ({str(orch.journal.get_control('blocked', ''))[:200]})" if state == CampaignState.BLOCKED else ""
-        out["line"] = (f"{state}: {st['finished']} of {st['planned']} passes finished{why}; run the same command "
-                       f"again to resume (no archive packed: `{iteralab_command()} archive --partial "
-                       f"{shlex.quote(str(orch.dir))}` packs one labelled partial)")
-    return out
+        line = (f"{state}: {st.finished} of {st.planned} passes finished{why}; run the same command "
+                f"again to resume (no archive packed: `{iteralab_command()} archive --partial "
+                f"{shlex.quote(str(orch.dir))}` packs one labelled partial)")
+    return HeadlessRun(state=state, dir=orch.dir, archive=archive, finished=st.finished, planned=st.planned,
+                       accepted=accepted, exit=run_exit_status(state, accepted), line=line)
 
 
-def run_demo(launcher: str = "local", echo=None, memory_limit: int | None = None) -> dict:
+def run_demo(launcher: str = "local", echo=None, memory_limit: int | None = None) -> HeadlessRun:
     """Lock (if needed) and run the demo campaign headless (``run_headless``)."""
     f = demo_campaign_file()
     lock(load_protocol(f))
@@ -430,10 +434,9 @@ def make_archive(campaign_dir: str | Path, partial: bool = False, with_corpus: b
     return archive_campaign(Path(campaign_dir), partial, with_corpus, None if sign_key is None else Path(sign_key))
 
 
-def assemble_archive(campaign_dir: str | Path, partial: bool = False) -> dict:
-    """Pack (``partial``: a campaign not finished, labelled partial) and verify:
-    {path, size_bytes, sha256, ok, incomplete, problems, not_rederived, files_checked, rows_checked,
-    partial} (ok and incomplete: lab.evidence.format.Verification's).
+def assemble_archive(campaign_dir: str | Path, partial: bool = False) -> ArchiveMade:
+    """Pack (``partial``: a campaign not finished, labelled partial) and verify: an ArchiveMade
+    (its path, size, sha256 and lab.evidence.format.Verification).
 
     A [quality] metric = "file.py:function" is re-derived with the campaign's own metric file
     (the one this machine's passes were validated with): verify still checks its sha256 against
@@ -444,22 +447,20 @@ def assemble_archive(campaign_dir: str | Path, partial: bool = False) -> dict:
     path = make_archive(campaign_dir, partial)
     own = metric_file(Path(campaign_dir))  # moved away since: verify says how to opt in
     v = verify(path, own if own is not None and own.is_file() else None)
-    return {"path": str(path), "size_bytes": path.stat().st_size, "sha256": sha256_file(path),
-            "ok": v.ok, "incomplete": v.incomplete, "problems": list(v.problems),
-            "not_rederived": list(v.not_rederived), "lab_apart": list(v.lab_apart),
-            "files_checked": v.files_checked,
-            "rows_checked": v.rows_checked, "partial": partial}
+    return ArchiveMade(path=str(path), size_bytes=path.stat().st_size, sha256=sha256_file(path), verification=v,
+                       partial=partial)
 
 
-def replay_here(archive: str | Path, folder: str | Path | None = None) -> dict:
+def replay_here(archive: str | Path, folder: str | Path | None = None) -> ReplayedCampaign:
     """The UI's replay (Archive screen): ``lab.evidence.replay.replay_archive`` of ``archive`` into
     ``folder``/campaign.toml (the bundle's campaign file that `make up` opens; default: the
-    working directory), the archive's [cost] kept. Returns {"campaign_file", "version",
-    "question_version", "corpus", "model"}. Raises ReplayError (a ProtocolError, one line) when
-    campaign.toml exists already, the archive does not verify, or corpus or model differ."""
+    working directory), the archive's [cost] kept. Returns a ReplayedCampaign. Raises ReplayError
+    (a ProtocolError, one line) when campaign.toml exists already, the archive does not verify,
+    or corpus or model differ."""
     from lab.evidence.replay import replay_archive
 
     out = Path(folder or Path.cwd()) / "campaign.toml"
     r = replay_archive(archive, out)
-    return {"campaign_file": str(r.campaign_file), "version": r.lock_entry.get("version"),
-            "question_version": r.question_version, "corpus": str(r.corpus), "model": r.model}
+    entry = LockedVersion.of(r.lock_entry)
+    return ReplayedCampaign(campaign_file=str(r.campaign_file), version=entry.version,
+                            question_version=r.question_version, corpus=str(r.corpus), model=r.model)

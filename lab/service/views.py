@@ -2,8 +2,8 @@
 
 Each function takes a campaign file (and folder, or fields typed by the user), computes
 with the engine's own modules, and returns data: the protocol and its lock, the plan with
-memory feasibility (typed, frozen records declared here: ProtocolInfo, LockedVersion,
-ReplayOrigin, LockResult, PlanView, PlannedVariant), the quote and decision note, the
+memory feasibility (typed, frozen records declared here: ProtocolInfo, LockResult, PlanView,
+PlannedVariant; LockedVersion and ReplayOrigin in lab.service.campaign_records), the quote and decision note, the
 host's environment. No rendering here: ``tui/screens`` turn these into text. Slow (model
 shape, doctor probes): call them from a worker thread.
 
@@ -28,15 +28,18 @@ from lab.cost.forfaits import PricingError
 from lab.inputs.variants import series_names, variant_short
 from lab.orchestration.config import QualitySection, TimingSection
 from lab.orchestration.protocol import current_version, load_protocol, read_lock
+from lab.service.campaign_records import LockedVersion, ReplayOrigin
 from lab.service.campaigns import runs_root
+from lab.service.environment_facts import EnvironmentFacts, GpuFacts
 
 if TYPE_CHECKING:  # annotations only: the report modules import pandas, the others load when a view needs them
     from lab.memory.feasibility import ReservationFit
     from lab.orchestration.preflight import Check
     from lab.report.summary import VariantSummary
 
-__all__ = ["ComparisonView", "CostView", "LockResult", "LockedVersion", "PlanView", "PlannedVariant", "PricingError",
-           "ProtocolInfo", "ReplayOrigin", "VariantSummary", "archives_under", "budget_of", "build_plan",
+__all__ = ["ComparisonView", "CostView", "EnvironmentFacts",
+           "LockResult", "LockedVersion", "PlanView", "PlannedVariant", "PricingError",
+           "ProtocolInfo", "ReplayOrigin", "ReportBuilt", "VariantSummary", "archives_under", "budget_of", "build_plan",
            "collect_environment",
            "cost_view", "declared_cost", "load_summary", "lock_protocol", "model_shape", "protocol_info",
            "rebuild_report", "run_comparison", "validated_corpora"]
@@ -46,42 +49,6 @@ _SHAPE_LOCK = threading.Lock()  # transformers' lazy imports are not thread-safe
 
 
 # ---- protocol ------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ReplayOrigin:
-    """The evidence archive a lock version replays (the ``replays`` of its lock entry,
-    lab.evidence.replay): ``archive`` its file name, ``archive_sha256`` 64 hex,
-    ``protocol_version`` the archive's protocol version (None in an entry that does not record
-    it), ``change`` "" for the same question, else what changed ("model: <sha256> -> <sha256>")."""
-
-    archive: str
-    archive_sha256: str
-    protocol_version: int | None
-    change: str
-
-
-@dataclass(frozen=True)
-class LockedVersion:
-    """One version of the campaign file's lock (lab.orchestration.protocol.lock's entry):
-    ``version`` n >= 1, ``sha256`` the protocol identity (64 hex; names the results folder),
-    ``locked_at`` ISO UTC; a replay's version also ``replays`` and ``question_version`` (>= 1),
-    None otherwise."""
-
-    version: int
-    sha256: str
-    locked_at: str
-    replays: ReplayOrigin | None = None
-    question_version: int | None = None
-
-    @classmethod
-    def of(cls, entry: dict) -> LockedVersion:
-        """The record of a lock entry as read_lock returns it (a dict from the lock's JSON).
-        Raises KeyError for an entry without version, sha256 or locked_at."""
-        r = entry.get("replays")
-        replays = ReplayOrigin(r["archive"], r["archive_sha256"], r.get("protocol_version"),
-                               r.get("change") or "") if r else None
-        return cls(entry["version"], entry["sha256"], entry["locked_at"], replays, entry.get("question_version"))
-
 
 @dataclass(frozen=True)
 class ProtocolInfo:
@@ -164,13 +131,13 @@ def model_shape(model_ref: str, revision: str | None = None, decoder: bool = Fal
         return _SHAPES[key]
 
 
-def budget_of(facts: dict) -> tuple[int | None, str]:
+def budget_of(facts: EnvironmentFacts) -> tuple[int | None, str]:
     """(bytes, what): the first GPU's memory, else host RAM (no GPU: host memory is the limit)."""
-    devices = (facts.get("gpu") or {}).get("devices") or []
-    if devices:
-        return int(devices[0]["memory_bytes"]), f"GPU 0 memory ({devices[0]['name']})"
-    if facts.get("ram_total_bytes"):
-        return int(facts["ram_total_bytes"]), "host RAM (no GPU)"
+    if facts.gpu.devices:
+        first = facts.gpu.devices[0]
+        return first.memory_bytes, f"GPU 0 memory ({first.name})"
+    if facts.ram_total_bytes:
+        return int(facts.ram_total_bytes), "host RAM (no GPU)"
     return None, "no memory budget known"
 
 
@@ -216,7 +183,7 @@ class PlanView:
     checks: tuple[Check, ...]
 
 
-def build_plan(campaign_file, facts: dict) -> PlanView:
+def build_plan(campaign_file, facts: EnvironmentFacts) -> PlanView:
     """Variants, rotated schedule and memory feasibility per variant (see PlanView).
 
     A variant's feasibility: lab.memory.feasibility.batch_fits; a generation campaign
@@ -225,7 +192,7 @@ def build_plan(campaign_file, facts: dict) -> PlanView:
     variant lab.memory.feasibility.reservation_fits. A failure of the lock checks is one check
     "lock checks" that is not ok, with the error.
 
-    ``facts``: ``collect_environment()``'s dict (the memory budget). Raises ProtocolError on
+    ``facts``: ``collect_environment()``'s record (the memory budget). Raises ProtocolError on
     an unusable campaign file; a missing model or corpus only fills ``note``.
     """
     from lab.orchestration.preflight import Check
@@ -296,14 +263,25 @@ def build_plan(campaign_file, facts: dict) -> PlanView:
 
 # ---- results ---------------------------------------------------------------------------
 
-def rebuild_report(campaign_dir: str | Path) -> dict:
+@dataclass(frozen=True)
+class ReportBuilt:
+    """A campaign's report rewritten (rebuild_report): ``rows`` pass rows in its raw table,
+    ``summary`` one VariantSummary per variant (lab.report.summary), ``report_dir`` the folder
+    written (<campaign folder>/report)."""
+
+    rows: int
+    summary: list[VariantSummary]
+    report_dir: Path
+
+
+def rebuild_report(campaign_dir: str | Path) -> ReportBuilt:
     """Rewrite the campaign folder's report/ from its journal (the Results screen, `iteralab
-    report`): lab.report.build.build_report's {"rows": n, "summary": [VariantSummary, ...],
-    "report_dir": Path, "orchestrator": dict}. Raises what it raises (DiskFull, one line, the
-    previous report kept)."""
+    report`): lab.report.build.build_report's rows, summary and folder. Raises what it raises
+    (DiskFull, one line, the previous report kept)."""
     from lab.report.build import build_report
 
-    return build_report(Path(campaign_dir))
+    built = build_report(Path(campaign_dir))  # a dict: decoded here, once
+    return ReportBuilt(rows=built["rows"], summary=built["summary"], report_dir=Path(built["report_dir"]))
 
 
 # ---- cost and decision ---------------------------------------------------------------
@@ -322,7 +300,7 @@ def load_summary(campaign_dir: Path | None) -> list[VariantSummary]:
         return []
     p = Path(campaign_dir) / "report" / "summary.json"
     if not p.is_file():
-        return rebuild_report(campaign_dir)["summary"]
+        return rebuild_report(campaign_dir).summary
     return read_summary(p)
 
 
@@ -491,29 +469,26 @@ def run_comparison(archives: list[str], fields: dict, runs_root: Path,
 
 # ---- environment -----------------------------------------------------------------------
 
-def collect_environment() -> dict:
-    """Facts for the Environment screen and the plan's memory budget: gpu
-    (lab.inputs.manifest.gpu_facts), host RAM/disk/cores, doctor checks (no test container).
-
-    Returns {"backend", "gpu", "ram_total_bytes", "ram_available_bytes", "disk_free_bytes",
-    "disk_path", "cpu_cores", "checks": [{"name", "ok", "detail", "fix", "blocking"}]}.
-    """
+def collect_environment() -> EnvironmentFacts:
+    """Facts for the Environment screen and the plan's memory budget (see EnvironmentFacts): gpu
+    (lab.inputs.manifest.gpu_facts, decoded once here), host RAM/disk/cores, doctor checks (no
+    test container)."""
     import psutil
 
     from lab.inputs.manifest import gpu_facts
     from lab.orchestration.doctor import doctor
 
-    gpu = gpu_facts()
-    if gpu["count"] and gpu.get("hip_runtime", "absent") != "absent":
+    gpu = GpuFacts.of(gpu_facts())
+    backend: Literal["cpu", "cuda", "rocm"]
+    if gpu.count and gpu.hip_runtime != "absent":
         backend = "rocm"
-    elif gpu["count"]:
+    elif gpu.count:
         backend = "cuda"
     else:
         backend = "cpu"
     root = runs_root()
     probe = root if root.exists() else root.parent if root.parent.exists() else Path(os.getcwd())
     vm = psutil.virtual_memory()
-    checks = [c.to_json() for c in doctor(container_test=False)]
-    return {"backend": backend, "gpu": gpu, "ram_total_bytes": vm.total,
-            "ram_available_bytes": vm.available, "disk_free_bytes": shutil.disk_usage(probe).free,
-            "disk_path": str(probe), "cpu_cores": os.cpu_count(), "checks": checks}
+    return EnvironmentFacts(backend=backend, gpu=gpu, ram_total_bytes=vm.total, ram_available_bytes=vm.available,
+                            disk_free_bytes=shutil.disk_usage(probe).free, disk_path=str(probe),
+                            cpu_cores=os.cpu_count(), checks=tuple(doctor(container_test=False)))

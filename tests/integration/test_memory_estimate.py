@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lab.memory.estimate import EncoderShape
+from lab.service.environment_facts import EnvironmentFacts
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / ".cache/models/demo-minilm-20ng"
@@ -31,7 +32,7 @@ def test_the_plan_reads_the_reservation_for_a_vllm_variant(tmp_path, model_dir, 
     f = write_campaign(tmp_path, model_dir, corpus)
     f.write_text(f.read_text() + '\n[[series]]\nname = "vllm"\nfactor = "vllm_memory_fraction"\nvalues = [0.2]\n'
                  'engine = "vllm"\n')
-    plan = build_plan(f, {"ram_total_bytes": 16 * 2**30})
+    plan = build_plan(f, EnvironmentFacts(ram_total_bytes=16 * 2**30))
     by_name = {v.name: v for v in plan.variants}
     vllm = by_name["vllm_memory_fraction=0.2"]
     assert vllm.reservation is not None

@@ -15,9 +15,10 @@ from test_task_generation import TASK, generation_campaign
 
 from lab.memory.estimate import DecoderShape, EncoderShape, estimate_generation
 from lab.orchestration import preflight
+from lab.service.environment_facts import EnvironmentFacts
 from lab.service.views import build_plan
 
-FACTS = {"ram_total_bytes": 16 * 2**30}
+FACTS = EnvironmentFacts(ram_total_bytes=16 * 2**30)
 
 
 @pytest.fixture(autouse=True)

@@ -106,7 +106,7 @@ def test_the_ui_service_verifies_with_the_campaign_own_metric_file(metric_run):
 
     orch, _, _, _ = metric_run
     out = assemble_archive(orch.dir)
-    assert out["ok"], out["problems"]
+    assert out.verification.ok, out.verification.problems
 
 
 def test_the_archive_screen_says_not_fully_verified_when_the_metric_file_is_gone(metric_run, tmp_path, monkeypatch):
@@ -129,15 +129,15 @@ def test_the_archive_screen_says_not_fully_verified_when_the_metric_file_is_gone
         out = assemble_archive(orch.dir)
     finally:
         away.rename(own)
-    assert out["incomplete"] and not out["ok"] and out["problems"] == [], out
-    assert out["not_rederived"][0].startswith("metric mymetric.py:share_right is your own function")
+    assert out.verification.incomplete and not out.verification.ok and out.verification.problems == [], out
+    assert out.verification.not_rederived[0].startswith("metric mymetric.py:share_right is your own function")
     monkeypatch.setenv("ITERALAB_RUNS", str(tmp_path / "runs"))
 
     async def go():
         app = make_app(demo_copy(tmp_path / "ui"), start_screen="archive")
         async with app.run_test(size=(80, 24)) as pilot:
             app.screen.post_message(ArchiveReady(out))
-            await settle(pilot, lambda: out["path"] in text_of(app, "#archive-info").replace("\n", ""),
+            await settle(pilot, lambda: out.path in text_of(app, "#archive-info").replace("\n", ""),
                          "the archive's verdict")
             return text_of(app, "#archive-info")
     info = " ".join(asyncio.run(go()).split())

@@ -12,6 +12,10 @@ import json
 import os
 from pathlib import Path
 
+from lab.orchestration.doctor import Check
+from lab.service.environment_facts import EnvironmentFacts, GpuFacts
+from tui.widgets.telemetry import GpuReading, HostSample
+
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / ".cache" / "models" / "demo-minilm-20ng"
 CORPUS = REPO / "demo" / "corpus" / "comparison.jsonl"
@@ -96,18 +100,16 @@ def calibrated_limit(folder: Path) -> int:
 
 # ---- deterministic UI fixtures --------------------------------------------------------
 
-SAMPLE = {"cpu_percent": 37.5, "ram_used_bytes": 3 * 2**30, "ram_total_bytes": 16 * 2**30,
-          "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "util_percent": 87,
-                    "mem_used_bytes": 12 * 2**30, "mem_total_bytes": 80 * 2**30}], "gpu_note": ""}
-FACTS = {"backend": "cpu", "gpu": {"count": 0, "devices": [], "driver": "absent",
-                                    "cuda_runtime": "absent", "hip_runtime": "absent",
-                                    "driver_note": "NVML not available (no NVIDIA driver, or an AMD GPU)"},
-         "ram_total_bytes": 16 * 2**30, "ram_available_bytes": 12 * 2**30,
-         "disk_free_bytes": 40 * 2**30, "disk_path": "/srv/runs", "cpu_cores": 2,
-         "checks": [{"name": "docker engine", "ok": False,
-                     "detail": "no engine reachable (FileNotFoundError)",
-                     "fix": "start dockerd, or run passes with the local launcher"},
-                    {"name": "gpu", "ok": True, "detail": "none expected: CPU campaign", "fix": ""}]}
+SAMPLE = HostSample(cpu_percent=37.5, ram_used_bytes=3 * 2**30, ram_total_bytes=16 * 2**30,
+                    gpus=(GpuReading(index=0, name="NVIDIA H100 80GB HBM3", util_percent=87,
+                                     mem_used_bytes=12 * 2**30, mem_total_bytes=80 * 2**30),), gpu_note="")
+FACTS = EnvironmentFacts(
+    backend="cpu", gpu=GpuFacts(driver_note="NVML not available (no NVIDIA driver, or an AMD GPU)"),
+    ram_total_bytes=16 * 2**30, ram_available_bytes=12 * 2**30, disk_free_bytes=40 * 2**30,
+    disk_path="/srv/runs", cpu_cores=2,
+    checks=(Check("docker engine", False, "no engine reachable (FileNotFoundError)",
+                  "start dockerd, or run passes with the local launcher", blocking=True),
+            Check("gpu", True, "none expected: CPU campaign", "")))
 T0 = "2026-09-24T09:00:00+00:00"
 CLOCK = 1790240490.0  # 2026-09-24T09:01:30Z
 

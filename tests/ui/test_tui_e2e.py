@@ -19,16 +19,15 @@ from conftest import AppMessages, run_scp_lines
 from test_tui_campaigns import MODEL, calibrated_limit, tiny_campaign
 
 from lab.orchestration.status import campaign_status, orchestrator_alive
+from lab.service.environment_facts import EnvironmentFacts
 from tui.app import IteraLabApp
 from tui.widgets.pass_table import PassTable
-from tui.widgets.telemetry import fixed_telemetry
+from tui.widgets.telemetry import HostSample, fixed_telemetry
 
-SAMPLE = {"cpu_percent": 50.0, "ram_used_bytes": 2 * 2**30, "ram_total_bytes": 8 * 2**30,
-          "gpus": [], "gpu_note": "no NVML (test)"}
-FACTS = {"backend": "cpu", "gpu": {"count": 0, "devices": [], "driver": "absent",
-                                    "cuda_runtime": "absent", "hip_runtime": "absent"},
-         "ram_total_bytes": 8 * 2**30, "ram_available_bytes": 6 * 2**30, "disk_free_bytes": 40 * 2**30,
-         "disk_path": "/runs", "cpu_cores": 2, "checks": []}
+SAMPLE = HostSample(cpu_percent=50.0, ram_used_bytes=2 * 2**30, ram_total_bytes=8 * 2**30,
+                    gpu_note="no NVML (test)")
+FACTS = EnvironmentFacts(backend="cpu", ram_total_bytes=8 * 2**30, ram_available_bytes=6 * 2**30,
+                         disk_free_bytes=40 * 2**30, disk_path="/runs", cpu_cores=2)
 
 
 def make_app(campaign_file: Path, limit: int) -> IteraLabApp:
@@ -39,7 +38,7 @@ def make_app(campaign_file: Path, limit: int) -> IteraLabApp:
 
 def statuses(app) -> dict:
     s = app.snapshot
-    return {a.pass_id: a.status for a in s.status["attempts"]} if s and s.status else {}
+    return {a.pass_id: a.status for a in s.status.attempts} if s and s.status else {}
 
 
 @pytest.fixture()
@@ -76,7 +75,7 @@ def test_start_quit_reattach_live_failure_results_and_archive(tmp_path, runs, on
         async with app.run_test(size=(80, 24), message_hook=watch.hook) as pilot:
             assert app.campaign_dir == campaign_dir  # re-attached from the journal on start
             await watch.until(pilot, lambda: app.snapshot and app.snapshot.status, 10, "the journal snapshot")
-            assert app.snapshot.status["orchestrator"]["pid"] == running["pid"]
+            assert app.snapshot.status.orchestrator.pid == running["pid"]
             await watch.until(pilot, lambda: "ok" in statuses(app).values(), 120, "a pass to complete")
             await watch.until(pilot, lambda: app.failures_seen, 120, "the batch-8 failure",
                                   lambda: f"limit {limit} bytes, passes {statuses(app)}")
@@ -86,7 +85,7 @@ def test_start_quit_reattach_live_failure_results_and_archive(tmp_path, runs, on
             await watch.until(pilot, lambda: str(table.get_cell(fail.pass_id, "status")).startswith("OOM @8"),
                               10, "the OOM row highlighted")
             assert "8/16" in str(table.get_cell(fail.pass_id, "progress"))
-            await watch.until(pilot, lambda: app.snapshot.status["state"] == "finished", 60, "the campaign end")
+            await watch.until(pilot, lambda: app.snapshot.status.state == "finished", 60, "the campaign end")
             ok_row = next(p for p, s in statuses(app).items() if s == "ok")
             assert str(table.get_cell(ok_row, "progress")).endswith("16/16")
 
@@ -104,9 +103,9 @@ def test_start_quit_reattach_live_failure_results_and_archive(tmp_path, runs, on
             await pilot.press("a")
             await watch.until(pilot, lambda: getattr(archive, "archive", None), 120, "the archive")
             a = archive.archive
-            assert a["ok"] and a["rows_checked"] == 2 and a["files_checked"] > 5
-            assert Path(a["path"]).stat().st_size == a["size_bytes"]
+            assert a.verification.ok and a.verification.rows_checked == 2 and a.verification.files_checked > 5
+            assert Path(a.path).stat().st_size == a.size_bytes
             args = run_scp_lines(str(archive.query_one("#scp-line").render()))
-            assert args[-2].endswith(f":{a['path']}") and args[-1] == "."
+            assert args[-2].endswith(f":{a.path}") and args[-1] == "."
     asyncio.run(second_ui())
     assert not orchestrator_alive(running)  # that orchestrator finished and exited

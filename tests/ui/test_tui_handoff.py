@@ -26,7 +26,7 @@ def test_quitting_while_the_environment_probe_runs_ends_the_process_at_once(tmp_
         import time
         from pathlib import Path
         from tui.app import IteraLabApp
-        from tui.widgets.telemetry import fixed_telemetry
+        from tui.widgets.telemetry import HostSample, fixed_telemetry
 
         def probe():  # never answers within the test
             time.sleep(60)
@@ -37,8 +37,7 @@ def test_quitting_while_the_environment_probe_runs_ends_the_process_at_once(tmp_
             await pilot.press("q")
 
         app = IteraLabApp(Path({str(f)!r}), environment_probe=probe, start_screen="environment",
-                          telemetry=fixed_telemetry({{"cpu_percent": 5.0, "ram_used_bytes": 2**30,
-                          "ram_total_bytes": 2**33, "gpus": [], "gpu_note": "test"}}),
+                          telemetry=fixed_telemetry(HostSample(5.0, 2**30, 2**33, gpu_note="test")),
                           poll_interval_s=None, telemetry_interval_s=None)
         app.run(headless=True, size=(80, 24), auto_pilot=quit_soon)
         print("ui closed", flush=True)

@@ -291,18 +291,18 @@ def test_archive_screen_assembles_verifies_and_scp_line(finished, tmp_path, monk
             await pilot.press("a")
             await settle(pilot, lambda: getattr(app.screen, "archive", None), "the archive")
             a = app.screen.archive
-            assert a["ok"] and a["rows_checked"] == 2
-            assert a["sha256"] in text_of(app, "#archive-info")
+            assert a.verification.ok and a.verification.rows_checked == 2
+            assert a.sha256 in text_of(app, "#archive-info")
             # pasted into a shell, the lines shown give scp the whole path (they never wrap)
             shown = text_of(app, "#scp-line")
-            assert run_scp_lines(shown) == ["-P", "2222", f"alice@198.51.100.7:{a['path']}", "."]
+            assert run_scp_lines(shown) == ["-P", "2222", f"alice@198.51.100.7:{a.path}", "."]
             width = app.screen.query_one("#scp-line").size.width
             assert all(len(line) <= width for line in shown.splitlines()), (width, shown)
             if size[0] == 80:  # this test's tmp path is too long for one 80-column line
                 assert len(shown.splitlines()) > 1 and "pasted together" in text_of(app, "#scp-head")
             app.screen.query_one("#scp-host").value = "gpu.example.org"
             await pilot.pause()  # the Input.Changed message is handled
-            assert run_scp_lines(text_of(app, "#scp-line"))[2] == f"alice@gpu.example.org:{a['path']}"
+            assert run_scp_lines(text_of(app, "#scp-line"))[2] == f"alice@gpu.example.org:{a.path}"
     asyncio.run(go())
 
 
@@ -353,6 +353,6 @@ def test_archive_screen_refuses_an_unfinished_campaign_and_packs_it_labelled_par
             await pilot.press("p")
             await settle(pilot, lambda: getattr(app.screen, "archive", None), "the partial archive")
             a = app.screen.archive
-            assert a["ok"] and a["partial"] and text_of(app, "#archive-info").startswith("PARTIAL Archive")
-            assert a["sha256"] in text_of(app, "#archive-info")
+            assert a.verification.ok and a.partial and text_of(app, "#archive-info").startswith("PARTIAL Archive")
+            assert a.sha256 in text_of(app, "#archive-info")
     asyncio.run(go())

@@ -11,6 +11,8 @@ import pytest
 from conftest import settle
 from test_tui_campaigns import CLOCK, FACTS, SAMPLE, demo_copy, synthetic_running_journal
 
+from lab.evidence.format import Verification
+from lab.service.campaign_records import ArchiveMade
 from tui.app import IteraLabApp
 from tui.widgets.pass_table import PassTable
 from tui.widgets.telemetry import fixed_telemetry
@@ -76,10 +78,9 @@ def test_snapshot_runs_live_oom(snap_compare, demo):
 # real archive's path, sha256 and a real comparison's paths change per run); the screens that
 # build them from real archives are tested in test_tui_screens.py and test_tui_compare.py.
 
-ARCHIVE = {"path": "/srv/rentals/iteragpu-lab/runs/sentiment-reviews/sentiment-reviews-v3-0a1b2c3d-"
-                   "20261201T093012Z.tar.gz",
-           "size_bytes": 48_213_771, "sha256": "5" * 64, "ok": True, "incomplete": False, "problems": [],
-           "not_rederived": [], "files_checked": 412, "rows_checked": 20, "partial": False}
+ARCHIVE = ArchiveMade(path="/srv/rentals/iteragpu-lab/runs/sentiment-reviews/sentiment-reviews-v3-0a1b2c3d-"
+                           "20261201T093012Z.tar.gz",
+                      size_bytes=48_213_771, sha256="5" * 64, verification=Verification(412, 20, []), partial=False)
 
 
 def test_snapshot_archive_scp_lines_fit_80_columns(snap_compare, demo, monkeypatch):
@@ -91,7 +92,7 @@ def test_snapshot_archive_scp_lines_fit_80_columns(snap_compare, demo, monkeypat
     monkeypatch.setenv("HOME", "/home/alice")
 
     async def run_before(pilot) -> None:
-        pilot.app.screen.post_message(ArchiveReady(dict(ARCHIVE)))
+        pilot.app.screen.post_message(ArchiveReady(ARCHIVE))
         await settle(pilot, lambda: "scp -P 2222" in str(pilot.app.screen.query_one("#scp-line").render()))
     assert snap_compare(app_on(demo[0], "archive"), terminal_size=(80, 24), run_before=run_before)
 

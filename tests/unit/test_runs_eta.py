@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 from lab.orchestration.orchestrator import progress_line
 from lab.orchestration.status import CampaignState, running_eta_text
+from lab.orchestration.status_record import CampaignStatus, OrchestratorInfo
 from lab.passes.records import Attempt
 from tui.screens.runs_screen import status_line
 
@@ -31,8 +32,8 @@ def test_the_runs_screen_and_the_headless_line_give_the_same_eta():
     text = running_eta_text(attempts(), planned=4, finished=1, now=now)
     assert text == "pass ETA 1 min 15 s, campaign ETA 4 min 35 s"
     assert text in progress_line("pass 2/4 p002", 250, 1000, 10.0, 25.0, "window", 2, 100.0)
-    snap = SimpleNamespace(campaign_dir=Path("runs/demo/v1-abcd1234"), status={
-        "orchestrator": {"pid": 42}, "alive": True, "state": CampaignState.RUNNING, "finished": 1,
-        "planned": 4, "attempts": attempts()}, live_served={})
+    snap = SimpleNamespace(campaign_dir=Path("runs/demo/v1-abcd1234"), status=CampaignStatus(
+        dir="runs/demo/v1-abcd1234", state=CampaignState.RUNNING, planned=4, finished=1, attempts=tuple(attempts()),
+        orchestrator=OrchestratorInfo(pid=42), alive=True), live_served={})
     assert text in status_line(snap, "demo", now)  # type: ignore[arg-type]
     assert running_eta_text(attempts()[:1], planned=4, finished=1, now=now) == ""  # nothing running

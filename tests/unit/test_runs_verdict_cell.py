@@ -27,12 +27,12 @@ def test_a_rejected_pass_reads_rejected_with_its_failed_check_and_an_accepted_on
     attempts = [_attempt(1, "ok", accepted), _attempt(2, "ok", rejected), _attempt(3, "ok", None),
                 _attempt(4, "oom", {**rejected, "reasons": ["pass status oom"]})]
     rows = pass_rows(attempts, [], {}, now=0.0)
-    status = [r["cells"][COLUMNS.index("status")] for r in rows]
+    status = [r.cells[COLUMNS.index("status")] for r in rows]
     # not yet validated (pass 3): the status word meanwhile
     assert [str(s) for s in status] == ["accepted", "rejected: nn_accuracy", "ok", "OOM @4"]
     assert str(status[1]) == attempts[1].verdict_short and attempts[1].verdict.startswith(str(status[1]))
     assert "green" in str(status[0].style) and "red" in str(status[1].style)
-    assert not rows[1]["failed"] and rows[3]["failed"]  # rejected is a verdict, not a failed run
+    assert not rows[1].failed and rows[3].failed  # rejected is a verdict, not a failed run
 
     wide = PassTable.column_widths(rows)
     k = COLUMNS.index("status")

@@ -15,7 +15,7 @@ from lab.engines.serving_figures import LiveFigures, live_figures, plain
 from lab.engines.vllm_load import RECORD_NAME, LiveOutcomes, LoadRun, LoadSettings, Prompt
 from lab.passes.events import EventKind, EventWriter
 from lab.passes.records import Attempt
-from lab.service.live import served_text
+from lab.service.live import LiveFailure, served_text
 from tui.widgets.pass_table import COLUMNS, pass_rows
 
 OUTCOMES = [{"ok": True, "ttft_s": 0.02, "e2el_s": 0.1, "t_s": 0.5},
@@ -72,15 +72,15 @@ def test_a_running_server_pass_shows_its_percentiles_and_achieved_rate_in_the_ru
                       status="running", items_completed=4, items_total=24, items_per_s=9.9)
     rows = pass_rows([running, offline], [], {}, now=0.0, live_served={"p001": served})
     status, rate = COLUMNS.index("status"), COLUMNS.index("it/s")
-    assert str(rows[0]["cells"][status]) == served_text(served) == (
+    assert str(rows[0].cells[status]) == served_text(served) == (
         f"p50 {served.ttft_p50_s:.3f} p99 {served.ttft_p99_s:.3f} s")
-    assert rows[0]["cells"][rate] == f"{served.achieved_rate:.1f}"
-    assert str(rows[1]["cells"][status]) == "running" and rows[1]["cells"][rate] == "9.9"
+    assert rows[0].cells[rate] == f"{served.achieved_rate:.1f}"
+    assert str(rows[1].cells[status]) == "running" and rows[1].cells[rate] == "9.9"
     assert served_text(live_figures([])) == "no answer yet"
     # a failure seen live wins over the figures: the row says it failed
-    failed = pass_rows([running], [], {"p001": {"kind": "error", "items_done": 4, "message": "x"}}, now=0.0,
+    failed = pass_rows([running], [], {"p001": LiveFailure("error", 4, "x")}, now=0.0,
                        live_served={"p001": served})
-    assert str(failed[0]["cells"][status]) == "ERROR @4"
+    assert str(failed[0].cells[status]) == "ERROR @4"
 
 
 def test_the_journal_feed_keeps_each_passs_last_served_figures(tmp_path):
@@ -93,9 +93,9 @@ def test_the_journal_feed_keeps_each_passs_last_served_figures(tmp_path):
     j.add_event("p002", EventKind.PROGRESS, {"done": 2, "total": 24, "items_per_s": 1.0})  # an offline pass
     j.add_event("p003", EventKind.PROGRESS, {"done": 2, "total": 24, "items_per_s": 1.0, "served": {"x": 1}})
     feed = JournalFeed(tmp_path)
-    assert feed.read(None)["live_served"] == {"p001": live_figures(OUTCOMES[:2])}  # p003's is not figures
+    assert feed.read(None).live_served == {"p001": live_figures(OUTCOMES[:2])}  # p003's is not figures
     j.add_event("p001", EventKind.PROGRESS, {"done": 4, "total": 24, "items_per_s": 1.0, "served": later})
-    assert feed.read(None)["live_served"] == {"p001": live_figures(OUTCOMES)}
+    assert feed.read(None).live_served == {"p001": live_figures(OUTCOMES)}
     feed.close()
     j.close()
 

@@ -19,6 +19,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Label, Static
 
+from lab.service.campaign_records import ArchiveMade
 from lab.service.campaigns import ONE_LINE_ERRORS, CampaignUnfinished, assemble_archive, replay_here
 from tui.messages import ArchiveReady
 from tui.screens.lab_screen import LabScreen
@@ -131,7 +132,7 @@ class ArchiveScreen(LabScreen):
                 yield Input(placeholder="another rental's .tar.gz, Enter: campaign.toml", id="replay-archive",
                             classes="field-input")
             yield Static("", id="replay-result", markup=True)
-        self.archive: dict | None = None
+        self.archive: ArchiveMade | None = None
         self.local_user = remote["user"]
 
     def action_assemble_partial(self) -> None:
@@ -161,12 +162,13 @@ class ArchiveScreen(LabScreen):
             info.update(f"[red]archive failed: {escape(msg.error)}{end}[/red]{hint}")
             return
         a = self.archive = msg.archive
-        verdict = (f"[green]verified[/green]: {a['files_checked']} files, {a['rows_checked']} rows" if a["ok"]
-                   else "[yellow]not fully verified[/yellow]: " + escape("; ".join(a["not_rederived"][:3]))
-                   if a["incomplete"] else "[red]verification FAILED[/red]: " + escape("; ".join(a["problems"][:3])))
-        label = "[b]PARTIAL[/b] " if a.get("partial") else ""
-        info.update(f"{label}[b]Archive[/b] {escape(a['path'])}\n[b]Size[/b]    {a['size_bytes']:,} bytes "
-                    f"({a['size_bytes'] / 2**20:.2f} MiB)\n[b]sha256[/b]  {a['sha256']}\n{verdict}")
+        v = a.verification
+        verdict = (f"[green]verified[/green]: {v.files_checked} files, {v.rows_checked} rows" if v.ok
+                   else "[yellow]not fully verified[/yellow]: " + escape("; ".join(v.not_rederived[:3]))
+                   if v.incomplete else "[red]verification FAILED[/red]: " + escape("; ".join(v.problems[:3])))
+        label = "[b]PARTIAL[/b] " if a.partial else ""
+        info.update(f"{label}[b]Archive[/b] {escape(a.path)}\n[b]Size[/b]    {a.size_bytes:,} bytes "
+                    f"({a.size_bytes / 2**20:.2f} MiB)\n[b]sha256[/b]  {a.sha256}\n{verdict}")
         self.update_scp()
 
     def on_input_changed(self, event: Input.Changed) -> None:
@@ -188,8 +190,8 @@ class ArchiveScreen(LabScreen):
             self.app.call_from_thread(out.update, f"[red]{escape(str(exc))}[/red]")
             return
         self.app.call_from_thread(out.update, (
-            f"[green]replayed[/green] {escape(archive.name)}: wrote and locked {escape(r['campaign_file'])} "
-            f"(version {r['version']}, question version {r['question_version']}); quit (q) and run "
+            f"[green]replayed[/green] {escape(archive.name)}: wrote and locked {escape(r.campaign_file)} "
+            f"(version {r.version}, question version {r.question_version}); quit (q) and run "
             "[b]make up[/b] to open it, or `iteralab campaign replay` for other [cost] or --out"))
 
     def on_resize(self) -> None:
@@ -201,10 +203,10 @@ class ArchiveScreen(LabScreen):
         archive = getattr(self, "archive", None)
         if not archive:
             return
-        v = {k: self.query_one(f"#scp-{k}", Input).value.strip() for k in ("user", "host", "port")}
-        home = str(Path.home()) if v["user"] == self.local_user else None
+        user, host, port = (self.query_one(f"#scp-{k}", Input).value.strip() for k in ("user", "host", "port"))
+        home = str(Path.home()) if user == self.local_user else None
         width = self.query_one("#archive-scroll").scrollable_content_region.width or 78
-        lines = scp_lines(v["user"], v["host"], v["port"], remote_path(archive["path"], home), width)
+        lines = scp_lines(user, host, port, remote_path(archive.path, home), width)
         self.query_one("#scp-head", Static).update(
             "Run on your own machine (edit user/host/port above if needed):" if len(lines) == 1 else
             f"Run these {len(lines)} lines on your own machine, pasted together (each is a whole "

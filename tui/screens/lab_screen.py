@@ -18,8 +18,10 @@ from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
 from lab.facts.errors import one_line
+from lab.service.environment_facts import EnvironmentFacts
 from tui.messages import CampaignSnapshot
 from tui.widgets.screen_tabs import ScreenTabs
+from tui.widgets.telemetry import HostSample
 
 
 class LabApp(App):
@@ -32,9 +34,10 @@ class LabApp(App):
     clock: Callable[[], float]
     selected_pass: str | None
     snapshot: CampaignSnapshot | None
-    telemetry: dict | None
+    telemetry: HostSample | None
+    telemetry_error: str
 
-    def environment_facts(self, refresh: bool = False) -> dict | None:
+    def environment_facts(self, refresh: bool = False) -> EnvironmentFacts | None:
         """Environment facts (cached); None when the calling worker was cancelled."""
         raise NotImplementedError
 

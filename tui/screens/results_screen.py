@@ -91,9 +91,7 @@ class ResultsScreen(LabScreen):
     @work(thread=True, exclusive=True, exit_on_error=False)
     def build(self, campaign_dir) -> None:
         try:
-            r = rebuild_report(campaign_dir)
-            self.post_message(ResultsReady({"summary": r["summary"], "rows": r["rows"],
-                                            "report_dir": str(r["report_dir"])}))
+            self.post_message(ResultsReady(rebuild_report(campaign_dir)))
         except ONE_LINE_ERRORS as exc:  # shown in one line; the journal is untouched
             self.post_message(ResultsReady(None, str(exc)))
 
@@ -102,7 +100,7 @@ class ResultsScreen(LabScreen):
         if msg.report is None:
             text.update(f"[red]report failed: {escape(msg.error)}[/red]")
             return
-        self.summary = msg.report["summary"]
-        head = f"{msg.report['rows']} pass rows; report in {escape(msg.report['report_dir'])}\n"
+        self.summary = msg.report.summary
+        head = f"{msg.report.rows} pass rows; report in {escape(str(msg.report.report_dir))}\n"
         text.update(head + render_summary(self.summary))
         self.query_one("#plot-legend", Static).update(self.query_one(DurationsPlot).show(self.summary))

@@ -16,7 +16,7 @@ from lab.service.live import CampaignState, PassStatus, running_eta_text, served
 from tui.messages import CampaignSnapshot
 from tui.screens.lab_screen import LabScreen
 from tui.widgets.pass_table import PassTable, pass_rows
-from tui.widgets.telemetry import Telemetry
+from tui.widgets.telemetry import HostSample, Telemetry
 
 
 def status_line(snap: CampaignSnapshot | None, campaign_name: str, now: float | None = None) -> str:
@@ -30,16 +30,15 @@ def status_line(snap: CampaignSnapshot | None, campaign_name: str, now: float | 
                 "(locks the protocol if it never was).")
     st = snap.status
     d = snap.campaign_dir
-    orch = st["orchestrator"] or {}
-    alive = f"pid {orch.get('pid')}" if st["alive"] else "no orchestrator"
+    alive = f"pid {st.orchestrator.pid}" if st.alive else "no orchestrator"
     hint = {CampaignState.RUNNING: "p pause, x stop", CampaignState.PAUSED: "s resumes",
             CampaignState.STOPPED: "s resumes", CampaignState.INTERRUPTED: "s resumes",
             CampaignState.NOT_STARTED: "s starts", CampaignState.FINISHED: "see 5 Results",
-            CampaignState.BLOCKED: "see the log; `make doctor`"}.get(st["state"], "")
-    attempts = st["attempts"]
-    eta = running_eta_text(attempts, st["planned"], st["finished"], now) if now is not None else ""
-    head = (f"[b]{escape(d.parent.name)}/{escape(d.name)}[/b] [b]{st['state']}[/b] "
-            f"{st['finished']}/{st['planned']} passes\n")
+            CampaignState.BLOCKED: "see the log; `make doctor`"}.get(st.state, "")
+    attempts = st.attempts
+    eta = running_eta_text(list(attempts), st.planned, st.finished, now) if now is not None else ""
+    head = (f"[b]{escape(d.parent.name)}/{escape(d.name)}[/b] [b]{st.state}[/b] "
+            f"{st.finished}/{st.planned} passes\n")
     served = next((snap.live_served[a.pass_id] for a in attempts
                    if a.status == PassStatus.RUNNING and a.pass_id in snap.live_served), None)
     if served is not None:  # a server pass: its answers so far, in place of the ETA and the key hint
@@ -69,15 +68,15 @@ class RunsScreen(LabScreen):
 
     def on_mount(self) -> None:
         self.apply_snapshot(self.app.snapshot)
-        self.apply_telemetry(self.app.telemetry)
+        self.apply_telemetry(self.app.telemetry, self.app.telemetry_error)
         self.query_one(PassTable).focus()
 
     def on_screen_resume(self) -> None:
         self.apply_snapshot(self.app.snapshot)
-        self.apply_telemetry(self.app.telemetry)
+        self.apply_telemetry(self.app.telemetry, self.app.telemetry_error)
 
-    def apply_telemetry(self, sample: dict | None) -> None:
-        self.query_one(Telemetry).show(sample)
+    def apply_telemetry(self, sample: HostSample | None, error: str = "") -> None:
+        self.query_one(Telemetry).show(sample, error)
 
     def apply_snapshot(self, snap: CampaignSnapshot | None) -> None:
         """Render the latest journal snapshot (called by the app on each new snapshot)."""
@@ -85,7 +84,7 @@ class RunsScreen(LabScreen):
         self.query_one("#runs-status", Static).update(status_line(snap, name, self.app.clock()))
         if snap is None or snap.status is None:
             return
-        rows = pass_rows(snap.status["attempts"], snap.plan, snap.live_failures, self.app.clock(), snap.live_served)
+        rows = pass_rows(list(snap.status.attempts), snap.plan, snap.live_failures, self.app.clock(), snap.live_served)
         self.query_one(PassTable).show(rows)
         log = self.query_one("#pass-log", RichLog)
         if self.view == "log":

@@ -10,6 +10,8 @@ engine's words: "accepted", "rejected: accuracy"), so a pass rejected on quality
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from rich.text import Text
@@ -17,7 +19,7 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import CellDoesNotExist
 
 from lab.passes.records import Attempt
-from lab.service.live import FAILED, PassStatus, served_text, variant_short
+from lab.service.live import FAILED, LiveFailure, LiveFigures, PassStatus, PlannedSlot, served_text, variant_short
 
 COLUMNS = ("slot", "rep", "variant", "status", "progress", "it/s", "elapsed")
 FAIL_STYLE = "bold white on red"
@@ -25,6 +27,17 @@ PENDING = "pending"  # a planned slot with no attempt yet: a display label, not 
 STYLES = {PassStatus.OK: "green", PassStatus.RUNNING: "bold yellow", PassStatus.INTERRUPTED: "magenta",
           PENDING: "dim"}
 VERDICT_STYLES = {True: "bold green", False: "bold red"}  # a validated pass: accepted / rejected
+
+
+@dataclass(frozen=True)
+class PassRow:
+    """One row of the pass table (pass_rows): ``key`` the row's key (the pass id, or
+    "slot-<seq>" for a planned slot with no attempt yet), ``failed`` True for a failure (oom,
+    error, killed, or one seen live), ``cells`` one per COLUMNS entry (text, or styled Text)."""
+
+    key: str
+    failed: bool
+    cells: tuple[str | Text, ...]
 
 
 def _ts(iso: str | None) -> float | None:
@@ -57,16 +70,16 @@ def progress_bar(done: int, total: int, width: int = 8) -> str:
     return "█" * full + "░" * (width - full) + f" {done}/{total}"
 
 
-def pass_rows(attempts: list[Attempt], plan: list[dict], live_failures: dict, now: float,
-              live_served: dict | None = None) -> list[dict]:
-    """Rows to display: {key, cells: tuple[str|Text], failed: bool}, in schedule order. The
+def pass_rows(attempts: list[Attempt], plan: Sequence[PlannedSlot], live_failures: Mapping[str, LiveFailure],
+              now: float, live_served: Mapping[str, LiveFigures] | None = None) -> list[PassRow]:
+    """Rows to display (PassRow), in schedule order. The
     status cell: a failure's kind and items done, a validated ok pass's verdict
     (``Attempt.verdict_short``), a running server pass's TTFT percentiles so far
     (``live_served``: {pass_id: its LiveFigures}, lab.service.live.JournalFeed, served_text;
     its it/s cell is then the achieved request rate), else the status word."""
     import json
 
-    rows: list[dict] = []
+    rows: list[PassRow] = []
     attempted = {a.seq for a in attempts}
     for a in attempts:
         live = live_failures.get(a.pass_id)
@@ -74,9 +87,9 @@ def pass_rows(attempts: list[Attempt], plan: list[dict], live_failures: dict, no
         done, total = a.items_completed or 0, a.items_total or 0
         failed = status in FAILED or (status == PassStatus.RUNNING and live is not None)
         if failed:
-            kind = live["kind"] if status == PassStatus.RUNNING and live is not None else status
-            if live and live.get("items_done") is not None and status == PassStatus.RUNNING:
-                done = live["items_done"]
+            kind = live.kind if status == PassStatus.RUNNING and live is not None else status
+            if live and live.items_done is not None and status == PassStatus.RUNNING:
+                done = live.items_done
             st = Text(f"{str(kind).upper()} @{done}", style=FAIL_STYLE)
         elif status == PassStatus.OK and a.validation is not None:
             st = Text(a.verdict_short, style=VERDICT_STYLES[a.validation.corpus_accepted],
@@ -89,17 +102,17 @@ def pass_rows(attempts: list[Attempt], plan: list[dict], live_failures: dict, no
             st = Text(served_text(served), style=STYLES[PassStatus.RUNNING], no_wrap=True, overflow="ellipsis")
             rate = served.achieved_rate or rate
         slot = f"{a.seq}" + (f"a{a.attempt}" if a.attempt > 1 else "")
-        rows.append({"key": a.pass_id, "failed": failed, "cells": (
+        rows.append(PassRow(a.pass_id, failed, (
             slot, str(a.repetition), variant_short(a.variant), st,
-            progress_bar(done, total), f"{rate:.1f}" if rate else "", fmt_elapsed(elapsed_s(a, now)))})
+            progress_bar(done, total), f"{rate:.1f}" if rate else "", fmt_elapsed(elapsed_s(a, now)))))
     for p in plan:
-        if p["seq"] in attempted:
+        if p.seq in attempted:
             continue
-        v = json.loads(p["variant_json"]) if isinstance(p.get("variant_json"), str) else p.get("variant")
-        rows.append({"key": f"slot-{p['seq']}", "failed": False, "cells": (
-            str(p["seq"]), str(p["repetition"]), variant_short(v), Text(PENDING, style=STYLES[PENDING]),
-            "", "", "")})
-    rows.sort(key=lambda r: int("".join(ch for ch in r["cells"][0].split("a")[0]) or 0))
+        v = json.loads(p.variant_json) if isinstance(p.variant_json, str) else None
+        rows.append(PassRow(f"slot-{p.seq}", False, (
+            str(p.seq), str(p.repetition), variant_short(v), Text(PENDING, style=STYLES[PENDING]),
+            "", "", "")))
+    rows.sort(key=lambda r: int("".join(ch for ch in str(r.cells[0]).split("a")[0]) or 0))
     return rows
 
 
@@ -112,7 +125,7 @@ class PassTable(DataTable):
 
     user_moved = False
     _widths: tuple[int, ...] = ()  # the columns' widths as last given (column_widths)
-    _rows: list[dict] = []  # the rows as last shown (shown again when the table is resized)
+    _rows: list[PassRow] = []  # the rows as last shown (shown again when the table is resized)
 
     def action_cursor_up(self) -> None:
         self.user_moved = True
@@ -127,7 +140,7 @@ class PassTable(DataTable):
         self.zebra_stripes = False
 
     @staticmethod
-    def column_widths(rows: list[dict], room: int | None = None) -> tuple[int, ...]:
+    def column_widths(rows: list[PassRow], room: int | None = None) -> tuple[int, ...]:
         """Each column's width in cells: its widest value or its label. Given explicitly to the
         table, so the layout follows the rows only (DataTable's own auto widths are updated on
         idle and could be drawn half-updated). ``room``: the cells the columns may use side by
@@ -136,7 +149,7 @@ class PassTable(DataTable):
         for a verdict."""
         from rich.cells import cell_len
 
-        widths = [max([cell_len(c)] + [cell_len(str(r["cells"][i])) for r in rows]) for i, c in enumerate(COLUMNS)]
+        widths = [max([cell_len(c)] + [cell_len(str(r.cells[i])) for r in rows]) for i, c in enumerate(COLUMNS)]
         k = COLUMNS.index("status")
         if room is not None and sum(widths) > room:
             widths[k] = max(cell_len(COLUMNS[k]), widths[k] - (sum(widths) - room))
@@ -153,9 +166,9 @@ class PassTable(DataTable):
         if self._rows:
             self.show(self._rows)
 
-    def show(self, rows: list[dict]) -> None:
+    def show(self, rows: list[PassRow]) -> None:
         self._rows = rows
-        keys = [r["key"] for r in rows]
+        keys = [r.key for r in rows]
         current = [k.value for k in self.rows]
         cursor = self.cursor_row
         widths = self.column_widths(rows, self.room())
@@ -169,11 +182,11 @@ class PassTable(DataTable):
             self.clear()
             current = []
         for r in rows:
-            if r["key"] in current:
-                for col, cell in zip(COLUMNS, r["cells"], strict=True):
-                    self.update_cell(r["key"], col, cell)
+            if r.key in current:
+                for col, cell in zip(COLUMNS, r.cells, strict=True):
+                    self.update_cell(r.key, col, cell)
             else:
-                self.add_row(*r["cells"], key=r["key"])
+                self.add_row(*r.cells, key=r.key)
         if self.row_count and self.cursor_row != cursor:
             self.move_cursor(row=min(cursor, self.row_count - 1))
 
