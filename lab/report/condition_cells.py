@@ -92,11 +92,6 @@ def _reasons(gpu: dict) -> str | None:
     return "+".join(gpu["throttle_reasons"]) or "none"
 
 
-def is_starved(row: dict) -> bool:
-    """A raw-table row (a dict from ``raw_rows``, or a CSV row of strings) whose pass was starved."""
-    return row.get("starved") in (True, "True", "true")
-
-
 def pass_name(pass_id: str, host: str = "") -> str:
     """A pass as every output names it: its id, or 'A rtx-4090 / p001-r1-...' given its host's tag
     (a comparison of several hosts: rentals run the same plan, so the same pass ids). The one

@@ -345,17 +345,17 @@ def _config_section(a: Assessment, deliverables: int, text_cut: str = "") -> lis
              f"{v.failures}",
              f"- {v.utilization_text()}"]
     if v.does_not_distinguish:
-        undecided = [p for p in v.pairs if not p["distinguished"]]
-        too_few = bool(undecided) and all(p["reason"].startswith(TOO_FEW) for p in undecided)
+        undecided = [p.verdict for p in v.pairs if not p.verdict.distinguished]
+        too_few = bool(undecided) and all(p.reason.startswith(TOO_FEW) for p in undecided)
         lines.append(("- Too few passes to tell the variants apart (durations_s holds "
                       f"{len(v.durations_s)}): the series does not distinguish them" if too_few else
                       "- Spread within variants is comparable to the gap between medians: "
                       "the series does not distinguish them")
                      + (f"; {v.starved_caveat()}" if v.starved_passes else ""))
     for pair in v.pairs:
-        lines.append(f"  - against `{pair['other']}`: "
-                     f"{'distinguished' if pair['distinguished'] else 'not distinguished'} "
-                     f"({pair['reason']})")
+        lines.append(f"  - against `{pair.other}`: "
+                     f"{'distinguished' if pair.verdict.distinguished else 'not distinguished'} "
+                     f"({pair.verdict.reason})")
     lines += _truncation_lines(v, text_cut)
     lines.append("- Memory: feasible" if v.memory_verdict() == "feasible"
                  else f"- Memory: {v.memory_verdict()} ({v.infeasible_reason or 'no reason given'})")
@@ -563,9 +563,9 @@ def distinguished(a: VariantSummary, b: VariantSummary) -> bool:
     (:func:`lab.report.distinguish.compare_durations`): the verdict stored in ``a.pairs`` for
     two variants of one series, computed the same way for variants of different series (a
     motivation comparing medians across series rests on that pair too)."""
-    pair = next((p for p in a.pairs if p["other"] == b.variant_id), None)
+    pair = next((p for p in a.pairs if p.other == b.variant_id), None)
     if pair is not None:
-        return bool(pair["distinguished"])
+        return pair.verdict.distinguished
     return compare_durations(list(a.durations_s), list(b.durations_s)).distinguished
 
 

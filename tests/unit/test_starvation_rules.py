@@ -208,8 +208,8 @@ def test_starved_passes_are_named_in_the_summary_pairs_and_decision_note():
             _row("p4", "b", 1.30, False)]
     a, b = summarize(rows)
     assert [p["pass_id"] for p in a.starved_passes] == ["p1", "p2"] and b.starved_passes == ()
-    assert "starved pass(es) among these durations: p1, p2" in a.pairs[0]["reason"]
-    assert b.pairs[0]["starved_passes"] == ["p1", "p2"]  # the faster side's pair names them too
+    assert "starved pass(es) among these durations: p1, p2" in a.pairs[0].verdict.reason
+    assert b.pairs[0].starved_passes == ("p1", "p2")  # the faster side's pair names them too
     assert VariantSummary.from_json(a.to_json()) == a
     note = decision_note([a, b], {"name": "t"}, {})
     assert "**Starved passes** (lab.passes.conditions.starvation): `p1`: 2 CPU(s) needed" in note
