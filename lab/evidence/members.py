@@ -162,6 +162,8 @@ class PlanSlot(msgspec.Struct, frozen=True):
     """int: the slot's place within its repetition."""
     variant_id: Any = None
     """str: the planned variant's id."""
+    variant_json: Any = None
+    """str: the planned variant's record as JSON (Variant.to_json; lab.orchestration.journal.plan_record)."""
 
 
 def plan_slots(rows: list[dict]) -> list[PlanSlot]:

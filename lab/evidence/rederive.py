@@ -118,7 +118,7 @@ def compare_journal(attempts: list[Attempt], plan: list[PlanSlot], damaged: set[
                         "archive not marked partial")
 
 
-def _search_skips(plan: list[dict], attempts: list[Attempt]) -> list[str]:
+def _search_skips(plan: list[PlanSlot], attempts: list[Attempt]) -> list[str]:
     """Every SKIPPED row re-derived by the rate search's rule (lab.orchestration.search) from the
     plan and the attempts: one problem per skip the rule does not give."""
     from lab.orchestration.journal import plan_record
@@ -127,7 +127,8 @@ def _search_skips(plan: list[dict], attempts: list[Attempt]) -> list[str]:
     if not any(a.status == PassStatus.SKIPPED for a in attempts):
         return []
     try:
-        planned = [plan_record(p) for p in plan]
+        planned = [plan_record({"seq": p.seq, "repetition": p.repetition, "position": p.position,
+                                "variant_json": p.variant_json}) for p in plan]
     except msgspec.DecodeError as exc:  # not JSON, or not the record (ValidationError)
         return [f"the journal's plan is not a plan of variants ({type(exc).__name__}: {exc}); its skipped "
                 "slots cannot be re-derived"]

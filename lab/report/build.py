@@ -149,7 +149,7 @@ def _write_report(out: Path, proto, version: dict, attempts: list[Attempt], desc
                   "protocol_sha256": version["sha256"], "locked_at": version["locked_at"],
                   "identity": {k: version.get(k) for k in ("protocol_sha256", "corpus_sha256", "model_sha256")},
                   "order": [f"{a.seq}:{a.variant_id}" for a in attempts],
-                  "repetitions": proto.timing["repetitions"], "seed": proto.config.timing.seed,
+                  "repetitions": proto.config.timing.repetitions, "seed": proto.config.timing.seed,
                   "threads_requested": proto.config.timing.threads,
                   "deterministic": {"torch.manual_seed": proto.config.timing.seed,
                                     "cudnn.benchmark": False, "use_deterministic_algorithms": False},
@@ -171,7 +171,7 @@ def _write_report(out: Path, proto, version: dict, attempts: list[Attempt], desc
         cost["catalog"] = str(proto.catalog_path)  # as resolved at lock, not from the working directory
     starts = [a.start_time for a in attempts if a.start_time]
     ends = [a.end_time for a in attempts if a.end_time]
-    observed = bool(starts and ends) and not cost.get("window_start")
+    observed = bool(starts and ends) and not (proto.cost is not None and proto.cost.window_start)
     pricing = decision_pricing(cost, (min(starts), max(ends)) if observed else None)
     note = campaign_note(proto, summary, pricing, attempts, partial_reason, observed)
     (out / "decision_note.md").write_text(note)

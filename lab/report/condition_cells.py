@@ -25,7 +25,10 @@ A cell that was not measured is empty, and ``notes`` says why (SPEC 3.10).
 
 from __future__ import annotations
 
+import msgspec
+
 from lab.passes.conditions import limits_text
+from lab.report.conditions_record import GpuClocks, PassConditions
 
 CONDITIONS = ("cpu_time_s", "engine_cpu_time_s", "cpu_share", "cpu_affinity", "cpu_quota", "cpus_available",
               "load_1m_start", "load_1m_end", "steal_share", "memory_max_bytes", "pids_max", "limits", "starved",
@@ -38,63 +41,64 @@ NOT_RECORDED = ("window conditions not recorded: the pass ended before its measu
 
 def condition_cells(conditions: dict | None, running: bool, own_engine: bool = False) -> tuple[dict, list[str]]:
     """({column: value} for ``CONDITIONS``, notes) from one pass's result ``conditions``
-    (lab.passes.records.PassResult.conditions); every cell None with one note when the pass
-    recorded no conditions (``running``: no note yet). ``own_engine``: the pass's engine runs in
-    its own processes (a variant with engine "vllm"), so an empty ``engine_cpu_time_s`` needs its reason
-    even when the runner that wrote the pass predates the engine's reading."""
-    c = conditions
-    if not c:
+    (lab.passes.records.PassResult.conditions, decoded here once into a PassConditions); every cell
+    None with one note when the pass recorded no conditions (``running``: no note yet). ``own_engine``:
+    the pass's engine runs in its own processes (a variant with engine "vllm"), so an empty
+    ``engine_cpu_time_s`` needs its reason even when the runner that wrote the pass predates the
+    engine's reading."""
+    if not conditions:
         return {k: None for k in CONDITIONS}, [] if running else [NOT_RECORDED]
-    g0, g1 = c.get("gpu_start") or {}, c.get("gpu_end") or {}
-    cells = {k: c.get(k) for k in ("cpu_time_s", "engine_cpu_time_s", "cpu_share", "cpu_affinity", "cpu_quota",
-                                   "cpus_available", "load_1m_start", "load_1m_end", "steal_share")}
-    lim = c.get("limits") or {}
-    cells.update(memory_max_bytes=(lim.get("values") or {}).get("memory_max_bytes"),
-                 pids_max=(lim.get("values") or {}).get("pids_max"), limits=limits_text(lim))
-    cells.update(starved=bool(c.get("starved")), starved_reason=c.get("starved_reason") or None,
-                 gpu_sm_clock_mhz_start=g0.get("sm_clock_mhz"), gpu_sm_clock_mhz_end=g1.get("sm_clock_mhz"),
-                 gpu_throttle_start=_reasons(g0), gpu_throttle_end=_reasons(g1))
+    c = msgspec.convert(conditions, PassConditions)
+    g0, g1 = c.gpu_start or GpuClocks(), c.gpu_end or GpuClocks()
+    lim = c.limits if c.limits is not None and (c.limits.values or c.limits.sources) else None
+    values = lim.values if lim is not None else {}
+    cells = {"cpu_time_s": c.cpu_time_s, "engine_cpu_time_s": c.engine_cpu_time_s, "cpu_share": c.cpu_share,
+             "cpu_affinity": c.cpu_affinity, "cpu_quota": c.cpu_quota, "cpus_available": c.cpus_available,
+             "load_1m_start": c.load_1m_start, "load_1m_end": c.load_1m_end, "steal_share": c.steal_share,
+             "memory_max_bytes": values.get("memory_max_bytes"), "pids_max": values.get("pids_max"),
+             "limits": limits_text({"values": values}) if lim is not None else None,
+             "starved": bool(c.starved), "starved_reason": c.starved_reason or None,
+             "gpu_sm_clock_mhz_start": g0.sm_clock_mhz, "gpu_sm_clock_mhz_end": g1.sm_clock_mhz,
+             "gpu_throttle_start": _reasons(g0), "gpu_throttle_end": _reasons(g1)}
     notes = []
-    if c.get("card") is not None:
-        notes.append(f"window conditions of card {c['card']}, the worst card (starved cards: "
-                     f"{c.get('starved_cards') or 'none'}); each card's in result.json per_card")
-    if c.get("starved"):
-        notes.append(f"starved (lab.passes.conditions.starvation): {c['starved_reason']}: its duration "
+    if c.card is not None:
+        notes.append(f"window conditions of card {c.card}, the worst card (starved cards: "
+                     f"{c.starved_cards or 'none'}); each card's in result.json per_card")
+    if c.starved:
+        notes.append(f"starved (lab.passes.conditions.starvation): {c.starved_reason}: its duration "
                      "measures a host short of CPU, not the variant")
-    reasons = c.get("reasons") or {}
-    for key, col in (("cpu_time_s", "cpu_time_s and cpu_share"), ("cpu_quota", "cpu_quota"),
-                     ("steal_share", "steal_share")):
-        if cells.get(key) is None and reasons.get(key):
-            notes.append(f"empty {col}: {reasons[key]}")
-    for key in ("memory_max_bytes", "pids_max"):
-        if lim and cells[key] is None:
-            notes.append(f"empty {key}: {(lim.get('sources') or {}).get(key) or 'not read'}")
-    if c.get("engine_cpu_time_s") is None and reasons.get("engine_cpu_time_s"):
-        notes.append(f"empty engine_cpu_time_s (cpu_share is the pass process's alone): {reasons['engine_cpu_time_s']}")
-    elif own_engine and "engine_processes" not in c:
+    reasons = c.reasons
+    for value, key, col in ((c.cpu_time_s, "cpu_time_s", "cpu_time_s and cpu_share"),
+                            (c.cpu_quota, "cpu_quota", "cpu_quota"), (c.steal_share, "steal_share", "steal_share")):
+        if value is None and reasons.get(key):
+            notes.append(f"empty {col}: {reasons.get(key)}")
+    if lim is not None:
+        for key in ("memory_max_bytes", "pids_max"):
+            if values.get(key) is None:
+                notes.append(f"empty {key}: {lim.sources.get(key) or 'not read'}")
+    engine_why = reasons.get("engine_cpu_time_s")
+    if c.engine_cpu_time_s is None and engine_why:
+        notes.append(f"empty engine_cpu_time_s (cpu_share is the pass process's alone): {engine_why}")
+    elif own_engine and c.engine_processes is msgspec.UNSET:
         notes.append("empty engine_cpu_time_s (cpu_share is the pass process's alone): the engine's processes "
                      "were not read; the runner that wrote this pass predates that reading")
-    if c.get("engine_processes_missed"):
-        notes.append(f"engine_cpu_time_s leaves out {c['engine_processes_missed']} engine process(es) that exited "
+    if c.engine_processes_missed:
+        notes.append(f"engine_cpu_time_s leaves out {c.engine_processes_missed} engine process(es) that exited "
                      "in the window with their parent (lab.passes.conditions.tree_cpu_seconds)")
-    gpu_why = sorted({reasons[k] for k in ("gpu_start", "gpu_end") if reasons.get(k)})
+    gpu_why = sorted({why for k in ("gpu_start", "gpu_end") if (why := reasons.get(k))})
     notes += [f"empty GPU clock cells: {w}" for w in gpu_why]
-    if g1.get("throttled") or g0.get("throttled"):
+    if g1.throttled or g0.throttled:
         notes.append(f"GPU throttled in the window: start {_reasons(g0)}, end {_reasons(g1)} "
-                     f"(SM clock {g0.get('sm_clock_mhz')} -> {g1.get('sm_clock_mhz')} MHz, "
-                     f"max {g1.get('sm_clock_max_mhz')})")
+                     f"(SM clock {g0.sm_clock_mhz} -> {g1.sm_clock_mhz} MHz, "
+                     f"max {g1.sm_clock_max_mhz})")
     return cells, notes
 
 
-def _reasons(gpu: dict) -> str | None:
-    if "throttle_reasons" not in gpu:
+def _reasons(gpu: GpuClocks) -> str | None:
+    """A throttle cell: NVML's reasons joined by "+", "none" when none is set, None when not read."""
+    if gpu.throttle_reasons is msgspec.UNSET:
         return None
-    return "+".join(gpu["throttle_reasons"]) or "none"
-
-
-def is_starved(row: dict) -> bool:
-    """A raw-table row (a dict from ``raw_rows``, or a CSV row of strings) whose pass was starved."""
-    return row.get("starved") in (True, "True", "true")
+    return "+".join(gpu.throttle_reasons) or "none"
 
 
 def pass_name(pass_id: str, host: str = "") -> str:

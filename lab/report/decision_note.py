@@ -38,19 +38,20 @@ from lab.kinds.kind import differing_share
 from lab.report.caveats import Basis, rests_on
 from lab.report.distinguish import TOO_FEW, compare_durations
 from lab.report.exclusions import exclusion_counts
+from lab.report.note_inputs import NoteCampaign, NotePricing
 from lab.report.summary import VariantSummary, server_configs
 
 UNDEFINED = "undefined: no accepted corpus"
 NO_PACKAGE = "no package declared"
 
 
-def decision_campaign(proto) -> dict:
+def decision_campaign(proto) -> NoteCampaign:
     """The ``campaign`` argument of ``decision_note`` from a ``lab.orchestration.protocol.Protocol``."""
     c = proto.config.campaign
     cut = proto.config.task.max_text_tokens if proto.kind.generates_text else None
-    return {"name": proto.name, "question": c.question, "deadline": c.deadline,
-            "deliverables": c.deliverables, "text_cut": f"[task] max_text_tokens {cut}" if cut else "",
-            "ran": what_ran(proto.kind, proto.config.task.entry)}
+    return NoteCampaign(name=proto.name, question=c.question, deadline=c.deadline, deliverables=c.deliverables,
+                        text_cut=f"[task] max_text_tokens {cut}" if cut else "",
+                        ran=what_ran(proto.kind, proto.config.task.entry))
 
 
 def what_ran(kind, entry: str | None) -> str:
@@ -127,7 +128,7 @@ def markdown_text(text: str) -> str:
     return MARKDOWN_ACTIVE.sub(r"\\\1", " ".join(str(text).split()))
 
 
-def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pricing: dict,
+def decision_note(summary: Sequence[VariantSummary | dict], campaign: NoteCampaign | dict, pricing: dict,
                   variant_pricing: dict[str, dict] | None = None,
                   planned: Sequence[tuple[str, str]] | None = None,
                   measured: Mapping[str, Measured] | None = None, scenario=None) -> str:
@@ -162,14 +163,15 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
     failures, then lower median. Raises PricingError (one line) for bad pricing input
     (days not offered, lots < 1, malformed window or deadline, mixed currencies).
     """
-    deliverables = campaign.get("deliverables", DEFAULT_DELIVERABLES)
+    note_campaign = campaign if isinstance(campaign, NoteCampaign) else NoteCampaign(**campaign)
+    deliverables = note_campaign.deliverables
     if isinstance(deliverables, bool) or not isinstance(deliverables, int) or deliverables < 1:
         raise PricingError(f"campaign deliverables must be an integer >= 1, got {deliverables!r}")
-    deadline = campaign.get("deadline")
-    deadline_at = parse_instant(deadline, pricing.get("tz"), "deadline") if deadline else None
+    deadline = note_campaign.deadline
+    deadline_at = parse_instant(deadline, NotePricing(**pricing).tz, "deadline") if deadline else None
     catalogs: dict[str | None, Catalog] = {}
     records = [v if isinstance(v, VariantSummary) else VariantSummary.from_json(v) for v in summary]
-    rows = [_assess(v, {**pricing, **(variant_pricing or {}).get(v.variant_id, {})}, deadline_at,
+    rows = [_assess(v, NotePricing(**{**pricing, **(variant_pricing or {}).get(v.variant_id, {})}), deadline_at,
                     deliverables, catalogs, None if measured is None else measured.get(v.variant_id, Measured()))
             for v in records]
     # a server pass's window is set by its arrival rate, not by the configuration: never ranked by it
@@ -178,9 +180,9 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
         raise PricingError("eligible configurations are priced in mixed currencies: "
                            "use one catalog currency to compare committed budgets")
     checked = " (checked against the end of each campaign window)"
-    out = [f"# Decision note: {campaign.get('name', 'campaign')}", "",
-           f"- **Question.** {markdown_text(campaign.get('question') or '') or 'not stated'}",
-           *([f"- **What ran.** {ran[0].upper()}{ran[1:]}"] if (ran := campaign.get("ran")) else []),
+    out = [f"# Decision note: {note_campaign.name}", "",
+           f"- **Question.** {markdown_text(note_campaign.question or '') or 'not stated'}",
+           *([f"- **What ran.** {what[0].upper()}{what[1:]}"] if (what := note_campaign.ran) else []),
            f"- **Deadline.** {deadline_at.isoformat() + checked if deadline_at else 'none given'}",
            f"- **Deliverables announced.** {deliverables} distinct useful corpus(es); each "
            "accepted corpus is counted once, never once per repetition.",
@@ -190,7 +192,7 @@ def decision_note(summary: Sequence[VariantSummary | dict], campaign: dict, pric
            *agreement_rule_lines(records),
            "", "## Configurations", ""]
     for a in rows:
-        out += _config_section(a, deliverables, campaign.get("text_cut") or "")
+        out += _config_section(a, deliverables, note_campaign.text_cut or "")
     out += ["## Excluded configurations", ""]
     excluded = [a for a in rows if a.exclusions]
     out += [f"- **{a.variant.label}** (`{a.variant.variant_id}`): " + "; ".join(a.exclusions)
@@ -222,7 +224,7 @@ def hardware_checks(summary: Sequence[VariantSummary], pricing: dict,
     ``measured`` (None for a configuration not priced): what report.html's chart marks read. Raises
     PricingError as decision_note does."""
     catalogs: dict[str | None, Catalog] = {}
-    return {v.variant_id: _assess(v, pricing, None, DEFAULT_DELIVERABLES, catalogs,
+    return {v.variant_id: _assess(v, NotePricing(**pricing), None, DEFAULT_DELIVERABLES, catalogs,
                                   measured.get(v.variant_id, Measured())).hardware for v in summary}
 
 
@@ -265,13 +267,13 @@ def agreement_rule_lines(records: Sequence[VariantSummary]) -> list[str]:
             "correctness: no reference answers were compared."]
 
 
-def _assess(v: VariantSummary, p: dict, deadline_at: datetime | None, deliverables: int,
+def _assess(v: VariantSummary, p: NotePricing, deadline_at: datetime | None, deliverables: int,
             catalogs: dict, measured: Measured | None = None) -> Assessment:
-    path = p.get("catalog_path")
+    path = p.catalog_path
     if path not in catalogs:
         catalogs[path] = load_catalog(path)
     catalog = catalogs[path]
-    gpu, days, lots = p.get("gpu"), p.get("days"), p.get("lots", DEFAULT_LOTS)
+    gpu, days, lots = p.gpu, p.days, p.lots
     q, missing = None, ""
     if gpu is None or days is None:
         missing = f"{NO_PACKAGE} (the campaign file has no [cost] section): nothing priced"
@@ -285,13 +287,13 @@ def _assess(v: VariantSummary, p: dict, deadline_at: datetime | None, deliverabl
         else:
             q = quote(catalog, gpu, days, lots)
     window = None
-    start, end = p.get("window_start"), p.get("window_end")
+    start, end = p.window_start, p.window_end
     if start or end:
         if not (start and end):
             raise PricingError("give both window_start and window_end for the campaign window")
-        window = parse_window(start, end, p.get("tz"))
-    cov = coverage(window, days, q.price_per_lot if q else None, q.lots if q else 1) \
-        if window is not None and days is not None else None
+        window = parse_window(start, end, p.tz)
+    cov = coverage(window, days, q.price_per_lot if q else None,  # type: ignore[arg-type]  # days as given
+                   q.lots if q else 1) if window is not None and days is not None else None
     accepted = min(deliverables, 1) if v.accepted_passes >= 1 else 0
     per_corpus = cost_per_validated_corpus(q.committed_budget, accepted) if q else None
     why = []
@@ -348,17 +350,17 @@ def _config_section(a: Assessment, deliverables: int, text_cut: str = "") -> lis
              f"{v.failures}",
              f"- {v.utilization_text()}"]
     if v.does_not_distinguish:
-        undecided = [p for p in v.pairs if not p["distinguished"]]
-        too_few = bool(undecided) and all(p["reason"].startswith(TOO_FEW) for p in undecided)
+        undecided = [p.verdict for p in v.pairs if not p.verdict.distinguished]
+        too_few = bool(undecided) and all(p.reason.startswith(TOO_FEW) for p in undecided)
         lines.append(("- Too few passes to tell the variants apart (durations_s holds "
                       f"{len(v.durations_s)}): the series does not distinguish them" if too_few else
                       "- Spread within variants is comparable to the gap between medians: "
                       "the series does not distinguish them")
                      + (f"; {v.starved_caveat()}" if v.starved_passes else ""))
     for pair in v.pairs:
-        lines.append(f"  - against `{pair['other']}`: "
-                     f"{'distinguished' if pair['distinguished'] else 'not distinguished'} "
-                     f"({pair['reason']})")
+        lines.append(f"  - against `{pair.other}`: "
+                     f"{'distinguished' if pair.verdict.distinguished else 'not distinguished'} "
+                     f"({pair.verdict.reason})")
     lines += _truncation_lines(v, text_cut)
     lines.append("- Memory: feasible" if v.memory_verdict() == "feasible"
                  else f"- Memory: {v.memory_verdict()} ({v.infeasible_reason or 'no reason given'})")
@@ -559,18 +561,17 @@ def _cards_lines(v: VariantSummary, q: Quote | None) -> list[str]:
     return [line]
 
 
-def _truncation_lines(v, text_cut: str = "") -> list[str]:
+def _truncation_lines(v: VariantSummary, text_cut: str = "") -> list[str]:
     """Share of items truncated per length bucket (from the pass predictions), at the variant's
     max_length or at ``text_cut`` when the task cuts the text itself (decision_note's campaign)."""
-    get = v.get if isinstance(v, dict) else lambda k: getattr(v, k, None)
-    shares = {b: get(f"truncated_{b}") for b in ("short", "medium", "long")}
-    if all(x is None for x in shares.values()):
+    shares = (("short", v.truncated_short), ("medium", v.truncated_medium), ("long", v.truncated_long))
+    if all(x is None for _, x in shares):
         return []
-    text = ", ".join(f"{b} {x:.0%}" for b, x in shares.items() if x is not None)
+    text = ", ".join(f"{b} {x:.0%}" for b, x in shares if x is not None)
     out = [f"- Items whose text was cut to {text_cut}: {text}" if text_cut else
-           f"- Items truncated at max_length {get('max_length') or '?'}: {text}"]
-    if shares.get("long"):
-        out.append(f"- The long bucket was judged on truncated text ({shares['long']:.0%} of its items lost "
+           f"- Items truncated at max_length {v.max_length or '?'}: {text}"]
+    if v.truncated_long:
+        out.append(f"- The long bucket was judged on truncated text ({v.truncated_long:.0%} of its items lost "
                    "tokens): its metric says nothing about the full documents")
     return out
 
@@ -580,9 +581,9 @@ def distinguished(a: VariantSummary, b: VariantSummary) -> bool:
     (:func:`lab.report.distinguish.compare_durations`): the verdict stored in ``a.pairs`` for
     two variants of one series, computed the same way for variants of different series (a
     motivation comparing medians across series rests on that pair too)."""
-    pair = next((p for p in a.pairs if p["other"] == b.variant_id), None)
+    pair = next((p for p in a.pairs if p.other == b.variant_id), None)
     if pair is not None:
-        return bool(pair["distinguished"])
+        return pair.verdict.distinguished
     return compare_durations(list(a.durations_s), list(b.durations_s)).distinguished
 
 

@@ -18,39 +18,52 @@ new user's trial: a ValueError raised in a custom entry's predict read "Memory: 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from lab.memory.feasibility import LONG
 from lab.passes.events import PassStatus
+from lab.report.pass_row import PassRow
 
 
-def _long_counts(p: dict, bucket: str) -> tuple[int, int] | None:
-    cov = p.get("coverage") or {}
-    c = cov.get(bucket)
-    return (int(c["observed"]), int(c["expected"])) if c else None
+@dataclass(frozen=True)
+class Feasibility:
+    """A variant's memory feasibility after its passes (rule in the module doc): ``feasible``, and
+    ``reason``, the evidence in words ("OOM in 2 of 5 passes; long items completed 37/100")."""
+
+    feasible: bool = True
+    reason: str = ""
 
 
-def campaign_feasibility(passes: list[dict], long_bucket: str = LONG) -> dict[str, dict]:
-    """{variant_id: {"feasible": bool, "reason": str}} from raw-table rows (rule in the module doc).
+def _long_counts(p: PassRow, bucket: str) -> tuple[int, int] | None:
+    c = (p.coverage or {}).get(bucket)
+    return (c.observed, c.expected) if c else None
 
-    Each row: ``variant_id``, ``status`` ("ok", "oom", "error", "killed", "interrupted"),
-    ``items_completed``, ``items_total``, ``coverage`` ({bucket: {"expected", "observed"}}
-    or None). Raises KeyError when a row lacks ``variant_id`` or ``status``.
+
+def _short_of_items(p: PassRow) -> bool:
+    """The pass completed fewer items than it was given (an empty count reads as 0)."""
+    return (p.items_completed or 0) < (p.items_total or 0)
+
+
+def campaign_feasibility(passes: list[PassRow], long_bucket: str = LONG) -> dict[str, Feasibility]:
+    """{variant_id: Feasibility} from typed raw-table rows (rule in the module doc).
+
+    Each row's ``status`` ("ok", "oom", "error", "killed", "interrupted"), ``items_completed``,
+    ``items_total`` and ``coverage`` ({bucket: BucketCoverage} or None) are read.
     """
-    by_variant: dict[str, list[dict]] = {}
+    by_variant: dict[str, list[PassRow]] = {}
     for p in passes:
-        by_variant.setdefault(p["variant_id"], []).append(p)
+        by_variant.setdefault(p.variant_id, []).append(p)
     out = {}
     for vid, rows in by_variant.items():
-        statuses = [p["status"] for p in rows]
-        judged = [p for p, st in zip(rows, statuses, strict=True)
-                  if st not in (PassStatus.INTERRUPTED, PassStatus.SKIPPED)]
-        n_int = statuses.count(PassStatus.INTERRUPTED)
-        n_oom = sum(p["status"] == PassStatus.OOM for p in judged)
+        judged = [p for p in rows if p.status not in (PassStatus.INTERRUPTED, PassStatus.SKIPPED)]
+        n_int = sum(p.status == PassStatus.INTERRUPTED for p in rows)
+        n_oom = sum(p.status == PassStatus.OOM for p in judged)
         incomplete, worst = 0, None
         crash_after_long = errors_before_long = 0
         for p in judged:
             lc = _long_counts(p, long_bucket)
-            if p["status"] == PassStatus.ERROR:  # no memory evidence either way (module doc)
-                if (lc[0] < lc[1]) if lc is not None else p.get("items_completed", 0) < p.get("items_total", 0):
+            if p.status == PassStatus.ERROR:  # no memory evidence either way (module doc)
+                if (lc[0] < lc[1]) if lc is not None else _short_of_items(p):
                     errors_before_long += 1
                 else:
                     crash_after_long += 1
@@ -60,10 +73,10 @@ def campaign_feasibility(passes: list[dict], long_bucket: str = LONG) -> dict[st
                 if worst is None or lc[0] * worst[1] < worst[0] * lc[1]:
                     worst = lc
             else:
-                short_of_long = p["status"] != PassStatus.OK and p.get("items_completed", 0) < p.get("items_total", 0)
-            if short_of_long and p["status"] != PassStatus.OOM:
+                short_of_long = p.status != PassStatus.OK and _short_of_items(p)
+            if short_of_long and p.status != PassStatus.OOM:
                 incomplete += 1
-            elif not short_of_long and p["status"] == PassStatus.KILLED:
+            elif not short_of_long and p.status == PassStatus.KILLED:
                 crash_after_long += 1
         parts = []
         if n_oom:
@@ -89,5 +102,5 @@ def campaign_feasibility(passes: list[dict], long_bucket: str = LONG) -> dict[st
                 parts.append(f"{crash_after_long} crash(es) after the {long_bucket} items: a validation matter")
         if n_int:
             parts.append(f"{n_int} interrupted pass(es) not counted")
-        out[vid] = {"feasible": feasible, "reason": "; ".join(parts)}
+        out[vid] = Feasibility(feasible, "; ".join(parts))
     return out

@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import pandas as pd
 
 from lab.facts.constants import AGREEMENT
@@ -23,6 +24,7 @@ from lab.passes.events import PassStatus
 from lab.passes.observed import NOT_OBSERVABLE
 from lab.passes.records import PHASES, Attempt, Observed, PassResult, Phases, Validation
 from lab.report.condition_cells import CONDITIONS, INT_CONDITIONS, condition_cells
+from lab.report.result_parts import BucketCut, CardIdentity, CardPeaks, EngineMemory, EngineRecord, Scheduler
 from lab.report.served_cells import SERVED, served_cells, served_notes
 
 OBSERVED = ("dtype", "device", "attention", "threads_declared", "threads", "compile", "quantization",
@@ -189,8 +191,9 @@ def raw_rows(attempts: list[Attempt], campaign: str, protocol_version: int, camp
             notes.append("observed values " + ("partly " if seen else "") + "not recorded: the pass ended before "
                          + ("the end of the measured window" if seen else "the measured window")
                          + " (or its runner predates observation)")
+        cuts = msgspec.convert(r.truncated_by_bucket or {}, dict[str, BucketCut | None])
         for b in TRUNCATED:
-            row[b] = ((r.truncated_by_bucket or {}).get(b.removeprefix("truncated_")) or {}).get("fraction")
+            row[b] = (cuts.get(b.removeprefix("truncated_")) or BucketCut()).fraction
         if r.entry is not None and any(row[k] is not None for k in ENTRY_CUTS):
             row.update(dict.fromkeys(ENTRY_CUTS))  # result.json keeps the lab tokenizer's count, never claimed
             notes.append(ENTRY_CUTS_NOTE)
@@ -238,11 +241,11 @@ def raw_rows(attempts: list[Attempt], campaign: str, protocol_version: int, camp
             notes.append("validation: " + "; ".join(val.reasons))
         for k in PEAKS:
             row[k] = peaks.get(k)
-        mem = r.engine_memory or {}
-        row.update(engine_reserved_bytes=mem.get("reserved_bytes"), engine_reserved_fraction=mem.get("fraction"),
-                   engine_reserved_of=mem.get("of"), engine_kv_blocks=mem.get("num_kv_blocks"),
-                   engine_rss_bytes=json.dumps(mem["engine_rss_bytes"], sort_keys=True)
-                   if mem.get("engine_rss_bytes") else None)
+        mem = engine_memory(r)
+        row.update(engine_reserved_bytes=mem.reserved_bytes, engine_reserved_fraction=mem.fraction,
+                   engine_reserved_of=mem.of, engine_kv_blocks=mem.num_kv_blocks,
+                   engine_rss_bytes=json.dumps(mem.engine_rss_bytes, sort_keys=True)
+                   if mem.engine_rss_bytes else None)
         if r.cards_missing:
             notes.append(f"cards {r.cards_missing} left no record: their figures are not in this row")
         reasons = peaks.get("reasons") or {}
@@ -296,7 +299,7 @@ def engine_notes(variant: Variant | None, result: PassResult) -> list[str]:
     (``engine_memory``; lab.passes.tasks.vllm_job, lab.engines.vllm.reservation). ``variant``: the
     attempt's declared Variant (None: no declared cells)."""
     declared = "true" if _declared(variant, "compile") else "false"
-    eager = ((result.engine or {}).get("scheduler") or {}).get("enforce_eager")
+    eager = (msgspec.convert(result.engine or {}, EngineRecord).scheduler or Scheduler()).enforce_eager
     eager_text = ("vLLM did not record its enforce_eager" if eager is None
                   else f"vLLM ran enforce_eager {'true' if eager else 'false'}")
     out = ["vLLM pass: its weights load and its KV cache is reserved in engine_start_s (set-up, outside "
@@ -312,12 +315,12 @@ def engine_notes(variant: Variant | None, result: PassResult) -> list[str]:
                       else "did not report how many sequences it ran together")
                    + f" (its limits: max_num_seqs {obs.max_num_seqs}, max_num_batched_tokens "
                    f"{obs.max_num_batched_tokens})")
-    mem = result.engine_memory or {}
-    if mem:
+    if result.engine_memory:
+        mem = engine_memory(result)
         out.append(f"engine_reserved_bytes: vLLM's up-front reservation (weights + KV cache), fraction "
-                   f"{mem.get('fraction')} of {mem.get('of')}, in the engine's own processes: never added to "
+                   f"{mem.fraction} of {mem.of}, in the engine's own processes: never added to "
                    "peak_allocated_bytes or process_peak_rss_bytes (the lab process's)")
-        out += [f"empty {k} cell: {why}" for k, why in sorted((mem.get("reasons") or {}).items())]
+        out += [f"empty {k} cell: {why}" for k, why in sorted(mem.reasons.items())]
     return out
 
 
@@ -354,18 +357,28 @@ def observed_cards(result: PassResult) -> dict:
     (JSON list, one record per card with its own peaks in bytes; never added across cards).
     Empty cells when the pass ended before its devices were resolved.
     """
-    devices = [d for d in result.devices or [] if d is not None]
-    per_card = result.per_card
+    devices = card_identities(result)
+    per_card = msgspec.convert(result.per_card, list[CardPeaks]) if result.per_card is not None else None
     if per_card is None and result.peaks:  # one card: its peaks are the card's
-        per_card = [{"card": 0, "device": result.device, "peaks": result.peaks}]
-    mem = [{"card": c["card"], "device": c.get("device"),
+        per_card = [CardPeaks(card=0, device=result.device, peaks=result.peaks)]
+    mem = [{"card": c.card, "device": c.device,
             "scope": "this card's worker process and device only; never added across cards",
-            **{k: (c.get("peaks") or {}).get(k) for k in PEAKS}} for c in per_card or []]
-    text = "; ".join(f"card {d['rank']}: {d['device']} {d.get('name') or ''}"
-                     + (f" {d['uuid']}" if d.get("uuid") else "") + f" @{d.get('hostname', '')}"
+            **{k: (c.peaks or {}).get(k) for k in PEAKS}} for c in per_card or []]
+    text = "; ".join(f"card {d.rank}: {d.device} {d.name or ''}"
+                     + (f" {d.uuid}" if d.uuid else "") + f" @{d.hostname}"
                      for d in devices)
     return {"cards_observed": len(devices) if devices else None, "devices_observed": text or None,
             "per_card_memory": json.dumps(mem) if mem else None}
+
+
+def card_identities(result: PassResult) -> list[CardIdentity]:
+    """The cards of a pass's result.json ``devices`` (None entries left out), decoded once."""
+    return msgspec.convert([d for d in result.devices or [] if d is not None], list[CardIdentity])
+
+
+def engine_memory(result: PassResult) -> EngineMemory:
+    """result.json ``engine_memory`` decoded (every figure None for a pass with none)."""
+    return msgspec.convert(result.engine_memory or {}, EngineMemory)
 
 
 def pass_cards(result: PassResult) -> tuple[tuple[str, str | None], ...]:
@@ -377,7 +390,7 @@ def pass_cards(result: PassResult) -> tuple[tuple[str, str | None], ...]:
     backend = result.backend or result.device
     if not backend:
         return ()
-    names = [d.get("name") for d in result.devices or [] if d is not None]
+    names = [d.name for d in card_identities(result)]
     return tuple((backend, name) for name in names) or ((backend, None),)
 
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Generic, TypeVar
 
+import msgspec
 import pandas as pd
 
 from lab.cost.hardware import HardwareCheck
@@ -30,9 +31,10 @@ from lab.kinds.kind import differing_share
 from lab.passes.events import PassStatus
 from lab.passes.records import Attempt, Validation, rejected_text
 from lab.report.caveats import Basis
-from lab.report.condition_cells import is_starved, starved_text
-from lab.report.distinguish import compare_durations
-from lab.report.served_cells import HOLDS, SERVED_FIGURES
+from lab.report.condition_cells import starved_text
+from lab.report.distinguish import PairVerdict, compare_durations
+from lab.report.long_items import Feasibility, campaign_feasibility
+from lab.report.pass_row import BucketCoverage, Number, PassRow, pass_rows
 
 T = TypeVar("T")
 
@@ -60,6 +62,37 @@ def median_pass_throughput(items: float | None, durations_s) -> float | None:
     if not items or not ds:
         return None
     return float(items) / statistics.median(ds)
+
+
+class _PairHead(msgspec.Struct, frozen=True):
+    """What a pair of summary.json holds besides its PairVerdict fields."""
+
+    other: str
+    starved_passes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class VariantPair:
+    """A variant's verdict against ``other`` (a variant id of a series they share): the
+    durations' PairVerdict (lab.report.distinguish.compare_durations), whose reason names the
+    starved passes among the durations of either, their ids in ``starved_passes``
+    (lab.passes.conditions.starvation; () when none). In summary.json: {"other": variant_id,
+    **PairVerdict.to_json(), "starved_passes": [pass_id, ...] only when some were starved}."""
+
+    other: str
+    verdict: PairVerdict
+    starved_passes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        """One object of a summary.json variant's ``pairs``."""
+        return {"other": self.other, **self.verdict.to_json(),
+                **({"starved_passes": list(self.starved_passes)} if self.starved_passes else {})}
+
+    @classmethod
+    def from_json(cls, d: dict) -> VariantPair:
+        """Inverse of ``to_json``."""
+        head = msgspec.convert(d, _PairHead)
+        return cls(head.other, msgspec.convert(d, PairVerdict), head.starved_passes)
 
 
 @dataclass(frozen=True)
@@ -99,9 +132,8 @@ class VariantSummary:
     peak_reserved_bytes_max: int | None = None
     does_not_distinguish: bool = False
     does_not_distinguish_from: tuple[str, ...] = ()
-    pairs: tuple[dict, ...] = ()
-    """One verdict per other variant of the series: {"other": variant_id, **PairVerdict.to_json()}
-    (lab.report.distinguish)."""
+    pairs: tuple[VariantPair, ...] = ()
+    """One verdict per other variant of the series (lab.report.distinguish)."""
     truncated_short: float | None = None
     truncated_medium: float | None = None
     truncated_long: float | None = None
@@ -283,7 +315,9 @@ class VariantSummary:
 
     def to_json(self) -> dict:
         """Plain dict (tuples as lists): one object of summary.json."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        out = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        out["pairs"] = [p.to_json() for p in self.pairs]
+        return out
 
     @classmethod
     def from_json(cls, d: dict) -> "VariantSummary":
@@ -291,7 +325,7 @@ class VariantSummary:
         unknown = set(d) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"variant summary: unknown key(s) {', '.join(sorted(unknown))}")
-        return cls(**d)
+        return cls(**{**d, "pairs": tuple(VariantPair.from_json(p) for p in d.get("pairs") or ())})
 
 
 @dataclass(frozen=True)
@@ -349,98 +383,108 @@ def read_summary(path: Path) -> list[VariantSummary]:
     return [VariantSummary.from_json(d) for d in json.loads(Path(path).read_text())]
 
 
-def summarize(rows: list[dict], feasibility: dict | None = None,
+def summarize(rows: list[dict], feasibility: dict[str, Feasibility] | None = None,
               validations: dict[str, Validation] | None = None) -> list[VariantSummary]:
+    """``summarize_rows`` of raw_rows' dicts, each decoded once into a PassRow."""
+    return summarize_rows(pass_rows(rows), feasibility, validations)
+
+
+def summarize_rows(rows: list[PassRow], feasibility: dict[str, Feasibility] | None = None,
+                   validations: dict[str, Validation] | None = None) -> list[VariantSummary]:
     """One record per variant (in first-seen order). Durations are measured-window seconds of
     passes with status ok; ``failures`` counts every other attempt (oom, error, killed,
     interrupted; a rate search's skipped slots are ``served_skipped``, never failures).
     ``accepted_passes`` counts rows with corpus_accepted true.
 
-    ``validations``: each pass's typed validation by pass id (the journal's); the quality
+    ``feasibility``: each variant's memory feasibility (lab.report.long_items; feasible when
+    absent). ``validations``: each pass's typed validation by pass id (the journal's); the quality
     verdict of a variant with no accepted pass is ``quality_verdict`` of them.
     """
-    order: list[str] = []
-    by: dict[str, list[dict]] = {}
+    by: dict[str, list[PassRow]] = {}
     for r in rows:
-        if r["variant_id"] not in by:
-            order.append(r["variant_id"])
-            by[r["variant_id"]] = []
-        by[r["variant_id"]].append(r)
+        by.setdefault(r.variant_id, []).append(r)
     out = []
-    for vid in order:
-        rs = by[vid]
-        ok = [r for r in rs if r["status"] == PassStatus.OK and r.get("measured_s") is not None]
-        d = [round(float(r["measured_s"]), 6) for r in ok]
-        items = _largest(ok, "items_total")
-        metrics = [r["metric"] for r in rs if r.get("metric") is not None]
-        accepted = sum(1 for r in rs if r.get("corpus_accepted") is True)
+    for vid, rs in by.items():
+        ok = [r for r in rs if r.status == PassStatus.OK and r.measured_s is not None]
+        d = [round(float(r.measured_s), 6) for r in ok if r.measured_s is not None]
+        items = _largest(r.items_total for r in ok)
+        metrics = [r.metric for r in rs if r.metric is not None]
+        accepted = sum(1 for r in rs if r.corpus_accepted is True)
         first = rs[0]
-        statuses = [r["status"] for r in rs]
-        failures = [r for r, st in zip(rs, statuses, strict=True) if st not in (PassStatus.OK, PassStatus.SKIPPED)]
-        verdict = (SKIPPED_VERDICT if statuses.count(PassStatus.SKIPPED) == len(rs) else
-                   quality_verdict(accepted, len(rs), [(validations or {}).get(r["pass_id"]) for r in rs
-                                                       if "pass_id" in r]))
-        feas = (feasibility or {}).get(vid, {"feasible": True, "reason": ""})
-        out.append({
-            "variant_id": vid, "label": first["variant_label"], "variant_name": first.get("variant_name"),
-            "series": first.get("series"), "batch_size": first.get("batch_size"),
-            "precision": first.get("precision"), "bucketing": first.get("bucketing"),
-            "cards": first.get("cards"),
-            "cards_observed": _largest(ok, "cards_observed"),
-            "durations_s": d, "median_s": statistics.median(d) if d else None,
-            "min_s": min(d) if d else None, "max_s": max(d) if d else None,
-            "successes": len(ok), "failures": len(failures),
-            "failure_kinds": sorted({r["status"] for r in failures}),
-            "items_per_s_median": median_pass_throughput(items, d),
-            "metric_median": statistics.median(metrics) if metrics else None,
-            "accepted_passes": accepted, "quality_verdict": verdict,
-            "feasible": feas["feasible"], "infeasible_reason": feas.get("reason", ""),
-            "peak_rss_bytes_max": _largest(rs, "process_peak_rss_bytes"),
-            "peak_allocated_bytes_max": _largest(rs, "peak_allocated_bytes"),
-            "peak_reserved_bytes_max": _largest(rs, "peak_reserved_bytes"),
+        failures = [r for r in rs if r.status not in (PassStatus.OK, PassStatus.SKIPPED)]
+        skipped = sum(r.status == PassStatus.SKIPPED for r in rs)
+        checked = [(validations or {}).get(r.pass_id) for r in rs if r.pass_id is not None]
+        feas = (feasibility or {}).get(vid, Feasibility())
+        out.append(VariantSummary(
+            variant_id=vid, label=first.variant_label, variant_name=first.variant_name,  # type: ignore[arg-type]
+            series=first.series, batch_size=first.batch_size, precision=first.precision,
+            bucketing=first.bucketing, cards=first.cards,
+            cards_observed=_largest(r.cards_observed for r in ok),
+            durations_s=tuple(d), median_s=statistics.median(d) if d else None,
+            min_s=min(d) if d else None, max_s=max(d) if d else None,
+            successes=len(ok), failures=len(failures),
+            failure_kinds=tuple(sorted({r.status for r in failures})),
+            items_per_s_median=median_pass_throughput(items, d),
+            metric_median=statistics.median(metrics) if metrics else None,
+            accepted_passes=accepted,
+            quality_verdict=SKIPPED_VERDICT if skipped == len(rs) else quality_verdict(accepted, len(rs), checked),
+            feasible=feas.feasible, infeasible_reason=feas.reason,
+            peak_rss_bytes_max=_largest(r.process_peak_rss_bytes for r in rs),
+            peak_allocated_bytes_max=_largest(r.peak_allocated_bytes for r in rs),
+            peak_reserved_bytes_max=_largest(r.peak_reserved_bytes for r in rs),
             **_perf_medians(ok),
-            "does_not_distinguish": False, "does_not_distinguish_from": [], "pairs": [],
-            **{k: max((float(r[k]) for r in rs if r.get(k) is not None), default=None)
-               for k in ("truncated_short", "truncated_medium", "truncated_long")},
-            "max_length": first.get("max_length"),
-            "items_total": items,
-            "output_tokens": max((int(r["output_tokens"]) for r in ok if _known(r.get("output_tokens"))),
-                                 default=None),
-            "output_tokens_per_s_median": _median_known([r.get("output_tokens_per_s") for r in ok]),
-            **_quality_figures([(validations or {}).get(r["pass_id"]) for r in rs if "pass_id" in r]),
-            **_served_figures(first.get("request_rate"), ok, statuses.count(PassStatus.SKIPPED)),
-            "starved_passes": [{"pass_id": r["pass_id"], "reason": r.get("starved_reason") or ""}
-                               for r in ok if is_starved(r)],
-        })
-    _flag_indistinct(out)
-    return [VariantSummary(**d) for d in out]
+            truncated_short=_most(r.truncated_short for r in rs),
+            truncated_medium=_most(r.truncated_medium for r in rs),
+            truncated_long=_most(r.truncated_long for r in rs),
+            max_length=first.max_length,
+            items_total=items,
+            output_tokens=max((r.output_tokens for r in ok if r.output_tokens is not None), default=None),
+            output_tokens_per_s_median=_median_known([r.output_tokens_per_s for r in ok]),
+            **_quality_figures(checked),
+            **_served_figures(first.request_rate, ok, skipped),
+            starved_passes=tuple({"pass_id": r.pass_id, "reason": r.starved_reason or ""}
+                                 for r in ok if r.starved),
+        ))
+    return _flag_indistinct(out)
 
 
-def _largest(rows: list[dict], column: str):
-    """The largest non-empty, non-zero value of ``column`` over ``rows``; None when none."""
-    return max((r[column] for r in rows if r.get(column)), default=None)
+def _largest(values: Iterable[T]) -> T | None:
+    """The largest non-empty, non-zero of ``values``; None when none."""
+    return max((v for v in values if v), default=None)  # type: ignore[type-var]
+
+
+def _most(values: Iterable[Number | None]) -> float | None:
+    """The largest known of ``values`` as a float; None when none is known."""
+    return max((float(v) for v in values if v is not None), default=None)
 
 
 SKIPPED_VERDICT = "not run: skipped by the rate search in every repetition"
 """The quality verdict of a server variant a rate search never ran (lab.orchestration.search)."""
 
-SPREAD = ("served_achieved_rate", "served_ttft_p99_s", "served_tpot_p99_s", "served_e2el_p99_s")
-"""The served figures whose worst pass a server variant's summary keeps beside the median."""
-LOWEST = ("served_achieved_rate",)
-"""Of SPREAD, those whose worst pass is the lowest (the others: the highest)."""
 
-
-def _served_figures(rate: float | None, ok: list[dict], skipped: int) -> dict:
+def _served_figures(rate: Number | None, ok: list[PassRow], skipped: int) -> dict:
     """A server variant's fields of VariantSummary: its declared ``rate``, from its passes ok the
-    served figures (lab.report.served_cells), and its ``skipped`` slots (a rate search's SKIPPED
-    rows); {} for an offline variant (the defaults stand)."""
+    served figures (lab.report.served_cells.SERVED_FIGURES, each as ``<column>_median``) and the
+    worst pass of each (the lowest achieved rate, the highest p99 latencies), and its ``skipped``
+    slots (a rate search's SKIPPED rows); {} for an offline variant (the defaults stand)."""
     if rate is None:
         return {}
-    known = {c: [float(r[c]) for r in ok if r.get(c) is not None] for c in SPREAD}
-    return {"request_rate": rate, "served_holds": sum(r.get(HOLDS) is True for r in ok), "served_skipped": skipped,
-            **{f"{c}_{'min' if c in LOWEST else 'max'}": (min(v) if c in LOWEST else max(v)) if v else None
-               for c, v in known.items()},
-            **{f"{c}_median": _median_known([r.get(c) for r in ok]) for c in SERVED_FIGURES}}
+    rates = [r.served_achieved_rate for r in ok if r.served_achieved_rate is not None]
+    ttft = [r.served_ttft_p99_s for r in ok if r.served_ttft_p99_s is not None]
+    tpot = [r.served_tpot_p99_s for r in ok if r.served_tpot_p99_s is not None]
+    e2el = [r.served_e2el_p99_s for r in ok if r.served_e2el_p99_s is not None]
+    return {"request_rate": rate, "served_holds": sum(r.served_objective_holds is True for r in ok),
+            "served_skipped": skipped,
+            "served_achieved_rate_median": _median_known([r.served_achieved_rate for r in ok]),
+            "served_goodput_median": _median_known([r.served_goodput for r in ok]),
+            "served_ttft_p99_s_median": _median_known([r.served_ttft_p99_s for r in ok]),
+            "served_tpot_p99_s_median": _median_known([r.served_tpot_p99_s for r in ok]),
+            "served_e2el_p99_s_median": _median_known([r.served_e2el_p99_s for r in ok]),
+            "served_lag_p99_s_median": _median_known([r.served_lag_p99_s for r in ok]),
+            "served_achieved_rate_min": float(min(rates)) if rates else None,
+            "served_ttft_p99_s_max": float(max(ttft)) if ttft else None,
+            "served_tpot_p99_s_max": float(max(tpot)) if tpot else None,
+            "served_e2el_p99_s_max": float(max(e2el)) if e2el else None}
 
 
 def _quality_figures(validations: list[Validation | None]) -> dict:
@@ -481,12 +525,10 @@ def campaign_summary(rows: list[dict], attempts: list[Attempt]) -> list[VariantS
     each variant's feasibility from lab.report.long_items (memory before cost, SPEC 3.9), which
     reads the coverage of each attempt's validation. The one summary of the report and of
     ``archive verify``'s re-derivation."""
-    from lab.report.long_items import campaign_feasibility
-
     validations = {a.pass_id: a.validation for a in attempts if a.validation is not None}
-    cov = {pid: v.coverage for pid, v in validations.items()}
-    return summarize(rows, campaign_feasibility([{**r, "coverage": cov.get(r["pass_id"])} for r in rows]),
-                     validations)
+    cov = {pid: msgspec.convert(v.coverage, dict[str, BucketCoverage]) for pid, v in validations.items()}
+    typed = [msgspec.structs.replace(r, coverage=cov.get(r.pass_id or "")) for r in pass_rows(rows)]
+    return summarize_rows(typed, campaign_feasibility(typed), validations)
 
 
 def _known(value) -> bool:
@@ -500,46 +542,48 @@ def _median_known(values: list) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def _perf_medians(ok: list[dict]) -> dict:
+def _perf_medians(ok: list[PassRow]) -> dict:
     """Medians over passes ok of the utilization figures (FLOP/s, fraction; None if none),
     and the most recompilations seen in one measured window (compile = true variants)."""
-    out = {}
-    for k in ("achieved_flop_per_s", "ceiling_flop_per_s", "utilization"):
-        xs = [float(r[k]) for r in ok if r.get(k) is not None and not pd.isna(r.get(k))]
-        out[f"{k}_median"] = statistics.median(xs) if xs else None
-    rc = [int(r["recompiles_measured"]) for r in ok if r.get("recompiles_measured") is not None
-          and not pd.isna(r.get("recompiles_measured"))]
-    out["recompiles_measured_max"] = max(rc) if rc else None
-    out["recompiled_passes"] = sum(1 for x in rc if x > 0)
-    return out
+    rc = [r.recompiles_measured for r in ok if r.recompiles_measured is not None]
+    return {"achieved_flop_per_s_median": _median_known([r.achieved_flop_per_s for r in ok]),
+            "ceiling_flop_per_s_median": _median_known([r.ceiling_flop_per_s for r in ok]),
+            "utilization_median": _median_known([r.utilization for r in ok]),
+            "recompiles_measured_max": max(rc) if rc else None,
+            "recompiled_passes": sum(1 for x in rc if x > 0)}
 
 
-def _flag_indistinct(summary: list[dict]) -> None:
+def _flag_indistinct(summary: list[VariantSummary]) -> list[VariantSummary]:
+    """``summary`` with each variant's ``pairs`` against every other variant of a series it shares,
+    and ``does_not_distinguish(_from)`` where the measurements do not tell them apart (module doc)."""
+    out = []
     for a in summary:
+        pairs = []
         for b in summary:
-            if (a is b or not series_names(a["series"]) & series_names(b["series"])
-                    or a["median_s"] is None or b["median_s"] is None):
+            if (a is b or not series_names(a.series) & series_names(b.series)
+                    or a.median_s is None or b.median_s is None):
                 continue
-            verdict = compare_durations(a["durations_s"], b["durations_s"])
-            pair = {"other": b["variant_id"], **verdict.to_json()}
-            starved = a["starved_passes"] + b["starved_passes"]
+            verdict = compare_durations(list(a.durations_s), list(b.durations_s))
+            starved = a.starved_passes + b.starved_passes
             if starved:  # a gap (or a spread) made by a host short of CPU is not the variants'
-                pair["reason"] += "; " + starved_text(starved)
-                pair["starved_passes"] = [p["pass_id"] for p in starved]
-            a["pairs"].append(pair)
-            if not verdict.distinguished:
-                a["does_not_distinguish"] = True
-                a["does_not_distinguish_from"].append(b["variant_id"])
+                pairs.append(VariantPair(b.variant_id, replace(verdict, reason=f"{verdict.reason}; "
+                                                                         f"{starved_text(starved)}"),
+                                         tuple(x["pass_id"] for x in starved)))
+            else:
+                pairs.append(VariantPair(b.variant_id, verdict))
+        undecided = tuple(x.other for x in pairs if not x.verdict.distinguished)
+        out.append(replace(a, pairs=tuple(pairs), does_not_distinguish=bool(undecided),
+                           does_not_distinguish_from=undecided))
+    return out
 
 
 def summary_table(summary: list[VariantSummary]) -> pd.DataFrame:
     df = pd.DataFrame([s.to_json() for s in summary], columns=[f.name for f in fields(VariantSummary)])
-    df["durations_s"] = df["durations_s"].map(lambda d: " ".join(f"{x:.3f}" for x in d))
-    df["does_not_distinguish_from"] = df["does_not_distinguish_from"].map(" ".join)
-    df["failure_kinds"] = df["failure_kinds"].map(" ".join)
-    df["starved_passes"] = df["starved_passes"].map(lambda ps: "; ".join(f"{p['pass_id']}: {p['reason']}"
-                                                                         for p in ps))
-    df["pairs"] = df["pairs"].map(lambda ps: "; ".join(f"{p['other']}: {p['reason']}" for p in ps))
+    df["durations_s"] = [" ".join(f"{x:.3f}" for x in s.durations_s) for s in summary]
+    df["does_not_distinguish_from"] = [" ".join(s.does_not_distinguish_from) for s in summary]
+    df["failure_kinds"] = [" ".join(s.failure_kinds) for s in summary]
+    df["starved_passes"] = ["; ".join(f"{p['pass_id']}: {p['reason']}" for p in s.starved_passes) for s in summary]
+    df["pairs"] = ["; ".join(f"{p.other}: {p.verdict.reason}" for p in s.pairs) for s in summary]
     return df
 
 

@@ -122,9 +122,10 @@ def test_does_not_distinguish_is_stated_when_the_median_decides():
 def test_one_pass_each_is_too_few_passes_never_a_spread_comparable_to_the_gap():
     """Issue 35 item 7: with n = 1 there is no spread; the note says the sizes decide."""
     from lab.report.distinguish import compare_durations
+    from lab.report.summary import VariantPair
 
     one = compare_durations([12.1], [15.0])
-    pair = {"other": "b8", "distinguished": one.distinguished, "reason": one.reason}
+    pair = VariantPair("b8", one)
     summary = [variant("b4", "batch 4", durations_s=[12.1], median_s=12.1, min_s=12.1, max_s=12.1,
                        does_not_distinguish=True, pairs=[pair]),
                variant("b8", "batch 8", durations_s=[15.0], median_s=15.0, min_s=15.0, max_s=15.0,
@@ -135,7 +136,7 @@ def test_one_pass_each_is_too_few_passes_never_a_spread_comparable_to_the_gap():
     # with enough passes whose ranges overlap, the spread is what keeps them apart
     many = compare_durations(spread(12.2), spread(12.25))
     summary[0] = variant("b4", "batch 4", does_not_distinguish=True,
-                         pairs=[{"other": "b8", "distinguished": many.distinguished, "reason": many.reason}])
+                         pairs=[VariantPair("b8", many)])
     assert "comparable to the gap between medians" in section(decision_note(summary, CAMPAIGN, PRICING), "batch 4")
 
 

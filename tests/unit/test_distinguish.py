@@ -49,8 +49,8 @@ def test_summary_flags_per_pair_not_against_everything():
     # old rule: batch 4's 64.6 s spread made every pair "not distinguished"
     assert by["v-1"].does_not_distinguish_from == ("v-8",)
     assert by["v-4"].does_not_distinguish is False
-    assert {p["other"] for p in by["v-4"].pairs} == {"v-1", "v-8"}
-    assert all(p["distinguished"] for p in by["v-4"].pairs)
+    assert {p.other for p in by["v-4"].pairs} == {"v-1", "v-8"}
+    assert all(p.verdict.distinguished for p in by["v-4"].pairs)
 
 
 def test_decision_note_judges_the_pair_it_tie_breaks():

@@ -5,10 +5,16 @@ import pytest
 
 from lab.memory.estimate import EncoderShape, activation_bytes_per_item
 from lab.memory.feasibility import batch_fits, device_budget_bytes
-from lab.report.long_items import campaign_feasibility
+from lab.report.long_items import Feasibility, campaign_feasibility
+from lab.report.pass_row import pass_rows
 
 MINILM = EncoderShape(384, 12, 1536, 6, 22_720_916, "sdpa")
 GIB = 2**30
+
+
+def feasibility(rows):
+    """campaign_feasibility of hand-made raw-table rows, typed as summary.campaign_summary types them."""
+    return campaign_feasibility(pass_rows(rows))
 
 
 def row(vid, status, long_obs=100, done=1000, coverage=True):
@@ -20,53 +26,53 @@ def row(vid, status, long_obs=100, done=1000, coverage=True):
 def test_oom_in_some_passes_makes_the_variant_infeasible_with_the_reason_in_words():
     passes = [row("b8", "ok"), row("b8", "oom", long_obs=37, done=937), row("b8", "ok"),
               row("b8", "oom", long_obs=52, done=952), row("b8", "ok")]
-    v = campaign_feasibility(passes)["b8"]
-    assert v == {"feasible": False, "reason": "OOM in 2 of 5 passes; long items completed 37/100"}
+    v = feasibility(passes)["b8"]
+    assert v == Feasibility(False, "OOM in 2 of 5 passes; long items completed 37/100")
 
 
 def test_complete_passes_are_feasible():
-    v = campaign_feasibility([row("b1", "ok")] * 5)["b1"]
-    assert v["feasible"] is True and "5 pass(es) judged" in v["reason"]
+    v = feasibility([row("b1", "ok")] * 5)["b1"]
+    assert v.feasible is True and "5 pass(es) judged" in v.reason
 
 
 def test_interrupted_passes_alone_do_not_make_a_variant_infeasible():
-    out = campaign_feasibility([row("b4", "ok"), row("b4", "interrupted", long_obs=3, done=40),
+    out = feasibility([row("b4", "ok"), row("b4", "interrupted", long_obs=3, done=40),
                                 row("x", "interrupted", long_obs=0, done=10)])
-    assert out["b4"]["feasible"] is True and "1 interrupted pass(es) not counted" in out["b4"]["reason"]
-    assert out["x"]["feasible"] is True and "no pass judged yet" in out["x"]["reason"]
+    assert out["b4"].feasible is True and "1 interrupted pass(es) not counted" in out["b4"].reason
+    assert out["x"].feasible is True and "no pass judged yet" in out["x"].reason
 
 
 def test_long_bucket_incomplete_without_oom_is_infeasible():
-    out = campaign_feasibility([row("b8", "ok"), row("b8", "killed", long_obs=80, done=980)])
-    assert out["b8"]["feasible"] is False
-    assert out["b8"]["reason"] == "long items incomplete in 1 of 2 passes without OOM; long items completed 80/100"
+    out = feasibility([row("b8", "ok"), row("b8", "killed", long_obs=80, done=980)])
+    assert out["b8"].feasible is False
+    assert out["b8"].reason == "long items incomplete in 1 of 2 passes without OOM; long items completed 80/100"
 
 
 def test_killed_pass_without_coverage_cannot_show_its_long_items():
-    v = campaign_feasibility([row("b8", "killed", done=500, coverage=False)])["b8"]
-    assert v["feasible"] is False and "not shown complete" in v["reason"]
+    v = feasibility([row("b8", "killed", done=500, coverage=False)])["b8"]
+    assert v.feasible is False and "not shown complete" in v.reason
 
 
 @pytest.mark.parametrize("coverage", [True, False])
 def test_an_error_before_the_long_items_is_no_memory_evidence(coverage):
     """An exception in the user's predict (status "error") stops a pass before its long items:
     the variant is not infeasible for memory (its failure verdict excludes it), and says why."""
-    v = campaign_feasibility([row("b8", "error", long_obs=0, done=12, coverage=coverage)])["b8"]
-    assert v["feasible"] is True
-    assert v["reason"] == ("no pass judged yet (feasibility not shown, not refuted); 1 pass(es) failed with an error "
+    v = feasibility([row("b8", "error", long_obs=0, done=12, coverage=coverage)])["b8"]
+    assert v.feasible is True
+    assert v.reason == ("no pass judged yet (feasibility not shown, not refuted); 1 pass(es) failed with an error "
                            "that is not a memory failure before the long items: no memory evidence (a failure verdict)")
     # beside a pass that completed, the complete one is the evidence, the error is named
-    v = campaign_feasibility([row("b8", "ok"), row("b8", "error", long_obs=0, done=12, coverage=coverage)])["b8"]
-    assert v["feasible"] is True and v["reason"].startswith("1 pass(es) judged, none ran out of memory")
-    assert "1 pass(es) failed with an error that is not a memory failure" in v["reason"]
+    v = feasibility([row("b8", "ok"), row("b8", "error", long_obs=0, done=12, coverage=coverage)])["b8"]
+    assert v.feasible is True and v.reason.startswith("1 pass(es) judged, none ran out of memory")
+    assert "1 pass(es) failed with an error that is not a memory failure" in v.reason
     # an OOM in another pass still decides
-    v = campaign_feasibility([row("b8", "oom", long_obs=10, done=910), row("b8", "error", long_obs=0, done=12)])["b8"]
-    assert v["feasible"] is False and v["reason"].startswith("OOM in 1 of 2 passes")
+    v = feasibility([row("b8", "oom", long_obs=10, done=910), row("b8", "error", long_obs=0, done=12)])["b8"]
+    assert v.feasible is False and v.reason.startswith("OOM in 1 of 2 passes")
 
 
 def test_crash_after_the_long_items_is_a_validation_matter_not_feasibility():
-    v = campaign_feasibility([row("b8", "error", long_obs=100, done=999)])["b8"]
-    assert v["feasible"] is True and "crash(es) after the long items" in v["reason"]
+    v = feasibility([row("b8", "error", long_obs=100, done=999)])["b8"]
+    assert v.feasible is True and "crash(es) after the long items" in v.reason
 
 
 def test_largest_batch_per_bucket_under_a_budget_with_the_margin_stated():

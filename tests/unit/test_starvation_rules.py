@@ -5,6 +5,7 @@ The real passes are in tests/integration/test_pass_conditions.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import types
@@ -208,9 +209,15 @@ def test_starved_passes_are_named_in_the_summary_pairs_and_decision_note():
             _row("p4", "b", 1.30, False)]
     a, b = summarize(rows)
     assert [p["pass_id"] for p in a.starved_passes] == ["p1", "p2"] and b.starved_passes == ()
-    assert "starved pass(es) among these durations: p1, p2" in a.pairs[0]["reason"]
-    assert b.pairs[0]["starved_passes"] == ["p1", "p2"]  # the faster side's pair names them too
+    assert "starved pass(es) among these durations: p1, p2" in a.pairs[0].verdict.reason
+    assert b.pairs[0].starved_passes == ("p1", "p2")  # the faster side's pair names them too
     assert VariantSummary.from_json(a.to_json()) == a
+    # summary.json keeps its shape: a pair is {"other", the PairVerdict's fields, "starved_passes" when any}
+    pair_json = json.loads(json.dumps(b.to_json()))["pairs"][0]
+    assert list(pair_json) == ["other", "n_a", "n_b", "ranges_disjoint", "u_a", "p_value", "distinguished",
+                               "reason", "starved_passes"] and pair_json["starved_passes"] == ["p1", "p2"]
+    assert "starved_passes" not in summarize(rows[2:] + [_row("p5", "a", 17.0, False)])[0].to_json()["pairs"][0]
+    assert VariantSummary.from_json(json.loads(json.dumps(b.to_json()))) == b
     note = decision_note([a, b], {"name": "t"}, {})
     assert "**Starved passes** (lab.passes.conditions.starvation): `p1`: 2 CPU(s) needed" in note
     assert "starved pass(es) among these durations: p1, p2" in note
