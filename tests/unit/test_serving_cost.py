@@ -106,6 +106,7 @@ def test_a_rate_the_search_never_ran_is_excluded_as_not_run_not_as_a_failure():
     """A new user's trial: a fully skipped rate read 'rejected: pass status skipped; 59 missing
     id(s)...', 'Memory: infeasible' and 'failures: no successful pass (0 failed)'."""
     from lab.report.long_items import campaign_feasibility
+    from lab.report.pass_row import pass_rows
     from lab.report.summary import SKIPPED_VERDICT, summarize
 
     skipped = [{"variant_id": "v-8", "variant_label": "served, fp32, max 128, vllm, 8 req/s", "pass_id": f"p{k}",
@@ -113,8 +114,8 @@ def test_a_rate_the_search_never_ran_is_excluded_as_not_run_not_as_a_failure():
                 "items_completed": 0, "coverage": None} for k in range(2)]
     ran_then_skipped = [{**skipped[0], "variant_id": "v-4", "status": "ok", "measured_s": 30.0, "items_completed": 59,
                          "coverage": {"long": {"expected": 5, "observed": 5}}}, {**skipped[1], "variant_id": "v-4"}]
-    feasibility = campaign_feasibility(skipped + ran_then_skipped)
-    assert feasibility["v-8"]["feasible"] and feasibility["v-4"]["feasible"], feasibility
+    feasibility = campaign_feasibility(pass_rows(skipped + ran_then_skipped))
+    assert feasibility["v-8"].feasible and feasibility["v-4"].feasible, feasibility
     never, once = summarize(skipped, feasibility), summarize(ran_then_skipped, feasibility)
     assert never[0].quality_verdict == SKIPPED_VERDICT and never[0].failures == 0 and never[0].feasible
     assert once[0].quality_verdict != SKIPPED_VERDICT and once[0].served_skipped == 1
