@@ -46,6 +46,8 @@ class ServedOffer:
     variant: VariantSummary | None
     skipped: tuple[float, ...]
     """Of ``rates``, those a rate search never ran (lab.report.summary.ServerConfig.skipped)."""
+    partly: tuple[tuple[float, int], ...]
+    """(rate, repetitions skipped) of those it ran in some repetitions only (ServerConfig.partly)."""
     quote: Quote | None
     why: str
     basis: Basis | None = None
@@ -68,7 +70,7 @@ class ServedOffer:
 
     def line(self) -> str:
         """The offer as decision.md lists it."""
-        tried = rates_tried(self.rates, self.skipped)
+        tried = rates_tried(self.rates, self.skipped, self.partly)
         head = f"{self.key} ({self.archive}, {self.hardware})"
         if self.variant is None:
             return f"{head}: no declared rate holds the objective (rates tried: {tried})"
@@ -253,7 +255,7 @@ def offers_of(ev: Evidence, host: str, catalog: Catalog, peak: float | None,
     out = []
     for config in server_configs(server_summaries(ev), lambda v: v):
         v = config.holding
-        base = (host, ev.name, ev.hardware, config.label, config.rates, v, config.skipped)
+        base = (host, ev.name, ev.hardware, config.label, config.rates, v, config.skipped, config.partly)
         if v is None:
             out.append(ServedOffer(*base, quote=None, why="no declared rate holds the objective"))
             continue

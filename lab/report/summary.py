@@ -339,18 +339,24 @@ class ServerConfig(Generic[T]):
     holding: T | None
     skipped: tuple[float, ...] = ()
     """The rates a rate search skipped in every repetition (never run; lab.orchestration.search)."""
+    partly: tuple[tuple[float, int], ...] = ()
+    """(rate, repetitions skipped) of the rates a rate search ran in some repetitions only."""
 
     def tried(self) -> str:
         """The configuration's rates in words (:func:`rates_tried`)."""
-        return rates_tried(self.rates, self.skipped)
+        return rates_tried(self.rates, self.skipped, self.partly)
 
 
-def rates_tried(rates: Sequence[float], skipped: Sequence[float]) -> str:
-    """'1, 2 req/s' and, under a search, '; 4, 8 req/s skipped by the rate search': a server
-    configuration's declared ``rates`` (req/s) as the decision note and compare state them,
-    ``skipped`` those a rate search never ran."""
-    ran = [r for r in rates if r not in skipped]
-    text = ", ".join(f"{r:g}" for r in ran) + " req/s" if ran else "none run"
+def rates_tried(rates: Sequence[float], skipped: Sequence[float],
+                partly: Sequence[tuple[float, int]] = ()) -> str:
+    """'1, 2 (skipped in 1 repetition) req/s' and, under a search, '; 4, 8 req/s skipped by the
+    rate search': a server configuration's declared ``rates`` (req/s) as the decision note and
+    compare state them, ``skipped`` those a rate search never ran, ``partly`` (rate, repetitions
+    skipped) those it ran in some repetitions only."""
+    some = dict(partly)
+    ran = [f"{r:g}" + (f" (skipped in {some[r]} repetition(s))" if r in some else "") for r in rates
+           if r not in skipped]
+    text = ", ".join(ran) + " req/s" if ran else "none run"
     if skipped:
         text += "; " + ", ".join(f"{r:g}" for r in skipped) + " req/s skipped by the rate search"
     return text
@@ -373,8 +379,11 @@ def server_configs(items: Sequence[T], summary_of: Callable[[T], VariantSummary]
         holding = [x for x in group if summary_of(x).holds_objective]
         never_ran = [rate(x) for x in group if summary_of(x).served_skipped and not summary_of(x).successes
                      and not summary_of(x).failures]
+        partly = [(rate(x), summary_of(x).served_skipped) for x in group
+                  if summary_of(x).served_skipped and rate(x) not in never_ran]
         out.append(ServerConfig(label, tuple(sorted(rate(x) for x in group)),
-                                max(holding, key=rate) if holding else None, tuple(sorted(never_ran))))
+                                max(holding, key=rate) if holding else None, tuple(sorted(never_ran)),
+                                tuple(sorted(partly))))
     return out
 
 

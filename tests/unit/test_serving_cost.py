@@ -97,9 +97,9 @@ def test_rates_a_search_never_ran_are_named_apart_from_the_rates_tried():
     records = [summary(None, label="batch 8"), summary(1.0), once, never]
     [config] = server_configs(records, lambda v: v)
     assert config.skipped == (4.0,) and config.holding is records[1]  # 2 req/s was skipped once: it does not hold
-    assert config.tried() == "1, 2 req/s; 4 req/s skipped by the rate search"
+    assert config.tried() == "1, 2 (skipped in 1 repetition(s)) req/s; 4 req/s skipped by the rate search"
     text = decision(records, ScenarioSection(kind="server", ttft_s=1.0, search=True))
-    assert "rates tried: 1, 2 req/s; 4 req/s skipped by the rate search)" in text, text
+    assert "rates tried: 1, 2 (skipped in 1 repetition(s)) req/s; 4 req/s skipped by the rate search)" in text, text
 
 
 def test_a_rate_the_search_never_ran_is_excluded_as_not_run_not_as_a_failure():
