@@ -162,15 +162,31 @@ def model_labels(model_ref: str, revision: str | None = None) -> set[str] | None
 
 
 def pass_line(head: str, status: str, items: int | None, measured_s: float | None, v: Validation,
-              notes: list[str]) -> str:
+              notes: list[str], serving: dict | None = None) -> str:
     """The one live line of a finished pass (CLI progress, headless ``make up``, the UI's log):
     "pass 1/3 p001: ok, 40 items, measured window 3.91 s, rejected: nn_accuracy 0.3500 < threshold
     0.5". A pass that ran ok may still be rejected on quality, so an ok line carries the verdict in
     the one wording the status lines read (lab.passes.records Validation.verdict); another status
-    carries its notes (at most 160 characters)."""
+    carries its notes (at most 160 characters). A server pass's line says whether it held the
+    latency objective (``serving``: its result's record; lab.passes.tasks.server_job.ServingRecord)."""
     took = f", measured window {measured_s:.2f} s" if measured_s else ""
     tail = f", {v.verdict()}" if status == PassStatus.OK else (f" ({clip('; '.join(notes), 160)})" if notes else "")
-    return f"{head}: {status}, {items} items{took}{tail}"
+    return f"{head}: {status}, {items} items{took}{objective_text(serving)}{tail}"
+
+
+def objective_text(serving: dict | None) -> str:
+    """', latency objective held' or ', latency objective not held (TTFT p99 ...)' of a server pass's
+    serving record; '' for an offline pass or a record this lab cannot read."""
+    from lab.passes.tasks.server_job import ServingRecord
+
+    if serving is None:
+        return ""
+    try:
+        rec = msgspec.convert(serving, ServingRecord, strict=False)
+    except msgspec.ValidationError:
+        return ""
+    return (", latency objective held" if rec.verdict.holds else
+            f", latency objective not held ({clip('; '.join(rec.verdict.failed), 120)})")
 
 
 class Orchestrator:
@@ -623,7 +639,7 @@ class Orchestrator:
         if self.echo:
             measured = typed.phases_s.measured if typed is not None else None
             self.echo(pass_line(f"pass {slot['seq']}/{len(j.plan())} {pass_id}", status, items, measured, v,
-                                notes))
+                                notes, typed.serving if typed is not None else None))
         if v.reference_pass == pass_id:
             self.judge_waiting(pass_id)
         return {"pass_id": pass_id, "status": status, "notes": "; ".join(notes), "items": items,

@@ -259,3 +259,25 @@ def test_a_missing_corpus_names_the_path_key_and_the_build_command(tmp_path):
     assert "comparision.jsonl not found; check [corpus] path (a relative path is read from the campaign file's " \
            f"folder) or build the corpus first (`{iteralab_command()} corpus build --source TEXTS.jsonl --out " \
            f"{tmp_path}`)" in str(e.value)
+
+
+def test_a_server_pass_line_says_whether_it_held_the_latency_objective():
+    """A new user's trial: a server pass's line said 'ok, 59 items, ... rejected: ...' and never
+    whether the objective held; the next skipped row was the first hint."""
+    from test_serving_figures import RECORDS
+
+    from lab.engines.serving_figures import Bound, Objective, figures, plain, verdict
+    from lab.passes.tasks.server_job import ServingRecord
+
+    def serving(bound_s: float) -> dict:
+        objective = Objective(bounds=(Bound("ttft", 99.0, bound_s),), share=0.5)
+        return plain(ServingRecord(figures=figures(RECORDS, 2.0, 2.0, objective), verdict=verdict(RECORDS, objective),
+                                   requests=4, answered=3, generator_cpu_s=0.1, generator_wall_s=2.0,
+                                   schedule_note=""))
+
+    v = _validation(True, [])
+    held = pass_line("pass 2/8 p002", PassStatus.OK, 4, 2.0, v, [], serving(1.0))
+    assert held == "pass 2/8 p002: ok, 4 items, measured window 2.00 s, latency objective held, " + v.verdict()
+    missed = pass_line("pass 2/8 p002", PassStatus.OK, 4, 2.0, v, [], serving(0.01))
+    assert ", latency objective not held (ttft p99 0.3960 s > 0.01 s; " in missed, missed
+    assert pass_line("pass 1/3 p001", PassStatus.OK, 40, None, v, []) == f"pass 1/3 p001: ok, 40 items, {v.verdict()}"
