@@ -132,6 +132,20 @@ CASES: list[tuple[str, str | tuple[str, ...], str | tuple[str, ...]]] = [
     ("a server scenario without a latency objective", "[corpus]", '[scenario]\nkind = "server"\n[corpus]'),
     ("a TTFT objective for a classification server (its answer comes whole)", "[corpus]",
      '[scenario]\nkind = "server"\nttft_s = 1.0\n[corpus]'),
+    ("arrivals of burstiness 0", "[corpus]", '[scenario]\nkind = "server"\ne2el_s = 1.0\nburstiness = 0\n[corpus]'),
+    ("no request in flight allowed", "[corpus]",
+     '[scenario]\nkind = "server"\ne2el_s = 1.0\nmax_concurrency = 0\n[corpus]'),
+    ("negative warm-up requests", "[corpus]",
+     '[scenario]\nkind = "server"\ne2el_s = 1.0\nwarmup_requests = -3\n[corpus]'),
+    ("a share of good requests above 1", "[corpus]",
+     '[scenario]\nkind = "server"\ne2el_s = 1.0\nshare = 1.5\n[corpus]'),
+    ("a percentile of 150", "[corpus]",
+     '[scenario]\nkind = "server"\ne2el_s = 1.0\ne2el_percentile = 150\n[corpus]'),
+    ("a negative latency bound", "[corpus]", '[scenario]\nkind = "server"\ne2el_s = -1\n[corpus]'),
+    ("a negative peak rate", "[corpus]", '[scenario]\nkind = "server"\ne2el_s = 1.0\npeak_rate = -5\n[corpus]'),
+    ("an average rate above the peak", "[corpus]",
+     '[scenario]\nkind = "server"\ne2el_s = 1.0\npeak_rate = 5\naverage_rate = 9\n[corpus]'),
+    ("a rate search in an offline scenario", "[corpus]", '[scenario]\nsearch = true\n[corpus]'),
 ]
 
 # Values that lock but are unusual: `protocol lock` succeeds (exit 0) and prints one warning line each.
