@@ -120,3 +120,7 @@ PASS_ENV = "ITERALAB_PASS_DIR"
 """Environment variable naming the pass folder in every process of a local pass (children
 inherit it): how the launcher and `campaign status` find a pass's processes, a daemon that left
 the pass's session included."""
+
+LONG_SERVER_PASS_S = 3600.0
+"""Seconds of arrivals beyond which a server pass's declared rate is named at lock
+(lab.orchestration.preflight.check_server_rates): the corpus's requests at that rate take that long."""

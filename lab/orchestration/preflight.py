@@ -415,6 +415,31 @@ def check_projection_rule(proto, items: int | None = None) -> list[Check]:
                   "every output)")]
 
 
+def check_server_rates(proto, items: int | None = None) -> list[Check]:
+    """A server scenario's declared rates against the corpus (``items`` requests per pass; read
+    from the corpus when None): a rate whose pass's arrivals last longer than
+    lab.facts.constants.LONG_SERVER_PASS_S, named with its length (a warning, ok None: 0.001 req/s
+    is a rate, and a 16-hour pass, not a typo the lab can tell). No line when none does."""
+    from lab.facts.constants import LONG_SERVER_PASS_S
+
+    rates = sorted({v.request_rate for v in proto.variants if v.request_rate is not None})
+    if not rates:
+        return []
+    if items is None:
+        try:
+            items = len(read_corpus(proto.corpus_path))
+        except (OSError, ValueError, CorpusError):  # the corpus checks name the problem
+            return []
+    reps = proto.config.timing.repetitions
+    long = [r for r in rates if items / r > LONG_SERVER_PASS_S]
+    if not long:
+        return []
+    parts = [f"at {r:g} req/s a pass's {items} requests arrive over {items / r / 3600:.1f} h ({reps} repetition(s): "
+             f"{reps * items / r / 3600:.1f} h)" for r in long]
+    return [Check("server rates", None, "warning: " + "; ".join(parts) + "; check the rates ([[series]] "
+                  "factor = \"request_rate\", req/s)")]
+
+
 def check_engine(proto) -> list[Check]:
     """Variants declaring engine = "vllm": the vLLM environment can be had (built on first
     need, lab.engines.vllm_env) and the pinned vLLM supports the model's architecture, asked
@@ -459,6 +484,7 @@ def lock_checks(proto) -> list[Check]:
     checks += check_cards(proto)
     checks += check_engine(proto)
     checks += check_projection_rule(proto)
+    checks += check_server_rates(proto)
     return checks
 
 

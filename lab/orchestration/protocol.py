@@ -311,13 +311,13 @@ def lock_warnings(proto: Protocol, now: datetime | None = None) -> list[str]:
     repetitions above config.UNUSUAL_REPETITIONS, threads above this host's CPUs, a batch size
     above variants.UNUSUAL_BATCH_SIZE, a deadline more than a year ahead, compare's
     projection rule that this campaign cannot meet (lab.orchestration.preflight.check_projection_rule),
-    and a generation checkpoint's decoding settings the lab sets aside
-    (lab.orchestration.preflight.check_generation_config)."""
+    a server rate whose pass lasts hours (check_server_rates), and a generation checkpoint's
+    decoding settings the lab sets aside (lab.orchestration.preflight.check_generation_config)."""
     import os
 
     from lab.inputs.variants import UNUSUAL_BATCH_SIZE
     from lab.orchestration.config import UNUSUAL_REPETITIONS
-    from lab.orchestration.preflight import check_generation_config, check_projection_rule
+    from lab.orchestration.preflight import check_generation_config, check_projection_rule, check_server_rates
 
     now = now or datetime.now(timezone.utc)
     t, out = proto.config.timing, []
@@ -339,7 +339,7 @@ def lock_warnings(proto: Protocol, now: datetime | None = None) -> list[str]:
         at = parse_instant(deadline, None, "[campaign] deadline")
         if (at - now).days > 366:
             out.append(f"[campaign] deadline {deadline} is more than a year ahead; check the year")
-    checks = check_projection_rule(proto)
+    checks = check_projection_rule(proto) + check_server_rates(proto)
     if proto.kind.generates_text:
         checks.append(check_generation_config(proto.model_ref, proto.config.model.revision, proto.config.task.rule()))
     out += [f"{c.name}: {c.detail.removeprefix('warning: ')}" for c in checks if c.ok is None]

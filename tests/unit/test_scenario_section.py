@@ -143,3 +143,20 @@ def test_compare_refuses_server_archives_beside_offline_ones_and_another_objecti
     assert scenario_rule(offline) == '{"kind": "offline"}'
     clause = _differ("scenario rule", served, scenario_rule(served), other, scenario_rule(other))
     assert clause == "[scenario] ttft_s differs: served-b has 1.0, served-c has 0.5", clause
+
+
+def test_a_rate_whose_pass_lasts_hours_is_named_at_lock(tmp_path):
+    """A new user's trial: values = [0.001, 2, 4] locked with no word that 0.001 req/s makes each
+    pass's arrivals last 16 hours (lab.orchestration.preflight.check_server_rates: a warning)."""
+    from lab.orchestration.preflight import check_server_rates
+
+    series = SERVED.replace("values = [1, 2.5, 4]", "values = [0.001, 4]")
+    slow = load_protocol(server_campaign(tmp_path, series=series))
+    [check] = check_server_rates(slow, items=59)
+    reps = slow.config.timing.repetitions
+    assert check.ok is None and check.detail.startswith(
+        f"warning: at 0.001 req/s a pass's 59 requests arrive over 16.4 h ({reps} repetition(s): "
+        f"{reps * 59 / 0.001 / 3600:.1f} h)")
+    assert "4 req/s" not in check.detail  # 59 requests at 4 req/s: 15 s
+    assert check_server_rates(load_protocol(server_campaign(tmp_path)), items=59) == []
+    assert check_server_rates(load_protocol(DEMO_CAMPAIGN), items=59) == []  # offline: no rate
