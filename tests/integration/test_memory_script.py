@@ -80,5 +80,5 @@ def test_notebook_runs_top_to_bottom_on_the_venv_kernel(tmp_path, monkeypatch):
     assert "activation_bytes vs process_rss_rise_bytes" in text
     assert any("image/png" in o.get("data", {}) for o in outputs)
     assert "batch 4: RSS peak" in text and "then batch 1" in text
-    assert "'reason': 'OOM in 1 of 2 passes; long items completed 37/100'" in text
+    assert "reason='OOM in 1 of 2 passes; long items completed 37/100'" in text  # a Feasibility record
     assert "largest batch" in text

