@@ -177,13 +177,10 @@ def pass_line(head: str, status: str, items: int | None, measured_s: float | Non
 def objective_text(serving: dict | None) -> str:
     """', latency objective held' or ', latency objective not held (TTFT p99 ...)' of a server pass's
     serving record; '' for an offline pass or a record this lab cannot read."""
-    from lab.passes.tasks.server_job import ServingRecord
+    from lab.passes.tasks.server_job import serving_record
 
-    if serving is None:
-        return ""
-    try:
-        rec = msgspec.convert(serving, ServingRecord, strict=False)
-    except msgspec.ValidationError:
+    rec = serving_record(serving)
+    if rec is None:
         return ""
     return (", latency objective held" if rec.verdict.holds else
             f", latency objective not held ({clip('; '.join(rec.verdict.failed), 120)})")

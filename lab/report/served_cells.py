@@ -10,8 +10,6 @@ the locked objective. An offline pass leaves them empty.
 
 from __future__ import annotations
 
-import msgspec
-
 from lab.passes.records import PassResult
 
 P99 = 99.0
@@ -49,15 +47,10 @@ def served_notes(result: PassResult) -> list[str]:
 
 
 def _record(result: PassResult):
-    """result.json's ``serving`` as a ServingRecord; None for an offline pass or one this lab cannot read."""
-    from lab.passes.tasks.server_job import ServingRecord
+    """result.json's ``serving`` as a ServingRecord (lab.passes.tasks.server_job.serving_record)."""
+    from lab.passes.tasks.server_job import serving_record
 
-    if result.serving is None:
-        return None
-    try:
-        return msgspec.convert(result.serving, ServingRecord, strict=False)
-    except msgspec.ValidationError:
-        return None
+    return serving_record(result.serving)
 
 
 def _p99(rec) -> dict:

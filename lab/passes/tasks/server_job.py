@@ -74,6 +74,18 @@ class ServingRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     server_usage: dict[str, float] | None = None
 
 
+def serving_record(serving: dict | None) -> ServingRecord | None:
+    """result.json's ``serving`` (a PassResult's, as written) as a ServingRecord; None for an offline
+    pass or a record this lab cannot read. The one lenient reader (verify decodes it strictly:
+    lab.evidence.served)."""
+    if serving is None:
+        return None
+    try:
+        return msgspec.convert(serving, ServingRecord, strict=False)
+    except msgspec.ValidationError:
+        return None
+
+
 class RequestsFailed(PassFailure):
     """Requests of a server pass were not answered; ``kind`` error or oom, ``items_done`` the
     requests answered before the first that was not."""
