@@ -63,10 +63,10 @@ def outcome(attempts: Sequence[Attempt], seq: int) -> Attempt | None:
 
 def held(a: Attempt) -> bool:
     """Whether a rung's finished attempt held the objective: status ok and its serving verdict."""
-    if a.status != PassStatus.OK or a.result is None or not isinstance(a.result.serving, dict):
-        return False
-    verdict = a.result.serving.get("verdict")
-    return isinstance(verdict, dict) and verdict.get("holds") is True
+    from lab.passes.tasks.server_job import serving_record
+
+    rec = serving_record(a.result.serving) if a.status == PassStatus.OK and a.result is not None else None
+    return rec is not None and rec.verdict.holds
 
 
 def skip_reason(plan: Sequence[PlannedPass], attempts: Sequence[Attempt], seq: int) -> str:

@@ -22,6 +22,18 @@ RATES = [Variant(engine="vllm", request_rate=r) for r in (4, 1, 2)]  # declared 
 OTHER = [Variant(engine="vllm", request_rate=r, max_num_seqs=4) for r in (1, 2)]  # a second configuration
 
 
+def serving(holds: bool) -> dict:
+    """A server pass's serving record as result.json holds it, whose verdict ``holds`` or not."""
+    from test_serving_figures import RECORDS
+
+    from lab.engines.serving_figures import Bound, Objective, figures, plain, verdict
+    from lab.passes.tasks.server_job import ServingRecord
+
+    objective = Objective(bounds=(Bound("ttft", 99.0, 1.0 if holds else 0.01),), share=0.5)
+    return plain(ServingRecord(figures=figures(RECORDS, 2.0, 2.0, objective), verdict=verdict(RECORDS, objective),
+                               requests=4, answered=3, generator_cpu_s=0.1, generator_wall_s=2.0, schedule_note=""))
+
+
 def attempt(p, status: str, holds: bool | None = None, attempt_no: int = 1, notes: str = "") -> Attempt:
     """A finished attempt of planned slot ``p``, started and ended in its slot's second (slots run
     in plan order); ``holds``: its serving verdict (None: no record)."""
@@ -29,7 +41,7 @@ def attempt(p, status: str, holds: bool | None = None, attempt_no: int = 1, note
     if holds is not None:
         result = PassResult(pass_id="x", campaign="c", variant={}, start_time="", end_time="", status=status,
                             error="", phases_s={}, items_total=4, items_completed=4, predictions_path="",
-                            exit_code=0, serving={"verdict": {"holds": holds}})
+                            exit_code=0, serving=serving(holds))
     return Attempt(pass_id=pass_id_for(p.seq, p.repetition, p.variant.variant_id, attempt_no), seq=p.seq,
                    attempt=attempt_no, repetition=p.repetition, position=p.position, variant_id=p.variant.variant_id,
                    status=status, result=result, notes=notes, start_time=f"2026-01-01T00:00:{p.seq:02d}.000+00:00",
