@@ -4,7 +4,7 @@ One process, one model, the same items and batch size; rounds alternate the orde
 contenders (round r starts at contender r mod 4), so no contender is always first:
 - bare:      read the corpus, tokenize each batch (padding longest, truncation), forward
              under inference_mode, argmax to the host: the least a loop can do;
-- lab:       the pass runner's measured window (lab.passes.inference.run_batches) with its
+- lab:       the pass runner's measured window (lab.passes.tasks.classification.run_batches) with its
              progress events (to /dev/null), peak-memory reset/read and synchronization;
 - pipeline:  transformers' pipeline("text-classification") with the same batch size and
              truncation: what a user would pick instead;
@@ -91,7 +91,7 @@ def _lab_scope(ctx, run):
 
 def _lab(ctx, bucketing: bool):
     from lab.inputs.variants import Variant
-    from lab.passes.inference import run_batches
+    from lab.passes.tasks.classification import run_batches
 
     variant = Variant(batch_size=ctx["batch"], padding="longest", max_length=ctx["max_length"], bucketing=bucketing)
     win = _lab_scope(ctx, lambda rows, on_batch: run_batches(rows, ctx["tok"], ctx["model"], "cpu", variant,
@@ -147,7 +147,7 @@ def _emb_lab(ctx, bucketing: bool):
                            variant=Variant(batch_size=ctx["batch"], padding="longest",
                                            max_length=ctx["max_length"], bucketing=bucketing))
     job = EmbeddingJob(spec)
-    job.tokenizer, job.model = ctx["enc_tok"], ctx["encoder"]  # loaded once, as for the other contenders
+    job.use_loaded(ctx["enc_tok"], ctx["encoder"], "cpu")  # loaded once, as for the other contenders
     win = _lab_scope(ctx, lambda rows, on_batch: job.run_window(rows, "cpu", on_batch))
     return win.vectors, win
 

@@ -46,7 +46,7 @@ from bench_args import UsageError  # noqa: E402
 PEER_VENV = REPO / ".cache/bench-peer-venv"
 CORPORA = ("demo/corpus/comparison.jsonl", "demo/corpus/tuning.jsonl")
 WINDOWS = {"lab": "read corpus file + tokenize + pad + forward + softmax/argmax to host lists "
-                  "(lab.passes.inference.run_batches, as `make bench`)",
+                  "(lab.passes.tasks.classification.run_batches, as `make bench`)",
            "peer": "forward only, on input tensors built before timing (optimum-benchmark "
                    "inference scenario, forward.throughput)"}
 

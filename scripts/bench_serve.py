@@ -125,7 +125,7 @@ def tool_argv(job, prompts_file: Path, n: int, out_dir: Path) -> list[str]:
     same), the dataset swapped for the ShareGPT file in its order, the output length fixed."""
     from lab.engines.vllm_load import LoadSettings, tool_args
 
-    v, sc, rule = job.spec.variant, job.scenario, job.writer.rule
+    v, sc, rule = job.spec.variant, job.scenario, job.task.rule
     settings = LoadSettings(rate=v.request_rate, seed=job.spec.seed, burstiness=sc.burstiness,
                             max_concurrency=sc.max_concurrency, warmups=sc.warmup_requests, stop=rule.stop,
                             objective=job.objective())
@@ -167,7 +167,7 @@ def measure(a: argparse.Namespace, tmp: Path) -> int:
     job, variant = server_job(a, subset, tmp)
     job.load("cpu")
     rows_read = read_corpus(job.spec.corpus_path)
-    prompts = open_generation_window(rows_read, job.tokenizer, job.writer.rule, False).prompts  # the pass's own
+    prompts = open_generation_window(rows_read, job.tokenizer, job.task.rule, False).prompts  # the pass's own
     sharegpt = tmp / "prompts.sharegpt.json"
     sharegpt.write_text(json.dumps([{"id": str(r["id"]), "conversations": [{"from": "human", "value": p},
                                                                               {"from": "gpt", "value": ""}]}
@@ -175,7 +175,7 @@ def measure(a: argparse.Namespace, tmp: Path) -> int:
     vllm_python = vllm_env.venv_dir() / "bin" / "python"
     engine = job.start_engine("cpu", Path(job.spec.out_dir))
     info = bench.machine()
-    print(f"items {len(subset)}, rate {a.rate:g} req/s, max_new_tokens {job.writer.rule.max_new_tokens}, "
+    print(f"items {len(subset)}, rate {a.rate:g} req/s, max_new_tokens {job.task.rule.max_new_tokens}, "
           f"{info['cpu']} ({info['cores']} cores), load {info['load_average_1m_start']:.2f}, server start "
           f"{engine['engine']['server_start_s']:.1f} s, generator start {engine['engine']['generator_start_s']:.1f} s "
           f"(set-up, not in any figure below)")

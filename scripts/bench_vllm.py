@@ -4,13 +4,13 @@ vLLM against transformers, on the same items, printed side by side in one run.
 One vLLM engine (lab.engines.vllm.VllmClient, the pinned vLLM in its venv), started once,
 outside every timing; rounds alternate the order of the contenders (round r starts at
 contender r mod 3):
-- vllm_lab:     the measured window of a vLLM pass (lab.passes.tasks.vllm_job.VllmJob.run_window
+- vllm_lab:     the measured window of a vLLM pass (lab.passes.tasks.job.KindJob.run_window on the vLLM engine
                 after reading the corpus file): read, tokenize with the lab's rule, send the ids
                 in calls of ``--batch`` items, argmax and probability to the host;
 - vllm_offline: vLLM's own offline call (``LLM.classify``) on the same token ids, all items
                 in one call, timed inside the vLLM process (the worker's ``infer_s``): what a
                 user of vLLM alone would time, without reading, tokenizing or the lab's calls;
-- transformers: the transformers pass's window (lab.passes.inference.run_batches) on the same
+- transformers: the transformers pass's window (lab.passes.tasks.classification.run_batches) on the same
                 items, batch and truncation, in this process at ``--threads`` threads.
 Ratios from the medians over rounds: ``lab_over_offline`` = offline s / lab s (1.0: the lab's
 window costs nothing over vLLM's call) and ``vllm_over_transformers`` = transformers s /
@@ -82,9 +82,10 @@ def measure(a: argparse.Namespace, tmp: Path) -> int:
     import torch
 
     from lab.inputs.corpus import read_corpus
-    from lab.passes.inference import load_model, run_batches, tokenize
+    from lab.passes.inference import load_model, tokenize
     from lab.passes.spec import PassSpec
-    from lab.passes.tasks.vllm_job import VllmJob
+    from lab.passes.tasks import job_for
+    from lab.passes.tasks.classification import run_batches
 
     torch.set_num_threads(a.threads)
     rows = [json.loads(x) for x in (REPO / "demo/corpus/comparison.jsonl").read_text(encoding="utf-8").splitlines()]
@@ -98,7 +99,7 @@ def measure(a: argparse.Namespace, tmp: Path) -> int:
     tok, model = load_model(a.model, "fp32", "cpu")
     spec = PassSpec(campaign="bench", pass_id="bench-vllm", variant=a.variant, corpus_path=str(path),
                     model_ref=a.model, out_dir=str(tmp), threads=a.threads)
-    job = VllmJob(spec)
+    job = job_for(spec)  # the kind's job on the vLLM engine
     job.load("cpu")
     t0 = time.perf_counter()
     job.start_engine("cpu", tmp)
@@ -111,7 +112,7 @@ def measure(a: argparse.Namespace, tmp: Path) -> int:
         return job.run_window(read_corpus(str(path)), "cpu").pred_index
 
     def vllm_offline():
-        out = job.client.classify(ids)
+        out = job.engine.client.classify(ids)
         offline_preds[:] = [max(range(len(p)), key=p.__getitem__) for p in out.rows]
         return out.infer_s
 

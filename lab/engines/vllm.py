@@ -436,7 +436,7 @@ def pooling_mismatch(pooling: str, normalize: bool, vllm_pooling: dict | None) -
     """'' when vLLM's pooler (``vllm_pooling``: the worker's or the probe's ``pooling`` fields)
     applies the declared embedding rule (``pooling``, e.g. "mean"; ``normalize``); else what
     differs, one line: "pooling mean normalize True declared, vLLM pools CLS (normalize not said)".
-    The one comparison the lock (vllm_refusal) and a pass (lab.passes.tasks.vllm_job) make."""
+    The one comparison the lock (vllm_refusal) and a pass (lab.passes.backends.vllm_backend) make."""
     p = vllm_pooling or {}
     kind = str(p.get("pooling_type") or p.get("seq_pooling_type") or "").upper()
     norm = str(p.get("normalize") or p.get("use_activation") or "").lower()

@@ -15,4 +15,4 @@ CUSTOM = TaskKind(
     architecture=ANY, agreement_max_differing=AGREEMENT_MAX_DIFFERING_LABELS, agreement_noun="labels",
     model_labels=False, lab_tokenizes=False, keys_private=False, by_entry=True,
     labels_role="the reference answers of the metric (an output of the entry outside them counts as a wrong label)",
-    entry=EntryRun("lab.passes.tasks.custom:CustomJob", "predict", f"{PREDICT_RETURNS}, one label per text"))
+    entry=EntryRun("predict", f"{PREDICT_RETURNS}, one label per text"))

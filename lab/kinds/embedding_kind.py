@@ -1,5 +1,6 @@
 """The embedding kind: an encoder's pooled last hidden state per text, one row of vectors.npy
-(pass job lab.passes.tasks.embedding.EmbeddingJob; the user's own ``embed``: entry_kinds.EntryEmbeddingJob)."""
+(pass job lab.passes.tasks.embedding.EmbeddingJob; the user's own ``embed``: the entry engine,
+lab.passes.backends.entry_backend)."""
 
 from lab.facts.constants import AGREEMENT_MAX_DIFFERING_VECTORS
 from lab.kinds.kind import ENCODER, TRANSFORMERS, VECTOR, VLLM, EntryRun, Metric, TaskKind
@@ -14,6 +15,6 @@ EMBEDDING = TaskKind(
     engines=(TRANSFORMERS, VLLM), vllm_runner="pooling", record=VECTOR, architecture=ENCODER,
     agreement_max_differing=AGREEMENT_MAX_DIFFERING_VECTORS, agreement_noun="vectors", model_labels=False,
     lab_tokenizes=True, keys_private=False, labels_role="used by the retrieval metric only",
-    entry=EntryRun("lab.passes.tasks.entry_kinds:EntryEmbeddingJob", "embed",
+    entry=EntryRun("embed",
                    "a 2-D array of finite numbers, one row per text, every batch the same width"),
     served_endpoint="/v1/embeddings")

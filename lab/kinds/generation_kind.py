@@ -1,5 +1,6 @@
 """The generation kind: a causal language model's text per prompt
-(pass job lab.passes.tasks.generation.GenerationJob; the user's own ``generate``: entry_kinds.EntryGenerationJob)."""
+(pass job lab.passes.tasks.generation.GenerationJob; the user's own
+``generate``: the entry engine, lab.passes.backends.entry_backend)."""
 
 from lab.facts.constants import AGREEMENT_MAX_DIFFERING_LABELS
 from lab.kinds.kind import CAUSAL_LM, TEXT, TRANSFORMERS, VLLM, EntryRun, Metric, TaskKind
@@ -18,6 +19,6 @@ GENERATION = TaskKind(
     agreement_max_differing=AGREEMENT_MAX_DIFFERING_LABELS, agreement_noun="outputs", model_labels=False,
     lab_tokenizes=True, keys_private=True, labels_role="the reference answers of the metric",
     fixed_padding="longest",  # the job pads each batch on the left to its longest prompt
-    entry=EntryRun("lab.passes.tasks.entry_kinds:EntryGenerationJob", "generate",
+    entry=EntryRun("generate",
                    "a sequence of str, one output per prompt"),
     served_endpoint="/v1/completions", streams=True)

@@ -23,8 +23,13 @@ RECORDS = (LABEL, VECTOR, TEXT)
 RECORD_FIELDS = {LABEL: "pred", VECTOR: "row", TEXT: "output"}
 """The field of a predictions.jsonl line that holds a pass's result, by record."""
 
+CLASSIFY, EMBED, GENERATE = "classify", "embed", "generate"
+OPERATIONS = (CLASSIFY, EMBED, GENERATE)
+"""The operations an engine runs for a kind (lab.passes.backends); a kind's is its record's."""
+RECORD_OPERATIONS = {LABEL: CLASSIFY, VECTOR: EMBED, TEXT: GENERATE}
+
 # The checkpoint a kind's transformers job loads (lab.orchestration.preflight checks it at lock;
-# lab.passes.tasks.vllm_job builds the shape model from it)
+# lab.passes.backends.vllm_backend builds the shape model from it)
 SEQUENCE_CLASSIFICATION = "sequence_classification"  # ...ForSequenceClassification, with id2label
 ENCODER = "encoder"                                  # any encoder: its last hidden state
 CAUSAL_LM = "causal_lm"                              # ...ForCausalLM (or another generation head)
@@ -40,13 +45,12 @@ ENTRY_KEYS = ("entry", "files")
 
 @dataclass(frozen=True)
 class EntryRun:
-    """How the user's own code (``[task] entry``) runs a kind in place of its built-in job: ``job``
-    (``"module:Class"`` of the pass job handing the lab's batches to the entry), ``method`` (the
-    entry's method the job calls once per batch) and ``returns`` (what it returns, in the words
-    its refusals and the docs use). The results are the kind's own record, judged exactly as the
-    built-in job's (validation, metrics, agreement, verify, compare)."""
+    """How the user's own code (``[task] entry``) runs a kind as its engine
+    (lab.passes.backends.entry_backend): ``method`` (the entry's method called once per batch the
+    kind's job forms, for the kind's operation) and ``returns`` (what it returns, in the words its
+    refusals and the docs use). The results are the kind's own record, judged exactly as the
+    built-in engines' (validation, metrics, agreement, verify, compare)."""
 
-    job: str
     method: str
     returns: str
 
@@ -139,6 +143,11 @@ class TaskKind:
         return self.record == VECTOR
 
     @property
+    def operation(self) -> str:
+        """The engine operation its passes call per batch (lab.passes.backends): classify, embed or generate."""
+        return RECORD_OPERATIONS[self.record]
+
+    @property
     def generates_text(self) -> bool:
         """Its passes generate text: output tokens, a stop rule, a text normalisation."""
         return self.record == TEXT
@@ -165,7 +174,7 @@ class TaskKind:
             return self
         if self.entry is None:
             raise ValueError(f"{self.name}: the user's code does not run this kind")
-        return replace(self, job=self.entry.job, engines=(TRANSFORMERS,), vllm_runner=None, architecture=ANY,
+        return replace(self, engines=(TRANSFORMERS,), vllm_runner=None, architecture=ANY,
                        served_endpoint=None,
                        model_labels=False, lab_tokenizes=False, fixed_padding=None, by_entry=True)
 

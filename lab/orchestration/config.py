@@ -182,7 +182,7 @@ class TaskSection:
     ``"path/to/file.py:ClassName"`` (the user's inference code, lab.passes.tasks.custom) and ``files``,
     other files it reads (hashed into the lock with it); ``embedding`` and ``generation`` take them
     too, the entry then returning vectors (``embed``) or texts (``generate``) in place of the
-    built-in job (lab.passes.tasks.entry_kinds). ``generation``: ``prompt`` (template
+    built-in job (lab.passes.backends.entry_backend). ``generation``: ``prompt`` (template
     holding ``{text}`` once), ``max_new_tokens``, ``stop`` strings, ``max_text_tokens`` (the
     item's text cut to its first N tokens, 0 = whole), ``decoding`` ("greedy" only): the rule of
     lab.passes.tasks.generation_core.GenerationRule, checked by it; ``normalisation``: how outputs

@@ -39,7 +39,7 @@ from lab.inputs.variants import Variant
 def window_batch_sizes(n_items: int, batch_size: int) -> list[int]:
     """Batch sizes (items) the measured window will run over ``n_items`` corpus items:
     ``batch_size`` when there is at least one full batch, then ``n_items % batch_size`` when
-    the last batch is short. [] for an empty corpus. Rule: lab.passes.inference.run_batches
+    the last batch is short. [] for an empty corpus. Rule: lab.passes.tasks.classification.run_batches
     cuts the corpus in consecutive batches of the declared size."""
     sizes = [batch_size] if n_items >= batch_size else []
     if n_items % batch_size:

@@ -9,7 +9,7 @@ each pass records, around its measured window (:class:`WindowConditions`):
   (``time.process_time``: CLOCK_PROCESS_CPUTIME_ID, nanoseconds; psutil's ``cpu_times`` count
   whole 10 ms ticks, too coarse for a 0.1 s window), next to its wall time and the torch threads;
 - ``engine_cpu_time_s``: for a pass whose engine runs in its own processes (vLLM:
-  lab.passes.tasks.vllm_job's ``engine_pid``), the CPU time of that process and every
+  lab.passes.backends.vllm_backend's ``pid``), the CPU time of that process and every
   descendant over the window (:func:`tree_cpu_times`, read at the window's start and end), counted
   in the CPU share beside ``cpu_time_s``: the pass process only sends the engine its requests;
   ``engine_processes`` / ``engine_processes_exited`` / ``engine_processes_missed``: how many were

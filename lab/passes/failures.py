@@ -51,7 +51,7 @@ FAILURE_STATUS = {FailureKind.INTERRUPTED: (PassStatus.INTERRUPTED, EXIT_ERROR),
 
 class PassStopped(KeyboardInterrupt):
     """A signal stopped the pass process from outside (SIGINT, or SIGTERM where a job turns it
-    into this: lab.passes.tasks.vllm_job); never raised by the user's code."""
+    into this: lab.passes.backends.vllm_backend); never raised by the user's code."""
 
 
 def stop_on_sigint() -> None:

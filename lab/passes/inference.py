@@ -208,6 +208,23 @@ class WindowResult:
         self.batches_at_max_length += t == max_length
         self.batches_at_longest += t == max(lengths[i] for i in idx)
 
+    def count_answer(self, idx: list[int], answer, max_length: int) -> None:
+        """Account one batch an engine answered (lab.passes.backends.Answer), as it ran: padded
+        (``shape``: :meth:`count_batch`, the masks' padding side noted), packed
+        (:meth:`count_packed_call`), or the engine's own (the user's code: the items, the batch,
+        its size and the lab's token counts; no padded tokens known)."""
+        for mask in answer.masks:
+            self.count_padding_side(mask)
+        if answer.shape is not None:
+            self.count_batch(idx, self.tokens_kept, answer.shape, max_length)
+        elif answer.packed:
+            self.count_packed_call(idx, self.tokens_kept, answer.max_running)
+        else:
+            self.items_done += len(idx)
+            self.batches += 1
+            self.largest_batch = max(self.largest_batch, len(idx))
+            self.real_tokens += sum(self.tokens_kept[i] for i in idx)
+
     def count_packed_call(self, idx: list[int], lengths: list[int], max_running: int | None) -> None:
         """Account one call to an engine that packs sequences without padding (vLLM): ``idx`` its
         items, ``lengths`` every item's token count, ``max_running`` the most sequences the engine
@@ -280,47 +297,6 @@ def pad_batch(tokenizer, input_ids: list[list[int]], variant: Variant):
     pad_to = "max_length" if variant.padding == "max_length" else "longest"
     return tokenizer.pad({"input_ids": input_ids}, padding=pad_to, max_length=variant.max_length,
                          padding_side=ENCODER_PADDING_SIDE, return_attention_mask=True, return_tensors="pt")
-
-
-def run_batches(rows: list[dict], tokenizer, model, device: str, variant: Variant,
-                on_batch: Callable[[int], None] | None = None,
-                sink: dict | None = None) -> WindowResult:
-    """Tokenize, batch, transfer, infer and materialize predictions on the host.
-
-    ``rows``: corpus items (id, text, optional label). Raises NonFiniteLogits, and lets
-    OOM errors propagate. ``sink["win"]`` holds the WindowResult as it fills, so a caller
-    keeps the predictions of the items completed before a failure.
-    """
-    import torch
-
-    n = len(rows)
-    bs, max_len = variant.batch_size, variant.max_length
-    win, input_ids, order = open_window(rows, tokenizer, variant)
-    lengths, pred, prob = win.tokens_kept, win.pred_index, win.prob
-    if sink is not None:
-        sink["win"] = win
-    with torch.inference_mode():
-        for start in range(0, n, bs):
-            idx = order[start:start + bs]
-            feats = pad_batch(tokenizer, [input_ids[i] for i in idx], variant)
-            ids_t = feats["input_ids"].to(device, non_blocking=True)
-            mask_t = feats["attention_mask"].to(device, non_blocking=True)
-            win.count_padding_side(feats["attention_mask"])
-            logits = model(input_ids=ids_t, attention_mask=mask_t).logits
-            p = logits.float().softmax(dim=-1)
-            conf, top = p.max(dim=-1)
-            finite = torch.isfinite(logits).all(dim=-1)
-            out = torch.stack([top.float(), conf, finite.float()], dim=1).cpu().tolist()
-            bad = [rows[idx[j]]["id"] for j, o in enumerate(out) if o[2] < 1.0]
-            if bad:
-                raise NonFiniteLogits(bad, win.items_done)
-            for j, (t, c, _) in enumerate(out):
-                pred[idx[j]] = int(t)
-                prob[idx[j]] = float(c)
-            win.count_batch(idx, lengths, (int(ids_t.shape[0]), int(ids_t.shape[1])), max_len)
-            if on_batch:
-                on_batch(win.items_done)
-    return win
 
 
 def warm_up_window(run_window: Callable, rows: list[dict], device: str, items: int, passes: int) -> float:

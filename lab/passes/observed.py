@@ -134,7 +134,7 @@ def observe_window(win, max_length: int) -> dict:
 
 
 PACKED = "packed (vLLM: no padding)"
-"""The observed padding of a vLLM window (lab.passes.tasks.vllm_job): sequences packed, no pad
+"""The observed padding of a vLLM window (lab.passes.backends.vllm_backend): sequences packed, no pad
 token computed; it honours a declared ``padding = "longest"`` (no pad token enters a result)."""
 
 

@@ -237,7 +237,7 @@ class PassResult(Record, frozen=True):
     vectors_shape: list[int] | None = None
     vectors_dtype: str | None = None
     pooling: dict[str, Any] | None = None
-    # a vLLM pass (lab.passes.tasks.vllm_job): the engine as it resolved, and its reservation
+    # a vLLM pass (lab.passes.backends.vllm_backend): the engine as it resolved, and its reservation
     engine: dict[str, Any] | None = None
     engine_memory: dict[str, Any] | None = None
     # a server pass (lab.passes.tasks.server_job): the served requests' figures, verdict, generator

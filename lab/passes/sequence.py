@@ -11,7 +11,7 @@ timed with a host clock (``time.perf_counter``) into ``phases_s`` (seconds):
    torch and transformers imported; then the seed, the threads (``Card.threads``), the device
    (``Card.place``), what the card is (``Card.identity``) and the process group (``Card.join``).
 2. ``model_load``: ``job.load(device)``, device synchronized. A job whose engine runs in its
-   own process (lab.passes.tasks.vllm_job) starts it next, its own phase ``engine_start``
+   own process (lab.passes.backends.vllm_backend) starts it next, its own phase ``engine_start``
    (``job.start_engine``: its fields go into the record), and closes it when the phases end,
    failure included (``job.close``); such an engine compiles in its own start, so it has no
    ``compile`` phase.

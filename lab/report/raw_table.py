@@ -296,7 +296,7 @@ def engine_notes(variant: Variant | None, result: PassResult) -> list[str]:
     """A vLLM pass's notes: where its weights were loaded, what compile was declared and what vLLM
     ran (the record's ``engine.scheduler.enforce_eager``; lab.engines.vllm.settings_for maps
     ``compile = false`` to ``enforce_eager``), what its batch size means, what its memory cells are
-    (``engine_memory``; lab.passes.tasks.vllm_job, lab.engines.vllm.reservation). ``variant``: the
+    (``engine_memory``; lab.passes.backends.vllm_backend, lab.engines.vllm.reservation). ``variant``: the
     attempt's declared Variant (None: no declared cells)."""
     declared = "true" if _declared(variant, "compile") else "false"
     eager = (msgspec.convert(result.engine or {}, EngineRecord).scheduler or Scheduler()).enforce_eager

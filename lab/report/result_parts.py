@@ -53,7 +53,7 @@ class Scheduler(msgspec.Struct, frozen=True):
 
 
 class EngineRecord(msgspec.Struct, frozen=True):
-    """result.json ``engine`` of a vLLM pass (lab.passes.tasks.vllm_job), the part the raw table reads."""
+    """result.json ``engine`` of a vLLM pass (lab.passes.backends.vllm_backend), the part the raw table reads."""
 
     scheduler: Scheduler | None = None
 

@@ -29,7 +29,8 @@ def job_for(tmp_path, model_dir, predict: str = "['x' for _ in texts]", used: st
     (tmp_path / "entry.py").write_text(ENTRY.format(predict=predict, used=used))
     corpus = cut_corpus(tmp_path / "corpus.jsonl", 5, 3, 2)
     spec = PassSpec("t", "p001", Variant(batch_size=batch_size, device="cpu"), str(corpus), str(model_dir),
-                    str(tmp_path), warmup_items=4, extra={"task": {"entry": f"{tmp_path / 'entry.py'}:Entry"}})
+                    str(tmp_path), warmup_items=4,
+                    extra={"task": {"kind": "custom", "entry": f"{tmp_path / 'entry.py'}:Entry"}})
     job = CustomJob(spec)
     job.load("cpu")
     return job

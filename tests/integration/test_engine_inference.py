@@ -19,7 +19,7 @@ def loaded(model_dir):
 
 
 def run(rows, loaded, **variant):
-    from lab.passes.inference import run_batches
+    from lab.passes.tasks.classification import run_batches
 
     tok, model = loaded
     from lab.inputs.variants import Variant
@@ -74,7 +74,8 @@ def test_demo_model_accuracy_on_the_comparison_corpus(loaded):
 
 def test_bf16_runs_with_fp32_probabilities_and_close_predictions(model_dir):
     """A precision change is a declared variant judged on the same inputs (SPEC 3.8)."""
-    from lab.passes.inference import load_model, run_batches
+    from lab.passes.inference import load_model
+    from lab.passes.tasks.classification import run_batches
 
     tok, model = load_model(str(model_dir), "bf16", "cpu")
     assert next(model.parameters()).dtype.is_floating_point and str(next(model.parameters()).dtype) == "torch.bfloat16"

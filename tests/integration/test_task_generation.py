@@ -309,12 +309,12 @@ def test_a_generation_task_that_cannot_be_used_is_refused_in_one_line(tmp_path, 
     assert words in str(exc.value) and "\n" not in str(exc.value), str(exc.value)
 
 
-def test_a_vllm_generation_variant_loads_and_runs_on_the_vllm_job(tmp_path, gen_model_dir):
+def test_a_vllm_generation_variant_loads_and_runs_on_the_vllm_engine(tmp_path, gen_model_dir):
     # generation on vLLM is no longer refused when the campaign loads; whether the pinned vLLM
     # runs the model is the lock's probe (tests/vllm/test_engine_vllm_generation.py)
     from lab.orchestration.protocol import load_protocol
+    from lab.passes.backends.vllm_backend import VllmEngine
     from lab.passes.tasks import job_for
-    from lab.passes.tasks.vllm_job import VllmJob
 
     f = generation_campaign(tmp_path, gen_model_dir)
     f.write_text(f.read_text().replace("[defaults]\n", '[defaults]\nengine = "vllm"\n'))
@@ -322,8 +322,8 @@ def test_a_vllm_generation_variant_loads_and_runs_on_the_vllm_job(tmp_path, gen_
     assert {v.engine for v in proto.variants} == {"vllm"}
     spec = type("Spec", (), {"variant": proto.variants[0], "extra": proto.task_extra()})()
     job = job_for(spec)
-    assert isinstance(job, VllmJob) and job.kind == "generation"
-    assert job.writer.rule.max_new_tokens == 16 and job.writer.rule.stop == ("\n",)
+    assert job.kind == "generation" and isinstance(job.engine, VllmEngine)
+    assert job.engine.needs.rule.max_new_tokens == 16 and job.engine.needs.rule.stop == ("\n",)
 
 
 def test_prompt_and_decoding_rule_are_in_the_lock_identity(tmp_path, gen_model_dir):

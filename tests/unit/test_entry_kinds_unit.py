@@ -18,7 +18,7 @@ def test_a_kind_run_by_the_users_code_keeps_its_record_and_rule_and_drops_the_en
         assert (own.record, own.metrics, own.agreement_max_differing) == (
             built_in.record, built_in.metrics, built_in.agreement_max_differing)
         assert own.engines == (TRANSFORMERS,) and own.vllm_runner is None and own.architecture == ANY
-        assert own.job == built_in.entry.job != built_in.job and not own.lab_tokenizes and own.fixed_padding is None
+        assert own.job == built_in.job and not own.lab_tokenizes and own.fixed_padding is None
         assert own.run_by_entry() is own
     assert task_kind("custom", entry=True) is KINDS["custom"]
     assert task_kind("classification", entry=True) is KINDS["classification"]  # refused by the config first
@@ -54,7 +54,7 @@ def test_entry_is_a_key_of_embedding_and_generation_and_refused_elsewhere_naming
     ("ab", "str 'ab'"),
 ])
 def test_what_embed_returns_is_named_when_it_is_no_vectors(out, said):
-    from lab.passes.tasks.entry_kinds import vectors_refusal
+    from lab.passes.backends.entry_backend import vectors_refusal
 
     why, rows = vectors_refusal(out, 2, None)
     assert why.startswith(said) and rows == [], why
@@ -63,7 +63,7 @@ def test_what_embed_returns_is_named_when_it_is_no_vectors(out, said):
 def test_embed_may_return_an_array_a_tensor_or_lists_of_one_width():
     import torch
 
-    from lab.passes.tasks.entry_kinds import vectors_refusal
+    from lab.passes.backends.entry_backend import vectors_refusal
 
     for out in (np.ones((2, 3)), torch.ones(2, 3, dtype=torch.float16), [[1, 2, 3], [4, 5, 6]]):
         why, (arr,) = vectors_refusal(out, 2, None)
@@ -71,12 +71,50 @@ def test_embed_may_return_an_array_a_tensor_or_lists_of_one_width():
     assert vectors_refusal(np.ones((2, 4)), 2, 3)[0] == "rows 4 wide after 3 wide ones"
 
 
-def test_the_lab_never_compiles_the_users_code_whatever_the_kind():
-    """A job with a ``compile`` step gets a lab compile phase (lab.passes.sequence); an entry job
-    inherits the built-in job's steps but not that one: the code compiles itself, if at all."""
-    from lab.passes.tasks.custom import CustomJob
-    from lab.passes.tasks.embedding import EmbeddingJob
-    from lab.passes.tasks.entry_kinds import EntryEmbeddingJob, EntryGenerationJob
+def spec_of(task: dict | None, engine: str = "transformers"):
+    from lab.inputs.variants import Variant
+    from lab.passes.spec import PassSpec
 
-    assert callable(EmbeddingJob.compile)
-    assert CustomJob.compile is None and EntryEmbeddingJob.compile is None and EntryGenerationJob.compile is None
+    return PassSpec(campaign="c", pass_id="p", variant=Variant(engine=engine), corpus_path="x.jsonl", model_ref="m",
+                    out_dir="/tmp", extra={"task": task} if task else {})
+
+
+def test_the_lab_never_compiles_the_users_code_whatever_the_kind():
+    """A job whose engine has a ``compile`` step gets a lab compile phase (lab.passes.sequence); the
+    user's code (the entry engine) has none: the code compiles itself, if at all."""
+    from lab.passes.tasks import job_for
+
+    gen = {"kind": "generation", "prompt": "{text}", "max_new_tokens": 4}
+    assert callable(job_for(spec_of({"kind": "embedding"})).compile)
+    assert callable(job_for(spec_of(gen)).compile)
+    for task in ({"kind": "custom", "entry": "e.py:E"}, {"kind": "embedding", "entry": "e.py:E"},
+                 {**gen, "entry": "g.py:G"}):
+        job = job_for(spec_of(task))
+        assert job.compile is None and job.start_engine is None and type(job.engine).__name__ == "EntryEngine"
+    assert job_for(spec_of(gen, "vllm")).compile is None  # vLLM compiles in its own start
+
+
+def test_one_job_per_kind_whatever_the_engine_and_each_engine_holds_no_kind():
+    """A kind's job is the same class on every engine; its engine is the registry's, given the
+    kind's operation; no engine module names a kind (the kind's words live in lab.kinds)."""
+    import ast
+    import importlib
+    import inspect
+
+    from lab.kinds import KINDS
+    from lab.passes import backends
+    from lab.passes.tasks import job_for
+
+    gen = {"kind": "generation", "prompt": "{text}", "max_new_tokens": 4}
+    for task in ({"kind": "classification"}, {"kind": "embedding"}, gen):
+        jobs = [job_for(spec_of(task, engine)) for engine in ("transformers", "vllm")]
+        if task["kind"] != "classification":  # the custom kind is classification's by the user's code
+            jobs.append(job_for(spec_of({**task, "entry": "e.py:E"})))
+        assert len({type(j).__name__ for j in jobs}) == 1, jobs
+        engines = ["TransformersEngine", "VllmEngine", "EntryEngine"][:len(jobs)]
+        assert [type(j.engine).__name__ for j in jobs] == engines
+        assert {j.engine.needs.operation for j in jobs} == {KINDS[task["kind"]].operation}
+    for name, where in backends.ENGINES.items():
+        tree = ast.parse(inspect.getsource(importlib.import_module(where.split(":")[0])))
+        words = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)}
+        assert not words & set(KINDS), (name, words & set(KINDS))

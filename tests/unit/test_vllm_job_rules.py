@@ -10,11 +10,11 @@ from lab.facts.errors import ProtocolError
 from lab.inputs.variants import Variant, VariantError
 from lab.memory.estimate import EncoderShape, activation_bytes_per_item
 from lab.memory.feasibility import reservation_fits
+from lab.passes.backends.vllm_backend import VllmEngine
 from lab.passes.inference import WindowResult
 from lab.passes.observed import PACKED, NotHonoured, require_honoured
 from lab.passes.spec import PassSpec
 from lab.passes.tasks import job_for
-from lab.passes.tasks.vllm_job import VllmJob
 
 MINILM = EncoderShape(384, 12, 1536, 6, 22_720_916, "sdpa")
 GIB = 2**30
@@ -25,13 +25,15 @@ def spec(variant: Variant, kind: str | None = None) -> PassSpec:
                     out_dir="/tmp", extra={"task": {"kind": kind}} if kind else {})
 
 
-def test_a_vllm_variant_gets_the_vllm_job_for_classification_and_embedding():
-    assert isinstance(job_for(spec(Variant(engine="vllm"))), VllmJob)
+def test_a_vllm_variant_gets_the_kinds_job_on_the_vllm_engine():
+    job = job_for(spec(Variant(engine="vllm")))
+    assert type(job).__name__ == "ClassificationJob" and isinstance(job.engine, VllmEngine)
     job = job_for(spec(Variant(engine="vllm"), "embedding"))
-    assert isinstance(job, VllmJob) and job.kind == "embedding"
-    assert type(job_for(spec(Variant()))).__name__ == "ClassificationJob"
+    assert type(job).__name__ == "EmbeddingJob" and isinstance(job.engine, VllmEngine)
+    assert job.engine.needs.operation == "embed" and job.engine.needs.pooling == "mean"
+    assert type(job_for(spec(Variant())).engine).__name__ == "TransformersEngine"
     with pytest.raises(ValueError, match="engine vllm runs task kinds classification, embedding"):
-        VllmJob(spec(Variant(engine="vllm"), "custom"))
+        job_for(spec(Variant(engine="vllm"), "custom"))
 
 
 def test_a_packed_call_counts_real_tokens_and_the_items_sent():
@@ -142,8 +144,8 @@ def test_a_generation_variant_gets_the_vllm_job_and_runner():
         ["pooling", "pooling", "generate"]
     job = job_for(PassSpec(campaign="c", pass_id="p", variant=v, corpus_path="x.jsonl", model_ref="m",
                            out_dir="/tmp", extra={"task": GEN_TASK}))
-    assert isinstance(job, VllmJob) and job.kind == "generation"
-    assert type(job.writer).__name__ == "GenerationJob" and job.writer.rule.stop == ("\n",)
+    assert type(job).__name__ == "GenerationJob" and isinstance(job.engine, VllmEngine)
+    assert job.engine.needs.rule.stop == ("\n",) and job.engine.needs.operation == "generate"
 
 
 def ready_client(settings):

@@ -11,7 +11,7 @@ from typing import Any
 from lab.facts.diskfull import atomic_write_text
 from lab.facts.files import sha256_lines
 from lab.passes.inference import load_model
-from lab.passes.tasks.job import LabelLines, ModelSteps, label_accuracy
+from lab.passes.tasks.job import KindJob, LabelLines, label_accuracy
 
 
 def write_label_predictions(path: Path, win, id2label: dict | None) -> tuple[int, str]:
@@ -33,33 +33,58 @@ def write_label_predictions(path: Path, win, id2label: dict | None) -> tuple[int
     return len(lines), sha256_lines(lines)
 
 
-class ClassificationJob(LabelLines, ModelSteps):
-    """A sequence classifier: ``[task]`` absent or ``kind = "classification"``. Load, warm-up
-    (its own window over the first items), compile and observed records: ModelSteps."""
+class ClassificationJob(LabelLines, KindJob):
+    """A sequence classifier: ``[task]`` absent or ``kind = "classification"``; the engine's
+    ``classify`` per batch (a class index and its probability), the labels its checkpoint's id2label."""
 
     kind = "classification"
-    loader = load_model
+    loader: Any = load_model
 
     def __init__(self, spec):
-        self.spec = spec
-        self.tokenizer: Any = None
-        self.model: Any = None
-        self.id2label: dict = {}
+        super().__init__(spec)
+        self.id2label: dict | None = {}
 
     def load(self, device: str) -> tuple:
         super().load(device)
         self.id2label = {int(k): v for k, v in self.model.config.id2label.items()}
         return self.tokenizer, self.model
 
-    def run_window(self, rows, device, on_batch=None, sink=None):
-        from lab.passes import inference as inf
+    def use_loaded(self, tokenizer, model, device: str) -> None:
+        super().use_loaded(tokenizer, model, device)
+        self.id2label = {int(k): v for k, v in model.config.id2label.items()}
 
-        return inf.run_batches(rows, self.tokenizer, self.model, device, self.spec.variant, on_batch, sink)
+    def nonfinite(self, ids: list[str], items_done: int) -> Exception:
+        from lab.passes.inference import NonFiniteLogits
+
+        return NonFiniteLogits(ids, items_done)
+
+    def store(self, win, idx: list[int], answer) -> None:
+        for i, (pred, prob) in zip(idx, answer.values, strict=True):
+            win.pred_index[i], win.prob[i] = pred, prob
+
+    def label(self, pred):
+        """The label of a stored prediction: the checkpoint's id2label of its class index, or the
+        label itself (the user's code answers labels: no id2label)."""
+        return self.id2label[pred] if self.id2label else pred
 
     def self_metric(self, win) -> float | None:
-        return label_accuracy((g, self.id2label[p]) for g, p in zip(win.labels, win.pred_index, strict=True)
+        return label_accuracy((g, self.label(p)) for g, p in zip(win.labels, win.pred_index, strict=True)
                               if g is not None)
 
     def write_predictions(self, path: Path, win) -> dict:
-        lines, digest = write_label_predictions(path, win, self.id2label)
-        return {"predictions_lines": lines, "predictions_sha256": digest}
+        lines, digest = write_label_predictions(path, win, self.id2label or None)
+        return {"predictions_lines": lines, "predictions_sha256": digest, **self.engine.result_fields(win)}
+
+
+def run_batches(rows: list[dict], tokenizer, model, device: str, variant,
+                on_batch=None,
+                sink: dict | None = None):
+    """The classification window of a transformers model already loaded: the pass's own
+    (lab.passes.tasks.classification.ClassificationJob on the transformers engine), for benchmarks
+    and tests that load once. ``rows``: corpus items (id, text, optional label). Raises
+    NonFiniteLogits, and lets OOM errors propagate; ``sink["win"]`` holds the WindowResult as it fills."""
+    from types import SimpleNamespace
+
+    job = ClassificationJob(SimpleNamespace(variant=variant, extra={}))
+    job.use_loaded(tokenizer, model, device)
+    return job.run_window(rows, device, on_batch, sink)

@@ -30,12 +30,11 @@ import importlib.util
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
 
 from lab.facts.constants import USER_METRIC_TIMEOUT_S
 from lab.facts.errors import FailureKind, PassFailure
-from lab.kinds.custom_kind import CUSTOM
-from lab.passes.tasks.job import LabelLines, label_accuracy
+from lab.passes.tasks.classification import ClassificationJob
+from lab.passes.tasks.job import KindJob
 
 IMPORTS_FINE = "entry imports and has the protocol"  # the check process's last line when it does
 
@@ -372,208 +371,18 @@ def predict_refusal(out, n: int) -> tuple[str, list]:
     return "", labels
 
 
-class EntryJob:
-    """The steps every job running the user's own code (``[task] entry``) shares: the entry class
-    built once in the load phase, the lab's batches handed to its method (the kind's
-    lab.kinds.kind.EntryRun), failures of the code as failure rows (:class:`EntryFailed`), and
-    what the lab can and cannot observe of it. A kind's entry job sets ``entry_run`` and gives
-    :meth:`open` (the window, the processing order, the strings handed over), :meth:`accept`
-    (('', values) or what the return is, for ``n`` texts) and :meth:`store` (the values into
-    the window), plus the kind's own ``self_metric``, ``write_predictions`` and ``merge_cards``."""
-
-    kind: str
-    entry_run: Any
-    compile: Any = None  # the lab cannot compile the user's code (lab.passes.sequence: no lab compile phase)
-
-    def __init__(self, spec):
-        self.spec = spec
-        self.task = spec.extra.get("task") or {}
-        self.entry = self.task["entry"]
-        self.tokenizer: Any = None
-        self.model: Any = None  # the lab sees no model inside the user's code
-        self.code: Any = None
-        self.device = "cpu"
-
-    def entry_settings(self) -> dict:
-        """What the entry class is built with: the variant's declared fields, the model's, and the
-        [task] keys of the kind (``pooling``, ``normalize``; ``prompt``, ``max_new_tokens``, ``stop``...)."""
-        from lab.kinds import task_kind
-
-        s = self.spec
-        out = {k: v for k, v in s.variant.to_json().items() if k not in ("variant_id", "label")}
-        out["model_path"] = s.model_ref
-        out.update({k: s.extra[k] for k in ("revision", "pad_token") if s.extra.get(k)})
-        out.update({k: self.task[k] for k in task_kind(self.kind).keys if self.task.get(k) is not None})
-        return out
-
-    def load(self, device: str) -> tuple:
-        from transformers import AutoTokenizer
-
-        s = self.spec
-        self.device = device
-        self.tokenizer = AutoTokenizer.from_pretrained(s.model_ref, revision=s.extra.get("revision"))
-        if s.extra.get("pad_token"):
-            self.tokenizer.pad_token = s.extra["pad_token"]
-        cls = load_entry(self.entry, self.entry_run.method, self.entry_run.returns)
-        try:
-            self.code = cls(self.entry_settings(), device)
-        except BaseException as exc:  # noqa: BLE001 - the user's constructor
-            if raised_by_the_lab(exc):
-                raise
-            raise EntryFailed(f"entry constructor raised: {last_traceback_line(exc)}", items_done=0) from None
-        return self.tokenizer, None
-
-    def settings_used(self, items_done: int) -> dict:
-        """What the entry's optional ``settings_used()`` reports ({} without one; None reads as {}).
-        Raises EntryFailed (one line, ``items_done`` kept) when it raises or returns something
-        other than a dict of setting name (str) -> value."""
-        report = getattr(self.code, "settings_used", None)
-        if not callable(report):
-            return {}
-        try:
-            used = report()
-        except BaseException as exc:  # noqa: BLE001 - the user's code: a failure row
-            if raised_by_the_lab(exc):
-                raise
-            raise EntryFailed(f"settings_used() raised: {last_traceback_line(exc)}", items_done=items_done) from None
-        if used is None:
-            return {}
-        why = (f"returned {_shown(used)}" if not isinstance(used, dict) else
-               next((f"returned the key {k!r} ({type(k).__name__})" for k in used if not isinstance(k, str)), ""))
-        if why:
-            raise EntryFailed(f"settings_used() {why}; it must return a dict of setting name (str) -> value, "
-                              'e.g. {"precision": "fp32"}', items_done=items_done)
-        return dict(used)
-
-    def observe(self, threads: int, workers_on_host: int = 1) -> dict:
-        """The observed record: what ``settings_used()`` reports, NOT_OBSERVABLE for the rest."""
-        from lab.passes.observed import NOT_OBSERVABLE, observe_cpu, observe_tf32, observe_threads
-
-        used = self.settings_used(0)
-        v = self.spec.variant
-        precision = used.get("precision")
-        return {"dtype": NOT_OBSERVABLE if precision is None else {"fp32": "float32", "bf16": "bfloat16",
-                                                                   "fp16": "float16"}.get(precision, precision),
-                "device": str(used.get("device", NOT_OBSERVABLE)),
-                "attention": used.get("attention", NOT_OBSERVABLE) if v.attention else "unknown",
-                **observe_threads(threads, workers_on_host),
-                **observe_cpu(),
-                "compile": used.get("compile", NOT_OBSERVABLE),
-                "quantization": used.get("quantization", NOT_OBSERVABLE),
-                **observe_tf32(), "reported_by_entry": ", ".join(sorted(used))}
-
-    def warm_up(self, rows: list[dict], device: str) -> float:
-        from lab.passes.inference import warm_up_window
-
-        def warm_window(r, d):
-            return self.run_window(r, d, warm_up=True)
-
-        return warm_up_window(warm_window, rows, device, self.spec.warmup_items, self.spec.warmup_passes)
-
-    def open(self, rows: list[dict]) -> tuple[Any, list[int], list[str]]:
-        """(window, processing order, the string handed over per item) of ``rows``."""
-        from lab.passes.inference import open_window
-
-        win, _, order = open_window(rows, self.tokenizer, self.spec.variant)
-        return win, order, [r["text"] for r in rows]
-
-    def accept(self, out, n: int) -> tuple[str, list]:
-        """('', the values) when ``out`` is what the method must return for ``n`` texts, else
-        (what it is, in a few words, [])."""
-        raise NotImplementedError
-
-    def store(self, win, idx: list[int], values: list) -> None:
-        """The values of the items ``idx`` (corpus positions) into ``win``."""
-        raise NotImplementedError
-
-    def run_window(self, rows, device, on_batch=None, sink=None, warm_up: bool = False):
-        """The lab's batches handed to the entry's method; its results stored by :meth:`store`.
-        Raises EntryFailed (one line) with the items of the batches completed before when the
-        method raises or returns anything but the kind's ``returns``, one per text; the batch is
-        named "warm-up batch N" (``warm_up``) or "batch N of the measured window"."""
-        v = self.spec.variant
-        method = self.entry_run.method
-        call = getattr(self.code, method)
-        win, order, given = self.open(rows)
-        lengths = win.tokens_kept
-        if sink is not None:
-            sink["win"] = win
-        for start in range(0, len(rows), v.batch_size):
-            idx = order[start:start + v.batch_size]
-            where = f"warm-up batch {win.batches + 1}" if warm_up else f"batch {win.batches + 1} of the measured window"
-            try:
-                out = call([given[i] for i in idx])
-                why, values = self.accept(out, len(idx))
-            except BaseException as exc:  # noqa: BLE001 - the user's code: a failure row
-                from lab.passes.failures import is_oom
-
-                after = f"(after {win.items_done}{' warm-up' * warm_up} items): {last_traceback_line(exc)}"
-                if is_oom(exc) and not isinstance(exc, PassFailure):  # an oom row, with the batch and the line
-                    raise EntryOutOfMemory(f"{method} ran out of memory on {where} {after}",
-                                           items_done=0 if warm_up else win.items_done) from exc
-                if raised_by_the_lab(exc):
-                    raise
-                raise EntryFailed(f"{method} raised on {where} {after}",
-                                  items_done=0 if warm_up else win.items_done) from None
-            if why:
-                raise EntryFailed(f"{method} returned {why} on {where}; it must return {self.entry_run.returns}",
-                                  items_done=0 if warm_up else win.items_done)
-            self.store(win, idx, values)
-            win.items_done += len(idx)
-            win.batches += 1
-            win.largest_batch = max(win.largest_batch, len(idx))
-            win.real_tokens += sum(lengths[i] for i in idx)
-            if on_batch:
-                on_batch(win.items_done)
-        from lab.passes.inference import synchronize
-
-        synchronize(device)  # the entry's queued device work, before the window's clock stops
-        return win
-
-    def observe_window(self, win) -> dict:
-        """What the lab sees of the window: its batches and order; padding and tokens the code
-        applies itself are NOT_OBSERVABLE unless ``settings_used()`` reports them."""
-        from lab.passes.observed import NOT_OBSERVABLE
-
-        order = ("sorted by token count" if win.order_sorted_by_length and not win.order_is_corpus
-                 else "corpus order" if win.order_is_corpus and not win.order_sorted_by_length
-                 else "corpus order (already sorted by token count)")
-        used = self.settings_used(win.items_done)
-        return {"padding": used.get("padding", NOT_OBSERVABLE), "max_tokens": NOT_OBSERVABLE,
-                "max_length_used": used.get("max_length", NOT_OBSERVABLE), "bucketing": order,
-                "batch_size": win.largest_batch, "window_items": win.items_done}
-
-    def merged_fields(self, cards: list) -> dict:
-        """The entry and its settings, as every card recorded them (the same spec built each)."""
-        first = next((c for c in cards if c.entry), None)
-        return {"entry": first.entry, "entry_settings": first.entry_settings} if first else {}
-
-    def entry_fields(self) -> dict:
-        """The result fields naming the code that ran: ``entry`` and ``entry_settings``."""
-        return {"entry": self.entry, "entry_settings": self.entry_settings()}
-
-
-class CustomJob(EntryJob, LabelLines):
-    """``[task] kind = "custom"``: batches the lab forms, handed to the user's ``predict`` (labels)."""
+class CustomJob(ClassificationJob):
+    """``[task] kind = "custom"``: the lab's batches handed to the user's ``predict`` (the entry
+    engine's classify, lab.passes.backends.entry_backend), one label per text; the classification
+    format with ``prob`` null and no checkpoint labels."""
 
     kind = "custom"
-    entry_run = CUSTOM.entry
+    loader = None
 
-    def accept(self, out, n: int) -> tuple[str, list]:
-        return predict_refusal(out, n)
-
-    def store(self, win, idx: list[int], values: list) -> None:
-        for j, i in enumerate(idx):
-            win.pred_index[i] = values[j]
-
-    def self_metric(self, win) -> float | None:
-        return label_accuracy((g, p) for g, p in zip(win.labels, win.pred_index, strict=True) if g is not None)
-
-    def write_predictions(self, path: Path, win) -> dict:
-        from lab.passes.tasks.classification import write_label_predictions
-
-        lines, digest = write_label_predictions(path, win, None)
-        return {"predictions_lines": lines, "predictions_sha256": digest, **self.entry_fields()}
+    def load(self, device: str) -> tuple:
+        KindJob.load(self, device)
+        self.id2label = None
+        return self.tokenizer, self.model
 
 
 if __name__ == "__main__":

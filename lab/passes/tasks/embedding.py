@@ -14,7 +14,7 @@ item's row in ``vectors.npy``, a float16 numpy array of shape (lines, hidden) (n
 ``.npy`` format, readable with ``numpy.load(allow_pickle=False)``); its sha256 is in
 result.json (``vectors_sha256``) and the predictions file's lines (``row``) point into it.
 ``norm``: the vector's L2 norm before normalisation; null when the engine returns its vectors
-already normalised (a vLLM pass, lab.passes.tasks.vllm_job).
+already normalised (a vLLM pass, lab.passes.backends.vllm_backend).
 
 A card of a multi-card pass writes the same beside its own predictions: ``cards/card<r>.vectors.npy``
 (its shard, rows as its lines say; :func:`vectors_name`). The merge
@@ -29,15 +29,20 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
-from typing import Any
 
 from lab.facts.diskfull import atomic_write_text
 from lab.facts.errors import FailureKind, PassFailure
 from lab.facts.files import sha256_bytes, sha256_lines
-from lab.passes.tasks.job import CardsNotMerged, ModelSteps
+from lab.passes.tasks.job import CardsNotMerged, KindJob
 
 VECTORS_FILE = "vectors.npy"
 VECTORS_DTYPE = "float16"  # 2 bytes per value: 1000 items x 384 values = 768 KB per pass
+ENTRY_POOLING = "the entry's own (the declared pooling and normalize are in its settings)"
+"""``pooling.rule`` of an embedding pass whose vectors the user's code made."""
+NORM_TOLERANCE = 0.01
+"""With ``normalize = true`` every vector the user's code returns must have an L2 norm within 1 +/- this
+(float16 arithmetic in the user's code leaves about 1e-3; a forgotten normalisation leaves norms
+of several units: the reported case read 6.2 to 7.1)."""
 
 
 class NonFiniteVectors(PassFailure, RuntimeError):
@@ -107,70 +112,72 @@ def mean_pool(hidden, mask, normalize: bool):
     return torch.nn.functional.normalize(vec, p=2.0, dim=1) if normalize else vec
 
 
-class EmbeddingJob(ModelSteps):
-    """``[task] kind = "embedding"``: vectors pooled by the declared rule."""
+class EmbeddingJob(KindJob):
+    """``[task] kind = "embedding"``: one vector per item from the engine's ``embed`` (module
+    docstring); with ``entry``, the user's ``embed`` (its vectors as returned: ENTRY_POOLING)."""
 
     kind = "embedding"
     loader = load_encoder
 
     def __init__(self, spec):
-        self.spec = spec
         task = spec.extra.get("task") or {}
         self.pooling = task.get("pooling", "mean")
         self.normalize = bool(task.get("normalize", True))
-        self.tokenizer: Any = None
-        self.model: Any = None
+        super().__init__(spec)
+        if self.declared.by_entry:
+            self.pooling = ENTRY_POOLING
 
-    def run_window(self, rows, device, on_batch=None, sink=None):
-        """Tokenize, batch (the lab's rule), encode, pool and bring the vectors to the host.
+    def kind_needs(self) -> dict:
+        return {"pooling": self.pooling, "normalize": self.normalize}
 
-        Returns a WindowResult whose ``vectors`` is a float32 numpy array (items, width) in
-        corpus order (rows of items not completed are zero) and whose ``pred_index[i]`` is i
-        once item i is done. Raises NonFiniteVectors; lets OOM errors propagate."""
+    def open(self, rows):
+        win, order, input_ids, texts = super().open(rows)
+        win.norms = [None] * len(rows)  # vectors: allocated at the first answer, at its width
+        return win, order, input_ids, texts
+
+    def nonfinite(self, ids: list[str], items_done: int) -> Exception:
+        return NonFiniteVectors(ids, items_done)
+
+    def store(self, win, idx: list[int], answer) -> None:
+        """The answer's vectors into rows ``idx`` of ``win.vectors`` (float32, zero for items not
+        done), their norms (None: the engine returned them normalised)."""
         import numpy as np
-        import torch
 
-        from lab.passes.inference import open_window, pad_batch
+        arr = answer.values
+        if win.vectors is None:
+            win.vectors = np.zeros((len(win.ids), arr.shape[1]), np.float32)
+        win.vectors[idx] = arr
+        for j, i in enumerate(idx):
+            win.pred_index[i] = i
+            win.norms[i] = None if answer.norms is None else answer.norms[j]
 
-        v = self.spec.variant
-        n = len(rows)
-        win, input_ids, order = open_window(rows, self.tokenizer, v)
-        lengths = win.tokens_kept
-        width = int(self.model.config.hidden_size)
-        win.vectors = np.zeros((n, width), np.float32)
-        win.norms = [None] * n
-        if sink is not None:
-            sink["win"] = win
-        with torch.inference_mode():
-            for start in range(0, n, v.batch_size):
-                idx = order[start:start + v.batch_size]
-                feats = pad_batch(self.tokenizer, [input_ids[i] for i in idx], v)
-                ids_t = feats["input_ids"].to(device, non_blocking=True)
-                mask_t = feats["attention_mask"].to(device, non_blocking=True)
-                win.count_padding_side(feats["attention_mask"])
-                hidden = self.model(input_ids=ids_t, attention_mask=mask_t).last_hidden_state
-                raw = mean_pool(hidden, mask_t, normalize=False)
-                vec = torch.nn.functional.normalize(raw, p=2.0, dim=1) if self.normalize else raw
-                host = vec.cpu().numpy()
-                norms = raw.norm(dim=1).cpu().tolist()
-                bad = [rows[idx[j]]["id"] for j in range(len(idx)) if not np.isfinite(host[j]).all()]
-                if bad:
-                    raise NonFiniteVectors(bad, win.items_done)
-                win.vectors[idx] = host
-                for j, i in enumerate(idx):
-                    win.pred_index[i] = i
-                    win.norms[i] = norms[j]
-                win.count_batch(idx, lengths, (int(ids_t.shape[0]), int(ids_t.shape[1])), v.max_length)
-                if on_batch:
-                    on_batch(win.items_done)
-        return win
+    def observe_window(self, win) -> dict:
+        """The engine's record; for the user's code, raises NotHonoured when ``normalize = true``
+        is declared and a vector it returned is not of unit norm (within NORM_TOLERANCE): a task
+        setting the code did not apply, as a variant's would be."""
+        from lab.passes.observed import NotHonoured
+
+        rec = super().observe_window(win)
+        norms = [n for n in win.norms if n is not None]
+        off = [n for n in norms if abs(n - 1.0) > NORM_TOLERANCE]
+        if self.declared.by_entry and self.normalize and off:
+            raise NotHonoured(f"declared value not honoured: normalize = true, but {len(off)} of {len(norms)} "
+                              f"vectors the entry returned have an L2 norm outside 1 +/- {NORM_TOLERANCE:g} "
+                              f"({min(off):.4g} to {max(off):.4g}); normalize them in embed(), or declare "
+                              "normalize = false")
+        return rec
 
     def self_metric(self, win) -> float | None:
         return None  # the label-based retrieval metric needs every vector: lab.orchestration.validate computes it
 
     def write_predictions(self, path: Path, win) -> dict:
         """predictions.jsonl and vectors.npy (float16) of the completed items; returns the
-        result fields (lines, both sha256, the pooling rule, the vectors' shape and dtype)."""
+        result fields (lines, both sha256, the pooling rule, the vectors' shape and dtype, and
+        the engine's own)."""
+        import numpy as np
+
+        if win.vectors is None:  # no batch done: no width known; nothing to store
+            win.vectors = np.zeros((len(win.ids), 0), np.float32)
         done = [i for i, p in enumerate(win.pred_index) if p is not None]
         lines = []
         for row, i in enumerate(done):
@@ -179,9 +186,17 @@ class EmbeddingJob(ModelSteps):
             lines.append(json.dumps({"id": win.ids[i], "row": row, "norm": norm,
                                      "truncated": None if total is None else total > kept,
                                      "tokens_kept": kept, "tokens_total": total}, ensure_ascii=False) + "\n")
-        return {**write_vectors(path, lines, win.vectors[done]),
-                "pooling": {"rule": self.pooling, "mask": "attention_mask", "normalize": self.normalize,
-                            "dtype": "float32 before storage"}}
+        return {**write_vectors(path, lines, win.vectors[done]), "pooling": self.pooling_record(),
+                **self.engine.result_fields(win)}
+
+    def pooling_record(self) -> dict:
+        """result.json's ``pooling``: the declared rule as the lab applied it, or as the user's code
+        was asked to (its vectors stored as returned)."""
+        if self.declared.by_entry:
+            return {"rule": ENTRY_POOLING, "normalize": f"the entry's own (declared {json.dumps(self.normalize)})",
+                    "dtype": "as returned, float16 in storage"}
+        return {"rule": self.pooling, "mask": "attention_mask", "normalize": self.normalize,
+                "dtype": "float32 before storage"}
 
     def merge_cards(self, cards_dir: Path, pred_path: Path, merged: list[tuple[int, str]], cards: list,
                     labels: list) -> tuple[list[str], dict]:
@@ -211,10 +226,10 @@ class EmbeddingJob(ModelSteps):
             rows.append(shard[rec["row"]])
             lines.append(json.dumps({**rec, "row": len(lines)}, ensure_ascii=False) + "\n")
         if not shards:
-            return lines, {"self_accuracy": None}
+            return lines, {"self_accuracy": None, **self.engine.merged_fields(cards)}
         width = next(iter(shards.values())).shape[1]
         vectors = np.stack(rows) if rows else np.zeros((0, width), np.float16)
         pooling = next((c.pooling for c in cards if c.pooling), None)
         written = write_vectors(pred_path, lines, vectors)  # the predictions' own fields are the merge's
         return lines, {**{k: v for k, v in written.items() if not k.startswith("predictions_")},
-                       "pooling": pooling, "self_accuracy": self.self_metric(None)}
+                       "pooling": pooling, "self_accuracy": self.self_metric(None), **self.engine.merged_fields(cards)}

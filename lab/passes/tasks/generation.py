@@ -33,13 +33,19 @@ from lab.facts.diskfull import atomic_write_text
 from lab.facts.files import sha256_lines
 from lab.kinds.generation_kind import GENERATION
 from lab.passes.tasks.generation_core import GenerationRule
-from lab.passes.tasks.job import ModelSteps
+from lab.passes.tasks.job import KindJob
 from lab.passes.tasks.text_metrics import NORMALISATION
 
-PADDING_RULE = "left: the lab pads every batch itself (generation_core.pad_left)"
 #: The one declared padding this job honours: every batch is padded (left) to its longest prompt, never to
 #: max_length (lab.orchestration.protocol.refuse_unsupported refuses any other at lock).
 PADDING_HONOURED = GENERATION.fixed_padding
+
+
+def token_slack(max_new_tokens: int) -> int:
+    """Tokens an output of the user's code may exceed ``max_new_tokens`` by, as the lab counts them:
+    the lab sees only the text, and decoding ids to text then encoding the text again can change
+    the count at word pieces and spaces; max(2, 10 % of ``max_new_tokens``, rounded up)."""
+    return max(2, -(-max_new_tokens // 10))
 
 
 def rule_of(task: dict) -> GenerationRule:
@@ -112,89 +118,73 @@ def open_generation_window(rows: list[dict], tokenizer, rule: GenerationRule, bu
     return OpenedWindow(win, prompts, seqs, order)
 
 
-class GenerationJob(ModelSteps):
-    """``[task] kind = "generation"``: greedy text per item under the declared rule."""
+class GenerationJob(KindJob):
+    """``[task] kind = "generation"``: text per item under the declared rule, from the engine's
+    ``generate`` (greedy); with ``entry``, the user's ``generate`` over the lab's prompts."""
 
     kind = "generation"
     loader = load_generator
 
     def __init__(self, spec):
-        self.spec = spec
         task = spec.extra.get("task") or {}
         self.rule = rule_of(task)
         self.normalisation = task.get("normalisation") or NORMALISATION
-        self.tokenizer: Any = None
-        self.model: Any = None
-        self.settings: dict[str, Any] | None = None
-        self.overrides: dict[str, Any] | None = None
+        super().__init__(spec)
 
-    def load(self, device: str) -> tuple:
-        """The model (ModelSteps.load), then the decoding settings ``generate`` will resolve for
-        the rule (``settings``) and the checkpoint's generation_config.json fields the lab's own
-        configuration sets aside (``overrides``), both recorded in ``generation``."""
-        from lab.passes.tasks.generation_core import (
-            checkpoint_overrides,
-            effective_settings,
-            eos_token_ids,
-            lab_generation_config,
-            pad_token_id,
-        )
+    def kind_needs(self) -> dict:
+        return {"rule": self.rule}
 
-        tok, model = super().load(device)
-        self.settings = effective_settings(tok, model, self.rule)
-        lab_cfg = lab_generation_config(self.rule, pad_token_id(tok, model), eos_token_ids(tok, model))
-        self.overrides = checkpoint_overrides(getattr(model, "generation_config", None), lab_cfg)
-        return tok, model
+    def open(self, rows):
+        """The generation window (:func:`open_generation_window`): the prompts are the strings
+        handed over, their ids the token ids."""
+        win, prompts, seqs, order = open_generation_window(rows, self.tokenizer, self.rule, self.spec.variant.bucketing)
+        return win, order, seqs, prompts
 
-    def run_window(self, rows, device, on_batch=None, sink=None):
-        """Prompts, batches (the lab's rule), greedy generation per batch, outputs on the host.
+    def store(self, win, idx: list[int], answer) -> None:
+        """Each item's GeneratedItem; the text the user's code returned, kept for its token count
+        (:meth:`count_tokens`)."""
+        for j, i in enumerate(idx):
+            win.generated[i] = answer.values[j]
+            win.pred_index[i] = i
+        if answer.returned is not None:
+            if getattr(win, "returned", None) is None:
+                win.returned = [None] * len(win.ids)
+            for i, text in zip(idx, answer.returned, strict=True):
+                win.returned[i] = text
 
-        Returns a WindowResult whose ``generated[i]`` is item i's GeneratedItem once done (and
-        ``pred_index[i]`` is i); ``tokens_kept`` are the prompts' token counts (the text cut to
-        max_text_tokens), ``tokens_total`` those of the uncut prompts. Raises
-        generation_core.GenerationRuleError for a prompt past the model's positions and lets
-        OOM errors propagate; the items done before stay in ``sink["win"]``."""
-        from lab.passes.tasks.generation_core import generate_tokens
+    def count_tokens(self, win) -> None:
+        """``output_tokens`` of each output the user's code returned, counted once, after the window,
+        by the [model] tokenizer over the output as returned (before the lab's cut at a stop
+        string); nothing for an engine that counts its own tokens."""
+        import msgspec
 
-        v = self.spec.variant
-        win, _, seqs, order = open_generation_window(rows, self.tokenizer, self.rule, v.bucketing)
-        lengths = win.tokens_kept
-        n = len(rows)
-        if sink is not None:
-            sink["win"] = win
-        for start in range(0, n, v.batch_size):
-            idx = order[start:start + v.batch_size]
-            batch = [seqs[i] for i in idx]
-            items = generate_tokens(self.tokenizer, self.model, device, batch, self.rule,
-                                    on_mask=win.count_padding_side)
-            for i, g in zip(idx, items, strict=True):
-                win.generated[i] = g
-                win.pred_index[i] = i
-            win.count_batch(idx, lengths, (len(batch), max(lengths[i] for i in idx)), v.max_length)
-            if on_batch:
-                on_batch(win.items_done)
-        return win
+        returned = getattr(win, "returned", None)
+        if returned is None or getattr(win, "tokens_counted", False):
+            return
+        win.generated = [g if g is None or text is None else msgspec.structs.replace(
+            g, output_tokens=len(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]))
+            for g, text in zip(win.generated, returned, strict=True)]
+        win.tokens_counted = True
 
-    def compile(self, rows: list[dict], device: str, n_items: int) -> list:
-        """The compile phase (lab.passes.compile.compile_batches): the model's forward, the one
-        ``generate`` calls for the prompt and at every decoding step, compiled with dynamic
-        shapes (the step's tensors are made inside ``generate``, where no dimension can be
-        marked, and the cache grows a position per step), then whole greedy generations per
-        window batch size, as the window runs them: for 2 items or more, one batch of prompts of
-        one length and one left-padded batch (its first prompt holds only its text's first
-        word), since transformers takes another path when the mask has padding.
-        Returns [[items, "dynamic"], ...]."""
-        from lab.passes.compile import compile_batches
-        from lab.passes.tasks.generation_core import generate_batch
+    def observe_window(self, win) -> dict:
+        """The engine's record; for the user's code, raises NotHonoured when an output it returned
+        is longer than the declared ``max_new_tokens`` by more than :func:`token_slack` (counted by
+        :meth:`count_tokens`): a task setting the code did not apply, as a variant's would be."""
+        from lab.passes.observed import NotHonoured
 
-        def generate(texts: list[str]) -> list:
-            same = [texts[0]] * len(texts)
-            generate_batch(self.tokenizer, self.model, device, same, self.rule)
-            if len(texts) > 1 and texts[0].split():
-                generate_batch(self.tokenizer, self.model, device, [texts[0].split()[0], *same[1:]], self.rule)
-            return [len(texts), "dynamic"]
-
-        return compile_batches(self.model, rows, device, self.spec.variant, n_items, generate, dynamic=True)
+        rec = super().observe_window(win)
+        if not self.declared.by_entry:
+            return rec
+        self.count_tokens(win)
+        limit = self.rule.max_new_tokens
+        counts = [g.output_tokens for g in win.generated if g is not None]
+        over = [c for c in counts if c > limit + token_slack(limit)]
+        if over:
+            raise NotHonoured(f"declared value not honoured: max_new_tokens = {limit}, but {len(over)} of "
+                              f"{len(counts)} outputs the entry returned are longer (up to {max(over)} tokens by "
+                              f"the [model] tokenizer, {token_slack(limit)} over allowed for re-tokenized text); "
+                              "stop generate() at settings['max_new_tokens']")
+        return rec
 
     def self_metric(self, win) -> float | None:
         """Exact match (the declared normalisation) of the items done against their labels, or None."""
@@ -211,46 +201,42 @@ class GenerationJob(ModelSteps):
             return None
         return round(exact_match([p[0] for p in known], [p[1] for p in known], self.normalisation), 6)
 
-    def _fields(self, recs: list[dict], pad_token, settings=None, overrides=None) -> dict:
+    def _fields(self, recs: list[dict], pad_token, engine_part: dict) -> dict:
         """The result fields of the written items ``recs`` (their prediction lines, decoded);
-        ``settings`` and ``overrides`` (the job's when None) as ``load`` read them, left out of
-        ``generation`` when no settings were read (a job that did not load the model: vLLM's)."""
-        from lab.passes.tasks.generation_core import CHECKPOINT_GENERATION_FILE
-
+        ``engine_part``: the engine's part of ``generation`` (its padding; the transformers
+        engine's decoding settings and overridden checkpoint fields, when it read them)."""
         stopped = Counter(r["stopped_by"] for r in recs)
-        settings = self.settings if settings is None else settings
-        overrides = self.overrides if overrides is None else overrides
-        # read only where this job loaded the model (transformers); another engine records its own
-        read = {} if settings is None else {
-            "settings": settings,
-            "checkpoint_settings_not_applied": {"file": CHECKPOINT_GENERATION_FILE, "fields": overrides}
-            if overrides else {}}
+        read = {k: v for k, v in engine_part.items() if k != "padding" and engine_part.get("settings") is not None}
         return {"input_tokens": sum(r["input_tokens"] for r in recs),
                 "output_tokens": sum(r["output_tokens"] for r in recs),
                 "generation": {"rule": self.rule.to_json(), "rule_sha256": self.rule.digest(),
-                               "normalisation": self.normalisation, "padding": PADDING_RULE,
+                               "normalisation": self.normalisation, "padding": engine_part["padding"],
                                "pad_token": pad_token, "stopped_by": dict(sorted(stopped.items())), **read}}
 
     def write_predictions(self, path: Path, win) -> dict:
         """predictions.jsonl of the completed items (module docstring); returns the result fields
-        (lines, sha256, token sums, the rule as run with its sha256)."""
+        (lines, sha256, token sums, the rule as run with its sha256, the engine's own)."""
+        self.count_tokens(win)
         recs = [{"id": item_id, "output": g.text, "input_tokens": g.input_tokens, "output_tokens": g.output_tokens,
                  "stopped_by": g.stopped_by} for item_id, g in zip(win.ids, win.generated, strict=True)
                 if g is not None]
         lines = [json.dumps(r, ensure_ascii=False) + "\n" for r in recs]
         atomic_write_text(path, "".join(lines))
         return {"predictions_lines": len(lines), "predictions_sha256": sha256_lines(lines),
-                **self._fields(recs, getattr(self.tokenizer, "pad_token", None))}
+                **self._fields(recs, getattr(self.tokenizer, "pad_token", None), self.engine.generation_record()),
+                **self.engine.result_fields(win)}
 
     def merge_cards(self, cards_dir: Path, pred_path: Path, merged: list[tuple[int, str]], cards: list,
                     labels: list) -> tuple[list[str], dict]:
         """The cards' lines unchanged (corpus order); token sums and the rule over them as a
-        one-card pass writes them, the pad token as the cards recorded it; ``self_accuracy`` by
-        :meth:`exact_match_of` over the merged outputs."""
+        one-card pass writes them, the engine's part and the pad token as the cards recorded them;
+        ``self_accuracy`` by :meth:`exact_match_of` over the merged outputs."""
         lines = [line for _, line in merged]
         recs = [json.loads(line) for line in lines]
         gen = next((c.generation for c in cards if c.generation), None) or {}
-        not_applied = gen.get("checkpoint_settings_not_applied") or {}
-        return lines, {**self._fields(recs, gen.get("pad_token"), gen.get("settings"), not_applied.get("fields") or {}),
+        part = {k: gen.get(k) for k in ("padding", "settings", "checkpoint_settings_not_applied")}
+        if part["padding"] is None:
+            part["padding"] = self.engine.generation_record()["padding"]
+        return lines, {**self._fields(recs, gen.get("pad_token"), part), **self.engine.merged_fields(cards),
                        "self_accuracy": self.exact_match_of([(r["output"], gold)
                                                              for r, gold in zip(recs, labels, strict=True)])}

@@ -93,7 +93,7 @@ class GenerationRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 STOPPED_BY = ("stop", "eos", "max_new_tokens", "entry", "server")
 """Why an item's generation ended: a stop string, the model's eos, the token limit, or (a user's entry,
-lab.passes.tasks.entry_kinds) the code's own end, which the lab does not see, or (a server pass,
+lab.passes.backends.entry_backend) the code's own end, which the lab does not see, or (a server pass,
 lab.passes.tasks.server_job) the server's end before max_new_tokens (its eos or a stop string)."""
 
 

@@ -24,19 +24,20 @@ writes beside them (an embedding's one ``vectors.npy`` from the cards' shards), 
 applies in a one-card pass). Raises :class:`CardsNotMerged` (one line) when a card's files cannot
 be merged. :class:`LabelLines` is this step for kinds whose lines are labels.
 
-Three optional steps, for an engine that runs in its own process (lab.passes.tasks.vllm_job):
+Three optional steps, for an engine that runs in its own process (vLLM):
 ``start_engine(device, pass_dir)`` -> dict of result fields, timed as ``engine_start`` right
 after ``model_load``; ``engine_pid()`` -> the engine's root process id (None: not running), whose
 process tree's CPU time the window's conditions count (lab.passes.conditions); and ``close()``,
-called when the phases end on every path.
+called when the phases end on every path. One optional step for an engine the lab compiles
+itself (``compile = true``): ``compile(rows, device, n_items)`` -> the shapes compiled, timed as
+``compile`` after the load (``rows`` are the warm-up items, ``n_items`` the window's). A job
+without it has no compile phase: an engine of its own compiles in its start, and the user's code
+gets the declared ``compile`` in its settings and compiles (or not) itself, which the lab records
+as declared, not observable unless the entry reports it.
 
-One optional step for a job whose model the lab compiles itself (``compile = true``):
-``compile(rows, device, n_items)`` -> the shapes compiled, timed as ``compile`` after the
-load (lab.passes.compile.compile_batches with the job's own batch step; ``rows`` are the
-warm-up items, ``n_items`` the window's). A job without it has no compile phase: an engine
-of its own compiles in its start, and a custom entry gets the declared ``compile`` in its
-settings and compiles (or not) itself, which the lab records as declared, not observable
-unless the entry reports it (lab.passes.tasks.custom).
+A kind's job is a :class:`KindJob`: the window is the kind's, every step above but the window
+is its engine's (lab.passes.backends), so a kind never names an engine and an engine never
+names a kind.
 
 The task itself (kind, pooling, entry) reaches the pass as ``PassSpec.extra["task"]``
 (lab.orchestration.protocol.Protocol.task_extra); a classification pass carries no such key, so its
@@ -101,11 +102,11 @@ def label_accuracy(pairs) -> float | None:
 
 class LabelLines:
     """``merge_cards`` of a kind whose prediction lines carry a label (``pred``): the cards' lines
-    unchanged, in corpus order; ``self_accuracy`` by :func:`label_accuracy` over them.
-    ``merged_fields`` (the kind's own result fields, from its card records) is empty here."""
+    unchanged, in corpus order; ``self_accuracy`` by :func:`label_accuracy` over them, and the
+    engine's own fields as its cards recorded them (the engine's ``merged_fields``)."""
 
     def merged_fields(self, cards: list) -> dict:
-        return {}
+        return self.engine.merged_fields(cards)  # type: ignore[attr-defined]
 
     def merge_cards(self, cards_dir: Path, pred_path: Path, merged: list[tuple[int, str]], cards: list,
                     labels: list) -> tuple[list[str], dict]:
@@ -117,49 +118,142 @@ class LabelLines:
         return lines, {**self.merged_fields(cards), "self_accuracy": label_accuracy(pairs)}
 
 
-class ModelSteps:
-    """The steps a job running a transformers model in the lab's own window shares: ``load`` by
-    the job's ``loader`` (a function (model_ref, precision, device, pad_token=, attention=,
-    revision=) -> (tokenizer, model)), the warm-up over its own window
-    (lab.passes.inference.warm_up_window) and the observed records (lab.passes.observed).
-    The job sets ``spec``, and ``run_window`` for the warm-up."""
+class KindJob:
+    """A task kind's pass job over an engine (lab.passes.backends): the kind owns the window (its
+    items tokenized and ordered by the lab's rule, batches of the declared size, each answer
+    stored in its record, the predictions written, its self metric); the engine runs the kind's
+    operation per batch and owns loading, starting, compiling, what it observed and closing.
 
-    spec: Any
-    tokenizer: Any = None
-    model: Any = None
-    loader: Callable[..., tuple]
+    The engine is the pass's: the user's code (``entry``) when the kind is run by an entry (a
+    kind object's ``by_entry``), else the variant's ``engine`` (transformers, vllm). A kind's job
+    gives ``open`` (the window, its order, the token ids and the strings handed over), ``store``
+    (an Answer into the window), ``nonfinite`` (the failure for non-finite answers), and its own
+    ``self_metric``, ``write_predictions`` and ``merge_cards``; ``loader`` is its transformers
+    checkpoint reader and ``needs`` what else its engine needs (its pooling rule, its generation rule)."""
+
+    kind: str
+    loader: Callable[..., tuple] | None = None
+
+    def __init__(self, spec):
+        from lab.kinds import kind_of_task
+        from lab.passes.backends import ENTRY, engine_for
+
+        self.spec = spec
+        self.task: dict = spec.extra.get("task") or {}
+        self.declared = kind_of_task(spec.extra.get("task"))  # the kind object (lab.kinds), entry applied
+        self.tokenizer: Any = None
+        self.model: Any = None
+        engine = spec.variant.engine
+        if not self.declared.runs_on(engine):  # the user's code runs on transformers' side only
+            from lab.kinds import KINDS
+
+            runs = ", ".join(k.name for k in KINDS.values() if k.runs_on(engine))
+            raise ValueError(f"engine {engine} runs task kinds {runs} here, not {self.declared.name!r}")
+        self.engine: Any = engine_for(ENTRY if self.declared.by_entry else spec.variant.engine, spec, self.needs())
+
+    def needs(self):
+        """What the engine needs of this kind (lab.passes.backends.Needs)."""
+        from lab.passes.backends import Needs
+
+        return Needs(operation=self.declared.operation, architecture=self.declared.architecture,
+                     loader=type(self).loader, entry=self.declared.entry, task=self.task, **self.kind_needs())
+
+    def kind_needs(self) -> dict:
+        """The kind's own fields of Needs (pooling, normalize, rule); none by default."""
+        return {}
+
+    # -- the engine's steps, as the pass sequence calls them --------------------------------------
 
     def load(self, device: str) -> tuple:
-        s = self.spec
-        self.tokenizer, self.model = type(self).loader(s.model_ref, s.variant.precision, device,
-                                                       pad_token=s.extra.get("pad_token"),
-                                                       attention=s.variant.attention,
-                                                       revision=s.extra.get("revision"))
+        """(tokenizer, model) as the engine loads them (the model: what the probe phase counts on)."""
+        self.tokenizer, self.model = self.engine.load(device)
         return self.tokenizer, self.model
 
-    def warm_up(self, rows: list[dict], device: str) -> float:
-        from lab.passes.inference import warm_up_window
+    def use_loaded(self, tokenizer, model, device: str) -> None:
+        """Run on a tokenizer and model already loaded (benchmarks and tests load once for many
+        windows): the transformers engine's state as its ``load`` leaves it."""
+        self.tokenizer, self.model = tokenizer, model
+        self.engine.tokenizer, self.engine.model, self.engine.device = tokenizer, model, device
 
-        return warm_up_window(self.run_window, rows, device,  # type: ignore[attr-defined]
-                              self.spec.warmup_items, self.spec.warmup_passes)
+    @property
+    def start_engine(self):
+        """The engine's start (an engine in its own processes: the ``engine_start`` phase), or None."""
+        return getattr(self.engine, "start", None)
 
-    def compile(self, rows: list[dict], device: str, n_items: int) -> list:
-        """The compile phase of the window's forward (lab.passes.compile.compile_model)."""
-        from lab.passes.compile import compile_model
+    @property
+    def engine_pid(self):
+        """The engine's process id step (its tree's CPU counts in the window), or None."""
+        return getattr(self.engine, "pid", None)
 
-        return compile_model(self.model, rows, self.tokenizer, device, self.spec.variant, n_items)
+    @property
+    def compile(self):
+        """The engine's compile step (the lab compiles it: ``compile = true``), or None."""
+        return getattr(self.engine, "compile", None)
+
+    def close(self) -> None:
+        """Close the engine (idempotent, never raises)."""
+        closer = getattr(self.engine, "close", None)
+        if closer is not None:
+            closer()
 
     def observe(self, threads: int, workers_on_host: int = 1) -> dict:
-        """The loaded model's observed record (lab.passes.observed.observe_model)."""
-        from lab.passes.observed import observe_model
-
-        return observe_model(self.model, threads, workers_on_host)
+        return self.engine.observed(threads, workers_on_host)
 
     def observe_window(self, win) -> dict:
-        """The measured window's observed record (lab.passes.observed.observe_window)."""
-        from lab.passes.observed import observe_window
+        return self.engine.observe_window(win)
 
-        return observe_window(win, self.spec.variant.max_length)
+    # -- the window ------------------------------------------------------------------------------
+
+    def open(self, rows: list[dict]) -> tuple[Any, list[int], list[list[int]], list[str]]:
+        """(window, processing order, token ids per item, string per item) of ``rows``: the
+        lab's tokenization at the variant's max_length (lab.passes.inference.open_window) and
+        the items' texts."""
+        from lab.passes.inference import open_window
+
+        win, input_ids, order = open_window(rows, self.tokenizer, self.spec.variant)
+        return win, order, input_ids, [r["text"] for r in rows]
+
+    def store(self, win, idx: list[int], answer) -> None:
+        """The answer of the items ``idx`` (corpus positions) into ``win``."""
+        raise NotImplementedError
+
+    def nonfinite(self, ids: list[str], items_done: int) -> Exception:
+        """The failure raised for items whose answer is not finite."""
+        raise NotImplementedError
+
+    def warm_up(self, rows: list[dict], device: str) -> float:
+        """The protocol's warm-up: this job's own window over the first items (lab.passes.inference.warm_up_window)."""
+        from lab.passes.inference import warm_up_window
+
+        def warm_window(r, d):
+            return self.run_window(r, d, warm_up=True)
+
+        return warm_up_window(warm_window, rows, device, self.spec.warmup_items, self.spec.warmup_passes)
+
+    def run_window(self, rows, device, on_batch=None, sink=None, warm_up: bool = False):
+        """The window over ``rows``: batches of ``batch_size`` items in the processing order, the
+        engine's operation per batch, each answer stored and accounted (WindowResult.count_answer).
+        Returns the WindowResult (``sink["win"]`` holds it as it fills, so a failure keeps the
+        items done). Raises the kind's ``nonfinite`` failure and what the engine raises."""
+        v = self.spec.variant
+        operation = getattr(self.engine, self.declared.operation)
+        win, order, input_ids, texts = self.open(rows)
+        if sink is not None:
+            sink["win"] = win
+        self.engine.begin_window()
+        from lab.passes.backends import Batch
+
+        for start in range(0, len(rows), v.batch_size):
+            idx = order[start:start + v.batch_size]
+            answer = operation(Batch(idx, [input_ids[i] for i in idx], [texts[i] for i in idx], win.batches + 1,
+                                     win.items_done, warm_up))
+            if answer.nonfinite:
+                raise self.nonfinite([rows[idx[j]]["id"] for j in answer.nonfinite], win.items_done)
+            self.store(win, idx, answer)
+            win.count_answer(idx, answer, v.max_length)
+            if on_batch:
+                on_batch(win.items_done)
+        return win
 
 
 def job_class(kind) -> type:

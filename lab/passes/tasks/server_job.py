@@ -7,8 +7,8 @@ names the endpoint (lab.kinds: ``served_endpoint``): completions for generation,
 Set-up (``engine_start``, never in the measured window): the server (lab.engines.vllm_server:
 the variant's vLLM settings, on the loopback address, health-checked, its process tree watched)
 and the load generator (lab.engines.vllm_load.LoadGenerator: ``vllm bench serve`` in the same
-pinned venv, vLLM's import paid here). ``load`` is the vLLM pass's (lab.passes.tasks.vllm_job): the
-lab's tokenizer, the model's shape on the meta device, the eos ids.
+pinned venv, vLLM's import paid here). ``load`` is the kind job's on the vLLM engine
+(lab.passes.backends.vllm_backend): the lab's tokenizer, the model's shape on the meta device, the eos ids.
 
 The measured window: every corpus row is one request, in corpus order, arriving at the
 variant's ``request_rate`` (Poisson at burstiness 1, [timing] seed), at most ``max_concurrency``
@@ -46,8 +46,9 @@ from lab.engines.serving_figures import Figures, Verdict, plain
 from lab.facts.constants import SERVED_FILE
 from lab.facts.errors import FailureKind, PassFailure
 from lab.inputs.scenario import scenario_of
-from lab.kinds.kind import VECTOR
-from lab.passes.tasks.vllm_job import LOG_FILE, VllmJob
+from lab.kinds.kind import CLASSIFY, EMBED, GENERATE
+from lab.passes.backends import Answer
+from lab.passes.backends.vllm_backend import LOG_FILE
 
 SERVER_LOG = "server.log"  # the server's own output, in the pass folder
 LOAD_DIR = "load"  # the generator's requests, result and record, in the pass folder
@@ -91,22 +92,40 @@ class RequestsFailed(PassFailure):
     requests answered before the first that was not."""
 
 
-class ServerJob(VllmJob):
-    """The generation task served under timed arrivals (module docstring)."""
+class ServerJob:
+    """A task kind served under timed arrivals (module docstring): the vLLM server's window around
+    the kind's job (``task``: its window record, answers stored, predictions written, self metric;
+    its vLLM engine loads the lab's tokenizer, the model's shape and the eos ids, never started)."""
+
+    compile = None  # the server compiles in its own start
 
     def __init__(self, spec):
-        super().__init__(spec)
+        from lab.kinds import kind_of_task
+        from lab.passes.tasks.job import job_class
+
+        self.spec = spec
+        self.task: Any = job_class(kind_of_task(spec.extra.get("task")))(spec)
+        self.declared = self.task.declared
+        self.kind = self.declared.name
         if self.declared.served_endpoint is None:
             raise ValueError(f"a server pass does not serve {self.kind!r} tasks (its kind names no served_endpoint)")
         self.scenario = scenario_of(spec.extra)
         if not self.scenario.server:
             raise ValueError("a server pass needs pass.json extra.scenario with kind = \"server\"")
+        self.tokenizer: Any = None
         self.server: Any = None
         self.started: Any = None
         self.generator: Any = None
         self.served: Any = None
+        self.fields: dict = {}
         self.record: ServingRecord | None = None
         self.usage: dict[str, float] | None = None
+
+    def load(self, device: str) -> tuple:
+        """The kind job's load by its vLLM engine: the lab's tokenizer and the model's shape."""
+        out = self.task.load(device)
+        self.tokenizer = self.task.tokenizer
+        return out
 
     def objective(self):
         """The locked objective (lab.engines.serving_figures.Objective)."""
@@ -123,15 +142,11 @@ class ServerJob(VllmJob):
         embedding server's ``pooling``, which must be the declared rule: NotHonoured otherwise).
         Raises lab.engines.vllm_server.ServerStartError or lab.engines.vllm_load.LoadGenError (one
         line naming the log) when either does not start."""
-        from lab.engines.vllm import settings_for
         from lab.engines.vllm_load import LOG_NAME, LoadGenerator
         from lab.engines.vllm_server import VllmServer, server_config
 
-        s = self.spec
-        out = pass_dir or Path(s.out_dir)
-        gen = ({"max_new_tokens": self.writer.rule.max_new_tokens, "stop": self.writer.rule.stop}
-               if self.declared.generates_text else {})
-        settings = settings_for(s.variant, s.model_ref, device, s.seed, threads=s.threads or 0, **gen)
+        out = pass_dir or Path(self.spec.out_dir)
+        settings = self.task.engine.settings(device)
         self.server = VllmServer(settings, log_path=out / SERVER_LOG)
         self.started = self.server.start()
         self.generator = LoadGenerator(out / LOAD_DIR / LOG_NAME)
@@ -148,10 +163,10 @@ class ServerJob(VllmJob):
                                                "max_num_batched_tokens": settings.max_num_batched_tokens,
                                                "prefix_caching": settings.prefix_caching,
                                                "threads": settings.threads}}}
-        if self.declared.record == VECTOR:  # the declared embedding rule is what the server pools
+        if self.declared.operation == EMBED:  # the declared embedding rule is what the server pools
             pooling = server_config(self.started.url).get("pooling")
             self.fields["engine"]["pooling"] = pooling
-            self._check_pooling(pooling)
+            self.task.engine.check_pooling(pooling)
         return self.fields
 
     def engine_pid(self) -> int | None:
@@ -163,13 +178,13 @@ class ServerJob(VllmJob):
         """Stop the generator and the server (idempotent, never raises); the server's CPU and
         memory usage go into the serving record."""
         if self.generator is not None:
-            self.generator.stop(grace_s=0.0 if self._stopping else 5.0)
+            self.generator.stop(grace_s=0.0 if self.task.engine.stopping else 5.0)
         if self.server is not None:
             usage = self.server.stop()
             if usage is not None:
                 self.usage = {"cpu_s": round(usage.cpu_s, 3), "processes": usage.processes,
                               "peak_rss_bytes_largest": max(usage.peak_rss_bytes.values(), default=0)}
-        super().close()
+        self.task.close()
 
     # -- the protocol's steps --------------------------------------------------------------------
 
@@ -189,12 +204,19 @@ class ServerJob(VllmJob):
         otherwise, NonFiniteLogits / NonFiniteVectors for a non-finite pooled answer,
         lab.engines.vllm_load.LoadGenError when the generator fails."""
         from lab.engines.serving_figures import figures, live_figures, verdict
-        from lab.engines.vllm_load import LiveOutcomes, LoadRun, LoadSettings
+        from lab.engines.vllm_load import LiveOutcomes, LoadRun, LoadSettings, Prompt
         from lab.passes.observed import NotHonoured
 
         v, sc = self.spec.variant, self.scenario
-        win, prompts, lab_tokens, stop = (self._generation_requests if self.declared.generates_text
-                                          else self._pooled_requests)(rows)
+        win, _, seqs, texts = self.task.open(rows)  # the kind's window: its prompts and token ids
+        lab_tokens = [len(ids) for ids in seqs]
+        rule: Any = getattr(self.task, "rule", None)
+        if self.declared.operation == GENERATE:  # the rule's prompt text, streamed back
+            prompts = tuple(Prompt(id=str(r["id"]), prompt=t, max_tokens=rule.max_new_tokens)
+                            for r, t in zip(rows, texts, strict=True))
+        else:  # the lab's token ids (cut at max_length, special tokens included), the answer whole
+            prompts = tuple(Prompt(id=str(r["id"]), prompt=tuple(ids)) for r, ids in zip(rows, seqs, strict=True))
+        stop = tuple(rule.stop) if rule is not None else ()
         if sink is not None:
             sink["win"] = win
         objective = self.objective()
@@ -233,7 +255,12 @@ class ServerJob(VllmJob):
                                   f"for id {r.id}, the lab's tokenizer {lab_tokens[k]} for the same prompt; "
                                   "the served model does not tokenize as the lab does (check the tokenizer "
                                   "files and its special tokens)", items_done=k)
-        (self._keep_generated if self.declared.generates_text else self._keep_pooled)(win, answered)
+        answer = served_answer(self.declared.operation, answered, rule)
+        if answer.nonfinite:  # the answers before the first non-finite one are kept
+            k = answer.nonfinite[0]
+            self.task.store(win, list(range(k)), answer._replace(values=answer.values[:k]))
+            raise self.task.nonfinite([answered[k].id], k)
+        self.task.store(win, list(range(len(answered))), answer)
         done = len(answered)
         # the answered requests' prompt tokens, counted as one packed call: the server tokenized and
         # batched them itself, no pad token entered (its own batches are not the lab's to count)
@@ -244,64 +271,6 @@ class ServerJob(VllmJob):
         if first_bad is not None:
             self._fail(recs, first_bad)
         return win
-
-    def _generation_requests(self, rows):
-        """The generation rule's prompt per row (text), the lab's prompt token counts, the stop strings."""
-        from lab.engines.vllm_load import Prompt
-        from lab.passes.tasks.generation import open_generation_window
-
-        rule = self.writer.rule
-        win, texts, seqs, _ = open_generation_window(rows, self.tokenizer, rule, self.spec.variant.bucketing)
-        prompts = tuple(Prompt(id=str(r["id"]), prompt=t, max_tokens=rule.max_new_tokens)
-                        for r, t in zip(rows, texts, strict=True))
-        return win, prompts, [len(s) for s in seqs], tuple(rule.stop)
-
-    def _pooled_requests(self, rows):
-        """The lab's token ids per row (lab.passes.inference.open_window: cut at max_length, special
-        tokens included) as the prompt, their counts, no stop strings."""
-        from lab.engines.vllm_load import Prompt
-        from lab.passes.inference import open_window
-
-        win, input_ids, _ = open_window(rows, self.tokenizer, self.spec.variant)
-        if self.declared.record == VECTOR:
-            win.norms = [None] * len(rows)  # the server returns its pooled vectors normalised
-        prompts = tuple(Prompt(id=str(r["id"]), prompt=tuple(ids)) for r, ids in zip(rows, input_ids, strict=True))
-        return win, prompts, [len(ids) for ids in input_ids], ()
-
-    def _keep_generated(self, win, answered) -> None:
-        """Each answered request's text as its item's GeneratedItem (the server's token counts)."""
-        from lab.passes.tasks.generation_core import GeneratedItem
-
-        rule = self.writer.rule
-        for k, r in enumerate(answered):
-            win.generated[k] = GeneratedItem(text=r.output_text, input_tokens=r.input_tokens,
-                                             output_tokens=r.output_tokens,
-                                             stopped_by="max_new_tokens" if r.output_tokens >= rule.max_new_tokens
-                                             else SERVER_STOP)
-            win.pred_index[k] = k
-
-    def _keep_pooled(self, win, answered) -> None:
-        """Each answered request's pooled answer: a vector (embedding; row k of ``win.vectors``) or
-        class probabilities (classification: the argmax and its probability, as an offline vLLM
-        pass reads them). Raises NonFiniteVectors / NonFiniteLogits for a non-finite answer."""
-        import numpy as np
-
-        from lab.passes.inference import NonFiniteLogits
-        from lab.passes.tasks.embedding import NonFiniteVectors
-
-        embed = self.declared.record == VECTOR
-        for k, r in enumerate(answered):
-            row = np.asarray(r.answer if r.answer is not None else (), dtype=np.float32)
-            if row.size == 0 or not np.isfinite(row).all():
-                raise (NonFiniteVectors if embed else NonFiniteLogits)([r.id], k)
-            if embed:
-                if win.vectors is None:
-                    win.vectors = np.zeros((len(win.ids), row.shape[0]), np.float32)
-                win.vectors[k] = row
-                win.pred_index[k] = k
-            else:
-                top = int(row.argmax())
-                win.pred_index[k], win.prob[k] = top, float(row[top])
 
     def _fail(self, recs, first_bad: int) -> None:
         """Raise RequestsFailed for the unanswered requests (oom when the server died and its log
@@ -353,7 +322,7 @@ class ServerJob(VllmJob):
         and ``request_schedule`` (lab.passes.observed.require_honoured judges the lag)."""
         from lab.passes.observed import NOT_OBSERVABLE
 
-        rec = super().observe_window(win)
+        rec = self.task.engine.observe_window(win)
         f = self.record.figures if self.record is not None else None
         lag = f.lag_s if f is not None else None
         return {**rec, "batch_size": NOT_OBSERVABLE, "max_running": None,
@@ -362,11 +331,11 @@ class ServerJob(VllmJob):
                 "request_schedule": "unknown" if lag is None else "replayed"}
 
     def write_predictions(self, path: Path, win) -> dict:
-        """The kind's transformers job's predictions and fields, ``served.jsonl`` (every request's record,
-        corpus order) beside them, and ``serving`` (module docstring)."""
+        """The kind job's predictions and fields, ``served.jsonl`` (every request's record, corpus
+        order) beside them, and ``serving`` (module docstring)."""
         from lab.facts.diskfull import atomic_write_text
 
-        fields = self.writer.write_predictions(path, win)
+        fields = self.task.write_predictions(path, win)
         if self.declared.generates_text:
             fields["generation"] = {**fields["generation"], "padding": "none: the server tokenizes each prompt"}
         if self.served is not None:
@@ -378,4 +347,39 @@ class ServerJob(VllmJob):
         return fields
 
 
-__all__ = ["LOG_FILE", "RequestsFailed", "ServerJob", "ServingRecord"]
+    def self_metric(self, win) -> float | None:
+        return self.task.self_metric(win)
+
+
+def served_answer(operation: str, answered: list, rule) -> Answer:
+    """The answered requests' records (lab.engines.vllm_load: corpus order) as the kind's
+    operation's Answer: generate, a GeneratedItem per request (the server's token counts; stopped
+    by max_new_tokens when it wrote that many, else by the server: SERVER_STOP); classify, the
+    argmax of the class probabilities and its probability, as an offline vLLM pass reads them;
+    embed, the pooled vectors (normalised by the server: no norm). An empty or non-finite pooled
+    answer is named in ``nonfinite``. Packed: the server batched them itself."""
+    import numpy as np
+
+    from lab.passes.tasks.generation_core import GeneratedItem
+
+    if operation == GENERATE:
+        return Answer(values=[GeneratedItem(text=r.output_text, input_tokens=r.input_tokens,
+                                            output_tokens=r.output_tokens,
+                                            stopped_by="max_new_tokens" if r.output_tokens >= rule.max_new_tokens
+                                            else SERVER_STOP) for r in answered], packed=True)
+    rows = [np.asarray(r.answer if r.answer is not None else (), dtype=np.float32) for r in answered]
+    bad = tuple(k for k, row in enumerate(rows) if row.size == 0 or not np.isfinite(row).all())
+    if operation == CLASSIFY:
+        return Answer(values=[(int(row.argmax()), float(row[row.argmax()])) if row.size else (None, None)
+                              for row in rows], nonfinite=bad, packed=True)
+    width = next((row.shape[0] for row in rows if row.size), 0)
+    vectors = np.zeros((len(rows), width), np.float32)
+    for k, (r, row) in enumerate(zip(answered, rows, strict=True)):
+        if row.size and row.shape != (width,):
+            raise ValueError(f"the server's vector for id {r.id} has shape {row.shape} after {width} wide ones")
+        if row.size:
+            vectors[k] = row
+    return Answer(values=vectors, norms=None, nonfinite=bad, packed=True)
+
+
+__all__ = ["LOG_FILE", "RequestsFailed", "ServerJob", "ServingRecord", "served_answer"]
