@@ -107,114 +107,100 @@ class Observed(Record, frozen=True):
     reported_by_entry: Cell = None
 
 
-class CardRecord(Record, frozen=True):
-    """One card (worker) of a multi-card pass: ``cards/card<rank>.json`` (lab.passes.worker)."""
+class PassFacts(Record, frozen=True, kw_only=True):
+    """What a pass's ``result.json`` and a card's record share, declared once: the status, the
+    phases, the items, the window's counts and conditions, the predictions' digest and what the
+    task kind writes beside them (lab.passes.tasks: an embedding's vectors file and pooling, a
+    generation's tokens and rule, the user's entry), and dynamo's counts. Units: seconds, bytes,
+    items, tokens. ``status`` is a lab.passes.events.PassStatus word; ``failure_kind`` says why a
+    pass (or card) did not finish (None when it did)."""
 
-    rank: int
-    local_rank: int
-    world_size: int
-    node_rank: int
     status: str
-    """A PassStatus word, or ``lab.passes.failures.CARD_STOPPED`` for a card stopped from outside."""
     error: str
     phases_s: Phases
     items_total: int | None
     items_completed: int
-    positions: list[int]
     failure_kind: FailureKind | None = None
     device: str | None = None
     backend: str | None = None
     torch_version: str | None = None
-    threads: int | None = None
-    identity: dict[str, Any] | None = None
     environment: dict[str, Any] | None = None
-    dist_backend: str | None = None
-    test_only_injected_oom: bool = False
     observed: Observed | None = None
-    window_start_unix_s: float | None = None
-    window_end_unix_s: float | None = None
     conditions: dict[str, Any] | None = None
     peaks: dict[str, Any] | None = None
     n_truncated: int | None = None
     real_tokens: int | None = None
     padded_tokens: int | None = None
     batches: int | None = None
-    # tokens per item of ``positions`` (same order) after and before truncation, as the card's window
-    # counted them (lab.passes.inference.WindowResult; None: unknown): the merge's truncation per bucket
-    tokens_kept: list[int] | None = None
-    tokens_total: list[int | None] | None = None
     predictions_lines: int | None = None
     predictions_sha256: str | None = None
-    # what the task kind writes beside the card's predictions (its job's write_predictions), as a
-    # one-card pass's result.json holds it: an embedding card's vector shard (``card<r>.vectors.npy``),
-    # a generation card's tokens and rule, a custom card's entry
+    # an embedding pass (lab.passes.tasks.embedding): the vectors file beside the predictions (a card's
+    # shard, ``card<r>.vectors.npy``) and the pooling rule
     vectors_path: str | None = None
     vectors_sha256: str | None = None
     vectors_shape: list[int] | None = None
     vectors_dtype: str | None = None
     pooling: dict[str, Any] | None = None
+    # the user's code (lab.passes.backends.entry_backend): the entry and the settings it was built with
     entry: str | None = None
     entry_settings: dict[str, Any] | None = None
+    # a generation pass (lab.passes.tasks.generation): tokens fed and generated over the items
+    # written, and the rule as run (template, limits, stop strings, its sha256, normalisation)
     input_tokens: int | None = None
     output_tokens: int | None = None
     generation: dict[str, Any] | None = None
-    # a custom entry's card: dynamo's frames compiled in this card's process per phase, as a
-    # one-card pass records them (lab.passes.sequence, lab.passes.compile.DynamoCounters)
+    # frames torch._dynamo compiled in the pass (or card) process (lab.passes.compile.DynamoCounters): in
+    # the compile phase (the user's code: while it was built, in model_load), the warm-up and the window;
+    # over several cards, the sum over the cards' processes. ``compile_phase``: why there was no lab
+    # compile phase (lab.passes.compile.NO_LAB_COMPILE)
     compile_phase: str | None = None
     compile_frames: int | None = None
     recompiles_warmup: int | None = None
     recompiles_measured: int | None = None
     graph_breaks_measured: int | None = None
+
+
+class CardRecord(PassFacts, frozen=True, kw_only=True):
+    """One card (worker) of a multi-card pass: ``cards/card<rank>.json`` (lab.passes.worker); its
+    ``status`` may also be ``lab.passes.failures.CARD_STOPPED`` (a card stopped from outside)."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    node_rank: int
+    positions: list[int]
+    threads: int | None = None
+    identity: dict[str, Any] | None = None
+    dist_backend: str | None = None
+    test_only_injected_oom: bool = False
+    window_start_unix_s: float | None = None
+    window_end_unix_s: float | None = None
+    # tokens per item of ``positions`` (same order) after and before truncation, as the card's window
+    # counted them (lab.passes.inference.WindowResult; None: unknown): the merge's truncation per bucket
+    tokens_kept: list[int] | None = None
+    tokens_total: list[int | None] | None = None
     exit_code: int | None = None
     written_by: str | None = None
 
 
-class PassResult(Record, frozen=True):
+class PassResult(PassFacts, frozen=True, kw_only=True):
     """A pass's ``result.json``: written by lab.passes.runner (one card) or lab.passes.multicard
     (the merge of its cards). The fields without a default are always written; the others
-    only when measured (None: left out, as a pass that stopped before them leaves them out).
-
-    Units: seconds, bytes, items. ``status`` is a lab.passes.events.PassStatus word;
-    ``failure_kind`` says why a pass did not finish (None when it did)."""
+    only when measured (None: left out, as a pass that stopped before them leaves them out)."""
 
     pass_id: str
     campaign: str
     variant: dict[str, Any]
     start_time: str
     end_time: str
-    status: str
-    error: str
-    phases_s: Phases
-    items_total: int | None
-    items_completed: int
     predictions_path: str
     exit_code: int
-    failure_kind: FailureKind | None = None
     items_per_s: float | None = None
     pid: int | None = None
-    device: str | None = None
-    backend: str | None = None
-    torch_version: str | None = None
     devices: list[dict[str, Any] | None] | None = None
-    environment: dict[str, Any] | None = None
     threads: int | str | None = None
     deterministic: dict[str, Any] | None = None
     compile_shapes: list[list[int | str]] | None = None
-    compile_phase: str | None = None  # no lab compile phase (a custom entry): why (lab.passes.compile.NO_LAB_COMPILE)
-    # frames torch._dynamo compiled in the pass process (lab.passes.compile.DynamoCounters): in the
-    # compile phase (a custom entry: while it was built, in model_load), the warm-up and the window;
-    # over several cards, the sum over the cards' processes
-    compile_frames: int | None = None
-    recompiles_warmup: int | None = None
-    recompiles_measured: int | None = None
-    graph_breaks_measured: int | None = None
-    observed: Observed | None = None
-    conditions: dict[str, Any] | None = None
-    peaks: dict[str, Any] | None = None
-    n_truncated: int | None = None
-    real_tokens: int | None = None
-    padded_tokens: int | None = None
-    batches: int | None = None
     truncated_by_bucket: dict[str, dict[str, Any]] | None = None
     matmul_parameters: int | None = None
     n_layers: int | None = None
@@ -228,28 +214,12 @@ class PassResult(Record, frozen=True):
     utilization: float | None = None
     probe_error: str | None = None
     self_accuracy: float | None = None
-    predictions_lines: int | None = None
-    predictions_sha256: str | None = None
     process_peak_vm_bytes: int | None = None
-    # an embedding pass (lab.passes.tasks.embedding): the vectors file beside the predictions
-    vectors_path: str | None = None
-    vectors_sha256: str | None = None
-    vectors_shape: list[int] | None = None
-    vectors_dtype: str | None = None
-    pooling: dict[str, Any] | None = None
     # a vLLM pass (lab.passes.backends.vllm_backend): the engine as it resolved, and its reservation
     engine: dict[str, Any] | None = None
     engine_memory: dict[str, Any] | None = None
     # a server pass (lab.passes.tasks.server_job): the served requests' figures, verdict, generator
     serving: dict[str, Any] | None = None
-    # a custom entry's pass (lab.passes.tasks.custom): the entry and the settings it was built with
-    entry: str | None = None
-    entry_settings: dict[str, Any] | None = None
-    # a generation pass (lab.passes.tasks.generation): tokens fed and generated over the items
-    # written, and the rule as run (template, limits, stop strings, its sha256, normalisation)
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    generation: dict[str, Any] | None = None
     # a multi-card pass (lab.passes.multicard.merge_cards)
     threads_per_card: list[int | None] | None = None
     cards_declared: int | None = None

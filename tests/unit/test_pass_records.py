@@ -163,3 +163,17 @@ def test_onednn_failing_to_create_a_primitive_is_oom_only_under_an_address_space
             "failure_kind(RuntimeError('shape mismatch')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == [str(8 * 2**30), "oom", "oom", "error"], out
+
+
+def test_a_card_and_a_pass_record_declare_what_they_share_once():
+    """PassFacts holds the fields result.json and a card's record share; each record declares only
+    its own. The two fields both declare differ in type (a pass's ``threads`` may read "card 0: 2;
+    ...", a card's ``exit_code`` may be absent): a field added to both is added to PassFacts."""
+    from lab.passes.records import CardRecord, PassFacts
+
+    base = set(PassFacts.__struct_fields__)
+    own_pass = set(PassResult.__struct_fields__) - base
+    own_card = set(CardRecord.__struct_fields__) - base
+    assert issubclass(PassResult, PassFacts) and issubclass(CardRecord, PassFacts)
+    assert own_pass & own_card == {"threads", "exit_code"}
+    assert {"status", "phases_s", "observed", "vectors_sha256", "generation", "entry"} <= base
