@@ -22,7 +22,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("lab/report", "lab/evidence", "lab/compare", "lab/service", "tui")
-CEILING = 109
+CEILING = 101
 """The total on 2026-12-05 (report, evidence, compare, service and the UI read typed records; 0.8
 per 100 lines): only lowered."""
 GOAL = 150

@@ -40,6 +40,7 @@ the user's declared load, from measured figures only.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -54,6 +55,7 @@ from lab.kinds import task_kind
 from lab.passes.events import PassStatus
 from lab.passes.records import SETUP_PHASES
 from lab.report.caveats import Basis
+from lab.report.condition_cells import StarvedPass
 from lab.report.decision_note import generation_costs
 from lab.report.raw_row import RawRow
 from lab.report.summary import VariantSummary, median_pass_throughput
@@ -124,10 +126,10 @@ class Projection:
     prediction_pass: str = ""
     """The pass whose predictions stand for this host's result (lab.compare.evidence); its id,
     the same on every rental of one plan: lines name it with ``host`` (lab.report.condition_cells.pass_name)."""
-    starved_passes: tuple[dict, ...] = ()
-    """Passes ok of this archive x variant whose window was starved of CPU ({"pass_id",
-    "reason"} of summary.json ``starved_passes``, lab.passes.conditions.starvation, and "host":
-    ``host``, so a line naming them names the host with each, lab.report.condition_cells.pass_name)."""
+    starved_passes: tuple[StarvedPass, ...] = ()
+    """Passes ok of this archive x variant whose window was starved of CPU (summary.json
+    ``starved_passes``, lab.passes.conditions.starvation), each with ``host`` set, so a line
+    naming them names the host with each (lab.report.condition_cells.pass_name)."""
     decision_quote: Quote | None = None
     """The archive's own package priced with the comparison's catalog."""
     price_note: str = ""
@@ -345,7 +347,7 @@ def project(ev: Evidence, variant: VariantSummary, catalog: Catalog, load_items:
         long_passes=len(long_ok), min_window_s=timing.min_window_s,
         min_accepted_passes=timing.min_accepted_passes, too_short=short,
         prediction_pass=ev.prediction_pass.get(vid, ""), decision_quote=q, price_note=price_note,
-        starved_passes=tuple({**x, "host": host or ev.name} for x in variant.starved_passes),
+        starved_passes=tuple(dataclasses.replace(x, host=host or ev.name) for x in variant.starved_passes),
         measured_on_cpu=on_cpu, hardware_check=check, **tokens)
 
 

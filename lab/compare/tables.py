@@ -103,7 +103,7 @@ def projection_row(p: Projection, c: Comparison | None = None) -> dict:
         "catalog_version": c.catalog.version if c and c.catalog else None,
         "catalog_sha256": c.catalog.sha256 if c and c.catalog else None,
         "archive_catalog_version": own.catalog_version if own else None, "price_note": p.price_note,
-        "starved_passes": " ".join(x["pass_id"] for x in p.starved_passes),
+        "starved_passes": " ".join(x.pass_id for x in p.starved_passes),
         "output_tokens": p.output_tokens,
         "output_tokens_per_s_median": (None if p.output_tokens_per_s_median is None
                                        else round(p.output_tokens_per_s_median, 4)),

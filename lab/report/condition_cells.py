@@ -25,6 +25,8 @@ A cell that was not measured is empty, and ``notes`` says why (SPEC 3.10).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import msgspec
 
 from lab.passes.conditions import limits_text
@@ -108,13 +110,39 @@ def pass_name(pass_id: str, host: str = "") -> str:
     return f"{host} / {pass_id}" if host else pass_id
 
 
+@dataclass(frozen=True)
+class StarvedPass:
+    """A pass ok whose measured window was starved of CPU (lab.passes.conditions.starvation; raw
+    table ``starved``): its ``pass_id``, the ``reason`` the raw table gives ('' when none), and
+    ``host``, the tag of the rental it ran on in a comparison of several (its lines name the host
+    with it, :func:`pass_name`; '' within one campaign). summary.json holds {"pass_id", "reason"}."""
+
+    pass_id: str
+    reason: str = ""
+    host: str = ""
+
+    def to_json(self) -> dict:
+        """summary.json's {"pass_id", "reason"} (the host is a comparison's, never written there)."""
+        return {"pass_id": self.pass_id, "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, d: dict) -> StarvedPass:
+        """A summary.json record; raises msgspec.ValidationError for one without a str ``pass_id``."""
+        return msgspec.convert(d, cls)
+
+    @property
+    def name(self) -> str:
+        """The pass as lines name it (:func:`pass_name`)."""
+        return pass_name(self.pass_id, self.host)
+
+
 def starved_text(passes) -> str:
-    """'' when ``passes`` ({"pass_id", "reason"} records, and "host" in a comparison of several
-    hosts: then each is named with it, :func:`pass_name`) is empty; else one clause naming them:
-    the one wording for pairs, the decision note and the Results screen."""
+    """'' when ``passes`` (StarvedPass records; in a comparison of several hosts each is named
+    with its host) is empty; else one clause naming them: the one wording for pairs, the
+    decision note and the Results screen."""
     if not passes:
         return ""
-    names = ", ".join(pass_name(p["pass_id"], p.get("host", "")) for p in passes)
+    names = ", ".join(p.name for p in passes)
     return (f"starved pass(es) among these durations: {names} "
             "(lab.passes.conditions: the host gave them less CPU than they needed), so the gap or the "
             "spread may be the host's, not the variants'")

@@ -342,7 +342,7 @@ def _config_section(a: Assessment, deliverables: int, text_cut: str = "") -> lis
              f"- Raw durations, measured window, passes ok (s): {durations}"
              + (f". **Not steady-state:** {v.durations_caveat()}" if v.recompiled_passes else ""),
              *(["- **Starved passes** (lab.passes.conditions.starvation): "
-                + "; ".join(f"`{x['pass_id']}`: {x['reason']}" for x in v.starved_passes)
+                + "; ".join(f"`{x.pass_id}`: {x.reason}" for x in v.starved_passes)
                 + ". These durations measure a host short of CPU, not the configuration"]
                if v.starved_passes else []),
              f"- Median / min / max: {_s(v.median_s)} / {_s(v.min_s)} / "
@@ -653,7 +653,7 @@ def _decision(eligible: list[Assessment], counts: str, deliverables: int,
     for named in [c for i, c in enumerate(cited) if all(c is not d for d in cited[:i])]:
         if named.starved_passes:
             why.append(f"{named.label}'s durations include {len(named.starved_passes)} starved pass(es) "
-                       f"({', '.join(x['pass_id'] for x in named.starved_passes)}), so its median measures a "
+                       f"({', '.join(x.pass_id for x in named.starved_passes)}), so its median measures a "
                        "host short of CPU, not the configuration")
         if named.recompiled_passes:
             why.append(f"{named.label}'s durations include recompilation in the measured window, so "

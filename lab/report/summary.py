@@ -31,7 +31,7 @@ from lab.kinds.kind import differing_share
 from lab.passes.events import PassStatus
 from lab.passes.records import Attempt, Validation, rejected_text
 from lab.report.caveats import Basis
-from lab.report.condition_cells import starved_text
+from lab.report.condition_cells import StarvedPass, starved_text
 from lab.report.distinguish import PairVerdict, compare_durations
 from lab.report.long_items import Feasibility, campaign_feasibility
 from lab.report.pass_row import BucketCoverage, Number, PassRow, pass_rows
@@ -204,9 +204,9 @@ class VariantSummary:
     that differed in one checked pass (of ``agreement_ids`` compared), the passes checked and those
     beyond the rule. None when no pass was checked (no reference pass, or records older than the rule)."""
 
-    starved_passes: tuple[dict, ...] = ()
+    starved_passes: tuple[StarvedPass, ...] = ()
     """Passes ok (their durations are in ``durations_s``) whose measured window was starved of
-    CPU (raw table ``starved``; lab.passes.conditions.starvation): {"pass_id", "reason"} each.
+    CPU (raw table ``starved``; lab.passes.conditions.starvation).
     Every pair verdict of the variant names them (``pairs`` reason, ``starved_passes``)."""
 
     def __post_init__(self) -> None:
@@ -317,6 +317,7 @@ class VariantSummary:
         """Plain dict (tuples as lists): one object of summary.json."""
         out = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
         out["pairs"] = [p.to_json() for p in self.pairs]
+        out["starved_passes"] = [p.to_json() for p in self.starved_passes]
         return out
 
     @classmethod
@@ -325,7 +326,8 @@ class VariantSummary:
         unknown = set(d) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"variant summary: unknown key(s) {', '.join(sorted(unknown))}")
-        return cls(**{**d, "pairs": tuple(VariantPair.from_json(p) for p in d.get("pairs") or ())})
+        return cls(**{**d, "pairs": tuple(VariantPair.from_json(p) for p in d.get("pairs") or ()),
+                      "starved_passes": tuple(StarvedPass.from_json(p) for p in d.get("starved_passes") or ())})
 
 
 @dataclass(frozen=True)
@@ -451,8 +453,7 @@ def summarize_rows(rows: list[PassRow], feasibility: dict[str, Feasibility] | No
             output_tokens_per_s_median=_median_known([r.output_tokens_per_s for r in ok]),
             **_quality_figures(checked),
             **_served_figures(first.request_rate, ok, skipped),
-            starved_passes=tuple({"pass_id": r.pass_id, "reason": r.starved_reason or ""}
-                                 for r in ok if r.starved),
+            starved_passes=tuple(StarvedPass(r.pass_id or "", r.starved_reason or "") for r in ok if r.starved),
         ))
     return _flag_indistinct(out)
 
@@ -577,7 +578,7 @@ def _flag_indistinct(summary: list[VariantSummary]) -> list[VariantSummary]:
             if starved:  # a gap (or a spread) made by a host short of CPU is not the variants'
                 pairs.append(VariantPair(b.variant_id, replace(verdict, reason=f"{verdict.reason}; "
                                                                          f"{starved_text(starved)}"),
-                                         tuple(x["pass_id"] for x in starved)))
+                                         tuple(x.pass_id for x in starved)))
             else:
                 pairs.append(VariantPair(b.variant_id, verdict))
         undecided = tuple(x.other for x in pairs if not x.verdict.distinguished)
@@ -591,7 +592,7 @@ def summary_table(summary: list[VariantSummary]) -> pd.DataFrame:
     df["durations_s"] = [" ".join(f"{x:.3f}" for x in s.durations_s) for s in summary]
     df["does_not_distinguish_from"] = [" ".join(s.does_not_distinguish_from) for s in summary]
     df["failure_kinds"] = [" ".join(s.failure_kinds) for s in summary]
-    df["starved_passes"] = ["; ".join(f"{p['pass_id']}: {p['reason']}" for p in s.starved_passes) for s in summary]
+    df["starved_passes"] = ["; ".join(f"{p.pass_id}: {p.reason}" for p in s.starved_passes) for s in summary]
     df["pairs"] = ["; ".join(f"{p.other}: {p.verdict.reason}" for p in s.pairs) for s in summary]
     return df
 

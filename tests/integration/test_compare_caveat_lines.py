@@ -17,6 +17,7 @@ import pytest
 from lab.compare.decision import compare_evidence
 from lab.compare.evidence import Evidence, load_evidence
 from lab.compare.tables import write_comparison
+from lab.report.condition_cells import StarvedPass
 from lab.report.raw_row import raw_rows_of
 
 SPEEDUP = 4.3  # the user's 65.06 / 15.07 items/s
@@ -34,7 +35,7 @@ def starved_at(ev: Evidence, rate: float | None = None) -> Evidence:
         ok = [r for r in rows if r["variant_id"] == v.variant_id and r["status"] == "ok"]
         variants.append(dataclasses.replace(
             v, durations_s=tuple(float(r["measured_s"]) for r in ok),
-            starved_passes=tuple({"pass_id": r["pass_id"], "reason": r["starved_reason"]} for r in ok)))
+            starved_passes=tuple(StarvedPass(r["pass_id"], r["starved_reason"]) for r in ok)))
     return dataclasses.replace(ev, raw_rows=raw_rows_of(rows), variants=tuple(variants))
 
 
@@ -122,7 +123,7 @@ def test_every_line_naming_a_pass_names_its_host(user_run):
     the decision note, the decision path (stdout, Compare screen) and the pairs that names a pass
     names it 'A rtx-4090 / <pass id>' (lab.report.condition_cells.pass_name)."""
     c, paths = user_run
-    ids = {r["pass_id"] for p in c.projections for r in p.starved_passes} | {p.prediction_pass for p in c.projections}
+    ids = {r.pass_id for p in c.projections for r in p.starved_passes} | {p.prediction_pass for p in c.projections}
     assert len(ids) == 1, ids  # both rentals ran the one planned pass: its id alone names neither
     [pid] = ids
     hosts = [p.host for p in c.projections]

@@ -11,6 +11,7 @@ from lab.compare.decision import pair_caveats
 from lab.compare.projection import project
 from lab.cost.forfaits import load_catalog
 from lab.report.caveats import Basis, caveats, chart_legend, chart_mark, rests_on, with_caveats
+from lab.report.condition_cells import StarvedPass
 from tests.unit.test_compare_caveats import evidence, variant
 
 CLEAN = Basis(tag="A b200 / batch 8", passes=5)
@@ -53,7 +54,7 @@ def test_a_projection_carries_the_flags_project_computed():
     assert p.measured_on_cpu and p.basis.cpu_priced_as == "rtx-4090" and p.basis.not_steady
     assert rests_on([p.basis]) == "rests on: measured on CPU, priced as rtx-4090, not steady-state (recompilation)"
     one = dataclasses.replace(p, durations_s=p.durations_s[:1], durations_caveat="",
-                              starved_passes=({"pass_id": "p1", "reason": "cpu_share 0.2"},), too_short="too short")
+                              starved_passes=(StarvedPass("p1", "cpu_share 0.2"),), too_short="too short")
     assert rests_on([one.basis]) == ("rests on: n = 1 pass(es), 1 of 1 pass(es) starved, measured on CPU, "
                                      "priced as rtx-4090, too short to project")
     assert pair_caveats(one, one).endswith(", durations not distinguished")
@@ -72,7 +73,7 @@ def test_a_campaign_decision_carries_the_caveats_of_its_chosen_and_next_configur
     from tests.unit.test_decision_note import variant as summary_of
 
     one = [summary_of("b200", "batch 8 on B200", durations_s=[5.0], median_s=5.0, successes=1, accepted_passes=1,
-                      starved_passes=({"pass_id": "p2", "reason": "cpu_share 0.3"},)),
+                      starved_passes=(StarvedPass("p2", "cpu_share 0.3"),)),
            summary_of("rtx", "batch 8 on RTX 4090", durations_s=[12.2], median_s=12.2, successes=1,
                       accepted_passes=1)]
     on_cpu = Measured.of([[("cpu", "AMD EPYC 7B13")]])

@@ -208,10 +208,12 @@ def test_starved_passes_are_named_in_the_summary_pairs_and_decision_note():
     rows = [_row("p1", "a", 17.1, True), _row("p2", "a", 16.0, True), _row("p3", "b", 1.27, False),
             _row("p4", "b", 1.30, False)]
     a, b = summarize(rows)
-    assert [p["pass_id"] for p in a.starved_passes] == ["p1", "p2"] and b.starved_passes == ()
+    assert [p.pass_id for p in a.starved_passes] == ["p1", "p2"] and b.starved_passes == ()
     assert "starved pass(es) among these durations: p1, p2" in a.pairs[0].verdict.reason
     assert b.pairs[0].starved_passes == ("p1", "p2")  # the faster side's pair names them too
     assert VariantSummary.from_json(a.to_json()) == a
+    first = json.loads(json.dumps(a.to_json()))["starved_passes"][0]
+    assert first == {"pass_id": "p1", "reason": a.starved_passes[0].reason}  # summary.json's shape kept
     # summary.json keeps its shape: a pair is {"other", the PairVerdict's fields, "starved_passes" when any}
     pair_json = json.loads(json.dumps(b.to_json()))["pairs"][0]
     assert list(pair_json) == ["other", "n_a", "n_b", "ranges_disjoint", "u_a", "p_value", "distinguished",
