@@ -54,6 +54,7 @@ CASES: list[tuple[str, str | tuple[str, ...], str | tuple[str, ...]]] = [
     ("repetitions that can never be meant", "repetitions = 5", "repetitions = 100000000"),
     ("threads beyond any host", "threads = 2 ", "threads = 100000 "),
     ("batch size at the int64 maximum", "values = [1, 4, 8]", "values = [1, 4, 9223372036854775807]"),
+    ("a series value listed twice", "values = [1, 4, 8]", "values = [1, 4, 4, 8]"),
     ("deadline already past", '# deadline = "2026-12-04T09:00:00+01:00"', 'deadline = "2001-09-10T09:00:00+00:00"'),
     ("deadline out of range once in UTC", '# deadline = "2026-12-04T09:00:00+01:00"',
      'deadline = "9999-12-31T23:59:00-01:00"'),

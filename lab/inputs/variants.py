@@ -348,7 +348,8 @@ def expand_series(defaults: Variant, series: Iterable[SeriesDecl]) -> list[Varia
     batch 8 unbucketed, in the batch series and as the baseline of a bucketing series) runs
     once, keeps its first name, and lists every series it belongs to in ``series``, joined
     by SERIES_SEP ("batch+bucketing"; see ``series_names``). Raises VariantError on an
-    unknown factor, an empty series, or a fixed field that is also the factor.
+    unknown factor, an empty series, a fixed field that is also the factor, or two values of one
+    series that make one variant (a value repeated, 2 and 2.0).
     """
     known = {f.name for f in fields(Variant)} - {"series", "name"}
     out: list[Variant] = []
@@ -366,6 +367,7 @@ def expand_series(defaults: Variant, series: Iterable[SeriesDecl]) -> list[Varia
         bad = set(fixed) - known
         if bad:
             raise VariantError(f"series {name!r}: unknown field(s) {', '.join(sorted(bad))}")
+        mine: dict[str, object] = {}  # this series' variant ids -> the value that made each
         for value in values:
             vname = f"{name}/{factor}={value}"
             try:
@@ -380,6 +382,12 @@ def expand_series(defaults: Variant, series: Iterable[SeriesDecl]) -> list[Varia
                     f"{factor}, is a vLLM option but this variant's engine = {engine!r}; a series cannot fix a "
                     "field for one of its values only: " + VLLM_ONLY_WHERE.format(option=opt, value=fixed[opt])
                 ) from None
+            if v.variant_id in mine:  # [2, 2, 4] or [2, 2.0]: one variant twice, never silently dropped
+                first = mine[v.variant_id]
+                same = (f"values {first!r} and {value!r} make one variant" if repr(first) != repr(value)
+                        else f"values lists {value!r} twice")
+                raise VariantError(f"series {name!r}: {same}; remove the repeat")
+            mine[v.variant_id] = value
             if v.variant_id not in seen:
                 seen.add(v.variant_id)
                 out.append(v)

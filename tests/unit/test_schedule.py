@@ -36,6 +36,16 @@ def test_series_vary_one_factor_and_dedupe():
         Variant(precision="int4")
 
 
+def test_a_value_a_series_lists_twice_is_refused_never_dropped():
+    """Two values of one series making one variant (a repeat, or 2 and 2.0 for a rate) would run
+    once while the campaign file says twice: refused, naming the values."""
+    with pytest.raises(VariantError, match=r"^series 'batch': values lists 4 twice; remove the repeat$"):
+        expand_series(Variant(), [SeriesSection("batch", "batch_size", (1, 4, 4))])
+    rates = SeriesSection("rate", "request_rate", (2, 2.0, 4))
+    with pytest.raises(VariantError, match=r"^series 'rate': values 2 and 2.0 make one variant; remove the repeat$"):
+        expand_series(Variant(engine="vllm", batch_size=1), [rates])
+
+
 def test_compile_variant_runs_on_one_card_only():
     assert Variant(compile=True).label.endswith(", compiled")
     with pytest.raises(VariantError, match="compile = true runs on one card only"):
