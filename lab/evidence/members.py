@@ -257,10 +257,14 @@ class RecordFiles(msgspec.Struct, frozen=True):
 
 class TaskTable(msgspec.Struct, frozen=True):
     """[task] of the archived campaign file as written (the typed section is
-    lab.orchestration.config's; verify reads the table of a file that may not parse): the two keys
+    lab.orchestration.config's; verify reads the table of a file that may not parse): the keys
     re-derivation needs."""
 
     kind: Any = None
     """str: the task kind's name (lab.kinds.KINDS); None: classification."""
     normalisation: Any = None
     """str: a generation kind's output normalisation (None: text_metrics.NORMALISATION)."""
+    normalize: Any = None
+    """bool: an embedding's declared normalisation (None: true, the kind's default)."""
+    entry: Any = None
+    """str: the user's code that ran every pass ("file.py:Class"); None: the lab's engines."""

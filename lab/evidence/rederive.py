@@ -342,6 +342,8 @@ def check_row(row: RawRow, scan, gold: dict | None, threshold: float | None, pro
                 problems.append(skipped_missing(f"pass {pid}", "vectors sha256 check", vec_rel))
             elif scan.sha[vec_rel] != vectors:
                 problems.append(f"pass {pid}: vectors sha256 differs from the one its result.json recorded")
+            elif pred_rel in scan.kept:
+                check_vector_norms(pid, scan, pred_rel, vec_rel, locked_task(scan), problems)
         per_card = result.per_card
         if isinstance(per_card, list) and pred_rel in scan.kept:
             check_cards(pid, scan, per_card, pred_rel, problems, bool(vectors))
@@ -440,6 +442,52 @@ def _check_embedding_metric(pid: str, row: RawRow, scan, pred_rel: str, gold: di
         recomputed = value if col == "metric" else recomputed
         _compare_columns(pid, row, {col: value}, problems, "its vectors and the gold labels")
     return recomputed
+
+
+NORM_DIGITS = 0.005
+"""Relative difference allowed between a line's ``norm`` and its stored row's: the row is float16
+(about 3 significant digits), the norm was taken before storage."""
+
+
+def check_vector_norms(pid: str, scan, pred_rel: str, vec_rel: str, task: TaskTable | None,
+                       problems: list[str]) -> None:
+    """An embedding pass's recorded norms against its stored vectors, where the stored row is the
+    vector whose norm a line records: the user's code's vectors (stored as returned) and the lab's
+    pooling under ``normalize = false`` (the lab's normalised vectors keep the norm before
+    normalisation: not re-derivable). Each line's ``norm`` must be its row's L2 norm (within
+    NORM_DIGITS); for the user's code under ``normalize = true`` every row must also be of unit norm
+    within lab.passes.tasks.embedding.NORM_TOLERANCE, the rule the pass was held to. Appends one
+    problem per rule broken (the first line that breaks it named); nothing when the files do not
+    parse (the sha256 and metric checks name those)."""
+    import numpy as np
+
+    from lab.passes.tasks.embedding import NORM_TOLERANCE
+    from lab.passes.tasks.embedding_metrics import load_vectors
+
+    entry = task is not None and bool(task.entry)
+    normalize = task is None or task.normalize is not False
+    if not entry and normalize:
+        return
+    try:
+        lines = [prediction_line(line) for line in member_text(scan, pred_rel).splitlines()]
+        vectors = load_vectors(scan.kept[vec_rel]).astype(np.float64)
+    except (json.JSONDecodeError, ValueError, msgspec.ValidationError):
+        return
+    norms = np.linalg.norm(vectors, axis=1)
+    for rec in lines:
+        if rec.row is None or not 0 <= rec.row < len(norms) or rec.norm is None:
+            continue
+        stored = float(norms[rec.row])
+        if abs(rec.norm - stored) > NORM_DIGITS * max(1.0, stored):
+            name = vec_rel.rsplit("/", 1)[-1]
+            problems.append(f"pass {pid}: id {rec.id} records norm {rec.norm:g}, its row of {name} "
+                            f"has norm {stored:.6g}")
+            break
+    off = np.flatnonzero(np.abs(norms - 1.0) > NORM_TOLERANCE)
+    if entry and normalize and off.size:
+        problems.append(f"pass {pid}: normalize = true, but {off.size} of {len(norms)} stored vectors have an L2 norm "
+                        f"outside 1 +/- {NORM_TOLERANCE:g} (row {int(off[0])}: {norms[off[0]]:.4g}); the pass would "
+                        "have been refused as not honoured")
 
 
 def _locked_table(scan, key: str) -> dict | None:

@@ -27,13 +27,15 @@ REL_TOL = 1e-9  # the figures are written unrounded: a re-derived one equals the
 class PredictionLine(msgspec.Struct):
     """One line of a pass's ``predictions.jsonl``, the fields verify reads (others ignored): the
     corpus item's ``id``, a classification pass's ``pred`` (label) and ``prob``, a generation pass's
-    ``output`` (text), an embedding pass's ``row`` (its row in vectors.npy, from 0)."""
+    ``output`` (text), an embedding pass's ``row`` (its row in vectors.npy, from 0) and ``norm`` (the
+    L2 norm the pass recorded for it; lab.passes.tasks.embedding)."""
 
     id: str
     output: str | None = None
     pred: str | None = None
     prob: float | None = None
     row: int | None = None
+    norm: float | None = None
 
 
 def check_served(pid: str, serving, pred_rel: str, scan, problems: list[str]) -> None:

@@ -111,6 +111,26 @@ def _shown_pair(a, b) -> tuple[str, str]:
     return cut(ta), cut(tb)
 
 
+ABSENT = "absent"
+"""How a mismatch line shows a key one side does not hold."""
+
+
+def first_difference(a, b, path: str) -> tuple[str, object, object]:
+    """(path, a's value, b's value) of the first place two JSON values differ by :func:`same`,
+    descending through objects (keys in sorted order) and lists of one length, so a line names the
+    leaf ("generation.stopped_by.stop") rather than two whole objects; a key one side lacks reads
+    as ABSENT. ``path``: the name of ``a`` and ``b`` themselves."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            if k not in a or k not in b or not same(a[k], b[k]):
+                return first_difference(a.get(k, ABSENT), b.get(k, ABSENT), f"{path}.{k}")
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            if not same(x, y):
+                return first_difference(x, y, f"{path}[{i}]")
+    return path, a, b
+
+
 def same(a, b) -> bool:
     """Equal, numbers within REL_TOL (a CSV cell "0.5" and 0.5 included), lists and objects
     element by element; True is not 1."""
@@ -225,8 +245,9 @@ def check_results(scan, attempts: list[Attempt], problems: list[str]) -> None:
             continue  # lab.evidence.rederive.check_row names it
         for key in sorted(set(result) | set(recorded)):
             if key not in result or key not in recorded or not same(result[key], recorded[key]):
-                in_result, in_journal = _shown_pair(result.get(key), recorded.get(key))
-                problems.append(f"pass {a.pass_id}: result.json {key} {in_result}, "
+                where, x, y = first_difference(result.get(key, ABSENT), recorded.get(key, ABSENT), key)
+                in_result, in_journal = _shown_pair(x, y)
+                problems.append(f"pass {a.pass_id}: result.json {where} {in_result}, "
                                 f"{in_journal} in the journal's record of the pass")
 
 

@@ -171,3 +171,15 @@ def test_compare_refuses_max_lots_beyond_its_bound(tmp_path):
     out = one_line_refusal(iteralab("compare", str(tmp_path / "a.tar.gz"), "--load", "10",
                                     "--max-lots", "10000000", tmp=tmp_path))
     assert f"--max-lots must be an integer from 1 to {MAX_LOTS}" in out, out
+
+
+def test_a_mismatch_names_the_leaf_that_differs_not_two_cut_objects():
+    """A forged nested field (the trial's generation.stopped_by edit) is named by its path, each side
+    its own value; a key one side lacks reads as absent."""
+    from lab.evidence.table_checks import first_difference
+
+    a = {"rule": {"prompt": "x" * 300}, "stopped_by": {"stop": 40}}
+    b = {"rule": {"prompt": "x" * 300}, "stopped_by": {"entry": 40}}
+    assert first_difference(a, b, "generation") == ("generation.stopped_by.entry", "absent", 40)
+    assert first_difference([1, {"k": 2}], [1, {"k": 3}], "x") == ("x[1].k", 2, 3)
+    assert first_difference([1], [1, 2], "x") == ("x", [1], [1, 2])
