@@ -29,6 +29,7 @@ from lab.kinds import task_kind
 from lab.orchestration.agreement import AgreementCheck, AgreementRule, judge_maps, judge_vectors
 from lab.report.caveats import rests_on, with_caveats
 from lab.report.condition_cells import pass_name, starved_text
+from lab.report.decision_note import what_ran
 from lab.report.distinguish import compare_durations
 from lab.report.exclusions import exclusion_counts, exclusion_kind
 
@@ -69,6 +70,9 @@ class Comparison:
     serving: ServingComparison | None = None
     """Archives of a server campaign: the server question across them (lab.compare.serving); None
     for offline archives. Their server variants are never projected as offline configurations."""
+    ran: str = ""
+    """What ran, when it was the user's own code ([task] entry, the same on every archive:
+    comparability refuses another): lab.report.decision_note.what_ran; '' for the lab's own jobs."""
 
     @property
     def decided(self) -> bool:
@@ -733,7 +737,16 @@ def compare_evidence(evidence: list[Evidence], load_items: int | None, *, deadli
     return Comparison(archives_info, identity, tuple(projections), load_items, start, dl,
                       hours_available, max_lots, catalog.path, chosen, tuple(motivation),
                       tuple(cross), tuple(change), tuple(path), tuple(banners), catalog_info,
-                      tuple(agreements), tuple(per_host), stands_on, serving)
+                      tuple(agreements), tuple(per_host), stands_on, serving, ran_by_entry(evidence[0]))
+
+
+def ran_by_entry(ev: Evidence) -> str:
+    """What ran on every archive when the user's own code did ([task] entry): the single-archive
+    note's sentence (lab.report.decision_note.what_ran); '' when the lab's own job ran."""
+    task = ev.config.task if ev.config is not None else None
+    if task is None or not task.entry:
+        return ""
+    return what_ran(task_kind(task.kind), task.entry)
 
 
 def tokens_clause(p: Projection) -> str:

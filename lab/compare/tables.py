@@ -141,6 +141,8 @@ def _h(x) -> str:
 def decision_markdown(c: Comparison) -> str:
     """decision.md: the decision and its motivation first, then the rows, then the rules."""
     out = ["# Comparison of rentals" + (": " + " | ".join(c.banners) if c.banners else ""), ""]
+    if c.ran:  # the user's own code: the outputs judged and priced are that code's
+        out += [f"**What ran.** {c.ran[0].upper()}{c.ran[1:]}", ""]
     if c.load_items is None:  # server archives without --load: the serving part is the decision
         out += ["No --load was given: no offline configuration is projected; the decision is the serving "
                 "part's, for the traffic the campaign declares.", ""]
