@@ -44,6 +44,11 @@ forms its buckets; kept in result.json) are not what ran (issue 20: "declared, n
 ENTRY_CUTS_NOTE = ("empty n_truncated, truncated_*, real_tokens and padded_tokens: the entry receives whole texts "
                    "and cuts and pads them in its own code, not observable (the lab's tokenizer counts, which form "
                    "its buckets, are in result.json)")
+ENTRY_PADS = ("padded_tokens",)
+"""What a generation entry's pass leaves empty: the lab makes its prompts (each text cut to
+max_text_tokens, counted by the lab: n_truncated, truncated_*, real_tokens stand) and the entry
+pads them in its own code."""
+ENTRY_PADS_NOTE = "empty padded_tokens: the entry pads the prompts the lab made in its own code, not observable"
 # utilization (lab.passes.probe) and compilation (lab.passes.compile), from result.json: frames dynamo
 # compiled in the compile phase, the warm-up and the measured window; shapes compiled as "4x128; 3x128"
 # (items x tokens, "dynamic" tokens where the sequence dimension was compiled symbolically)
@@ -194,9 +199,12 @@ def raw_rows(attempts: list[Attempt], campaign: str, protocol_version: int, camp
         cuts = msgspec.convert(r.truncated_by_bucket or {}, dict[str, BucketCut | None])
         for b in TRUNCATED:
             row[b] = (cuts.get(b.removeprefix("truncated_")) or BucketCut()).fraction
-        if r.entry is not None and any(row[k] is not None for k in ENTRY_CUTS):
-            row.update(dict.fromkeys(ENTRY_CUTS))  # result.json keeps the lab tokenizer's count, never claimed
-            notes.append(ENTRY_CUTS_NOTE)
+        # the user's code: the lab's counts of what it did not hand over are kept in result.json, never claimed
+        hidden, hidden_note = (ENTRY_PADS, ENTRY_PADS_NOTE) if r.generation is not None else (ENTRY_CUTS,
+                                                                                               ENTRY_CUTS_NOTE)
+        if r.entry is not None and any(row[k] is not None for k in hidden):
+            row.update(dict.fromkeys(hidden))
+            notes.append(hidden_note)
         for p in PHASES:
             row[f"{p}_s"] = getattr(phases, p)
         vllm = _declared(v, "engine") == "vllm"
