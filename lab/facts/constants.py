@@ -5,6 +5,11 @@ Stdlib only, imports nothing (the pass runner may read it inside a container).
 
 from __future__ import annotations
 
+ENGINE_NAMES = ("transformers", "vllm")
+"""The engines a variant may declare (``engine``; the first is the default). The one list: the
+variant's check (lab.inputs.variants), the kinds' ``engines`` (lab.kinds.kind) and the engine
+registry (lab.passes.backends.ENGINES, which adds the user's code, ``entry``) read it."""
+
 DEFAULT_SEED = 0
 """[timing] seed: torch.manual_seed of every pass (recorded in the manifest)."""
 

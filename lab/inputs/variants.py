@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from lab.facts.constants import ENGINE_NAMES
 from lab.facts.errors import UserError, did_you_mean
 from lab.facts.files import sha256_bytes
 from lab.facts.typecheck import decode_refusal, type_name, type_ok
@@ -24,7 +25,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 #: A precision's dtype name (torch.<name>; vLLM's ``dtype`` takes the same names).
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 PADDINGS = ("longest", "max_length")
-ENGINES = ("transformers", "vllm")
+ENGINES = ENGINE_NAMES  # the engines a variant declares, its default first (lab.facts.constants)
 """Inference engines a variant can declare (SPEC section 2, "engine"); the first is the default."""
 # engine options that only vLLM reads
 VLLM_ONLY = ("max_num_seqs", "vllm_memory_fraction", "prefix_caching", "max_num_batched_tokens")

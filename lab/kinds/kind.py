@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from lab.facts.constants import AGREEMENT
+from lab.facts.constants import AGREEMENT, ENGINE_NAMES
 
 # The prediction record a pass of the kind writes (predictions.jsonl, one line per id)
 LABEL = "label"    # {"id", "pred": label string, ...}; judged against the corpus labels
@@ -36,8 +36,8 @@ CAUSAL_LM = "causal_lm"                              # ...ForCausalLM (or anothe
 ANY = "any"                                          # the user's own code loads what it needs
 ARCHITECTURES = (SEQUENCE_CLASSIFICATION, ENCODER, CAUSAL_LM, ANY)
 
-TRANSFORMERS, VLLM = "transformers", "vllm"
-"""The engines a variant declares (lab.inputs.variants.Variant.engine)."""
+TRANSFORMERS, VLLM = ENGINE_NAMES
+"""The engines a variant declares (lab.inputs.variants.Variant.engine; lab.facts.constants.ENGINE_NAMES)."""
 
 ENTRY_KEYS = ("entry", "files")
 """The [task] keys naming the user's own code: ``entry`` ("file.py:Class") and the ``files`` it reads."""

@@ -20,7 +20,7 @@ from lab.facts.host import iteralab_command
 from lab.inputs.scenario import ScenarioError, check_variants
 from lab.inputs.variants import Variant, VariantError, expand_series, find_variant
 from lab.kinds import KINDS, task_kind
-from lab.kinds.kind import VLLM, TaskKind
+from lab.kinds.kind import TRANSFORMERS, TaskKind
 from lab.orchestration.config import CampaignConfig, ConfigError, CostSection, parse_config
 
 DEMO_CAMPAIGN = Path(__file__).resolve().parents[1] / "defaults" / "demo.toml"
@@ -187,23 +187,25 @@ def load_protocol(path: str | Path, relative_to: str | Path | None = None) -> Pr
 
 
 def refuse_unsupported(proto: Protocol, path: Path) -> None:
-    """One-line ProtocolError for a variant the task cannot run: ``engine = "vllm"`` on a task
-    kind that vLLM does not run (its ``engines``; custom entries run the user's own
-    code), and a declared value the task's job always overrides (its ``fixed_padding``:
-    generation's, lab.passes.tasks.generation.PADDING_HONOURED). cards > 1 and compile = true run for every kind
+    """One-line ProtocolError for a variant the task cannot run: an ``engine`` the task kind does
+    not run on (its ``engines``; a kind run by [task] entry runs the user's own code only), and a
+    declared value the task's job always overrides (its ``fixed_padding``: generation's,
+    lab.passes.tasks.generation.PADDING_HONOURED). cards > 1 and compile = true run for every kind
     (lab.passes.multicard merges by the kind; lab.passes.compile compiles by the job's own step, a
     custom entry compiles itself)."""
     kind = proto.kind
-    vllm = [v.name for v in proto.variants if v.engine == VLLM]
-    if vllm and kind.by_entry and KINDS[kind.name].runs_on(VLLM):
-        raise ProtocolError(f"{refusal_name(path)}: variant {vllm[0]} declares engine = \"vllm\", but [task] entry "
-                            "runs every pass with your own code; declare engine = \"transformers\" for it, or "
-                            "remove [task] entry to measure vLLM")
-    if vllm and not kind.runs_on(VLLM):
-        runs = ", ".join(k.name for k in KINDS.values() if k.runs_on(VLLM))
-        raise ProtocolError(f"{refusal_name(path)}: variant {vllm[0]} declares engine = \"vllm\", which runs "
-                            f"{runs} tasks in this lab, not {kind.name}; declare "
-                            "engine = \"transformers\" for it")
+    for v in proto.variants:
+        if kind.runs_on(v.engine):
+            continue
+        if kind.by_entry and KINDS[kind.name].runs_on(v.engine):
+            raise ProtocolError(f"{refusal_name(path)}: variant {v.name} declares engine = \"{v.engine}\", but [task] "
+                                f"entry runs every pass with your own code; declare engine = \"{TRANSFORMERS}\" for "
+                                f"it, or remove [task] entry to measure {v.engine}")
+        runs = ", ".join(k.name for k in KINDS.values() if k.runs_on(v.engine))
+        raise ProtocolError(f"{refusal_name(path)}: variant {v.name} declares engine = \"{v.engine}\", which runs "
+                            f"{runs + ' tasks' if runs else 'no task kind'} in this lab, not {kind.name}; declare "
+                            f"engine = \"{TRANSFORMERS}\" for it" + ("" if runs else f" (or name {v.engine} in the "
+                                                                      "kind's engines, lab/kinds/)"))
     if kind.fixed_padding is not None:  # generation: its job pads each batch on the left to its longest prompt
         for v in proto.variants:
             if v.padding != kind.fixed_padding:

@@ -165,8 +165,8 @@ def require_honoured(variant: Variant, observed: dict, device: str) -> None:
     Window fields (padding, max_tokens, bucketing, batch_size) are checked once ``observed``
     holds them. Every field of Variant that says what runs is checked here, except ``cards``
     (lab.passes.multicard compares the cards that reported with the cards declared). ``engine``
-    is read from ``observed["engine"]``, which only lab.engines.vllm's observation holds (the
-    transformers runner reports none, so its absence means transformers); the vLLM options from
+    is read from ``observed["engine"]``, which every engine but transformers reports (its absence
+    means transformers; the user's code, "entry", runs whatever engine the variant names); the vLLM options from
     what the engine reported (lab.engines.vllm.VllmClient.observed):
     tests/unit/test_every_field_observed.py holds that rule.
     """
@@ -180,9 +180,10 @@ def require_honoured(variant: Variant, observed: dict, device: str) -> None:
     if "device" in observed and observed["device"] != device:
         bad.append(f"device {device} asked, "
                    + (f"{entry} device {observed['device']}" if entry else f"weights on {observed['device']}"))
-    engine = observed.get("engine", "transformers")  # only lab.engines.vllm reports an engine
-    # attention is transformers' attn_implementation; vLLM picks its own backend (recorded, not compared)
-    if (variant.attention and engine == "transformers"
+    engine = observed.get("engine", "transformers")  # the transformers engine reports none
+    # attention is transformers' attn_implementation (the user's code may report it); vLLM picks its own
+    # backend (recorded, not compared)
+    if (variant.attention and (engine == "transformers" or entry)
             and observed.get("attention", variant.attention) != variant.attention):
         bad.append(f"attention {variant.attention} declared, {entry or 'the model reports'} {observed['attention']}")
     share = observed.get("threads_per_worker")
@@ -217,7 +218,7 @@ def require_honoured(variant: Variant, observed: dict, device: str) -> None:
     if variant.request_rate is not None and observed.get("request_schedule") == "unknown":
         bad.append(f"request_rate {variant.request_rate:g} req/s declared, the load generator's schedule could "
                    "not be replayed, so its lag is unknown (see the pass's load/load.log)")
-    if engine != variant.engine:
+    if engine != variant.engine and not entry:  # the user's code runs whatever engine the variant names
         bad.append(f"engine {variant.engine} declared, the pass ran {engine}")
     bad += [x for x in (
         _engine_setting("max_num_seqs", variant.max_num_seqs, observed.get("max_num_seqs"),

@@ -78,15 +78,27 @@ def test_a_failure_in_the_warm_up_says_warm_up_and_counts_no_window_item(tmp_pat
 
 
 @pytest.mark.parametrize("used, said", [
-    ("'fp32'", "settings_used() returned str 'fp32'; it must return a dict of setting name (str) -> value"),
-    ("[('precision', 'fp32')]", "settings_used() returned list [('precision', 'fp32')]; it must return a dict"),
-    ("{1: 'fp32'}", "settings_used() returned the key 1 (int); it must return a dict"),
-    ("{}['nothing']", "settings_used() raised: entry.py, line 10, in settings_used: KeyError: 'nothing'"),
+    ("'fp32'", "settings_used() returned str 'fp32' after the warm-up; it must return a dict of setting name "
+               "(str) -> value"),
+    ("[('precision', 'fp32')]", "settings_used() returned list [('precision', 'fp32')] after the warm-up; it must "
+                                "return a dict"),
+    ("{1: 'fp32'}", "settings_used() returned the key 1 (int) after the warm-up; it must return a dict"),
+    ("{}['nothing']", "settings_used() raised after the warm-up: entry.py, line 10, in settings_used: KeyError: "
+                      "'nothing'"),
 ])
 def test_a_settings_used_that_is_not_a_dict_of_settings_says_what_it_returned(tmp_path, model_dir, used, said):
     job = job_for(tmp_path, model_dir, used=used)
     e = refusal(lambda: job.observe(0))
     assert str(e).startswith(said), str(e)
+
+
+def test_a_setting_the_entry_reports_against_the_declared_one_is_not_honoured(tmp_path, model_dir):
+    from lab.passes.observed import NotHonoured
+
+    job = job_for(tmp_path, model_dir, used="{'max_length': 999, 'batch_size': 4}")
+    with pytest.raises(NotHonoured, match=r"^declared value not honoured: max_length 256 declared, the entry's "
+                                          r"settings_used\(\) reported 999$"):
+        job.observe(0)
 
 
 def test_a_well_formed_entry_still_runs_its_window(tmp_path, model_dir):

@@ -117,6 +117,9 @@ def test_own_embedding_code_is_judged_as_the_builtin_kind(embedding_rentals, mod
     for x in c.agreements:
         assert x.ids == len(corpus) and x.flips == 0 and x.within_tolerance and x.cosine_worst > 0.999, x
     assert "the same ML result on B b200" in c.stands_on
+    from lab.compare.tables import decision_markdown
+
+    assert "run by your own code" in c.ran and f"**What ran.** {c.ran[0].upper()}" in decision_markdown(c)
 
 
 def test_own_generation_code_is_judged_as_the_builtin_kind(generation_rentals, gen_model_dir, tmp_path):

@@ -118,3 +118,27 @@ def test_one_job_per_kind_whatever_the_engine_and_each_engine_holds_no_kind():
         tree = ast.parse(inspect.getsource(importlib.import_module(where.split(":")[0])))
         words = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)}
         assert not words & set(KINDS), (name, words & set(KINDS))
+
+
+def test_the_engines_a_variant_declares_are_one_list_and_each_has_a_backend():
+    from lab.facts.constants import ENGINE_NAMES
+    from lab.inputs.variants import ENGINES as VARIANT_ENGINES
+    from lab.kinds.kind import TRANSFORMERS, VLLM
+    from lab.passes.backends import ENGINES, ENTRY
+
+    assert VARIANT_ENGINES is ENGINE_NAMES and (TRANSFORMERS, VLLM) == ENGINE_NAMES
+    assert set(ENGINES) == {*ENGINE_NAMES, ENTRY}
+
+
+def test_the_users_code_reports_a_setting_that_contradicts_the_variant_and_is_refused():
+    """settings_used() is compared field by field: a max_length or batch size it reports other than
+    declared fails the pass (the trial's LiarMaxLenGen: max_length 999 for 128, batch_size 77 for 4)."""
+    from lab.inputs.variants import Variant
+    from lab.passes.backends.entry_backend import contradictions
+
+    declared = Variant(batch_size=4, max_length=128).to_json()
+    said = contradictions(declared, {"max_length": 999, "batch_size": 77, "precision": "bf16", "padding": "x",
+                                     "label": "mine", "cache": True})
+    assert said == ["max_length 128 declared, the entry's settings_used() reported 999",
+                    "batch_size 4 declared, the entry's settings_used() reported 77"]
+    assert contradictions(declared, {"max_length": 128, "batch_size": 4}) == []

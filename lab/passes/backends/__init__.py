@@ -15,27 +15,41 @@ class satisfying :class:`Engine`, in its own module, found through one line of :
 
 The steps a kind calls, in the pass sequence's order (lab.passes.sequence):
 
-1. ``load(device)`` -> (tokenizer, model): the ``model_load`` phase. ``model`` is what the probe
-   phase counts FLOPs on (vLLM: the model's shape on the meta device; None for the user's code);
+``name`` is the engine's word (a key of :data:`ENGINES`); ``applies_task_rules`` says whether it
+applies the task's declared rules itself (the pooling and normalisation, ``max_new_tokens``), or
+hands them to code the lab cannot see (the user's), whose answers the kind then checks against
+them (unit norms, output lengths).
+
+1. ``load(device)`` -> (tokenizer, model): the ``model_load`` phase. ``tokenizer`` is the lab's
+   (a transformers tokenizer of [model]: the window tokenizes, buckets and counts with it);
+   ``model`` is a torch ``nn.Module`` the probe phase counts FLOPs on (vLLM: the model's shape on
+   the meta device), or None when the lab cannot see one (the user's code). A classification
+   kind reads its labels from ``model.config.id2label``, else from the checkpoint's config.json;
 2. ``start(device, pass_dir)`` -> result fields (optional: an engine of its own processes, timed as
    ``engine_start``); ``pid()`` its process tree's root (the window counts its CPU time);
 3. ``compile(rows, device, n_items)`` (optional: an engine the lab compiles itself);
-4. per batch, the operation the kind names (:attr:`lab.kinds.kind.TaskKind.operation`):
+4. ``begin_window()`` before each window (optional: an engine that counts per window), then per
+   batch the operation the kind names (:attr:`lab.kinds.kind.TaskKind.operation`):
    ``classify(batch)`` -> :class:`Answer` of (class index or label, probability or None) per item;
    ``embed(batch)`` -> Answer of a float32 array (items, width) and each vector's norm when known;
    ``generate(batch)`` -> Answer of one GeneratedItem per item (lab.passes.tasks.generation_core);
 5. ``observed(threads, workers_on_host)`` after the warm-up and ``observe_window(win)`` after the
    window: what the engine resolved and ran, checked against the declared variant
-   (lab.passes.observed.require_honoured);
+   (lab.passes.observed.require_honoured: the keys it reads are its own, e.g. ``dtype``,
+   ``device``, ``compile``, ``padding``, ``batch_size``; ``engine``, the engine's name, is read
+   as transformers when absent, so any other engine gives it; a value the engine cannot see is
+   lab.passes.observed.NOT_OBSERVABLE, recorded, never claimed);
 6. ``result_fields(win)`` -> the engine's own result fields after the window (vLLM's engine record,
-   the entry and its settings), ``merged_fields(cards)`` the same for a multi-card pass;
+   the entry and its settings), ``merged_fields(cards)`` the same for a multi-card pass; for a
+   ``generate`` engine, ``generation_record()`` -> its part of result.json's ``generation``
+   (``padding``: how its prompts were batched; the decoding settings it read, if any);
 7. ``close()`` when the phases end, failure included (optional; idempotent, never raises).
 
 What an engine needs of the task (:class:`Needs`: the kind's operation, its checkpoint reader for
 an engine that loads one, the declared pooling rule, the generation rule) is given at build time.
-A new engine: its module here with one class, one line in :data:`ENGINES`, the variant's
-``engine`` value accepted (lab.inputs.variants) and the kinds that run on it naming it
-(lab.kinds: ``engines``).
+A new engine: its module here with one class, one line in :data:`ENGINES`, its name in
+lab.facts.constants.ENGINE_NAMES (the words a variant may declare) and in the ``engines`` of the
+kinds it runs (lab/kinds/); the lock refuses a variant whose kind does not run on its engine.
 """
 
 from __future__ import annotations
@@ -124,6 +138,7 @@ class Engine(Protocol):
     """An engine running a task kind's operations (module docstring)."""
 
     name: str
+    applies_task_rules: bool
 
     def load(self, device: str) -> tuple: ...
 
@@ -133,7 +148,7 @@ class Engine(Protocol):
 
     def generate(self, batch: Batch) -> Answer: ...
 
-    def begin_window(self) -> None: ...
+    def generation_record(self) -> dict: ...
 
     def observed(self, threads: int, workers_on_host: int = 1) -> dict: ...
 

@@ -67,9 +67,26 @@ def vectors_refusal(out, n: int, width: int | None) -> tuple[str, list]:
     return "", [arr]
 
 
+COMPARED_BY_THE_LAB = ("precision", "device", "attention", "compile", "quantization", "padding", "threads")
+"""Settings ``settings_used()`` may report that lab.passes.observed.require_honoured compares itself
+(precision as the dtype, padding by its rule, threads per worker); every other variant field it
+reports is compared as written (:func:`contradictions`)."""
+
+
+def contradictions(declared: dict, used: dict) -> list[str]:
+    """What the user's ``settings_used()`` (``used``) reports against the declared variant's fields
+    (``declared``: Variant.to_json()), for every field but COMPARED_BY_THE_LAB and the variant's
+    names: one clause per field it reports with another value ("max_length 128 declared, the entry's
+    settings_used() reported 999")."""
+    names = ("variant_id", "label", "name", "series")
+    return [f"{k} {declared[k]!r} declared, the entry's settings_used() reported {v!r}" for k, v in used.items()
+            if k in declared and k not in COMPARED_BY_THE_LAB + names and v != declared[k]]
+
+
 class EntryEngine:
     """The user's entry class, run on the lab's batches (module docstring)."""
 
+    applies_task_rules = False  # the user's code is asked to; the kind checks its answers (unit norms, output lengths)
     name = "entry"
     compile: Any = None  # the lab cannot compile the user's code (lab.passes.sequence: no lab compile phase)
 
@@ -117,10 +134,12 @@ class EntryEngine:
     def begin_window(self) -> None:
         """Nothing to reset: the width of embed's rows holds for the whole pass."""
 
-    def settings_used(self, items_done: int) -> dict:
-        """What the entry's optional ``settings_used()`` reports ({} without one; None reads as {}).
-        Raises EntryFailed (one line, ``items_done`` kept) when it raises or returns something
-        other than a dict of setting name (str) -> value."""
+    def settings_used(self, items_done: int, when: str) -> dict:
+        """What the entry's optional ``settings_used()`` reports ({} without one; None reads as {}),
+        asked ``when`` ("after the warm-up", "after the measured window"). Raises EntryFailed (one
+        line naming when, ``items_done`` kept) when it raises or returns something other than a
+        dict of setting name (str) -> value; NotHonoured when a setting it reports contradicts the
+        declared variant (:func:`contradictions`)."""
         report = getattr(self.code, "settings_used", None)
         if not callable(report):
             return {}
@@ -129,14 +148,20 @@ class EntryEngine:
         except BaseException as exc:  # noqa: BLE001 - the user's code: a failure row
             if raised_by_the_lab(exc):
                 raise
-            raise EntryFailed(f"settings_used() raised: {last_traceback_line(exc)}", items_done=items_done) from None
+            raise EntryFailed(f"settings_used() raised {when}: {last_traceback_line(exc)}",
+                              items_done=items_done) from None
         if used is None:
             return {}
         why = (f"returned {_shown(used)}" if not isinstance(used, dict) else
                next((f"returned the key {k!r} ({type(k).__name__})" for k in used if not isinstance(k, str)), ""))
         if why:
-            raise EntryFailed(f"settings_used() {why}; it must return a dict of setting name (str) -> value, "
-                              'e.g. {"precision": "fp32"}', items_done=items_done)
+            raise EntryFailed(f"settings_used() {why} {when}; it must return a dict of setting name (str) -> "
+                              'value, e.g. {"precision": "fp32"}', items_done=items_done)
+        bad = contradictions(self.spec.variant.to_json(), used)
+        if bad:
+            from lab.passes.observed import NotHonoured
+
+            raise NotHonoured("declared value not honoured: " + "; ".join(bad), items_done=items_done)
         return dict(used)
 
     # -- the operations --------------------------------------------------------------------------
@@ -198,11 +223,11 @@ class EntryEngine:
         """The observed record: what ``settings_used()`` reports, NOT_OBSERVABLE for the rest."""
         from lab.passes.observed import NOT_OBSERVABLE, observe_cpu, observe_tf32, observe_threads
 
-        used = self.settings_used(0)
+        used = self.settings_used(0, "after the warm-up")
         v = self.spec.variant
         precision = used.get("precision")
-        return {"dtype": NOT_OBSERVABLE if precision is None else {"fp32": "float32", "bf16": "bfloat16",
-                                                                   "fp16": "float16"}.get(precision, precision),
+        dtype = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(str(precision), precision)
+        return {"engine": self.name, "dtype": NOT_OBSERVABLE if precision is None else dtype,
                 "device": str(used.get("device", NOT_OBSERVABLE)),
                 "attention": used.get("attention", NOT_OBSERVABLE) if v.attention else "unknown",
                 **observe_threads(threads, workers_on_host),
@@ -219,7 +244,7 @@ class EntryEngine:
         order = ("sorted by token count" if win.order_sorted_by_length and not win.order_is_corpus
                  else "corpus order" if win.order_is_corpus and not win.order_sorted_by_length
                  else "corpus order (already sorted by token count)")
-        used = self.settings_used(win.items_done)
+        used = self.settings_used(win.items_done, "after the measured window")
         return {"padding": used.get("padding", NOT_OBSERVABLE), "max_tokens": NOT_OBSERVABLE,
                 "max_length_used": used.get("max_length", NOT_OBSERVABLE), "bucketing": order,
                 "batch_size": win.largest_batch, "window_items": win.items_done}

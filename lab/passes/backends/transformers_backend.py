@@ -31,6 +31,7 @@ PADDING_RULE = "left: the lab pads every batch itself (generation_core.pad_left)
 class TransformersEngine:
     """The lab's own loop over a transformers model (module docstring)."""
 
+    applies_task_rules = True  # it pools and generates by the declared rule itself
     name = "transformers"
 
     def __init__(self, spec, needs: Needs):

@@ -51,6 +51,7 @@ LOG_FILE = "vllm.log"  # the engine's own output, in the pass folder
 class VllmEngine:
     """vLLM's offline engine (module docstring)."""
 
+    applies_task_rules = True  # it pools by the declared rule (checked at start) and stops at max_new_tokens
     name = "vllm"
 
     def __init__(self, spec, needs: Needs):

@@ -45,8 +45,15 @@ class ClassificationJob(LabelLines, KindJob):
         self.id2label: dict | None = {}
 
     def load(self, device: str) -> tuple:
+        """The engine's load; the labels are the checkpoint's id2label, from the model the engine
+        loaded or, for an engine that loads none here, from the checkpoint's config.json."""
         super().load(device)
-        self.id2label = {int(k): v for k, v in self.model.config.id2label.items()}
+        config = getattr(self.model, "config", None)
+        if config is None:
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(self.spec.model_ref, revision=self.spec.extra.get("revision"))
+        self.id2label = {int(k): v for k, v in config.id2label.items()}
         return self.tokenizer, self.model
 
     def use_loaded(self, tokenizer, model, device: str) -> None:

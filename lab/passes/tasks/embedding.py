@@ -124,7 +124,7 @@ class EmbeddingJob(KindJob):
         self.pooling = task.get("pooling", "mean")
         self.normalize = bool(task.get("normalize", True))
         super().__init__(spec)
-        if self.declared.by_entry:
+        if not self.engine.applies_task_rules:
             self.pooling = ENTRY_POOLING
 
     def kind_needs(self) -> dict:
@@ -160,7 +160,7 @@ class EmbeddingJob(KindJob):
         rec = super().observe_window(win)
         norms = [n for n in win.norms if n is not None]
         off = [n for n in norms if abs(n - 1.0) > NORM_TOLERANCE]
-        if self.declared.by_entry and self.normalize and off:
+        if not self.engine.applies_task_rules and self.normalize and off:
             raise NotHonoured(f"declared value not honoured: normalize = true, but {len(off)} of {len(norms)} "
                               f"vectors the entry returned have an L2 norm outside 1 +/- {NORM_TOLERANCE:g} "
                               f"({min(off):.4g} to {max(off):.4g}); normalize them in embed(), or declare "
@@ -192,7 +192,7 @@ class EmbeddingJob(KindJob):
     def pooling_record(self) -> dict:
         """result.json's ``pooling``: the declared rule as the lab applied it, or as the user's code
         was asked to (its vectors stored as returned)."""
-        if self.declared.by_entry:
+        if not self.engine.applies_task_rules:
             return {"rule": ENTRY_POOLING, "normalize": f"the entry's own (declared {json.dumps(self.normalize)})",
                     "dtype": "as returned, float16 in storage"}
         return {"rule": self.pooling, "mask": "attention_mask", "normalize": self.normalize,

@@ -173,7 +173,7 @@ class GenerationJob(KindJob):
         from lab.passes.observed import NotHonoured
 
         rec = super().observe_window(win)
-        if not self.declared.by_entry:
+        if self.engine.applies_task_rules:
             return rec
         self.count_tokens(win)
         limit = self.rule.max_new_tokens

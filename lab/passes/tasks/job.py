@@ -147,7 +147,7 @@ class KindJob:
         if not self.declared.runs_on(engine):  # the user's code runs on transformers' side only
             from lab.kinds import KINDS
 
-            runs = ", ".join(k.name for k in KINDS.values() if k.runs_on(engine))
+            runs = ", ".join(k.name for k in KINDS.values() if k.runs_on(engine)) or "none"
             raise ValueError(f"engine {engine} runs task kinds {runs} here, not {self.declared.name!r}")
         self.engine: Any = engine_for(ENTRY if self.declared.by_entry else spec.variant.engine, spec, self.needs())
 
@@ -197,7 +197,9 @@ class KindJob:
             closer()
 
     def observe(self, threads: int, workers_on_host: int = 1) -> dict:
-        return self.engine.observed(threads, workers_on_host)
+        """The engine's observed record, with the threads declared (``threads``) when it does not
+        give them (lab.passes.observed.require_honoured reads them)."""
+        return {"threads_declared": threads, **self.engine.observed(threads, workers_on_host)}
 
     def observe_window(self, win) -> dict:
         return self.engine.observe_window(win)
@@ -240,7 +242,9 @@ class KindJob:
         win, order, input_ids, texts = self.open(rows)
         if sink is not None:
             sink["win"] = win
-        self.engine.begin_window()
+        begin = getattr(self.engine, "begin_window", None)  # an engine counting per window (vLLM's finish reasons)
+        if begin is not None:
+            begin()
         from lab.passes.backends import Batch
 
         for start in range(0, len(rows), v.batch_size):
