@@ -144,6 +144,13 @@ def test_own_generation_code_is_judged_as_the_builtin_kind(generation_rentals, g
         assert [x["output"] for x in lines] == builtin  # the built-in job's greedy outputs, id for id
         assert {x["stopped_by"] for x in lines} <= {"stop", "entry"}
         assert all(x["input_tokens"] > 0 for x in lines)
+        assert res["observed"]["engine"] == "entry"  # the user's code ran, whatever engine the variant names
+    # the lab made the prompts (its counts stand); the entry padded them (not observable)
+    import csv
+
+    for row in csv.DictReader(open(orch.dir / "report" / "raw_table.csv", encoding="utf-8")):
+        assert row["real_tokens"] and row["n_truncated"] and not row["padded_tokens"], row
+        assert "empty padded_tokens: the entry pads the prompts the lab made" in row["notes"]
     check_archive(archive, tmp_path)
     c = compare_archives([archive, generation_rentals["b"][1]], 50000, allow_short=True, **WINDOW)
     assert len(c.agreements) == 2
