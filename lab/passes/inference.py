@@ -67,33 +67,47 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def load_model(model_ref: str, precision: str, device: str, pad_token: str | None = None,
-               attention: str | None = None, revision: str | None = None):
-    """(tokenizer, model) in eval mode at ``precision`` on ``device``.
-
-    ``pad_token``: the campaign's declared padding token ([model] pad_token, checked at lock),
-    set on the tokenizer and the model config when given. ``attention``: the attention
-    implementation (transformers' ``attn_implementation``: "sdpa", "eager",
-    "flash_attention_2", ...; None = the library's default). Raises (ImportError, ValueError)
-    when the implementation cannot be used here: the pass becomes a failure row with the reason.
-    ``revision``: the hub snapshot to load ([model] revision: commit hash, branch or tag; None =
-    main or a local folder), applied to the tokenizer, the config and the weights.
-    Raises WeightsNotLoaded when the checkpoint lacks some of the model's weights
-    (``check_weights_loaded``).
-    """
-    import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+def load_tokenizer(model_ref: str, revision: str | None = None, pad_token: str | None = None):
+    """The [model] tokenizer (transformers AutoTokenizer) at ``revision`` (the hub snapshot:
+    commit hash, branch or tag; None = main or a local folder), with the campaign's declared
+    ``pad_token`` ([model] pad_token, checked at lock) set when given."""
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_ref, revision=revision)
     if pad_token:
         tok.pad_token = pad_token
+    return tok
+
+
+def load_checkpoint(auto_class, model_ref: str, precision: str, device: str, attention: str | None = None,
+                    revision: str | None = None):
+    """The checkpoint's model by the transformers Auto class ``auto_class`` (the kind's
+    architecture: AutoModelForSequenceClassification, AutoModel, AutoModelForCausalLM) at
+    ``precision``, in eval mode on ``device``. ``attention``: transformers' ``attn_implementation``
+    ("sdpa", "eager", "flash_attention_2", ...; None = the library's default); (ImportError,
+    ValueError) when it cannot be used here: the pass becomes a failure row with the reason.
+    ``revision`` as :func:`load_tokenizer`'s, applied to the config and the weights. Raises
+    WeightsNotLoaded when the checkpoint lacks some of the model's weights (``check_weights_loaded``)."""
+    import torch
+
     extra = {"attn_implementation": attention} if attention else {}
-    model, info = AutoModelForSequenceClassification.from_pretrained(
-        model_ref, revision=revision, dtype=getattr(torch, DTYPES[precision]), output_loading_info=True, **extra)
+    model, info = auto_class.from_pretrained(model_ref, revision=revision, dtype=getattr(torch, DTYPES[precision]),
+                                             output_loading_info=True, **extra)
     check_weights_loaded(info)
+    return model.eval().to(device)
+
+
+def load_model(model_ref: str, precision: str, device: str, pad_token: str | None = None,
+               attention: str | None = None, revision: str | None = None):
+    """(tokenizer, sequence classifier) in eval mode at ``precision`` on ``device``
+    (:func:`load_tokenizer`, :func:`load_checkpoint`); the declared ``pad_token`` is set on the
+    model config too. Raises as :func:`load_checkpoint`."""
+    from transformers import AutoModelForSequenceClassification
+
+    tok = load_tokenizer(model_ref, revision, pad_token)
+    model = load_checkpoint(AutoModelForSequenceClassification, model_ref, precision, device, attention, revision)
     if pad_token:
         model.config.pad_token_id = tok.pad_token_id
-    model.eval().to(device)
     return tok, model
 
 

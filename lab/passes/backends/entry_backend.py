@@ -115,13 +115,11 @@ class EntryEngine:
     def load(self, device: str) -> tuple:
         """The [model] tokenizer and the entry class built once (no model the lab can see).
         Raises EntryNotLoadable, EntryFailed (its constructor raised)."""
-        from transformers import AutoTokenizer
+        from lab.passes.inference import load_tokenizer
 
         s = self.spec
         self.device = device
-        self.tokenizer = AutoTokenizer.from_pretrained(s.model_ref, revision=s.extra.get("revision"))
-        if s.extra.get("pad_token"):
-            self.tokenizer.pad_token = s.extra["pad_token"]
+        self.tokenizer = load_tokenizer(s.model_ref, s.extra.get("revision"), s.extra.get("pad_token"))
         cls = load_entry(self.entry, self.needs.entry.method, self.needs.entry.returns)
         try:
             self.code = cls(self.settings(), device)

@@ -72,20 +72,14 @@ class VllmEngine:
         """The lab's tokenizer and the model's shape (meta device: no weights); the weights are
         vLLM's, loaded in :meth:`start`. Installs the SIGTERM handler (the engine closes)."""
         import torch
-        from transformers import (
-            AutoConfig,
-            AutoModel,
-            AutoModelForCausalLM,
-            AutoModelForSequenceClassification,
-            AutoTokenizer,
-        )
+        from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
+
+        from lab.passes.inference import load_tokenizer
 
         self._sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
         s = self.spec
         rev = s.extra.get("revision")
-        self.tokenizer = AutoTokenizer.from_pretrained(s.model_ref, revision=rev)
-        if s.extra.get("pad_token"):
-            self.tokenizer.pad_token = s.extra["pad_token"]
+        self.tokenizer = load_tokenizer(s.model_ref, rev, s.extra.get("pad_token"))
         cfg = AutoConfig.from_pretrained(s.model_ref, revision=rev)
         auto = {SEQUENCE_CLASSIFICATION: AutoModelForSequenceClassification,
                 CAUSAL_LM: AutoModelForCausalLM}.get(self.needs.architecture, AutoModel)

@@ -82,23 +82,15 @@ def write_vectors(pred_path: Path, lines: list[str], vectors) -> dict:
 
 def load_encoder(model_ref: str, precision: str, device: str, pad_token: str | None = None,
                  attention: str | None = None, revision: str | None = None):
-    """(tokenizer, encoder) in eval mode at ``precision`` on ``device`` (transformers AutoModel).
+    """(tokenizer, encoder) in eval mode at ``precision`` on ``device`` (transformers AutoModel;
+    lab.passes.inference.load_tokenizer, load_checkpoint). Raises
+    lab.passes.inference.WeightsNotLoaded when the checkpoint lacks encoder weights."""
+    from transformers import AutoModel
 
-    Raises lab.passes.inference.WeightsNotLoaded when the checkpoint lacks encoder weights."""
-    import torch
-    from transformers import AutoModel, AutoTokenizer
+    from lab.passes.inference import load_checkpoint, load_tokenizer
 
-    from lab.passes.inference import DTYPES, check_weights_loaded
-
-    tok = AutoTokenizer.from_pretrained(model_ref, revision=revision)
-    if pad_token:
-        tok.pad_token = pad_token
-    extra = {"attn_implementation": attention} if attention else {}
-    model, info = AutoModel.from_pretrained(model_ref, revision=revision, dtype=getattr(torch, DTYPES[precision]),
-                                            output_loading_info=True, **extra)
-    check_weights_loaded(info)
-    model.eval().to(device)
-    return tok, model
+    return (load_tokenizer(model_ref, revision, pad_token),
+            load_checkpoint(AutoModel, model_ref, precision, device, attention, revision))
 
 
 def mean_pool(hidden, mask, normalize: bool):

@@ -57,30 +57,22 @@ def rule_of(task: dict) -> GenerationRule:
 
 def load_generator(model_ref: str, precision: str, device: str, pad_token: str | None = None,
                    attention: str | None = None, revision: str | None = None):
-    """(tokenizer, causal LM) in eval mode at ``precision`` on ``device`` (AutoModelForCausalLM).
+    """(tokenizer, causal LM) in eval mode at ``precision`` on ``device`` (AutoModelForCausalLM;
+    lab.passes.inference.load_tokenizer, load_checkpoint).
 
     ``pad_token``: the campaign's declared pad token ([model] pad_token), set on the tokenizer.
     The tokenizer's ``padding_side`` is set to "left" (the lab pads itself anyway). Raises
-    generation_core.PaddingError when no pad token is declared anywhere, and
-    lab.passes.inference.WeightsNotLoaded when the checkpoint lacks weights."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    generation_core.PaddingError when no pad token is declared anywhere (in the load phase, before
+    any timing), and lab.passes.inference.WeightsNotLoaded when the checkpoint lacks weights."""
+    from transformers import AutoModelForCausalLM
 
-    from lab.passes.inference import DTYPES, check_weights_loaded
+    from lab.passes.inference import load_checkpoint, load_tokenizer
     from lab.passes.tasks.generation_core import pad_token_id
 
-    tok = AutoTokenizer.from_pretrained(model_ref, revision=revision)
-    if pad_token:
-        tok.pad_token = pad_token
+    tok = load_tokenizer(model_ref, revision, pad_token)
     tok.padding_side = "left"
-    extra = {"attn_implementation": attention} if attention else {}
-    loaded: Any = AutoModelForCausalLM.from_pretrained(model_ref, revision=revision,
-                                                       dtype=getattr(torch, DTYPES[precision]),
-                                                       output_loading_info=True, **extra)
-    model, info = loaded
-    check_weights_loaded(info)
-    pad_token_id(tok, model)  # refused here, before any timing, when none is declared
-    model.eval().to(device)
+    model = load_checkpoint(AutoModelForCausalLM, model_ref, precision, device, attention, revision)
+    pad_token_id(tok, model)
     return tok, model
 
 
