@@ -35,9 +35,10 @@ without it has no compile phase: an engine of its own compiles in its start, and
 gets the declared ``compile`` in its settings and compiles (or not) itself, which the lab records
 as declared, not observable unless the entry reports it.
 
-A kind's job is a :class:`KindJob`: the window is the kind's, every step above but the window
-is its engine's (lab.passes.backends), so a kind never names an engine and an engine never
-names a kind.
+A kind's job is a :class:`KindJob`: the window (its batches, answers stored), the self metric, the
+predictions and the merge are the kind's; loading, starting, compiling, observing and closing are
+its engine's (lab.passes.backends), so a kind never names an engine and an engine never names a
+kind.
 
 The task itself (kind, pooling, entry) reaches the pass as ``PassSpec.extra["task"]``
 (lab.orchestration.protocol.Protocol.task_extra); a classification pass carries no such key, so its
