@@ -504,11 +504,19 @@ def _locked_table(scan, key: str) -> dict | None:
     return table if isinstance(table, dict) else None
 
 
+LOCKED_TASK = ("locked", "task")
+"""The key of the archived [task] table in a scan's ``derived`` cache (lab.evidence.verify)."""
+
+
 def locked_task(scan) -> TaskTable | None:
     """The archived campaign file's [task] table (all None when it declares none: classification);
-    None when campaign.toml is missing, not TOML, or its [task] is not a table."""
-    table = _locked_table(scan, "task")
-    return None if table is None else as_record(table, TaskTable)
+    None when campaign.toml is missing, not TOML, or its [task] is not a table. Parsed once per
+    scan: every pass's checks ask for it (the scan's ``derived`` cache)."""
+    cache = getattr(scan, "derived", {})
+    if LOCKED_TASK not in cache:
+        table = _locked_table(scan, "task")
+        cache[LOCKED_TASK] = None if table is None else as_record(table, TaskTable)
+    return cache[LOCKED_TASK]
 
 
 def locked_normalisation(scan) -> str | None:

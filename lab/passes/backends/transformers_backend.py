@@ -68,6 +68,10 @@ class TransformersEngine:
             self.overrides = checkpoint_overrides(getattr(model, "generation_config", None), lab_cfg)
         return self.tokenizer, self.model
 
+    def use_loaded(self, tokenizer, model, device: str) -> None:
+        """The state :meth:`load` leaves, from a tokenizer and model already loaded on ``device``."""
+        self.tokenizer, self.model, self.device = tokenizer, model, device
+
     def begin_window(self) -> None:
         """Nothing to reset: every figure of this engine's window is counted by the kind's window."""
 

@@ -198,7 +198,7 @@ class GenerationJob(KindJob):
         ``engine_part``: the engine's part of ``generation`` (its padding; the transformers
         engine's decoding settings and overridden checkpoint fields, when it read them)."""
         stopped = Counter(r["stopped_by"] for r in recs)
-        read = {k: v for k, v in engine_part.items() if k != "padding" and engine_part.get("settings") is not None}
+        read = {} if engine_part.get("settings") is None else {k: v for k, v in engine_part.items() if k != "padding"}
         return {"input_tokens": sum(r["input_tokens"] for r in recs),
                 "output_tokens": sum(r["output_tokens"] for r in recs),
                 "generation": {"rule": self.rule.to_json(), "rule_sha256": self.rule.digest(),

@@ -172,9 +172,9 @@ class KindJob:
 
     def use_loaded(self, tokenizer, model, device: str) -> None:
         """Run on a tokenizer and model already loaded (benchmarks and tests load once for many
-        windows): the transformers engine's state as its ``load`` leaves it."""
+        windows; the transformers engine: TransformersEngine.use_loaded)."""
         self.tokenizer, self.model = tokenizer, model
-        self.engine.tokenizer, self.engine.model, self.engine.device = tokenizer, model, device
+        self.engine.use_loaded(tokenizer, model, device)
 
     @property
     def start_engine(self):

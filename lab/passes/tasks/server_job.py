@@ -370,8 +370,9 @@ def served_answer(operation: str, answered: list, rule) -> Answer:
     rows = [np.asarray(r.answer if r.answer is not None else (), dtype=np.float32) for r in answered]
     bad = tuple(k for k, row in enumerate(rows) if row.size == 0 or not np.isfinite(row).all())
     if operation == CLASSIFY:
-        return Answer(values=[(int(row.argmax()), float(row[row.argmax()])) if row.size else (None, None)
-                              for row in rows], nonfinite=bad, packed=True)
+        tops = [int(row.argmax()) if row.size else None for row in rows]
+        return Answer(values=[(top, None if top is None else float(row[top]))
+                              for top, row in zip(tops, rows, strict=True)], nonfinite=bad, packed=True)
     width = next((row.shape[0] for row in rows if row.size), 0)
     vectors = np.zeros((len(rows), width), np.float32)
     for k, (r, row) in enumerate(zip(answered, rows, strict=True)):
